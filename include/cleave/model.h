@@ -1,0 +1,181 @@
+/* cleave models: one description, many uses.
+ *
+ * A model is described as an ordered list of units (embedding, transformer
+ * block, LM head; or conv, relu, pool, flatten, linear, classifier loss) and
+ * a list of named parameters, each owned by one unit. The same description
+ * drives building a rank's part, predicting memory, partitioning into
+ * pipeline stages (a unit is the smallest thing a stage holds; its code
+ * letter is the --pp-layout letter) and naming checkpoint tensors (Hugging
+ * Face GPT-2 names and layouts for GPT models).
+ *
+ * All per-unit sizes are per sample; a micro-batch of B samples needs B times
+ * as much. A GPT sample is T tokens (T <= the model's context length).
+ *
+ * Parameters live in one flat f32 buffer (offsets in floats, each 16-float
+ * aligned), gradients in a second buffer of the same layout. */
+#ifndef CLEAVE_MODEL_H
+#define CLEAVE_MODEL_H
+
+#include "cleave/core.h"
+#include "cleave/device.h"
+
+typedef enum { CL_MODEL_GPT = 0, CL_MODEL_MLP, CL_MODEL_CNN } cl_model_kind;
+
+#define CL_MLP_MAX_WIDTHS 16
+
+typedef struct {
+    cl_model_kind kind;
+    char name[32];          /* preset name, or "custom" */
+    /* GPT */
+    int layers, channels, heads, seq_len, vocab;
+    /* MLP: widths[0] inputs ... widths[n-1] classes */
+    int nwidths;
+    int widths[CL_MLP_MAX_WIDTHS];
+    /* CNN: input [in_channels, height, width]; conv (conv_channels,
+     * conv_kernel, conv_stride, conv_pad) -> relu -> maxpool(pool, pool) ->
+     * flatten -> linear(hidden) | linear(hidden) -> relu -> linear(classes) */
+    int in_channels, height, width;
+    int conv_channels, conv_kernel, conv_stride, conv_pad, pool;
+    int hidden, hidden2, classes;
+} cl_model_config;
+
+/* gpt2-tiny, gpt2, gpt2-medium, gpt2-large, gpt2-xl, mlp, cnn */
+cl_status cl_model_preset(const char *name, cl_model_config *cfg);
+/* Checks every size (positive, heads divide channels, shapes that fit). */
+cl_status cl_model_config_check(const cl_model_config *cfg);
+/* Integer inputs per sample (GPT: T tokens) and float inputs (MLP/CNN). */
+
+typedef enum { CL_INIT_ZEROS = 0, CL_INIT_ONES, CL_INIT_NORMAL, CL_INIT_UNIFORM } cl_init_kind;
+
+typedef struct {
+    char name[64];          /* checkpoint name, e.g. "h.0.attn.c_attn.weight" */
+    int ndim;
+    int64_t shape[4];       /* as stored (HF layout: linear weights [in, out]) */
+    int64_t numel;
+    int64_t offset;         /* floats into the flat buffer */
+    int decay;              /* AdamW weight decay applies (matrices only) */
+    cl_init_kind init;
+    float scale;            /* std (normal) or bound (uniform) */
+    int unit;               /* owning unit */
+} cl_param_spec;
+
+typedef enum {
+    CL_UNIT_EMBED = 0,  /* tokens -> x[T,C]; params wte, wpe */
+    CL_UNIT_BLOCK,      /* x[T,C] -> x[T,C]; pre-LN attention + MLP */
+    CL_UNIT_LMHEAD,     /* x[T,C] -> losses[T]; ln_f, tied wte, softmax xent */
+    CL_UNIT_CONV,       /* [IC,H,W] -> [OC,OH,OW] */
+    CL_UNIT_RELU,
+    CL_UNIT_MAXPOOL,
+    CL_UNIT_FLATTEN,    /* identity on the data, a shape change */
+    CL_UNIT_LINEAR,     /* [IC] -> [OC] */
+    CL_UNIT_CLASSIFY    /* logits[K] -> loss[1]; softmax xent against a label */
+} cl_unit_kind;
+
+typedef struct {
+    cl_unit_kind kind;
+    char label[24];         /* "embed", "h.3", "lm_head", "conv1", "fc1", ... */
+    char code;              /* --pp-layout letter: E, t, L; c r p f l x for CNN/MLP */
+    int index;              /* block index for BLOCK, layer index otherwise */
+    int first_param, nparams;
+    int64_t in_floats;      /* input activation floats per sample (0 for EMBED) */
+    int64_t out_floats;     /* output floats per sample */
+    int64_t act_floats;     /* saved for backward per sample, output included */
+    int64_t scratch_floats; /* backward workspace per sample */
+    double flops;           /* forward FLOPs per sample (backward ~ 2x) */
+    /* geometry for CONV/MAXPOOL/LINEAR: input [c,h,w] -> output [oc,oh,ow] */
+    int c, h, w, oc, oh, ow, k, stride, pad;
+} cl_unit;
+
+typedef struct {
+    cl_model_config cfg;
+    int T;                  /* GPT: tokens per sample this description is sized for */
+    int nunits;
+    cl_unit *units;
+    int nparams;
+    cl_param_spec *params;
+    int64_t nfloats;        /* flat buffer size, alignment padding included */
+    int64_t nparams_total;  /* sum of numel: the parameter count people quote */
+    int tied_wte;           /* index of wte in params (GPT), else -1 */
+} cl_model_desc;
+
+/* T: tokens per sample for GPT (0 = the model's seq_len); ignored otherwise. */
+cl_status cl_model_describe(const cl_model_config *cfg, int T, cl_model_desc **out);
+void cl_model_desc_free(cl_model_desc *d);
+int cl_model_find_param(const cl_model_desc *d, const char *name); /* -1 if absent */
+
+/* ---- one rank's part of a model -------------------------------------------
+ * Holds the units [u0, u1) with their parameters and gradients on one device,
+ * and the workspace their backward needs, for micro-batches of up to B
+ * samples. (Single device: u0 = 0, u1 = nunits.) */
+typedef struct {
+    const cl_model_desc *desc;
+    cl_device *dev;
+    int u0, u1;
+    int B;                  /* micro-batch capacity in samples */
+    float *params, *grads;  /* flat, desc->nfloats each */
+    float **p, **g;         /* per parameter: pointer into params/grads */
+    float *scratch;         /* backward workspace */
+    float *dbuf[2];         /* ping-pong activation gradients */
+    int64_t max_io_floats;  /* per micro-batch, max over units of in/out */
+} cl_model;
+
+/* Allocates params (CL_MEM_PARAMS), grads (CL_MEM_GRADS) and workspace. */
+cl_status cl_model_create(cl_model **out, const cl_model_desc *d, cl_device *dev, int B);
+void cl_model_destroy(cl_model *m);
+/* GPT-2 init: normal(0, 0.02), residual projections (attn.c_proj, mlp.c_proj)
+ * scaled by 1/sqrt(2 * layers), biases 0, layernorm weights 1. CNN/MLP:
+ * PyTorch's default (kaiming-uniform bound 1/sqrt(fan_in) for weights and
+ * biases). Parameters are drawn in description order from one RNG seeded by
+ * seed, so a run is reproducible. */
+void cl_model_init(cl_model *m, uint64_t seed);
+void cl_model_zero_grads(cl_model *m);
+
+/* One micro-batch's inputs. */
+typedef struct {
+    int B, T;               /* T = 1 for MLP/CNN */
+    const int32_t *tokens;  /* GPT inputs [B,T] */
+    const float *x;         /* MLP/CNN inputs [B, in_floats] */
+    const int32_t *targets; /* GPT [B,T]; MLP/CNN [B]; -1 ignores a position */
+    float dloss;            /* d(step loss)/d(each per-position loss), e.g. 1/(tokens in the global batch) */
+} cl_microbatch;
+
+/* Saved activations of one micro-batch for units [u0, u1). */
+typedef struct {
+    float *base;
+    int64_t *off;           /* per unit (indexed u - u0), floats into base */
+    int B;
+} cl_acts;
+
+cl_status cl_acts_create(cl_model *m, int B, cl_acts *a);   /* CL_MEM_ACTS */
+void cl_acts_destroy(cl_model *m, cl_acts *a);
+float *cl_acts_output(const cl_model *m, const cl_acts *a, int u);
+int64_t cl_model_act_floats(const cl_model_desc *d, int u0, int u1, int B);
+
+/* Forward of unit u on a micro-batch. in: the input activations (output of
+ * unit u-1, or a received buffer; ignored for EMBED). Writes the unit's saved
+ * activations and its output (cl_acts_output). For the loss units the output
+ * is the per-position loss. */
+cl_status cl_unit_forward(cl_model *m, int u, const cl_microbatch *mb,
+                          const float *in, cl_acts *a);
+
+enum { CL_BWD_INPUT = 1, CL_BWD_WEIGHT = 2, CL_BWD_ALL = 3 };
+/* Backward of unit u. dout: gradient of its output (ignored for loss units,
+ * which use mb->dloss). din: ADDED to (may be NULL for the first unit or with
+ * only CL_BWD_WEIGHT). Param gradients are ADDED into m->g. May overwrite the
+ * unit's saved activations (they are dead after backward). */
+cl_status cl_unit_backward(cl_model *m, int u, const cl_microbatch *mb,
+                           const float *in, cl_acts *a, const float *dout,
+                           float *din, int what);
+
+/* Sum of the per-position losses of a loss unit's output (double). */
+double cl_acts_loss_sum(const cl_model *m, const cl_acts *a, int u, const cl_microbatch *mb);
+
+/* Forward then backward of all units on one micro-batch (single device). */
+cl_status cl_model_forward_backward(cl_model *m, const cl_microbatch *mb, cl_acts *a,
+                                    double *loss_sum, int do_backward);
+/* Logits for the last position(s), for generation: GPT only, B = 1.
+ * logits_out[V] gets the logits at position T-1 of the given tokens. */
+cl_status cl_model_logits_last(cl_model *m, const int32_t *tokens, int T, cl_acts *a,
+                               float *logits_out);
+
+#endif

@@ -1,0 +1,150 @@
+/* Devices and their capped, accounted allocators (see device.h).
+ *
+ * Each block carries a 64-byte header (size, category, magic) in front of the
+ * pointer handed out, so freeing needs no lookup table and a bad free is
+ * caught. Invariant: cur[c] is the sum of the sizes of live blocks of
+ * category c; total == sum of cur; total <= cap whenever cap > 0. */
+#include "cleave/device.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define HDR 64
+#define MAGIC 0x636c65617665ULL /* "cleave" */
+
+typedef struct {
+    uint64_t magic;
+    uint64_t bytes;
+    uint32_t cat;
+} block_hdr;
+
+struct cl_device {
+    const cl_device_ops *ops;
+    void *impl;
+    int id;
+    size_t cap;
+    size_t cur[CL_MEM_NCAT], peak[CL_MEM_NCAT];
+    size_t total, peak_total;
+    pthread_mutex_t mu;
+};
+
+static void *cpu_alloc(void *impl, size_t bytes) {
+    (void)impl;
+    size_t rounded = (bytes + 63) & ~(size_t)63;
+    void *p = aligned_alloc(64, rounded ? rounded : 64);
+    if (p) memset(p, 0, rounded ? rounded : 64);
+    return p;
+}
+static void cpu_free(void *impl, void *p) { (void)impl; free(p); }
+static void cpu_copy(void *impl, void *dst, const void *src, size_t n) { (void)impl; memcpy(dst, src, n); }
+
+static const cl_device_ops cpu_ops = {"cpu", cpu_alloc, cpu_free, cpu_copy};
+
+const char *cl_mem_cat_name(cl_mem_cat c) {
+    static const char *names[CL_MEM_NCAT] = {"params", "grads", "optimizer", "activations", "workspace", "comm"};
+    return (unsigned)c < CL_MEM_NCAT ? names[c] : "?";
+}
+
+cl_status cl_device_create_cpu(cl_device **out, size_t cap, int id) {
+    cl_device *d = calloc(1, sizeof *d);
+    if (!d) return cl_error(CL_ERR_OOM, "cannot allocate a device");
+    d->ops = &cpu_ops;
+    d->id = id;
+    d->cap = cap;
+    pthread_mutex_init(&d->mu, NULL);
+    *out = d;
+    return CL_OK;
+}
+
+void cl_device_destroy(cl_device *d) {
+    if (!d) return;
+    pthread_mutex_destroy(&d->mu);
+    free(d);
+}
+
+char *cl_device_describe(const cl_device *d, char *buf, size_t n) {
+    size_t used = 0;
+    buf[0] = 0;
+    for (int c = 0; c < CL_MEM_NCAT && used < n; c++) {
+        char b[32];
+        cl_format_bytes(d->cur[c], b, sizeof b);
+        used += (size_t)snprintf(buf + used, n - used, "%s%s %s", c ? ", " : "", cl_mem_cat_name(c), b);
+    }
+    return buf;
+}
+
+cl_status cl_device_alloc(cl_device *d, cl_mem_cat cat, size_t bytes, void **out) {
+    CL_ASSERT((unsigned)cat < CL_MEM_NCAT);
+    *out = NULL;
+    pthread_mutex_lock(&d->mu);
+    if (d->cap && (bytes > d->cap || d->total > d->cap - bytes)) {
+        char asked[32], cap[32], held[32], desc[256];
+        cl_format_bytes(bytes, asked, sizeof asked);
+        cl_format_bytes(d->cap, cap, sizeof cap);
+        cl_format_bytes(d->total, held, sizeof held);
+        cl_device_describe(d, desc, sizeof desc);
+        pthread_mutex_unlock(&d->mu);
+        return cl_error(CL_ERR_OOM,
+                        "device %s:%d: %s: asked %s, %s of the %s cap held (%s); raise --device-memory or split the model over more ranks",
+                        d->ops->name, d->id, cl_mem_cat_name(cat), asked, held, cap, desc);
+    }
+    pthread_mutex_unlock(&d->mu);
+    if (bytes > SIZE_MAX - 2 * HDR) return cl_error(CL_ERR_OOM, "allocation of %zu bytes is too large", bytes);
+    char *raw = d->ops->alloc(d->impl, bytes + HDR);
+    if (!raw) {
+        char asked[32];
+        cl_format_bytes(bytes, asked, sizeof asked);
+        return cl_error(CL_ERR_OOM, "device %s:%d: %s: the host refused %s", d->ops->name, d->id, cl_mem_cat_name(cat), asked);
+    }
+    block_hdr *h = (block_hdr *)raw;
+    h->magic = MAGIC;
+    h->bytes = bytes;
+    h->cat = (uint32_t)cat;
+    pthread_mutex_lock(&d->mu);
+    d->cur[cat] += bytes;
+    d->total += bytes;
+    if (d->cur[cat] > d->peak[cat]) d->peak[cat] = d->cur[cat];
+    if (d->total > d->peak_total) d->peak_total = d->total;
+    pthread_mutex_unlock(&d->mu);
+    *out = raw + HDR;
+    return CL_OK;
+}
+
+cl_status cl_device_alloc_f32(cl_device *d, cl_mem_cat cat, size_t count, float **out) {
+    if (count > SIZE_MAX / sizeof(float)) return cl_error(CL_ERR_OOM, "allocation of %zu floats is too large", count);
+    void *p;
+    CL_TRY(cl_device_alloc(d, cat, count * sizeof(float), &p));
+    *out = p;
+    return CL_OK;
+}
+
+void cl_device_free(cl_device *d, void *p) {
+    if (!p) return;
+    block_hdr *h = (block_hdr *)((char *)p - HDR);
+    CL_ASSERT(h->magic == MAGIC);
+    CL_ASSERT(h->cat < CL_MEM_NCAT);
+    pthread_mutex_lock(&d->mu);
+    CL_ASSERT(d->cur[h->cat] >= h->bytes);
+    d->cur[h->cat] -= h->bytes;
+    d->total -= h->bytes;
+    pthread_mutex_unlock(&d->mu);
+    h->magic = 0;
+    d->ops->free(d->impl, h);
+}
+
+size_t cl_device_cap(const cl_device *d) { return d->cap; }
+size_t cl_device_current(const cl_device *d, cl_mem_cat c) { return d->cur[c]; }
+size_t cl_device_peak(const cl_device *d, cl_mem_cat c) { return d->peak[c]; }
+size_t cl_device_current_total(const cl_device *d) { return d->total; }
+size_t cl_device_peak_total(const cl_device *d) { return d->peak_total; }
+int cl_device_id(const cl_device *d) { return d->id; }
+const char *cl_device_name(const cl_device *d) { return d->ops->name; }
+
+void cl_device_reset_peaks(cl_device *d) {
+    pthread_mutex_lock(&d->mu);
+    for (int c = 0; c < CL_MEM_NCAT; c++) d->peak[c] = d->cur[c];
+    d->peak_total = d->total;
+    pthread_mutex_unlock(&d->mu);
+}
