@@ -170,6 +170,10 @@ cl_status cl_unit_backward(cl_model *m, int u, const cl_microbatch *mb,
 /* Sum of the per-position losses of a loss unit's output (double). */
 double cl_acts_loss_sum(const cl_model *m, const cl_acts *a, int u, const cl_microbatch *mb);
 
+/* The logits a loss unit saw in its last forward (LMHEAD: [B*T, V] saved
+ * logits; CLASSIFY: its input [B, classes]). Valid until its backward. */
+const float *cl_acts_logits(const cl_model *m, const cl_acts *a, int u, const cl_microbatch *mb);
+
 /* Forward then backward of all units on one micro-batch (single device). */
 cl_status cl_model_forward_backward(cl_model *m, const cl_microbatch *mb, cl_acts *a,
                                     double *loss_sum, int do_backward);

@@ -1,0 +1,37 @@
+/* Command-line parsing helpers shared by the subcommands. Every parse error
+ * is a one-line message naming the flag and the value; the caller exits 2. */
+#ifndef CLEAVE_CLI_ARGS_H
+#define CLEAVE_CLI_ARGS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cleave/core.h"
+
+/* A flag spec: name without dashes ("steps"), alias ("" if none), whether it takes a value. */
+typedef struct {
+    const char *name;
+    const char *alias;
+    int takes_value;
+    const char *help;
+} cli_flag;
+
+typedef struct {
+    const cli_flag *flags;
+    int nflags;
+    const char *values[64]; /* value per flag (or "1" for switches), NULL if absent */
+} cli_args;
+
+/* Parses argv[start..argc). Unknown flags and positional arguments are errors. */
+cl_status cli_parse(cli_args *a, const cli_flag *flags, int nflags, int argc, char **argv, int start);
+const char *cli_get(const cli_args *a, const char *name);
+/* Typed getters: absent flags leave *out unchanged. */
+cl_status cli_int(const cli_args *a, const char *name, int *out, int min, int max);
+cl_status cli_u64(const cli_args *a, const char *name, uint64_t *out);
+cl_status cli_float(const cli_args *a, const char *name, float *out, double min, double max);
+cl_status cli_bytes(const cli_args *a, const char *name, size_t *out);
+void cli_print_help(const char *usage, const cli_flag *flags, int nflags);
+/* Exit status for a failed status: 2 for the user's input, 1 for bugs and failures. */
+int cli_fail(cl_status s);
+
+#endif

@@ -1,0 +1,387 @@
+/* The cleave command: train, eval, generate. The only place that exits.
+ * Exit status: 0 success, 2 bad input (flags, files, sizes, caps), 1 failure. */
+#include "args.h"
+#include "cleave/kernels.h"
+#include "cleave/train.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define NFLAGS(a) ((int)(sizeof(a) / sizeof((a)[0])))
+
+static const cli_flag train_flags[] = {
+    {"help", "h", 0, "show this help"},
+    {"model", "m", 1, "preset: gpt2-tiny (default), gpt2-small, gpt2, gpt2-medium, gpt2-large, gpt2-xl, mlp, cnn"},
+    {"layers", "", 1, "GPT: number of transformer blocks (overrides the preset)"},
+    {"channels", "", 1, "GPT: embedding width C"},
+    {"heads", "", 1, "GPT: attention heads (must divide --channels)"},
+    {"vocab", "", 1, "GPT: vocabulary size (>= the tokenizer's)"},
+    {"context", "", 1, "GPT: positions the model has (n_positions)"},
+    {"seq-len", "", 1, "GPT: tokens per training sample (default: the context)"},
+    {"steps", "", 1, "training steps (default 100)"},
+    {"lr", "", 1, "peak learning rate (default 1e-3)"},
+    {"min-lr", "", 1, "final learning rate of the cosine decay (default lr/10)"},
+    {"warmup", "", 1, "linear warm-up steps (default 10% of steps)"},
+    {"weight-decay", "", 1, "AdamW decoupled weight decay on matrices (default 0.1)"},
+    {"beta1", "", 1, "AdamW beta1 (default 0.9)"},
+    {"beta2", "", 1, "AdamW beta2 (default 0.95)"},
+    {"eps", "", 1, "AdamW epsilon (default 1e-8)"},
+    {"grad-clip", "", 1, "clip the global gradient norm to this (default 1.0, 0 = off)"},
+    {"micro-batch-size", "", 1, "samples per micro-batch (default 8)"},
+    {"global-batch-size", "", 1, "samples per step; a multiple of the micro-batch (default: the micro-batch)"},
+    {"seed", "", 1, "seed for initialization and data order (default 1337)"},
+    {"data", "", 1, "training text (GPT; default data/kjv.txt) or digits csv(.gz) (MLP/CNN; default data/digits.csv.gz)"},
+    {"tokenizer", "", 1, "byte (default) or gpt2"},
+    {"tokenizer-dir", "", 1, "directory with encoder.json and vocab.bpe (default data/gpt2)"},
+    {"device-memory", "", 1, "cap on this rank's device memory, e.g. 512MiB (B, KiB, MiB, GiB)"},
+    {"eval-every", "", 1, "report validation loss every N steps (default: at the end only)"},
+    {"eval-batches", "", 1, "validation windows per evaluation (default 16, 0 = all)"},
+    {"log-file", "", 1, "write one JSON line per step to this file"},
+    {"log-every", "", 1, "print every N steps (default 1)"},
+    {"save", "", 1, "checkpoint directory to write"},
+    {"save-every", "", 1, "checkpoint every N steps (and at the end)"},
+    {"resume", "", 1, "continue from this checkpoint directory"},
+    {"sample-tokens", "", 1, "tokens to generate at the end (default 200, 0 = none)"},
+    {"prompt", "", 1, "prompt for the final sample (default \"And God said\")"},
+    {"temperature", "", 1, "sampling temperature (default 0.8)"},
+    {"top-k", "", 1, "sample from the k most likely tokens (default 40, 0 = all)"},
+};
+
+static cl_status parse_model(const cli_args *a, cl_model_config *mc, int *seq_len) {
+    const char *name = cli_get(a, "model");
+    CL_TRY(cl_model_preset(name ? name : "gpt2-tiny", mc));
+    int custom = 0;
+    const char *shape[] = {"layers", "channels", "heads", "vocab", "context"};
+    for (int i = 0; i < 5; i++)
+        if (cli_get(a, shape[i])) {
+            custom = 1;
+            if (mc->kind != CL_MODEL_GPT) return cl_error(CL_ERR_INVALID, "--%s applies to GPT models, not %s", shape[i], mc->name);
+        }
+    CL_TRY(cli_int(a, "layers", &mc->layers, 1, 1 << 20));
+    CL_TRY(cli_int(a, "channels", &mc->channels, 1, 1 << 20));
+    CL_TRY(cli_int(a, "heads", &mc->heads, 1, 1 << 20));
+    CL_TRY(cli_int(a, "vocab", &mc->vocab, 1, 1 << 30));
+    CL_TRY(cli_int(a, "context", &mc->seq_len, 1, 1 << 20));
+    *seq_len = 0;
+    CL_TRY(cli_int(a, "seq-len", seq_len, 1, 1 << 20));
+    if (cli_get(a, "seq-len") && mc->kind != CL_MODEL_GPT) return cl_error(CL_ERR_INVALID, "--seq-len applies to GPT models");
+    if (custom) {
+        snprintf(mc->name, sizeof mc->name, "custom");
+        if (!cli_get(a, "context") && *seq_len > mc->seq_len) mc->seq_len = *seq_len;
+    }
+    CL_TRY(cl_model_config_check(mc));
+    if (mc->kind == CL_MODEL_GPT && *seq_len > mc->seq_len)
+        return cl_error(CL_ERR_INVALID, "--seq-len %d is longer than the model's context (%d)", *seq_len, mc->seq_len);
+    return CL_OK;
+}
+
+static void json_line(FILE *f, const cl_step_stats *st) {
+    fprintf(f, "{\"step\": %d, \"loss\": %.17g, \"lr\": %.9g, \"grad_norm\": %.17g, \"ms\": %.3f, \"tokens_per_s\": %.1f, \"peak_bytes\": %zu}\n",
+            st->step, st->loss, st->lr, st->grad_norm, st->seconds * 1e3, st->tokens_per_s, st->peak_bytes);
+    fflush(f);
+}
+
+static void print_header(cl_trainer *t) {
+    const cl_train_config *c = cl_trainer_config(t);
+    cl_model *m = cl_trainer_model(t);
+    const cl_model_desc *d = m->desc;
+    const cl_model_config *mc = &d->cfg;
+    char mem[512];
+    if (mc->kind == CL_MODEL_GPT)
+        printf("model %s: %d layers, %d channels, %d heads, context %d, vocab %d; %lld parameters\n", mc->name, mc->layers,
+               mc->channels, mc->heads, mc->seq_len, mc->vocab, (long long)d->nparams_total);
+    else
+        printf("model %s: %d units; %lld parameters\n", mc->name, d->nunits, (long long)d->nparams_total);
+    if (mc->kind == CL_MODEL_GPT)
+        printf("data %s: %zu training and %zu validation tokens (%s tokenizer); unigram baseline loss %.4f\n", c->data,
+               cl_trainer_train_tokens(t), cl_trainer_val_tokens(t), cl_tokenizer_name(cl_trainer_tokenizer(t)),
+               cl_trainer_unigram_loss(t));
+    else
+        printf("data %s\n", c->data);
+    printf("batch: %d samples per step in %d micro-batches of %d%s; gemm: %s\n", c->global_batch, c->global_batch / c->micro_batch,
+           c->micro_batch, mc->kind == CL_MODEL_GPT ? "" : " images", cl_gemm_backend());
+    cl_device *dev = cl_trainer_device(t);
+    char cap[32];
+    printf("device %s:%d memory (cap %s): %s\n", cl_device_name(dev), cl_device_id(dev),
+           cl_device_cap(dev) ? cl_format_bytes(cl_device_cap(dev), cap, sizeof cap) : "none", cl_device_describe(dev, mem, sizeof mem));
+    fflush(stdout);
+}
+
+static cl_status print_sample(cl_model *m, cl_acts *acts, const cl_tokenizer *tok, const char *prompt, int n, float temp, int topk,
+                              uint64_t seed) {
+    int32_t *ids;
+    size_t np;
+    CL_TRY(cl_tokenizer_encode(tok, prompt, strlen(prompt), &ids, &np));
+    if (np == 0) {
+        free(ids);
+        return cl_error(CL_ERR_INVALID, "--prompt is empty");
+    }
+    int32_t *out = malloc((size_t)(n > 0 ? n : 1) * sizeof *out);
+    if (!out) {
+        free(ids);
+        return cl_error(CL_ERR_OOM, "cannot allocate the sample");
+    }
+    cl_status s = cl_generate(m, acts, ids, (int)np, n, temp, topk, seed, out);
+    if (!s) {
+        fputs(prompt, stdout);
+        char buf[64];
+        for (int i = 0; i < n; i++) {
+            int k = cl_tokenizer_decode(tok, out[i], buf, sizeof buf);
+            if (k > 0) fwrite(buf, 1, (size_t)k, stdout);
+        }
+        fputs("\n", stdout);
+    }
+    free(ids);
+    free(out);
+    return s;
+}
+
+static void progress(const cl_step_stats *st, int total, double gflops, int tty) {
+    char peak[32];
+    cl_format_bytes(st->peak_bytes, peak, sizeof peak);
+    if (tty) {
+        int width = 20, filled = (int)((double)st->step / total * width);
+        char bar[32];
+        for (int i = 0; i < width; i++) bar[i] = i < filled ? '#' : '.';
+        bar[width] = 0;
+        printf("\r[%s] ", bar);
+    }
+    printf("step %5d/%d | loss %.4f | lr %.2e | norm %.3f | %.1f ms | %.0f tok/s | %.2f GFLOP/s | peak %s%s", st->step, total,
+           st->loss, st->lr, st->grad_norm, st->seconds * 1e3, st->tokens_per_s, gflops, peak, tty ? "   " : "\n");
+    fflush(stdout);
+}
+
+static int cmd_train(int argc, char **argv) {
+    cli_args a;
+    cl_status s = cli_parse(&a, train_flags, NFLAGS(train_flags), argc, argv, 2);
+    if (s) return cli_fail(s);
+    if (cli_get(&a, "help")) {
+        cli_print_help("usage: cleave train [--model M] [--steps N] [--lr X] [--data FILE] [flags]\n\n"
+                       "Trains a model on one device and prints each step; at the end reports validation\n"
+                       "loss and prints a generated sample.",
+                       train_flags, NFLAGS(train_flags));
+        return 0;
+    }
+    cl_train_config c;
+    cl_train_config_default(&c);
+    int steps = c.steps, log_every = 1, eval_every = 0, save_every = 0, sample_tokens = 200, topk = 40;
+    float temperature = 0.8f;
+    if ((s = parse_model(&a, &c.model, &c.seq_len))) return cli_fail(s);
+    if (c.model.kind != CL_MODEL_GPT) c.data = "data/digits.csv.gz";
+    int gb_given = cli_get(&a, "global-batch-size") != NULL;
+    if ((s = cli_int(&a, "steps", &steps, 1, 1 << 30)) || (s = cli_float(&a, "lr", &c.lr.lr, 1e-12, 10)) ||
+        (s = cli_int(&a, "micro-batch-size", &c.micro_batch, 1, 1 << 20)) ||
+        (s = cli_int(&a, "global-batch-size", &c.global_batch, 1, 1 << 30)) || (s = cli_u64(&a, "seed", &c.seed)) ||
+        (s = cli_float(&a, "weight-decay", &c.adamw.weight_decay, 0, 10)) || (s = cli_float(&a, "beta1", &c.adamw.beta1, 0, 0.999999)) ||
+        (s = cli_float(&a, "beta2", &c.adamw.beta2, 0, 0.99999999)) || (s = cli_float(&a, "eps", &c.adamw.eps, 0, 1)) ||
+        (s = cli_float(&a, "grad-clip", &c.adamw.grad_clip, 0, 1e9)) || (s = cli_bytes(&a, "device-memory", &c.device_memory)) ||
+        (s = cli_int(&a, "eval-every", &eval_every, 1, 1 << 30)) || (s = cli_int(&a, "eval-batches", &c.eval_batches, 0, 1 << 30)) ||
+        (s = cli_int(&a, "log-every", &log_every, 1, 1 << 30)) || (s = cli_int(&a, "save-every", &save_every, 1, 1 << 30)) ||
+        (s = cli_int(&a, "sample-tokens", &sample_tokens, 0, 1 << 20)) || (s = cli_int(&a, "top-k", &topk, 0, 1 << 30)) ||
+        (s = cli_float(&a, "temperature", &temperature, 0, 100)))
+        return cli_fail(s);
+    if (!gb_given) c.global_batch = c.micro_batch;
+    c.steps = steps;
+    c.lr.steps = steps;
+    c.lr.min_lr = c.lr.lr / 10;
+    c.lr.warmup = steps / 10;
+    if ((s = cli_float(&a, "min-lr", &c.lr.min_lr, 0, 10)) || (s = cli_int(&a, "warmup", &c.lr.warmup, 0, 1 << 30)))
+        return cli_fail(s);
+    if (cli_get(&a, "data")) c.data = cli_get(&a, "data");
+    if (cli_get(&a, "tokenizer")) c.tokenizer = cli_get(&a, "tokenizer");
+    if (cli_get(&a, "tokenizer-dir")) c.tokenizer_dir = cli_get(&a, "tokenizer-dir");
+    if (!strcmp(c.tokenizer, "gpt2") && !cli_get(&a, "vocab") && c.model.kind == CL_MODEL_GPT && c.model.vocab < 50257) {
+        c.model.vocab = 50257;
+        snprintf(c.model.name, sizeof c.model.name, "custom");
+    }
+    const char *save = cli_get(&a, "save"), *resume = cli_get(&a, "resume"), *log_path = cli_get(&a, "log-file");
+    const char *prompt = cli_get(&a, "prompt") ? cli_get(&a, "prompt") : "And God said";
+    FILE *log = NULL;
+    cl_trainer *t;
+    if ((s = cl_trainer_create(&t, &c))) return cli_fail(s);
+    if (resume && (s = cl_trainer_resume(t, resume))) {
+        cl_trainer_destroy(t);
+        return cli_fail(s);
+    }
+    if (log_path && !(log = fopen(log_path, resume ? "a" : "w"))) {
+        cl_trainer_destroy(t);
+        fprintf(stderr, "cleave: error: --log-file %s: cannot open for writing\n", log_path);
+        return 2;
+    }
+    print_header(t);
+    if (resume) printf("resumed from %s at step %d\n", resume, cl_trainer_steps_done(t));
+    int tty = isatty(fileno(stdout));
+    int rc = 0;
+    while (cl_trainer_steps_done(t) < steps) {
+        cl_step_stats st;
+        if ((s = cl_trainer_step(t, &st))) {
+            if (tty) printf("\n");
+            rc = cli_fail(s);
+            break;
+        }
+        double gflops = st.flops / (st.seconds > 0 ? st.seconds : 1e-9) / 1e9;
+        if (st.step % log_every == 0 || st.step == steps || st.step == 1) progress(&st, steps, gflops, tty);
+        if (log) json_line(log, &st);
+        int last = st.step == steps;
+        if ((eval_every && st.step % eval_every == 0) || last) {
+            double vl;
+            if ((s = cl_trainer_eval(t, &vl))) {
+                rc = cli_fail(s);
+                break;
+            }
+            printf("%sstep %d: validation loss %.4f\n", tty ? "\n" : "", st.step, vl);
+            if (log) fprintf(log, "{\"step\": %d, \"val_loss\": %.17g}\n", st.step, vl);
+        }
+        if (save && ((save_every && st.step % save_every == 0) || last)) {
+            if ((s = cl_trainer_save(t, save))) {
+                rc = cli_fail(s);
+                break;
+            }
+            if (!last || save_every) printf("%ssaved %s at step %d\n", tty ? "\n" : "", save, st.step);
+        }
+    }
+    if (!rc) {
+        cl_device *dev = cl_trainer_device(t);
+        char mem[512];
+        printf("peak device memory: %s\n", cl_format_bytes(cl_device_peak_total(dev), mem, sizeof mem));
+        if (save) printf("checkpoint: %s\n", save);
+    }
+    if (!rc && sample_tokens > 0 && c.model.kind == CL_MODEL_GPT) {
+        cl_model *m = cl_trainer_model(t);
+        cl_acts acts;
+        printf("sample:\n");
+        if ((s = cl_acts_create(m, 1, &acts)) || (s = print_sample(m, &acts, cl_trainer_tokenizer(t), prompt, sample_tokens,
+                                                                    temperature, topk, c.seed))) {
+            rc = cli_fail(s);
+        }
+        cl_acts_destroy(m, &acts);
+    }
+    if (log) fclose(log);
+    cl_trainer_destroy(t);
+    return rc;
+}
+
+
+static const cli_flag eval_flags[] = {
+    {"help", "h", 0, "show this help"},
+    {"checkpoint", "", 1, "checkpoint directory (from cleave train --save)"},
+    {"text", "", 1, "text file to evaluate on"},
+    {"tokenizer-dir", "", 1, "directory with encoder.json and vocab.bpe (default data/gpt2)"},
+    {"micro-batch-size", "", 1, "windows evaluated at once (default 8)"},
+    {"device-memory", "", 1, "cap on device memory, e.g. 512MiB"},
+};
+
+static int cmd_eval(int argc, char **argv) {
+    cli_args a;
+    cl_status s = cli_parse(&a, eval_flags, NFLAGS(eval_flags), argc, argv, 2);
+    if (s) return cli_fail(s);
+    if (cli_get(&a, "help")) {
+        cli_print_help("usage: cleave eval --checkpoint DIR --text FILE\n\n"
+                       "Tokenizes FILE with the checkpoint's tokenizer, cuts it into consecutive non-overlapping\n"
+                       "windows of context+1 tokens (the remainder dropped) and prints the mean next-token\n"
+                       "cross-entropy as the last line, 'eval loss: X'.",
+                       eval_flags, NFLAGS(eval_flags));
+        return 0;
+    }
+    const char *dir = cli_get(&a, "checkpoint"), *text = cli_get(&a, "text");
+    const char *tokdir = cli_get(&a, "tokenizer-dir") ? cli_get(&a, "tokenizer-dir") : "data/gpt2";
+    if (!dir) return cli_fail(cl_error(CL_ERR_INVALID, "--checkpoint DIR is required"));
+    if (!text) return cli_fail(cl_error(CL_ERR_INVALID, "--text FILE is required"));
+    int B = 8;
+    size_t cap = 0;
+    if ((s = cli_int(&a, "micro-batch-size", &B, 1, 1 << 20)) || (s = cli_bytes(&a, "device-memory", &cap))) return cli_fail(s);
+    cl_loaded l;
+    if ((s = cl_checkpoint_load(dir, tokdir, cap, B, &l))) return cli_fail(s);
+    if (l.desc->cfg.kind != CL_MODEL_GPT) {
+        cl_loaded_free(&l);
+        return cli_fail(cl_error(CL_ERR_INVALID, "cleave eval --text needs a GPT checkpoint"));
+    }
+    char *buf;
+    size_t len;
+    int32_t *ids = NULL;
+    size_t n = 0, windows = 0;
+    double loss = 0;
+    if (!(s = cl_read_file(text, &buf, &len))) {
+        s = cl_tokenizer_encode(l.tok, buf, len, &ids, &n);
+        free(buf);
+    }
+    if (!s) s = cl_eval_tokens(l.model, &l.acts, ids, n, &loss, &windows);
+    free(ids);
+    cl_loaded_free(&l);
+    if (s) return cli_fail(cl_error_context(s, "--text %s", text));
+    printf("%zu tokens, %zu windows\n", n, windows);
+    printf("eval loss: %.6f\n", loss);
+    return 0;
+}
+
+static const cli_flag gen_flags[] = {
+    {"help", "h", 0, "show this help"},
+    {"checkpoint", "", 1, "checkpoint directory (from cleave train --save)"},
+    {"prompt", "", 1, "text to continue (default \"And God said\")"},
+    {"tokens", "", 1, "tokens to generate (default 200)"},
+    {"temperature", "", 1, "sampling temperature; 0 = greedy (default 0.8)"},
+    {"top-k", "", 1, "sample from the k most likely tokens (default 40, 0 = all)"},
+    {"seed", "", 1, "sampling seed (default 1337)"},
+    {"tokenizer-dir", "", 1, "directory with encoder.json and vocab.bpe (default data/gpt2)"},
+    {"device-memory", "", 1, "cap on device memory, e.g. 512MiB"},
+};
+
+static int cmd_generate(int argc, char **argv) {
+    cli_args a;
+    cl_status s = cli_parse(&a, gen_flags, NFLAGS(gen_flags), argc, argv, 2);
+    if (s) return cli_fail(s);
+    if (cli_get(&a, "help")) {
+        cli_print_help("usage: cleave generate --checkpoint DIR [--prompt TEXT] [--tokens N]", gen_flags, NFLAGS(gen_flags));
+        return 0;
+    }
+    const char *dir = cli_get(&a, "checkpoint");
+    const char *prompt = cli_get(&a, "prompt") ? cli_get(&a, "prompt") : "And God said";
+    const char *tokdir = cli_get(&a, "tokenizer-dir") ? cli_get(&a, "tokenizer-dir") : "data/gpt2";
+    if (!dir) return cli_fail(cl_error(CL_ERR_INVALID, "--checkpoint DIR is required"));
+    int n = 200, topk = 40;
+    float temp = 0.8f;
+    uint64_t seed = 1337;
+    size_t cap = 0;
+    if ((s = cli_int(&a, "tokens", &n, 1, 1 << 20)) || (s = cli_int(&a, "top-k", &topk, 0, 1 << 30)) ||
+        (s = cli_float(&a, "temperature", &temp, 0, 100)) || (s = cli_u64(&a, "seed", &seed)) ||
+        (s = cli_bytes(&a, "device-memory", &cap)))
+        return cli_fail(s);
+    cl_loaded l;
+    if ((s = cl_checkpoint_load(dir, tokdir, cap, 1, &l))) return cli_fail(s);
+    if (l.desc->cfg.kind != CL_MODEL_GPT) {
+        cl_loaded_free(&l);
+        return cli_fail(cl_error(CL_ERR_INVALID, "cleave generate needs a GPT checkpoint"));
+    }
+    s = print_sample(l.model, &l.acts, l.tok, prompt, n, temp, topk, seed);
+    cl_loaded_free(&l);
+    return s ? cli_fail(s) : 0;
+}
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: cleave COMMAND [flags]\n\n"
+               "Commands:\n"
+               "  train      train a model (GPT-2 family, MLP, CNN) and print each step\n"
+               "  eval       mean next-token loss of a checkpoint on a text file\n"
+               "  generate   continue a prompt with a checkpoint\n\n"
+               "'cleave COMMAND --help' lists each command's flags.\n");
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "train")) return cmd_train(argc, argv);
+    if (!strcmp(cmd, "eval")) return cmd_eval(argc, argv);
+    if (!strcmp(cmd, "generate")) return cmd_generate(argc, argv);
+    if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h") || !strcmp(cmd, "help")) {
+        usage(stdout);
+        return 0;
+    }
+    fprintf(stderr, "cleave: error: unknown command '%s' (train, eval, generate)\n", cmd);
+    return 2;
+}

@@ -1,0 +1,123 @@
+/* cleave training: optimizer, learning-rate schedule, data feeding, the
+ * training step, evaluation, generation and checkpoints, on one rank.
+ *
+ * One step = zero the gradients; for each of the step's micro-batches run
+ * forward and backward (gradients accumulate, each position's loss weighted
+ * 1/(positions in the global batch)); clip to the global norm; AdamW.
+ * Samples are addressed by their global index (step * global_batch + j), so a
+ * step's data is a pure function of the step number: resuming needs only the
+ * step, and later data-parallel replicas take disjoint slices of the same
+ * index range. */
+#ifndef CLEAVE_TRAIN_H
+#define CLEAVE_TRAIN_H
+
+#include "cleave/core.h"
+#include "cleave/data.h"
+#include "cleave/device.h"
+#include "cleave/model.h"
+
+typedef struct {
+    float lr, min_lr;       /* peak and floor of the schedule */
+    int warmup, steps;      /* linear warm-up steps, total steps */
+} cl_lr_schedule;
+
+/* step is 0-based. Warm-up: lr * (step+1) / warmup for step < warmup; then
+ * cosine from lr down to min_lr at step == steps - 1 (min_lr after). */
+float cl_lr_at(const cl_lr_schedule *s, int step);
+
+typedef struct {
+    float beta1, beta2, eps, weight_decay, grad_clip; /* grad_clip <= 0: off */
+} cl_adamw_opts;
+
+typedef struct {
+    float *m, *v;           /* CL_MEM_OPTIM, same layout as the parameters */
+    int t;                  /* steps taken */
+    cl_adamw_opts o;
+} cl_optimizer;
+
+cl_status cl_optimizer_create(cl_optimizer *o, cl_model *m, const cl_adamw_opts *opts);
+void cl_optimizer_destroy(cl_optimizer *o, cl_model *m);
+/* Global L2 norm of the gradients (double accumulation). */
+double cl_grad_norm(const cl_model *m);
+/* Scales gradients by min(1, clip / (norm + 1e-6)) as torch's clip_grad_norm_. */
+void cl_grad_clip(cl_model *m, double norm, float clip);
+/* One AdamW step over every parameter; decay only where the spec says. */
+void cl_optimizer_step(cl_optimizer *o, cl_model *m, float lr);
+
+typedef struct {
+    cl_model_config model;
+    int seq_len;            /* GPT tokens per sample; 0 = model's context */
+    int micro_batch;        /* samples per micro-batch */
+    int global_batch;       /* samples per step (a multiple of micro_batch) */
+    int steps;
+    uint64_t seed;
+    cl_lr_schedule lr;
+    cl_adamw_opts adamw;
+    size_t device_memory;   /* cap in bytes, 0 = none */
+    const char *data;       /* text file (GPT) or digits csv(.gz) (MLP/CNN) */
+    const char *tokenizer;  /* "byte" or "gpt2" */
+    const char *tokenizer_dir; /* for gpt2: encoder.json and vocab.bpe */
+    int eval_batches;       /* validation windows per evaluation (0 = all) */
+} cl_train_config;
+
+/* Defaults: gpt2-tiny, micro 8, global 8, 100 steps, lr 1e-3 to 1e-4 with 10%
+ * warm-up, AdamW (0.9, 0.95, 1e-8, wd 0.1), clip 1.0, byte tokenizer,
+ * data "data/kjv.txt". */
+void cl_train_config_default(cl_train_config *c);
+
+typedef struct {
+    int step;               /* 1-based step just finished */
+    double loss;            /* mean over the global batch */
+    float lr;
+    double grad_norm;       /* before clipping */
+    double seconds;
+    double tokens_per_s;    /* samples/s for MLP/CNN */
+    double flops;           /* model FLOPs of the step (fwd + bwd = 3x fwd) */
+    size_t peak_bytes;
+} cl_step_stats;
+
+typedef struct cl_trainer cl_trainer;
+
+cl_status cl_trainer_create(cl_trainer **out, const cl_train_config *cfg);
+void cl_trainer_destroy(cl_trainer *t);
+cl_status cl_trainer_step(cl_trainer *t, cl_step_stats *st);
+int cl_trainer_steps_done(const cl_trainer *t);
+/* Mean loss over validation windows (GPT: consecutive non-overlapping windows
+ * of T+1 tokens; MLP/CNN: the validation images). */
+cl_status cl_trainer_eval(cl_trainer *t, double *loss);
+/* Unigram cross-entropy of the validation tokens under the training tokens'
+ * frequencies (add-one smoothed): the baseline a language model must beat. */
+double cl_trainer_unigram_loss(const cl_trainer *t);
+cl_model *cl_trainer_model(cl_trainer *t);
+cl_device *cl_trainer_device(cl_trainer *t);
+const cl_train_config *cl_trainer_config(const cl_trainer *t);
+const cl_tokenizer *cl_trainer_tokenizer(const cl_trainer *t);
+size_t cl_trainer_train_tokens(const cl_trainer *t);
+size_t cl_trainer_val_tokens(const cl_trainer *t);
+
+/* Checkpoints: DIR/model.safetensors (HF GPT-2 names), DIR/config.json,
+ * DIR/optimizer.safetensors, DIR/trainer_state.json. Saved into DIR.tmp and
+ * swapped into place atomically (renameat2 RENAME_EXCHANGE), so a crash
+ * mid-save leaves the previous checkpoint intact. */
+cl_status cl_trainer_save(cl_trainer *t, const char *dir);
+/* Restores parameters, optimizer state and step: later steps equal the
+ * uninterrupted run's bit for bit. The checkpoint's model must match. */
+cl_status cl_trainer_resume(cl_trainer *t, const char *dir);
+
+/* Loading a model for eval/generate. */
+typedef struct {
+    cl_model_desc *desc;
+    cl_model *model;
+    cl_device *dev;
+    cl_tokenizer *tok;
+    cl_acts acts;
+} cl_loaded;
+cl_status cl_checkpoint_load(const char *dir, const char *tokenizer_dir, size_t cap, int B, cl_loaded *out);
+void cl_loaded_free(cl_loaded *l);
+/* Mean next-token loss over consecutive non-overlapping windows of T+1. */
+cl_status cl_eval_tokens(cl_model *m, cl_acts *a, const int32_t *tok, size_t n, double *loss, size_t *windows);
+/* Appends n sampled tokens to a prompt (temperature <= 0: greedy; top_k <= 0: all). */
+cl_status cl_generate(cl_model *m, cl_acts *a, const int32_t *prompt, int nprompt, int n, float temperature,
+                      int top_k, uint64_t seed, int32_t *out);
+
+#endif

@@ -1,0 +1,429 @@
+/* One rank's part of a model: parameters, gradients, saved activations, and
+ * the forward / backward-input / backward-weight of each unit (see model.h).
+ *
+ * Layout of a unit's saved activations is computed from the micro-batch's
+ * actual B and T, so buffers sized for the description's B and T serve any
+ * smaller micro-batch (generation, a short last window).
+ *
+ * Backward contract (kernels.h): everything is ADDED into din and the
+ * parameter gradients. CL_BWD_INPUT and CL_BWD_WEIGHT select which of the two
+ * are produced; a block's weight pass needs the activation gradients of its
+ * interior, so a weight-only call recomputes that chain from dout (correct,
+ * not yet cheap: the zero-bubble schedule will keep it per micro-batch). */
+#include "cleave/model.h"
+#include "cleave/kernels.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int64_t unit_scratch(const cl_model_desc *d, int u, int B) {
+    const cl_unit *un = &d->units[u];
+    int64_t s = un->scratch_floats * B;
+    if (un->kind == CL_UNIT_CONV) {
+        cl_conv2d_shape cs;
+        cl_conv2d_shape_init(&cs, B, un->c, un->h, un->w, un->oc, un->k, un->k, un->stride, un->pad);
+        s += cl_conv2d_col_floats(&cs);
+    }
+    return s;
+}
+
+int64_t cl_model_act_floats(const cl_model_desc *d, int u0, int u1, int B) {
+    int64_t n = 0;
+    for (int u = u0; u < u1; u++) n += (d->units[u].act_floats * B + 15) & ~(int64_t)15;
+    return n;
+}
+
+cl_status cl_model_create(cl_model **out, const cl_model_desc *d, cl_device *dev, int B) {
+    *out = NULL;
+    if (B < 1) return cl_error(CL_ERR_INVALID, "micro-batch size must be positive (got %d)", B);
+    cl_model *m = calloc(1, sizeof *m);
+    if (!m) return cl_error(CL_ERR_OOM, "cannot allocate a model");
+    m->desc = d;
+    m->dev = dev;
+    m->u0 = 0;
+    m->u1 = d->nunits;
+    m->B = B;
+    m->p = calloc((size_t)d->nparams, sizeof *m->p);
+    m->g = calloc((size_t)d->nparams, sizeof *m->g);
+    cl_status s = CL_OK;
+    if (!m->p || !m->g) s = cl_error(CL_ERR_OOM, "cannot allocate parameter tables");
+    if (!s) s = cl_device_alloc_f32(dev, CL_MEM_PARAMS, (size_t)d->nfloats, &m->params);
+    if (!s) s = cl_device_alloc_f32(dev, CL_MEM_GRADS, (size_t)d->nfloats, &m->grads);
+    int64_t scratch = 0, io = 0;
+    for (int u = 0; u < d->nunits; u++) {
+        int64_t sc = unit_scratch(d, u, B);
+        if (sc > scratch) scratch = sc;
+        int64_t a = d->units[u].in_floats * B, b = d->units[u].out_floats * B;
+        if (a > io) io = a;
+        if (b > io) io = b;
+    }
+    m->max_io_floats = io;
+    if (!s) s = cl_device_alloc_f32(dev, CL_MEM_WORKSPACE, (size_t)scratch, &m->scratch);
+    if (!s) s = cl_device_alloc_f32(dev, CL_MEM_WORKSPACE, (size_t)io, &m->dbuf[0]);
+    if (!s) s = cl_device_alloc_f32(dev, CL_MEM_WORKSPACE, (size_t)io, &m->dbuf[1]);
+    if (s) {
+        cl_model_destroy(m);
+        return s;
+    }
+    for (int i = 0; i < d->nparams; i++) {
+        m->p[i] = m->params + d->params[i].offset;
+        m->g[i] = m->grads + d->params[i].offset;
+    }
+    *out = m;
+    return CL_OK;
+}
+
+void cl_model_destroy(cl_model *m) {
+    if (!m) return;
+    cl_device_free(m->dev, m->params);
+    cl_device_free(m->dev, m->grads);
+    cl_device_free(m->dev, m->scratch);
+    cl_device_free(m->dev, m->dbuf[0]);
+    cl_device_free(m->dev, m->dbuf[1]);
+    free(m->p);
+    free(m->g);
+    free(m);
+}
+
+void cl_model_init(cl_model *m, uint64_t seed) {
+    cl_rng r;
+    cl_rng_seed(&r, seed);
+    const cl_model_desc *d = m->desc;
+    for (int i = 0; i < d->nparams; i++) {
+        const cl_param_spec *ps = &d->params[i];
+        float *p = m->p[i];
+        for (int64_t j = 0; j < ps->numel; j++) {
+            switch (ps->init) {
+            case CL_INIT_ZEROS: p[j] = 0; break;
+            case CL_INIT_ONES: p[j] = 1; break;
+            case CL_INIT_NORMAL: p[j] = ps->scale * cl_rng_normal(&r); break;
+            case CL_INIT_UNIFORM: p[j] = ps->scale * (2.0f * cl_rng_uniform(&r) - 1.0f); break;
+            }
+        }
+    }
+}
+
+void cl_model_zero_grads(cl_model *m) { memset(m->grads, 0, (size_t)m->desc->nfloats * sizeof(float)); }
+
+cl_status cl_acts_create(cl_model *m, int B, cl_acts *a) {
+    memset(a, 0, sizeof *a);
+    const cl_model_desc *d = m->desc;
+    int n = m->u1 - m->u0;
+    a->off = calloc((size_t)n + 1, sizeof *a->off);
+    if (!a->off) return cl_error(CL_ERR_OOM, "cannot allocate activation offsets");
+    int64_t total = 0;
+    for (int u = m->u0; u < m->u1; u++) {
+        a->off[u - m->u0] = total;
+        total += (d->units[u].act_floats * B + 15) & ~(int64_t)15;
+    }
+    a->off[n] = total;
+    cl_status s = cl_device_alloc_f32(m->dev, CL_MEM_ACTS, (size_t)total, &a->base);
+    if (s) {
+        free(a->off);
+        a->off = NULL;
+        return s;
+    }
+    a->B = B;
+    return CL_OK;
+}
+
+void cl_acts_destroy(cl_model *m, cl_acts *a) {
+    if (!a) return;
+    cl_device_free(m->dev, a->base);
+    free(a->off);
+    memset(a, 0, sizeof *a);
+}
+
+/* ---- per-unit activation layouts (floats, from actual B and T) ---- */
+
+typedef struct {
+    float *ln1, *ln1_mean, *ln1_rstd, *qkv, *att, *atty, *res2, *ln2, *ln2_mean, *ln2_rstd, *fch, *fch_gelu, *out;
+} block_acts;
+
+static block_acts block_layout(float *base, int64_t N, int64_t C, int64_t NH, int64_t B, int64_t T) {
+    block_acts b;
+    float *p = base;
+    b.ln1 = p; p += N * C;
+    b.ln1_mean = p; p += N;
+    b.ln1_rstd = p; p += N;
+    b.qkv = p; p += N * 3 * C;
+    b.att = p; p += B * NH * T * T;
+    b.atty = p; p += N * C;
+    b.res2 = p; p += N * C;
+    b.ln2 = p; p += N * C;
+    b.ln2_mean = p; p += N;
+    b.ln2_rstd = p; p += N;
+    b.fch = p; p += N * 4 * C;
+    b.fch_gelu = p; p += N * 4 * C;
+    b.out = p;
+    return b;
+}
+
+typedef struct { float *lnf, *mean, *rstd, *logits, *lse, *losses; } head_acts;
+
+static head_acts head_layout(float *base, int64_t N, int64_t C) {
+    head_acts h;
+    float *p = base;
+    h.losses = p; p += N; /* the output first, so cl_acts_output is the base */
+    h.lnf = p; p += N * C;
+    h.mean = p; p += N;
+    h.rstd = p; p += N;
+    h.lse = p; p += N;
+    h.logits = p;
+    return h;
+}
+
+float *cl_acts_output(const cl_model *m, const cl_acts *a, int u) {
+    const cl_model_desc *d = m->desc;
+    const cl_unit *un = &d->units[u];
+    float *base = a->base + a->off[u - m->u0];
+    if (un->kind == CL_UNIT_BLOCK) {
+        int64_t T = d->T, B = a->B, C = d->cfg.channels;
+        return block_layout(base, B * T, C, d->cfg.heads, B, T).out;
+    }
+    return base; /* every other unit keeps its output first */
+}
+
+/* The output pointer for the actual micro-batch (block outputs move with B, T). */
+static float *unit_out(const cl_model *m, const cl_acts *a, int u, int B, int T) {
+    const cl_model_desc *d = m->desc;
+    float *base = a->base + a->off[u - m->u0];
+    if (d->units[u].kind == CL_UNIT_BLOCK)
+        return block_layout(base, (int64_t)B * T, d->cfg.channels, d->cfg.heads, B, T).out;
+    return base;
+}
+
+static cl_status check_mb(const cl_model *m, int u, const cl_microbatch *mb, const cl_acts *a) {
+    if (u < m->u0 || u >= m->u1) return cl_error(CL_ERR_INVALID, "unit %d is not held by this rank (holds %d..%d)", u, m->u0, m->u1 - 1);
+    if (mb->B < 1 || mb->B > a->B || mb->B > m->B)
+        return cl_error(CL_ERR_INVALID, "micro-batch of %d samples exceeds the capacity %d", mb->B, a->B < m->B ? a->B : m->B);
+    int T = m->desc->cfg.kind == CL_MODEL_GPT ? m->desc->T : 1;
+    if (mb->T < 1 || mb->T > T) return cl_error(CL_ERR_INVALID, "micro-batch of %d positions exceeds the %d the model was sized for", mb->T, T);
+    return CL_OK;
+}
+
+cl_status cl_unit_forward(cl_model *m, int u, const cl_microbatch *mb, const float *in, cl_acts *a) {
+    CL_TRY(check_mb(m, u, mb, a));
+    const cl_model_desc *d = m->desc;
+    const cl_unit *un = &d->units[u];
+    float *base = a->base + a->off[u - m->u0];
+    float **p = m->p + un->first_param;
+    int B = mb->B, T = mb->T, N = B * T;
+    int C = d->cfg.channels;
+    switch (un->kind) {
+    case CL_UNIT_EMBED: {
+        int V = d->cfg.vocab;
+        for (int i = 0; i < N; i++)
+            if (mb->tokens[i] < 0 || mb->tokens[i] >= V)
+                return cl_error(CL_ERR_INVALID, "token %d at position %d is outside the vocabulary (%d)", mb->tokens[i], i, V);
+        cl_embedding_forward(base, mb->tokens, p[0], p[1], B, T, C);
+        return CL_OK;
+    }
+    case CL_UNIT_BLOCK: {
+        int NH = d->cfg.heads;
+        block_acts s = block_layout(base, N, C, NH, B, T);
+        cl_layernorm_forward(s.ln1, s.ln1_mean, s.ln1_rstd, in, p[0], p[1], N, C);
+        cl_linear_forward(s.qkv, s.ln1, p[2], p[3], N, C, 3 * C);
+        cl_attention_forward(s.atty, s.att, s.qkv, B, T, C, NH);
+        cl_linear_forward(s.res2, s.atty, p[4], p[5], N, C, C);
+        cl_add_inplace(s.res2, in, (int64_t)N * C);
+        cl_layernorm_forward(s.ln2, s.ln2_mean, s.ln2_rstd, s.res2, p[6], p[7], N, C);
+        cl_linear_forward(s.fch, s.ln2, p[8], p[9], N, C, 4 * C);
+        cl_gelu_forward(s.fch_gelu, s.fch, (int64_t)N * 4 * C);
+        cl_linear_forward(s.out, s.fch_gelu, p[10], p[11], N, 4 * C, C);
+        cl_add_inplace(s.out, s.res2, (int64_t)N * C);
+        return CL_OK;
+    }
+    case CL_UNIT_LMHEAD: {
+        int V = d->cfg.vocab;
+        head_acts h = head_layout(base, N, C);
+        const float *wte = m->p[d->tied_wte];
+        for (int i = 0; i < N; i++)
+            if (mb->targets[i] < -1 || mb->targets[i] >= V)
+                return cl_error(CL_ERR_INVALID, "target %d at position %d is outside the vocabulary (%d)", mb->targets[i], i, V);
+        cl_layernorm_forward(h.lnf, h.mean, h.rstd, in, p[0], p[1], N, C);
+        cl_gemm(0, 1, N, V, C, 1.0f, h.lnf, C, wte, C, 0.0f, h.logits, V);
+        cl_xent_forward(h.losses, h.lse, h.logits, mb->targets, N, V);
+        return CL_OK;
+    }
+    case CL_UNIT_CONV: {
+        cl_conv2d_shape cs;
+        cl_conv2d_shape_init(&cs, B, un->c, un->h, un->w, un->oc, un->k, un->k, un->stride, un->pad);
+        cl_conv2d_forward(base, m->scratch, in, p[0], p[1], &cs);
+        return CL_OK;
+    }
+    case CL_UNIT_RELU:
+        cl_relu_forward(base, in, un->out_floats * B);
+        return CL_OK;
+    case CL_UNIT_MAXPOOL:
+        cl_maxpool_forward(base, (int32_t *)(base + un->out_floats * B), in, B, un->c, un->h, un->w, un->k, un->stride);
+        return CL_OK;
+    case CL_UNIT_FLATTEN:
+        memcpy(base, in, (size_t)(un->out_floats * B) * sizeof(float));
+        return CL_OK;
+    case CL_UNIT_LINEAR:
+        cl_linear_forward(base, in, p[0], p[1], B, un->c, un->oc);
+        return CL_OK;
+    case CL_UNIT_CLASSIFY:
+        for (int i = 0; i < B; i++)
+            if (mb->targets[i] < -1 || mb->targets[i] >= un->c)
+                return cl_error(CL_ERR_INVALID, "label %d of sample %d is outside the %d classes", mb->targets[i], i, un->c);
+        cl_xent_forward(base, base + B, in, mb->targets, B, un->c);
+        return CL_OK;
+    }
+    return cl_error(CL_ERR_INTERNAL, "unknown unit kind %d", (int)un->kind);
+}
+
+cl_status cl_unit_backward(cl_model *m, int u, const cl_microbatch *mb, const float *in, cl_acts *a,
+                           const float *dout, float *din, int what) {
+    CL_TRY(check_mb(m, u, mb, a));
+    const cl_model_desc *d = m->desc;
+    const cl_unit *un = &d->units[u];
+    float *base = a->base + a->off[u - m->u0];
+    float **p = m->p + un->first_param;
+    float **g = m->g + un->first_param;
+    int B = mb->B, T = mb->T, N = B * T;
+    int C = d->cfg.channels;
+    int wi = what & CL_BWD_INPUT, ww = what & CL_BWD_WEIGHT;
+    if (!wi) din = NULL;
+    switch (un->kind) {
+    case CL_UNIT_EMBED:
+        if (ww) cl_embedding_backward_weight(g[0], g[1], dout, mb->tokens, B, T, C);
+        return CL_OK;
+    case CL_UNIT_BLOCK: {
+        int NH = d->cfg.heads;
+        int64_t NC = (int64_t)N * C;
+        block_acts s = block_layout(base, N, C, NH, B, T);
+        float *w = m->scratch;
+        float *dres2 = w; w += NC;
+        float *dfchg = w; w += 4 * NC;
+        float *dfch = w; w += 4 * NC;
+        float *dln2 = w; w += NC;
+        float *datty = w; w += NC;
+        float *dqkv = w; w += 3 * NC;
+        float *dln1 = w; w += NC;
+        float *attscratch = w;
+        memset(m->scratch, 0, (size_t)(15 * NC) * sizeof(float));
+        /* out = res2 + c_proj(gelu(c_fc(ln2(res2)))) */
+        memcpy(dres2, dout, (size_t)NC * sizeof(float));
+        cl_linear_backward_input(dfchg, dout, p[10], N, 4 * C, C);
+        if (ww) cl_linear_backward_weight(g[10], g[11], dout, s.fch_gelu, N, 4 * C, C);
+        cl_gelu_backward(dfch, dfchg, s.fch, 4 * NC);
+        cl_linear_backward_input(dln2, dfch, p[8], N, C, 4 * C);
+        if (ww) cl_linear_backward_weight(g[8], g[9], dfch, s.ln2, N, C, 4 * C);
+        cl_layernorm_backward_input(dres2, dln2, s.res2, p[6], s.ln2_mean, s.ln2_rstd, N, C);
+        if (ww) cl_layernorm_backward_weight(g[6], g[7], dln2, s.res2, s.ln2_mean, s.ln2_rstd, N, C);
+        /* res2 = in + c_proj(attn(c_attn(ln1(in)))) */
+        cl_linear_backward_input(datty, dres2, p[4], N, C, C);
+        if (ww) cl_linear_backward_weight(g[4], g[5], dres2, s.atty, N, C, C);
+        cl_attention_backward(dqkv, attscratch, datty, s.qkv, s.att, B, T, C, NH);
+        if (ww) cl_linear_backward_weight(g[2], g[3], dqkv, s.ln1, N, C, 3 * C);
+        cl_linear_backward_input(dln1, dqkv, p[2], N, C, 3 * C);
+        if (ww) cl_layernorm_backward_weight(g[0], g[1], dln1, in, s.ln1_mean, s.ln1_rstd, N, C);
+        if (din) {
+            cl_layernorm_backward_input(din, dln1, in, p[0], s.ln1_mean, s.ln1_rstd, N, C);
+            cl_add_inplace(din, dres2, NC);
+        }
+        return CL_OK;
+    }
+    case CL_UNIT_LMHEAD: {
+        int V = d->cfg.vocab;
+        head_acts h = head_layout(base, N, C);
+        const float *wte = m->p[d->tied_wte];
+        float *dwte = m->g[d->tied_wte];
+        float *dlnf = m->scratch;
+        memset(dlnf, 0, (size_t)N * C * sizeof(float));
+        /* dlogits replaces logits in place: the logits are dead after this */
+        cl_xent_backward(h.logits, h.logits, h.lse, mb->targets, mb->dloss, N, V);
+        if (ww) cl_gemm(1, 0, V, C, N, 1.0f, h.logits, V, h.lnf, C, 1.0f, dwte, C);
+        cl_gemm(0, 0, N, C, V, 1.0f, h.logits, V, wte, C, 0.0f, dlnf, C);
+        if (ww) cl_layernorm_backward_weight(g[0], g[1], dlnf, in, h.mean, h.rstd, N, C);
+        if (din) cl_layernorm_backward_input(din, dlnf, in, p[0], h.mean, h.rstd, N, C);
+        return CL_OK;
+    }
+    case CL_UNIT_CONV: {
+        cl_conv2d_shape cs;
+        cl_conv2d_shape_init(&cs, B, un->c, un->h, un->w, un->oc, un->k, un->k, un->stride, un->pad);
+        if (ww) cl_conv2d_backward_weight(g[0], g[1], m->scratch, dout, in, &cs);
+        if (din) cl_conv2d_backward_input(din, m->scratch, dout, p[0], &cs);
+        return CL_OK;
+    }
+    case CL_UNIT_RELU:
+        if (din) cl_relu_backward(din, dout, base, un->out_floats * B);
+        return CL_OK;
+    case CL_UNIT_MAXPOOL:
+        if (din) cl_maxpool_backward(din, dout, (const int32_t *)(base + un->out_floats * B), B, un->c, un->h, un->w, un->k, un->stride);
+        return CL_OK;
+    case CL_UNIT_FLATTEN:
+        if (din) cl_add_inplace(din, dout, un->out_floats * B);
+        return CL_OK;
+    case CL_UNIT_LINEAR:
+        if (ww) cl_linear_backward_weight(g[0], g[1], dout, in, B, un->c, un->oc);
+        if (din) cl_linear_backward_input(din, dout, p[0], B, un->c, un->oc);
+        return CL_OK;
+    case CL_UNIT_CLASSIFY:
+        if (din) cl_xent_backward(din, in, base + B, mb->targets, mb->dloss, B, un->c);
+        return CL_OK;
+    }
+    return cl_error(CL_ERR_INTERNAL, "unknown unit kind %d", (int)un->kind);
+}
+
+double cl_acts_loss_sum(const cl_model *m, const cl_acts *a, int u, const cl_microbatch *mb) {
+    const float *l = unit_out(m, a, u, mb->B, mb->T);
+    int n = m->desc->units[u].kind == CL_UNIT_LMHEAD ? mb->B * mb->T : mb->B;
+    double s = 0;
+    for (int i = 0; i < n; i++) s += l[i];
+    return s;
+}
+
+const float *cl_acts_logits(const cl_model *m, const cl_acts *a, int u, const cl_microbatch *mb) {
+    const cl_model_desc *d = m->desc;
+    if (d->units[u].kind == CL_UNIT_LMHEAD)
+        return head_layout(a->base + a->off[u - m->u0], (int64_t)mb->B * mb->T, d->cfg.channels).logits;
+    if (d->units[u].kind == CL_UNIT_CLASSIFY && u > m->u0) return unit_out(m, a, u - 1, mb->B, mb->T);
+    return NULL;
+}
+
+static const float *unit_input(const cl_model *m, const cl_acts *a, int u, const cl_microbatch *mb) {
+    if (u == m->u0) return mb->x;
+    return unit_out(m, a, u - 1, mb->B, mb->T);
+}
+
+cl_status cl_model_forward_backward(cl_model *m, const cl_microbatch *mb, cl_acts *a, double *loss_sum, int do_backward) {
+    if (m->u0 != 0 || m->u1 != m->desc->nunits)
+        return cl_error(CL_ERR_INVALID, "forward_backward needs the whole model on this rank");
+    for (int u = m->u0; u < m->u1; u++) CL_TRY(cl_unit_forward(m, u, mb, unit_input(m, a, u, mb), a));
+    if (loss_sum) *loss_sum = cl_acts_loss_sum(m, a, m->u1 - 1, mb);
+    if (!do_backward) return CL_OK;
+    const float *dout = NULL;
+    int cur = 0;
+    for (int u = m->u1 - 1; u >= m->u0; u--) {
+        float *din = NULL;
+        if (u > m->u0) {
+            din = m->dbuf[cur];
+            memset(din, 0, (size_t)(m->desc->units[u].in_floats * mb->B) * sizeof(float));
+        }
+        CL_TRY(cl_unit_backward(m, u, mb, unit_input(m, a, u, mb), a, dout, din, CL_BWD_ALL));
+        dout = din;
+        cur ^= 1;
+    }
+    return CL_OK;
+}
+
+cl_status cl_model_logits_last(cl_model *m, const int32_t *tokens, int T, cl_acts *a, float *logits_out) {
+    const cl_model_desc *d = m->desc;
+    if (d->cfg.kind != CL_MODEL_GPT) return cl_error(CL_ERR_INVALID, "logits_last is for GPT models");
+    if (T < 1 || T > d->T) return cl_error(CL_ERR_INVALID, "context of %d tokens (model sized for 1..%d)", T, d->T);
+    int32_t *targets = calloc((size_t)T, sizeof *targets);
+    if (!targets) return cl_error(CL_ERR_OOM, "cannot allocate targets");
+    cl_microbatch mb = {.B = 1, .T = T, .tokens = tokens, .targets = targets, .dloss = 0};
+    cl_status s = cl_model_forward_backward(m, &mb, a, NULL, 0);
+    if (!s) {
+        int last = d->nunits - 1;
+        head_acts h = head_layout(a->base + a->off[last - m->u0], T, d->cfg.channels);
+        memcpy(logits_out, h.logits + (int64_t)(T - 1) * d->cfg.vocab, (size_t)d->cfg.vocab * sizeof(float));
+    }
+    free(targets);
+    return s;
+}

@@ -1,0 +1,389 @@
+/* Checkpoints: save, resume, and load-for-inference (see train.h).
+ *
+ * A checkpoint is a directory: model.safetensors (Hugging Face GPT-2 names
+ * and layouts), config.json (HF GPT-2 keys plus cleave's own), optimizer
+ * .safetensors (exp_avg.NAME, exp_avg_sq.NAME) and trainer_state.json (step,
+ * optimizer step count, data addressing). It is written whole into DIR.tmp
+ * and then swapped with DIR in one renameat2(RENAME_EXCHANGE), so at every
+ * instant DIR is either the old or the new checkpoint, never half of each. */
+#include "cleave/json.h"
+#include "cleave/safetensors.h"
+#include "train/internal.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static const char *model_kind_name(cl_model_kind k) {
+    return k == CL_MODEL_GPT ? "gpt" : k == CL_MODEL_MLP ? "mlp" : "cnn";
+}
+
+static void config_json(cl_strbuf *b, const cl_model_config *c, const char *tokenizer) {
+    cl_sb_printf(b, "{\n");
+    if (c->kind == CL_MODEL_GPT) {
+        cl_sb_printf(b, "  \"model_type\": \"gpt2\",\n  \"architectures\": [\"GPT2LMHeadModel\"],\n");
+        cl_sb_printf(b, "  \"n_layer\": %d,\n  \"n_head\": %d,\n  \"n_embd\": %d,\n  \"n_positions\": %d,\n  \"n_ctx\": %d,\n",
+                     c->layers, c->heads, c->channels, c->seq_len, c->seq_len);
+        cl_sb_printf(b, "  \"vocab_size\": %d,\n  \"layer_norm_epsilon\": 1e-05,\n  \"activation_function\": \"gelu_new\",\n", c->vocab);
+        cl_sb_printf(b, "  \"tie_word_embeddings\": true,\n");
+    } else if (c->kind == CL_MODEL_MLP) {
+        cl_sb_printf(b, "  \"widths\": [");
+        for (int i = 0; i < c->nwidths; i++) cl_sb_printf(b, "%s%d", i ? ", " : "", c->widths[i]);
+        cl_sb_printf(b, "],\n");
+    } else {
+        cl_sb_printf(b, "  \"in_channels\": %d,\n  \"height\": %d,\n  \"width\": %d,\n  \"conv_channels\": %d,\n", c->in_channels, c->height,
+                     c->width, c->conv_channels);
+        cl_sb_printf(b, "  \"conv_kernel\": %d,\n  \"conv_stride\": %d,\n  \"conv_pad\": %d,\n  \"pool\": %d,\n", c->conv_kernel,
+                     c->conv_stride, c->conv_pad, c->pool);
+        cl_sb_printf(b, "  \"hidden\": %d,\n  \"hidden2\": %d,\n  \"classes\": %d,\n", c->hidden, c->hidden2, c->classes);
+    }
+    cl_sb_printf(b, "  \"cleave_model\": \"%s\",\n  \"cleave_preset\": ", model_kind_name(c->kind));
+    cl_sb_json_string(b, c->name, strlen(c->name));
+    cl_sb_printf(b, ",\n  \"tokenizer\": ");
+    cl_sb_json_string(b, tokenizer, strlen(tokenizer));
+    cl_sb_printf(b, "\n}\n");
+}
+
+static cl_status write_text_file(const char *path, const char *text, size_t len) {
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "wb");
+    if (!f) return cl_error(CL_ERR_IO, "%s: %s", tmp, strerror(errno));
+    int ok = fwrite(text, 1, len, f) == len && fflush(f) == 0 && fsync(fileno(f)) == 0;
+    ok = (fclose(f) == 0) && ok;
+    if (!ok || rename(tmp, path) != 0) {
+        int e = errno;
+        unlink(tmp);
+        return cl_error(CL_ERR_IO, "%s: %s", path, strerror(e));
+    }
+    return CL_OK;
+}
+
+static int get_int(const cl_json *o, const char *key, int *out) {
+    const cl_json *v = cl_json_get(o, key);
+    if (!v || v->type != CL_JSON_NUMBER || !v->number_is_int || v->integer < INT32_MIN || v->integer > INT32_MAX) return 0;
+    *out = (int)v->integer;
+    return 1;
+}
+
+/* Parses config.json into a model config and the tokenizer name. */
+static cl_status read_config(const char *dir, cl_model_config *c, char *tokenizer, size_t tn) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    char *text;
+    size_t len;
+    CL_TRY(cl_read_file(path, &text, &len));
+    cl_json_doc *doc;
+    cl_status s = cl_json_parse(&doc, text, len);
+    free(text);
+    if (s) return cl_error_context(s, "%s", path);
+    const cl_json *r = cl_json_root(doc);
+    memset(c, 0, sizeof *c);
+    const cl_json *kind = cl_json_get(r, "cleave_model"), *preset = cl_json_get(r, "cleave_preset"),
+                  *tok = cl_json_get(r, "tokenizer");
+    const char *k = kind && kind->type == CL_JSON_STRING ? kind->string : "gpt";
+    snprintf(tokenizer, tn, "%s", tok && tok->type == CL_JSON_STRING ? tok->string : "byte");
+    snprintf(c->name, sizeof c->name, "%s", preset && preset->type == CL_JSON_STRING ? preset->string : "custom");
+    int ok = 1;
+    if (!strcmp(k, "gpt")) {
+        c->kind = CL_MODEL_GPT;
+        ok = get_int(r, "n_layer", &c->layers) && get_int(r, "n_head", &c->heads) && get_int(r, "n_embd", &c->channels) &&
+             get_int(r, "n_positions", &c->seq_len) && get_int(r, "vocab_size", &c->vocab);
+    } else if (!strcmp(k, "mlp")) {
+        c->kind = CL_MODEL_MLP;
+        const cl_json *w = cl_json_get(r, "widths");
+        ok = w && w->type == CL_JSON_ARRAY && w->count >= 2 && w->count <= CL_MLP_MAX_WIDTHS;
+        int i = 0;
+        for (const cl_json *e = ok ? w->child : NULL; e; e = e->next, i++) {
+            if (e->type != CL_JSON_NUMBER || !e->number_is_int || e->integer < 1 || e->integer > INT32_MAX) ok = 0;
+            else c->widths[i] = (int)e->integer;
+        }
+        c->nwidths = i;
+    } else if (!strcmp(k, "cnn")) {
+        c->kind = CL_MODEL_CNN;
+        ok = get_int(r, "in_channels", &c->in_channels) && get_int(r, "height", &c->height) && get_int(r, "width", &c->width) &&
+             get_int(r, "conv_channels", &c->conv_channels) && get_int(r, "conv_kernel", &c->conv_kernel) &&
+             get_int(r, "conv_stride", &c->conv_stride) && get_int(r, "conv_pad", &c->conv_pad) && get_int(r, "pool", &c->pool) &&
+             get_int(r, "hidden", &c->hidden) && get_int(r, "hidden2", &c->hidden2) && get_int(r, "classes", &c->classes);
+    } else {
+        ok = 0;
+    }
+    cl_json_free(doc);
+    if (!ok) return cl_error(CL_ERR_FORMAT, "%s: missing or invalid model fields", path);
+    return cl_error_context(cl_model_config_check(c), "%s", path) == CL_OK ? CL_OK : CL_ERR_FORMAT;
+}
+
+static int same_config(const cl_model_config *a, const cl_model_config *b) {
+    if (a->kind != b->kind) return 0;
+    if (a->kind == CL_MODEL_GPT)
+        return a->layers == b->layers && a->heads == b->heads && a->channels == b->channels && a->seq_len == b->seq_len &&
+               a->vocab == b->vocab;
+    if (a->kind == CL_MODEL_MLP) {
+        if (a->nwidths != b->nwidths) return 0;
+        for (int i = 0; i < a->nwidths; i++)
+            if (a->widths[i] != b->widths[i]) return 0;
+        return 1;
+    }
+    return a->in_channels == b->in_channels && a->height == b->height && a->width == b->width &&
+           a->conv_channels == b->conv_channels && a->conv_kernel == b->conv_kernel && a->conv_stride == b->conv_stride &&
+           a->conv_pad == b->conv_pad && a->pool == b->pool && a->hidden == b->hidden && a->hidden2 == b->hidden2 &&
+           a->classes == b->classes;
+}
+
+static cl_status write_params(const char *path, const cl_model_desc *d, float *const *ptrs, const char *prefix,
+                              const cl_st_meta *meta, int nmeta) {
+    cl_st_item *items = calloc((size_t)d->nparams, sizeof *items);
+    char (*names)[80] = calloc((size_t)d->nparams, sizeof *names);
+    if (!items || !names) {
+        free(items);
+        free(names);
+        return cl_error(CL_ERR_OOM, "cannot allocate the checkpoint index");
+    }
+    for (int i = 0; i < d->nparams; i++) {
+        const cl_param_spec *ps = &d->params[i];
+        snprintf(names[i], sizeof names[i], "%s%s", prefix, ps->name);
+        items[i].name = names[i];
+        items[i].t = cl_tensor_make(ptrs[i], CL_F32, ps->ndim, ps->shape);
+    }
+    cl_status s = cl_st_write(path, items, d->nparams, meta, nmeta);
+    free(items);
+    free(names);
+    return s;
+}
+
+static cl_status read_params(const char *path, const cl_model_desc *d, float *const *ptrs, const char *prefix) {
+    cl_st_file *f;
+    CL_TRY(cl_st_open(&f, path));
+    cl_status s = CL_OK;
+    for (int i = 0; i < d->nparams && !s; i++) {
+        char name[80];
+        snprintf(name, sizeof name, "%s%s", prefix, d->params[i].name);
+        s = cl_st_read_tensor(f, name, CL_F32, d->params[i].ndim, d->params[i].shape, ptrs[i]);
+    }
+    for (int i = 0; i < d->nparams && !s; i++) {
+        const float *p = ptrs[i];
+        for (int64_t j = 0; j < d->params[i].numel; j++)
+            if (!isfinite(p[j])) {
+                s = cl_error(CL_ERR_FORMAT, "%s: tensor '%s%s' holds a non-finite value at %" PRId64, path, prefix,
+                             d->params[i].name, j);
+                break;
+            }
+    }
+    cl_st_close(f);
+    return s;
+}
+
+/* Removes a checkpoint directory that cleave wrote (its known files only). */
+static void remove_ckpt_dir(const char *dir) {
+    const char *files[] = {"model.safetensors", "optimizer.safetensors", "config.json", "trainer_state.json",
+                           "model.safetensors.tmp", "optimizer.safetensors.tmp", "config.json.tmp", "trainer_state.json.tmp"};
+    char path[4200];
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, files[i]);
+        unlink(path);
+    }
+    rmdir(dir);
+}
+
+static void fsync_parent(const char *dir) {
+    char parent[4200];
+    snprintf(parent, sizeof parent, "%s", dir);
+    char *slash = strrchr(parent, '/');
+    if (slash && slash != parent) *slash = 0;
+    else if (slash) parent[1] = 0;
+    else snprintf(parent, sizeof parent, ".");
+    int fd = open(parent, O_RDONLY | O_DIRECTORY);
+    if (fd >= 0) {
+        fsync(fd);
+        close(fd);
+    }
+}
+
+cl_status cl_trainer_save(cl_trainer *t, const char *dir) {
+    if (strlen(dir) > 4000) return cl_error(CL_ERR_INVALID, "checkpoint path too long");
+    char tmp[4096], path[4200];
+    snprintf(tmp, sizeof tmp, "%s.tmp", dir);
+    remove_ckpt_dir(tmp);
+    if (mkdir(tmp, 0755) != 0) return cl_error(CL_ERR_IO, "cannot create %s: %s", tmp, strerror(errno));
+    const cl_model_desc *d = t->desc;
+    cl_st_meta meta[] = {{"format", "pt"}};
+    cl_status s;
+    snprintf(path, sizeof path, "%s/model.safetensors", tmp);
+    s = write_params(path, d, t->model->p, "", meta, 1);
+    if (!s) {
+        float **mp = malloc((size_t)d->nparams * sizeof *mp), **vp = malloc((size_t)d->nparams * sizeof *vp);
+        if (!mp || !vp) s = cl_error(CL_ERR_OOM, "cannot allocate the optimizer index");
+        for (int i = 0; !s && i < d->nparams; i++) {
+            mp[i] = t->opt.m + d->params[i].offset;
+            vp[i] = t->opt.v + d->params[i].offset;
+        }
+        snprintf(path, sizeof path, "%s/optimizer.safetensors", tmp);
+        if (!s) {
+            /* both moments in one file: exp_avg.* then exp_avg_sq.* */
+            int n = d->nparams;
+            cl_st_item *items = calloc(2 * (size_t)n, sizeof *items);
+            char (*names)[96] = calloc(2 * (size_t)n, sizeof *names);
+            if (!items || !names) s = cl_error(CL_ERR_OOM, "cannot allocate the optimizer index");
+            for (int i = 0; !s && i < n; i++) {
+                snprintf(names[i], sizeof names[i], "exp_avg.%s", d->params[i].name);
+                snprintf(names[n + i], sizeof names[n + i], "exp_avg_sq.%s", d->params[i].name);
+                items[i].name = names[i];
+                items[n + i].name = names[n + i];
+                items[i].t = cl_tensor_make(mp[i], CL_F32, d->params[i].ndim, d->params[i].shape);
+                items[n + i].t = cl_tensor_make(vp[i], CL_F32, d->params[i].ndim, d->params[i].shape);
+            }
+            if (!s) s = cl_st_write(path, items, 2 * n, NULL, 0);
+            free(items);
+            free(names);
+        }
+        free(mp);
+        free(vp);
+    }
+    cl_strbuf b = {0};
+    if (!s) {
+        config_json(&b, &d->cfg, t->tok ? cl_tokenizer_name(t->tok) : "none");
+        snprintf(path, sizeof path, "%s/config.json", tmp);
+        s = b.failed ? cl_error(CL_ERR_OOM, "config.json") : write_text_file(path, b.buf, b.len);
+        cl_sb_free(&b);
+    }
+    if (!s) {
+        cl_strbuf st = {0};
+        const cl_train_config *c = &t->cfg;
+        cl_sb_printf(&st, "{\n  \"step\": %d,\n  \"optimizer_step\": %d,\n  \"seq_len\": %d,\n  \"global_batch\": %d,\n", t->step,
+                     t->opt.t, d->T, c->global_batch);
+        cl_sb_printf(&st, "  \"micro_batch\": %d,\n  \"seed\": \"%" PRIu64 "\",\n  \"samples_seen\": %" PRId64 ",\n", c->micro_batch,
+                     c->seed, (int64_t)t->step * c->global_batch);
+        cl_sb_printf(&st, "  \"data\": ");
+        cl_sb_json_string(&st, c->data, strlen(c->data));
+        cl_sb_printf(&st, "\n}\n");
+        snprintf(path, sizeof path, "%s/trainer_state.json", tmp);
+        s = st.failed ? cl_error(CL_ERR_OOM, "trainer_state.json") : write_text_file(path, st.buf, st.len);
+        cl_sb_free(&st);
+    }
+    if (s) {
+        remove_ckpt_dir(tmp);
+        return cl_error_context(s, "saving checkpoint %s", dir);
+    }
+    fsync_parent(tmp);
+    struct stat sb;
+    if (stat(dir, &sb) == 0) {
+        if (renameat2(AT_FDCWD, tmp, AT_FDCWD, dir, RENAME_EXCHANGE) != 0) {
+            int e = errno;
+            remove_ckpt_dir(tmp);
+            return cl_error(CL_ERR_IO, "saving checkpoint %s: cannot swap in the new one: %s", dir, strerror(e));
+        }
+        remove_ckpt_dir(tmp); /* now the old checkpoint */
+    } else if (rename(tmp, dir) != 0) {
+        int e = errno;
+        remove_ckpt_dir(tmp);
+        return cl_error(CL_ERR_IO, "saving checkpoint %s: %s", dir, strerror(e));
+    }
+    fsync_parent(dir);
+    return CL_OK;
+}
+
+static cl_status read_state(const char *dir, int *step, int *opt_t, int *T, int *gb, uint64_t *seed) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/trainer_state.json", dir);
+    char *text;
+    size_t len;
+    CL_TRY(cl_read_file(path, &text, &len));
+    cl_json_doc *doc;
+    cl_status s = cl_json_parse(&doc, text, len);
+    free(text);
+    if (s) return cl_error_context(s, "%s", path);
+    const cl_json *r = cl_json_root(doc), *sd = cl_json_get(r, "seed");
+    int ok = get_int(r, "step", step) && get_int(r, "optimizer_step", opt_t) && get_int(r, "seq_len", T) &&
+             get_int(r, "global_batch", gb) && sd && sd->type == CL_JSON_STRING;
+    if (ok) {
+        char *end;
+        errno = 0;
+        *seed = strtoull(sd->string, &end, 10);
+        ok = !errno && *end == 0 && end != sd->string;
+    }
+    cl_json_free(doc);
+    if (!ok || *step < 0 || *opt_t < 0) return cl_error(CL_ERR_FORMAT, "%s: missing or invalid fields", path);
+    return CL_OK;
+}
+
+cl_status cl_trainer_resume(cl_trainer *t, const char *dir) {
+    cl_model_config c;
+    char tok[64];
+    CL_TRY(read_config(dir, &c, tok, sizeof tok));
+    if (!same_config(&c, &t->desc->cfg))
+        return cl_error(CL_ERR_INVALID, "--resume %s: the checkpoint holds a different model than the one asked for", dir);
+    const char *mytok = t->tok ? cl_tokenizer_name(t->tok) : "none";
+    if (strcmp(tok, mytok))
+        return cl_error(CL_ERR_INVALID, "--resume %s: the checkpoint used the %s tokenizer, this run %s", dir, tok, mytok);
+    int step = 0, opt_t = 0, T = 0, gb = 0;
+    uint64_t seed = 0;
+    CL_TRY(read_state(dir, &step, &opt_t, &T, &gb, &seed));
+    if (T != t->desc->T || gb != t->cfg.global_batch || seed != t->cfg.seed)
+        return cl_error(CL_ERR_INVALID,
+                        "--resume %s: the checkpoint was trained with --seq-len %d --global-batch-size %d --seed %" PRIu64
+                        "; this run has %d, %d, %" PRIu64,
+                        dir, T, gb, seed, t->desc->T, t->cfg.global_batch, t->cfg.seed);
+    const cl_model_desc *d = t->desc;
+    char path[4200];
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    CL_TRY(read_params(path, d, t->model->p, ""));
+    float **mp = malloc((size_t)d->nparams * sizeof *mp), **vp = malloc((size_t)d->nparams * sizeof *vp);
+    cl_status s = CL_OK;
+    if (!mp || !vp) s = cl_error(CL_ERR_OOM, "cannot allocate the optimizer index");
+    for (int i = 0; !s && i < d->nparams; i++) {
+        mp[i] = t->opt.m + d->params[i].offset;
+        vp[i] = t->opt.v + d->params[i].offset;
+    }
+    snprintf(path, sizeof path, "%s/optimizer.safetensors", dir);
+    if (!s) s = read_params(path, d, mp, "exp_avg.");
+    if (!s) s = read_params(path, d, vp, "exp_avg_sq.");
+    free(mp);
+    free(vp);
+    if (s) return s;
+    t->step = step;
+    t->opt.t = opt_t;
+    return CL_OK;
+}
+
+cl_status cl_checkpoint_load(const char *dir, const char *tokenizer_dir, size_t cap, int B, cl_loaded *out) {
+    memset(out, 0, sizeof *out);
+    cl_model_config c;
+    char tok[64];
+    struct stat sb;
+    if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) return cl_error(CL_ERR_IO, "--checkpoint %s: no such directory", dir);
+    CL_TRY(read_config(dir, &c, tok, sizeof tok));
+    cl_status s = cl_model_describe(&c, 0, &out->desc);
+    if (!s) s = cl_device_create_cpu(&out->dev, cap, 0);
+    if (!s) s = cl_model_create(&out->model, out->desc, out->dev, B);
+    if (!s) s = cl_acts_create(out->model, B, &out->acts);
+    char path[4200];
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    if (!s) s = read_params(path, out->desc, out->model->p, "");
+    if (!s && c.kind == CL_MODEL_GPT) {
+        if (!strcmp(tok, "gpt2")) s = cl_tokenizer_gpt2(&out->tok, tokenizer_dir);
+        else if (!strcmp(tok, "byte")) s = cl_tokenizer_byte(&out->tok);
+        else s = cl_error(CL_ERR_FORMAT, "%s/config.json: unknown tokenizer '%s'", dir, tok);
+        if (!s && cl_tokenizer_vocab(out->tok) > c.vocab)
+            s = cl_error(CL_ERR_FORMAT, "%s: tokenizer %s does not fit the vocabulary %d", dir, tok, c.vocab);
+    }
+    if (s) cl_loaded_free(out);
+    return s;
+}
+
+void cl_loaded_free(cl_loaded *l) {
+    if (l->model) {
+        cl_acts_destroy(l->model, &l->acts);
+        cl_model_destroy(l->model);
+    }
+    cl_device_destroy(l->dev);
+    cl_model_desc_free(l->desc);
+    cl_tokenizer_free(l->tok);
+    memset(l, 0, sizeof *l);
+}

@@ -1,0 +1,76 @@
+/* Text generation by sampling: temperature and top-k over the logits of the
+ * last position, recomputing the whole (at most T-token) context for each
+ * new token. Simple and exact; a KV cache is a later optimization. */
+#include "cleave/train.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct { float v; int i; } scored;
+
+static int by_value_desc(const void *a, const void *b) {
+    const scored *x = a, *y = b;
+    if (x->v != y->v) return x->v < y->v ? 1 : -1;
+    return x->i - y->i;
+}
+
+cl_status cl_generate(cl_model *m, cl_acts *a, const int32_t *prompt, int nprompt, int n, float temperature, int top_k,
+                      uint64_t seed, int32_t *out) {
+    const cl_model_desc *d = m->desc;
+    if (d->cfg.kind != CL_MODEL_GPT) return cl_error(CL_ERR_INVALID, "generation needs a GPT model");
+    if (nprompt < 1) return cl_error(CL_ERR_INVALID, "generation needs a prompt of at least one token");
+    if (n < 0) return cl_error(CL_ERR_INVALID, "--tokens must be >= 0");
+    int V = d->cfg.vocab, T = d->T;
+    float *logits = malloc((size_t)V * sizeof *logits);
+    scored *sc = malloc((size_t)V * sizeof *sc);
+    int32_t *seq = malloc(((size_t)nprompt + (size_t)n) * sizeof *seq);
+    if (!logits || !sc || !seq) {
+        free(logits);
+        free(sc);
+        free(seq);
+        return cl_error(CL_ERR_OOM, "cannot allocate generation buffers");
+    }
+    memcpy(seq, prompt, (size_t)nprompt * sizeof *seq);
+    cl_rng r;
+    cl_rng_seed(&r, seed);
+    cl_status s = CL_OK;
+    for (int k = 0; k < n && !s; k++) {
+        int len = nprompt + k, ctx = len < T ? len : T;
+        s = cl_model_logits_last(m, seq + len - ctx, ctx, a, logits);
+        if (s) break;
+        int next;
+        if (temperature <= 0) {
+            next = 0;
+            for (int i = 1; i < V; i++)
+                if (logits[i] > logits[next]) next = i;
+        } else {
+            for (int i = 0; i < V; i++) sc[i] = (scored){logits[i], i};
+            int kk = V;
+            if (top_k > 0 && top_k < V) {
+                qsort(sc, (size_t)V, sizeof *sc, by_value_desc);
+                kk = top_k;
+            }
+            float mx = sc[0].v;
+            for (int i = 1; i < kk; i++)
+                if (sc[i].v > mx) mx = sc[i].v;
+            double total = 0;
+            for (int i = 0; i < kk; i++) total += exp((double)(sc[i].v - mx) / temperature);
+            double u = (double)cl_rng_uniform(&r) * total, acc = 0;
+            next = sc[kk - 1].i;
+            for (int i = 0; i < kk; i++) {
+                acc += exp((double)(sc[i].v - mx) / temperature);
+                if (u < acc) {
+                    next = sc[i].i;
+                    break;
+                }
+            }
+        }
+        seq[len] = next;
+        out[k] = next;
+    }
+    free(logits);
+    free(sc);
+    free(seq);
+    return s;
+}

@@ -1,0 +1,57 @@
+/* AdamW over a model's flat parameters, global-norm clipping, and the
+ * warm-up + cosine learning-rate schedule (see train.h). */
+#include "cleave/kernels.h"
+#include "cleave/train.h"
+
+#include <math.h>
+#include <string.h>
+
+float cl_lr_at(const cl_lr_schedule *s, int step) {
+    if (s->warmup > 0 && step < s->warmup) return s->lr * (float)(step + 1) / (float)s->warmup;
+    int decay_steps = s->steps - 1 - s->warmup;
+    if (decay_steps <= 0 || step >= s->steps - 1) return step >= s->steps - 1 && decay_steps > 0 ? s->min_lr : s->lr;
+    double frac = (double)(step - s->warmup) / (double)decay_steps;
+    double coeff = 0.5 * (1.0 + cos(M_PI * frac));
+    return (float)(s->min_lr + coeff * (s->lr - s->min_lr));
+}
+
+cl_status cl_optimizer_create(cl_optimizer *o, cl_model *m, const cl_adamw_opts *opts) {
+    memset(o, 0, sizeof *o);
+    o->o = *opts;
+    CL_TRY(cl_device_alloc_f32(m->dev, CL_MEM_OPTIM, (size_t)m->desc->nfloats, &o->m));
+    cl_status s = cl_device_alloc_f32(m->dev, CL_MEM_OPTIM, (size_t)m->desc->nfloats, &o->v);
+    if (s) {
+        cl_device_free(m->dev, o->m);
+        o->m = NULL;
+    }
+    return s;
+}
+
+void cl_optimizer_destroy(cl_optimizer *o, cl_model *m) {
+    cl_device_free(m->dev, o->m);
+    cl_device_free(m->dev, o->v);
+    o->m = o->v = NULL;
+}
+
+double cl_grad_norm(const cl_model *m) {
+    double s = 0;
+    for (int i = 0; i < m->desc->nparams; i++) s += cl_sumsq(m->g[i], m->desc->params[i].numel);
+    return sqrt(s);
+}
+
+void cl_grad_clip(cl_model *m, double norm, float clip) {
+    if (clip <= 0) return;
+    /* torch.nn.utils.clip_grad_norm_: coef = max_norm / (total_norm + 1e-6), clamped to 1 */
+    float coef = (float)clip / (float)(norm + 1e-6);
+    if (coef >= 1.0f) return;
+    for (int i = 0; i < m->desc->nparams; i++) cl_scale(m->g[i], coef, m->desc->params[i].numel);
+}
+
+void cl_optimizer_step(cl_optimizer *o, cl_model *m, float lr) {
+    o->t++;
+    for (int i = 0; i < m->desc->nparams; i++) {
+        const cl_param_spec *ps = &m->desc->params[i];
+        cl_adamw_update(m->p[i], m->g[i], o->m + ps->offset, o->v + ps->offset, ps->numel, lr, o->o.beta1, o->o.beta2,
+                        o->o.eps, ps->decay ? o->o.weight_decay : 0.0f, o->t);
+    }
+}

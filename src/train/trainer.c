@@ -1,0 +1,302 @@
+/* The single-rank trainer: data, model, optimizer and the training step
+ * (see train.h). Later issues run the same step through a pipeline
+ * schedule and data-parallel replicas; the data addressing (a sample is a
+ * function of its global index) is already what they need. */
+#include "cleave/kernels.h"
+#include "cleave/train.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "train/internal.h"
+
+void cl_train_config_default(cl_train_config *c) {
+    memset(c, 0, sizeof *c);
+    cl_model_preset("gpt2-tiny", &c->model);
+    c->micro_batch = 8;
+    c->global_batch = 8;
+    c->steps = 100;
+    c->seed = 1337;
+    c->lr.lr = 1e-3f;
+    c->lr.min_lr = 1e-4f;
+    c->lr.warmup = 10;
+    c->lr.steps = 100;
+    c->adamw.beta1 = 0.9f;
+    c->adamw.beta2 = 0.95f;
+    c->adamw.eps = 1e-8f;
+    c->adamw.weight_decay = 0.1f;
+    c->adamw.grad_clip = 1.0f;
+    c->data = "data/kjv.txt";
+    c->tokenizer = "byte";
+    c->tokenizer_dir = "data/gpt2";
+    c->eval_batches = 16;
+}
+
+/* Tokenizes a text file once and caches the tokens beside it as FILE.<tok>.tok. */
+static cl_status load_text_tokens(cl_trainer *t) {
+    char cache[4096];
+    snprintf(cache, sizeof cache, "%s.%s.tok", t->cfg.data, cl_tokenizer_name(t->tok));
+    struct stat st_text, st_cache;
+    if (stat(t->cfg.data, &st_text) != 0)
+        return cl_error(CL_ERR_IO, "--data %s: no such file (run scripts/setup.sh to prepare the default corpus)", t->cfg.data);
+    if (stat(cache, &st_cache) == 0 && st_cache.st_mtime >= st_text.st_mtime) {
+        if (cl_tokens_read(cache, &t->tokens) == CL_OK && t->tokens.vocab == cl_tokenizer_vocab(t->tok) &&
+            !strcmp(t->tokens.tokenizer, cl_tokenizer_name(t->tok)))
+            return CL_OK;
+        cl_tokens_free(&t->tokens);
+    }
+    char *text;
+    size_t len;
+    CL_TRY(cl_read_file(t->cfg.data, &text, &len));
+    int32_t *ids;
+    size_t n;
+    cl_status s = cl_tokenizer_encode(t->tok, text, len, &ids, &n);
+    free(text);
+    if (s) return s;
+    memset(&t->tokens, 0, sizeof t->tokens);
+    t->tokens.tokens = ids;
+    t->tokens.count = n;
+    t->tokens.vocab = cl_tokenizer_vocab(t->tok);
+    snprintf(t->tokens.tokenizer, sizeof t->tokens.tokenizer, "%s", cl_tokenizer_name(t->tok));
+    /* The cache is an optimization: failing to write it (read-only dir) is not an error. */
+    if (cl_tokens_write(cache, ids, n, t->tokens.vocab, t->tokens.tokenizer) != CL_OK) cl_error_clear();
+    return CL_OK;
+}
+
+static cl_status load_data(cl_trainer *t) {
+    const cl_model_config *mc = &t->cfg.model;
+    if (mc->kind == CL_MODEL_GPT) {
+        if (!strcmp(t->cfg.tokenizer, "byte")) CL_TRY(cl_tokenizer_byte(&t->tok));
+        else if (!strcmp(t->cfg.tokenizer, "gpt2")) CL_TRY(cl_tokenizer_gpt2(&t->tok, t->cfg.tokenizer_dir));
+        else return cl_error(CL_ERR_INVALID, "unknown --tokenizer '%s' (byte or gpt2)", t->cfg.tokenizer);
+        if (cl_tokenizer_vocab(t->tok) > mc->vocab)
+            return cl_error(CL_ERR_INVALID, "the %s tokenizer has %d tokens but the model's vocabulary is %d (set --vocab)",
+                            cl_tokenizer_name(t->tok), cl_tokenizer_vocab(t->tok), mc->vocab);
+        CL_TRY(load_text_tokens(t));
+        size_t n = t->tokens.count;
+        t->nval = n / 10;
+        t->ntrain = n - t->nval;
+        size_t need = (size_t)t->desc->T + 1;
+        if (t->ntrain < need + 1 || t->nval < need)
+            return cl_error(CL_ERR_INVALID, "--data %s has %zu tokens: too few for windows of %zu tokens (train 90%%, validation 10%%)",
+                            t->cfg.data, n, need);
+        return CL_OK;
+    }
+    CL_TRY(cl_digits_load(t->cfg.data, &t->digits));
+    int in = mc->kind == CL_MODEL_MLP ? mc->widths[0] : mc->in_channels * mc->height * mc->width;
+    if (in != 64) return cl_error(CL_ERR_INVALID, "the digits images have 64 pixels but the model takes %d inputs", in);
+    int classes = mc->kind == CL_MODEL_MLP ? mc->widths[mc->nwidths - 1] : mc->classes;
+    if (classes < 10) return cl_error(CL_ERR_INVALID, "the digits have 10 classes but the model has %d outputs", classes);
+    t->ndval = t->digits.n / 6;
+    t->ndtrain = t->digits.n - t->ndval;
+    if (t->ndtrain < 1 || t->ndval < 1) return cl_error(CL_ERR_INVALID, "%s: too few images (%d)", t->cfg.data, t->digits.n);
+    t->perm = malloc((size_t)t->ndtrain * sizeof *t->perm);
+    if (!t->perm) return cl_error(CL_ERR_OOM, "cannot allocate the sample order");
+    cl_rng r;
+    cl_rng_seed(&r, t->cfg.seed ^ 0x5eedda7aULL);
+    for (int i = 0; i < t->ndtrain; i++) t->perm[i] = i;
+    for (int i = t->ndtrain - 1; i > 0; i--) {
+        int j = (int)(cl_rng_u64(&r) % (uint64_t)(i + 1));
+        int tmp = t->perm[i];
+        t->perm[i] = t->perm[j];
+        t->perm[j] = tmp;
+    }
+    return CL_OK;
+}
+
+cl_status cl_trainer_create(cl_trainer **out, const cl_train_config *cfg) {
+    *out = NULL;
+    if (cfg->micro_batch < 1) return cl_error(CL_ERR_INVALID, "--micro-batch-size must be positive (got %d)", cfg->micro_batch);
+    if (cfg->global_batch < 1) return cl_error(CL_ERR_INVALID, "--global-batch-size must be positive (got %d)", cfg->global_batch);
+    if (cfg->global_batch % cfg->micro_batch)
+        return cl_error(CL_ERR_INVALID, "--global-batch-size %d is not a multiple of --micro-batch-size %d", cfg->global_batch,
+                        cfg->micro_batch);
+    if (cfg->steps < 1) return cl_error(CL_ERR_INVALID, "--steps must be positive (got %d)", cfg->steps);
+    if (!(cfg->lr.lr > 0)) return cl_error(CL_ERR_INVALID, "--lr must be positive");
+    cl_trainer *t = calloc(1, sizeof *t);
+    if (!t) return cl_error(CL_ERR_OOM, "cannot allocate a trainer");
+    t->cfg = *cfg;
+    cl_status s = cl_model_describe(&cfg->model, cfg->seq_len, &t->desc);
+    if (!s) s = load_data(t);
+    if (!s) s = cl_device_create_cpu(&t->dev, cfg->device_memory, 0);
+    if (!s) s = cl_model_create(&t->model, t->desc, t->dev, cfg->micro_batch);
+    if (!s) s = cl_optimizer_create(&t->opt, t->model, &cfg->adamw);
+    if (!s) s = cl_acts_create(t->model, cfg->micro_batch, &t->acts);
+    size_t npos = (size_t)cfg->micro_batch * (size_t)t->desc->T;
+    if (!s) s = cl_device_alloc(t->dev, CL_MEM_WORKSPACE, npos * sizeof(int32_t), (void **)&t->mb_tokens);
+    if (!s) s = cl_device_alloc(t->dev, CL_MEM_WORKSPACE, npos * sizeof(int32_t), (void **)&t->mb_targets);
+    if (!s && cfg->model.kind != CL_MODEL_GPT)
+        s = cl_device_alloc_f32(t->dev, CL_MEM_WORKSPACE, (size_t)cfg->micro_batch * 64, &t->mb_x);
+    if (s) {
+        cl_trainer_destroy(t);
+        return s;
+    }
+    cl_model_init(t->model, cfg->seed);
+    double f = 0;
+    for (int u = 0; u < t->desc->nunits; u++) f += t->desc->units[u].flops;
+    t->step_flops_per_sample = 3.0 * f;
+    *out = t;
+    return CL_OK;
+}
+
+void cl_trainer_destroy(cl_trainer *t) {
+    if (!t) return;
+    if (t->model) {
+        cl_acts_destroy(t->model, &t->acts);
+        if (t->opt.m) cl_optimizer_destroy(&t->opt, t->model);
+        cl_model_destroy(t->model);
+    }
+    if (t->dev) {
+        cl_device_free(t->dev, t->mb_tokens);
+        cl_device_free(t->dev, t->mb_targets);
+        cl_device_free(t->dev, t->mb_x);
+        cl_device_destroy(t->dev);
+    }
+    cl_model_desc_free(t->desc);
+    cl_tokenizer_free(t->tok);
+    cl_tokens_free(&t->tokens);
+    cl_digits_free(&t->digits);
+    free(t->perm);
+    free(t);
+}
+
+/* Fills the micro-batch buffers with global samples [k0, k0 + B). */
+static void fill_train_batch(cl_trainer *t, int64_t k0, int B, cl_microbatch *mb) {
+    memset(mb, 0, sizeof *mb);
+    mb->B = B;
+    if (t->desc->cfg.kind == CL_MODEL_GPT) {
+        int T = t->desc->T;
+        size_t span = t->ntrain - (size_t)T; /* starts in [0, span) leave room for T+1 tokens */
+        for (int b = 0; b < B; b++) {
+            size_t start = (size_t)(((uint64_t)(k0 + b) * (uint64_t)T) % span);
+            const int32_t *src = t->tokens.tokens + start;
+            memcpy(t->mb_tokens + (size_t)b * T, src, (size_t)T * sizeof(int32_t));
+            memcpy(t->mb_targets + (size_t)b * T, src + 1, (size_t)T * sizeof(int32_t));
+        }
+        mb->T = T;
+        mb->tokens = t->mb_tokens;
+    } else {
+        for (int b = 0; b < B; b++) {
+            int i = t->perm[(k0 + b) % t->ndtrain];
+            memcpy(t->mb_x + (size_t)b * 64, t->digits.images + (size_t)i * 64, 64 * sizeof(float));
+            t->mb_targets[b] = t->digits.labels[i];
+        }
+        mb->T = 1;
+        mb->x = t->mb_x;
+    }
+    mb->targets = t->mb_targets;
+}
+
+cl_status cl_trainer_step(cl_trainer *t, cl_step_stats *st) {
+    double t0 = cl_now();
+    const cl_train_config *c = &t->cfg;
+    int nmicro = c->global_batch / c->micro_batch;
+    int T = t->desc->cfg.kind == CL_MODEL_GPT ? t->desc->T : 1;
+    float dloss = (float)(1.0 / ((double)c->global_batch * T));
+    cl_model_zero_grads(t->model);
+    double loss_sum = 0;
+    for (int i = 0; i < nmicro; i++) {
+        cl_microbatch mb;
+        fill_train_batch(t, (int64_t)t->step * c->global_batch + (int64_t)i * c->micro_batch, c->micro_batch, &mb);
+        mb.dloss = dloss;
+        double ls;
+        CL_TRY(cl_model_forward_backward(t->model, &mb, &t->acts, &ls, 1));
+        loss_sum += ls;
+    }
+    double norm = cl_grad_norm(t->model);
+    if (!isfinite(norm)) return cl_error(CL_ERR_INVALID, "step %d: the gradient norm is not finite (lower --lr?)", t->step + 1);
+    cl_grad_clip(t->model, norm, c->adamw.grad_clip);
+    float lr = cl_lr_at(&c->lr, t->step);
+    cl_optimizer_step(&t->opt, t->model, lr);
+    t->step++;
+    if (st) {
+        st->step = t->step;
+        st->loss = loss_sum / ((double)c->global_batch * T);
+        st->lr = lr;
+        st->grad_norm = norm;
+        st->seconds = cl_now() - t0;
+        st->tokens_per_s = (double)c->global_batch * T / (st->seconds > 0 ? st->seconds : 1e-9);
+        st->flops = t->step_flops_per_sample * c->global_batch;
+        st->peak_bytes = cl_device_peak_total(t->dev);
+    }
+    return CL_OK;
+}
+
+cl_status cl_eval_tokens(cl_model *m, cl_acts *a, const int32_t *tok, size_t n, double *loss, size_t *windows) {
+    int T = m->desc->T, B = a->B < m->B ? a->B : m->B;
+    size_t nw = n / ((size_t)T + 1);
+    if (windows) *windows = nw;
+    if (nw == 0) return cl_error(CL_ERR_INVALID, "%zu tokens are fewer than one window of %d", n, T + 1);
+    int32_t *in = malloc((size_t)B * T * sizeof *in), *tg = malloc((size_t)B * T * sizeof *tg);
+    if (!in || !tg) {
+        free(in);
+        free(tg);
+        return cl_error(CL_ERR_OOM, "cannot allocate evaluation buffers");
+    }
+    double sum = 0;
+    cl_status s = CL_OK;
+    for (size_t w = 0; w < nw && !s; w += (size_t)B) {
+        int nb = (int)(nw - w < (size_t)B ? nw - w : (size_t)B);
+        for (int b = 0; b < nb; b++) {
+            const int32_t *src = tok + (w + (size_t)b) * ((size_t)T + 1);
+            memcpy(in + (size_t)b * T, src, (size_t)T * sizeof *in);
+            memcpy(tg + (size_t)b * T, src + 1, (size_t)T * sizeof *tg);
+        }
+        cl_microbatch mb = {.B = nb, .T = T, .tokens = in, .targets = tg};
+        double ls;
+        s = cl_model_forward_backward(m, &mb, a, &ls, 0);
+        sum += ls;
+    }
+    free(in);
+    free(tg);
+    if (!s) *loss = sum / ((double)nw * T);
+    return s;
+}
+
+cl_status cl_trainer_eval(cl_trainer *t, double *loss) {
+    if (t->desc->cfg.kind == CL_MODEL_GPT) {
+        size_t n = t->nval;
+        size_t per = (size_t)t->desc->T + 1;
+        if (t->cfg.eval_batches > 0 && n > (size_t)t->cfg.eval_batches * per) n = (size_t)t->cfg.eval_batches * per;
+        return cl_eval_tokens(t->model, &t->acts, t->tokens.tokens + t->ntrain, n, loss, NULL);
+    }
+    double sum = 0;
+    int B = t->cfg.micro_batch;
+    for (int k = 0; k < t->ndval; k += B) {
+        int nb = t->ndval - k < B ? t->ndval - k : B;
+        for (int b = 0; b < nb; b++) {
+            int i = t->ndtrain + k + b;
+            memcpy(t->mb_x + (size_t)b * 64, t->digits.images + (size_t)i * 64, 64 * sizeof(float));
+            t->mb_targets[b] = t->digits.labels[i];
+        }
+        cl_microbatch mb = {.B = nb, .T = 1, .x = t->mb_x, .targets = t->mb_targets};
+        double ls;
+        CL_TRY(cl_model_forward_backward(t->model, &mb, &t->acts, &ls, 0));
+        sum += ls;
+    }
+    *loss = sum / t->ndval;
+    return CL_OK;
+}
+
+double cl_trainer_unigram_loss(const cl_trainer *t) {
+    if (t->desc->cfg.kind != CL_MODEL_GPT) return log(10.0);
+    int V = t->tokens.vocab;
+    double *cnt = calloc((size_t)V, sizeof *cnt);
+    if (!cnt) return NAN;
+    for (size_t i = 0; i < t->ntrain; i++) cnt[t->tokens.tokens[i]] += 1;
+    double total = (double)t->ntrain + V, nll = 0;
+    for (size_t i = t->ntrain; i < t->ntrain + t->nval; i++) nll -= log((cnt[t->tokens.tokens[i]] + 1) / total);
+    free(cnt);
+    return nll / (double)t->nval;
+}
+
+int cl_trainer_steps_done(const cl_trainer *t) { return t->step; }
+cl_model *cl_trainer_model(cl_trainer *t) { return t->model; }
+cl_device *cl_trainer_device(cl_trainer *t) { return t->dev; }
+const cl_train_config *cl_trainer_config(const cl_trainer *t) { return &t->cfg; }
+const cl_tokenizer *cl_trainer_tokenizer(const cl_trainer *t) { return t->tok; }
+size_t cl_trainer_train_tokens(const cl_trainer *t) { return t->ntrain; }
+size_t cl_trainer_val_tokens(const cl_trainer *t) { return t->nval; }
