@@ -22,6 +22,7 @@ static const cli_flag train_flags[] = {
     {"context", "", 1, "GPT: positions the model has (n_positions)"},
     {"seq-len", "", 1, "GPT: tokens per training sample (default: the context)"},
     {"steps", "", 1, "training steps (default 100)"},
+    {"stop-after", "", 1, "stop after this step (the schedule still spans --steps), as an interrupted run would"},
     {"lr", "", 1, "peak learning rate (default 1e-3)"},
     {"min-lr", "", 1, "final learning rate of the cosine decay (default lr/10)"},
     {"warmup", "", 1, "linear warm-up steps (default 10% of steps)"},
@@ -167,7 +168,7 @@ static int cmd_train(int argc, char **argv) {
     }
     cl_train_config c;
     cl_train_config_default(&c);
-    int steps = c.steps, log_every = 1, eval_every = 0, save_every = 0, sample_tokens = 200, topk = 40;
+    int steps = c.steps, stop_after = 0, log_every = 1, eval_every = 0, save_every = 0, sample_tokens = 200, topk = 40;
     float temperature = 0.8f;
     if ((s = parse_model(&a, &c.model, &c.seq_len))) return cli_fail(s);
     if (c.model.kind != CL_MODEL_GPT) c.data = "data/digits.csv.gz";
@@ -179,7 +180,7 @@ static int cmd_train(int argc, char **argv) {
         (s = cli_float(&a, "beta2", &c.adamw.beta2, 0, 0.99999999)) || (s = cli_float(&a, "eps", &c.adamw.eps, 0, 1)) ||
         (s = cli_float(&a, "grad-clip", &c.adamw.grad_clip, 0, 1e9)) || (s = cli_bytes(&a, "device-memory", &c.device_memory)) ||
         (s = cli_int(&a, "eval-every", &eval_every, 1, 1 << 30)) || (s = cli_int(&a, "eval-batches", &c.eval_batches, 0, 1 << 30)) ||
-        (s = cli_int(&a, "log-every", &log_every, 1, 1 << 30)) || (s = cli_int(&a, "save-every", &save_every, 1, 1 << 30)) ||
+        (s = cli_int(&a, "log-every", &log_every, 1, 1 << 30)) || (s = cli_int(&a, "stop-after", &stop_after, 1, 1 << 30)) || (s = cli_int(&a, "save-every", &save_every, 1, 1 << 30)) ||
         (s = cli_int(&a, "sample-tokens", &sample_tokens, 0, 1 << 20)) || (s = cli_int(&a, "top-k", &topk, 0, 1 << 30)) ||
         (s = cli_float(&a, "temperature", &temperature, 0, 100)))
         return cli_fail(s);
@@ -215,7 +216,8 @@ static int cmd_train(int argc, char **argv) {
     if (resume) printf("resumed from %s at step %d\n", resume, cl_trainer_steps_done(t));
     int tty = isatty(fileno(stdout));
     int rc = 0;
-    while (cl_trainer_steps_done(t) < steps) {
+    int end = stop_after && stop_after < steps ? stop_after : steps;
+    while (cl_trainer_steps_done(t) < end) {
         cl_step_stats st;
         if ((s = cl_trainer_step(t, &st))) {
             if (tty) printf("\n");
@@ -225,7 +227,7 @@ static int cmd_train(int argc, char **argv) {
         double gflops = st.flops / (st.seconds > 0 ? st.seconds : 1e-9) / 1e9;
         if (st.step % log_every == 0 || st.step == steps || st.step == 1) progress(&st, steps, gflops, tty);
         if (log) json_line(log, &st);
-        int last = st.step == steps;
+        int last = st.step == end;
         if ((eval_every && st.step % eval_every == 0) || last) {
             double vl;
             if ((s = cl_trainer_eval(t, &vl))) {

@@ -27,4 +27,5 @@ done
 echo
 [ ${#failed[@]} -gt 0 ] && echo "failed: ${failed[*]}"
 echo "$pass passed, $fail failed"
+[ -n "${CL_TEST_TALLY:-}" ] && echo "$pass $fail" >> "$CL_TEST_TALLY"
 [ "$fail" -eq 0 ]
