@@ -1,0 +1,71 @@
+/* Layer normalization over the last dimension, PyTorch semantics:
+ *   out = (x - mean) * rstd * w + b,  rstd = 1 / sqrt(var + 1e-5),
+ * with the biased variance (divide by C). Row statistics are computed in
+ * double (two passes: mean, then centred squares) and saved as f32 mean[N],
+ * rstd[N] for the backward passes, which recompute the normalized input
+ * from them instead of keeping it. Backward kernels add into outputs. */
+#include "cleave/kernels.h"
+
+#include <math.h>
+
+#define CL_LAYERNORM_EPS 1e-5
+
+void cl_layernorm_forward(float *out, float *mean, float *rstd, const float *in,
+                          const float *w, const float *b, int N, int C) {
+    for (int n = 0; n < N; n++) {
+        const float *x = in + (int64_t)n * C;
+        float *o = out + (int64_t)n * C;
+        double s = 0.0;
+        for (int c = 0; c < C; c++) s += x[c];
+        double mu = C > 0 ? s / C : 0.0;
+        double ss = 0.0;
+        for (int c = 0; c < C; c++) {
+            double d = x[c] - mu;
+            ss += d * d;
+        }
+        double var = C > 0 ? ss / C : 0.0;
+        float m = (float)mu;
+        float r = (float)(1.0 / sqrt(var + CL_LAYERNORM_EPS));
+        for (int c = 0; c < C; c++) o[c] = (x[c] - m) * r * w[c] + b[c];
+        mean[n] = m;
+        rstd[n] = r;
+    }
+}
+
+/* din = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dout * w. */
+void cl_layernorm_backward_input(float *din, const float *dout, const float *in,
+                                 const float *w, const float *mean, const float *rstd,
+                                 int N, int C) {
+    for (int n = 0; n < N; n++) {
+        const float *x = in + (int64_t)n * C;
+        const float *d = dout + (int64_t)n * C;
+        float *dx = din + (int64_t)n * C;
+        float m = mean[n], r = rstd[n];
+        double sg = 0.0, sgx = 0.0;
+        for (int c = 0; c < C; c++) {
+            float xhat = (x[c] - m) * r;
+            float g = d[c] * w[c];
+            sg += g;
+            sgx += (double)g * xhat;
+        }
+        float mg = (float)(sg / C), mgx = (float)(sgx / C);
+        for (int c = 0; c < C; c++) {
+            float xhat = (x[c] - m) * r;
+            float g = d[c] * w[c];
+            dx[c] += r * (g - mg - xhat * mgx);
+        }
+    }
+}
+
+void cl_layernorm_backward_weight(float *dw, float *db, const float *dout, const float *in,
+                                  const float *mean, const float *rstd, int N, int C) {
+    for (int n = 0; n < N; n++) {
+        const float *x = in + (int64_t)n * C;
+        const float *d = dout + (int64_t)n * C;
+        float m = mean[n], r = rstd[n];
+        for (int c = 0; c < C; c++) {
+            dw[c] += d[c] * ((x[c] - m) * r);
+            db[c] += d[c];
+        }
+    }
+}
