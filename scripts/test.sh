@@ -11,6 +11,7 @@ jobs=$(nproc)
 tally=$(mktemp)
 trap 'rm -f "$tally"' EXIT
 export CL_TEST_TALLY="$tally"
+export CLEAVE_REQUIRE_DATA=1
 phase_fail=0
 phase() { # name, command...
     local name=$1; shift

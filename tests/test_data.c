@@ -1,0 +1,558 @@
+/* Tests of cleave data: the byte and GPT-2 tokenizers, token files, the
+ * digits set and cl_read_file.
+ *
+ * The GPT-2 ids hard-coded here come from the gpt-3-encoder npm package;
+ * tests/cli_bpe_node.sh checks the same strings against it again, and
+ * compares whole texts id for id. Parts that need data/ (made by
+ * scripts/setup.sh; found through $CLEAVE_DATA, ./data, or the executable's
+ * ../../data) are skipped with a notice when it is missing, and fail instead
+ * when CLEAVE_REQUIRE_DATA=1. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cleave/data.h"
+#include "common/check.h"
+#ifdef CL_HAVE_ZLIB
+#include <zlib.h>
+#endif
+
+static char tmpdir[64];
+static char data_dir[4096];
+
+static const char *tmp_path(const char *name)
+{
+    static char buf[8][256];
+    static int k;
+    k = (k + 1) % 8;
+    snprintf(buf[k], sizeof buf[k], "%s/%s", tmpdir, name);
+    return buf[k];
+}
+
+static void write_bytes(const char *path, const void *p, size_t n)
+{
+    FILE *f = fopen(path, "wb");
+    CHECK(f != NULL, "cannot create %s", path);
+    if (!f) return;
+    CHECK(fwrite(p, 1, n, f) == n, "short write to %s", path);
+    fclose(f);
+}
+
+static void write_text(const char *path, const char *s) { write_bytes(path, s, strlen(s)); }
+
+static int file_exists(const char *p)
+{
+    struct stat sb;
+    return stat(p, &sb) == 0;
+}
+
+/* Finds data/: $CLEAVE_DATA, else ./data, else <exe>/../../data. */
+static int find_data(void)
+{
+    const char *env = getenv("CLEAVE_DATA");
+    if (env && *env) {
+        snprintf(data_dir, sizeof data_dir, "%s", env);
+        return file_exists(data_dir);
+    }
+    if (file_exists("data/gpt2")) {
+        snprintf(data_dir, sizeof data_dir, "data");
+        return 1;
+    }
+    char exe[2048];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n > 0) {
+        exe[n] = 0;
+        for (int up = 0; up < 3; up++) {
+            char *s = strrchr(exe, '/');
+            if (s) *s = 0;
+        }
+        snprintf(data_dir, sizeof data_dir, "%s/data", exe);
+        if (file_exists(data_dir)) return 1;
+    }
+    snprintf(data_dir, sizeof data_dir, "data");
+    return 0;
+}
+
+static int need_data(const char *what, const char *file)
+{
+    char p[4200];
+    snprintf(p, sizeof p, "%s/%s", data_dir, file);
+    if (file_exists(p)) return 1;
+    const char *req = getenv("CLEAVE_REQUIRE_DATA");
+    if (req && strcmp(req, "1") == 0) {
+        CHECK(0, "%s needs %s (run: bash scripts/setup.sh)", what, p);
+    } else {
+        printf("SKIP %s: %s missing (run: bash scripts/setup.sh)\n", what, p);
+    }
+    return 0;
+}
+
+/* decode(ids) must equal text[0..len) exactly */
+static int decodes_to(const cl_tokenizer *t, const int32_t *ids, size_t n, const char *text, size_t len)
+{
+    size_t pos = 0;
+    char buf[512];
+    for (size_t i = 0; i < n; i++) {
+        int k = cl_tokenizer_decode(t, ids[i], buf, (int)sizeof buf);
+        if (k < 0 || pos + (size_t)k > len || memcmp(buf, text + pos, (size_t)k) != 0) {
+            fprintf(stderr, "token %zu (id %d) does not decode to the text at byte %zu\n", i, ids[i], pos);
+            return 0;
+        }
+        pos += (size_t)k;
+    }
+    if (pos != len) fprintf(stderr, "decoded %zu bytes of %zu\n", pos, len);
+    return pos == len;
+}
+
+/* ---- byte tokenizer ------------------------------------------------------ */
+
+static void test_byte_tokenizer(void)
+{
+    cl_tokenizer *t;
+    CHECK_OK(cl_tokenizer_byte(&t));
+    if (!t) return;
+    CHECK(strcmp(cl_tokenizer_name(t), "byte") == 0, "name %s", cl_tokenizer_name(t));
+    CHECK(cl_tokenizer_vocab(t) == 256, "vocab %d", cl_tokenizer_vocab(t));
+    char all[256];
+    for (int i = 0; i < 256; i++) all[i] = (char)(255 - i);
+    int32_t *ids;
+    size_t n;
+    CHECK_OK(cl_tokenizer_encode(t, all, sizeof all, &ids, &n));
+    CHECK(n == 256, "n %zu", n);
+    int ok = 1;
+    for (size_t i = 0; i < n; i++) ok &= ids[i] == 255 - (int)i;
+    CHECK(ok, "byte ids are not the byte values");
+    CHECK(decodes_to(t, ids, n, all, sizeof all), "byte round trip");
+    free(ids);
+    CHECK_OK(cl_tokenizer_encode(t, "", 0, &ids, &n));
+    CHECK(n == 0, "empty text gives %zu tokens", n);
+    free(ids);
+    char b[4];
+    CHECK(cl_tokenizer_decode(t, 256, b, 4) == -1, "id 256 must be out of range");
+    CHECK(cl_tokenizer_decode(t, -1, b, 4) == -1, "id -1 must be out of range");
+    CHECK(cl_tokenizer_decode(t, 65, b, 4) == 1 && b[0] == 'A', "decode 65");
+    cl_tokenizer_free(t);
+}
+
+/* ---- GPT-2 tokenizer: a tiny hand-made vocabulary --------------------------- */
+
+/* GPT-2's byte -> unicode map, written independently of the library. */
+static int byte_char(int b)
+{
+    if ((b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255)) return b;
+    int n = 0;
+    for (int x = 0; x < b; x++)
+        if (!((x >= 33 && x <= 126) || (x >= 161 && x <= 172) || (x >= 174 && x <= 255))) n++;
+    return 256 + n;
+}
+
+static void test_gpt2_small(void)
+{
+    /* 256 byte tokens written as \u escapes, then he, ll, hell, hello */
+    size_t cap = 1 << 16, n = 0;
+    char *js = malloc(cap);
+    n += (size_t)snprintf(js + n, cap - n, "{");
+    for (int b = 0; b < 256; b++)
+        n += (size_t)snprintf(js + n, cap - n, "\"\\u%04x\": %d, ", byte_char(b), b);
+    n += (size_t)snprintf(js + n, cap - n, "\"he\": 256, \"ll\": 257, \"hell\": 258, \"hello\": 259, "
+                                           "\"\\u0120h\": 260}\n");
+    mkdir(tmp_path("small"), 0700);
+    write_bytes(tmp_path("small/encoder.json"), js, n);
+    write_text(tmp_path("small/vocab.bpe"), "#version: 0.2\nl l\nh e\nhe ll\nhell o\n\xc4\xa0 h\n");
+    cl_tokenizer *t = NULL;
+    CHECK_OK(cl_tokenizer_gpt2(&t, tmp_path("small")));
+    if (t) {
+        CHECK(cl_tokenizer_vocab(t) == 261, "vocab %d", cl_tokenizer_vocab(t));
+        CHECK(strcmp(cl_tokenizer_name(t), "gpt2") == 0, "name %s", cl_tokenizer_name(t));
+        /* byte tokens have id = byte value here. Ranks: l l 0, h e 1, he ll 2,
+         * hell o 3, Ġ h 4, so " hello" merges ll, he, hell, hello and never Ġh. */
+        struct { const char *text; int n; int32_t ids[6]; } cases[] = {
+            {"hello", 1, {259}},
+            {"hell", 1, {258}},
+            {"heo", 2, {256, 'o'}},
+            {"lll", 2, {257, 'l'}},   /* left to right: ll, then l */
+            {" hello", 2, {' ', 259}},
+            {" hx", 2, {260, 'x'}},
+            {"hello hello", 3, {259, ' ', 259}},
+        };
+        for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+            int32_t *ids;
+            size_t m;
+            CHECK_OK(cl_tokenizer_encode(t, cases[c].text, strlen(cases[c].text), &ids, &m));
+            int same = (int)m == cases[c].n;
+            for (int k = 0; same && k < cases[c].n; k++) same = ids[k] == cases[c].ids[k];
+            CHECK(same, "'%s' gave %zu ids: %d %d %d", cases[c].text, m, m > 0 ? ids[0] : -1,
+                  m > 1 ? ids[1] : -1, m > 2 ? ids[2] : -1);
+            CHECK(decodes_to(t, ids, m, cases[c].text, strlen(cases[c].text)), "'%s' round trip", cases[c].text);
+            free(ids);
+        }
+        cl_tokenizer_free(t);
+    }
+
+    /* CRLF line ends and a blank line change nothing; text after the last
+     * newline is not a merge (as in the JavaScript encoder) */
+    write_text(tmp_path("small/vocab.bpe"), "#version: 0.2\r\nl l\r\n\r\nh e\r\nhe ll\r\nhell o\r\nh x");
+    CHECK_OK(cl_tokenizer_gpt2(&t, tmp_path("small")));
+    if (t) {
+        int32_t *ids;
+        size_t m;
+        CHECK_OK(cl_tokenizer_encode(t, "hellohx", 7, &ids, &m));
+        CHECK(m == 3 && ids[0] == 259 && ids[1] == 'h' && ids[2] == 'x', "CRLF vocab.bpe: %zu ids", m);
+        free(ids);
+        cl_tokenizer_free(t);
+    }
+
+    /* rejections, each naming the file */
+    struct { const char *enc, *bpe, *what; } bad[] = {
+        {"{\"a\": 1", NULL, "unterminated object"},
+        {"[1, 2]", NULL, "not an object"},
+        {NULL, "#version: 0.2\nh e x\n", "three symbols on a merge line"},
+        {NULL, "#version: 0.2\nq z\n", "merge of unknown tokens"},
+    };
+    for (size_t c = 0; c < sizeof bad / sizeof bad[0]; c++) {
+        write_bytes(tmp_path("small/encoder.json"), js, n);
+        write_text(tmp_path("small/vocab.bpe"), "#version: 0.2\nl l\n");
+        if (bad[c].enc) write_text(tmp_path("small/encoder.json"), bad[c].enc);
+        if (bad[c].bpe) write_text(tmp_path("small/vocab.bpe"), bad[c].bpe);
+        cl_status s = cl_tokenizer_gpt2(&t, tmp_path("small"));
+        CHECK(s == CL_ERR_FORMAT && t == NULL, "%s: got %s", bad[c].what, cl_status_name(s));
+        CHECK(strstr(cl_last_error(), bad[c].enc ? "encoder.json" : "vocab.bpe") != NULL,
+              "%s: message does not name the file: %s", bad[c].what, cl_last_error());
+        if (s == CL_OK) cl_tokenizer_free(t);
+    }
+    CHECK(cl_tokenizer_gpt2(&t, tmp_path("no-such-dir")) == CL_ERR_IO, "missing dir must be an I/O error");
+    CHECK(strstr(cl_last_error(), "no-such-dir/encoder.json") != NULL, "message: %s", cl_last_error());
+    free(js);
+}
+
+/* ---- GPT-2 tokenizer: the real vocabulary ------------------------------------ */
+
+/* Keep in step with tests/cli_bpe_node.sh, which checks these against node. */
+static const struct { const char *text; int n; int32_t ids[20]; } gpt2_fixed[] = {
+    {"Hello world", 2, {15496, 995}},
+    {"In the beginning God created the heaven and the earth.", 11,
+     {818, 262, 3726, 1793, 2727, 262, 9538, 290, 262, 4534, 13}},
+    {" it's  \t\n\n caf\xc3\xa9 \xe6\x97\xa5\xe6\x9c\xac 42x \xf0\x9f\x98\x80!", 17,
+     {340, 338, 220, 220, 197, 628, 40304, 10545, 245, 98, 17312, 105, 5433, 87, 30325, 222, 0}},
+};
+
+static void test_gpt2_real(void)
+{
+    if (!need_data("gpt2 tokenizer", "gpt2/encoder.json")) return;
+    char dir[4200];
+    snprintf(dir, sizeof dir, "%s/gpt2", data_dir);
+    cl_tokenizer *t = NULL;
+    double t0 = cl_now();
+    CHECK_OK(cl_tokenizer_gpt2(&t, dir));
+    if (!t) return;
+    printf("gpt2 tokenizer loaded in %.2f s\n", cl_now() - t0);
+    CHECK(cl_tokenizer_vocab(t) == 50257, "vocab %d", cl_tokenizer_vocab(t));
+    for (size_t c = 0; c < sizeof gpt2_fixed / sizeof gpt2_fixed[0]; c++) {
+        int32_t *ids;
+        size_t n;
+        size_t len = strlen(gpt2_fixed[c].text);
+        CHECK_OK(cl_tokenizer_encode(t, gpt2_fixed[c].text, len, &ids, &n));
+        int same = (int)n == gpt2_fixed[c].n;
+        for (int k = 0; same && k < gpt2_fixed[c].n; k++) same = ids[k] == gpt2_fixed[c].ids[k];
+        CHECK(same, "fixed string %zu: %zu ids, first %d", c, n, n ? ids[0] : -1);
+        CHECK(decodes_to(t, ids, n, gpt2_fixed[c].text, len), "fixed string %zu round trip", c);
+        free(ids);
+    }
+    char buf[64];
+    int k = cl_tokenizer_decode(t, 50256, buf, (int)sizeof buf);
+    CHECK(k == 13 && memcmp(buf, "<|endoftext|>", 13) == 0, "id 50256 decodes to %d bytes", k);
+    CHECK(cl_tokenizer_decode(t, 50257, buf, 64) == -1, "id 50257 must be out of range");
+    CHECK(cl_tokenizer_decode(t, 15496, buf, 3) == 3 && memcmp(buf, "Hel", 3) == 0, "decode honours cap");
+
+    /* any bytes round trip, invalid UTF-8 included (byte fallback) */
+    const char odd[] = "ok \xff\xfe bad \xc3 trunc \xe2\x82 over \xc0\xaf sur \xed\xa0\x80 big \xf4\x90\x80\x80 "
+                       "ok\xe2\x82\xac \x80\x80\x80";
+    int32_t *ids;
+    size_t n;
+    CHECK_OK(cl_tokenizer_encode(t, odd, sizeof odd - 1, &ids, &n));
+    CHECK(decodes_to(t, ids, n, odd, sizeof odd - 1), "invalid UTF-8 round trip");
+    free(ids);
+    char all[512];
+    for (int i = 0; i < 512; i++) all[i] = (char)(i * 37 % 256);
+    CHECK_OK(cl_tokenizer_encode(t, all, sizeof all, &ids, &n));
+    CHECK(decodes_to(t, ids, n, all, sizeof all), "all-bytes round trip");
+    free(ids);
+    CHECK_OK(cl_tokenizer_encode(t, "", 0, &ids, &n));
+    CHECK(n == 0, "empty text gives %zu ids", n);
+    free(ids);
+
+    /* a long single pre-token stays fast (the merge loop is not quadratic) */
+    size_t big = 1 << 20;
+    char *run = malloc(big);
+    for (size_t i = 0; i < big; i++) run[i] = "ab"[i % 2 == 0 ? 0 : (i / 7) % 2];
+    t0 = cl_now();
+    CHECK_OK(cl_tokenizer_encode(t, run, big, &ids, &n));
+    double dt = cl_now() - t0;
+    CHECK(dt < 10.0, "a 1 MiB pre-token took %.1f s", dt);
+    CHECK(decodes_to(t, ids, n, run, big), "long pre-token round trip");
+    free(ids);
+    free(run);
+
+    if (need_data("gpt2 round trip of kjv.txt", "kjv.txt")) {
+        char path[4200], *text;
+        size_t len;
+        snprintf(path, sizeof path, "%s/kjv.txt", data_dir);
+        CHECK_OK(cl_read_file(path, &text, &len));
+        t0 = cl_now();
+        CHECK_OK(cl_tokenizer_encode(t, text, len, &ids, &n));
+        printf("kjv.txt: %zu bytes -> %zu gpt2 tokens in %.2f s\n", len, n, cl_now() - t0);
+        CHECK(n > 1000000 && n < 1300000, "kjv.txt gave %zu tokens", n);
+        CHECK(decodes_to(t, ids, n, text, len), "kjv.txt round trip");
+        /* node's ids for "\nGenesis 1\n\n  1 In the beginning" (cli_bpe_node.sh compares this part) */
+        CHECK(n >= 10 && memcmp(ids, (int32_t[]){198, 13746, 9339, 352, 628, 220, 352, 554, 262, 3726}, 10 * sizeof *ids) == 0,
+              "kjv.txt starts with ids %d %d %d", ids[0], n > 1 ? ids[1] : -1, n > 2 ? ids[2] : -1);
+        free(ids);
+        free(text);
+    }
+    cl_tokenizer_free(t);
+}
+
+/* ---- token files ---------------------------------------------------------------- */
+
+static void test_tokens(void)
+{
+    int32_t toks[1000];
+    for (int i = 0; i < 1000; i++) toks[i] = (i * 7919) % 256;
+    const char *p = tmp_path("a.tok");
+    CHECK_OK(cl_tokens_write(p, toks, 1000, 256, "byte"));
+    char leftover[300];
+    snprintf(leftover, sizeof leftover, "%s.tmp.%ld", p, (long)getpid());
+    CHECK(!file_exists(leftover), "temporary file %s left behind", leftover);
+    cl_tokens r;
+    CHECK_OK(cl_tokens_read(p, &r));
+    CHECK(r.count == 1000 && r.vocab == 256 && strcmp(r.tokenizer, "byte") == 0,
+          "read back count %zu vocab %d name %s", r.count, r.vocab, r.tokenizer);
+    CHECK(r.tokens && memcmp(r.tokens, toks, sizeof toks) == 0, "tokens differ after round trip");
+    cl_tokens_free(&r);
+
+    char *raw;
+    size_t len;
+    CHECK_OK(cl_read_file(p, &raw, &len));
+    CHECK(len == 88 + 2000, "a 2-byte file of 1000 tokens is %zu bytes", len);
+    CHECK(memcmp(raw, "CLTOK1\0\0", 8) == 0 && (unsigned char)raw[8] == 0 && (unsigned char)raw[9] == 1 &&
+          raw[12] == 2 && raw[16] == (char)(1000 & 255) && raw[17] == (char)(1000 >> 8),
+          "header bytes are not the documented layout");
+
+    /* 4-byte tokens for a big vocabulary; zero tokens */
+    int32_t big[3] = {0, 69999, 65536};
+    CHECK_OK(cl_tokens_write(tmp_path("b.tok"), big, 3, 70000, "gpt2-ish"));
+    CHECK_OK(cl_tokens_read(tmp_path("b.tok"), &r));
+    CHECK(r.count == 3 && r.vocab == 70000 && r.tokens && r.tokens[1] == 69999 && r.tokens[2] == 65536,
+          "4-byte round trip");
+    cl_tokens_free(&r);
+    CHECK_OK(cl_tokens_write(tmp_path("c.tok"), NULL, 0, 50257, "gpt2"));
+    CHECK_OK(cl_tokens_read(tmp_path("c.tok"), &r));
+    CHECK(r.count == 0 && r.vocab == 50257, "empty token file");
+    cl_tokens_free(&r);
+
+    /* rejections on read, each naming the file */
+    char *bad = malloc(len + 8);
+    memcpy(bad, raw, len);
+    bad[0] = 'X';
+    write_bytes(tmp_path("magic.tok"), bad, len);
+    CHECK(cl_tokens_read(tmp_path("magic.tok"), &r) == CL_ERR_FORMAT, "bad magic accepted");
+    CHECK(strstr(cl_last_error(), "magic.tok") != NULL, "message: %s", cl_last_error());
+    write_bytes(tmp_path("trunc.tok"), raw, len - 3);
+    CHECK(cl_tokens_read(tmp_path("trunc.tok"), &r) == CL_ERR_FORMAT, "truncated file accepted");
+    CHECK(strstr(cl_last_error(), "trunc.tok") != NULL, "message: %s", cl_last_error());
+    write_bytes(tmp_path("head.tok"), raw, 40);
+    CHECK(cl_tokens_read(tmp_path("head.tok"), &r) == CL_ERR_FORMAT, "truncated header accepted");
+    memcpy(bad, raw, len);
+    memcpy(bad + len, "\0\0", 2);
+    write_bytes(tmp_path("long.tok"), bad, len + 2);
+    CHECK(cl_tokens_read(tmp_path("long.tok"), &r) == CL_ERR_FORMAT, "file with extra bytes accepted");
+    memcpy(bad, raw, len);
+    bad[88 + 2 * 500] = 0;
+    bad[88 + 2 * 500 + 1] = 1; /* token 500 = 256 >= vocab */
+    write_bytes(tmp_path("range.tok"), bad, len);
+    CHECK(cl_tokens_read(tmp_path("range.tok"), &r) == CL_ERR_FORMAT, "token out of range accepted");
+    CHECK(strstr(cl_last_error(), "range.tok") != NULL && strstr(cl_last_error(), "256") != NULL,
+          "message: %s", cl_last_error());
+    memcpy(bad, raw, len);
+    bad[12] = 3;
+    write_bytes(tmp_path("bpt.tok"), bad, len);
+    CHECK(cl_tokens_read(tmp_path("bpt.tok"), &r) == CL_ERR_FORMAT, "3 bytes per token accepted");
+    CHECK(cl_tokens_read(tmp_path("missing.tok"), &r) == CL_ERR_IO, "missing file must be an I/O error");
+    CHECK(r.tokens == NULL && r.count == 0, "a failed read leaves an empty result");
+    free(bad);
+    free(raw);
+
+    /* rejections on write */
+    int32_t oor[2] = {5, 256};
+    CHECK(cl_tokens_write(tmp_path("w.tok"), oor, 2, 256, "byte") == CL_ERR_INVALID, "writing token 256 of 256");
+    CHECK(!file_exists(tmp_path("w.tok")), "a refused write left a file");
+    char longname[80];
+    memset(longname, 'n', 79);
+    longname[79] = 0;
+    CHECK(cl_tokens_write(tmp_path("w.tok"), toks, 2, 256, longname) == CL_ERR_INVALID, "79-byte name accepted");
+    CHECK(cl_tokens_write(tmp_path("no-dir/w.tok"), toks, 2, 256, "byte") == CL_ERR_IO, "write into a missing dir");
+}
+
+/* ---- digits --------------------------------------------------------------------- */
+
+static void test_digits(void)
+{
+    cl_digits d;
+    if (need_data("digits", "digits.csv.gz")) {
+        char path[4200];
+        snprintf(path, sizeof path, "%s/digits.csv.gz", data_dir);
+#ifdef CL_HAVE_ZLIB
+        CHECK_OK(cl_digits_load(path, &d));
+        CHECK(d.n == 1797, "n %d", d.n);
+        if (d.n == 1797) {
+            int counts[10] = {0}, ok = 1;
+            for (int i = 0; i < d.n; i++) {
+                if (d.labels[i] < 0 || d.labels[i] > 9) ok = 0;
+                else counts[d.labels[i]]++;
+            }
+            CHECK(ok, "a label is outside 0..9");
+            for (int c = 0; c < 10; c++) CHECK(counts[c] > 150, "label %d appears %d times", c, counts[c]);
+            int inrange = 1;
+            for (long i = 0; i < 1797L * 64; i++) inrange &= d.images[i] >= 0 && d.images[i] <= 1;
+            CHECK(inrange, "an image value is outside [0, 1]");
+            /* first row: 0,0,5,13,9,1,0,0,0,0,13,15,... label 0; last label 8 */
+            CHECK(d.images[0] == 0 && d.images[2] == 5 / 16.0f && d.images[3] == 13 / 16.0f &&
+                  d.images[10] == 13 / 16.0f && d.images[11] == 15 / 16.0f,
+                  "first row starts %g %g %g %g", d.images[0], d.images[1], d.images[2], d.images[3]);
+            CHECK(d.labels[0] == 0 && d.labels[1] == 1 && d.labels[2] == 2 && d.labels[1796] == 8,
+                  "labels %d %d %d ... %d", d.labels[0], d.labels[1], d.labels[2], d.labels[1796]);
+        }
+        cl_digits_free(&d);
+#else
+        CHECK(cl_digits_load(path, &d) == CL_ERR_UNSUPPORTED, "a .gz without zlib must be unsupported");
+        CHECK(strstr(cl_last_error(), "zlib") != NULL, "message: %s", cl_last_error());
+#endif
+    }
+
+    /* a plain csv, with CRLF and a blank last line */
+    char row[400], two[900];
+    int k = 0;
+    for (int i = 0; i < 64; i++) k += snprintf(row + k, sizeof row - (size_t)k, "%d,", i % 17);
+    snprintf(two, sizeof two, "%s7\r\n%s3.0\n\n", row, row);
+    write_text(tmp_path("two.csv"), two);
+    CHECK_OK(cl_digits_load(tmp_path("two.csv"), &d));
+    CHECK(d.n == 2 && d.labels[0] == 7 && d.labels[1] == 3 && d.images[16] == 16 / 16.0f && d.images[64 + 1] == 1 / 16.0f,
+          "plain csv: n %d", d.n);
+    cl_digits_free(&d);
+#ifdef CL_HAVE_ZLIB
+    gzFile g = gzopen(tmp_path("two.csv.gz"), "wb");
+    CHECK(g != NULL, "gzopen for writing");
+    if (g) {
+        gzwrite(g, two, (unsigned)strlen(two));
+        gzclose(g);
+        CHECK_OK(cl_digits_load(tmp_path("two.csv.gz"), &d));
+        CHECK(d.n == 2 && d.labels[1] == 3, "gz csv: n %d", d.n);
+        cl_digits_free(&d);
+    }
+#endif
+
+    struct { const char *tail, *what, *needle; } bad[] = {
+        {"1\n5,5\n", "too few fields", "line 2"},
+        {"1\n%s1,2\n", "too many fields", "line 2"},
+        {"x\n", "a label that is not a number", "line 1"},
+        {"10\n", "label 10", "line 1"},
+        {"2.5\n", "label 2.5", "line 1"},
+        {"-1\n", "negative label", "line 1"},
+    };
+    for (size_t c = 0; c < sizeof bad / sizeof bad[0]; c++) {
+        char text[2000];
+        if (strstr(bad[c].tail, "%s")) {
+            char t2[900];
+            snprintf(t2, sizeof t2, "%s", row);
+            snprintf(text, sizeof text, "%s1\n%s1,2\n", row, t2);
+        } else {
+            snprintf(text, sizeof text, "%s%s", row, bad[c].tail);
+        }
+        write_text(tmp_path("bad.csv"), text);
+        cl_status s = cl_digits_load(tmp_path("bad.csv"), &d);
+        CHECK(s == CL_ERR_FORMAT, "%s: got %s", bad[c].what, cl_status_name(s));
+        CHECK(strstr(cl_last_error(), "bad.csv") && strstr(cl_last_error(), bad[c].needle),
+              "%s: message: %s", bad[c].what, cl_last_error());
+        CHECK(d.images == NULL && d.n == 0, "%s: a failed load leaves an empty result", bad[c].what);
+    }
+    char px[900];
+    snprintf(px, sizeof px, "17,%s", row + 2); /* first pixel 17 */
+    snprintf(px + strlen(px), sizeof px - strlen(px), "1\n");
+    write_text(tmp_path("px.csv"), px);
+    CHECK(cl_digits_load(tmp_path("px.csv"), &d) == CL_ERR_FORMAT, "pixel 17 accepted");
+    CHECK(strstr(cl_last_error(), "0..16") != NULL, "message: %s", cl_last_error());
+    write_text(tmp_path("empty.csv"), "\n\n");
+    CHECK(cl_digits_load(tmp_path("empty.csv"), &d) == CL_ERR_FORMAT, "empty csv accepted");
+    CHECK(cl_digits_load(tmp_path("none.csv"), &d) == CL_ERR_IO, "missing csv must be an I/O error");
+#ifdef CL_HAVE_ZLIB
+    /* a corrupted .gz: valid header, garbage body */
+    write_bytes(tmp_path("bad.csv.gz"), "\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03garbagegarbage", 24);
+    cl_status s = cl_digits_load(tmp_path("bad.csv.gz"), &d);
+    CHECK(s == CL_ERR_FORMAT, "corrupted gzip: got %s", cl_status_name(s));
+    /* a truncated .gz must not pass for a shorter file */
+    char *gz;
+    size_t gzlen;
+    CHECK_OK(cl_read_file(tmp_path("two.csv.gz"), &gz, &gzlen));
+    if (gz) {
+        write_bytes(tmp_path("cut.csv.gz"), gz, gzlen - 10);
+        s = cl_digits_load(tmp_path("cut.csv.gz"), &d);
+        CHECK(s == CL_ERR_FORMAT && strstr(cl_last_error(), "cut.csv.gz"), "truncated gzip: got %s: %s",
+              cl_status_name(s), cl_last_error());
+        free(gz);
+    }
+#endif
+}
+
+/* ---- cl_read_file -------------------------------------------------------------- */
+
+static void test_read_file(void)
+{
+    char data[10000];
+    for (int i = 0; i < 10000; i++) data[i] = (char)(i * 13 % 251 + 1);
+    data[5000] = 0;
+    write_bytes(tmp_path("f.bin"), data, sizeof data);
+    char *s;
+    size_t n;
+    CHECK_OK(cl_read_file(tmp_path("f.bin"), &s, &n));
+    CHECK(n == sizeof data && s && memcmp(s, data, n) == 0 && s[n] == 0, "read back %zu bytes", n);
+    free(s);
+    write_bytes(tmp_path("e.bin"), "", 0);
+    CHECK_OK(cl_read_file(tmp_path("e.bin"), &s, &n));
+    CHECK(n == 0 && s && s[0] == 0, "empty file");
+    free(s);
+    CHECK(cl_read_file(tmp_path("nope"), &s, &n) == CL_ERR_IO && s == NULL, "missing file");
+    CHECK(strstr(cl_last_error(), "nope") != NULL, "message: %s", cl_last_error());
+    CHECK(cl_read_file(tmpdir, &s, &n) == CL_ERR_IO && s == NULL, "a directory must be refused");
+    if (file_exists("/proc/self/status")) { /* size 0 in stat, content when read */
+        CHECK_OK(cl_read_file("/proc/self/status", &s, &n));
+        CHECK(n > 0 && strstr(s, "Name:") != NULL, "/proc file read as %zu bytes", n);
+        free(s);
+    }
+}
+
+static void remove_tree(const char *dir)
+{
+    char cmd[200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+}
+
+int main(void)
+{
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/cleave-test-data.XXXXXX");
+    if (!mkdtemp(tmpdir)) {
+        perror("mkdtemp");
+        return 1;
+    }
+    find_data();
+    test_byte_tokenizer();
+    test_gpt2_small();
+    test_gpt2_real();
+    test_tokens();
+    test_digits();
+    test_read_file();
+    remove_tree(tmpdir);
+    return cl_test_report("test_data");
+}
