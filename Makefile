@@ -22,15 +22,24 @@ LDLIBS  = -lm -pthread
 have = $(shell printf '#include <$(1)>\nint main(void){return 0;}\n' | $(CC) -x c - -o /dev/null $(2) 2>/dev/null && echo yes || echo no)
 HAVE_DNNL := $(call have,oneapi/dnnl/dnnl.h,-ldnnl)
 HAVE_ZLIB := $(call have,zlib.h,-lz)
-HAVE_MPI  := $(shell command -v mpicc >/dev/null 2>&1 && echo yes || echo no)
+# MPI (OpenMPI's mpicc --showme); `make MPI=0` builds without it.
+ifeq ($(MPI),0)
+HAVE_MPI  := no
+else
+HAVE_MPI  := $(shell command -v mpicc >/dev/null 2>&1 && mpicc --showme:compile >/dev/null 2>&1 && echo yes || echo no)
+endif
 
 ifeq ($(HAVE_DNNL),yes)
 CFLAGS += -DCL_HAVE_DNNL
-LDLIBS += -ldnnl
+LDLIBS += -ldnnl -lgomp
 endif
 ifeq ($(HAVE_ZLIB),yes)
 CFLAGS += -DCL_HAVE_ZLIB
 LDLIBS += -lz
+endif
+ifeq ($(HAVE_MPI),yes)
+CFLAGS += -DCL_HAVE_MPI $(shell mpicc --showme:compile)
+LDLIBS += $(shell mpicc --showme:link)
 endif
 
 LIB_SRC  := $(sort $(wildcard src/*/*.c))
@@ -49,7 +58,7 @@ HDRS     := $(wildcard include/cleave/*.h src/*/*.h tests/common/*.h)
 all: config $(BUILD)/cleave $(TEST_BIN) $(EX_BIN) $(BENCH_BIN)
 
 config:
-	@echo "cleave build ($(BUILD)): oneDNN: $(HAVE_DNNL), zlib: $(HAVE_ZLIB), MPI: $(HAVE_MPI) (not used yet), sanitizers: $(if $(filter 1,$(SAN)),yes,no)"
+	@echo "cleave build ($(BUILD)): oneDNN: $(HAVE_DNNL), zlib: $(HAVE_ZLIB), MPI: $(HAVE_MPI), sanitizers: $(if $(filter 1,$(SAN)),yes,no)"
 
 $(BUILD)/obj/%.o: src/%.c $(HDRS)
 	@mkdir -p $(dir $@)

@@ -1,7 +1,9 @@
 /* The cleave command: train, eval, generate. The only place that exits.
  * Exit status: 0 success, 2 bad input (flags, files, sizes, caps), 1 failure. */
 #include "args.h"
+#include "cleave/comm.h"
 #include "cleave/kernels.h"
+#include "cleave/mesh.h"
 #include "cleave/train.h"
 
 #include <math.h>
@@ -9,6 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+int cleave_cmd_mesh(int argc, char **argv); /* cli/mesh_cmd.c */
 
 #define NFLAGS(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
@@ -49,7 +53,27 @@ static const cli_flag train_flags[] = {
     {"prompt", "", 1, "prompt for the final sample (default \"And God said\")"},
     {"temperature", "", 1, "sampling temperature (default 0.8)"},
     {"top-k", "", 1, "sample from the k most likely tokens (default 40, 0 = all)"},
+    {"ranks", "", 1, "ranks to run as threads in this process (default: the product of --dp --tp --pp)"},
+    {"threads", "", 1, "GEMM threads per rank (default: this process's cores shared among its ranks)"},
+    {"comm", "", 1, "communicator backend: threads (default) or mpi (start with mpirun -np N)"},
+    {"dp", "", 1, "data-parallel replicas (default: world / (tp * pp))"},
+    {"tp", "", 1, "tensor-parallel ranks (default 1)"},
+    {"pp", "", 1, "pipeline stages (default 1)"},
+    {"data-parallel-size", "", 1, "same as --dp"},
+    {"tensor-model-parallel-size", "", 1, "same as --tp"},
+    {"pipeline-model-parallel-size", "", 1, "same as --pp"},
+    {"bucket-size", "", 1, "gradient all-reduce bucket, e.g. 25MiB (default 25MiB)"},
+    {"comm-timeout", "", 1, "seconds a rank waits for a peer before the run fails (default 300)"},
 };
+
+/* The mesh of a run; tensor and pipeline parallelism are later issues' work. */
+static cl_status check_mesh(cl_mesh *m, int world, int dp, int tp, int pp) {
+    /* tp and pp default to 1; dp, when not given, takes the rest of the world */
+    CL_TRY(cl_mesh_init(m, world, dp, tp ? tp : 1, pp ? pp : 1));
+    if (m->tp > 1) return cl_error(CL_ERR_UNSUPPORTED, "--tp %d: tensor parallelism is not built yet (use --dp)", m->tp);
+    if (m->pp > 1) return cl_error(CL_ERR_UNSUPPORTED, "--pp %d: pipeline parallelism is not built yet (use --dp)", m->pp);
+    return CL_OK;
+}
 
 static cl_status parse_model(const cli_args *a, cl_model_config *mc, int *seq_len) {
     const char *name = cli_get(a, "model");
@@ -155,117 +179,203 @@ static void progress(const cl_step_stats *st, int total, double gflops, int tty)
     fflush(stdout);
 }
 
+/* Everything a training run needs, shared read-only by every rank. */
+typedef struct {
+    cl_train_config c;
+    cl_mesh mesh;
+    int steps, end, log_every, eval_every, save_every, sample_tokens, topk;
+    float temperature;
+    const char *save, *resume, *log_path, *prompt, *comm_name;
+    int gb_given;
+    int threads; /* GEMM threads per rank; 0: derive from cores and ranks */
+} train_job;
+
+/* Default threads per rank: the cores this process may use shared among the
+ * ranks it holds. Under mpirun a process bound to cores (its affinity mask
+ * smaller than the machine) owns those; unbound, the machine's cores are
+ * shared among the ranks on this node. */
+static int default_threads(int ranks_here) {
+    int cores = cl_cores_available();
+    long online = sysconf(_SC_NPROCESSORS_ONLN);
+    const char *local = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+    if (local && atoi(local) > 0) {
+        if (online > 0 && cores < online) return cores;
+        ranks_here = atoi(local);
+    }
+    int t = cores / (ranks_here > 0 ? ranks_here : 1);
+    return t > 0 ? t : 1;
+}
+
+/* The rank program: the same on every rank, threads or MPI. Rank 0 of the
+ * world logs, evaluates, checkpoints and samples; every rank trains. */
+static cl_status train_rank(cl_comm *world, void *arg) {
+    const train_job *j = arg;
+    cl_train_config c = j->c;
+    int rank = world ? cl_comm_rank(world) : 0;
+    int lead = rank == 0;
+    cl_comm *dp = NULL;
+    cl_set_threads(j->threads);
+    cl_status s = CL_OK;
+    if (world && cl_comm_size(world) > 1) {
+        s = cl_comm_split(world, cl_mesh_group_index(&j->mesh, CL_AXIS_DP, rank), rank, &dp);
+        if (s) return s;
+        c.dp_comm = dp;
+    }
+    cl_trainer *t = NULL;
+    /* rank 0 tokenizes and caches the corpus first; the others then read the cache */
+    if (lead) s = cl_trainer_create(&t, &c);
+    if (!s && world) s = cl_comm_barrier(world);
+    if (!s && !lead) s = cl_trainer_create(&t, &c);
+    if (!s && j->resume) s = cl_trainer_resume(t, j->resume);
+    FILE *log = NULL;
+    if (!s && lead && j->log_path && !(log = fopen(j->log_path, j->resume ? "a" : "w")))
+        s = cl_error(CL_ERR_IO, "--log-file %s: cannot open for writing", j->log_path);
+    if (!s && lead) {
+        print_header(t);
+        if (world) printf("ranks: %d (%s backend), mesh dp %d x tp %d x pp %d; per-rank memory as above\n", cl_comm_size(world),
+                          cl_comm_backend(world), j->mesh.dp, j->mesh.tp, j->mesh.pp);
+        printf("threads per rank: %d\n", j->threads);
+        if (j->resume) printf("resumed from %s at step %d\n", j->resume, cl_trainer_steps_done(t));
+        fflush(stdout);
+    }
+    int tty = lead && isatty(fileno(stdout));
+    while (!s && cl_trainer_steps_done(t) < j->end) {
+        cl_step_stats st;
+        if ((s = cl_trainer_step(t, &st))) break;
+        int last = st.step == j->end;
+        if (!lead) continue;
+        double gflops = st.flops / (st.seconds > 0 ? st.seconds : 1e-9) / 1e9;
+        if (st.step % j->log_every == 0 || last || st.step == 1) progress(&st, j->steps, gflops, tty);
+        if (log) json_line(log, &st);
+        if ((j->eval_every && st.step % j->eval_every == 0) || last) {
+            double vl;
+            if ((s = cl_trainer_eval(t, &vl))) break;
+            printf("%sstep %d: validation loss %.4f\n", tty ? "\n" : "", st.step, vl);
+            if (log) fprintf(log, "{\"step\": %d, \"val_loss\": %.17g}\n", st.step, vl);
+        }
+        if (j->save && ((j->save_every && st.step % j->save_every == 0) || last)) {
+            if ((s = cl_trainer_save(t, j->save))) break;
+            if (!last || j->save_every) printf("%ssaved %s at step %d\n", tty ? "\n" : "", j->save, st.step);
+        }
+    }
+    if (tty) printf("\n");
+    if (!s && lead) {
+        char mem[64];
+        printf("peak device memory%s: %s\n", world ? " (rank 0)" : "", cl_format_bytes(cl_device_peak_total(cl_trainer_device(t)), mem, sizeof mem));
+        if (j->save) printf("checkpoint: %s\n", j->save);
+    }
+    if (!s && lead && j->sample_tokens > 0 && c.model.kind == CL_MODEL_GPT) {
+        cl_model *m = cl_trainer_model(t);
+        cl_acts acts;
+        printf("sample:\n");
+        if (!(s = cl_acts_create(m, 1, &acts))) {
+            s = print_sample(m, &acts, cl_trainer_tokenizer(t), j->prompt, j->sample_tokens, j->temperature, j->topk, c.seed);
+            cl_acts_destroy(m, &acts);
+        }
+    }
+    fflush(stdout);
+    if (log) fclose(log);
+    cl_trainer_destroy(t);
+    cl_comm_free(dp);
+    return s;
+}
+
+/* Under MPI the world's size is known only inside the ranks. */
+static cl_status train_rank_mpi(cl_comm *world, void *arg) {
+    train_job *j = arg;
+    CL_TRY(check_mesh(&j->mesh, cl_comm_size(world), j->mesh.dp, j->mesh.tp, j->mesh.pp));
+    if (!j->gb_given) j->c.global_batch = j->c.micro_batch * j->mesh.dp;
+    if (!j->threads) j->threads = default_threads(1);
+    return train_rank(cl_comm_size(world) > 1 ? world : NULL, j);
+}
+
 static int cmd_train(int argc, char **argv) {
     cli_args a;
     cl_status s = cli_parse(&a, train_flags, NFLAGS(train_flags), argc, argv, 2);
     if (s) return cli_fail(s);
     if (cli_get(&a, "help")) {
-        cli_print_help("usage: cleave train [--model M] [--steps N] [--lr X] [--data FILE] [flags]\n\n"
-                       "Trains a model on one device and prints each step; at the end reports validation\n"
-                       "loss and prints a generated sample.",
+        cli_print_help("usage: cleave train [--model M] [--steps N] [--lr X] [--data FILE] [flags]\n"
+                       "       cleave train --ranks N --dp N ...            (N ranks as threads in this process)\n"
+                       "       mpirun -np N cleave train --comm mpi ...     (one rank per MPI process)\n\n"
+                       "Trains a model and prints each step; at the end reports validation loss and prints\n"
+                       "a generated sample.",
                        train_flags, NFLAGS(train_flags));
         return 0;
     }
-    cl_train_config c;
-    cl_train_config_default(&c);
-    int steps = c.steps, stop_after = 0, log_every = 1, eval_every = 0, save_every = 0, sample_tokens = 200, topk = 40;
-    float temperature = 0.8f;
-    if ((s = parse_model(&a, &c.model, &c.seq_len))) return cli_fail(s);
-    if (c.model.kind != CL_MODEL_GPT) c.data = "data/digits.csv.gz";
-    int gb_given = cli_get(&a, "global-batch-size") != NULL;
-    if ((s = cli_int(&a, "steps", &steps, 1, 1 << 30)) || (s = cli_float(&a, "lr", &c.lr.lr, 1e-12, 10)) ||
-        (s = cli_int(&a, "micro-batch-size", &c.micro_batch, 1, 1 << 20)) ||
-        (s = cli_int(&a, "global-batch-size", &c.global_batch, 1, 1 << 30)) || (s = cli_u64(&a, "seed", &c.seed)) ||
-        (s = cli_float(&a, "weight-decay", &c.adamw.weight_decay, 0, 10)) || (s = cli_float(&a, "beta1", &c.adamw.beta1, 0, 0.999999)) ||
-        (s = cli_float(&a, "beta2", &c.adamw.beta2, 0, 0.99999999)) || (s = cli_float(&a, "eps", &c.adamw.eps, 0, 1)) ||
-        (s = cli_float(&a, "grad-clip", &c.adamw.grad_clip, 0, 1e9)) || (s = cli_bytes(&a, "device-memory", &c.device_memory)) ||
-        (s = cli_int(&a, "eval-every", &eval_every, 1, 1 << 30)) || (s = cli_int(&a, "eval-batches", &c.eval_batches, 0, 1 << 30)) ||
-        (s = cli_int(&a, "log-every", &log_every, 1, 1 << 30)) || (s = cli_int(&a, "stop-after", &stop_after, 1, 1 << 30)) || (s = cli_int(&a, "save-every", &save_every, 1, 1 << 30)) ||
-        (s = cli_int(&a, "sample-tokens", &sample_tokens, 0, 1 << 20)) || (s = cli_int(&a, "top-k", &topk, 0, 1 << 30)) ||
-        (s = cli_float(&a, "temperature", &temperature, 0, 100)))
+    train_job j;
+    memset(&j, 0, sizeof j);
+    cl_train_config *c = &j.c;
+    cl_train_config_default(c);
+    j.steps = c->steps;
+    j.log_every = 1;
+    j.sample_tokens = 200;
+    j.topk = 40;
+    j.temperature = 0.8f;
+    int stop_after = 0, ranks = 0, dp = 0, tp = 0, pp = 0;
+    float timeout = 300;
+    if ((s = parse_model(&a, &c->model, &c->seq_len))) return cli_fail(s);
+    if (c->model.kind != CL_MODEL_GPT) c->data = "data/digits.csv.gz";
+    int gb_given = j.gb_given = cli_get(&a, "global-batch-size") != NULL;
+    if ((s = cli_int(&a, "steps", &j.steps, 1, 1 << 30)) || (s = cli_float(&a, "lr", &c->lr.lr, 1e-12, 10)) ||
+        (s = cli_int(&a, "micro-batch-size", &c->micro_batch, 1, 1 << 20)) ||
+        (s = cli_int(&a, "global-batch-size", &c->global_batch, 1, 1 << 30)) || (s = cli_u64(&a, "seed", &c->seed)) ||
+        (s = cli_float(&a, "weight-decay", &c->adamw.weight_decay, 0, 10)) || (s = cli_float(&a, "beta1", &c->adamw.beta1, 0, 0.999999)) ||
+        (s = cli_float(&a, "beta2", &c->adamw.beta2, 0, 0.99999999)) || (s = cli_float(&a, "eps", &c->adamw.eps, 0, 1)) ||
+        (s = cli_float(&a, "grad-clip", &c->adamw.grad_clip, 0, 1e9)) || (s = cli_bytes(&a, "device-memory", &c->device_memory)) ||
+        (s = cli_int(&a, "eval-every", &j.eval_every, 1, 1 << 30)) || (s = cli_int(&a, "eval-batches", &c->eval_batches, 0, 1 << 30)) ||
+        (s = cli_int(&a, "log-every", &j.log_every, 1, 1 << 30)) || (s = cli_int(&a, "stop-after", &stop_after, 1, 1 << 30)) ||
+        (s = cli_int(&a, "save-every", &j.save_every, 1, 1 << 30)) ||
+        (s = cli_int(&a, "sample-tokens", &j.sample_tokens, 0, 1 << 20)) || (s = cli_int(&a, "top-k", &j.topk, 0, 1 << 30)) ||
+        (s = cli_float(&a, "temperature", &j.temperature, 0, 100)) || (s = cli_int(&a, "ranks", &ranks, 1, 4096)) ||
+        (s = cli_int(&a, "dp", &dp, 1, 4096)) || (s = cli_int(&a, "tp", &tp, 1, 4096)) || (s = cli_int(&a, "pp", &pp, 1, 4096)) ||
+        (s = cli_int(&a, "data-parallel-size", &dp, 1, 4096)) || (s = cli_int(&a, "tensor-model-parallel-size", &tp, 1, 4096)) ||
+        (s = cli_int(&a, "pipeline-model-parallel-size", &pp, 1, 4096)) ||
+        (s = cli_bytes(&a, "bucket-size", &c->bucket_bytes)) || (s = cli_float(&a, "comm-timeout", &timeout, 0.1, 1e7)) ||
+        (s = cli_int(&a, "threads", &j.threads, 1, 4096)))
         return cli_fail(s);
-    if (!gb_given) c.global_batch = c.micro_batch;
-    c.steps = steps;
-    c.lr.steps = steps;
-    c.lr.min_lr = c.lr.lr / 10;
-    c.lr.warmup = steps / 10;
-    if ((s = cli_float(&a, "min-lr", &c.lr.min_lr, 0, 10)) || (s = cli_int(&a, "warmup", &c.lr.warmup, 0, 1 << 30)))
+    if (!gb_given) c->global_batch = c->micro_batch * (dp ? dp : ranks ? ranks : 1);
+    c->steps = j.steps;
+    c->lr.steps = j.steps;
+    c->lr.min_lr = c->lr.lr / 10;
+    c->lr.warmup = j.steps / 10;
+    if ((s = cli_float(&a, "min-lr", &c->lr.min_lr, 0, 10)) || (s = cli_int(&a, "warmup", &c->lr.warmup, 0, 1 << 30)))
         return cli_fail(s);
-    if (cli_get(&a, "data")) c.data = cli_get(&a, "data");
-    if (cli_get(&a, "tokenizer")) c.tokenizer = cli_get(&a, "tokenizer");
-    if (cli_get(&a, "tokenizer-dir")) c.tokenizer_dir = cli_get(&a, "tokenizer-dir");
-    if (!strcmp(c.tokenizer, "gpt2") && !cli_get(&a, "vocab") && c.model.kind == CL_MODEL_GPT && c.model.vocab < 50257) {
-        c.model.vocab = 50257;
-        snprintf(c.model.name, sizeof c.model.name, "custom");
+    j.end = stop_after && stop_after < j.steps ? stop_after : j.steps;
+    if (cli_get(&a, "data")) c->data = cli_get(&a, "data");
+    if (cli_get(&a, "tokenizer")) c->tokenizer = cli_get(&a, "tokenizer");
+    if (cli_get(&a, "tokenizer-dir")) c->tokenizer_dir = cli_get(&a, "tokenizer-dir");
+    if (!strcmp(c->tokenizer, "gpt2") && !cli_get(&a, "vocab") && c->model.kind == CL_MODEL_GPT && c->model.vocab < 50257) {
+        c->model.vocab = 50257;
+        snprintf(c->model.name, sizeof c->model.name, "custom");
     }
-    const char *save = cli_get(&a, "save"), *resume = cli_get(&a, "resume"), *log_path = cli_get(&a, "log-file");
-    const char *prompt = cli_get(&a, "prompt") ? cli_get(&a, "prompt") : "And God said";
-    FILE *log = NULL;
-    cl_trainer *t;
-    if ((s = cl_trainer_create(&t, &c))) return cli_fail(s);
-    if (resume && (s = cl_trainer_resume(t, resume))) {
-        cl_trainer_destroy(t);
-        return cli_fail(s);
+    j.save = cli_get(&a, "save");
+    j.resume = cli_get(&a, "resume");
+    j.log_path = cli_get(&a, "log-file");
+    j.prompt = cli_get(&a, "prompt") ? cli_get(&a, "prompt") : "And God said";
+    j.comm_name = cli_get(&a, "comm") ? cli_get(&a, "comm") : "threads";
+    cl_launch_opts lo = {.timeout_s = timeout};
+    int use_mpi = !strcmp(j.comm_name, "mpi");
+    if (!use_mpi && strcmp(j.comm_name, "threads"))
+        return cli_fail(cl_error(CL_ERR_INVALID, "unknown --comm '%s' (threads or mpi)", j.comm_name));
+    if (use_mpi && !cl_mpi_available())
+        return cli_fail(cl_error(CL_ERR_UNSUPPORTED, "--comm mpi: this cleave was built without MPI (install libopenmpi-dev and rebuild)"));
+    if (use_mpi) {
+        /* the world's size comes from mpirun; the mesh is checked inside each rank */
+        j.mesh.world = 0;
+        j.mesh.dp = dp;
+        j.mesh.tp = tp;
+        j.mesh.pp = pp;
+        if (ranks) fprintf(stderr, "cleave: note: --ranks is ignored with --comm mpi (mpirun -np sets the world)\n");
+        s = cl_launch_mpi(&argc, &argv, train_rank_mpi, &j, &lo);
+        return s ? cli_fail(s) : 0;
     }
-    if (log_path && !(log = fopen(log_path, resume ? "a" : "w"))) {
-        cl_trainer_destroy(t);
-        fprintf(stderr, "cleave: error: --log-file %s: cannot open for writing\n", log_path);
-        return 2;
-    }
-    print_header(t);
-    if (resume) printf("resumed from %s at step %d\n", resume, cl_trainer_steps_done(t));
-    int tty = isatty(fileno(stdout));
-    int rc = 0;
-    int end = stop_after && stop_after < steps ? stop_after : steps;
-    while (cl_trainer_steps_done(t) < end) {
-        cl_step_stats st;
-        if ((s = cl_trainer_step(t, &st))) {
-            if (tty) printf("\n");
-            rc = cli_fail(s);
-            break;
-        }
-        double gflops = st.flops / (st.seconds > 0 ? st.seconds : 1e-9) / 1e9;
-        if (st.step % log_every == 0 || st.step == steps || st.step == 1) progress(&st, steps, gflops, tty);
-        if (log) json_line(log, &st);
-        int last = st.step == end;
-        if ((eval_every && st.step % eval_every == 0) || last) {
-            double vl;
-            if ((s = cl_trainer_eval(t, &vl))) {
-                rc = cli_fail(s);
-                break;
-            }
-            printf("%sstep %d: validation loss %.4f\n", tty ? "\n" : "", st.step, vl);
-            if (log) fprintf(log, "{\"step\": %d, \"val_loss\": %.17g}\n", st.step, vl);
-        }
-        if (save && ((save_every && st.step % save_every == 0) || last)) {
-            if ((s = cl_trainer_save(t, save))) {
-                rc = cli_fail(s);
-                break;
-            }
-            if (!last || save_every) printf("%ssaved %s at step %d\n", tty ? "\n" : "", save, st.step);
-        }
-    }
-    if (!rc) {
-        cl_device *dev = cl_trainer_device(t);
-        char mem[512];
-        printf("peak device memory: %s\n", cl_format_bytes(cl_device_peak_total(dev), mem, sizeof mem));
-        if (save) printf("checkpoint: %s\n", save);
-    }
-    if (!rc && sample_tokens > 0 && c.model.kind == CL_MODEL_GPT) {
-        cl_model *m = cl_trainer_model(t);
-        cl_acts acts;
-        printf("sample:\n");
-        if ((s = cl_acts_create(m, 1, &acts)) || (s = print_sample(m, &acts, cl_trainer_tokenizer(t), prompt, sample_tokens,
-                                                                    temperature, topk, c.seed))) {
-            rc = cli_fail(s);
-        }
-        cl_acts_destroy(m, &acts);
-    }
-    if (log) fclose(log);
-    cl_trainer_destroy(t);
-    return rc;
+    if (!ranks) ranks = (dp ? dp : 1) * (tp ? tp : 1) * (pp ? pp : 1);
+    if ((s = check_mesh(&j.mesh, ranks, dp, tp, pp))) return cli_fail(s);
+    if (!j.threads) j.threads = default_threads(ranks);
+    if (ranks == 1) s = train_rank(NULL, &j);
+    else s = cl_launch_threads(ranks, train_rank, &j, &lo);
+    return s ? cli_fail(s) : 0;
 }
-
 
 static const cli_flag eval_flags[] = {
     {"help", "h", 0, "show this help"},
@@ -367,7 +477,9 @@ static void usage(FILE *f) {
                "Commands:\n"
                "  train      train a model (GPT-2 family, MLP, CNN) and print each step\n"
                "  eval       mean next-token loss of a checkpoint on a text file\n"
-               "  generate   continue a prompt with a checkpoint\n\n"
+               "  generate   continue a prompt with a checkpoint\n"
+               "  mesh       print the dp x tp x pp mesh and its groups\n"
+               "  version    print the version and the optional parts built in\n\n"
                "'cleave COMMAND --help' lists each command's flags.\n");
 }
 
@@ -380,10 +492,15 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "train")) return cmd_train(argc, argv);
     if (!strcmp(cmd, "eval")) return cmd_eval(argc, argv);
     if (!strcmp(cmd, "generate")) return cmd_generate(argc, argv);
+    if (!strcmp(cmd, "mesh")) return cleave_cmd_mesh(argc, argv);
+    if (!strcmp(cmd, "--version") || !strcmp(cmd, "version")) {
+        printf("cleave 0.1 (gemm: %s, mpi: %s)\n", cl_gemm_backend(), cl_mpi_available() ? "yes" : "no");
+        return 0;
+    }
     if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h") || !strcmp(cmd, "help")) {
         usage(stdout);
         return 0;
     }
-    fprintf(stderr, "cleave: error: unknown command '%s' (train, eval, generate)\n", cmd);
+    fprintf(stderr, "cleave: error: unknown command '%s' (train, eval, generate, mesh)\n", cmd);
     return 2;
 }

@@ -36,6 +36,14 @@ void cl_gemm_ref(int ta, int tb, int M, int N, int K, float alpha,
 const char *cl_gemm_backend(void); /* "onednn" or "reference" */
 /* Forces cl_gemm onto cl_gemm_ref (tests); returns the previous setting. */
 int cl_gemm_force_reference(int on);
+/* Threads the calling thread's GEMMs may use (oneDNN's OpenMP pool). The
+ * setting belongs to the calling thread, so each rank thread sets its own.
+ * The count changes how a product is blocked and so its last bits: ranks
+ * that must agree bitwise (threads vs MPI) run with the same count. */
+void cl_set_threads(int n);
+int cl_threads(void);
+/* Cores this process may run on (its CPU affinity mask), at least 1. */
+int cl_cores_available(void);
 
 /* ---- linear: out[N,OC] = in[N,IC] @ w[IC,OC] + b[OC] (b may be NULL) ---- */
 void cl_linear_forward(float *out, const float *in, const float *w, const float *b,

@@ -44,6 +44,8 @@ void cl_grad_clip(cl_model *m, double norm, float clip);
 /* One AdamW step over every parameter; decay only where the spec says. */
 void cl_optimizer_step(cl_optimizer *o, cl_model *m, float lr);
 
+typedef struct cl_comm cl_comm;
+
 typedef struct {
     cl_model_config model;
     int seq_len;            /* GPT tokens per sample; 0 = model's context */
@@ -58,6 +60,14 @@ typedef struct {
     const char *tokenizer;  /* "byte" or "gpt2" */
     const char *tokenizer_dir; /* for gpt2: encoder.json and vocab.bpe */
     int eval_batches;       /* validation windows per evaluation (0 = all) */
+    /* Data parallelism: the replicas' communicator (NULL or size 1: one
+     * replica). Replica r of d takes samples [r*G/d, (r+1)*G/d) of each
+     * step's global batch; gradients are summed across replicas in buckets
+     * of about bucket_bytes, each launched (non-blocking) as soon as the last
+     * micro-batch's backward has finished its units, so communication
+     * overlaps the rest of the backward pass. */
+    cl_comm *dp_comm;
+    size_t bucket_bytes;    /* default 25 MiB */
 } cl_train_config;
 
 /* Defaults: gpt2-tiny, micro 8, global 8, 100 steps, lr 1e-3 to 1e-4 with 10%

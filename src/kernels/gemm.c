@@ -14,11 +14,39 @@
 
 #ifdef CL_HAVE_DNNL
 #include <oneapi/dnnl/dnnl.h>
+#include <omp.h>
 #endif
+#include <sched.h>
+#include <unistd.h>
 
 static atomic_int g_force_reference;
 
 int cl_gemm_force_reference(int on) { return atomic_exchange(&g_force_reference, on ? 1 : 0); }
+
+void cl_set_threads(int n) {
+#ifdef CL_HAVE_DNNL
+    omp_set_num_threads(n < 1 ? 1 : n);
+#else
+    (void)n;
+#endif
+}
+
+int cl_threads(void) {
+#ifdef CL_HAVE_DNNL
+    return omp_get_max_threads();
+#else
+    return 1;
+#endif
+}
+
+int cl_cores_available(void) {
+#ifdef __linux__
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
+#endif
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
+}
 
 const char *cl_gemm_backend(void) {
 #ifdef CL_HAVE_DNNL

@@ -2,6 +2,7 @@
 #ifndef CLEAVE_TRAIN_INTERNAL_H
 #define CLEAVE_TRAIN_INTERNAL_H
 
+#include "cleave/comm.h"
 #include "cleave/train.h"
 
 struct cl_trainer {
@@ -20,6 +21,11 @@ struct cl_trainer {
     int32_t *mb_tokens, *mb_targets; /* device buffers for one micro-batch */
     float *mb_x;
     int step;
+    int dp, dp_rank;           /* replicas and this one's index */
+    int nbuckets;              /* gradient buckets, in backward order */
+    int *bucket_unit;          /* the lowest unit of each bucket: launch after its backward */
+    int64_t *bucket_lo, *bucket_hi; /* float range of the flat gradient buffer */
+    cl_request **bucket_req;
     double step_flops_per_sample;
 };
 

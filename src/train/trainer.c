@@ -33,6 +33,42 @@ void cl_train_config_default(cl_train_config *c) {
     c->tokenizer = "byte";
     c->tokenizer_dir = "data/gpt2";
     c->eval_batches = 16;
+    c->bucket_bytes = 25u << 20;
+}
+
+/* Cuts the units, last to first, into buckets of at least bucket_bytes of
+ * parameters each; a bucket is a contiguous range of the flat buffer because
+ * parameters are laid out in unit order. */
+static cl_status make_buckets(cl_trainer *t) {
+    const cl_model_desc *d = t->desc;
+    int n = d->nunits;
+    t->bucket_unit = calloc((size_t)n, sizeof *t->bucket_unit);
+    t->bucket_lo = calloc((size_t)n, sizeof *t->bucket_lo);
+    t->bucket_hi = calloc((size_t)n, sizeof *t->bucket_hi);
+    t->bucket_req = calloc((size_t)n, sizeof *t->bucket_req);
+    if (!t->bucket_unit || !t->bucket_lo || !t->bucket_hi || !t->bucket_req) return cl_error(CL_ERR_OOM, "cannot allocate gradient buckets");
+    size_t limit = t->cfg.bucket_bytes ? t->cfg.bucket_bytes : 1;
+    int64_t hi = -1;
+    size_t bytes = 0;
+    for (int u = n - 1; u >= 0; u--) {
+        const cl_unit *un = &d->units[u];
+        if (!un->nparams) continue;
+        const cl_param_spec *first = &d->params[un->first_param], *last = &d->params[un->first_param + un->nparams - 1];
+        if (hi < 0) hi = last->offset + last->numel;
+        for (int i = 0; i < un->nparams; i++) bytes += (size_t)d->params[un->first_param + i].numel * sizeof(float);
+        int lowest = 1;
+        for (int v = u - 1; v >= 0; v--)
+            if (d->units[v].nparams) lowest = 0;
+        if (bytes >= limit || lowest) {
+            t->bucket_unit[t->nbuckets] = u;
+            t->bucket_lo[t->nbuckets] = first->offset;
+            t->bucket_hi[t->nbuckets] = hi;
+            t->nbuckets++;
+            hi = -1;
+            bytes = 0;
+        }
+    }
+    return CL_OK;
 }
 
 /* Tokenizes a text file once and caches the tokens beside it as FILE.<tok>.tok. */
@@ -116,9 +152,16 @@ cl_status cl_trainer_create(cl_trainer **out, const cl_train_config *cfg) {
                         cfg->micro_batch);
     if (cfg->steps < 1) return cl_error(CL_ERR_INVALID, "--steps must be positive (got %d)", cfg->steps);
     if (!(cfg->lr.lr > 0)) return cl_error(CL_ERR_INVALID, "--lr must be positive");
+    int dp = cfg->dp_comm ? cl_comm_size(cfg->dp_comm) : 1;
+    if (cfg->global_batch % (cfg->micro_batch * dp))
+        return cl_error(CL_ERR_INVALID,
+                        "--global-batch-size %d must be a multiple of --micro-batch-size %d x %d data-parallel replicas",
+                        cfg->global_batch, cfg->micro_batch, dp);
     cl_trainer *t = calloc(1, sizeof *t);
     if (!t) return cl_error(CL_ERR_OOM, "cannot allocate a trainer");
     t->cfg = *cfg;
+    t->dp = dp;
+    t->dp_rank = cfg->dp_comm ? cl_comm_rank(cfg->dp_comm) : 0;
     cl_status s = cl_model_describe(&cfg->model, cfg->seq_len, &t->desc);
     if (!s) s = load_data(t);
     if (!s) s = cl_device_create_cpu(&t->dev, cfg->device_memory, 0);
@@ -130,6 +173,7 @@ cl_status cl_trainer_create(cl_trainer **out, const cl_train_config *cfg) {
     if (!s) s = cl_device_alloc(t->dev, CL_MEM_WORKSPACE, npos * sizeof(int32_t), (void **)&t->mb_targets);
     if (!s && cfg->model.kind != CL_MODEL_GPT)
         s = cl_device_alloc_f32(t->dev, CL_MEM_WORKSPACE, (size_t)cfg->micro_batch * 64, &t->mb_x);
+    if (!s) s = make_buckets(t);
     if (s) {
         cl_trainer_destroy(t);
         return s;
@@ -160,6 +204,10 @@ void cl_trainer_destroy(cl_trainer *t) {
     cl_tokens_free(&t->tokens);
     cl_digits_free(&t->digits);
     free(t->perm);
+    free(t->bucket_unit);
+    free(t->bucket_lo);
+    free(t->bucket_hi);
+    free(t->bucket_req);
     free(t);
 }
 
@@ -190,22 +238,63 @@ static void fill_train_batch(cl_trainer *t, int64_t k0, int B, cl_microbatch *mb
     mb->targets = t->mb_targets;
 }
 
+/* Backward of the last micro-batch with each bucket's all-reduce launched
+ * as soon as the units it covers are done. */
+static cl_status backward_with_buckets(cl_trainer *t, const cl_microbatch *mb) {
+    cl_model *m = t->model;
+    const cl_model_desc *d = t->desc;
+    const float *dout = NULL;
+    int cur = 0, next_bucket = 0;
+    cl_status s = CL_OK;
+    for (int u = d->nunits - 1; u >= 0 && !s; u--) {
+        float *din = NULL;
+        if (u > 0) {
+            din = m->dbuf[cur];
+            memset(din, 0, (size_t)(d->units[u].in_floats * mb->B) * sizeof(float));
+        }
+        const float *in = u > 0 ? cl_acts_output(m, &t->acts, u - 1) : mb->x;
+        s = cl_unit_backward(m, u, mb, in, &t->acts, dout, din, CL_BWD_ALL);
+        dout = din;
+        cur ^= 1;
+        while (!s && next_bucket < t->nbuckets && t->bucket_unit[next_bucket] == u) {
+            int k = next_bucket++;
+            s = cl_comm_iallreduce(t->cfg.dp_comm, m->grads + t->bucket_lo[k], (size_t)(t->bucket_hi[k] - t->bucket_lo[k]),
+                                   CL_RED_SUM, &t->bucket_req[k]);
+        }
+    }
+    /* wait for every launched bucket, even after an error, so none is left in flight */
+    for (int k = 0; k < next_bucket; k++) {
+        cl_status w = cl_comm_wait(t->cfg.dp_comm, t->bucket_req[k]);
+        t->bucket_req[k] = NULL;
+        if (!s) s = w;
+    }
+    return s;
+}
+
 cl_status cl_trainer_step(cl_trainer *t, cl_step_stats *st) {
     double t0 = cl_now();
     const cl_train_config *c = &t->cfg;
-    int nmicro = c->global_batch / c->micro_batch;
+    int local = c->global_batch / t->dp;
+    int nmicro = local / c->micro_batch;
     int T = t->desc->cfg.kind == CL_MODEL_GPT ? t->desc->T : 1;
     float dloss = (float)(1.0 / ((double)c->global_batch * T));
     cl_model_zero_grads(t->model);
     double loss_sum = 0;
     for (int i = 0; i < nmicro; i++) {
         cl_microbatch mb;
-        fill_train_batch(t, (int64_t)t->step * c->global_batch + (int64_t)i * c->micro_batch, c->micro_batch, &mb);
+        int64_t k0 = (int64_t)t->step * c->global_batch + (int64_t)t->dp_rank * local + (int64_t)i * c->micro_batch;
+        fill_train_batch(t, k0, c->micro_batch, &mb);
         mb.dloss = dloss;
         double ls;
-        CL_TRY(cl_model_forward_backward(t->model, &mb, &t->acts, &ls, 1));
+        if (t->dp > 1 && i == nmicro - 1) {
+            CL_TRY(cl_model_forward_backward(t->model, &mb, &t->acts, &ls, 0));
+            CL_TRY(backward_with_buckets(t, &mb));
+        } else {
+            CL_TRY(cl_model_forward_backward(t->model, &mb, &t->acts, &ls, 1));
+        }
         loss_sum += ls;
     }
+    if (t->dp > 1) CL_TRY(cl_comm_allreduce_f64(c->dp_comm, &loss_sum, 1, CL_RED_SUM));
     double norm = cl_grad_norm(t->model);
     if (!isfinite(norm)) return cl_error(CL_ERR_INVALID, "step %d: the gradient norm is not finite (lower --lr?)", t->step + 1);
     cl_grad_clip(t->model, norm, c->adamw.grad_clip);
@@ -219,7 +308,7 @@ cl_status cl_trainer_step(cl_trainer *t, cl_step_stats *st) {
         st->grad_norm = norm;
         st->seconds = cl_now() - t0;
         st->tokens_per_s = (double)c->global_batch * T / (st->seconds > 0 ? st->seconds : 1e-9);
-        st->flops = t->step_flops_per_sample * c->global_batch;
+        st->flops = t->step_flops_per_sample * local;
         st->peak_bytes = cl_device_peak_total(t->dev);
     }
     return CL_OK;

@@ -1,0 +1,181 @@
+/* cleave communicators: point-to-point and collective operations among the
+ * ranks of a group, and the launchers that start a world of ranks.
+ *
+ * Two backends run the same rank code (SPMD):
+ *
+ *   threads  N ranks as threads of one process (cl_launch_threads); data
+ *            moves through shared memory, read straight out of the other
+ *            ranks' buffers.
+ *   mpi      one rank per MPI process (cl_launch_mpi under mpirun); built
+ *            only when the build found mpicc (CL_HAVE_MPI).
+ *
+ * A rank's function receives its world communicator; cl_comm_split makes
+ * groups (tensor-, data-, pipeline-parallel ...) out of it.
+ *
+ *     static cl_status rank_main(cl_comm *world, void *arg) {
+ *         float g[1000];
+ *         ...compute gradients into g...
+ *         CL_TRY(cl_comm_allreduce(world, g, 1000, CL_RED_AVG));
+ *         return CL_OK;
+ *     }
+ *     cl_launch_opts o = { .timeout_s = 60 };
+ *     cl_status s = cl_launch_threads(8, rank_main, NULL, &o);
+ *
+ * Rules every backend keeps (the contract):
+ *
+ * - Determinism. An all-reduce or reduce-scatter computes each element as
+ *   the left fold in rank order, ((x_0 + x_1) + x_2) + ... + x_{n-1}, in the
+ *   element type (float or double); AVG is that sum divided by n (one
+ *   division, in the element type); MAX keeps x_i when x_i > acc or x_i is
+ *   a NaN (so a NaN anywhere gives NaN). Every rank therefore gets the same
+ *   bits, on every run, for every world size's fixed inputs, and the threads
+ *   and the mpi backend give the same bits for the same inputs (NaN
+ *   payloads aside). (The mpi
+ *   backend does not call MPI_Allreduce, whose order is unspecified; it runs
+ *   a direct reduce-scatter + all-gather over point-to-point messages.)
+ * - Collectives are called by every rank of the communicator, in the same
+ *   order, with the same counts, op and root. The threads backend checks
+ *   counts and ops and fails all ranks with CL_ERR_INVALID on a mismatch;
+ *   the mpi backend cannot always tell and may time out instead.
+ * - A communicator handle belongs to one rank and is used by one thread at
+ *   a time (the library's own progress thread aside).
+ * - Buffers of a pending non-blocking operation are the library's until
+ *   cl_comm_wait (or a cl_comm_test that reports done) returns; every
+ *   request must be waited on (that also frees it).
+ * - Failure. When any rank fails (its function returns an error, or one of
+ *   its waits times out, or an injected fault fires), every other rank's
+ *   pending and later operations return CL_ERR_COMM promptly with a message
+ *   naming the failed rank and what it was doing:
+ *       "rank 3 failed in allreduce: injected fault (CLEAVE_FAULT=rank:3:op:2)".
+ *   On mpi the failing rank prints its message and aborts the job instead
+ *   (MPI_Abort with status 2), so no process is left waiting.
+ * - Timeouts. A wait that lasts longer than the launch's timeout_s fails
+ *   with CL_ERR_COMM naming the rank, the operation and the peer:
+ *       "rank 1: timed out after 5.0 s in recv from rank 0 (tag 7)".
+ *   (Collectives name the ranks they still wait for. On mpi, split has no
+ *   timeout, and a communicator that returned an error must not be used
+ *   again: the launcher aborts the job anyway.)
+ *   (Ranks in messages are world ranks; on a split communicator the
+ *   group rank follows in parentheses.)
+ * - Sizes 0 and 1, primes and counts that the group size does not divide
+ *   all work (chunks are uneven).
+ *
+ * Fault injection, for tests: with the environment variable
+ *     CLEAVE_FAULT="rank:N:op:K"
+ * set when a launcher starts, world rank N fails its K-th (1-based)
+ * operation counted over every communicator of that rank (collectives,
+ * including their i- forms and split, and sends; receives and waits are not
+ * counted) with CL_ERR_COMM "injected fault (CLEAVE_FAULT=...)". In place of
+ * "op" a name (send, allreduce, reduce_scatter, allgather, broadcast,
+ * barrier, split) counts only operations of that kind. An unparsable value
+ * makes the launcher fail with CL_ERR_INVALID. */
+#ifndef CLEAVE_COMM_H
+#define CLEAVE_COMM_H
+
+#include <stddef.h>
+
+#include "cleave/core.h"
+
+typedef struct cl_comm cl_comm;       /* opaque; one per rank per group */
+typedef struct cl_request cl_request; /* opaque handle of a non-blocking op */
+
+typedef enum { CL_RED_SUM = 0, CL_RED_AVG, CL_RED_MAX } cl_redop;
+
+/* Tags are 0..CL_COMM_TAG_MAX (MPI's guaranteed minimum upper bound). */
+#define CL_COMM_TAG_MAX 32767
+
+int cl_comm_rank(const cl_comm *c);
+int cl_comm_size(const cl_comm *c);
+/* This rank's rank in the world the communicator was split from. */
+int cl_comm_world_rank(const cl_comm *c);
+const char *cl_comm_backend(const cl_comm *c); /* "threads" or "mpi" */
+
+/* ---- point-to-point ------------------------------------------------------
+ * Behave like MPI_Send / MPI_Recv on a communicator of their own: messages
+ * from one sender with one tag arrive in the order sent; a receive matches
+ * only a send from `peer` with the same `tag`, and the byte counts must be
+ * equal (else CL_ERR_COMM naming both sizes). A send may block until the
+ * matching receive takes the data: never rely on buffering. (The threads
+ * backend never buffers: a send completes when the receiver has copied the
+ * data, which makes a program that would deadlock on MPI for lack of
+ * buffering deadlock, and time out, on threads too.) peer may equal the
+ * caller's own rank only with non-blocking calls. bytes may be 0. */
+cl_status cl_comm_send(cl_comm *c, const void *buf, size_t bytes, int peer, int tag);
+cl_status cl_comm_recv(cl_comm *c, void *buf, size_t bytes, int peer, int tag);
+/* Behave like MPI_Isend / MPI_Irecv: *req is set on success (NULL on error). */
+cl_status cl_comm_isend(cl_comm *c, const void *buf, size_t bytes, int peer, int tag, cl_request **req);
+cl_status cl_comm_irecv(cl_comm *c, void *buf, size_t bytes, int peer, int tag, cl_request **req);
+/* Behaves like MPI_Wait: blocks until req completes, returns its status and
+ * frees req (on error too). req NULL is CL_OK. */
+cl_status cl_comm_wait(cl_comm *c, cl_request *req);
+/* Behaves like MPI_Test: *done = 1 when req has completed, in which case req
+ * has been freed and its status is returned; *done = 0 leaves it pending
+ * (returns CL_OK). Never blocks for long (on an mpi build without
+ * MPI_THREAD_MULTIPLE it runs a queued collective to completion). */
+cl_status cl_comm_test(cl_comm *c, cl_request *req, int *done);
+
+/* ---- collectives ---------------------------------------------------------
+ * All-reduce in place over count floats (see Determinism above). */
+cl_status cl_comm_allreduce(cl_comm *c, float *buf, size_t count, cl_redop op);
+/* The same, non-blocking: the operation runs on the communicator's progress
+ * thread while the caller computes; non-blocking and blocking collectives of
+ * one communicator execute in issue order. */
+cl_status cl_comm_iallreduce(cl_comm *c, float *buf, size_t count, cl_redop op, cl_request **req);
+/* All-reduce of doubles (losses, norms), the same fold order. */
+cl_status cl_comm_allreduce_f64(cl_comm *c, double *buf, size_t count, cl_redop op);
+/* in holds size * count_per_rank floats; rank r's out (count_per_rank
+ * floats) gets the fold of every rank's in[r*count_per_rank ...]. in and out
+ * must not overlap. */
+cl_status cl_comm_reduce_scatter(cl_comm *c, const float *in, float *out, size_t count_per_rank, cl_redop op);
+cl_status cl_comm_ireduce_scatter(cl_comm *c, const float *in, float *out, size_t count_per_rank, cl_redop op,
+                                  cl_request **req);
+/* out (size * bytes_per_rank) gets every rank's in, in rank order. in may
+ * equal out + rank * bytes_per_rank (in place); otherwise no overlap. */
+cl_status cl_comm_allgather(cl_comm *c, const void *in, void *out, size_t bytes_per_rank);
+cl_status cl_comm_iallgather(cl_comm *c, const void *in, void *out, size_t bytes_per_rank, cl_request **req);
+/* Every rank's buf gets root's bytes. */
+cl_status cl_comm_broadcast(cl_comm *c, void *buf, size_t bytes, int root);
+/* Returns once every rank of c has entered it. */
+cl_status cl_comm_barrier(cl_comm *c);
+
+/* Behaves like MPI_Comm_split: collective over c; ranks giving the same
+ * color >= 0 form one new communicator, ranked by (key, rank in c); a rank
+ * giving a negative color gets *out = NULL. The new communicator has its
+ * own tag space and collective sequence; free it with cl_comm_free. */
+cl_status cl_comm_split(cl_comm *c, int color, int key, cl_comm **out);
+/* Local (not collective). Frees a communicator made by cl_comm_split; the
+ * launchers free the world and any split communicator a rank left behind.
+ * Queued collectives run to completion first; requests nobody waited for
+ * are freed (on threads, unmatched messages are withdrawn). On mpi, a
+ * message request must be waited on before the free. NULL is a no-op. */
+void cl_comm_free(cl_comm *c);
+
+/* ---- launchers ---------------------------------------------------------- */
+typedef cl_status (*cl_rank_fn)(cl_comm *world, void *arg);
+
+typedef struct {
+    double timeout_s; /* a wait longer than this fails; 0 means the default, 300 */
+} cl_launch_opts;
+
+/* Runs fn(world, arg) on nranks threads of this process (1 <= nranks <=
+ * 4096; o may be NULL). Returns CL_OK if every rank returned CL_OK, else the
+ * status of the first failure, with the message "rank R failed[ in OP]: MSG"
+ * naming the failed rank and its error. Always joins every rank. */
+cl_status cl_launch_threads(int nranks, cl_rank_fn fn, void *arg, const cl_launch_opts *o);
+
+/* One rank per MPI process: MPI_Init_thread (asking for
+ * MPI_THREAD_MULTIPLE, unless MPI is already initialized) .. fn(world, arg)
+ * .. MPI_Finalize (only if it initialized MPI). A failing rank prints
+ * "cleave: rank R failed[ in OP]: MSG" (or "cleave: MSG" when MSG starts
+ * by naming rank R, as timeouts do) to stderr and calls
+ * MPI_Abort(MPI_COMM_WORLD, 2), so the others never hang; a killed process
+ * makes mpirun end the job. Without MPI_THREAD_MULTIPLE, non-blocking
+ * collectives run when waited on (no overlap). Returns CL_OK, or
+ * CL_ERR_UNSUPPORTED with a clear message when built without MPI, or when
+ * MPI cannot be initialized (or was finalized). Call it once per process. */
+cl_status cl_launch_mpi(int *argc, char ***argv, cl_rank_fn fn, void *arg, const cl_launch_opts *o);
+
+/* 1 if this build has the mpi backend. */
+int cl_mpi_available(void);
+
+#endif

@@ -1,0 +1,86 @@
+/* cleave device mesh: how a world of ranks is arranged as dp x tp x pp, and
+ * which ranks form each communication group. Pure arithmetic: no state, no
+ * communication, no allocation.
+ *
+ * Rank order is Megatron-LM's default: tensor-parallel fastest, then data,
+ * then pipeline,
+ *
+ *     rank = tp_i + tp * (dp_i + dp * pp_i).
+ *
+ * So the tp ranks of one layer shard are neighbours (on one machine, where
+ * their frequent all-reduces are cheap) and the pipeline stages are furthest
+ * apart. For 8 ranks, dp 2 x tp 2 x pp 2:
+ *
+ *     tensor-parallel groups:   [0, 1] [2, 3] [4, 5] [6, 7]
+ *     data-parallel groups:     [0, 2] [1, 3] [4, 6] [5, 7]
+ *     pipeline-parallel groups: [0, 4] [1, 5] [2, 6] [3, 7]
+ *     embedding groups:         [0, 4] [1, 5] [2, 6] [3, 7]
+ *     model-parallel groups:    [0, 1, 4, 5] [2, 3, 6, 7]
+ *
+ * Groups along an axis are numbered 0..ngroups-1 in the order of their
+ * smallest member, and list their members in increasing order; a group's
+ * number is the color to give cl_comm_split so that each rank lands in its
+ * group. A rank's position inside its group is its coordinate along the axis
+ * (tp_i in its tensor group, dp_i in its data group, pp_i in its pipeline
+ * group).
+ *
+ * The embedding group joins the first and the last pipeline stage of one
+ * (dp, tp) column, which both hold the tied word embedding and must sum its
+ * gradient. Ranks of middle stages (0 < pp_i < pp-1) belong to no embedding
+ * group: cl_mesh_group gives them 0 members and cl_mesh_group_index gives -1.
+ * With pp == 1 a rank's embedding group is itself.
+ *
+ * Ranks, coordinates and group numbers out of range are bugs of the caller,
+ * caught by CL_ASSERT; only cl_mesh_init checks input. */
+#ifndef CLEAVE_MESH_H
+#define CLEAVE_MESH_H
+
+#include "cleave/core.h"
+
+typedef struct {
+    int world, dp, tp, pp;
+} cl_mesh;
+
+/* Any one of dp/tp/pp given as 0 is derived as world / (product of the other
+ * two); if all are given their product must equal world. Errors
+ * (CL_ERR_INVALID, m untouched): world < 1; a negative size; more than one
+ * size 0; the other two not dividing world when deriving; a product that is
+ * not world ("--dp 2 x --tp 3 x --pp 1 = 6 ranks, but the world has 4"). */
+cl_status cl_mesh_init(cl_mesh *m, int world, int dp, int tp, int pp);
+
+typedef struct {
+    int dp, tp, pp;
+} cl_coord;
+
+cl_coord cl_mesh_coord(const cl_mesh *m, int rank); /* 0 <= rank < world */
+int cl_mesh_rank(const cl_mesh *m, cl_coord c);      /* inverse of cl_mesh_coord */
+
+typedef enum {
+    CL_AXIS_TP = 0, /* same (dp, pp): the shards of one layer */
+    CL_AXIS_DP,     /* same (tp, pp): replicas that average gradients */
+    CL_AXIS_PP,     /* same (dp, tp): the stages of one pipeline */
+    CL_AXIS_EMBED,  /* first and last stage of one pipeline (tied embedding) */
+    CL_AXIS_MP,     /* same dp: tp x pp, the model-parallel group holding one whole model */
+    CL_AXIS_COUNT
+} cl_axis;
+
+/* "tensor-parallel", "data-parallel", "pipeline-parallel", "embedding", "model-parallel". */
+const char *cl_axis_name(cl_axis axis);
+
+/* Members of rank's group along axis, in increasing order; returns the count
+ * (0 for a middle-stage rank on CL_AXIS_EMBED). members has room for world
+ * ints (the group size along an axis is at most world; tp, dp, pp, 2 or
+ * tp * pp). */
+int cl_mesh_group(const cl_mesh *m, cl_axis axis, int rank, int *members);
+
+/* Number of rank's group among the groups along axis, 0..ngroups-1 (-1 for
+ * a middle-stage rank on CL_AXIS_EMBED), and the number of groups: tp groups
+ * dp * pp, dp groups tp * pp, pp and embedding groups dp * tp, mp groups dp. */
+int cl_mesh_group_index(const cl_mesh *m, cl_axis axis, int rank);
+int cl_mesh_ngroups(const cl_mesh *m, cl_axis axis);
+
+/* Members of group number index (0 <= index < ngroups) along axis, in
+ * increasing order; returns the count. members has room for world ints. */
+int cl_mesh_group_members(const cl_mesh *m, cl_axis axis, int index, int *members);
+
+#endif

@@ -1,0 +1,534 @@
+/* The communicator front end (see include/cleave/comm.h): argument checks,
+ * fault injection, naming of failed operations, and the per-communicator
+ * progress queue that runs non-blocking collectives.
+ *
+ * Why here and not in each backend: every backend must count operations the
+ * same way for CLEAVE_FAULT, name failures the same way, and order blocking
+ * and non-blocking collectives the same way; doing it once makes the
+ * backends small. (The fold they all use is in fold.c.)
+ *
+ * Invariants:
+ * - Collectives of a communicator execute one at a time in issue order: a
+ *   blocking collective runs inline only when nothing is queued or running
+ *   (c->pending == 0, read under c->qmu); otherwise it joins the queue and
+ *   waits for its turn.
+ * - The progress thread only runs queued collectives; it never touches the
+ *   rank state, which belongs to the rank's thread.
+ * - Every public call that fails sets rs->failed_op to what it was doing;
+ *   every call that succeeds clears it.
+ * - cl_comm_free runs what is queued to completion before it frees, and
+ *   frees the non-blocking requests nobody waited for (a rank that fails
+ *   and returns early leaks nothing). */
+#include "comm/internal.h"
+
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+const char *cl_opkind_name(cl_opkind k) {
+    switch (k) {
+    case CL_OP_SEND: return "send";
+    case CL_OP_RECV: return "recv";
+    case CL_OP_ALLREDUCE: return "allreduce";
+    case CL_OP_REDUCE_SCATTER: return "reduce_scatter";
+    case CL_OP_ALLGATHER: return "allgather";
+    case CL_OP_BROADCAST: return "broadcast";
+    case CL_OP_BARRIER: return "barrier";
+    case CL_OP_SPLIT: return "split";
+    case CL_OP_WAIT: return "wait";
+    case CL_OP_COUNT: break;
+    }
+    return "?";
+}
+
+void cl_comm_chunk(size_t count, int n, int r, size_t *lo, size_t *hi) {
+    size_t blocks = (count + 15) / 16;
+    size_t q = blocks / (size_t)n, rem = blocks % (size_t)n, ur = (size_t)r;
+    size_t b0 = ur * q + (ur < rem ? ur : rem);
+    size_t b1 = b0 + q + (ur < rem ? 1 : 0);
+    *lo = b0 * 16 < count ? b0 * 16 : count;
+    *hi = b1 * 16 < count ? b1 * 16 : count;
+}
+
+/* ---- handles ------------------------------------------------------------- */
+
+cl_status cl_comm_new(const cl_comm_ops *ops, void *impl, int rank, int size, const int *world_ranks,
+                      cl_rank_state *rs, double timeout_s, int async, cl_comm **out) {
+    cl_comm *c = calloc(1, sizeof *c);
+    int *wr = malloc((size_t)size * sizeof *wr);
+    if (!c || !wr) {
+        free(c);
+        free(wr);
+        return cl_error(CL_ERR_OOM, "rank %d: no host memory for a communicator of %d ranks", rs->world_rank, size);
+    }
+    memcpy(wr, world_ranks, (size_t)size * sizeof *wr);
+    c->ops = ops;
+    c->impl = impl;
+    c->rank = rank;
+    c->size = size;
+    c->world_ranks = wr;
+    c->is_world = 1;
+    for (int i = 0; i < size; i++)
+        if (wr[i] != i) c->is_world = 0;
+    c->rs = rs;
+    c->timeout_s = timeout_s;
+    c->async = async;
+    pthread_mutex_init(&c->qmu, NULL);
+    pthread_cond_init(&c->qcv, NULL);
+    pthread_cond_init(&c->dcv, NULL);
+    c->hnext = rs->handles;
+    if (rs->handles) rs->handles->hprev = c;
+    rs->handles = c;
+    *out = c;
+    return CL_OK;
+}
+
+char *cl_comm_name_rank(const cl_comm *c, int r, char *buf, size_t n) {
+    if (r < 0 || r >= c->size) snprintf(buf, n, "rank %d (out of range)", r);
+    else if (c->is_world) snprintf(buf, n, "rank %d", c->world_ranks[r]);
+    else snprintf(buf, n, "rank %d (group rank %d)", c->world_ranks[r], r);
+    return buf;
+}
+
+int cl_comm_rank(const cl_comm *c) { return c ? c->rank : -1; }
+int cl_comm_size(const cl_comm *c) { return c ? c->size : 0; }
+int cl_comm_world_rank(const cl_comm *c) { return c ? c->rs->world_rank : -1; }
+const char *cl_comm_backend(const cl_comm *c) { return c ? c->ops->name : "none"; }
+
+/* ---- operation bookkeeping ----------------------------------------------- */
+
+static cl_status op_end(cl_comm *c, cl_status st, const char *what) {
+    if (st != CL_OK) snprintf(c->rs->failed_op, sizeof c->rs->failed_op, "%s", what);
+    else c->rs->failed_op[0] = 0;
+    return st;
+}
+
+/* The injected fault, if this operation is the one CLEAVE_FAULT names. */
+static cl_status op_count(cl_comm *c, cl_opkind k, const char *what) {
+    cl_fault *f = &c->rs->fault;
+    if (!f->active || f->rank != c->rs->world_rank || k == CL_OP_RECV || k == CL_OP_WAIT) return CL_OK;
+    if (f->kind >= 0 && f->kind != (int)k) return CL_OK;
+    if (++c->rs->counted != f->nth) return CL_OK;
+    cl_error(CL_ERR_COMM, "injected fault (CLEAVE_FAULT=%s)", f->text);
+    if (c->ops->fail) c->ops->fail(c, CL_ERR_COMM, what, cl_last_error());
+    return CL_ERR_COMM;
+}
+
+static cl_status bad(cl_comm *c, const char *what, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static cl_status bad(cl_comm *c, const char *what, const char *fmt, ...) {
+    char me[64], msg[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    cl_error(CL_ERR_INVALID, "%s: %s: %s", cl_comm_name_rank(c, c->rank, me, sizeof me), what, msg);
+    return op_end(c, CL_ERR_INVALID, what);
+}
+
+#define CHECK_COMM(c)                                                             \
+    do {                                                                          \
+        if (!(c)) return cl_error(CL_ERR_INVALID, "%s: the communicator is NULL", __func__); \
+    } while (0)
+
+/* ---- the progress queue -------------------------------------------------- */
+
+static cl_status run_req(cl_comm *c, cl_request *r) {
+    switch (r->kind) {
+    case CL_OP_ALLREDUCE: return c->ops->allreduce(c, r->buf, r->count, r->dt, r->op);
+    case CL_OP_REDUCE_SCATTER: return c->ops->reduce_scatter(c, r->in, r->buf, r->count, r->op);
+    case CL_OP_ALLGATHER: return c->ops->allgather(c, r->in, r->buf, r->count);
+    case CL_OP_BROADCAST: return c->ops->broadcast(c, r->buf, r->count, r->root);
+    case CL_OP_BARRIER: return c->ops->barrier(c);
+    case CL_OP_SPLIT: return c->ops->split(c, r->root, r->key, r->out);
+    default: break;
+    }
+    return cl_error(CL_ERR_INTERNAL, "queued operation of kind %d", (int)r->kind);
+}
+
+/* Runs r (popped from the queue) and marks it done; called without qmu. */
+static void run_queued(cl_comm *c, cl_request *r) {
+    cl_error_clear();
+    cl_status st = run_req(c, r);
+    if (st != CL_OK) snprintf(r->msg, sizeof r->msg, "%s", cl_last_error());
+    pthread_mutex_lock(&c->qmu);
+    r->st = st;
+    r->done = 1;
+    c->pending--;
+    pthread_cond_broadcast(&c->dcv);
+    pthread_mutex_unlock(&c->qmu);
+}
+
+/* Pops the queue's head; qmu held. */
+static cl_request *pop(cl_comm *c) {
+    cl_request *r = c->qhead;
+    if (r) {
+        c->qhead = r->next;
+        if (!c->qhead) c->qtail = NULL;
+        r->next = NULL;
+    }
+    return r;
+}
+
+static void *progress_main(void *p) {
+    cl_comm *c = p;
+    pthread_mutex_lock(&c->qmu);
+    for (;;) {
+        while (!c->qhead && !c->thr_stop) pthread_cond_wait(&c->qcv, &c->qmu);
+        cl_request *r = pop(c);
+        if (!r) break;
+        pthread_mutex_unlock(&c->qmu);
+        run_queued(c, r);
+        pthread_mutex_lock(&c->qmu);
+    }
+    pthread_mutex_unlock(&c->qmu);
+    return NULL;
+}
+
+/* Appends r; starts the progress thread on first use when the backend
+ * allows one. qmu not held. */
+static void submit(cl_comm *c, cl_request *r) {
+    pthread_mutex_lock(&c->qmu);
+    r->next = NULL;
+    if (c->qtail) c->qtail->next = r;
+    else c->qhead = r;
+    c->qtail = r;
+    c->pending++;
+    if (c->async && !c->thr_started) {
+        if (pthread_create(&c->thr, NULL, progress_main, c) == 0) c->thr_started = 1;
+        else c->async = 0; /* no thread: queued operations run at wait */
+    }
+    pthread_cond_signal(&c->qcv);
+    pthread_mutex_unlock(&c->qmu);
+}
+
+/* Without a progress thread, runs queued operations in the caller up to
+ * and including r (all of them if r is NULL). qmu held on entry and exit. */
+static void drain_inline(cl_comm *c, cl_request *r) {
+    while (!c->thr_started && c->qhead && (!r || !r->done)) {
+        cl_request *q = pop(c);
+        pthread_mutex_unlock(&c->qmu);
+        run_queued(c, q);
+        pthread_mutex_lock(&c->qmu);
+    }
+}
+
+static void issued_unlink(cl_comm *c, cl_request *r) {
+    if (r->iprev) r->iprev->inext = r->inext;
+    else c->issued = r->inext;
+    if (r->inext) r->inext->iprev = r->iprev;
+}
+
+static cl_status finish_queued(cl_comm *c, cl_request *r) {
+    cl_status st = r->st;
+    if (st != CL_OK) cl_error(st, "%s", r->msg);
+    if (!r->on_stack) {
+        issued_unlink(c, r);
+        free(r);
+    }
+    return st;
+}
+
+static cl_status wait_queued(cl_comm *c, cl_request *r) {
+    pthread_mutex_lock(&c->qmu);
+    while (!r->done) {
+        if (c->thr_started) pthread_cond_wait(&c->dcv, &c->qmu);
+        else drain_inline(c, r);
+    }
+    pthread_mutex_unlock(&c->qmu);
+    return finish_queued(c, r);
+}
+
+/* A blocking collective: inline when the queue is idle, else in turn. */
+static cl_status run_blocking(cl_comm *c, cl_request *r) {
+    pthread_mutex_lock(&c->qmu);
+    int busy = c->pending > 0;
+    pthread_mutex_unlock(&c->qmu);
+    if (!busy) return op_end(c, run_req(c, r), r->what);
+    r->on_stack = 1;
+    submit(c, r);
+    return op_end(c, wait_queued(c, r), r->what);
+}
+
+static cl_status run_nonblocking(cl_comm *c, cl_request *tmpl, cl_request **req) {
+    cl_request *r = malloc(sizeof *r);
+    if (!r) {
+        cl_error(CL_ERR_OOM, "rank %d: no host memory for a request", c->rs->world_rank);
+        return op_end(c, CL_ERR_OOM, tmpl->what);
+    }
+    *r = *tmpl;
+    r->on_stack = 0;
+    r->iprev = NULL;
+    r->inext = c->issued;
+    if (c->issued) c->issued->iprev = r;
+    c->issued = r;
+    submit(c, r);
+    *req = r;
+    return op_end(c, CL_OK, r->what);
+}
+
+static void req_init(cl_request *r, cl_comm *c, cl_opkind k) {
+    memset(r, 0, sizeof *r);
+    r->comm = c;
+    r->queued = 1;
+    r->kind = k;
+    snprintf(r->what, sizeof r->what, "%s", cl_opkind_name(k));
+}
+
+/* ---- point-to-point ------------------------------------------------------ */
+
+static cl_status p2p_check(cl_comm *c, const void *buf, size_t bytes, int peer, int tag, const char *what) {
+    if (peer < 0 || peer >= c->size)
+        return bad(c, what, "peer %d is out of range (the communicator has %d ranks)", peer, c->size);
+    if (tag < 0 || tag > CL_COMM_TAG_MAX) return bad(c, what, "tag %d is out of range (0..%d)", tag, CL_COMM_TAG_MAX);
+    if (!buf && bytes) return bad(c, what, "buf is NULL but bytes is %zu", bytes);
+    return CL_OK;
+}
+
+void cl_comm_p2p_what(cl_comm *c, char *what, size_t n, int send, int peer, int tag) {
+    char p[64];
+    snprintf(what, n, "%s %s %s (tag %d)", send ? "send" : "recv", send ? "to" : "from",
+             cl_comm_name_rank(c, peer, p, sizeof p), tag);
+}
+
+cl_status cl_comm_isend(cl_comm *c, const void *buf, size_t bytes, int peer, int tag, cl_request **req) {
+    CHECK_COMM(c);
+    char what[96];
+    cl_comm_p2p_what(c, what, sizeof what, 1, peer, tag);
+    if (!req) return bad(c, what, "req is NULL");
+    *req = NULL;
+    CL_TRY(p2p_check(c, buf, bytes, peer, tag, what));
+    cl_status st = op_count(c, CL_OP_SEND, what);
+    if (st == CL_OK) st = c->ops->isend(c, buf, bytes, peer, tag, req);
+    return op_end(c, st, what);
+}
+
+cl_status cl_comm_irecv(cl_comm *c, void *buf, size_t bytes, int peer, int tag, cl_request **req) {
+    CHECK_COMM(c);
+    char what[96];
+    cl_comm_p2p_what(c, what, sizeof what, 0, peer, tag);
+    if (!req) return bad(c, what, "req is NULL");
+    *req = NULL;
+    CL_TRY(p2p_check(c, buf, bytes, peer, tag, what));
+    cl_status st = c->ops->irecv(c, buf, bytes, peer, tag, req);
+    return op_end(c, st, what);
+}
+
+cl_status cl_comm_wait(cl_comm *c, cl_request *req) {
+    CHECK_COMM(c);
+    if (!req) return CL_OK;
+    char what[96];
+    snprintf(what, sizeof what, "%s", req->what);
+    if (req->comm != c) return bad(c, what, "the request belongs to another communicator");
+    cl_status st = req->queued ? wait_queued(c, req) : c->ops->wait(c, req);
+    return op_end(c, st, what);
+}
+
+cl_status cl_comm_test(cl_comm *c, cl_request *req, int *done) {
+    CHECK_COMM(c);
+    if (!done) return cl_error(CL_ERR_INVALID, "cl_comm_test: done is NULL");
+    *done = 1;
+    if (!req) return CL_OK;
+    char what[96];
+    snprintf(what, sizeof what, "%s", req->what);
+    if (req->comm != c) return bad(c, what, "the request belongs to another communicator");
+    if (!req->queued) {
+        *done = 0;
+        cl_status st = c->ops->test(c, req, done);
+        return *done ? op_end(c, st, what) : CL_OK;
+    }
+    pthread_mutex_lock(&c->qmu);
+    drain_inline(c, req);
+    int d = req->done;
+    pthread_mutex_unlock(&c->qmu);
+    *done = d;
+    return d ? op_end(c, finish_queued(c, req), what) : CL_OK;
+}
+
+cl_status cl_comm_send(cl_comm *c, const void *buf, size_t bytes, int peer, int tag) {
+    CHECK_COMM(c);
+    if (peer == c->rank) {
+        char what[96];
+        cl_comm_p2p_what(c, what, sizeof what, 1, peer, tag);
+        return bad(c, what, "a blocking send to oneself cannot complete (use cl_comm_isend)");
+    }
+    cl_request *r;
+    CL_TRY(cl_comm_isend(c, buf, bytes, peer, tag, &r));
+    return cl_comm_wait(c, r);
+}
+
+cl_status cl_comm_recv(cl_comm *c, void *buf, size_t bytes, int peer, int tag) {
+    CHECK_COMM(c);
+    if (peer == c->rank) {
+        char what[96];
+        cl_comm_p2p_what(c, what, sizeof what, 0, peer, tag);
+        return bad(c, what, "a blocking receive from oneself cannot complete (use cl_comm_irecv)");
+    }
+    cl_request *r;
+    CL_TRY(cl_comm_irecv(c, buf, bytes, peer, tag, &r));
+    return cl_comm_wait(c, r);
+}
+
+/* ---- collectives --------------------------------------------------------- */
+
+static cl_status check_op(cl_comm *c, cl_redop op, const char *what) {
+    if (op != CL_RED_SUM && op != CL_RED_AVG && op != CL_RED_MAX)
+        return bad(c, what, "unknown reduction op %d", (int)op);
+    return CL_OK;
+}
+
+static cl_status allreduce_common(cl_comm *c, void *buf, size_t count, cl_dtype dt, cl_redop op,
+                                  cl_request **req) {
+    cl_request r;
+    req_init(&r, c, CL_OP_ALLREDUCE);
+    if (dt == CL_DT_F64) snprintf(r.what, sizeof r.what, "allreduce_f64");
+    if (req) *req = NULL;
+    if (!buf && count) return bad(c, r.what, "buf is NULL but count is %zu", count);
+    CL_TRY(check_op(c, op, r.what));
+    if (count > SIZE_MAX / 8) return bad(c, r.what, "count %zu is too large", count);
+    cl_status st = op_count(c, CL_OP_ALLREDUCE, r.what);
+    if (st != CL_OK) return op_end(c, st, r.what);
+    r.buf = buf;
+    r.count = count;
+    r.dt = dt;
+    r.op = op;
+    return req ? run_nonblocking(c, &r, req) : run_blocking(c, &r);
+}
+
+cl_status cl_comm_allreduce(cl_comm *c, float *buf, size_t count, cl_redop op) {
+    CHECK_COMM(c);
+    return allreduce_common(c, buf, count, CL_DT_F32, op, NULL);
+}
+
+cl_status cl_comm_iallreduce(cl_comm *c, float *buf, size_t count, cl_redop op, cl_request **req) {
+    CHECK_COMM(c);
+    if (!req) return bad(c, "allreduce", "req is NULL");
+    return allreduce_common(c, buf, count, CL_DT_F32, op, req);
+}
+
+cl_status cl_comm_allreduce_f64(cl_comm *c, double *buf, size_t count, cl_redop op) {
+    CHECK_COMM(c);
+    return allreduce_common(c, buf, count, CL_DT_F64, op, NULL);
+}
+
+static cl_status reduce_scatter_common(cl_comm *c, const float *in, float *out, size_t cpr, cl_redop op,
+                                       cl_request **req) {
+    cl_request r;
+    req_init(&r, c, CL_OP_REDUCE_SCATTER);
+    if (req) *req = NULL;
+    if ((!in || !out) && cpr) return bad(c, r.what, "in or out is NULL but count_per_rank is %zu", cpr);
+    CL_TRY(check_op(c, op, r.what));
+    if (cpr > SIZE_MAX / 4 / (size_t)c->size) return bad(c, r.what, "count_per_rank %zu is too large", cpr);
+    cl_status st = op_count(c, CL_OP_REDUCE_SCATTER, r.what);
+    if (st != CL_OK) return op_end(c, st, r.what);
+    r.in = in;
+    r.buf = out;
+    r.count = cpr;
+    r.op = op;
+    return req ? run_nonblocking(c, &r, req) : run_blocking(c, &r);
+}
+
+cl_status cl_comm_reduce_scatter(cl_comm *c, const float *in, float *out, size_t count_per_rank, cl_redop op) {
+    CHECK_COMM(c);
+    return reduce_scatter_common(c, in, out, count_per_rank, op, NULL);
+}
+
+cl_status cl_comm_ireduce_scatter(cl_comm *c, const float *in, float *out, size_t count_per_rank, cl_redop op,
+                                  cl_request **req) {
+    CHECK_COMM(c);
+    if (!req) return bad(c, "reduce_scatter", "req is NULL");
+    return reduce_scatter_common(c, in, out, count_per_rank, op, req);
+}
+
+static cl_status allgather_common(cl_comm *c, const void *in, void *out, size_t bpr, cl_request **req) {
+    cl_request r;
+    req_init(&r, c, CL_OP_ALLGATHER);
+    if (req) *req = NULL;
+    if ((!in || !out) && bpr) return bad(c, r.what, "in or out is NULL but bytes_per_rank is %zu", bpr);
+    if (bpr > SIZE_MAX / (size_t)c->size) return bad(c, r.what, "bytes_per_rank %zu is too large", bpr);
+    cl_status st = op_count(c, CL_OP_ALLGATHER, r.what);
+    if (st != CL_OK) return op_end(c, st, r.what);
+    r.in = in;
+    r.buf = out;
+    r.count = bpr;
+    return req ? run_nonblocking(c, &r, req) : run_blocking(c, &r);
+}
+
+cl_status cl_comm_allgather(cl_comm *c, const void *in, void *out, size_t bytes_per_rank) {
+    CHECK_COMM(c);
+    return allgather_common(c, in, out, bytes_per_rank, NULL);
+}
+
+cl_status cl_comm_iallgather(cl_comm *c, const void *in, void *out, size_t bytes_per_rank, cl_request **req) {
+    CHECK_COMM(c);
+    if (!req) return bad(c, "allgather", "req is NULL");
+    return allgather_common(c, in, out, bytes_per_rank, req);
+}
+
+cl_status cl_comm_broadcast(cl_comm *c, void *buf, size_t bytes, int root) {
+    CHECK_COMM(c);
+    cl_request r;
+    req_init(&r, c, CL_OP_BROADCAST);
+    if (!buf && bytes) return bad(c, r.what, "buf is NULL but bytes is %zu", bytes);
+    if (root < 0 || root >= c->size)
+        return bad(c, r.what, "root %d is out of range (the communicator has %d ranks)", root, c->size);
+    cl_status st = op_count(c, CL_OP_BROADCAST, r.what);
+    if (st != CL_OK) return op_end(c, st, r.what);
+    r.buf = buf;
+    r.count = bytes;
+    r.root = root;
+    return run_blocking(c, &r);
+}
+
+cl_status cl_comm_barrier(cl_comm *c) {
+    CHECK_COMM(c);
+    cl_request r;
+    req_init(&r, c, CL_OP_BARRIER);
+    cl_status st = op_count(c, CL_OP_BARRIER, r.what);
+    if (st != CL_OK) return op_end(c, st, r.what);
+    return run_blocking(c, &r);
+}
+
+cl_status cl_comm_split(cl_comm *c, int color, int key, cl_comm **out) {
+    CHECK_COMM(c);
+    cl_request r;
+    req_init(&r, c, CL_OP_SPLIT);
+    if (!out) return bad(c, r.what, "out is NULL");
+    *out = NULL;
+    cl_status st = op_count(c, CL_OP_SPLIT, r.what);
+    if (st != CL_OK) return op_end(c, st, r.what);
+    r.root = color < 0 ? -1 : color;
+    r.key = key;
+    r.out = out;
+    return run_blocking(c, &r);
+}
+
+void cl_comm_free(cl_comm *c) {
+    if (!c) return;
+    pthread_mutex_lock(&c->qmu);
+    if (c->thr_started) {
+        c->thr_stop = 1; /* the thread finishes what is queued, then exits */
+        pthread_cond_signal(&c->qcv);
+        pthread_mutex_unlock(&c->qmu);
+        pthread_join(c->thr, NULL);
+    } else {
+        drain_inline(c, NULL); /* so that the other ranks are not left waiting */
+        pthread_mutex_unlock(&c->qmu);
+    }
+    while (c->issued) { /* finished, never waited */
+        cl_request *r = c->issued;
+        c->issued = r->inext;
+        free(r);
+    }
+    cl_rank_state *rs = c->rs;
+    if (c->hprev) c->hprev->hnext = c->hnext;
+    else rs->handles = c->hnext;
+    if (c->hnext) c->hnext->hprev = c->hprev;
+    c->ops->destroy(c);
+    pthread_mutex_destroy(&c->qmu);
+    pthread_cond_destroy(&c->qcv);
+    pthread_cond_destroy(&c->dcv);
+    free(c->world_ranks);
+    free(c);
+}

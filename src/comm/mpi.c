@@ -1,0 +1,644 @@
+/* The mpi backend: one rank per MPI process (built with CL_HAVE_MPI; without
+ * it only stubs that report CL_ERR_UNSUPPORTED).
+ *
+ * Why not MPI's own reductions: MPI_Allreduce's summation order is
+ * unspecified, and cleave promises the same bits as the threads backend. So
+ * reductions run over point-to-point messages: rank r owns chunk r of the
+ * buffer (cl_comm_chunk); every rank sends each owner its piece of the
+ * owner's chunk, the owner folds the n pieces in rank order (cl_fold_rows),
+ * then sends the result to every rank (all-gather). Each rank sends and
+ * receives 2 (n-1)/n of the buffer, like a ring, in two rounds instead of
+ * 2 (n-1). Chunks go in segments of SEG_BYTES, two segments in flight, so
+ * scratch stays 2 (n-1) segments and folding overlaps the transfers.
+ *
+ * Invariants:
+ * - Each communicator has two MPI communicators: p2p for the user's
+ *   messages (user tags) and coll for collectives, whose tags encode the
+ *   collective's sequence number, its phase and the segment, so messages of
+ *   consecutive collectives or segments never match each other.
+ * - Every wait polls (MPI_Testsome, then sched_yield, then short sleeps) so
+ *   that it can give up at the timeout and so that oversubscribed ranks do
+ *   not spin a core; MPI errors are returned (MPI_ERRORS_RETURN), never
+ *   fatal.
+ * - Messages are at most PIECE_BYTES; larger ones go as several messages
+ *   with the same tag, which MPI keeps in order. */
+#include "comm/internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifndef CL_HAVE_MPI
+
+int cl_mpi_available(void) { return 0; }
+
+cl_status cl_mpi_init(int *argc, char ***argv, int *rank, int *size) {
+    (void)argc;
+    (void)argv;
+    *rank = 0;
+    *size = 1;
+    return cl_error(CL_ERR_UNSUPPORTED, "this cleave was built without MPI");
+}
+
+cl_status cl_mpi_world_comm(cl_rank_state *rs, double timeout_s, cl_comm **out) {
+    (void)rs;
+    (void)timeout_s;
+    *out = NULL;
+    return cl_error(CL_ERR_UNSUPPORTED, "this cleave was built without MPI");
+}
+
+void cl_mpi_abort(int code) { (void)code; }
+void cl_mpi_finalize(void) {}
+
+#else
+
+#include <limits.h>
+#include <mpi.h>
+#include <sched.h>
+#include <time.h>
+
+enum {
+    SEG_BYTES = 256 * 1024,          /* reduction segment */
+    PIECE_BYTES = 64 * 1024 * 1024,  /* largest single message */
+    BCAST_TREE_BYTES = 64 * 1024     /* broadcasts below this go down a binomial tree */
+};
+
+enum { PH_RS = 0, PH_AG = 1 };
+
+static int mpi_inited_here = 0;
+static int mpi_thread_level = MPI_THREAD_SINGLE;
+
+/* A growable set of outstanding requests, with the peer of each. */
+typedef struct {
+    int n, cap;
+    MPI_Request *r;
+    int *peer;
+    int *idx;
+    MPI_Status *st;
+} mp_batch;
+
+typedef struct {
+    MPI_Comm p2p, coll;
+    unsigned seq;
+    char *scratch;
+    size_t scratch_bytes;
+    size_t *lo, *len; /* per-owner element ranges */
+    const void **src;
+    void **dst;
+    mp_batch b[4];
+} mp_comm;
+
+typedef struct {
+    cl_request base;
+    mp_batch b;
+    size_t bytes;
+    int is_send;
+    char who[64];
+} mp_msg;
+
+static const cl_comm_ops mp_ops;
+
+int cl_mpi_available(void) { return 1; }
+
+static cl_status mpi_error(cl_comm *c, int rc, const char *what) {
+    char s[MPI_MAX_ERROR_STRING], me[64];
+    int n = 0;
+    if (MPI_Error_string(rc, s, &n) != MPI_SUCCESS) snprintf(s, sizeof s, "MPI error %d", rc);
+    return cl_error(CL_ERR_COMM, "%s: %s: %s", cl_comm_name_rank(c, c->rank, me, sizeof me), what, s);
+}
+
+/* ---- batches and waiting ------------------------------------------------- */
+
+static void batch_free(mp_batch *b) {
+    free(b->r);
+    free(b->peer);
+    free(b->idx);
+    free(b->st);
+    memset(b, 0, sizeof *b);
+}
+
+static cl_status batch_reserve(mp_batch *b, int more) {
+    if (b->n + more <= b->cap) return CL_OK;
+    int cap = b->cap ? b->cap : 16;
+    while (cap < b->n + more) cap *= 2;
+    MPI_Request *r = realloc(b->r, (size_t)cap * sizeof *r);
+    if (r) b->r = r;
+    int *p = realloc(b->peer, (size_t)cap * sizeof *p);
+    if (p) b->peer = p;
+    int *ix = realloc(b->idx, (size_t)cap * sizeof *ix);
+    if (ix) b->idx = ix;
+    MPI_Status *st = realloc(b->st, (size_t)cap * sizeof *st);
+    if (st) b->st = st;
+    if (!r || !p || !ix || !st) return cl_error(CL_ERR_OOM, "no host memory for %d MPI requests", cap);
+    b->cap = cap;
+    return CL_OK;
+}
+
+/* Posts bytes to or from peer as messages of at most PIECE_BYTES. */
+static cl_status batch_post(cl_comm *c, mp_batch *b, MPI_Comm comm, int send, void *buf, size_t bytes, int peer,
+                            int tag, const char *what) {
+    size_t pieces = bytes ? (bytes + PIECE_BYTES - 1) / PIECE_BYTES : 1;
+    CL_TRY(batch_reserve(b, (int)pieces));
+    for (size_t k = 0; k < pieces; k++) {
+        size_t off = k * (size_t)PIECE_BYTES;
+        int len = (int)(bytes - off < (size_t)PIECE_BYTES ? bytes - off : (size_t)PIECE_BYTES);
+        char *p = (char *)buf + off;
+        int rc = send ? MPI_Isend(p, len, MPI_BYTE, peer, tag, comm, &b->r[b->n])
+                      : MPI_Irecv(p, len, MPI_BYTE, peer, tag, comm, &b->r[b->n]);
+        if (rc != MPI_SUCCESS) return mpi_error(c, rc, what);
+        b->peer[b->n++] = peer;
+    }
+    return CL_OK;
+}
+
+static void pause_poll(int *polls) {
+    int k = (*polls)++;
+    if (k < 64) {
+        sched_yield();
+        return;
+    }
+    long ns = 2000L << (k - 64 < 7 ? k - 64 : 7); /* 2 us .. 256 us */
+    struct timespec ts = {0, ns};
+    nanosleep(&ts, NULL);
+}
+
+/* "waiting for rank 5, rank 7" from the requests still pending. */
+static void pending_peers(cl_comm *c, mp_batch *b, char *buf, size_t n) {
+    size_t len = (size_t)snprintf(buf, n, "waiting for");
+    int shown = 0, last = -1;
+    for (int i = 0; i < b->n && len < n; i++) {
+        if (b->r[i] == MPI_REQUEST_NULL || b->peer[i] == last) continue;
+        last = b->peer[i];
+        if (shown++ == 8) {
+            len += (size_t)snprintf(buf + len, n - len, " and more");
+            break;
+        }
+        char name[64];
+        len += (size_t)snprintf(buf + len, n - len, "%s %s", shown > 1 ? "," : "",
+                                cl_comm_name_rank(c, b->peer[i], name, sizeof name));
+    }
+}
+
+static cl_status timed_out(cl_comm *c, const char *what, const char *detail) {
+    char me[64];
+    return cl_error(CL_ERR_COMM, "%s: timed out after %.1f s in %s%s%s", cl_comm_name_rank(c, c->rank, me, sizeof me),
+                    c->timeout_s, what, detail[0] ? " " : "", detail);
+}
+
+/* Waits for every request of b, then empties it. If recv_bytes is not NULL,
+ * the batch is one receive of that many bytes, checked against what came. */
+static cl_status batch_wait(cl_comm *c, mp_batch *b, const char *what, const size_t *recv_bytes, int peer_named) {
+    double deadline = cl_now() + c->timeout_s;
+    int polls = 0, left = 0;
+    size_t got = 0;
+    for (int i = 0; i < b->n; i++) left += b->r[i] != MPI_REQUEST_NULL;
+    while (left > 0) {
+        int out = 0;
+        int rc = MPI_Testsome(b->n, b->r, &out, b->idx, b->st);
+        if (rc != MPI_SUCCESS) {
+            int e = rc;
+            if (rc == MPI_ERR_IN_STATUS)
+                for (int i = 0; i < out; i++)
+                    if (b->st[i].MPI_ERROR != MPI_SUCCESS) e = b->st[i].MPI_ERROR;
+            int cls = 0;
+            MPI_Error_class(e, &cls);
+            if (recv_bytes && cls == MPI_ERR_TRUNCATE) {
+                char me[64];
+                b->n = 0;
+                return cl_error(CL_ERR_COMM, "%s: %s: the send has more than the %zu bytes the receive expects",
+                                cl_comm_name_rank(c, c->rank, me, sizeof me), what, *recv_bytes);
+            }
+            b->n = 0;
+            return mpi_error(c, e, what);
+        }
+        if (out == MPI_UNDEFINED) break;
+        if (recv_bytes)
+            for (int i = 0; i < out; i++) {
+                int cnt = 0;
+                MPI_Get_count(&b->st[i], MPI_BYTE, &cnt);
+                got += (size_t)cnt;
+            }
+        left -= out;
+        if (left <= 0) break;
+        if (out == 0) {
+            if (cl_now() > deadline) {
+                char detail[600] = "";
+                if (!peer_named) pending_peers(c, b, detail, sizeof detail);
+                return timed_out(c, what, detail); /* requests left pending: the job aborts */
+            }
+            pause_poll(&polls);
+        }
+    }
+    b->n = 0;
+    if (recv_bytes && got != *recv_bytes) {
+        char me[64];
+        return cl_error(CL_ERR_COMM, "%s: %s: the send has %zu bytes, the receive expects %zu",
+                        cl_comm_name_rank(c, c->rank, me, sizeof me), what, got, *recv_bytes);
+    }
+    return CL_OK;
+}
+
+/* ---- communicators ------------------------------------------------------- */
+
+static cl_status make_comm(MPI_Comm p2p, cl_rank_state *rs, double timeout_s, cl_comm **out) {
+    mp_comm *m = calloc(1, sizeof *m);
+    if (!m) return cl_error(CL_ERR_OOM, "rank %d: no host memory for a communicator", rs->world_rank);
+    m->p2p = p2p;
+    m->coll = MPI_COMM_NULL;
+    int rank = 0, size = 1;
+    MPI_Comm_rank(p2p, &rank);
+    MPI_Comm_size(p2p, &size);
+    MPI_Comm_set_errhandler(p2p, MPI_ERRORS_RETURN);
+    int rc = MPI_Comm_dup(p2p, &m->coll);
+    int *all = malloc((size_t)size * sizeof *all), *wr = malloc((size_t)size * sizeof *wr);
+    m->lo = malloc((size_t)size * sizeof *m->lo);
+    m->len = malloc((size_t)size * sizeof *m->len);
+    m->src = malloc((size_t)size * sizeof *m->src);
+    m->dst = malloc((size_t)size * sizeof *m->dst);
+    cl_status st = CL_OK;
+    if (rc != MPI_SUCCESS) st = cl_error(CL_ERR_COMM, "rank %d: MPI_Comm_dup failed", rs->world_rank);
+    else if (!all || !wr || !m->lo || !m->len || !m->src || !m->dst)
+        st = cl_error(CL_ERR_OOM, "rank %d: no host memory for a communicator of %d ranks", rs->world_rank, size);
+    if (st == CL_OK) {
+        MPI_Comm_set_errhandler(m->coll, MPI_ERRORS_RETURN);
+        MPI_Group g, wg;
+        MPI_Comm_group(p2p, &g);
+        MPI_Comm_group(MPI_COMM_WORLD, &wg);
+        for (int i = 0; i < size; i++) all[i] = i;
+        MPI_Group_translate_ranks(g, size, all, wg, wr);
+        MPI_Group_free(&g);
+        MPI_Group_free(&wg);
+        st = cl_comm_new(&mp_ops, m, rank, size, wr, rs, timeout_s, mpi_thread_level == MPI_THREAD_MULTIPLE, out);
+    }
+    free(all);
+    free(wr);
+    if (st != CL_OK) {
+        if (m->coll != MPI_COMM_NULL) MPI_Comm_free(&m->coll);
+        MPI_Comm_free(&m->p2p);
+        free(m->lo);
+        free(m->len);
+        free(m->src);
+        free(m->dst);
+        free(m);
+    }
+    return st;
+}
+
+static void mp_destroy(cl_comm *c) {
+    mp_comm *m = c->impl;
+    int fin = 0;
+    MPI_Finalized(&fin);
+    if (!fin) {
+        MPI_Comm_free(&m->coll);
+        MPI_Comm_free(&m->p2p);
+    }
+    for (int i = 0; i < 4; i++) batch_free(&m->b[i]);
+    free(m->scratch);
+    free(m->lo);
+    free(m->len);
+    free(m->src);
+    free(m->dst);
+    free(m);
+}
+
+cl_status cl_mpi_init(int *argc, char ***argv, int *rank, int *size) {
+    int flag = 0;
+    MPI_Finalized(&flag);
+    if (flag) return cl_error(CL_ERR_UNSUPPORTED, "MPI was already finalized in this process; it cannot start again");
+    MPI_Initialized(&flag);
+    if (!flag) {
+        if (MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &mpi_thread_level) != MPI_SUCCESS)
+            return cl_error(CL_ERR_UNSUPPORTED, "MPI_Init_thread failed");
+        mpi_inited_here = 1;
+    } else {
+        MPI_Query_thread(&mpi_thread_level);
+    }
+    MPI_Comm_rank(MPI_COMM_WORLD, rank);
+    MPI_Comm_size(MPI_COMM_WORLD, size);
+    return CL_OK;
+}
+
+cl_status cl_mpi_world_comm(cl_rank_state *rs, double timeout_s, cl_comm **out) {
+    MPI_Comm p2p;
+    if (MPI_Comm_dup(MPI_COMM_WORLD, &p2p) != MPI_SUCCESS)
+        return cl_error(CL_ERR_COMM, "rank %d: MPI_Comm_dup of the world failed", rs->world_rank);
+    return make_comm(p2p, rs, timeout_s, out);
+}
+
+void cl_mpi_abort(int code) { MPI_Abort(MPI_COMM_WORLD, code); }
+
+void cl_mpi_finalize(void) {
+    if (mpi_inited_here) MPI_Finalize();
+    mpi_inited_here = 0;
+}
+
+static cl_status mp_split(cl_comm *c, int color, int key, cl_comm **out) {
+    mp_comm *m = c->impl;
+    MPI_Comm np = MPI_COMM_NULL;
+    int rc = MPI_Comm_split(m->p2p, color < 0 ? MPI_UNDEFINED : color, key, &np);
+    if (rc != MPI_SUCCESS) return mpi_error(c, rc, "split");
+    *out = NULL;
+    if (np == MPI_COMM_NULL) return CL_OK;
+    return make_comm(np, c->rs, c->timeout_s, out);
+}
+
+/* ---- point-to-point ------------------------------------------------------ */
+
+static cl_status post(cl_comm *c, int send, void *buf, size_t bytes, int peer, int tag, cl_request **req) {
+    mp_comm *m = c->impl;
+    mp_msg *x = calloc(1, sizeof *x);
+    if (!x) return cl_error(CL_ERR_OOM, "rank %d: no host memory for a message", c->rs->world_rank);
+    x->base.comm = c;
+    x->bytes = bytes;
+    x->is_send = send;
+    cl_comm_p2p_what(c, x->base.what, sizeof x->base.what, send, peer, tag);
+    cl_status st = batch_post(c, &x->b, m->p2p, send, buf, bytes, peer, tag, x->base.what);
+    if (st != CL_OK) {
+        for (int i = 0; i < x->b.n; i++) {
+            MPI_Cancel(&x->b.r[i]);
+            MPI_Request_free(&x->b.r[i]);
+        }
+        batch_free(&x->b);
+        free(x);
+        return st;
+    }
+    *req = &x->base;
+    return CL_OK;
+}
+
+static cl_status mp_isend(cl_comm *c, const void *buf, size_t bytes, int peer, int tag, cl_request **req) {
+    return post(c, 1, (void *)buf, bytes, peer, tag, req);
+}
+
+static cl_status mp_irecv(cl_comm *c, void *buf, size_t bytes, int peer, int tag, cl_request **req) {
+    return post(c, 0, buf, bytes, peer, tag, req);
+}
+
+static cl_status mp_wait(cl_comm *c, cl_request *req) {
+    mp_msg *x = (mp_msg *)req;
+    cl_status st = batch_wait(c, &x->b, x->base.what, x->is_send ? NULL : &x->bytes, 1);
+    batch_free(&x->b);
+    free(x);
+    return st;
+}
+
+static cl_status mp_test(cl_comm *c, cl_request *req, int *done) {
+    mp_msg *x = (mp_msg *)req;
+    int flag = 0;
+    /* Testall leaves the requests alone unless all are complete. */
+    int rc = MPI_Testall(x->b.n, x->b.r, &flag, x->b.st);
+    *done = rc != MPI_SUCCESS || flag;
+    if (!*done) return CL_OK;
+    cl_status st = CL_OK;
+    if (rc != MPI_SUCCESS) {
+        st = mpi_error(c, rc, x->base.what);
+    } else if (!x->is_send) {
+        size_t got = 0;
+        for (int i = 0; i < x->b.n; i++) {
+            int cnt = 0;
+            MPI_Get_count(&x->b.st[i], MPI_BYTE, &cnt);
+            got += (size_t)cnt;
+        }
+        if (got != x->bytes) {
+            char me[64];
+            st = cl_error(CL_ERR_COMM, "%s: %s: the send has %zu bytes, the receive expects %zu",
+                          cl_comm_name_rank(c, c->rank, me, sizeof me), x->base.what, got, x->bytes);
+        }
+    }
+    batch_free(&x->b);
+    free(x);
+    return st;
+}
+
+/* ---- collectives --------------------------------------------------------- */
+
+static int coll_tag(unsigned seq, int phase, size_t k) {
+    return (int)(((seq & 127u) << 8) | ((unsigned)phase << 7) | (unsigned)(k & 127u));
+}
+
+static cl_status scratch_reserve(cl_comm *c, size_t bytes) {
+    mp_comm *m = c->impl;
+    if (m->scratch_bytes >= bytes) return CL_OK;
+    char *p = realloc(m->scratch, bytes);
+    if (!p) return cl_error(CL_ERR_OOM, "rank %d: no host memory for %zu bytes of reduction scratch", c->rs->world_rank, bytes);
+    m->scratch = p;
+    m->scratch_bytes = bytes;
+    return CL_OK;
+}
+
+/* The reduction: chunk o of the element space is [lo[o], lo[o]+len[o]) of
+ * in; this rank folds its own chunk into out (len[me] elements). With ag, out
+ * is in + lo[me]*es and every chunk's result is then sent to every rank
+ * (in place). */
+static cl_status reduce_chunks(cl_comm *c, cl_dtype dt, cl_redop op, char *in, char *out, int ag, const char *what) {
+    mp_comm *m = c->impl;
+    int n = c->size, me = c->rank;
+    size_t es = cl_dtype_size(dt), S = SEG_BYTES / es, maxlen = 0;
+    for (int o = 0; o < n; o++)
+        if (m->len[o] > maxlen) maxlen = m->len[o];
+    size_t nseg = (maxlen + S - 1) / S;
+    unsigned seq = m->seq++;
+    if (nseg == 0) return CL_OK;
+    size_t slab = (size_t)(n - 1) * S * es; /* one segment's pieces from every peer */
+    CL_TRY(scratch_reserve(c, 2 * slab));
+    mp_batch *rs = &m->b[0], *agb = &m->b[2];
+    rs[0].n = rs[1].n = agb[0].n = agb[1].n = 0;
+    cl_status st = CL_OK;
+
+#define PIECE(o, k) ((k) * S < m->len[o] ? (m->len[o] - (k) * S < S ? m->len[o] - (k) * S : S) : 0)
+#define SLOT(p) ((p) < me ? (p) : (p) - 1)
+
+    for (size_t k = 0; k <= nseg && st == CL_OK; k++) {
+        /* post the reduce-scatter messages of segment k */
+        if (k < nseg) {
+            mp_batch *b = &rs[k % 2];
+            char *sc = m->scratch + (k % 2) * slab;
+            int tag = coll_tag(seq, PH_RS, k);
+            size_t mine = PIECE(me, k);
+            for (int p = 0; p < n && st == CL_OK; p++) {
+                if (p == me) continue;
+                if (mine)
+                    st = batch_post(c, b, m->coll, 0, sc + (size_t)SLOT(p) * S * es, mine * es, p, tag, what);
+                size_t theirs = PIECE(p, k);
+                if (st == CL_OK && theirs)
+                    st = batch_post(c, b, m->coll, 1, in + (m->lo[p] + k * S) * es, theirs * es, p, tag, what);
+            }
+        }
+        if (k == 0 || st != CL_OK) continue;
+        /* finish segment j = k - 1: fold it, then send it to everyone */
+        size_t j = k - 1;
+        mp_batch *b = &rs[j % 2];
+        if ((st = batch_wait(c, b, what, NULL, 0)) != CL_OK) break;
+        size_t mine = PIECE(me, j);
+        if (mine) {
+            char *sc = m->scratch + (j % 2) * slab;
+            for (int p = 0; p < n; p++)
+                m->src[p] = p == me ? in + (m->lo[me] + j * S) * es : sc + (size_t)SLOT(p) * S * es;
+            m->dst[0] = out + j * S * es;
+            cl_fold_rows(dt, op, n, m->src, m->dst, 1, mine, 0);
+        }
+        if (!ag) continue;
+        mp_batch *a = &agb[j % 2];
+        if ((st = batch_wait(c, a, what, NULL, 0)) != CL_OK) break; /* segment j - 2 */
+        int tag = coll_tag(seq, PH_AG, j);
+        for (int p = 0; p < n && st == CL_OK; p++) {
+            if (p == me) continue;
+            if (mine) st = batch_post(c, a, m->coll, 1, out + j * S * es, mine * es, p, tag, what);
+            size_t theirs = PIECE(p, j);
+            if (st == CL_OK && theirs)
+                st = batch_post(c, a, m->coll, 0, in + (m->lo[p] + j * S) * es, theirs * es, p, tag, what);
+        }
+    }
+#undef PIECE
+#undef SLOT
+    if (st == CL_OK && ag) st = batch_wait(c, &agb[0], what, NULL, 0);
+    if (st == CL_OK && ag) st = batch_wait(c, &agb[1], what, NULL, 0);
+    return st;
+}
+
+static cl_status mp_allreduce(cl_comm *c, void *buf, size_t count, cl_dtype dt, cl_redop op) {
+    mp_comm *m = c->impl;
+    const char *what = dt == CL_DT_F64 ? "allreduce_f64" : "allreduce";
+    int n = c->size;
+    for (int o = 0; o < n; o++) {
+        size_t lo, hi;
+        cl_comm_chunk(count, n, o, &lo, &hi);
+        m->lo[o] = lo;
+        m->len[o] = hi - lo;
+    }
+    if (n == 1) {
+        m->src[0] = buf;
+        m->dst[0] = buf;
+        cl_fold_rows(dt, op, 1, m->src, m->dst, 1, count, 0);
+        return CL_OK;
+    }
+    char *b = buf;
+    return reduce_chunks(c, dt, op, b, b + m->lo[c->rank] * cl_dtype_size(dt), 1, what);
+}
+
+static cl_status mp_reduce_scatter(cl_comm *c, const float *in, float *out, size_t cpr, cl_redop op) {
+    mp_comm *m = c->impl;
+    int n = c->size;
+    for (int o = 0; o < n; o++) {
+        m->lo[o] = (size_t)o * cpr;
+        m->len[o] = cpr;
+    }
+    if (n == 1) {
+        m->src[0] = in;
+        m->dst[0] = out;
+        cl_fold_rows(CL_DT_F32, op, 1, m->src, m->dst, 1, cpr, 0);
+        return CL_OK;
+    }
+    return reduce_chunks(c, CL_DT_F32, op, (char *)in, (char *)out, 0, "reduce_scatter");
+}
+
+static cl_status mp_allgather(cl_comm *c, const void *in, void *out, size_t bpr) {
+    mp_comm *m = c->impl;
+    int n = c->size, me = c->rank;
+    char *o = out;
+    cl_copy(o + (size_t)me * bpr, in, bpr);
+    unsigned seq = m->seq++;
+    if (n == 1 || bpr == 0) return CL_OK;
+    size_t P = 4u << 20, npiece = (bpr + P - 1) / P;
+    cl_status st = CL_OK;
+    m->b[0].n = m->b[1].n = 0;
+    for (size_t k = 0; k < npiece && st == CL_OK; k++) {
+        mp_batch *b = &m->b[k % 2];
+        if (k >= 2 && (st = batch_wait(c, b, "allgather", NULL, 0)) != CL_OK) break;
+        size_t off = k * P, len = bpr - off < P ? bpr - off : P;
+        int tag = coll_tag(seq, PH_AG, k);
+        for (int p = 0; p < n && st == CL_OK; p++) {
+            if (p == me) continue;
+            st = batch_post(c, b, m->coll, 0, o + (size_t)p * bpr + off, len, p, tag, "allgather");
+            if (st == CL_OK) st = batch_post(c, b, m->coll, 1, o + (size_t)me * bpr + off, len, p, tag, "allgather");
+        }
+    }
+    if (st == CL_OK) st = batch_wait(c, &m->b[0], "allgather", NULL, 0);
+    if (st == CL_OK && npiece > 1) st = batch_wait(c, &m->b[1], "allgather", NULL, 0);
+    return st;
+}
+
+static cl_status mp_broadcast(cl_comm *c, void *buf, size_t bytes, int root) {
+    mp_comm *m = c->impl;
+    int n = c->size, me = c->rank;
+    unsigned seq = m->seq++;
+    if (n == 1 || bytes == 0) return CL_OK;
+    mp_batch *b = &m->b[0];
+    b->n = 0;
+    cl_status st = CL_OK;
+    int tag = coll_tag(seq, PH_RS, 0);
+    if (bytes < BCAST_TREE_BYTES || n == 2) { /* binomial tree over ranks relative to root */
+        int vr = (me - root + n) % n, mask = 1;
+        while (mask < n) {
+            if (vr & mask) {
+                st = batch_post(c, b, m->coll, 0, buf, bytes, (vr - mask + root) % n, tag, "broadcast");
+                if (st == CL_OK) st = batch_wait(c, b, "broadcast", NULL, 0);
+                break;
+            }
+            mask <<= 1;
+        }
+        for (mask >>= 1; mask > 0 && st == CL_OK; mask >>= 1)
+            if (vr + mask < n) st = batch_post(c, b, m->coll, 1, buf, bytes, (vr + mask + root) % n, tag, "broadcast");
+        if (st == CL_OK) st = batch_wait(c, b, "broadcast", NULL, 0);
+        return st;
+    }
+    /* scatter the chunks from root, then every rank sends its chunk to the others */
+    char *p = buf;
+    size_t lo, hi;
+    if (me == root) {
+        for (int r = 0; r < n && st == CL_OK; r++) {
+            cl_comm_chunk(bytes, n, r, &lo, &hi);
+            if (r != root && hi > lo) st = batch_post(c, b, m->coll, 1, p + lo, hi - lo, r, tag, "broadcast");
+        }
+    } else {
+        cl_comm_chunk(bytes, n, me, &lo, &hi);
+        if (hi > lo) st = batch_post(c, b, m->coll, 0, p + lo, hi - lo, root, tag, "broadcast");
+    }
+    if (st == CL_OK) st = batch_wait(c, b, "broadcast", NULL, 0);
+    int tag2 = coll_tag(seq, PH_AG, 0);
+    cl_comm_chunk(bytes, n, me, &lo, &hi);
+    for (int r = 0; r < n && st == CL_OK; r++) {
+        if (r == me || r == root || hi == lo) continue;
+        st = batch_post(c, b, m->coll, 1, p + lo, hi - lo, r, tag2, "broadcast");
+    }
+    if (me != root) {
+        for (int r = 0; r < n && st == CL_OK; r++) {
+            size_t l2, h2;
+            cl_comm_chunk(bytes, n, r, &l2, &h2);
+            if (r == me || h2 == l2) continue;
+            st = batch_post(c, b, m->coll, 0, p + l2, h2 - l2, r, tag2, "broadcast");
+        }
+    }
+    if (st == CL_OK) st = batch_wait(c, b, "broadcast", NULL, 0);
+    return st;
+}
+
+static cl_status mp_barrier(cl_comm *c) {
+    mp_comm *m = c->impl;
+    mp_batch *b = &m->b[0];
+    b->n = 0;
+    CL_TRY(batch_reserve(b, 1));
+    int rc = MPI_Ibarrier(m->coll, &b->r[0]);
+    if (rc != MPI_SUCCESS) return mpi_error(c, rc, "barrier");
+    b->peer[0] = -1;
+    b->n = 1;
+    return batch_wait(c, b, "barrier", NULL, 1);
+}
+
+static const cl_comm_ops mp_ops = {
+    .name = "mpi",
+    .isend = mp_isend,
+    .irecv = mp_irecv,
+    .wait = mp_wait,
+    .test = mp_test,
+    .allreduce = mp_allreduce,
+    .reduce_scatter = mp_reduce_scatter,
+    .allgather = mp_allgather,
+    .broadcast = mp_broadcast,
+    .barrier = mp_barrier,
+    .split = mp_split,
+    .fail = NULL,
+    .destroy = mp_destroy,
+};
+
+#endif

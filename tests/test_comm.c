@@ -1,0 +1,738 @@
+/* Tests of the communicators (include/cleave/comm.h).
+ *
+ * Without arguments: the threads backend for world sizes 1..8: every
+ * collective against a serial left fold in rank order (bitwise), sizes 0, 1,
+ * primes and counts the world size does not divide; point-to-point with tags
+ * out of order; split groups; non-blocking collectives that progress while
+ * the caller computes; failures (a rank's error, an injected fault, recv and
+ * collective timeouts, a send/send deadlock) that end every rank promptly
+ * with messages naming the failed rank.
+ *
+ * The same checks run under MPI (tests/cli_comm_mpi.sh):
+ *   mpirun -np N test_comm --mpi [--hash FILE]   the checks; FILE gets a hash of the results
+ *   test_comm --threads-hash N FILE              the same hash from N threads
+ *   mpirun ... test_comm --mpi --fault           a loop of collectives (for CLEAVE_FAULT)
+ *   mpirun ... test_comm --mpi --recv-timeout    rank 1 waits for a message that never comes
+ *   mpirun ... test_comm --mpi --hang PIDFILE    ranks idle in barriers; rank 1 writes its pid
+ *   test_comm --has-mpi                          prints "MPI: yes" or "MPI: no"
+ *
+ * Rank threads share the check counters, so rank code checks with TCHECK
+ * (under a mutex). */
+#include "cleave/comm.h"
+#include "common/check.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static pthread_mutex_t check_mu = PTHREAD_MUTEX_INITIALIZER;
+#define TCHECK(...)                          \
+    do {                                     \
+        pthread_mutex_lock(&check_mu);       \
+        CHECK(__VA_ARGS__);                  \
+        pthread_mutex_unlock(&check_mu);     \
+    } while (0)
+#define TCHECK_OK(expr)                                                                           \
+    do {                                                                                          \
+        cl_status s_ = (expr);                                                                    \
+        TCHECK(s_ == CL_OK, "%s -> %s: %s", #expr, cl_status_name(s_), cl_last_error());          \
+    } while (0)
+
+static void sleep_s(double s) {
+    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+    nanosleep(&ts, NULL);
+}
+
+/* ---- inputs and the serial reference ------------------------------------ */
+
+static uint64_t mix(uint64_t x) {
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+/* Values of varying magnitude, so that the summation order shows in the bits. */
+static double val(int rank, size_t i, unsigned salt) {
+    uint64_t h = mix(mix((uint64_t)rank * 1000003u + salt) ^ i);
+    double m = (double)(h >> 40) / 16777216.0 - 0.5;
+    return ldexp(m, (int)(h & 15) - 8);
+}
+
+static float fold_f(float acc, float x, cl_redop op) {
+    if (op == CL_RED_MAX) return (x > acc || isnan(x)) ? x : acc;
+    return acc + x;
+}
+
+static double fold_d(double acc, double x, cl_redop op) {
+    if (op == CL_RED_MAX) return (x > acc || isnan(x)) ? x : acc;
+    return acc + x;
+}
+
+static uint64_t fnv(uint64_t h, const void *p, size_t n) {
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001b3ull;
+    return h;
+}
+
+static const char *op_name(cl_redop op) { return op == CL_RED_SUM ? "sum" : op == CL_RED_AVG ? "avg" : "max"; }
+
+/* ---- collectives ---------------------------------------------------------- */
+
+/* Every collective on c against the serial fold; returns a hash of every
+ * result this rank got. full: the longer list of sizes. */
+static uint64_t coll_checks(cl_comm *c, int full) {
+    int n = cl_comm_size(c), me = cl_comm_rank(c);
+    uint64_t h = 0xcbf29ce484222325ull;
+    const size_t counts_full[] = {0, 1, 7, 16, 17, 100, 1009, 4099, 65537, 300007};
+    const size_t counts_short[] = {0, 1, 7, 17, 1009, 4099};
+    const size_t *counts = full ? counts_full : counts_short;
+    int ncounts = full ? 10 : 6;
+    const cl_redop ops[3] = {CL_RED_SUM, CL_RED_AVG, CL_RED_MAX};
+    size_t maxc = 300007 * 2;
+    float *buf = malloc(maxc * sizeof *buf), *ref = malloc(maxc * sizeof *ref);
+    double *dbuf = malloc(maxc * sizeof *dbuf), *dref = malloc(maxc * sizeof *dref);
+    TCHECK(buf && ref && dbuf && dref, "allocation");
+    if (!buf || !ref || !dbuf || !dref) goto out;
+
+    /* all-reduce, float */
+    for (int ci = 0; ci < ncounts; ci++) {
+        size_t cnt = counts[ci];
+        for (int oi = 0; oi < 3; oi++) {
+            cl_redop op = ops[oi];
+            unsigned salt = (unsigned)(ci * 3 + oi);
+            if (cnt == 300007 && op != CL_RED_SUM) continue;
+            for (size_t i = 0; i < cnt; i++) buf[i] = (float)val(me, i, salt);
+            for (size_t i = 0; i < cnt; i++) {
+                float a = (float)val(0, i, salt);
+                for (int r = 1; r < n; r++) a = fold_f(a, (float)val(r, i, salt), op);
+                ref[i] = op == CL_RED_AVG ? a / (float)n : a;
+            }
+            int nonblocking = (ci + oi) % 2 == 1;
+            if (nonblocking) {
+                cl_request *rq = NULL;
+                TCHECK_OK(cl_comm_iallreduce(c, buf, cnt, op, &rq));
+                TCHECK_OK(cl_comm_wait(c, rq));
+            } else {
+                TCHECK_OK(cl_comm_allreduce(c, buf, cnt, op));
+            }
+            size_t bad = cnt;
+            for (size_t i = 0; i < cnt && bad == cnt; i++)
+                if (memcmp(&buf[i], &ref[i], sizeof(float)) != 0) bad = i;
+            TCHECK(bad == cnt, "%s allreduce %s n=%d count %zu rank %d: element %zu is %.9g, the serial fold gives %.9g",
+                   nonblocking ? "non-blocking" : "blocking", op_name(op), n, cnt, me, bad, bad < cnt ? buf[bad] : 0.0,
+                   bad < cnt ? ref[bad] : 0.0);
+            h = fnv(h, buf, cnt * sizeof *buf);
+            if (full && n >= 3 && op == CL_RED_SUM && cnt == 65537) {
+                /* the inputs are order-sensitive: the reverse fold differs somewhere */
+                size_t differs = 0;
+                for (size_t i = 0; i < cnt; i++) {
+                    float a = (float)val(n - 1, i, salt);
+                    for (int r = n - 2; r >= 0; r--) a += (float)val(r, i, salt);
+                    differs += memcmp(&a, &ref[i], sizeof a) != 0;
+                }
+                TCHECK(differs > 0, "n=%d: the reverse fold equals the forward one everywhere: the test data is too easy", n);
+            }
+        }
+    }
+    /* all-reduce, double */
+    for (int ci = 0; ci < ncounts; ci++) {
+        size_t cnt = counts[ci] > 65537 ? 65537 : counts[ci];
+        for (int oi = 0; oi < 3; oi++) {
+            cl_redop op = ops[oi];
+            unsigned salt = (unsigned)(100 + ci * 3 + oi);
+            for (size_t i = 0; i < cnt; i++) dbuf[i] = val(me, i, salt) * (1 + 1e-9 * (double)me);
+            for (size_t i = 0; i < cnt; i++) {
+                double a = val(0, i, salt);
+                for (int r = 1; r < n; r++) a = fold_d(a, val(r, i, salt) * (1 + 1e-9 * (double)r), op);
+                dref[i] = op == CL_RED_AVG ? a / (double)n : a;
+            }
+            TCHECK_OK(cl_comm_allreduce_f64(c, dbuf, cnt, op));
+            TCHECK(memcmp(dbuf, dref, cnt * sizeof *dbuf) == 0, "allreduce_f64 %s n=%d count %zu rank %d differs", op_name(op),
+                   n, cnt, me);
+            h = fnv(h, dbuf, cnt * sizeof *dbuf);
+        }
+    }
+    /* NaN anywhere gives NaN under MAX and SUM */
+    if (n >= 2) {
+        float x[3] = {1, 2, 3};
+        if (me == n - 1) x[1] = NAN;
+        TCHECK_OK(cl_comm_allreduce(c, x, 3, CL_RED_MAX));
+        TCHECK(isnan(x[1]) && !isnan(x[0]) && !isnan(x[2]), "max with a NaN on the last rank: %g %g %g", x[0], x[1], x[2]);
+    }
+    /* reduce-scatter */
+    const size_t cprs[] = {0, 1, 7, 1001, 40009};
+    for (int ci = 0; ci < (full ? 5 : 4); ci++) {
+        size_t cpr = cprs[ci], total = cpr * (size_t)n;
+        if (total > maxc) continue;
+        for (int oi = 0; oi < 3; oi++) {
+            cl_redop op = ops[oi];
+            unsigned salt = (unsigned)(200 + ci * 3 + oi);
+            for (size_t i = 0; i < total; i++) ref[i] = (float)val(me, i, salt);
+            for (size_t i = 0; i < cpr; i++) {
+                size_t gi = (size_t)me * cpr + i;
+                float a = (float)val(0, gi, salt);
+                for (int r = 1; r < n; r++) a = fold_f(a, (float)val(r, gi, salt), op);
+                buf[i] = op == CL_RED_AVG ? a / (float)n : a; /* expected, in buf */
+            }
+            float *out = malloc((cpr ? cpr : 1) * sizeof *out);
+            TCHECK(out != NULL, "allocation");
+            if (!out) continue;
+            if (oi == 1) {
+                cl_request *rq = NULL;
+                TCHECK_OK(cl_comm_ireduce_scatter(c, ref, out, cpr, op, &rq));
+                TCHECK_OK(cl_comm_wait(c, rq));
+            } else {
+                TCHECK_OK(cl_comm_reduce_scatter(c, ref, out, cpr, op));
+            }
+            TCHECK(memcmp(out, buf, cpr * sizeof *out) == 0, "reduce_scatter %s n=%d cpr %zu rank %d differs", op_name(op), n,
+                   cpr, me);
+            h = fnv(h, out, cpr * sizeof *out);
+            free(out);
+        }
+    }
+    /* all-gather (bytes; also in place) */
+    const size_t bprs[] = {0, 1, 7, 4099, 65539};
+    for (int bi = 0; bi < 5; bi++) {
+        size_t bpr = bprs[bi];
+        unsigned char *in = malloc(bpr + 1), *out = malloc(bpr * (size_t)n + 1);
+        TCHECK(in && out, "allocation");
+        if (!in || !out) {
+            free(in);
+            free(out);
+            continue;
+        }
+        for (size_t i = 0; i < bpr; i++) in[i] = (unsigned char)(mix((uint64_t)me * 7919 + i) & 255);
+        int inplace = bi % 2 == 1;
+        if (inplace) memcpy(out + (size_t)me * bpr, in, bpr);
+        if (bi == 3) {
+            cl_request *rq = NULL;
+            TCHECK_OK(cl_comm_iallgather(c, in, out, bpr, &rq));
+            TCHECK_OK(cl_comm_wait(c, rq));
+        } else {
+            TCHECK_OK(cl_comm_allgather(c, inplace ? out + (size_t)me * bpr : in, out, bpr));
+        }
+        int ok = 1;
+        for (int r = 0; r < n; r++)
+            for (size_t i = 0; i < bpr; i++)
+                if (out[(size_t)r * bpr + i] != (unsigned char)(mix((uint64_t)r * 7919 + i) & 255)) ok = 0;
+        TCHECK(ok, "allgather n=%d bytes %zu rank %d%s differs", n, bpr, me, inplace ? " (in place)" : "");
+        free(in);
+        free(out);
+    }
+    /* broadcast from several roots */
+    const size_t bcs[] = {0, 1, 7, 100003, 300001};
+    for (int bi = 0; bi < 5; bi++) {
+        int roots[3] = {0, n - 1, n / 2};
+        for (int ri = 0; ri < 3; ri++) {
+            int root = roots[ri];
+            size_t bytes = bcs[bi];
+            unsigned char *b = malloc(bytes + 1);
+            TCHECK(b != NULL, "allocation");
+            if (!b) continue;
+            for (size_t i = 0; i < bytes; i++) b[i] = me == root ? (unsigned char)(i * 31 + (size_t)root) : 0xEE;
+            TCHECK_OK(cl_comm_broadcast(c, b, bytes, root));
+            int ok = 1;
+            for (size_t i = 0; i < bytes; i++)
+                if (b[i] != (unsigned char)(i * 31 + (size_t)root)) ok = 0;
+            TCHECK(ok, "broadcast n=%d bytes %zu root %d rank %d differs", n, bytes, root, me);
+            free(b);
+        }
+    }
+    TCHECK_OK(cl_comm_barrier(c));
+out:
+    free(buf);
+    free(ref);
+    free(dbuf);
+    free(dref);
+    return h;
+}
+
+/* ---- point-to-point ------------------------------------------------------- */
+
+static void p2p_checks(cl_comm *c) {
+    int n = cl_comm_size(c), me = cl_comm_rank(c);
+    int right = (me + 1) % n, left = (me + n - 1) % n;
+    int threads = strcmp(cl_comm_backend(c), "threads") == 0;
+    /* tags out of order: sends 5..1, receives posted 1..5 */
+    if (n >= 2) {
+        int sbuf[5][64], rbuf[5][64];
+        cl_request *sr[5], *rr[5];
+        for (int t = 5; t >= 1; t--) {
+            for (int i = 0; i < 64; i++) sbuf[t - 1][i] = me * 1000 + t * 100 + i;
+            TCHECK_OK(cl_comm_isend(c, sbuf[t - 1], sizeof sbuf[0], right, t, &sr[t - 1]));
+        }
+        for (int t = 1; t <= 5; t++) TCHECK_OK(cl_comm_irecv(c, rbuf[t - 1], sizeof rbuf[0], left, t, &rr[t - 1]));
+        for (int t = 5; t >= 1; t--) TCHECK_OK(cl_comm_wait(c, rr[t - 1]));
+        for (int t = 1; t <= 5; t++) TCHECK_OK(cl_comm_wait(c, sr[t - 1]));
+        int ok = 1;
+        for (int t = 1; t <= 5; t++)
+            for (int i = 0; i < 64; i++)
+                if (rbuf[t - 1][i] != left * 1000 + t * 100 + i) ok = 0;
+        TCHECK(ok, "rank %d: messages from rank %d with tags out of order differ", me, left);
+        /* one tag, several messages: in the order sent */
+        int a[3] = {11, 22, 33}, b[3] = {0, 0, 0};
+        cl_request *s3[3], *r3[3];
+        for (int i = 0; i < 3; i++) TCHECK_OK(cl_comm_isend(c, &a[i], sizeof a[i], right, 9, &s3[i]));
+        for (int i = 0; i < 3; i++) TCHECK_OK(cl_comm_irecv(c, &b[i], sizeof b[i], left, 9, &r3[i]));
+        for (int i = 2; i >= 0; i--) TCHECK_OK(cl_comm_wait(c, r3[i]));
+        for (int i = 0; i < 3; i++) TCHECK_OK(cl_comm_wait(c, s3[i]));
+        TCHECK(b[0] == 11 && b[1] == 22 && b[2] == 33, "rank %d: same-tag messages out of order: %d %d %d", me, b[0], b[1], b[2]);
+        /* blocking, in pairs (even sends first), with a zero-byte message */
+        int partner = me % 2 == 0 ? me + 1 : me - 1;
+        if (partner < n) {
+            double x = me + 0.5, y = -1;
+            if (me % 2 == 0) {
+                TCHECK_OK(cl_comm_send(c, &x, sizeof x, partner, 3));
+                TCHECK_OK(cl_comm_recv(c, &y, sizeof y, partner, 3));
+                TCHECK_OK(cl_comm_send(c, NULL, 0, partner, 4));
+            } else {
+                TCHECK_OK(cl_comm_recv(c, &y, sizeof y, partner, 3));
+                TCHECK_OK(cl_comm_send(c, &x, sizeof x, partner, 3));
+                TCHECK_OK(cl_comm_recv(c, NULL, 0, partner, 4));
+            }
+            TCHECK(y == partner + 0.5, "rank %d: blocking recv from %d got %g", me, partner, y);
+        }
+        /* size mismatch: the receive fails (and, on threads, the send) */
+        if (partner < n) {
+            char big[8] = "1234567", small[4];
+            if (me % 2 == 0) {
+                cl_status s = cl_comm_send(c, big, sizeof big, partner, 77);
+                if (threads) TCHECK(s == CL_ERR_COMM && strstr(cl_last_error(), "bytes"), "mismatched send: %s: %s",
+                                    cl_status_name(s), cl_last_error());
+            } else {
+                cl_status s = cl_comm_recv(c, small, sizeof small, partner, 77);
+                TCHECK(s == CL_ERR_COMM && strstr(cl_last_error(), "bytes"), "mismatched recv: %s: %s", cl_status_name(s),
+                       cl_last_error());
+            }
+        }
+    }
+    /* to oneself, non-blocking */
+    {
+        int x = 42 + me, y = 0;
+        cl_request *s, *r;
+        TCHECK_OK(cl_comm_irecv(c, &y, sizeof y, me, 0, &r));
+        TCHECK_OK(cl_comm_isend(c, &x, sizeof x, me, 0, &s));
+        int done = 0;
+        for (int i = 0; i < 10000 && !done; i++) {
+            TCHECK_OK(cl_comm_test(c, r, &done));
+            if (!done) sleep_s(0.0001);
+        }
+        TCHECK(done, "rank %d: a receive from oneself never completed", me);
+        if (!done) TCHECK_OK(cl_comm_wait(c, r));
+        TCHECK_OK(cl_comm_wait(c, s));
+        TCHECK(y == 42 + me, "rank %d: self message %d", me, y);
+    }
+    /* bad arguments */
+    {
+        int x = 0;
+        cl_request *r = (cl_request *)&x;
+        TCHECK(cl_comm_send(c, &x, sizeof x, n, 0) == CL_ERR_INVALID && strstr(cl_last_error(), "out of range"),
+               "peer out of range: %s", cl_last_error());
+        TCHECK(cl_comm_isend(c, &x, sizeof x, 0, -1, &r) == CL_ERR_INVALID && r == NULL, "negative tag: %s", cl_last_error());
+        TCHECK(cl_comm_send(c, &x, sizeof x, me, 0) == CL_ERR_INVALID, "blocking send to self: %s", cl_last_error());
+        TCHECK(cl_comm_allreduce(c, NULL, 3, CL_RED_SUM) == CL_ERR_INVALID, "NULL buffer: %s", cl_last_error());
+        TCHECK(cl_comm_broadcast(c, &x, sizeof x, n) == CL_ERR_INVALID, "root out of range: %s", cl_last_error());
+        TCHECK(cl_comm_wait(c, NULL) == CL_OK, "wait(NULL)");
+    }
+    TCHECK_OK(cl_comm_barrier(c));
+}
+
+/* ---- split ---------------------------------------------------------------- */
+
+static void split_checks(cl_comm *world) {
+    int n = cl_comm_size(world), me = cl_comm_rank(world);
+    cl_comm *sub = NULL;
+    TCHECK_OK(cl_comm_split(world, me % 2, -me, &sub)); /* even / odd, reversed */
+    TCHECK(sub != NULL, "rank %d: split gave no communicator", me);
+    if (!sub) return;
+    int k = (n - me % 2 + 1) / 2; /* ranks of my parity */
+    int expect_rank = (n - 1 - me) / 2; /* the members above me come first */
+    TCHECK(cl_comm_size(sub) == k && cl_comm_rank(sub) == expect_rank && cl_comm_world_rank(sub) == me,
+           "rank %d: sub size %d rank %d world %d, expected size %d rank %d", me, cl_comm_size(sub), cl_comm_rank(sub),
+           cl_comm_world_rank(sub), k, expect_rank);
+    coll_checks(sub, 0);
+    /* the world ranks summed in group-rank order (largest first) */
+    float x = (float)me, want = 0;
+    int first = 1;
+    for (int r = n - 1; r >= 0; r--)
+        if (r % 2 == me % 2) {
+            want = first ? (float)r : want + (float)r;
+            first = 0;
+        }
+    TCHECK_OK(cl_comm_allreduce(sub, &x, 1, CL_RED_SUM));
+    TCHECK(x == want, "rank %d: sum over my parity group %g, expected %g", me, x, want);
+    /* tag spaces are separate: rank 0 -> rank 2 with tag 1 on both */
+    if (n >= 3 && (me == 0 || me == 2)) {
+        int peer_sub = (n - 1 - (2 - me)) / 2; /* the other one's rank in the even group */
+        if (me == 0) {
+            int a = 111, b = 222;
+            cl_request *r1, *r2;
+            TCHECK_OK(cl_comm_isend(world, &a, sizeof a, 2, 1, &r1));
+            TCHECK_OK(cl_comm_isend(sub, &b, sizeof b, peer_sub, 1, &r2));
+            TCHECK_OK(cl_comm_wait(world, r1));
+            TCHECK_OK(cl_comm_wait(sub, r2));
+        } else {
+            int a = 0, b = 0;
+            TCHECK_OK(cl_comm_recv(sub, &b, sizeof b, peer_sub, 1));
+            TCHECK_OK(cl_comm_recv(world, &a, sizeof a, 0, 1));
+            TCHECK(a == 111 && b == 222, "rank 2: world message %d, group message %d", a, b);
+        }
+    }
+    /* a negative color gets no communicator; the others a group of n - 1 */
+    cl_comm *rest = (cl_comm *)1;
+    TCHECK_OK(cl_comm_split(world, me == 0 ? -1 : 5, 0, &rest));
+    if (me == 0) TCHECK(rest == NULL, "a negative color gave a communicator");
+    else {
+        TCHECK(rest && cl_comm_size(rest) == n - 1 && cl_comm_rank(rest) == me - 1, "rank %d: rest size %d rank %d", me,
+               rest ? cl_comm_size(rest) : -1, rest ? cl_comm_rank(rest) : -1);
+        if (rest) {
+            double v = 1;
+            TCHECK_OK(cl_comm_allreduce_f64(rest, &v, 1, CL_RED_SUM));
+            TCHECK(v == n - 1, "sum over the rest %g", v);
+        }
+    }
+    cl_comm_free(rest);
+    /* sub is left for the launcher to free */
+}
+
+/* ---- non-blocking progress ------------------------------------------------ */
+
+static void overlap_checks(cl_comm *c) {
+    int n = cl_comm_size(c), me = cl_comm_rank(c);
+    size_t cnt = 1 << 18;
+    float *a = malloc(cnt * sizeof *a), *b = malloc(cnt * sizeof *b), *w = malloc(cnt * sizeof *w);
+    TCHECK(a && b && w, "allocation");
+    if (!a || !b || !w) goto out;
+    for (size_t i = 0; i < cnt; i++) a[i] = (float)(me + 1);
+    /* progress without the caller: poll cl_comm_test while computing */
+    cl_request *r = NULL;
+    TCHECK_OK(cl_comm_iallreduce(c, a, cnt, CL_RED_SUM, &r));
+    int done = 0;
+    double t0 = cl_now(), work = 0;
+    while (!done && cl_now() - t0 < 20) {
+        for (size_t i = 0; i < cnt; i++) w[i] = (float)i * 0.5f; /* the caller's own work */
+        work += w[cnt - 1];
+        TCHECK_OK(cl_comm_test(c, r, &done));
+        if (!done) sleep_s(0.001);
+    }
+    TCHECK(done, "rank %d: iallreduce made no progress in 20 s while the caller only computed and tested", me);
+    if (!done) TCHECK_OK(cl_comm_wait(c, r));
+    float want = (float)n * (float)(n + 1) / 2;
+    TCHECK(a[0] == want && a[cnt - 1] == want, "iallreduce gave %g, expected %g", a[0], want);
+    TCHECK(work > 0, "work");
+    /* issue order: two non-blocking, one blocking, waits in reverse order */
+    for (size_t i = 0; i < cnt; i++) {
+        a[i] = 1;
+        b[i] = (float)me;
+    }
+    float x = (float)me;
+    cl_request *ra, *rb;
+    TCHECK_OK(cl_comm_iallreduce(c, a, cnt, CL_RED_SUM, &ra));
+    TCHECK_OK(cl_comm_iallreduce(c, b, cnt, CL_RED_MAX, &rb));
+    TCHECK_OK(cl_comm_allreduce(c, &x, 1, CL_RED_AVG));
+    TCHECK_OK(cl_comm_wait(c, rb));
+    TCHECK_OK(cl_comm_wait(c, ra));
+    TCHECK(a[5] == (float)n && b[5] == (float)(n - 1), "queued results %g %g", a[5], b[5]);
+    float s = 0;
+    for (int r2 = 0; r2 < n; r2++) s += (float)r2;
+    TCHECK(x == s / (float)n, "blocking average behind the queue %g", x);
+out:
+    free(a);
+    free(b);
+    free(w);
+}
+
+/* ---- rank functions -------------------------------------------------------- */
+
+typedef struct {
+    uint64_t hash;
+    const char *hash_file;
+} all_arg;
+
+static cl_status all_checks(cl_comm *world, void *p) {
+    all_arg *arg = p;
+    uint64_t h = coll_checks(world, 1);
+    /* one hash over every rank's results, in rank order */
+    int n = cl_comm_size(world);
+    uint64_t *hs = calloc((size_t)n, sizeof *hs);
+    TCHECK(hs != NULL, "allocation");
+    if (hs) {
+        TCHECK_OK(cl_comm_allgather(world, &h, hs, sizeof h));
+        uint64_t wh = fnv(0xcbf29ce484222325ull, hs, (size_t)n * sizeof *hs);
+        if (cl_comm_rank(world) == 0) {
+            arg->hash = wh;
+            if (arg->hash_file) {
+                FILE *f = fopen(arg->hash_file, "w");
+                TCHECK(f != NULL, "cannot write %s", arg->hash_file);
+                if (f) {
+                    fprintf(f, "%016llx\n", (unsigned long long)wh);
+                    fclose(f);
+                }
+            }
+        }
+        free(hs);
+    }
+    p2p_checks(world);
+    if (cl_comm_size(world) >= 2) split_checks(world);
+    overlap_checks(world);
+    return CL_OK;
+}
+
+/* Per-rank outcomes of the failure tests. */
+typedef struct {
+    cl_status st[16];
+    char msg[16][400];
+    double t_end[16];
+    int mode;
+} fail_arg;
+
+static cl_status record(fail_arg *a, int me, cl_status s) {
+    a->st[me] = s;
+    snprintf(a->msg[me], sizeof a->msg[me], "%s", s == CL_OK ? "" : cl_last_error());
+    a->t_end[me] = cl_now();
+    return s;
+}
+
+enum { F_INJECT, F_RETURN, F_RECV_TIMEOUT, F_COLL_TIMEOUT, F_DEADLOCK, F_INJECT_ASYNC, F_MISMATCH };
+
+static cl_status fail_rank(cl_comm *w, void *p) {
+    fail_arg *a = p;
+    int me = cl_comm_rank(w);
+    float x[100] = {0};
+    cl_status s = CL_OK;
+    switch (a->mode) {
+    case F_INJECT: /* CLEAVE_FAULT=rank:3:op:2 */
+        s = cl_comm_barrier(w);
+        for (int i = 0; i < 5 && s == CL_OK; i++) s = cl_comm_allreduce(w, x, 100, CL_RED_SUM);
+        return record(a, me, s);
+    case F_RETURN:
+        if (me == 2) {
+            record(a, me, CL_OK);
+            return cl_error(CL_ERR_INVALID, "boom");
+        }
+        s = cl_comm_allreduce(w, x, 100, CL_RED_SUM);
+        if (s == CL_OK) s = cl_comm_recv(w, x, sizeof x, 2, 1);
+        return record(a, me, s);
+    case F_RECV_TIMEOUT:
+        if (me == 0) sleep_s(0.3); /* so that rank 1's timeout comes first */
+        s = me == 1 ? cl_comm_recv(w, x, sizeof x, 0, 7) : cl_comm_barrier(w);
+        return record(a, me, s);
+    case F_COLL_TIMEOUT:
+        if (me == 2) {
+            sleep_s(2.0);
+            return record(a, me, CL_OK);
+        }
+        return record(a, me, cl_comm_allreduce(w, x, 100, CL_RED_SUM));
+    case F_DEADLOCK: /* both send first: no buffering, so neither completes */
+        return record(a, me, cl_comm_send(w, x, sizeof x, 1 - me, 0));
+    case F_INJECT_ASYNC: { /* CLEAVE_FAULT=rank:1:allreduce:2, in a split group */
+        cl_comm *sub = NULL;
+        s = cl_comm_split(w, 0, me, &sub);
+        cl_request *r = NULL;
+        if (s == CL_OK) s = cl_comm_iallreduce(sub, x, 100, CL_RED_SUM, &r);
+        if (s == CL_OK) s = cl_comm_iallreduce(sub, x + 50, 50, CL_RED_SUM, &r);
+        if (s == CL_OK) s = cl_comm_wait(sub, r); /* the first request is left for the launcher */
+        return record(a, me, s);
+    }
+    case F_MISMATCH:
+        return record(a, me, cl_comm_allreduce(w, x, me == 1 ? 99 : 100, CL_RED_SUM));
+    }
+    return CL_ERR_INTERNAL;
+}
+
+static void fail_checks(void) {
+    fail_arg a;
+    cl_launch_opts o = {.timeout_s = 30};
+    double t0;
+    cl_status s;
+
+    /* an injected fault on rank 3's second operation (its first allreduce) */
+    memset(&a, 0, sizeof a);
+    a.mode = F_INJECT;
+    setenv("CLEAVE_FAULT", "rank:3:op:2", 1);
+    t0 = cl_now();
+    s = cl_launch_threads(5, fail_rank, &a, &o);
+    double dt = cl_now() - t0;
+    unsetenv("CLEAVE_FAULT");
+    CHECK(s == CL_ERR_COMM && strstr(cl_last_error(), "rank 3 failed in allreduce: injected fault"),
+          "injected fault: %s: %s", cl_status_name(s), cl_last_error());
+    CHECK(dt < 2, "the injected fault took %.2f s to end the launch", dt);
+    for (int r = 0; r < 5; r++)
+        CHECK(a.st[r] == CL_ERR_COMM && strstr(a.msg[r], r == 3 ? "injected fault" : "rank 3 failed in allreduce"),
+              "rank %d after rank 3's fault: %s: %s", r, cl_status_name(a.st[r]), a.msg[r]);
+
+    /* a rank returns an error; the others wait in allreduce */
+    memset(&a, 0, sizeof a);
+    a.mode = F_RETURN;
+    t0 = cl_now();
+    s = cl_launch_threads(4, fail_rank, &a, &o);
+    dt = cl_now() - t0;
+    CHECK(s == CL_ERR_INVALID && strstr(cl_last_error(), "rank 2 failed: boom"), "returned error: %s: %s",
+          cl_status_name(s), cl_last_error());
+    CHECK(dt < 2, "a failed rank took %.2f s to end the launch", dt);
+    for (int r = 0; r < 4; r++)
+        if (r != 2)
+            CHECK(a.st[r] == CL_ERR_COMM && strstr(a.msg[r], "rank 2 failed: boom") && a.t_end[r] - t0 < 1,
+                  "rank %d after rank 2 failed: %s: %s (%.2f s)", r, cl_status_name(a.st[r]), a.msg[r], a.t_end[r] - t0);
+
+    /* a receive that nothing matches times out */
+    memset(&a, 0, sizeof a);
+    a.mode = F_RECV_TIMEOUT;
+    cl_launch_opts one = {.timeout_s = 1};
+    t0 = cl_now();
+    s = cl_launch_threads(2, fail_rank, &a, &one);
+    dt = cl_now() - t0;
+    CHECK(s == CL_ERR_COMM && strstr(cl_last_error(), "rank 1 failed in recv from rank 0 (tag 7): timed out after 1.0 s"),
+          "recv timeout: %s: %s", cl_status_name(s), cl_last_error());
+    CHECK(strstr(a.msg[1], "rank 1: timed out after 1.0 s in recv from rank 0 (tag 7)"), "rank 1's own message: %s", a.msg[1]);
+    CHECK(a.st[0] == CL_ERR_COMM && strstr(a.msg[0], "rank 1 failed"), "rank 0 in its barrier: %s", a.msg[0]);
+    CHECK(dt > 0.9 && dt < 3, "the recv timeout took %.2f s (timeout 1 s)", dt);
+
+    /* a collective that one rank never joins */
+    memset(&a, 0, sizeof a);
+    a.mode = F_COLL_TIMEOUT;
+    cl_launch_opts half = {.timeout_s = 0.5};
+    s = cl_launch_threads(3, fail_rank, &a, &half);
+    CHECK(s == CL_ERR_COMM && strstr(cl_last_error(), "timed out after 0.5 s waiting for rank 2"), "collective timeout: %s",
+          cl_last_error());
+    CHECK(a.st[0] == CL_ERR_COMM && a.st[1] == CL_ERR_COMM && a.st[2] == CL_OK, "collective timeout statuses %d %d %d",
+          a.st[0], a.st[1], a.st[2]);
+
+    /* send/send deadlock: the threads backend never buffers */
+    memset(&a, 0, sizeof a);
+    a.mode = F_DEADLOCK;
+    s = cl_launch_threads(2, fail_rank, &a, &half);
+    CHECK(s == CL_ERR_COMM && strstr(cl_last_error(), "timed out after 0.5 s") && strstr(cl_last_error(), "send to rank"),
+          "deadlock: %s", cl_last_error());
+
+    /* a fault on a non-blocking allreduce in a split group */
+    memset(&a, 0, sizeof a);
+    a.mode = F_INJECT_ASYNC;
+    setenv("CLEAVE_FAULT", "rank:1:allreduce:2", 1);
+    t0 = cl_now();
+    s = cl_launch_threads(3, fail_rank, &a, &o);
+    dt = cl_now() - t0;
+    unsetenv("CLEAVE_FAULT");
+    CHECK(s == CL_ERR_COMM && strstr(cl_last_error(), "rank 1 failed in allreduce: injected fault"), "async fault: %s",
+          cl_last_error());
+    CHECK(dt < 2, "the async fault took %.2f s", dt);
+    CHECK(a.st[0] == CL_ERR_COMM && a.st[2] == CL_ERR_COMM && strstr(a.msg[0], "rank 1 failed"), "async fault: rank 0: %s",
+          a.msg[0]);
+
+    /* ranks that disagree about a count */
+    memset(&a, 0, sizeof a);
+    a.mode = F_MISMATCH;
+    s = cl_launch_threads(3, fail_rank, &a, &o);
+    CHECK(s == CL_ERR_INVALID && strstr(cl_last_error(), "disagree"), "mismatch: %s: %s", cl_status_name(s), cl_last_error());
+    for (int r = 0; r < 3; r++) CHECK(a.st[r] == CL_ERR_INVALID, "mismatch rank %d: %s", r, a.msg[r]);
+
+    /* bad launches */
+    setenv("CLEAVE_FAULT", "rank:x:op:1", 1);
+    s = cl_launch_threads(2, fail_rank, &a, &o);
+    unsetenv("CLEAVE_FAULT");
+    CHECK(s == CL_ERR_INVALID && strstr(cl_last_error(), "CLEAVE_FAULT"), "bad CLEAVE_FAULT: %s", cl_last_error());
+    CHECK(cl_launch_threads(0, fail_rank, &a, &o) == CL_ERR_INVALID, "0 ranks");
+    CHECK(cl_launch_threads(2, NULL, &a, &o) == CL_ERR_INVALID, "NULL fn");
+    cl_launch_opts neg = {.timeout_s = -1};
+    CHECK(cl_launch_threads(2, fail_rank, &a, &neg) == CL_ERR_INVALID, "negative timeout");
+    if (!cl_mpi_available()) {
+        int argc = 0;
+        char **argv = NULL;
+        s = cl_launch_mpi(&argc, &argv, fail_rank, &a, NULL);
+        CHECK(s == CL_ERR_UNSUPPORTED && strstr(cl_last_error(), "without MPI"), "launch_mpi without MPI: %s",
+              cl_last_error());
+    }
+}
+
+/* ---- MPI-only modes -------------------------------------------------------- */
+
+static cl_status mpi_fault_loop(cl_comm *w, void *p) {
+    (void)p;
+    float x[1000] = {0};
+    for (int i = 0; i < 50; i++) CL_TRY(cl_comm_allreduce(w, x, 1000, CL_RED_SUM));
+    return CL_OK;
+}
+
+static cl_status mpi_recv_timeout(cl_comm *w, void *p) {
+    (void)p;
+    int x;
+    if (cl_comm_rank(w) == 1) return cl_comm_recv(w, &x, sizeof x, 0, 7);
+    return cl_comm_barrier(w);
+}
+
+static cl_status mpi_hang(cl_comm *w, void *p) {
+    const char *pidfile = p;
+    CL_TRY(cl_comm_barrier(w));
+    if (cl_comm_rank(w) == 1) {
+        FILE *f = fopen(pidfile, "w");
+        if (f) {
+            fprintf(f, "%d\n", (int)getpid());
+            fclose(f);
+        }
+    }
+    for (double t0 = cl_now(); cl_now() - t0 < 120;) {
+        float x = 1;
+        CL_TRY(cl_comm_allreduce(w, &x, 1, CL_RED_SUM));
+        sleep_s(0.05);
+    }
+    return CL_OK;
+}
+
+int main(int argc, char **argv) {
+    if (argc >= 2 && !strcmp(argv[1], "--has-mpi")) {
+        printf("MPI: %s\n", cl_mpi_available() ? "yes" : "no");
+        return 0;
+    }
+    if (argc >= 4 && !strcmp(argv[1], "--threads-hash")) {
+        all_arg a = {0, argv[3]};
+        cl_status s = cl_launch_threads(atoi(argv[2]), all_checks, &a, NULL);
+        CHECK(s == CL_OK, "launch: %s", cl_last_error());
+        return cl_test_report("test_comm --threads-hash");
+    }
+    if (argc >= 2 && !strcmp(argv[1], "--mpi")) {
+        cl_launch_opts o = {.timeout_s = 60};
+        cl_status s;
+        if (argc >= 3 && !strcmp(argv[2], "--fault")) {
+            s = cl_launch_mpi(&argc, &argv, mpi_fault_loop, NULL, &o);
+        } else if (argc >= 3 && !strcmp(argv[2], "--recv-timeout")) {
+            cl_launch_opts one = {.timeout_s = 1};
+            s = cl_launch_mpi(&argc, &argv, mpi_recv_timeout, NULL, &one);
+        } else if (argc >= 4 && !strcmp(argv[2], "--hang")) {
+            cl_launch_opts lng = {.timeout_s = 600};
+            s = cl_launch_mpi(&argc, &argv, mpi_hang, argv[3], &lng);
+        } else {
+            all_arg a = {0, argc >= 4 && !strcmp(argv[2], "--hash") ? argv[3] : NULL};
+            s = cl_launch_mpi(&argc, &argv, all_checks, &a, &o);
+        }
+        CHECK(s == CL_OK, "cl_launch_mpi: %s: %s", cl_status_name(s), cl_last_error());
+        return cl_test_report("test_comm --mpi");
+    }
+
+    for (int n = 1; n <= 8; n++) {
+        all_arg a = {0, NULL};
+        double t0 = cl_now();
+        cl_status s = cl_launch_threads(n, all_checks, &a, NULL);
+        CHECK(s == CL_OK, "world of %d: %s: %s", n, cl_status_name(s), cl_last_error());
+        printf("threads, %d ranks: %.2f s\n", n, cl_now() - t0);
+    }
+    /* the same results on every run */
+    all_arg h1 = {0, NULL}, h2 = {0, NULL};
+    const char *tmp = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+    char path[512];
+    snprintf(path, sizeof path, "%s/test_comm_hash_%d", tmp, (int)getpid());
+    h1.hash_file = path;
+    h2.hash_file = path;
+    CHECK_OK(cl_launch_threads(5, all_checks, &h1, NULL));
+    CHECK_OK(cl_launch_threads(5, all_checks, &h2, NULL));
+    CHECK(h1.hash == h2.hash && h1.hash != 0, "two runs of 5 ranks hash %llx and %llx", (unsigned long long)h1.hash,
+          (unsigned long long)h2.hash);
+    remove(path);
+    fail_checks();
+    return cl_test_report("test_comm");
+}
