@@ -177,6 +177,12 @@ const float *cl_acts_logits(const cl_model *m, const cl_acts *a, int u, const cl
 /* Forward then backward of all units on one micro-batch (single device). */
 cl_status cl_model_forward_backward(cl_model *m, const cl_microbatch *mb, cl_acts *a,
                                     double *loss_sum, int do_backward);
+/* Backward of all units of this rank, last to first, after their forward on
+ * the same micro-batch; done(ctx, u), if given, runs once unit u's
+ * gradients are complete (a data-parallel trainer starts a bucket's
+ * all-reduce there) and an error from it stops the backward. */
+typedef cl_status (*cl_unit_done_fn)(void *ctx, int unit);
+cl_status cl_model_backward(cl_model *m, const cl_microbatch *mb, cl_acts *a, cl_unit_done_fn done, void *ctx);
 /* Logits for the last position(s), for generation: GPT only, B = 1.
  * logits_out[V] gets the logits at position T-1 of the given tokens. */
 cl_status cl_model_logits_last(cl_model *m, const int32_t *tokens, int T, cl_acts *a,

@@ -395,7 +395,10 @@ cl_status cl_model_forward_backward(cl_model *m, const cl_microbatch *mb, cl_act
         return cl_error(CL_ERR_INVALID, "forward_backward needs the whole model on this rank");
     for (int u = m->u0; u < m->u1; u++) CL_TRY(cl_unit_forward(m, u, mb, unit_input(m, a, u, mb), a));
     if (loss_sum) *loss_sum = cl_acts_loss_sum(m, a, m->u1 - 1, mb);
-    if (!do_backward) return CL_OK;
+    return do_backward ? cl_model_backward(m, mb, a, NULL, NULL) : CL_OK;
+}
+
+cl_status cl_model_backward(cl_model *m, const cl_microbatch *mb, cl_acts *a, cl_unit_done_fn done, void *ctx) {
     const float *dout = NULL;
     int cur = 0;
     for (int u = m->u1 - 1; u >= m->u0; u--) {
@@ -405,6 +408,7 @@ cl_status cl_model_forward_backward(cl_model *m, const cl_microbatch *mb, cl_act
             memset(din, 0, (size_t)(m->desc->units[u].in_floats * mb->B) * sizeof(float));
         }
         CL_TRY(cl_unit_backward(m, u, mb, unit_input(m, a, u, mb), a, dout, din, CL_BWD_ALL));
+        if (done) CL_TRY(done(ctx, u));
         dout = din;
         cur ^= 1;
     }

@@ -240,30 +240,27 @@ static void fill_train_batch(cl_trainer *t, int64_t k0, int B, cl_microbatch *mb
 
 /* Backward of the last micro-batch with each bucket's all-reduce launched
  * as soon as the units it covers are done. */
-static cl_status backward_with_buckets(cl_trainer *t, const cl_microbatch *mb) {
-    cl_model *m = t->model;
-    const cl_model_desc *d = t->desc;
-    const float *dout = NULL;
-    int cur = 0, next_bucket = 0;
-    cl_status s = CL_OK;
-    for (int u = d->nunits - 1; u >= 0 && !s; u--) {
-        float *din = NULL;
-        if (u > 0) {
-            din = m->dbuf[cur];
-            memset(din, 0, (size_t)(d->units[u].in_floats * mb->B) * sizeof(float));
-        }
-        const float *in = u > 0 ? cl_acts_output(m, &t->acts, u - 1) : mb->x;
-        s = cl_unit_backward(m, u, mb, in, &t->acts, dout, din, CL_BWD_ALL);
-        dout = din;
-        cur ^= 1;
-        while (!s && next_bucket < t->nbuckets && t->bucket_unit[next_bucket] == u) {
-            int k = next_bucket++;
-            s = cl_comm_iallreduce(t->cfg.dp_comm, m->grads + t->bucket_lo[k], (size_t)(t->bucket_hi[k] - t->bucket_lo[k]),
-                                   CL_RED_SUM, &t->bucket_req[k]);
-        }
+typedef struct {
+    cl_trainer *t;
+    int next; /* buckets launched so far */
+} bucket_state;
+
+static cl_status launch_buckets(void *ctx, int u) {
+    bucket_state *bs = ctx;
+    cl_trainer *t = bs->t;
+    while (bs->next < t->nbuckets && t->bucket_unit[bs->next] == u) {
+        int k = bs->next++;
+        CL_TRY(cl_comm_iallreduce(t->cfg.dp_comm, t->model->grads + t->bucket_lo[k],
+                                  (size_t)(t->bucket_hi[k] - t->bucket_lo[k]), CL_RED_SUM, &t->bucket_req[k]));
     }
+    return CL_OK;
+}
+
+static cl_status backward_with_buckets(cl_trainer *t, const cl_microbatch *mb) {
+    bucket_state bs = {t, 0};
+    cl_status s = cl_model_backward(t->model, mb, &t->acts, launch_buckets, &bs);
     /* wait for every launched bucket, even after an error, so none is left in flight */
-    for (int k = 0; k < next_bucket; k++) {
+    for (int k = 0; k < bs.next; k++) {
         cl_status w = cl_comm_wait(t->cfg.dp_comm, t->bucket_req[k]);
         t->bucket_req[k] = NULL;
         if (!s) s = w;
