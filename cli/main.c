@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 int cleave_cmd_mesh(int argc, char **argv); /* cli/mesh_cmd.c */
+int cleave_cmd_schedule(int argc, char **argv); /* cli/schedule_cmd.c */
 
 #define NFLAGS(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
@@ -479,6 +480,7 @@ static void usage(FILE *f) {
                "  eval       mean next-token loss of a checkpoint on a text file\n"
                "  generate   continue a prompt with a checkpoint\n"
                "  mesh       print the dp x tp x pp mesh and its groups\n"
+               "  schedule   print, check and draw a pipeline schedule (per-rank actions, bubble)\n"
                "  version    print the version and the optional parts built in\n\n"
                "'cleave COMMAND --help' lists each command's flags.\n");
 }
@@ -493,6 +495,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "eval")) return cmd_eval(argc, argv);
     if (!strcmp(cmd, "generate")) return cmd_generate(argc, argv);
     if (!strcmp(cmd, "mesh")) return cleave_cmd_mesh(argc, argv);
+    if (!strcmp(cmd, "schedule")) return cleave_cmd_schedule(argc, argv);
     if (!strcmp(cmd, "--version") || !strcmp(cmd, "version")) {
         printf("cleave 0.1 (gemm: %s, mpi: %s)\n", cl_gemm_backend(), cl_mpi_available() ? "yes" : "no");
         return 0;
@@ -501,6 +504,6 @@ int main(int argc, char **argv) {
         usage(stdout);
         return 0;
     }
-    fprintf(stderr, "cleave: error: unknown command '%s' (train, eval, generate, mesh)\n", cmd);
+    fprintf(stderr, "cleave: error: unknown command '%s' (train, eval, generate, mesh, schedule)\n", cmd);
     return 2;
 }
