@@ -1,6 +1,7 @@
 /* The cleave command: train, eval, generate. The only place that exits.
  * Exit status: 0 success, 2 bad input (flags, files, sizes, caps), 1 failure. */
 #include "args.h"
+#include "cleave/schedule.h"
 #include "cleave/comm.h"
 #include "cleave/kernels.h"
 #include "cleave/mesh.h"
@@ -65,14 +66,16 @@ static const cli_flag train_flags[] = {
     {"pipeline-model-parallel-size", "", 1, "same as --pp"},
     {"bucket-size", "", 1, "gradient all-reduce bucket, e.g. 25MiB (default 25MiB)"},
     {"comm-timeout", "", 1, "seconds a rank waits for a peer before the run fails (default 300)"},
+    {"schedule", "", 1, "pipeline schedule: gpipe, 1f1b (default), interleaved or zb-h1"},
+    {"virtual-stages", "", 1, "model chunks per pipeline rank (interleaved only; default 2 there)"},
+    {"pp-layout", "", 1, "explicit stages, e.g. \"E,t*3|t*4|t*3,L\" (E embedding, t block, L head; default: balanced)"},
 };
 
-/* The mesh of a run; tensor and pipeline parallelism are later issues' work. */
+/* The mesh of a run; tensor parallelism is a later issue's work. */
 static cl_status check_mesh(cl_mesh *m, int world, int dp, int tp, int pp) {
     /* tp and pp default to 1; dp, when not given, takes the rest of the world */
     CL_TRY(cl_mesh_init(m, world, dp, tp ? tp : 1, pp ? pp : 1));
     if (m->tp > 1) return cl_error(CL_ERR_UNSUPPORTED, "--tp %d: tensor parallelism is not built yet (use --dp)", m->tp);
-    if (m->pp > 1) return cl_error(CL_ERR_UNSUPPORTED, "--pp %d: pipeline parallelism is not built yet (use --dp)", m->pp);
     return CL_OK;
 }
 
@@ -105,8 +108,11 @@ static cl_status parse_model(const cli_args *a, cl_model_config *mc, int *seq_le
 }
 
 static void json_line(FILE *f, const cl_step_stats *st) {
-    fprintf(f, "{\"step\": %d, \"loss\": %.17g, \"lr\": %.9g, \"grad_norm\": %.17g, \"ms\": %.3f, \"tokens_per_s\": %.1f, \"peak_bytes\": %zu}\n",
+    fprintf(f, "{\"step\": %d, \"loss\": %.17g, \"lr\": %.9g, \"grad_norm\": %.17g, \"ms\": %.3f, \"tokens_per_s\": %.1f, \"peak_bytes\": %zu",
             st->step, st->loss, st->lr, st->grad_norm, st->seconds * 1e3, st->tokens_per_s, st->peak_bytes);
+    if (st->bubble > 0 || st->bubble_sim > 0)
+        fprintf(f, ", \"bubble\": %.6f, \"bubble_max\": %.6f, \"bubble_sim\": %.6f", st->bubble, st->bubble_max, st->bubble_sim);
+    fprintf(f, "}\n");
     fflush(f);
 }
 
@@ -175,8 +181,11 @@ static void progress(const cl_step_stats *st, int total, double gflops, int tty)
         bar[width] = 0;
         printf("\r[%s] ", bar);
     }
-    printf("step %5d/%d | loss %.4f | lr %.2e | norm %.3f | %.1f ms | %.0f tok/s | %.2f GFLOP/s | peak %s%s", st->step, total,
-           st->loss, st->lr, st->grad_norm, st->seconds * 1e3, st->tokens_per_s, gflops, peak, tty ? "   " : "\n");
+    char bubble[96] = "";
+    if (st->bubble > 0 || st->bubble_sim > 0)
+        snprintf(bubble, sizeof bubble, " | bubble %.3f (worst rank %.3f, simulated %.3f)", st->bubble, st->bubble_max, st->bubble_sim);
+    printf("step %5d/%d | loss %.4f | lr %.2e | norm %.3f | %.1f ms | %.0f tok/s | %.2f GFLOP/s | peak %s%s%s", st->step, total,
+           st->loss, st->lr, st->grad_norm, st->seconds * 1e3, st->tokens_per_s, gflops, peak, bubble, tty ? "   " : "\n");
     fflush(stdout);
 }
 
@@ -187,7 +196,7 @@ typedef struct {
     int steps, end, log_every, eval_every, save_every, sample_tokens, topk;
     float temperature;
     const char *save, *resume, *log_path, *prompt, *comm_name;
-    int gb_given;
+    int gb_given, schedule_given;
     int threads; /* GEMM threads per rank; 0: derive from cores and ranks */
 } train_job;
 
@@ -214,13 +223,18 @@ static cl_status train_rank(cl_comm *world, void *arg) {
     cl_train_config c = j->c;
     int rank = world ? cl_comm_rank(world) : 0;
     int lead = rank == 0;
-    cl_comm *dp = NULL;
+    cl_comm *dp = NULL, *pp = NULL;
     cl_set_threads(j->threads);
     cl_status s = CL_OK;
     if (world && cl_comm_size(world) > 1) {
         s = cl_comm_split(world, cl_mesh_group_index(&j->mesh, CL_AXIS_DP, rank), rank, &dp);
-        if (s) return s;
+        if (!s) s = cl_comm_split(world, cl_mesh_group_index(&j->mesh, CL_AXIS_PP, rank), rank, &pp);
+        if (s) {
+            cl_comm_free(dp);
+            return s;
+        }
         c.dp_comm = dp;
+        c.pp_comm = pp;
     }
     cl_trainer *t = NULL;
     /* rank 0 tokenizes and caches the corpus first; the others then read the cache */
@@ -236,6 +250,7 @@ static cl_status train_rank(cl_comm *world, void *arg) {
         if (world) printf("ranks: %d (%s backend), mesh dp %d x tp %d x pp %d; per-rank memory as above\n", cl_comm_size(world),
                           cl_comm_backend(world), j->mesh.dp, j->mesh.tp, j->mesh.pp);
         printf("threads per rank: %d\n", j->threads);
+        if (j->mesh.pp > 1) cl_trainer_print_stages(t, stdout);
         if (j->resume) printf("resumed from %s at step %d\n", j->resume, cl_trainer_steps_done(t));
         fflush(stdout);
     }
@@ -244,11 +259,17 @@ static cl_status train_rank(cl_comm *world, void *arg) {
         cl_step_stats st;
         if ((s = cl_trainer_step(t, &st))) break;
         int last = st.step == j->end;
-        if (!lead) continue;
+        int eval = (j->eval_every && st.step % j->eval_every == 0) || last;
+        if (!lead) {
+            /* a pipeline evaluates on all its stages */
+            double vl;
+            if (eval && j->mesh.pp > 1 && (s = cl_trainer_eval(t, &vl))) break;
+            continue;
+        }
         double gflops = st.flops / (st.seconds > 0 ? st.seconds : 1e-9) / 1e9;
         if (st.step % j->log_every == 0 || last || st.step == 1) progress(&st, j->steps, gflops, tty);
         if (log) json_line(log, &st);
-        if ((j->eval_every && st.step % j->eval_every == 0) || last) {
+        if (eval) {
             double vl;
             if ((s = cl_trainer_eval(t, &vl))) break;
             printf("%sstep %d: validation loss %.4f\n", tty ? "\n" : "", st.step, vl);
@@ -265,7 +286,9 @@ static cl_status train_rank(cl_comm *world, void *arg) {
         printf("peak device memory%s: %s\n", world ? " (rank 0)" : "", cl_format_bytes(cl_device_peak_total(cl_trainer_device(t)), mem, sizeof mem));
         if (j->save) printf("checkpoint: %s\n", j->save);
     }
-    if (!s && lead && j->sample_tokens > 0 && c.model.kind == CL_MODEL_GPT) {
+    if (!s && lead && j->sample_tokens > 0 && c.model.kind == CL_MODEL_GPT && j->mesh.pp > 1)
+        printf("sample: skipped (generation runs on one rank holding the whole model; this one holds stage 0)\n");
+    else if (!s && lead && j->sample_tokens > 0 && c.model.kind == CL_MODEL_GPT) {
         cl_model *m = cl_trainer_model(t);
         cl_acts acts;
         printf("sample:\n");
@@ -277,14 +300,35 @@ static cl_status train_rank(cl_comm *world, void *arg) {
     fflush(stdout);
     if (log) fclose(log);
     cl_trainer_destroy(t);
+    cl_comm_free(pp);
     cl_comm_free(dp);
     return s;
+}
+
+/* Pipeline flags that can be checked before any rank starts. */
+static cl_status check_pipeline(const train_job *j) {
+    const cl_train_config *c = &j->c;
+    if (j->mesh.pp > 1 && (j->save || j->resume))
+        return cl_error(CL_ERR_UNSUPPORTED, "--save/--resume with --pp %d: pipeline checkpoints are not written yet (train with --pp 1 to save)",
+                        j->mesh.pp);
+    if (j->mesh.pp <= 1 && (c->pp_layout || c->virtual_stages || j->schedule_given))
+        return cl_error(CL_ERR_INVALID, "--schedule, --virtual-stages and --pp-layout need --pp > 1");
+    if (c->virtual_stages > 1 && c->schedule != CL_SCHED_INTERLEAVED)
+        return cl_error(CL_ERR_INVALID, "--virtual-stages %d needs --schedule interleaved", c->virtual_stages);
+    if (c->virtual_stages == 1 && c->schedule == CL_SCHED_INTERLEAVED)
+        return cl_error(CL_ERR_INVALID, "--schedule interleaved needs --virtual-stages >= 2");
+    int m = c->global_batch / (c->micro_batch * j->mesh.dp);
+    if (j->mesh.pp > 1 && c->schedule == CL_SCHED_INTERLEAVED && m % j->mesh.pp)
+        return cl_error(CL_ERR_INVALID, "--schedule interleaved needs the micro-batches per step (%d = global %d / (micro %d x dp %d)) "
+                        "to be a multiple of --pp %d", m, c->global_batch, c->micro_batch, j->mesh.dp, j->mesh.pp);
+    return CL_OK;
 }
 
 /* Under MPI the world's size is known only inside the ranks. */
 static cl_status train_rank_mpi(cl_comm *world, void *arg) {
     train_job *j = arg;
     CL_TRY(check_mesh(&j->mesh, cl_comm_size(world), j->mesh.dp, j->mesh.tp, j->mesh.pp));
+    CL_TRY(check_pipeline(j));
     if (!j->gb_given) j->c.global_batch = j->c.micro_batch * j->mesh.dp;
     if (!j->threads) j->threads = default_threads(1);
     return train_rank(cl_comm_size(world) > 1 ? world : NULL, j);
@@ -334,7 +378,15 @@ static int cmd_train(int argc, char **argv) {
         (s = cli_bytes(&a, "bucket-size", &c->bucket_bytes)) || (s = cli_float(&a, "comm-timeout", &timeout, 0.1, 1e7)) ||
         (s = cli_int(&a, "threads", &j.threads, 1, 4096)))
         return cli_fail(s);
-    if (!gb_given) c->global_batch = c->micro_batch * (dp ? dp : ranks ? ranks : 1);
+    if (!gb_given) c->global_batch = c->micro_batch * (dp ? dp : ranks ? ranks / (pp ? pp : 1) : 1);
+    if (cli_get(&a, "schedule")) {
+        cl_sched_kind k;
+        if ((s = cl_sched_kind_parse(cli_get(&a, "schedule"), &k))) return cli_fail(s);
+        c->schedule = (int)k;
+        j.schedule_given = 1;
+    }
+    if ((s = cli_int(&a, "virtual-stages", &c->virtual_stages, 1, 64))) return cli_fail(s);
+    c->pp_layout = cli_get(&a, "pp-layout");
     c->steps = j.steps;
     c->lr.steps = j.steps;
     c->lr.min_lr = c->lr.lr / 10;
@@ -372,6 +424,8 @@ static int cmd_train(int argc, char **argv) {
     }
     if (!ranks) ranks = (dp ? dp : 1) * (tp ? tp : 1) * (pp ? pp : 1);
     if ((s = check_mesh(&j.mesh, ranks, dp, tp, pp))) return cli_fail(s);
+    if (!gb_given) c->global_batch = c->micro_batch * j.mesh.dp;
+    if ((s = check_pipeline(&j))) return cli_fail(s);
     if (!j.threads) j.threads = default_threads(ranks);
     if (ranks == 1) s = train_rank(NULL, &j);
     else s = cl_launch_threads(ranks, train_rank, &j, &lo);

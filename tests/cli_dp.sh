@@ -5,12 +5,7 @@
 # bitwise equal; a failing rank ends the run with a message naming it; bad
 # meshes exit 2.
 set -u
-BUILD=${BUILD:-build}
-CLEAVE="$BUILD/cleave"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail=0
-check() { if eval "$1"; then :; else echo "FAILED: $2"; fail=$((fail + 1)); fi; }
+source "$(dirname "$0")/lib.sh"
 head -c 300000 data/kjv.txt > "$tmp/text.txt"
 common=(--data "$tmp/text.txt" --seq-len 32 --micro-batch-size 2 --global-batch-size 8 --steps 20 --sample-tokens 0
         --eval-batches 2 --bucket-size 64KiB)
@@ -81,5 +76,4 @@ bad "must be positive" --dp 0
 bad "must be positive" --ranks -2
 bad "not built yet" --ranks 2 --tp 2
 bad "not a multiple\|must be a multiple" --ranks 4 --dp 4 --global-batch-size 6
-if [ $fail -eq 0 ]; then echo "cli_dp: 1 passed, 0 failed"; else echo "cli_dp: 0 passed, 1 failed"; fi
-[ $fail -eq 0 ]
+finish cli_dp

@@ -3,12 +3,7 @@
 # from the midpoint checkpoint and get bit-identical losses in the log; eval
 # and generate from the checkpoint; a corrupted checkpoint is a clear error.
 set -u
-BUILD=${BUILD:-build}
-CLEAVE="$BUILD/cleave"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail=0
-check() { if eval "$1"; then :; else echo "FAILED: $2"; fail=$((fail + 1)); fi; }
+source "$(dirname "$0")/lib.sh"
 head -c 300000 data/kjv.txt > "$tmp/text.txt"
 common=(--data "$tmp/text.txt" --seq-len 32 --micro-batch-size 4 --global-batch-size 8 --steps 10 --sample-tokens 0)
 
@@ -46,5 +41,4 @@ check '[ $rc -eq 2 ] && printf "%s" "$out" | grep -q "params: asked"' "cap: stat
 # the header and per-step fields
 check 'grep -q "parameters" "$tmp/full.out" && grep -q "unigram baseline" "$tmp/full.out" && grep -q "GFLOP/s" "$tmp/full.out"' "header/step fields missing"
 check 'head -1 "$tmp/full.jsonl" | grep -q "\"tokens_per_s\"" && head -1 "$tmp/full.jsonl" | grep -q "\"peak_bytes\""' "JSON fields missing"
-if [ $fail -eq 0 ]; then echo "cli_train: 1 passed, 0 failed"; else echo "cli_train: 0 passed, 1 failed"; fi
-[ $fail -eq 0 ]
+finish cli_train

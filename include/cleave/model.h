@@ -112,15 +112,41 @@ typedef struct {
     cl_device *dev;
     int u0, u1;
     int B;                  /* micro-batch capacity in samples */
-    float *params, *grads;  /* flat, desc->nfloats each */
-    float **p, **g;         /* per parameter: pointer into params/grads */
+    int64_t nfloats;        /* floats in params (and grads) on this rank */
+    float *params, *grads;  /* flat, nfloats each */
+    float **p, **g;         /* per parameter: pointer into params/grads, NULL if not held */
+    int64_t *loc;           /* per parameter: offset into params (-1 if not held) */
+    float *head_wte_g;      /* see cl_model_split_tied; NULL otherwise */
     float *scratch;         /* backward workspace */
     float *dbuf[2];         /* ping-pong activation gradients */
     int64_t max_io_floats;  /* per micro-batch, max over units of in/out */
 } cl_model;
 
-/* Allocates params (CL_MEM_PARAMS), grads (CL_MEM_GRADS) and workspace. */
+/* Allocates params (CL_MEM_PARAMS), grads (CL_MEM_GRADS) and workspace for
+ * the whole model (u0 = 0, u1 = nunits). */
 cl_status cl_model_create(cl_model **out, const cl_model_desc *d, cl_device *dev, int B);
+/* The same for units [u0, u1) only: a pipeline stage. It holds the
+ * parameters of its units, laid out as in the description (offsets shifted
+ * by the first held one), plus, when it holds the LM head but not the
+ * embedding, its own copy of the tied wte after them. Workspace is sized for
+ * these units only. */
+cl_status cl_model_create_part(cl_model **out, const cl_model_desc *d, cl_device *dev, int B, int u0, int u1);
+/* 1 if this part holds parameter i (the tied wte counts on both the
+ * embedding's and the LM head's part). */
+int cl_model_holds_param(const cl_model *m, int i);
+/* 1 if this part is the one that owns parameter i for sums over the whole
+ * model (norms, checkpoints): the part of the unit that declares it. */
+int cl_model_owns_param(const cl_model *m, int i);
+/* Tied embeddings, kept apart: after this, the LM head adds its gradient of
+ * the tied wte into m->head_wte_g (allocated here, CL_MEM_GRADS, zeroed by
+ * cl_model_zero_grads) instead of the wte gradient; cl_model_tie_grads adds
+ * it in. A trainer does this so that one device and a pipeline whose first
+ * and last stages sum their two wte gradients once per step give the same
+ * bits: (sum of the embedding's contributions) + (sum of the head's).
+ * No-op for a part without the LM head or a model without tying. */
+cl_status cl_model_split_tied(cl_model *m);
+/* On a part with both the embedding and the LM head: wte grad += head_wte_g. */
+void cl_model_tie_grads(cl_model *m);
 void cl_model_destroy(cl_model *m);
 /* GPT-2 init: normal(0, 0.02), residual projections (attn.c_proj, mlp.c_proj)
  * scaled by 1/sqrt(2 * layers), biases 0, layernorm weights 1. CNN/MLP:
@@ -149,6 +175,8 @@ typedef struct {
 cl_status cl_acts_create(cl_model *m, int B, cl_acts *a);   /* CL_MEM_ACTS */
 void cl_acts_destroy(cl_model *m, cl_acts *a);
 float *cl_acts_output(const cl_model *m, const cl_acts *a, int u);
+/* The same for a micro-batch smaller than the buffers (a block's output moves with B and T). */
+float *cl_acts_output_mb(const cl_model *m, const cl_acts *a, int u, const cl_microbatch *mb);
 int64_t cl_model_act_floats(const cl_model_desc *d, int u0, int u1, int B);
 
 /* Forward of unit u on a micro-batch. in: the input activations (output of
@@ -174,6 +202,27 @@ double cl_acts_loss_sum(const cl_model *m, const cl_acts *a, int u, const cl_mic
  * logits; CLASSIFY: its input [B, classes]). Valid until its backward. */
 const float *cl_acts_logits(const cl_model *m, const cl_acts *a, int u, const cl_microbatch *mb);
 
+typedef cl_status (*cl_unit_done_fn)(void *ctx, int unit);
+/* Forward of this part's units [u0, u1) in order. in: the input of unit u0
+ * (a received activation; for the first unit of the model mb->x or ignored). */
+cl_status cl_model_stage_forward(cl_model *m, const cl_microbatch *mb, const float *in, cl_acts *a);
+/* Backward of this part's units, last to first, after their forward on the
+ * same micro-batch with the same in. dout: gradient of unit u1-1's output
+ * (NULL when it is a loss unit). din (may be NULL): gets (overwritten, not
+ * added) the gradient of unit u0's input. what: CL_BWD_ALL, or CL_BWD_INPUT
+ * for the first half of a split backward, in which case loss units still do
+ * their whole backward and, if save_dout is given, the gradient of each
+ * unit's output is copied to save_dout[u - u0] (out_floats * B floats each)
+ * for cl_model_stage_backward_weight. done as in cl_model_backward. */
+cl_status cl_model_stage_backward(cl_model *m, const cl_microbatch *mb, const float *in, cl_acts *a, const float *dout,
+                                  float *din, int what, float *const *save_dout, cl_unit_done_fn done, void *ctx);
+/* The second half: weight gradients of every non-loss unit, from the output
+ * gradients the first half saved. */
+cl_status cl_model_stage_backward_weight(cl_model *m, const cl_microbatch *mb, const float *in, cl_acts *a,
+                                         float *const *saved_dout);
+/* 1 for the units whose backward ends in a loss (LMHEAD, CLASSIFY). */
+int cl_unit_is_loss(const cl_unit *u);
+
 /* Forward then backward of all units on one micro-batch (single device). */
 cl_status cl_model_forward_backward(cl_model *m, const cl_microbatch *mb, cl_acts *a,
                                     double *loss_sum, int do_backward);
@@ -181,7 +230,6 @@ cl_status cl_model_forward_backward(cl_model *m, const cl_microbatch *mb, cl_act
  * the same micro-batch; done(ctx, u), if given, runs once unit u's
  * gradients are complete (a data-parallel trainer starts a bucket's
  * all-reduce there) and an error from it stops the backward. */
-typedef cl_status (*cl_unit_done_fn)(void *ctx, int unit);
 cl_status cl_model_backward(cl_model *m, const cl_microbatch *mb, cl_acts *a, cl_unit_done_fn done, void *ctx);
 /* Logits for the last position(s), for generation: GPT only, B = 1.
  * logits_out[V] gets the logits at position T-1 of the given tokens. */

@@ -11,6 +11,8 @@
 #ifndef CLEAVE_TRAIN_H
 #define CLEAVE_TRAIN_H
 
+#include <stdio.h>
+
 #include "cleave/core.h"
 #include "cleave/data.h"
 #include "cleave/device.h"
@@ -37,8 +39,15 @@ typedef struct {
 
 cl_status cl_optimizer_create(cl_optimizer *o, cl_model *m, const cl_adamw_opts *opts);
 void cl_optimizer_destroy(cl_optimizer *o, cl_model *m);
-/* Global L2 norm of the gradients (double accumulation). */
+/* Global L2 norm of the gradients (double accumulation) of the parameters
+ * this part owns (cl_model_owns_param), summed per parameter in order. */
 double cl_grad_norm(const cl_model *m);
+/* The per-parameter pieces of that sum, for a norm over pipeline stages:
+ * per_param[i] = sum of squares of parameter i's gradient where this part
+ * owns it (left as it is elsewhere, so zeroed vectors from every stage can
+ * be summed exactly and cl_grad_norm_of gives one device's bits). */
+void cl_grad_sumsq(const cl_model *m, double *per_param);
+double cl_grad_norm_of(const double *per_param, int n);
 /* Scales gradients by min(1, clip / (norm + 1e-6)) as torch's clip_grad_norm_. */
 void cl_grad_clip(cl_model *m, double norm, float clip);
 /* One AdamW step over every parameter; decay only where the spec says. */
@@ -68,6 +77,18 @@ typedef struct {
      * overlaps the rest of the backward pass. */
     cl_comm *dp_comm;
     size_t bucket_bytes;    /* default 25 MiB */
+    /* Pipeline parallelism: the pipeline group's communicator (NULL or size
+     * 1: no pipeline). Its p ranks each hold virtual_stages chunks of the
+     * model (stage s = chunk * p + rank, S = p * virtual_stages stages) cut
+     * by pp_layout (see pipeline.h) or, when NULL, by the balanced
+     * partition under device_memory; each step runs `schedule` over the
+     * step's micro-batches (global / (micro * dp)) with activations sent
+     * forward and gradients back. */
+    cl_comm *pp_comm;
+    int schedule;           /* cl_sched_kind; default 1F1B */
+    int virtual_stages;     /* chunks per rank: 1, or >= 2 for interleaved (0: 2 for interleaved, else 1) */
+    const char *pp_layout;
+    int trace;              /* keep a timeline of every action (cl_trainer_trace) */
 } cl_train_config;
 
 /* Defaults: gpt2-tiny, micro 8, global 8, 100 steps, lr 1e-3 to 1e-4 with 10%
@@ -84,6 +105,10 @@ typedef struct {
     double tokens_per_s;    /* samples/s for MLP/CNN */
     double flops;           /* model FLOPs of the step (fwd + bwd = 3x fwd) */
     size_t peak_bytes;
+    /* pipeline only (pp_comm of size > 1), 0 otherwise: */
+    double bubble;          /* measured: idle / makespan of the step's forward and backward work, mean over ranks */
+    double bubble_sim;      /* the simulator's, on this schedule with this step's measured per-stage times */
+    double bubble_max;      /* measured, the worst rank */
 } cl_step_stats;
 
 typedef struct cl_trainer cl_trainer;
@@ -104,6 +129,11 @@ const cl_train_config *cl_trainer_config(const cl_trainer *t);
 const cl_tokenizer *cl_trainer_tokenizer(const cl_trainer *t);
 size_t cl_trainer_train_tokens(const cl_trainer *t);
 size_t cl_trainer_val_tokens(const cl_trainer *t);
+/* Pipeline runs: every stage's rank, chunk, units, predicted compute share
+ * and memory (parameters with gradients and AdamW moments; activations of
+ * the most micro-batches the schedule keeps live there), and the schedule's
+ * theoretical bubble. Nothing without a pipeline. */
+void cl_trainer_print_stages(const cl_trainer *t, FILE *f);
 
 /* Checkpoints: DIR/model.safetensors (HF GPT-2 names), DIR/config.json,
  * DIR/optimizer.safetensors, DIR/trainer_state.json. Saved into DIR.tmp and

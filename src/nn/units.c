@@ -34,24 +34,56 @@ int64_t cl_model_act_floats(const cl_model_desc *d, int u0, int u1, int B) {
     return n;
 }
 
+static int64_t align16(int64_t n) { return (n + 15) & ~(int64_t)15; }
+
 cl_status cl_model_create(cl_model **out, const cl_model_desc *d, cl_device *dev, int B) {
+    return cl_model_create_part(out, d, dev, B, 0, d->nunits);
+}
+
+cl_status cl_model_create_part(cl_model **out, const cl_model_desc *d, cl_device *dev, int B, int u0, int u1) {
     *out = NULL;
     if (B < 1) return cl_error(CL_ERR_INVALID, "micro-batch size must be positive (got %d)", B);
+    if (u0 < 0 || u1 > d->nunits || u0 >= u1)
+        return cl_error(CL_ERR_INVALID, "units %d..%d are not a range of the model's %d units", u0, u1 - 1, d->nunits);
     cl_model *m = calloc(1, sizeof *m);
     if (!m) return cl_error(CL_ERR_OOM, "cannot allocate a model");
     m->desc = d;
     m->dev = dev;
-    m->u0 = 0;
-    m->u1 = d->nunits;
+    m->u0 = u0;
+    m->u1 = u1;
     m->B = B;
     m->p = calloc((size_t)d->nparams, sizeof *m->p);
     m->g = calloc((size_t)d->nparams, sizeof *m->g);
+    m->loc = malloc((size_t)(d->nparams ? d->nparams : 1) * sizeof *m->loc);
     cl_status s = CL_OK;
-    if (!m->p || !m->g) s = cl_error(CL_ERR_OOM, "cannot allocate parameter tables");
-    if (!s) s = cl_device_alloc_f32(dev, CL_MEM_PARAMS, (size_t)d->nfloats, &m->params);
-    if (!s) s = cl_device_alloc_f32(dev, CL_MEM_GRADS, (size_t)d->nfloats, &m->grads);
-    int64_t scratch = 0, io = 0;
-    for (int u = 0; u < d->nunits; u++) {
+    if (!m->p || !m->g || !m->loc) s = cl_error(CL_ERR_OOM, "cannot allocate parameter tables");
+    /* parameters are laid out in unit order: the held ones are one range */
+    int64_t lo = -1, hi = 0;
+    for (int i = 0; !s && i < d->nparams; i++) {
+        m->loc[i] = -1;
+        int u = d->params[i].unit;
+        if (u < u0 || u >= u1) continue;
+        if (lo < 0) lo = d->params[i].offset;
+        hi = d->params[i].offset + align16(d->params[i].numel);
+        m->loc[i] = d->params[i].offset;
+    }
+    if (lo < 0) lo = 0;
+    m->nfloats = hi - lo;
+    for (int i = 0; !s && i < d->nparams; i++)
+        if (m->loc[i] >= 0) m->loc[i] -= lo;
+    int tied = d->tied_wte;
+    if (!s && tied >= 0 && m->loc[tied] < 0) {
+        for (int u = u0; u < u1; u++)
+            if (d->units[u].kind == CL_UNIT_LMHEAD) {
+                m->loc[tied] = m->nfloats; /* the head's own copy of wte */
+                m->nfloats += align16(d->params[tied].numel);
+            }
+    }
+    size_t alloc = (size_t)(m->nfloats ? m->nfloats : 16);
+    if (!s) s = cl_device_alloc_f32(dev, CL_MEM_PARAMS, alloc, &m->params);
+    if (!s) s = cl_device_alloc_f32(dev, CL_MEM_GRADS, alloc, &m->grads);
+    int64_t scratch = 16, io = 16;
+    for (int u = u0; u < u1; u++) {
         int64_t sc = unit_scratch(d, u, B);
         if (sc > scratch) scratch = sc;
         int64_t a = d->units[u].in_floats * B, b = d->units[u].out_floats * B;
@@ -66,12 +98,44 @@ cl_status cl_model_create(cl_model **out, const cl_model_desc *d, cl_device *dev
         cl_model_destroy(m);
         return s;
     }
+    memset(m->params, 0, alloc * sizeof(float));
+    memset(m->grads, 0, alloc * sizeof(float));
     for (int i = 0; i < d->nparams; i++) {
-        m->p[i] = m->params + d->params[i].offset;
-        m->g[i] = m->grads + d->params[i].offset;
+        if (m->loc[i] < 0) continue;
+        m->p[i] = m->params + m->loc[i];
+        m->g[i] = m->grads + m->loc[i];
     }
     *out = m;
     return CL_OK;
+}
+
+int cl_model_holds_param(const cl_model *m, int i) { return i >= 0 && i < m->desc->nparams && m->loc[i] >= 0; }
+
+int cl_model_owns_param(const cl_model *m, int i) {
+    if (i < 0 || i >= m->desc->nparams) return 0;
+    int u = m->desc->params[i].unit;
+    return u >= m->u0 && u < m->u1;
+}
+
+static int holds_kind(const cl_model *m, cl_unit_kind k) {
+    for (int u = m->u0; u < m->u1; u++)
+        if (m->desc->units[u].kind == k) return 1;
+    return 0;
+}
+
+cl_status cl_model_split_tied(cl_model *m) {
+    const cl_model_desc *d = m->desc;
+    if (d->tied_wte < 0 || !holds_kind(m, CL_UNIT_LMHEAD) || m->head_wte_g) return CL_OK;
+    size_t n = (size_t)d->params[d->tied_wte].numel;
+    CL_TRY(cl_device_alloc_f32(m->dev, CL_MEM_GRADS, n, &m->head_wte_g));
+    memset(m->head_wte_g, 0, n * sizeof(float));
+    return CL_OK;
+}
+
+void cl_model_tie_grads(cl_model *m) {
+    const cl_model_desc *d = m->desc;
+    if (!m->head_wte_g || !cl_model_owns_param(m, d->tied_wte)) return;
+    cl_add_inplace(m->g[d->tied_wte], m->head_wte_g, d->params[d->tied_wte].numel);
 }
 
 void cl_model_destroy(cl_model *m) {
@@ -81,6 +145,8 @@ void cl_model_destroy(cl_model *m) {
     cl_device_free(m->dev, m->scratch);
     cl_device_free(m->dev, m->dbuf[0]);
     cl_device_free(m->dev, m->dbuf[1]);
+    cl_device_free(m->dev, m->head_wte_g);
+    free(m->loc);
     free(m->p);
     free(m->g);
     free(m);
@@ -92,19 +158,24 @@ void cl_model_init(cl_model *m, uint64_t seed) {
     const cl_model_desc *d = m->desc;
     for (int i = 0; i < d->nparams; i++) {
         const cl_param_spec *ps = &d->params[i];
-        float *p = m->p[i];
+        float *p = m->p[i]; /* NULL when not held: the draws still happen, so every part sees the same stream */
         for (int64_t j = 0; j < ps->numel; j++) {
+            float x = 0;
             switch (ps->init) {
-            case CL_INIT_ZEROS: p[j] = 0; break;
-            case CL_INIT_ONES: p[j] = 1; break;
-            case CL_INIT_NORMAL: p[j] = ps->scale * cl_rng_normal(&r); break;
-            case CL_INIT_UNIFORM: p[j] = ps->scale * (2.0f * cl_rng_uniform(&r) - 1.0f); break;
+            case CL_INIT_ZEROS: x = 0; break;
+            case CL_INIT_ONES: x = 1; break;
+            case CL_INIT_NORMAL: x = ps->scale * cl_rng_normal(&r); break;
+            case CL_INIT_UNIFORM: x = ps->scale * (2.0f * cl_rng_uniform(&r) - 1.0f); break;
             }
+            if (p) p[j] = x;
         }
     }
 }
 
-void cl_model_zero_grads(cl_model *m) { memset(m->grads, 0, (size_t)m->desc->nfloats * sizeof(float)); }
+void cl_model_zero_grads(cl_model *m) {
+    memset(m->grads, 0, (size_t)m->nfloats * sizeof(float));
+    if (m->head_wte_g) memset(m->head_wte_g, 0, (size_t)m->desc->params[m->desc->tied_wte].numel * sizeof(float));
+}
 
 cl_status cl_acts_create(cl_model *m, int B, cl_acts *a) {
     memset(a, 0, sizeof *a);
@@ -192,6 +263,10 @@ static float *unit_out(const cl_model *m, const cl_acts *a, int u, int B, int T)
     if (d->units[u].kind == CL_UNIT_BLOCK)
         return block_layout(base, (int64_t)B * T, d->cfg.channels, d->cfg.heads, B, T).out;
     return base;
+}
+
+float *cl_acts_output_mb(const cl_model *m, const cl_acts *a, int u, const cl_microbatch *mb) {
+    return unit_out(m, a, u, mb->B, mb->T);
 }
 
 static cl_status check_mb(const cl_model *m, int u, const cl_microbatch *mb, const cl_acts *a) {
@@ -331,7 +406,7 @@ cl_status cl_unit_backward(cl_model *m, int u, const cl_microbatch *mb, const fl
         int V = d->cfg.vocab;
         head_acts h = head_layout(base, N, C);
         const float *wte = m->p[d->tied_wte];
-        float *dwte = m->g[d->tied_wte];
+        float *dwte = m->head_wte_g ? m->head_wte_g : m->g[d->tied_wte];
         float *dlnf = m->scratch;
         memset(dlnf, 0, (size_t)N * C * sizeof(float));
         /* dlogits replaces logits in place: the logits are dead after this */
@@ -385,34 +460,55 @@ const float *cl_acts_logits(const cl_model *m, const cl_acts *a, int u, const cl
     return NULL;
 }
 
-static const float *unit_input(const cl_model *m, const cl_acts *a, int u, const cl_microbatch *mb) {
-    if (u == m->u0) return mb->x;
-    return unit_out(m, a, u - 1, mb->B, mb->T);
+int cl_unit_is_loss(const cl_unit *u) { return u->kind == CL_UNIT_LMHEAD || u->kind == CL_UNIT_CLASSIFY; }
+
+static const float *stage_input(const cl_model *m, const cl_acts *a, int u, const cl_microbatch *mb, const float *in) {
+    return u == m->u0 ? in : unit_out(m, a, u - 1, mb->B, mb->T);
+}
+
+cl_status cl_model_stage_forward(cl_model *m, const cl_microbatch *mb, const float *in, cl_acts *a) {
+    for (int u = m->u0; u < m->u1; u++) CL_TRY(cl_unit_forward(m, u, mb, stage_input(m, a, u, mb, in), a));
+    return CL_OK;
+}
+
+cl_status cl_model_stage_backward(cl_model *m, const cl_microbatch *mb, const float *in, cl_acts *a, const float *dout,
+                                  float *din, int what, float *const *save_dout, cl_unit_done_fn done, void *ctx) {
+    const cl_model_desc *d = m->desc;
+    int cur = 0;
+    for (int u = m->u1 - 1; u >= m->u0; u--) {
+        const cl_unit *un = &d->units[u];
+        int w = what == CL_BWD_INPUT && !cl_unit_is_loss(un) ? CL_BWD_INPUT : CL_BWD_ALL;
+        if (w == CL_BWD_INPUT && save_dout && dout)
+            memcpy(save_dout[u - m->u0], dout, (size_t)(un->out_floats * mb->B) * sizeof(float));
+        float *dn = u > m->u0 ? m->dbuf[cur] : din;
+        if (dn) memset(dn, 0, (size_t)(un->in_floats * mb->B) * sizeof(float));
+        CL_TRY(cl_unit_backward(m, u, mb, stage_input(m, a, u, mb, in), a, dout, dn, w));
+        if (done) CL_TRY(done(ctx, u));
+        dout = dn;
+        cur ^= 1;
+    }
+    return CL_OK;
+}
+
+cl_status cl_model_stage_backward_weight(cl_model *m, const cl_microbatch *mb, const float *in, cl_acts *a,
+                                         float *const *saved_dout) {
+    for (int u = m->u1 - 1; u >= m->u0; u--) {
+        if (cl_unit_is_loss(&m->desc->units[u])) continue;
+        CL_TRY(cl_unit_backward(m, u, mb, stage_input(m, a, u, mb, in), a, saved_dout[u - m->u0], NULL, CL_BWD_WEIGHT));
+    }
+    return CL_OK;
 }
 
 cl_status cl_model_forward_backward(cl_model *m, const cl_microbatch *mb, cl_acts *a, double *loss_sum, int do_backward) {
     if (m->u0 != 0 || m->u1 != m->desc->nunits)
         return cl_error(CL_ERR_INVALID, "forward_backward needs the whole model on this rank");
-    for (int u = m->u0; u < m->u1; u++) CL_TRY(cl_unit_forward(m, u, mb, unit_input(m, a, u, mb), a));
+    CL_TRY(cl_model_stage_forward(m, mb, mb->x, a));
     if (loss_sum) *loss_sum = cl_acts_loss_sum(m, a, m->u1 - 1, mb);
     return do_backward ? cl_model_backward(m, mb, a, NULL, NULL) : CL_OK;
 }
 
 cl_status cl_model_backward(cl_model *m, const cl_microbatch *mb, cl_acts *a, cl_unit_done_fn done, void *ctx) {
-    const float *dout = NULL;
-    int cur = 0;
-    for (int u = m->u1 - 1; u >= m->u0; u--) {
-        float *din = NULL;
-        if (u > m->u0) {
-            din = m->dbuf[cur];
-            memset(din, 0, (size_t)(m->desc->units[u].in_floats * mb->B) * sizeof(float));
-        }
-        CL_TRY(cl_unit_backward(m, u, mb, unit_input(m, a, u, mb), a, dout, din, CL_BWD_ALL));
-        if (done) CL_TRY(done(ctx, u));
-        dout = din;
-        cur ^= 1;
-    }
-    return CL_OK;
+    return cl_model_stage_backward(m, mb, mb->x, a, NULL, NULL, CL_BWD_ALL, NULL, done, ctx);
 }
 
 cl_status cl_model_logits_last(cl_model *m, const int32_t *tokens, int T, cl_acts *a, float *logits_out) {

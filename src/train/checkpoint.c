@@ -221,8 +221,8 @@ cl_status cl_trainer_save(cl_trainer *t, const char *dir) {
         float **mp = malloc((size_t)d->nparams * sizeof *mp), **vp = malloc((size_t)d->nparams * sizeof *vp);
         if (!mp || !vp) s = cl_error(CL_ERR_OOM, "cannot allocate the optimizer index");
         for (int i = 0; !s && i < d->nparams; i++) {
-            mp[i] = t->opt.m + d->params[i].offset;
-            vp[i] = t->opt.v + d->params[i].offset;
+            mp[i] = t->opt.m + t->model->loc[i];
+            vp[i] = t->opt.v + t->model->loc[i];
         }
         snprintf(path, sizeof path, "%s/optimizer.safetensors", tmp);
         if (!s) {
@@ -338,8 +338,8 @@ cl_status cl_trainer_resume(cl_trainer *t, const char *dir) {
     cl_status s = CL_OK;
     if (!mp || !vp) s = cl_error(CL_ERR_OOM, "cannot allocate the optimizer index");
     for (int i = 0; !s && i < d->nparams; i++) {
-        mp[i] = t->opt.m + d->params[i].offset;
-        vp[i] = t->opt.v + d->params[i].offset;
+        mp[i] = t->opt.m + t->model->loc[i];
+        vp[i] = t->opt.v + t->model->loc[i];
     }
     snprintf(path, sizeof path, "%s/optimizer.safetensors", dir);
     if (!s) s = read_params(path, d, mp, "exp_avg.");

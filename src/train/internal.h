@@ -27,6 +27,27 @@ struct cl_trainer {
     int64_t *bucket_lo, *bucket_hi; /* float range of the flat gradient buffer */
     cl_request **bucket_req;
     double step_flops_per_sample;
+    struct cl_pp *pp;          /* pipeline state (pipeline.c), NULL without a pipeline */
 };
+
+/* Global samples [k0, k0 + B) into the given buffers (B * T tokens and
+ * targets, or B * 64 pixels and B labels). */
+void cl_trainer_fill_batch(cl_trainer *t, int64_t k0, int B, int32_t *tokens, int32_t *targets, float *x, cl_microbatch *mb);
+
+/* Pipeline parallelism (pipeline.c): builds the schedule, cuts the model,
+ * creates this rank's chunks (t->model is chunk 0), their optimizers and the
+ * micro-batch slots. */
+cl_status cl_pp_create(cl_trainer *t);
+void cl_pp_destroy(cl_trainer *t);
+/* Every chunk from the one-device initialization stream (cl_model_init). */
+void cl_pp_init(cl_trainer *t, uint64_t seed);
+/* One training step through the schedule: forward/backward of the step's
+ * micro-batches, gradient sync (data-parallel sum, tied-embedding sum),
+ * global norm, clipping, AdamW. Fills the loss sum (over the global batch),
+ * the norm and the bubble figures. */
+cl_status cl_pp_step(cl_trainer *t, float lr, double *loss_sum, double *norm, cl_step_stats *st);
+/* Mean loss over windows of tokens, forward only through the pipeline. */
+cl_status cl_pp_eval_tokens(cl_trainer *t, const int32_t *tok, size_t n, double *loss);
+cl_status cl_pp_eval_digits(cl_trainer *t, double *loss);
 
 #endif

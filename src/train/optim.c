@@ -18,8 +18,8 @@ float cl_lr_at(const cl_lr_schedule *s, int step) {
 cl_status cl_optimizer_create(cl_optimizer *o, cl_model *m, const cl_adamw_opts *opts) {
     memset(o, 0, sizeof *o);
     o->o = *opts;
-    CL_TRY(cl_device_alloc_f32(m->dev, CL_MEM_OPTIM, (size_t)m->desc->nfloats, &o->m));
-    cl_status s = cl_device_alloc_f32(m->dev, CL_MEM_OPTIM, (size_t)m->desc->nfloats, &o->v);
+    CL_TRY(cl_device_alloc_f32(m->dev, CL_MEM_OPTIM, (size_t)(m->nfloats ? m->nfloats : 16), &o->m));
+    cl_status s = cl_device_alloc_f32(m->dev, CL_MEM_OPTIM, (size_t)(m->nfloats ? m->nfloats : 16), &o->v);
     if (s) {
         cl_device_free(m->dev, o->m);
         o->m = NULL;
@@ -33,9 +33,21 @@ void cl_optimizer_destroy(cl_optimizer *o, cl_model *m) {
     o->m = o->v = NULL;
 }
 
+void cl_grad_sumsq(const cl_model *m, double *per_param) {
+    for (int i = 0; i < m->desc->nparams; i++)
+        if (cl_model_owns_param(m, i)) per_param[i] = cl_sumsq(m->g[i], m->desc->params[i].numel);
+}
+
+double cl_grad_norm_of(const double *per_param, int n) {
+    double s = 0;
+    for (int i = 0; i < n; i++) s += per_param[i];
+    return sqrt(s);
+}
+
 double cl_grad_norm(const cl_model *m) {
     double s = 0;
-    for (int i = 0; i < m->desc->nparams; i++) s += cl_sumsq(m->g[i], m->desc->params[i].numel);
+    for (int i = 0; i < m->desc->nparams; i++)
+        if (cl_model_owns_param(m, i)) s += cl_sumsq(m->g[i], m->desc->params[i].numel);
     return sqrt(s);
 }
 
@@ -44,14 +56,16 @@ void cl_grad_clip(cl_model *m, double norm, float clip) {
     /* torch.nn.utils.clip_grad_norm_: coef = max_norm / (total_norm + 1e-6), clamped to 1 */
     float coef = (float)clip / (float)(norm + 1e-6);
     if (coef >= 1.0f) return;
-    for (int i = 0; i < m->desc->nparams; i++) cl_scale(m->g[i], coef, m->desc->params[i].numel);
+    for (int i = 0; i < m->desc->nparams; i++)
+        if (m->g[i]) cl_scale(m->g[i], coef, m->desc->params[i].numel);
 }
 
 void cl_optimizer_step(cl_optimizer *o, cl_model *m, float lr) {
     o->t++;
     for (int i = 0; i < m->desc->nparams; i++) {
         const cl_param_spec *ps = &m->desc->params[i];
-        cl_adamw_update(m->p[i], m->g[i], o->m + ps->offset, o->v + ps->offset, ps->numel, lr, o->o.beta1, o->o.beta2,
+        if (!m->p[i]) continue;
+        cl_adamw_update(m->p[i], m->g[i], o->m + m->loc[i], o->v + m->loc[i], ps->numel, lr, o->o.beta1, o->o.beta2,
                         o->o.eps, ps->decay ? o->o.weight_decay : 0.0f, o->t);
     }
 }

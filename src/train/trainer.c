@@ -3,6 +3,7 @@
  * schedule and data-parallel replicas; the data addressing (a sample is a
  * function of its global index) is already what they need. */
 #include "cleave/kernels.h"
+#include "cleave/schedule.h"
 #include "cleave/train.h"
 
 #include <math.h>
@@ -34,6 +35,7 @@ void cl_train_config_default(cl_train_config *c) {
     c->tokenizer_dir = "data/gpt2";
     c->eval_batches = 16;
     c->bucket_bytes = 25u << 20;
+    c->schedule = CL_SCHED_1F1B;
 }
 
 /* Cuts the units, last to first, into buckets of at least bucket_bytes of
@@ -165,9 +167,12 @@ cl_status cl_trainer_create(cl_trainer **out, const cl_train_config *cfg) {
     cl_status s = cl_model_describe(&cfg->model, cfg->seq_len, &t->desc);
     if (!s) s = load_data(t);
     if (!s) s = cl_device_create_cpu(&t->dev, cfg->device_memory, 0);
-    if (!s) s = cl_model_create(&t->model, t->desc, t->dev, cfg->micro_batch);
-    if (!s) s = cl_optimizer_create(&t->opt, t->model, &cfg->adamw);
-    if (!s) s = cl_acts_create(t->model, cfg->micro_batch, &t->acts);
+    int pipeline = cfg->pp_comm && cl_comm_size(cfg->pp_comm) > 1;
+    if (!s && pipeline) s = cl_pp_create(t);
+    if (!s && !pipeline) s = cl_model_create(&t->model, t->desc, t->dev, cfg->micro_batch);
+    if (!s && !pipeline) s = cl_model_split_tied(t->model);
+    if (!s && !pipeline) s = cl_optimizer_create(&t->opt, t->model, &cfg->adamw);
+    if (!s && !pipeline) s = cl_acts_create(t->model, cfg->micro_batch, &t->acts);
     size_t npos = (size_t)cfg->micro_batch * (size_t)t->desc->T;
     if (!s) s = cl_device_alloc(t->dev, CL_MEM_WORKSPACE, npos * sizeof(int32_t), (void **)&t->mb_tokens);
     if (!s) s = cl_device_alloc(t->dev, CL_MEM_WORKSPACE, npos * sizeof(int32_t), (void **)&t->mb_targets);
@@ -178,7 +183,8 @@ cl_status cl_trainer_create(cl_trainer **out, const cl_train_config *cfg) {
         cl_trainer_destroy(t);
         return s;
     }
-    cl_model_init(t->model, cfg->seed);
+    if (t->pp) cl_pp_init(t, cfg->seed);
+    else cl_model_init(t->model, cfg->seed);
     double f = 0;
     for (int u = 0; u < t->desc->nunits; u++) f += t->desc->units[u].flops;
     t->step_flops_per_sample = 3.0 * f;
@@ -188,6 +194,7 @@ cl_status cl_trainer_create(cl_trainer **out, const cl_train_config *cfg) {
 
 void cl_trainer_destroy(cl_trainer *t) {
     if (!t) return;
+    cl_pp_destroy(t);
     if (t->model) {
         cl_acts_destroy(t->model, &t->acts);
         if (t->opt.m) cl_optimizer_destroy(&t->opt, t->model);
@@ -213,6 +220,10 @@ void cl_trainer_destroy(cl_trainer *t) {
 
 /* Fills the micro-batch buffers with global samples [k0, k0 + B). */
 static void fill_train_batch(cl_trainer *t, int64_t k0, int B, cl_microbatch *mb) {
+    cl_trainer_fill_batch(t, k0, B, t->mb_tokens, t->mb_targets, t->mb_x, mb);
+}
+
+void cl_trainer_fill_batch(cl_trainer *t, int64_t k0, int B, int32_t *tokens, int32_t *targets, float *x, cl_microbatch *mb) {
     memset(mb, 0, sizeof *mb);
     mb->B = B;
     if (t->desc->cfg.kind == CL_MODEL_GPT) {
@@ -221,21 +232,21 @@ static void fill_train_batch(cl_trainer *t, int64_t k0, int B, cl_microbatch *mb
         for (int b = 0; b < B; b++) {
             size_t start = (size_t)(((uint64_t)(k0 + b) * (uint64_t)T) % span);
             const int32_t *src = t->tokens.tokens + start;
-            memcpy(t->mb_tokens + (size_t)b * T, src, (size_t)T * sizeof(int32_t));
-            memcpy(t->mb_targets + (size_t)b * T, src + 1, (size_t)T * sizeof(int32_t));
+            memcpy(tokens + (size_t)b * T, src, (size_t)T * sizeof(int32_t));
+            memcpy(targets + (size_t)b * T, src + 1, (size_t)T * sizeof(int32_t));
         }
         mb->T = T;
-        mb->tokens = t->mb_tokens;
+        mb->tokens = tokens;
     } else {
         for (int b = 0; b < B; b++) {
             int i = t->perm[(k0 + b) % t->ndtrain];
-            memcpy(t->mb_x + (size_t)b * 64, t->digits.images + (size_t)i * 64, 64 * sizeof(float));
-            t->mb_targets[b] = t->digits.labels[i];
+            memcpy(x + (size_t)b * 64, t->digits.images + (size_t)i * 64, 64 * sizeof(float));
+            targets[b] = t->digits.labels[i];
         }
         mb->T = 1;
-        mb->x = t->mb_x;
+        mb->x = x;
     }
-    mb->targets = t->mb_targets;
+    mb->targets = targets;
 }
 
 /* Backward of the last micro-batch with each bucket's all-reduce launched
@@ -248,6 +259,9 @@ typedef struct {
 static cl_status launch_buckets(void *ctx, int u) {
     bucket_state *bs = ctx;
     cl_trainer *t = bs->t;
+    const cl_model_desc *d = t->desc;
+    /* the wte gradient is complete once the embedding is: add the head's part before it is sent */
+    if (d->tied_wte >= 0 && u == d->params[d->tied_wte].unit) cl_model_tie_grads(t->model);
     while (bs->next < t->nbuckets && t->bucket_unit[bs->next] == u) {
         int k = bs->next++;
         CL_TRY(cl_comm_iallreduce(t->cfg.dp_comm, t->model->grads + t->bucket_lo[k],
@@ -268,6 +282,20 @@ static cl_status backward_with_buckets(cl_trainer *t, const cl_microbatch *mb) {
     return s;
 }
 
+static cl_status step_stats(cl_trainer *t, cl_step_stats *st, double t0, double loss_sum, double norm, float lr, int local) {
+    const cl_train_config *c = &t->cfg;
+    int T = t->desc->cfg.kind == CL_MODEL_GPT ? t->desc->T : 1;
+    st->step = t->step;
+    st->loss = loss_sum / ((double)c->global_batch * T);
+    st->lr = lr;
+    st->grad_norm = norm;
+    st->seconds = cl_now() - t0;
+    st->tokens_per_s = (double)c->global_batch * T / (st->seconds > 0 ? st->seconds : 1e-9);
+    st->flops = t->step_flops_per_sample * local;
+    st->peak_bytes = cl_device_peak_total(t->dev);
+    return CL_OK;
+}
+
 cl_status cl_trainer_step(cl_trainer *t, cl_step_stats *st) {
     double t0 = cl_now();
     const cl_train_config *c = &t->cfg;
@@ -275,6 +303,16 @@ cl_status cl_trainer_step(cl_trainer *t, cl_step_stats *st) {
     int nmicro = local / c->micro_batch;
     int T = t->desc->cfg.kind == CL_MODEL_GPT ? t->desc->T : 1;
     float dloss = (float)(1.0 / ((double)c->global_batch * T));
+    if (t->pp) {
+        float lr = cl_lr_at(&c->lr, t->step);
+        double loss_sum = 0, norm = 0;
+        cl_step_stats tmp;
+        if (!st) st = &tmp;
+        memset(st, 0, sizeof *st);
+        CL_TRY(cl_pp_step(t, lr, &loss_sum, &norm, st));
+        t->step++;
+        return step_stats(t, st, t0, loss_sum, norm, lr, local);
+    }
     cl_model_zero_grads(t->model);
     double loss_sum = 0;
     for (int i = 0; i < nmicro; i++) {
@@ -291,6 +329,7 @@ cl_status cl_trainer_step(cl_trainer *t, cl_step_stats *st) {
         }
         loss_sum += ls;
     }
+    if (t->dp == 1) cl_model_tie_grads(t->model); /* with dp > 1 the bucket hook did it */
     if (t->dp > 1) CL_TRY(cl_comm_allreduce_f64(c->dp_comm, &loss_sum, 1, CL_RED_SUM));
     double norm = cl_grad_norm(t->model);
     if (!isfinite(norm)) return cl_error(CL_ERR_INVALID, "step %d: the gradient norm is not finite (lower --lr?)", t->step + 1);
@@ -299,14 +338,8 @@ cl_status cl_trainer_step(cl_trainer *t, cl_step_stats *st) {
     cl_optimizer_step(&t->opt, t->model, lr);
     t->step++;
     if (st) {
-        st->step = t->step;
-        st->loss = loss_sum / ((double)c->global_batch * T);
-        st->lr = lr;
-        st->grad_norm = norm;
-        st->seconds = cl_now() - t0;
-        st->tokens_per_s = (double)c->global_batch * T / (st->seconds > 0 ? st->seconds : 1e-9);
-        st->flops = t->step_flops_per_sample * local;
-        st->peak_bytes = cl_device_peak_total(t->dev);
+        memset(st, 0, sizeof *st);
+        step_stats(t, st, t0, loss_sum, norm, lr, local);
     }
     return CL_OK;
 }
@@ -347,8 +380,10 @@ cl_status cl_trainer_eval(cl_trainer *t, double *loss) {
         size_t n = t->nval;
         size_t per = (size_t)t->desc->T + 1;
         if (t->cfg.eval_batches > 0 && n > (size_t)t->cfg.eval_batches * per) n = (size_t)t->cfg.eval_batches * per;
+        if (t->pp) return cl_pp_eval_tokens(t, t->tokens.tokens + t->ntrain, n, loss);
         return cl_eval_tokens(t->model, &t->acts, t->tokens.tokens + t->ntrain, n, loss, NULL);
     }
+    if (t->pp) return cl_pp_eval_digits(t, loss);
     double sum = 0;
     int B = t->cfg.micro_batch;
     for (int k = 0; k < t->ndval; k += B) {

@@ -1,0 +1,185 @@
+/* Stage partitions of a model's units (see pipeline.h). */
+#include "cleave/pipeline.h"
+
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int64_t align16(int64_t n) { return (n + 15) & ~(int64_t)15; }
+
+cl_pp_stage_cost cl_pp_stage_predict(const cl_model_desc *d, int u0, int u1, int B, int live) {
+    cl_pp_stage_cost c = {0};
+    int64_t pfloats = 0, work = 0, io = 0;
+    int head = 0, embed = 0;
+    for (int u = u0; u < u1; u++) {
+        const cl_unit *un = &d->units[u];
+        c.flops += 3.0 * un->flops * B;
+        for (int i = 0; i < un->nparams; i++) pfloats += align16(d->params[un->first_param + i].numel);
+        if (un->scratch_floats * B > work) work = un->scratch_floats * B;
+        if (un->in_floats * B > io) io = un->in_floats * B;
+        if (un->out_floats * B > io) io = un->out_floats * B;
+        if (un->kind == CL_UNIT_LMHEAD) head = 1;
+        if (un->kind == CL_UNIT_EMBED) embed = 1;
+    }
+    int64_t extra_g = 0;
+    if (head && d->tied_wte >= 0) {
+        int64_t wte = align16(d->params[d->tied_wte].numel);
+        if (!embed) pfloats += wte; /* the head's own copy of wte */
+        extra_g = wte;              /* the head's wte gradient, kept apart until the step's sum */
+    }
+    c.param_bytes = (size_t)(4 * pfloats + extra_g) * sizeof(float);
+    c.act_bytes = (size_t)cl_model_act_floats(d, u0, u1, B) * sizeof(float) * (size_t)(live > 0 ? live : 1);
+    c.total_bytes = c.param_bytes + c.act_bytes + (size_t)(work + 2 * io) * sizeof(float);
+    return c;
+}
+
+cl_status cl_pp_partition_balanced(const cl_model_desc *d, int nstages, int B, const int *live, size_t cap,
+                                   cl_pp_partition *out) {
+    int n = d->nunits;
+    memset(out, 0, sizeof *out);
+    if (nstages < 1 || nstages > CL_PP_MAX_STAGES)
+        return cl_error(CL_ERR_INVALID, "%d pipeline stages: need 1..%d", nstages, CL_PP_MAX_STAGES);
+    if (nstages > n)
+        return cl_error(CL_ERR_INVALID, "%d pipeline stages but the model has only %d units (embedding, %d blocks, head): "
+                        "use fewer stages or more layers", nstages, n, n - 2);
+    /* best[k][j]: the smallest possible slowest-stage time for units [0, j) in k stages */
+    size_t cells = (size_t)(nstages + 1) * (size_t)(n + 1);
+    double *best = malloc(cells * sizeof *best);
+    int *cut = malloc(cells * sizeof *cut);
+    if (!best || !cut) {
+        free(best);
+        free(cut);
+        return cl_error(CL_ERR_OOM, "cannot allocate the partition table");
+    }
+    const double INF = 1e300;
+    for (size_t i = 0; i < cells; i++) best[i] = INF, cut[i] = -1;
+    best[0] = 0;
+    size_t min_need = (size_t)-1; /* for the error: the smallest cap of any partition */
+    for (int k = 1; k <= nstages; k++) {
+        int lv = live ? live[k - 1] : 1;
+        for (int j = k; j <= n - (nstages - k); j++) {
+            for (int i = k - 1; i < j; i++) {
+                double prev = best[(size_t)(k - 1) * (n + 1) + i];
+                if (prev >= INF) continue;
+                cl_pp_stage_cost c = cl_pp_stage_predict(d, i, j, B, lv);
+                if (cap && c.total_bytes > cap) {
+                    if (c.total_bytes < min_need) min_need = c.total_bytes;
+                    continue;
+                }
+                double t = c.flops > prev ? c.flops : prev;
+                double *b = &best[(size_t)k * (n + 1) + j];
+                if (t < *b) *b = t, cut[(size_t)k * (n + 1) + j] = i;
+            }
+        }
+    }
+    if (best[(size_t)nstages * (n + 1) + n] >= INF) {
+        free(best);
+        free(cut);
+        char capb[32], need[32];
+        cl_format_bytes(cap, capb, sizeof capb);
+        cl_format_bytes(min_need == (size_t)-1 ? 0 : min_need, need, sizeof need);
+        return cl_error(CL_ERR_OOM, "no cut of the model into %d stages fits %s per rank (a stage needs at least %s "
+                        "there): raise --device-memory or use more pipeline stages", nstages, capb, need);
+    }
+    out->nstages = nstages;
+    int j = n;
+    for (int k = nstages; k >= 1; k--) {
+        int i = cut[(size_t)k * (n + 1) + j];
+        out->u0[k - 1] = i;
+        out->u1[k - 1] = j;
+        j = i;
+    }
+    free(best);
+    free(cut);
+    return CL_OK;
+}
+
+cl_status cl_pp_partition_layout(const cl_model_desc *d, const char *layout, int nstages, cl_pp_partition *out) {
+    memset(out, 0, sizeof *out);
+    int n = d->nunits, u = 0, stage = 0, in_stage = 0;
+    const char *p = layout;
+    char want[8];
+    out->u0[0] = 0;
+    for (;;) {
+        while (*p == ' ') p++;
+        if (*p == '|' || *p == '\0') {
+            if (!in_stage)
+                return cl_error(CL_ERR_INVALID, "--pp-layout \"%s\": stage %d is empty", layout, stage);
+            out->u1[stage] = u;
+            stage++;
+            if (*p == '\0') break;
+            if (stage >= CL_PP_MAX_STAGES) return cl_error(CL_ERR_INVALID, "--pp-layout: more than %d stages", CL_PP_MAX_STAGES);
+            out->u0[stage] = u;
+            in_stage = 0;
+            p++;
+            continue;
+        }
+        if (*p == ',') {
+            p++;
+            continue;
+        }
+        char code = *p++;
+        if (!isalpha((unsigned char)code))
+            return cl_error(CL_ERR_INVALID, "--pp-layout \"%s\": unexpected '%c' at offset %d (expected a unit letter, ',', "
+                            "'|' or '*N')", layout, code, (int)(p - 1 - layout));
+        long rep = 1;
+        while (*p == ' ') p++;
+        if (*p == '*') {
+            char *end;
+            rep = strtol(p + 1, &end, 10);
+            if (end == p + 1 || rep < 1 || rep > 100000)
+                return cl_error(CL_ERR_INVALID, "--pp-layout \"%s\": '*' must be followed by a positive count", layout);
+            p = end;
+        }
+        int known = 0;
+        for (int k = 0; k < n; k++)
+            if (d->units[k].code == code) known = 1;
+        if (!known) {
+            int w = 0;
+            for (int k = 0; k < n && w < (int)sizeof want - 1; k++)
+                if (!memchr(want, d->units[k].code, (size_t)w)) want[w++] = d->units[k].code;
+            want[w] = 0;
+            return cl_error(CL_ERR_INVALID, "--pp-layout \"%s\": unknown part '%c' (this model's parts: %s)", layout, code,
+                            want);
+        }
+        for (long r = 0; r < rep; r++, u++) {
+            if (u >= n)
+                return cl_error(CL_ERR_INVALID, "--pp-layout \"%s\" names more than the model's %d units", layout, n);
+            if (d->units[u].code != code)
+                return cl_error(CL_ERR_INVALID, "--pp-layout \"%s\": unit %d is '%c' (%s), the layout says '%c'", layout, u,
+                                d->units[u].code, d->units[u].label, code);
+        }
+        in_stage = 1;
+    }
+    if (u != n)
+        return cl_error(CL_ERR_INVALID, "--pp-layout \"%s\" covers %d of the model's %d units (next: '%c', %s)", layout, u,
+                        n, d->units[u].code, d->units[u].label);
+    if (stage != nstages)
+        return cl_error(CL_ERR_INVALID, "--pp-layout \"%s\" has %d stages but the pipeline needs %d (--pp x --virtual-stages)",
+                        layout, stage, nstages);
+    out->nstages = stage;
+    return CL_OK;
+}
+
+void cl_pp_partition_format(const cl_model_desc *d, const cl_pp_partition *p, char *buf, size_t n) {
+    size_t w = 0;
+    if (n) buf[0] = 0;
+    for (int s = 0; s < p->nstages; s++) {
+        int first = 1;
+        for (int u = p->u0[s]; u < p->u1[s];) {
+            int r = 1;
+            while (u + r < p->u1[s] && d->units[u + r].code == d->units[u].code) r++;
+            int k = r > 1 ? snprintf(buf + w, n > w ? n - w : 0, "%s%c*%d", first ? "" : ",", d->units[u].code, r)
+                          : snprintf(buf + w, n > w ? n - w : 0, "%s%c", first ? "" : ",", d->units[u].code);
+            if (k > 0) w += (size_t)k;
+            first = 0;
+            u += r;
+        }
+        if (s + 1 < p->nstages) {
+            int k = snprintf(buf + w, n > w ? n - w : 0, "|");
+            if (k > 0) w += (size_t)k;
+        }
+    }
+    if (n && w >= n) buf[n - 1] = 0;
+}

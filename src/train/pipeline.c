@@ -1,0 +1,633 @@
+/* The pipeline executor: runs one rank's part of a schedule (schedule.h)
+ * over the pipeline communicator, for the trainer (train.h, pp_comm).
+ *
+ * Every rank holds v chunks (cl_model parts); chunk c is model stage
+ * s = c * p + rank. Each chunk has a pool of micro-batch slots, as many as
+ * the schedule ever has live on it at once (a slot is taken by the first
+ * RECV_ACT or FWD of a micro-batch and given back by its BWD, or its W under
+ * zb-h1): saved activations, the received input, the received output
+ * gradient, the micro-batch's data, and under zb-h1 the output gradient of
+ * each unit that the weight pass needs.
+ *
+ * Sends are non-blocking. An activation is sent straight out of the slot's
+ * saved output (which lives until the micro-batch's backward, and that
+ * backward needs the gradient the receiver sends only after it has the
+ * activation); an input gradient goes out of a send buffer from a pool whose
+ * buffers return when their send has completed. Every send is waited for at
+ * GRAD_SYNC. Receives block, with the communicator's timeout.
+ *
+ * Why the result equals one device bit for bit: every parameter gradient is
+ * accumulated over the micro-batches in the same order (each stage runs its
+ * backwards in micro-batch order), by the same kernels on the same inputs;
+ * the tied wte keeps the embedding's and the head's sums apart on one device
+ * too (cl_model_split_tied) and adds them once; the global norm is summed per
+ * parameter, in parameter order, from per-parameter pieces that the stages
+ * exchange exactly (x + 0 = x); AdamW is elementwise. */
+#include "cleave/comm.h"
+#include "cleave/kernels.h"
+#include "cleave/pipeline.h"
+#include "cleave/schedule.h"
+#include "cleave/train.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "train/internal.h"
+
+#define TIE_TAG CL_COMM_TAG_MAX
+#define MAX_CHUNKS 64
+
+typedef struct {
+    int mb;              /* micro-batch in it, -1 when free */
+    cl_acts acts;
+    float *in;           /* received input of the chunk's first unit (not on stage 0) */
+    float *dout;         /* received gradient of the chunk's output (not on the last stage) */
+    float **udout;       /* zb-h1: each unit's output gradient, for W */
+    int32_t *tokens, *targets;
+    float *x;
+    cl_microbatch mbd;
+    cl_request *send_req; /* the activation sent out of acts */
+} pp_slot;
+
+typedef struct {
+    cl_model *m;
+    cl_optimizer opt;
+    int stage, first, last;
+    int nslots;
+    pp_slot *slots;
+    int *slot_of;        /* [m]: slot index of each micro-batch, -1 */
+    float **din_of;      /* [m]: send buffer holding the micro-batch's input gradient until SEND_GRAD */
+    size_t in_bytes, out_bytes;
+} pp_chunk;
+
+typedef struct {
+    float *buf;
+    size_t cap;
+    int busy;            /* holds a gradient not yet sent, or one being sent (req) */
+    cl_request *req;
+} pp_sendbuf;
+
+typedef struct {
+    int step, kind, mb, chunk;
+    double t0, t1;
+} pp_event;
+
+struct cl_pp {
+    cl_comm *comm;
+    int p, r, v, m, S;
+    cl_schedule sched;
+    cl_pp_partition part;
+    pp_chunk ch[MAX_CHUNKS];
+    pp_sendbuf *sb;
+    int nsb;
+    double *norm_parts;  /* [nparams] */
+    float *tie_buf;      /* rank 0 of a pipeline with the head elsewhere: the head's wte gradient */
+    double *cost_sum;    /* [3 * S] measured F, B(or BWD), W seconds summed over this step's actions */
+    int *cost_n;         /* [3 * S] */
+    pp_event *ev;        /* timeline (cfg.trace) */
+    size_t nev, capev;
+};
+
+static int rank_of_stage(const struct cl_pp *pp, int s) { return s % pp->p; }
+
+static int msg_tag(const struct cl_pp *pp, int mb, int s_hi, int dir) {
+    return (int)((((int64_t)mb * pp->S + s_hi) * 2 + dir) % CL_COMM_TAG_MAX);
+}
+
+/* ---- setup ---------------------------------------------------------------- */
+
+/* Most slots chunk c of rank r ever holds, by the same rule the executor
+ * takes and gives them back. */
+static int chunk_peak(const cl_schedule *sc, int r, int c) {
+    int *held = calloc((size_t)sc->m, sizeof *held);
+    if (!held) return -1;
+    int live = 0, peak = 0;
+    for (int i = 0; i < sc->len[r]; i++) {
+        const cl_action *a = &sc->acts[r][i];
+        if (a->chunk != c) continue;
+        if ((a->kind == CL_ACT_RECV_ACT || a->kind == CL_ACT_FWD) && !held[a->mb]) {
+            held[a->mb] = 1;
+            if (++live > peak) peak = live;
+        }
+        if ((a->kind == CL_ACT_BWD || (a->kind == CL_ACT_BWD_WEIGHT)) && held[a->mb] == 1) {
+            held[a->mb] = 2;
+            live--;
+        }
+    }
+    free(held);
+    return peak;
+}
+
+static cl_status slot_create(cl_trainer *t, pp_chunk *c, pp_slot *sl, int zb) {
+    cl_model *m = c->m;
+    cl_device *dev = t->dev;
+    int B = t->cfg.micro_batch;
+    const cl_model_desc *d = t->desc;
+    sl->mb = -1;
+    CL_TRY(cl_acts_create(m, B, &sl->acts));
+    if (!c->first) CL_TRY(cl_device_alloc(dev, CL_MEM_ACTS, c->in_bytes, (void **)&sl->in));
+    if (!c->last) CL_TRY(cl_device_alloc(dev, CL_MEM_ACTS, c->out_bytes, (void **)&sl->dout));
+    size_t npos = (size_t)B * (size_t)(d->cfg.kind == CL_MODEL_GPT ? d->T : 1);
+    CL_TRY(cl_device_alloc(dev, CL_MEM_WORKSPACE, npos * sizeof(int32_t), (void **)&sl->tokens));
+    CL_TRY(cl_device_alloc(dev, CL_MEM_WORKSPACE, npos * sizeof(int32_t), (void **)&sl->targets));
+    if (d->cfg.kind != CL_MODEL_GPT) CL_TRY(cl_device_alloc_f32(dev, CL_MEM_WORKSPACE, (size_t)B * 64, &sl->x));
+    if (zb) {
+        int n = m->u1 - m->u0;
+        sl->udout = calloc((size_t)n, sizeof *sl->udout);
+        if (!sl->udout) return cl_error(CL_ERR_OOM, "cannot allocate the weight-pass table");
+        for (int u = m->u0; u < m->u1; u++)
+            CL_TRY(cl_device_alloc_f32(dev, CL_MEM_ACTS, (size_t)(d->units[u].out_floats * B), &sl->udout[u - m->u0]));
+    }
+    return CL_OK;
+}
+
+static void slot_destroy(cl_trainer *t, pp_chunk *c, pp_slot *sl) {
+    cl_device *dev = t->dev;
+    if (c->m) cl_acts_destroy(c->m, &sl->acts);
+    cl_device_free(dev, sl->in);
+    cl_device_free(dev, sl->dout);
+    cl_device_free(dev, sl->tokens);
+    cl_device_free(dev, sl->targets);
+    cl_device_free(dev, sl->x);
+    if (sl->udout) {
+        for (int u = 0; c->m && u < c->m->u1 - c->m->u0; u++) cl_device_free(dev, sl->udout[u]);
+        free(sl->udout);
+    }
+}
+
+cl_status cl_pp_create(cl_trainer *t) {
+    const cl_train_config *cfg = &t->cfg;
+    const cl_model_desc *d = t->desc;
+    struct cl_pp *pp = calloc(1, sizeof *pp);
+    if (!pp) return cl_error(CL_ERR_OOM, "cannot allocate the pipeline state");
+    t->pp = pp;
+    pp->comm = cfg->pp_comm;
+    pp->p = cl_comm_size(cfg->pp_comm);
+    pp->r = cl_comm_rank(cfg->pp_comm);
+    cl_sched_kind kind = (cl_sched_kind)cfg->schedule;
+    pp->v = cfg->virtual_stages ? cfg->virtual_stages : (kind == CL_SCHED_INTERLEAVED ? 2 : 1);
+    if (pp->v > 1 && kind != CL_SCHED_INTERLEAVED)
+        return cl_error(CL_ERR_INVALID, "--virtual-stages %d needs --schedule interleaved (the %s schedule runs one chunk per rank)",
+                        pp->v, cl_sched_kind_name(kind));
+    if (pp->v > MAX_CHUNKS) return cl_error(CL_ERR_INVALID, "--virtual-stages %d: at most %d", pp->v, MAX_CHUNKS);
+    pp->m = cfg->global_batch / (cfg->micro_batch * t->dp);
+    pp->S = pp->p * pp->v;
+    if (pp->S > CL_PP_MAX_STAGES) return cl_error(CL_ERR_INVALID, "%d stages: at most %d", pp->S, CL_PP_MAX_STAGES);
+    cl_status s = cl_schedule_make(kind, pp->p, pp->m, pp->v, &pp->sched);
+    if (s) return s;
+    cl_sim_result res;
+    CL_TRY(cl_schedule_simulate(&pp->sched, NULL, &res));
+    cl_sim_result_free(&res);
+    int live[CL_PP_MAX_STAGES];
+    for (int st = 0; st < pp->S; st++) {
+        live[st] = chunk_peak(&pp->sched, rank_of_stage(pp, st), st / pp->p);
+        if (live[st] < 0) return cl_error(CL_ERR_OOM, "cannot count live micro-batches");
+    }
+    if (cfg->pp_layout) CL_TRY(cl_pp_partition_layout(d, cfg->pp_layout, pp->S, &pp->part));
+    else {
+        /* the cap is per rank; a rank's chunks share it, so each gets its share */
+        size_t cap = cfg->device_memory ? cfg->device_memory / (size_t)pp->v : 0;
+        CL_TRY(cl_pp_partition_balanced(d, pp->S, cfg->micro_batch, live, cap, &pp->part));
+    }
+    for (int c = 0; c < pp->v; c++) {
+        pp_chunk *ch = &pp->ch[c];
+        ch->stage = c * pp->p + pp->r;
+        ch->first = ch->stage == 0;
+        ch->last = ch->stage == pp->S - 1;
+        int u0 = pp->part.u0[ch->stage], u1 = pp->part.u1[ch->stage];
+        CL_TRY(cl_model_create_part(&ch->m, d, t->dev, cfg->micro_batch, u0, u1));
+        CL_TRY(cl_model_split_tied(ch->m));
+        CL_TRY(cl_optimizer_create(&ch->opt, ch->m, &cfg->adamw));
+        ch->in_bytes = (size_t)(d->units[u0].in_floats * cfg->micro_batch) * sizeof(float);
+        ch->out_bytes = (size_t)(d->units[u1 - 1].out_floats * cfg->micro_batch) * sizeof(float);
+        ch->nslots = live[ch->stage];
+        ch->slots = calloc((size_t)ch->nslots, sizeof *ch->slots);
+        ch->slot_of = malloc((size_t)pp->m * sizeof *ch->slot_of);
+        ch->din_of = calloc((size_t)pp->m, sizeof *ch->din_of);
+        if (!ch->slots || !ch->slot_of || !ch->din_of) return cl_error(CL_ERR_OOM, "cannot allocate micro-batch slots");
+        for (int k = 0; k < ch->nslots; k++) CL_TRY(slot_create(t, ch, &ch->slots[k], kind == CL_SCHED_ZB_H1));
+    }
+    pp->norm_parts = calloc((size_t)d->nparams, sizeof *pp->norm_parts);
+    pp->cost_sum = calloc((size_t)pp->S * 3, sizeof *pp->cost_sum);
+    pp->cost_n = calloc((size_t)pp->S * 3, sizeof *pp->cost_n);
+    if (!pp->norm_parts || !pp->cost_sum || !pp->cost_n) return cl_error(CL_ERR_OOM, "cannot allocate pipeline tables");
+    if (d->tied_wte >= 0 && pp->p > 1 && (pp->r == 0 || pp->r == rank_of_stage(pp, pp->S - 1)))
+        CL_TRY(cl_device_alloc_f32(t->dev, CL_MEM_WORKSPACE, (size_t)d->params[d->tied_wte].numel, &pp->tie_buf));
+    t->model = pp->ch[0].m;
+    return CL_OK;
+}
+
+void cl_pp_destroy(cl_trainer *t) {
+    struct cl_pp *pp = t->pp;
+    if (!pp) return;
+    for (int c = 0; c < pp->v && c < MAX_CHUNKS; c++) {
+        pp_chunk *ch = &pp->ch[c];
+        for (int k = 0; ch->slots && k < ch->nslots; k++) slot_destroy(t, ch, &ch->slots[k]);
+        free(ch->slots);
+        free(ch->slot_of);
+        free(ch->din_of);
+        if (ch->m) {
+            if (ch->opt.m) cl_optimizer_destroy(&ch->opt, ch->m);
+            cl_model_destroy(ch->m);
+        }
+    }
+    for (int i = 0; i < pp->nsb; i++) {
+        if (pp->sb[i].req) cl_comm_wait(pp->comm, pp->sb[i].req);
+        cl_device_free(t->dev, pp->sb[i].buf);
+    }
+    free(pp->sb);
+    cl_device_free(t->dev, pp->tie_buf);
+    free(pp->norm_parts);
+    free(pp->cost_sum);
+    free(pp->cost_n);
+    free(pp->ev);
+    cl_schedule_free(&pp->sched);
+    free(pp);
+    t->pp = NULL;
+    t->model = NULL;
+}
+
+void cl_pp_init(cl_trainer *t, uint64_t seed) {
+    for (int c = 0; c < t->pp->v; c++) cl_model_init(t->pp->ch[c].m, seed);
+}
+
+void cl_trainer_print_stages(const cl_trainer *t, FILE *f) {
+    const struct cl_pp *pp = t->pp;
+    if (!pp) return;
+    const cl_model_desc *d = t->desc;
+    char layout[512];
+    cl_pp_partition_format(d, &pp->part, layout, sizeof layout);
+    double total = 0;
+    for (int u = 0; u < d->nunits; u++) total += d->units[u].flops;
+    fprintf(f, "pipeline: %d ranks x %d chunk%s = %d stages, schedule %s, %d micro-batches of %d; layout %s%s\n", pp->p, pp->v,
+            pp->v == 1 ? "" : "s", pp->S, cl_sched_kind_name(pp->sched.kind), pp->m, t->cfg.micro_batch, layout,
+            t->cfg.pp_layout ? " (given)" : " (balanced)");
+    for (int s = 0; s < pp->S; s++) {
+        int u0 = pp->part.u0[s], u1 = pp->part.u1[s];
+        int live = chunk_peak(&pp->sched, s % pp->p, s / pp->p);
+        cl_pp_stage_cost c = cl_pp_stage_predict(d, u0, u1, t->cfg.micro_batch, live);
+        char pb[32], ab[32], tb[32];
+        cl_format_bytes(c.param_bytes, pb, sizeof pb);
+        cl_format_bytes(c.act_bytes, ab, sizeof ab);
+        cl_format_bytes(c.total_bytes, tb, sizeof tb);
+        fprintf(f, "  stage %d (rank %d, chunk %d): %s..%s (%d unit%s) | %.1f%% of compute, %.3g GFLOP per micro-batch | "
+                "memory %s = params+grads+adam %s + activations %s (%d live micro-batch%s)\n",
+                s, s % pp->p, s / pp->p, d->units[u0].label, d->units[u1 - 1].label, u1 - u0, u1 - u0 == 1 ? "" : "s",
+                total > 0 ? 100.0 * c.flops / (3.0 * total * t->cfg.micro_batch) : 0, c.flops / 1e9, tb, pb, ab, live,
+                live == 1 ? "" : "es");
+    }
+    cl_sim_result res;
+    if (cl_schedule_simulate(&pp->sched, NULL, &res) == CL_OK) {
+        fprintf(f, "  theoretical bubble (equal stage times): %.4f\n", res.bubble_total);
+        cl_sim_result_free(&res);
+    } else {
+        cl_error_clear();
+    }
+}
+
+/* ---- the step --------------------------------------------------------------- */
+
+static pp_slot *get_slot(cl_trainer *t, pp_chunk *ch, int mb, int step) {
+    if (ch->slot_of[mb] >= 0) return &ch->slots[ch->slot_of[mb]];
+    for (int k = 0; k < ch->nslots; k++) {
+        pp_slot *sl = &ch->slots[k];
+        if (sl->mb >= 0) continue;
+        sl->mb = mb;
+        ch->slot_of[mb] = k;
+        const cl_train_config *c = &t->cfg;
+        int local = c->global_batch / t->dp;
+        int64_t k0 = (int64_t)step * c->global_batch + (int64_t)t->dp_rank * local + (int64_t)mb * c->micro_batch;
+        cl_trainer_fill_batch(t, k0, c->micro_batch, sl->tokens, sl->targets, sl->x, &sl->mbd);
+        sl->mbd.dloss = (float)(1.0 / ((double)c->global_batch * (t->desc->cfg.kind == CL_MODEL_GPT ? t->desc->T : 1)));
+        return sl;
+    }
+    return NULL; /* cannot happen: the pool is the schedule's peak */
+}
+
+static cl_status release_slot(struct cl_pp *pp, pp_chunk *ch, int mb) {
+    pp_slot *sl = &ch->slots[ch->slot_of[mb]];
+    cl_status s = CL_OK;
+    if (sl->send_req) s = cl_comm_wait(pp->comm, sl->send_req); /* already done: the receiver has sent its gradient */
+    sl->send_req = NULL;
+    sl->mb = -1;
+    ch->slot_of[mb] = -1;
+    return s;
+}
+
+/* A free send buffer of at least bytes, marked busy until its send completes. */
+static cl_status sendbuf_get(cl_trainer *t, struct cl_pp *pp, size_t bytes, int *idx) {
+    for (int i = 0; i < pp->nsb; i++) {
+        pp_sendbuf *b = &pp->sb[i];
+        if (b->busy && b->req) {
+            int done = 0;
+            CL_TRY(cl_comm_test(pp->comm, b->req, &done));
+            if (done) b->req = NULL, b->busy = 0;
+        }
+        if (!b->busy && b->cap >= bytes) {
+            b->busy = 1;
+            *idx = i;
+            return CL_OK;
+        }
+    }
+    pp_sendbuf *nb = realloc(pp->sb, (size_t)(pp->nsb + 1) * sizeof *nb);
+    if (!nb) return cl_error(CL_ERR_OOM, "cannot grow the send buffers");
+    pp->sb = nb;
+    pp_sendbuf *b = &pp->sb[pp->nsb];
+    memset(b, 0, sizeof *b);
+    CL_TRY(cl_device_alloc(t->dev, CL_MEM_WORKSPACE, bytes ? bytes : 16, (void **)&b->buf));
+    b->cap = bytes;
+    b->busy = 1;
+    *idx = pp->nsb++;
+    return CL_OK;
+}
+
+static cl_status record(struct cl_pp *pp, int trace, int step, const cl_action *a, double t0, double t1) {
+    int ci = -1;
+    int stage = a->chunk * pp->p + pp->r;
+    switch (a->kind) {
+    case CL_ACT_FWD: ci = 0; break;
+    case CL_ACT_BWD: case CL_ACT_BWD_INPUT: ci = 1; break;
+    case CL_ACT_BWD_WEIGHT: ci = 2; break;
+    default: break;
+    }
+    if (ci >= 0) {
+        pp->cost_sum[ci * pp->S + stage] += t1 - t0;
+        pp->cost_n[ci * pp->S + stage]++;
+    }
+    if (!trace) return CL_OK;
+    if (pp->nev == pp->capev) {
+        size_t nc = pp->capev ? 2 * pp->capev : 1024;
+        pp_event *ne = realloc(pp->ev, nc * sizeof *ne);
+        if (!ne) return cl_error(CL_ERR_OOM, "cannot grow the trace");
+        pp->ev = ne;
+        pp->capev = nc;
+    }
+    pp->ev[pp->nev++] = (pp_event){step, (int)a->kind, a->mb, a->chunk, t0, t1};
+    return CL_OK;
+}
+
+/* The tied wte: stage 0 (embedding) and stage S-1 (head) end with
+ * embedding sum + head sum, the same bits on both. */
+static cl_status tie_grads(cl_trainer *t, struct cl_pp *pp) {
+    const cl_model_desc *d = t->desc;
+    int w = d->tied_wte;
+    if (w < 0) return CL_OK;
+    size_t n = (size_t)d->params[w].numel;
+    int re = 0, rh = rank_of_stage(pp, pp->S - 1);
+    cl_model *me = pp->r == re ? pp->ch[0].m : NULL;
+    cl_model *mh = pp->r == rh ? pp->ch[pp->v - 1].m : NULL;
+    if (re == rh) {
+        if (pp->r != re) return CL_OK;
+        cl_add_inplace(me->g[w], mh->head_wte_g, (int64_t)n);
+        if (mh != me) memcpy(mh->g[w], me->g[w], n * sizeof(float));
+        return CL_OK;
+    }
+    cl_request *req = NULL;
+    if (me) {
+        CL_TRY(cl_comm_isend(pp->comm, me->g[w], n * sizeof(float), rh, TIE_TAG, &req));
+        cl_status s = cl_comm_recv(pp->comm, pp->tie_buf, n * sizeof(float), rh, TIE_TAG);
+        cl_status s2 = cl_comm_wait(pp->comm, req);
+        CL_TRY(s);
+        CL_TRY(s2);
+        cl_add_inplace(me->g[w], pp->tie_buf, (int64_t)n);
+    } else if (mh) {
+        CL_TRY(cl_comm_isend(pp->comm, mh->head_wte_g, n * sizeof(float), re, TIE_TAG, &req));
+        cl_status s = cl_comm_recv(pp->comm, mh->g[w], n * sizeof(float), re, TIE_TAG);
+        cl_status s2 = cl_comm_wait(pp->comm, req);
+        CL_TRY(s);
+        CL_TRY(s2);
+        cl_add_inplace(mh->g[w], mh->head_wte_g, (int64_t)n);
+    }
+    return CL_OK;
+}
+
+static cl_status grad_sync(cl_trainer *t, struct cl_pp *pp) {
+    for (int i = 0; i < pp->nsb; i++)
+        if (pp->sb[i].req) {
+            cl_status s = cl_comm_wait(pp->comm, pp->sb[i].req);
+            pp->sb[i].req = NULL;
+            pp->sb[i].busy = 0;
+            CL_TRY(s);
+        }
+    if (t->dp > 1) {
+        const cl_model_desc *d = t->desc;
+        for (int c = 0; c < pp->v; c++) {
+            cl_model *m = pp->ch[c].m;
+            if (m->nfloats) CL_TRY(cl_comm_allreduce(t->cfg.dp_comm, m->grads, (size_t)m->nfloats, CL_RED_SUM));
+            if (m->head_wte_g)
+                CL_TRY(cl_comm_allreduce(t->cfg.dp_comm, m->head_wte_g, (size_t)d->params[d->tied_wte].numel, CL_RED_SUM));
+        }
+    }
+    return tie_grads(t, pp);
+}
+
+static cl_status opt_step(cl_trainer *t, struct cl_pp *pp, float lr, double *norm_out) {
+    const cl_model_desc *d = t->desc;
+    memset(pp->norm_parts, 0, (size_t)d->nparams * sizeof *pp->norm_parts);
+    for (int c = 0; c < pp->v; c++) cl_grad_sumsq(pp->ch[c].m, pp->norm_parts);
+    CL_TRY(cl_comm_allreduce_f64(pp->comm, pp->norm_parts, (size_t)d->nparams, CL_RED_SUM));
+    double norm = cl_grad_norm_of(pp->norm_parts, d->nparams);
+    *norm_out = norm;
+    if (!isfinite(norm)) return cl_error(CL_ERR_INVALID, "step %d: the gradient norm is not finite (lower --lr?)", t->step + 1);
+    for (int c = 0; c < pp->v; c++) {
+        cl_grad_clip(pp->ch[c].m, norm, t->cfg.adamw.grad_clip);
+        cl_optimizer_step(&pp->ch[c].opt, pp->ch[c].m, lr);
+    }
+    return CL_OK;
+}
+
+static cl_status run_action(cl_trainer *t, struct cl_pp *pp, const cl_action *a, float lr, double *loss_sum,
+                            double *norm) {
+    pp_chunk *ch = &pp->ch[a->chunk];
+    int s = ch->stage, prev = rank_of_stage(pp, (s + pp->S - 1) % pp->S), next = rank_of_stage(pp, (s + 1) % pp->S);
+    cl_model *m = ch->m;
+    pp_slot *sl = NULL;
+    if (a->kind <= CL_ACT_RECV_GRAD && a->kind != CL_ACT_SEND_GRAD) {
+        sl = get_slot(t, ch, a->mb, t->step);
+        if (!sl) return cl_error(CL_ERR_INTERNAL, "stage %d: no free slot for micro-batch %d", s, a->mb);
+    }
+    switch (a->kind) {
+    case CL_ACT_FWD:
+        CL_TRY(cl_model_stage_forward(m, &sl->mbd, ch->first ? sl->mbd.x : sl->in, &sl->acts));
+        if (ch->last) *loss_sum += cl_acts_loss_sum(m, &sl->acts, m->u1 - 1, &sl->mbd);
+        return CL_OK;
+    case CL_ACT_BWD:
+    case CL_ACT_BWD_INPUT: {
+        float *din = NULL;
+        if (!ch->first) {
+            int k = -1;
+            CL_TRY(sendbuf_get(t, pp, ch->in_bytes, &k));
+            din = pp->sb[k].buf;
+            ch->din_of[a->mb] = din;
+        }
+        int what = a->kind == CL_ACT_BWD ? CL_BWD_ALL : CL_BWD_INPUT;
+        CL_TRY(cl_model_stage_backward(m, &sl->mbd, ch->first ? sl->mbd.x : sl->in, &sl->acts, ch->last ? NULL : sl->dout,
+                                       din, what, what == CL_BWD_INPUT ? sl->udout : NULL, NULL, NULL));
+        return a->kind == CL_ACT_BWD ? release_slot(pp, ch, a->mb) : CL_OK;
+    }
+    case CL_ACT_BWD_WEIGHT:
+        CL_TRY(cl_model_stage_backward_weight(m, &sl->mbd, ch->first ? sl->mbd.x : sl->in, &sl->acts, sl->udout));
+        return release_slot(pp, ch, a->mb);
+    case CL_ACT_SEND_ACT:
+        return cl_comm_isend(pp->comm, cl_acts_output_mb(m, &sl->acts, m->u1 - 1, &sl->mbd), ch->out_bytes, next,
+                             msg_tag(pp, a->mb, s + 1, 0), &sl->send_req);
+    case CL_ACT_RECV_ACT:
+        return cl_comm_recv(pp->comm, sl->in, ch->in_bytes, prev, msg_tag(pp, a->mb, s, 0));
+    case CL_ACT_RECV_GRAD:
+        return cl_comm_recv(pp->comm, sl->dout, ch->out_bytes, next, msg_tag(pp, a->mb, s + 1, 1));
+    case CL_ACT_SEND_GRAD: {
+        float *din = ch->din_of[a->mb];
+        int k = -1;
+        for (int i = 0; i < pp->nsb; i++)
+            if (pp->sb[i].buf == din) k = i;
+        if (k < 0) return cl_error(CL_ERR_INTERNAL, "stage %d: no input gradient to send for micro-batch %d", s, a->mb);
+        ch->din_of[a->mb] = NULL;
+        return cl_comm_isend(pp->comm, din, ch->in_bytes, prev, msg_tag(pp, a->mb, s, 1), &pp->sb[k].req);
+    }
+    case CL_ACT_GRAD_SYNC:
+        return grad_sync(t, pp);
+    case CL_ACT_OPT_STEP:
+        return opt_step(t, pp, lr, norm);
+    }
+    return cl_error(CL_ERR_INTERNAL, "unknown pipeline action %d", (int)a->kind);
+}
+
+/* Measured bubble and the simulator's figure on this step's measured
+ * per-stage times. */
+static cl_status bubble_figures(struct cl_pp *pp, double busy, double span, cl_step_stats *st) {
+    int p = pp->p, S = pp->S;
+    double *v = calloc((size_t)(2 * p + 6 * S), sizeof *v);
+    if (!v) return cl_error(CL_ERR_OOM, "cannot allocate bubble figures");
+    v[pp->r] = busy;
+    v[p + pp->r] = span;
+    for (int i = 0; i < 3 * S; i++) {
+        v[2 * p + i] = pp->cost_sum[i];
+        v[2 * p + 3 * S + i] = pp->cost_n[i];
+    }
+    cl_status s = cl_comm_allreduce_f64(pp->comm, v, (size_t)(2 * p + 6 * S), CL_RED_SUM);
+    if (!s) {
+        double makespan = 0, sum = 0, worst = 0;
+        for (int r = 0; r < p; r++)
+            if (v[p + r] > makespan) makespan = v[p + r];
+        for (int r = 0; r < p; r++) {
+            double b = makespan > 0 ? 1.0 - v[r] / makespan : 0;
+            sum += b;
+            if (b > worst) worst = b;
+        }
+        st->bubble = sum / p;
+        st->bubble_max = worst;
+        double *cf = v + 2 * p, *cn = v + 2 * p + 3 * S;
+        double *f = malloc((size_t)S * 3 * sizeof *f);
+        if (!f) s = cl_error(CL_ERR_OOM, "cannot allocate simulator costs");
+        if (!s) {
+            for (int i = 0; i < 3 * S; i++) f[i] = cn[i] > 0 ? cf[i] / cn[i] : 0;
+            cl_sched_costs costs = {0, 0, 0, f, f + S, f + 2 * S};
+            cl_sim_result res;
+            if (cl_schedule_simulate(&pp->sched, &costs, &res) == CL_OK) {
+                st->bubble_sim = res.bubble_total;
+                cl_sim_result_free(&res);
+            } else {
+                cl_error_clear();
+            }
+            free(f);
+        }
+    }
+    free(v);
+    return s;
+}
+
+cl_status cl_pp_step(cl_trainer *t, float lr, double *loss_sum, double *norm, cl_step_stats *st) {
+    struct cl_pp *pp = t->pp;
+    memset(pp->cost_sum, 0, (size_t)pp->S * 3 * sizeof *pp->cost_sum);
+    memset(pp->cost_n, 0, (size_t)pp->S * 3 * sizeof *pp->cost_n);
+    for (int c = 0; c < pp->v; c++) {
+        cl_model_zero_grads(pp->ch[c].m);
+        for (int k = 0; k < pp->m; k++) pp->ch[c].slot_of[k] = -1, pp->ch[c].din_of[k] = NULL;
+    }
+    *loss_sum = 0;
+    CL_TRY(cl_comm_barrier(pp->comm)); /* a common start, so idle time is measured from the same moment */
+    double t0 = cl_now(), busy = 0, last_end = t0;
+    int trace = t->cfg.trace;
+    for (int i = 0; i < pp->sched.len[pp->r]; i++) {
+        const cl_action *a = &pp->sched.acts[pp->r][i];
+        double a0 = cl_now();
+        cl_status s = run_action(t, pp, a, lr, loss_sum, norm);
+        if (s) {
+            return cl_error_context(s, "pipeline rank %d, stage %d, step %d, %s of micro-batch %d: ", pp->r,
+                                    a->chunk * pp->p + pp->r, t->step + 1, cl_act_kind_name(a->kind), a->mb);
+        }
+        double a1 = cl_now();
+        if (a->kind <= CL_ACT_BWD) {
+            busy += a1 - a0;
+            last_end = a1;
+        }
+        CL_TRY(record(pp, trace, t->step + 1, a, a0, a1));
+    }
+    CL_TRY(cl_comm_allreduce_f64(pp->comm, loss_sum, 1, CL_RED_SUM));
+    if (t->dp > 1) CL_TRY(cl_comm_allreduce_f64(t->cfg.dp_comm, loss_sum, 1, CL_RED_SUM));
+    return bubble_figures(pp, busy, last_end - t0, st);
+}
+
+/* ---- evaluation: forward only, stage after stage ---------------------------- */
+
+static cl_status eval_batch(cl_trainer *t, const cl_microbatch *mb, double *sum) {
+    struct cl_pp *pp = t->pp;
+    for (int s = 0; s < pp->S; s++) {
+        if (rank_of_stage(pp, s) != pp->r) continue;
+        pp_chunk *ch = &pp->ch[s / pp->p];
+        pp_slot *sl = &ch->slots[0];
+        size_t in_bytes = ch->in_bytes / (size_t)t->cfg.micro_batch * (size_t)mb->B;
+        size_t out_bytes = ch->out_bytes / (size_t)t->cfg.micro_batch * (size_t)mb->B;
+        if (!ch->first) CL_TRY(cl_comm_recv(pp->comm, sl->in, in_bytes, rank_of_stage(pp, s - 1), msg_tag(pp, 0, s, 0)));
+        CL_TRY(cl_model_stage_forward(ch->m, mb, ch->first ? mb->x : sl->in, &sl->acts));
+        if (ch->last) *sum += cl_acts_loss_sum(ch->m, &sl->acts, ch->m->u1 - 1, mb);
+        else
+            CL_TRY(cl_comm_send(pp->comm, cl_acts_output_mb(ch->m, &sl->acts, ch->m->u1 - 1, mb), out_bytes,
+                                rank_of_stage(pp, s + 1), msg_tag(pp, 0, s + 1, 0)));
+    }
+    return CL_OK;
+}
+
+cl_status cl_pp_eval_tokens(cl_trainer *t, const int32_t *tok, size_t n, double *loss) {
+    struct cl_pp *pp = t->pp;
+    int T = t->desc->T, B = t->cfg.micro_batch;
+    size_t nw = n / ((size_t)T + 1);
+    if (nw == 0) return cl_error(CL_ERR_INVALID, "%zu tokens are fewer than one window of %d", n, T + 1);
+    pp_slot *sl = &pp->ch[0].slots[0]; /* its token buffers serve every chunk of this rank */
+    double sum = 0;
+    for (size_t w = 0; w < nw; w += (size_t)B) {
+        int nb = (int)(nw - w < (size_t)B ? nw - w : (size_t)B);
+        for (int b = 0; b < nb; b++) {
+            const int32_t *src = tok + (w + (size_t)b) * ((size_t)T + 1);
+            memcpy(sl->tokens + (size_t)b * T, src, (size_t)T * sizeof(int32_t));
+            memcpy(sl->targets + (size_t)b * T, src + 1, (size_t)T * sizeof(int32_t));
+        }
+        cl_microbatch mb = {.B = nb, .T = T, .tokens = sl->tokens, .targets = sl->targets};
+        CL_TRY(eval_batch(t, &mb, &sum));
+    }
+    CL_TRY(cl_comm_allreduce_f64(pp->comm, &sum, 1, CL_RED_SUM));
+    *loss = sum / ((double)nw * T);
+    return CL_OK;
+}
+
+cl_status cl_pp_eval_digits(cl_trainer *t, double *loss) {
+    struct cl_pp *pp = t->pp;
+    pp_slot *sl = &pp->ch[0].slots[0];
+    int B = t->cfg.micro_batch;
+    double sum = 0;
+    for (int k = 0; k < t->ndval; k += B) {
+        int nb = t->ndval - k < B ? t->ndval - k : B;
+        for (int b = 0; b < nb; b++) {
+            int i = t->ndtrain + k + b;
+            memcpy(sl->x + (size_t)b * 64, t->digits.images + (size_t)i * 64, 64 * sizeof(float));
+            sl->targets[b] = t->digits.labels[i];
+        }
+        cl_microbatch mb = {.B = nb, .T = 1, .x = sl->x, .targets = sl->targets};
+        CL_TRY(eval_batch(t, &mb, &sum));
+    }
+    CL_TRY(cl_comm_allreduce_f64(pp->comm, &sum, 1, CL_RED_SUM));
+    *loss = sum / t->ndval;
+    return CL_OK;
+}

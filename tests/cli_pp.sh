@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# Pipeline parallelism end to end (gpt2-tiny with 6 blocks: 8 units).
+# - pp=2 and pp=4, every schedule, m in {1, 4, 8} micro-batches: 20 steps'
+#   losses and gradient norms bitwise equal to one device with the same
+#   micro-batches. Every run uses --threads 1: the GEMM's blocking, and so
+#   its rounding, depends on its thread count.
+# - pp=2 under MPI bitwise equal to threads; pp=2 x dp=2 within 1e-6.
+# - bubble: measured figures printed beside the simulator's.
+# - bad input exits 2 with a message naming the problem.
+set -u
+source "$(dirname "$0")/lib.sh"
+head -c 300000 data/kjv.txt > "$tmp/text.txt"
+common=(--data "$tmp/text.txt" --layers 6 --seq-len 16 --micro-batch-size 2 --steps 20 --sample-tokens 0
+        --eval-batches 2 --threads 1 --comm-timeout 60)
+figures() { grep '"loss"' "$1" | sed 's/.*"loss": \([^,]*\),.*"grad_norm": \([^,]*\),.*/\1 \2/'; }
+close() { # file_a file_b tol
+    paste <(figures "$1") <(figures "$2") | awk -v tol="$3" '
+        { n++; d = $1 - $3; if (d < 0) d = -d; r = d / ($3 < 0 ? -$3 : $3); if (r > worst) worst = r }
+        END { printf "%d steps, max rel diff %.3g\n", n, worst; exit !(n == 20 && worst <= tol) }'
+}
+for m in 1 4 8; do
+    gb=$((2 * m))
+    "$CLEAVE" train "${common[@]}" --global-batch-size $gb --log-file "$tmp/one-m$m.jsonl" > "$tmp/one-m$m.out" 2>&1
+    check '[ $? -eq 0 ]' "one device, m=$m failed: $(tail -3 "$tmp/one-m$m.out")"
+    val=$(grep "validation loss" "$tmp/one-m$m.out")
+    for pp in 2 4; do
+        for sched in gpipe 1f1b interleaved zb-h1; do
+            [ $sched = interleaved ] && [ $((m % pp)) -ne 0 ] && continue
+            name="pp$pp-$sched-m$m"
+            "$CLEAVE" train "${common[@]}" --global-batch-size $gb --pp $pp --schedule $sched \
+                --log-file "$tmp/$name.jsonl" > "$tmp/$name.out" 2>&1
+            check '[ $? -eq 0 ]' "$name failed: $(tail -3 "$tmp/$name.out")"
+            check '[ -n "$(figures "$tmp/$name.jsonl")" ] && [ "$(figures "$tmp/$name.jsonl")" = "$(figures "$tmp/one-m$m.jsonl")" ]' \
+                "$name: losses/norms not bitwise equal to one device: $(paste <(figures "$tmp/$name.jsonl") <(figures "$tmp/one-m$m.jsonl") | head -3)"
+            check '[ "$(grep "validation loss" "$tmp/$name.out")" = "$val" ]' "$name: validation loss differs from one device"
+            check 'grep -q "bubble .*simulated" "$tmp/$name.out"' "$name: no bubble figures in the step lines"
+            echo "$name: bitwise equal to one device over 20 steps; $(grep -m1 'layout' "$tmp/$name.out" | sed 's/.*layout/layout/')"
+        done
+    done
+done
+check 'grep -q "stage 3 (rank 3, chunk 0)" "$tmp/pp4-1f1b-m4.out"' "the stage table is missing"
+check 'grep -q "stage 7 (rank 3, chunk 1)" "$tmp/pp4-interleaved-m4.out"' "the interleaved stage table is missing"
+
+# an explicit layout gives the same bits too
+"$CLEAVE" train "${common[@]}" --global-batch-size 8 --pp 2 --pp-layout "E,t*2|t*4,L" --log-file "$tmp/layout.jsonl" > "$tmp/layout.out" 2>&1
+check '[ $? -eq 0 ] && [ "$(figures "$tmp/layout.jsonl")" = "$(figures "$tmp/one-m4.jsonl")" ]' "--pp-layout run differs: $(tail -3 "$tmp/layout.out")"
+check 'grep -q "layout E,t\*2|t\*4,L (given)" "$tmp/layout.out"' "the given layout is not printed"
+
+# pp=2 x dp=2 on 4 ranks: within 1e-6 of one device
+"$CLEAVE" train "${common[@]}" --global-batch-size 16 --pp 2 --dp 2 --log-file "$tmp/pp2dp2.jsonl" > "$tmp/pp2dp2.out" 2>&1
+check '[ $? -eq 0 ]' "pp=2 x dp=2 failed: $(tail -3 "$tmp/pp2dp2.out")"
+echo -n "pp=2 x dp=2 vs one device: "
+check 'close "$tmp/pp2dp2.jsonl" "$tmp/one-m8.jsonl" 1e-6' "pp=2 x dp=2 differs from one device"
+
+if "$CLEAVE" --version | grep -q "mpi: yes" && command -v mpirun > /dev/null; then
+    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+    case "$BUILD" in *san*) export ASAN_OPTIONS=${ASAN_OPTIONS:-}:detect_leaks=0 ;; esac
+    timeout 300 mpirun --oversubscribe -np 2 "$CLEAVE" train "${common[@]}" --global-batch-size 8 --pp 2 --schedule 1f1b \
+        --comm mpi --log-file "$tmp/mpi.jsonl" > "$tmp/mpi.out" 2>&1
+    check '[ $? -eq 0 ]' "pp=2 under MPI failed: $(tail -5 "$tmp/mpi.out")"
+    check '[ "$(figures "$tmp/mpi.jsonl")" = "$(figures "$tmp/pp2-1f1b-m4.jsonl")" ]' "MPI pp=2 is not bitwise equal to threads pp=2"
+    echo "mpi pp=2: bitwise equal to threads"
+    timeout 300 mpirun --oversubscribe -np 4 "$CLEAVE" train "${common[@]}" --global-batch-size 16 --pp 2 --dp 2 \
+        --comm mpi --log-file "$tmp/mpi22.jsonl" > "$tmp/mpi22.out" 2>&1
+    check '[ $? -eq 0 ] && [ "$(figures "$tmp/mpi22.jsonl")" = "$(figures "$tmp/pp2dp2.jsonl")" ]' \
+        "MPI pp=2 x dp=2 differs from threads: $(tail -3 "$tmp/mpi22.out")"
+else
+    echo "SKIP: MPI parts (this build has no MPI)"
+fi
+
+bad() { # words args...
+    local want=$1; shift
+    local out rc
+    out=$(timeout 60 "$CLEAVE" train "${common[@]}" "$@" 2>&1 >/dev/null); rc=$?
+    check '[ $rc -eq 2 ] && printf "%s" "$out" | grep -qi -- "$want"' "bad pipeline input ($*): status $rc: $out"
+}
+bad "only 8 units" --pp 9 --global-batch-size 2
+bad "only 8 units" --pp 4 --schedule interleaved --virtual-stages 3 --global-batch-size 8
+bad "unit 6 is .t." --pp 2 --pp-layout "E,t*2|t*3,L"
+bad "covers 7 of the model's 8 units" --pp 2 --pp-layout "E,t*2|t*4"
+bad "unknown part 'q'" --pp 2 --pp-layout "E,t*2|q*4,L"
+bad "unit 7 is 'L'" --pp 2 --pp-layout "E,t*2|t*5"
+bad "has 3 stages but the pipeline needs 2" --pp 2 --pp-layout "E,t*2|t*2|t*2,L"
+bad "multiple of --pp 2" --pp 2 --schedule interleaved --global-batch-size 6
+bad "needs --schedule interleaved" --pp 2 --virtual-stages 2 --global-batch-size 4
+bad "need --pp > 1" --schedule gpipe
+bad "unknown schedule\|unknown.*'pipedream'" --pp 2 --schedule pipedream
+bad "pipeline checkpoints" --pp 2 --save "$tmp/ck"
+finish cli_pp
