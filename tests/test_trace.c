@@ -1,5 +1,5 @@
 /* Tests of the pipeline timeline (src/pipeline/trace.c, cleave/trace.h):
- * the recorder grows; a Chrome trace written and read back gives the same
+ * the recorder grows and appends; a Chrome trace written and read back gives the same
  * events (times shifted by the minimum); a trace from the simulator of every
  * schedule kind gives, per rank, the simulator's bubble, and 1f1b p 4 m 8
  * gives (p-1)/(m+p-1) on every rank; the bubble of a hand-built trace
@@ -82,6 +82,12 @@ static void test_add(void) {
     int ok = 1;
     for (int i = 0; i < 1000; i++) ok &= t.ev[i].mb == i && t.ev[i].rank == i % 7;
     CHECK(ok, "events kept in order");
+    cl_trace u = {0}, none = {0};
+    CHECK_OK(cl_trace_append(&u, &t));
+    CHECK_OK(cl_trace_append(&u, &none));
+    CHECK_OK(cl_trace_append(&u, &t));
+    CHECK(u.n == 2000 && u.ev[1999].mb == 999 && u.ev[1000].mb == 0 && u.ev[999].mb == 999, "append: %zu", u.n);
+    cl_trace_free(&u);
     cl_trace_free(&t);
     CHECK(!t.ev && !t.n && !t.cap, "freed and zeroed");
     cl_trace_free(&t);

@@ -43,6 +43,9 @@ typedef struct {
  * CL_ERR_OOM if the host refuses; the trace is unchanged then. No checks on
  * the event here: the writer checks. */
 cl_status cl_trace_add(cl_trace *t, const cl_trace_event *e);
+/* Appends all of src's events to dst (gathering ranks' traces into one);
+ * CL_ERR_OOM leaves dst unchanged. */
+cl_status cl_trace_append(cl_trace *dst, const cl_trace *src);
 /* Frees the events and zeroes *t; NULL and zeroed are fine. */
 void cl_trace_free(cl_trace *t);
 

@@ -39,6 +39,23 @@ cl_status cl_trace_add(cl_trace *t, const cl_trace_event *e) {
     return CL_OK;
 }
 
+cl_status cl_trace_append(cl_trace *dst, const cl_trace *src) {
+    if (!src || !src->n) return CL_OK;
+    if (src->n > SIZE_MAX / sizeof *dst->ev - dst->n) return cl_error(CL_ERR_OOM, "trace: %zu + %zu events overflow", dst->n, src->n);
+    size_t need = dst->n + src->n;
+    if (need > dst->cap) {
+        size_t cap = dst->cap ? dst->cap : TRACE_MIN_CAP;
+        while (cap < need) cap = cap > SIZE_MAX / 2 / sizeof *dst->ev ? need : cap * 2;
+        cl_trace_event *p = realloc(dst->ev, cap * sizeof *p);
+        if (!p) return cl_error(CL_ERR_OOM, "trace: no host memory for %zu events", cap);
+        dst->ev = p;
+        dst->cap = cap;
+    }
+    memcpy(dst->ev + dst->n, src->ev, src->n * sizeof *src->ev);
+    dst->n = need;
+    return CL_OK;
+}
+
 void cl_trace_free(cl_trace *t) {
     if (!t) return;
     free(t->ev);
@@ -142,7 +159,7 @@ cl_status cl_trace_write_chrome(const char *path, const cl_trace *t) {
     double tmin = 0;
     for (size_t i = 0; i < t->n; i++) {
         cl_status s = check_event(&t->ev[i], i);
-        if (s) return cl_error_context(s, "%s: ", path);
+        if (s) return cl_error_context(s, "%s", path);
         if (i == 0 || t->ev[i].t0 < tmin) tmin = t->ev[i].t0;
     }
     int *ranks;
@@ -263,7 +280,7 @@ cl_status cl_trace_read_chrome(const char *path, cl_trace *out) {
     cl_json_doc *doc;
     cl_status s = cl_json_parse(&doc, text, len);
     free(text);
-    if (s) return cl_error_context(s, "%s: not a JSON file: ", path);
+    if (s) return cl_error_context(s, "%s: not a JSON file", path);
     const cl_json *root = cl_json_root(doc), *evs = root;
     if (root->type == CL_JSON_OBJECT) evs = cl_json_get(root, "traceEvents");
     if (!evs || evs->type != CL_JSON_ARRAY) {
