@@ -288,6 +288,15 @@ static void test_svg(void) {
     CHECK(svg && count(svg, "<rect class=\"act ") == 3, "step 0 = first: 3 boxes");
     free(svg);
     CHECK(cl_trace_render_svg(path, &t, 5) == CL_ERR_INVALID && strstr(cl_last_error(), "step 5"), "absent step: %s", cl_last_error());
+    /* a rank with only a send in the step still gets its (idle) row */
+    cl_trace_event snd = {.rank = 5, .track = 1, .step = 2, .kind = CL_ACT_SEND_GRAD, .t0 = 201, .t1 = 201};
+    CHECK_OK(cl_trace_add(&t, &snd));
+    CHECK_OK(cl_trace_render_svg(path, &t, 2));
+    svg = read_all(path, &len);
+    CHECK(svg && count(svg, "<rect class=\"act ") == 6 && count(svg, "\">rank ") == 3 && strstr(svg, ">rank 5</text>") &&
+              strstr(svg, ">bubble 100.0%</text>"),
+          "comm-only rank: a row, bubble 100%%");
+    free(svg);
     cl_trace_free(&t);
     cl_trace_event e = {.rank = 0, .track = 1, .step = 1, .kind = CL_ACT_SEND_ACT, .t0 = 1, .t1 = 1};
     CHECK_OK(cl_trace_add(&t, &e));

@@ -102,7 +102,7 @@ cl_status cl_trace_from_sim(const cl_schedule *s, const cl_sim_result *r, cl_tra
 cl_status cl_trace_pick_step(const cl_trace *t, int step, int *picked);
 
 /* Draws one step as the familiar pipeline diagram, an SVG file written
- * atomically like the trace: one row per rank present in the step (sorted,
+ * atomically like the trace: one row per rank with events in the step (sorted,
  * labelled "rank N" and with the measured bubble of cl_trace_bubble at the
  * row's end), one box per compute event (FWD, BWD_INPUT, BWD_WEIGHT, BWD:
  * <rect class="act KIND"> with a <title> tooltip), coloured F blue, B green,

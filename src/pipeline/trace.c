@@ -452,6 +452,7 @@ cl_status cl_trace_render_svg(const char *path, const cl_trace *t, int step) {
     if (!path || !*path) return cl_error(CL_ERR_INVALID, "trace render: no output path given");
     int st;
     CL_TRY(cl_trace_pick_step(t, step, &st));
+    /* keep[i]: 0 another step, 1 this step (a row for its rank), 2 a box */
     unsigned char *keep = calloc(t->n, 1);
     if (!keep) return cl_error(CL_ERR_OOM, "trace render: no host memory for %zu events", t->n);
     size_t nbox = 0;
@@ -465,12 +466,13 @@ cl_status cl_trace_render_svg(const char *path, const cl_trace *t, int step) {
             free(keep);
             return cl_error(CL_ERR_INVALID, "trace render: event %zu has rank %d and times [%g, %g]", i, e->rank, e->t0, e->t1);
         }
-        if (!cl_trace_is_compute(e->kind)) continue;
         keep[i] = 1;
+        if (e->rank > maxrank) maxrank = e->rank;
+        if (!cl_trace_is_compute(e->kind)) continue;
+        keep[i] = 2;
         nbox++;
         chunked |= e->chunk > 0;
         present |= 1u << e->kind;
-        if (e->rank > maxrank) maxrank = e->rank;
         double d = e->t1 - e->t0;
         if (d > 0 && (unit == 0 || d < unit)) unit = d;
     }
@@ -483,18 +485,7 @@ cl_status cl_trace_render_svg(const char *path, const cl_trace *t, int step) {
     double *bub = NULL;
     cl_status s = distinct_ranks(t, keep, &ranks, &nr);
     if (!s && !(bub = malloc((size_t)(maxrank + 1) * sizeof *bub))) s = cl_error(CL_ERR_OOM, "trace render: no host memory");
-    if (!s) {
-        /* the bubble over the ranks of the step: count them all, even those without compute */
-        int hi = maxrank;
-        for (size_t i = 0; i < t->n; i++)
-            if (t->ev[i].step == st && t->ev[i].rank > hi) hi = t->ev[i].rank;
-        if (hi > maxrank) {
-            double *p = realloc(bub, (size_t)(hi + 1) * sizeof *p);
-            if (!p) s = cl_error(CL_ERR_OOM, "trace render: no host memory");
-            else bub = p;
-        }
-        if (!s) s = cl_trace_bubble(t, st, hi + 1, bub);
-    }
+    if (!s) s = cl_trace_bubble(t, st, maxrank + 1, bub);
     if (s) {
         free(keep);
         free(ranks);
@@ -531,7 +522,7 @@ cl_status cl_trace_render_svg(const char *path, const cl_trace *t, int step) {
                      100 * bub[ranks[k]]);
     }
     for (size_t i = 0; i < t->n; i++) {
-        if (!keep[i]) continue;
+        if (keep[i] != 2) continue;
         const cl_trace_event *e = &t->ev[i];
         size_t row = 0, a = 0, z = nr; /* binary search of the rank's row */
         while (a < z) {
