@@ -7,6 +7,9 @@
  * executor adds events as it runs (cl_trace_add) and world rank 0 gathers
  * them into one trace to write. cl_trace_from_sim turns a simulated schedule
  * into the same events, so a drawn schedule and a measured step look alike.
+ * A cl_trace has no lock: keep one per rank (thread) and merge them with
+ * cl_trace_append; cl_trace_event is plain data (ints and doubles), so ranks
+ * of one build can ship their events to rank 0 as bytes.
  *
  * File format (docs/ARCHITECTURE.md, "Timeline traces"): a JSON object
  * {"traceEvents": [...], "displayTimeUnit": "ms", "otherData": {...}}; one
