@@ -15,6 +15,7 @@
 
 int cleave_cmd_mesh(int argc, char **argv); /* cli/mesh_cmd.c */
 int cleave_cmd_schedule(int argc, char **argv); /* cli/schedule_cmd.c */
+int cleave_cmd_trace(int argc, char **argv); /* cli/trace_cmd.c */
 
 #define NFLAGS(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
@@ -535,6 +536,7 @@ static void usage(FILE *f) {
                "  generate   continue a prompt with a checkpoint\n"
                "  mesh       print the dp x tp x pp mesh and its groups\n"
                "  schedule   print, check and draw a pipeline schedule (per-rank actions, bubble)\n"
+               "  trace      draw a pipeline timeline (Chrome trace or simulated schedule) as SVG\n"
                "  version    print the version and the optional parts built in\n\n"
                "'cleave COMMAND --help' lists each command's flags.\n");
 }
@@ -550,6 +552,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "generate")) return cmd_generate(argc, argv);
     if (!strcmp(cmd, "mesh")) return cleave_cmd_mesh(argc, argv);
     if (!strcmp(cmd, "schedule")) return cleave_cmd_schedule(argc, argv);
+    if (!strcmp(cmd, "trace")) return cleave_cmd_trace(argc, argv);
     if (!strcmp(cmd, "--version") || !strcmp(cmd, "version")) {
         printf("cleave 0.1 (gemm: %s, mpi: %s)\n", cl_gemm_backend(), cl_mpi_available() ? "yes" : "no");
         return 0;
