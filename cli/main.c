@@ -69,6 +69,7 @@ static const cli_flag train_flags[] = {
     {"comm-timeout", "", 1, "seconds a rank waits for a peer before the run fails (default 300)"},
     {"schedule", "", 1, "pipeline schedule: gpipe, 1f1b (default), interleaved or zb-h1"},
     {"virtual-stages", "", 1, "model chunks per pipeline rank (interleaved only; default 2 there)"},
+    {"trace", "", 1, "write a Chrome trace (Perfetto) of every pipeline action to this file"},
     {"pp-layout", "", 1, "explicit stages, e.g. \"E,t*3|t*4|t*3,L\" (E embedding, t block, L head; default: balanced)"},
 };
 
@@ -196,7 +197,7 @@ typedef struct {
     cl_mesh mesh;
     int steps, end, log_every, eval_every, save_every, sample_tokens, topk;
     float temperature;
-    const char *save, *resume, *log_path, *prompt, *comm_name;
+    const char *save, *resume, *log_path, *prompt, *comm_name, *trace_path;
     int gb_given, schedule_given;
     int threads; /* GEMM threads per rank; 0: derive from cores and ranks */
 } train_job;
@@ -282,6 +283,12 @@ static cl_status train_rank(cl_comm *world, void *arg) {
         }
     }
     if (tty) printf("\n");
+    if (!s && j->trace_path) {
+        s = cl_trainer_write_trace(t, world, j->trace_path);
+        if (!s && lead)
+            printf("trace: %s (open in https://ui.perfetto.dev, or: cleave trace render %s --out pipeline.svg)\n", j->trace_path,
+                   j->trace_path);
+    }
     if (!s && lead) {
         char mem[64];
         printf("peak device memory%s: %s\n", world ? " (rank 0)" : "", cl_format_bytes(cl_device_peak_total(cl_trainer_device(t)), mem, sizeof mem));
@@ -312,8 +319,8 @@ static cl_status check_pipeline(const train_job *j) {
     if (j->mesh.pp > 1 && (j->save || j->resume))
         return cl_error(CL_ERR_UNSUPPORTED, "--save/--resume with --pp %d: pipeline checkpoints are not written yet (train with --pp 1 to save)",
                         j->mesh.pp);
-    if (j->mesh.pp <= 1 && (c->pp_layout || c->virtual_stages || j->schedule_given))
-        return cl_error(CL_ERR_INVALID, "--schedule, --virtual-stages and --pp-layout need --pp > 1");
+    if (j->mesh.pp <= 1 && (c->pp_layout || c->virtual_stages || j->schedule_given || j->trace_path))
+        return cl_error(CL_ERR_INVALID, "--schedule, --virtual-stages, --pp-layout and --trace need --pp > 1");
     if (c->virtual_stages > 1 && c->schedule != CL_SCHED_INTERLEAVED)
         return cl_error(CL_ERR_INVALID, "--virtual-stages %d needs --schedule interleaved", c->virtual_stages);
     if (c->virtual_stages == 1 && c->schedule == CL_SCHED_INTERLEAVED)
@@ -388,6 +395,8 @@ static int cmd_train(int argc, char **argv) {
     }
     if ((s = cli_int(&a, "virtual-stages", &c->virtual_stages, 1, 64))) return cli_fail(s);
     c->pp_layout = cli_get(&a, "pp-layout");
+    j.trace_path = cli_get(&a, "trace");
+    c->trace = j.trace_path != NULL;
     c->steps = j.steps;
     c->lr.steps = j.steps;
     c->lr.min_lr = c->lr.lr / 10;
@@ -561,6 +570,6 @@ int main(int argc, char **argv) {
         usage(stdout);
         return 0;
     }
-    fprintf(stderr, "cleave: error: unknown command '%s' (train, eval, generate, mesh, schedule)\n", cmd);
+    fprintf(stderr, "cleave: error: unknown command '%s' (train, eval, generate, mesh, schedule, trace)\n", cmd);
     return 2;
 }

@@ -46,6 +46,13 @@ check 'grep -q "stage 7 (rank 3, chunk 1)" "$tmp/pp4-interleaved-m4.out"' "the i
 check '[ $? -eq 0 ] && [ "$(figures "$tmp/layout.jsonl")" = "$(figures "$tmp/one-m4.jsonl")" ]' "--pp-layout run differs: $(tail -3 "$tmp/layout.out")"
 check 'grep -q "layout E,t\*2|t\*4,L (given)" "$tmp/layout.out"' "the given layout is not printed"
 
+# the timeline: one Chrome trace for all ranks, drawn back as the pipeline diagram
+"$CLEAVE" train "${common[@]}" --steps 3 --global-batch-size 8 --pp 2 --trace "$tmp/trace.json" > "$tmp/trace.out" 2>&1
+check '[ $? -eq 0 ] && grep -q "\"pid\":1" "$tmp/trace.json" && grep -q "\"kind\":\"RECV_GRAD\"" "$tmp/trace.json"' \
+    "--trace: no trace with both ranks: $(tail -3 "$tmp/trace.out")"
+out=$("$CLEAVE" trace render "$tmp/trace.json" --step 2 --out "$tmp/trace.svg" 2>&1)
+check '[ $? -eq 0 ] && [ "$(grep -c "<rect class=\"act" "$tmp/trace.svg")" -eq 16 ]' "trace render: not 16 boxes (4 micro-batches x 2 passes x 2 ranks): $out"
+
 # pp=2 x dp=2 on 4 ranks: within 1e-6 of one device
 "$CLEAVE" train "${common[@]}" --global-batch-size 16 --pp 2 --dp 2 --log-file "$tmp/pp2dp2.jsonl" > "$tmp/pp2dp2.out" 2>&1
 check '[ $? -eq 0 ]' "pp=2 x dp=2 failed: $(tail -3 "$tmp/pp2dp2.out")"
@@ -84,6 +91,7 @@ bad "has 3 stages but the pipeline needs 2" --pp 2 --pp-layout "E,t*2|t*2|t*2,L"
 bad "multiple of --pp 2" --pp 2 --schedule interleaved --global-batch-size 6
 bad "needs --schedule interleaved" --pp 2 --virtual-stages 2 --global-batch-size 4
 bad "need --pp > 1" --schedule gpipe
+bad "need --pp > 1" --trace "$tmp/t.json"
 bad "unknown schedule\|unknown.*'pipedream'" --pp 2 --schedule pipedream
 bad "pipeline checkpoints" --pp 2 --save "$tmp/ck"
 finish cli_pp

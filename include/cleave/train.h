@@ -134,6 +134,10 @@ size_t cl_trainer_val_tokens(const cl_trainer *t);
  * the most micro-batches the schedule keeps live there), and the schedule's
  * theoretical bubble. Nothing without a pipeline. */
 void cl_trainer_print_stages(const cl_trainer *t, FILE *f);
+/* Pipeline runs with cfg.trace: every rank's timeline gathered on world
+ * rank 0, which writes one Chrome trace (trace.h) to path. Every rank of
+ * world calls it; world NULL means one process. */
+cl_status cl_trainer_write_trace(cl_trainer *t, cl_comm *world, const char *path);
 
 /* Checkpoints: DIR/model.safetensors (HF GPT-2 names), DIR/config.json,
  * DIR/optimizer.safetensors, DIR/trainer_state.json. Saved into DIR.tmp and

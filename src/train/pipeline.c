@@ -27,6 +27,7 @@
 #include "cleave/kernels.h"
 #include "cleave/pipeline.h"
 #include "cleave/schedule.h"
+#include "cleave/trace.h"
 #include "cleave/train.h"
 
 #include <math.h>
@@ -69,11 +70,6 @@ typedef struct {
     cl_request *req;
 } pp_sendbuf;
 
-typedef struct {
-    int step, kind, mb, chunk;
-    double t0, t1;
-} pp_event;
-
 struct cl_pp {
     cl_comm *comm;
     int p, r, v, m, S;
@@ -86,8 +82,8 @@ struct cl_pp {
     float *tie_buf;      /* rank 0 of a pipeline with the head elsewhere: the head's wte gradient */
     double *cost_sum;    /* [3 * S] measured F, B(or BWD), W seconds summed over this step's actions */
     int *cost_n;         /* [3 * S] */
-    pp_event *ev;        /* timeline (cfg.trace) */
-    size_t nev, capev;
+    cl_trace trace;      /* this rank's timeline (cfg.trace) */
+    int world_rank;
 };
 
 static int rank_of_stage(const struct cl_pp *pp, int s) { return s % pp->p; }
@@ -166,6 +162,7 @@ cl_status cl_pp_create(cl_trainer *t) {
     pp->comm = cfg->pp_comm;
     pp->p = cl_comm_size(cfg->pp_comm);
     pp->r = cl_comm_rank(cfg->pp_comm);
+    pp->world_rank = cl_comm_world_rank(cfg->pp_comm);
     cl_sched_kind kind = (cl_sched_kind)cfg->schedule;
     pp->v = cfg->virtual_stages ? cfg->virtual_stages : (kind == CL_SCHED_INTERLEAVED ? 2 : 1);
     if (pp->v > 1 && kind != CL_SCHED_INTERLEAVED)
@@ -242,7 +239,7 @@ void cl_pp_destroy(cl_trainer *t) {
     free(pp->norm_parts);
     free(pp->cost_sum);
     free(pp->cost_n);
-    free(pp->ev);
+    cl_trace_free(&pp->trace);
     cl_schedule_free(&pp->sched);
     free(pp);
     t->pp = NULL;
@@ -357,15 +354,10 @@ static cl_status record(struct cl_pp *pp, int trace, int step, const cl_action *
         pp->cost_n[ci * pp->S + stage]++;
     }
     if (!trace) return CL_OK;
-    if (pp->nev == pp->capev) {
-        size_t nc = pp->capev ? 2 * pp->capev : 1024;
-        pp_event *ne = realloc(pp->ev, nc * sizeof *ne);
-        if (!ne) return cl_error(CL_ERR_OOM, "cannot grow the trace");
-        pp->ev = ne;
-        pp->capev = nc;
-    }
-    pp->ev[pp->nev++] = (pp_event){step, (int)a->kind, a->mb, a->chunk, t0, t1};
-    return CL_OK;
+    cl_trace_event e = {.rank = pp->world_rank,
+                        .track = cl_trace_is_compute(a->kind) || a->kind == CL_ACT_OPT_STEP ? CL_TRACK_COMPUTE : CL_TRACK_COMM,
+                        .step = step, .kind = a->kind, .mb = a->mb, .chunk = a->chunk, .t0 = t0, .t1 = t1};
+    return cl_trace_add(&pp->trace, &e);
 }
 
 /* The tied wte: stage 0 (embedding) and stage S-1 (head) end with
@@ -630,4 +622,39 @@ cl_status cl_pp_eval_digits(cl_trainer *t, double *loss) {
     CL_TRY(cl_comm_allreduce_f64(pp->comm, &sum, 1, CL_RED_SUM));
     *loss = sum / t->ndval;
     return CL_OK;
+}
+
+/* ---- the timeline ------------------------------------------------------------ */
+
+#define TRACE_TAG 32001
+
+cl_status cl_trainer_write_trace(cl_trainer *t, cl_comm *world, const char *path) {
+    struct cl_pp *pp = t->pp;
+    if (!pp) return cl_error(CL_ERR_INVALID, "--trace needs a pipeline (--pp > 1)");
+    int n = world ? cl_comm_size(world) : 1, me = world ? cl_comm_rank(world) : 0;
+    if (me != 0) {
+        int64_t cnt = (int64_t)pp->trace.n;
+        CL_TRY(cl_comm_send(world, &cnt, sizeof cnt, 0, TRACE_TAG));
+        return cl_comm_send(world, pp->trace.ev, pp->trace.n * sizeof *pp->trace.ev, 0, TRACE_TAG);
+    }
+    cl_trace all = {0};
+    cl_status s = cl_trace_append(&all, &pp->trace);
+    for (int r = 1; !s && r < n; r++) {
+        int64_t cnt = 0;
+        s = cl_comm_recv(world, &cnt, sizeof cnt, r, TRACE_TAG);
+        if (s) break;
+        cl_trace part = {0};
+        part.ev = malloc((size_t)(cnt ? cnt : 1) * sizeof *part.ev);
+        if (!part.ev) {
+            s = cl_error(CL_ERR_OOM, "cannot allocate rank %d's trace", r);
+            break;
+        }
+        part.n = part.cap = (size_t)cnt;
+        s = cl_comm_recv(world, part.ev, (size_t)cnt * sizeof *part.ev, r, TRACE_TAG);
+        if (!s) s = cl_trace_append(&all, &part);
+        cl_trace_free(&part);
+    }
+    if (!s) s = cl_trace_write_chrome(path, &all);
+    cl_trace_free(&all);
+    return s;
 }
