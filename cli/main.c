@@ -69,6 +69,7 @@ static const cli_flag train_flags[] = {
     {"comm-timeout", "", 1, "seconds a rank waits for a peer before the run fails (default 300)"},
     {"schedule", "", 1, "pipeline schedule: gpipe, 1f1b (default), interleaved or zb-h1"},
     {"virtual-stages", "", 1, "model chunks per pipeline rank (interleaved only; default 2 there)"},
+    {"recompute", "", 1, "activation recomputation: none (default), selective (attention scores) or full (whole blocks)"},
     {"trace", "", 1, "write a Chrome trace (Perfetto) of every pipeline action to this file"},
     {"pp-layout", "", 1, "explicit stages, e.g. \"E,t*3|t*4|t*3,L\" (E embedding, t block, L head; default: balanced)"},
 };
@@ -110,8 +111,8 @@ static cl_status parse_model(const cli_args *a, cl_model_config *mc, int *seq_le
 }
 
 static void json_line(FILE *f, const cl_step_stats *st) {
-    fprintf(f, "{\"step\": %d, \"loss\": %.17g, \"lr\": %.9g, \"grad_norm\": %.17g, \"ms\": %.3f, \"tokens_per_s\": %.1f, \"peak_bytes\": %zu",
-            st->step, st->loss, st->lr, st->grad_norm, st->seconds * 1e3, st->tokens_per_s, st->peak_bytes);
+    fprintf(f, "{\"step\": %d, \"loss\": %.17g, \"lr\": %.9g, \"grad_norm\": %.17g, \"ms\": %.3f, \"tokens_per_s\": %.1f, \"peak_bytes\": %zu, \"act_bytes\": %zu",
+            st->step, st->loss, st->lr, st->grad_norm, st->seconds * 1e3, st->tokens_per_s, st->peak_bytes, st->act_bytes);
     if (st->bubble > 0 || st->bubble_sim > 0)
         fprintf(f, ", \"bubble\": %.6f, \"bubble_max\": %.6f, \"bubble_sim\": %.6f", st->bubble, st->bubble_max, st->bubble_sim);
     fprintf(f, "}\n");
@@ -396,6 +397,11 @@ static int cmd_train(int argc, char **argv) {
     if ((s = cli_int(&a, "virtual-stages", &c->virtual_stages, 1, 64))) return cli_fail(s);
     c->pp_layout = cli_get(&a, "pp-layout");
     j.trace_path = cli_get(&a, "trace");
+    if (cli_get(&a, "recompute")) {
+        cl_recompute rc;
+        if ((s = cl_recompute_parse(cli_get(&a, "recompute"), &rc))) return cli_fail(s);
+        c->recompute = (int)rc;
+    }
     c->trace = j.trace_path != NULL;
     c->steps = j.steps;
     c->lr.steps = j.steps;

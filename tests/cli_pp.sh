@@ -5,7 +5,9 @@
 #   micro-batches. Every run uses --threads 1: the GEMM's blocking, and so
 #   its rounding, depends on its thread count.
 # - pp=2 under MPI bitwise equal to threads; pp=2 x dp=2 within 1e-6.
-# - bubble: measured figures printed beside the simulator's.
+# - --recompute selective and full: the same bits as none, less activation
+#   memory, and the measured peak equals live micro-batches x their size.
+# - bubble: measured figures printed beside the simulator's; --trace.
 # - bad input exits 2 with a message naming the problem.
 set -u
 source "$(dirname "$0")/lib.sh"
@@ -45,6 +47,29 @@ check 'grep -q "stage 7 (rank 3, chunk 1)" "$tmp/pp4-interleaved-m4.out"' "the i
 "$CLEAVE" train "${common[@]}" --global-batch-size 8 --pp 2 --pp-layout "E,t*2|t*4,L" --log-file "$tmp/layout.jsonl" > "$tmp/layout.out" 2>&1
 check '[ $? -eq 0 ] && [ "$(figures "$tmp/layout.jsonl")" = "$(figures "$tmp/one-m4.jsonl")" ]' "--pp-layout run differs: $(tail -3 "$tmp/layout.out")"
 check 'grep -q "layout E,t\*2|t\*4,L (given)" "$tmp/layout.out"' "the given layout is not printed"
+
+# recompute: selective and full give the same bits as none, with less
+# activation memory; rank 0's measured activation peak is its stage's live
+# micro-batches times the bytes of one, as the stage table predicts
+actb() { grep -o '"act_bytes": [0-9]*' "$1" | tail -1 | sed 's/.*: //'; }
+for run in "one|" "pp2-1f1b|--pp 2 --schedule 1f1b" "pp2-zb|--pp 2 --schedule zb-h1"; do
+    name=${run%%|*}; flags=${run#*|}
+    for rc in none selective full; do
+        # shellcheck disable=SC2086
+        "$CLEAVE" train "${common[@]}" --global-batch-size 8 $flags --recompute $rc --log-file "$tmp/rc-$name-$rc.jsonl" \
+            > "$tmp/rc-$name-$rc.out" 2>&1
+        check '[ $? -eq 0 ] && [ "$(figures "$tmp/rc-$name-$rc.jsonl")" = "$(figures "$tmp/one-m4.jsonl")" ]' \
+            "$name --recompute $rc: not bitwise equal to one device without recompute: $(tail -2 "$tmp/rc-$name-$rc.out")"
+        if [ "$name" != one ]; then
+            want=$(grep "stage 0 (rank 0" "$tmp/rc-$name-$rc.out" | sed 's/.*(\([0-9]*\) live x \([0-9]*\) bytes).*/\1 \2/' | awk '{ print $1 * $2 }')
+            check '[ -n "$want" ] && [ "$(actb "$tmp/rc-$name-$rc.jsonl")" = "$want" ]' \
+                "$name --recompute $rc: activation peak $(actb "$tmp/rc-$name-$rc.jsonl") is not live x per-micro-batch ($want)"
+        fi
+    done
+    a=$(actb "$tmp/rc-$name-none.jsonl"); b=$(actb "$tmp/rc-$name-selective.jsonl"); c=$(actb "$tmp/rc-$name-full.jsonl")
+    check '[ "$a" -gt "$b" ] && [ "$b" -gt "$c" ]' "$name: activation peaks none $a, selective $b, full $c do not decrease"
+    echo "$name: recompute none/selective/full bitwise equal; activation peak (rank 0) $a / $b / $c bytes"
+done
 
 # the timeline: one Chrome trace for all ranks, drawn back as the pipeline diagram
 "$CLEAVE" train "${common[@]}" --steps 3 --global-batch-size 8 --pp 2 --trace "$tmp/trace.json" > "$tmp/trace.out" 2>&1
@@ -94,4 +119,5 @@ bad "need --pp > 1" --schedule gpipe
 bad "need --pp > 1" --trace "$tmp/t.json"
 bad "unknown schedule\|unknown.*'pipedream'" --pp 2 --schedule pipedream
 bad "pipeline checkpoints" --pp 2 --save "$tmp/ck"
+bad "unknown --recompute 'most'" --recompute most
 finish cli_pp

@@ -117,10 +117,26 @@ typedef struct {
     float **p, **g;         /* per parameter: pointer into params/grads, NULL if not held */
     int64_t *loc;           /* per parameter: offset into params (-1 if not held) */
     float *head_wte_g;      /* see cl_model_split_tied; NULL otherwise */
+    int recompute;          /* cl_recompute (cl_model_set_recompute) */
+    float *rc_buf;          /* recompute: one block's attention (selective) or all its activations (full) */
     float *scratch;         /* backward workspace */
     float *dbuf[2];         /* ping-pong activation gradients */
     int64_t max_io_floats;  /* per micro-batch, max over units of in/out */
 } cl_model;
+
+/* Activation recomputation (Korthikanti et al., "Reducing Activation
+ * Recomputation in Large Transformer Models"), for transformer blocks:
+ *   NONE       keep every activation backward needs;
+ *   SELECTIVE  keep all but the attention core's T x T scores per head; the
+ *              block's backward recomputes them from the saved q, k (and
+ *              re-forms the product with v) before it uses them;
+ *   FULL       keep only each block's output (the next one's input); the
+ *              block's backward first re-runs its whole forward.
+ * The recomputed values are the forward's own bits (same kernels, same
+ * inputs), so losses and gradients do not change. Other units keep theirs. */
+typedef enum { CL_RECOMPUTE_NONE = 0, CL_RECOMPUTE_SELECTIVE, CL_RECOMPUTE_FULL } cl_recompute;
+/* "none", "selective", "full" -> *out; CL_ERR_INVALID naming the value otherwise. */
+cl_status cl_recompute_parse(const char *name, cl_recompute *out);
 
 /* Allocates params (CL_MEM_PARAMS), grads (CL_MEM_GRADS) and workspace for
  * the whole model (u0 = 0, u1 = nunits). */
@@ -177,7 +193,13 @@ void cl_acts_destroy(cl_model *m, cl_acts *a);
 float *cl_acts_output(const cl_model *m, const cl_acts *a, int u);
 /* The same for a micro-batch smaller than the buffers (a block's output moves with B and T). */
 float *cl_acts_output_mb(const cl_model *m, const cl_acts *a, int u, const cl_microbatch *mb);
-int64_t cl_model_act_floats(const cl_model_desc *d, int u0, int u1, int B);
+/* Floats cl_acts_create takes for units [u0, u1) at micro-batch B under a
+ * recompute mode (each unit's share rounded up to 16). */
+int64_t cl_model_act_floats(const cl_model_desc *d, int u0, int u1, int B, int recompute);
+/* Sets the recompute mode of a part and allocates the one block's buffer it
+ * needs (CL_MEM_WORKSPACE). Call before cl_acts_create: activation layouts
+ * depend on it. */
+cl_status cl_model_set_recompute(cl_model *m, cl_recompute mode);
 
 /* Forward of unit u on a micro-batch. in: the input activations (output of
  * unit u-1, or a received buffer; ignored for EMBED). Writes the unit's saved

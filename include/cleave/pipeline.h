@@ -22,7 +22,7 @@ typedef struct {
 #define CL_PP_MAX_STAGES 256
 
 /* Predicted figures of units [u0, u1) as one stage holding `live`
- * micro-batches of B samples at once. */
+ * micro-batches of B samples at once under a recompute mode (model.h). */
 typedef struct {
     double flops;           /* forward + backward FLOPs per micro-batch */
     size_t param_bytes;     /* parameters, gradients and both AdamW moments
@@ -31,7 +31,7 @@ typedef struct {
     size_t total_bytes;     /* param_bytes + act_bytes + workspace */
 } cl_pp_stage_cost;
 
-cl_pp_stage_cost cl_pp_stage_predict(const cl_model_desc *d, int u0, int u1, int B, int live);
+cl_pp_stage_cost cl_pp_stage_predict(const cl_model_desc *d, int u0, int u1, int B, int live, int recompute);
 
 /* The balanced partition into nstages: the one whose slowest stage is
  * fastest, among those whose every stage's predicted memory (live[s]
@@ -39,7 +39,7 @@ cl_pp_stage_cost cl_pp_stage_predict(const cl_model_desc *d, int u0, int u1, int
  * (0: no cap). Errors (CL_ERR_INVALID): nstages < 1 or more stages than
  * units (the message names both), or no partition fits (CL_ERR_OOM, naming
  * the smallest cap that would). */
-cl_status cl_pp_partition_balanced(const cl_model_desc *d, int nstages, int B, const int *live, size_t cap,
+cl_status cl_pp_partition_balanced(const cl_model_desc *d, int nstages, int B, const int *live, int recompute, size_t cap,
                                    cl_pp_partition *out);
 
 /* An explicit layout: stages separated by '|', each a comma-separated list

@@ -88,7 +88,8 @@ typedef struct {
     int schedule;           /* cl_sched_kind; default 1F1B */
     int virtual_stages;     /* chunks per rank: 1, or >= 2 for interleaved (0: 2 for interleaved, else 1) */
     const char *pp_layout;
-    int trace;              /* keep a timeline of every action (cl_trainer_trace) */
+    int trace;              /* keep a timeline of every action (cl_trainer_write_trace) */
+    int recompute;          /* cl_recompute (model.h): none, selective, full */
 } cl_train_config;
 
 /* Defaults: gpt2-tiny, micro 8, global 8, 100 steps, lr 1e-3 to 1e-4 with 10%
@@ -105,6 +106,7 @@ typedef struct {
     double tokens_per_s;    /* samples/s for MLP/CNN */
     double flops;           /* model FLOPs of the step (fwd + bwd = 3x fwd) */
     size_t peak_bytes;
+    size_t act_bytes;       /* peak of the saved activations (CL_MEM_ACTS) */
     /* pipeline only (pp_comm of size > 1), 0 otherwise: */
     double bubble;          /* measured: idle / makespan of the step's forward and backward work, mean over ranks */
     double bubble_sim;      /* the simulator's, on this schedule with this step's measured per-stage times */

@@ -28,10 +28,44 @@ static int64_t unit_scratch(const cl_model_desc *d, int u, int B) {
     return s;
 }
 
-int64_t cl_model_act_floats(const cl_model_desc *d, int u0, int u1, int B) {
+/* Saved floats of unit u for a micro-batch of B under a recompute mode. */
+static int64_t unit_act_floats(const cl_model_desc *d, int u, int B, int recompute) {
+    const cl_unit *un = &d->units[u];
+    int64_t n = un->act_floats * B;
+    if (un->kind == CL_UNIT_BLOCK && recompute == CL_RECOMPUTE_SELECTIVE)
+        n -= (int64_t)B * d->cfg.heads * d->T * d->T;
+    if (un->kind == CL_UNIT_BLOCK && recompute == CL_RECOMPUTE_FULL) n = un->out_floats * B;
+    return (n + 15) & ~(int64_t)15;
+}
+
+int64_t cl_model_act_floats(const cl_model_desc *d, int u0, int u1, int B, int recompute) {
     int64_t n = 0;
-    for (int u = u0; u < u1; u++) n += (d->units[u].act_floats * B + 15) & ~(int64_t)15;
+    for (int u = u0; u < u1; u++) n += unit_act_floats(d, u, B, recompute);
     return n;
+}
+
+cl_status cl_recompute_parse(const char *name, cl_recompute *out) {
+    if (!strcmp(name, "none")) *out = CL_RECOMPUTE_NONE;
+    else if (!strcmp(name, "selective")) *out = CL_RECOMPUTE_SELECTIVE;
+    else if (!strcmp(name, "full")) *out = CL_RECOMPUTE_FULL;
+    else return cl_error(CL_ERR_INVALID, "unknown --recompute '%s' (none, selective or full)", name);
+    return CL_OK;
+}
+
+cl_status cl_model_set_recompute(cl_model *m, cl_recompute mode) {
+    const cl_model_desc *d = m->desc;
+    cl_device_free(m->dev, m->rc_buf);
+    m->rc_buf = NULL;
+    m->recompute = mode;
+    int64_t need = 0;
+    for (int u = m->u0; u < m->u1; u++) {
+        if (d->units[u].kind != CL_UNIT_BLOCK) continue;
+        int64_t n = mode == CL_RECOMPUTE_FULL ? d->units[u].act_floats * m->B
+                    : mode == CL_RECOMPUTE_SELECTIVE ? (int64_t)m->B * d->cfg.heads * d->T * d->T : 0;
+        if (n > need) need = n;
+    }
+    if (need) CL_TRY(cl_device_alloc_f32(m->dev, CL_MEM_WORKSPACE, (size_t)need, &m->rc_buf));
+    return CL_OK;
 }
 
 static int64_t align16(int64_t n) { return (n + 15) & ~(int64_t)15; }
@@ -146,6 +180,7 @@ void cl_model_destroy(cl_model *m) {
     cl_device_free(m->dev, m->dbuf[0]);
     cl_device_free(m->dev, m->dbuf[1]);
     cl_device_free(m->dev, m->head_wte_g);
+    cl_device_free(m->dev, m->rc_buf);
     free(m->loc);
     free(m->p);
     free(m->g);
@@ -186,7 +221,7 @@ cl_status cl_acts_create(cl_model *m, int B, cl_acts *a) {
     int64_t total = 0;
     for (int u = m->u0; u < m->u1; u++) {
         a->off[u - m->u0] = total;
-        total += (d->units[u].act_floats * B + 15) & ~(int64_t)15;
+        total += unit_act_floats(d, u, B, m->recompute);
     }
     a->off[n] = total;
     cl_status s = cl_device_alloc_f32(m->dev, CL_MEM_ACTS, (size_t)total, &a->base);
@@ -212,14 +247,16 @@ typedef struct {
     float *ln1, *ln1_mean, *ln1_rstd, *qkv, *att, *atty, *res2, *ln2, *ln2_mean, *ln2_rstd, *fch, *fch_gelu, *out;
 } block_acts;
 
-static block_acts block_layout(float *base, int64_t N, int64_t C, int64_t NH, int64_t B, int64_t T) {
+/* att_apart: the scores live elsewhere (selective recompute), not in base. */
+static block_acts block_layout_at(float *base, int64_t N, int64_t C, int64_t NH, int64_t B, int64_t T, float *att_apart) {
     block_acts b;
     float *p = base;
     b.ln1 = p; p += N * C;
     b.ln1_mean = p; p += N;
     b.ln1_rstd = p; p += N;
     b.qkv = p; p += N * 3 * C;
-    b.att = p; p += B * NH * T * T;
+    if (att_apart) b.att = att_apart;
+    else b.att = p, p += B * NH * T * T;
     b.atty = p; p += N * C;
     b.res2 = p; p += N * C;
     b.ln2 = p; p += N * C;
@@ -229,6 +266,24 @@ static block_acts block_layout(float *base, int64_t N, int64_t C, int64_t NH, in
     b.fch_gelu = p; p += N * 4 * C;
     b.out = p;
     return b;
+}
+
+static block_acts block_layout(float *base, int64_t N, int64_t C, int64_t NH, int64_t B, int64_t T) {
+    return block_layout_at(base, N, C, NH, B, T, NULL);
+}
+
+/* A block's activations under the model's recompute mode: base is the
+ * block's saved share of a micro-batch's cl_acts. */
+static block_acts block_acts_of(const cl_model *m, float *base, int64_t B, int64_t T) {
+    const cl_model_desc *d = m->desc;
+    int64_t C = d->cfg.channels, NH = d->cfg.heads, N = B * T;
+    if (m->recompute == CL_RECOMPUTE_SELECTIVE) return block_layout_at(base, N, C, NH, B, T, m->rc_buf);
+    if (m->recompute == CL_RECOMPUTE_FULL) {
+        block_acts b = block_layout(m->rc_buf, N, C, NH, B, T);
+        b.out = base; /* the one thing kept */
+        return b;
+    }
+    return block_layout(base, N, C, NH, B, T);
 }
 
 typedef struct { float *lnf, *mean, *rstd, *logits, *lse, *losses; } head_acts;
@@ -249,10 +304,7 @@ float *cl_acts_output(const cl_model *m, const cl_acts *a, int u) {
     const cl_model_desc *d = m->desc;
     const cl_unit *un = &d->units[u];
     float *base = a->base + a->off[u - m->u0];
-    if (un->kind == CL_UNIT_BLOCK) {
-        int64_t T = d->T, B = a->B, C = d->cfg.channels;
-        return block_layout(base, B * T, C, d->cfg.heads, B, T).out;
-    }
+    if (un->kind == CL_UNIT_BLOCK) return block_acts_of(m, base, a->B, d->T).out;
     return base; /* every other unit keeps its output first */
 }
 
@@ -260,8 +312,7 @@ float *cl_acts_output(const cl_model *m, const cl_acts *a, int u) {
 static float *unit_out(const cl_model *m, const cl_acts *a, int u, int B, int T) {
     const cl_model_desc *d = m->desc;
     float *base = a->base + a->off[u - m->u0];
-    if (d->units[u].kind == CL_UNIT_BLOCK)
-        return block_layout(base, (int64_t)B * T, d->cfg.channels, d->cfg.heads, B, T).out;
+    if (d->units[u].kind == CL_UNIT_BLOCK) return block_acts_of(m, base, B, T).out;
     return base;
 }
 
@@ -276,6 +327,20 @@ static cl_status check_mb(const cl_model *m, int u, const cl_microbatch *mb, con
     int T = m->desc->cfg.kind == CL_MODEL_GPT ? m->desc->T : 1;
     if (mb->T < 1 || mb->T > T) return cl_error(CL_ERR_INVALID, "micro-batch of %d positions exceeds the %d the model was sized for", mb->T, T);
     return CL_OK;
+}
+
+static void block_forward(const block_acts *s, const float *in, float *const *p, int B, int T, int C, int NH) {
+    int N = B * T;
+    cl_layernorm_forward(s->ln1, s->ln1_mean, s->ln1_rstd, in, p[0], p[1], N, C);
+    cl_linear_forward(s->qkv, s->ln1, p[2], p[3], N, C, 3 * C);
+    cl_attention_forward(s->atty, s->att, s->qkv, B, T, C, NH);
+    cl_linear_forward(s->res2, s->atty, p[4], p[5], N, C, C);
+    cl_add_inplace(s->res2, in, (int64_t)N * C);
+    cl_layernorm_forward(s->ln2, s->ln2_mean, s->ln2_rstd, s->res2, p[6], p[7], N, C);
+    cl_linear_forward(s->fch, s->ln2, p[8], p[9], N, C, 4 * C);
+    cl_gelu_forward(s->fch_gelu, s->fch, (int64_t)N * 4 * C);
+    cl_linear_forward(s->out, s->fch_gelu, p[10], p[11], N, 4 * C, C);
+    cl_add_inplace(s->out, s->res2, (int64_t)N * C);
 }
 
 cl_status cl_unit_forward(cl_model *m, int u, const cl_microbatch *mb, const float *in, cl_acts *a) {
@@ -296,18 +361,8 @@ cl_status cl_unit_forward(cl_model *m, int u, const cl_microbatch *mb, const flo
         return CL_OK;
     }
     case CL_UNIT_BLOCK: {
-        int NH = d->cfg.heads;
-        block_acts s = block_layout(base, N, C, NH, B, T);
-        cl_layernorm_forward(s.ln1, s.ln1_mean, s.ln1_rstd, in, p[0], p[1], N, C);
-        cl_linear_forward(s.qkv, s.ln1, p[2], p[3], N, C, 3 * C);
-        cl_attention_forward(s.atty, s.att, s.qkv, B, T, C, NH);
-        cl_linear_forward(s.res2, s.atty, p[4], p[5], N, C, C);
-        cl_add_inplace(s.res2, in, (int64_t)N * C);
-        cl_layernorm_forward(s.ln2, s.ln2_mean, s.ln2_rstd, s.res2, p[6], p[7], N, C);
-        cl_linear_forward(s.fch, s.ln2, p[8], p[9], N, C, 4 * C);
-        cl_gelu_forward(s.fch_gelu, s.fch, (int64_t)N * 4 * C);
-        cl_linear_forward(s.out, s.fch_gelu, p[10], p[11], N, 4 * C, C);
-        cl_add_inplace(s.out, s.res2, (int64_t)N * C);
+        block_acts s = block_acts_of(m, base, B, T);
+        block_forward(&s, in, p, B, T, C, d->cfg.heads);
         return CL_OK;
     }
     case CL_UNIT_LMHEAD: {
@@ -369,7 +424,10 @@ cl_status cl_unit_backward(cl_model *m, int u, const cl_microbatch *mb, const fl
     case CL_UNIT_BLOCK: {
         int NH = d->cfg.heads;
         int64_t NC = (int64_t)N * C;
-        block_acts s = block_layout(base, N, C, NH, B, T);
+        block_acts s = block_acts_of(m, base, B, T);
+        /* what the forward did not keep, recomputed bit for bit (the output it writes again is the same) */
+        if (m->recompute == CL_RECOMPUTE_FULL) block_forward(&s, in, p, B, T, C, NH);
+        else if (m->recompute == CL_RECOMPUTE_SELECTIVE) cl_attention_forward(s.atty, s.att, s.qkv, B, T, C, NH);
         float *w = m->scratch;
         float *dres2 = w; w += NC;
         float *dfchg = w; w += 4 * NC;

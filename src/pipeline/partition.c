@@ -8,15 +8,19 @@
 
 static int64_t align16(int64_t n) { return (n + 15) & ~(int64_t)15; }
 
-cl_pp_stage_cost cl_pp_stage_predict(const cl_model_desc *d, int u0, int u1, int B, int live) {
+cl_pp_stage_cost cl_pp_stage_predict(const cl_model_desc *d, int u0, int u1, int B, int live, int recompute) {
     cl_pp_stage_cost c = {0};
-    int64_t pfloats = 0, work = 0, io = 0;
+    int64_t pfloats = 0, work = 0, io = 0, rcbuf = 0;
     int head = 0, embed = 0;
     for (int u = u0; u < u1; u++) {
         const cl_unit *un = &d->units[u];
         c.flops += 3.0 * un->flops * B;
         for (int i = 0; i < un->nparams; i++) pfloats += align16(d->params[un->first_param + i].numel);
         if (un->scratch_floats * B > work) work = un->scratch_floats * B;
+        if (un->kind == CL_UNIT_BLOCK && recompute) { /* the one block's recompute buffer (cl_model_set_recompute) */
+            int64_t rc = recompute == CL_RECOMPUTE_FULL ? un->act_floats * B : (int64_t)B * d->cfg.heads * d->T * d->T;
+            if (rc > rcbuf) rcbuf = rc;
+        }
         if (un->in_floats * B > io) io = un->in_floats * B;
         if (un->out_floats * B > io) io = un->out_floats * B;
         if (un->kind == CL_UNIT_LMHEAD) head = 1;
@@ -29,12 +33,12 @@ cl_pp_stage_cost cl_pp_stage_predict(const cl_model_desc *d, int u0, int u1, int
         extra_g = wte;              /* the head's wte gradient, kept apart until the step's sum */
     }
     c.param_bytes = (size_t)(4 * pfloats + extra_g) * sizeof(float);
-    c.act_bytes = (size_t)cl_model_act_floats(d, u0, u1, B) * sizeof(float) * (size_t)(live > 0 ? live : 1);
-    c.total_bytes = c.param_bytes + c.act_bytes + (size_t)(work + 2 * io) * sizeof(float);
+    c.act_bytes = (size_t)cl_model_act_floats(d, u0, u1, B, recompute) * sizeof(float) * (size_t)(live > 0 ? live : 1);
+    c.total_bytes = c.param_bytes + c.act_bytes + (size_t)(work + 2 * io + rcbuf) * sizeof(float);
     return c;
 }
 
-cl_status cl_pp_partition_balanced(const cl_model_desc *d, int nstages, int B, const int *live, size_t cap,
+cl_status cl_pp_partition_balanced(const cl_model_desc *d, int nstages, int B, const int *live, int recompute, size_t cap,
                                    cl_pp_partition *out) {
     int n = d->nunits;
     memset(out, 0, sizeof *out);
@@ -62,7 +66,7 @@ cl_status cl_pp_partition_balanced(const cl_model_desc *d, int nstages, int B, c
             for (int i = k - 1; i < j; i++) {
                 double prev = best[(size_t)(k - 1) * (n + 1) + i];
                 if (prev >= INF) continue;
-                cl_pp_stage_cost c = cl_pp_stage_predict(d, i, j, B, lv);
+                cl_pp_stage_cost c = cl_pp_stage_predict(d, i, j, B, lv, recompute);
                 if (cap && c.total_bytes > cap) {
                     if (c.total_bytes < min_need) min_need = c.total_bytes;
                     continue;

@@ -186,7 +186,7 @@ cl_status cl_pp_create(cl_trainer *t) {
     else {
         /* the cap is per rank; a rank's chunks share it, so each gets its share */
         size_t cap = cfg->device_memory ? cfg->device_memory / (size_t)pp->v : 0;
-        CL_TRY(cl_pp_partition_balanced(d, pp->S, cfg->micro_batch, live, cap, &pp->part));
+        CL_TRY(cl_pp_partition_balanced(d, pp->S, cfg->micro_batch, live, cfg->recompute, cap, &pp->part));
     }
     for (int c = 0; c < pp->v; c++) {
         pp_chunk *ch = &pp->ch[c];
@@ -196,6 +196,7 @@ cl_status cl_pp_create(cl_trainer *t) {
         int u0 = pp->part.u0[ch->stage], u1 = pp->part.u1[ch->stage];
         CL_TRY(cl_model_create_part(&ch->m, d, t->dev, cfg->micro_batch, u0, u1));
         CL_TRY(cl_model_split_tied(ch->m));
+        CL_TRY(cl_model_set_recompute(ch->m, (cl_recompute)cfg->recompute));
         CL_TRY(cl_optimizer_create(&ch->opt, ch->m, &cfg->adamw));
         ch->in_bytes = (size_t)(d->units[u0].in_floats * cfg->micro_batch) * sizeof(float);
         ch->out_bytes = (size_t)(d->units[u1 - 1].out_floats * cfg->micro_batch) * sizeof(float);
@@ -250,6 +251,18 @@ void cl_pp_init(cl_trainer *t, uint64_t seed) {
     for (int c = 0; c < t->pp->v; c++) cl_model_init(t->pp->ch[c].m, seed);
 }
 
+/* Bytes of one micro-batch slot of stage s, as slot_create allocates them. */
+static size_t slot_act_bytes(const cl_trainer *t, const struct cl_pp *pp, int s) {
+    const cl_model_desc *d = t->desc;
+    int B = t->cfg.micro_batch, u0 = pp->part.u0[s], u1 = pp->part.u1[s];
+    size_t n = (size_t)cl_model_act_floats(d, u0, u1, B, t->cfg.recompute) * sizeof(float);
+    if (s > 0) n += (size_t)(d->units[u0].in_floats * B) * sizeof(float);
+    if (s < pp->S - 1) n += (size_t)(d->units[u1 - 1].out_floats * B) * sizeof(float);
+    if (pp->sched.kind == CL_SCHED_ZB_H1)
+        for (int u = u0; u < u1; u++) n += (size_t)(d->units[u].out_floats * B) * sizeof(float);
+    return n;
+}
+
 void cl_trainer_print_stages(const cl_trainer *t, FILE *f) {
     const struct cl_pp *pp = t->pp;
     if (!pp) return;
@@ -264,16 +277,16 @@ void cl_trainer_print_stages(const cl_trainer *t, FILE *f) {
     for (int s = 0; s < pp->S; s++) {
         int u0 = pp->part.u0[s], u1 = pp->part.u1[s];
         int live = chunk_peak(&pp->sched, s % pp->p, s / pp->p);
-        cl_pp_stage_cost c = cl_pp_stage_predict(d, u0, u1, t->cfg.micro_batch, live);
+        cl_pp_stage_cost c = cl_pp_stage_predict(d, u0, u1, t->cfg.micro_batch, live, t->cfg.recompute);
+        size_t slot = slot_act_bytes(t, pp, s);
         char pb[32], ab[32], tb[32];
         cl_format_bytes(c.param_bytes, pb, sizeof pb);
-        cl_format_bytes(c.act_bytes, ab, sizeof ab);
-        cl_format_bytes(c.total_bytes, tb, sizeof tb);
+        cl_format_bytes(slot * (size_t)live, ab, sizeof ab);
+        cl_format_bytes(c.total_bytes - c.act_bytes + slot * (size_t)live, tb, sizeof tb);
         fprintf(f, "  stage %d (rank %d, chunk %d): %s..%s (%d unit%s) | %.1f%% of compute, %.3g GFLOP per micro-batch | "
-                "memory %s = params+grads+adam %s + activations %s (%d live micro-batch%s)\n",
+                "memory %s = params+grads+adam %s + activations %s (%d live x %zu bytes)\n",
                 s, s % pp->p, s / pp->p, d->units[u0].label, d->units[u1 - 1].label, u1 - u0, u1 - u0 == 1 ? "" : "s",
-                total > 0 ? 100.0 * c.flops / (3.0 * total * t->cfg.micro_batch) : 0, c.flops / 1e9, tb, pb, ab, live,
-                live == 1 ? "" : "es");
+                total > 0 ? 100.0 * c.flops / (3.0 * total * t->cfg.micro_batch) : 0, c.flops / 1e9, tb, pb, ab, live, slot);
     }
     cl_sim_result res;
     if (cl_schedule_simulate(&pp->sched, NULL, &res) == CL_OK) {

@@ -171,6 +171,7 @@ cl_status cl_trainer_create(cl_trainer **out, const cl_train_config *cfg) {
     if (!s && pipeline) s = cl_pp_create(t);
     if (!s && !pipeline) s = cl_model_create(&t->model, t->desc, t->dev, cfg->micro_batch);
     if (!s && !pipeline) s = cl_model_split_tied(t->model);
+    if (!s && !pipeline) s = cl_model_set_recompute(t->model, (cl_recompute)cfg->recompute);
     if (!s && !pipeline) s = cl_optimizer_create(&t->opt, t->model, &cfg->adamw);
     if (!s && !pipeline) s = cl_acts_create(t->model, cfg->micro_batch, &t->acts);
     size_t npos = (size_t)cfg->micro_batch * (size_t)t->desc->T;
@@ -293,6 +294,7 @@ static cl_status step_stats(cl_trainer *t, cl_step_stats *st, double t0, double 
     st->tokens_per_s = (double)c->global_batch * T / (st->seconds > 0 ? st->seconds : 1e-9);
     st->flops = t->step_flops_per_sample * local;
     st->peak_bytes = cl_device_peak_total(t->dev);
+    st->act_bytes = cl_device_peak(t->dev, CL_MEM_ACTS);
     return CL_OK;
 }
 
