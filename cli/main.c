@@ -69,6 +69,7 @@ static const cli_flag train_flags[] = {
     {"comm-timeout", "", 1, "seconds a rank waits for a peer before the run fails (default 300)"},
     {"schedule", "", 1, "pipeline schedule: gpipe, 1f1b (default), interleaved or zb-h1"},
     {"virtual-stages", "", 1, "model chunks per pipeline rank (interleaved only; default 2 there)"},
+    {"trace-steps", "", 1, "steps the trace keeps: the last N (default 20, 0 = all)"},
     {"recompute", "", 1, "activation recomputation: none (default), selective (attention scores) or full (whole blocks)"},
     {"trace", "", 1, "write a Chrome trace (Perfetto) of every pipeline action to this file"},
     {"pp-layout", "", 1, "explicit stages, e.g. \"E,t*3|t*4|t*3,L\" (E embedding, t block, L head; default: balanced)"},
@@ -145,8 +146,10 @@ static void print_header(cl_trainer *t) {
     fflush(stdout);
 }
 
-static cl_status print_sample(cl_model *m, cl_acts *acts, const cl_tokenizer *tok, const char *prompt, int n, float temp, int topk,
-                              uint64_t seed) {
+/* Samples with the trainer's model (t, on every rank of a pipeline) or a
+ * loaded one (m, acts); prints when show. */
+static cl_status print_sample(cl_trainer *t, cl_model *m, cl_acts *acts, const cl_tokenizer *tok, const char *prompt, int n,
+                              float temp, int topk, uint64_t seed, int show) {
     int32_t *ids;
     size_t np;
     CL_TRY(cl_tokenizer_encode(tok, prompt, strlen(prompt), &ids, &np));
@@ -159,8 +162,9 @@ static cl_status print_sample(cl_model *m, cl_acts *acts, const cl_tokenizer *to
         free(ids);
         return cl_error(CL_ERR_OOM, "cannot allocate the sample");
     }
-    cl_status s = cl_generate(m, acts, ids, (int)np, n, temp, topk, seed, out);
-    if (!s) {
+    cl_status s = t ? cl_trainer_generate(t, ids, (int)np, n, temp, topk, seed, out)
+                    : cl_generate(m, acts, ids, (int)np, n, temp, topk, seed, out);
+    if (!s && show) {
         fputs(prompt, stdout);
         char buf[64];
         for (int i = 0; i < n; i++) {
@@ -201,6 +205,7 @@ typedef struct {
     const char *save, *resume, *log_path, *prompt, *comm_name, *trace_path;
     int gb_given, schedule_given;
     int threads; /* GEMM threads per rank; 0: derive from cores and ranks */
+    int trace_steps;
 } train_job;
 
 /* Default threads per rank: the cores this process may use shared among the
@@ -285,26 +290,27 @@ static cl_status train_rank(cl_comm *world, void *arg) {
     }
     if (tty) printf("\n");
     if (!s && j->trace_path) {
-        s = cl_trainer_write_trace(t, world, j->trace_path);
+        s = cl_trainer_write_trace(t, world, j->trace_path, j->trace_steps);
         if (!s && lead)
             printf("trace: %s (open in https://ui.perfetto.dev, or: cleave trace render %s --out pipeline.svg)\n", j->trace_path,
                    j->trace_path);
     }
+    double peak = t ? (double)cl_device_peak_total(cl_trainer_device(t)) : 0, top = peak;
+    if (!s && world) s = cl_comm_allreduce_f64(world, &top, 1, CL_RED_MAX);
     if (!s && lead) {
-        char mem[64];
-        printf("peak device memory%s: %s\n", world ? " (rank 0)" : "", cl_format_bytes(cl_device_peak_total(cl_trainer_device(t)), mem, sizeof mem));
+        char mem[64], mem0[64], capb[64];
+        if (world)
+            printf("peak device memory: %s on the fullest rank (rank 0: %s; cap %s per rank)\n",
+                   cl_format_bytes((size_t)top, mem, sizeof mem), cl_format_bytes((size_t)peak, mem0, sizeof mem0),
+                   j->c.device_memory ? cl_format_bytes(j->c.device_memory, capb, sizeof capb) : "none");
+        else
+            printf("peak device memory: %s\n", cl_format_bytes((size_t)peak, mem, sizeof mem));
         if (j->save) printf("checkpoint: %s\n", j->save);
     }
-    if (!s && lead && j->sample_tokens > 0 && c.model.kind == CL_MODEL_GPT && j->mesh.pp > 1)
-        printf("sample: skipped (generation runs on one rank holding the whole model; this one holds stage 0)\n");
-    else if (!s && lead && j->sample_tokens > 0 && c.model.kind == CL_MODEL_GPT) {
-        cl_model *m = cl_trainer_model(t);
-        cl_acts acts;
-        printf("sample:\n");
-        if (!(s = cl_acts_create(m, 1, &acts))) {
-            s = print_sample(m, &acts, cl_trainer_tokenizer(t), j->prompt, j->sample_tokens, j->temperature, j->topk, c.seed);
-            cl_acts_destroy(m, &acts);
-        }
+    /* a pipeline samples on all its ranks; otherwise rank 0 alone */
+    if (!s && (lead || j->mesh.pp > 1) && j->sample_tokens > 0 && c.model.kind == CL_MODEL_GPT) {
+        if (lead) printf("sample:\n");
+        s = print_sample(t, NULL, NULL, cl_trainer_tokenizer(t), j->prompt, j->sample_tokens, j->temperature, j->topk, c.seed, lead);
     }
     fflush(stdout);
     if (log) fclose(log);
@@ -397,6 +403,8 @@ static int cmd_train(int argc, char **argv) {
     if ((s = cli_int(&a, "virtual-stages", &c->virtual_stages, 1, 64))) return cli_fail(s);
     c->pp_layout = cli_get(&a, "pp-layout");
     j.trace_path = cli_get(&a, "trace");
+    j.trace_steps = 20;
+    if ((s = cli_int(&a, "trace-steps", &j.trace_steps, 0, 1 << 30))) return cli_fail(s);
     if (cli_get(&a, "recompute")) {
         cl_recompute rc;
         if ((s = cl_recompute_parse(cli_get(&a, "recompute"), &rc))) return cli_fail(s);
@@ -538,7 +546,7 @@ static int cmd_generate(int argc, char **argv) {
         cl_loaded_free(&l);
         return cli_fail(cl_error(CL_ERR_INVALID, "cleave generate needs a GPT checkpoint"));
     }
-    s = print_sample(l.model, &l.acts, l.tok, prompt, n, temp, topk, seed);
+    s = print_sample(NULL, l.model, &l.acts, l.tok, prompt, n, temp, topk, seed, 1);
     cl_loaded_free(&l);
     return s ? cli_fail(s) : 0;
 }

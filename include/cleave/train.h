@@ -136,10 +136,11 @@ size_t cl_trainer_val_tokens(const cl_trainer *t);
  * the most micro-batches the schedule keeps live there), and the schedule's
  * theoretical bubble. Nothing without a pipeline. */
 void cl_trainer_print_stages(const cl_trainer *t, FILE *f);
-/* Pipeline runs with cfg.trace: every rank's timeline gathered on world
- * rank 0, which writes one Chrome trace (trace.h) to path. Every rank of
- * world calls it; world NULL means one process. */
-cl_status cl_trainer_write_trace(cl_trainer *t, cl_comm *world, const char *path);
+/* Pipeline runs with cfg.trace: every rank's timeline (of the last
+ * last_steps steps; 0 = all) gathered on world rank 0, which writes one
+ * Chrome trace (trace.h) to path. Every rank of world calls it; world NULL
+ * means one process. */
+cl_status cl_trainer_write_trace(cl_trainer *t, cl_comm *world, const char *path, int last_steps);
 
 /* Checkpoints: DIR/model.safetensors (HF GPT-2 names), DIR/config.json,
  * DIR/optimizer.safetensors, DIR/trainer_state.json. Saved into DIR.tmp and
@@ -162,6 +163,15 @@ cl_status cl_checkpoint_load(const char *dir, const char *tokenizer_dir, size_t 
 void cl_loaded_free(cl_loaded *l);
 /* Mean next-token loss over consecutive non-overlapping windows of T+1. */
 cl_status cl_eval_tokens(cl_model *m, cl_acts *a, const int32_t *tok, size_t n, double *loss, size_t *windows);
+/* The logits [V] of the last of T tokens (T <= the model's context). */
+typedef cl_status (*cl_logits_fn)(void *ctx, const int32_t *tokens, int T, float *logits);
+/* Sampling over any source of logits, V classes, context T (cl_generate's loop). */
+cl_status cl_generate_with(cl_logits_fn logits_of, void *ctx, int V, int T, const int32_t *prompt, int nprompt, int n,
+                           float temperature, int top_k, uint64_t seed, int32_t *out);
+/* A trainer's model, one device or a pipeline (every rank of the pipeline
+ * calls it and gets the same tokens). */
+cl_status cl_trainer_generate(cl_trainer *t, const int32_t *prompt, int nprompt, int n, float temperature, int top_k,
+                              uint64_t seed, int32_t *out);
 /* Appends n sampled tokens to a prompt (temperature <= 0: greedy; top_k <= 0: all). */
 cl_status cl_generate(cl_model *m, cl_acts *a, const int32_t *prompt, int nprompt, int n, float temperature,
                       int top_k, uint64_t seed, int32_t *out);

@@ -1,6 +1,8 @@
 /* Text generation by sampling: temperature and top-k over the logits of the
  * last position, recomputing the whole (at most T-token) context for each
- * new token. Simple and exact; a KV cache is a later optimization. */
+ * new token. Simple and exact; a KV cache is a later optimization. Where
+ * the logits come from is a function: one device, or a pipeline whose
+ * every rank samples the same token from the same broadcast logits. */
 #include "cleave/train.h"
 
 #include <math.h>
@@ -15,13 +17,28 @@ static int by_value_desc(const void *a, const void *b) {
     return x->i - y->i;
 }
 
+typedef struct {
+    cl_model *m;
+    cl_acts *a;
+} one_device;
+
+static cl_status one_device_logits(void *ctx, const int32_t *tokens, int T, float *logits) {
+    one_device *o = ctx;
+    return cl_model_logits_last(o->m, tokens, T, o->a, logits);
+}
+
 cl_status cl_generate(cl_model *m, cl_acts *a, const int32_t *prompt, int nprompt, int n, float temperature, int top_k,
                       uint64_t seed, int32_t *out) {
-    const cl_model_desc *d = m->desc;
-    if (d->cfg.kind != CL_MODEL_GPT) return cl_error(CL_ERR_INVALID, "generation needs a GPT model");
+    if (m->desc->cfg.kind != CL_MODEL_GPT) return cl_error(CL_ERR_INVALID, "generation needs a GPT model");
+    one_device o = {m, a};
+    return cl_generate_with(one_device_logits, &o, m->desc->cfg.vocab, m->desc->T, prompt, nprompt, n, temperature, top_k,
+                            seed, out);
+}
+
+cl_status cl_generate_with(cl_logits_fn logits_of, void *arg, int V, int T, const int32_t *prompt, int nprompt, int n,
+                           float temperature, int top_k, uint64_t seed, int32_t *out) {
     if (nprompt < 1) return cl_error(CL_ERR_INVALID, "generation needs a prompt of at least one token");
     if (n < 0) return cl_error(CL_ERR_INVALID, "--tokens must be >= 0");
-    int V = d->cfg.vocab, T = d->T;
     float *logits = malloc((size_t)V * sizeof *logits);
     scored *sc = malloc((size_t)V * sizeof *sc);
     int32_t *seq = malloc(((size_t)nprompt + (size_t)n) * sizeof *seq);
@@ -37,7 +54,7 @@ cl_status cl_generate(cl_model *m, cl_acts *a, const int32_t *prompt, int npromp
     cl_status s = CL_OK;
     for (int k = 0; k < n && !s; k++) {
         int len = nprompt + k, ctx = len < T ? len : T;
-        s = cl_model_logits_last(m, seq + len - ctx, ctx, a, logits);
+        s = logits_of(arg, seq + len - ctx, ctx, logits);
         if (s) break;
         int next;
         if (temperature <= 0) {

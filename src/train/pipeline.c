@@ -595,6 +595,35 @@ static cl_status eval_batch(cl_trainer *t, const cl_microbatch *mb, double *sum)
     return CL_OK;
 }
 
+/* Logits of the last position through the pipeline: forward of one window,
+ * the last stage's rank broadcasts them to every rank. */
+static cl_status pp_logits(void *ctx, const int32_t *tokens, int T, float *logits) {
+    cl_trainer *t = ctx;
+    struct cl_pp *pp = t->pp;
+    const cl_model_desc *d = t->desc;
+    pp_slot *sl = &pp->ch[0].slots[0];
+    memcpy(sl->tokens, tokens, (size_t)T * sizeof(int32_t));
+    memset(sl->targets, 0, (size_t)T * sizeof(int32_t));
+    cl_microbatch mb = {.B = 1, .T = T, .tokens = sl->tokens, .targets = sl->targets};
+    double unused = 0;
+    CL_TRY(eval_batch(t, &mb, &unused));
+    int V = d->cfg.vocab, last = rank_of_stage(pp, pp->S - 1);
+    if (pp->r == last) {
+        pp_chunk *ch = &pp->ch[pp->v - 1];
+        const float *lg = cl_acts_logits(ch->m, &ch->slots[0].acts, ch->m->u1 - 1, &mb);
+        memcpy(logits, lg + (size_t)(T - 1) * V, (size_t)V * sizeof(float));
+    }
+    return cl_comm_broadcast(pp->comm, logits, (size_t)V * sizeof(float), last);
+}
+
+cl_status cl_trainer_generate(cl_trainer *t, const int32_t *prompt, int nprompt, int n, float temperature, int top_k,
+                              uint64_t seed, int32_t *out) {
+    const cl_model_desc *d = t->desc;
+    if (d->cfg.kind != CL_MODEL_GPT) return cl_error(CL_ERR_INVALID, "generation needs a GPT model");
+    if (!t->pp) return cl_generate(t->model, &t->acts, prompt, nprompt, n, temperature, top_k, seed, out);
+    return cl_generate_with(pp_logits, t, d->cfg.vocab, d->T, prompt, nprompt, n, temperature, top_k, seed, out);
+}
+
 cl_status cl_pp_eval_tokens(cl_trainer *t, const int32_t *tok, size_t n, double *loss) {
     struct cl_pp *pp = t->pp;
     int T = t->desc->T, B = t->cfg.micro_batch;
@@ -641,9 +670,15 @@ cl_status cl_pp_eval_digits(cl_trainer *t, double *loss) {
 
 #define TRACE_TAG 32001
 
-cl_status cl_trainer_write_trace(cl_trainer *t, cl_comm *world, const char *path) {
+cl_status cl_trainer_write_trace(cl_trainer *t, cl_comm *world, const char *path, int last_steps) {
     struct cl_pp *pp = t->pp;
     if (!pp) return cl_error(CL_ERR_INVALID, "--trace needs a pipeline (--pp > 1)");
+    if (last_steps > 0) { /* keep the last steps only */
+        size_t w = 0;
+        for (size_t i = 0; i < pp->trace.n; i++)
+            if (pp->trace.ev[i].step > t->step - last_steps) pp->trace.ev[w++] = pp->trace.ev[i];
+        pp->trace.n = w;
+    }
     int n = world ? cl_comm_size(world) : 1, me = world ? cl_comm_rank(world) : 0;
     if (me != 0) {
         int64_t cnt = (int64_t)pp->trace.n;
