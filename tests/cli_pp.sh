@@ -78,6 +78,15 @@ check '[ $? -eq 0 ] && grep -q "\"pid\":1" "$tmp/trace.json" && grep -q "\"kind\
 out=$("$CLEAVE" trace render "$tmp/trace.json" --step 2 --out "$tmp/trace.svg" 2>&1)
 check '[ $? -eq 0 ] && [ "$(grep -c "<rect class=\"act" "$tmp/trace.svg")" -eq 16 ]' "trace render: not 16 boxes (4 micro-batches x 2 passes x 2 ranks): $out"
 
+# the CNN and the MLP on the digits: a pipeline equals one device too
+for model in cnn mlp; do
+    dig=(--model $model --steps 20 --global-batch-size 32 --micro-batch-size 8 --threads 1 --eval-batches 1)
+    "$CLEAVE" train "${dig[@]}" --log-file "$tmp/$model-1.jsonl" > "$tmp/$model-1.out" 2>&1
+    "$CLEAVE" train "${dig[@]}" --pp 2 --schedule zb-h1 --log-file "$tmp/$model-2.jsonl" > "$tmp/$model-2.out" 2>&1
+    check '[ $? -eq 0 ] && [ -n "$(figures "$tmp/$model-1.jsonl")" ] && [ "$(figures "$tmp/$model-2.jsonl")" = "$(figures "$tmp/$model-1.jsonl")" ]' \
+        "$model pp=2 differs from one device: $(tail -2 "$tmp/$model-2.out")"
+done
+
 # pp=2 x dp=2 on 4 ranks: within 1e-6 of one device
 "$CLEAVE" train "${common[@]}" --global-batch-size 16 --pp 2 --dp 2 --log-file "$tmp/pp2dp2.jsonl" > "$tmp/pp2dp2.out" 2>&1
 check '[ $? -eq 0 ]' "pp=2 x dp=2 failed: $(tail -3 "$tmp/pp2dp2.out")"
@@ -120,4 +129,6 @@ bad "need --pp > 1" --trace "$tmp/t.json"
 bad "unknown schedule\|unknown.*'pipedream'" --pp 2 --schedule pipedream
 bad "pipeline checkpoints" --pp 2 --save "$tmp/ck"
 bad "unknown --recompute 'most'" --recompute most
+out=$(timeout 60 "$CLEAVE" train --model cnn --pp 10 --micro-batch-size 2 --global-batch-size 20 --steps 1 2>&1 >/dev/null); rc=$?
+check '[ $rc -eq 2 ] && printf "%s" "$out" | grep -q "only 9 units: use fewer"' "cnn --pp 10: status $rc: $out"
 finish cli_pp

@@ -44,9 +44,11 @@ cl_status cl_pp_partition_balanced(const cl_model_desc *d, int nstages, int B, c
     memset(out, 0, sizeof *out);
     if (nstages < 1 || nstages > CL_PP_MAX_STAGES)
         return cl_error(CL_ERR_INVALID, "%d pipeline stages: need 1..%d", nstages, CL_PP_MAX_STAGES);
-    if (nstages > n)
+    if (nstages > n && d->cfg.kind == CL_MODEL_GPT)
         return cl_error(CL_ERR_INVALID, "%d pipeline stages but the model has only %d units (embedding, %d blocks, head): "
                         "use fewer stages or more layers", nstages, n, n - 2);
+    if (nstages > n)
+        return cl_error(CL_ERR_INVALID, "%d pipeline stages but the model has only %d units: use fewer stages", nstages, n);
     /* best[k][j]: the smallest possible slowest-stage time for units [0, j) in k stages */
     size_t cells = (size_t)(nstages + 1) * (size_t)(n + 1);
     double *best = malloc(cells * sizeof *best);
