@@ -268,10 +268,12 @@ static cl_status train_rank(cl_comm *world, void *arg) {
         if ((s = cl_trainer_step(t, &st))) break;
         int last = st.step == j->end;
         int eval = (j->eval_every && st.step % j->eval_every == 0) || last;
+        int save = j->save && ((j->save_every && st.step % j->save_every == 0) || last);
         if (!lead) {
-            /* a pipeline evaluates on all its stages */
+            /* a pipeline evaluates, and gathers its checkpoint, on all its stages */
             double vl;
             if (eval && j->mesh.pp > 1 && (s = cl_trainer_eval(t, &vl))) break;
+            if (save && j->mesh.pp > 1 && (s = cl_trainer_save(t, j->save))) break;
             continue;
         }
         double gflops = st.flops / (st.seconds > 0 ? st.seconds : 1e-9) / 1e9;
@@ -283,7 +285,7 @@ static cl_status train_rank(cl_comm *world, void *arg) {
             printf("%sstep %d: validation loss %.4f\n", tty ? "\n" : "", st.step, vl);
             if (log) fprintf(log, "{\"step\": %d, \"val_loss\": %.17g}\n", st.step, vl);
         }
-        if (j->save && ((j->save_every && st.step % j->save_every == 0) || last)) {
+        if (save) {
             if ((s = cl_trainer_save(t, j->save))) break;
             if (!last || j->save_every) printf("%ssaved %s at step %d\n", tty ? "\n" : "", j->save, st.step);
         }
@@ -323,9 +325,6 @@ static cl_status train_rank(cl_comm *world, void *arg) {
 /* Pipeline flags that can be checked before any rank starts. */
 static cl_status check_pipeline(const train_job *j) {
     const cl_train_config *c = &j->c;
-    if (j->mesh.pp > 1 && (j->save || j->resume))
-        return cl_error(CL_ERR_UNSUPPORTED, "--save/--resume with --pp %d: pipeline checkpoints are not written yet (train with --pp 1 to save)",
-                        j->mesh.pp);
     if (j->mesh.pp <= 1 && (c->pp_layout || c->virtual_stages || j->schedule_given || j->trace_path))
         return cl_error(CL_ERR_INVALID, "--schedule, --virtual-stages, --pp-layout and --trace need --pp > 1");
     if (c->virtual_stages > 1 && c->schedule != CL_SCHED_INTERLEAVED)

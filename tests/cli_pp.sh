@@ -7,6 +7,8 @@
 # - pp=2 under MPI bitwise equal to threads; pp=2 x dp=2 within 1e-6.
 # - --recompute selective and full: the same bits as none, less activation
 #   memory, and the measured peak equals live micro-batches x their size.
+# - checkpoints from a pipeline equal one device's byte for byte; resuming
+#   works across pipeline shapes.
 # - bubble: measured figures printed beside the simulator's; --trace.
 # - bad input exits 2 with a message naming the problem.
 set -u
@@ -78,6 +80,23 @@ check '[ $? -eq 0 ] && grep -q "\"pid\":1" "$tmp/trace.json" && grep -q "\"kind\
 out=$("$CLEAVE" trace render "$tmp/trace.json" --step 2 --out "$tmp/trace.svg" 2>&1)
 check '[ $? -eq 0 ] && [ "$(grep -c "<rect class=\"act" "$tmp/trace.svg")" -eq 16 ]' "trace render: not 16 boxes (4 micro-batches x 2 passes x 2 ranks): $out"
 
+# checkpoints: a pipeline writes one checkpoint (the first stage gathers it);
+# one device and other pipelines resume from it bit for bit, and back
+"$CLEAVE" train "${common[@]}" --global-batch-size 8 --pp 2 --stop-after 10 --save "$tmp/ck-pp2" > "$tmp/ck1.out" 2>&1
+check '[ $? -eq 0 ] && [ -f "$tmp/ck-pp2/model.safetensors" ] && [ -f "$tmp/ck-pp2/optimizer.safetensors" ]' "pp=2 --save: $(tail -2 "$tmp/ck1.out")"
+"$CLEAVE" train "${common[@]}" --global-batch-size 8 --stop-after 10 --save "$tmp/ck-one" > /dev/null 2>&1
+check 'cmp -s "$tmp/ck-pp2/model.safetensors" "$tmp/ck-one/model.safetensors" && cmp -s "$tmp/ck-pp2/optimizer.safetensors" "$tmp/ck-one/optimizer.safetensors"' \
+    "the pp=2 checkpoint is not byte-equal to one device's"
+want=$(figures "$tmp/one-m4.jsonl" | tail -10)
+for run in "one|" "pp4-zb|--pp 4 --schedule zb-h1" "pp2-int|--pp 2 --schedule interleaved"; do
+    name=${run%%|*}; flags=${run#*|}
+    # shellcheck disable=SC2086
+    "$CLEAVE" train "${common[@]}" --global-batch-size 8 $flags --resume "$tmp/ck-pp2" --log-file "$tmp/res-$name.jsonl" > "$tmp/res-$name.out" 2>&1
+    check '[ $? -eq 0 ] && [ "$(figures "$tmp/res-$name.jsonl")" = "$want" ]' "resume of the pp=2 checkpoint on $name differs: $(tail -2 "$tmp/res-$name.out")"
+done
+"$CLEAVE" train "${common[@]}" --global-batch-size 8 --pp 2 --resume "$tmp/ck-one" --log-file "$tmp/res-back.jsonl" > /dev/null 2>&1
+check '[ "$(figures "$tmp/res-back.jsonl")" = "$want" ]' "pp=2 resuming one device's checkpoint differs"
+
 # the CNN and the MLP on the digits: a pipeline equals one device too
 for model in cnn mlp; do
     dig=(--model $model --steps 20 --global-batch-size 32 --micro-batch-size 8 --threads 1 --eval-batches 1)
@@ -127,7 +146,6 @@ bad "needs --schedule interleaved" --pp 2 --virtual-stages 2 --global-batch-size
 bad "need --pp > 1" --schedule gpipe
 bad "need --pp > 1" --trace "$tmp/t.json"
 bad "unknown schedule\|unknown.*'pipedream'" --pp 2 --schedule pipedream
-bad "pipeline checkpoints" --pp 2 --save "$tmp/ck"
 bad "unknown --recompute 'most'" --recompute most
 out=$(timeout 60 "$CLEAVE" train --model cnn --pp 10 --micro-batch-size 2 --global-batch-size 20 --steps 1 2>&1 >/dev/null); rc=$?
 check '[ $rc -eq 2 ] && printf "%s" "$out" | grep -q "only 9 units: use fewer"' "cnn --pp 10: status $rc: $out"

@@ -147,6 +147,10 @@ cl_status cl_trainer_write_trace(cl_trainer *t, cl_comm *world, const char *path
  * swapped into place atomically (renameat2 RENAME_EXCHANGE), so a crash
  * mid-save leaves the previous checkpoint intact. */
 cl_status cl_trainer_save(cl_trainer *t, const char *dir);
+/* (A pipeline's every rank calls it: the stages of data-parallel replica 0
+ * send their parameters and moments to its first stage, which writes the
+ * one checkpoint; a checkpoint is the same whatever the pipeline, and any
+ * pipeline, or one device, resumes from it.) */
 /* Restores parameters, optimizer state and step: later steps equal the
  * uninterrupted run's bit for bit. The checkpoint's model must match. */
 cl_status cl_trainer_resume(cl_trainer *t, const char *dir);

@@ -206,8 +206,45 @@ static void fsync_parent(const char *dir) {
     }
 }
 
+static cl_status save_arrays(cl_trainer *t, const char *dir, float *const *params, float *const *mp, float *const *vp,
+                             int opt_t);
+
 cl_status cl_trainer_save(cl_trainer *t, const char *dir) {
     if (strlen(dir) > 4000) return cl_error(CL_ERR_INVALID, "checkpoint path too long");
+    const cl_model_desc *d = t->desc;
+    int n = d->nparams;
+    float **pp = malloc((size_t)n * 3 * sizeof *pp);
+    if (!pp) return cl_error(CL_ERR_OOM, "cannot allocate the checkpoint index");
+    float **mp = pp + n, **vp = pp + 2 * n;
+    cl_status s = CL_OK;
+    if (t->pp) {
+        /* a pipeline: every stage sends what it owns to the first, which writes */
+        float *host = NULL;
+        int writer = 0, opt_t = 0;
+        s = cl_pp_gather(t, &host, &writer, &opt_t);
+        if (!s && writer) {
+            for (int i = 0; i < n; i++) {
+                pp[i] = host + d->params[i].offset;
+                mp[i] = host + d->nfloats + d->params[i].offset;
+                vp[i] = host + 2 * d->nfloats + d->params[i].offset;
+            }
+            s = save_arrays(t, dir, pp, mp, vp, opt_t);
+        }
+        free(host);
+    } else {
+        for (int i = 0; i < n; i++) {
+            pp[i] = t->model->p[i];
+            mp[i] = t->opt.m + t->model->loc[i];
+            vp[i] = t->opt.v + t->model->loc[i];
+        }
+        s = save_arrays(t, dir, pp, mp, vp, t->opt.t);
+    }
+    free(pp);
+    return s;
+}
+
+static cl_status save_arrays(cl_trainer *t, const char *dir, float *const *params, float *const *mp, float *const *vp,
+                             int opt_t) {
     char tmp[4096], path[4200];
     snprintf(tmp, sizeof tmp, "%s.tmp", dir);
     remove_ckpt_dir(tmp);
@@ -216,14 +253,8 @@ cl_status cl_trainer_save(cl_trainer *t, const char *dir) {
     cl_st_meta meta[] = {{"format", "pt"}};
     cl_status s;
     snprintf(path, sizeof path, "%s/model.safetensors", tmp);
-    s = write_params(path, d, t->model->p, "", meta, 1);
+    s = write_params(path, d, params, "", meta, 1);
     if (!s) {
-        float **mp = malloc((size_t)d->nparams * sizeof *mp), **vp = malloc((size_t)d->nparams * sizeof *vp);
-        if (!mp || !vp) s = cl_error(CL_ERR_OOM, "cannot allocate the optimizer index");
-        for (int i = 0; !s && i < d->nparams; i++) {
-            mp[i] = t->opt.m + t->model->loc[i];
-            vp[i] = t->opt.v + t->model->loc[i];
-        }
         snprintf(path, sizeof path, "%s/optimizer.safetensors", tmp);
         if (!s) {
             /* both moments in one file: exp_avg.* then exp_avg_sq.* */
@@ -243,8 +274,6 @@ cl_status cl_trainer_save(cl_trainer *t, const char *dir) {
             free(items);
             free(names);
         }
-        free(mp);
-        free(vp);
     }
     cl_strbuf b = {0};
     if (!s) {
@@ -257,7 +286,7 @@ cl_status cl_trainer_save(cl_trainer *t, const char *dir) {
         cl_strbuf st = {0};
         const cl_train_config *c = &t->cfg;
         cl_sb_printf(&st, "{\n  \"step\": %d,\n  \"optimizer_step\": %d,\n  \"seq_len\": %d,\n  \"global_batch\": %d,\n", t->step,
-                     t->opt.t, d->T, c->global_batch);
+                     opt_t, d->T, c->global_batch);
         cl_sb_printf(&st, "  \"micro_batch\": %d,\n  \"seed\": \"%" PRIu64 "\",\n  \"samples_seen\": %" PRId64 ",\n", c->micro_batch,
                      c->seed, (int64_t)t->step * c->global_batch);
         cl_sb_printf(&st, "  \"data\": ");
@@ -332,6 +361,26 @@ cl_status cl_trainer_resume(cl_trainer *t, const char *dir) {
                         dir, T, gb, seed, t->desc->T, t->cfg.global_batch, t->cfg.seed);
     const cl_model_desc *d = t->desc;
     char path[4200];
+    if (t->pp) {
+        /* every stage reads the whole files into host memory and keeps its part */
+        int n = d->nparams;
+        float *host = malloc((size_t)d->nfloats * 3 * sizeof *host);
+        float **ptr = malloc((size_t)n * 3 * sizeof *ptr);
+        cl_status s = host && ptr ? CL_OK : cl_error(CL_ERR_OOM, "cannot allocate %s's buffers", dir);
+        for (int i = 0; !s && i < n; i++)
+            for (int k = 0; k < 3; k++) ptr[k * n + i] = host + k * d->nfloats + d->params[i].offset;
+        snprintf(path, sizeof path, "%s/model.safetensors", dir);
+        if (!s) s = read_params(path, d, ptr, "");
+        snprintf(path, sizeof path, "%s/optimizer.safetensors", dir);
+        if (!s) s = read_params(path, d, ptr + n, "exp_avg.");
+        if (!s) s = read_params(path, d, ptr + 2 * n, "exp_avg_sq.");
+        if (!s) cl_pp_load(t, host, host + d->nfloats, host + 2 * d->nfloats, opt_t);
+        free(host);
+        free(ptr);
+        if (s) return s;
+        t->step = step;
+        return CL_OK;
+    }
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     CL_TRY(read_params(path, d, t->model->p, ""));
     float **mp = malloc((size_t)d->nparams * sizeof *mp), **vp = malloc((size_t)d->nparams * sizeof *vp);

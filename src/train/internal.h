@@ -49,5 +49,12 @@ cl_status cl_pp_step(cl_trainer *t, float lr, double *loss_sum, double *norm, cl
 /* Mean loss over windows of tokens, forward only through the pipeline. */
 cl_status cl_pp_eval_tokens(cl_trainer *t, const int32_t *tok, size_t n, double *loss);
 cl_status cl_pp_eval_digits(cl_trainer *t, double *loss);
+/* Checkpoints of a pipeline. gather: the ranks of data-parallel replica 0
+ * send what they own to its first stage, where *host gets every parameter,
+ * then both AdamW moments, each in the description's layout (3 x nfloats
+ * floats, the caller frees) and *writer = 1; elsewhere *host stays NULL.
+ * load: every held parameter and its moments from such arrays. */
+cl_status cl_pp_gather(cl_trainer *t, float **host, int *writer, int *opt_t);
+void cl_pp_load(cl_trainer *t, const float *p, const float *m, const float *v, int opt_t);
 
 #endif

@@ -706,3 +706,74 @@ cl_status cl_trainer_write_trace(cl_trainer *t, cl_comm *world, const char *path
     cl_trace_free(&all);
     return s;
 }
+
+/* ---- checkpoints ------------------------------------------------------------- */
+
+#define CKPT_TAG 32002
+
+/* The chunk of this rank that owns parameter i, or NULL; *rank its owner. */
+static pp_chunk *owner_of(struct cl_pp *pp, const cl_model_desc *d, int i, int *rank) {
+    int u = d->params[i].unit;
+    for (int st = 0; st < pp->S; st++)
+        if (u >= pp->part.u0[st] && u < pp->part.u1[st]) {
+            *rank = rank_of_stage(pp, st);
+            return *rank == pp->r ? &pp->ch[st / pp->p] : NULL;
+        }
+    *rank = -1;
+    return NULL;
+}
+
+cl_status cl_pp_gather(cl_trainer *t, float **host, int *writer, int *opt_t) {
+    struct cl_pp *pp = t->pp;
+    const cl_model_desc *d = t->desc;
+    *host = NULL;
+    *writer = 0;
+    *opt_t = pp->ch[0].opt.t;
+    if (t->dp_rank != 0) return CL_OK; /* replicas hold the same values */
+    int lead = pp->r == 0;
+    float *h = NULL;
+    if (lead) {
+        h = malloc((size_t)d->nfloats * 3 * sizeof *h);
+        if (!h) return cl_error(CL_ERR_OOM, "cannot allocate the checkpoint's gather buffer");
+    }
+    cl_status s = CL_OK;
+    for (int i = 0; i < d->nparams && !s; i++) {
+        int owner;
+        pp_chunk *ch = owner_of(pp, d, i, &owner);
+        size_t n = (size_t)d->params[i].numel, bytes = n * sizeof(float);
+        if (ch) {
+            const float *src[3] = {ch->m->p[i], ch->opt.m + ch->m->loc[i], ch->opt.v + ch->m->loc[i]};
+            for (int k = 0; k < 3 && !s; k++) {
+                if (lead) memcpy(h + k * d->nfloats + d->params[i].offset, src[k], bytes);
+                else s = cl_comm_send(pp->comm, src[k], bytes, 0, CKPT_TAG);
+            }
+        } else if (lead) {
+            for (int k = 0; k < 3 && !s; k++)
+                s = cl_comm_recv(pp->comm, h + k * d->nfloats + d->params[i].offset, bytes, owner, CKPT_TAG);
+        }
+    }
+    if (s) {
+        free(h);
+        return s;
+    }
+    *host = h;
+    *writer = lead;
+    return CL_OK;
+}
+
+void cl_pp_load(cl_trainer *t, const float *p, const float *m, const float *v, int opt_t) {
+    struct cl_pp *pp = t->pp;
+    const cl_model_desc *d = t->desc;
+    for (int c = 0; c < pp->v; c++) {
+        pp_chunk *ch = &pp->ch[c];
+        for (int i = 0; i < d->nparams; i++) {
+            if (!cl_model_holds_param(ch->m, i)) continue; /* the head's wte copy too: it equals the embedding's */
+            size_t bytes = (size_t)d->params[i].numel * sizeof(float);
+            int64_t off = d->params[i].offset;
+            memcpy(ch->m->p[i], p + off, bytes);
+            memcpy(ch->opt.m + ch->m->loc[i], m + off, bytes);
+            memcpy(ch->opt.v + ch->m->loc[i], v + off, bytes);
+        }
+        ch->opt.t = opt_t;
+    }
+}
