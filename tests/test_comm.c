@@ -164,6 +164,15 @@ static uint64_t coll_checks(cl_comm *c, int full) {
         if (me == n - 1) x[1] = NAN;
         TCHECK_OK(cl_comm_allreduce(c, x, 3, CL_RED_MAX));
         TCHECK(isnan(x[1]) && !isnan(x[0]) && !isnan(x[2]), "max with a NaN on the last rank: %g %g %g", x[0], x[1], x[2]);
+        /* the same through the vector loops (count 1024: whole lines on every rank) */
+        for (size_t i = 0; i < 1024; i++) buf[i] = (float)i;
+        if (me == n - 1) buf[37] = buf[1000] = NAN;
+        TCHECK_OK(cl_comm_allreduce(c, buf, 1024, CL_RED_MAX));
+        size_t bad = 1024;
+        for (size_t i = 0; i < 1024 && bad == 1024; i++)
+            if ((i == 37 || i == 1000) ? !isnan(buf[i]) : buf[i] != (float)i) bad = i;
+        TCHECK(bad == 1024, "max with NaNs at 37 and 1000 on the last rank: element %zu is %g", bad,
+               bad < 1024 ? buf[bad] : 0.0);
     }
     /* reduce-scatter */
     const size_t cprs[] = {0, 1, 7, 1001, 40009};

@@ -1,5 +1,5 @@
-/* The reduction every backend uses (cl_fold_rows) and a copy for
- * communication buffers (cl_copy).
+/* The reduction every backend uses (cl_fold_rows) and the copies for
+ * communication buffers (cl_copy, cl_copy_stream).
  *
  * Why one place: cleave promises bitwise equal reductions across ranks,
  * runs and backends; that holds because every backend folds through this
@@ -8,15 +8,24 @@
  * the accumulator as the first operand. The SSE2 path computes exactly what
  * the scalar path does (the same single operations, element by element).
  *
+ * Why one pass: the fold keeps a 64-byte line of the partial result in
+ * registers, reads that line of every source once and stores it into every
+ * destination; each byte crosses the memory bus once per source and once
+ * per destination. (An earlier version folded 4 KiB blocks into an L1
+ * array and copied it out, which added a pass and ran at about half of
+ * this on the 2-core EPYC VM: docs/PERFORMANCE.md.)
+ *
  * Why not memcpy everywhere: on the machines this was measured on (AMD
  * EPYC VMs), glibc's memcpy uses `rep movsb` for 2 KiB .. 64 KiB and moves
  * only 2-3 GB/s there, against 40-70 GB/s for plain vector stores; so the
  * fold never calls memcpy, and cl_copy uses vector stores below 256 KiB.
  *
- * Invariants: the partial result of a block lives in a local array (L1), so
- * a destination may alias a source at the same offset (in-place
- * all-reduce). With stream, stores bypass the cache (non-temporal) and are
- * fenced before returning, for buffers much larger than the caches. */
+ * Invariants: every source line is loaded before the same line of any
+ * destination is stored, so a destination may alias a source at the same
+ * offset (in-place all-reduce). With stream, stores bypass the cache
+ * (non-temporal) and are fenced before returning: only for destinations
+ * that are not read first (an in-place all-reduce has its lines in the
+ * cache already, and streaming them measured slower). */
 #include "comm/internal.h"
 
 #include <stdint.h>
@@ -25,60 +34,118 @@
 #include <emmintrin.h>
 #endif
 
-enum { BLOCK_BYTES = 4096 };
-
 static inline float max_f(float acc, float x) { return (x > acc || x != x) ? x : acc; }
 static inline double max_d(double acc, double x) { return (x > acc || x != x) ? x : acc; }
 
-/* t = a op b (a the accumulator) */
-static void comb_f32(float *t, const float *a, const float *b, size_t m, int is_max) {
-    size_t i = 0;
 #ifdef __SSE2__
-    if (is_max) {
-        for (; i + 4 <= m; i += 4) {
-            __m128 acc = _mm_loadu_ps(a + i), x = _mm_loadu_ps(b + i);
-            __m128 k = _mm_or_ps(_mm_cmpgt_ps(x, acc), _mm_cmpunord_ps(x, x));
-            _mm_storeu_ps(t + i, _mm_or_ps(_mm_and_ps(k, x), _mm_andnot_ps(k, acc)));
-        }
-    } else {
-        for (; i + 4 <= m; i += 4) _mm_storeu_ps(t + i, _mm_add_ps(_mm_loadu_ps(a + i), _mm_loadu_ps(b + i)));
+/* acc op x for 4 floats / 2 doubles, as max_f / max_d element by element */
+static inline __m128 vmax_f(__m128 acc, __m128 x) {
+    __m128 k = _mm_or_ps(_mm_cmpgt_ps(x, acc), _mm_cmpunord_ps(x, x));
+    return _mm_or_ps(_mm_and_ps(k, x), _mm_andnot_ps(k, acc));
+}
+static inline __m128d vmax_d(__m128d acc, __m128d x) {
+    __m128d k = _mm_or_pd(_mm_cmpgt_pd(x, acc), _mm_cmpunord_pd(x, x));
+    return _mm_or_pd(_mm_and_pd(k, x), _mm_andnot_pd(k, acc));
+}
+#define LINE_LOOP(T, V, LD, ST, NT, ADD, MAX, DIV, SET1)                                                        \
+    {                                                                                                        \
+        enum { L = sizeof(V) / sizeof(T) };                                                                  \
+        V dv = SET1((T)n);                                                                                   \
+        for (; i + 4 * L <= len; i += 4 * L) {                                                               \
+            const T *s = (const T *)src[0] + i;                                                              \
+            V a0 = LD(s), a1 = LD(s + L), a2 = LD(s + 2 * L), a3 = LD(s + 3 * L);                            \
+            for (int j = 1; j < n; j++) {                                                                    \
+                s = (const T *)src[j] + i;                                                                   \
+                if (is_max) {                                                                                \
+                    a0 = MAX(a0, LD(s)), a1 = MAX(a1, LD(s + L));                                            \
+                    a2 = MAX(a2, LD(s + 2 * L)), a3 = MAX(a3, LD(s + 3 * L));                                \
+                } else {                                                                                     \
+                    a0 = ADD(a0, LD(s)), a1 = ADD(a1, LD(s + L));                                            \
+                    a2 = ADD(a2, LD(s + 2 * L)), a3 = ADD(a3, LD(s + 3 * L));                                \
+                }                                                                                            \
+            }                                                                                                \
+            if (avg) a0 = DIV(a0, dv), a1 = DIV(a1, dv), a2 = DIV(a2, dv), a3 = DIV(a3, dv);                 \
+            for (int k = 0; k < ndst; k++) {                                                                 \
+                T *d = (T *)dst[k] + i;                                                                      \
+                if (stream) NT(d, a0), NT(d + L, a1), NT(d + 2 * L, a2), NT(d + 3 * L, a3);                  \
+                else ST(d, a0), ST(d + L, a1), ST(d + 2 * L, a2), ST(d + 3 * L, a3);                         \
+            }                                                                                                \
+        }                                                                                                    \
     }
 #endif
-    for (; i < m; i++) t[i] = is_max ? max_f(a[i], b[i]) : a[i] + b[i];
-}
 
-static void comb_f64(double *t, const double *a, const double *b, size_t m, int is_max) {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+/* The same loop with 256-bit vectors where the CPU has AVX2 (chosen at run
+ * time; the operations, and so the bits, are those of the SSE2 loop). */
+#include <immintrin.h>
+#define AVX2 __attribute__((target("avx2")))
+AVX2 static inline __m256 vmax8_f(__m256 acc, __m256 x) {
+    __m256 k = _mm256_or_ps(_mm256_cmp_ps(x, acc, _CMP_GT_OQ), _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+    return _mm256_blendv_ps(acc, x, k);
+}
+AVX2 static inline __m256d vmax4_d(__m256d acc, __m256d x) {
+    __m256d k = _mm256_or_pd(_mm256_cmp_pd(x, acc, _CMP_GT_OQ), _mm256_cmp_pd(x, x, _CMP_UNORD_Q));
+    return _mm256_blendv_pd(acc, x, k);
+}
+AVX2 static size_t lines_f32_avx2(int is_max, int avg, int n, const void *const *src, void *const *dst, int ndst,
+                                  size_t len, int stream) {
     size_t i = 0;
-#ifdef __SSE2__
-    if (is_max) {
-        for (; i + 2 <= m; i += 2) {
-            __m128d acc = _mm_loadu_pd(a + i), x = _mm_loadu_pd(b + i);
-            __m128d k = _mm_or_pd(_mm_cmpgt_pd(x, acc), _mm_cmpunord_pd(x, x));
-            _mm_storeu_pd(t + i, _mm_or_pd(_mm_and_pd(k, x), _mm_andnot_pd(k, acc)));
-        }
-    } else {
-        for (; i + 2 <= m; i += 2) _mm_storeu_pd(t + i, _mm_add_pd(_mm_loadu_pd(a + i), _mm_loadu_pd(b + i)));
+    LINE_LOOP(float, __m256, _mm256_loadu_ps, _mm256_storeu_ps, _mm256_stream_ps, _mm256_add_ps, vmax8_f,
+              _mm256_div_ps, _mm256_set1_ps)
+    return i;
+}
+AVX2 static size_t lines_f64_avx2(int is_max, int avg, int n, const void *const *src, void *const *dst, int ndst,
+                                  size_t len, int stream) {
+    size_t i = 0;
+    LINE_LOOP(double, __m256d, _mm256_loadu_pd, _mm256_storeu_pd, _mm256_stream_pd, _mm256_add_pd, vmax4_d,
+              _mm256_div_pd, _mm256_set1_pd)
+    return i;
+}
+static int have_avx2(void) {
+    static int v = -1; /* a benign race: every thread computes the same value */
+    if (v < 0) v = __builtin_cpu_supports("avx2") ? 1 : 0;
+    return v;
+}
+#define AVX2_LINES(fn)                                                                                       \
+    if (have_avx2() && (!stream || aligned32)) i = fn(is_max, avg, n, src, dst, ndst, len, stream);
+#else
+#define AVX2_LINES(fn)
+#endif
+
+#define TAIL_LOOP(T, MAXS)                                                                                   \
+    for (; i < len; i++) {                                                                                   \
+        T acc = ((const T *)src[0])[i];                                                                      \
+        for (int j = 1; j < n; j++) {                                                                        \
+            T x = ((const T *)src[j])[i];                                                                    \
+            acc = is_max ? MAXS(acc, x) : acc + x;                                                           \
+        }                                                                                                    \
+        if (avg) acc = acc / (T)n;                                                                           \
+        for (int k = 0; k < ndst; k++) ((T *)dst[k])[i] = acc;                                               \
     }
+
+static void fold_f32(int is_max, int avg, int n, const void *const *src, void *const *dst, int ndst, size_t len,
+                     int stream, int aligned32) {
+    size_t i = 0;
+    AVX2_LINES(lines_f32_avx2)
+#ifdef __SSE2__
+    LINE_LOOP(float, __m128, _mm_loadu_ps, _mm_storeu_ps, _mm_stream_ps, _mm_add_ps, vmax_f, _mm_div_ps, _mm_set1_ps)
+#else
+    (void)stream;
 #endif
-    for (; i < m; i++) t[i] = is_max ? max_d(a[i], b[i]) : a[i] + b[i];
+    TAIL_LOOP(float, max_f)
 }
 
-static void div_f32(float *t, size_t m, float d) {
+static void fold_f64(int is_max, int avg, int n, const void *const *src, void *const *dst, int ndst, size_t len,
+                     int stream, int aligned32) {
     size_t i = 0;
+    AVX2_LINES(lines_f64_avx2)
 #ifdef __SSE2__
-    __m128 v = _mm_set1_ps(d);
-    for (; i + 4 <= m; i += 4) _mm_storeu_ps(t + i, _mm_div_ps(_mm_loadu_ps(t + i), v));
+    LINE_LOOP(double, __m128d, _mm_loadu_pd, _mm_storeu_pd, _mm_stream_pd, _mm_add_pd, vmax_d, _mm_div_pd,
+              _mm_set1_pd)
+#else
+    (void)stream;
 #endif
-    for (; i < m; i++) t[i] = t[i] / d;
-}
-
-static void div_f64(double *t, size_t m, double d) {
-    size_t i = 0;
-#ifdef __SSE2__
-    __m128d v = _mm_set1_pd(d);
-    for (; i + 2 <= m; i += 2) _mm_storeu_pd(t + i, _mm_div_pd(_mm_loadu_pd(t + i), v));
-#endif
-    for (; i < m; i++) t[i] = t[i] / d;
+    TAIL_LOOP(double, max_d)
 }
 
 /* bytes from s to d (no overlap), vector stores; stream: non-temporal */
@@ -110,6 +177,7 @@ static void put(char *d, const char *s, size_t bytes, int stream) {
     }
     for (; i + 16 <= bytes; i += 16)
         _mm_storeu_si128((__m128i *)(d + i), _mm_loadu_si128((const __m128i *)(s + i)));
+    if (stream) _mm_sfence();
 #else
     (void)stream;
 #endif
@@ -122,30 +190,22 @@ void cl_copy(void *dst, const void *src, size_t bytes) {
     else put(dst, src, bytes, 0);
 }
 
+void cl_copy_stream(void *dst, const void *src, size_t bytes) {
+    if (!bytes || dst == src) return;
+    put(dst, src, bytes, 1);
+}
+
 void cl_fold_rows(cl_dtype dt, cl_redop op, int n, const void *const *src, void *const *dst, int ndst, size_t len,
                   int stream) {
     if (len == 0) return;
-    size_t es = cl_dtype_size(dt), block = BLOCK_BYTES / es;
-    int is_max = op == CL_RED_MAX;
-    union {
-        float f[BLOCK_BYTES / sizeof(float)];
-        double d[BLOCK_BYTES / sizeof(double)];
-    } t;
-    for (size_t off = 0; off < len; off += block) {
-        size_t m = len - off < block ? len - off : block;
-        if (dt == CL_DT_F64) {
-            if (n == 1) put((char *)t.d, (const char *)((const double *)src[0] + off), m * es, 0);
-            else comb_f64(t.d, (const double *)src[0] + off, (const double *)src[1] + off, m, is_max);
-            for (int j = 2; j < n; j++) comb_f64(t.d, t.d, (const double *)src[j] + off, m, is_max);
-            if (op == CL_RED_AVG) div_f64(t.d, m, (double)n);
-        } else {
-            if (n == 1) put((char *)t.f, (const char *)((const float *)src[0] + off), m * es, 0);
-            else comb_f32(t.f, (const float *)src[0] + off, (const float *)src[1] + off, m, is_max);
-            for (int j = 2; j < n; j++) comb_f32(t.f, t.f, (const float *)src[j] + off, m, is_max);
-            if (op == CL_RED_AVG) div_f32(t.f, m, (float)n);
-        }
-        for (int k = 0; k < ndst; k++) put((char *)dst[k] + off * es, (const char *)t.f, m * es, stream);
+    int aligned32 = 1; /* non-temporal stores need aligned vectors */
+    for (int k = 0; k < ndst && stream; k++) {
+        if ((uintptr_t)dst[k] & 15) stream = 0;
+        if ((uintptr_t)dst[k] & 31) aligned32 = 0;
     }
+    int is_max = op == CL_RED_MAX, avg = op == CL_RED_AVG;
+    if (dt == CL_DT_F64) fold_f64(is_max, avg, n, src, dst, ndst, len, stream, aligned32);
+    else fold_f32(is_max, avg, n, src, dst, ndst, len, stream, aligned32);
 #ifdef __SSE2__
     if (stream) _mm_sfence();
 #endif

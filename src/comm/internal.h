@@ -141,12 +141,17 @@ void cl_comm_chunk(size_t count, int n, int r, size_t *lo, size_t *hi);
 /* The reduction (fold.c): for each i < len, t = src[0][i]; t = t (op)
  * src[j][i] for j = 1..n-1; AVG: t = t / n; then every dst[d][i] = t. A dst
  * may alias a src at the same offset. stream: non-temporal stores (for
- * buffers far larger than the caches). */
+ * destinations far larger than the caches and not read by the fold;
+ * ignored unless every dst is 16-byte aligned). */
 void cl_fold_rows(cl_dtype dt, cl_redop op, int n, const void *const *src, void *const *dst, int ndst, size_t len,
                   int stream);
 /* memcpy for communication buffers (vector stores for small sizes, see fold.c). */
 void cl_copy(void *dst, const void *src, size_t bytes);
-/* Whole-collective footprint above which the threads backend streams its stores. */
+/* The same with non-temporal stores (fenced), for destinations far larger
+ * than the caches that nobody reads soon. */
+void cl_copy_stream(void *dst, const void *src, size_t bytes);
+/* Whole-collective footprint above which the threads backend streams the
+ * stores of destinations it does not read (reduce-scatter, all-gather). */
 #define CL_STREAM_BYTES ((size_t)16 << 20)
 
 /* The timeout when cl_launch_opts gives 0 (or no options). */

@@ -448,7 +448,7 @@ static cl_status th_allreduce(cl_comm *c, void *buf, size_t count, cl_dtype dt, 
             t->dst[j] = (char *)g->slot[j].q + lo * es;
             t->src[j] = t->dst[j];
         }
-        cl_fold_rows(dt, op, n, t->src, t->dst, n, hi - lo, (size_t)n * count * es > CL_STREAM_BYTES);
+        cl_fold_rows(dt, op, n, t->src, t->dst, n, hi - lo, 0); /* lines just read: cached stores */
     }
     barrier(c, g, 0, what);
     return st;
@@ -478,10 +478,13 @@ static cl_status th_allgather(cl_comm *c, const void *in, void *out, size_t bpr)
     publish(g, me, CL_OP_ALLGATHER, CL_DT_F32, CL_RED_SUM, 0, bpr, in, out);
     CL_TRY(barrier(c, g, 1, "allgather"));
     cl_status st = check_slots(c, g, "allgather");
-    if (st == CL_OK && bpr) {
-        for (int j = 0; j < n; j++) {
-            char *d = (char *)out + (size_t)j * bpr;
-            cl_copy(d, g->slot[j].p, bpr);
+    if (st == CL_OK && bpr) { /* push: read my piece once, write it into every rank's out */
+        int stream = (size_t)n * (size_t)n * bpr > CL_STREAM_BYTES;
+        for (int k = 0; k < n; k++) {
+            int j = (me + k) % n; /* spread the writers over the outputs */
+            char *d = (char *)g->slot[j].q + (size_t)me * bpr;
+            if (stream) cl_copy_stream(d, in, bpr);
+            else cl_copy(d, in, bpr);
         }
     }
     barrier(c, g, 0, "allgather");
