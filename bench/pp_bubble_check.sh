@@ -4,10 +4,14 @@
 # bubble (idle / makespan of the step's forward and backward work, mean
 # over ranks) and the simulator's figure for the same schedule with that
 # step's measured per-stage times; their means over the last 8 of 12 steps
-# must agree within 25%. A timing check on a shared machine: a failed
+# must agree within 25% (exit status 1 otherwise). A timing check, so a
+# benchmark and not part of the test suite: other load on the cores shows up
+# as idle time (it failed that way in CI while other builds ran). A failed
 # attempt is run once more before it counts.
+#   bash bench/pp_bubble_check.sh
 set -u
-source "$(dirname "$0")/lib.sh"
+cd "$(dirname "$0")/.."
+source tests/lib.sh
 head -c 400000 data/kjv.txt > "$tmp/text.txt"
 measure() { # schedule m -> "measured simulated"
     "$CLEAVE" train --data "$tmp/text.txt" --seq-len 64 --micro-batch-size 8 --global-batch-size $((8 * $2)) --steps 12 \
@@ -28,4 +32,4 @@ for sched in gpipe 1f1b; do
         [ $ok -eq 1 ] || { echo "FAILED: pp=2 $sched m=$m: measured bubble not within 25% of the simulator's: $(tail -3 "$tmp/b.out")"; fail=$((fail + 1)); }
     done
 done
-finish cli_pp_bubble
+finish pp_bubble_check
