@@ -61,7 +61,12 @@
  * a step's window starts after a barrier and ends when the later of the two
  * ranks finishes its last backward; idle = window - busy, so idle also holds
  * the time messages take. Printed per rank as ms per step and as the idle
- * fraction, averaged over every step but the first.
+ * fraction, averaged over every step but the first, beside the figure the
+ * schedule simulator (schedule.h) gives for GPipe on these two stages with
+ * the measured mean forward and backward time of a micro-batch and free
+ * messages. The stages are unbalanced (the convolution part takes about
+ * three quarters of the time), so the idle fraction falls with M far less
+ * than GPipe's 1/(M+1) for equal stages: see docs/ARCHITECTURE.md.
  *
  * Exit status: 0 when every equality holds; 2 on bad flags or data (with a
  * message); 1 when training fails (a library error, e.g. a memory cap too
