@@ -46,6 +46,11 @@ const char *cli_get(const cli_args *a, const char *name) {
     return f >= 0 ? a->values[f] : NULL;
 }
 
+void cli_default(cli_args *a, const char *name, const char *value) {
+    int f = find_flag(a->flags, a->nflags, name, strlen(name));
+    if (f >= 0 && !a->values[f]) a->values[f] = value;
+}
+
 cl_status cli_int(const cli_args *a, const char *name, int *out, int min, int max) {
     const char *v = cli_get(a, name);
     if (!v) return CL_OK;

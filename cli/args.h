@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "cleave/core.h"
+#include "cleave/model.h"
 
 /* A flag spec: name without dashes ("steps"), alias ("" if none), whether it takes a value. */
 typedef struct {
@@ -15,6 +16,8 @@ typedef struct {
     int takes_value;
     const char *help;
 } cli_flag;
+
+#define NFLAGS(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
 typedef struct {
     const cli_flag *flags;
@@ -25,6 +28,8 @@ typedef struct {
 /* Parses argv[start..argc). Unknown flags and positional arguments are errors. */
 cl_status cli_parse(cli_args *a, const cli_flag *flags, int nflags, int argc, char **argv, int start);
 const char *cli_get(const cli_args *a, const char *name);
+/* Gives flag `name` this value when the command line did not. */
+void cli_default(cli_args *a, const char *name, const char *value);
 /* Typed getters: absent flags leave *out unchanged. */
 cl_status cli_int(const cli_args *a, const char *name, int *out, int min, int max);
 cl_status cli_u64(const cli_args *a, const char *name, uint64_t *out);
@@ -33,5 +38,9 @@ cl_status cli_bytes(const cli_args *a, const char *name, size_t *out);
 void cli_print_help(const char *usage, const cli_flag *flags, int nflags);
 /* Exit status for a failed status: 2 for the user's input, 1 for bugs and failures. */
 int cli_fail(cl_status s);
+
+/* The model flags (--model, --layers, --channels, --heads, --vocab, --context,
+ * --seq-len) into a checked config (cli/main.c). */
+cl_status cli_parse_model(const cli_args *a, cl_model_config *mc, int *seq_len);
 
 #endif

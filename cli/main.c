@@ -16,8 +16,8 @@
 int cleave_cmd_mesh(int argc, char **argv); /* cli/mesh_cmd.c */
 int cleave_cmd_schedule(int argc, char **argv); /* cli/schedule_cmd.c */
 int cleave_cmd_trace(int argc, char **argv); /* cli/trace_cmd.c */
+int cleave_cmd_bench(int argc, char **argv); /* cli/bench_cmd.c */
 
-#define NFLAGS(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
 static const cli_flag train_flags[] = {
     {"help", "h", 0, "show this help"},
@@ -83,7 +83,7 @@ static cl_status check_mesh(cl_mesh *m, int world, int dp, int tp, int pp) {
     return CL_OK;
 }
 
-static cl_status parse_model(const cli_args *a, cl_model_config *mc, int *seq_len) {
+cl_status cli_parse_model(const cli_args *a, cl_model_config *mc, int *seq_len) {
     const char *name = cli_get(a, "model");
     CL_TRY(cl_model_preset(name ? name : "gpt2-tiny", mc));
     int custom = 0;
@@ -372,7 +372,7 @@ static int cmd_train(int argc, char **argv) {
     j.temperature = 0.8f;
     int stop_after = 0, ranks = 0, dp = 0, tp = 0, pp = 0;
     float timeout = 300;
-    if ((s = parse_model(&a, &c->model, &c->seq_len))) return cli_fail(s);
+    if ((s = cli_parse_model(&a, &c->model, &c->seq_len))) return cli_fail(s);
     if (c->model.kind != CL_MODEL_GPT) c->data = "data/digits.csv.gz";
     int gb_given = j.gb_given = cli_get(&a, "global-batch-size") != NULL;
     if ((s = cli_int(&a, "steps", &j.steps, 1, 1 << 30)) || (s = cli_float(&a, "lr", &c->lr.lr, 1e-12, 10)) ||
@@ -559,6 +559,7 @@ static void usage(FILE *f) {
                "  mesh       print the dp x tp x pp mesh and its groups\n"
                "  schedule   print, check and draw a pipeline schedule (per-rank actions, bubble)\n"
                "  trace      draw a pipeline timeline (Chrome trace or simulated schedule) as SVG\n"
+               "  bench      this machine's FP32 peak (peak), the step's GEMMs (gemm), a step by operation (step)\n"
                "  version    print the version and the optional parts built in\n\n"
                "'cleave COMMAND --help' lists each command's flags.\n");
 }
@@ -575,6 +576,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "mesh")) return cleave_cmd_mesh(argc, argv);
     if (!strcmp(cmd, "schedule")) return cleave_cmd_schedule(argc, argv);
     if (!strcmp(cmd, "trace")) return cleave_cmd_trace(argc, argv);
+    if (!strcmp(cmd, "bench")) return cleave_cmd_bench(argc, argv);
     if (!strcmp(cmd, "--version") || !strcmp(cmd, "version")) {
         printf("cleave 0.1 (gemm: %s, mpi: %s)\n", cl_gemm_backend(), cl_mpi_available() ? "yes" : "no");
         return 0;
@@ -583,6 +585,6 @@ int main(int argc, char **argv) {
         usage(stdout);
         return 0;
     }
-    fprintf(stderr, "cleave: error: unknown command '%s' (train, eval, generate, mesh, schedule, trace)\n", cmd);
+    fprintf(stderr, "cleave: error: unknown command '%s' (train, eval, generate, mesh, schedule, trace, bench)\n", cmd);
     return 2;
 }

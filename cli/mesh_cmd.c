@@ -14,7 +14,6 @@
 #include <stdlib.h>
 
 #define MESH_MAX_RANKS (1 << 16)
-#define NFLAGS(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
 static const cli_flag mesh_flags[] = {
     {"help", "h", 0, "show this help"},

@@ -11,7 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define NFLAGS(a) ((int)(sizeof(a) / sizeof((a)[0])))
 #define TIMELINE_MAX_SLOTS 2000
 
 static const cli_flag sched_flags[] = {

@@ -11,7 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define NFLAGS(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
 static const cli_flag render_flags[] = {
     {"help", "h", 0, "show this help"},

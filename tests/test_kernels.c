@@ -11,6 +11,7 @@
 #include "cleave/core.h"
 #include "cleave/kernels.h"
 #include "common/check.h"
+#include "kernels/simd.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -817,6 +818,211 @@ static void test_adamw(void) {
     free(x); free(y);
 }
 
+/* ---- vector paths against the plain paths ------------------------------------------------------ */
+
+/* Runs kernel call `run` with the plain path forced, then with the vector path, on copies of the
+ * same inputs. Lengths that are not multiples of 8 and that cross a parallel block (16384) are
+ * what the cases below are chosen for. Thread counts: the same call on 1 and 2 threads must give
+ * the same bits (kernels/simd.h's promise). */
+#ifdef CL_SIMD_X86
+CL_AVX2 static void exp_array(float *y, const float *x, int n) {
+    for (int i = 0; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, cl_exp8(_mm256_loadu_ps(x + i)));
+}
+#endif
+
+static double err_ff(const float *a, const float *b, long n) {
+    double *bd = todouble(b, n);
+    double e = err_fd(a, bd, n);
+    free(bd);
+    return e;
+}
+
+static void test_simd_exp(kstat *k) {
+#ifdef CL_SIMD_X86
+    if (cl_simd() != CL_SIMD_AVX2) return;
+    enum { n = 4096 };
+    float *x = fvec(n), *y = fvec(n);
+    for (int i = 0; i < n; i++) x[i] = -87.0f + 175.5f * (float)i / (n - 1);
+    exp_array(y, x, n);
+    double worst = 0;
+    for (int i = 0; i < n; i++) {
+        double want = exp((double)x[i]);
+        double ulp = nextafterf((float)want, INFINITY) - (float)want;
+        double e = fabs(y[i] - want) / ulp;
+        if (e > worst) worst = e;
+    }
+    expect(k, "cl_exp8 on [-87, 88.5], in ulp", worst, 2.0);
+    const float edge[8] = {-INFINITY, -100.0f, 0.0f, 1e-30f, 89.0f, INFINITY, NAN, -0.0f};
+    float out[8];
+    exp_array(out, edge, 8);
+    CHECK(out[0] == 0 && out[1] == 0 && out[2] == 1 && out[3] == 1 && isinf(out[4]) && isinf(out[5]) && isnan(out[6]) &&
+              out[7] == 1,
+          "cl_exp8 edges: %g %g %g %g %g %g %g %g", out[0], out[1], out[2], out[3], out[4], out[5], out[6], out[7]);
+    free(x); free(y);
+#else
+    (void)k;
+#endif
+}
+
+/* the same call on 1 and on 2 threads: bitwise equal */
+#define SAME_ON_THREADS(what, out, n, call)                                                       \
+    do {                                                                                          \
+        cl_set_threads(1);                                                                        \
+        call;                                                                                     \
+        float *one_ = fcopy(out, n);                                                              \
+        cl_set_threads(2);                                                                        \
+        call;                                                                                     \
+        CHECK(count_ne(out, one_, n) == 0, "%s: 1 and 2 threads differ in %ld values", what, count_ne(out, one_, n)); \
+        free(one_);                                                                               \
+    } while (0)
+
+static void test_simd_elementwise(kstat *k) {
+    const long lens[] = {1, 7, 8, 9, 31, 1000, 16384 + 13, 3 * 16384 + 5};
+    char what[96];
+    for (int li = 0; li < (int)(sizeof lens / sizeof lens[0]); li++) {
+        long n = lens[li];
+        float *x = frandn(n, 2.5f), *d = frandn(n, 1.0f), *g0 = frandn(n, 1.0f);
+        float *yp = fvec(n), *yv = fvec(n), *gp = fcopy(g0, n), *gv = fcopy(g0, n);
+        cl_kernels_force_plain(1);
+        cl_gelu_forward(yp, x, n);
+        cl_gelu_backward(gp, d, x, n);
+        cl_kernels_force_plain(0);
+        cl_gelu_forward(yv, x, n);
+        cl_gelu_backward(gv, d, x, n);
+        snprintf(what, sizeof what, "gelu forward, n %ld", n);
+        expect(k, what, err_ff(yv, yp, n), 1e-6);
+        snprintf(what, sizeof what, "gelu backward (adds), n %ld", n);
+        expect(k, what, err_ff(gv, gp, n), 1e-6);
+        float *sp = fcopy(d, n), *sv = fcopy(d, n);
+        cl_kernels_force_plain(1);
+        cl_gelu_backward_set(sp, sp, x, n);
+        cl_kernels_force_plain(0);
+        cl_gelu_backward_set(sv, sv, x, n);
+        snprintf(what, sizeof what, "gelu backward set, n %ld", n);
+        expect(k, what, err_ff(sv, sp, n), 1e-6);
+        for (long i = 0; i < n; i++) gp[i] -= g0[i]; /* what the adding backward added */
+        snprintf(what, sizeof what, "gelu backward set = added part, n %ld", n);
+        expect(k, what, err_ff(sp, gp, n), 1e-7);
+        SAME_ON_THREADS("gelu forward", yv, n, cl_gelu_forward(yv, x, n));
+        free(x); free(d); free(g0); free(yp); free(yv); free(gp); free(gv); free(sp); free(sv);
+    }
+    /* bias + GELU = a bias added, then GELU; rows of C = 13 and 768 */
+    const int shapes[][2] = {{5, 13}, {3, 768}, {40, 1000}};
+    for (int si = 0; si < 3; si++) {
+        int N = shapes[si][0], C = shapes[si][1];
+        long n = (long)N * C;
+        float *x = frandn(n, 2.0f), *b = frandn(C, 1.0f);
+        float *pre = fcopy(x, n), *out = fvec(n), *want_pre = fvec(n), *want = fvec(n);
+        for (long i = 0; i < n; i++) want_pre[i] = x[i] + b[i % C];
+        cl_kernels_force_plain(1);
+        cl_gelu_forward(want, want_pre, n);
+        cl_kernels_force_plain(0);
+        cl_bias_gelu_forward(out, pre, b, N, C);
+        snprintf(what, sizeof what, "bias+gelu pre-activation, %dx%d", N, C);
+        expect(k, what, (double)count_ne(pre, want_pre, n), 0);
+        snprintf(what, sizeof what, "bias+gelu vs plain gelu, %dx%d", N, C);
+        expect(k, what, err_ff(out, want, n), 1e-6);
+        free(x); free(b); free(pre); free(out); free(want_pre); free(want);
+    }
+}
+
+static void test_simd_xent(kstat *k) {
+    const int Vs[] = {1, 7, 9, 64, 1001, 50304};
+    char what[96];
+    for (int vi = 0; vi < 6; vi++) {
+        int V = Vs[vi], N = V > 1000 ? 5 : 11;
+        long n = (long)N * V;
+        float *x = frandn(n, 3.0f);
+        int32_t *tg = xcalloc(N, sizeof *tg);
+        for (int i = 0; i < N; i++) tg[i] = i == 2 ? -1 : (int32_t)((i * 7919) % V);
+        float *lp = fvec(N), *lv = fvec(N), *ep = fvec(N), *ev = fvec(N);
+        float *g0 = frandn(n, 0.1f), *gp = fcopy(g0, n), *gv = fcopy(g0, n), *ip = fcopy(x, n), *iv = fcopy(x, n);
+        cl_kernels_force_plain(1);
+        cl_xent_forward(lp, ep, x, tg, N, V);
+        cl_xent_backward(gp, x, ep, tg, 0.25f, N, V);
+        cl_xent_backward(ip, ip, ep, tg, 0.25f, N, V);
+        cl_kernels_force_plain(0);
+        cl_xent_forward(lv, ev, x, tg, N, V);
+        cl_xent_backward(gv, x, ev, tg, 0.25f, N, V);
+        cl_xent_backward(iv, iv, ev, tg, 0.25f, N, V);
+        snprintf(what, sizeof what, "xent losses, V %d", V);
+        expect(k, what, err_ff(lv, lp, N), 1e-6);
+        snprintf(what, sizeof what, "xent lse, V %d", V);
+        expect(k, what, err_ff(ev, ep, N), 1e-6);
+        snprintf(what, sizeof what, "xent backward (adds), V %d", V);
+        expect(k, what, err_ff(gv, gp, n), 1e-5);
+        snprintf(what, sizeof what, "xent backward in place, V %d", V);
+        expect(k, what, err_ff(iv, ip, n), 1e-5);
+        SAME_ON_THREADS("xent forward", lv, N, cl_xent_forward(lv, ev, x, tg, N, V));
+        free(x); free(tg); free(lp); free(lv); free(ep); free(ev); free(g0); free(gp); free(gv); free(ip); free(iv);
+    }
+}
+
+static void test_simd_attention(kstat *k) {
+    const int cases[][4] = {{1, 1, 8, 1}, {2, 7, 16, 2}, {1, 65, 16, 4}, {2, 130, 24, 3}};
+    char what[96];
+    for (int ci = 0; ci < 4; ci++) {
+        int B = cases[ci][0], T = cases[ci][1], C = cases[ci][2], NH = cases[ci][3];
+        long nq = (long)B * T * 3 * C, no = (long)B * T * C, na = (long)B * NH * T * T;
+        float *qkv = frandn(nq, 1.0f), *dout = frandn(no, 1.0f);
+        float *op = fvec(no), *ov = fvec(no), *ap = fvec(na), *av = fvec(na), *sc = fvec(na);
+        float *dp = fvec(nq), *dv = fvec(nq);
+        cl_kernels_force_plain(1);
+        cl_attention_forward(op, ap, qkv, B, T, C, NH);
+        cl_attention_backward(dp, sc, dout, qkv, ap, B, T, C, NH);
+        cl_kernels_force_plain(0);
+        cl_attention_forward(ov, av, qkv, B, T, C, NH);
+        cl_attention_backward(dv, sc, dout, qkv, av, B, T, C, NH);
+        snprintf(what, sizeof what, "attention out, B%d T%d C%d NH%d", B, T, C, NH);
+        expect(k, what, err_ff(ov, op, no), 1e-6);
+        snprintf(what, sizeof what, "attention att, T%d", T);
+        expect(k, what, err_ff(av, ap, na), 1e-6);
+        snprintf(what, sizeof what, "attention dqkv, T%d", T);
+        expect(k, what, err_ff(dv, dp, nq), 1e-5);
+        SAME_ON_THREADS("attention forward", ov, no, cl_attention_forward(ov, av, qkv, B, T, C, NH));
+        free(qkv); free(dout); free(op); free(ov); free(ap); free(av); free(sc); free(dp); free(dv);
+    }
+}
+
+static void test_simd_adamw(kstat *k) {
+    const long lens[] = {1, 7, 9, 1000, 16384 + 3};
+    char what[96];
+    for (int li = 0; li < 5; li++) {
+        long n = lens[li];
+        float *p = frandn(n, 1.0f), *g = frandn(n, 1.0f), *m = frandn(n, 0.1f), *v = fvec(n);
+        for (long i = 0; i < n; i++) v[i] = 0.01f * cl_rng_uniform(&g_rng);
+        float *p2 = fcopy(p, n), *m2 = fcopy(m, n), *v2 = fcopy(v, n);
+        cl_kernels_force_plain(1);
+        cl_adamw_update(p, g, m, v, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 5);
+        double sp = cl_sumsq(g, n);
+        cl_kernels_force_plain(0);
+        cl_adamw_update(p2, g, m2, v2, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 5);
+        double sv = cl_sumsq(g, n);
+        snprintf(what, sizeof what, "adamw p, m, v differing bits, n %ld", n);
+        expect(k, what, (double)(count_ne(p, p2, n) + count_ne(m, m2, n) + count_ne(v, v2, n)), 0);
+        snprintf(what, sizeof what, "sumsq, n %ld", n);
+        expect(k, what, fabs(sv - sp) / sp, 1e-12);
+        cl_set_threads(1);
+        double s1 = cl_sumsq(g, n);
+        cl_set_threads(2);
+        double s2 = cl_sumsq(g, n);
+        CHECK(s1 == s2, "sumsq: 1 and 2 threads differ (%.17g vs %.17g)", s1, s2);
+        free(p); free(g); free(m); free(v); free(p2); free(m2); free(v2);
+    }
+}
+
+static void test_simd(void) {
+    kstat k = {"simd", 0};
+    printf("  vector path: %s\n", cl_kernels_isa());
+    test_simd_exp(&k);
+    test_simd_elementwise(&k);
+    test_simd_xent(&k);
+    test_simd_attention(&k);
+    test_simd_adamw(&k);
+    cl_set_threads(1);
+    kdone(&k);
+}
+
 int main(void) {
     cl_rng_seed(&g_rng, 20240601);
     double t0 = cl_now();
@@ -830,6 +1036,7 @@ int main(void) {
     test_conv2d();
     test_maxpool();
     test_adamw();
+    test_simd();
     printf("kernels: %.2f s\n", cl_now() - t0);
     return cl_test_report("test_kernels");
 }

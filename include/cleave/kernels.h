@@ -36,12 +36,16 @@ void cl_gemm_ref(int ta, int tb, int M, int N, int K, float alpha,
 const char *cl_gemm_backend(void); /* "onednn" or "reference" */
 /* Forces cl_gemm onto cl_gemm_ref (tests); returns the previous setting. */
 int cl_gemm_force_reference(int on);
-/* Threads the calling thread's GEMMs may use (oneDNN's OpenMP pool). The
+/* Threads the calling thread's GEMMs and kernels may use (its OpenMP team). The
  * setting belongs to the calling thread, so each rank thread sets its own.
  * The count changes how a product is blocked and so its last bits: ranks
  * that must agree bitwise (threads vs MPI) run with the same count. */
 void cl_set_threads(int n);
 int cl_threads(void);
+/* Vector paths (AVX2 + FMA, picked at run time; kernels/simd.h): "avx2" or
+ * "plain". Forcing the plain loops (tests) returns the previous setting. */
+const char *cl_kernels_isa(void);
+int cl_kernels_force_plain(int on);
 /* Cores this process may run on (its CPU affinity mask), at least 1. */
 int cl_cores_available(void);
 
@@ -89,6 +93,11 @@ void cl_attention_backward(float *dqkv, float *scratch, const float *dout,
  * out = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
 void cl_gelu_forward(float *out, const float *in, int64_t n);
 void cl_gelu_backward(float *din, const float *dout, const float *in, int64_t n);
+/* din = GELU'(in) * dout, assigned (din may be dout: in place). */
+void cl_gelu_backward_set(float *din, const float *dout, const float *in, int64_t n);
+/* Fused bias + GELU after a bias-less product: pre[N,C] += bias[C] (pre is
+ * kept for the backward), out = GELU(pre). One pass over the rows. */
+void cl_bias_gelu_forward(float *out, float *pre, const float *bias, int N, int C);
 
 /* ---- ReLU ---------------------------------------------------------------- */
 void cl_relu_forward(float *out, const float *in, int64_t n);

@@ -14,8 +14,8 @@
 
 #ifdef CL_HAVE_DNNL
 #include <oneapi/dnnl/dnnl.h>
-#include <omp.h>
 #endif
+#include <omp.h>
 #include <sched.h>
 #include <unistd.h>
 
@@ -23,21 +23,9 @@ static atomic_int g_force_reference;
 
 int cl_gemm_force_reference(int on) { return atomic_exchange(&g_force_reference, on ? 1 : 0); }
 
-void cl_set_threads(int n) {
-#ifdef CL_HAVE_DNNL
-    omp_set_num_threads(n < 1 ? 1 : n);
-#else
-    (void)n;
-#endif
-}
+void cl_set_threads(int n) { omp_set_num_threads(n < 1 ? 1 : n); }
 
-int cl_threads(void) {
-#ifdef CL_HAVE_DNNL
-    return omp_get_max_threads();
-#else
-    return 1;
-#endif
-}
+int cl_threads(void) { return omp_get_max_threads(); }
 
 int cl_cores_available(void) {
 #ifdef __linux__

@@ -1,29 +1,98 @@
 /* Fused softmax + cross-entropy over logits[N,V].
  *
- * Forward, per row in double: lse = max + log(sum exp(x - max)),
- * loss = lse - x[target]. Rows with target -1 are ignored: loss 0 (lse is
- * still saved). Backward: dlogits += dloss * (exp(x - lse) - onehot);
+ * Forward, per row: lse = max + log(sum exp(x - max)) with the sum in
+ * double, loss = lse - x[target]. Rows with target -1 are ignored: loss 0
+ * (lse is still saved). Backward: dlogits += dloss * (exp(x - lse) - onehot);
  * ignored rows get nothing. When dlogits == logits (llm.c's in-place mode,
  * which saves an N x V buffer) each row is read and then overwritten: the
  * gradient is assigned, and ignored rows become 0. Partial overlap of the
- * two buffers is not supported. Targets must be -1 or lie in [0, V). */
+ * two buffers is not supported. Targets must be -1 or lie in [0, V).
+ *
+ * Each row reads the logits twice in the forward (max, then the sum) and
+ * once in the backward; nothing N x V is allocated. The plain path takes exp
+ * in double; the AVX2 path takes cl_exp8 in f32 (within 2 ulp) and sums in
+ * double. Rows are split over the thread team, each row wholly on one
+ * thread, so the result does not depend on the thread count. */
 #include "cleave/kernels.h"
+#include "kernels/simd.h"
 
 #include "cleave/core.h"
 
 #include <math.h>
 
+static double row_lse_plain(const float *x, int V) {
+    double mx = -INFINITY;
+    for (int j = 0; j < V; j++) mx = x[j] > mx ? x[j] : mx;
+    double s = 0.0;
+    for (int j = 0; j < V; j++) s += exp((double)x[j] - mx);
+    return mx + log(s);
+}
+
+static void row_grad_plain(float *dx, const float *x, double l, int tg, float dloss, int V, int inplace) {
+    for (int j = 0; j < V; j++) {
+        float p = (float)exp((double)x[j] - l);
+        float g = dloss * (p - (j == tg ? 1.0f : 0.0f));
+        if (inplace) dx[j] = g;
+        else dx[j] += g;
+    }
+}
+
+#ifdef CL_SIMD_X86
+CL_AVX2 static double row_lse_avx2(const float *x, int V) {
+    if (V < 8) return row_lse_plain(x, V);
+    __m256 m8 = _mm256_loadu_ps(x);
+    int j = 8;
+    for (; j + 8 <= V; j += 8) m8 = _mm256_max_ps(m8, _mm256_loadu_ps(x + j));
+    float mx = cl_hmax8(m8);
+    for (; j < V; j++) mx = x[j] > mx ? x[j] : mx;
+    if (isinf(mx) || isnan(mx)) return row_lse_plain(x, V); /* +-inf or NaN rows: the plain path's answer */
+    __m256 vm = _mm256_set1_ps(mx);
+    __m256d s0 = _mm256_setzero_pd(), s1 = _mm256_setzero_pd();
+    for (j = 0; j + 8 <= V; j += 8) {
+        __m256 e = cl_exp8(_mm256_sub_ps(_mm256_loadu_ps(x + j), vm));
+        s0 = _mm256_add_pd(s0, _mm256_cvtps_pd(_mm256_castps256_ps128(e)));
+        s1 = _mm256_add_pd(s1, _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)));
+    }
+    double s = cl_hsum4d(_mm256_add_pd(s0, s1));
+    for (; j < V; j++) s += exp((double)x[j] - mx);
+    return mx + log(s);
+}
+
+CL_AVX2 static void row_grad_avx2(float *dx, const float *x, double l, int tg, float dloss, int V, int inplace) {
+    if (!isfinite(l)) {
+        row_grad_plain(dx, x, l, tg, dloss, V, inplace);
+        return;
+    }
+    __m256 vl = _mm256_set1_ps((float)l), vd = _mm256_set1_ps(dloss);
+    int j = 0;
+    /* exp(x - lse) with lse rounded to f32: the softmax sums to 1 within a few ulp */
+    for (; j + 8 <= V; j += 8) {
+        __m256 g = _mm256_mul_ps(vd, cl_exp8(_mm256_sub_ps(_mm256_loadu_ps(x + j), vl)));
+        if (!inplace) g = _mm256_add_ps(g, _mm256_loadu_ps(dx + j));
+        _mm256_storeu_ps(dx + j, g);
+    }
+    for (; j < V; j++) {
+        float g = dloss * (float)exp((double)x[j] - l);
+        dx[j] = inplace ? g : dx[j] + g;
+    }
+    dx[tg] -= dloss; /* the one-hot term, after the row is written */
+}
+#endif
+
 void cl_xent_forward(float *losses, float *lse, const float *logits,
                      const int32_t *targets, int N, int V) {
+    int v = cl_simd();
+    (void)v;
+    for (int n = 0; n < N; n++) CL_ASSERT(targets[n] >= -1 && targets[n] < V);
+#pragma omp parallel for schedule(static) if (N > 1 && (int64_t)N * V > CL_SIMD_BLOCK)
     for (int n = 0; n < N; n++) {
         const float *x = logits + (int64_t)n * V;
         int32_t tg = targets[n];
-        CL_ASSERT(tg >= -1 && tg < V);
-        double mx = -INFINITY;
-        for (int j = 0; j < V; j++) mx = x[j] > mx ? x[j] : mx;
-        double s = 0.0;
-        for (int j = 0; j < V; j++) s += exp((double)x[j] - mx);
-        double l = mx + log(s);
+#ifdef CL_SIMD_X86
+        double l = v == CL_SIMD_AVX2 ? row_lse_avx2(x, V) : row_lse_plain(x, V);
+#else
+        double l = row_lse_plain(x, V);
+#endif
         lse[n] = (float)l;
         losses[n] = tg < 0 ? 0.0f : (float)(l - x[tg]);
     }
@@ -32,22 +101,25 @@ void cl_xent_forward(float *losses, float *lse, const float *logits,
 void cl_xent_backward(float *dlogits, const float *logits, const float *lse,
                       const int32_t *targets, float dloss, int N, int V) {
     int inplace = dlogits == logits;
+    int v = cl_simd();
+    (void)v;
+    for (int n = 0; n < N; n++) CL_ASSERT(targets[n] >= -1 && targets[n] < V);
+#pragma omp parallel for schedule(static) if (N > 1 && (int64_t)N * V > CL_SIMD_BLOCK)
     for (int n = 0; n < N; n++) {
         const float *x = logits + (int64_t)n * V;
         float *dx = dlogits + (int64_t)n * V;
         int32_t tg = targets[n];
-        CL_ASSERT(tg >= -1 && tg < V);
         if (tg < 0) {
             if (inplace)
                 for (int j = 0; j < V; j++) dx[j] = 0.0f;
             continue;
         }
-        double l = lse[n];
-        for (int j = 0; j < V; j++) {
-            float p = (float)exp((double)x[j] - l);
-            float g = dloss * (p - (j == tg ? 1.0f : 0.0f));
-            if (inplace) dx[j] = g;
-            else dx[j] += g;
+#ifdef CL_SIMD_X86
+        if (v == CL_SIMD_AVX2) {
+            row_grad_avx2(dx, x, lse[n], tg, dloss, V, inplace);
+            continue;
         }
+#endif
+        row_grad_plain(dx, x, lse[n], tg, dloss, V, inplace);
     }
 }

@@ -215,7 +215,7 @@ static void describe_gpt(builder *b, int T) {
         u->out_floats = T * C;
         /* ln1, qkv, att, atty, res2, ln2, fch, fch_gelu, out + 2 (mean, rstd) x 2 */
         u->act_floats = T * (16 * C + 4) + NH * T * T;
-        u->scratch_floats = T * 15 * C + NH * T * T;
+        u->scratch_floats = T * 11 * C + NH * T * T; /* dres2, dfc (4C, GELU in place), dln2, datty, dqkv (3C), dln1; d(scores) */
         u->flops = 2.0 * (double)T * 12.0 * (double)C * (double)C + 4.0 * (double)T * (double)T * (double)C;
         snprintf(pre, sizeof pre, "h.%d.ln_1", l);
         add_ln_params(b, pre, C);

@@ -12,6 +12,7 @@
  * not yet cheap: the zero-bubble schedule will keep it per micro-batch). */
 #include "cleave/model.h"
 #include "cleave/kernels.h"
+#include "cleave/prof.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -331,16 +332,18 @@ static cl_status check_mb(const cl_model *m, int u, const cl_microbatch *mb, con
 
 static void block_forward(const block_acts *s, const float *in, float *const *p, int B, int T, int C, int NH) {
     int N = B * T;
-    cl_layernorm_forward(s->ln1, s->ln1_mean, s->ln1_rstd, in, p[0], p[1], N, C);
-    cl_linear_forward(s->qkv, s->ln1, p[2], p[3], N, C, 3 * C);
-    cl_attention_forward(s->atty, s->att, s->qkv, B, T, C, NH);
-    cl_linear_forward(s->res2, s->atty, p[4], p[5], N, C, C);
-    cl_add_inplace(s->res2, in, (int64_t)N * C);
-    cl_layernorm_forward(s->ln2, s->ln2_mean, s->ln2_rstd, s->res2, p[6], p[7], N, C);
-    cl_linear_forward(s->fch, s->ln2, p[8], p[9], N, C, 4 * C);
-    cl_gelu_forward(s->fch_gelu, s->fch, (int64_t)N * 4 * C);
-    cl_linear_forward(s->out, s->fch_gelu, p[10], p[11], N, 4 * C, C);
-    cl_add_inplace(s->out, s->res2, (int64_t)N * C);
+    double NC = (double)N * C, fl = 2.0 * NC * C, att = 4.0 * (double)B * T * T * C;
+    CL_PROF("fwd layernorm", 0, cl_layernorm_forward(s->ln1, s->ln1_mean, s->ln1_rstd, in, p[0], p[1], N, C));
+    CL_PROF("fwd qkv", 3 * fl, cl_linear_forward(s->qkv, s->ln1, p[2], p[3], N, C, 3 * C));
+    CL_PROF("fwd attention", att, cl_attention_forward(s->atty, s->att, s->qkv, B, T, C, NH));
+    CL_PROF("fwd attn proj", fl, cl_linear_forward(s->res2, s->atty, p[4], p[5], N, C, C));
+    CL_PROF("fwd residual", 0, cl_add_inplace(s->res2, in, (int64_t)N * C));
+    CL_PROF("fwd layernorm", 0, cl_layernorm_forward(s->ln2, s->ln2_mean, s->ln2_rstd, s->res2, p[6], p[7], N, C));
+    /* c_fc without its bias, then bias + GELU in one pass */
+    CL_PROF("fwd fc", 4 * fl, cl_gemm(0, 0, N, 4 * C, C, 1.0f, s->ln2, C, p[8], 4 * C, 0.0f, s->fch, 4 * C));
+    CL_PROF("fwd bias gelu", 0, cl_bias_gelu_forward(s->fch_gelu, s->fch, p[9], N, 4 * C));
+    CL_PROF("fwd fc proj", 4 * fl, cl_linear_forward(s->out, s->fch_gelu, p[10], p[11], N, 4 * C, C));
+    CL_PROF("fwd residual", 0, cl_add_inplace(s->out, s->res2, (int64_t)N * C));
 }
 
 cl_status cl_unit_forward(cl_model *m, int u, const cl_microbatch *mb, const float *in, cl_acts *a) {
@@ -357,7 +360,7 @@ cl_status cl_unit_forward(cl_model *m, int u, const cl_microbatch *mb, const flo
         for (int i = 0; i < N; i++)
             if (mb->tokens[i] < 0 || mb->tokens[i] >= V)
                 return cl_error(CL_ERR_INVALID, "token %d at position %d is outside the vocabulary (%d)", mb->tokens[i], i, V);
-        cl_embedding_forward(base, mb->tokens, p[0], p[1], B, T, C);
+        CL_PROF("fwd embedding", 0, cl_embedding_forward(base, mb->tokens, p[0], p[1], B, T, C));
         return CL_OK;
     }
     case CL_UNIT_BLOCK: {
@@ -372,9 +375,10 @@ cl_status cl_unit_forward(cl_model *m, int u, const cl_microbatch *mb, const flo
         for (int i = 0; i < N; i++)
             if (mb->targets[i] < -1 || mb->targets[i] >= V)
                 return cl_error(CL_ERR_INVALID, "target %d at position %d is outside the vocabulary (%d)", mb->targets[i], i, V);
-        cl_layernorm_forward(h.lnf, h.mean, h.rstd, in, p[0], p[1], N, C);
-        cl_gemm(0, 1, N, V, C, 1.0f, h.lnf, C, wte, C, 0.0f, h.logits, V);
-        cl_xent_forward(h.losses, h.lse, h.logits, mb->targets, N, V);
+        double fl = 2.0 * N * C * V;
+        CL_PROF("fwd layernorm", 0, cl_layernorm_forward(h.lnf, h.mean, h.rstd, in, p[0], p[1], N, C));
+        CL_PROF("fwd logits", fl, cl_gemm(0, 1, N, V, C, 1.0f, h.lnf, C, wte, C, 0.0f, h.logits, V));
+        CL_PROF("fwd softmax xent", 0, cl_xent_forward(h.losses, h.lse, h.logits, mb->targets, N, V));
         return CL_OK;
     }
     case CL_UNIT_CONV: {
@@ -419,7 +423,7 @@ cl_status cl_unit_backward(cl_model *m, int u, const cl_microbatch *mb, const fl
     if (!wi) din = NULL;
     switch (un->kind) {
     case CL_UNIT_EMBED:
-        if (ww) cl_embedding_backward_weight(g[0], g[1], dout, mb->tokens, B, T, C);
+        if (ww) CL_PROF("bwd embedding", 0, cl_embedding_backward_weight(g[0], g[1], dout, mb->tokens, B, T, C));
         return CL_OK;
     case CL_UNIT_BLOCK: {
         int NH = d->cfg.heads;
@@ -430,33 +434,35 @@ cl_status cl_unit_backward(cl_model *m, int u, const cl_microbatch *mb, const fl
         else if (m->recompute == CL_RECOMPUTE_SELECTIVE) cl_attention_forward(s.atty, s.att, s.qkv, B, T, C, NH);
         float *w = m->scratch;
         float *dres2 = w; w += NC;
-        float *dfchg = w; w += 4 * NC;
-        float *dfch = w; w += 4 * NC;
+        float *dfchg = w; w += 4 * NC; /* d(gelu out), then d(fc out) in place */
         float *dln2 = w; w += NC;
         float *datty = w; w += NC;
         float *dqkv = w; w += 3 * NC;
         float *dln1 = w; w += NC;
         float *attscratch = w;
-        memset(m->scratch, 0, (size_t)(15 * NC) * sizeof(float));
+        double fl = 2.0 * (double)NC * C, att = 4.0 * (double)B * T * T * C;
+        /* the scratch gradients are assigned where first written (beta 0), so
+         * only dqkv, which attention's backward adds into, starts at zero */
+        CL_PROF("bwd zero", 0, memset(dqkv, 0, (size_t)(3 * NC) * sizeof(float)));
         /* out = res2 + c_proj(gelu(c_fc(ln2(res2)))) */
-        memcpy(dres2, dout, (size_t)NC * sizeof(float));
-        cl_linear_backward_input(dfchg, dout, p[10], N, 4 * C, C);
-        if (ww) cl_linear_backward_weight(g[10], g[11], dout, s.fch_gelu, N, 4 * C, C);
-        cl_gelu_backward(dfch, dfchg, s.fch, 4 * NC);
-        cl_linear_backward_input(dln2, dfch, p[8], N, C, 4 * C);
-        if (ww) cl_linear_backward_weight(g[8], g[9], dfch, s.ln2, N, C, 4 * C);
-        cl_layernorm_backward_input(dres2, dln2, s.res2, p[6], s.ln2_mean, s.ln2_rstd, N, C);
-        if (ww) cl_layernorm_backward_weight(g[6], g[7], dln2, s.res2, s.ln2_mean, s.ln2_rstd, N, C);
+        CL_PROF("bwd residual", 0, memcpy(dres2, dout, (size_t)NC * sizeof(float)));
+        CL_PROF("bwd fc proj", 4 * fl, cl_gemm(0, 1, N, 4 * C, C, 1.0f, dout, C, p[10], C, 0.0f, dfchg, 4 * C));
+        if (ww) CL_PROF("bwd fc proj w", 4 * fl, cl_linear_backward_weight(g[10], g[11], dout, s.fch_gelu, N, 4 * C, C));
+        CL_PROF("bwd gelu", 0, cl_gelu_backward_set(dfchg, dfchg, s.fch, 4 * NC)); /* dfch, in place */
+        CL_PROF("bwd fc", 4 * fl, cl_gemm(0, 1, N, C, 4 * C, 1.0f, dfchg, 4 * C, p[8], 4 * C, 0.0f, dln2, C));
+        if (ww) CL_PROF("bwd fc w", 4 * fl, cl_linear_backward_weight(g[8], g[9], dfchg, s.ln2, N, C, 4 * C));
+        CL_PROF("bwd layernorm", 0, cl_layernorm_backward_input(dres2, dln2, s.res2, p[6], s.ln2_mean, s.ln2_rstd, N, C));
+        if (ww) CL_PROF("bwd layernorm w", 0, cl_layernorm_backward_weight(g[6], g[7], dln2, s.res2, s.ln2_mean, s.ln2_rstd, N, C));
         /* res2 = in + c_proj(attn(c_attn(ln1(in)))) */
-        cl_linear_backward_input(datty, dres2, p[4], N, C, C);
-        if (ww) cl_linear_backward_weight(g[4], g[5], dres2, s.atty, N, C, C);
-        cl_attention_backward(dqkv, attscratch, datty, s.qkv, s.att, B, T, C, NH);
-        if (ww) cl_linear_backward_weight(g[2], g[3], dqkv, s.ln1, N, C, 3 * C);
-        cl_linear_backward_input(dln1, dqkv, p[2], N, C, 3 * C);
-        if (ww) cl_layernorm_backward_weight(g[0], g[1], dln1, in, s.ln1_mean, s.ln1_rstd, N, C);
+        CL_PROF("bwd attn proj", fl, cl_gemm(0, 1, N, C, C, 1.0f, dres2, C, p[4], C, 0.0f, datty, C));
+        if (ww) CL_PROF("bwd attn proj w", fl, cl_linear_backward_weight(g[4], g[5], dres2, s.atty, N, C, C));
+        CL_PROF("bwd attention", 2 * att, cl_attention_backward(dqkv, attscratch, datty, s.qkv, s.att, B, T, C, NH));
+        if (ww) CL_PROF("bwd qkv w", 3 * fl, cl_linear_backward_weight(g[2], g[3], dqkv, s.ln1, N, C, 3 * C));
+        CL_PROF("bwd qkv", 3 * fl, cl_gemm(0, 1, N, C, 3 * C, 1.0f, dqkv, 3 * C, p[2], 3 * C, 0.0f, dln1, C));
+        if (ww) CL_PROF("bwd layernorm w", 0, cl_layernorm_backward_weight(g[0], g[1], dln1, in, s.ln1_mean, s.ln1_rstd, N, C));
         if (din) {
-            cl_layernorm_backward_input(din, dln1, in, p[0], s.ln1_mean, s.ln1_rstd, N, C);
-            cl_add_inplace(din, dres2, NC);
+            CL_PROF("bwd layernorm", 0, cl_layernorm_backward_input(din, dln1, in, p[0], s.ln1_mean, s.ln1_rstd, N, C));
+            CL_PROF("bwd residual", 0, cl_add_inplace(din, dres2, NC));
         }
         return CL_OK;
     }
@@ -466,13 +472,13 @@ cl_status cl_unit_backward(cl_model *m, int u, const cl_microbatch *mb, const fl
         const float *wte = m->p[d->tied_wte];
         float *dwte = m->head_wte_g ? m->head_wte_g : m->g[d->tied_wte];
         float *dlnf = m->scratch;
-        memset(dlnf, 0, (size_t)N * C * sizeof(float));
+        double fl = 2.0 * N * C * V;
         /* dlogits replaces logits in place: the logits are dead after this */
-        cl_xent_backward(h.logits, h.logits, h.lse, mb->targets, mb->dloss, N, V);
-        if (ww) cl_gemm(1, 0, V, C, N, 1.0f, h.logits, V, h.lnf, C, 1.0f, dwte, C);
-        cl_gemm(0, 0, N, C, V, 1.0f, h.logits, V, wte, C, 0.0f, dlnf, C);
-        if (ww) cl_layernorm_backward_weight(g[0], g[1], dlnf, in, h.mean, h.rstd, N, C);
-        if (din) cl_layernorm_backward_input(din, dlnf, in, p[0], h.mean, h.rstd, N, C);
+        CL_PROF("bwd softmax xent", 0, cl_xent_backward(h.logits, h.logits, h.lse, mb->targets, mb->dloss, N, V));
+        if (ww) CL_PROF("bwd logits w", fl, cl_gemm(1, 0, V, C, N, 1.0f, h.logits, V, h.lnf, C, 1.0f, dwte, C));
+        CL_PROF("bwd logits", fl, cl_gemm(0, 0, N, C, V, 1.0f, h.logits, V, wte, C, 0.0f, dlnf, C));
+        if (ww) CL_PROF("bwd layernorm w", 0, cl_layernorm_backward_weight(g[0], g[1], dlnf, in, h.mean, h.rstd, N, C));
+        if (din) CL_PROF("bwd layernorm", 0, cl_layernorm_backward_input(din, dlnf, in, p[0], h.mean, h.rstd, N, C));
         return CL_OK;
     }
     case CL_UNIT_CONV: {

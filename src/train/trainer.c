@@ -5,6 +5,7 @@
 #include "cleave/kernels.h"
 #include "cleave/schedule.h"
 #include "cleave/train.h"
+#include "cleave/prof.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -315,7 +316,7 @@ cl_status cl_trainer_step(cl_trainer *t, cl_step_stats *st) {
         t->step++;
         return step_stats(t, st, t0, loss_sum, norm, lr, local);
     }
-    cl_model_zero_grads(t->model);
+    CL_PROF("zero grads", 0, cl_model_zero_grads(t->model));
     double loss_sum = 0;
     for (int i = 0; i < nmicro; i++) {
         cl_microbatch mb;
@@ -333,11 +334,12 @@ cl_status cl_trainer_step(cl_trainer *t, cl_step_stats *st) {
     }
     if (t->dp == 1) cl_model_tie_grads(t->model); /* with dp > 1 the bucket hook did it */
     if (t->dp > 1) CL_TRY(cl_comm_allreduce_f64(c->dp_comm, &loss_sum, 1, CL_RED_SUM));
-    double norm = cl_grad_norm(t->model);
+    double norm;
+    CL_PROF("grad norm", 0, norm = cl_grad_norm(t->model));
     if (!isfinite(norm)) return cl_error(CL_ERR_INVALID, "step %d: the gradient norm is not finite (lower --lr?)", t->step + 1);
-    cl_grad_clip(t->model, norm, c->adamw.grad_clip);
+    CL_PROF("grad clip", 0, cl_grad_clip(t->model, norm, c->adamw.grad_clip));
     float lr = cl_lr_at(&c->lr, t->step);
-    cl_optimizer_step(&t->opt, t->model, lr);
+    CL_PROF("adamw", 0, cl_optimizer_step(&t->opt, t->model, lr));
     t->step++;
     if (st) {
         memset(st, 0, sizeof *st);
