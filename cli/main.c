@@ -578,7 +578,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "trace")) return cleave_cmd_trace(argc, argv);
     if (!strcmp(cmd, "bench")) return cleave_cmd_bench(argc, argv);
     if (!strcmp(cmd, "--version") || !strcmp(cmd, "version")) {
-        printf("cleave 0.1 (gemm: %s, mpi: %s)\n", cl_gemm_backend(), cl_mpi_available() ? "yes" : "no");
+        printf("cleave 0.1 (gemm: %s, kernels: %s, mpi: %s)\n", cl_gemm_backend(), cl_kernels_isa(), cl_mpi_available() ? "yes" : "no");
         return 0;
     }
     if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h") || !strcmp(cmd, "help")) {

@@ -15,6 +15,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef __linux__
+#include <pthread.h>
+#include <sched.h>
+#endif
 
 cl_status cl_fault_parse(const char *text, cl_fault *f) {
     memset(f, 0, sizeof *f);
@@ -83,11 +87,38 @@ typedef struct {
     cl_comm *world;
     cl_rank_fn fn;
     void *arg;
+    int cpu;        /* the core this rank is pinned to, or -1 */
     cl_status st;
 } th_rank;
 
+/* With at least as many ranks as cores, rank r runs on the (r mod cores)-th
+ * core of the process's affinity mask: ranks do not migrate onto each
+ * other's core, and a rank's single GEMM thread keeps its cache. With fewer
+ * ranks than cores nothing is pinned (each rank's threads share the cores). */
+static void plan_pinning(th_rank *ranks, int nranks) {
+    for (int i = 0; i < nranks; i++) ranks[i].cpu = -1;
+#ifdef __linux__
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) != 0) return;
+    int n = CPU_COUNT(&set);
+    if (n < 1 || nranks < n) return;
+    int cpus[CPU_SETSIZE], k = 0;
+    for (int c = 0; c < CPU_SETSIZE && k < n; c++)
+        if (CPU_ISSET(c, &set)) cpus[k++] = c;
+    for (int i = 0; i < nranks; i++) ranks[i].cpu = cpus[i % k];
+#endif
+}
+
 static void *rank_main(void *p) {
     th_rank *r = p;
+#ifdef __linux__
+    if (r->cpu >= 0) {
+        cpu_set_t one;
+        CPU_ZERO(&one);
+        CPU_SET(r->cpu, &one);
+        pthread_setaffinity_np(pthread_self(), sizeof one, &one); /* a refusal only costs speed */
+    }
+#endif
     cl_error_clear();
     cl_status st = r->fn(r->world, r->arg);
     if (st != CL_OK)
@@ -126,6 +157,7 @@ cl_status cl_launch_threads(int nranks, cl_rank_fn fn, void *arg, const cl_launc
         if ((st = cl_th_world_comm(w, made, &r->rs, &r->world)) != CL_OK) break;
     }
     int started = 0;
+    plan_pinning(ranks, nranks);
     if (st == CL_OK) {
         for (; started < nranks; started++) {
             if (pthread_create(&thr[started], NULL, rank_main, &ranks[started]) != 0) {

@@ -3,15 +3,22 @@
  * with the biased variance (divide by C). Row statistics are computed in
  * double (two passes: mean, then centred squares) and saved as f32 mean[N],
  * rstd[N] for the backward passes, which recompute the normalized input
- * from them instead of keeping it. Backward kernels add into outputs. */
+ * from them instead of keeping it. Backward kernels add into outputs.
+ * Rows are spread over the thread team (the weight gradients by column
+ * ranges, each column's sum over rows in row order on one thread), so the
+ * bits do not depend on the thread count. */
 #include "cleave/kernels.h"
 
 #include <math.h>
 
 #define CL_LAYERNORM_EPS 1e-5
 
+/* Split only when there is enough work to pay for waking the team. */
+#define LN_PAR(N, C) ((int64_t)(N) * (C) >= 65536)
+
 void cl_layernorm_forward(float *out, float *mean, float *rstd, const float *in,
                           const float *w, const float *b, int N, int C) {
+#pragma omp parallel for schedule(static) if (LN_PAR(N, C))
     for (int n = 0; n < N; n++) {
         const float *x = in + (int64_t)n * C;
         float *o = out + (int64_t)n * C;
@@ -36,6 +43,7 @@ void cl_layernorm_forward(float *out, float *mean, float *rstd, const float *in,
 void cl_layernorm_backward_input(float *din, const float *dout, const float *in,
                                  const float *w, const float *mean, const float *rstd,
                                  int N, int C) {
+#pragma omp parallel for schedule(static) if (LN_PAR(N, C))
     for (int n = 0; n < N; n++) {
         const float *x = in + (int64_t)n * C;
         const float *d = dout + (int64_t)n * C;
@@ -59,13 +67,19 @@ void cl_layernorm_backward_input(float *din, const float *dout, const float *in,
 
 void cl_layernorm_backward_weight(float *dw, float *db, const float *dout, const float *in,
                                   const float *mean, const float *rstd, int N, int C) {
-    for (int n = 0; n < N; n++) {
-        const float *x = in + (int64_t)n * C;
-        const float *d = dout + (int64_t)n * C;
-        float m = mean[n], r = rstd[n];
-        for (int c = 0; c < C; c++) {
-            dw[c] += d[c] * ((x[c] - m) * r);
-            db[c] += d[c];
+    enum { COLS = 64 };
+    int nb = (C + COLS - 1) / COLS;
+#pragma omp parallel for schedule(static) if (LN_PAR(N, C))
+    for (int cb = 0; cb < nb; cb++) {
+        int c0 = cb * COLS, c1 = c0 + COLS < C ? c0 + COLS : C;
+        for (int n = 0; n < N; n++) {
+            const float *x = in + (int64_t)n * C;
+            const float *d = dout + (int64_t)n * C;
+            float m = mean[n], r = rstd[n];
+            for (int c = c0; c < c1; c++) {
+                dw[c] += d[c] * ((x[c] - m) * r);
+                db[c] += d[c];
+            }
         }
     }
 }
