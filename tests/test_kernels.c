@@ -1011,6 +1011,21 @@ static void test_simd_adamw(kstat *k) {
     }
 }
 
+/* the fused residual + layernorm equals the two kernels one after the other, bit for bit */
+static void test_residual_layernorm(kstat *k) {
+    enum { N = 37, C = 77 };
+    float *a = frandn(N * C, 1.0f), *r = frandn(N * C, 1.0f), *w = frandn(C, 1.0f), *b = frandn(C, 1.0f);
+    float *res = fcopy(a, N * C), *out = fvec(N * C), *mean = fvec(N), *rstd = fvec(N);
+    float *res2 = fcopy(a, N * C), *out2 = fvec(N * C), *mean2 = fvec(N), *rstd2 = fvec(N);
+    cl_add_inplace(res, r, N * C);
+    cl_layernorm_forward(out, mean, rstd, res, w, b, N, C);
+    cl_residual_layernorm_forward(res2, out2, mean2, rstd2, res2, r, w, b, N, C);
+    long bad = count_ne(res, res2, N * C) + count_ne(out, out2, N * C) + count_ne(mean, mean2, N) + count_ne(rstd, rstd2, N);
+    expect(k, "residual+layernorm differing bits", (double)bad, 0);
+    free(a); free(r); free(w); free(b); free(res); free(out); free(mean); free(rstd);
+    free(res2); free(out2); free(mean2); free(rstd2);
+}
+
 static void test_simd(void) {
     kstat k = {"simd", 0};
     printf("  vector path: %s\n", cl_kernels_isa());
@@ -1019,6 +1034,7 @@ static void test_simd(void) {
     test_simd_xent(&k);
     test_simd_attention(&k);
     test_simd_adamw(&k);
+    test_residual_layernorm(&k);
     cl_set_threads(1);
     kdone(&k);
 }

@@ -71,6 +71,11 @@ void cl_embedding_backward_weight(float *dwte, float *dwpe, const float *dout,
  * out[N,C]; saves mean[N] and rstd[N] for backward. */
 void cl_layernorm_forward(float *out, float *mean, float *rstd, const float *in,
                           const float *w, const float *b, int N, int C);
+/* Fused residual + layernorm: res = a + r (res may be a: in place), then
+ * out = layernorm(res), one pass over each row: the block's second residual
+ * and ln_2. Same bits as cl_add_inplace then cl_layernorm_forward. */
+void cl_residual_layernorm_forward(float *res, float *out, float *mean, float *rstd, const float *a,
+                                   const float *r, const float *w, const float *b, int N, int C);
 void cl_layernorm_backward_input(float *din, const float *dout, const float *in,
                                  const float *w, const float *mean, const float *rstd,
                                  int N, int C);

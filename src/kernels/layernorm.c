@@ -10,32 +10,50 @@
 #include "cleave/kernels.h"
 
 #include <math.h>
+#include <stddef.h>
 
 #define CL_LAYERNORM_EPS 1e-5
 
 /* Split only when there is enough work to pay for waking the team. */
 #define LN_PAR(N, C) ((int64_t)(N) * (C) >= 65536)
 
+/* One row: out = LN(x); x is res = a + r first when r is given (res may be a). */
+static void ln_row(float *o, float *mean, float *rstd, float *res, const float *a, const float *r_in,
+                   const float *w, const float *b, int C) {
+    const float *x = a;
+    if (r_in) {
+        for (int c = 0; c < C; c++) res[c] = a[c] + r_in[c];
+        x = res;
+    }
+    double s = 0.0;
+    for (int c = 0; c < C; c++) s += x[c];
+    double mu = C > 0 ? s / C : 0.0;
+    double ss = 0.0;
+    for (int c = 0; c < C; c++) {
+        double d = x[c] - mu;
+        ss += d * d;
+    }
+    double var = C > 0 ? ss / C : 0.0;
+    float m = (float)mu;
+    float r = (float)(1.0 / sqrt(var + CL_LAYERNORM_EPS));
+    for (int c = 0; c < C; c++) o[c] = (x[c] - m) * r * w[c] + b[c];
+    *mean = m;
+    *rstd = r;
+}
+
 void cl_layernorm_forward(float *out, float *mean, float *rstd, const float *in,
                           const float *w, const float *b, int N, int C) {
 #pragma omp parallel for schedule(static) if (LN_PAR(N, C))
+    for (int n = 0; n < N; n++)
+        ln_row(out + (int64_t)n * C, mean + n, rstd + n, NULL, in + (int64_t)n * C, NULL, w, b, C);
+}
+
+void cl_residual_layernorm_forward(float *res, float *out, float *mean, float *rstd, const float *a,
+                                   const float *r, const float *w, const float *b, int N, int C) {
+#pragma omp parallel for schedule(static) if (LN_PAR(N, C))
     for (int n = 0; n < N; n++) {
-        const float *x = in + (int64_t)n * C;
-        float *o = out + (int64_t)n * C;
-        double s = 0.0;
-        for (int c = 0; c < C; c++) s += x[c];
-        double mu = C > 0 ? s / C : 0.0;
-        double ss = 0.0;
-        for (int c = 0; c < C; c++) {
-            double d = x[c] - mu;
-            ss += d * d;
-        }
-        double var = C > 0 ? ss / C : 0.0;
-        float m = (float)mu;
-        float r = (float)(1.0 / sqrt(var + CL_LAYERNORM_EPS));
-        for (int c = 0; c < C; c++) o[c] = (x[c] - m) * r * w[c] + b[c];
-        mean[n] = m;
-        rstd[n] = r;
+        int64_t o = (int64_t)n * C;
+        ln_row(out + o, mean + n, rstd + n, res + o, a + o, r + o, w, b, C);
     }
 }
 

@@ -337,8 +337,8 @@ static void block_forward(const block_acts *s, const float *in, float *const *p,
     CL_PROF("fwd qkv", 3 * fl, cl_linear_forward(s->qkv, s->ln1, p[2], p[3], N, C, 3 * C));
     CL_PROF("fwd attention", att, cl_attention_forward(s->atty, s->att, s->qkv, B, T, C, NH));
     CL_PROF("fwd attn proj", fl, cl_linear_forward(s->res2, s->atty, p[4], p[5], N, C, C));
-    CL_PROF("fwd residual", 0, cl_add_inplace(s->res2, in, (int64_t)N * C));
-    CL_PROF("fwd layernorm", 0, cl_layernorm_forward(s->ln2, s->ln2_mean, s->ln2_rstd, s->res2, p[6], p[7], N, C));
+    CL_PROF("fwd residual layernorm", 0,
+            cl_residual_layernorm_forward(s->res2, s->ln2, s->ln2_mean, s->ln2_rstd, s->res2, in, p[6], p[7], N, C));
     /* c_fc without its bias, then bias + GELU in one pass */
     CL_PROF("fwd fc", 4 * fl, cl_gemm(0, 0, N, 4 * C, C, 1.0f, s->ln2, C, p[8], 4 * C, 0.0f, s->fch, 4 * C));
     CL_PROF("fwd bias gelu", 0, cl_bias_gelu_forward(s->fch_gelu, s->fch, p[9], N, 4 * C));
