@@ -577,7 +577,8 @@ cl_status cl_pp_step(cl_trainer *t, float lr, double *loss_sum, double *norm, cl
 
 /* ---- evaluation: forward only, stage after stage ---------------------------- */
 
-static cl_status eval_batch(cl_trainer *t, const cl_microbatch *mb, double *sum) {
+cl_status cl_pp_eval_batch(void *ctx, const cl_microbatch *mb, double *sum) {
+    cl_trainer *t = ctx;
     struct cl_pp *pp = t->pp;
     for (int s = 0; s < pp->S; s++) {
         if (rank_of_stage(pp, s) != pp->r) continue;
@@ -606,7 +607,7 @@ static cl_status pp_logits(void *ctx, const int32_t *tokens, int T, float *logit
     memset(sl->targets, 0, (size_t)T * sizeof(int32_t));
     cl_microbatch mb = {.B = 1, .T = T, .tokens = sl->tokens, .targets = sl->targets};
     double unused = 0;
-    CL_TRY(eval_batch(t, &mb, &unused));
+    CL_TRY(cl_pp_eval_batch(t, &mb, &unused));
     int V = d->cfg.vocab, last = rank_of_stage(pp, pp->S - 1);
     if (pp->r == last) {
         pp_chunk *ch = &pp->ch[pp->v - 1];
@@ -622,48 +623,6 @@ cl_status cl_trainer_generate(cl_trainer *t, const int32_t *prompt, int nprompt,
     if (d->cfg.kind != CL_MODEL_GPT) return cl_error(CL_ERR_INVALID, "generation needs a GPT model");
     if (!t->pp) return cl_generate(t->model, &t->acts, prompt, nprompt, n, temperature, top_k, seed, out);
     return cl_generate_with(pp_logits, t, d->cfg.vocab, d->T, prompt, nprompt, n, temperature, top_k, seed, out);
-}
-
-cl_status cl_pp_eval_tokens(cl_trainer *t, const int32_t *tok, size_t n, double *loss) {
-    struct cl_pp *pp = t->pp;
-    int T = t->desc->T, B = t->cfg.micro_batch;
-    size_t nw = n / ((size_t)T + 1);
-    if (nw == 0) return cl_error(CL_ERR_INVALID, "%zu tokens are fewer than one window of %d", n, T + 1);
-    pp_slot *sl = &pp->ch[0].slots[0]; /* its token buffers serve every chunk of this rank */
-    double sum = 0;
-    for (size_t w = 0; w < nw; w += (size_t)B) {
-        int nb = (int)(nw - w < (size_t)B ? nw - w : (size_t)B);
-        for (int b = 0; b < nb; b++) {
-            const int32_t *src = tok + (w + (size_t)b) * ((size_t)T + 1);
-            memcpy(sl->tokens + (size_t)b * T, src, (size_t)T * sizeof(int32_t));
-            memcpy(sl->targets + (size_t)b * T, src + 1, (size_t)T * sizeof(int32_t));
-        }
-        cl_microbatch mb = {.B = nb, .T = T, .tokens = sl->tokens, .targets = sl->targets};
-        CL_TRY(eval_batch(t, &mb, &sum));
-    }
-    CL_TRY(cl_comm_allreduce_f64(pp->comm, &sum, 1, CL_RED_SUM));
-    *loss = sum / ((double)nw * T);
-    return CL_OK;
-}
-
-cl_status cl_pp_eval_digits(cl_trainer *t, double *loss) {
-    struct cl_pp *pp = t->pp;
-    pp_slot *sl = &pp->ch[0].slots[0];
-    int B = t->cfg.micro_batch;
-    double sum = 0;
-    for (int k = 0; k < t->ndval; k += B) {
-        int nb = t->ndval - k < B ? t->ndval - k : B;
-        for (int b = 0; b < nb; b++) {
-            int i = t->ndtrain + k + b;
-            memcpy(sl->x + (size_t)b * 64, t->digits.images + (size_t)i * 64, 64 * sizeof(float));
-            sl->targets[b] = t->digits.labels[i];
-        }
-        cl_microbatch mb = {.B = nb, .T = 1, .x = sl->x, .targets = sl->targets};
-        CL_TRY(eval_batch(t, &mb, &sum));
-    }
-    CL_TRY(cl_comm_allreduce_f64(pp->comm, &sum, 1, CL_RED_SUM));
-    *loss = sum / t->ndval;
-    return CL_OK;
 }
 
 /* ---- the timeline ------------------------------------------------------------ */
