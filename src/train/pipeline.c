@@ -74,6 +74,8 @@ struct cl_pp {
     cl_comm *comm;
     int p, r, v, m, S;
     cl_schedule sched;
+    int live[CL_PP_MAX_STAGES]; /* [S] most micro-batches stage s ever holds at once (chunk_peak) */
+    double bubble_uniform;      /* the simulator's bubble of sched with equal stage times */
     cl_pp_partition part;
     pp_chunk ch[MAX_CHUNKS];
     pp_sendbuf *sb;
@@ -176,17 +178,17 @@ cl_status cl_pp_create(cl_trainer *t) {
     if (s) return s;
     cl_sim_result res;
     CL_TRY(cl_schedule_simulate(&pp->sched, NULL, &res));
+    pp->bubble_uniform = res.bubble_total;
     cl_sim_result_free(&res);
-    int live[CL_PP_MAX_STAGES];
     for (int st = 0; st < pp->S; st++) {
-        live[st] = chunk_peak(&pp->sched, rank_of_stage(pp, st), st / pp->p);
-        if (live[st] < 0) return cl_error(CL_ERR_OOM, "cannot count live micro-batches");
+        pp->live[st] = chunk_peak(&pp->sched, rank_of_stage(pp, st), st / pp->p);
+        if (pp->live[st] < 0) return cl_error(CL_ERR_OOM, "cannot count live micro-batches");
     }
     if (cfg->pp_layout) CL_TRY(cl_pp_partition_layout(d, cfg->pp_layout, pp->S, &pp->part));
     else {
         /* the cap is per rank; a rank's chunks share it, so each gets its share */
         size_t cap = cfg->device_memory ? cfg->device_memory / (size_t)pp->v : 0;
-        CL_TRY(cl_pp_partition_balanced(d, pp->S, cfg->micro_batch, live, cfg->recompute, cap, &pp->part));
+        CL_TRY(cl_pp_partition_balanced(d, pp->S, cfg->micro_batch, pp->live, cfg->recompute, cap, &pp->part));
     }
     for (int c = 0; c < pp->v; c++) {
         pp_chunk *ch = &pp->ch[c];
@@ -200,7 +202,7 @@ cl_status cl_pp_create(cl_trainer *t) {
         CL_TRY(cl_optimizer_create(&ch->opt, ch->m, &cfg->adamw));
         ch->in_bytes = (size_t)(d->units[u0].in_floats * cfg->micro_batch) * sizeof(float);
         ch->out_bytes = (size_t)(d->units[u1 - 1].out_floats * cfg->micro_batch) * sizeof(float);
-        ch->nslots = live[ch->stage];
+        ch->nslots = pp->live[ch->stage];
         ch->slots = calloc((size_t)ch->nslots, sizeof *ch->slots);
         ch->slot_of = malloc((size_t)pp->m * sizeof *ch->slot_of);
         ch->din_of = calloc((size_t)pp->m, sizeof *ch->din_of);
@@ -276,7 +278,7 @@ void cl_trainer_print_stages(const cl_trainer *t, FILE *f) {
             t->cfg.pp_layout ? " (given)" : " (balanced)");
     for (int s = 0; s < pp->S; s++) {
         int u0 = pp->part.u0[s], u1 = pp->part.u1[s];
-        int live = chunk_peak(&pp->sched, s % pp->p, s / pp->p);
+        int live = pp->live[s];
         cl_pp_stage_cost c = cl_pp_stage_predict(d, u0, u1, t->cfg.micro_batch, live, t->cfg.recompute);
         size_t slot = slot_act_bytes(t, pp, s);
         char pb[32], ab[32], tb[32];
@@ -288,13 +290,7 @@ void cl_trainer_print_stages(const cl_trainer *t, FILE *f) {
                 s, s % pp->p, s / pp->p, d->units[u0].label, d->units[u1 - 1].label, u1 - u0, u1 - u0 == 1 ? "" : "s",
                 total > 0 ? 100.0 * c.flops / (3.0 * total * t->cfg.micro_batch) : 0, c.flops / 1e9, tb, pb, ab, live, slot);
     }
-    cl_sim_result res;
-    if (cl_schedule_simulate(&pp->sched, NULL, &res) == CL_OK) {
-        fprintf(f, "  theoretical bubble (equal stage times): %.4f\n", res.bubble_total);
-        cl_sim_result_free(&res);
-    } else {
-        cl_error_clear();
-    }
+    fprintf(f, "  theoretical bubble (equal stage times): %.4f\n", pp->bubble_uniform);
 }
 
 /* ---- the step --------------------------------------------------------------- */
