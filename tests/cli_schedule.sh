@@ -4,28 +4,22 @@
 # simulated one, and a timeline; --verbose adds sends and receives; costs
 # change the makespan; --help; bad input exits 2 with one line naming it.
 set -u
-BUILD=${BUILD:-build}
-CLEAVE=${CLEAVE:-$BUILD/cleave}
-pass=0; fail=0
-ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAILED: $*"; }
+source "$(dirname "$0")/lib.sh"
 
 out=$("$CLEAVE" schedule --pp 4 --micro-batches 8 --schedule 1f1b 2>&1); rc=$?
-if [ "$rc" -eq 0 ] && printf '%s\n' "$out" | grep -qx 'rank 0: F0 F1 F2 F3 B0 F4 B1 F5 B2 F6 B3 F7 B4 B5 B6 B7' &&
-    printf '%s\n' "$out" | grep -qx 'rank 3: F0 B0 F1 B1 F2 B2 F3 B3 F4 B4 F5 B5 F6 B6 F7 B7' &&
-    printf '%s\n' "$out" | grep -q '^makespan: 33 ' && printf '%s\n' "$out" | grep -q '^bubble: overall 0.2727;' &&
-    printf '%s\n' "$out" | grep -q '^closed form: 0.2727' &&
-    printf '%s\n' "$out" | grep -qx 'peak live micro-batches: rank 0 4; rank 1 3; rank 2 2; rank 3 1'; then ok; else
-    bad "1f1b p 4 m 8 -> status $rc:"; printf '%s\n' "$out" | head -20 | sed 's/^/    /'
-fi
+check '[ "$rc" -eq 0 ] && printf "%s\n" "$out" | grep -qx "rank 0: F0 F1 F2 F3 B0 F4 B1 F5 B2 F6 B3 F7 B4 B5 B6 B7" &&
+    printf "%s\n" "$out" | grep -qx "rank 3: F0 B0 F1 B1 F2 B2 F3 B3 F4 B4 F5 B5 F6 B6 F7 B7" &&
+    printf "%s\n" "$out" | grep -q "^makespan: 33 " && printf "%s\n" "$out" | grep -q "^bubble: overall 0.2727;" &&
+    printf "%s\n" "$out" | grep -q "^closed form: 0.2727" &&
+    printf "%s\n" "$out" | grep -qx "peak live micro-batches: rank 0 4; rank 1 3; rank 2 2; rank 3 1"' \
+    "1f1b p 4 m 8 -> status $rc:$(excerpt 20 "$out")"
 
 out=$("$CLEAVE" schedule --pp 4 --micro-batches 8 --schedule zb-h1 2>&1); rc=$?
-if [ "$rc" -eq 0 ] && printf '%s\n' "$out" | grep -q '^rank 0: F0 F1 F2 F3 B0 W0 F4 ' &&
-    printf '%s\n' "$out" | grep -q '^makespan: 27 ' && printf '%s\n' "$out" | grep -q '^closed form: 0.1111' &&
-    printf '%s\n' "$out" | grep -q '^bubble: overall 0.1111;' &&
-    printf '%s\n' "$out" | grep -q '^rank 0  |F0 F1 F2 F3 \.  \.  \.  B0 W0 F4 '; then ok; else
-    bad "zb-h1 p 4 m 8 -> status $rc:"; printf '%s\n' "$out" | head -20 | sed 's/^/    /'
-fi
+check '[ "$rc" -eq 0 ] && printf "%s\n" "$out" | grep -q "^rank 0: F0 F1 F2 F3 B0 W0 F4 " &&
+    printf "%s\n" "$out" | grep -q "^makespan: 27 " && printf "%s\n" "$out" | grep -q "^closed form: 0.1111" &&
+    printf "%s\n" "$out" | grep -q "^bubble: overall 0.1111;" &&
+    printf "%s\n" "$out" | grep -q "^rank 0  |F0 F1 F2 F3 \.  \.  \.  B0 W0 F4 "' \
+    "zb-h1 p 4 m 8 -> status $rc:$(excerpt 20 "$out")"
 
 # every kind: one action line per rank, simulated bubble equal to the closed form
 for case in "gpipe|4|8|" "1f1b|3|5|" "interleaved|4|8|--virtual-stages 2" "interleaved|2|6|--virtual-stages 3" "zb-h1|8|16|" "1f1b|1|3|"; do
@@ -36,35 +30,29 @@ for case in "gpipe|4|8|" "1f1b|3|5|" "interleaved|4|8|--virtual-stages 2" "inter
     sim=$(printf '%s\n' "$out" | sed -n 's/^bubble: overall \([0-9.]*\);.*/\1/p')
     cf=$(printf '%s\n' "$out" | sed -n 's/^closed form: \([0-9.]*\) .*/\1/p')
     rows=$(printf '%s\n' "$out" | grep -c '^rank [0-9]* *|')
-    if [ "$rc" -eq 0 ] && [ "$lines" -eq "$p" ] && [ "$rows" -eq "$p" ] && [ -n "$sim" ] && [ "$sim" = "$cf" ]; then ok; else
-        bad "$kind p $p m $m $extra -> status $rc, $lines rank lines, $rows timeline rows, bubble '$sim' vs closed form '$cf'"
-    fi
+    check '[ "$rc" -eq 0 ] && [ "$lines" -eq "$p" ] && [ "$rows" -eq "$p" ] && [ -n "$sim" ] && [ "$sim" = "$cf" ]' \
+        "$kind p $p m $m $extra -> status $rc, $lines rank lines, $rows timeline rows, bubble '$sim' vs closed form '$cf'"
 done
 
 out=$("$CLEAVE" schedule --pp 2 --micro-batches 2 --verbose 2>&1); rc=$?
-if [ "$rc" -eq 0 ] && printf '%s\n' "$out" | grep -qx 'rank 0: F0 sa0 F1 sa1 rg0 B0 rg1 B1 SYNC STEP' &&
-    printf '%s\n' "$out" | grep -qx 'rank 1: ra0 F0 B0 sg0 ra1 F1 B1 sg1 SYNC STEP'; then ok; else
-    bad "--verbose -> status $rc:"; printf '%s\n' "$out" | head -6 | sed 's/^/    /'
-fi
+check '[ "$rc" -eq 0 ] && printf "%s\n" "$out" | grep -qx "rank 0: F0 sa0 F1 sa1 rg0 B0 rg1 B1 SYNC STEP" &&
+    printf "%s\n" "$out" | grep -qx "rank 1: ra0 F0 B0 sg0 ra1 F1 B1 sg1 SYNC STEP"' \
+    "--verbose -> status $rc:$(excerpt 6 "$out")"
 
 out=$("$CLEAVE" schedule --pp 2 --micro-batches 4 --schedule gpipe --cost-f 1 --cost-b 2 --cost-w 1 2>&1); rc=$?
 # (m + p - 1)(F + B + W) = 5 * 4 = 20
-if [ "$rc" -eq 0 ] && printf '%s\n' "$out" | grep -q '^makespan: 20 '; then ok; else
-    bad "costs -> status $rc:"; printf '%s\n' "$out" | head -8 | sed 's/^/    /'
-fi
+check '[ "$rc" -eq 0 ] && printf "%s\n" "$out" | grep -q "^makespan: 20 "' "costs -> status $rc:$(excerpt 8 "$out")"
 
 out=$("$CLEAVE" schedule --help 2>&1); rc=$?
-if [ "$rc" -eq 0 ] && printf '%s' "$out" | grep -q -- '--virtual-stages'; then ok; else bad "--help -> status $rc"; fi
+check '[ "$rc" -eq 0 ] && printf "%s" "$out" | grep -q -- "--virtual-stages"' "--help -> status $rc"
 
 expect() { # expect "words" args...: status 2 and one line "cleave: error: ..." containing words
     local want=$1; shift
     local out rc lines
     out=$("$CLEAVE" schedule "$@" 2>&1 >/dev/null); rc=$?
     lines=$(printf '%s' "$out" | grep -c '' || true)
-    if [ "$rc" -eq 2 ] && printf '%s' "$out" | grep -q '^cleave: error: ' && printf '%s' "$out" | grep -qiF -- "$want" &&
-        [ "$lines" -eq 1 ]; then ok; else
-        bad "cleave schedule $* -> status $rc, $lines lines, wanted '$want':"; printf '%s\n' "$out" | head -5 | sed 's/^/    /'
-    fi
+    check '[ "$rc" -eq 2 ] && printf "%s" "$out" | grep -q "^cleave: error: " && printf "%s" "$out" | grep -qiF -- "$want" &&
+        [ "$lines" -eq 1 ]' "cleave schedule $* -> status $rc, $lines lines, wanted '$want':$(excerpt 5 "$out")"
 }
 expect "unknown schedule 'zb-h2'" --pp 4 --micro-batches 8 --schedule zb-h2
 expect "multiple of the pipeline ranks (4)" --pp 4 --micro-batches 6 --schedule interleaved
@@ -81,5 +69,4 @@ expect "must be between" --pp 2 --micro-batches 2 --cost-w -1
 expect "--cost-f must be positive" --pp 2 --micro-batches 2 --cost-f 0
 expect "unknown flag" --pp 2 --micro-batches 2 --bogus 1
 
-echo "cli_schedule: $pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+finish cli_schedule

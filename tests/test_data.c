@@ -1,5 +1,5 @@
 /* Tests of cleave data: the byte and GPT-2 tokenizers, token files, the
- * digits set and cl_read_file.
+ * digits set, cl_read_file and cl_json_parse_file.
  *
  * The GPT-2 ids hard-coded here come from the gpt-3-encoder npm package;
  * tests/cli_bpe_node.sh checks the same strings against it again, and
@@ -532,6 +532,27 @@ static void test_read_file(void)
     }
 }
 
+/* ---- cl_json_parse_file ------------------------------------------------------- */
+
+static void test_json_parse_file(void)
+{
+    const char *good = tmp_path("good.json"), *bad = tmp_path("bad.json");
+    write_bytes(good, "{\"a\": [1, 2]}", 13);
+    cl_json_doc *doc = NULL;
+    CHECK_OK(cl_json_parse_file(&doc, good));
+    const cl_json *a = cl_json_get(cl_json_root(doc), "a");
+    CHECK(a && a->type == CL_JSON_ARRAY && a->count == 2, "parsed document");
+    cl_json_free(doc);
+    write_bytes(bad, "{\"a\": [1,", 9);
+    char want[300];
+    snprintf(want, sizeof want, "%s: not a JSON file: json: offset 9: ", bad);
+    CHECK(cl_json_parse_file(&doc, bad) == CL_ERR_FORMAT && doc == NULL, "truncated JSON must be refused");
+    CHECK(strncmp(cl_last_error(), want, strlen(want)) == 0, "message: %s", cl_last_error());
+    CHECK(cl_json_parse_file(&doc, tmp_path("nope.json")) == CL_ERR_IO && doc == NULL, "missing file");
+    CHECK(strncmp(cl_last_error(), "cannot open ", 12) == 0 && strstr(cl_last_error(), "nope.json"), "message: %s",
+          cl_last_error());
+}
+
 static void remove_tree(const char *dir)
 {
     char cmd[200];
@@ -553,6 +574,7 @@ int main(void)
     test_tokens();
     test_digits();
     test_read_file();
+    test_json_parse_file();
     remove_tree(tmpdir);
     return cl_test_report("test_data");
 }

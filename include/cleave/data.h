@@ -16,6 +16,7 @@
 #define CLEAVE_DATA_H
 
 #include "cleave/core.h"
+#include "cleave/json.h"
 
 typedef struct cl_tokenizer cl_tokenizer;
 
@@ -47,6 +48,11 @@ void cl_tokens_free(cl_tokens *t);
 
 /* Reads a whole file into a malloc'ed, NUL-terminated buffer. */
 cl_status cl_read_file(const char *path, char **out, size_t *len);
+/* Reads a whole file and parses it as JSON (cl_json_parse); the caller
+ * frees *out with cl_json_free. Errors name the file: cl_read_file's own
+ * messages, or "PATH: not a JSON file: " and the parser's. Lives here, not
+ * in json.h, because reading files is this module's (io sits below data). */
+cl_status cl_json_parse_file(cl_json_doc **out, const char *path);
 
 /* The 8x8 digits set (scikit-learn's digits.csv.gz: 1797 rows of 64 pixel
  * values 0..16 then the label 0..9). Reads .csv.gz (with zlib) or plain .csv.

@@ -31,6 +31,7 @@ struct cl_json {
 typedef struct cl_json_doc cl_json_doc;
 
 cl_status cl_json_parse(cl_json_doc **out, const char *text, size_t len);
+/* cl_json_parse_file (a whole file, errors naming it) is in data.h. */
 const cl_json *cl_json_root(const cl_json_doc *d);
 void cl_json_free(cl_json_doc *d);
 const cl_json *cl_json_get(const cl_json *obj, const char *key); /* NULL if absent or not an object */

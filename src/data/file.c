@@ -1,4 +1,5 @@
-/* cleave data: read a whole file into memory.
+/* cleave data: read a whole file into memory, or a whole JSON file into a
+ * parsed document.
  *
  * Why: tokenizer files, text corpora and configs are read whole; one checked
  * helper gives every caller the same clear messages (the path and the
@@ -66,5 +67,17 @@ cl_status cl_read_file(const char *path, char **out, size_t *len)
     buf[n] = '\0';
     *out = buf;
     if (len) *len = n;
+    return CL_OK;
+}
+
+cl_status cl_json_parse_file(cl_json_doc **out, const char *path)
+{
+    *out = NULL;
+    char *text;
+    size_t len;
+    CL_TRY(cl_read_file(path, &text, &len));
+    cl_status s = cl_json_parse(out, text, len);
+    free(text);
+    if (s) return cl_error_context(s, "%s: not a JSON file", path);
     return CL_OK;
 }

@@ -274,13 +274,9 @@ static cl_status read_event(const char *path, size_t i, const cl_json *e, cl_tra
 cl_status cl_trace_read_chrome(const char *path, cl_trace *out) {
     memset(out, 0, sizeof *out);
     if (!path || !*path) return cl_error(CL_ERR_INVALID, "trace: no input path given");
-    char *text;
-    size_t len;
-    CL_TRY(cl_read_file(path, &text, &len));
     cl_json_doc *doc;
-    cl_status s = cl_json_parse(&doc, text, len);
-    free(text);
-    if (s) return cl_error_context(s, "%s: not a JSON file", path);
+    CL_TRY(cl_json_parse_file(&doc, path));
+    cl_status s = CL_OK;
     const cl_json *root = cl_json_root(doc), *evs = root;
     if (root->type == CL_JSON_OBJECT) evs = cl_json_get(root, "traceEvents");
     if (!evs || evs->type != CL_JSON_ARRAY) {

@@ -77,13 +77,8 @@ static int get_int(const cl_json *o, const char *key, int *out) {
 static cl_status read_config(const char *dir, cl_model_config *c, char *tokenizer, size_t tn) {
     char path[4200];
     snprintf(path, sizeof path, "%s/config.json", dir);
-    char *text;
-    size_t len;
-    CL_TRY(cl_read_file(path, &text, &len));
     cl_json_doc *doc;
-    cl_status s = cl_json_parse(&doc, text, len);
-    free(text);
-    if (s) return cl_error_context(s, "%s", path);
+    CL_TRY(cl_json_parse_file(&doc, path));
     const cl_json *r = cl_json_root(doc);
     memset(c, 0, sizeof *c);
     const cl_json *kind = cl_json_get(r, "cleave_model"), *preset = cl_json_get(r, "cleave_preset"),
@@ -321,13 +316,8 @@ static cl_status save_arrays(cl_trainer *t, const char *dir, float *const *param
 static cl_status read_state(const char *dir, int *step, int *opt_t, int *T, int *gb, uint64_t *seed) {
     char path[4200];
     snprintf(path, sizeof path, "%s/trainer_state.json", dir);
-    char *text;
-    size_t len;
-    CL_TRY(cl_read_file(path, &text, &len));
     cl_json_doc *doc;
-    cl_status s = cl_json_parse(&doc, text, len);
-    free(text);
-    if (s) return cl_error_context(s, "%s", path);
+    CL_TRY(cl_json_parse_file(&doc, path));
     const cl_json *r = cl_json_root(doc), *sd = cl_json_get(r, "seed");
     int ok = get_int(r, "step", step) && get_int(r, "optimizer_step", opt_t) && get_int(r, "seq_len", T) &&
              get_int(r, "global_batch", gb) && sd && sd->type == CL_JSON_STRING;

@@ -46,9 +46,13 @@ void cl_pp_init(cl_trainer *t, uint64_t seed);
  * global norm, clipping, AdamW. Fills the loss sum (over the global batch),
  * the norm and the bubble figures. */
 cl_status cl_pp_step(cl_trainer *t, float lr, double *loss_sum, double *norm, cl_step_stats *st);
-/* Mean loss over windows of tokens, forward only through the pipeline. */
-cl_status cl_pp_eval_tokens(cl_trainer *t, const int32_t *tok, size_t n, double *loss);
-cl_status cl_pp_eval_digits(cl_trainer *t, double *loss);
+/* Forward of one evaluation batch, adding the sum of its losses to *sum;
+ * cl_trainer_eval fills the batches and runs one of these on each. */
+typedef cl_status (*cl_eval_batch_fn)(void *ctx, const cl_microbatch *mb, double *sum);
+/* That forward through the pipeline (ctx: the trainer), stage after stage;
+ * only the last stage's rank adds to *sum, so the caller sums over the
+ * pipeline communicator afterwards. */
+cl_status cl_pp_eval_batch(void *ctx, const cl_microbatch *mb, double *sum);
 /* Checkpoints of a pipeline. gather: the ranks of data-parallel replica 0
  * send what they own to its first stage, where *host gets every parameter,
  * then both AdamW moments, each in the description's layout (3 x nfloats

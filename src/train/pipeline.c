@@ -74,6 +74,8 @@ struct cl_pp {
     cl_comm *comm;
     int p, r, v, m, S;
     cl_schedule sched;
+    int live[CL_PP_MAX_STAGES]; /* [S] most micro-batches stage s ever holds at once (chunk_peak) */
+    double bubble_uniform;      /* the simulator's bubble of sched with equal stage times */
     cl_pp_partition part;
     pp_chunk ch[MAX_CHUNKS];
     pp_sendbuf *sb;
@@ -176,17 +178,17 @@ cl_status cl_pp_create(cl_trainer *t) {
     if (s) return s;
     cl_sim_result res;
     CL_TRY(cl_schedule_simulate(&pp->sched, NULL, &res));
+    pp->bubble_uniform = res.bubble_total;
     cl_sim_result_free(&res);
-    int live[CL_PP_MAX_STAGES];
     for (int st = 0; st < pp->S; st++) {
-        live[st] = chunk_peak(&pp->sched, rank_of_stage(pp, st), st / pp->p);
-        if (live[st] < 0) return cl_error(CL_ERR_OOM, "cannot count live micro-batches");
+        pp->live[st] = chunk_peak(&pp->sched, rank_of_stage(pp, st), st / pp->p);
+        if (pp->live[st] < 0) return cl_error(CL_ERR_OOM, "cannot count live micro-batches");
     }
     if (cfg->pp_layout) CL_TRY(cl_pp_partition_layout(d, cfg->pp_layout, pp->S, &pp->part));
     else {
         /* the cap is per rank; a rank's chunks share it, so each gets its share */
         size_t cap = cfg->device_memory ? cfg->device_memory / (size_t)pp->v : 0;
-        CL_TRY(cl_pp_partition_balanced(d, pp->S, cfg->micro_batch, live, cfg->recompute, cap, &pp->part));
+        CL_TRY(cl_pp_partition_balanced(d, pp->S, cfg->micro_batch, pp->live, cfg->recompute, cap, &pp->part));
     }
     for (int c = 0; c < pp->v; c++) {
         pp_chunk *ch = &pp->ch[c];
@@ -200,7 +202,7 @@ cl_status cl_pp_create(cl_trainer *t) {
         CL_TRY(cl_optimizer_create(&ch->opt, ch->m, &cfg->adamw));
         ch->in_bytes = (size_t)(d->units[u0].in_floats * cfg->micro_batch) * sizeof(float);
         ch->out_bytes = (size_t)(d->units[u1 - 1].out_floats * cfg->micro_batch) * sizeof(float);
-        ch->nslots = live[ch->stage];
+        ch->nslots = pp->live[ch->stage];
         ch->slots = calloc((size_t)ch->nslots, sizeof *ch->slots);
         ch->slot_of = malloc((size_t)pp->m * sizeof *ch->slot_of);
         ch->din_of = calloc((size_t)pp->m, sizeof *ch->din_of);
@@ -276,7 +278,7 @@ void cl_trainer_print_stages(const cl_trainer *t, FILE *f) {
             t->cfg.pp_layout ? " (given)" : " (balanced)");
     for (int s = 0; s < pp->S; s++) {
         int u0 = pp->part.u0[s], u1 = pp->part.u1[s];
-        int live = chunk_peak(&pp->sched, s % pp->p, s / pp->p);
+        int live = pp->live[s];
         cl_pp_stage_cost c = cl_pp_stage_predict(d, u0, u1, t->cfg.micro_batch, live, t->cfg.recompute);
         size_t slot = slot_act_bytes(t, pp, s);
         char pb[32], ab[32], tb[32];
@@ -288,13 +290,7 @@ void cl_trainer_print_stages(const cl_trainer *t, FILE *f) {
                 s, s % pp->p, s / pp->p, d->units[u0].label, d->units[u1 - 1].label, u1 - u0, u1 - u0 == 1 ? "" : "s",
                 total > 0 ? 100.0 * c.flops / (3.0 * total * t->cfg.micro_batch) : 0, c.flops / 1e9, tb, pb, ab, live, slot);
     }
-    cl_sim_result res;
-    if (cl_schedule_simulate(&pp->sched, NULL, &res) == CL_OK) {
-        fprintf(f, "  theoretical bubble (equal stage times): %.4f\n", res.bubble_total);
-        cl_sim_result_free(&res);
-    } else {
-        cl_error_clear();
-    }
+    fprintf(f, "  theoretical bubble (equal stage times): %.4f\n", pp->bubble_uniform);
 }
 
 /* ---- the step --------------------------------------------------------------- */
@@ -577,7 +573,8 @@ cl_status cl_pp_step(cl_trainer *t, float lr, double *loss_sum, double *norm, cl
 
 /* ---- evaluation: forward only, stage after stage ---------------------------- */
 
-static cl_status eval_batch(cl_trainer *t, const cl_microbatch *mb, double *sum) {
+cl_status cl_pp_eval_batch(void *ctx, const cl_microbatch *mb, double *sum) {
+    cl_trainer *t = ctx;
     struct cl_pp *pp = t->pp;
     for (int s = 0; s < pp->S; s++) {
         if (rank_of_stage(pp, s) != pp->r) continue;
@@ -606,7 +603,7 @@ static cl_status pp_logits(void *ctx, const int32_t *tokens, int T, float *logit
     memset(sl->targets, 0, (size_t)T * sizeof(int32_t));
     cl_microbatch mb = {.B = 1, .T = T, .tokens = sl->tokens, .targets = sl->targets};
     double unused = 0;
-    CL_TRY(eval_batch(t, &mb, &unused));
+    CL_TRY(cl_pp_eval_batch(t, &mb, &unused));
     int V = d->cfg.vocab, last = rank_of_stage(pp, pp->S - 1);
     if (pp->r == last) {
         pp_chunk *ch = &pp->ch[pp->v - 1];
@@ -622,48 +619,6 @@ cl_status cl_trainer_generate(cl_trainer *t, const int32_t *prompt, int nprompt,
     if (d->cfg.kind != CL_MODEL_GPT) return cl_error(CL_ERR_INVALID, "generation needs a GPT model");
     if (!t->pp) return cl_generate(t->model, &t->acts, prompt, nprompt, n, temperature, top_k, seed, out);
     return cl_generate_with(pp_logits, t, d->cfg.vocab, d->T, prompt, nprompt, n, temperature, top_k, seed, out);
-}
-
-cl_status cl_pp_eval_tokens(cl_trainer *t, const int32_t *tok, size_t n, double *loss) {
-    struct cl_pp *pp = t->pp;
-    int T = t->desc->T, B = t->cfg.micro_batch;
-    size_t nw = n / ((size_t)T + 1);
-    if (nw == 0) return cl_error(CL_ERR_INVALID, "%zu tokens are fewer than one window of %d", n, T + 1);
-    pp_slot *sl = &pp->ch[0].slots[0]; /* its token buffers serve every chunk of this rank */
-    double sum = 0;
-    for (size_t w = 0; w < nw; w += (size_t)B) {
-        int nb = (int)(nw - w < (size_t)B ? nw - w : (size_t)B);
-        for (int b = 0; b < nb; b++) {
-            const int32_t *src = tok + (w + (size_t)b) * ((size_t)T + 1);
-            memcpy(sl->tokens + (size_t)b * T, src, (size_t)T * sizeof(int32_t));
-            memcpy(sl->targets + (size_t)b * T, src + 1, (size_t)T * sizeof(int32_t));
-        }
-        cl_microbatch mb = {.B = nb, .T = T, .tokens = sl->tokens, .targets = sl->targets};
-        CL_TRY(eval_batch(t, &mb, &sum));
-    }
-    CL_TRY(cl_comm_allreduce_f64(pp->comm, &sum, 1, CL_RED_SUM));
-    *loss = sum / ((double)nw * T);
-    return CL_OK;
-}
-
-cl_status cl_pp_eval_digits(cl_trainer *t, double *loss) {
-    struct cl_pp *pp = t->pp;
-    pp_slot *sl = &pp->ch[0].slots[0];
-    int B = t->cfg.micro_batch;
-    double sum = 0;
-    for (int k = 0; k < t->ndval; k += B) {
-        int nb = t->ndval - k < B ? t->ndval - k : B;
-        for (int b = 0; b < nb; b++) {
-            int i = t->ndtrain + k + b;
-            memcpy(sl->x + (size_t)b * 64, t->digits.images + (size_t)i * 64, 64 * sizeof(float));
-            sl->targets[b] = t->digits.labels[i];
-        }
-        cl_microbatch mb = {.B = nb, .T = 1, .x = sl->x, .targets = sl->targets};
-        CL_TRY(eval_batch(t, &mb, &sum));
-    }
-    CL_TRY(cl_comm_allreduce_f64(pp->comm, &sum, 1, CL_RED_SUM));
-    *loss = sum / t->ndval;
-    return CL_OK;
 }
 
 /* ---- the timeline ------------------------------------------------------------ */

@@ -348,61 +348,113 @@ cl_status cl_trainer_step(cl_trainer *t, cl_step_stats *st) {
     return CL_OK;
 }
 
+/* ---- evaluation: one loop over the samples, a forward per batch ------------- */
+
+/* What an evaluation runs over: n windows of T + 1 tokens (a window's first
+ * T tokens are the input, its last T the targets), or, when tok is NULL, n
+ * digits images (64 pixels each) and their labels. */
+typedef struct {
+    const int32_t *tok;
+    int T;
+    const float *images;
+    const int32_t *labels;
+    size_t n;
+} eval_set;
+
+/* The windows of tok[0, n); e->n is their count even when there are none. */
+static cl_status token_windows(const int32_t *tok, size_t n, int T, eval_set *e) {
+    *e = (eval_set){.tok = tok, .T = T, .n = n / ((size_t)T + 1)};
+    if (e->n == 0) return cl_error(CL_ERR_INVALID, "%zu tokens are fewer than one window of %d", n, T + 1);
+    return CL_OK;
+}
+
+/* Fills batches of up to B samples of e, in order, into tokens and targets
+ * (B * T each) or x (B * 64) and targets (B), and runs fwd on each. */
+static cl_status eval_loop(const eval_set *e, int B, int32_t *tokens, int32_t *targets, float *x, cl_eval_batch_fn fwd,
+                           void *ctx, double *sum) {
+    for (size_t k = 0; k < e->n; k += (size_t)B) {
+        int nb = (int)(e->n - k < (size_t)B ? e->n - k : (size_t)B);
+        cl_microbatch mb = {.B = nb, .targets = targets};
+        if (e->tok) {
+            int T = e->T;
+            for (int b = 0; b < nb; b++) {
+                const int32_t *src = e->tok + (k + (size_t)b) * ((size_t)T + 1);
+                memcpy(tokens + (size_t)b * T, src, (size_t)T * sizeof *tokens);
+                memcpy(targets + (size_t)b * T, src + 1, (size_t)T * sizeof *targets);
+            }
+            mb.T = T;
+            mb.tokens = tokens;
+        } else {
+            for (int b = 0; b < nb; b++) {
+                memcpy(x + (size_t)b * 64, e->images + (k + (size_t)b) * 64, 64 * sizeof *x);
+                targets[b] = e->labels[k + (size_t)b];
+            }
+            mb.T = 1;
+            mb.x = x;
+        }
+        CL_TRY(fwd(ctx, &mb, sum));
+    }
+    return CL_OK;
+}
+
+/* Mean loss per target position of e from the sum of the losses. */
+static double eval_mean(const eval_set *e, double sum) {
+    return e->tok ? sum / ((double)e->n * e->T) : sum / (double)e->n;
+}
+
+/* One device's forward of an evaluation batch (cl_eval_batch_fn). */
+typedef struct {
+    cl_model *m;
+    cl_acts *a;
+} model_eval;
+
+static cl_status model_eval_batch(void *ctx, const cl_microbatch *mb, double *sum) {
+    model_eval *me = ctx;
+    double ls;
+    CL_TRY(cl_model_forward_backward(me->m, mb, me->a, &ls, 0));
+    *sum += ls;
+    return CL_OK;
+}
+
 cl_status cl_eval_tokens(cl_model *m, cl_acts *a, const int32_t *tok, size_t n, double *loss, size_t *windows) {
     int T = m->desc->T, B = a->B < m->B ? a->B : m->B;
-    size_t nw = n / ((size_t)T + 1);
-    if (windows) *windows = nw;
-    if (nw == 0) return cl_error(CL_ERR_INVALID, "%zu tokens are fewer than one window of %d", n, T + 1);
+    eval_set e;
+    cl_status s = token_windows(tok, n, T, &e);
+    if (windows) *windows = e.n;
+    if (s) return s;
     int32_t *in = malloc((size_t)B * T * sizeof *in), *tg = malloc((size_t)B * T * sizeof *tg);
     if (!in || !tg) {
         free(in);
         free(tg);
         return cl_error(CL_ERR_OOM, "cannot allocate evaluation buffers");
     }
+    model_eval me = {m, a};
     double sum = 0;
-    cl_status s = CL_OK;
-    for (size_t w = 0; w < nw && !s; w += (size_t)B) {
-        int nb = (int)(nw - w < (size_t)B ? nw - w : (size_t)B);
-        for (int b = 0; b < nb; b++) {
-            const int32_t *src = tok + (w + (size_t)b) * ((size_t)T + 1);
-            memcpy(in + (size_t)b * T, src, (size_t)T * sizeof *in);
-            memcpy(tg + (size_t)b * T, src + 1, (size_t)T * sizeof *tg);
-        }
-        cl_microbatch mb = {.B = nb, .T = T, .tokens = in, .targets = tg};
-        double ls;
-        s = cl_model_forward_backward(m, &mb, a, &ls, 0);
-        sum += ls;
-    }
+    s = eval_loop(&e, B, in, tg, NULL, model_eval_batch, &me, &sum);
     free(in);
     free(tg);
-    if (!s) *loss = sum / ((double)nw * T);
+    if (!s) *loss = eval_mean(&e, sum);
     return s;
 }
 
 cl_status cl_trainer_eval(cl_trainer *t, double *loss) {
+    eval_set e;
     if (t->desc->cfg.kind == CL_MODEL_GPT) {
         size_t n = t->nval;
         size_t per = (size_t)t->desc->T + 1;
         if (t->cfg.eval_batches > 0 && n > (size_t)t->cfg.eval_batches * per) n = (size_t)t->cfg.eval_batches * per;
-        if (t->pp) return cl_pp_eval_tokens(t, t->tokens.tokens + t->ntrain, n, loss);
-        return cl_eval_tokens(t->model, &t->acts, t->tokens.tokens + t->ntrain, n, loss, NULL);
+        CL_TRY(token_windows(t->tokens.tokens + t->ntrain, n, t->desc->T, &e));
+    } else {
+        e = (eval_set){.images = t->digits.images + (size_t)t->ndtrain * 64, .labels = t->digits.labels + t->ndtrain,
+                       .n = (size_t)t->ndval};
     }
-    if (t->pp) return cl_pp_eval_digits(t, loss);
+    /* a pipeline's batches go through its stages; only the last stage's rank adds to sum */
+    model_eval me = {t->model, &t->acts};
     double sum = 0;
-    int B = t->cfg.micro_batch;
-    for (int k = 0; k < t->ndval; k += B) {
-        int nb = t->ndval - k < B ? t->ndval - k : B;
-        for (int b = 0; b < nb; b++) {
-            int i = t->ndtrain + k + b;
-            memcpy(t->mb_x + (size_t)b * 64, t->digits.images + (size_t)i * 64, 64 * sizeof(float));
-            t->mb_targets[b] = t->digits.labels[i];
-        }
-        cl_microbatch mb = {.B = nb, .T = 1, .x = t->mb_x, .targets = t->mb_targets};
-        double ls;
-        CL_TRY(cl_model_forward_backward(t->model, &mb, &t->acts, &ls, 0));
-        sum += ls;
-    }
-    *loss = sum / t->ndval;
+    CL_TRY(eval_loop(&e, t->cfg.micro_batch, t->mb_tokens, t->mb_targets, t->mb_x, t->pp ? cl_pp_eval_batch : model_eval_batch,
+                     t->pp ? (void *)t : &me, &sum));
+    if (t->pp) CL_TRY(cl_comm_allreduce_f64(t->cfg.pp_comm, &sum, 1, CL_RED_SUM));
+    *loss = eval_mean(&e, sum);
     return CL_OK;
 }
 
