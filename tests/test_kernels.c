@@ -753,7 +753,7 @@ static void test_adamw(void) {
         float *g = fvec(n);
         for (int t = 1; t <= steps; t++) {
             for (int i = 0; i < n; i++) g[i] = i % 9 == 0 ? 0.0f : cl_rng_normal(&g_rng) * (i % 2 ? 1.0f : 1e-3f);
-            cl_adamw_update(p, g, m, v, n, lr, b1, b2, eps, wd, t);
+            cl_adamw_update(p, g, m, v, n, lr, b1, b2, eps, wd, t, 1.0f);
             /* the header's formula, in double: decay on the pre-step p */
             for (int i = 0; i < n; i++) {
                 md[i] = (double)b1 * md[i] + (1 - (double)b1) * g[i];
@@ -784,7 +784,7 @@ static void test_adamw(void) {
             v[i] = 0.01f * cl_rng_uniform(&g_rng);
         }
         float *pe = fcopy(p, nb), *me = fcopy(m, nb), *ve = fcopy(v, nb);
-        cl_adamw_update(p, g, m, v, nb, lr, b1, b2, eps, wd, t);
+        cl_adamw_update(p, g, m, v, nb, lr, b1, b2, eps, wd, t, 1.0f);
         float decay = (float)(1.0 - (double)lr * wd), step = (float)(lr / (1.0 - pow(b1, t)));
         float bc2s = (float)sqrt(1.0 - pow(b2, t)), o1 = (float)(1.0 - b1), o2 = (float)(1.0 - b2);
         for (int i = 0; i < nb; i++) {
@@ -993,15 +993,28 @@ static void test_simd_adamw(kstat *k) {
         for (long i = 0; i < n; i++) v[i] = 0.01f * cl_rng_uniform(&g_rng);
         float *p2 = fcopy(p, n), *m2 = fcopy(m, n), *v2 = fcopy(v, n);
         cl_kernels_force_plain(1);
-        cl_adamw_update(p, g, m, v, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 5);
+        cl_adamw_update(p, g, m, v, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 5, 1.0f);
         double sp = cl_sumsq(g, n);
         cl_kernels_force_plain(0);
-        cl_adamw_update(p2, g, m2, v2, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 5);
+        cl_adamw_update(p2, g, m2, v2, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 5, 1.0f);
         double sv = cl_sumsq(g, n);
         snprintf(what, sizeof what, "adamw p, m, v differing bits, n %ld", n);
         expect(k, what, (double)(count_ne(p, p2, n) + count_ne(m, m2, n) + count_ne(v, v2, n)), 0);
         snprintf(what, sizeof what, "sumsq, n %ld", n);
         expect(k, what, fabs(sv - sp) / sp, 1e-12);
+        /* the fused clip coefficient = cl_scale first, then the update: same bits, both paths */
+        for (int plain = 0; plain < 2; plain++) {
+            float *pa = fcopy(p, n), *ma = fcopy(m, n), *va = fcopy(v, n), *ga = fcopy(g, n);
+            float *pb = fcopy(p, n), *mb = fcopy(m, n), *vb = fcopy(v, n);
+            cl_kernels_force_plain(plain);
+            cl_scale(ga, 0.37f, n);
+            cl_adamw_update(pa, ga, ma, va, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 6, 1.0f);
+            cl_adamw_update(pb, g, mb, vb, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 6, 0.37f);
+            snprintf(what, sizeof what, "adamw gscale = scale first, %s, n %ld", plain ? "plain" : "vector", n);
+            expect(k, what, (double)(count_ne(pa, pb, n) + count_ne(ma, mb, n) + count_ne(va, vb, n)), 0);
+            free(pa); free(ma); free(va); free(ga); free(pb); free(mb); free(vb);
+        }
+        cl_kernels_force_plain(0);
         cl_set_threads(1);
         double s1 = cl_sumsq(g, n);
         cl_set_threads(2);

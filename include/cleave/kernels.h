@@ -155,9 +155,10 @@ void cl_maxpool_backward(float *din, const float *dout, const int32_t *idx,
  *   mhat = m / (1 - b1^t); vhat = v / (1 - b2^t)
  *   p -= lr * (mhat / (sqrt(vhat) + eps) + wd * p)
  * t is the 1-based step count. As PyTorch's torch.optim.AdamW computes it:
- * the decay is applied first, p *= (1 - lr*wd), then the Adam update. */
+ * the decay is applied first, p *= (1 - lr*wd), then the Adam update.
+ * g is read as g * gscale (1: as is): clipping by a coefficient, fused. */
 void cl_adamw_update(float *p, const float *g, float *m, float *v, int64_t n,
-                     float lr, float b1, float b2, float eps, float wd, int t);
+                     float lr, float b1, float b2, float eps, float wd, int t, float gscale);
 /* sum of squares in double, for global-norm clipping */
 double cl_sumsq(const float *x, int64_t n);
 void cl_scale(float *x, float s, int64_t n);

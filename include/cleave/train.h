@@ -52,6 +52,11 @@ double cl_grad_norm_of(const double *per_param, int n);
 void cl_grad_clip(cl_model *m, double norm, float clip);
 /* One AdamW step over every parameter; decay only where the spec says. */
 void cl_optimizer_step(cl_optimizer *o, cl_model *m, float lr);
+/* The clipping coefficient min(1, clip / (norm + 1e-6)) (1 when clip <= 0),
+ * and the step that reads each gradient times it: cl_grad_clip followed by
+ * cl_optimizer_step, bit for bit, in one pass (the gradients stay unscaled). */
+float cl_grad_clip_coef(double norm, float clip);
+void cl_optimizer_step_scaled(cl_optimizer *o, cl_model *m, float lr, float gscale);
 
 typedef struct cl_comm cl_comm;
 

@@ -10,7 +10,10 @@
  * Scalar factors are formed in double (as Python forms them) and rounded to
  * f32 once; per-element arithmetic is f32 in exactly this order, so the
  * compiler must not fuse a*b+c into an FMA: GCC does not in ISO mode
- * (-std=c11, the build's), and the pragmas below say so for the rest. */
+ * (-std=c11, the build's), and the pragmas below say so for the rest.
+ * gscale folds gradient clipping into the same pass: g * gscale is the one
+ * rounding torch's clip_grad_norm_ makes when it scales g in place, so the
+ * result is the same bits as clipping first, without the extra pass. */
 #include "cleave/kernels.h"
 #include "kernels/simd.h"
 
@@ -23,12 +26,12 @@
 #include <math.h>
 
 typedef struct {
-    float decay, b1, b2, omb1, omb2, step_size, bc2_sqrt, eps;
+    float decay, b1, b2, omb1, omb2, step_size, bc2_sqrt, eps, gscale;
 } adamw_consts;
 
 static void adamw_plain(float *p, const float *g, float *m, float *v, int64_t n, const adamw_consts *k) {
     for (int64_t i = 0; i < n; i++) {
-        float gi = g[i];
+        float gi = k->gscale == 1.0f ? g[i] : g[i] * k->gscale;
         float pi = p[i] * k->decay;
         float mi = m[i] * k->b1 + k->omb1 * gi;
         float vi = v[i] * k->b2 + k->omb2 * gi * gi;
@@ -47,9 +50,12 @@ CL_AVX2 static void adamw_avx2(float *p, const float *g, float *m, float *v, int
     const __m256 decay = _mm256_set1_ps(k->decay), b1 = _mm256_set1_ps(k->b1), b2 = _mm256_set1_ps(k->b2);
     const __m256 omb1 = _mm256_set1_ps(k->omb1), omb2 = _mm256_set1_ps(k->omb2);
     const __m256 ss = _mm256_set1_ps(k->step_size), bc2 = _mm256_set1_ps(k->bc2_sqrt), eps = _mm256_set1_ps(k->eps);
+    const __m256 gs = _mm256_set1_ps(k->gscale);
+    int scaled = k->gscale != 1.0f;
     int64_t i = 0;
     for (; i + 8 <= n; i += 8) {
         __m256 gi = _mm256_loadu_ps(g + i);
+        if (scaled) gi = _mm256_mul_ps(gi, gs);
         __m256 pi = _mm256_mul_ps(_mm256_loadu_ps(p + i), decay);
         __m256 mi = _mm256_add_ps(_mm256_mul_ps(_mm256_loadu_ps(m + i), b1), _mm256_mul_ps(omb1, gi));
         __m256 vi = _mm256_add_ps(_mm256_mul_ps(_mm256_loadu_ps(v + i), b2), _mm256_mul_ps(_mm256_mul_ps(omb2, gi), gi));
@@ -63,8 +69,9 @@ CL_AVX2 static void adamw_avx2(float *p, const float *g, float *m, float *v, int
 #endif
 
 void cl_adamw_update(float *p, const float *g, float *m, float *v, int64_t n,
-                     float lr, float b1, float b2, float eps, float wd, int t) {
+                     float lr, float b1, float b2, float eps, float wd, int t, float gscale) {
     adamw_consts k;
+    k.gscale = gscale;
     k.decay = (float)(1.0 - (double)lr * (double)wd);
     k.b1 = b1;
     k.b2 = b2;

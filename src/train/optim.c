@@ -51,21 +51,28 @@ double cl_grad_norm(const cl_model *m) {
     return sqrt(s);
 }
 
-void cl_grad_clip(cl_model *m, double norm, float clip) {
-    if (clip <= 0) return;
+float cl_grad_clip_coef(double norm, float clip) {
+    if (clip <= 0) return 1.0f;
     /* torch.nn.utils.clip_grad_norm_: coef = max_norm / (total_norm + 1e-6), clamped to 1 */
     float coef = (float)clip / (float)(norm + 1e-6);
-    if (coef >= 1.0f) return;
+    return coef >= 1.0f ? 1.0f : coef;
+}
+
+void cl_grad_clip(cl_model *m, double norm, float clip) {
+    float coef = cl_grad_clip_coef(norm, clip);
+    if (coef == 1.0f) return;
     for (int i = 0; i < m->desc->nparams; i++)
         if (m->g[i]) cl_scale(m->g[i], coef, m->desc->params[i].numel);
 }
 
-void cl_optimizer_step(cl_optimizer *o, cl_model *m, float lr) {
+void cl_optimizer_step(cl_optimizer *o, cl_model *m, float lr) { cl_optimizer_step_scaled(o, m, lr, 1.0f); }
+
+void cl_optimizer_step_scaled(cl_optimizer *o, cl_model *m, float lr, float gscale) {
     o->t++;
     for (int i = 0; i < m->desc->nparams; i++) {
         const cl_param_spec *ps = &m->desc->params[i];
         if (!m->p[i]) continue;
         cl_adamw_update(m->p[i], m->g[i], o->m + m->loc[i], o->v + m->loc[i], ps->numel, lr, o->o.beta1, o->o.beta2,
-                        o->o.eps, ps->decay ? o->o.weight_decay : 0.0f, o->t);
+                        o->o.eps, ps->decay ? o->o.weight_decay : 0.0f, o->t, gscale);
     }
 }

@@ -432,10 +432,8 @@ static cl_status opt_step(cl_trainer *t, struct cl_pp *pp, float lr, double *nor
     double norm = cl_grad_norm_of(pp->norm_parts, d->nparams);
     *norm_out = norm;
     if (!isfinite(norm)) return cl_error(CL_ERR_INVALID, "step %d: the gradient norm is not finite (lower --lr?)", t->step + 1);
-    for (int c = 0; c < pp->v; c++) {
-        cl_grad_clip(pp->ch[c].m, norm, t->cfg.adamw.grad_clip);
-        cl_optimizer_step(&pp->ch[c].opt, pp->ch[c].m, lr);
-    }
+    float coef = cl_grad_clip_coef(norm, t->cfg.adamw.grad_clip);
+    for (int c = 0; c < pp->v; c++) cl_optimizer_step_scaled(&pp->ch[c].opt, pp->ch[c].m, lr, coef);
     return CL_OK;
 }
 

@@ -337,9 +337,9 @@ cl_status cl_trainer_step(cl_trainer *t, cl_step_stats *st) {
     double norm;
     CL_PROF("grad norm", 0, norm = cl_grad_norm(t->model));
     if (!isfinite(norm)) return cl_error(CL_ERR_INVALID, "step %d: the gradient norm is not finite (lower --lr?)", t->step + 1);
-    CL_PROF("grad clip", 0, cl_grad_clip(t->model, norm, c->adamw.grad_clip));
     float lr = cl_lr_at(&c->lr, t->step);
-    CL_PROF("adamw", 0, cl_optimizer_step(&t->opt, t->model, lr));
+    /* clipping rides in AdamW's pass (same bits as scaling the gradients first) */
+    CL_PROF("adamw (with clip)", 0, cl_optimizer_step_scaled(&t->opt, t->model, lr, cl_grad_clip_coef(norm, c->adamw.grad_clip)));
     t->step++;
     if (st) {
         memset(st, 0, sizeof *st);
