@@ -69,9 +69,9 @@ __attribute__((target("avx2,fma"))) static double fma_loop_avx2(int64_t iters) {
 }
 
 static const char *fma_isa(void) {
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f")) return "avx512";
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return "avx2";
+    unsigned f = cl_cpu_features();
+    if (f & CL_CPU_AVX512F) return "avx512";
+    if ((f & (CL_CPU_AVX2 | CL_CPU_FMA)) == (CL_CPU_AVX2 | CL_CPU_FMA)) return "avx2";
     return NULL;
 }
 

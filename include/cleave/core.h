@@ -53,6 +53,12 @@ cl_status cl_parse_bytes(const char *s, size_t *out);
 /* "123.4 MiB" into buf (n >= 16). Returns buf. */
 char *cl_format_bytes(size_t bytes, char *buf, size_t n);
 
+/* x86 features of this CPU (0 elsewhere), read once: CL_CPU_* bits. Every
+ * run-time choice of a vector path (the comm fold, the kernels, bench peak)
+ * asks here. */
+enum { CL_CPU_AVX2 = 1, CL_CPU_FMA = 2, CL_CPU_AVX512F = 4 };
+unsigned cl_cpu_features(void);
+
 /* Monotonic wall clock in seconds. */
 double cl_now(void);
 

@@ -101,13 +101,8 @@ AVX2 static size_t lines_f64_avx2(int is_max, int avg, int n, const void *const 
               _mm256_div_pd, _mm256_set1_pd)
     return i;
 }
-static int have_avx2(void) {
-    static int v = -1; /* a benign race: every thread computes the same value */
-    if (v < 0) v = __builtin_cpu_supports("avx2") ? 1 : 0;
-    return v;
-}
 #define AVX2_LINES(fn)                                                                                       \
-    if (have_avx2() && (!stream || aligned32)) i = fn(is_max, avg, n, src, dst, ndst, len, stream);
+    if ((cl_cpu_features() & CL_CPU_AVX2) && (!stream || aligned32)) i = fn(is_max, avg, n, src, dst, ndst, len, stream);
 #else
 #define AVX2_LINES(fn)
 #endif

@@ -42,6 +42,22 @@ char *cl_format_bytes(size_t bytes, char *buf, size_t n) {
     return buf;
 }
 
+unsigned cl_cpu_features(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    static _Atomic int known = -1; /* every thread computes the same value */
+    int k = known;
+    if (k < 0) {
+        __builtin_cpu_init();
+        k = (__builtin_cpu_supports("avx2") ? CL_CPU_AVX2 : 0) | (__builtin_cpu_supports("fma") ? CL_CPU_FMA : 0) |
+            (__builtin_cpu_supports("avx512f") ? CL_CPU_AVX512F : 0);
+        known = k;
+    }
+    return (unsigned)k;
+#else
+    return 0;
+#endif
+}
+
 double cl_now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
