@@ -15,10 +15,10 @@
  * buffer; all-gather: the gathered output; reduce-scatter: the input);
  * algbw = size / time; busbw = algbw * 2 (n-1)/n for all-reduce and
  * algbw * (n-1)/n for all-gather and reduce-scatter. Times are the mean of
- * a run of back-to-back operations after one warm-up, sized to about --time
- * seconds (0.2 by default), measured by rank 0 between barriers; of
- * --repeat such runs (3 by default) the fastest is reported, and memcpy is
- * timed the same way. */
+ * a run of back-to-back operations after 17 warm-up ones, sized to about
+ * --time seconds (0.2 by default), measured by rank 0 between barriers; of
+ * --repeat such runs (3 by default) the fastest is reported, the runs of
+ * the different collectives taking turns, and memcpy is timed the same way. */
 #include "cleave/comm.h"
 
 #include <stdio.h>
@@ -74,26 +74,32 @@ static cl_status run_op(cl_comm *c, float *a, float *x, size_t bytes, int which)
     return cl_error(CL_ERR_INVALID, "collective %d", which);
 }
 
-/* Mean seconds per operation (rank 0's clock; every rank returns it). */
-static cl_status time_op(cl_comm *c, const bench *b, float *a, float *x, size_t bytes, int which, double *out) {
+/* How many back-to-back operations fill about --time seconds (the same on
+ * every rank), from 16 after a first warm-up operation. */
+static cl_status count_iters(cl_comm *c, const bench *b, float *a, float *x, size_t bytes, int which, int *iters) {
+    CL_TRY(run_op(c, a, x, bytes, which)); /* first touch, MPI's connection set-up */
     CL_TRY(cl_comm_barrier(c));
     double t0 = cl_now();
-    CL_TRY(run_op(c, a, x, bytes, which)); /* warm-up, and a first estimate */
+    for (int i = 0; i < 16; i++) CL_TRY(run_op(c, a, x, bytes, which));
     CL_TRY(cl_comm_barrier(c));
-    double first = cl_now() - t0;
-    int iters = first > 0 ? (int)(b->target / first) : 1000;
-    if (iters < 1) iters = 1;
-    if (iters > 1000) iters = 1000;
-    CL_TRY(cl_comm_broadcast(c, &iters, sizeof iters, 0)); /* every rank runs the same count */
-    double t = 0;
-    for (int r = 0; r < b->repeat; r++) { /* the best of the runs: the machine is shared and noisy */
-        CL_TRY(cl_comm_barrier(c));
-        t0 = cl_now();
-        for (int i = 0; i < iters; i++) CL_TRY(run_op(c, a, x, bytes, which));
-        CL_TRY(cl_comm_barrier(c));
-        double tr = (cl_now() - t0) / iters;
-        if (r == 0 || tr < t) t = tr;
-    }
+    double first = (cl_now() - t0) / 16;
+    /* a few microseconds per operation needs tens of thousands of them to
+     * rise above the VM's jitter */
+    int n = first > 0 ? (int)(b->target / first) : 100000;
+    if (n < 1) n = 1;
+    if (n > 100000) n = 100000;
+    *iters = n;
+    return cl_comm_broadcast(c, iters, sizeof *iters, 0);
+}
+
+/* Mean seconds per operation of one run of iters (rank 0's clock; every
+ * rank returns it). */
+static cl_status time_op(cl_comm *c, float *a, float *x, size_t bytes, int which, int iters, double *out) {
+    CL_TRY(cl_comm_barrier(c));
+    double t0 = cl_now();
+    for (int i = 0; i < iters; i++) CL_TRY(run_op(c, a, x, bytes, which));
+    CL_TRY(cl_comm_barrier(c));
+    double t = (cl_now() - t0) / iters;
     CL_TRY(cl_comm_broadcast(c, &t, sizeof t, 0));
     *out = t;
     return CL_OK;
@@ -154,11 +160,17 @@ static cl_status rank_main(cl_comm *c, void *p) {
             if (cl_comm_rank(c) == 0) b->memcpy_gbs[si] = memcpy_gbs(size_at(b, si), b->target / 2, b->repeat);
             CL_TRY(cl_comm_barrier(c));
         }
-        for (int k = 0; k < kinds && st == CL_OK; k++) {
-            double t = 0;
-            st = time_op(c, b, a, x, bytes, k, &t);
-            if (cl_comm_rank(c) == 0) b->t[k][si] = t;
-        }
+        /* the repeats go round every collective (cleave's and MPI's) in
+         * turn, so that both see the same moments of a drifting machine;
+         * the fastest run of each is kept */
+        int iters[6];
+        for (int k = 0; k < kinds && st == CL_OK; k++) st = count_iters(c, b, a, x, bytes, k, &iters[k]);
+        for (int r = 0; r < b->repeat && st == CL_OK; r++)
+            for (int k = 0; k < kinds && st == CL_OK; k++) {
+                double t = 0;
+                st = time_op(c, a, x, bytes, k, iters[k], &t);
+                if (cl_comm_rank(c) == 0 && (r == 0 || t < b->t[k][si])) b->t[k][si] = t;
+            }
     }
     free(a);
     free(x);

@@ -60,6 +60,13 @@ void cl_mpi_finalize(void) {}
 enum {
     SEG_BYTES = 256 * 1024,          /* reduction segment */
     PIECE_BYTES = 64 * 1024 * 1024,  /* largest single message */
+    /* OpenMPI's shared-memory transport sends a message of up to 4096 bytes,
+     * its header included, at once (eagerly) and a larger one by a
+     * rendezvous that costs about 3 us more on the 2-core VM: 4096 bytes
+     * took 3.4 us as one message, 1.0 us as two. Below 32 KiB, eager pieces
+     * measured faster than one message. */
+    EAGER_BYTES = 4000,
+    SPLIT_BYTES = 32 * 1024,
     BCAST_TREE_BYTES = 64 * 1024,    /* broadcasts below this go down a binomial tree */
     SMALL_AR_BYTES = 64 * 1024       /* all-reduces whose n buffers fit in this take one round */
 };
@@ -135,14 +142,20 @@ static cl_status batch_reserve(mp_batch *b, int more) {
     return CL_OK;
 }
 
-/* Posts bytes to or from peer as messages of at most PIECE_BYTES. */
+/* Posts bytes to or from peer as messages of at most PIECE_BYTES; a
+ * collective's message below SPLIT_BYTES goes as EAGER_BYTES pieces (its
+ * sender and receiver split alike, since a collective's sizes agree by
+ * construction; a user's send and receive may disagree, and a receive in
+ * more pieces than the send would wait for a piece that never comes). */
 static cl_status batch_post(cl_comm *c, mp_batch *b, MPI_Comm comm, int send, void *buf, size_t bytes, int peer,
                             int tag, const char *what) {
-    size_t pieces = bytes ? (bytes + PIECE_BYTES - 1) / PIECE_BYTES : 1;
+    const mp_comm *m = c->impl;
+    size_t piece = comm == m->coll && bytes < SPLIT_BYTES ? EAGER_BYTES : PIECE_BYTES;
+    size_t pieces = bytes ? (bytes + piece - 1) / piece : 1;
     CL_TRY(batch_reserve(b, (int)pieces));
     for (size_t k = 0; k < pieces; k++) {
-        size_t off = k * (size_t)PIECE_BYTES;
-        int len = (int)(bytes - off < (size_t)PIECE_BYTES ? bytes - off : (size_t)PIECE_BYTES);
+        size_t off = k * piece;
+        int len = (int)(bytes - off < piece ? bytes - off : piece);
         char *p = (char *)buf + off;
         int rc = send ? MPI_Isend(p, len, MPI_BYTE, peer, tag, comm, &b->r[b->n])
                       : MPI_Irecv(p, len, MPI_BYTE, peer, tag, comm, &b->r[b->n]);
@@ -507,31 +520,31 @@ static cl_status reduce_chunks(cl_comm *c, cl_dtype dt, cl_redop op, char *in, c
     return st;
 }
 
-/* Small all-reduce in one round instead of two: one MPI_Iallgather brings
- * every rank's buffer to every rank, which folds all n rows in rank order
- * itself. The fold is the same (cl_fold_rows over the same values in the
- * same order), so the bits are those of the two-round path and of the
- * threads backend; it moves n - 1 buffers per rank instead of 2 (n-1)/n, so
- * only below SMALL_AR_BYTES of gathered data, where latency rules. One
- * request instead of 2 (n - 1) point-to-point ones is what makes it fast:
- * MPI runs its own small-message all-gather on it. */
+/* Small all-reduce in one round instead of two: every rank sends its whole
+ * buffer to every peer and folds all n rows in rank order itself. The fold
+ * is the same (cl_fold_rows over the same values in the same order), so the
+ * bits are those of the two-round path and of the threads backend; it moves
+ * n - 1 buffers per rank instead of 2 (n-1)/n, so only below SMALL_AR_BYTES
+ * of gathered data, where latency rules. Point-to-point messages rather
+ * than MPI_Iallgather: batch_post splits them into eager pieces, where
+ * OpenMPI's non-blocking all-gather sends a 4 KiB buffer by rendezvous
+ * (measured 2x slower at 4 KiB on two ranks, docs/PERFORMANCE.md). */
 static cl_status small_allreduce(cl_comm *c, void *buf, size_t count, cl_dtype dt, cl_redop op, const char *what) {
     mp_comm *m = c->impl;
-    int n = c->size;
+    int n = c->size, me = c->rank, tag = coll_tag(m->seq++, PH_AG, 0);
     size_t bytes = count * cl_dtype_size(dt);
-    m->seq++;
     if (count == 0) return CL_OK;
     CL_TRY(scratch_reserve(c, (size_t)n * bytes));
     mp_batch *b = &m->b[0];
     b->n = 0;
-    CL_TRY(batch_reserve(b, 1));
-    int rc = MPI_Iallgather(buf, (int)bytes, MPI_BYTE, m->scratch, (int)bytes, MPI_BYTE, m->coll, &b->r[0]);
-    if (rc != MPI_SUCCESS) return mpi_error(c, rc, what);
-    b->peer[0] = -1;
-    b->n = 1;
-    CL_TRY(batch_wait(c, b, what, NULL, 1));
-    for (int p = 0; p < n; p++) m->src[p] = m->scratch + (size_t)p * bytes;
-    m->dst[0] = buf;
+    for (int k = 1; k < n; k++) {
+        int to = (me + k) % n, from = (me - k + n) % n; /* spread the peers */
+        CL_TRY(batch_post(c, b, m->coll, 0, m->scratch + (size_t)from * bytes, bytes, from, tag, what));
+        CL_TRY(batch_post(c, b, m->coll, 1, buf, bytes, to, tag, what));
+    }
+    CL_TRY(batch_wait(c, b, what, NULL, 0));
+    for (int p = 0; p < n; p++) m->src[p] = p == me ? buf : m->scratch + (size_t)p * bytes;
+    m->dst[0] = buf; /* aliases src[me] at the same offset, which the fold allows */
     cl_fold_rows(dt, op, n, m->src, m->dst, 1, count, 0);
     return CL_OK;
 }
@@ -578,20 +591,30 @@ static cl_status mp_allgather(cl_comm *c, const void *in, void *out, size_t bpr)
     mp_comm *m = c->impl;
     int n = c->size, me = c->rank;
     char *o = out;
-    cl_copy(o + (size_t)me * bpr, in, bpr);
     unsigned seq = m->seq++;
-    if (n == 1 || bpr == 0) return CL_OK;
+    char *mine = o + (size_t)me * bpr;
+    if (n == 1 || bpr == 0) {
+        if (mine != in) cl_copy(mine, in, bpr);
+        return CL_OK;
+    }
     /* every message at once (no scratch to bound): measured faster than
      * 4 MiB pieces two at a time, which left MPI idle between pieces */
     cl_status st = CL_OK;
     mp_batch *b = &m->b[0];
     b->n = 0;
     int tag = coll_tag(seq, PH_AG, 0);
+    /* my own piece: small ones are copied while the messages move (copying
+     * first measured 10-50% slower at 32-512 KiB on 2 ranks), large ones
+     * first (a few % faster from 4 MiB: the copy and the transfer share
+     * the memory bus either way) */
+    int copy_first = bpr >= (1u << 20);
+    if (copy_first && mine != in) cl_copy(mine, in, bpr);
     for (int k = 1; k < n && st == CL_OK; k++) {
         int to = (me + k) % n, from = (me - k + n) % n; /* spread the peers */
         st = batch_post(c, b, m->coll, 0, o + (size_t)from * bpr, bpr, from, tag, "allgather");
-        if (st == CL_OK) st = batch_post(c, b, m->coll, 1, o + (size_t)me * bpr, bpr, to, tag, "allgather");
+        if (st == CL_OK) st = batch_post(c, b, m->coll, 1, (void *)in, bpr, to, tag, "allgather");
     }
+    if (!copy_first && mine != in) cl_copy(mine, in, bpr);
     if (st == CL_OK) st = batch_wait(c, b, "allgather", NULL, 0);
     return st;
 }

@@ -483,6 +483,7 @@ static cl_status th_allgather(cl_comm *c, const void *in, void *out, size_t bpr)
         for (int k = 0; k < n; k++) {
             int j = (me + k) % n; /* spread the writers over the outputs */
             char *d = (char *)g->slot[j].q + (size_t)me * bpr;
+            if (d == in) continue; /* in place: my piece is there already */
             if (stream) cl_copy_stream(d, in, bpr);
             else cl_copy(d, in, bpr);
         }
