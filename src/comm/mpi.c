@@ -520,6 +520,21 @@ static cl_status reduce_chunks(cl_comm *c, cl_dtype dt, cl_redop op, char *in, c
     return st;
 }
 
+/* Posts the messages of an all-gather of bpr bytes per rank: mine to every
+ * peer, and each peer's into out + peer * bpr (this rank's slot is left
+ * alone). One tag for all: MPI keeps each pair's messages in order. */
+static cl_status post_gather(cl_comm *c, mp_batch *b, const void *mine, char *out, size_t bpr, int tag,
+                             const char *what) {
+    mp_comm *m = c->impl;
+    int n = c->size, me = c->rank;
+    for (int k = 1; k < n; k++) {
+        int to = (me + k) % n, from = (me - k + n) % n; /* spread the peers */
+        CL_TRY(batch_post(c, b, m->coll, 0, out + (size_t)from * bpr, bpr, from, tag, what));
+        CL_TRY(batch_post(c, b, m->coll, 1, (void *)mine, bpr, to, tag, what));
+    }
+    return CL_OK;
+}
+
 /* Small all-reduce in one round instead of two: every rank sends its whole
  * buffer to every peer and folds all n rows in rank order itself. The fold
  * is the same (cl_fold_rows over the same values in the same order), so the
@@ -537,11 +552,7 @@ static cl_status small_allreduce(cl_comm *c, void *buf, size_t count, cl_dtype d
     CL_TRY(scratch_reserve(c, (size_t)n * bytes));
     mp_batch *b = &m->b[0];
     b->n = 0;
-    for (int k = 1; k < n; k++) {
-        int to = (me + k) % n, from = (me - k + n) % n; /* spread the peers */
-        CL_TRY(batch_post(c, b, m->coll, 0, m->scratch + (size_t)from * bytes, bytes, from, tag, what));
-        CL_TRY(batch_post(c, b, m->coll, 1, buf, bytes, to, tag, what));
-    }
+    CL_TRY(post_gather(c, b, buf, m->scratch, bytes, tag, what));
     CL_TRY(batch_wait(c, b, what, NULL, 0));
     for (int p = 0; p < n; p++) m->src[p] = p == me ? buf : m->scratch + (size_t)p * bytes;
     m->dst[0] = buf; /* aliases src[me] at the same offset, which the fold allows */
@@ -589,31 +600,21 @@ static cl_status mp_reduce_scatter(cl_comm *c, const float *in, float *out, size
 
 static cl_status mp_allgather(cl_comm *c, const void *in, void *out, size_t bpr) {
     mp_comm *m = c->impl;
-    int n = c->size, me = c->rank;
-    char *o = out;
+    int n = c->size;
+    char *mine = (char *)out + (size_t)c->rank * bpr;
     unsigned seq = m->seq++;
-    char *mine = o + (size_t)me * bpr;
-    if (n == 1 || bpr == 0) {
-        if (mine != in) cl_copy(mine, in, bpr);
-        return CL_OK;
-    }
-    /* every message at once (no scratch to bound): measured faster than
-     * 4 MiB pieces two at a time, which left MPI idle between pieces */
-    cl_status st = CL_OK;
-    mp_batch *b = &m->b[0];
-    b->n = 0;
-    int tag = coll_tag(seq, PH_AG, 0);
     /* my own piece: small ones are copied while the messages move (copying
      * first measured 10-50% slower at 32-512 KiB on 2 ranks), large ones
      * first (a few % faster from 4 MiB: the copy and the transfer share
      * the memory bus either way) */
-    int copy_first = bpr >= (1u << 20);
+    int copy_first = n == 1 || bpr >= (1u << 20);
     if (copy_first && mine != in) cl_copy(mine, in, bpr);
-    for (int k = 1; k < n && st == CL_OK; k++) {
-        int to = (me + k) % n, from = (me - k + n) % n; /* spread the peers */
-        st = batch_post(c, b, m->coll, 0, o + (size_t)from * bpr, bpr, from, tag, "allgather");
-        if (st == CL_OK) st = batch_post(c, b, m->coll, 1, (void *)in, bpr, to, tag, "allgather");
-    }
+    if (n == 1 || bpr == 0) return CL_OK;
+    /* every message at once (no scratch to bound): measured faster than
+     * 4 MiB pieces two at a time, which left MPI idle between pieces */
+    mp_batch *b = &m->b[0];
+    b->n = 0;
+    cl_status st = post_gather(c, b, in, out, bpr, coll_tag(seq, PH_AG, 0), "allgather");
     if (!copy_first && mine != in) cl_copy(mine, in, bpr);
     if (st == CL_OK) st = batch_wait(c, b, "allgather", NULL, 0);
     return st;
