@@ -63,8 +63,10 @@ enum {
     /* OpenMPI's shared-memory transport sends a message of up to 4096 bytes,
      * its header included, at once (eagerly) and a larger one by a
      * rendezvous that costs about 3 us more on the 2-core VM: 4096 bytes
-     * took 3.4 us as one message, 1.0 us as two. Below 32 KiB, eager pieces
-     * measured faster than one message. */
+     * took 3.4 us as one message, 1.0 us as two (bench/mpi_eager.c). Below
+     * 32 KiB pieces measured faster in a first probe and in bench_comm's
+     * 16 KiB collectives; later bench/mpi_eager.c runs had them slower
+     * above 8 KiB, so where the split stops is unsettled. */
     EAGER_BYTES = 4000,
     SPLIT_BYTES = 32 * 1024,
     BCAST_TREE_BYTES = 64 * 1024,    /* broadcasts below this go down a binomial tree */
