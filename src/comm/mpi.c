@@ -62,8 +62,8 @@ enum {
     PIECE_BYTES = 64 * 1024 * 1024,  /* largest single message */
     /* OpenMPI's shared-memory transport sends a message of up to 4096 bytes,
      * its header included, at once (eagerly) and a larger one by a
-     * rendezvous that costs about 3 us more on the 2-core VM: 4096 bytes
-     * took 3.4 us as one message, 1.0 us as two (bench/mpi_eager.c). Below
+     * rendezvous that costs about 2-3 us more on the 2-core VM: 4096 bytes
+     * took 3.5-4.3 us as one message, 1.5-1.9 us as two (bench/mpi_eager.c). Below
      * 32 KiB pieces measured faster in a first probe and in bench_comm's
      * 16 KiB collectives; later bench/mpi_eager.c runs had them slower
      * above 8 KiB, so where the split stops is unsettled. */
