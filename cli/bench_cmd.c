@@ -366,8 +366,10 @@ int cleave_cmd_bench(int argc, char **argv) {
     if (sub && !strcmp(sub, "peak")) return bench_peak(argc, argv);
     if (sub && !strcmp(sub, "gemm")) return bench_gemm(argc, argv);
     if (sub && !strcmp(sub, "step")) return bench_step(argc, argv);
-    FILE *f = sub && (!strcmp(sub, "--help") || !strcmp(sub, "-h")) ? stdout : stderr;
-    fprintf(f, "usage: cleave bench peak|gemm|step [flags]   (cleave bench SUB --help for each)\n");
-    if (f == stderr) fprintf(stderr, "cleave: bench needs one of peak, gemm, step%s%s\n", sub ? ", not " : "", sub ? sub : "");
-    return f == stdout ? 0 : 2;
+    if (sub && (!strcmp(sub, "--help") || !strcmp(sub, "-h"))) {
+        printf("usage: cleave bench peak|gemm|step [flags]   (cleave bench SUB --help for each)\n");
+        return 0;
+    }
+    return cli_fail(cl_error(CL_ERR_INVALID, "cleave bench needs one of peak, gemm, step%s%s (cleave bench --help)", sub ? ", not " : "",
+                             sub ? sub : ""));
 }

@@ -11,6 +11,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <errno.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 int cleave_cmd_mesh(int argc, char **argv); /* cli/mesh_cmd.c */
@@ -111,13 +113,18 @@ cl_status cli_parse_model(const cli_args *a, cl_model_config *mc, int *seq_len) 
     return CL_OK;
 }
 
-static void json_line(FILE *f, const cl_step_stats *st) {
+static int json_line(FILE *f, const cl_step_stats *st) {
     fprintf(f, "{\"step\": %d, \"loss\": %.17g, \"lr\": %.9g, \"grad_norm\": %.17g, \"ms\": %.3f, \"tokens_per_s\": %.1f, \"peak_bytes\": %zu, \"act_bytes\": %zu",
             st->step, st->loss, st->lr, st->grad_norm, st->seconds * 1e3, st->tokens_per_s, st->peak_bytes, st->act_bytes);
     if (st->bubble > 0 || st->bubble_sim > 0)
         fprintf(f, ", \"bubble\": %.6f, \"bubble_max\": %.6f, \"bubble_sim\": %.6f", st->bubble, st->bubble_max, st->bubble_sim);
     fprintf(f, "}\n");
-    fflush(f);
+    return fflush(f) != 0 || ferror(f);
+}
+
+/* A log that cannot be written stops the run, as a checkpoint would. */
+static cl_status log_failed(const char *path, int step) {
+    return cl_error(CL_ERR_IO, "--log-file %s: writing step %d failed: %s", path, step, strerror(errno));
 }
 
 static void print_header(cl_trainer *t) {
@@ -141,8 +148,9 @@ static void print_header(cl_trainer *t) {
            c->micro_batch, mc->kind == CL_MODEL_GPT ? "" : " images", cl_gemm_backend());
     cl_device *dev = cl_trainer_device(t);
     char cap[32];
-    printf("device %s:%d memory (cap %s): %s\n", cl_device_name(dev), cl_device_id(dev),
-           cl_device_cap(dev) ? cl_format_bytes(cl_device_cap(dev), cap, sizeof cap) : "none", cl_device_describe(dev, mem, sizeof mem));
+    printf("device %s:%d memory (cap %s%s): %s\n", cl_device_name(dev), cl_device_id(dev),
+           cl_device_cap(dev) ? cl_format_bytes(cl_device_cap(dev), cap, sizeof cap) : "none",
+           c->device_memory_host ? ", this rank's share of the host's available memory" : "", cl_device_describe(dev, mem, sizeof mem));
     fflush(stdout);
 }
 
@@ -278,12 +286,18 @@ static cl_status train_rank(cl_comm *world, void *arg) {
         }
         double gflops = st.flops / (st.seconds > 0 ? st.seconds : 1e-9) / 1e9;
         if (st.step % j->log_every == 0 || last || st.step == 1) progress(&st, j->steps, gflops, tty);
-        if (log) json_line(log, &st);
+        if (log && json_line(log, &st)) {
+            s = log_failed(j->log_path, st.step);
+            break;
+        }
         if (eval) {
             double vl;
             if ((s = cl_trainer_eval(t, &vl))) break;
             printf("%sstep %d: validation loss %.4f\n", tty ? "\n" : "", st.step, vl);
-            if (log) fprintf(log, "{\"step\": %d, \"val_loss\": %.17g}\n", st.step, vl);
+            if (log && (fprintf(log, "{\"step\": %d, \"val_loss\": %.17g}\n", st.step, vl) < 0 || fflush(log) != 0)) {
+                s = log_failed(j->log_path, st.step);
+                break;
+            }
         }
         if (save) {
             if ((s = cl_trainer_save(t, j->save))) break;
@@ -315,7 +329,7 @@ static cl_status train_rank(cl_comm *world, void *arg) {
         s = print_sample(t, NULL, NULL, cl_trainer_tokenizer(t), j->prompt, j->sample_tokens, j->temperature, j->topk, c.seed, lead);
     }
     fflush(stdout);
-    if (log) fclose(log);
+    if (log && fclose(log) != 0 && !s) s = cl_error(CL_ERR_IO, "--log-file %s: closing failed: %s", j->log_path, strerror(errno));
     cl_trainer_destroy(t);
     cl_comm_free(pp);
     cl_comm_free(dp);
@@ -338,6 +352,38 @@ static cl_status check_pipeline(const train_job *j) {
     return CL_OK;
 }
 
+/* Everything else that can be checked before a rank allocates or trains:
+ * output paths, the prompt, threads, and the memory cap a run without
+ * --device-memory gets (its share of the host's available memory, ranks_here
+ * ranks sharing this host). A run must not train for hours and then fail on
+ * a flag. */
+static cl_status check_job(train_job *j, int ranks_here) {
+    cl_train_config *c = &j->c;
+    if (j->prompt && !*j->prompt) return cl_error(CL_ERR_INVALID, "--prompt is empty (give some text, or --sample-tokens 0)");
+    int cores = cl_cores_available();
+    if (j->threads > cores)
+        return cl_error(CL_ERR_INVALID, "--threads %d: this process may use %d core%s, so at most %d threads per rank", j->threads,
+                        cores, cores == 1 ? "" : "s", cores);
+    if (j->trace_path) CL_TRY(cl_check_output_path(j->trace_path, "--trace"));
+    if (j->log_path) {
+        struct stat st;
+        if (!*j->log_path) return cl_error(CL_ERR_INVALID, "--log-file: empty path");
+        if (strlen(j->log_path) > CL_PATH_MAX)
+            return cl_error(CL_ERR_INVALID, "--log-file: path of %zu characters, at most %d", strlen(j->log_path), CL_PATH_MAX);
+        if (stat(j->log_path, &st) == 0 && S_ISDIR(st.st_mode))
+            return cl_error(CL_ERR_INVALID, "--log-file %s: is a directory", j->log_path);
+        if (stat(j->log_path, &st) != 0) CL_TRY(cl_check_output_path(j->log_path, "--log-file"));
+    }
+    if (!c->device_memory) {
+        size_t avail = cl_host_memory_available();
+        if (avail) {
+            c->device_memory = avail / (size_t)(ranks_here > 0 ? ranks_here : 1);
+            c->device_memory_host = 1;
+        }
+    }
+    return CL_OK;
+}
+
 /* Under MPI the world's size is known only inside the ranks. */
 static cl_status train_rank_mpi(cl_comm *world, void *arg) {
     train_job *j = arg;
@@ -345,6 +391,8 @@ static cl_status train_rank_mpi(cl_comm *world, void *arg) {
     CL_TRY(check_pipeline(j));
     if (!j->gb_given) j->c.global_batch = j->c.micro_batch * j->mesh.dp;
     if (!j->threads) j->threads = default_threads(1);
+    const char *local = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+    CL_TRY(check_job(j, local && atoi(local) > 0 ? atoi(local) : 1));
     return train_rank(cl_comm_size(world) > 1 ? world : NULL, j);
 }
 
@@ -450,6 +498,7 @@ static int cmd_train(int argc, char **argv) {
     if (!gb_given) c->global_batch = c->micro_batch * j.mesh.dp;
     if ((s = check_pipeline(&j))) return cli_fail(s);
     if (!j.threads) j.threads = default_threads(ranks);
+    if ((s = check_job(&j, ranks))) return cli_fail(s);
     if (ranks == 1) s = train_rank(NULL, &j);
     else s = cl_launch_threads(ranks, train_rank, &j, &lo);
     return s ? cli_fail(s) : 0;

@@ -62,6 +62,7 @@ static cl_status sim_trace(const cli_args *a, cl_trace *tr) {
     cl_sim_result_free(&res);
     cl_schedule_free(&sc);
     if (!s && cli_get(a, "json")) s = cl_trace_write_chrome(cli_get(a, "json"), tr);
+    if (s) cl_trace_free(tr); /* the caller frees only what it was given */
     return s;
 }
 

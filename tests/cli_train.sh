@@ -37,7 +37,7 @@ out=$("$CLEAVE" train "${common[@]}" --resume "$tmp/bad" 2>&1); rc=$?
 check '[ $rc -eq 2 ]' "resume from a corrupted checkpoint: status $rc: $out"
 # a cap under the parameters
 out=$("$CLEAVE" train "${common[@]}" --device-memory 200KiB 2>&1); rc=$?
-check '[ $rc -eq 2 ] && printf "%s" "$out" | grep -q "params: asked"' "cap: status $rc: $out"
+check '[ $rc -eq 2 ] && printf "%s" "$out" | grep -q "refused before allocating"' "cap: status $rc: $out"
 # the header and per-step fields
 check 'grep -q "parameters" "$tmp/full.out" && grep -q "unigram baseline" "$tmp/full.out" && grep -q "GFLOP/s" "$tmp/full.out"' "header/step fields missing"
 check 'head -1 "$tmp/full.jsonl" | grep -q "\"tokens_per_s\"" && head -1 "$tmp/full.jsonl" | grep -q "\"peak_bytes\""' "JSON fields missing"

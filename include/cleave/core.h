@@ -59,6 +59,22 @@ char *cl_format_bytes(size_t bytes, char *buf, size_t n);
 enum { CL_CPU_AVX2 = 1, CL_CPU_FMA = 2, CL_CPU_AVX512F = 4 };
 unsigned cl_cpu_features(void);
 
+/* Paths cleave writes: at most CL_PATH_MAX characters (buffers hold 4096). */
+#define CL_PATH_MAX 4000
+
+/* Checks, before any work, that a file can be written whole to path later:
+ * a non-empty path of at most CL_PATH_MAX characters, nothing but a regular
+ * file there now, and its directory writable (a probe file is created and
+ * removed). `what` names the flag in messages ("--trace"). */
+cl_status cl_check_output_path(const char *path, const char *what);
+/* Writes buf to a fresh temporary file beside path, fsyncs it and renames it
+ * onto path: readers see the old file or the whole new one. Refuses, as
+ * cl_check_output_path does, to replace anything but a regular file. */
+cl_status cl_write_file_atomic(const char *path, const void *buf, size_t len, const char *what);
+/* Host memory this process could still get: MemAvailable, or less when a
+ * cgroup (v2) limit leaves less room; 0 when neither can be read. */
+size_t cl_host_memory_available(void);
+
 /* Monotonic wall clock in seconds. */
 double cl_now(void);
 

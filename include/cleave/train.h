@@ -70,6 +70,7 @@ typedef struct {
     cl_lr_schedule lr;
     cl_adamw_opts adamw;
     size_t device_memory;   /* cap in bytes, 0 = none */
+    int device_memory_host; /* the cap is this rank's share of the host's available memory, not a user's --device-memory */
     const char *data;       /* text file (GPT) or digits csv(.gz) (MLP/CNN) */
     const char *tokenizer;  /* "byte" or "gpt2" */
     const char *tokenizer_dir; /* for gpt2: encoder.json and vocab.bpe */

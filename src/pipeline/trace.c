@@ -5,7 +5,7 @@
  * timeline and a measured step are drawn by the same code from the same
  * events, and the Chrome file opens in Perfetto for zooming into one rank.
  *
- * Invariants: files are written to PATH.tmp and renamed, never half written;
+ * Invariants: files are written whole (cl_write_file_atomic: a temporary file, then renamed),
  * the reader takes its input from a file a person may have cut short or
  * edited, checks every field it uses and names the file and the event index
  * in its messages; every output array is freed on every error path. */
@@ -74,39 +74,6 @@ const char *cl_trace_kind_letters(cl_act_kind kind) {
 
 static int kind_has_mb(cl_act_kind kind) { return kind != CL_ACT_GRAD_SYNC && kind != CL_ACT_OPT_STEP; }
 
-/* ---- atomic file writes ---- */
-
-/* Writes len bytes of buf to path.tmp, flushes and fsyncs it, and renames it
- * onto path; on any failure path.tmp is removed and path untouched. */
-static cl_status write_atomic(const char *path, const char *buf, size_t len) {
-    if (!path || !*path) return cl_error(CL_ERR_INVALID, "trace: no output path given");
-    size_t plen = strlen(path);
-    char *tmp = malloc(plen + 5);
-    if (!tmp) return cl_error(CL_ERR_OOM, "%s: cannot allocate a path", path);
-    memcpy(tmp, path, plen);
-    memcpy(tmp + plen, ".tmp", 5);
-    cl_status s = CL_OK;
-    FILE *f = fopen(tmp, "wb");
-    if (!f) {
-        s = cl_error(CL_ERR_IO, "%s: cannot create %s: %s", path, tmp, strerror(errno));
-        free(tmp);
-        return s;
-    }
-    errno = 0;
-    int err = fwrite(buf, 1, len, f) == len ? 0 : errno ? errno : EIO;
-    if (!err && fflush(f) != 0) err = errno;
-    if (!err && fsync(fileno(f)) != 0 && errno != EINVAL) err = errno;
-    if (fclose(f) != 0 && !err) err = errno;
-    if (err) {
-        s = cl_error(CL_ERR_IO, "%s: writing %s failed: %s (the previous file, if any, is untouched)", path, tmp, strerror(err));
-        unlink(tmp);
-    } else if (rename(tmp, path) != 0) {
-        s = cl_error(CL_ERR_IO, "%s: cannot rename %s onto it: %s", path, tmp, strerror(errno));
-        unlink(tmp);
-    }
-    free(tmp);
-    return s;
-}
 
 /* ---- the Chrome writer ---- */
 
@@ -191,7 +158,7 @@ cl_status cl_trace_write_chrome(const char *path, const cl_trace *t) {
     }
     cl_sb_printf(&b, "\n]}\n");
     cl_status s = b.failed ? cl_error(CL_ERR_OOM, "%s: no host memory for the trace text (%zu events)", path, t->n)
-                           : write_atomic(path, b.buf, b.len);
+                           : cl_write_file_atomic(path, b.buf, b.len, "trace");
     cl_sb_free(&b);
     return s;
 }
@@ -564,7 +531,7 @@ cl_status cl_trace_render_svg(const char *path, const cl_trace *t, int step) {
     }
     if (chunked) cl_sb_printf(&b, "<text x=\"%.1f\" y=\"%.1f\">labels mb.chunk; odd chunks lighter</text>\n", lx, ly + 10);
     cl_sb_printf(&b, "</svg>\n");
-    s = b.failed ? cl_error(CL_ERR_OOM, "%s: no host memory for the SVG text", path) : write_atomic(path, b.buf, b.len);
+    s = b.failed ? cl_error(CL_ERR_OOM, "%s: no host memory for the SVG text", path) : cl_write_file_atomic(path, b.buf, b.len, "SVG");
     cl_sb_free(&b);
     free(keep);
     free(ranks);

@@ -3,6 +3,7 @@
  * schedule and data-parallel replicas; the data addressing (a sample is a
  * function of its global index) is already what they need. */
 #include "cleave/kernels.h"
+#include "cleave/pipeline.h"
 #include "cleave/schedule.h"
 #include "cleave/train.h"
 #include "cleave/prof.h"
@@ -146,6 +147,24 @@ static cl_status load_data(cl_trainer *t) {
     return CL_OK;
 }
 
+/* Refuses a single-device run whose predicted peak exceeds the cap before
+ * anything is allocated (a pipeline's partition does the same per stage). */
+static cl_status check_fits(const cl_model_desc *d, const cl_train_config *cfg) {
+    if (!cfg->device_memory) return CL_OK;
+    cl_pp_stage_cost c = cl_pp_stage_predict(d, 0, d->nunits, cfg->micro_batch, 1, cfg->recompute);
+    if (c.total_bytes <= cfg->device_memory) return CL_OK;
+    char need[32], cap[32], state[32], act[32];
+    cl_format_bytes(c.total_bytes, need, sizeof need);
+    cl_format_bytes(cfg->device_memory, cap, sizeof cap);
+    cl_format_bytes(c.param_bytes, state, sizeof state);
+    cl_format_bytes(c.act_bytes, act, sizeof act);
+    return cl_error(CL_ERR_OOM,
+                    "%s needs about %s on one rank (parameters, gradients and AdamW moments %s, activations %s), more than %s %s; "
+                    "refused before allocating: split it (--pp), lower --micro-batch-size or set a larger --device-memory",
+                    d->cfg.name, need, state, act, cfg->device_memory_host ? "the host memory available to it," : "--device-memory",
+                    cap);
+}
+
 cl_status cl_trainer_create(cl_trainer **out, const cl_train_config *cfg) {
     *out = NULL;
     if (cfg->micro_batch < 1) return cl_error(CL_ERR_INVALID, "--micro-batch-size must be positive (got %d)", cfg->micro_batch);
@@ -166,9 +185,10 @@ cl_status cl_trainer_create(cl_trainer **out, const cl_train_config *cfg) {
     t->dp = dp;
     t->dp_rank = cfg->dp_comm ? cl_comm_rank(cfg->dp_comm) : 0;
     cl_status s = cl_model_describe(&cfg->model, cfg->seq_len, &t->desc);
+    int pipeline = cfg->pp_comm && cl_comm_size(cfg->pp_comm) > 1;
+    if (!s && !pipeline) s = check_fits(t->desc, cfg);
     if (!s) s = load_data(t);
     if (!s) s = cl_device_create_cpu(&t->dev, cfg->device_memory, 0);
-    int pipeline = cfg->pp_comm && cl_comm_size(cfg->pp_comm) > 1;
     if (!s && pipeline) s = cl_pp_create(t);
     if (!s && !pipeline) s = cl_model_create(&t->model, t->desc, t->dev, cfg->micro_batch);
     if (!s && !pipeline) s = cl_model_split_tied(t->model);
