@@ -6,6 +6,7 @@
 #include "cleave/train.h"
 #include "common/check.h"
 
+#include <pthread.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -113,6 +114,51 @@ static void test_resume(void) {
     cl_trainer_destroy(t);
 }
 
+/* Many threads asking one capped device at once: exactly as many blocks as
+ * the cap holds are given, never more (the check and the reservation are
+ * one step under the device's lock). */
+typedef struct {
+    cl_device *d;
+    pthread_barrier_t *go;
+    int ok;
+    void *p;
+} cap_race;
+
+static void *cap_race_run(void *arg) {
+    cap_race *r = arg;
+    pthread_barrier_wait(r->go);
+    r->ok = cl_device_alloc(r->d, CL_MEM_ACTS, 1000, &r->p) == CL_OK;
+    return NULL;
+}
+
+static void test_cap_race(void) {
+    enum { N = 16, FIT = 5 };
+    for (int round = 0; round < 50; round++) {
+        cl_device *d;
+        CHECK_OK(cl_device_create_cpu(&d, FIT * 1000, 0));
+        pthread_barrier_t go;
+        pthread_barrier_init(&go, NULL, N);
+        cap_race r[N];
+        pthread_t th[N];
+        for (int i = 0; i < N; i++) {
+            r[i] = (cap_race){.d = d, .go = &go};
+            pthread_create(&th[i], NULL, cap_race_run, &r[i]);
+        }
+        int got = 0;
+        for (int i = 0; i < N; i++) {
+            pthread_join(th[i], NULL);
+            got += r[i].ok;
+        }
+        CHECK(got == FIT && cl_device_peak_total(d) == FIT * 1000, "round %d: %d blocks of 1000 B under a %d B cap, peak %zu", round,
+              got, FIT * 1000, cl_device_peak_total(d));
+        for (int i = 0; i < N; i++)
+            if (r[i].ok) cl_device_free(d, r[i].p);
+        pthread_barrier_destroy(&go);
+        cl_device_destroy(d);
+    }
+    cl_error_clear();
+}
+
 static void test_cap(void) {
     cl_train_config c;
     base_config(&c);
@@ -197,6 +243,7 @@ int main(void) {
     test_accumulation();
     test_resume();
     test_cap();
+    test_cap_race();
     test_schedule();
     test_digits("cnn");
     test_digits("mlp");

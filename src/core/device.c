@@ -28,6 +28,7 @@ struct cl_device {
     size_t cap;
     size_t cur[CL_MEM_NCAT], peak[CL_MEM_NCAT];
     size_t total, peak_total;
+    size_t reserved; /* bytes that passed the cap check and are being asked of the host */
     pthread_mutex_t mu;
 };
 
@@ -96,21 +97,34 @@ char *cl_device_describe(const cl_device *d, char *buf, size_t n) {
 cl_status cl_device_alloc(cl_device *d, cl_mem_cat cat, size_t bytes, void **out) {
     CL_ASSERT((unsigned)cat < CL_MEM_NCAT);
     *out = NULL;
+    if (bytes > SIZE_MAX - 2 * HDR) return cl_error(CL_ERR_OOM, "allocation of %zu bytes is too large", bytes);
+    /* the check and the reservation under one lock: two allocations at once
+     * cannot both pass a cap that has room for one */
     pthread_mutex_lock(&d->mu);
-    if (d->cap && (bytes > d->cap || d->total > d->cap - bytes)) {
-        char asked[32], cap[32], held[32], desc[256];
+    size_t held = d->total + d->reserved;
+    if (d->cap && (bytes > d->cap || held > d->cap - bytes)) {
+        char asked[32], cap[32], heldb[32], desc[256];
         cl_format_bytes(bytes, asked, sizeof asked);
         cl_format_bytes(d->cap, cap, sizeof cap);
-        cl_format_bytes(d->total, held, sizeof held);
+        cl_format_bytes(held, heldb, sizeof heldb);
         cl_device_describe(d, desc, sizeof desc);
         pthread_mutex_unlock(&d->mu);
         return cl_error(CL_ERR_OOM,
                         "device %s:%d: %s: asked %s, %s of the %s cap held (%s); raise --device-memory or split the model over more ranks",
-                        d->ops->name, d->id, cl_mem_cat_name(cat), asked, held, cap, desc);
+                        d->ops->name, d->id, cl_mem_cat_name(cat), asked, heldb, cap, desc);
+    }
+    d->reserved += bytes;
+    pthread_mutex_unlock(&d->mu);
+    char *raw = d->ops->alloc(d->impl, bytes + HDR);
+    pthread_mutex_lock(&d->mu);
+    d->reserved -= bytes;
+    if (raw) {
+        d->cur[cat] += bytes;
+        d->total += bytes;
+        if (d->cur[cat] > d->peak[cat]) d->peak[cat] = d->cur[cat];
+        if (d->total > d->peak_total) d->peak_total = d->total;
     }
     pthread_mutex_unlock(&d->mu);
-    if (bytes > SIZE_MAX - 2 * HDR) return cl_error(CL_ERR_OOM, "allocation of %zu bytes is too large", bytes);
-    char *raw = d->ops->alloc(d->impl, bytes + HDR);
     if (!raw) {
         char asked[32];
         cl_format_bytes(bytes, asked, sizeof asked);
@@ -120,12 +134,6 @@ cl_status cl_device_alloc(cl_device *d, cl_mem_cat cat, size_t bytes, void **out
     h->magic = MAGIC;
     h->bytes = bytes;
     h->cat = (uint32_t)cat;
-    pthread_mutex_lock(&d->mu);
-    d->cur[cat] += bytes;
-    d->total += bytes;
-    if (d->cur[cat] > d->peak[cat]) d->peak[cat] = d->cur[cat];
-    if (d->total > d->peak_total) d->peak_total = d->total;
-    pthread_mutex_unlock(&d->mu);
     *out = raw + HDR;
     return CL_OK;
 }

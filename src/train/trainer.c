@@ -1,7 +1,8 @@
-/* The single-rank trainer: data, model, optimizer and the training step
- * (see train.h). Later issues run the same step through a pipeline
- * schedule and data-parallel replicas; the data addressing (a sample is a
- * function of its global index) is already what they need. */
+/* The trainer: data, model, optimizer and the training step (see train.h).
+ * One rank's step here; data-parallel replicas sum their gradients in
+ * buckets during the last micro-batch's backward, and a pipeline hands the
+ * step to its executor (pipeline.c). A sample is a function of its global
+ * index, so every layout reads the same samples. */
 #include "cleave/kernels.h"
 #include "cleave/pipeline.h"
 #include "cleave/schedule.h"
