@@ -59,6 +59,11 @@ char *cl_format_bytes(size_t bytes, char *buf, size_t n);
 enum { CL_CPU_AVX2 = 1, CL_CPU_FMA = 2, CL_CPU_AVX512F = 4 };
 unsigned cl_cpu_features(void);
 
+/* xxHash64 (Yann Collet's XXH64, as its published specification defines
+ * it) of len bytes with a seed: a fast non-cryptographic 64-bit hash for
+ * noticing changed or damaged data, not for resisting an adversary. */
+uint64_t cl_hash64(const void *data, size_t len, uint64_t seed);
+
 /* Monotonic wall clock in seconds. */
 double cl_now(void);
 
