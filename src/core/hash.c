@@ -32,7 +32,7 @@ static uint64_t round64(uint64_t acc, uint64_t lane) { return rotl(acc + lane * 
 static uint64_t merge(uint64_t acc, uint64_t v) { return (acc ^ round64(0, v)) * P1 + P4; }
 
 uint64_t cl_hash64(const void *data, size_t len, uint64_t seed) {
-    const unsigned char *p = data, *end = p + len;
+    const unsigned char *p = data, *end = len ? p + len : p; /* data may be NULL when len is 0 */
     uint64_t h;
     if (len >= 32) {
         uint64_t v1 = seed + P1 + P2, v2 = seed + P2, v3 = seed, v4 = seed - P1;
