@@ -76,17 +76,110 @@ fi
 
 flags=(-std=c11 -g -O1 -D_GNU_SOURCE -Iinclude -Isrc -pthread -fno-omit-frame-pointer -fno-sanitize-recover=undefined)
 srcs=(src/core/*.c src/io/*.c)
+data_srcs=(src/data/tokens.c src/data/file.c)
 echo "fuzz: building with $CLANG"
-"$CLANG" "${flags[@]}" -fsanitize=fuzzer,address,undefined "${srcs[@]}" tests/fuzz/fuzz_safetensors.c -lm -o "$out/fuzz_safetensors"
-"$CLANG" "${flags[@]}" -fsanitize=address,undefined -DCL_FUZZ_SEEDGEN "${srcs[@]}" tests/fuzz/fuzz_safetensors.c -lm \
-    -o "$out/fuzz_seedgen"
+build_target() { # build_target NAME SOURCES...: build/fuzz/fuzz_NAME with libFuzzer
+    local name=$1; shift
+    "$CLANG" "${flags[@]}" -fsanitize=fuzzer,address,undefined "${srcs[@]}" "$@" -lm -o "$out/fuzz_$name"
+}
+build_target safetensors tests/fuzz/fuzz_safetensors.c
+build_target tokens "${data_srcs[@]}" tests/fuzz/fuzz_tokens.c
+build_target ckjson src/model/describe.c tests/fuzz/fuzz_ckjson.c
+"$CLANG" "${flags[@]}" -fsanitize=address,undefined -DCL_FUZZ_SEEDGEN "${srcs[@]}" "${data_srcs[@]}" \
+    tests/fuzz/fuzz_safetensors.c -lm -o "$out/fuzz_seedgen"
 
-rm -rf "$out/seeds"
-mkdir -p "$out/seeds" "$out/corpus" "$out/artifacts"
-"$out/fuzz_seedgen" "$out/seeds"
+rm -rf "$out/seeds" "$out/seeds-tokens" "$out/seeds-ckjson"
+mkdir -p "$out/seeds" "$out/seeds-tokens" "$out/seeds-ckjson" "$out/corpus" "$out/corpus-tokens" "$out/corpus-ckjson" \
+    "$out/artifacts"
+"$out/fuzz_seedgen" "$out/seeds" "$out/seeds-tokens"
 # A few hand-written JSON seeds for the bare JSON path.
 printf '{"a":[1,-2.5e3,true,false,null,"\\u00e9\\ud83d\\ude00\\n"],"b":{}}' >"$out/seeds/doc.json"
 printf '[0,-0,1e-7,9223372036854775807,-9223372036854775808,18446744073709551616]' >"$out/seeds/nums.json"
+# Checkpoint JSON seeds in the shapes src/train/checkpoint.c writes.
+ck=$out/seeds-ckjson
+cat >"$ck/gpt.json" <<'EOF'
+{
+  "model_type": "gpt2",
+  "architectures": ["GPT2LMHeadModel"],
+  "n_layer": 2,
+  "n_head": 4,
+  "n_embd": 64,
+  "n_positions": 64,
+  "n_ctx": 64,
+  "vocab_size": 256,
+  "layer_norm_epsilon": 1e-05,
+  "activation_function": "gelu_new",
+  "tie_word_embeddings": true,
+  "cleave_model": "gpt",
+  "cleave_preset": "gpt2-tiny",
+  "tokenizer": "byte"
+}
+EOF
+printf '{\n  "widths": [64, 32, 10],\n  "cleave_model": "mlp",\n  "cleave_preset": "mlp",\n  "tokenizer": "none"\n}\n' >"$ck/mlp.json"
+cat >"$ck/cnn.json" <<'EOF'
+{
+  "in_channels": 1,
+  "height": 8,
+  "width": 8,
+  "conv_channels": 8,
+  "conv_kernel": 3,
+  "conv_stride": 1,
+  "conv_pad": 1,
+  "pool": 2,
+  "hidden": 32,
+  "hidden2": 16,
+  "classes": 10,
+  "cleave_model": "cnn",
+  "cleave_preset": "cnn",
+  "tokenizer": "none"
+}
+EOF
+printf '{\n  "step": 5,\n  "optimizer_step": 5,\n  "seq_len": 32,\n  "global_batch": 8,\n  "seed": "1337"\n}\n' >"$ck/trainer_state.json"
+# a config and a state in one object, so describe also runs with the state's seq_len
+printf '{"n_layer": 1, "n_head": 2, "n_embd": 8, "n_positions": 32, "vocab_size": 50257, "seq_len": 16, "step": 0}' \
+    >"$ck/both.json"
+
+cat >"$out/ckjson.dict" <<'EOF'
+"\"n_layer\""
+"\"n_head\""
+"\"n_embd\""
+"\"n_positions\""
+"\"vocab_size\""
+"\"cleave_model\""
+"\"gpt\""
+"\"mlp\""
+"\"cnn\""
+"\"widths\""
+"\"in_channels\""
+"\"height\""
+"\"width\""
+"\"conv_channels\""
+"\"conv_kernel\""
+"\"conv_stride\""
+"\"conv_pad\""
+"\"pool\""
+"\"hidden\""
+"\"hidden2\""
+"\"classes\""
+"\"step\""
+"\"optimizer_step\""
+"\"seq_len\""
+"\"global_batch\""
+"\"seed\""
+"2147483647"
+"-2147483648"
+"65536"
+"46341"
+"1073741824"
+EOF
+cat >"$out/tokens.dict" <<'EOF'
+"CLTOK2\x00\x00"
+"CLTOK1\x00\x00"
+"\xff\xff\xff\xff\xff\xff\xff\xff"
+"\x00\x00\x01\x00"
+"\x02\x00\x00\x00"
+"\x04\x00\x00\x00"
+EOF
 
 cat >"$out/safetensors.dict" <<'EOF'
 "\"dtype\""
@@ -113,21 +206,40 @@ cat >"$out/safetensors.dict" <<'EOF'
 "        "
 EOF
 
-echo "fuzz: running for ${secs}s (corpus $out/corpus, seeds $out/seeds)"
+
+targets=(safetensors tokens ckjson)
+share=$((secs / ${#targets[@]}))
+[ "$share" -ge 1 ] || share=1
+first=$((secs - share * (${#targets[@]} - 1)))
+[ "$first" -ge 1 ] || first=1
 export ASAN_OPTIONS=${ASAN_OPTIONS:-abort_on_error=1:detect_leaks=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
-set +e
-"$out/fuzz_safetensors" "$out/corpus" "$out/seeds" \
-    -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 -max_len=16384 \
-    -dict="$out/safetensors.dict" -artifact_prefix="$out/artifacts/" -print_final_stats=1 \
-    >"$out/fuzz.log" 2>&1
-rc=$?
-set -e
-if [ "$rc" -ne 0 ]; then
-    grep -m1 -A 25 -E 'ERROR: |runtime error|deadly signal|Abrt|==[0-9]+==' "$out/fuzz.log" >&2 || tail -n 25 "$out/fuzz.log" >&2
-    echo "fuzz: FAILED (exit $rc): the fuzzer found a crash; inputs in $out/artifacts/, full log in $out/fuzz.log" >&2
+failed=()
+for name in "${targets[@]}"; do
+    case $name in
+        safetensors) corpus=$out/corpus; seeds=$out/seeds; t=$first ;;
+        *) corpus=$out/corpus-$name; seeds=$out/seeds-$name; t=$share ;;
+    esac
+    log=$out/fuzz-$name.log
+    echo "fuzz: $name for ${t}s (corpus $corpus, seeds $seeds)"
+    set +e
+    "$out/fuzz_$name" "$corpus" "$seeds" \
+        -max_total_time="$t" -timeout=10 -rss_limit_mb=2048 -max_len=16384 \
+        -dict="$out/$name.dict" -artifact_prefix="$out/artifacts/$name-" -print_final_stats=1 \
+        >"$log" 2>&1
+    rc=$?
+    set -e
+    if [ "$rc" -ne 0 ]; then
+        grep -m1 -A 25 -E 'ERROR: |runtime error|deadly signal|Abrt|==[0-9]+==' "$log" >&2 || tail -n 25 "$log" >&2
+        echo "fuzz: FAILED (exit $rc): the $name fuzzer found a crash; inputs in $out/artifacts/$name-*, full log in $log" >&2
+        failed+=("$name")
+        continue
+    fi
+    grep -E '^(Done|stat::number_of_executed_units)' "$log" | sed 's/^/    /' || true
+done
+if [ ${#failed[@]} -gt 0 ]; then
+    echo "fuzz: FAILED: ${failed[*]}" >&2
     ls -1 "$out/artifacts" >&2 || true
     exit 1
 fi
-grep -E '^(Done|stat::)' "$out/fuzz.log" || true
-echo "fuzz: OK, no crash in ${secs}s"
+echo "fuzz: OK, no crash in ${secs}s over ${#targets[@]} targets"

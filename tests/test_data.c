@@ -316,12 +316,75 @@ static void test_gpt2_real(void)
 
 /* ---- token files ---------------------------------------------------------------- */
 
+/* XXH64's published values (the reference implementation and the python
+ * xxhash package agree on them). */
+static void test_hash(void)
+{
+    CHECK(cl_hash64("", 0, 0) == 0xEF46DB3751D8E999ULL, "XXH64('') = %016llx", (unsigned long long)cl_hash64("", 0, 0));
+    CHECK(cl_hash64("a", 1, 0) == 0xD24EC4F1A98C6E5BULL, "XXH64('a')");
+    CHECK(cl_hash64("abc", 3, 0) == 0x44BC2CF5AD770999ULL, "XXH64('abc')");
+    const char *spam = "Nobody inspects the spammish repetition"; /* 39 bytes: the 32-byte stripes too */
+    CHECK(cl_hash64(spam, strlen(spam), 0) == 0xFBCEA83C8A378BF1ULL, "XXH64(spam) = %016llx",
+          (unsigned long long)cl_hash64(spam, strlen(spam), 0));
+    CHECK(cl_hash64("xxhash", 6, 20141025) == 0xB559B98D844E0635ULL, "XXH64('xxhash', seed 20141025)");
+
+    cl_tokenizer *b = NULL, *b2 = NULL;
+    CHECK_OK(cl_tokenizer_byte(&b));
+    CHECK_OK(cl_tokenizer_byte(&b2));
+    CHECK(b && b2 && cl_tokenizer_hash(b) == cl_tokenizer_hash(b2) && cl_tokenizer_hash(b) != 0, "byte tokenizer identity");
+    if (need_data("gpt2 tokenizer hash", "gpt2/vocab.bpe")) {
+        char dir[4200], path[4300];
+        snprintf(dir, sizeof dir, "%s/gpt2", data_dir);
+        cl_tokenizer *g = NULL;
+        CHECK_OK(cl_tokenizer_gpt2(&g, dir));
+        if (g) {
+            char *enc, *bpe;
+            size_t ne, nb;
+            snprintf(path, sizeof path, "%s/encoder.json", dir);
+            CHECK_OK(cl_read_file(path, &enc, &ne));
+            snprintf(path, sizeof path, "%s/vocab.bpe", dir);
+            CHECK_OK(cl_read_file(path, &bpe, &nb));
+            CHECK(cl_tokenizer_hash(g) == cl_hash64(bpe, nb, cl_hash64(enc, ne, 0)),
+                  "gpt2 tokenizer hash is not XXH64 of encoder.json then vocab.bpe");
+            free(enc);
+            free(bpe);
+            cl_tokenizer_free(g);
+        }
+        snprintf(path, sizeof path, "%s/kjv.txt", data_dir);
+        char *text;
+        size_t len;
+        if (file_exists(path) && cl_read_file(path, &text, &len) == CL_OK) {
+            double t0 = cl_now();
+            uint64_t h = 0;
+            for (int i = 0; i < 10; i++) h ^= cl_hash64(text, len, (uint64_t)i);
+            printf("kjv.txt: %zu bytes hashed in %.2f ms (XXH64, mean of 10; %016llx)\n", len, (cl_now() - t0) * 100,
+                   (unsigned long long)h);
+            free(text);
+        }
+    }
+    cl_tokenizer_free(b);
+    cl_tokenizer_free(b2);
+}
+
+/* A token file's checksum recomputed by its documented definition. */
+static uint64_t doc_checksum(const unsigned char *file, size_t len)
+{
+    return cl_hash64(file + 120, len - 120, cl_hash64(file, 112, 0));
+}
+
+static void put_sum(unsigned char *file, size_t len)
+{
+    uint64_t v = doc_checksum(file, len);
+    for (int i = 0; i < 8; i++) file[112 + i] = (unsigned char)(v >> (8 * i));
+}
+
 static void test_tokens(void)
 {
     int32_t toks[1000];
     for (int i = 0; i < 1000; i++) toks[i] = (i * 7919) % 256;
     const char *p = tmp_path("a.tok");
-    CHECK_OK(cl_tokens_write(p, toks, 1000, 256, "byte"));
+    cl_tokens_source src = {.text_size = 1000, .text_hash = 0x0123456789abcdefULL, .tokenizer_hash = 0xfedcba9876543210ULL};
+    CHECK_OK(cl_tokens_write(p, toks, 1000, 256, "byte", &src));
     char leftover[300];
     snprintf(leftover, sizeof leftover, "%s.tmp.%ld", p, (long)getpid());
     CHECK(!file_exists(leftover), "temporary file %s left behind", leftover);
@@ -330,35 +393,52 @@ static void test_tokens(void)
     CHECK(r.count == 1000 && r.vocab == 256 && strcmp(r.tokenizer, "byte") == 0,
           "read back count %zu vocab %d name %s", r.count, r.vocab, r.tokenizer);
     CHECK(r.tokens && memcmp(r.tokens, toks, sizeof toks) == 0, "tokens differ after round trip");
+    CHECK(r.source.text_size == 1000 && r.source.text_hash == src.text_hash && r.source.tokenizer_hash == src.tokenizer_hash,
+          "source read back as %llu %016llx %016llx", (unsigned long long)r.source.text_size,
+          (unsigned long long)r.source.text_hash, (unsigned long long)r.source.tokenizer_hash);
     cl_tokens_free(&r);
 
     char *raw;
     size_t len;
     CHECK_OK(cl_read_file(p, &raw, &len));
-    CHECK(len == 88 + 2000, "a 2-byte file of 1000 tokens is %zu bytes", len);
-    CHECK(memcmp(raw, "CLTOK1\0\0", 8) == 0 && (unsigned char)raw[8] == 0 && (unsigned char)raw[9] == 1 &&
-          raw[12] == 2 && raw[16] == (char)(1000 & 255) && raw[17] == (char)(1000 >> 8),
+    unsigned char *u = (unsigned char *)raw;
+    CHECK(len == 120 + 2000, "a 2-byte file of 1000 tokens is %zu bytes", len);
+    CHECK(memcmp(raw, "CLTOK2\0\0", 8) == 0 && u[8] == 0 && u[9] == 1 && u[12] == 2 && u[16] == (1000 & 255) &&
+              u[17] == (1000 >> 8) && u[88] == (1000 & 255) && u[89] == (1000 >> 8) && u[96] == 0xef && u[103] == 0x01 &&
+              u[104] == 0x10 && u[111] == 0xfe,
           "header bytes are not the documented layout");
+    uint64_t sum = 0;
+    for (int i = 7; i >= 0; i--) sum = sum << 8 | u[112 + i];
+    CHECK(sum == doc_checksum(u, len), "the checksum is not the documented XXH64 of the file");
+    /* the same bytes from memory */
+    CHECK_OK(cl_tokens_parse(raw, len, "mem", &r));
+    CHECK(r.count == 1000 && r.tokens && memcmp(r.tokens, toks, sizeof toks) == 0, "parse from memory");
+    cl_tokens_free(&r);
 
-    /* 4-byte tokens for a big vocabulary; zero tokens */
+    /* 4-byte tokens for a big vocabulary; zero tokens; no source */
     int32_t big[3] = {0, 69999, 65536};
-    CHECK_OK(cl_tokens_write(tmp_path("b.tok"), big, 3, 70000, "gpt2-ish"));
+    CHECK_OK(cl_tokens_write(tmp_path("b.tok"), big, 3, 70000, "gpt2-ish", &src));
     CHECK_OK(cl_tokens_read(tmp_path("b.tok"), &r));
     CHECK(r.count == 3 && r.vocab == 70000 && r.tokens && r.tokens[1] == 69999 && r.tokens[2] == 65536,
           "4-byte round trip");
     cl_tokens_free(&r);
-    CHECK_OK(cl_tokens_write(tmp_path("c.tok"), NULL, 0, 50257, "gpt2"));
+    CHECK_OK(cl_tokens_write(tmp_path("c.tok"), NULL, 0, 50257, "gpt2", NULL));
     CHECK_OK(cl_tokens_read(tmp_path("c.tok"), &r));
-    CHECK(r.count == 0 && r.vocab == 50257, "empty token file");
+    CHECK(r.count == 0 && r.vocab == 50257 && r.source.text_hash == 0, "empty token file");
     cl_tokens_free(&r);
 
     /* rejections on read, each naming the file */
-    char *bad = malloc(len + 8);
+    unsigned char *bad = malloc(len + 8);
     memcpy(bad, raw, len);
     bad[0] = 'X';
     write_bytes(tmp_path("magic.tok"), bad, len);
     CHECK(cl_tokens_read(tmp_path("magic.tok"), &r) == CL_ERR_FORMAT, "bad magic accepted");
     CHECK(strstr(cl_last_error(), "magic.tok") != NULL, "message: %s", cl_last_error());
+    memcpy(bad, raw, len);
+    bad[5] = '1';
+    write_bytes(tmp_path("v1.tok"), bad, len);
+    CHECK(cl_tokens_read(tmp_path("v1.tok"), &r) == CL_ERR_FORMAT, "a CLTOK1 file accepted");
+    CHECK(strstr(cl_last_error(), "older format CLTOK1") != NULL, "message: %s", cl_last_error());
     write_bytes(tmp_path("trunc.tok"), raw, len - 3);
     CHECK(cl_tokens_read(tmp_path("trunc.tok"), &r) == CL_ERR_FORMAT, "truncated file accepted");
     CHECK(strstr(cl_last_error(), "trunc.tok") != NULL, "message: %s", cl_last_error());
@@ -368,31 +448,82 @@ static void test_tokens(void)
     memcpy(bad + len, "\0\0", 2);
     write_bytes(tmp_path("long.tok"), bad, len + 2);
     CHECK(cl_tokens_read(tmp_path("long.tok"), &r) == CL_ERR_FORMAT, "file with extra bytes accepted");
+    /* an in-range token changed: only the checksum can tell */
     memcpy(bad, raw, len);
-    bad[88 + 2 * 500] = 0;
-    bad[88 + 2 * 500 + 1] = 1; /* token 500 = 256 >= vocab */
+    bad[120 + 2 * 500] ^= 0x01;
+    write_bytes(tmp_path("flip.tok"), bad, len);
+    CHECK(cl_tokens_read(tmp_path("flip.tok"), &r) == CL_ERR_FORMAT, "a changed in-range token accepted");
+    CHECK(strstr(cl_last_error(), "flip.tok") != NULL && strstr(cl_last_error(), "damaged") != NULL,
+          "message: %s", cl_last_error());
+    CHECK(r.tokens == NULL && r.count == 0, "a failed read leaves an empty result");
+    memcpy(bad, raw, len);
+    bad[96] ^= 0x80; /* the recorded text hash */
+    write_bytes(tmp_path("src.tok"), bad, len);
+    CHECK(cl_tokens_read(tmp_path("src.tok"), &r) == CL_ERR_FORMAT, "a changed source field accepted");
+    /* out of range with a matching checksum */
+    memcpy(bad, raw, len);
+    bad[120 + 2 * 500] = 0;
+    bad[120 + 2 * 500 + 1] = 1; /* token 500 = 256 >= vocab */
+    put_sum(bad, len);
     write_bytes(tmp_path("range.tok"), bad, len);
     CHECK(cl_tokens_read(tmp_path("range.tok"), &r) == CL_ERR_FORMAT, "token out of range accepted");
     CHECK(strstr(cl_last_error(), "range.tok") != NULL && strstr(cl_last_error(), "256") != NULL,
           "message: %s", cl_last_error());
     memcpy(bad, raw, len);
     bad[12] = 3;
+    put_sum(bad, len);
     write_bytes(tmp_path("bpt.tok"), bad, len);
     CHECK(cl_tokens_read(tmp_path("bpt.tok"), &r) == CL_ERR_FORMAT, "3 bytes per token accepted");
+    memcpy(bad, raw, len);
+    bad[16] = 0xff; bad[23] = 0xff; /* a count whose byte size overflows */
+    put_sum(bad, len);
+    CHECK(cl_tokens_parse(bad, len, "count", &r) == CL_ERR_FORMAT, "huge count accepted");
     CHECK(cl_tokens_read(tmp_path("missing.tok"), &r) == CL_ERR_IO, "missing file must be an I/O error");
     CHECK(r.tokens == NULL && r.count == 0, "a failed read leaves an empty result");
+
+    /* every prefix and every single-bit change of a small file is refused */
+    CHECK_OK(cl_tokens_write(tmp_path("s.tok"), toks, 16, 256, "byte", &src));
+    char *sraw;
+    size_t slen;
+    CHECK_OK(cl_read_file(tmp_path("s.tok"), &sraw, &slen));
+    int accepted = 0;
+    for (size_t n = 0; n < slen; n++)
+        if (cl_tokens_parse(sraw, n, "prefix", &r) != CL_ERR_FORMAT) accepted++, cl_tokens_free(&r);
+    CHECK(accepted == 0, "%d truncations of a token file accepted", accepted);
+    unsigned char *sb = malloc(slen);
+    for (size_t i = 0; i < slen * 8; i++) {
+        memcpy(sb, sraw, slen);
+        sb[i / 8] ^= (unsigned char)(1u << (i % 8));
+        if (cl_tokens_parse(sb, slen, "bitflip", &r) != CL_ERR_FORMAT) accepted++, cl_tokens_free(&r);
+    }
+    CHECK(accepted == 0, "%d single-bit changes of a token file accepted", accepted);
+    /* garbage, with and without the magic */
+    uint64_t x = 88172645463325252ULL;
+    for (int k = 0; k < 200; k++) {
+        size_t n = (size_t)(k * 7) % (slen + 40);
+        for (size_t i = 0; i < n && i < slen; i++) {
+            x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+            sb[i] = (unsigned char)x;
+        }
+        if (k % 2 && n >= 8) memcpy(sb, "CLTOK2\0\0", 8);
+        if (cl_tokens_parse(sb, n < slen ? n : slen, "garbage", &r) != CL_ERR_FORMAT) accepted++, cl_tokens_free(&r);
+    }
+    CHECK(accepted == 0, "%d garbage token files accepted", accepted);
+    CHECK(cl_tokens_parse(NULL, 0, NULL, &r) == CL_ERR_FORMAT, "no data accepted");
+    free(sb);
+    free(sraw);
     free(bad);
     free(raw);
 
     /* rejections on write */
     int32_t oor[2] = {5, 256};
-    CHECK(cl_tokens_write(tmp_path("w.tok"), oor, 2, 256, "byte") == CL_ERR_INVALID, "writing token 256 of 256");
+    CHECK(cl_tokens_write(tmp_path("w.tok"), oor, 2, 256, "byte", NULL) == CL_ERR_INVALID, "writing token 256 of 256");
     CHECK(!file_exists(tmp_path("w.tok")), "a refused write left a file");
     char longname[80];
     memset(longname, 'n', 79);
     longname[79] = 0;
-    CHECK(cl_tokens_write(tmp_path("w.tok"), toks, 2, 256, longname) == CL_ERR_INVALID, "79-byte name accepted");
-    CHECK(cl_tokens_write(tmp_path("no-dir/w.tok"), toks, 2, 256, "byte") == CL_ERR_IO, "write into a missing dir");
+    CHECK(cl_tokens_write(tmp_path("w.tok"), toks, 2, 256, longname, NULL) == CL_ERR_INVALID, "79-byte name accepted");
+    CHECK(cl_tokens_write(tmp_path("no-dir/w.tok"), toks, 2, 256, "byte", NULL) == CL_ERR_IO, "write into a missing dir");
 }
 
 /* ---- digits --------------------------------------------------------------------- */
@@ -571,6 +702,7 @@ int main(void)
     test_byte_tokenizer();
     test_gpt2_small();
     test_gpt2_real();
+    test_hash();
     test_tokens();
     test_digits();
     test_read_file();

@@ -75,6 +75,11 @@ cl_status cl_write_file_atomic(const char *path, const void *buf, size_t len, co
  * cgroup (v2) limit leaves less room; 0 when neither can be read. */
 size_t cl_host_memory_available(void);
 
+/* xxHash64 (Yann Collet's XXH64, as its published specification defines
+ * it) of len bytes with a seed: a fast non-cryptographic 64-bit hash for
+ * noticing changed or damaged data, not for resisting an adversary. */
+uint64_t cl_hash64(const void *data, size_t len, uint64_t seed);
+
 /* Monotonic wall clock in seconds. */
 double cl_now(void);
 

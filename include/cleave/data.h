@@ -9,9 +9,10 @@
  *           the same byte-to-unicode map, the same merge ranks.
  *
  * Token files: a binary file made once from a text file, so training does
- * not re-tokenize: header "CLTOK1\0\0", u32 vocab size, u32 bytes per token
- * (2 or 4), u64 count, 64-byte tokenizer name (NUL padded), then the tokens
- * little-endian. */
+ * not re-tokenize: header "CLTOK2\0\0", u32 vocab size, u32 bytes per token
+ * (2 or 4), u64 count, 64-byte tokenizer name (NUL padded), the source (text
+ * size, text hash, tokenizer hash), a checksum of the file, then the tokens
+ * little-endian (src/data/tokens.c gives the byte layout). */
 #ifndef CLEAVE_DATA_H
 #define CLEAVE_DATA_H
 
@@ -26,6 +27,9 @@ cl_status cl_tokenizer_gpt2(cl_tokenizer **out, const char *dir);
 void cl_tokenizer_free(cl_tokenizer *t);
 const char *cl_tokenizer_name(const cl_tokenizer *t); /* "byte" or "gpt2" */
 int cl_tokenizer_vocab(const cl_tokenizer *t);         /* 256 or 50257 */
+/* What the tokenizer was made from, as a 64-bit hash: for gpt2 the bytes of
+ * encoder.json and vocab.bpe, for byte a fixed value. Token caches record it. */
+uint64_t cl_tokenizer_hash(const cl_tokenizer *t);
 /* Encodes len bytes of text. *out is malloc'ed (caller frees), *n its count. */
 cl_status cl_tokenizer_encode(const cl_tokenizer *t, const char *text, size_t len,
                               int32_t **out, size_t *n);
@@ -35,15 +39,29 @@ int cl_tokenizer_decode(const cl_tokenizer *t, int32_t id, char *buf, int cap);
 
 /* Token files */
 typedef struct {
+    uint64_t text_size;      /* bytes of the text tokenized */
+    uint64_t text_hash;      /* cl_hash64(text, text_size, 0) */
+    uint64_t tokenizer_hash; /* cl_tokenizer_hash of the tokenizer used */
+} cl_tokens_source;
+
+typedef struct {
     int32_t *tokens;   /* malloc'ed */
     size_t count;
     int vocab;
     char tokenizer[64];
+    cl_tokens_source source; /* what the file says it was made from */
 } cl_tokens;
 
+/* Writes atomically (temporary file, then rename). src may be NULL (all
+ * zero: a file that matches no text). */
 cl_status cl_tokens_write(const char *path, const int32_t *tokens, size_t count,
-                          int vocab, const char *tokenizer_name); /* atomic */
+                          int vocab, const char *tokenizer_name, const cl_tokens_source *src);
+/* Reads and verifies a token file: CL_ERR_IO when it cannot be read,
+ * CL_ERR_FORMAT (naming the file) when it is not a whole, undamaged CLTOK2
+ * file. cl_tokens_parse does the same on size bytes in memory, naming them
+ * what in messages. */
 cl_status cl_tokens_read(const char *path, cl_tokens *out);
+cl_status cl_tokens_parse(const void *data, size_t size, const char *what, cl_tokens *out);
 void cl_tokens_free(cl_tokens *t);
 
 /* Reads a whole file into a malloc'ed, NUL-terminated buffer. */

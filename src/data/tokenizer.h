@@ -30,6 +30,9 @@ typedef struct {
 struct cl_tokenizer {
     int kind;
     int vocab;
+    /* identity of what encodes: for gpt2 cl_hash64 of encoder.json's bytes,
+     * then of vocab.bpe's seeded with that; for byte a fixed value */
+    uint64_t files_hash;
     /* gpt2 only */
     unsigned char *tok_pool;
     uint32_t *tok_off;        /* vocab + 1 entries */

@@ -17,6 +17,7 @@ cl_status cl_tokenizer_byte(cl_tokenizer **out)
     if (!t) return cl_error(CL_ERR_OOM, "byte tokenizer: out of host memory");
     t->kind = CL_TOK_BYTE;
     t->vocab = 256;
+    t->files_hash = cl_hash64("cleave byte tokenizer", 21, 0); /* nothing to read: a fixed identity */
     *out = t;
     return CL_OK;
 }
@@ -34,6 +35,8 @@ const char *cl_tokenizer_name(const cl_tokenizer *t)
 }
 
 int cl_tokenizer_vocab(const cl_tokenizer *t) { return t->vocab; }
+
+uint64_t cl_tokenizer_hash(const cl_tokenizer *t) { return t->files_hash; }
 
 cl_status cl_tokenizer_encode(const cl_tokenizer *t, const char *text, size_t len,
                               int32_t **out, size_t *n)

@@ -10,7 +10,10 @@
  *
  * Built with -DCL_FUZZ_SEEDGEN instead, this file is a small program that
  * writes a seed corpus of valid files with cl_st_write into the directory
- * given as its argument (scripts/fuzz.sh does that). */
+ * given as its first argument and, given a second, valid token files (for
+ * tests/fuzz/fuzz_tokens.c) with cl_tokens_write into that one (scripts/fuzz.sh
+ * does that). */
+#include "cleave/data.h"
 #include "cleave/json.h"
 #include "cleave/safetensors.h"
 
@@ -79,9 +82,20 @@ static int write_seed(const char *dir, const char *name, const cl_st_item *it, i
     return 0;
 }
 
+static int write_tokens(const char *dir, const char *name, const int32_t *t, size_t n, int vocab, const char *tok) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    cl_tokens_source src = {.text_size = n, .text_hash = cl_hash64(t, n * sizeof *t, 0), .tokenizer_hash = 42};
+    if (cl_tokens_write(path, t, n, vocab, tok, &src) != CL_OK) {
+        fprintf(stderr, "fuzz seedgen: %s\n", cl_last_error());
+        return 1;
+    }
+    return 0;
+}
+
 int main(int argc, char **argv) {
-    if (argc != 2) {
-        fprintf(stderr, "usage: %s CORPUS_DIR\n", argv[0]);
+    if (argc != 2 && argc != 3) {
+        fprintf(stderr, "usage: %s CORPUS_DIR [TOKENS_CORPUS_DIR]\n", argv[0]);
         return 2;
     }
     const char *dir = argv[1];
@@ -108,6 +122,14 @@ int main(int argc, char **argv) {
     bad |= write_seed(dir, "one.safetensors", one, 1, NULL, 0);
     bad |= write_seed(dir, "meta.safetensors", one, 1, meta, 2);
     bad |= write_seed(dir, "many.safetensors", many, (int)(sizeof many / sizeof many[0]), meta, 1);
+    if (argc == 3) {
+        int32_t bytes[64], big[5] = {0, 1, 50256, 65535, 65536};
+        for (int i = 0; i < 64; i++) bytes[i] = (i * 37) % 256;
+        bad |= write_tokens(argv[2], "byte.tok", bytes, 64, 256, "byte");
+        bad |= write_tokens(argv[2], "empty.tok", NULL, 0, 50257, "gpt2");
+        bad |= write_tokens(argv[2], "gpt2.tok", big, 3, 50257, "gpt2");
+        bad |= write_tokens(argv[2], "wide.tok", big, 5, 70000, "wide");
+    }
     return bad;
 }
 
