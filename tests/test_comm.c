@@ -319,6 +319,23 @@ static void p2p_checks(cl_comm *c) {
                 TCHECK(s == CL_ERR_COMM && strstr(cl_last_error(), "bytes"), "mismatched recv: %s: %s", cl_status_name(s),
                        cl_last_error());
             }
+            /* large enough for OpenMPI's single-copy path, which once wrote
+             * the whole send into the smaller receive buffer (a heap
+             * overflow under ASan): the receive must fail, naming both sizes */
+            enum { BIG = 64448, SMALL = 32832 };
+            char *buf = calloc(BIG, 1);
+            TCHECK(buf != NULL, "no memory");
+            if (buf && me % 2 == 0) {
+                cl_status s = cl_comm_send(c, buf, BIG, partner, 78);
+                if (threads) TCHECK(s == CL_ERR_COMM, "mismatched large send: %s", cl_status_name(s));
+            } else if (buf) {
+                char *rbuf = malloc(SMALL); /* exactly SMALL bytes, so ASan sees any overrun */
+                cl_status s = rbuf ? cl_comm_recv(c, rbuf, SMALL, partner, 78) : CL_ERR_OOM;
+                TCHECK(s == CL_ERR_COMM && strstr(cl_last_error(), "the send has 64448 bytes, the receive expects 32832"),
+                       "mismatched large recv: %s: %s", cl_status_name(s), cl_last_error());
+                free(rbuf);
+            }
+            free(buf);
         }
     }
     /* to oneself, non-blocking */
