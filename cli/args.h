@@ -37,6 +37,8 @@ cl_status cli_float(const cli_args *a, const char *name, float *out, double min,
 cl_status cli_bytes(const cli_args *a, const char *name, size_t *out);
 void cli_print_help(const char *usage, const cli_flag *flags, int nflags);
 /* Exit status for a failed status: 2 for the user's input, 1 for bugs and failures. */
+int cli_exit_status(cl_status s);
+/* Prints "cleave: error: MSG" and returns cli_exit_status(s). */
 int cli_fail(cl_status s);
 
 /* The model flags (--model, --layers, --channels, --heads, --vocab, --context,

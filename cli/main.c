@@ -8,6 +8,7 @@
 #include "cleave/train.h"
 
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -214,6 +215,7 @@ typedef struct {
     int gb_given, schedule_given;
     int threads; /* GEMM threads per rank; 0: derive from cores and ranks */
     int trace_steps;
+    int world_rank; /* under MPI, this process's rank once it runs, else -1 */
 } train_job;
 
 /* Default threads per rank: the cores this process may use shared among the
@@ -232,6 +234,98 @@ static int default_threads(int ranks_here) {
     return t > 0 ? t : 1;
 }
 
+/* Start-up agreement: every rank must run the same job, or a pipeline's
+ * messages (--micro-batch-size) overrun buffers and data parallelism
+ * (--seed, --lr, --data ...) silently averages different runs. Each flag
+ * that must be equal goes in by its resolved value (--data with its size);
+ * per-rank settings are left out: --threads, --comm-timeout, --log-file,
+ * --log-every (rank 0 alone logs), --ranks and --comm. */
+typedef struct {
+    int n;
+    const char *name[48];
+    const char *val[48];
+    char buf[48][288];
+} flag_values;
+
+static void put(flag_values *l, const char *name, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void put(flag_values *l, const char *name, const char *fmt, ...) {
+    if (l->n == 48) return; /* not reached: agree_job puts 44 */
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(l->buf[l->n], sizeof l->buf[0], fmt, ap);
+    va_end(ap);
+    l->name[l->n] = name;
+    l->val[l->n] = l->buf[l->n];
+    l->n++;
+}
+
+/* A float as the fewest digits that read back as the same float. */
+static void put_float(flag_values *l, const char *name, float v) {
+    char t[32];
+    for (int prec = 6; prec <= 9; prec++) {
+        snprintf(t, sizeof t, "%.*g", prec, v);
+        if ((float)strtod(t, NULL) == v) break;
+    }
+    put(l, name, "%s", t);
+}
+
+static cl_status agree_job(cl_comm *world, const train_job *j) {
+    const cl_train_config *c = &j->c;
+    const cl_model_config *mc = &c->model;
+    flag_values *l = calloc(1, sizeof *l);
+    if (!l) return cl_error(CL_ERR_OOM, "no host memory for the start-up agreement");
+    struct stat sb;
+#define S(p) ((p) ? (p) : "(none)")
+    put(l, "--model", "%s (kind %d)", mc->name, (int)mc->kind);
+    put(l, "--layers", "%d", mc->layers);
+    put(l, "--channels", "%d", mc->channels);
+    put(l, "--heads", "%d", mc->heads);
+    put(l, "--vocab", "%d", mc->vocab);
+    put(l, "--context", "%d", mc->seq_len);
+    put(l, "--seq-len", "%d", c->seq_len ? c->seq_len : mc->seq_len);
+    if (c->data && !stat(c->data, &sb)) put(l, "--data", "%s (%lld bytes)", c->data, (long long)sb.st_size);
+    else put(l, "--data", "%s (missing)", S(c->data));
+    put(l, "--tokenizer", "%s", S(c->tokenizer));
+    put(l, "--tokenizer-dir", "%s", S(c->tokenizer_dir));
+    put(l, "--micro-batch-size", "%d", c->micro_batch);
+    put(l, "--global-batch-size", "%d", c->global_batch);
+    put(l, "--steps", "%d", c->steps);
+    put(l, "--stop-after", "%d", j->end);
+    put_float(l, "--lr", c->lr.lr);
+    put_float(l, "--min-lr", c->lr.min_lr);
+    put(l, "--warmup", "%d", c->lr.warmup);
+    put_float(l, "--weight-decay", c->adamw.weight_decay);
+    put_float(l, "--beta1", c->adamw.beta1);
+    put_float(l, "--beta2", c->adamw.beta2);
+    put_float(l, "--eps", c->adamw.eps);
+    put_float(l, "--grad-clip", c->adamw.grad_clip);
+    put(l, "--seed", "%llu", (unsigned long long)c->seed);
+    put(l, "--device-memory", "%zu", c->device_memory);
+    put(l, "--eval-every", "%d", j->eval_every);
+    put(l, "--eval-batches", "%d", c->eval_batches);
+    put(l, "--save", "%s", S(j->save));
+    put(l, "--save-every", "%d", j->save_every);
+    put(l, "--resume", "%s", S(j->resume));
+    put(l, "--sample-tokens", "%d", j->sample_tokens);
+    put(l, "--prompt", "%s", S(j->prompt));
+    put_float(l, "--temperature", j->temperature);
+    put(l, "--top-k", "%d", j->topk);
+    put(l, "--dp", "%d", j->mesh.dp);
+    put(l, "--tp", "%d", j->mesh.tp);
+    put(l, "--pp", "%d", j->mesh.pp);
+    put(l, "--bucket-size", "%zu", c->bucket_bytes);
+    put(l, "--schedule", "%s", cl_sched_kind_name((cl_sched_kind)c->schedule));
+    put(l, "--virtual-stages", "%d", c->virtual_stages);
+    put(l, "--pp-layout", "%s", S(c->pp_layout));
+    put(l, "--recompute", "%d", c->recompute);
+    put(l, "--trace", "%s", S(j->trace_path));
+    put(l, "--trace-steps", "%d", j->trace_steps);
+#undef S
+    cl_status s = cl_comm_agree(world, l->name, l->val, l->n);
+    free(l);
+    return s;
+}
+
 /* The rank program: the same on every rank, threads or MPI. Rank 0 of the
  * world logs, evaluates, checkpoints and samples; every rank trains. */
 static cl_status train_rank(cl_comm *world, void *arg) {
@@ -242,6 +336,7 @@ static cl_status train_rank(cl_comm *world, void *arg) {
     cl_comm *dp = NULL, *pp = NULL;
     cl_set_threads(j->threads);
     cl_status s = CL_OK;
+    if (world && !strcmp(j->comm_name, "threads")) CL_TRY(agree_job(world, j)); /* MPI: in train_rank_mpi */
     if (world && cl_comm_size(world) > 1) {
         s = cl_comm_split(world, cl_mesh_group_index(&j->mesh, CL_AXIS_DP, rank), rank, &dp);
         if (!s) s = cl_comm_split(world, cl_mesh_group_index(&j->mesh, CL_AXIS_PP, rank), rank, &pp);
@@ -387,8 +482,11 @@ static cl_status check_job(train_job *j, int ranks_here) {
 /* Under MPI the world's size is known only inside the ranks. */
 static cl_status train_rank_mpi(cl_comm *world, void *arg) {
     train_job *j = arg;
-    CL_TRY(check_mesh(&j->mesh, cl_comm_size(world), j->mesh.dp, j->mesh.tp, j->mesh.pp));
-    CL_TRY(check_pipeline(j));
+    j->world_rank = cl_comm_rank(world);
+    CL_TRY(agree_job(world, j));
+    /* the ranks agree on the flags, so these checks fail on all of them alike */
+    CL_TRY(cl_comm_fail_together(world, check_mesh(&j->mesh, cl_comm_size(world), j->mesh.dp, j->mesh.tp, j->mesh.pp)));
+    CL_TRY(cl_comm_fail_together(world, check_pipeline(j)));
     if (!j->gb_given) j->c.global_batch = j->c.micro_batch * j->mesh.dp;
     if (!j->threads) j->threads = default_threads(1);
     const char *local = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
@@ -490,8 +588,10 @@ static int cmd_train(int argc, char **argv) {
         j.mesh.tp = tp;
         j.mesh.pp = pp;
         if (ranks) fprintf(stderr, "cleave: note: --ranks is ignored with --comm mpi (mpirun -np sets the world)\n");
+        j.world_rank = -1; /* until the rank runs */
         s = cl_launch_mpi(&argc, &argv, train_rank_mpi, &j, &lo);
-        return s ? cli_fail(s) : 0;
+        /* a failure returned once the ranks ran is every rank's, printed by the launcher (others abort the job) */
+        return !s ? 0 : j.world_rank >= 0 ? cli_exit_status(s) : cli_fail(s);
     }
     if (!ranks) ranks = (dp ? dp : 1) * (tp ? tp : 1) * (pp ? pp : 1);
     if ((s = check_mesh(&j.mesh, ranks, dp, tp, pp))) return cli_fail(s);

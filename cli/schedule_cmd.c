@@ -125,7 +125,7 @@ int cleave_cmd_schedule(int argc, char **argv) {
     cl_sim_result res;
     if ((s = cl_schedule_simulate(&sc, &costs, &res))) {
         cl_schedule_free(&sc);
-        return cli_fail(cl_error_context(CL_ERR_INTERNAL, "the generated schedule failed its check: "));
+        return cli_fail(cl_error_context(CL_ERR_INTERNAL, "the generated schedule failed its check"));
     }
     int verbose = cli_get(&a, "verbose") != NULL;
     printf("schedule %s: %d rank%s, %d micro-batch%s", cl_sched_kind_name(kind), p, p == 1 ? "" : "s", m, m == 1 ? "" : "es");

@@ -319,6 +319,23 @@ static void p2p_checks(cl_comm *c) {
                 TCHECK(s == CL_ERR_COMM && strstr(cl_last_error(), "bytes"), "mismatched recv: %s: %s", cl_status_name(s),
                        cl_last_error());
             }
+            /* large enough for OpenMPI's single-copy path, which once wrote
+             * the whole send into the smaller receive buffer (a heap
+             * overflow under ASan): the receive must fail, naming both sizes */
+            enum { BIG = 64448, SMALL = 32832 };
+            char *buf = calloc(BIG, 1);
+            TCHECK(buf != NULL, "no memory");
+            if (buf && me % 2 == 0) {
+                cl_status s = cl_comm_send(c, buf, BIG, partner, 78);
+                if (threads) TCHECK(s == CL_ERR_COMM, "mismatched large send: %s", cl_status_name(s));
+            } else if (buf) {
+                char *rbuf = malloc(SMALL); /* exactly SMALL bytes, so ASan sees any overrun */
+                cl_status s = rbuf ? cl_comm_recv(c, rbuf, SMALL, partner, 78) : CL_ERR_OOM;
+                TCHECK(s == CL_ERR_COMM && strstr(cl_last_error(), "the send has 64448 bytes, the receive expects 32832"),
+                       "mismatched large recv: %s: %s", cl_status_name(s), cl_last_error());
+                free(rbuf);
+            }
+            free(buf);
         }
     }
     /* to oneself, non-blocking */
@@ -659,6 +676,35 @@ static void fail_checks(void) {
     }
 }
 
+/* ---- start-up agreement ----------------------------------------------------- */
+
+/* Ranks 2 and 3 of 5 give another --b; everyone else agrees. */
+static cl_status agree_rank(cl_comm *w, void *p) {
+    int me = cl_comm_rank(w), differ = p != NULL;
+    const char *names[] = {"--a", "--b", "--c"};
+    const char *vals[] = {"1", differ && (me == 2 || me == 3) ? "x" : "y", me == 4 ? "z" : "w"};
+    cl_status s = cl_comm_agree(w, names, vals, 3);
+    if (differ) {
+        TCHECK(s == CL_ERR_INVALID && !strcmp(cl_last_error(), "ranks disagree on --b: rank 0 has y, rank 2 has x, rank 3 has x"),
+               "rank %d: agree: %s: %s", me, cl_status_name(s), cl_last_error());
+        return CL_OK;
+    }
+    TCHECK(s == CL_ERR_INVALID && strstr(cl_last_error(), "ranks disagree on --c: rank 0 has w, rank 4 has z"),
+           "rank %d: agree on --c: %s", me, cl_last_error());
+    vals[2] = "w";
+    s = cl_comm_agree(w, names, vals, me == 1 ? 2 : 3); /* rank 1 compares fewer: another build */
+    TCHECK(s == CL_ERR_INVALID && strstr(cl_last_error(), "different builds"), "rank %d: agree, fewer names: %s", me,
+           cl_last_error());
+    TCHECK_OK(cl_comm_agree(w, names, vals, 3));
+    return CL_OK;
+}
+
+static void agree_checks(void) {
+    int one = 1;
+    CHECK_OK(cl_launch_threads(5, agree_rank, &one, NULL));
+    CHECK_OK(cl_launch_threads(5, agree_rank, NULL, NULL));
+}
+
 /* ---- MPI-only modes -------------------------------------------------------- */
 
 static cl_status mpi_fault_loop(cl_comm *w, void *p) {
@@ -743,5 +789,6 @@ int main(int argc, char **argv) {
           (unsigned long long)h2.hash);
     remove(path);
     fail_checks();
+    agree_checks();
     return cl_test_report("test_comm");
 }

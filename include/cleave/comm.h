@@ -138,6 +138,25 @@ cl_status cl_comm_broadcast(cl_comm *c, void *buf, size_t bytes, int root);
 /* Returns once every rank of c has entered it. */
 cl_status cl_comm_barrier(cl_comm *c);
 
+/* Start-up agreement: collective over c. Entry i of every rank is the pair
+ * (names[i], values[i]), e.g. a flag and its resolved value; every rank
+ * must give the same n and names (else the message says the ranks run
+ * different builds). Each value is hashed (FNV-1a, 64 bits) and the hashes
+ * all-gathered; the first entry whose hash differs from rank 0's fails every
+ * rank alike with CL_ERR_INVALID and
+ *     "ranks disagree on NAME: rank 0 has V0, rank 1 has V1"
+ * (values all-gathered for the message, cut at 255 bytes; up to 4 ranks
+ * named). Every rank runs the same collectives whatever the outcome, and
+ * a failure is marked as every rank's (cl_comm_fail_together). n <= 128. */
+#define CL_AGREE_MAX 128
+cl_status cl_comm_agree(cl_comm *c, const char *const *names, const char *const *values, int n);
+/* Marks the failure s, which every rank of c's world returns at the same
+ * point with nothing left pending (after an agreement, or a check of
+ * agreed values), as one they share: cl_launch_mpi then ends the job
+ * normally (MPI_Finalize) and returns s on every rank instead of aborting
+ * it. Returns s. */
+cl_status cl_comm_fail_together(cl_comm *c, cl_status s);
+
 /* Behaves like MPI_Comm_split: collective over c; ranks giving the same
  * color >= 0 form one new communicator, ranked by (key, rank in c); a rank
  * giving a negative color gets *out = NULL. The new communicator has its
@@ -165,7 +184,10 @@ cl_status cl_launch_threads(int nranks, cl_rank_fn fn, void *arg, const cl_launc
 
 /* One rank per MPI process: MPI_Init_thread (asking for
  * MPI_THREAD_MULTIPLE, unless MPI is already initialized) .. fn(world, arg)
- * .. MPI_Finalize (only if it initialized MPI). A failing rank prints
+ * .. MPI_Finalize (only if it initialized MPI). A failure every rank shares
+ * (cl_comm_fail_together) is printed by world rank 0 alone, as
+ * "cleave: error: MSG", before MPI_Finalize, and returned on every rank
+ * after it. Any other failing rank prints
  * "cleave: rank R failed[ in OP]: MSG" (or "cleave: MSG" when MSG starts
  * by naming rank R, as timeouts do) to stderr and calls
  * MPI_Abort(MPI_COMM_WORLD, 2), so the others never hang; a killed process

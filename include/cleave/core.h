@@ -30,7 +30,8 @@ const char *cl_status_name(cl_status s);
  * reads as one statement. The message is kept until the next cl_error. */
 cl_status cl_error(cl_status s, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
-/* Prefixes the current message with more context ("loading X: " + old). */
+/* Prefixes the current message with more context ("loading X: " + old); the
+ * ": " is added here, so fmt ends without one (a trailing ":" or space is dropped). */
 cl_status cl_error_context(cl_status s, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 const char *cl_last_error(void);

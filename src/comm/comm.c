@@ -532,3 +532,69 @@ void cl_comm_free(cl_comm *c) {
     free(c->world_ranks);
     free(c);
 }
+
+/* ---- start-up agreement -------------------------------------------------- */
+
+static uint64_t fnv1a(uint64_t h, const char *s) { /* FNV-1a 64 (Fowler, Noll, Vo) */
+    for (; *s; s++) h = (h ^ (unsigned char)*s) * 0x100000001b3ull;
+    return h;
+}
+#define FNV_BASIS 0xcbf29ce484222325ull
+
+cl_status cl_comm_fail_together(cl_comm *c, cl_status s) {
+    if (c && s != CL_OK) c->rs->together = 1;
+    return s;
+}
+
+cl_status cl_comm_agree(cl_comm *c, const char *const *names, const char *const *values, int n) {
+    CHECK_COMM(c);
+    if (n < 0 || n > CL_AGREE_MAX || (n && (!names || !values)))
+        return bad(c, "agree", "%d entries (at most %d, with names and values)", n, CL_AGREE_MAX);
+    int size = c->size;
+    enum { W = CL_AGREE_MAX + 1, VAL = 256 };
+    uint64_t mine[W] = {0}, *all = malloc((size_t)size * sizeof mine);
+    char *vals = malloc((size_t)size * VAL);
+    if (!all || !vals) {
+        free(all);
+        free(vals);
+        return cl_error(CL_ERR_OOM, "rank %d: no host memory for the start-up agreement", c->rs->world_rank);
+    }
+    /* entry 0: the list of names itself, so different builds are caught */
+    mine[0] = fnv1a(FNV_BASIS, "cleave-agree-1");
+    for (int i = 0; i < n; i++) {
+        mine[0] = fnv1a(fnv1a(mine[0], names[i]), "\n");
+        mine[1 + i] = fnv1a(FNV_BASIS, values[i] ? values[i] : "(none)");
+    }
+    cl_status st = cl_comm_allgather(c, mine, all, sizeof mine);
+    int field = -1, first = -1;
+    for (int i = 0; i < W && st == CL_OK && field < 0; i++)
+        for (int r = 1; r < size && field < 0; r++)
+            if (all[(size_t)r * W + i] != all[i]) field = i, first = r;
+    if (st == CL_OK && field == 0) {
+        st = cl_error(CL_ERR_INVALID, "ranks disagree on which settings to compare: rank 0 and rank %d run different "
+                      "builds of cleave", first);
+    } else if (st == CL_OK && field > 0) {
+        char v[VAL] = {0};
+        snprintf(v, sizeof v, "%s", values[field - 1] ? values[field - 1] : "(none)");
+        st = cl_comm_allgather(c, v, vals, VAL); /* every rank knows field: all take part */
+        if (st == CL_OK) {
+            char msg[1024];
+            size_t len = (size_t)snprintf(msg, sizeof msg, "rank 0 has %s", vals);
+            int shown = 0, more = 0;
+            for (int r = first; r < size; r++) {
+                if (all[(size_t)r * W + field] == all[field]) continue;
+                if (shown++ == 3) {
+                    more++;
+                    continue;
+                }
+                if (len < sizeof msg) len += (size_t)snprintf(msg + len, sizeof msg - len, ", rank %d has %s", r, vals + (size_t)r * VAL);
+            }
+            if (more && len < sizeof msg) snprintf(msg + len, sizeof msg - len, " (and %d more ranks)", more);
+            st = cl_error(CL_ERR_INVALID, "ranks disagree on %s: %s", names[field - 1], msg);
+        }
+    }
+    free(all);
+    free(vals);
+    if (st == CL_ERR_INVALID) cl_comm_fail_together(c, st);
+    return st;
+}

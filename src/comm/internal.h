@@ -58,6 +58,7 @@ typedef struct cl_rank_state {
     long counted;        /* operations counted toward the fault */
     char failed_op[160]; /* what the last failing operation was doing; "" after a success */
     cl_comm *handles;    /* live communicators of this rank (launchers free leftovers) */
+    int together;        /* this rank's failure is every rank's (cl_comm_fail_together) */
 } cl_rank_state;
 
 typedef struct {

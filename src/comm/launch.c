@@ -201,6 +201,17 @@ cl_status cl_launch_mpi(int *argc, char ***argv, cl_rank_fn fn, void *arg, const
         cl_error_clear();
         st = fn(world, arg);
     }
+    if (st != CL_OK && rs && rs->together) {
+        /* every rank fails here alike: no one waits, so end normally; rank 0
+         * prints, before MPI_Finalize (which no rank leaves before all enter),
+         * so the line comes before mpirun's note on the exit status */
+        if (rank == 0) fprintf(stderr, "cleave: error: %s\n", cl_last_error());
+        fflush(stderr);
+        free_handles(rs);
+        free(rs);
+        cl_mpi_finalize();
+        return st;
+    }
     if (st != CL_OK) {
         const char *what = rs && rs->failed_op[0] ? rs->failed_op : NULL, *msg = cl_last_error();
         if (strip_self(msg, rank) != msg) /* "rank R: timed out after ... in OP" says it all */

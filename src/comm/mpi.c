@@ -96,13 +96,19 @@ typedef struct {
     const void **src;
     void **dst;
     mp_batch b[4];
+    struct mp_msg *unmatched; /* receives not yet wholly matched, in the order posted (recv_match) */
 } mp_comm;
 
-typedef struct {
+typedef struct mp_msg {
     cl_request base;
-    mp_batch b;
+    mp_batch b;    /* a receive's: one request per piece matched so far */
     size_t bytes;
     int is_send;
+    char *buf;     /* a receive's buffer, peer and tag (see recv_match) */
+    int peer, tag;
+    int mismatch;  /* a receive met a send of another size: */
+    size_t sent;   /* that size (or, over several pieces, what it sent up to the piece that differed) */
+    struct mp_msg *next; /* in the communicator's unmatched list */
     char who[64];
 } mp_msg;
 
@@ -211,12 +217,11 @@ static cl_status timed_out(cl_comm *c, const char *what, const char *detail) {
                     c->timeout_s, what, detail[0] ? " " : "", detail);
 }
 
-/* Waits for every request of b, then empties it. If recv_bytes is not NULL,
- * the batch is one receive of that many bytes, checked against what came. */
-static cl_status batch_wait(cl_comm *c, mp_batch *b, const char *what, const size_t *recv_bytes, int peer_named) {
+/* Waits for every request of b, then empties it. (A receive's size was
+ * checked when it was matched: recv_match.) */
+static cl_status batch_wait(cl_comm *c, mp_batch *b, const char *what, int peer_named) {
     double start = cl_now(), deadline = start + c->timeout_s;
     int polls = 0, left = 0;
-    size_t got = 0;
     for (int i = 0; i < b->n; i++) left += b->r[i] != MPI_REQUEST_NULL;
     while (left > 0) {
         int out = 0;
@@ -226,24 +231,10 @@ static cl_status batch_wait(cl_comm *c, mp_batch *b, const char *what, const siz
             if (rc == MPI_ERR_IN_STATUS)
                 for (int i = 0; i < out; i++)
                     if (b->st[i].MPI_ERROR != MPI_SUCCESS) e = b->st[i].MPI_ERROR;
-            int cls = 0;
-            MPI_Error_class(e, &cls);
-            if (recv_bytes && cls == MPI_ERR_TRUNCATE) {
-                char me[64];
-                b->n = 0;
-                return cl_error(CL_ERR_COMM, "%s: %s: the send has more than the %zu bytes the receive expects",
-                                cl_comm_name_rank(c, c->rank, me, sizeof me), what, *recv_bytes);
-            }
             b->n = 0;
             return mpi_error(c, e, what);
         }
         if (out == MPI_UNDEFINED) break;
-        if (recv_bytes)
-            for (int i = 0; i < out; i++) {
-                int cnt = 0;
-                MPI_Get_count(&b->st[i], MPI_BYTE, &cnt);
-                got += (size_t)cnt;
-            }
         left -= out;
         if (left <= 0) break;
         if (out == 0) {
@@ -256,11 +247,6 @@ static cl_status batch_wait(cl_comm *c, mp_batch *b, const char *what, const siz
         }
     }
     b->n = 0;
-    if (recv_bytes && got != *recv_bytes) {
-        char me[64];
-        return cl_error(CL_ERR_COMM, "%s: %s: the send has %zu bytes, the receive expects %zu",
-                        cl_comm_name_rank(c, c->rank, me, sizeof me), what, got, *recv_bytes);
-    }
     return CL_OK;
 }
 
@@ -370,6 +356,94 @@ static cl_status mp_split(cl_comm *c, int color, int key, cl_comm **out) {
 
 /* ---- point-to-point ------------------------------------------------------ */
 
+/* A user's receive is bounded by its own size, whatever the peer sends.
+ * MPI_Irecv alone is not enough: OpenMPI 4.1's shared-memory single-copy
+ * path (btl vader, CMA) reads the sender's whole message into the posted
+ * buffer, so a send larger than the receive overran it (a 64448-byte write
+ * into a 32832-byte slot) instead of failing with MPI_ERR_TRUNCATE. So a
+ * receive posts nothing at first: each piece (as batch_post cuts them) is
+ * matched with MPI_Improbe, its size checked with MPI_Get_count, and only
+ * then received with MPI_Imrecv into exactly that many bytes. Matched
+ * probes are thread-safe, unlike MPI_Iprobe + MPI_Irecv. A send of another
+ * size is received into scratch and dropped (so the sender's send
+ * completes) and the receive fails naming both sizes.
+ *
+ * Matching runs in a receive's test and wait (and once when posted), over
+ * the communicator's unmatched receives in the order they were posted, and
+ * a receive is tried only when no earlier one from the same peer with the
+ * same tag is still unmatched: so same-tag messages land in the order sent,
+ * as MPI_Irecv's matching at post time would have it, whatever order the
+ * receives are waited in. */
+static cl_status recv_mismatch(cl_comm *c, const mp_msg *x) {
+    char me[64];
+    return cl_error(CL_ERR_COMM, "%s: %s: the send has %zu%s bytes, the receive expects %zu",
+                    cl_comm_name_rank(c, c->rank, me, sizeof me), x->base.what, x->sent,
+                    x->sent % PIECE_BYTES == 0 && x->sent > x->bytes ? " or more" : "", x->bytes);
+}
+
+/* Matches what has arrived of x's pieces; *all when every piece is. */
+static cl_status match_pieces(cl_comm *c, mp_msg *x, int *all) {
+    mp_comm *m = c->impl;
+    size_t pieces = x->bytes ? (x->bytes + PIECE_BYTES - 1) / PIECE_BYTES : 1;
+    *all = 0;
+    if (x->mismatch) return recv_mismatch(c, x);
+    while ((size_t)x->b.n < pieces) {
+        size_t off = (size_t)x->b.n * PIECE_BYTES, len = x->bytes - off < PIECE_BYTES ? x->bytes - off : PIECE_BYTES;
+        int flag = 0, cnt = 0;
+        MPI_Message msg;
+        MPI_Status mst;
+        int rc = MPI_Improbe(x->peer, x->tag, m->p2p, &flag, &msg, &mst);
+        if (rc != MPI_SUCCESS) return mpi_error(c, rc, x->base.what);
+        if (!flag) return CL_OK;
+        MPI_Get_count(&mst, MPI_BYTE, &cnt);
+        if (cnt < 0) cnt = 0;
+        if ((size_t)cnt != len) {
+            void *drop = malloc(cnt ? (size_t)cnt : 1);
+            if (drop) MPI_Mrecv(drop, cnt, MPI_BYTE, &msg, MPI_STATUS_IGNORE);
+            free(drop);
+            x->mismatch = 1;
+            x->sent = off + (size_t)cnt;
+            return recv_mismatch(c, x);
+        }
+        rc = MPI_Imrecv(x->buf + off, cnt, MPI_BYTE, &msg, &x->b.r[x->b.n]);
+        if (rc != MPI_SUCCESS) return mpi_error(c, rc, x->base.what);
+        x->b.peer[x->b.n++] = x->peer;
+    }
+    *all = 1;
+    return CL_OK;
+}
+
+/* Matches the unmatched receives up to x, in order (see above); *all when x
+ * is wholly matched. */
+static cl_status recv_match(cl_comm *c, mp_msg *x, int *all) {
+    mp_comm *m = c->impl;
+    mp_msg **link = &m->unmatched;
+    *all = 1;
+    while (*link) {
+        mp_msg *r = *link;
+        int blocked = 0, done = 0;
+        for (mp_msg *q = m->unmatched; q != r && !blocked; q = q->next) blocked = q->peer == r->peer && q->tag == r->tag;
+        if (!blocked) CL_TRY(match_pieces(c, r, &done));
+        if (done) *link = r->next; /* out of the list */
+        else link = &r->next;
+        if (r == x) {
+            *all = done;
+            break;
+        }
+    }
+    return CL_OK;
+}
+
+/* Takes x out of the unmatched list if it is there. */
+static void recv_unlink(cl_comm *c, mp_msg *x) {
+    mp_comm *m = c->impl;
+    for (mp_msg **link = &m->unmatched; *link; link = &(*link)->next)
+        if (*link == x) {
+            *link = x->next;
+            return;
+        }
+}
+
 static cl_status post(cl_comm *c, int send, void *buf, size_t bytes, int peer, int tag, cl_request **req) {
     mp_comm *m = c->impl;
     mp_msg *x = calloc(1, sizeof *x);
@@ -377,8 +451,20 @@ static cl_status post(cl_comm *c, int send, void *buf, size_t bytes, int peer, i
     x->base.comm = c;
     x->bytes = bytes;
     x->is_send = send;
+    x->buf = buf;
+    x->peer = peer;
+    x->tag = tag;
     cl_comm_p2p_what(c, x->base.what, sizeof x->base.what, send, peer, tag);
-    cl_status st = batch_post(c, &x->b, m->p2p, send, buf, bytes, peer, tag, x->base.what);
+    int all = 0;
+    cl_status st = send ? batch_post(c, &x->b, m->p2p, send, buf, bytes, peer, tag, x->base.what)
+                        : batch_reserve(&x->b, (int)(bytes ? (bytes + PIECE_BYTES - 1) / PIECE_BYTES : 1));
+    if (st == CL_OK && !send) {
+        mp_msg **link = &m->unmatched;
+        while (*link) link = &(*link)->next;
+        *link = x;
+        st = recv_match(c, x, &all);
+        if (st != CL_OK) recv_unlink(c, x);
+    }
     if (st != CL_OK) {
         for (int i = 0; i < x->b.n; i++) {
             MPI_Cancel(&x->b.r[i]);
@@ -402,7 +488,15 @@ static cl_status mp_irecv(cl_comm *c, void *buf, size_t bytes, int peer, int tag
 
 static cl_status mp_wait(cl_comm *c, cl_request *req) {
     mp_msg *x = (mp_msg *)req;
-    cl_status st = batch_wait(c, &x->b, x->base.what, x->is_send ? NULL : &x->bytes, 1);
+    cl_status st = CL_OK;
+    int all = x->is_send, polls = 0;
+    for (double start = cl_now(); st == CL_OK && !all;) {
+        if ((st = recv_match(c, x, &all)) != CL_OK || all) break;
+        if (cl_now() > start + c->timeout_s) st = timed_out(c, x->base.what, "");
+        else pause_poll(&polls, start);
+    }
+    if (st == CL_OK) st = batch_wait(c, &x->b, x->base.what, 1);
+    recv_unlink(c, x);
     batch_free(&x->b);
     free(x);
     return st;
@@ -410,27 +504,18 @@ static cl_status mp_wait(cl_comm *c, cl_request *req) {
 
 static cl_status mp_test(cl_comm *c, cl_request *req, int *done) {
     mp_msg *x = (mp_msg *)req;
-    int flag = 0;
-    /* Testall leaves the requests alone unless all are complete. */
-    int rc = MPI_Testall(x->b.n, x->b.r, &flag, x->b.st);
-    *done = rc != MPI_SUCCESS || flag;
-    if (!*done) return CL_OK;
-    cl_status st = CL_OK;
-    if (rc != MPI_SUCCESS) {
-        st = mpi_error(c, rc, x->base.what);
-    } else if (!x->is_send) {
-        size_t got = 0;
-        for (int i = 0; i < x->b.n; i++) {
-            int cnt = 0;
-            MPI_Get_count(&x->b.st[i], MPI_BYTE, &cnt);
-            got += (size_t)cnt;
-        }
-        if (got != x->bytes) {
-            char me[64];
-            st = cl_error(CL_ERR_COMM, "%s: %s: the send has %zu bytes, the receive expects %zu",
-                          cl_comm_name_rank(c, c->rank, me, sizeof me), x->base.what, got, x->bytes);
-        }
+    int flag = 0, all = x->is_send;
+    cl_status st = all ? CL_OK : recv_match(c, x, &all);
+    if (st == CL_OK && !all) {
+        *done = 0;
+        return CL_OK;
     }
+    /* Testall leaves the requests alone unless all are complete. */
+    int rc = st == CL_OK ? MPI_Testall(x->b.n, x->b.r, &flag, x->b.st) : MPI_SUCCESS;
+    *done = st != CL_OK || rc != MPI_SUCCESS || flag;
+    if (!*done) return CL_OK;
+    if (st == CL_OK && rc != MPI_SUCCESS) st = mpi_error(c, rc, x->base.what);
+    recv_unlink(c, x);
     batch_free(&x->b);
     free(x);
     return st;
@@ -494,7 +579,7 @@ static cl_status reduce_chunks(cl_comm *c, cl_dtype dt, cl_redop op, char *in, c
         /* finish segment j = k - 1: fold it, then send it to everyone */
         size_t j = k - 1;
         mp_batch *b = &rs[j % 2];
-        if ((st = batch_wait(c, b, what, NULL, 0)) != CL_OK) break;
+        if ((st = batch_wait(c, b, what, 0)) != CL_OK) break;
         size_t mine = PIECE(me, j);
         if (mine) {
             char *sc = m->scratch + (j % 2) * slab;
@@ -505,7 +590,7 @@ static cl_status reduce_chunks(cl_comm *c, cl_dtype dt, cl_redop op, char *in, c
         }
         if (!ag) continue;
         mp_batch *a = &agb[j % 2];
-        if ((st = batch_wait(c, a, what, NULL, 0)) != CL_OK) break; /* segment j - 2 */
+        if ((st = batch_wait(c, a, what, 0)) != CL_OK) break; /* segment j - 2 */
         int tag = coll_tag(seq, PH_AG, j);
         for (int p = 0; p < n && st == CL_OK; p++) {
             if (p == me) continue;
@@ -517,8 +602,8 @@ static cl_status reduce_chunks(cl_comm *c, cl_dtype dt, cl_redop op, char *in, c
     }
 #undef PIECE
 #undef SLOT
-    if (st == CL_OK && ag) st = batch_wait(c, &agb[0], what, NULL, 0);
-    if (st == CL_OK && ag) st = batch_wait(c, &agb[1], what, NULL, 0);
+    if (st == CL_OK && ag) st = batch_wait(c, &agb[0], what, 0);
+    if (st == CL_OK && ag) st = batch_wait(c, &agb[1], what, 0);
     return st;
 }
 
@@ -555,7 +640,7 @@ static cl_status small_allreduce(cl_comm *c, void *buf, size_t count, cl_dtype d
     mp_batch *b = &m->b[0];
     b->n = 0;
     CL_TRY(post_gather(c, b, buf, m->scratch, bytes, tag, what));
-    CL_TRY(batch_wait(c, b, what, NULL, 0));
+    CL_TRY(batch_wait(c, b, what, 0));
     for (int p = 0; p < n; p++) m->src[p] = p == me ? buf : m->scratch + (size_t)p * bytes;
     m->dst[0] = buf; /* aliases src[me] at the same offset, which the fold allows */
     cl_fold_rows(dt, op, n, m->src, m->dst, 1, count, 0);
@@ -618,7 +703,7 @@ static cl_status mp_allgather(cl_comm *c, const void *in, void *out, size_t bpr)
     b->n = 0;
     cl_status st = post_gather(c, b, in, out, bpr, coll_tag(seq, PH_AG, 0), "allgather");
     if (!copy_first && mine != in) cl_copy(mine, in, bpr);
-    if (st == CL_OK) st = batch_wait(c, b, "allgather", NULL, 0);
+    if (st == CL_OK) st = batch_wait(c, b, "allgather", 0);
     return st;
 }
 
@@ -636,14 +721,14 @@ static cl_status mp_broadcast(cl_comm *c, void *buf, size_t bytes, int root) {
         while (mask < n) {
             if (vr & mask) {
                 st = batch_post(c, b, m->coll, 0, buf, bytes, (vr - mask + root) % n, tag, "broadcast");
-                if (st == CL_OK) st = batch_wait(c, b, "broadcast", NULL, 0);
+                if (st == CL_OK) st = batch_wait(c, b, "broadcast", 0);
                 break;
             }
             mask <<= 1;
         }
         for (mask >>= 1; mask > 0 && st == CL_OK; mask >>= 1)
             if (vr + mask < n) st = batch_post(c, b, m->coll, 1, buf, bytes, (vr + mask + root) % n, tag, "broadcast");
-        if (st == CL_OK) st = batch_wait(c, b, "broadcast", NULL, 0);
+        if (st == CL_OK) st = batch_wait(c, b, "broadcast", 0);
         return st;
     }
     /* scatter the chunks from root, then every rank sends its chunk to the others */
@@ -658,7 +743,7 @@ static cl_status mp_broadcast(cl_comm *c, void *buf, size_t bytes, int root) {
         cl_comm_chunk(bytes, n, me, &lo, &hi);
         if (hi > lo) st = batch_post(c, b, m->coll, 0, p + lo, hi - lo, root, tag, "broadcast");
     }
-    if (st == CL_OK) st = batch_wait(c, b, "broadcast", NULL, 0);
+    if (st == CL_OK) st = batch_wait(c, b, "broadcast", 0);
     int tag2 = coll_tag(seq, PH_AG, 0);
     cl_comm_chunk(bytes, n, me, &lo, &hi);
     for (int r = 0; r < n && st == CL_OK; r++) {
@@ -673,7 +758,7 @@ static cl_status mp_broadcast(cl_comm *c, void *buf, size_t bytes, int root) {
             st = batch_post(c, b, m->coll, 0, p + l2, h2 - l2, r, tag2, "broadcast");
         }
     }
-    if (st == CL_OK) st = batch_wait(c, b, "broadcast", NULL, 0);
+    if (st == CL_OK) st = batch_wait(c, b, "broadcast", 0);
     return st;
 }
 
@@ -686,7 +771,7 @@ static cl_status mp_barrier(cl_comm *c) {
     if (rc != MPI_SUCCESS) return mpi_error(c, rc, "barrier");
     b->peer[0] = -1;
     b->n = 1;
-    return batch_wait(c, b, "barrier", NULL, 1);
+    return batch_wait(c, b, "barrier", 1);
 }
 
 static const cl_comm_ops mp_ops = {

@@ -38,6 +38,8 @@ cl_status cl_error_context(cl_status s, const char *fmt, ...) {
     va_end(ap);
     memcpy(old, err_msg, sizeof old);
     size_t n = strlen(prefix);
+    /* the separator is ours: a prefix that ends in one of its own would print ": :" */
+    while (n > 0 && (prefix[n - 1] == ' ' || prefix[n - 1] == ':')) n--;
     if (n > sizeof err_msg - 3) n = sizeof err_msg - 3;
     memcpy(err_msg, prefix, n);
     memcpy(err_msg + n, ": ", 2);

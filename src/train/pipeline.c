@@ -554,7 +554,7 @@ cl_status cl_pp_step(cl_trainer *t, float lr, double *loss_sum, double *norm, cl
         double a0 = cl_now();
         cl_status s = run_action(t, pp, a, lr, loss_sum, norm);
         if (s) {
-            return cl_error_context(s, "pipeline rank %d, stage %d, step %d, %s of micro-batch %d: ", pp->r,
+            return cl_error_context(s, "pipeline rank %d, stage %d, step %d, %s of micro-batch %d", pp->r,
                                     a->chunk * pp->p + pp->r, t->step + 1, cl_act_kind_name(a->kind), a->mb);
         }
         double a1 = cl_now();
