@@ -109,5 +109,5 @@ void cli_print_help(const char *usage, const cli_flag *flags, int nflags) {
 
 int cli_fail(cl_status s) {
     fprintf(stderr, "cleave: error: %s\n", cl_last_error());
-    return (s == CL_ERR_INTERNAL || s == CL_ERR_COMM) ? 1 : 2;
+    return (s == CL_ERR_INTERNAL || s == CL_ERR_COMM || s == CL_ERR_NUMERIC) ? 1 : 2;
 }
