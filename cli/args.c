@@ -107,7 +107,7 @@ void cli_print_help(const char *usage, const cli_flag *flags, int nflags) {
     }
 }
 
-int cli_exit_status(cl_status s) { return (s == CL_ERR_INTERNAL || s == CL_ERR_COMM) ? 1 : 2; }
+int cli_exit_status(cl_status s) { return (s == CL_ERR_INTERNAL || s == CL_ERR_COMM || s == CL_ERR_NUMERIC) ? 1 : 2; }
 
 int cli_fail(cl_status s) {
     fprintf(stderr, "cleave: error: %s\n", cl_last_error());

@@ -1,5 +1,6 @@
 /* The cleave command: train, eval, generate. The only place that exits.
- * Exit status: 0 success, 2 bad input (flags, files, sizes, caps), 1 failure. */
+ * Exit status: 0 success, 2 bad input (flags, files, sizes, caps), 1 failure
+ * (including a training step whose loss or gradient norm is not finite). */
 #include "args.h"
 #include "cleave/schedule.h"
 #include "cleave/comm.h"
@@ -353,6 +354,9 @@ static cl_status train_rank(cl_comm *world, void *arg) {
     if (!s && world) s = cl_comm_barrier(world);
     if (!s && !lead) s = cl_trainer_create(&t, &c);
     if (!s && j->resume) s = cl_trainer_resume(t, j->resume);
+    if (!s && j->resume && cl_trainer_steps_done(t) >= j->end)
+        s = cl_error(CL_ERR_INVALID, "--resume %s is at step %d, --%s %d leaves nothing to train", j->resume,
+                     cl_trainer_steps_done(t), j->end < j->steps ? "stop-after" : "steps", j->end);
     FILE *log = NULL;
     if (!s && lead && j->log_path && !(log = fopen(j->log_path, j->resume ? "a" : "w")))
         s = cl_error(CL_ERR_IO, "--log-file %s: cannot open for writing", j->log_path);
@@ -572,6 +576,8 @@ static int cmd_train(int argc, char **argv) {
     }
     j.save = cli_get(&a, "save");
     j.resume = cli_get(&a, "resume");
+    /* a save that would fail, or replace what is not a checkpoint, is refused before any step */
+    if (j.save && (s = cl_checkpoint_check_target(j.save))) return cli_fail(cl_error_context(s, "--save"));
     j.log_path = cli_get(&a, "log-file");
     j.prompt = cli_get(&a, "prompt") ? cli_get(&a, "prompt") : "And God said";
     j.comm_name = cli_get(&a, "comm") ? cli_get(&a, "comm") : "threads";

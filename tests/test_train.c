@@ -6,6 +6,7 @@
 #include "cleave/train.h"
 #include "common/check.h"
 
+#include <dirent.h>
 #include <pthread.h>
 #include <math.h>
 #include <stdlib.h>
@@ -92,10 +93,13 @@ static void test_resume(void) {
     int same = 1;
     for (int i = 0; i < 8; i++) same &= memcmp(&full[i], &part[i], sizeof(double)) == 0;
     CHECK(same, "resumed losses differ from the uninterrupted run (step 8: %.17g vs %.17g)", part[7], full[7]);
-    char tmp[700];
-    snprintf(tmp, sizeof tmp, "%s.tmp", ck);
-    struct stat sb;
-    CHECK(stat(tmp, &sb) != 0, "the temporary checkpoint %s was left behind", tmp);
+    /* nothing but the checkpoint (and the text) was left in the directory */
+    DIR *dp = opendir(tmpdir);
+    CL_ASSERT(dp);
+    for (struct dirent *e; (e = readdir(dp));)
+        CHECK(e->d_name[0] == '.' || !strcmp(e->d_name, "ckpt") || !strncmp(e->d_name, "text.txt", 8),
+              "a save left %s behind in %s", e->d_name, tmpdir);
+    closedir(dp);
     /* a different model is refused */
     cl_train_config c2 = c;
     c2.model.layers = 3;
@@ -157,6 +161,43 @@ static void test_cap_race(void) {
         cl_device_destroy(d);
     }
     cl_error_clear();
+}
+
+/* What a save may replace: nothing, an empty directory, its own checkpoint;
+ * anything else is refused and left as it was. */
+static void test_save_target(void) {
+    cl_train_config c;
+    base_config(&c);
+    char dir[600], file[700], user[700], probe[800];
+    snprintf(dir, sizeof dir, "%s/targets", tmpdir);
+    CHECK(mkdir(dir, 0755) == 0, "mkdir %s", dir);
+    CHECK(cl_checkpoint_check_target(dir) == CL_OK, "an empty directory refused: %s", cl_last_error());
+    snprintf(file, sizeof file, "%s/x.txt", dir);
+    FILE *f = fopen(file, "w");
+    CL_ASSERT(f);
+    fputs("mine\n", f);
+    fclose(f);
+    CHECK(cl_checkpoint_check_target(file) == CL_ERR_INVALID && strstr(cl_last_error(), "x.txt"), "a file: %s", cl_last_error());
+    CHECK(cl_checkpoint_check_target(dir) == CL_ERR_INVALID && strstr(cl_last_error(), "x.txt"), "a user's directory: %s",
+          cl_last_error());
+    CHECK(cl_checkpoint_check_target("") == CL_ERR_INVALID, "an empty path accepted");
+    snprintf(user, sizeof user, "%s/ck", dir);
+    CHECK(cl_checkpoint_check_target(user) == CL_OK, "a new path refused: %s", cl_last_error());
+    cl_trainer *t;
+    CHECK_OK(cl_trainer_create(&t, &c));
+    CHECK(cl_trainer_save(t, file) == CL_ERR_INVALID, "saved over a file");
+    CHECK_OK(cl_trainer_save(t, user));
+    CHECK_OK(cl_trainer_save(t, user)); /* over its own checkpoint */
+    CHECK(cl_checkpoint_check_target(user) == CL_OK, "a cleave checkpoint refused: %s", cl_last_error());
+    snprintf(probe, sizeof probe, "%s/notes.txt", user);
+    f = fopen(probe, "w");
+    CL_ASSERT(f);
+    fclose(f);
+    CHECK(cl_trainer_save(t, user) == CL_ERR_INVALID && strstr(cl_last_error(), "notes.txt"), "saved over a stranger: %s",
+          cl_last_error());
+    struct stat sb;
+    CHECK(stat(probe, &sb) == 0 && stat(file, &sb) == 0 && sb.st_size == 5, "a refused save changed what was there");
+    cl_trainer_destroy(t);
 }
 
 static void test_cap(void) {
@@ -242,6 +283,7 @@ int main(void) {
     make_text();
     test_accumulation();
     test_resume();
+    test_save_target();
     test_cap();
     test_cap_race();
     test_schedule();

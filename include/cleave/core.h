@@ -20,7 +20,8 @@ typedef enum {
     CL_ERR_FORMAT,      /* a file was read but its contents are malformed */
     CL_ERR_UNSUPPORTED, /* asked for something this build or backend lacks */
     CL_ERR_COMM,        /* a communicator failed or timed out */
-    CL_ERR_INTERNAL     /* a bug: an invariant did not hold */
+    CL_ERR_INTERNAL,    /* a bug: an invariant did not hold */
+    CL_ERR_NUMERIC      /* training went non-finite (a loss or gradient norm of inf or nan) */
 } cl_status;
 
 const char *cl_status_name(cl_status s);

@@ -41,6 +41,9 @@ const cl_st_entry *cl_st_get(const cl_st_file *f, int i);
 const cl_st_entry *cl_st_find(const cl_st_file *f, const char *name); /* NULL if absent */
 /* Metadata value for key, or NULL. */
 const char *cl_st_metadata(const cl_st_file *f, const char *key);
+/* Finds name and checks its dtype and shape exactly (nothing is copied), so
+ * a caller can refuse a file before allocating for it. */
+cl_status cl_st_check_tensor(const cl_st_file *f, const char *name, cl_dtype dtype, int ndim, const int64_t *shape);
 /* Finds name, checks dtype and shape exactly, copies the data into dst.
  * Errors name the tensor and what differed. */
 cl_status cl_st_read_tensor(const cl_st_file *f, const char *name, cl_dtype dtype,

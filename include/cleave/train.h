@@ -149,10 +149,21 @@ void cl_trainer_print_stages(const cl_trainer *t, FILE *f);
 cl_status cl_trainer_write_trace(cl_trainer *t, cl_comm *world, const char *path, int last_steps);
 
 /* Checkpoints: DIR/model.safetensors (HF GPT-2 names), DIR/config.json,
- * DIR/optimizer.safetensors, DIR/trainer_state.json. Saved into DIR.tmp and
- * swapped into place atomically (renameat2 RENAME_EXCHANGE), so a crash
- * mid-save leaves the previous checkpoint intact. */
+ * DIR/optimizer.safetensors, DIR/trainer_state.json and the marker
+ * DIR/cleave-checkpoint.json. Saved into a new directory beside DIR
+ * (DIR.tmp.PID.N) and swapped into place atomically (renameat2
+ * RENAME_EXCHANGE), so a crash mid-save leaves the previous checkpoint
+ * intact. A save replaces only nothing, an empty directory, or a directory
+ * with the marker holding only the files above (CL_ERR_INVALID otherwise). */
 cl_status cl_trainer_save(cl_trainer *t, const char *dir);
+/* Longest checkpoint path (bytes), and the most steps a checkpoint may record. */
+#define CL_CHECKPOINT_PATH_MAX 4000
+#define CL_MAX_STEPS (1 << 30)
+/* Whether dir is a path a save may write (not empty, not longer than
+ * CL_CHECKPOINT_PATH_MAX, and holding what cl_trainer_save may replace) in
+ * a directory where files can be created (a probe file is created and
+ * removed there). CL_ERR_INVALID with the path and the reason otherwise. */
+cl_status cl_checkpoint_check_target(const char *dir);
 /* (A pipeline's every rank calls it: the stages of data-parallel replica 0
  * send their parameters and moments to its first stage, which writes the
  * one checkpoint; a checkpoint is the same whatever the pipeline, and any

@@ -18,6 +18,7 @@ const char *cl_status_name(cl_status s) {
     case CL_ERR_UNSUPPORTED: return "unsupported";
     case CL_ERR_COMM: return "communication error";
     case CL_ERR_INTERNAL: return "internal error";
+    case CL_ERR_NUMERIC: return "non-finite value";
     }
     return "unknown status";
 }

@@ -398,8 +398,8 @@ const char *cl_st_metadata(const cl_st_file *f, const char *key) {
     return NULL;
 }
 
-cl_status cl_st_read_tensor(const cl_st_file *f, const char *name, cl_dtype dtype, int ndim, const int64_t *shape, void *dst) {
-    if (!f || !name) return cl_error(CL_ERR_INVALID, "cl_st_read_tensor: NULL file or name");
+cl_status cl_st_check_tensor(const cl_st_file *f, const char *name, cl_dtype dtype, int ndim, const int64_t *shape) {
+    if (!f || !name) return cl_error(CL_ERR_INVALID, "cl_st_check_tensor: NULL file or name");
     if (ndim < 0 || ndim > CL_MAX_DIMS || (ndim && !shape))
         return cl_error(CL_ERR_INVALID, "%s: tensor '%s': asked for %d dimensions%s", f->name, name, ndim,
                         ndim && !shape ? " with no shape" : "");
@@ -415,6 +415,12 @@ cl_status cl_st_read_tensor(const cl_st_file *f, const char *name, cl_dtype dtyp
         shape_str(have, sizeof have, e->shape, e->ndim);
         return cl_error(CL_ERR_FORMAT, "%s: tensor '%s' has shape %s, expected %s", f->name, name, have, want);
     }
+    return CL_OK;
+}
+
+cl_status cl_st_read_tensor(const cl_st_file *f, const char *name, cl_dtype dtype, int ndim, const int64_t *shape, void *dst) {
+    CL_TRY(cl_st_check_tensor(f, name, dtype, ndim, shape));
+    const cl_st_entry *e = cl_st_find(f, name);
     size_t bytes = (size_t)(e->end - e->begin);
     if (bytes && !dst) return cl_error(CL_ERR_INVALID, "%s: tensor '%s': NULL destination for %zu bytes", f->name, name, bytes);
     if (bytes) memcpy(dst, e->data, bytes);

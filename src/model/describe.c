@@ -73,9 +73,18 @@ cl_status cl_model_preset(const char *name, cl_model_config *cfg) {
 
 static int conv_out(int in, int k, int s, int p) { return (in + 2 * p - k) / s + 1; }
 
+/* Each size a config may give is at most this (a config.json is not trusted),
+ * so that the geometry below stays within int; the description then checks
+ * every product (see prod). */
+#define DIM_MAX (1 << 20)
+#define WIDTH_MAX (1 << 28)
+#define LAYERS_MAX (1 << 14) /* each block adds 12 parameter entries to the description */
+
 cl_status cl_model_config_check(const cl_model_config *c) {
 #define POS(field, what) \
     if (c->field <= 0) return cl_error(CL_ERR_INVALID, "%s must be positive (got %d)", what, c->field)
+#define MAX(field, what, max) \
+    if (c->field > (max)) return cl_error(CL_ERR_INVALID, "%s %d is too large (at most %d)", what, c->field, (max))
     switch (c->kind) {
     case CL_MODEL_GPT:
         POS(layers, "--layers");
@@ -83,6 +92,8 @@ cl_status cl_model_config_check(const cl_model_config *c) {
         POS(heads, "--heads");
         POS(seq_len, "--seq-len");
         POS(vocab, "--vocab");
+        MAX(layers, "--layers", LAYERS_MAX);
+        MAX(seq_len, "the context (n_positions)", DIM_MAX);
         if (c->channels % c->heads)
             return cl_error(CL_ERR_INVALID, "--heads (%d) must divide --channels (%d)", c->heads, c->channels);
         if (c->vocab > (1 << 30)) return cl_error(CL_ERR_INVALID, "--vocab %d is too large", c->vocab);
@@ -92,7 +103,8 @@ cl_status cl_model_config_check(const cl_model_config *c) {
         if (c->nwidths < 2 || c->nwidths > CL_MLP_MAX_WIDTHS)
             return cl_error(CL_ERR_INVALID, "an MLP needs 2 to %d widths (got %d)", CL_MLP_MAX_WIDTHS, c->nwidths);
         for (int i = 0; i < c->nwidths; i++)
-            if (c->widths[i] <= 0) return cl_error(CL_ERR_INVALID, "MLP width %d must be positive (got %d)", i, c->widths[i]);
+            if (c->widths[i] <= 0 || c->widths[i] > WIDTH_MAX)
+                return cl_error(CL_ERR_INVALID, "MLP width %d must be 1 to %d (got %d)", i, WIDTH_MAX, c->widths[i]);
         return CL_OK;
     case CL_MODEL_CNN: {
         POS(in_channels, "CNN input channels");
@@ -106,6 +118,17 @@ cl_status cl_model_config_check(const cl_model_config *c) {
         POS(hidden2, "CNN hidden2");
         POS(classes, "CNN classes");
         if (c->conv_pad < 0) return cl_error(CL_ERR_INVALID, "CNN conv padding must be >= 0");
+        MAX(in_channels, "CNN input channels", DIM_MAX);
+        MAX(height, "CNN input height", DIM_MAX);
+        MAX(width, "CNN input width", DIM_MAX);
+        MAX(conv_channels, "CNN conv channels", DIM_MAX);
+        MAX(conv_kernel, "CNN conv kernel", DIM_MAX);
+        MAX(conv_stride, "CNN conv stride", DIM_MAX);
+        MAX(conv_pad, "CNN conv padding", DIM_MAX);
+        MAX(pool, "CNN pool", DIM_MAX);
+        MAX(hidden, "CNN hidden", WIDTH_MAX);
+        MAX(hidden2, "CNN hidden2", WIDTH_MAX);
+        MAX(classes, "CNN classes", WIDTH_MAX);
         int oh = conv_out(c->height, c->conv_kernel, c->conv_stride, c->conv_pad);
         int ow = conv_out(c->width, c->conv_kernel, c->conv_stride, c->conv_pad);
         if (c->height + 2 * c->conv_pad < c->conv_kernel || c->width + 2 * c->conv_pad < c->conv_kernel || oh < c->pool || ow < c->pool)
@@ -116,6 +139,7 @@ cl_status cl_model_config_check(const cl_model_config *c) {
     }
     return cl_error(CL_ERR_INVALID, "unknown model kind %d", (int)c->kind);
 #undef POS
+#undef MAX
 }
 
 /* ---- description builder ---- */
@@ -124,7 +148,33 @@ typedef struct {
     cl_model_desc *d;
     int cap_units, cap_params;
     int failed;
+    int too_large; /* a size passed DESC_MAX_FLOATS (or int, where a unit keeps it as int) */
 } builder;
+
+/* No tensor, buffer or total is larger than this many floats (4 TiB of
+ * them), so everything derived from them (times a batch, times 4 bytes)
+ * stays far inside int64. */
+#define DESC_MAX_FLOATS ((int64_t)1 << 40)
+
+/* A size just computed (overflow: it did not fit int64): past
+ * DESC_MAX_FLOATS it marks the builder too_large and gives 0. */
+static int64_t fits(builder *b, int overflow, int64_t r) {
+    if (!overflow && r <= DESC_MAX_FLOATS) return r;
+    b->too_large = 1;
+    return 0;
+}
+
+static int64_t prod(builder *b, int64_t x, int64_t y) {
+    int64_t r;
+    int o = __builtin_mul_overflow(x, y, &r);
+    return fits(b, o, r);
+}
+
+static int64_t sum(builder *b, int64_t x, int64_t y) {
+    int64_t r;
+    int o = __builtin_add_overflow(x, y, &r);
+    return fits(b, o, r);
+}
 
 static cl_unit *add_unit(builder *b, cl_unit_kind kind, char code, int index, const char *label) {
     cl_model_desc *d = b->d;
@@ -163,11 +213,11 @@ static void add_param(builder *b, const char *name, int ndim, const int64_t *sha
     p->numel = 1;
     for (int i = 0; i < ndim; i++) {
         p->shape[i] = shape[i];
-        p->numel *= shape[i];
+        p->numel = prod(b, p->numel, shape[i]);
     }
     p->offset = d->nfloats;
-    d->nfloats += (p->numel + 15) & ~(int64_t)15;
-    d->nparams_total += p->numel;
+    d->nfloats = sum(b, d->nfloats, (p->numel + 15) & ~(int64_t)15);
+    d->nparams_total = sum(b, d->nparams_total, p->numel);
     p->decay = decay;
     p->init = init;
     p->scale = scale;
@@ -200,8 +250,8 @@ static void describe_gpt(builder *b, int T) {
     float std = 0.02f, proj_std = 0.02f / sqrtf(2.0f * (float)L);
     cl_unit *u = add_unit(b, CL_UNIT_EMBED, 'E', 0, "embed");
     if (!u) return;
-    u->out_floats = T * C;
-    u->act_floats = T * C;
+    u->out_floats = prod(b, T, C);
+    u->act_floats = u->out_floats;
     int64_t wte[2] = {V, C}, wpe[2] = {c->seq_len, C};
     add_param(b, "wte.weight", 2, wte, 1, CL_INIT_NORMAL, std);
     b->d->tied_wte = b->d->nparams - 1;
@@ -211,11 +261,12 @@ static void describe_gpt(builder *b, int T) {
         snprintf(label, sizeof label, "h.%d", l);
         u = add_unit(b, CL_UNIT_BLOCK, 't', l, label);
         if (!u) return;
-        u->in_floats = T * C;
-        u->out_floats = T * C;
+        u->in_floats = prod(b, T, C);
+        u->out_floats = u->in_floats;
+        int64_t scores = prod(b, prod(b, NH, T), T);
         /* ln1, qkv, att, atty, res2, ln2, fch, fch_gelu, out + 2 (mean, rstd) x 2 */
-        u->act_floats = T * (16 * C + 4) + NH * T * T;
-        u->scratch_floats = T * 11 * C + NH * T * T; /* dres2, dfc (4C, GELU in place), dln2, datty, dqkv (3C), dln1; d(scores) */
+        u->act_floats = sum(b, prod(b, T, 16 * C + 4), scores);
+        u->scratch_floats = sum(b, prod(b, T, 11 * C), scores); /* dres2, dfc (4C, GELU in place), dln2, datty, dqkv (3C), dln1; d(scores) */
         u->flops = 2.0 * (double)T * 12.0 * (double)C * (double)C + 4.0 * (double)T * (double)T * (double)C;
         snprintf(pre, sizeof pre, "h.%d.ln_1", l);
         add_ln_params(b, pre, C);
@@ -232,10 +283,10 @@ static void describe_gpt(builder *b, int T) {
     }
     u = add_unit(b, CL_UNIT_LMHEAD, 'L', 0, "lm_head");
     if (!u) return;
-    u->in_floats = T * C;
+    u->in_floats = prod(b, T, C);
     u->out_floats = T;
-    u->act_floats = T * (C + V + 4);
-    u->scratch_floats = T * C;
+    u->act_floats = prod(b, T, C + V + 4);
+    u->scratch_floats = u->in_floats;
     u->flops = 2.0 * (double)T * (double)C * (double)V;
     add_ln_params(b, "ln_f", C);
 }
@@ -244,6 +295,7 @@ static void describe_gpt(builder *b, int T) {
 static void linear_unit(builder *b, const char *label, int index, int64_t in, int64_t out, int kaiming) {
     cl_unit *u = add_unit(b, CL_UNIT_LINEAR, 'l', index, label);
     if (!u) return;
+    if (in > INT32_MAX || out > INT32_MAX) b->too_large = 1;
     u->c = (int)in;
     u->oc = (int)out;
     u->in_floats = in;
@@ -290,7 +342,7 @@ static void describe_cnn(builder *b) {
     int oh = conv_out(c->height, c->conv_kernel, c->conv_stride, c->conv_pad);
     int ow = conv_out(c->width, c->conv_kernel, c->conv_stride, c->conv_pad);
     int ph = (oh - c->pool) / c->pool + 1, pw = (ow - c->pool) / c->pool + 1;
-    int64_t conv_n = (int64_t)c->conv_channels * oh * ow, pool_n = (int64_t)c->conv_channels * ph * pw;
+    int64_t conv_n = prod(b, prod(b, c->conv_channels, oh), ow), pool_n = prod(b, prod(b, c->conv_channels, ph), pw);
     cl_unit *u = add_unit(b, CL_UNIT_CONV, 'c', 0, "conv");
     if (!u) return;
     u->c = c->in_channels;
@@ -302,11 +354,11 @@ static void describe_cnn(builder *b) {
     u->k = c->conv_kernel;
     u->stride = c->conv_stride;
     u->pad = c->conv_pad;
-    u->in_floats = (int64_t)c->in_channels * c->height * c->width;
+    u->in_floats = prod(b, prod(b, c->in_channels, c->height), c->width);
     u->out_floats = conv_n;
     u->act_floats = conv_n;
     u->flops = 2.0 * (double)conv_n * c->in_channels * c->conv_kernel * c->conv_kernel;
-    int64_t fan_in = (int64_t)c->in_channels * c->conv_kernel * c->conv_kernel;
+    int64_t fan_in = prod(b, prod(b, c->in_channels, c->conv_kernel), c->conv_kernel);
     float bound = 1.0f / sqrtf((float)fan_in);
     int64_t ws[4] = {c->conv_channels, c->in_channels, c->conv_kernel, c->conv_kernel}, bs[1] = {c->conv_channels};
     add_param(b, "conv.weight", 4, ws, 1, CL_INIT_UNIFORM, bound);
@@ -324,7 +376,7 @@ static void describe_cnn(builder *b) {
     u->stride = c->pool;
     u->in_floats = conv_n;
     u->out_floats = pool_n;
-    u->act_floats = 2 * pool_n; /* output and argmax indices */
+    u->act_floats = prod(b, 2, pool_n); /* output and argmax indices */
     elementwise_unit(b, CL_UNIT_FLATTEN, 'f', 0, "flatten", pool_n);
     linear_unit(b, "fc1", 1, pool_n, c->hidden, 1);
     linear_unit(b, "fc2", 2, c->hidden, c->hidden2, 1);
@@ -355,9 +407,10 @@ cl_status cl_model_describe(const cl_model_config *cfg, int T, cl_model_desc **o
     case CL_MODEL_MLP: describe_mlp(&b); break;
     case CL_MODEL_CNN: describe_cnn(&b); break;
     }
-    if (b.failed) {
+    if (b.failed || b.too_large) {
         cl_model_desc_free(d);
-        return cl_error(CL_ERR_OOM, "cannot allocate a model description");
+        if (b.failed) return cl_error(CL_ERR_OOM, "cannot allocate a model description");
+        return cl_error(CL_ERR_INVALID, "the model is too large: one of its tensors or buffers passes 2^40 floats");
     }
     *out = d;
     return CL_OK;

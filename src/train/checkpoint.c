@@ -3,9 +3,13 @@
  * A checkpoint is a directory: model.safetensors (Hugging Face GPT-2 names
  * and layouts), config.json (HF GPT-2 keys plus cleave's own), optimizer
  * .safetensors (exp_avg.NAME, exp_avg_sq.NAME) and trainer_state.json (step,
- * optimizer step count, data addressing). It is written whole into DIR.tmp
- * and then swapped with DIR in one renameat2(RENAME_EXCHANGE), so at every
- * instant DIR is either the old or the new checkpoint, never half of each. */
+ * optimizer step count, data addressing) and cleave-checkpoint.json, the
+ * marker that says cleave wrote the directory. It is written whole into a
+ * new directory beside DIR (DIR.tmp.PID.N) and then swapped with DIR in one
+ * renameat2(RENAME_EXCHANGE), so at every instant DIR is either the old or
+ * the new checkpoint, never half of each. A save replaces only nothing, an
+ * empty directory, or a directory holding the marker and nothing but the
+ * files cleave writes; it never removes a file it did not write. */
 #include "cleave/json.h"
 #include "cleave/safetensors.h"
 #include "train/internal.h"
@@ -153,9 +157,22 @@ static cl_status write_params(const char *path, const cl_model_desc *d, float *c
     return s;
 }
 
-static cl_status read_params(const char *path, const cl_model_desc *d, float *const *ptrs, const char *prefix) {
-    cl_st_file *f;
-    CL_TRY(cl_st_open(&f, path));
+/* Every parameter of d, named with prefix, is in f as F32 of exactly its
+ * shape: checked before anything is allocated for the model, so a
+ * config.json that claims more than the file holds is refused. */
+static cl_status check_params(const cl_st_file *f, const cl_model_desc *d, const char *prefix) {
+    for (int i = 0; i < d->nparams; i++) {
+        char name[80];
+        snprintf(name, sizeof name, "%s%s", prefix, d->params[i].name);
+        CL_TRY(cl_st_check_tensor(f, name, CL_F32, d->params[i].ndim, d->params[i].shape));
+    }
+    return CL_OK;
+}
+
+/* Copies the parameters out of f (checked by check_params) and refuses a
+ * non-finite value, or a negative one where nonneg (second moments). */
+static cl_status copy_params(const cl_st_file *f, const char *path, const cl_model_desc *d, float *const *ptrs,
+                             const char *prefix, int nonneg) {
     cl_status s = CL_OK;
     for (int i = 0; i < d->nparams && !s; i++) {
         char name[80];
@@ -165,35 +182,129 @@ static cl_status read_params(const char *path, const cl_model_desc *d, float *co
     for (int i = 0; i < d->nparams && !s; i++) {
         const float *p = ptrs[i];
         for (int64_t j = 0; j < d->params[i].numel; j++)
-            if (!isfinite(p[j])) {
-                s = cl_error(CL_ERR_FORMAT, "%s: tensor '%s%s' holds a non-finite value at %" PRId64, path, prefix,
-                             d->params[i].name, j);
+            if (!isfinite(p[j]) || (nonneg && p[j] < 0)) {
+                s = cl_error(CL_ERR_FORMAT, "%s: tensor '%s%s' holds %s value (%g) at index %" PRId64 "%s", path, prefix,
+                             d->params[i].name, isfinite(p[j]) ? "a negative" : "a non-finite", (double)p[j], j,
+                             isfinite(p[j]) ? "; a second moment is never negative" : "");
                 break;
             }
     }
+    return s;
+}
+
+static cl_status read_params(const char *path, const cl_model_desc *d, float *const *ptrs, const char *prefix, int nonneg) {
+    cl_st_file *f;
+    CL_TRY(cl_st_open(&f, path));
+    cl_status s = check_params(f, d, prefix);
+    if (!s) s = copy_params(f, path, d, ptrs, prefix, nonneg);
     cl_st_close(f);
     return s;
 }
 
-/* Removes a checkpoint directory that cleave wrote (its known files only). */
-static void remove_ckpt_dir(const char *dir) {
-    const char *files[] = {"model.safetensors", "optimizer.safetensors", "config.json", "trainer_state.json",
-                           "model.safetensors.tmp", "optimizer.safetensors.tmp", "config.json.tmp", "trainer_state.json.tmp"};
-    char path[4200];
-    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
-        snprintf(path, sizeof path, "%s/%s", dir, files[i]);
-        unlink(path);
+/* The files a checkpoint directory holds; while one is written, FILE.tmp too. */
+#define CKPT_MARKER "cleave-checkpoint.json"
+static const char *const ckpt_files[] = {"model.safetensors", "optimizer.safetensors", "config.json", "trainer_state.json",
+                                         CKPT_MARKER};
+#define CKPT_NFILES (sizeof ckpt_files / sizeof ckpt_files[0])
+
+static int ckpt_file_name(const char *name) {
+    for (size_t i = 0; i < CKPT_NFILES; i++) {
+        size_t n = strlen(ckpt_files[i]);
+        if (!strncmp(name, ckpt_files[i], n) && (!name[n] || !strcmp(name + n, ".tmp"))) return 1;
     }
+    return 0;
+}
+
+/* Removes a checkpoint directory that cleave wrote: its known files only,
+ * then the directory if that left it empty. */
+static void remove_ckpt_dir(const char *dir) {
+    char path[4200];
+    for (size_t i = 0; i < CKPT_NFILES; i++)
+        for (int tmp = 0; tmp < 2; tmp++) {
+            snprintf(path, sizeof path, "%s/%s%s", dir, ckpt_files[i], tmp ? ".tmp" : "");
+            unlink(path);
+        }
     rmdir(dir);
+}
+
+/* dir without trailing slashes, checked for length. */
+static cl_status ckpt_path(const char *dir, char *out) {
+    size_t n = strlen(dir);
+    if (n == 0) return cl_error(CL_ERR_INVALID, "the checkpoint path is empty");
+    if (n > CL_CHECKPOINT_PATH_MAX)
+        return cl_error(CL_ERR_INVALID, "the checkpoint path is %zu bytes long, over the limit of %d", n, CL_CHECKPOINT_PATH_MAX);
+    memcpy(out, dir, n + 1);
+    while (n > 1 && out[n - 1] == '/') out[--n] = 0;
+    return CL_OK;
+}
+
+static void parent_of(const char *dir, char *parent) {
+    snprintf(parent, 4200, "%s", dir);
+    char *slash = strrchr(parent, '/');
+    if (slash && slash != parent) *slash = 0;
+    else if (slash) parent[1] = 0;
+    else snprintf(parent, 4200, ".");
+}
+
+typedef enum { TARGET_NONE, TARGET_EMPTY, TARGET_CKPT } target_kind;
+
+/* What is at a save's path (normalized by ckpt_path), refusing what a save
+ * must not replace. */
+static cl_status classify_target(const char *dir, target_kind *kind) {
+    static const char *const why = "a save replaces only a missing path, an empty directory or a cleave checkpoint";
+    struct stat sb;
+    if (lstat(dir, &sb) != 0) {
+        if (errno == ENOENT) {
+            *kind = TARGET_NONE;
+            return CL_OK;
+        }
+        return cl_error(CL_ERR_IO, "%s: %s", dir, strerror(errno));
+    }
+    if (S_ISLNK(sb.st_mode)) return cl_error(CL_ERR_INVALID, "%s is a symbolic link (%s; give the directory itself)", dir, why);
+    if (!S_ISDIR(sb.st_mode)) return cl_error(CL_ERR_INVALID, "%s is a file, not a checkpoint directory (%s)", dir, why);
+    DIR *dp = opendir(dir);
+    if (!dp) return cl_error(CL_ERR_IO, "%s: cannot list: %s", dir, strerror(errno));
+    int n = 0, marker = 0;
+    char stranger[256] = "";
+    struct dirent *e;
+    while ((e = readdir(dp))) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+        n++;
+        struct stat es;
+        int regular = fstatat(dirfd(dp), e->d_name, &es, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(es.st_mode);
+        if (regular && !strcmp(e->d_name, CKPT_MARKER)) marker = 1;
+        if ((!regular || !ckpt_file_name(e->d_name)) && !stranger[0]) snprintf(stranger, sizeof stranger, "%s", e->d_name);
+    }
+    closedir(dp);
+    if (n == 0) *kind = TARGET_EMPTY;
+    else if (stranger[0])
+        return cl_error(CL_ERR_INVALID, "%s holds '%s', which is not a file cleave writes (%s)", dir, stranger, why);
+    else if (!marker)
+        return cl_error(CL_ERR_INVALID, "%s has no %s, so it is not a checkpoint cleave wrote (%s)", dir, CKPT_MARKER, why);
+    else *kind = TARGET_CKPT;
+    return CL_OK;
+}
+
+cl_status cl_checkpoint_check_target(const char *dir) {
+    char norm[4096], parent[4200], probe[4300];
+    target_kind kind;
+    CL_TRY(ckpt_path(dir, norm));
+    CL_TRY(classify_target(norm, &kind));
+    parent_of(norm, parent);
+    struct stat sb;
+    if (stat(parent, &sb) != 0 || !S_ISDIR(sb.st_mode))
+        return cl_error(CL_ERR_INVALID, "%s: the directory %s does not exist", dir, parent);
+    snprintf(probe, sizeof probe, "%s/.cleave-probe-XXXXXX", parent);
+    int fd = mkstemp(probe);
+    if (fd < 0) return cl_error(CL_ERR_INVALID, "%s: cannot create files in %s: %s", dir, parent, strerror(errno));
+    close(fd);
+    unlink(probe);
+    return CL_OK;
 }
 
 static void fsync_parent(const char *dir) {
     char parent[4200];
-    snprintf(parent, sizeof parent, "%s", dir);
-    char *slash = strrchr(parent, '/');
-    if (slash && slash != parent) *slash = 0;
-    else if (slash) parent[1] = 0;
-    else snprintf(parent, sizeof parent, ".");
+    parent_of(dir, parent);
     int fd = open(parent, O_RDONLY | O_DIRECTORY);
     if (fd >= 0) {
         fsync(fd);
@@ -205,7 +316,6 @@ static cl_status save_arrays(cl_trainer *t, const char *dir, float *const *param
                              int opt_t);
 
 cl_status cl_trainer_save(cl_trainer *t, const char *dir) {
-    if (strlen(dir) > 4000) return cl_error(CL_ERR_INVALID, "checkpoint path too long");
     const cl_model_desc *d = t->desc;
     int n = d->nparams;
     float **pp = malloc((size_t)n * 3 * sizeof *pp);
@@ -240,13 +350,22 @@ cl_status cl_trainer_save(cl_trainer *t, const char *dir) {
 
 static cl_status save_arrays(cl_trainer *t, const char *dir, float *const *params, float *const *mp, float *const *vp,
                              int opt_t) {
-    char tmp[4096], path[4200];
-    snprintf(tmp, sizeof tmp, "%s.tmp", dir);
-    remove_ckpt_dir(tmp);
-    if (mkdir(tmp, 0755) != 0) return cl_error(CL_ERR_IO, "cannot create %s: %s", tmp, strerror(errno));
+    char target[4096], tmp[4200], path[4300];
+    target_kind kind;
+    cl_status s = ckpt_path(dir, target);
+    if (!s) s = classify_target(target, &kind);
+    if (s) return cl_error_context(s, "saving checkpoint");
+    /* a fresh directory beside the target: never one that was there before */
+    static unsigned seq;
+    int made = 0;
+    for (int i = 0; i < 100 && !made; i++) {
+        snprintf(tmp, sizeof tmp, "%s.tmp.%ld.%u", target, (long)getpid(), __atomic_fetch_add(&seq, 1, __ATOMIC_RELAXED));
+        made = mkdir(tmp, 0755) == 0;
+        if (!made && errno != EEXIST) break;
+    }
+    if (!made) return cl_error(CL_ERR_IO, "saving checkpoint %s: cannot create %s: %s", dir, tmp, strerror(errno));
     const cl_model_desc *d = t->desc;
     cl_st_meta meta[] = {{"format", "pt"}};
-    cl_status s;
     snprintf(path, sizeof path, "%s/model.safetensors", tmp);
     s = write_params(path, d, params, "", meta, 1);
     if (!s) {
@@ -291,25 +410,31 @@ static cl_status save_arrays(cl_trainer *t, const char *dir, float *const *param
         s = st.failed ? cl_error(CL_ERR_OOM, "trainer_state.json") : write_text_file(path, st.buf, st.len);
         cl_sb_free(&st);
     }
+    if (!s) {
+        static const char marker[] = "{\n  \"format\": \"cleave checkpoint\",\n  \"version\": 1\n}\n";
+        snprintf(path, sizeof path, "%s/" CKPT_MARKER, tmp);
+        s = write_text_file(path, marker, sizeof marker - 1);
+    }
+    /* what is at the target now (it may have changed while this one was written) */
+    if (!s) s = classify_target(target, &kind);
     if (s) {
         remove_ckpt_dir(tmp);
         return cl_error_context(s, "saving checkpoint %s", dir);
     }
     fsync_parent(tmp);
-    struct stat sb;
-    if (stat(dir, &sb) == 0) {
-        if (renameat2(AT_FDCWD, tmp, AT_FDCWD, dir, RENAME_EXCHANGE) != 0) {
-            int e = errno;
-            remove_ckpt_dir(tmp);
-            return cl_error(CL_ERR_IO, "saving checkpoint %s: cannot swap in the new one: %s", dir, strerror(e));
-        }
-        remove_ckpt_dir(tmp); /* now the old checkpoint */
-    } else if (rename(tmp, dir) != 0) {
+    /* a missing target must stay missing until the rename; an empty directory
+     * is replaced by rename, which fails if it has gained an entry; a
+     * checkpoint is swapped, and its known files removed from the old name */
+    int rc = kind == TARGET_NONE    ? renameat2(AT_FDCWD, tmp, AT_FDCWD, target, RENAME_NOREPLACE)
+             : kind == TARGET_EMPTY ? rename(tmp, target)
+                                    : renameat2(AT_FDCWD, tmp, AT_FDCWD, target, RENAME_EXCHANGE);
+    if (rc != 0) {
         int e = errno;
         remove_ckpt_dir(tmp);
-        return cl_error(CL_ERR_IO, "saving checkpoint %s: %s", dir, strerror(e));
+        return cl_error(CL_ERR_IO, "saving checkpoint %s: cannot move the new one into place: %s", dir, strerror(e));
     }
-    fsync_parent(dir);
+    if (kind == TARGET_CKPT) remove_ckpt_dir(tmp); /* now the old checkpoint */
+    fsync_parent(target);
     return CL_OK;
 }
 
@@ -328,13 +453,28 @@ static cl_status read_state(const char *dir, int *step, int *opt_t, int *T, int 
         ok = !errno && *end == 0 && end != sd->string;
     }
     cl_json_free(doc);
-    if (!ok || *step < 0 || *opt_t < 0) return cl_error(CL_ERR_FORMAT, "%s: missing or invalid fields", path);
+    if (!ok) return cl_error(CL_ERR_FORMAT, "%s: missing or invalid fields", path);
+    if (*step < 0 || *step > CL_MAX_STEPS)
+        return cl_error(CL_ERR_FORMAT, "%s: step %d is out of range (0 to %d)", path, *step, CL_MAX_STEPS);
+    /* every step is one optimizer step, so cleave saves the two equal */
+    if (*opt_t != *step)
+        return cl_error(CL_ERR_FORMAT, "%s: optimizer_step %d differs from step %d (a checkpoint cleave wrote has them equal)",
+                        path, *opt_t, *step);
+    return CL_OK;
+}
+
+/* A checkpoint to read: flag names the option that gave it. */
+static cl_status ckpt_dir_exists(const char *flag, const char *dir) {
+    struct stat sb;
+    if (!*dir) return cl_error(CL_ERR_INVALID, "%s: empty path", flag);
+    if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) return cl_error(CL_ERR_INVALID, "%s %s: no such directory", flag, dir);
     return CL_OK;
 }
 
 cl_status cl_trainer_resume(cl_trainer *t, const char *dir) {
     cl_model_config c;
     char tok[64];
+    CL_TRY(ckpt_dir_exists("--resume", dir));
     CL_TRY(read_config(dir, &c, tok, sizeof tok));
     if (!same_config(&c, &t->desc->cfg))
         return cl_error(CL_ERR_INVALID, "--resume %s: the checkpoint holds a different model than the one asked for", dir);
@@ -360,10 +500,10 @@ cl_status cl_trainer_resume(cl_trainer *t, const char *dir) {
         for (int i = 0; !s && i < n; i++)
             for (int k = 0; k < 3; k++) ptr[k * n + i] = host + k * d->nfloats + d->params[i].offset;
         snprintf(path, sizeof path, "%s/model.safetensors", dir);
-        if (!s) s = read_params(path, d, ptr, "");
+        if (!s) s = read_params(path, d, ptr, "", 0);
         snprintf(path, sizeof path, "%s/optimizer.safetensors", dir);
-        if (!s) s = read_params(path, d, ptr + n, "exp_avg.");
-        if (!s) s = read_params(path, d, ptr + 2 * n, "exp_avg_sq.");
+        if (!s) s = read_params(path, d, ptr + n, "exp_avg.", 0);
+        if (!s) s = read_params(path, d, ptr + 2 * n, "exp_avg_sq.", 1);
         if (!s) cl_pp_load(t, host, host + d->nfloats, host + 2 * d->nfloats, opt_t);
         free(host);
         free(ptr);
@@ -372,7 +512,7 @@ cl_status cl_trainer_resume(cl_trainer *t, const char *dir) {
         return CL_OK;
     }
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    CL_TRY(read_params(path, d, t->model->p, ""));
+    CL_TRY(read_params(path, d, t->model->p, "", 0));
     float **mp = malloc((size_t)d->nparams * sizeof *mp), **vp = malloc((size_t)d->nparams * sizeof *vp);
     cl_status s = CL_OK;
     if (!mp || !vp) s = cl_error(CL_ERR_OOM, "cannot allocate the optimizer index");
@@ -381,8 +521,8 @@ cl_status cl_trainer_resume(cl_trainer *t, const char *dir) {
         vp[i] = t->opt.v + t->model->loc[i];
     }
     snprintf(path, sizeof path, "%s/optimizer.safetensors", dir);
-    if (!s) s = read_params(path, d, mp, "exp_avg.");
-    if (!s) s = read_params(path, d, vp, "exp_avg_sq.");
+    if (!s) s = read_params(path, d, mp, "exp_avg.", 0);
+    if (!s) s = read_params(path, d, vp, "exp_avg_sq.", 1);
     free(mp);
     free(vp);
     if (s) return s;
@@ -395,16 +535,21 @@ cl_status cl_checkpoint_load(const char *dir, const char *tokenizer_dir, size_t 
     memset(out, 0, sizeof *out);
     cl_model_config c;
     char tok[64];
-    struct stat sb;
-    if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) return cl_error(CL_ERR_IO, "--checkpoint %s: no such directory", dir);
+    CL_TRY(ckpt_dir_exists("--checkpoint", dir));
     CL_TRY(read_config(dir, &c, tok, sizeof tok));
+    char path[4200];
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    cl_st_file *f = NULL;
     cl_status s = cl_model_describe(&c, 0, &out->desc);
+    if (s) s = cl_error_context(s, "%s/config.json", dir);
+    /* the file must hold every tensor config.json implies before any is allocated */
+    if (!s) s = cl_st_open(&f, path);
+    if (!s) s = check_params(f, out->desc, "");
     if (!s) s = cl_device_create_cpu(&out->dev, cap, 0);
     if (!s) s = cl_model_create(&out->model, out->desc, out->dev, B);
     if (!s) s = cl_acts_create(out->model, B, &out->acts);
-    char path[4200];
-    snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    if (!s) s = read_params(path, out->desc, out->model->p, "");
+    if (!s) s = copy_params(f, path, out->desc, out->model->p, "", 0);
+    cl_st_close(f);
     if (!s && c.kind == CL_MODEL_GPT) {
         if (!strcmp(tok, "gpt2")) s = cl_tokenizer_gpt2(&out->tok, tokenizer_dir);
         else if (!strcmp(tok, "byte")) s = cl_tokenizer_byte(&out->tok);

@@ -46,6 +46,9 @@ void cl_pp_init(cl_trainer *t, uint64_t seed);
  * global norm, clipping, AdamW. Fills the loss sum (over the global batch),
  * the norm and the bubble figures. */
 cl_status cl_pp_step(cl_trainer *t, float lr, double *loss_sum, double *norm, cl_step_stats *st);
+/* Before the optimizer applies step (1-based): CL_ERR_NUMERIC "step N: loss
+ * is nan" (or the gradient norm) unless both global values are finite. */
+cl_status cl_step_check_finite(int step, double loss, double norm);
 /* Forward of one evaluation batch, adding the sum of its losses to *sum;
  * cl_trainer_eval fills the batches and runs one of these on each. */
 typedef cl_status (*cl_eval_batch_fn)(void *ctx, const cl_microbatch *mb, double *sum);

@@ -80,7 +80,7 @@ struct cl_pp {
     pp_chunk ch[MAX_CHUNKS];
     pp_sendbuf *sb;
     int nsb;
-    double *norm_parts;  /* [nparams] */
+    double *norm_parts;  /* [nparams + 1]: the gradients' sums of squares, then the loss */
     float *tie_buf;      /* rank 0 of a pipeline with the head elsewhere: the head's wte gradient */
     double *cost_sum;    /* [3 * S] measured F, B(or BWD), W seconds summed over this step's actions */
     int *cost_n;         /* [3 * S] */
@@ -209,7 +209,7 @@ cl_status cl_pp_create(cl_trainer *t) {
         if (!ch->slots || !ch->slot_of || !ch->din_of) return cl_error(CL_ERR_OOM, "cannot allocate micro-batch slots");
         for (int k = 0; k < ch->nslots; k++) CL_TRY(slot_create(t, ch, &ch->slots[k], kind == CL_SCHED_ZB_H1));
     }
-    pp->norm_parts = calloc((size_t)d->nparams, sizeof *pp->norm_parts);
+    pp->norm_parts = calloc((size_t)d->nparams + 1, sizeof *pp->norm_parts);
     pp->cost_sum = calloc((size_t)pp->S * 3, sizeof *pp->cost_sum);
     pp->cost_n = calloc((size_t)pp->S * 3, sizeof *pp->cost_n);
     if (!pp->norm_parts || !pp->cost_sum || !pp->cost_n) return cl_error(CL_ERR_OOM, "cannot allocate pipeline tables");
@@ -424,14 +424,20 @@ static cl_status grad_sync(cl_trainer *t, struct cl_pp *pp) {
     return tie_grads(t, pp);
 }
 
-static cl_status opt_step(cl_trainer *t, struct cl_pp *pp, float lr, double *norm_out) {
+/* The optimizer step of every chunk here, after the global gradient norm and
+ * loss (the last stage's, all its forwards done by now) are known on every
+ * rank, so that all of them stop together at a non-finite one. */
+static cl_status opt_step(cl_trainer *t, struct cl_pp *pp, float lr, double loss_sum, double *norm_out) {
     const cl_model_desc *d = t->desc;
-    memset(pp->norm_parts, 0, (size_t)d->nparams * sizeof *pp->norm_parts);
+    int n = d->nparams;
+    memset(pp->norm_parts, 0, (size_t)n * sizeof *pp->norm_parts);
     for (int c = 0; c < pp->v; c++) cl_grad_sumsq(pp->ch[c].m, pp->norm_parts);
-    CL_TRY(cl_comm_allreduce_f64(pp->comm, pp->norm_parts, (size_t)d->nparams, CL_RED_SUM));
-    double norm = cl_grad_norm_of(pp->norm_parts, d->nparams);
+    pp->norm_parts[n] = loss_sum; /* 0 but on the last stage */
+    CL_TRY(cl_comm_allreduce_f64(pp->comm, pp->norm_parts, (size_t)n + 1, CL_RED_SUM));
+    if (t->dp > 1) CL_TRY(cl_comm_allreduce_f64(t->cfg.dp_comm, &pp->norm_parts[n], 1, CL_RED_SUM));
+    double norm = cl_grad_norm_of(pp->norm_parts, n);
     *norm_out = norm;
-    if (!isfinite(norm)) return cl_error(CL_ERR_INVALID, "step %d: the gradient norm is not finite (lower --lr?)", t->step + 1);
+    CL_TRY(cl_step_check_finite(t->step + 1, pp->norm_parts[n], norm));
     float coef = cl_grad_clip_coef(norm, t->cfg.adamw.grad_clip);
     for (int c = 0; c < pp->v; c++) cl_optimizer_step_scaled(&pp->ch[c].opt, pp->ch[c].m, lr, coef);
     return CL_OK;
@@ -488,7 +494,7 @@ static cl_status run_action(cl_trainer *t, struct cl_pp *pp, const cl_action *a,
     case CL_ACT_GRAD_SYNC:
         return grad_sync(t, pp);
     case CL_ACT_OPT_STEP:
-        return opt_step(t, pp, lr, norm);
+        return opt_step(t, pp, lr, *loss_sum, norm);
     }
     return cl_error(CL_ERR_INTERNAL, "unknown pipeline action %d", (int)a->kind);
 }
@@ -553,6 +559,7 @@ cl_status cl_pp_step(cl_trainer *t, float lr, double *loss_sum, double *norm, cl
         const cl_action *a = &pp->sched.acts[pp->r][i];
         double a0 = cl_now();
         cl_status s = run_action(t, pp, a, lr, loss_sum, norm);
+        if (s == CL_ERR_NUMERIC) return s; /* every rank says the same */
         if (s) {
             return cl_error_context(s, "pipeline rank %d, stage %d, step %d, %s of micro-batch %d", pp->r,
                                     a->chunk * pp->p + pp->r, t->step + 1, cl_act_kind_name(a->kind), a->mb);

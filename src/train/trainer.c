@@ -319,6 +319,14 @@ static cl_status backward_with_buckets(cl_trainer *t, const cl_microbatch *mb) {
     return s;
 }
 
+cl_status cl_step_check_finite(int step, double loss, double norm) {
+    const char *what = !isfinite(loss) ? "loss" : !isfinite(norm) ? "gradient norm" : NULL;
+    if (!what) return CL_OK;
+    double v = !isfinite(loss) ? loss : norm;
+    return cl_error(CL_ERR_NUMERIC, "step %d: %s is %s; stopped before the optimizer step, nothing saved (lower --lr?)", step,
+                    what, isnan(v) ? "nan" : v < 0 ? "-inf" : "inf");
+}
+
 static cl_status step_stats(cl_trainer *t, cl_step_stats *st, double t0, double loss_sum, double norm, float lr, int local) {
     const cl_train_config *c = &t->cfg;
     int T = t->desc->cfg.kind == CL_MODEL_GPT ? t->desc->T : 1;
@@ -371,7 +379,7 @@ cl_status cl_trainer_step(cl_trainer *t, cl_step_stats *st) {
     if (t->dp > 1) CL_TRY(cl_comm_allreduce_f64(c->dp_comm, &loss_sum, 1, CL_RED_SUM));
     double norm;
     CL_PROF("grad norm", 0, norm = cl_grad_norm(t->model));
-    if (!isfinite(norm)) return cl_error(CL_ERR_INVALID, "step %d: the gradient norm is not finite (lower --lr?)", t->step + 1);
+    CL_TRY(cl_step_check_finite(t->step + 1, loss_sum, norm));
     float lr = cl_lr_at(&c->lr, t->step);
     /* clipping rides in AdamW's pass (same bits as scaling the gradients first) */
     CL_PROF("adamw (with clip)", 0, cl_optimizer_step_scaled(&t->opt, t->model, lr, cl_grad_clip_coef(norm, c->adamw.grad_clip)));
