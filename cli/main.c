@@ -459,9 +459,13 @@ static cl_status check_pipeline(const train_job *j) {
 static cl_status check_job(train_job *j, int ranks_here) {
     cl_train_config *c = &j->c;
     if (j->prompt && !*j->prompt) return cl_error(CL_ERR_INVALID, "--prompt is empty (give some text, or --sample-tokens 0)");
+    /* the machine's cores, not this process's share: under mpirun a process
+     * bound to one core may still run a second thread there */
+    long online = sysconf(_SC_NPROCESSORS_ONLN);
     int cores = cl_cores_available();
+    if (online > cores) cores = (int)online;
     if (j->threads > cores)
-        return cl_error(CL_ERR_INVALID, "--threads %d: this process may use %d core%s, so at most %d threads per rank", j->threads,
+        return cl_error(CL_ERR_INVALID, "--threads %d: this machine has %d core%s, so at most %d threads per rank", j->threads,
                         cores, cores == 1 ? "" : "s", cores);
     if (j->trace_path) CL_TRY(cl_check_output_path(j->trace_path, "--trace"));
     if (j->log_path) {

@@ -8,7 +8,8 @@
 # error here can be found before the first step); and stay within a memory
 # bound (prlimit --as in the normal build; ASan's hard_rss_limit_mb in the
 # sanitizer build, whose shadow memory rules out an address-space limit).
-# Never a crash, a hang (timeout 60 s) or exit 0.
+# Never a crash, a hang (timeout 60 s) or exit 0. CL_BAD_INPUT_SHOW=1 prints
+# every row's status, command and message.
 set -u
 source "$(dirname "$0")/lib.sh"
 MEM_MB=${CL_BAD_INPUT_MEM_MB:-1024}
@@ -38,6 +39,7 @@ bad() {
     grep -qi -- "$want" "$tmp/err" || why="$why; no '$want'"
     grep -qE 'Sanitizer|runtime error:|LeakSanitizer' "$tmp/err" && why="$why; sanitizer report"
     grep -qE 'step +[0-9]+/[0-9]+ \|' "$tmp/out" && why="$why; trained a step first"
+    [ -n "${CL_BAD_INPUT_SHOW:-}" ] && echo "$rc | $(printf '%.150s' "$*") | $err"
     if [ -n "$why" ]; then
         fail=$((fail + 1))
         echo "FAILED: cleave $(printf '%.200s' "$*") ->${why#;}$(excerpt 4 "$err")"
@@ -128,6 +130,62 @@ printf '{"a": 1,' > "$tmp/tok-bad/encoder.json"
 printf '#version: 0.2\na b\n' > "$tmp/tok-bad/vocab.bpe"
 bad "encoder.json" "${T[@]}" --tokenizer gpt2 --tokenizer-dir "$tmp/tok-empty"
 bad "encoder.json" "${T[@]}" --tokenizer gpt2 --tokenizer-dir "$tmp/tok-bad"
+
+# ---- checkpoints: their JSON, tensors and optimizer state ----------------------
+# One good checkpoint, then copies each damaged in one way (tests/ckpt_damage.py).
+"$CLEAVE" train --data "$small" --steps 2 --sample-tokens 0 --micro-batch-size 2 --save "$tmp/ck" >/dev/null 2>&1 ||
+    { echo "FAILED: could not write the checkpoint the rows damage"; fail=$((fail + 1)); }
+dmg() { # dmg NAME HOW...: $tmp/NAME is $tmp/ck damaged by ckpt_damage.py HOW
+    rm -rf "${tmp:?}/$1"; cp -r "$tmp/ck" "$tmp/$1"
+    python3 "$(dirname "$0")/ckpt_damage.py" "$tmp/$1" "${@:2}" || { echo "FAILED: ckpt_damage.py $*"; fail=$((fail + 1)); }
+}
+R=(train --data "$small" --steps 4 --sample-tokens 0 --micro-batch-size 2)
+E=(eval --text "$small" --checkpoint)
+dmg nocfg rm config.json;                              bad "config.json" "${E[@]}" "$tmp/nocfg"
+dmg badcfg text config.json '{"n_layer": 2,';          bad "not a JSON file" "${E[@]}" "$tmp/badcfg"
+dmg arrcfg text config.json '[1, 2, 3]';               bad "config.json" "${E[@]}" "$tmp/arrcfg"
+dmg wide json config.json n_embd 4096;                 bad "wte.weight" "${E[@]}" "$tmp/wide"
+dmg deep json config.json n_layer 2147483647;          bad "n_layer\|layers" "${E[@]}" "$tmp/deep"
+dmg over json config.json n_layer 2147483648;          bad "config.json" "${E[@]}" "$tmp/over"
+dmg npos json config.json n_positions 2147483647;      bad "context\|n_positions" "${E[@]}" "$tmp/npos"
+dmg negh json config.json n_head -4;                   bad "config.json" "${E[@]}" "$tmp/negh"
+dmg fvoc json config.json vocab_size 1.5;              bad "config.json" "${E[@]}" "$tmp/fvoc"
+dmg kind json config.json cleave_model '"rnn"';        bad "config.json" "${E[@]}" "$tmp/kind"
+dmg tokz json config.json tokenizer '"morse"';         bad "tokenizer" "${E[@]}" "$tmp/tokz"
+dmg tokz2 json config.json tokenizer '"morse"';        bad "tokenizer" generate --checkpoint "$tmp/tokz2"
+dmg nomodel rm model.safetensors;                      bad "model.safetensors" "${E[@]}" "$tmp/nomodel"
+dmg trunc truncate model.safetensors 1000;             bad "model.safetensors" "${E[@]}" "$tmp/trunc"
+dmg hdr byte model.safetensors 3 255;                  bad "model.safetensors" "${E[@]}" "$tmp/hdr"
+dmg nan value model.safetensors wte.weight 7 nan;      bad "non-finite" "${E[@]}" "$tmp/nan"
+dmg dtype dtype model.safetensors wpe.weight F16;      bad "wpe.weight" "${E[@]}" "$tmp/dtype"
+dmg gone rename model.safetensors ln_f.bias ln_f.bogus; bad "ln_f.bias" "${E[@]}" "$tmp/gone"
+dmg shape json config.json n_positions 32;             bad "wpe.weight" generate --checkpoint "$tmp/shape"
+dmg nost rm trainer_state.json;                        bad "trainer_state.json" "${R[@]}" --resume "$tmp/nost"
+dmg badst text trainer_state.json '{"step": 2';        bad "not a JSON file" "${R[@]}" --resume "$tmp/badst"
+dmg bigst json trainer_state.json optimizer_step 2147483647; bad "trainer_state.json" "${R[@]}" --resume "$tmp/bigst"
+dmg negst json trainer_state.json step -1;             bad "trainer_state.json" "${R[@]}" --resume "$tmp/negst"
+dmg seed json trainer_state.json seed 1337;            bad "trainer_state.json" "${R[@]}" --resume "$tmp/seed"
+dmg past json trainer_state.json step 9;               bad "trainer_state.json\|nothing to train" "${R[@]}" --resume "$tmp/past"
+dmg noopt rm optimizer.safetensors;                    bad "optimizer.safetensors" "${R[@]}" --resume "$tmp/noopt"
+dmg negv value optimizer.safetensors exp_avg_sq.h.0.mlp.c_fc.weight 17 -1; bad "exp_avg_sq.h.0.mlp.c_fc.weight" "${R[@]}" --resume "$tmp/negv"
+dmg infm value optimizer.safetensors exp_avg.wte.weight 3 inf; bad "exp_avg.wte.weight" "${R[@]}" --resume "$tmp/infm"
+dmg other json config.json n_embd 128;                 bad "different model" "${R[@]}" --resume "$tmp/other"
+bad "different model" train --model cnn --steps 4 --resume "$tmp/ck"
+bad "seq-len\|checkpoint" "${R[@]}" --seq-len 32 --resume "$tmp/ck"
+bad "empty path" "${R[@]}" --resume ''
+bad "no such directory" "${R[@]}" --resume "$tmp/nope"
+bad "no such directory" eval --checkpoint "$tmp/nope" --text "$small"
+bad "no such directory" generate --checkpoint "$tmp/nope"
+# where a save may not go
+mkdir -p "$tmp/userdir"; echo mine > "$tmp/userdir/notes.txt"; cp "$small" "$tmp/user.txt"
+dmg nomark rm cleave-checkpoint.json
+bad "save" "${T[@]}" --save "$tmp/user.txt"
+bad "save" "${T[@]}" --save "$tmp/userdir"
+bad "save" "${T[@]}" --save "$tmp/nomark"
+bad "save" "${T[@]}" --save ''
+bad "save" "${T[@]}" --save /nonexistent/dir/ck
+bad "4000" "${T[@]}" --save "$tmp/$long"
+check 'cmp -s "$small" "$tmp/user.txt" && [ "$(ls "$tmp/userdir")" = notes.txt ]' "a refused --save changed what was there"
 
 echo "cli_bad_input: $rows rows"
 finish cli_bad_input
