@@ -84,7 +84,7 @@ build_target() { # build_target NAME SOURCES...: build/fuzz/fuzz_NAME with libFu
 }
 build_target safetensors tests/fuzz/fuzz_safetensors.c
 build_target tokens "${data_srcs[@]}" tests/fuzz/fuzz_tokens.c
-build_target ckjson src/model/describe.c tests/fuzz/fuzz_ckjson.c
+build_target ckjson src/model/describe.c src/train/ckpt_json.c tests/fuzz/fuzz_ckjson.c
 "$CLANG" "${flags[@]}" -fsanitize=address,undefined -DCL_FUZZ_SEEDGEN "${srcs[@]}" "${data_srcs[@]}" \
     tests/fuzz/fuzz_safetensors.c -lm -o "$out/fuzz_seedgen"
 

@@ -69,6 +69,10 @@ unsigned cl_cpu_features(void);
  * file there now, and its directory writable (a probe file is created and
  * removed). `what` names the flag in messages ("--trace"). */
 cl_status cl_check_output_path(const char *path, const char *what);
+/* The directory part of path ("." when there is none, "/" for the root) into buf. */
+void cl_parent_dir(const char *path, char *buf, size_t n);
+/* dir exists and a file can be created there (a probe is created and removed). */
+cl_status cl_check_dir_writable(const char *dir, const char *what);
 /* Writes buf to a fresh temporary file beside path, fsyncs it and renames it
  * onto path: readers see the old file or the whole new one. Refuses, as
  * cl_check_output_path does, to replace anything but a regular file. */

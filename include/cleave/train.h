@@ -157,10 +157,9 @@ cl_status cl_trainer_write_trace(cl_trainer *t, cl_comm *world, const char *path
  * with the marker holding only the files above (CL_ERR_INVALID otherwise). */
 cl_status cl_trainer_save(cl_trainer *t, const char *dir);
 /* Longest checkpoint path (bytes), and the most steps a checkpoint may record. */
-#define CL_CHECKPOINT_PATH_MAX 4000
 #define CL_MAX_STEPS (1 << 30)
 /* Whether dir is a path a save may write (not empty, not longer than
- * CL_CHECKPOINT_PATH_MAX, and holding what cl_trainer_save may replace) in
+ * CL_PATH_MAX, and holding what cl_trainer_save may replace) in
  * a directory where files can be created (a probe file is created and
  * removed there). CL_ERR_INVALID with the path and the reason otherwise. */
 cl_status cl_checkpoint_check_target(const char *dir);

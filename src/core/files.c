@@ -18,8 +18,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* The directory part of path ("." when there is none) into buf. */
-static void parent_dir(const char *path, char *buf, size_t n) {
+void cl_parent_dir(const char *path, char *buf, size_t n) {
     snprintf(buf, n, "%s", path);
     char *slash = strrchr(buf, '/');
     if (!slash) snprintf(buf, n, ".");
@@ -59,13 +58,31 @@ static cl_status make_temp(const char *path, const char *what, char **tmp_out, i
     if (fd < 0) {
         int e = errno;
         char dir[CL_PATH_MAX + 2];
-        parent_dir(path, dir, sizeof dir);
+        cl_parent_dir(path, dir, sizeof dir);
         free(tmp);
         return cl_error(CL_ERR_IO, "%s %s: cannot create a file in %s: %s", what, path, dir, strerror(e));
     }
     *tmp_out = tmp;
     *fd_out = fd;
     return CL_OK;
+}
+
+cl_status cl_check_dir_writable(const char *dir, const char *what) {
+    struct stat st;
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) return cl_error(CL_ERR_INVALID, "%s: the directory %s does not exist", what, dir);
+    size_t n = strlen(dir) + 32;
+    char *probe = malloc(n);
+    if (!probe) return cl_error(CL_ERR_OOM, "%s: no host memory for a path", what);
+    snprintf(probe, n, "%s/.cleave-probe-XXXXXX", dir);
+    int fd = mkstemp(probe);
+    cl_status s = CL_OK;
+    if (fd < 0) s = cl_error(CL_ERR_INVALID, "%s: cannot create files in %s: %s", what, dir, strerror(errno));
+    else {
+        close(fd);
+        unlink(probe);
+    }
+    free(probe);
+    return s;
 }
 
 cl_status cl_check_output_path(const char *path, const char *what) {

@@ -12,6 +12,7 @@
  * files cleave writes; it never removes a file it did not write. */
 #include "cleave/json.h"
 #include "cleave/safetensors.h"
+#include "train/ckpt_json.h"
 #include "train/internal.h"
 
 #include <dirent.h>
@@ -70,53 +71,15 @@ static cl_status write_text_file(const char *path, const char *text, size_t len)
     return CL_OK;
 }
 
-static int get_int(const cl_json *o, const char *key, int *out) {
-    const cl_json *v = cl_json_get(o, key);
-    if (!v || v->type != CL_JSON_NUMBER || !v->number_is_int || v->integer < INT32_MIN || v->integer > INT32_MAX) return 0;
-    *out = (int)v->integer;
-    return 1;
-}
-
 /* Parses config.json into a model config and the tokenizer name. */
 static cl_status read_config(const char *dir, cl_model_config *c, char *tokenizer, size_t tn) {
     char path[4200];
     snprintf(path, sizeof path, "%s/config.json", dir);
     cl_json_doc *doc;
     CL_TRY(cl_json_parse_file(&doc, path));
-    const cl_json *r = cl_json_root(doc);
-    memset(c, 0, sizeof *c);
-    const cl_json *kind = cl_json_get(r, "cleave_model"), *preset = cl_json_get(r, "cleave_preset"),
-                  *tok = cl_json_get(r, "tokenizer");
-    const char *k = kind && kind->type == CL_JSON_STRING ? kind->string : "gpt";
-    snprintf(tokenizer, tn, "%s", tok && tok->type == CL_JSON_STRING ? tok->string : "byte");
-    snprintf(c->name, sizeof c->name, "%s", preset && preset->type == CL_JSON_STRING ? preset->string : "custom");
-    int ok = 1;
-    if (!strcmp(k, "gpt")) {
-        c->kind = CL_MODEL_GPT;
-        ok = get_int(r, "n_layer", &c->layers) && get_int(r, "n_head", &c->heads) && get_int(r, "n_embd", &c->channels) &&
-             get_int(r, "n_positions", &c->seq_len) && get_int(r, "vocab_size", &c->vocab);
-    } else if (!strcmp(k, "mlp")) {
-        c->kind = CL_MODEL_MLP;
-        const cl_json *w = cl_json_get(r, "widths");
-        ok = w && w->type == CL_JSON_ARRAY && w->count >= 2 && w->count <= CL_MLP_MAX_WIDTHS;
-        int i = 0;
-        for (const cl_json *e = ok ? w->child : NULL; e; e = e->next, i++) {
-            if (e->type != CL_JSON_NUMBER || !e->number_is_int || e->integer < 1 || e->integer > INT32_MAX) ok = 0;
-            else c->widths[i] = (int)e->integer;
-        }
-        c->nwidths = i;
-    } else if (!strcmp(k, "cnn")) {
-        c->kind = CL_MODEL_CNN;
-        ok = get_int(r, "in_channels", &c->in_channels) && get_int(r, "height", &c->height) && get_int(r, "width", &c->width) &&
-             get_int(r, "conv_channels", &c->conv_channels) && get_int(r, "conv_kernel", &c->conv_kernel) &&
-             get_int(r, "conv_stride", &c->conv_stride) && get_int(r, "conv_pad", &c->conv_pad) && get_int(r, "pool", &c->pool) &&
-             get_int(r, "hidden", &c->hidden) && get_int(r, "hidden2", &c->hidden2) && get_int(r, "classes", &c->classes);
-    } else {
-        ok = 0;
-    }
+    cl_status s = cl_ckpt_config_parse(cl_json_root(doc), path, c, tokenizer, tn);
     cl_json_free(doc);
-    if (!ok) return cl_error(CL_ERR_FORMAT, "%s: missing or invalid model fields", path);
-    return cl_error_context(cl_model_config_check(c), "%s", path) == CL_OK ? CL_OK : CL_ERR_FORMAT;
+    return s;
 }
 
 static int same_config(const cl_model_config *a, const cl_model_config *b) {
@@ -231,19 +194,11 @@ static void remove_ckpt_dir(const char *dir) {
 static cl_status ckpt_path(const char *dir, char *out) {
     size_t n = strlen(dir);
     if (n == 0) return cl_error(CL_ERR_INVALID, "the checkpoint path is empty");
-    if (n > CL_CHECKPOINT_PATH_MAX)
-        return cl_error(CL_ERR_INVALID, "the checkpoint path is %zu bytes long, over the limit of %d", n, CL_CHECKPOINT_PATH_MAX);
+    if (n > CL_PATH_MAX)
+        return cl_error(CL_ERR_INVALID, "the checkpoint path is %zu bytes long, over the limit of %d", n, CL_PATH_MAX);
     memcpy(out, dir, n + 1);
     while (n > 1 && out[n - 1] == '/') out[--n] = 0;
     return CL_OK;
-}
-
-static void parent_of(const char *dir, char *parent) {
-    snprintf(parent, 4200, "%s", dir);
-    char *slash = strrchr(parent, '/');
-    if (slash && slash != parent) *slash = 0;
-    else if (slash) parent[1] = 0;
-    else snprintf(parent, 4200, ".");
 }
 
 typedef enum { TARGET_NONE, TARGET_EMPTY, TARGET_CKPT } target_kind;
@@ -286,25 +241,17 @@ static cl_status classify_target(const char *dir, target_kind *kind) {
 }
 
 cl_status cl_checkpoint_check_target(const char *dir) {
-    char norm[4096], parent[4200], probe[4300];
+    char norm[4096], parent[4200];
     target_kind kind;
     CL_TRY(ckpt_path(dir, norm));
     CL_TRY(classify_target(norm, &kind));
-    parent_of(norm, parent);
-    struct stat sb;
-    if (stat(parent, &sb) != 0 || !S_ISDIR(sb.st_mode))
-        return cl_error(CL_ERR_INVALID, "%s: the directory %s does not exist", dir, parent);
-    snprintf(probe, sizeof probe, "%s/.cleave-probe-XXXXXX", parent);
-    int fd = mkstemp(probe);
-    if (fd < 0) return cl_error(CL_ERR_INVALID, "%s: cannot create files in %s: %s", dir, parent, strerror(errno));
-    close(fd);
-    unlink(probe);
-    return CL_OK;
+    cl_parent_dir(norm, parent, sizeof parent);
+    return cl_check_dir_writable(parent, dir);
 }
 
 static void fsync_parent(const char *dir) {
     char parent[4200];
-    parent_of(dir, parent);
+    cl_parent_dir(dir, parent, sizeof parent);
     int fd = open(parent, O_RDONLY | O_DIRECTORY);
     if (fd >= 0) {
         fsync(fd);
@@ -443,24 +390,9 @@ static cl_status read_state(const char *dir, int *step, int *opt_t, int *T, int 
     snprintf(path, sizeof path, "%s/trainer_state.json", dir);
     cl_json_doc *doc;
     CL_TRY(cl_json_parse_file(&doc, path));
-    const cl_json *r = cl_json_root(doc), *sd = cl_json_get(r, "seed");
-    int ok = get_int(r, "step", step) && get_int(r, "optimizer_step", opt_t) && get_int(r, "seq_len", T) &&
-             get_int(r, "global_batch", gb) && sd && sd->type == CL_JSON_STRING;
-    if (ok) {
-        char *end;
-        errno = 0;
-        *seed = strtoull(sd->string, &end, 10);
-        ok = !errno && *end == 0 && end != sd->string;
-    }
+    cl_status s = cl_ckpt_state_parse(cl_json_root(doc), path, step, opt_t, T, gb, seed);
     cl_json_free(doc);
-    if (!ok) return cl_error(CL_ERR_FORMAT, "%s: missing or invalid fields", path);
-    if (*step < 0 || *step > CL_MAX_STEPS)
-        return cl_error(CL_ERR_FORMAT, "%s: step %d is out of range (0 to %d)", path, *step, CL_MAX_STEPS);
-    /* every step is one optimizer step, so cleave saves the two equal */
-    if (*opt_t != *step)
-        return cl_error(CL_ERR_FORMAT, "%s: optimizer_step %d differs from step %d (a checkpoint cleave wrote has them equal)",
-                        path, *opt_t, *step);
-    return CL_OK;
+    return s;
 }
 
 /* A checkpoint to read: flag names the option that gave it. */
