@@ -5,6 +5,9 @@
 # works without each of them.
 
 CC      ?= cc
+# `make install` puts everything under $(DESTDIR)$(PREFIX).
+PREFIX  ?= /usr/local
+datadir  = $(PREFIX)/share/cleave
 SAN     ?= 0
 ifeq ($(SAN),1)
 BUILD   ?= build-san
@@ -65,6 +68,15 @@ $(BUILD)/obj/%.o: src/%.c $(HDRS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
 
+# The installed data directory is compiled into the data lookup; a new PREFIX rebuilds it.
+$(BUILD)/obj/data/datadir.o: src/data/datadir.c $(HDRS) $(BUILD)/prefix.txt
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -DCL_DATADIR='"$(datadir)"' -c $< -o $@
+
+$(BUILD)/prefix.txt: FORCE
+	@mkdir -p $(dir $@)
+	@[ "$$(cat $@ 2>/dev/null)" = "$(PREFIX)" ] || echo "$(PREFIX)" > $@
+
 $(BUILD)/obj/cli/%.o: cli/%.c $(HDRS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
@@ -95,4 +107,4 @@ test: all
 clean:
 	rm -rf build build-san
 
-.PHONY: all config test clean
+.PHONY: all config test clean FORCE

@@ -43,9 +43,9 @@ static const cli_flag train_flags[] = {
     {"micro-batch-size", "", 1, "samples per micro-batch (default 8)"},
     {"global-batch-size", "", 1, "samples per step; a multiple of the micro-batch (default: the micro-batch)"},
     {"seed", "", 1, "seed for initialization and data order (default 1337)"},
-    {"data", "", 1, "training text (GPT; default data/kjv.txt) or digits csv(.gz) (MLP/CNN; default data/digits.csv.gz)"},
+    {"data", "", 1, "training text (GPT; default kjv.txt) or digits csv(.gz) (MLP/CNN; default digits.csv.gz) from cleave's data: $CLEAVE_DATA, the checkout's data/, PREFIX/share/cleave"},
     {"tokenizer", "", 1, "byte (default) or gpt2"},
-    {"tokenizer-dir", "", 1, "directory with encoder.json and vocab.bpe (default data/gpt2)"},
+    {"tokenizer-dir", "", 1, "directory with encoder.json and vocab.bpe (default: gpt2/ in cleave's data, as for --data)"},
     {"device-memory", "", 1, "cap on this rank's device memory, e.g. 512MiB (B, KiB, MiB, GiB)"},
     {"eval-every", "", 1, "report validation loss every N steps (default: at the end only)"},
     {"eval-batches", "", 1, "validation windows per evaluation (default 16, 0 = all)"},
@@ -421,7 +421,6 @@ static int cmd_train(int argc, char **argv) {
     int stop_after = 0, ranks = 0, dp = 0, tp = 0, pp = 0;
     float timeout = 300;
     if ((s = cli_parse_model(&a, &c->model, &c->seq_len))) return cli_fail(s);
-    if (c->model.kind != CL_MODEL_GPT) c->data = "data/digits.csv.gz";
     int gb_given = j.gb_given = cli_get(&a, "global-batch-size") != NULL;
     if ((s = cli_int(&a, "steps", &j.steps, 1, 1 << 30)) || (s = cli_float(&a, "lr", &c->lr.lr, 1e-12, 10)) ||
         (s = cli_int(&a, "micro-batch-size", &c->micro_batch, 1, 1 << 20)) ||
@@ -508,7 +507,7 @@ static const cli_flag eval_flags[] = {
     {"help", "h", 0, "show this help"},
     {"checkpoint", "", 1, "checkpoint directory (from cleave train --save)"},
     {"text", "", 1, "text file to evaluate on"},
-    {"tokenizer-dir", "", 1, "directory with encoder.json and vocab.bpe (default data/gpt2)"},
+    {"tokenizer-dir", "", 1, "directory with encoder.json and vocab.bpe (default: gpt2/ in cleave's data, as for --data)"},
     {"micro-batch-size", "", 1, "windows evaluated at once (default 8)"},
     {"device-memory", "", 1, "cap on device memory, e.g. 512MiB"},
 };
@@ -526,7 +525,7 @@ static int cmd_eval(int argc, char **argv) {
         return 0;
     }
     const char *dir = cli_get(&a, "checkpoint"), *text = cli_get(&a, "text");
-    const char *tokdir = cli_get(&a, "tokenizer-dir") ? cli_get(&a, "tokenizer-dir") : "data/gpt2";
+    const char *tokdir = cli_get(&a, "tokenizer-dir");
     if (!dir) return cli_fail(cl_error(CL_ERR_INVALID, "--checkpoint DIR is required"));
     if (!text) return cli_fail(cl_error(CL_ERR_INVALID, "--text FILE is required"));
     int B = 8;
@@ -564,7 +563,7 @@ static const cli_flag gen_flags[] = {
     {"temperature", "", 1, "sampling temperature; 0 = greedy (default 0.8)"},
     {"top-k", "", 1, "sample from the k most likely tokens (default 40, 0 = all)"},
     {"seed", "", 1, "sampling seed (default 1337)"},
-    {"tokenizer-dir", "", 1, "directory with encoder.json and vocab.bpe (default data/gpt2)"},
+    {"tokenizer-dir", "", 1, "directory with encoder.json and vocab.bpe (default: gpt2/ in cleave's data, as for --data)"},
     {"device-memory", "", 1, "cap on device memory, e.g. 512MiB"},
 };
 
@@ -578,7 +577,7 @@ static int cmd_generate(int argc, char **argv) {
     }
     const char *dir = cli_get(&a, "checkpoint");
     const char *prompt = cli_get(&a, "prompt") ? cli_get(&a, "prompt") : "And God said";
-    const char *tokdir = cli_get(&a, "tokenizer-dir") ? cli_get(&a, "tokenizer-dir") : "data/gpt2";
+    const char *tokdir = cli_get(&a, "tokenizer-dir");
     if (!dir) return cli_fail(cl_error(CL_ERR_INVALID, "--checkpoint DIR is required"));
     int n = 200, topk = 40;
     float temp = 0.8f;
