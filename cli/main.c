@@ -598,24 +598,58 @@ static int cmd_generate(int argc, char **argv) {
     return s ? cli_fail(s) : 0;
 }
 
+/* The commands and their one-line summaries: the usage text and each man
+ * page's NAME line. */
+static const struct {
+    const char *name, *summary;
+} commands[] = {
+    {"train", "train a model (GPT-2 family, MLP, CNN) and print each step"},
+    {"eval", "mean next-token loss of a checkpoint on a text file"},
+    {"generate", "continue a prompt with a checkpoint"},
+    {"mesh", "print the dp x tp x pp mesh and its groups"},
+    {"schedule", "print, check and draw a pipeline schedule (per-rank actions, bubble)"},
+    {"trace", "draw a pipeline timeline (Chrome trace or simulated schedule) as SVG"},
+    {"bench", "this machine's FP32 peak (peak), the step's GEMMs (gemm), a step by operation (step)"},
+    {"version", "print the version and the optional parts built in"},
+};
+
+static const char *usage_text(void) {
+    static char text[2048];
+    int n = snprintf(text, sizeof text, "usage: cleave COMMAND [flags]\n\nCommands:\n");
+    for (int i = 0; i < NFLAGS(commands); i++)
+        n += snprintf(text + n, sizeof text - (size_t)n, "  %-10s %s\n", commands[i].name, commands[i].summary);
+    snprintf(text + n, sizeof text - (size_t)n, "\n'cleave COMMAND --help' lists each command's flags; "
+             "'man cleave-COMMAND' shows the same as a manual page.");
+    return text;
+}
+
 static void usage(FILE *f) {
-    fprintf(f, "usage: cleave COMMAND [flags]\n\n"
-               "Commands:\n"
-               "  train      train a model (GPT-2 family, MLP, CNN) and print each step\n"
-               "  eval       mean next-token loss of a checkpoint on a text file\n"
-               "  generate   continue a prompt with a checkpoint\n"
-               "  mesh       print the dp x tp x pp mesh and its groups\n"
-               "  schedule   print, check and draw a pipeline schedule (per-rank actions, bubble)\n"
-               "  trace      draw a pipeline timeline (Chrome trace or simulated schedule) as SVG\n"
-               "  bench      this machine's FP32 peak (peak), the step's GEMMs (gemm), a step by operation (step)\n"
-               "  version    print the version and the optional parts built in\n\n"
-               "'cleave COMMAND --help' lists each command's flags.\n");
+    fprintf(f, "%s\n", usage_text());
+}
+
+/* `cleave [COMMAND [SUB]] --man`: the command's --help as a man page (the
+ * Makefile generates the installed pages this way). Turns the flag into
+ * --help and sets the summary that makes cli_print_help write troff. */
+static int man_mode(int argc, char **argv) {
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--man")) {
+            argv[i] = "--help";
+            cli_man_summary = "train neural networks across ranks (threads or MPI processes)";
+            for (int c = 0; i > 1 && c < NFLAGS(commands); c++)
+                if (!strcmp(argv[1], commands[c].name)) cli_man_summary = commands[c].summary;
+            return i == 1;
+        }
+    return 0;
 }
 
 int main(int argc, char **argv) {
     if (argc < 2) {
         usage(stderr);
         return 2;
+    }
+    if (man_mode(argc, argv)) {
+        cli_print_help(usage_text(), NULL, 0);
+        return 0;
     }
     const char *cmd = argv[1];
     if (!strcmp(cmd, "train")) return cmd_train(argc, argv);

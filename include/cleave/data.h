@@ -18,6 +18,10 @@
 #include "cleave/core.h"
 #include "cleave/json.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct cl_tokenizer cl_tokenizer;
 
 cl_status cl_tokenizer_byte(cl_tokenizer **out);
@@ -76,5 +80,9 @@ typedef struct {
 
 cl_status cl_digits_load(const char *path, cl_digits *out);
 void cl_digits_free(cl_digits *d);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -18,6 +18,10 @@
 #include "cleave/device.h"
 #include "cleave/model.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct {
     float lr, min_lr;       /* peak and floor of the schedule */
     int warmup, steps;      /* linear warm-up steps, total steps */
@@ -185,5 +189,9 @@ cl_status cl_trainer_generate(cl_trainer *t, const int32_t *prompt, int nprompt,
 /* Appends n sampled tokens to a prompt (temperature <= 0: greedy; top_k <= 0: all). */
 cl_status cl_generate(cl_model *m, cl_acts *a, const int32_t *prompt, int nprompt, int n, float temperature,
                       int top_k, uint64_t seed, int32_t *out);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif
