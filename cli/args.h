@@ -52,4 +52,9 @@ int cli_fail(cl_status s);
  * --seq-len) into a checked config (cli/main.c). */
 cl_status cli_parse_model(const cli_args *a, cl_model_config *mc, int *seq_len);
 
+/* `cleave plot`'s loss chart of one run from its log's text (JSON lines as
+ * train --log-file writes them), written to path; label names the run
+ * (cli/plot_cmd.c, for train --plot). */
+cl_status cli_plot_text(const char *path, const char *label, const char *text, size_t len);
+
 #endif

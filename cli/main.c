@@ -19,6 +19,7 @@ int cleave_cmd_mesh(int argc, char **argv); /* cli/mesh_cmd.c */
 int cleave_cmd_schedule(int argc, char **argv); /* cli/schedule_cmd.c */
 int cleave_cmd_trace(int argc, char **argv); /* cli/trace_cmd.c */
 int cleave_cmd_bench(int argc, char **argv); /* cli/bench_cmd.c */
+int cleave_cmd_plot(int argc, char **argv); /* cli/plot_cmd.c */
 
 
 static const cli_flag train_flags[] = {
@@ -50,6 +51,7 @@ static const cli_flag train_flags[] = {
     {"eval-every", "", 1, "report validation loss every N steps (default: at the end only)"},
     {"eval-batches", "", 1, "validation windows per evaluation (default 16, 0 = all)"},
     {"log-file", "", 1, "write one JSON line per step to this file"},
+    {"plot", "", 1, "at the end, draw this run's loss and validation loss against the step as SVG to this file (as cleave plot)"},
     {"log-every", "", 1, "print every N steps (default 1)"},
     {"save", "", 1, "checkpoint directory to write"},
     {"save-every", "", 1, "checkpoint every N steps (and at the end)"},
@@ -120,6 +122,10 @@ static int json_line(FILE *f, const cl_step_stats *st) {
         fprintf(f, ", \"bubble\": %.6f, \"bubble_max\": %.6f, \"bubble_sim\": %.6f", st->bubble, st->bubble_max, st->bubble_sim);
     fprintf(f, "}\n");
     return fflush(f) != 0 || ferror(f);
+}
+
+static int val_line(FILE *f, int step, double vl) {
+    return fprintf(f, "{\"step\": %d, \"val_loss\": %.17g}\n", step, vl) < 0 || fflush(f) != 0;
 }
 
 /* A log that cannot be written stops the run, as a checkpoint would. */
@@ -210,7 +216,7 @@ typedef struct {
     cl_mesh mesh;
     int steps, end, log_every, eval_every, save_every, sample_tokens, topk;
     float temperature;
-    const char *save, *resume, *log_path, *prompt, *comm_name, *trace_path;
+    const char *save, *resume, *log_path, *prompt, *comm_name, *trace_path, *plot_path;
     int gb_given, schedule_given;
     int threads; /* GEMM threads per rank; 0: derive from cores and ranks */
     int trace_steps;
@@ -270,6 +276,12 @@ static cl_status train_rank(cl_comm *world, void *arg) {
         if (j->resume) printf("resumed from %s at step %d\n", j->resume, cl_trainer_steps_done(t));
         fflush(stdout);
     }
+    /* --plot: the log's lines kept in memory too, drawn at the end as cleave plot draws a log */
+    char *plot_text = NULL;
+    size_t plot_len = 0;
+    FILE *plot = NULL;
+    if (!s && lead && j->plot_path && !(plot = open_memstream(&plot_text, &plot_len)))
+        s = cl_error(CL_ERR_OOM, "--plot: no host memory for the run's figures");
     int tty = lead && isatty(fileno(stdout));
     while (!s && cl_trainer_steps_done(t) < j->end) {
         cl_step_stats st;
@@ -286,6 +298,7 @@ static cl_status train_rank(cl_comm *world, void *arg) {
         }
         double gflops = st.flops / (st.seconds > 0 ? st.seconds : 1e-9) / 1e9;
         if (st.step % j->log_every == 0 || last || st.step == 1) progress(&st, j->steps, gflops, tty);
+        if (plot) json_line(plot, &st);
         if (log && json_line(log, &st)) {
             s = log_failed(j->log_path, st.step);
             break;
@@ -294,7 +307,8 @@ static cl_status train_rank(cl_comm *world, void *arg) {
             double vl;
             if ((s = cl_trainer_eval(t, &vl))) break;
             printf("%sstep %d: validation loss %.4f\n", tty ? "\n" : "", st.step, vl);
-            if (log && (fprintf(log, "{\"step\": %d, \"val_loss\": %.17g}\n", st.step, vl) < 0 || fflush(log) != 0)) {
+            if (plot) val_line(plot, st.step, vl);
+            if (log && val_line(log, st.step, vl)) {
                 s = log_failed(j->log_path, st.step);
                 break;
             }
@@ -329,6 +343,12 @@ static cl_status train_rank(cl_comm *world, void *arg) {
         s = print_sample(t, NULL, NULL, cl_trainer_tokenizer(t), j->prompt, j->sample_tokens, j->temperature, j->topk, c.seed, lead);
     }
     fflush(stdout);
+    if (plot && fclose(plot) != 0 && !s) s = cl_error(CL_ERR_OOM, "--plot: no host memory for the run's figures");
+    if (plot && !s) {
+        s = cli_plot_text(j->plot_path, j->log_path ? j->log_path : c.model.name, plot_text, plot_len);
+        if (!s) printf("plot: %s\n", j->plot_path);
+    }
+    free(plot_text);
     if (log && fclose(log) != 0 && !s) s = cl_error(CL_ERR_IO, "--log-file %s: closing failed: %s", j->log_path, strerror(errno));
     cl_trainer_destroy(t);
     cl_comm_free(pp);
@@ -365,6 +385,7 @@ static cl_status check_job(train_job *j, int ranks_here) {
         return cl_error(CL_ERR_INVALID, "--threads %d: this process may use %d core%s, so at most %d threads per rank", j->threads,
                         cores, cores == 1 ? "" : "s", cores);
     if (j->trace_path) CL_TRY(cl_check_output_path(j->trace_path, "--trace"));
+    if (j->plot_path) CL_TRY(cl_check_output_path(j->plot_path, "--plot"));
     if (j->log_path) {
         struct stat st;
         if (!*j->log_path) return cl_error(CL_ERR_INVALID, "--log-file: empty path");
@@ -474,6 +495,7 @@ static int cmd_train(int argc, char **argv) {
     j.save = cli_get(&a, "save");
     j.resume = cli_get(&a, "resume");
     j.log_path = cli_get(&a, "log-file");
+    j.plot_path = cli_get(&a, "plot");
     j.prompt = cli_get(&a, "prompt") ? cli_get(&a, "prompt") : "And God said";
     j.comm_name = cli_get(&a, "comm") ? cli_get(&a, "comm") : "threads";
     cl_launch_opts lo = {.timeout_s = timeout};
@@ -609,6 +631,7 @@ static const struct {
     {"mesh", "print the dp x tp x pp mesh and its groups"},
     {"schedule", "print, check and draw a pipeline schedule (per-rank actions, bubble)"},
     {"trace", "draw a pipeline timeline (Chrome trace or simulated schedule) as SVG"},
+    {"plot", "draw training logs (loss, validation loss, other figures) against the step as SVG, runs side by side"},
     {"bench", "this machine's FP32 peak (peak), the step's GEMMs (gemm), a step by operation (step)"},
     {"version", "print the version and the optional parts built in"},
 };
@@ -659,6 +682,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "schedule")) return cleave_cmd_schedule(argc, argv);
     if (!strcmp(cmd, "trace")) return cleave_cmd_trace(argc, argv);
     if (!strcmp(cmd, "bench")) return cleave_cmd_bench(argc, argv);
+    if (!strcmp(cmd, "plot")) return cleave_cmd_plot(argc, argv);
     if (!strcmp(cmd, "--version") || !strcmp(cmd, "version")) {
         printf("cleave 0.1 (gemm: %s, kernels: %s, mpi: %s)\n", cl_gemm_backend(), cl_kernels_isa(), cl_mpi_available() ? "yes" : "no");
         return 0;
@@ -667,6 +691,6 @@ int main(int argc, char **argv) {
         usage(stdout);
         return 0;
     }
-    fprintf(stderr, "cleave: error: unknown command '%s' (train, eval, generate, mesh, schedule, trace, bench)\n", cmd);
+    fprintf(stderr, "cleave: error: unknown command '%s' (train, eval, generate, mesh, schedule, trace, plot, bench)\n", cmd);
     return 2;
 }
