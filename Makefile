@@ -5,6 +5,17 @@
 # works without each of them.
 
 CC      ?= cc
+# `make install` puts everything under $(DESTDIR)$(PREFIX); `make uninstall`
+# removes it again (and the token caches, FILE.TOKENIZER.tok, that training
+# on the installed data made beside it).
+PREFIX  ?= /usr/local
+bindir      = $(PREFIX)/bin
+libdir      = $(PREFIX)/lib
+includedir  = $(PREFIX)/include
+mandir      = $(PREFIX)/share/man
+datadir     = $(PREFIX)/share/cleave
+VERSION  = 0.1.0
+SOMAJOR  = 0
 SAN     ?= 0
 ifeq ($(SAN),1)
 BUILD   ?= build-san
@@ -51,19 +62,39 @@ TEST_SRC := $(sort $(wildcard tests/test_*.c))
 TEST_BIN := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
 TEST_COMMON := $(wildcard tests/common/*.c)
 EX_SRC   := $(sort $(wildcard examples/*.c))
-EX_BIN   := $(patsubst examples/%.c,$(BUILD)/examples/%,$(EX_SRC))
+EX_BIN   := $(patsubst examples/%.c,$(BUILD)/examples/%,$(EX_SRC)) $(BUILD)/examples/quickstart
 BENCH_SRC := $(sort $(wildcard bench/*.c))
 BENCH_BIN := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
 HDRS     := $(wildcard include/cleave/*.h src/*/*.h tests/common/*.h)
 
-all: config $(BUILD)/cleave $(TEST_BIN) $(EX_BIN) $(BENCH_BIN)
+# The library's objects are position-independent: the same objects make
+# libcleave.a and the shared libcleave.so.
+PIC = -fPIC -fno-semantic-interposition
+SONAME := libcleave.so.$(SOMAJOR)
+# Man pages: `cleave WORDS --man` prints each command's --help as a page.
+MAN_PAGES := cleave cleave-train cleave-eval cleave-generate cleave-mesh cleave-schedule cleave-trace-render cleave-plot \
+             cleave-bench-peak cleave-bench-gemm cleave-bench-step
+MAN_OUT  := $(patsubst %,$(BUILD)/man/%.1,$(MAN_PAGES))
+PUB_HDRS := $(sort $(wildcard include/cleave/*.h))
+# The prepared data (scripts/setup.sh) that is installed under share/cleave.
+DATA_FILES := kjv.txt digits.csv.gz gpt2/encoder.json gpt2/vocab.bpe
+
+all: config $(BUILD)/cleave $(BUILD)/$(SONAME) $(BUILD)/cleave.pc $(MAN_OUT) $(TEST_BIN) $(EX_BIN) $(BENCH_BIN)
 
 config:
 	@echo "cleave build ($(BUILD)): oneDNN: $(HAVE_DNNL), zlib: $(HAVE_ZLIB), MPI: $(HAVE_MPI), sanitizers: $(if $(filter 1,$(SAN)),yes,no)"
 
-$(BUILD)/obj/%.o: src/%.c $(HDRS)
+$(BUILD)/obj/%.o: src/%.c $(HDRS) Makefile
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -c $< -o $@
+	$(CC) $(CFLAGS) $(PIC) -c $< -o $@
+
+# The installed data directory is compiled into the data lookup; a new PREFIX rebuilds it.
+$(BUILD)/obj/data/datadir.o: src/data/datadir.c $(HDRS) Makefile $(BUILD)/prefix.txt
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(PIC) -DCL_DATADIR='"$(datadir)"' -c $< -o $@
+
+# (kept equal to PREFIX as the Makefile is read, so it changes only with PREFIX)
+$(shell mkdir -p $(BUILD) && { [ "$$(cat $(BUILD)/prefix.txt 2>/dev/null)" = "$(PREFIX)" ] || echo "$(PREFIX)" > $(BUILD)/prefix.txt; })
 
 $(BUILD)/obj/cli/%.o: cli/%.c $(HDRS)
 	@mkdir -p $(dir $@)
@@ -77,12 +108,63 @@ $(BUILD)/libcleave.a: $(LIB_OBJ)
 $(BUILD)/cleave: $(CLI_OBJ) $(BUILD)/libcleave.a
 	$(CC) $(CFLAGS) $(CLI_OBJ) $(BUILD)/libcleave.a $(LDLIBS) -o $@
 
+$(BUILD)/libcleave.so.$(VERSION): $(LIB_OBJ)
+	$(CC) -shared -Wl,-soname,$(SONAME) $(SANFLAGS) $^ $(LDLIBS) -o $@
+
+$(BUILD)/$(SONAME): $(BUILD)/libcleave.so.$(VERSION)
+	ln -sf libcleave.so.$(VERSION) $@
+
+# pkg-config: a program links the shared library with Libs, the static one
+# with --static (Libs.private: oneDNN, OpenMP, MPI, zlib as this build uses them).
+$(BUILD)/cleave.pc: Makefile $(BUILD)/prefix.txt
+	@mkdir -p $(dir $@)
+	printf '%s\n' 'prefix=$(PREFIX)' 'libdir=$${prefix}/lib' 'includedir=$${prefix}/include' \
+	    'datadir=$${prefix}/share/cleave' '' 'Name: cleave' \
+	    'Description: training neural networks split across ranks (threads or MPI)' 'Version: $(VERSION)' \
+	    'Cflags: -I$${includedir}' 'Libs: -L$${libdir} -lcleave $(SANFLAGS)' 'Libs.private: $(LDLIBS)' > $@
+
+$(BUILD)/man/%.1: $(BUILD)/cleave
+	@mkdir -p $(dir $@)
+	$(BUILD)/cleave $(wordlist 2,9,$(subst -, ,$*)) --man > $@.tmp && mv $@.tmp $@
+
+install: all
+	install -d $(DESTDIR)$(bindir) $(DESTDIR)$(libdir)/pkgconfig $(DESTDIR)$(includedir)/cleave \
+	    $(DESTDIR)$(mandir)/man1 $(DESTDIR)$(datadir)/gpt2
+	install -m 755 $(BUILD)/cleave $(DESTDIR)$(bindir)/cleave
+	install -m 644 $(BUILD)/libcleave.a $(DESTDIR)$(libdir)/libcleave.a
+	install -m 755 $(BUILD)/libcleave.so.$(VERSION) $(DESTDIR)$(libdir)/libcleave.so.$(VERSION)
+	ln -sf libcleave.so.$(VERSION) $(DESTDIR)$(libdir)/$(SONAME)
+	ln -sf $(SONAME) $(DESTDIR)$(libdir)/libcleave.so
+	install -m 644 $(BUILD)/cleave.pc $(DESTDIR)$(libdir)/pkgconfig/cleave.pc
+	install -m 644 $(PUB_HDRS) $(DESTDIR)$(includedir)/cleave/
+	install -m 644 $(MAN_OUT) $(DESTDIR)$(mandir)/man1/
+	@for f in $(DATA_FILES); do \
+	    if [ -f data/$$f ]; then install -m 644 data/$$f $(DESTDIR)$(datadir)/$$f || exit 1; \
+	    else echo "make install: data/$$f is missing (run: bash scripts/setup.sh); not installed" >&2; fi; \
+	done
+
+uninstall:
+	rm -f $(DESTDIR)$(bindir)/cleave $(DESTDIR)$(libdir)/libcleave.a $(DESTDIR)$(libdir)/libcleave.so.$(VERSION) \
+	    $(DESTDIR)$(libdir)/$(SONAME) $(DESTDIR)$(libdir)/libcleave.so $(DESTDIR)$(libdir)/pkgconfig/cleave.pc \
+	    $(patsubst include/cleave/%,$(DESTDIR)$(includedir)/cleave/%,$(PUB_HDRS)) \
+	    $(patsubst %,$(DESTDIR)$(mandir)/man1/%.1,$(MAN_PAGES)) $(patsubst %,$(DESTDIR)$(datadir)/%,$(DATA_FILES)) \
+	    $(DESTDIR)$(datadir)/*.tok
+	-rmdir $(DESTDIR)$(includedir)/cleave $(DESTDIR)$(datadir)/gpt2 $(DESTDIR)$(datadir) 2>/dev/null
+
 $(BUILD)/tests/%: tests/%.c $(TEST_COMMON) $(BUILD)/libcleave.a $(HDRS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Itests $< $(TEST_COMMON) $(BUILD)/libcleave.a $(LDLIBS) -o $@
 
 $(BUILD)/examples/%: examples/%.c $(BUILD)/libcleave.a $(HDRS)
 	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $< $(BUILD)/libcleave.a $(LDLIBS) -o $@
+
+# The worked example that opens include/cleave/cleave.h, built from there (one copy).
+$(BUILD)/examples/quickstart.c: include/cleave/cleave.h
+	@mkdir -p $(dir $@)
+	sed -n '/^ \* ---- example begin ----$$/,/^ \* ---- example end ----$$/p' $< | sed '1d;$$d' > $@
+
+$(BUILD)/examples/quickstart: $(BUILD)/examples/quickstart.c $(BUILD)/libcleave.a $(HDRS)
 	$(CC) $(CFLAGS) $< $(BUILD)/libcleave.a $(LDLIBS) -o $@
 
 $(BUILD)/bench/%: bench/%.c $(BUILD)/libcleave.a $(HDRS)
@@ -95,4 +177,4 @@ test: all
 clean:
 	rm -rf build build-san
 
-.PHONY: all config test clean
+.PHONY: all config test clean install uninstall

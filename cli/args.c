@@ -97,7 +97,103 @@ cl_status cli_bytes(const cli_args *a, const char *name, size_t *out) {
     return s ? cl_error_context(s, "--%s", name) : CL_OK;
 }
 
+const char *cli_man_summary;
+
+/* Text as troff reads it: backslashes, hyphens and a line's leading '.' or
+ * '\'' escaped; n bytes of s, or all of it for n < 0. */
+static void man_text(const char *s, int n) {
+    for (int i = 0; n < 0 ? s[i] != 0 : i < n; i++) {
+        if (i == 0 && (s[0] == '.' || s[0] == '\'')) fputs("\\&", stdout);
+        if (s[i] == '\\') fputs("\\e", stdout);
+        else if (s[i] == '-') fputs("\\-", stdout);
+        else putchar(s[i]);
+    }
+}
+
+/* One line of usage text: [s, end of line); returns the next line or NULL. */
+static const char *next_line(const char *s, int *len) {
+    const char *nl = strchr(s, '\n');
+    *len = nl ? (int)(nl - s) : (int)strlen(s);
+    return nl ? nl + 1 : NULL;
+}
+
+static void print_man(const char *usage, const cli_flag *flags, int nflags) {
+    /* the page's name: the synopsis's leading lower-case words ("cleave trace render") */
+    const char *syn = strncmp(usage, "usage: ", 7) ? usage : usage + 7;
+    char name[64] = "";
+    size_t k = 0;
+    for (const char *p = syn; *p && k + 1 < sizeof name; p++) {
+        if (*p == ' ') {
+            const char *w = p + 1;
+            while (*w >= 'a' && *w <= 'z') w++;
+            if (w == p + 1 || (*w != ' ' && *w != '\n' && *w)) break;
+            name[k++] = '-';
+        } else if (*p >= 'a' && *p <= 'z') {
+            name[k++] = *p;
+        } else {
+            break;
+        }
+    }
+    name[k] = 0;
+    printf(".TH \"");
+    for (size_t i = 0; i < k; i++) {
+        if (name[i] == '-') fputs("\\-", stdout);
+        else putchar(name[i] - 'a' + 'A');
+    }
+    printf("\" 1 \"\" \"cleave\" \"cleave manual\"\n.SH NAME\n");
+    man_text(name, -1);
+    printf(" \\- ");
+    man_text(cli_man_summary, -1);
+    printf("\n.SH SYNOPSIS\n.nf\n");
+    int len;
+    const char *line = syn, *next;
+    for (; line; line = next) { /* the synopsis: lines up to the first blank one */
+        next = next_line(line, &len);
+        if (len == 0) break;
+        int skip = 0;
+        while (skip < len && line[skip] == ' ') skip++;
+        man_text(line + skip, len - skip);
+        putchar('\n');
+    }
+    printf(".fi\n");
+    int verbatim = 0, para = 0;
+    for (line = next; line; line = next) { /* the description: paragraphs; indented lines kept as they are */
+        next = next_line(line, &len);
+        if (!para++) printf(".SH DESCRIPTION\n");
+        if (len == 0) {
+            if (verbatim) printf(".fi\n");
+            verbatim = 0;
+            printf(".PP\n");
+            continue;
+        }
+        if (line[0] == ' ' && !verbatim) printf(".nf\n");
+        if (line[0] != ' ' && verbatim) printf(".fi\n");
+        verbatim = line[0] == ' ';
+        man_text(line, len);
+        putchar('\n');
+    }
+    if (verbatim) printf(".fi\n");
+    if (nflags) printf(".SH OPTIONS\n");
+    for (int i = 0; i < nflags; i++) {
+        printf(".TP\n\\fB\\-\\-");
+        man_text(flags[i].name, -1);
+        printf("\\fR");
+        if (flags[i].alias[0]) {
+            printf(", \\fB\\-");
+            man_text(flags[i].alias, -1);
+            printf("\\fR");
+        }
+        printf("%s\n", flags[i].takes_value ? " \\fIX\\fR" : "");
+        man_text(flags[i].help, -1);
+        putchar('\n');
+    }
+}
+
 void cli_print_help(const char *usage, const cli_flag *flags, int nflags) {
+    if (cli_man_summary) {
+        print_man(usage, flags, nflags);
+        return;
+    }
     printf("%s\n\nFlags:\n", usage);
     for (int i = 0; i < nflags; i++) {
         char left[64];

@@ -35,7 +35,16 @@ cl_status cli_int(const cli_args *a, const char *name, int *out, int min, int ma
 cl_status cli_u64(const cli_args *a, const char *name, uint64_t *out);
 cl_status cli_float(const cli_args *a, const char *name, float *out, double min, double max);
 cl_status cli_bytes(const cli_args *a, const char *name, size_t *out);
+/* Prints a command's help: its usage (the synopsis lines, "usage: cleave
+ * ...", then after a blank line the description) and the flag table. With
+ * cli_man_summary set it prints the same text as a man page instead (troff;
+ * NAME from the synopsis's command words and the summary, SYNOPSIS,
+ * DESCRIPTION, OPTIONS), so --help and the installed man pages have one
+ * source. */
 void cli_print_help(const char *usage, const cli_flag *flags, int nflags);
+/* Set by `cleave [COMMAND] --man` (cli/main.c) to the command's one-line
+ * summary; NULL (the default) for plain help. */
+extern const char *cli_man_summary;
 /* Exit status for a failed status: 2 for the user's input, 1 for bugs and failures. */
 int cli_exit_status(cl_status s);
 /* Prints "cleave: error: MSG" and returns cli_exit_status(s). */
@@ -44,5 +53,10 @@ int cli_fail(cl_status s);
 /* The model flags (--model, --layers, --channels, --heads, --vocab, --context,
  * --seq-len) into a checked config (cli/main.c). */
 cl_status cli_parse_model(const cli_args *a, cl_model_config *mc, int *seq_len);
+
+/* `cleave plot`'s loss chart of one run from its log's text (JSON lines as
+ * train --log-file writes them), written to path; label names the run
+ * (cli/plot_cmd.c, for train --plot). */
+cl_status cli_plot_text(const char *path, const char *label, const char *text, size_t len);
 
 #endif

@@ -190,7 +190,7 @@ static const cli_flag step_flags[] = {
     {"threads", "", 1, "threads (default: the cores available)"},
     {"steps", "", 1, "timed steps (default 3)"},
     {"warmup", "", 1, "untimed steps first (default 1)"},
-    {"data", "", 1, "training text (default data/kjv.txt)"},
+    {"data", "", 1, "training text (default kjv.txt from cleave's data, as for train)"},
     {"peak", "", 1, "GFLOP/s to take as 100% (default: measured now, as bench peak does)"},
     {"repeat", "", 1, "gemm: best of this many runs per shape (default 3)"},
 };
@@ -223,7 +223,7 @@ static int parse_step_opts(int argc, char **argv, const char *usage, step_opts *
     o->warmup = 1;
     o->repeat = 3;
     float peak = 0;
-    o->data = cli_get(&a, "data") ? cli_get(&a, "data") : "data/kjv.txt";
+    o->data = cli_get(&a, "data");
     if ((s = cli_int(&a, "micro-batch-size", &o->B, 1, 1 << 20)) || (s = cli_int(&a, "threads", &o->threads, 1, 256)) ||
         (s = cli_int(&a, "steps", &o->steps, 1, 1 << 20)) || (s = cli_int(&a, "warmup", &o->warmup, 0, 1 << 20)) ||
         (s = cli_int(&a, "repeat", &o->repeat, 1, 1000)) || (s = cli_float(&a, "peak", &peak, 1e-3, 1e9)))

@@ -21,6 +21,7 @@ int cleave_cmd_mesh(int argc, char **argv); /* cli/mesh_cmd.c */
 int cleave_cmd_schedule(int argc, char **argv); /* cli/schedule_cmd.c */
 int cleave_cmd_trace(int argc, char **argv); /* cli/trace_cmd.c */
 int cleave_cmd_bench(int argc, char **argv); /* cli/bench_cmd.c */
+int cleave_cmd_plot(int argc, char **argv); /* cli/plot_cmd.c */
 
 
 static const cli_flag train_flags[] = {
@@ -45,13 +46,14 @@ static const cli_flag train_flags[] = {
     {"micro-batch-size", "", 1, "samples per micro-batch (default 8)"},
     {"global-batch-size", "", 1, "samples per step; a multiple of the micro-batch (default: the micro-batch)"},
     {"seed", "", 1, "seed for initialization and data order (default 1337)"},
-    {"data", "", 1, "training text (GPT; default data/kjv.txt) or digits csv(.gz) (MLP/CNN; default data/digits.csv.gz)"},
+    {"data", "", 1, "training text (GPT; default kjv.txt) or digits csv(.gz) (MLP/CNN; default digits.csv.gz) from cleave's data: $CLEAVE_DATA, the checkout's data/, PREFIX/share/cleave"},
     {"tokenizer", "", 1, "byte (default) or gpt2"},
-    {"tokenizer-dir", "", 1, "directory with encoder.json and vocab.bpe (default data/gpt2)"},
+    {"tokenizer-dir", "", 1, "directory with encoder.json and vocab.bpe (default: gpt2/ in cleave's data, as for --data)"},
     {"device-memory", "", 1, "cap on this rank's device memory, e.g. 512MiB (B, KiB, MiB, GiB)"},
     {"eval-every", "", 1, "report validation loss every N steps (default: at the end only)"},
     {"eval-batches", "", 1, "validation windows per evaluation (default 16, 0 = all)"},
     {"log-file", "", 1, "write one JSON line per step to this file"},
+    {"plot", "", 1, "at the end, draw this run's loss and validation loss against the step as SVG to this file (as cleave plot)"},
     {"log-every", "", 1, "print every N steps (default 1)"},
     {"save", "", 1, "checkpoint directory to write"},
     {"save-every", "", 1, "checkpoint every N steps (and at the end)"},
@@ -122,6 +124,10 @@ static int json_line(FILE *f, const cl_step_stats *st) {
         fprintf(f, ", \"bubble\": %.6f, \"bubble_max\": %.6f, \"bubble_sim\": %.6f", st->bubble, st->bubble_max, st->bubble_sim);
     fprintf(f, "}\n");
     return fflush(f) != 0 || ferror(f);
+}
+
+static int val_line(FILE *f, int step, double vl) {
+    return fprintf(f, "{\"step\": %d, \"val_loss\": %.17g}\n", step, vl) < 0 || fflush(f) != 0;
 }
 
 /* A log that cannot be written stops the run, as a checkpoint would. */
@@ -212,7 +218,7 @@ typedef struct {
     cl_mesh mesh;
     int steps, end, log_every, eval_every, save_every, sample_tokens, topk;
     float temperature;
-    const char *save, *resume, *log_path, *prompt, *comm_name, *trace_path;
+    const char *save, *resume, *log_path, *prompt, *comm_name, *trace_path, *plot_path;
     int gb_given, schedule_given;
     int threads; /* GEMM threads per rank; 0: derive from cores and ranks */
     int trace_steps;
@@ -369,6 +375,12 @@ static cl_status train_rank(cl_comm *world, void *arg) {
         if (j->resume) printf("resumed from %s at step %d\n", j->resume, cl_trainer_steps_done(t));
         fflush(stdout);
     }
+    /* --plot: the log's lines kept in memory too, drawn at the end as cleave plot draws a log */
+    char *plot_text = NULL;
+    size_t plot_len = 0;
+    FILE *plot = NULL;
+    if (!s && lead && j->plot_path && !(plot = open_memstream(&plot_text, &plot_len)))
+        s = cl_error(CL_ERR_OOM, "--plot: no host memory for the run's figures");
     int tty = lead && isatty(fileno(stdout));
     while (!s && cl_trainer_steps_done(t) < j->end) {
         cl_step_stats st;
@@ -385,6 +397,7 @@ static cl_status train_rank(cl_comm *world, void *arg) {
         }
         double gflops = st.flops / (st.seconds > 0 ? st.seconds : 1e-9) / 1e9;
         if (st.step % j->log_every == 0 || last || st.step == 1) progress(&st, j->steps, gflops, tty);
+        if (plot) json_line(plot, &st);
         if (log && json_line(log, &st)) {
             s = log_failed(j->log_path, st.step);
             break;
@@ -393,7 +406,8 @@ static cl_status train_rank(cl_comm *world, void *arg) {
             double vl;
             if ((s = cl_trainer_eval(t, &vl))) break;
             printf("%sstep %d: validation loss %.4f\n", tty ? "\n" : "", st.step, vl);
-            if (log && (fprintf(log, "{\"step\": %d, \"val_loss\": %.17g}\n", st.step, vl) < 0 || fflush(log) != 0)) {
+            if (plot) val_line(plot, st.step, vl);
+            if (log && val_line(log, st.step, vl)) {
                 s = log_failed(j->log_path, st.step);
                 break;
             }
@@ -428,6 +442,12 @@ static cl_status train_rank(cl_comm *world, void *arg) {
         s = print_sample(t, NULL, NULL, cl_trainer_tokenizer(t), j->prompt, j->sample_tokens, j->temperature, j->topk, c.seed, lead);
     }
     fflush(stdout);
+    if (plot && fclose(plot) != 0 && !s) s = cl_error(CL_ERR_OOM, "--plot: no host memory for the run's figures");
+    if (plot && !s) {
+        s = cli_plot_text(j->plot_path, j->log_path ? j->log_path : c.model.name, plot_text, plot_len);
+        if (!s) printf("plot: %s\n", j->plot_path);
+    }
+    free(plot_text);
     if (log && fclose(log) != 0 && !s) s = cl_error(CL_ERR_IO, "--log-file %s: closing failed: %s", j->log_path, strerror(errno));
     cl_trainer_destroy(t);
     cl_comm_free(pp);
@@ -468,6 +488,7 @@ static cl_status check_job(train_job *j, int ranks_here) {
         return cl_error(CL_ERR_INVALID, "--threads %d: this machine has %d core%s, so at most %d threads per rank", j->threads,
                         cores, cores == 1 ? "" : "s", cores);
     if (j->trace_path) CL_TRY(cl_check_output_path(j->trace_path, "--trace"));
+    if (j->plot_path) CL_TRY(cl_check_output_path(j->plot_path, "--plot"));
     if (j->log_path) {
         struct stat st;
         if (!*j->log_path) return cl_error(CL_ERR_INVALID, "--log-file: empty path");
@@ -527,7 +548,6 @@ static int cmd_train(int argc, char **argv) {
     int stop_after = 0, ranks = 0, dp = 0, tp = 0, pp = 0;
     float timeout = 300;
     if ((s = cli_parse_model(&a, &c->model, &c->seq_len))) return cli_fail(s);
-    if (c->model.kind != CL_MODEL_GPT) c->data = "data/digits.csv.gz";
     int gb_given = j.gb_given = cli_get(&a, "global-batch-size") != NULL;
     if ((s = cli_int(&a, "steps", &j.steps, 1, 1 << 30)) || (s = cli_float(&a, "lr", &c->lr.lr, 1e-12, 10)) ||
         (s = cli_int(&a, "micro-batch-size", &c->micro_batch, 1, 1 << 20)) ||
@@ -583,6 +603,7 @@ static int cmd_train(int argc, char **argv) {
     /* a save that would fail, or replace what is not a checkpoint, is refused before any step */
     if (j.save && (s = cl_checkpoint_check_target(j.save))) return cli_fail(cl_error_context(s, "--save"));
     j.log_path = cli_get(&a, "log-file");
+    j.plot_path = cli_get(&a, "plot");
     j.prompt = cli_get(&a, "prompt") ? cli_get(&a, "prompt") : "And God said";
     j.comm_name = cli_get(&a, "comm") ? cli_get(&a, "comm") : "threads";
     cl_launch_opts lo = {.timeout_s = timeout};
@@ -618,7 +639,7 @@ static const cli_flag eval_flags[] = {
     {"help", "h", 0, "show this help"},
     {"checkpoint", "", 1, "checkpoint directory (from cleave train --save)"},
     {"text", "", 1, "text file to evaluate on"},
-    {"tokenizer-dir", "", 1, "directory with encoder.json and vocab.bpe (default data/gpt2)"},
+    {"tokenizer-dir", "", 1, "directory with encoder.json and vocab.bpe (default: gpt2/ in cleave's data, as for --data)"},
     {"micro-batch-size", "", 1, "windows evaluated at once (default 8)"},
     {"device-memory", "", 1, "cap on device memory, e.g. 512MiB"},
 };
@@ -636,7 +657,7 @@ static int cmd_eval(int argc, char **argv) {
         return 0;
     }
     const char *dir = cli_get(&a, "checkpoint"), *text = cli_get(&a, "text");
-    const char *tokdir = cli_get(&a, "tokenizer-dir") ? cli_get(&a, "tokenizer-dir") : "data/gpt2";
+    const char *tokdir = cli_get(&a, "tokenizer-dir");
     if (!dir) return cli_fail(cl_error(CL_ERR_INVALID, "--checkpoint DIR is required"));
     if (!text) return cli_fail(cl_error(CL_ERR_INVALID, "--text FILE is required"));
     int B = 8;
@@ -674,7 +695,7 @@ static const cli_flag gen_flags[] = {
     {"temperature", "", 1, "sampling temperature; 0 = greedy (default 0.8)"},
     {"top-k", "", 1, "sample from the k most likely tokens (default 40, 0 = all)"},
     {"seed", "", 1, "sampling seed (default 1337)"},
-    {"tokenizer-dir", "", 1, "directory with encoder.json and vocab.bpe (default data/gpt2)"},
+    {"tokenizer-dir", "", 1, "directory with encoder.json and vocab.bpe (default: gpt2/ in cleave's data, as for --data)"},
     {"device-memory", "", 1, "cap on device memory, e.g. 512MiB"},
 };
 
@@ -688,7 +709,7 @@ static int cmd_generate(int argc, char **argv) {
     }
     const char *dir = cli_get(&a, "checkpoint");
     const char *prompt = cli_get(&a, "prompt") ? cli_get(&a, "prompt") : "And God said";
-    const char *tokdir = cli_get(&a, "tokenizer-dir") ? cli_get(&a, "tokenizer-dir") : "data/gpt2";
+    const char *tokdir = cli_get(&a, "tokenizer-dir");
     if (!dir) return cli_fail(cl_error(CL_ERR_INVALID, "--checkpoint DIR is required"));
     int n = 200, topk = 40;
     float temp = 0.8f;
@@ -709,24 +730,59 @@ static int cmd_generate(int argc, char **argv) {
     return s ? cli_fail(s) : 0;
 }
 
+/* The commands and their one-line summaries: the usage text and each man
+ * page's NAME line. */
+static const struct {
+    const char *name, *summary;
+} commands[] = {
+    {"train", "train a model (GPT-2 family, MLP, CNN) and print each step"},
+    {"eval", "mean next-token loss of a checkpoint on a text file"},
+    {"generate", "continue a prompt with a checkpoint"},
+    {"mesh", "print the dp x tp x pp mesh and its groups"},
+    {"schedule", "print, check and draw a pipeline schedule (per-rank actions, bubble)"},
+    {"trace", "draw a pipeline timeline (Chrome trace or simulated schedule) as SVG"},
+    {"plot", "draw training logs (loss, validation loss, other figures) against the step as SVG, runs side by side"},
+    {"bench", "this machine's FP32 peak (peak), the step's GEMMs (gemm), a step by operation (step)"},
+    {"version", "print the version and the optional parts built in"},
+};
+
+static const char *usage_text(void) {
+    static char text[2048];
+    int n = snprintf(text, sizeof text, "usage: cleave COMMAND [flags]\n\nCommands:\n");
+    for (int i = 0; i < NFLAGS(commands); i++)
+        n += snprintf(text + n, sizeof text - (size_t)n, "  %-10s %s\n", commands[i].name, commands[i].summary);
+    snprintf(text + n, sizeof text - (size_t)n, "\n'cleave COMMAND --help' lists each command's flags; "
+             "'man cleave-COMMAND' shows the same as a manual page.");
+    return text;
+}
+
 static void usage(FILE *f) {
-    fprintf(f, "usage: cleave COMMAND [flags]\n\n"
-               "Commands:\n"
-               "  train      train a model (GPT-2 family, MLP, CNN) and print each step\n"
-               "  eval       mean next-token loss of a checkpoint on a text file\n"
-               "  generate   continue a prompt with a checkpoint\n"
-               "  mesh       print the dp x tp x pp mesh and its groups\n"
-               "  schedule   print, check and draw a pipeline schedule (per-rank actions, bubble)\n"
-               "  trace      draw a pipeline timeline (Chrome trace or simulated schedule) as SVG\n"
-               "  bench      this machine's FP32 peak (peak), the step's GEMMs (gemm), a step by operation (step)\n"
-               "  version    print the version and the optional parts built in\n\n"
-               "'cleave COMMAND --help' lists each command's flags.\n");
+    fprintf(f, "%s\n", usage_text());
+}
+
+/* `cleave [COMMAND [SUB]] --man`: the command's --help as a man page (the
+ * Makefile generates the installed pages this way). Turns the flag into
+ * --help and sets the summary that makes cli_print_help write troff. */
+static int man_mode(int argc, char **argv) {
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--man")) {
+            argv[i] = "--help";
+            cli_man_summary = "train neural networks across ranks (threads or MPI processes)";
+            for (int c = 0; i > 1 && c < NFLAGS(commands); c++)
+                if (!strcmp(argv[1], commands[c].name)) cli_man_summary = commands[c].summary;
+            return i == 1;
+        }
+    return 0;
 }
 
 int main(int argc, char **argv) {
     if (argc < 2) {
         usage(stderr);
         return 2;
+    }
+    if (man_mode(argc, argv)) {
+        cli_print_help(usage_text(), NULL, 0);
+        return 0;
     }
     const char *cmd = argv[1];
     if (!strcmp(cmd, "train")) return cmd_train(argc, argv);
@@ -736,6 +792,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "schedule")) return cleave_cmd_schedule(argc, argv);
     if (!strcmp(cmd, "trace")) return cleave_cmd_trace(argc, argv);
     if (!strcmp(cmd, "bench")) return cleave_cmd_bench(argc, argv);
+    if (!strcmp(cmd, "plot")) return cleave_cmd_plot(argc, argv);
     if (!strcmp(cmd, "--version") || !strcmp(cmd, "version")) {
         printf("cleave 0.1 (gemm: %s, kernels: %s, mpi: %s)\n", cl_gemm_backend(), cl_kernels_isa(), cl_mpi_available() ? "yes" : "no");
         return 0;
@@ -744,6 +801,6 @@ int main(int argc, char **argv) {
         usage(stdout);
         return 0;
     }
-    fprintf(stderr, "cleave: error: unknown command '%s' (train, eval, generate, mesh, schedule, trace, bench)\n", cmd);
+    fprintf(stderr, "cleave: error: unknown command '%s' (train, eval, generate, mesh, schedule, trace, plot, bench)\n", cmd);
     return 2;
 }

@@ -48,31 +48,19 @@ static int file_exists(const char *p)
     return stat(p, &sb) == 0;
 }
 
-/* Finds data/: $CLEAVE_DATA, else ./data, else <exe>/../../data. */
+/* Finds data/ as the commands do (cl_data_find: $CLEAVE_DATA, the
+ * checkout's data/ beside this program, the installed share/cleave), by the
+ * directory that holds kjv.txt; "data" when none does. */
 static int find_data(void)
 {
-    const char *env = getenv("CLEAVE_DATA");
-    if (env && *env) {
-        snprintf(data_dir, sizeof data_dir, "%s", env);
-        return file_exists(data_dir);
-    }
-    if (file_exists("data/gpt2")) {
+    char p[sizeof data_dir];
+    if (cl_data_find("kjv.txt", p, sizeof p) != CL_OK) {
+        cl_error_clear();
         snprintf(data_dir, sizeof data_dir, "data");
-        return 1;
+        return 0;
     }
-    char exe[2048];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (n > 0) {
-        exe[n] = 0;
-        for (int up = 0; up < 3; up++) {
-            char *s = strrchr(exe, '/');
-            if (s) *s = 0;
-        }
-        snprintf(data_dir, sizeof data_dir, "%s/data", exe);
-        if (file_exists(data_dir)) return 1;
-    }
-    snprintf(data_dir, sizeof data_dir, "data");
-    return 0;
+    snprintf(data_dir, sizeof data_dir, "%.*s", (int)(strrchr(p, '/') - p), p);
+    return 1;
 }
 
 static int need_data(const char *what, const char *file)

@@ -76,6 +76,10 @@
 
 #include "cleave/core.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct cl_comm cl_comm;       /* opaque; one per rank per group */
 typedef struct cl_request cl_request; /* opaque handle of a non-blocking op */
 
@@ -199,5 +203,9 @@ cl_status cl_launch_mpi(int *argc, char ***argv, cl_rank_fn fn, void *arg, const
 
 /* 1 if this build has the mpi backend. */
 int cl_mpi_available(void);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

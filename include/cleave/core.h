@@ -12,6 +12,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef enum {
     CL_OK = 0,
     CL_ERR_INVALID,     /* a bad argument or configuration (the user's to fix) */
@@ -97,5 +101,9 @@ void cl_rng_seed(cl_rng *r, uint64_t seed);
 uint64_t cl_rng_u64(cl_rng *r);
 float cl_rng_uniform(cl_rng *r);            /* [0, 1) with 24 random bits */
 float cl_rng_normal(cl_rng *r);             /* standard normal, Box-Muller */
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

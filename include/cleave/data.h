@@ -19,6 +19,10 @@
 #include "cleave/core.h"
 #include "cleave/json.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct cl_tokenizer cl_tokenizer;
 
 cl_status cl_tokenizer_byte(cl_tokenizer **out);
@@ -72,6 +76,17 @@ cl_status cl_read_file(const char *path, char **out, size_t *len);
  * in json.h, because reading files is this module's (io sits below data). */
 cl_status cl_json_parse_file(cl_json_doc **out, const char *path);
 
+/* cleave's prepared data (scripts/setup.sh: "kjv.txt", "digits.csv.gz" and
+ * the directory "gpt2"), found from any working directory: the path of
+ * `name` in the first of $CLEAVE_DATA; the checkout's data/ beside the
+ * running program (one or two directories up, as build/cleave and
+ * build/examples/x sit); BIN/../share/cleave beside an installed program;
+ * PREFIX/share/cleave of the installed library. Into out (n bytes).
+ * CL_ERR_IO when none has it, with a message listing where it looked and how
+ * to prepare the data. An explicit path from the user is used as given and
+ * never comes here. */
+cl_status cl_data_find(const char *name, char *out, size_t n);
+
 /* The 8x8 digits set (scikit-learn's digits.csv.gz: 1797 rows of 64 pixel
  * values 0..16 then the label 0..9). Reads .csv.gz (with zlib) or plain .csv.
  * images[n*64] are scaled to [0,1] (value / 16); labels[n]. */
@@ -83,5 +98,9 @@ typedef struct {
 
 cl_status cl_digits_load(const char *path, cl_digits *out);
 void cl_digits_free(cl_digits *d);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -15,6 +15,10 @@
 
 #include "cleave/core.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef enum {
     CL_MEM_PARAMS = 0,
     CL_MEM_GRADS,
@@ -60,5 +64,9 @@ const char *cl_device_name(const cl_device *d);
 
 /* One line "params 1.2 MiB, grads 1.2 MiB, ..." of current bytes into buf. */
 char *cl_device_describe(const cl_device *d, char *buf, size_t n);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -9,6 +9,10 @@
 
 #include "cleave/core.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef enum { CL_JSON_NULL, CL_JSON_BOOL, CL_JSON_NUMBER, CL_JSON_STRING,
                CL_JSON_ARRAY, CL_JSON_OBJECT } cl_json_type;
 
@@ -44,5 +48,9 @@ typedef struct { char *buf; size_t len, cap; int failed; } cl_strbuf;
 void cl_sb_printf(cl_strbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void cl_sb_json_string(cl_strbuf *b, const char *s, size_t len);
 void cl_sb_free(cl_strbuf *b);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

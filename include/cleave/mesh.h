@@ -37,6 +37,10 @@
 
 #include "cleave/core.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct {
     int world, dp, tp, pp;
 } cl_mesh;
@@ -82,5 +86,9 @@ int cl_mesh_ngroups(const cl_mesh *m, cl_axis axis);
 /* Members of group number index (0 <= index < ngroups) along axis, in
  * increasing order; returns the count. members has room for world ints. */
 int cl_mesh_group_members(const cl_mesh *m, cl_axis axis, int index, int *members);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -19,6 +19,10 @@
 #include "cleave/core.h"
 #include "cleave/device.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef enum { CL_MODEL_GPT = 0, CL_MODEL_MLP, CL_MODEL_CNN } cl_model_kind;
 
 #define CL_MLP_MAX_WIDTHS 16
@@ -257,5 +261,9 @@ cl_status cl_model_backward(cl_model *m, const cl_microbatch *mb, cl_acts *a, cl
  * logits_out[V] gets the logits at position T-1 of the given tokens. */
 cl_status cl_model_logits_last(cl_model *m, const int32_t *tokens, int T, cl_acts *a,
                                float *logits_out);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -14,6 +14,10 @@
 
 #include "cleave/model.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct {
     int nstages;
     int u0[256], u1[256];   /* stage s holds units [u0[s], u1[s]) */
@@ -53,5 +57,9 @@ cl_status cl_pp_partition_layout(const cl_model_desc *d, const char *layout, int
 
 /* Writes the layout string of a partition ("E,t*2|t*2,L"), truncated to n. */
 void cl_pp_partition_format(const cl_model_desc *d, const cl_pp_partition *p, char *buf, size_t n);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

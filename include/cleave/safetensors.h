@@ -19,6 +19,10 @@
 
 #include "cleave/tensor.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct {
     char *name;
     cl_dtype dtype;
@@ -61,5 +65,9 @@ typedef struct {
 /* Writes n tensors and nmeta metadata pairs atomically (tmp + fsync + rename). */
 cl_status cl_st_write(const char *path, const cl_st_item *items, int n,
                       const cl_st_meta *meta, int nmeta);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

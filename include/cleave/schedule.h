@@ -18,6 +18,10 @@
 
 #include "cleave/core.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef enum {
     CL_SCHED_GPIPE,       /* all forwards, then all (combined) backwards */
     CL_SCHED_1F1B,        /* PipeDream-Flush as Megatron: warm-up p-r-1 F, 1F1B, cool-down */
@@ -131,5 +135,9 @@ void cl_sim_result_free(cl_sim_result *res);
  *   zb-h1:        idle = (p-1)(tf+tb-tw) per rank, bubble = idle / (idle + m(tf+tb+tw))
  *                 (only when m >= p, tw <= tf and tw <= tb; see tests/test_schedule.c) */
 double cl_schedule_closed_form_bubble(cl_sched_kind kind, int p, int m, int v, double tf, double tb, double tw);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -8,6 +8,10 @@
 
 #include "cleave/core.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 #define CL_MAX_DIMS 4
 
 typedef enum { CL_F32 = 0, CL_BF16, CL_F64, CL_I32, CL_I64, CL_U16, CL_U8 } cl_dtype;
@@ -24,5 +28,9 @@ const char *cl_dtype_name(cl_dtype t);            /* safetensors spelling: "F32"
 int64_t cl_tensor_numel(const cl_tensor *t);
 size_t cl_tensor_bytes(const cl_tensor *t);
 cl_tensor cl_tensor_make(void *data, cl_dtype dtype, int ndim, const int64_t *shape);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -23,6 +23,10 @@
 #include "cleave/core.h"
 #include "cleave/schedule.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef enum { CL_TRACK_COMPUTE = 0, CL_TRACK_COMM = 1 } cl_trace_track;
 
 /* Ranks are 0 .. CL_TRACE_MAX_RANKS - 1 in files (writer and reader check). */
@@ -138,5 +142,9 @@ cl_status cl_trace_render_svg(const char *path, const cl_trace *t, int step);
  * first). Errors (CL_ERR_INVALID): nranks < 1, no such step, an event of the
  * step with rank >= nranks or rank < 0. */
 cl_status cl_trace_bubble(const cl_trace *t, int step, int nranks, double *bubble_per_rank);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -18,6 +18,10 @@
 #include "cleave/device.h"
 #include "cleave/model.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct {
     float lr, min_lr;       /* peak and floor of the schedule */
     int warmup, steps;      /* linear warm-up steps, total steps */
@@ -71,9 +75,9 @@ typedef struct {
     cl_adamw_opts adamw;
     size_t device_memory;   /* cap in bytes, 0 = none */
     int device_memory_host; /* the cap is this rank's share of the host's available memory, not a user's --device-memory */
-    const char *data;       /* text file (GPT) or digits csv(.gz) (MLP/CNN) */
+    const char *data;       /* text file (GPT) or digits csv(.gz) (MLP/CNN); NULL: cleave's kjv.txt or digits.csv.gz (cl_data_find) */
     const char *tokenizer;  /* "byte" or "gpt2" */
-    const char *tokenizer_dir; /* for gpt2: encoder.json and vocab.bpe */
+    const char *tokenizer_dir; /* for gpt2: encoder.json and vocab.bpe; NULL: cleave's gpt2/ (cl_data_find) */
     int eval_batches;       /* validation windows per evaluation (0 = all) */
     /* Data parallelism: the replicas' communicator (NULL or size 1: one
      * replica). Replica r of d takes samples [r*G/d, (r+1)*G/d) of each
@@ -99,8 +103,8 @@ typedef struct {
 } cl_train_config;
 
 /* Defaults: gpt2-tiny, micro 8, global 8, 100 steps, lr 1e-3 to 1e-4 with 10%
- * warm-up, AdamW (0.9, 0.95, 1e-8, wd 0.1), clip 1.0, byte tokenizer,
- * data "data/kjv.txt". */
+ * warm-up, AdamW (0.9, 0.95, 1e-8, wd 0.1), clip 1.0, byte tokenizer, data
+ * and tokenizer_dir NULL (cleave's prepared data, found by cl_data_find). */
 void cl_train_config_default(cl_train_config *c);
 
 typedef struct {
@@ -195,5 +199,9 @@ cl_status cl_trainer_generate(cl_trainer *t, const int32_t *prompt, int nprompt,
 /* Appends n sampled tokens to a prompt (temperature <= 0: greedy; top_k <= 0: all). */
 cl_status cl_generate(cl_model *m, cl_acts *a, const int32_t *prompt, int nprompt, int n, float temperature,
                       int top_k, uint64_t seed, int32_t *out);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

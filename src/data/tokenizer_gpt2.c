@@ -492,7 +492,12 @@ static char *join_path(const char *dir, const char *name)
 cl_status cl_tokenizer_gpt2(cl_tokenizer **out, const char *dir)
 {
     *out = NULL;
-    if (!dir || !*dir) return cl_error(CL_ERR_INVALID, "gpt2 tokenizer: no directory given (it must hold encoder.json and vocab.bpe)");
+    char found[4096];
+    if (!dir) {
+        CL_TRY(cl_data_find("gpt2", found, sizeof found));
+        dir = found;
+    }
+    if (!*dir) return cl_error(CL_ERR_INVALID, "gpt2 tokenizer: no directory given (it must hold encoder.json and vocab.bpe)");
     cl_tokenizer *t = calloc(1, sizeof *t);
     char *enc = join_path(dir, "encoder.json"), *bpe = join_path(dir, "vocab.bpe");
     cl_status st = CL_OK;

@@ -20,6 +20,7 @@
 
 #include "cleave/data.h"
 #include "cleave/json.h"
+#include "pipeline/svg.h"
 
 #define TRACE_MIN_CAP 64
 
@@ -405,10 +406,33 @@ static const char *kind_fill(cl_act_kind k, int odd) {
     }
 }
 
-/* A tick step of 1, 2 or 5 times a power of ten giving about 8 ticks. */
-static double nice_step(double span) {
+/* ---- SVG helpers (pipeline/svg.h), shared with `cleave plot` ---- */
+
+double cl_svg_nice_step(double span) {
     double raw = span / 8, p = pow(10, floor(log10(raw))), f = raw / p;
     return (f < 1.5 ? 1 : f < 3.5 ? 2 : f < 7.5 ? 5 : 10) * p;
+}
+
+void cl_svg_open(cl_strbuf *b, double width, double height) {
+    cl_sb_printf(b,
+                 "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
+                 "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" viewBox=\"0 0 %.0f %.0f\" "
+                 "font-family=\"sans-serif\" font-size=\"11\">\n"
+                 "<rect x=\"0\" y=\"0\" width=\"%.0f\" height=\"%.0f\" fill=\"white\"/>\n",
+                 width, height, width, height, width, height);
+}
+
+void cl_svg_escaped(cl_strbuf *b, const char *s) {
+    for (; *s; s++) {
+        switch (*s) {
+        case '&': cl_sb_printf(b, "&amp;"); break;
+        case '<': cl_sb_printf(b, "&lt;"); break;
+        case '>': cl_sb_printf(b, "&gt;"); break;
+        case '"': cl_sb_printf(b, "&quot;"); break;
+        default:
+            if ((unsigned char)*s >= 0x20) cl_sb_printf(b, "%c", *s);
+        }
+    }
 }
 
 cl_status cl_trace_render_svg(const char *path, const cl_trace *t, int step) {
@@ -469,13 +493,9 @@ cl_status cl_trace_render_svg(const char *path, const cl_trace *t, int step) {
     const char *uname = span >= 1 ? "s" : span >= 1e-3 ? "ms" : "us";
 
     cl_strbuf b = {0};
-    cl_sb_printf(&b,
-                 "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
-                 "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" viewBox=\"0 0 %.0f %.0f\" "
-                 "font-family=\"sans-serif\" font-size=\"11\">\n"
-                 "<rect x=\"0\" y=\"0\" width=\"%.0f\" height=\"%.0f\" fill=\"white\"/>\n"
-                 "<text x=\"%.1f\" y=\"22\" font-size=\"14\">pipeline timeline, step %d: %zu rank%s, %zu compute actions</text>\n",
-                 width, height, width, height, width, height, SVG_LEFT, st, nr, nr == 1 ? "" : "s", nbox);
+    cl_svg_open(&b, width, height);
+    cl_sb_printf(&b, "<text x=\"%.1f\" y=\"22\" font-size=\"14\">pipeline timeline, step %d: %zu rank%s, %zu compute actions</text>\n",
+                 SVG_LEFT, st, nr, nr == 1 ? "" : "s", nbox);
     for (size_t k = 0; k < nr; k++) {
         double y = SVG_TOP + (double)k * SVG_ROW;
         cl_sb_printf(&b, "<text x=\"8\" y=\"%.1f\">rank %d</text>\n", y + SVG_BOX / 2 + 4, ranks[k]);
@@ -509,7 +529,7 @@ cl_status cl_trace_render_svg(const char *path, const cl_trace *t, int step) {
                          e->chunk % 2 ? "black" : "white", label);
     }
     /* the time axis */
-    double ay = SVG_TOP + rows_h + 4, tick = nice_step(span * umul);
+    double ay = SVG_TOP + rows_h + 4, tick = cl_svg_nice_step(span * umul);
     cl_sb_printf(&b, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"black\"/>\n", SVG_LEFT, ay, SVG_LEFT + plot, ay);
     for (long j = 0; j <= 1000; j++) {
         double v = (double)j * tick;

@@ -16,6 +16,7 @@ struct cl_trainer {
     cl_tokens tokens;          /* whole corpus (GPT) */
     size_t ntrain, nval;       /* train = [0, ntrain), val = [ntrain, ntrain + nval) */
     cl_digits digits;          /* MLP/CNN */
+    char data_path[4096];      /* the default data's path (cfg.data NULL: cl_data_find) */
     int *perm;                 /* digits: training order */
     int ndtrain, ndval;
     int32_t *mb_tokens, *mb_targets; /* device buffers for one micro-batch */

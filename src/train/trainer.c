@@ -33,9 +33,7 @@ void cl_train_config_default(cl_train_config *c) {
     c->adamw.eps = 1e-8f;
     c->adamw.weight_decay = 0.1f;
     c->adamw.grad_clip = 1.0f;
-    c->data = "data/kjv.txt";
     c->tokenizer = "byte";
-    c->tokenizer_dir = "data/gpt2";
     c->eval_batches = 16;
     c->bucket_bytes = 25u << 20;
     c->schedule = CL_SCHED_1F1B;
@@ -123,6 +121,10 @@ static cl_status load_text_tokens(cl_trainer *t) {
 
 static cl_status load_data(cl_trainer *t) {
     const cl_model_config *mc = &t->cfg.model;
+    if (!t->cfg.data) {
+        CL_TRY(cl_data_find(mc->kind == CL_MODEL_GPT ? "kjv.txt" : "digits.csv.gz", t->data_path, sizeof t->data_path));
+        t->cfg.data = t->data_path;
+    }
     if (mc->kind == CL_MODEL_GPT) {
         if (!strcmp(t->cfg.tokenizer, "byte")) CL_TRY(cl_tokenizer_byte(&t->tok));
         else if (!strcmp(t->cfg.tokenizer, "gpt2")) CL_TRY(cl_tokenizer_gpt2(&t->tok, t->cfg.tokenizer_dir));
