@@ -2,6 +2,7 @@
  * Exit status: 0 success, 2 bad input (flags, files, sizes, caps), 1 failure
  * (including a training step whose loss or gradient norm is not finite). */
 #include "args.h"
+#include "memory_cmd.h"
 #include "cleave/schedule.h"
 #include "cleave/comm.h"
 #include "cleave/kernels.h"
@@ -223,6 +224,8 @@ typedef struct {
     int threads; /* GEMM threads per rank; 0: derive from cores and ranks */
     int trace_steps;
     int world_rank; /* under MPI, this process's rank once it runs, else -1 */
+    const cli_args *memory; /* cleave memory: its flags (--measure, --json), else NULL */
+    int measure, json; /* cleave memory --measure: the saved standard output + 1; --json */
 } train_job;
 
 /* Default threads per rank: the cores this process may use shared among the
@@ -333,6 +336,39 @@ static cl_status agree_job(cl_comm *world, const train_job *j) {
     return s;
 }
 
+/* The prediction of every rank of the run (cleave/memory.h), printed as a
+ * table or JSON lines beside the measured peaks when given. */
+static cl_status print_memory(FILE *f, const cl_train_config *c, const cl_mesh *mesh, const double *measured, int json) {
+    int n = mesh->dp * mesh->pp;
+    cl_mem_rank *pred = malloc((size_t)n * sizeof *pred);
+    if (!pred) return cl_error(CL_ERR_OOM, "no host memory for the memory table");
+    cl_status s = cl_memory_predict(c, mesh->dp, mesh->pp, pred);
+    if (!s) cli_memory_print(f, pred, n, measured, json);
+    fflush(f);
+    free(pred);
+    return s;
+}
+
+/* cleave memory --measure: every rank's device peaks after its steps, summed
+ * into one array (each rank fills its own row), printed on rank 0 beside
+ * the prediction; the training output before it went to /dev/null. */
+static cl_status gather_measured(cl_comm *world, cl_trainer *t, const train_job *j, const cl_train_config *c) {
+    int n = world ? cl_comm_size(world) : 1, me = world ? cl_comm_rank(world) : 0, w = CL_MEM_NCAT + 1;
+    double *v = calloc((size_t)n * (size_t)w, sizeof *v);
+    if (!v) return cl_error(CL_ERR_OOM, "no host memory for the measured peaks");
+    cl_device *dev = cl_trainer_device(t);
+    for (int k = 0; k < CL_MEM_NCAT; k++) v[(size_t)me * w + k] = (double)cl_device_peak(dev, (cl_mem_cat)k);
+    v[(size_t)me * w + CL_MEM_NCAT] = (double)cl_device_peak_total(dev);
+    cl_status s = world ? cl_comm_allreduce_f64(world, v, (size_t)n * w, CL_RED_SUM) : CL_OK;
+    if (!s && me == 0) {
+        fflush(stdout);
+        if (dup2(j->measure - 1, STDOUT_FILENO) < 0) s = cl_error(CL_ERR_IO, "cannot restore standard output");
+        if (!s) s = print_memory(stdout, c, &j->mesh, v, j->json);
+    }
+    free(v);
+    return s;
+}
+
 /* The rank program: the same on every rank, threads or MPI. Rank 0 of the
  * world logs, evaluates, checkpoints and samples; every rank trains. */
 static cl_status train_rank(cl_comm *world, void *arg) {
@@ -372,6 +408,7 @@ static cl_status train_rank(cl_comm *world, void *arg) {
                           cl_comm_backend(world), j->mesh.dp, j->mesh.tp, j->mesh.pp);
         printf("threads per rank: %d\n", j->threads);
         if (j->mesh.pp > 1) cl_trainer_print_stages(t, stdout);
+        print_memory(stdout, &c, &j->mesh, NULL, 0);
         if (j->resume) printf("resumed from %s at step %d\n", j->resume, cl_trainer_steps_done(t));
         fflush(stdout);
     }
@@ -436,6 +473,7 @@ static cl_status train_rank(cl_comm *world, void *arg) {
             printf("peak device memory: %s\n", cl_format_bytes((size_t)peak, mem, sizeof mem));
         if (j->save) printf("checkpoint: %s\n", j->save);
     }
+    if (!s && j->measure) s = gather_measured(world, t, j, &c);
     /* a pipeline samples on all its ranks; otherwise rank 0 alone */
     if (!s && (lead || j->mesh.pp > 1) && j->sample_tokens > 0 && c.model.kind == CL_MODEL_GPT) {
         if (lead) printf("sample:\n");
@@ -508,6 +546,8 @@ static cl_status check_job(train_job *j, int ranks_here) {
     return CL_OK;
 }
 
+static cl_status memory_mode(const cli_args *a, train_job *j);
+
 /* Under MPI the world's size is known only inside the ranks. */
 static cl_status train_rank_mpi(cl_comm *world, void *arg) {
     train_job *j = arg;
@@ -520,13 +560,57 @@ static cl_status train_rank_mpi(cl_comm *world, void *arg) {
     if (!j->threads) j->threads = default_threads(1);
     const char *local = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
     CL_TRY(check_job(j, local && atoi(local) > 0 ? atoi(local) : 1));
+    if (j->memory) {
+        if (!cli_get(j->memory, "measure") && cl_comm_rank(world) != 0) return CL_OK;
+        CL_TRY(memory_mode(j->memory, j));
+        if (!j->measure) return CL_OK;
+    }
     return train_rank(cl_comm_size(world) > 1 ? world : NULL, j);
 }
 
+/* cleave memory: without --measure, print the prediction and stop; with it,
+ * train two quiet steps (standard output to /dev/null until the table). */
+static cl_status memory_mode(const cli_args *a, train_job *j) {
+    j->json = cli_get(a, "json") != NULL;
+    if (!cli_get(a, "measure")) return print_memory(stdout, &j->c, &j->mesh, NULL, j->json);
+    j->steps = j->end = 2;
+    j->c.steps = j->c.lr.steps = 2;
+    j->sample_tokens = 0;
+    j->save = NULL;
+    fflush(stdout);
+    int fd = dup(STDOUT_FILENO);
+    if (fd < 0 || !freopen("/dev/null", "w", stdout)) return cl_error(CL_ERR_IO, "cannot hide standard output");
+    j->measure = fd + 1;
+    return CL_OK;
+}
+
+/* cleave memory takes train's flags and these two. */
+static cli_flag memory_flags[NFLAGS(train_flags) + 2];
+static const cli_flag memory_extra[] = {
+    {"measure", "", 0, "also train two steps (output hidden) and print each rank's measured peaks beside the prediction"},
+    {"json", "", 0, "one JSON object per rank and line: rank, dp_rank, pp_rank, stages, predicted (and measured) bytes"},
+};
+
 static int cmd_train(int argc, char **argv) {
     cli_args a;
-    cl_status s = cli_parse(&a, train_flags, NFLAGS(train_flags), argc, argv, 2);
+    int memory = !strcmp(argv[1], "memory");
+    if (memory && !memory_flags[0].name) {
+        memcpy(memory_flags, train_flags, sizeof train_flags);
+        memcpy(memory_flags + NFLAGS(train_flags), memory_extra, sizeof memory_extra);
+    }
+    const cli_flag *flags = memory ? memory_flags : train_flags;
+    int nflags = memory ? NFLAGS(memory_flags) : NFLAGS(train_flags);
+    cl_status s = cli_parse(&a, flags, nflags, argc, argv, 2);
     if (s) return cli_fail(s);
+    if (memory && cli_get(&a, "help")) {
+        cli_print_help("usage: cleave memory [train's model, batch and parallel flags] [--measure] [--json]\n\n"
+                       "Prints, before anything runs, the device bytes every rank of that training run will hold at\n"
+                       "its peak, by category (parameters, gradients, optimizer state, activations, workspace,\n"
+                       "communication) and in total. The prediction sums the same size statements the allocations use,\n"
+                       "so with --measure (two training steps, their output hidden) the measured peaks equal it.",
+                       flags, nflags);
+        return 0;
+    }
     if (cli_get(&a, "help")) {
         cli_print_help("usage: cleave train [--model M] [--steps N] [--lr X] [--data FILE] [flags]\n"
                        "       cleave train --ranks N --dp N ...            (N ranks as threads in this process)\n"
@@ -607,6 +691,7 @@ static int cmd_train(int argc, char **argv) {
     j.prompt = cli_get(&a, "prompt") ? cli_get(&a, "prompt") : "And God said";
     j.comm_name = cli_get(&a, "comm") ? cli_get(&a, "comm") : "threads";
     cl_launch_opts lo = {.timeout_s = timeout};
+    if (memory) j.memory = &a;
     int use_mpi = !strcmp(j.comm_name, "mpi");
     if (!use_mpi && strcmp(j.comm_name, "threads"))
         return cli_fail(cl_error(CL_ERR_INVALID, "unknown --comm '%s' (threads or mpi)", j.comm_name));
@@ -630,6 +715,8 @@ static int cmd_train(int argc, char **argv) {
     if ((s = check_pipeline(&j))) return cli_fail(s);
     if (!j.threads) j.threads = default_threads(ranks);
     if ((s = check_job(&j, ranks))) return cli_fail(s);
+    if (memory && (s = memory_mode(&a, &j))) return cli_fail(s);
+    if (memory && !j.measure) return 0;
     if (ranks == 1) s = train_rank(NULL, &j);
     else s = cl_launch_threads(ranks, train_rank, &j, &lo);
     return s ? cli_fail(s) : 0;
@@ -736,6 +823,7 @@ static const struct {
     const char *name, *summary;
 } commands[] = {
     {"train", "train a model (GPT-2 family, MLP, CNN) and print each step"},
+    {"memory", "every rank's device memory of a training run by category, predicted before it runs (and measured)"},
     {"eval", "mean next-token loss of a checkpoint on a text file"},
     {"generate", "continue a prompt with a checkpoint"},
     {"mesh", "print the dp x tp x pp mesh and its groups"},
@@ -785,7 +873,7 @@ int main(int argc, char **argv) {
         return 0;
     }
     const char *cmd = argv[1];
-    if (!strcmp(cmd, "train")) return cmd_train(argc, argv);
+    if (!strcmp(cmd, "train") || !strcmp(cmd, "memory")) return cmd_train(argc, argv);
     if (!strcmp(cmd, "eval")) return cmd_eval(argc, argv);
     if (!strcmp(cmd, "generate")) return cmd_generate(argc, argv);
     if (!strcmp(cmd, "mesh")) return cleave_cmd_mesh(argc, argv);

@@ -200,6 +200,14 @@ static void test_save_target(void) {
     cl_trainer_destroy(t);
 }
 
+/* A context ending in ": " joins the message with one ": ", not ": : ". */
+static void test_error_context(void) {
+    cl_error(CL_ERR_IO, "device cpu:0: asked 4 B");
+    cl_error_context(CL_ERR_IO, "stage 1, %s of micro-batch %d: ", "BWD_INPUT", 0);
+    CHECK(!strcmp(cl_last_error(), "stage 1, BWD_INPUT of micro-batch 0: device cpu:0: asked 4 B"), "joined: %s", cl_last_error());
+    cl_error_clear();
+}
+
 static void test_cap(void) {
     cl_train_config c;
     base_config(&c);
@@ -209,7 +217,7 @@ static void test_cap(void) {
     CHECK(s == CL_ERR_OOM, "a 100 KiB cap was accepted");
     const char *e = cl_last_error();
     /* refused from the prediction, before the device allocates anything */
-    CHECK(strstr(e, "refused before allocating") && strstr(e, "--device-memory") && strstr(e, "parameters"),
+    CHECK(strstr(e, "refused before allocating") && strstr(e, "needs") && strstr(e, "the cap is 100.0 KiB"),
           "cap message lacks detail: %s", e);
     printf("cap message: %s\n", e);
     /* the device accounting itself */
@@ -285,6 +293,7 @@ int main(void) {
     test_resume();
     test_save_target();
     test_cap();
+    test_error_context();
     test_cap_race();
     test_schedule();
     test_digits("cnn");

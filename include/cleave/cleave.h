@@ -101,5 +101,6 @@ fail:
 #include "cleave/pipeline.h"
 #include "cleave/schedule.h"
 #include "cleave/trace.h"
+#include "cleave/memory.h"
 
 #endif

@@ -111,6 +111,23 @@ int cl_model_find_param(const cl_model_desc *d, const char *name); /* -1 if abse
  * Holds the units [u0, u1) with their parameters and gradients on one device,
  * and the workspace their backward needs, for micro-batches of up to B
  * samples. (Single device: u0 = 0, u1 = nunits.) */
+/* The one statement of a part's device buffers, in floats: every size the
+ * functions below allocate comes from here, and so does every prediction
+ * of them (cleave/memory.h), so a prediction cannot drift from what is
+ * allocated. Units [u0, u1) at micro-batch B under a recompute mode. */
+typedef struct {
+    int64_t lo;          /* offset in the description's flat buffer of the first held parameter */
+    int64_t nfloats;     /* parameter floats held, 16-aligned each (the LM head's own wte copy included) */
+    int64_t tied_copy;   /* offset of the LM head's own copy of the tied wte in the part's buffer, or -1 */
+    int64_t alloc;       /* floats of params, of grads, and of each AdamW moment: nfloats, at least 16 */
+    int64_t head_wte;    /* the LM head's separate wte gradient (cl_model_split_tied), 0 if none */
+    int64_t scratch;     /* backward workspace (conv's im2col included), at least 16 */
+    int64_t io;          /* each of the two activation-gradient buffers, at least 16 */
+    int64_t rc;          /* the recompute buffer of one block (cl_model_set_recompute), 0 if none */
+    int64_t acts;        /* one micro-batch's saved activations (cl_acts_create) */
+} cl_part_sizes;
+void cl_model_part_sizes(const cl_model_desc *d, int u0, int u1, int B, int recompute, cl_part_sizes *out);
+
 typedef struct {
     const cl_model_desc *desc;
     cl_device *dev;
@@ -126,6 +143,7 @@ typedef struct {
     float *scratch;         /* backward workspace */
     float *dbuf[2];         /* ping-pong activation gradients */
     int64_t max_io_floats;  /* per micro-batch, max over units of in/out */
+    cl_part_sizes sizes;    /* what it holds (cl_model_part_sizes, recompute as set) */
 } cl_model;
 
 /* Activation recomputation (Korthikanti et al., "Reducing Activation

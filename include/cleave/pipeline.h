@@ -12,6 +12,7 @@
 #ifndef CLEAVE_PIPELINE_H
 #define CLEAVE_PIPELINE_H
 
+#include "cleave/device.h"
 #include "cleave/model.h"
 
 #ifdef __cplusplus
@@ -25,26 +26,51 @@ typedef struct {
 
 #define CL_PP_MAX_STAGES 256
 
-/* Predicted figures of units [u0, u1) as one stage holding `live`
- * micro-batches of B samples at once under a recompute mode (model.h). */
+/* How a stage runs: micro-batches of B under a recompute mode, `live` of
+ * them held at once (the schedule's peak for the stage: one for a single
+ * device), a split backward (zb) keeping each unit's output gradient per
+ * micro-batch, and ngb send buffers for the gradient of the stage's input
+ * (cl_schedule_grad_buffers; 0 on stage 0 and on a single device). */
 typedef struct {
-    double flops;           /* forward + backward FLOPs per micro-batch */
-    size_t param_bytes;     /* parameters, gradients and both AdamW moments
-                               (the LM head's own copy of a tied wte included) */
-    size_t act_bytes;       /* saved activations of `live` micro-batches */
-    size_t total_bytes;     /* param_bytes + act_bytes + workspace */
+    int B, recompute, live, zb, ngb;
+    int single; /* a single device: one set of activations and no slot buffers (the trainer keeps the ids) */
+} cl_pp_stage_opts;
+
+/* Figures of units [u0, u1) as one stage (or, with u0 = 0 and u1 = nunits
+ * and live 1, a whole model on one device): its device bytes by category,
+ * exactly what its part, AdamW, its micro-batch slots and send buffers
+ * allocate (sizes from cl_model_part_sizes and cl_pp_slot_bytes). */
+typedef struct {
+    double flops;                /* forward + backward FLOPs per micro-batch */
+    size_t bytes[CL_MEM_NCAT];   /* by category */
+    size_t param_bytes;          /* parameters, gradients and both AdamW moments */
+    size_t act_bytes;            /* saved activations of `live` micro-batches (CL_MEM_ACTS) */
+    size_t total_bytes;          /* the sum over categories */
 } cl_pp_stage_cost;
 
-cl_pp_stage_cost cl_pp_stage_predict(const cl_model_desc *d, int u0, int u1, int B, int live, int recompute);
+cl_pp_stage_cost cl_pp_stage_predict(const cl_model_desc *d, int u0, int u1, const cl_pp_stage_opts *o);
+
+/* Bytes of one micro-batch slot of a stage beyond its saved activations
+ * (cl_model_part_sizes.acts): the received input (not on the first stage),
+ * the received output gradient (not on the last), the zb per-unit output
+ * gradients, the micro-batch's token ids and targets (int32 each, B x T) and
+ * its images (B x 64 floats, MLP/CNN). A single device keeps one set of
+ * ids/targets/images and no in/dout (first and last both). */
+typedef struct {
+    size_t in, dout, udout, ids, x;
+} cl_pp_slot_bytes;
+void cl_pp_slot_sizes(const cl_model_desc *d, int u0, int u1, int B, int zb, cl_pp_slot_bytes *out);
+/* floats of unit u's output gradient that a split backward keeps (zb). */
+int64_t cl_pp_udout_floats(const cl_model_desc *d, int u, int B);
 
 /* The balanced partition into nstages: the one whose slowest stage is
- * fastest, among those whose every stage's predicted memory (live[s]
- * micro-batches of B on stage s; live may be NULL for 1 each) fits cap bytes
- * (0: no cap). Errors (CL_ERR_INVALID): nstages < 1 or more stages than
+ * fastest, among those whose every stage's predicted memory (opts[s], plus
+ * extra[s] bytes the stage's rank holds beside it; extra may be NULL) fits
+ * cap bytes (0: no cap). Errors (CL_ERR_INVALID): nstages < 1 or more stages than
  * units (the message names both), or no partition fits (CL_ERR_OOM, naming
  * the smallest cap that would). */
-cl_status cl_pp_partition_balanced(const cl_model_desc *d, int nstages, int B, const int *live, int recompute, size_t cap,
-                                   cl_pp_partition *out);
+cl_status cl_pp_partition_balanced(const cl_model_desc *d, int nstages, const cl_pp_stage_opts *opts, const size_t *extra,
+                                   size_t cap, cl_pp_partition *out);
 
 /* An explicit layout: stages separated by '|', each a comma-separated list
  * of unit letters (the units' code: E embedding, t block, L head and loss;

@@ -105,6 +105,27 @@ cl_status cl_schedule_insert(cl_schedule *s, int rank, int i, cl_action a);
 /* Index of the first action of rank equal to (kind, mb, chunk), or -1. */
 int cl_schedule_find(const cl_schedule *s, int rank, cl_act_kind kind, int mb, int chunk);
 
+/* Most micro-batches chunk c of rank r holds at once: taken at its first
+ * RECV_ACT or FWD, given back at its BWD (or BWD_WEIGHT, split). The
+ * executor's slot pool has exactly this many; -1 when out of memory. */
+int cl_schedule_chunk_live(const cl_schedule *sc, int r, int c);
+/* Input-gradient send buffers of rank r, a pool sized from the schedule
+ * alone. A backward of chunk c (not model stage 0) writes the gradient of
+ * its input into a buffer, which SEND_GRAD sends to stage s - 1 without
+ * blocking. The buffer may be reused only once the send is known to be
+ * complete, and rank r knows that from the schedule: after it has received
+ * any message the destination rank sent after its RECV_GRAD of that
+ * gradient (that receive blocks, so it has finished by then). free_at[c * m
+ * + mb] (length v * m) is the index in rank r's action list from which the
+ * buffer of (mb, c) is free again: the action after that receive, or len[r]
+ * (the step's end) when no such message comes. peak[c] (length v) is the
+ * most buffers chunk c holds at once under that rule (0 for stage 0).
+ * Executor and memory predictor both take the pool from here, so the pool
+ * never grows during a step and its size does not depend on timing.
+ * Errors: CL_ERR_INVALID for a schedule whose sends and receives do not
+ * match, CL_ERR_OOM. */
+cl_status cl_schedule_grad_buffers(const cl_schedule *sc, int r, int *free_at, int *peak);
+
 /* tf = tb = tw = 1, no per-stage arrays. */
 cl_sched_costs cl_sched_costs_uniform(double tf, double tb, double tw);
 

@@ -39,6 +39,52 @@ static int64_t unit_act_floats(const cl_model_desc *d, int u, int B, int recompu
     return (n + 15) & ~(int64_t)15;
 }
 
+static int64_t align16(int64_t n) { return (n + 15) & ~(int64_t)15; }
+
+void cl_model_part_sizes(const cl_model_desc *d, int u0, int u1, int B, int recompute, cl_part_sizes *z) {
+    memset(z, 0, sizeof *z);
+    /* parameters are laid out in unit order: the held ones are one range */
+    int64_t lo = -1, hi = 0;
+    int head = 0, embed = 0;
+    for (int i = 0; i < d->nparams; i++) {
+        int u = d->params[i].unit;
+        if (u < u0 || u >= u1) continue;
+        if (lo < 0) lo = d->params[i].offset;
+        hi = d->params[i].offset + align16(d->params[i].numel);
+    }
+    if (lo < 0) lo = 0;
+    z->lo = lo;
+    z->nfloats = hi - lo;
+    z->tied_copy = -1;
+    z->scratch = 16;
+    z->io = 16;
+    for (int u = u0; u < u1; u++) {
+        const cl_unit *un = &d->units[u];
+        head |= un->kind == CL_UNIT_LMHEAD;
+        embed |= un->kind == CL_UNIT_EMBED;
+        int64_t sc = unit_scratch(d, u, B), a = un->in_floats * B, b = un->out_floats * B;
+        if (sc > z->scratch) z->scratch = sc;
+        if (a > z->io) z->io = a;
+        if (b > z->io) z->io = b;
+        if (un->kind == CL_UNIT_BLOCK) {
+            int64_t n = recompute == CL_RECOMPUTE_FULL        ? un->act_floats * B
+                        : recompute == CL_RECOMPUTE_SELECTIVE ? (int64_t)B * d->cfg.heads * d->T * d->T
+                                                               : 0;
+            if (n > z->rc) z->rc = n;
+        }
+    }
+    if (d->tied_wte >= 0 && head) {
+        int64_t wte = align16(d->params[d->tied_wte].numel);
+        if (!embed) { /* the head's own copy of wte, after the part's parameters */
+            z->tied_copy = z->nfloats;
+            z->nfloats += wte;
+        }
+        z->head_wte = d->params[d->tied_wte].numel;
+    }
+    z->alloc = z->nfloats ? z->nfloats : 16;
+    z->acts = cl_model_act_floats(d, u0, u1, B, recompute);
+}
+
 int64_t cl_model_act_floats(const cl_model_desc *d, int u0, int u1, int B, int recompute) {
     int64_t n = 0;
     for (int u = u0; u < u1; u++) n += unit_act_floats(d, u, B, recompute);
@@ -58,18 +104,10 @@ cl_status cl_model_set_recompute(cl_model *m, cl_recompute mode) {
     cl_device_free(m->dev, m->rc_buf);
     m->rc_buf = NULL;
     m->recompute = mode;
-    int64_t need = 0;
-    for (int u = m->u0; u < m->u1; u++) {
-        if (d->units[u].kind != CL_UNIT_BLOCK) continue;
-        int64_t n = mode == CL_RECOMPUTE_FULL ? d->units[u].act_floats * m->B
-                    : mode == CL_RECOMPUTE_SELECTIVE ? (int64_t)m->B * d->cfg.heads * d->T * d->T : 0;
-        if (n > need) need = n;
-    }
-    if (need) CL_TRY(cl_device_alloc_f32(m->dev, CL_MEM_WORKSPACE, (size_t)need, &m->rc_buf));
+    cl_model_part_sizes(d, m->u0, m->u1, m->B, mode, &m->sizes);
+    if (m->sizes.rc) CL_TRY(cl_device_alloc_f32(m->dev, CL_MEM_WORKSPACE, (size_t)m->sizes.rc, &m->rc_buf));
     return CL_OK;
 }
-
-static int64_t align16(int64_t n) { return (n + 15) & ~(int64_t)15; }
 
 cl_status cl_model_create(cl_model **out, const cl_model_desc *d, cl_device *dev, int B) {
     return cl_model_create_part(out, d, dev, B, 0, d->nunits);
@@ -92,43 +130,21 @@ cl_status cl_model_create_part(cl_model **out, const cl_model_desc *d, cl_device
     m->loc = malloc((size_t)(d->nparams ? d->nparams : 1) * sizeof *m->loc);
     cl_status s = CL_OK;
     if (!m->p || !m->g || !m->loc) s = cl_error(CL_ERR_OOM, "cannot allocate parameter tables");
-    /* parameters are laid out in unit order: the held ones are one range */
-    int64_t lo = -1, hi = 0;
+    cl_model_part_sizes(d, u0, u1, B, CL_RECOMPUTE_NONE, &m->sizes);
+    const cl_part_sizes *z = &m->sizes;
+    m->nfloats = z->nfloats;
     for (int i = 0; !s && i < d->nparams; i++) {
-        m->loc[i] = -1;
         int u = d->params[i].unit;
-        if (u < u0 || u >= u1) continue;
-        if (lo < 0) lo = d->params[i].offset;
-        hi = d->params[i].offset + align16(d->params[i].numel);
-        m->loc[i] = d->params[i].offset;
+        m->loc[i] = u >= u0 && u < u1 ? d->params[i].offset - z->lo : -1;
     }
-    if (lo < 0) lo = 0;
-    m->nfloats = hi - lo;
-    for (int i = 0; !s && i < d->nparams; i++)
-        if (m->loc[i] >= 0) m->loc[i] -= lo;
-    int tied = d->tied_wte;
-    if (!s && tied >= 0 && m->loc[tied] < 0) {
-        for (int u = u0; u < u1; u++)
-            if (d->units[u].kind == CL_UNIT_LMHEAD) {
-                m->loc[tied] = m->nfloats; /* the head's own copy of wte */
-                m->nfloats += align16(d->params[tied].numel);
-            }
-    }
-    size_t alloc = (size_t)(m->nfloats ? m->nfloats : 16);
+    if (!s && z->tied_copy >= 0) m->loc[d->tied_wte] = z->tied_copy;
+    size_t alloc = (size_t)z->alloc;
     if (!s) s = cl_device_alloc_f32(dev, CL_MEM_PARAMS, alloc, &m->params);
     if (!s) s = cl_device_alloc_f32(dev, CL_MEM_GRADS, alloc, &m->grads);
-    int64_t scratch = 16, io = 16;
-    for (int u = u0; u < u1; u++) {
-        int64_t sc = unit_scratch(d, u, B);
-        if (sc > scratch) scratch = sc;
-        int64_t a = d->units[u].in_floats * B, b = d->units[u].out_floats * B;
-        if (a > io) io = a;
-        if (b > io) io = b;
-    }
-    m->max_io_floats = io;
-    if (!s) s = cl_device_alloc_f32(dev, CL_MEM_WORKSPACE, (size_t)scratch, &m->scratch);
-    if (!s) s = cl_device_alloc_f32(dev, CL_MEM_WORKSPACE, (size_t)io, &m->dbuf[0]);
-    if (!s) s = cl_device_alloc_f32(dev, CL_MEM_WORKSPACE, (size_t)io, &m->dbuf[1]);
+    m->max_io_floats = z->io;
+    if (!s) s = cl_device_alloc_f32(dev, CL_MEM_WORKSPACE, (size_t)z->scratch, &m->scratch);
+    if (!s) s = cl_device_alloc_f32(dev, CL_MEM_WORKSPACE, (size_t)z->io, &m->dbuf[0]);
+    if (!s) s = cl_device_alloc_f32(dev, CL_MEM_WORKSPACE, (size_t)z->io, &m->dbuf[1]);
     if (s) {
         cl_model_destroy(m);
         return s;
@@ -161,7 +177,7 @@ static int holds_kind(const cl_model *m, cl_unit_kind k) {
 cl_status cl_model_split_tied(cl_model *m) {
     const cl_model_desc *d = m->desc;
     if (d->tied_wte < 0 || !holds_kind(m, CL_UNIT_LMHEAD) || m->head_wte_g) return CL_OK;
-    size_t n = (size_t)d->params[d->tied_wte].numel;
+    size_t n = (size_t)m->sizes.head_wte;
     CL_TRY(cl_device_alloc_f32(m->dev, CL_MEM_GRADS, n, &m->head_wte_g));
     memset(m->head_wte_g, 0, n * sizeof(float));
     return CL_OK;
@@ -224,7 +240,7 @@ cl_status cl_acts_create(cl_model *m, int B, cl_acts *a) {
         a->off[u - m->u0] = total;
         total += unit_act_floats(d, u, B, m->recompute);
     }
-    a->off[n] = total;
+    a->off[n] = total; /* = cl_model_act_floats(d, u0, u1, B, recompute) */
     cl_status s = cl_device_alloc_f32(m->dev, CL_MEM_ACTS, (size_t)total, &a->base);
     if (s) {
         free(a->off);

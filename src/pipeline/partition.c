@@ -6,40 +6,40 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int64_t align16(int64_t n) { return (n + 15) & ~(int64_t)15; }
+int64_t cl_pp_udout_floats(const cl_model_desc *d, int u, int B) { return d->units[u].out_floats * B; }
 
-cl_pp_stage_cost cl_pp_stage_predict(const cl_model_desc *d, int u0, int u1, int B, int live, int recompute) {
-    cl_pp_stage_cost c = {0};
-    int64_t pfloats = 0, work = 0, io = 0, rcbuf = 0;
-    int head = 0, embed = 0;
-    for (int u = u0; u < u1; u++) {
-        const cl_unit *un = &d->units[u];
-        c.flops += 3.0 * un->flops * B;
-        for (int i = 0; i < un->nparams; i++) pfloats += align16(d->params[un->first_param + i].numel);
-        if (un->scratch_floats * B > work) work = un->scratch_floats * B;
-        if (un->kind == CL_UNIT_BLOCK && recompute) { /* the one block's recompute buffer (cl_model_set_recompute) */
-            int64_t rc = recompute == CL_RECOMPUTE_FULL ? un->act_floats * B : (int64_t)B * d->cfg.heads * d->T * d->T;
-            if (rc > rcbuf) rcbuf = rc;
-        }
-        if (un->in_floats * B > io) io = un->in_floats * B;
-        if (un->out_floats * B > io) io = un->out_floats * B;
-        if (un->kind == CL_UNIT_LMHEAD) head = 1;
-        if (un->kind == CL_UNIT_EMBED) embed = 1;
-    }
-    int64_t extra_g = 0;
-    if (head && d->tied_wte >= 0) {
-        int64_t wte = align16(d->params[d->tied_wte].numel);
-        if (!embed) pfloats += wte; /* the head's own copy of wte */
-        extra_g = wte;              /* the head's wte gradient, kept apart until the step's sum */
-    }
-    c.param_bytes = (size_t)(4 * pfloats + extra_g) * sizeof(float);
-    c.act_bytes = (size_t)cl_model_act_floats(d, u0, u1, B, recompute) * sizeof(float) * (size_t)(live > 0 ? live : 1);
-    c.total_bytes = c.param_bytes + c.act_bytes + (size_t)(work + 2 * io + rcbuf) * sizeof(float);
+void cl_pp_slot_sizes(const cl_model_desc *d, int u0, int u1, int B, int zb, cl_pp_slot_bytes *o) {
+    memset(o, 0, sizeof *o);
+    if (u0 > 0) o->in = (size_t)(d->units[u0].in_floats * B) * sizeof(float);
+    if (u1 < d->nunits) o->dout = (size_t)(d->units[u1 - 1].out_floats * B) * sizeof(float);
+    for (int u = u0; zb && u < u1; u++) o->udout += (size_t)cl_pp_udout_floats(d, u, B) * sizeof(float);
+    o->ids = (size_t)B * (size_t)(d->cfg.kind == CL_MODEL_GPT ? d->T : 1) * sizeof(int32_t);
+    if (d->cfg.kind != CL_MODEL_GPT) o->x = (size_t)B * 64 * sizeof(float);
+}
+
+cl_pp_stage_cost cl_pp_stage_predict(const cl_model_desc *d, int u0, int u1, const cl_pp_stage_opts *o) {
+    cl_pp_stage_cost c;
+    memset(&c, 0, sizeof c);
+    for (int u = u0; u < u1; u++) c.flops += 3.0 * d->units[u].flops * o->B;
+    cl_part_sizes z;
+    cl_model_part_sizes(d, u0, u1, o->B, o->recompute, &z);
+    cl_pp_slot_bytes sb;
+    cl_pp_slot_sizes(d, u0, u1, o->B, o->zb, &sb);
+    size_t f = sizeof(float), live = (size_t)(o->live > 0 ? o->live : 1);
+    c.bytes[CL_MEM_PARAMS] = (size_t)z.alloc * f;
+    c.bytes[CL_MEM_GRADS] = (size_t)(z.alloc + z.head_wte) * f;
+    c.bytes[CL_MEM_OPTIM] = 2 * (size_t)z.alloc * f;
+    c.bytes[CL_MEM_ACTS] = live * ((size_t)z.acts * f + sb.in + sb.dout + sb.udout);
+    c.bytes[CL_MEM_WORKSPACE] = (size_t)(z.scratch + 2 * z.io + z.rc) * f + (o->single ? 0 : live * (2 * sb.ids + sb.x)) +
+                                (size_t)o->ngb * sb.in;
+    c.param_bytes = c.bytes[CL_MEM_PARAMS] + c.bytes[CL_MEM_GRADS] + c.bytes[CL_MEM_OPTIM];
+    c.act_bytes = c.bytes[CL_MEM_ACTS];
+    for (int k = 0; k < CL_MEM_NCAT; k++) c.total_bytes += c.bytes[k];
     return c;
 }
 
-cl_status cl_pp_partition_balanced(const cl_model_desc *d, int nstages, int B, const int *live, int recompute, size_t cap,
-                                   cl_pp_partition *out) {
+cl_status cl_pp_partition_balanced(const cl_model_desc *d, int nstages, const cl_pp_stage_opts *opts, const size_t *extra,
+                                   size_t cap, cl_pp_partition *out) {
     int n = d->nunits;
     memset(out, 0, sizeof *out);
     if (nstages < 1 || nstages > CL_PP_MAX_STAGES)
@@ -63,14 +63,14 @@ cl_status cl_pp_partition_balanced(const cl_model_desc *d, int nstages, int B, c
     best[0] = 0;
     size_t min_need = (size_t)-1; /* for the error: the smallest cap of any partition */
     for (int k = 1; k <= nstages; k++) {
-        int lv = live ? live[k - 1] : 1;
         for (int j = k; j <= n - (nstages - k); j++) {
             for (int i = k - 1; i < j; i++) {
                 double prev = best[(size_t)(k - 1) * (n + 1) + i];
                 if (prev >= INF) continue;
-                cl_pp_stage_cost c = cl_pp_stage_predict(d, i, j, B, lv, recompute);
-                if (cap && c.total_bytes > cap) {
-                    if (c.total_bytes < min_need) min_need = c.total_bytes;
+                cl_pp_stage_cost c = cl_pp_stage_predict(d, i, j, &opts[k - 1]);
+                size_t need = c.total_bytes + (extra ? extra[k - 1] : 0);
+                if (cap && need > cap) {
+                    if (need < min_need) min_need = need;
                     continue;
                 }
                 double t = c.flops > prev ? c.flops : prev;

@@ -87,6 +87,77 @@ int cl_schedule_find(const cl_schedule *s, int rank, cl_act_kind kind, int mb, i
     return -1;
 }
 
+int cl_schedule_chunk_live(const cl_schedule *sc, int r, int c) {
+    int *held = calloc((size_t)sc->m, sizeof *held);
+    if (!held) return -1;
+    int live = 0, peak = 0;
+    for (int i = 0; i < sc->len[r]; i++) {
+        const cl_action *a = &sc->acts[r][i];
+        if (a->chunk != c) continue;
+        if ((a->kind == CL_ACT_RECV_ACT || a->kind == CL_ACT_FWD) && !held[a->mb]) {
+            held[a->mb] = 1;
+            if (++live > peak) peak = live;
+        }
+        if ((a->kind == CL_ACT_BWD || (a->kind == CL_ACT_BWD_WEIGHT)) && held[a->mb] == 1) {
+            held[a->mb] = 2;
+            live--;
+        }
+    }
+    free(held);
+    return peak;
+}
+
+cl_status cl_schedule_grad_buffers(const cl_schedule *sc, int r, int *free_at, int *peak) {
+    int p = sc->p, m = sc->m, v = sc->v, n = sc->len[r];
+    for (int k = 0; k < v * m; k++) free_at[k] = n;
+    for (int c = 0; c < v; c++) peak[c] = 0;
+    if (p < 2) return CL_OK;
+    /* gradients in flight: (mb, chunk), destination rank and the index of its RECV_GRAD there */
+    int *fl_mb = malloc((size_t)(v * m) * sizeof *fl_mb), *fl_c = malloc((size_t)(v * m) * sizeof *fl_c);
+    int *fl_dst = malloc((size_t)(v * m) * sizeof *fl_dst), *fl_ri = malloc((size_t)(v * m) * sizeof *fl_ri);
+    int *seen = malloc((size_t)p * sizeof *seen), *held = calloc((size_t)v, sizeof *held);
+    cl_status s = fl_mb && fl_c && fl_dst && fl_ri && seen && held ? CL_OK : cl_error(CL_ERR_OOM, "cannot size the send buffers");
+    int nfl = 0;
+    for (int q = 0; q < p; q++) seen[q] = -1;
+    for (int i = 0; !s && i < n; i++) {
+        const cl_action *a = &sc->acts[r][i];
+        int st = a->chunk * p + r;
+        if (a->kind == CL_ACT_RECV_ACT || a->kind == CL_ACT_RECV_GRAD) {
+            /* the peer's send, and so everything before it there, is done */
+            int peer_st = a->kind == CL_ACT_RECV_ACT ? st - 1 : st + 1, q = peer_st % p;
+            int j = cl_schedule_find(sc, q, a->kind == CL_ACT_RECV_ACT ? CL_ACT_SEND_ACT : CL_ACT_SEND_GRAD, a->mb, peer_st / p);
+            if (j < 0) s = cl_error(CL_ERR_INVALID, "rank %d: %s of micro-batch %d has no matching send on rank %d", r,
+                                    cl_act_kind_name(a->kind), a->mb, q);
+            else if (j > seen[q]) seen[q] = j;
+            for (int k = 0; !s && k < nfl;)
+                if (seen[fl_dst[k]] > fl_ri[k]) {
+                    free_at[fl_c[k] * m + fl_mb[k]] = i + 1;
+                    held[fl_c[k]]--;
+                    nfl--;
+                    fl_mb[k] = fl_mb[nfl], fl_c[k] = fl_c[nfl], fl_dst[k] = fl_dst[nfl], fl_ri[k] = fl_ri[nfl];
+                } else {
+                    k++;
+                }
+        } else if ((a->kind == CL_ACT_BWD || a->kind == CL_ACT_BWD_INPUT) && st > 0) {
+            if (++held[a->chunk] > peak[a->chunk]) peak[a->chunk] = held[a->chunk];
+        } else if (a->kind == CL_ACT_SEND_GRAD) {
+            int q = (st - 1) % p, ri = cl_schedule_find(sc, q, CL_ACT_RECV_GRAD, a->mb, (st - 1) / p);
+            if (ri < 0) s = cl_error(CL_ERR_INVALID, "rank %d: SEND_GRAD of micro-batch %d has no matching receive on rank %d", r, a->mb, q);
+            else {
+                fl_mb[nfl] = a->mb, fl_c[nfl] = a->chunk, fl_dst[nfl] = q, fl_ri[nfl] = ri;
+                nfl++;
+            }
+        }
+    }
+    free(fl_mb);
+    free(fl_c);
+    free(fl_dst);
+    free(fl_ri);
+    free(seen);
+    free(held);
+    return s;
+}
+
 /* Compute order -> full schedule: receives before, sends after. */
 static cl_status add_compute(cl_schedule *s, int r, cl_act_kind k, int mb, int c) {
     int p = s->p, st = c * p + r, S = p * s->v;

@@ -3,6 +3,8 @@
 #define CLEAVE_TRAIN_INTERNAL_H
 
 #include "cleave/comm.h"
+#include "cleave/pipeline.h"
+#include "cleave/schedule.h"
 #include "cleave/train.h"
 
 struct cl_trainer {
@@ -34,6 +36,27 @@ struct cl_trainer {
 /* Global samples [k0, k0 + B) into the given buffers (B * T tokens and
  * targets, or B * 64 pixels and B labels). */
 void cl_trainer_fill_batch(cl_trainer *t, int64_t k0, int B, int32_t *tokens, int32_t *targets, float *x, cl_microbatch *mb);
+
+/* A pipeline's shape (memory.c), the same for the executor and the memory
+ * prediction: the schedule of p ranks and v chunks each over the step's m
+ * micro-batches, the micro-batch slots (cl_schedule_chunk_live) and input
+ * gradient send buffers (cl_schedule_grad_buffers) of every stage, and the
+ * partition (cfg->pp_layout, else balanced under cfg->device_memory). */
+#define CL_PP_MAX_CHUNKS 64
+typedef struct {
+    cl_schedule sched;
+    int p, v, m, S, zb;
+    int live[CL_PP_MAX_STAGES], ngb[CL_PP_MAX_STAGES];
+    cl_pp_partition part;
+} cl_pp_shape;
+cl_status cl_pp_shape_make(const cl_model_desc *d, const cl_train_config *cfg, int p, int dp, cl_pp_shape *out);
+void cl_pp_shape_free(cl_pp_shape *sh);
+cl_pp_stage_opts cl_pp_shape_opts(const cl_pp_shape *sh, const cl_train_config *cfg, int s);
+/* Pipeline rank q keeps the other end's tied wte gradient (pipeline.c's tie_buf). */
+int cl_pp_shape_has_tie_buf(const cl_model_desc *d, const cl_pp_shape *sh, int q);
+/* Device bytes a rank keeps beside its stages (all CL_MEM_WORKSPACE): the
+ * trainer's micro-batch buffers, and the tie buffer (sh NULL: one device). */
+size_t cl_rank_extra_bytes(const cl_model_desc *d, const cl_train_config *cfg, const cl_pp_shape *sh, int pp_rank);
 
 /* Pipeline parallelism (pipeline.c): builds the schedule, cuts the model,
  * creates this rank's chunks (t->model is chunk 0), their optimizers and the

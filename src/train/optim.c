@@ -18,8 +18,8 @@ float cl_lr_at(const cl_lr_schedule *s, int step) {
 cl_status cl_optimizer_create(cl_optimizer *o, cl_model *m, const cl_adamw_opts *opts) {
     memset(o, 0, sizeof *o);
     o->o = *opts;
-    CL_TRY(cl_device_alloc_f32(m->dev, CL_MEM_OPTIM, (size_t)(m->nfloats ? m->nfloats : 16), &o->m));
-    cl_status s = cl_device_alloc_f32(m->dev, CL_MEM_OPTIM, (size_t)(m->nfloats ? m->nfloats : 16), &o->v);
+    CL_TRY(cl_device_alloc_f32(m->dev, CL_MEM_OPTIM, (size_t)m->sizes.alloc, &o->m));
+    cl_status s = cl_device_alloc_f32(m->dev, CL_MEM_OPTIM, (size_t)m->sizes.alloc, &o->v);
     if (s) {
         cl_device_free(m->dev, o->m);
         o->m = NULL;

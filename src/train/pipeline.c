@@ -38,7 +38,6 @@
 #include "train/internal.h"
 
 #define TIE_TAG CL_COMM_TAG_MAX
-#define MAX_CHUNKS 64
 
 typedef struct {
     int mb;              /* micro-batch in it, -1 when free */
@@ -59,27 +58,22 @@ typedef struct {
     int nslots;
     pp_slot *slots;
     int *slot_of;        /* [m]: slot index of each micro-batch, -1 */
-    float **din_of;      /* [m]: send buffer holding the micro-batch's input gradient until SEND_GRAD */
+    int ngb;             /* input-gradient send buffers (cl_schedule_grad_buffers' peak for this chunk) */
+    float **gb;          /* [ngb] each in_bytes */
+    int *gb_mb;          /* [ngb] micro-batch whose gradient it holds or sends, -1 when free */
+    cl_request **gb_req; /* [ngb] its send, once SEND_GRAD has posted it */
     size_t in_bytes, out_bytes;
 } pp_chunk;
-
-typedef struct {
-    float *buf;
-    size_t cap;
-    int busy;            /* holds a gradient not yet sent, or one being sent (req) */
-    cl_request *req;
-} pp_sendbuf;
 
 struct cl_pp {
     cl_comm *comm;
     int p, r, v, m, S;
     cl_schedule sched;
-    int live[CL_PP_MAX_STAGES]; /* [S] most micro-batches stage s ever holds at once (chunk_peak) */
+    cl_pp_shape shape;          /* schedule (moved to sched), slots and send buffers per stage, partition */
     double bubble_uniform;      /* the simulator's bubble of sched with equal stage times */
     cl_pp_partition part;
-    pp_chunk ch[MAX_CHUNKS];
-    pp_sendbuf *sb;
-    int nsb;
+    pp_chunk ch[CL_PP_MAX_CHUNKS];
+    int *gb_free_at;     /* [v * m]: action index from which (mb, chunk)'s send buffer is free (cl_schedule_grad_buffers) */
     double *norm_parts;  /* [nparams + 1]: the gradients' sums of squares, then the loss */
     float *tie_buf;      /* rank 0 of a pipeline with the head elsewhere: the head's wte gradient */
     double *cost_sum;    /* [3 * S] measured F, B(or BWD), W seconds summed over this step's actions */
@@ -96,47 +90,26 @@ static int msg_tag(const struct cl_pp *pp, int mb, int s_hi, int dir) {
 
 /* ---- setup ---------------------------------------------------------------- */
 
-/* Most slots chunk c of rank r ever holds, by the same rule the executor
- * takes and gives them back. */
-static int chunk_peak(const cl_schedule *sc, int r, int c) {
-    int *held = calloc((size_t)sc->m, sizeof *held);
-    if (!held) return -1;
-    int live = 0, peak = 0;
-    for (int i = 0; i < sc->len[r]; i++) {
-        const cl_action *a = &sc->acts[r][i];
-        if (a->chunk != c) continue;
-        if ((a->kind == CL_ACT_RECV_ACT || a->kind == CL_ACT_FWD) && !held[a->mb]) {
-            held[a->mb] = 1;
-            if (++live > peak) peak = live;
-        }
-        if ((a->kind == CL_ACT_BWD || (a->kind == CL_ACT_BWD_WEIGHT)) && held[a->mb] == 1) {
-            held[a->mb] = 2;
-            live--;
-        }
-    }
-    free(held);
-    return peak;
-}
-
 static cl_status slot_create(cl_trainer *t, pp_chunk *c, pp_slot *sl, int zb) {
     cl_model *m = c->m;
     cl_device *dev = t->dev;
     int B = t->cfg.micro_batch;
     const cl_model_desc *d = t->desc;
     sl->mb = -1;
+    cl_pp_slot_bytes z;
+    cl_pp_slot_sizes(d, m->u0, m->u1, B, zb, &z);
     CL_TRY(cl_acts_create(m, B, &sl->acts));
-    if (!c->first) CL_TRY(cl_device_alloc(dev, CL_MEM_ACTS, c->in_bytes, (void **)&sl->in));
-    if (!c->last) CL_TRY(cl_device_alloc(dev, CL_MEM_ACTS, c->out_bytes, (void **)&sl->dout));
-    size_t npos = (size_t)B * (size_t)(d->cfg.kind == CL_MODEL_GPT ? d->T : 1);
-    CL_TRY(cl_device_alloc(dev, CL_MEM_WORKSPACE, npos * sizeof(int32_t), (void **)&sl->tokens));
-    CL_TRY(cl_device_alloc(dev, CL_MEM_WORKSPACE, npos * sizeof(int32_t), (void **)&sl->targets));
-    if (d->cfg.kind != CL_MODEL_GPT) CL_TRY(cl_device_alloc_f32(dev, CL_MEM_WORKSPACE, (size_t)B * 64, &sl->x));
+    if (z.in) CL_TRY(cl_device_alloc(dev, CL_MEM_ACTS, z.in, (void **)&sl->in));
+    if (z.dout) CL_TRY(cl_device_alloc(dev, CL_MEM_ACTS, z.dout, (void **)&sl->dout));
+    CL_TRY(cl_device_alloc(dev, CL_MEM_WORKSPACE, z.ids, (void **)&sl->tokens));
+    CL_TRY(cl_device_alloc(dev, CL_MEM_WORKSPACE, z.ids, (void **)&sl->targets));
+    if (z.x) CL_TRY(cl_device_alloc(dev, CL_MEM_WORKSPACE, z.x, (void **)&sl->x));
     if (zb) {
         int n = m->u1 - m->u0;
         sl->udout = calloc((size_t)n, sizeof *sl->udout);
         if (!sl->udout) return cl_error(CL_ERR_OOM, "cannot allocate the weight-pass table");
         for (int u = m->u0; u < m->u1; u++)
-            CL_TRY(cl_device_alloc_f32(dev, CL_MEM_ACTS, (size_t)(d->units[u].out_floats * B), &sl->udout[u - m->u0]));
+            CL_TRY(cl_device_alloc_f32(dev, CL_MEM_ACTS, (size_t)cl_pp_udout_floats(d, u, B), &sl->udout[u - m->u0]));
     }
     return CL_OK;
 }
@@ -165,31 +138,22 @@ cl_status cl_pp_create(cl_trainer *t) {
     pp->p = cl_comm_size(cfg->pp_comm);
     pp->r = cl_comm_rank(cfg->pp_comm);
     pp->world_rank = cl_comm_world_rank(cfg->pp_comm);
-    cl_sched_kind kind = (cl_sched_kind)cfg->schedule;
-    pp->v = cfg->virtual_stages ? cfg->virtual_stages : (kind == CL_SCHED_INTERLEAVED ? 2 : 1);
-    if (pp->v > 1 && kind != CL_SCHED_INTERLEAVED)
-        return cl_error(CL_ERR_INVALID, "--virtual-stages %d needs --schedule interleaved (the %s schedule runs one chunk per rank)",
-                        pp->v, cl_sched_kind_name(kind));
-    if (pp->v > MAX_CHUNKS) return cl_error(CL_ERR_INVALID, "--virtual-stages %d: at most %d", pp->v, MAX_CHUNKS);
-    pp->m = cfg->global_batch / (cfg->micro_batch * t->dp);
-    pp->S = pp->p * pp->v;
-    if (pp->S > CL_PP_MAX_STAGES) return cl_error(CL_ERR_INVALID, "%d stages: at most %d", pp->S, CL_PP_MAX_STAGES);
-    cl_status s = cl_schedule_make(kind, pp->p, pp->m, pp->v, &pp->sched);
-    if (s) return s;
+    cl_pp_shape sh;
+    CL_TRY(cl_pp_shape_make(d, cfg, pp->p, t->dp, &sh));
+    pp->sched = sh.sched; /* the pipeline owns the schedule now */
+    pp->v = sh.v, pp->m = sh.m, pp->S = sh.S;
+    pp->shape = sh;
+    memset(&pp->shape.sched, 0, sizeof pp->shape.sched);
+    pp->part = sh.part;
+    cl_sched_kind kind = pp->sched.kind;
     cl_sim_result res;
     CL_TRY(cl_schedule_simulate(&pp->sched, NULL, &res));
     pp->bubble_uniform = res.bubble_total;
     cl_sim_result_free(&res);
-    for (int st = 0; st < pp->S; st++) {
-        pp->live[st] = chunk_peak(&pp->sched, rank_of_stage(pp, st), st / pp->p);
-        if (pp->live[st] < 0) return cl_error(CL_ERR_OOM, "cannot count live micro-batches");
-    }
-    if (cfg->pp_layout) CL_TRY(cl_pp_partition_layout(d, cfg->pp_layout, pp->S, &pp->part));
-    else {
-        /* the cap is per rank; a rank's chunks share it, so each gets its share */
-        size_t cap = cfg->device_memory ? cfg->device_memory / (size_t)pp->v : 0;
-        CL_TRY(cl_pp_partition_balanced(d, pp->S, cfg->micro_batch, pp->live, cfg->recompute, cap, &pp->part));
-    }
+    int gb_peak[CL_PP_MAX_CHUNKS];
+    pp->gb_free_at = malloc((size_t)(pp->v * pp->m) * sizeof *pp->gb_free_at);
+    if (!pp->gb_free_at) return cl_error(CL_ERR_OOM, "cannot allocate the gradient buffer table");
+    CL_TRY(cl_schedule_grad_buffers(&pp->sched, pp->r, pp->gb_free_at, gb_peak));
     for (int c = 0; c < pp->v; c++) {
         pp_chunk *ch = &pp->ch[c];
         ch->stage = c * pp->p + pp->r;
@@ -200,20 +164,28 @@ cl_status cl_pp_create(cl_trainer *t) {
         CL_TRY(cl_model_split_tied(ch->m));
         CL_TRY(cl_model_set_recompute(ch->m, (cl_recompute)cfg->recompute));
         CL_TRY(cl_optimizer_create(&ch->opt, ch->m, &cfg->adamw));
-        ch->in_bytes = (size_t)(d->units[u0].in_floats * cfg->micro_batch) * sizeof(float);
-        ch->out_bytes = (size_t)(d->units[u1 - 1].out_floats * cfg->micro_batch) * sizeof(float);
-        ch->nslots = pp->live[ch->stage];
+        cl_pp_slot_bytes z;
+        cl_pp_slot_sizes(d, u0, u1, cfg->micro_batch, 0, &z);
+        ch->in_bytes = z.in;
+        ch->out_bytes = z.dout;
+        ch->nslots = pp->shape.live[ch->stage];
         ch->slots = calloc((size_t)ch->nslots, sizeof *ch->slots);
         ch->slot_of = malloc((size_t)pp->m * sizeof *ch->slot_of);
-        ch->din_of = calloc((size_t)pp->m, sizeof *ch->din_of);
-        if (!ch->slots || !ch->slot_of || !ch->din_of) return cl_error(CL_ERR_OOM, "cannot allocate micro-batch slots");
+        if (!ch->slots || !ch->slot_of) return cl_error(CL_ERR_OOM, "cannot allocate micro-batch slots");
         for (int k = 0; k < ch->nslots; k++) CL_TRY(slot_create(t, ch, &ch->slots[k], kind == CL_SCHED_ZB_H1));
+        ch->gb = calloc((size_t)gb_peak[c] + 1, sizeof *ch->gb);
+        ch->gb_mb = malloc(((size_t)gb_peak[c] + 1) * sizeof *ch->gb_mb);
+        ch->gb_req = calloc((size_t)gb_peak[c] + 1, sizeof *ch->gb_req);
+        if (!ch->gb || !ch->gb_mb || !ch->gb_req) return cl_error(CL_ERR_OOM, "cannot allocate the gradient buffers");
+        ch->ngb = gb_peak[c];
+        for (int k = 0; k < ch->ngb; k++) ch->gb_mb[k] = -1;
+        for (int k = 0; k < ch->ngb; k++) CL_TRY(cl_device_alloc(t->dev, CL_MEM_WORKSPACE, ch->in_bytes, (void **)&ch->gb[k]));
     }
     pp->norm_parts = calloc((size_t)d->nparams + 1, sizeof *pp->norm_parts);
     pp->cost_sum = calloc((size_t)pp->S * 3, sizeof *pp->cost_sum);
     pp->cost_n = calloc((size_t)pp->S * 3, sizeof *pp->cost_n);
     if (!pp->norm_parts || !pp->cost_sum || !pp->cost_n) return cl_error(CL_ERR_OOM, "cannot allocate pipeline tables");
-    if (d->tied_wte >= 0 && pp->p > 1 && (pp->r == 0 || pp->r == rank_of_stage(pp, pp->S - 1)))
+    if (cl_pp_shape_has_tie_buf(d, &sh, pp->r))
         CL_TRY(cl_device_alloc_f32(t->dev, CL_MEM_WORKSPACE, (size_t)d->params[d->tied_wte].numel, &pp->tie_buf));
     t->model = pp->ch[0].m;
     return CL_OK;
@@ -222,22 +194,24 @@ cl_status cl_pp_create(cl_trainer *t) {
 void cl_pp_destroy(cl_trainer *t) {
     struct cl_pp *pp = t->pp;
     if (!pp) return;
-    for (int c = 0; c < pp->v && c < MAX_CHUNKS; c++) {
+    for (int c = 0; c < pp->v && c < CL_PP_MAX_CHUNKS; c++) {
         pp_chunk *ch = &pp->ch[c];
         for (int k = 0; ch->slots && k < ch->nslots; k++) slot_destroy(t, ch, &ch->slots[k]);
         free(ch->slots);
         free(ch->slot_of);
-        free(ch->din_of);
+        for (int k = 0; k < ch->ngb; k++) {
+            if (ch->gb_req[k]) cl_comm_wait(pp->comm, ch->gb_req[k]);
+            cl_device_free(t->dev, ch->gb[k]);
+        }
+        free(ch->gb);
+        free(ch->gb_mb);
+        free(ch->gb_req);
         if (ch->m) {
             if (ch->opt.m) cl_optimizer_destroy(&ch->opt, ch->m);
             cl_model_destroy(ch->m);
         }
     }
-    for (int i = 0; i < pp->nsb; i++) {
-        if (pp->sb[i].req) cl_comm_wait(pp->comm, pp->sb[i].req);
-        cl_device_free(t->dev, pp->sb[i].buf);
-    }
-    free(pp->sb);
+    free(pp->gb_free_at);
     cl_device_free(t->dev, pp->tie_buf);
     free(pp->norm_parts);
     free(pp->cost_sum);
@@ -253,18 +227,6 @@ void cl_pp_init(cl_trainer *t, uint64_t seed) {
     for (int c = 0; c < t->pp->v; c++) cl_model_init(t->pp->ch[c].m, seed);
 }
 
-/* Bytes of one micro-batch slot of stage s, as slot_create allocates them. */
-static size_t slot_act_bytes(const cl_trainer *t, const struct cl_pp *pp, int s) {
-    const cl_model_desc *d = t->desc;
-    int B = t->cfg.micro_batch, u0 = pp->part.u0[s], u1 = pp->part.u1[s];
-    size_t n = (size_t)cl_model_act_floats(d, u0, u1, B, t->cfg.recompute) * sizeof(float);
-    if (s > 0) n += (size_t)(d->units[u0].in_floats * B) * sizeof(float);
-    if (s < pp->S - 1) n += (size_t)(d->units[u1 - 1].out_floats * B) * sizeof(float);
-    if (pp->sched.kind == CL_SCHED_ZB_H1)
-        for (int u = u0; u < u1; u++) n += (size_t)(d->units[u].out_floats * B) * sizeof(float);
-    return n;
-}
-
 void cl_trainer_print_stages(const cl_trainer *t, FILE *f) {
     const struct cl_pp *pp = t->pp;
     if (!pp) return;
@@ -278,17 +240,19 @@ void cl_trainer_print_stages(const cl_trainer *t, FILE *f) {
             t->cfg.pp_layout ? " (given)" : " (balanced)");
     for (int s = 0; s < pp->S; s++) {
         int u0 = pp->part.u0[s], u1 = pp->part.u1[s];
-        int live = pp->live[s];
-        cl_pp_stage_cost c = cl_pp_stage_predict(d, u0, u1, t->cfg.micro_batch, live, t->cfg.recompute);
-        size_t slot = slot_act_bytes(t, pp, s);
-        char pb[32], ab[32], tb[32];
+        int live = pp->shape.live[s];
+        cl_pp_stage_opts o = cl_pp_shape_opts(&pp->shape, &t->cfg, s);
+        cl_pp_stage_cost c = cl_pp_stage_predict(d, u0, u1, &o);
+        char pb[32], ab[32], wb[32], tb[32];
         cl_format_bytes(c.param_bytes, pb, sizeof pb);
-        cl_format_bytes(slot * (size_t)live, ab, sizeof ab);
-        cl_format_bytes(c.total_bytes - c.act_bytes + slot * (size_t)live, tb, sizeof tb);
+        cl_format_bytes(c.act_bytes, ab, sizeof ab);
+        cl_format_bytes(c.bytes[CL_MEM_WORKSPACE], wb, sizeof wb);
+        cl_format_bytes(c.total_bytes, tb, sizeof tb);
         fprintf(f, "  stage %d (rank %d, chunk %d): %s..%s (%d unit%s) | %.1f%% of compute, %.3g GFLOP per micro-batch | "
-                "memory %s = params+grads+adam %s + activations %s (%d live x %zu bytes)\n",
+                "memory %s = params+grads+adam %s + activations %s (%d live x %zu bytes) + workspace %s\n",
                 s, s % pp->p, s / pp->p, d->units[u0].label, d->units[u1 - 1].label, u1 - u0, u1 - u0 == 1 ? "" : "s",
-                total > 0 ? 100.0 * c.flops / (3.0 * total * t->cfg.micro_batch) : 0, c.flops / 1e9, tb, pb, ab, live, slot);
+                total > 0 ? 100.0 * c.flops / (3.0 * total * t->cfg.micro_batch) : 0, c.flops / 1e9, tb, pb, ab, live,
+                c.act_bytes / (size_t)(live > 0 ? live : 1), wb);
     }
     fprintf(f, "  theoretical bubble (equal stage times): %.4f\n", pp->bubble_uniform);
 }
@@ -322,31 +286,32 @@ static cl_status release_slot(struct cl_pp *pp, pp_chunk *ch, int mb) {
     return s;
 }
 
-/* A free send buffer of at least bytes, marked busy until its send completes. */
-static cl_status sendbuf_get(cl_trainer *t, struct cl_pp *pp, size_t bytes, int *idx) {
-    for (int i = 0; i < pp->nsb; i++) {
-        pp_sendbuf *b = &pp->sb[i];
-        if (b->busy && b->req) {
-            int done = 0;
-            CL_TRY(cl_comm_test(pp->comm, b->req, &done));
-            if (done) b->req = NULL, b->busy = 0;
+/* A free input-gradient buffer of chunk ch for micro-batch mb at action
+ * index i: first every buffer whose send the schedule says is complete by
+ * now is given back (its wait returns at once), then one is taken. The pool
+ * is the schedule's peak, so one is always free. */
+static cl_status gradbuf_get(struct cl_pp *pp, pp_chunk *ch, int c, int mb, int i, float **out) {
+    int k = -1;
+    for (int j = 0; j < ch->ngb; j++) {
+        if (ch->gb_mb[j] >= 0 && ch->gb_req[j] && pp->gb_free_at[c * pp->m + ch->gb_mb[j]] <= i) {
+            cl_status s = cl_comm_wait(pp->comm, ch->gb_req[j]);
+            ch->gb_req[j] = NULL;
+            ch->gb_mb[j] = -1;
+            CL_TRY(s);
         }
-        if (!b->busy && b->cap >= bytes) {
-            b->busy = 1;
-            *idx = i;
-            return CL_OK;
-        }
+        if (ch->gb_mb[j] < 0 && k < 0) k = j;
     }
-    pp_sendbuf *nb = realloc(pp->sb, (size_t)(pp->nsb + 1) * sizeof *nb);
-    if (!nb) return cl_error(CL_ERR_OOM, "cannot grow the send buffers");
-    pp->sb = nb;
-    pp_sendbuf *b = &pp->sb[pp->nsb];
-    memset(b, 0, sizeof *b);
-    CL_TRY(cl_device_alloc(t->dev, CL_MEM_WORKSPACE, bytes ? bytes : 16, (void **)&b->buf));
-    b->cap = bytes;
-    b->busy = 1;
-    *idx = pp->nsb++;
+    if (k < 0) return cl_error(CL_ERR_INTERNAL, "no free gradient buffer of %d for micro-batch %d", ch->ngb, mb);
+    ch->gb_mb[k] = mb;
+    *out = ch->gb[k];
     return CL_OK;
+}
+
+/* The buffer holding micro-batch mb's input gradient, or -1. */
+static int gradbuf_of(const pp_chunk *ch, int mb) {
+    for (int j = 0; j < ch->ngb; j++)
+        if (ch->gb_mb[j] == mb) return j;
+    return -1;
 }
 
 static cl_status record(struct cl_pp *pp, int trace, int step, const cl_action *a, double t0, double t1) {
@@ -405,11 +370,12 @@ static cl_status tie_grads(cl_trainer *t, struct cl_pp *pp) {
 }
 
 static cl_status grad_sync(cl_trainer *t, struct cl_pp *pp) {
-    for (int i = 0; i < pp->nsb; i++)
-        if (pp->sb[i].req) {
-            cl_status s = cl_comm_wait(pp->comm, pp->sb[i].req);
-            pp->sb[i].req = NULL;
-            pp->sb[i].busy = 0;
+    for (int c = 0; c < pp->v; c++)
+        for (int k = 0; k < pp->ch[c].ngb; k++) {
+            pp_chunk *ch = &pp->ch[c];
+            cl_status s = ch->gb_req[k] ? cl_comm_wait(pp->comm, ch->gb_req[k]) : CL_OK;
+            ch->gb_req[k] = NULL;
+            ch->gb_mb[k] = -1;
             CL_TRY(s);
         }
     if (t->dp > 1) {
@@ -443,7 +409,7 @@ static cl_status opt_step(cl_trainer *t, struct cl_pp *pp, float lr, double loss
     return CL_OK;
 }
 
-static cl_status run_action(cl_trainer *t, struct cl_pp *pp, const cl_action *a, float lr, double *loss_sum,
+static cl_status run_action(cl_trainer *t, struct cl_pp *pp, const cl_action *a, int i, float lr, double *loss_sum,
                             double *norm) {
     pp_chunk *ch = &pp->ch[a->chunk];
     int s = ch->stage, prev = rank_of_stage(pp, (s + pp->S - 1) % pp->S), next = rank_of_stage(pp, (s + 1) % pp->S);
@@ -461,12 +427,7 @@ static cl_status run_action(cl_trainer *t, struct cl_pp *pp, const cl_action *a,
     case CL_ACT_BWD:
     case CL_ACT_BWD_INPUT: {
         float *din = NULL;
-        if (!ch->first) {
-            int k = -1;
-            CL_TRY(sendbuf_get(t, pp, ch->in_bytes, &k));
-            din = pp->sb[k].buf;
-            ch->din_of[a->mb] = din;
-        }
+        if (!ch->first) CL_TRY(gradbuf_get(pp, ch, a->chunk, a->mb, i, &din));
         int what = a->kind == CL_ACT_BWD ? CL_BWD_ALL : CL_BWD_INPUT;
         CL_TRY(cl_model_stage_backward(m, &sl->mbd, ch->first ? sl->mbd.x : sl->in, &sl->acts, ch->last ? NULL : sl->dout,
                                        din, what, what == CL_BWD_INPUT ? sl->udout : NULL, NULL, NULL));
@@ -483,13 +444,9 @@ static cl_status run_action(cl_trainer *t, struct cl_pp *pp, const cl_action *a,
     case CL_ACT_RECV_GRAD:
         return cl_comm_recv(pp->comm, sl->dout, ch->out_bytes, next, msg_tag(pp, a->mb, s + 1, 1));
     case CL_ACT_SEND_GRAD: {
-        float *din = ch->din_of[a->mb];
-        int k = -1;
-        for (int i = 0; i < pp->nsb; i++)
-            if (pp->sb[i].buf == din) k = i;
-        if (k < 0) return cl_error(CL_ERR_INTERNAL, "stage %d: no input gradient to send for micro-batch %d", s, a->mb);
-        ch->din_of[a->mb] = NULL;
-        return cl_comm_isend(pp->comm, din, ch->in_bytes, prev, msg_tag(pp, a->mb, s, 1), &pp->sb[k].req);
+        int k = gradbuf_of(ch, a->mb);
+        if (k < 0 || ch->gb_req[k]) return cl_error(CL_ERR_INTERNAL, "stage %d: no input gradient to send for micro-batch %d", s, a->mb);
+        return cl_comm_isend(pp->comm, ch->gb[k], ch->in_bytes, prev, msg_tag(pp, a->mb, s, 1), &ch->gb_req[k]);
     }
     case CL_ACT_GRAD_SYNC:
         return grad_sync(t, pp);
@@ -549,7 +506,7 @@ cl_status cl_pp_step(cl_trainer *t, float lr, double *loss_sum, double *norm, cl
     memset(pp->cost_n, 0, (size_t)pp->S * 3 * sizeof *pp->cost_n);
     for (int c = 0; c < pp->v; c++) {
         cl_model_zero_grads(pp->ch[c].m);
-        for (int k = 0; k < pp->m; k++) pp->ch[c].slot_of[k] = -1, pp->ch[c].din_of[k] = NULL;
+        for (int k = 0; k < pp->m; k++) pp->ch[c].slot_of[k] = -1;
     }
     *loss_sum = 0;
     CL_TRY(cl_comm_barrier(pp->comm)); /* a common start, so idle time is measured from the same moment */
@@ -558,7 +515,7 @@ cl_status cl_pp_step(cl_trainer *t, float lr, double *loss_sum, double *norm, cl
     for (int i = 0; i < pp->sched.len[pp->r]; i++) {
         const cl_action *a = &pp->sched.acts[pp->r][i];
         double a0 = cl_now();
-        cl_status s = run_action(t, pp, a, lr, loss_sum, norm);
+        cl_status s = run_action(t, pp, a, i, lr, loss_sum, norm);
         if (s == CL_ERR_NUMERIC) return s; /* every rank says the same */
         if (s) {
             return cl_error_context(s, "pipeline rank %d, stage %d, step %d, %s of micro-batch %d", pp->r,

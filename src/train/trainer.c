@@ -4,6 +4,7 @@
  * step to its executor (pipeline.c). A sample is a function of its global
  * index, so every layout reads the same samples. */
 #include "cleave/kernels.h"
+#include "cleave/memory.h"
 #include "cleave/pipeline.h"
 #include "cleave/schedule.h"
 #include "cleave/train.h"
@@ -164,24 +165,6 @@ static cl_status load_data(cl_trainer *t) {
     return CL_OK;
 }
 
-/* Refuses a single-device run whose predicted peak exceeds the cap before
- * anything is allocated (a pipeline's partition does the same per stage). */
-static cl_status check_fits(const cl_model_desc *d, const cl_train_config *cfg) {
-    if (!cfg->device_memory) return CL_OK;
-    cl_pp_stage_cost c = cl_pp_stage_predict(d, 0, d->nunits, cfg->micro_batch, 1, cfg->recompute);
-    if (c.total_bytes <= cfg->device_memory) return CL_OK;
-    char need[32], cap[32], state[32], act[32];
-    cl_format_bytes(c.total_bytes, need, sizeof need);
-    cl_format_bytes(cfg->device_memory, cap, sizeof cap);
-    cl_format_bytes(c.param_bytes, state, sizeof state);
-    cl_format_bytes(c.act_bytes, act, sizeof act);
-    return cl_error(CL_ERR_OOM,
-                    "%s needs about %s on one rank (parameters, gradients and AdamW moments %s, activations %s), more than %s %s; "
-                    "refused before allocating: split it (--pp), lower --micro-batch-size or set a larger --device-memory",
-                    d->cfg.name, need, state, act, cfg->device_memory_host ? "the host memory available to it," : "--device-memory",
-                    cap);
-}
-
 cl_status cl_trainer_create(cl_trainer **out, const cl_train_config *cfg) {
     *out = NULL;
     if (cfg->micro_batch < 1) return cl_error(CL_ERR_INVALID, "--micro-batch-size must be positive (got %d)", cfg->micro_batch);
@@ -203,7 +186,8 @@ cl_status cl_trainer_create(cl_trainer **out, const cl_train_config *cfg) {
     t->dp_rank = cfg->dp_comm ? cl_comm_rank(cfg->dp_comm) : 0;
     cl_status s = cl_model_describe(&cfg->model, cfg->seq_len, &t->desc);
     int pipeline = cfg->pp_comm && cl_comm_size(cfg->pp_comm) > 1;
-    if (!s && !pipeline) s = check_fits(t->desc, cfg);
+    /* every rank's prediction against the cap, before anything is allocated */
+    if (!s) s = cl_memory_check(cfg, dp, pipeline ? cl_comm_size(cfg->pp_comm) : 1);
     if (!s) s = load_data(t);
     if (!s) s = cl_device_create_cpu(&t->dev, cfg->device_memory, 0);
     if (!s && pipeline) s = cl_pp_create(t);
@@ -212,11 +196,11 @@ cl_status cl_trainer_create(cl_trainer **out, const cl_train_config *cfg) {
     if (!s && !pipeline) s = cl_model_set_recompute(t->model, (cl_recompute)cfg->recompute);
     if (!s && !pipeline) s = cl_optimizer_create(&t->opt, t->model, &cfg->adamw);
     if (!s && !pipeline) s = cl_acts_create(t->model, cfg->micro_batch, &t->acts);
-    size_t npos = (size_t)cfg->micro_batch * (size_t)t->desc->T;
-    if (!s) s = cl_device_alloc(t->dev, CL_MEM_WORKSPACE, npos * sizeof(int32_t), (void **)&t->mb_tokens);
-    if (!s) s = cl_device_alloc(t->dev, CL_MEM_WORKSPACE, npos * sizeof(int32_t), (void **)&t->mb_targets);
-    if (!s && cfg->model.kind != CL_MODEL_GPT)
-        s = cl_device_alloc_f32(t->dev, CL_MEM_WORKSPACE, (size_t)cfg->micro_batch * 64, &t->mb_x);
+    cl_pp_slot_bytes z; /* the trainer's one set of micro-batch buffers (cl_rank_extra_bytes) */
+    cl_pp_slot_sizes(t->desc, 0, t->desc->nunits, cfg->micro_batch, 0, &z);
+    if (!s) s = cl_device_alloc(t->dev, CL_MEM_WORKSPACE, z.ids, (void **)&t->mb_tokens);
+    if (!s) s = cl_device_alloc(t->dev, CL_MEM_WORKSPACE, z.ids, (void **)&t->mb_targets);
+    if (!s && z.x) s = cl_device_alloc(t->dev, CL_MEM_WORKSPACE, z.x, (void **)&t->mb_x);
     if (!s) s = make_buckets(t);
     if (s) {
         cl_trainer_destroy(t);

@@ -1,0 +1,44 @@
+/* cleave memory: every rank's device bytes, predicted before the run.
+ *
+ * The prediction is the sum of the same size statements the allocations
+ * use (cl_model_part_sizes, cl_pp_slot_sizes, the schedule's slot and
+ * send-buffer counts), and nothing is allocated during a step, so a rank's
+ * measured peak of each category equals its prediction to the byte. */
+#ifndef CLEAVE_MEMORY_H
+#define CLEAVE_MEMORY_H
+
+#include "cleave/device.h"
+#include "cleave/train.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+    int rank, dp_rank, pp_rank; /* world rank (tp is 1) and its mesh coordinates */
+    int nstages, stage[64];     /* the model stages (chunks) it holds; none on a single device */
+    size_t bytes[CL_MEM_NCAT];  /* peak of each category */
+    size_t total;               /* peak of their sum */
+} cl_mem_rank;
+
+/* Predicts every rank of a run of cfg on a dp x pp mesh into out[dp * pp]
+ * (indexed by world rank, tp fastest then dp then pp, tp = 1). Uses cfg's
+ * model, seq_len, micro and global batch, schedule, virtual stages,
+ * pp_layout, recompute and device_memory (the balanced partition's cap);
+ * not its communicators. Errors: the model or the pipeline cannot be built
+ * (the messages cl_trainer_create would give). */
+cl_status cl_memory_predict(const cl_train_config *cfg, int dp, int pp, cl_mem_rank *out);
+
+/* When some rank's prediction exceeds cfg->device_memory: CL_ERR_OOM naming
+ * the rank, its stages, its largest category and the bytes over the cap,
+ * and up to three of the nearest configurations that fit (another
+ * --recompute, a smaller --micro-batch-size for the same global batch,
+ * another --schedule, the balanced layout), each with its peak. CL_OK when
+ * every rank fits or there is no cap. */
+cl_status cl_memory_check(const cl_train_config *cfg, int dp, int pp);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,254 @@
+/* Every rank's device bytes before the run (see memory.h), and the shape of
+ * a pipeline that both the executor (pipeline.c) and the prediction take:
+ * schedule, micro-batch slots per stage, send buffers per stage, partition.
+ *
+ * Why one place: the executor allocates what cl_pp_shape_make says and the
+ * predictor sums the same, so a prediction cannot drift from a run. */
+#include "cleave/memory.h"
+#include "cleave/pipeline.h"
+#include "cleave/schedule.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "train/internal.h"
+
+size_t cl_rank_extra_bytes(const cl_model_desc *d, const cl_train_config *cfg, const cl_pp_shape *sh, int pp_rank) {
+    cl_pp_slot_bytes sb;
+    cl_pp_slot_sizes(d, 0, d->nunits, cfg->micro_batch, 0, &sb);
+    size_t n = 2 * sb.ids + sb.x; /* the trainer's micro-batch buffers */
+    if (sh && cl_pp_shape_has_tie_buf(d, sh, pp_rank)) n += (size_t)d->params[d->tied_wte].numel * sizeof(float);
+    return n;
+}
+
+int cl_pp_shape_has_tie_buf(const cl_model_desc *d, const cl_pp_shape *sh, int pp_rank) {
+    return d->tied_wte >= 0 && sh->p > 1 && (pp_rank == 0 || pp_rank == (sh->S - 1) % sh->p);
+}
+
+cl_pp_stage_opts cl_pp_shape_opts(const cl_pp_shape *sh, const cl_train_config *cfg, int s) {
+    cl_pp_stage_opts o = {.B = cfg->micro_batch, .recompute = cfg->recompute, .live = sh->live[s],
+                          .zb = sh->zb, .ngb = sh->ngb[s]};
+    return o;
+}
+
+/* All that pipeline rank q allocates under the shape (its partition set). */
+static size_t shape_rank_bytes(const cl_model_desc *d, const cl_train_config *cfg, const cl_pp_shape *sh, int q) {
+    size_t n = cl_rank_extra_bytes(d, cfg, sh, q);
+    for (int c = 0; c < sh->v; c++) {
+        int st = c * sh->p + q;
+        cl_pp_stage_opts o = cl_pp_shape_opts(sh, cfg, st);
+        n += cl_pp_stage_predict(d, sh->part.u0[st], sh->part.u1[st], &o).total_bytes;
+    }
+    return n;
+}
+
+void cl_pp_shape_free(cl_pp_shape *sh) {
+    cl_schedule_free(&sh->sched);
+    memset(sh, 0, sizeof *sh);
+}
+
+cl_status cl_pp_shape_make(const cl_model_desc *d, const cl_train_config *cfg, int p, int dp, cl_pp_shape *sh) {
+    memset(sh, 0, sizeof *sh);
+    cl_sched_kind kind = (cl_sched_kind)cfg->schedule;
+    sh->p = p;
+    sh->zb = kind == CL_SCHED_ZB_H1;
+    sh->v = cfg->virtual_stages ? cfg->virtual_stages : (kind == CL_SCHED_INTERLEAVED ? 2 : 1);
+    if (sh->v > 1 && kind != CL_SCHED_INTERLEAVED)
+        return cl_error(CL_ERR_INVALID, "--virtual-stages %d needs --schedule interleaved (the %s schedule runs one chunk per rank)",
+                        sh->v, cl_sched_kind_name(kind));
+    if (sh->v > CL_PP_MAX_CHUNKS) return cl_error(CL_ERR_INVALID, "--virtual-stages %d: at most %d", sh->v, CL_PP_MAX_CHUNKS);
+    sh->m = cfg->global_batch / (cfg->micro_batch * dp);
+    sh->S = p * sh->v;
+    if (sh->S > CL_PP_MAX_STAGES) return cl_error(CL_ERR_INVALID, "%d stages: at most %d", sh->S, CL_PP_MAX_STAGES);
+    CL_TRY(cl_schedule_make(kind, p, sh->m, sh->v, &sh->sched));
+    int *free_at = malloc((size_t)(sh->v * sh->m) * sizeof *free_at);
+    cl_status s = free_at ? CL_OK : cl_error(CL_ERR_OOM, "cannot size the send buffers");
+    for (int r = 0; !s && r < p; r++) {
+        int peak[CL_PP_MAX_CHUNKS];
+        s = cl_schedule_grad_buffers(&sh->sched, r, free_at, peak);
+        for (int c = 0; !s && c < sh->v; c++) {
+            int st = c * p + r;
+            sh->ngb[st] = peak[c];
+            sh->live[st] = cl_schedule_chunk_live(&sh->sched, r, c);
+            if (sh->live[st] < 0) s = cl_error(CL_ERR_OOM, "cannot count live micro-batches");
+        }
+    }
+    free(free_at);
+    if (!s && cfg->pp_layout) s = cl_pp_partition_layout(d, cfg->pp_layout, sh->S, &sh->part);
+    else if (!s) {
+        /* The cap is per rank: a rank's chunks share it with what the rank
+         * keeps beside them. With one chunk per rank the partition checks
+         * exactly that; with several, the fastest cut is taken when every
+         * rank's total fits, else the fastest whose stages each fit an equal
+         * share of the cap. */
+        cl_pp_stage_opts opts[CL_PP_MAX_STAGES];
+        size_t extra[CL_PP_MAX_STAGES];
+        for (int st = 0; st < sh->S; st++) {
+            opts[st] = cl_pp_shape_opts(sh, cfg, st);
+            extra[st] = (cl_rank_extra_bytes(d, cfg, sh, st % p) + (size_t)sh->v - 1) / (size_t)sh->v;
+        }
+        size_t cap = cfg->device_memory;
+        if (sh->v > 1 && cap) {
+            s = cl_pp_partition_balanced(d, sh->S, opts, NULL, 0, &sh->part);
+            for (int q = 0; !s && q < p; q++)
+                if (shape_rank_bytes(d, cfg, sh, q) > cap) s = CL_ERR_OOM;
+            if (!s) return CL_OK;
+            cl_error_clear();
+            s = CL_OK;
+        }
+        if (sh->v > 1) cap /= (size_t)sh->v;
+        s = cl_pp_partition_balanced(d, sh->S, opts, extra, cap, &sh->part);
+    }
+    if (s) cl_pp_shape_free(sh);
+    return s;
+}
+
+static void add_cost(cl_mem_rank *r, const cl_pp_stage_cost *c) {
+    for (int k = 0; k < CL_MEM_NCAT; k++) r->bytes[k] += c->bytes[k];
+}
+
+static void finish_rank(cl_mem_rank *r, size_t extra) {
+    r->bytes[CL_MEM_WORKSPACE] += extra;
+    r->total = 0;
+    for (int k = 0; k < CL_MEM_NCAT; k++) r->total += r->bytes[k];
+}
+
+cl_status cl_memory_predict(const cl_train_config *cfg, int dp, int pp, cl_mem_rank *out) {
+    if (dp < 1 || pp < 1) return cl_error(CL_ERR_INVALID, "a mesh of dp %d x pp %d", dp, pp);
+    cl_model_desc *d;
+    CL_TRY(cl_model_describe(&cfg->model, cfg->seq_len, &d));
+    memset(out, 0, (size_t)(dp * pp) * sizeof *out);
+    cl_status s = CL_OK;
+    if (pp == 1) {
+        cl_pp_stage_opts o = {.B = cfg->micro_batch, .recompute = cfg->recompute, .live = 1, .single = 1};
+        cl_pp_stage_cost c = cl_pp_stage_predict(d, 0, d->nunits, &o);
+        for (int r = 0; r < dp; r++) {
+            out[r].rank = out[r].dp_rank = r;
+            add_cost(&out[r], &c);
+            finish_rank(&out[r], cl_rank_extra_bytes(d, cfg, NULL, 0));
+        }
+    } else {
+        cl_pp_shape sh;
+        s = cl_pp_shape_make(d, cfg, pp, dp, &sh);
+        for (int q = 0; !s && q < pp; q++)
+            for (int r = 0; r < dp; r++) {
+                cl_mem_rank *m = &out[q * dp + r];
+                m->rank = q * dp + r;
+                m->dp_rank = r;
+                m->pp_rank = q;
+                for (int c = 0; c < sh.v && c < 64; c++) {
+                    int st = c * pp + q;
+                    m->stage[m->nstages++] = st;
+                    cl_pp_stage_opts o = cl_pp_shape_opts(&sh, cfg, st);
+                    cl_pp_stage_cost cost = cl_pp_stage_predict(d, sh.part.u0[st], sh.part.u1[st], &o);
+                    add_cost(m, &cost);
+                }
+                finish_rank(m, cl_rank_extra_bytes(d, cfg, &sh, q));
+            }
+        if (!s) cl_pp_shape_free(&sh);
+    }
+    cl_model_desc_free(d);
+    return s;
+}
+
+/* The largest rank of a prediction: its index, or -1 when every rank fits cap. */
+static int worst_rank(const cl_mem_rank *r, int n, size_t cap, size_t *peak) {
+    int w = 0;
+    for (int i = 1; i < n; i++)
+        if (r[i].total > r[w].total) w = i;
+    *peak = r[w].total;
+    return r[w].total > cap ? w : -1;
+}
+
+/* The peak of the fullest rank under cfg, or 0 when it cannot be built. */
+static size_t run_peak(const cl_train_config *cfg, int dp, int pp, cl_mem_rank *buf) {
+    size_t peak = 0;
+    if (cl_memory_predict(cfg, dp, pp, buf) != CL_OK) {
+        cl_error_clear();
+        return 0;
+    }
+    worst_rank(buf, dp * pp, (size_t)-1, &peak);
+    return peak;
+}
+
+cl_status cl_memory_check(const cl_train_config *cfg, int dp, int pp) {
+    size_t cap = cfg->device_memory;
+    if (!cap) return CL_OK;
+    int n = dp * pp;
+    cl_mem_rank *r = malloc((size_t)n * sizeof *r), *tmp = malloc((size_t)n * sizeof *tmp);
+    if (!r || !tmp) {
+        free(r);
+        free(tmp);
+        return cl_error(CL_ERR_OOM, "cannot allocate the memory prediction");
+    }
+    size_t peak;
+    cl_status s = cl_memory_predict(cfg, dp, pp, r);
+    if (s == CL_ERR_OOM && pp > 1) {
+        /* no cut fits the cap: the figures of the cut it would take without one */
+        cl_train_config free_cfg = *cfg;
+        free_cfg.device_memory = 0;
+        cl_error_clear();
+        s = cl_memory_predict(&free_cfg, dp, pp, r);
+    }
+    int w = s ? -1 : worst_rank(r, n, cap, &peak);
+    if (s || w < 0) {
+        free(r);
+        free(tmp);
+        return s;
+    }
+    /* the nearest configurations that fit: one change each */
+    char fits[640] = "";
+    size_t used = 0;
+    int nfit = 0;
+    static const char *const rc_names[] = {"none", "selective", "full"};
+    static const char *const sched_names[] = {"gpipe", "1f1b", "interleaved", "zb-h1"};
+    for (int k = 0; k < 3 + 16 + 4 + 1 && nfit < 3; k++) {
+        cl_train_config c = *cfg;
+        char what[96];
+        if (k < 3) { /* recompute */
+            if (k == cfg->recompute) continue;
+            c.recompute = k;
+            snprintf(what, sizeof what, "--recompute %s", rc_names[k]);
+        } else if (k < 3 + 16) { /* a smaller micro-batch, same global batch */
+            int b = cfg->micro_batch >> (k - 2);
+            if (b < 1 || (cfg->global_batch % (b * dp))) continue;
+            if (cfg->schedule == 2 && pp > 1 && (cfg->global_batch / (b * dp)) % pp) continue;
+            c.micro_batch = b;
+            snprintf(what, sizeof what, "--micro-batch-size %d", b);
+        } else if (k < 3 + 16 + 4) { /* another schedule */
+            int sk = k - 19;
+            if (pp < 2 || sk == cfg->schedule || sk == 2) continue;
+            c.schedule = sk;
+            c.virtual_stages = 0;
+            snprintf(what, sizeof what, "--schedule %s", sched_names[sk]);
+        } else { /* the balanced layout */
+            if (!cfg->pp_layout || pp < 2) continue;
+            c.pp_layout = NULL;
+            snprintf(what, sizeof what, "the balanced layout (no --pp-layout)");
+        }
+        size_t pk = run_peak(&c, dp, pp, tmp);
+        if (!pk || pk > cap) continue;
+        char b[32];
+        used += (size_t)snprintf(fits + used, sizeof fits - used, "%s%s: peak %s", nfit ? "; " : "", what,
+                                 cl_format_bytes(pk, b, sizeof b));
+        if (used >= sizeof fits) used = sizeof fits - 1;
+        nfit++;
+    }
+    int big = 0;
+    for (int k = 1; k < CL_MEM_NCAT; k++)
+        if (r[w].bytes[k] > r[w].bytes[big]) big = k;
+    char stages[96] = "", capb[32], peakb[32], overb[32], catb[32];
+    for (int i = 0, u = 0; i < r[w].nstages; i++)
+        u += snprintf(stages + u, sizeof stages - (size_t)u, "%s%d", i ? "," : " (stage ", r[w].stage[i]);
+    if (r[w].nstages) strncat(stages, ")", sizeof stages - strlen(stages) - 1);
+    s = cl_error(CL_ERR_OOM,
+                 "rank %d%s needs %s but the cap is %s (%s over; the most is %s, %s); refused before allocating. %s%s",
+                 r[w].rank, stages, cl_format_bytes(peak, peakb, sizeof peakb), cl_format_bytes(cap, capb, sizeof capb),
+                 cl_format_bytes(peak - cap, overb, sizeof overb), cl_mem_cat_name(big),
+                 cl_format_bytes(r[w].bytes[big], catb, sizeof catb), nfit ? "Fits with " : "Nothing near fits: split the model over more ranks (--pp) or raise --device-memory",
+                 fits);
+    free(r);
+    free(tmp);
+    return s;
+}

@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# cleave memory: the prediction of every rank's device bytes equals what the
+# device measures, to the byte, category by category, over a grid of models
+# (gpt2-tiny shapes, one with a vocabulary not a multiple of 16, the CNN and
+# the MLP), meshes (1 rank, dp 2, pp 2 and 4 under every schedule, m < p and
+# m not a multiple of p), recompute modes and micro-batch sizes; and the cap
+# is a promise: capped at exactly the predicted peak a run trains three
+# steps; one byte less is refused before anything is allocated (status 2,
+# the message names rank, cap and what would fit, no step trained), unless
+# the balanced partition finds another cut under that cap, which must then
+# measure within it.
+set -u
+source "$(dirname "$0")/lib.sh"
+printf 'In the beginning God created the heaven and the earth.\n%.0s' $(seq 2000) > "$tmp/text.txt"
+G=(--threads 1 --eval-batches 1)
+D=(--data "$tmp/text.txt")
+points=0
+
+# compare JSON: every rank's predicted and measured categories equal
+compare() {
+    python3 - "$1" <<'PY'
+import json, sys
+bad = []
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    for k, v in r["predicted"].items():
+        if r["measured"][k] != v:
+            bad.append("rank %d %s: predicted %d, measured %d" % (r["rank"], k, v, r["measured"][k]))
+print("; ".join(bad))
+PY
+}
+peak_of() { python3 -c 'import json,sys; print(max(json.loads(l)["predicted"]["total"] for l in open(sys.argv[1])))' "$1"; }
+
+point() { # point ARGS...: one grid point (GPT points read the small text)
+    points=$((points + 1))
+    case " $* " in *" --model cnn "*|*" --model mlp "*) ;; *) set -- "${D[@]}" "$@" ;; esac
+    local out="$tmp/p$points.json"
+    if ! timeout 120 "$CLEAVE" memory --measure --json "${G[@]}" "$@" > "$out" 2> "$tmp/err"; then
+        check false "memory --measure $*: failed$(excerpt 3 "$(cat "$tmp/err")")"
+        return
+    fi
+    local diff
+    diff=$(compare "$out")
+    check '[ -z "$diff" ]' "grid point $*: $diff"
+    [ -n "${CL_MEMORY_CAPS:-1}" ] || return
+    local peak
+    peak=$(peak_of "$out")
+    timeout 120 "$CLEAVE" train "${G[@]}" "$@" --steps 3 --sample-tokens 0 --device-memory "${peak}B" > "$tmp/cap.out" 2>&1
+    check '[ $? -eq 0 ] && grep -q "step *3/3" "$tmp/cap.out"' "grid point $* capped at its predicted peak $peak B does not train$(excerpt 3 "$(tail -3 "$tmp/cap.out")")"
+    # one byte less: refused up front, or (a balanced cut may move) a layout that fits and measures so
+    timeout 120 "$CLEAVE" memory --measure --json "${G[@]}" "$@" --device-memory "$((peak - 1))B" > "$tmp/less.json" 2> "$tmp/less.err"
+    local rc=$? over=""
+    [ $rc -eq 0 ] && over=$(python3 -c 'import json,sys
+for l in open(sys.argv[1]):
+    r = json.loads(l)
+    if r["measured"]["total"] > int(sys.argv[2]) or r["measured"] != r["predicted"]: print("rank", r["rank"], r)' "$tmp/less.json" $((peak - 1)))
+    check '{ [ $rc -eq 0 ] && [ -z "$over" ]; } || { [ $rc -eq 2 ] && grep -q "refused before allocating" "$tmp/less.err" && [ "$(grep -c "" "$tmp/less.err")" -eq 1 ]; }' \
+        "grid point $* capped one byte under $peak B: status $rc $over$(excerpt 3 "$(cat "$tmp/less.err")")"
+}
+
+# one rank: shapes, recompute, micro-batch
+for mb in 1 4; do
+    for rc in none selective full; do point --micro-batch-size $mb --recompute $rc; done
+done
+point --layers 3 --channels 48 --heads 3 --vocab 300 --context 32 --micro-batch-size 2
+point --model cnn --micro-batch-size 4
+point --model mlp --micro-batch-size 1
+# data parallel
+point --dp 2 --micro-batch-size 2 --global-batch-size 8
+# pipelines: every schedule, m < p, m not a multiple of p
+for sch in gpipe 1f1b zb-h1; do
+    point --pp 2 --schedule $sch --micro-batch-size 2 --global-batch-size 8
+    point --pp 4 --schedule $sch --layers 4 --micro-batch-size 1 --global-batch-size 3
+done
+point --pp 2 --schedule interleaved --virtual-stages 2 --layers 4 --micro-batch-size 1 --global-batch-size 4
+point --pp 4 --schedule interleaved --virtual-stages 2 --layers 6 --micro-batch-size 1 --global-batch-size 8
+point --pp 2 --schedule 1f1b --recompute selective --micro-batch-size 4 --global-batch-size 4
+point --pp 2 --schedule zb-h1 --recompute full --micro-batch-size 1 --global-batch-size 5
+point --pp 2 --dp 2 --schedule 1f1b --micro-batch-size 1 --global-batch-size 6
+point --pp 2 --model cnn --schedule zb-h1 --micro-batch-size 2 --global-batch-size 8
+point --pp 2 --model mlp --schedule gpipe --micro-batch-size 4 --global-batch-size 8
+
+# the zb-h1 runs of the issue: they train or are refused up front
+for cap in 3.3MiB 3.4MiB; do
+    out=$(timeout 120 "$CLEAVE" train "${G[@]}" "${D[@]}" --pp 2 --schedule zb-h1 --micro-batch-size 2 --global-batch-size 16 \
+        --device-memory $cap --steps 2 --sample-tokens 0 2>&1); rc=$?
+    check '{ [ $rc -eq 0 ] && printf "%s" "$out" | grep -q "step *2/2"; } || { [ $rc -eq 2 ] && printf "%s" "$out" | grep -q "refused before allocating" && ! printf "%s" "$out" | grep -q "^step"; }' \
+        "zb-h1 under $cap: status $rc$(excerpt 3 "$(printf "%s" "$out" | tail -3)")"
+done
+# a refusal proposes what fits
+out=$(timeout 60 "$CLEAVE" train "${G[@]}" "${D[@]}" --micro-batch-size 8 --device-memory 6MiB --steps 1 2>&1); rc=$?
+check '[ $rc -eq 2 ] && printf "%s" "$out" | grep -q "Fits with .*--micro-batch-size 4: peak"' "no proposal: $out"
+echo "cli_memory: $points grid points"
+finish cli_memory
