@@ -82,6 +82,29 @@ static void check_one(cl_sched_kind kind, int p, int m, int v) {
             CHECK(fabs(res.bubble_total - want) < 1e-9, "zb-h1 p %d m %d: bubble %.12f, want %.12f", p, m, res.bubble_total, want);
         }
     }
+    /* input-gradient send buffers: a buffer is free again only after its
+     * destination's RECV_GRAD has ended in the simulated timeline, the pool
+     * holds at least one buffer where there are gradients to send, at most m */
+    int *free_at = malloc((size_t)(v * m) * sizeof *free_at), peak[64];
+    for (int r = 0; free_at && r < p; r++) {
+        CHECK_OK(cl_schedule_grad_buffers(&s, r, free_at, peak));
+        for (int c = 0; c < v; c++) {
+            int st = c * p + r;
+            CHECK(p == 1 || st == 0 ? peak[c] == 0 : peak[c] >= 1 && peak[c] <= m, "%s p %d m %d v %d rank %d chunk %d: %d send buffers",
+                  kn, p, m, v, r, c, peak[c]);
+            for (int mb = 0; p > 1 && st > 0 && mb < m; mb++) {
+                int f = free_at[c * m + mb];
+                int send = cl_schedule_find(&s, r, CL_ACT_SEND_GRAD, mb, c);
+                int q = (st - 1) % p, ri = cl_schedule_find(&s, q, CL_ACT_RECV_GRAD, mb, (st - 1) / p);
+                CHECK(send >= 0 && ri >= 0 && f > send, "%s p %d m %d rank %d mb %d: buffer free at %d before its send %d", kn, p, m, r, mb,
+                      f, send);
+                if (f < s.len[r] && ri >= 0)
+                    CHECK(res.end[q][ri] <= res.end[r][f - 1] + 1e-12, "%s p %d m %d v %d rank %d mb %d: free at %d before the receive ended",
+                          kn, p, m, v, r, mb, f);
+            }
+        }
+    }
+    free(free_at);
     /* timeline sanity: every action ends no earlier than it starts, within the makespan */
     for (int r = 0; r < p; r++)
         for (int i = 0; i < s.len[r]; i++)
