@@ -155,4 +155,25 @@ check '[ $rc -eq 2 ] && printf "%s" "$out" | grep -q "refused before allocating"
     "pipeline out of memory: status $rc: $out"
 out=$(timeout 60 "$CLEAVE" train --model cnn --pp 10 --micro-batch-size 2 --global-batch-size 20 --steps 1 2>&1 >/dev/null); rc=$?
 check '[ $rc -eq 2 ] && printf "%s" "$out" | grep -q "only 9 units: use fewer"' "cnn --pp 10: status $rc: $out"
+# --pp 2 --dp 2: each chunk's gradient buckets leave during its last backward
+# (the trace's GRAD_SYNC events start before that backward ends on every
+# rank), and the losses are bitwise those of one bucket per chunk
+ov=(--data "$tmp/text.txt" --threads 1 --pp 2 --dp 2 --micro-batch-size 1 --global-batch-size 8 --steps 3 --sample-tokens 0 --eval-batches 1)
+"$CLEAVE" train "${ov[@]}" --bucket-size 4KiB --trace "$tmp/ov.json" --log-file "$tmp/ov.jsonl" > "$tmp/ov.out" 2>&1
+check '[ $? -eq 0 ]' "pp2 x dp2 with buckets failed: $(tail -2 "$tmp/ov.out")"
+"$CLEAVE" train "${ov[@]}" --bucket-size 1GiB --log-file "$tmp/ov1.jsonl" > "$tmp/ov1.out" 2>&1
+check '[ $? -eq 0 ] && [ "$(figures "$tmp/ov.jsonl")" = "$(figures "$tmp/ov1.jsonl")" ]' "pp2 x dp2: 4 KiB buckets not bitwise equal to one bucket"
+overlap=$(python3 - "$tmp/ov.json" <<'PY'
+import json, sys
+x = [e for e in json.load(open(sys.argv[1]))["traceEvents"] if e.get("ph") == "X"]
+last = max(e["args"]["step"] for e in x)
+for pid in sorted({e["pid"] for e in x}):
+    mine = [e for e in x if e["pid"] == pid and e["args"]["step"] == last]
+    end = max(e["ts"] + e["dur"] for e in mine if e["args"]["kind"] in ("BWD", "BWD_WEIGHT"))
+    early = [e for e in mine if e["args"]["kind"] == "GRAD_SYNC" and e["ts"] < end]
+    if not early:
+        print("rank %d: no gradient reduction started before its last backward ended" % pid)
+PY
+)
+check '[ -z "$overlap" ]' "pp2 x dp2 overlap: $overlap"
 finish cli_pp

@@ -25,10 +25,7 @@ struct cl_trainer {
     float *mb_x;
     int step;
     int dp, dp_rank;           /* replicas and this one's index */
-    int nbuckets;              /* gradient buckets, in backward order */
-    int *bucket_unit;          /* the lowest unit of each bucket: launch after its backward */
-    int64_t *bucket_lo, *bucket_hi; /* float range of the flat gradient buffer */
-    cl_request **bucket_req;
+    struct cl_dp *dpm;         /* the single device's gradient buckets over the replicas (a pipeline has one per chunk) */
     double step_flops_per_sample;
     struct cl_pp *pp;          /* pipeline state (pipeline.c), NULL without a pipeline */
 };

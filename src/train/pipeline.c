@@ -35,6 +35,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cleave/dp.h"
 #include "train/internal.h"
 
 #define TIE_TAG CL_COMM_TAG_MAX
@@ -62,6 +63,8 @@ typedef struct {
     float **gb;          /* [ngb] each in_bytes */
     int *gb_mb;          /* [ngb] micro-batch whose gradient it holds or sends, -1 when free */
     cl_request **gb_req; /* [ngb] its send, once SEND_GRAD has posted it */
+    cl_dp *dp;           /* its gradient buckets over the data-parallel replicas */
+    int last_bwd;        /* index in this rank's actions of the backward that completes its weight gradients */
     size_t in_bytes, out_bytes;
 } pp_chunk;
 
@@ -164,6 +167,12 @@ cl_status cl_pp_create(cl_trainer *t) {
         CL_TRY(cl_model_split_tied(ch->m));
         CL_TRY(cl_model_set_recompute(ch->m, (cl_recompute)cfg->recompute));
         CL_TRY(cl_optimizer_create(&ch->opt, ch->m, &cfg->adamw));
+        CL_TRY(cl_dp_create(&ch->dp, t->dp > 1 ? cfg->dp_comm : NULL, ch->m, cfg->bucket_bytes));
+        ch->last_bwd = -1;
+        for (int i = 0; i < pp->sched.len[pp->r]; i++) {
+            const cl_action *a = &pp->sched.acts[pp->r][i];
+            if (a->chunk == c && (a->kind == CL_ACT_BWD || a->kind == CL_ACT_BWD_WEIGHT)) ch->last_bwd = i;
+        }
         cl_pp_slot_bytes z;
         cl_pp_slot_sizes(d, u0, u1, cfg->micro_batch, 0, &z);
         ch->in_bytes = z.in;
@@ -206,6 +215,7 @@ void cl_pp_destroy(cl_trainer *t) {
         free(ch->gb);
         free(ch->gb_mb);
         free(ch->gb_req);
+        cl_dp_destroy(ch->dp);
         if (ch->m) {
             if (ch->opt.m) cl_optimizer_destroy(&ch->opt, ch->m);
             cl_model_destroy(ch->m);
@@ -369,6 +379,8 @@ static cl_status tie_grads(cl_trainer *t, struct cl_pp *pp) {
     return CL_OK;
 }
 
+static cl_status record(struct cl_pp *pp, int trace, int step, const cl_action *a, double t0, double t1);
+
 static cl_status grad_sync(cl_trainer *t, struct cl_pp *pp) {
     for (int c = 0; c < pp->v; c++)
         for (int k = 0; k < pp->ch[c].ngb; k++) {
@@ -378,13 +390,13 @@ static cl_status grad_sync(cl_trainer *t, struct cl_pp *pp) {
             ch->gb_mb[k] = -1;
             CL_TRY(s);
         }
-    if (t->dp > 1) {
-        const cl_model_desc *d = t->desc;
-        for (int c = 0; c < pp->v; c++) {
-            cl_model *m = pp->ch[c].m;
-            if (m->nfloats) CL_TRY(cl_comm_allreduce(t->cfg.dp_comm, m->grads, (size_t)m->nfloats, CL_RED_SUM));
-            if (m->head_wte_g)
-                CL_TRY(cl_comm_allreduce(t->cfg.dp_comm, m->head_wte_g, (size_t)d->params[d->tied_wte].numel, CL_RED_SUM));
+    /* the buckets left during each chunk's last backward; wait for them (cleave/dp.h) */
+    for (int c = 0; c < pp->v; c++) {
+        CL_TRY(cl_dp_finish(pp->ch[c].dp));
+        double t1 = cl_now();
+        for (int k = 0; k < cl_dp_nbuckets(pp->ch[c].dp); k++) {
+            cl_action a = {CL_ACT_GRAD_SYNC, 0, c};
+            CL_TRY(record(pp, t->cfg.trace, t->step + 1, &a, cl_dp_launch_time(pp->ch[c].dp, k), t1));
         }
     }
     return tie_grads(t, pp);
@@ -429,12 +441,20 @@ static cl_status run_action(cl_trainer *t, struct cl_pp *pp, const cl_action *a,
         float *din = NULL;
         if (!ch->first) CL_TRY(gradbuf_get(pp, ch, a->chunk, a->mb, i, &din));
         int what = a->kind == CL_ACT_BWD ? CL_BWD_ALL : CL_BWD_INPUT;
+        /* the chunk's last combined backward completes its gradients: buckets leave as units finish */
+        int last = i == ch->last_bwd && what == CL_BWD_ALL;
+        if (last) cl_dp_begin(ch->dp);
         CL_TRY(cl_model_stage_backward(m, &sl->mbd, ch->first ? sl->mbd.x : sl->in, &sl->acts, ch->last ? NULL : sl->dout,
-                                       din, what, what == CL_BWD_INPUT ? sl->udout : NULL, NULL, NULL));
+                                       din, what, what == CL_BWD_INPUT ? sl->udout : NULL, last ? cl_dp_unit_done : NULL,
+                                       last ? ch->dp : NULL));
         return a->kind == CL_ACT_BWD ? release_slot(pp, ch, a->mb) : CL_OK;
     }
     case CL_ACT_BWD_WEIGHT:
         CL_TRY(cl_model_stage_backward_weight(m, &sl->mbd, ch->first ? sl->mbd.x : sl->in, &sl->acts, sl->udout));
+        if (i == ch->last_bwd) { /* a split backward: all of the chunk's buckets after its last weight pass */
+            cl_dp_begin(ch->dp);
+            CL_TRY(cl_dp_launch_rest(ch->dp));
+        }
         return release_slot(pp, ch, a->mb);
     case CL_ACT_SEND_ACT:
         return cl_comm_isend(pp->comm, cl_acts_output_mb(m, &sl->acts, m->u1 - 1, &sl->mbd), ch->out_bytes, next,

@@ -3,6 +3,7 @@
  * buckets during the last micro-batch's backward, and a pipeline hands the
  * step to its executor (pipeline.c). A sample is a function of its global
  * index, so every layout reads the same samples. */
+#include "cleave/dp.h"
 #include "cleave/kernels.h"
 #include "cleave/memory.h"
 #include "cleave/pipeline.h"
@@ -38,41 +39,6 @@ void cl_train_config_default(cl_train_config *c) {
     c->eval_batches = 16;
     c->bucket_bytes = 25u << 20;
     c->schedule = CL_SCHED_1F1B;
-}
-
-/* Cuts the units, last to first, into buckets of at least bucket_bytes of
- * parameters each; a bucket is a contiguous range of the flat buffer because
- * parameters are laid out in unit order. */
-static cl_status make_buckets(cl_trainer *t) {
-    const cl_model_desc *d = t->desc;
-    int n = d->nunits;
-    t->bucket_unit = calloc((size_t)n, sizeof *t->bucket_unit);
-    t->bucket_lo = calloc((size_t)n, sizeof *t->bucket_lo);
-    t->bucket_hi = calloc((size_t)n, sizeof *t->bucket_hi);
-    t->bucket_req = calloc((size_t)n, sizeof *t->bucket_req);
-    if (!t->bucket_unit || !t->bucket_lo || !t->bucket_hi || !t->bucket_req) return cl_error(CL_ERR_OOM, "cannot allocate gradient buckets");
-    size_t limit = t->cfg.bucket_bytes ? t->cfg.bucket_bytes : 1;
-    int64_t hi = -1;
-    size_t bytes = 0;
-    for (int u = n - 1; u >= 0; u--) {
-        const cl_unit *un = &d->units[u];
-        if (!un->nparams) continue;
-        const cl_param_spec *first = &d->params[un->first_param], *last = &d->params[un->first_param + un->nparams - 1];
-        if (hi < 0) hi = last->offset + last->numel;
-        for (int i = 0; i < un->nparams; i++) bytes += (size_t)d->params[un->first_param + i].numel * sizeof(float);
-        int lowest = 1;
-        for (int v = u - 1; v >= 0; v--)
-            if (d->units[v].nparams) lowest = 0;
-        if (bytes >= limit || lowest) {
-            t->bucket_unit[t->nbuckets] = u;
-            t->bucket_lo[t->nbuckets] = first->offset;
-            t->bucket_hi[t->nbuckets] = hi;
-            t->nbuckets++;
-            hi = -1;
-            bytes = 0;
-        }
-    }
-    return CL_OK;
 }
 
 /* Tokenizes a text file once and caches the tokens beside it as
@@ -201,7 +167,7 @@ cl_status cl_trainer_create(cl_trainer **out, const cl_train_config *cfg) {
     if (!s) s = cl_device_alloc(t->dev, CL_MEM_WORKSPACE, z.ids, (void **)&t->mb_tokens);
     if (!s) s = cl_device_alloc(t->dev, CL_MEM_WORKSPACE, z.ids, (void **)&t->mb_targets);
     if (!s && z.x) s = cl_device_alloc(t->dev, CL_MEM_WORKSPACE, z.x, (void **)&t->mb_x);
-    if (!s) s = make_buckets(t);
+    if (!s && !pipeline) s = cl_dp_create(&t->dpm, cfg->dp_comm, t->model, cfg->bucket_bytes);
     if (s) {
         cl_trainer_destroy(t);
         return s;
@@ -234,10 +200,7 @@ void cl_trainer_destroy(cl_trainer *t) {
     cl_tokens_free(&t->tokens);
     cl_digits_free(&t->digits);
     free(t->perm);
-    free(t->bucket_unit);
-    free(t->bucket_lo);
-    free(t->bucket_hi);
-    free(t->bucket_req);
+    cl_dp_destroy(t->dpm);
     free(t);
 }
 
@@ -273,36 +236,12 @@ void cl_trainer_fill_batch(cl_trainer *t, int64_t k0, int B, int32_t *tokens, in
 }
 
 /* Backward of the last micro-batch with each bucket's all-reduce launched
- * as soon as the units it covers are done. */
-typedef struct {
-    cl_trainer *t;
-    int next; /* buckets launched so far */
-} bucket_state;
-
-static cl_status launch_buckets(void *ctx, int u) {
-    bucket_state *bs = ctx;
-    cl_trainer *t = bs->t;
-    const cl_model_desc *d = t->desc;
-    /* the wte gradient is complete once the embedding is: add the head's part before it is sent */
-    if (d->tied_wte >= 0 && u == d->params[d->tied_wte].unit) cl_model_tie_grads(t->model);
-    while (bs->next < t->nbuckets && t->bucket_unit[bs->next] == u) {
-        int k = bs->next++;
-        CL_TRY(cl_comm_iallreduce(t->cfg.dp_comm, t->model->grads + t->bucket_lo[k],
-                                  (size_t)(t->bucket_hi[k] - t->bucket_lo[k]), CL_RED_SUM, &t->bucket_req[k]));
-    }
-    return CL_OK;
-}
-
+ * as soon as the units it covers are done (cleave/dp.h). */
 static cl_status backward_with_buckets(cl_trainer *t, const cl_microbatch *mb) {
-    bucket_state bs = {t, 0};
-    cl_status s = cl_model_backward(t->model, mb, &t->acts, launch_buckets, &bs);
-    /* wait for every launched bucket, even after an error, so none is left in flight */
-    for (int k = 0; k < bs.next; k++) {
-        cl_status w = cl_comm_wait(t->cfg.dp_comm, t->bucket_req[k]);
-        t->bucket_req[k] = NULL;
-        if (!s) s = w;
-    }
-    return s;
+    cl_dp_begin(t->dpm);
+    cl_status s = cl_model_backward(t->model, mb, &t->acts, cl_dp_unit_done, t->dpm);
+    cl_status w = cl_dp_finish(t->dpm); /* waits for every launched bucket, even after an error */
+    return s ? s : w;
 }
 
 cl_status cl_step_check_finite(int step, double loss, double norm) {
