@@ -340,19 +340,13 @@ static cl_status train_rank(cl_comm *world, void *arg) {
     cl_train_config c = j->c;
     int rank = world ? cl_comm_rank(world) : 0;
     int lead = rank == 0;
-    cl_comm *dp = NULL, *pp = NULL;
+    cl_groups groups = {0};
     cl_set_threads(j->threads);
     cl_status s = CL_OK;
     if (world && !strcmp(j->comm_name, "threads")) CL_TRY(agree_job(world, j)); /* MPI: in train_rank_mpi */
-    if (world && cl_comm_size(world) > 1) {
-        s = cl_comm_split(world, cl_mesh_group_index(&j->mesh, CL_AXIS_DP, rank), rank, &dp);
-        if (!s) s = cl_comm_split(world, cl_mesh_group_index(&j->mesh, CL_AXIS_PP, rank), rank, &pp);
-        if (s) {
-            cl_comm_free(dp);
-            return s;
-        }
-        c.dp_comm = dp;
-        c.pp_comm = pp;
+    if (world) {
+        CL_TRY(cl_groups_create(world, &j->mesh, &groups));
+        c.groups = &groups;
     }
     cl_trainer *t = NULL;
     /* rank 0 tokenizes and caches the corpus first; the others then read the cache */
@@ -450,8 +444,7 @@ static cl_status train_rank(cl_comm *world, void *arg) {
     free(plot_text);
     if (log && fclose(log) != 0 && !s) s = cl_error(CL_ERR_IO, "--log-file %s: closing failed: %s", j->log_path, strerror(errno));
     cl_trainer_destroy(t);
-    cl_comm_free(pp);
-    cl_comm_free(dp);
+    cl_groups_free(&groups);
     return s;
 }
 

@@ -191,7 +191,7 @@ cl_status cl_trainer_create(cl_trainer **out, const cl_train_config *cfg) {
                         cfg->micro_batch);
     if (cfg->steps < 1) return cl_error(CL_ERR_INVALID, "--steps must be positive (got %d)", cfg->steps);
     if (!(cfg->lr.lr > 0)) return cl_error(CL_ERR_INVALID, "--lr must be positive");
-    int dp = cfg->dp_comm ? cl_comm_size(cfg->dp_comm) : 1;
+    int dp = cfg->groups ? cl_comm_size(cfg->groups->dp) : 1;
     if (cfg->global_batch % (cfg->micro_batch * dp))
         return cl_error(CL_ERR_INVALID,
                         "--global-batch-size %d must be a multiple of --micro-batch-size %d x %d data-parallel replicas",
@@ -200,9 +200,9 @@ cl_status cl_trainer_create(cl_trainer **out, const cl_train_config *cfg) {
     if (!t) return cl_error(CL_ERR_OOM, "cannot allocate a trainer");
     t->cfg = *cfg;
     t->dp = dp;
-    t->dp_rank = cfg->dp_comm ? cl_comm_rank(cfg->dp_comm) : 0;
+    t->dp_rank = cfg->groups ? cl_comm_rank(cfg->groups->dp) : 0;
     cl_status s = cl_model_describe(&cfg->model, cfg->seq_len, &t->desc);
-    int pipeline = cfg->pp_comm && cl_comm_size(cfg->pp_comm) > 1;
+    int pipeline = cfg->groups && cl_comm_size(cfg->groups->pp) > 1;
     if (!s && !pipeline) s = check_fits(t->desc, cfg);
     if (!s) s = load_data(t);
     if (!s) s = cl_device_create_cpu(&t->dev, cfg->device_memory, 0);
@@ -303,7 +303,7 @@ static cl_status launch_buckets(void *ctx, int u) {
     if (d->tied_wte >= 0 && u == d->params[d->tied_wte].unit) cl_model_tie_grads(t->model);
     while (bs->next < t->nbuckets && t->bucket_unit[bs->next] == u) {
         int k = bs->next++;
-        CL_TRY(cl_comm_iallreduce(t->cfg.dp_comm, t->model->grads + t->bucket_lo[k],
+        CL_TRY(cl_comm_iallreduce(t->cfg.groups->dp, t->model->grads + t->bucket_lo[k],
                                   (size_t)(t->bucket_hi[k] - t->bucket_lo[k]), CL_RED_SUM, &t->bucket_req[k]));
     }
     return CL_OK;
@@ -314,7 +314,7 @@ static cl_status backward_with_buckets(cl_trainer *t, const cl_microbatch *mb) {
     cl_status s = cl_model_backward(t->model, mb, &t->acts, launch_buckets, &bs);
     /* wait for every launched bucket, even after an error, so none is left in flight */
     for (int k = 0; k < bs.next; k++) {
-        cl_status w = cl_comm_wait(t->cfg.dp_comm, t->bucket_req[k]);
+        cl_status w = cl_comm_wait(t->cfg.groups->dp, t->bucket_req[k]);
         t->bucket_req[k] = NULL;
         if (!s) s = w;
     }
@@ -378,7 +378,7 @@ cl_status cl_trainer_step(cl_trainer *t, cl_step_stats *st) {
         loss_sum += ls;
     }
     if (t->dp == 1) cl_model_tie_grads(t->model); /* with dp > 1 the bucket hook did it */
-    if (t->dp > 1) CL_TRY(cl_comm_allreduce_f64(c->dp_comm, &loss_sum, 1, CL_RED_SUM));
+    if (t->dp > 1) CL_TRY(cl_comm_allreduce_f64(c->groups->dp, &loss_sum, 1, CL_RED_SUM));
     double norm;
     CL_PROF("grad norm", 0, norm = cl_grad_norm(t->model));
     CL_TRY(cl_step_check_finite(t->step + 1, loss_sum, norm));
@@ -498,7 +498,7 @@ cl_status cl_trainer_eval(cl_trainer *t, double *loss) {
     double sum = 0;
     CL_TRY(eval_loop(&e, t->cfg.micro_batch, t->mb_tokens, t->mb_targets, t->mb_x, t->pp ? cl_pp_eval_batch : model_eval_batch,
                      t->pp ? (void *)t : &me, &sum));
-    if (t->pp) CL_TRY(cl_comm_allreduce_f64(t->cfg.pp_comm, &sum, 1, CL_RED_SUM));
+    if (t->pp) CL_TRY(cl_comm_allreduce_f64(t->cfg.groups->pp, &sum, 1, CL_RED_SUM));
     *loss = eval_mean(&e, sum);
     return CL_OK;
 }
