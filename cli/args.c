@@ -18,6 +18,9 @@ static int find_flag(const cli_flag *flags, int n, const char *name, size_t len)
 
 cl_status cli_parse(cli_args *a, const cli_flag *flags, int nflags, int argc, char **argv, int start) {
     memset(a, 0, sizeof *a);
+    if (nflags < 0 || nflags > CLI_MAX_FLAGS)
+        return cl_error(CL_ERR_INTERNAL, "a flag table of %d flags: the parser holds at most %d (CLI_MAX_FLAGS, cli/args.h)", nflags,
+                        CLI_MAX_FLAGS);
     a->flags = flags;
     a->nflags = nflags;
     for (int i = start; i < argc; i++) {

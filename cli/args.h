@@ -19,13 +19,18 @@ typedef struct {
 
 #define NFLAGS(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
+/* The most flags one command's table may have (train has about 55). */
+#define CLI_MAX_FLAGS 128
+
 typedef struct {
     const cli_flag *flags;
     int nflags;
-    const char *values[64]; /* value per flag (or "1" for switches), NULL if absent */
+    const char *values[CLI_MAX_FLAGS]; /* value per flag (or "1" for switches), NULL if absent */
 } cli_args;
 
-/* Parses argv[start..argc). Unknown flags and positional arguments are errors. */
+/* Parses argv[start..argc). Unknown flags and positional arguments are
+ * errors; a table of more than CLI_MAX_FLAGS flags is a bug of the command
+ * (CL_ERR_INTERNAL, and *a then knows no flag). */
 cl_status cli_parse(cli_args *a, const cli_flag *flags, int nflags, int argc, char **argv, int start);
 const char *cli_get(const cli_args *a, const char *name);
 /* Gives flag `name` this value when the command line did not. */
