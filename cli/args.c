@@ -100,6 +100,34 @@ cl_status cli_bytes(const cli_args *a, const char *name, size_t *out) {
     return s ? cl_error_context(s, "--%s", name) : CL_OK;
 }
 
+cl_status cli_parse_model(const cli_args *a, cl_model_config *mc, int *seq_len) {
+    const char *name = cli_get(a, "model");
+    CL_TRY(cl_model_preset(name ? name : "gpt2-tiny", mc));
+    int custom = 0;
+    const char *shape[] = {"layers", "channels", "heads", "vocab", "context"};
+    for (int i = 0; i < 5; i++)
+        if (cli_get(a, shape[i])) {
+            custom = 1;
+            if (mc->kind != CL_MODEL_GPT) return cl_error(CL_ERR_INVALID, "--%s applies to GPT models, not %s", shape[i], mc->name);
+        }
+    CL_TRY(cli_int(a, "layers", &mc->layers, 1, 1 << 20));
+    CL_TRY(cli_int(a, "channels", &mc->channels, 1, 1 << 20));
+    CL_TRY(cli_int(a, "heads", &mc->heads, 1, 1 << 20));
+    CL_TRY(cli_int(a, "vocab", &mc->vocab, 1, 1 << 30));
+    CL_TRY(cli_int(a, "context", &mc->seq_len, 1, 1 << 20));
+    *seq_len = 0;
+    CL_TRY(cli_int(a, "seq-len", seq_len, 1, 1 << 20));
+    if (cli_get(a, "seq-len") && mc->kind != CL_MODEL_GPT) return cl_error(CL_ERR_INVALID, "--seq-len applies to GPT models");
+    if (custom) {
+        snprintf(mc->name, sizeof mc->name, "custom");
+        if (!cli_get(a, "context") && *seq_len > mc->seq_len) mc->seq_len = *seq_len;
+    }
+    CL_TRY(cl_model_config_check(mc));
+    if (mc->kind == CL_MODEL_GPT && *seq_len > mc->seq_len)
+        return cl_error(CL_ERR_INVALID, "--seq-len %d is longer than the model's context (%d)", *seq_len, mc->seq_len);
+    return CL_OK;
+}
+
 const char *cli_man_summary;
 
 /* Text as troff reads it: backslashes, hyphens and a line's leading '.' or

@@ -56,7 +56,7 @@ int cli_exit_status(cl_status s);
 int cli_fail(cl_status s);
 
 /* The model flags (--model, --layers, --channels, --heads, --vocab, --context,
- * --seq-len) into a checked config (cli/main.c). */
+ * --seq-len) into a checked config (cli/args.c; used by train and bench step). */
 cl_status cli_parse_model(const cli_args *a, cl_model_config *mc, int *seq_len);
 
 /* `cleave plot`'s loss chart of one run from its log's text (JSON lines as

@@ -5,7 +5,8 @@
  * A table of more flags than the old fixed 64 slots: every one is found,
  * by name, alias and --name=value, the last included; cli_default reaches
  * past 64; a table larger than CLI_MAX_FLAGS is refused as a bug, with no
- * flag known afterwards. */
+ * flag known afterwards. cli_parse_model (train's and bench step's model
+ * flags) lives here too: a preset, a custom shape, and its errors. */
 #include <stdio.h>
 #include <string.h>
 
@@ -65,8 +66,35 @@ static void test_table_limit(void) {
     CHECK(a.nflags == 0 && cli_get(&a, "flag1") == NULL, "an oversized table left flags known");
 }
 
+static const cli_flag model_flags[] = {{"model", "", 1, ""},   {"layers", "", 1, ""}, {"channels", "", 1, ""}, {"heads", "", 1, ""},
+                                       {"vocab", "", 1, ""},   {"context", "", 1, ""}, {"seq-len", "", 1, ""}};
+
+static cl_status parse_model(int argc, char **argv, cl_model_config *mc, int *T) {
+    cli_args a;
+    CL_TRY(cli_parse(&a, model_flags, NFLAGS(model_flags), argc, argv, 0));
+    return cli_parse_model(&a, mc, T);
+}
+
+static void test_model_flags(void) {
+    cl_model_config mc;
+    int T = -1;
+    char *none[] = {NULL};
+    CHECK_OK(parse_model(0, none, &mc, &T));
+    CHECK(!strcmp(mc.name, "gpt2-tiny") && T == 0, "no flags: %s, seq-len %d", mc.name, T);
+    char *custom[] = {"--layers", "3", "--seq-len", "48"};
+    CHECK_OK(parse_model(4, custom, &mc, &T));
+    CHECK(!strcmp(mc.name, "custom") && mc.layers == 3 && T == 48, "custom: %s, %d layers, seq-len %d", mc.name, mc.layers, T);
+    char *mlp[] = {"--model", "mlp", "--heads", "2"};
+    CHECK(parse_model(4, mlp, &mc, &T) == CL_ERR_INVALID && strstr(cl_last_error(), "--heads applies to GPT models"), "mlp --heads: %s",
+          cl_last_error());
+    char *longer[] = {"--context", "16", "--seq-len", "32"};
+    CHECK(parse_model(4, longer, &mc, &T) == CL_ERR_INVALID && strstr(cl_last_error(), "longer than the model's context"),
+          "seq-len past the context: %s", cl_last_error());
+}
+
 int main(void) {
     test_many_flags();
     test_table_limit();
+    test_model_flags();
     return cl_test_report("test_args");
 }
