@@ -96,7 +96,7 @@ $(BUILD)/obj/data/datadir.o: src/data/datadir.c $(HDRS) Makefile $(BUILD)/prefix
 # (kept equal to PREFIX as the Makefile is read, so it changes only with PREFIX)
 $(shell mkdir -p $(BUILD) && { [ "$$(cat $(BUILD)/prefix.txt 2>/dev/null)" = "$(PREFIX)" ] || echo "$(PREFIX)" > $(BUILD)/prefix.txt; })
 
-$(BUILD)/obj/cli/%.o: cli/%.c $(HDRS)
+$(BUILD)/obj/cli/%.o: cli/%.c $(HDRS) $(wildcard cli/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
 
@@ -154,6 +154,9 @@ uninstall:
 $(BUILD)/tests/%: tests/%.c $(TEST_COMMON) $(BUILD)/libcleave.a $(HDRS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Itests $< $(TEST_COMMON) $(BUILD)/libcleave.a $(LDLIBS) -o $@
+
+# test_args compiles cli/args.c into itself (the cli/ code is not in the library).
+$(BUILD)/tests/test_args: cli/args.c cli/args.h
 
 $(BUILD)/examples/%: examples/%.c $(BUILD)/libcleave.a $(HDRS)
 	@mkdir -p $(dir $@)

@@ -19,13 +19,18 @@ typedef struct {
 
 #define NFLAGS(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
+/* The most flags one command's table may have (train has about 55). */
+#define CLI_MAX_FLAGS 128
+
 typedef struct {
     const cli_flag *flags;
     int nflags;
-    const char *values[64]; /* value per flag (or "1" for switches), NULL if absent */
+    const char *values[CLI_MAX_FLAGS]; /* value per flag (or "1" for switches), NULL if absent */
 } cli_args;
 
-/* Parses argv[start..argc). Unknown flags and positional arguments are errors. */
+/* Parses argv[start..argc). Unknown flags and positional arguments are
+ * errors; a table of more than CLI_MAX_FLAGS flags is a bug of the command
+ * (CL_ERR_INTERNAL, and *a then knows no flag). */
 cl_status cli_parse(cli_args *a, const cli_flag *flags, int nflags, int argc, char **argv, int start);
 const char *cli_get(const cli_args *a, const char *name);
 /* Gives flag `name` this value when the command line did not. */
@@ -51,7 +56,7 @@ int cli_exit_status(cl_status s);
 int cli_fail(cl_status s);
 
 /* The model flags (--model, --layers, --channels, --heads, --vocab, --context,
- * --seq-len) into a checked config (cli/main.c). */
+ * --seq-len) into a checked config (cli/args.c; used by train and bench step). */
 cl_status cli_parse_model(const cli_args *a, cl_model_config *mc, int *seq_len);
 
 /* `cleave plot`'s loss chart of one run from its log's text (JSON lines as

@@ -90,34 +90,6 @@ static cl_status check_mesh(cl_mesh *m, int world, int dp, int tp, int pp) {
     return CL_OK;
 }
 
-cl_status cli_parse_model(const cli_args *a, cl_model_config *mc, int *seq_len) {
-    const char *name = cli_get(a, "model");
-    CL_TRY(cl_model_preset(name ? name : "gpt2-tiny", mc));
-    int custom = 0;
-    const char *shape[] = {"layers", "channels", "heads", "vocab", "context"};
-    for (int i = 0; i < 5; i++)
-        if (cli_get(a, shape[i])) {
-            custom = 1;
-            if (mc->kind != CL_MODEL_GPT) return cl_error(CL_ERR_INVALID, "--%s applies to GPT models, not %s", shape[i], mc->name);
-        }
-    CL_TRY(cli_int(a, "layers", &mc->layers, 1, 1 << 20));
-    CL_TRY(cli_int(a, "channels", &mc->channels, 1, 1 << 20));
-    CL_TRY(cli_int(a, "heads", &mc->heads, 1, 1 << 20));
-    CL_TRY(cli_int(a, "vocab", &mc->vocab, 1, 1 << 30));
-    CL_TRY(cli_int(a, "context", &mc->seq_len, 1, 1 << 20));
-    *seq_len = 0;
-    CL_TRY(cli_int(a, "seq-len", seq_len, 1, 1 << 20));
-    if (cli_get(a, "seq-len") && mc->kind != CL_MODEL_GPT) return cl_error(CL_ERR_INVALID, "--seq-len applies to GPT models");
-    if (custom) {
-        snprintf(mc->name, sizeof mc->name, "custom");
-        if (!cli_get(a, "context") && *seq_len > mc->seq_len) mc->seq_len = *seq_len;
-    }
-    CL_TRY(cl_model_config_check(mc));
-    if (mc->kind == CL_MODEL_GPT && *seq_len > mc->seq_len)
-        return cl_error(CL_ERR_INVALID, "--seq-len %d is longer than the model's context (%d)", *seq_len, mc->seq_len);
-    return CL_OK;
-}
-
 static int json_line(FILE *f, const cl_step_stats *st) {
     fprintf(f, "{\"step\": %d, \"loss\": %.17g, \"lr\": %.9g, \"grad_norm\": %.17g, \"ms\": %.3f, \"tokens_per_s\": %.1f, \"peak_bytes\": %zu, \"act_bytes\": %zu",
             st->step, st->loss, st->lr, st->grad_norm, st->seconds * 1e3, st->tokens_per_s, st->peak_bytes, st->act_bytes);
@@ -376,19 +348,13 @@ static cl_status train_rank(cl_comm *world, void *arg) {
     cl_train_config c = j->c;
     int rank = world ? cl_comm_rank(world) : 0;
     int lead = rank == 0;
-    cl_comm *dp = NULL, *pp = NULL;
+    cl_groups groups = {0};
     cl_set_threads(j->threads);
     cl_status s = CL_OK;
     if (world && !strcmp(j->comm_name, "threads")) CL_TRY(agree_job(world, j)); /* MPI: in train_rank_mpi */
-    if (world && cl_comm_size(world) > 1) {
-        s = cl_comm_split(world, cl_mesh_group_index(&j->mesh, CL_AXIS_DP, rank), rank, &dp);
-        if (!s) s = cl_comm_split(world, cl_mesh_group_index(&j->mesh, CL_AXIS_PP, rank), rank, &pp);
-        if (s) {
-            cl_comm_free(dp);
-            return s;
-        }
-        c.dp_comm = dp;
-        c.pp_comm = pp;
+    if (world) {
+        CL_TRY(cl_groups_create(world, &j->mesh, &groups));
+        c.groups = &groups;
     }
     cl_trainer *t = NULL;
     /* rank 0 tokenizes and caches the corpus first; the others then read the cache */
@@ -488,8 +454,7 @@ static cl_status train_rank(cl_comm *world, void *arg) {
     free(plot_text);
     if (log && fclose(log) != 0 && !s) s = cl_error(CL_ERR_IO, "--log-file %s: closing failed: %s", j->log_path, strerror(errno));
     cl_trainer_destroy(t);
-    cl_comm_free(pp);
-    cl_comm_free(dp);
+    cl_groups_free(&groups);
     return s;
 }
 

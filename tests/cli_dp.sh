@@ -34,7 +34,7 @@ if "$CLEAVE" --version | grep -q "mpi: yes" && command -v mpirun > /dev/null; th
     check 'close "$tmp/mpi2.jsonl" "$tmp/dp1.jsonl" 1e-6' "MPI dp=2 losses differ from dp=1"
     check '[ "$(losses "$tmp/mpi2.jsonl")" = "$(losses "$tmp/dp2.jsonl")" ]' "MPI and threads dp=2 losses are not bitwise equal"
     start=$SECONDS
-    CLEAVE_FAULT=rank:1:op:5 timeout 120 mpirun --oversubscribe -np 2 "$CLEAVE" train "${common[@]}" --comm mpi --comm-timeout 20 > "$tmp/mpifault.out" 2>&1
+    CLEAVE_FAULT=rank:1:allreduce:1 timeout 120 mpirun --oversubscribe -np 2 "$CLEAVE" train "${common[@]}" --comm mpi --comm-timeout 20 > "$tmp/mpifault.out" 2>&1
     rc=$?
     check '[ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "rank 1" "$tmp/mpifault.out"' "MPI fault: status $rc: $(tail -3 "$tmp/mpifault.out")"
     echo "mpi fault ended the job in $((SECONDS - start)) s with status $rc"
@@ -60,7 +60,7 @@ else
 fi
 
 start=$SECONDS
-CLEAVE_FAULT=rank:1:op:5 timeout 120 "$CLEAVE" train "${common[@]}" --ranks 2 --comm-timeout 20 > "$tmp/fault.out" 2>&1
+CLEAVE_FAULT=rank:1:allreduce:1 timeout 120 "$CLEAVE" train "${common[@]}" --ranks 2 --comm-timeout 20 > "$tmp/fault.out" 2>&1
 rc=$?
 check '[ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "rank 1" "$tmp/fault.out"' "threads fault: status $rc: $(tail -3 "$tmp/fault.out")"
 echo "threads fault ended the run in $((SECONDS - start)) s with status $rc: $(grep -m1 'error' "$tmp/fault.out")"

@@ -30,19 +30,6 @@
 #include <time.h>
 #include <unistd.h>
 
-static pthread_mutex_t check_mu = PTHREAD_MUTEX_INITIALIZER;
-#define TCHECK(...)                          \
-    do {                                     \
-        pthread_mutex_lock(&check_mu);       \
-        CHECK(__VA_ARGS__);                  \
-        pthread_mutex_unlock(&check_mu);     \
-    } while (0)
-#define TCHECK_OK(expr)                                                                           \
-    do {                                                                                          \
-        cl_status s_ = (expr);                                                                    \
-        TCHECK(s_ == CL_OK, "%s -> %s: %s", #expr, cl_status_name(s_), cl_last_error());          \
-    } while (0)
-
 static void sleep_s(double s) {
     struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
     nanosleep(&ts, NULL);

@@ -4,12 +4,15 @@
  * Megatron-LM documents (tp 2, pp 4, dp 2); properties (round trips, each
  * axis partitions the world, a rank's place in its group is its coordinate,
  * groups numbered by smallest member) for every shape of up to 48 ranks;
- * every error of cl_mesh_init, with its message. */
+ * every error of cl_mesh_init, with its message. The process groups
+ * (cl_groups_create, comm.h) on thread ranks: each group's size, members and
+ * rank order, gathered inside the group, equal the pure functions' groups. */
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "cleave/comm.h"
 #include "cleave/mesh.h"
 #include "common/check.h"
 
@@ -238,9 +241,91 @@ static void test_errors(void) {
     CHECK(c.dp == INT_MAX - 1 && cl_mesh_rank(&m, c) == INT_MAX - 1, "largest rank round trip");
 }
 
+/* ---- process groups on thread ranks ---- */
+
+static cl_comm *group_of(const cl_groups *g, cl_axis axis) {
+    switch (axis) {
+    case CL_AXIS_TP: return g->tp;
+    case CL_AXIS_DP: return g->dp;
+    case CL_AXIS_PP: return g->pp;
+    case CL_AXIS_EMBED: return g->embd;
+    case CL_AXIS_MP: return g->mp;
+    default: return NULL;
+    }
+}
+
+/* Every axis: the group's world ranks, all-gathered inside the group, are
+ * cl_mesh_group's members in order (a middle stage's embd: the rank alone),
+ * and a sum over the group adds exactly those ranks. */
+static cl_status groups_rank(cl_comm *world, void *arg) {
+    const cl_mesh *m = arg;
+    int me = cl_comm_rank(world);
+    cl_groups g;
+    cl_status s = cl_groups_create(world, m, &g);
+    TCHECK(s == CL_OK, "rank %d: cl_groups_create: %s", me, cl_last_error());
+    if (s) return s;
+    TCHECK(g.world == world && g.mesh.dp == m->dp && g.mesh.tp == m->tp && g.mesh.pp == m->pp, "rank %d: world or mesh", me);
+    int *want = malloc((size_t)m->world * sizeof *want), *got = malloc((size_t)m->world * sizeof *got);
+    if (!want || !got) s = cl_error(CL_ERR_OOM, "test buffers");
+    for (int a = 0; a < CL_AXIS_COUNT && !s; a++) {
+        cl_comm *c = group_of(&g, (cl_axis)a);
+        TCHECK(c != NULL, "rank %d: no %s group", me, cl_axis_name((cl_axis)a));
+        if (!c) continue;
+        int n = cl_mesh_group(m, (cl_axis)a, me, want);
+        if (n == 0) want[n++] = me; /* a middle stage's embedding group: itself */
+        int size = cl_comm_size(c), r = cl_comm_rank(c);
+        TCHECK(size == n, "rank %d: %s group has %d ranks, want %d", me, cl_axis_name((cl_axis)a), size, n);
+        TCHECK(cl_comm_world_rank(c) == me, "rank %d: %s group's world rank %d", me, cl_axis_name((cl_axis)a), cl_comm_world_rank(c));
+        if (size != n) continue;
+        TCHECK(r >= 0 && r < n && want[r] == me, "rank %d: %s group rank %d is not its place in the members", me,
+               cl_axis_name((cl_axis)a), r);
+        if ((s = cl_comm_allgather(c, &me, got, sizeof me))) break;
+        for (int i = 0; i < n; i++)
+            TCHECK(got[i] == want[i], "rank %d: %s group member %d is world rank %d, want %d", me, cl_axis_name((cl_axis)a), i, got[i],
+                   want[i]);
+        float sum = (float)me, wsum = 0;
+        if ((s = cl_comm_allreduce(c, &sum, 1, CL_RED_SUM))) break;
+        for (int i = 0; i < n; i++) wsum += (float)want[i];
+        TCHECK(sum == wsum, "rank %d: %s group sums to %g, want %g", me, cl_axis_name((cl_axis)a), sum, wsum);
+    }
+    free(want);
+    free(got);
+    cl_groups_free(&g);
+    TCHECK(!g.tp && !g.dp && !g.pp && !g.embd && !g.mp, "rank %d: cl_groups_free left a communicator", me);
+    cl_groups_free(&g); /* again: a no-op */
+    return s;
+}
+
+/* A mesh of another world size: refused on every rank, nothing split. */
+static cl_status groups_wrong_world(cl_comm *world, void *arg) {
+    (void)arg;
+    cl_mesh m;
+    cl_groups g;
+    CL_TRY(cl_mesh_init(&m, 2, 2, 1, 1));
+    cl_status s = cl_groups_create(world, &m, &g);
+    TCHECK(s == CL_ERR_INVALID && strstr(cl_last_error(), "but the communicator has 4"), "mesh of 2 on 4 ranks: %s: %s",
+           cl_status_name(s), cl_last_error());
+    TCHECK(!g.tp && !g.dp && !g.pp && !g.embd && !g.mp, "a refused cl_groups_create left a communicator");
+    return CL_OK;
+}
+
+static void test_groups(void) {
+    static const int shapes[][3] = {{2, 2, 2}, {1, 2, 3}, {2, 1, 4}, {1, 1, 1}, {3, 1, 1}};
+    cl_launch_opts o = {.timeout_s = 60};
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        int world = shapes[i][0] * shapes[i][1] * shapes[i][2];
+        cl_mesh m;
+        CHECK_OK(cl_mesh_init(&m, world, shapes[i][0], shapes[i][1], shapes[i][2]));
+        cl_status s = cl_launch_threads(world, groups_rank, &m, &o);
+        CHECK(s == CL_OK, "groups of dp %d x tp %d x pp %d: %s", m.dp, m.tp, m.pp, cl_last_error());
+    }
+    CHECK_OK(cl_launch_threads(4, groups_wrong_world, NULL, &o));
+}
+
 int main(void) {
     test_hand_written();
     test_properties();
     test_errors();
+    test_groups();
     return cl_test_report("test_mesh");
 }

@@ -51,7 +51,9 @@ void cl_device_destroy(cl_device *d); /* frees anything still allocated */
 cl_status cl_device_alloc(cl_device *d, cl_mem_cat cat, size_t bytes, void **out);
 /* Convenience: count floats. */
 cl_status cl_device_alloc_f32(cl_device *d, cl_mem_cat cat, size_t count, float **out);
-void cl_device_free(cl_device *d, void *p); /* p may be NULL */
+/* p may be NULL. In AddressSanitizer builds the block's bytes are set to
+ * 0xFF (NaN as F32, BF16, F64) before it goes, so a stale read shows. */
+void cl_device_free(cl_device *d, void *p);
 
 size_t cl_device_cap(const cl_device *d);
 size_t cl_device_current(const cl_device *d, cl_mem_cat cat);

@@ -63,6 +63,7 @@ float cl_grad_clip_coef(double norm, float clip);
 void cl_optimizer_step_scaled(cl_optimizer *o, cl_model *m, float lr, float gscale);
 
 typedef struct cl_comm cl_comm;
+typedef struct cl_groups cl_groups; /* comm.h */
 
 typedef struct {
     cl_model_config model;
@@ -79,22 +80,23 @@ typedef struct {
     const char *tokenizer;  /* "byte" or "gpt2" */
     const char *tokenizer_dir; /* for gpt2: encoder.json and vocab.bpe; NULL: cleave's gpt2/ (cl_data_find) */
     int eval_batches;       /* validation windows per evaluation (0 = all) */
-    /* Data parallelism: the replicas' communicator (NULL or size 1: one
-     * replica). Replica r of d takes samples [r*G/d, (r+1)*G/d) of each
-     * step's global batch; gradients are summed across replicas in buckets
-     * of about bucket_bytes, each launched (non-blocking) as soon as the last
+    /* The mesh's process groups (comm.h, cl_groups_create), which must
+     * outlive the trainer; NULL: one rank.
+     * Data parallelism: groups->dp, the replicas (size 1: one replica).
+     * Replica r of d takes samples [r*G/d, (r+1)*G/d) of each step's global
+     * batch; gradients are summed across replicas in buckets of about
+     * bucket_bytes, each launched (non-blocking) as soon as the last
      * micro-batch's backward has finished its units, so communication
      * overlaps the rest of the backward pass. */
-    cl_comm *dp_comm;
+    const cl_groups *groups;
     size_t bucket_bytes;    /* default 25 MiB */
-    /* Pipeline parallelism: the pipeline group's communicator (NULL or size
-     * 1: no pipeline). Its p ranks each hold virtual_stages chunks of the
+    /* Pipeline parallelism: groups->pp, the pipeline group (size 1: no
+     * pipeline). Its p ranks each hold virtual_stages chunks of the
      * model (stage s = chunk * p + rank, S = p * virtual_stages stages) cut
      * by pp_layout (see pipeline.h) or, when NULL, by the balanced
      * partition under device_memory; each step runs `schedule` over the
      * step's micro-batches (global / (micro * dp)) with activations sent
      * forward and gradients back. */
-    cl_comm *pp_comm;
     int schedule;           /* cl_sched_kind; default 1F1B */
     int virtual_stages;     /* chunks per rank: 1, or >= 2 for interleaved (0: 2 for interleaved, else 1) */
     const char *pp_layout;
@@ -117,7 +119,7 @@ typedef struct {
     double flops;           /* model FLOPs of the step (fwd + bwd = 3x fwd) */
     size_t peak_bytes;
     size_t act_bytes;       /* peak of the saved activations (CL_MEM_ACTS) */
-    /* pipeline only (pp_comm of size > 1), 0 otherwise: */
+    /* pipeline only (groups->pp of size > 1), 0 otherwise: */
     double bubble;          /* measured: idle / makespan of the step's forward and backward work, mean over ranks */
     double bubble_sim;      /* the simulator's, on this schedule with this step's measured per-stage times */
     double bubble_max;      /* measured, the worst rank */

@@ -382,7 +382,7 @@ static cl_status allreduce_common(cl_comm *c, void *buf, size_t count, cl_dtype 
                                   cl_request **req) {
     cl_request r;
     req_init(&r, c, CL_OP_ALLREDUCE);
-    if (dt == CL_DT_F64) snprintf(r.what, sizeof r.what, "allreduce_f64");
+    if (dt == CL_F64) snprintf(r.what, sizeof r.what, "allreduce_f64");
     if (req) *req = NULL;
     if (!buf && count) return bad(c, r.what, "buf is NULL but count is %zu", count);
     CL_TRY(check_op(c, op, r.what));
@@ -398,18 +398,18 @@ static cl_status allreduce_common(cl_comm *c, void *buf, size_t count, cl_dtype 
 
 cl_status cl_comm_allreduce(cl_comm *c, float *buf, size_t count, cl_redop op) {
     CHECK_COMM(c);
-    return allreduce_common(c, buf, count, CL_DT_F32, op, NULL);
+    return allreduce_common(c, buf, count, CL_F32, op, NULL);
 }
 
 cl_status cl_comm_iallreduce(cl_comm *c, float *buf, size_t count, cl_redop op, cl_request **req) {
     CHECK_COMM(c);
     if (!req) return bad(c, "allreduce", "req is NULL");
-    return allreduce_common(c, buf, count, CL_DT_F32, op, req);
+    return allreduce_common(c, buf, count, CL_F32, op, req);
 }
 
 cl_status cl_comm_allreduce_f64(cl_comm *c, double *buf, size_t count, cl_redop op) {
     CHECK_COMM(c);
-    return allreduce_common(c, buf, count, CL_DT_F64, op, NULL);
+    return allreduce_common(c, buf, count, CL_F64, op, NULL);
 }
 
 static cl_status reduce_scatter_common(cl_comm *c, const float *in, float *out, size_t cpr, cl_redop op,

@@ -199,7 +199,7 @@ void cl_fold_rows(cl_dtype dt, cl_redop op, int n, const void *const *src, void 
         if ((uintptr_t)dst[k] & 31) aligned32 = 0;
     }
     int is_max = op == CL_RED_MAX, avg = op == CL_RED_AVG;
-    if (dt == CL_DT_F64) fold_f64(is_max, avg, n, src, dst, ndst, len, stream, aligned32);
+    if (dt == CL_F64) fold_f64(is_max, avg, n, src, dst, ndst, len, stream, aligned32);
     else fold_f32(is_max, avg, n, src, dst, ndst, len, stream, aligned32);
 #ifdef __SSE2__
     if (stream) _mm_sfence();

@@ -23,10 +23,7 @@
 #include <stddef.h>
 
 #include "cleave/comm.h"
-
-typedef enum { CL_DT_F32 = 0, CL_DT_F64 } cl_dtype;
-
-static inline size_t cl_dtype_size(cl_dtype dt) { return dt == CL_DT_F64 ? 8 : 4; }
+#include "cleave/tensor.h" /* cl_dtype: collectives reduce CL_F32 or CL_F64 */
 
 typedef enum {
     CL_OP_SEND = 0,

@@ -649,7 +649,7 @@ static cl_status small_allreduce(cl_comm *c, void *buf, size_t count, cl_dtype d
 
 static cl_status mp_allreduce(cl_comm *c, void *buf, size_t count, cl_dtype dt, cl_redop op) {
     mp_comm *m = c->impl;
-    const char *what = dt == CL_DT_F64 ? "allreduce_f64" : "allreduce";
+    const char *what = dt == CL_F64 ? "allreduce_f64" : "allreduce";
     int n = c->size;
     for (int o = 0; o < n; o++) {
         size_t lo, hi;
@@ -679,10 +679,10 @@ static cl_status mp_reduce_scatter(cl_comm *c, const float *in, float *out, size
     if (n == 1) {
         m->src[0] = in;
         m->dst[0] = out;
-        cl_fold_rows(CL_DT_F32, op, 1, m->src, m->dst, 1, cpr, 0);
+        cl_fold_rows(CL_F32, op, 1, m->src, m->dst, 1, cpr, 0);
         return CL_OK;
     }
-    return reduce_chunks(c, CL_DT_F32, op, (char *)in, (char *)out, 0, "reduce_scatter");
+    return reduce_chunks(c, CL_F32, op, (char *)in, (char *)out, 0, "reduce_scatter");
 }
 
 static cl_status mp_allgather(cl_comm *c, const void *in, void *out, size_t bpr) {

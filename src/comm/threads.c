@@ -437,7 +437,7 @@ static cl_status th_allreduce(cl_comm *c, void *buf, size_t count, cl_dtype dt, 
     th_comm *t = c->impl;
     th_group *g = t->g;
     int n = g->size, me = c->rank;
-    const char *what = dt == CL_DT_F64 ? "allreduce_f64" : "allreduce";
+    const char *what = dt == CL_F64 ? "allreduce_f64" : "allreduce";
     publish(g, me, CL_OP_ALLREDUCE, dt, op, 0, count, buf, buf);
     CL_TRY(barrier(c, g, 1, what));
     cl_status st = check_slots(c, g, what);
@@ -458,13 +458,13 @@ static cl_status th_reduce_scatter(cl_comm *c, const float *in, float *out, size
     th_comm *t = c->impl;
     th_group *g = t->g;
     int n = g->size, me = c->rank;
-    publish(g, me, CL_OP_REDUCE_SCATTER, CL_DT_F32, op, 0, cpr, in, out);
+    publish(g, me, CL_OP_REDUCE_SCATTER, CL_F32, op, 0, cpr, in, out);
     CL_TRY(barrier(c, g, 1, "reduce_scatter"));
     cl_status st = check_slots(c, g, "reduce_scatter");
     if (st == CL_OK) {
         for (int j = 0; j < n; j++) t->src[j] = (const float *)g->slot[j].p + (size_t)me * cpr;
         t->dst[0] = out;
-        cl_fold_rows(CL_DT_F32, op, n, t->src, t->dst, 1, cpr,
+        cl_fold_rows(CL_F32, op, n, t->src, t->dst, 1, cpr,
                      (size_t)n * (size_t)n * cpr * sizeof(float) > CL_STREAM_BYTES);
     }
     barrier(c, g, 0, "reduce_scatter");
@@ -475,7 +475,7 @@ static cl_status th_allgather(cl_comm *c, const void *in, void *out, size_t bpr)
     th_comm *t = c->impl;
     th_group *g = t->g;
     int n = g->size, me = c->rank;
-    publish(g, me, CL_OP_ALLGATHER, CL_DT_F32, CL_RED_SUM, 0, bpr, in, out);
+    publish(g, me, CL_OP_ALLGATHER, CL_F32, CL_RED_SUM, 0, bpr, in, out);
     CL_TRY(barrier(c, g, 1, "allgather"));
     cl_status st = check_slots(c, g, "allgather");
     if (st == CL_OK && bpr) { /* push: read my piece once, write it into every rank's out */
@@ -496,7 +496,7 @@ static cl_status th_broadcast(cl_comm *c, void *buf, size_t bytes, int root) {
     th_comm *t = c->impl;
     th_group *g = t->g;
     int me = c->rank;
-    publish(g, me, CL_OP_BROADCAST, CL_DT_F32, CL_RED_SUM, root, bytes, buf, buf);
+    publish(g, me, CL_OP_BROADCAST, CL_F32, CL_RED_SUM, root, bytes, buf, buf);
     CL_TRY(barrier(c, g, 1, "broadcast"));
     cl_status st = check_slots(c, g, "broadcast");
     if (st == CL_OK && me != root) cl_copy(buf, g->slot[root].p, bytes);
@@ -507,7 +507,7 @@ static cl_status th_broadcast(cl_comm *c, void *buf, size_t bytes, int root) {
 static cl_status th_barrier(cl_comm *c) {
     th_comm *t = c->impl;
     th_group *g = t->g;
-    publish(g, c->rank, CL_OP_BARRIER, CL_DT_F32, CL_RED_SUM, 0, 0, NULL, NULL);
+    publish(g, c->rank, CL_OP_BARRIER, CL_F32, CL_RED_SUM, 0, 0, NULL, NULL);
     CL_TRY(barrier(c, g, 1, "barrier"));
     cl_status st = check_slots(c, g, "barrier");
     barrier(c, g, 0, "barrier");
@@ -529,7 +529,7 @@ static cl_status th_split(cl_comm *c, int color, int key, cl_comm **out) {
     th_group *g = t->g;
     int n = g->size, me = c->rank;
     *out = NULL;
-    publish(g, me, CL_OP_SPLIT, CL_DT_F32, CL_RED_SUM, 0, 0, NULL, NULL);
+    publish(g, me, CL_OP_SPLIT, CL_F32, CL_RED_SUM, 0, 0, NULL, NULL);
     g->slot[me].color = color;
     g->slot[me].key = key;
     CL_TRY(barrier(c, g, 1, "split"));

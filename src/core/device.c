@@ -15,6 +15,23 @@
 #define HDR 64
 #define MAGIC 0x636c65617665ULL /* "cleave" */
 
+/* In AddressSanitizer builds a freed block is first filled with all-one
+ * bytes, a NaN as F32, BF16 and F64: ASan then quarantines the block and
+ * reports an instrumented read of it, and a read it does not see (an
+ * uninstrumented library, a copy through MPI) gets NaNs, which a loss or
+ * a bitwise comparison shows, rather than the old values. */
+#if defined(__SANITIZE_ADDRESS__)
+#define CL_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define CL_ASAN 1
+#endif
+#endif
+#ifndef CL_ASAN
+#define CL_ASAN 0
+#endif
+#define FREED_BYTE 0xFF
+
 typedef struct {
     uint64_t magic;
     uint64_t bytes;
@@ -157,6 +174,7 @@ void cl_device_free(cl_device *d, void *p) {
     d->total -= h->bytes;
     pthread_mutex_unlock(&d->mu);
     h->magic = 0;
+    if (CL_ASAN) memset(p, FREED_BYTE, h->bytes);
     d->ops->free(d->impl, h);
 }
 

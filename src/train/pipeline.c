@@ -1,5 +1,5 @@
 /* The pipeline executor: runs one rank's part of a schedule (schedule.h)
- * over the pipeline communicator, for the trainer (train.h, pp_comm).
+ * over the pipeline communicator, for the trainer (train.h, groups->pp).
  *
  * Every rank holds v chunks (cl_model parts); chunk c is model stage
  * s = c * p + rank. Each chunk has a pool of micro-batch slots, as many as
@@ -137,10 +137,10 @@ cl_status cl_pp_create(cl_trainer *t) {
     struct cl_pp *pp = calloc(1, sizeof *pp);
     if (!pp) return cl_error(CL_ERR_OOM, "cannot allocate the pipeline state");
     t->pp = pp;
-    pp->comm = cfg->pp_comm;
-    pp->p = cl_comm_size(cfg->pp_comm);
-    pp->r = cl_comm_rank(cfg->pp_comm);
-    pp->world_rank = cl_comm_world_rank(cfg->pp_comm);
+    pp->comm = cfg->groups->pp;
+    pp->p = cl_comm_size(cfg->groups->pp);
+    pp->r = cl_comm_rank(cfg->groups->pp);
+    pp->world_rank = cl_comm_world_rank(cfg->groups->pp);
     cl_pp_shape sh;
     CL_TRY(cl_pp_shape_make(d, cfg, pp->p, t->dp, &sh));
     pp->sched = sh.sched; /* the pipeline owns the schedule now */
@@ -167,7 +167,7 @@ cl_status cl_pp_create(cl_trainer *t) {
         CL_TRY(cl_model_split_tied(ch->m));
         CL_TRY(cl_model_set_recompute(ch->m, (cl_recompute)cfg->recompute));
         CL_TRY(cl_optimizer_create(&ch->opt, ch->m, &cfg->adamw));
-        CL_TRY(cl_dp_create(&ch->dp, t->dp > 1 ? cfg->dp_comm : NULL, ch->m, cfg->bucket_bytes));
+        CL_TRY(cl_dp_create(&ch->dp, t->dp > 1 ? cfg->groups->dp : NULL, ch->m, cfg->bucket_bytes));
         ch->last_bwd = -1;
         for (int i = 0; i < pp->sched.len[pp->r]; i++) {
             const cl_action *a = &pp->sched.acts[pp->r][i];
@@ -412,7 +412,7 @@ static cl_status opt_step(cl_trainer *t, struct cl_pp *pp, float lr, double loss
     for (int c = 0; c < pp->v; c++) cl_grad_sumsq(pp->ch[c].m, pp->norm_parts);
     pp->norm_parts[n] = loss_sum; /* 0 but on the last stage */
     CL_TRY(cl_comm_allreduce_f64(pp->comm, pp->norm_parts, (size_t)n + 1, CL_RED_SUM));
-    if (t->dp > 1) CL_TRY(cl_comm_allreduce_f64(t->cfg.dp_comm, &pp->norm_parts[n], 1, CL_RED_SUM));
+    if (t->dp > 1) CL_TRY(cl_comm_allreduce_f64(t->cfg.groups->dp, &pp->norm_parts[n], 1, CL_RED_SUM));
     double norm = cl_grad_norm_of(pp->norm_parts, n);
     *norm_out = norm;
     CL_TRY(cl_step_check_finite(t->step + 1, pp->norm_parts[n], norm));
@@ -549,7 +549,7 @@ cl_status cl_pp_step(cl_trainer *t, float lr, double *loss_sum, double *norm, cl
         CL_TRY(record(pp, trace, t->step + 1, a, a0, a1));
     }
     CL_TRY(cl_comm_allreduce_f64(pp->comm, loss_sum, 1, CL_RED_SUM));
-    if (t->dp > 1) CL_TRY(cl_comm_allreduce_f64(t->cfg.dp_comm, loss_sum, 1, CL_RED_SUM));
+    if (t->dp > 1) CL_TRY(cl_comm_allreduce_f64(t->cfg.groups->dp, loss_sum, 1, CL_RED_SUM));
     return bubble_figures(pp, busy, last_end - t0, st);
 }
 

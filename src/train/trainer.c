@@ -140,7 +140,7 @@ cl_status cl_trainer_create(cl_trainer **out, const cl_train_config *cfg) {
                         cfg->micro_batch);
     if (cfg->steps < 1) return cl_error(CL_ERR_INVALID, "--steps must be positive (got %d)", cfg->steps);
     if (!(cfg->lr.lr > 0)) return cl_error(CL_ERR_INVALID, "--lr must be positive");
-    int dp = cfg->dp_comm ? cl_comm_size(cfg->dp_comm) : 1;
+    int dp = cfg->groups ? cl_comm_size(cfg->groups->dp) : 1;
     if (cfg->global_batch % (cfg->micro_batch * dp))
         return cl_error(CL_ERR_INVALID,
                         "--global-batch-size %d must be a multiple of --micro-batch-size %d x %d data-parallel replicas",
@@ -149,11 +149,11 @@ cl_status cl_trainer_create(cl_trainer **out, const cl_train_config *cfg) {
     if (!t) return cl_error(CL_ERR_OOM, "cannot allocate a trainer");
     t->cfg = *cfg;
     t->dp = dp;
-    t->dp_rank = cfg->dp_comm ? cl_comm_rank(cfg->dp_comm) : 0;
+    t->dp_rank = cfg->groups ? cl_comm_rank(cfg->groups->dp) : 0;
     cl_status s = cl_model_describe(&cfg->model, cfg->seq_len, &t->desc);
-    int pipeline = cfg->pp_comm && cl_comm_size(cfg->pp_comm) > 1;
+    int pipeline = cfg->groups && cl_comm_size(cfg->groups->pp) > 1;
     /* every rank's prediction against the cap, before anything is allocated */
-    if (!s) s = cl_memory_check(cfg, dp, pipeline ? cl_comm_size(cfg->pp_comm) : 1);
+    if (!s) s = cl_memory_check(cfg, dp, pipeline ? cl_comm_size(cfg->groups->pp) : 1);
     if (!s) s = load_data(t);
     if (!s) s = cl_device_create_cpu(&t->dev, cfg->device_memory, 0);
     if (!s && pipeline) s = cl_pp_create(t);
@@ -167,7 +167,7 @@ cl_status cl_trainer_create(cl_trainer **out, const cl_train_config *cfg) {
     if (!s) s = cl_device_alloc(t->dev, CL_MEM_WORKSPACE, z.ids, (void **)&t->mb_tokens);
     if (!s) s = cl_device_alloc(t->dev, CL_MEM_WORKSPACE, z.ids, (void **)&t->mb_targets);
     if (!s && z.x) s = cl_device_alloc(t->dev, CL_MEM_WORKSPACE, z.x, (void **)&t->mb_x);
-    if (!s && !pipeline) s = cl_dp_create(&t->dpm, cfg->dp_comm, t->model, cfg->bucket_bytes);
+    if (!s && !pipeline) s = cl_dp_create(&t->dpm, cfg->groups ? cfg->groups->dp : NULL, t->model, cfg->bucket_bytes);
     if (s) {
         cl_trainer_destroy(t);
         return s;
@@ -301,7 +301,7 @@ cl_status cl_trainer_step(cl_trainer *t, cl_step_stats *st) {
         loss_sum += ls;
     }
     if (t->dp == 1) cl_model_tie_grads(t->model); /* with dp > 1 the bucket hook did it */
-    if (t->dp > 1) CL_TRY(cl_comm_allreduce_f64(c->dp_comm, &loss_sum, 1, CL_RED_SUM));
+    if (t->dp > 1) CL_TRY(cl_comm_allreduce_f64(c->groups->dp, &loss_sum, 1, CL_RED_SUM));
     double norm;
     CL_PROF("grad norm", 0, norm = cl_grad_norm(t->model));
     CL_TRY(cl_step_check_finite(t->step + 1, loss_sum, norm));
@@ -421,7 +421,7 @@ cl_status cl_trainer_eval(cl_trainer *t, double *loss) {
     double sum = 0;
     CL_TRY(eval_loop(&e, t->cfg.micro_batch, t->mb_tokens, t->mb_targets, t->mb_x, t->pp ? cl_pp_eval_batch : model_eval_batch,
                      t->pp ? (void *)t : &me, &sum));
-    if (t->pp) CL_TRY(cl_comm_allreduce_f64(t->cfg.pp_comm, &sum, 1, CL_RED_SUM));
+    if (t->pp) CL_TRY(cl_comm_allreduce_f64(t->cfg.groups->pp, &sum, 1, CL_RED_SUM));
     *loss = eval_mean(&e, sum);
     return CL_OK;
 }

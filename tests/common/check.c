@@ -4,6 +4,7 @@
 
 int cl_test_failures = 0;
 int cl_test_checks = 0;
+pthread_mutex_t cl_test_mu = PTHREAD_MUTEX_INITIALIZER;
 
 double cl_test_rel_err(const float *a, const float *b, long n, long *worst) {
     double maxdiff = 0, maxref = 0;
