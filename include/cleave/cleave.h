@@ -102,5 +102,6 @@ fail:
 #include "cleave/schedule.h"
 #include "cleave/trace.h"
 #include "cleave/memory.h"
+#include "cleave/dp.h"
 
 #endif
