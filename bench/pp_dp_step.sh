@@ -21,7 +21,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 data="$tmp/text.txt"
 head -c 600000 data/kjv.txt > "$data"
-common=(--model "$model" --pp 2 --dp 2 --global-batch-size "$global" --micro-batch-size "$micro" --steps "$steps"
+common=(--model "$model" ${SEQ:+--seq-len $SEQ} --pp 2 --dp 2 --global-batch-size "$global" --micro-batch-size "$micro" --steps "$steps"
         --sample-tokens 0 --eval-batches 1 --log-every 1000000 --data "$data")
 median_ms() {
     grep -o '"ms": [0-9.]*' "$1" | awk 'NR > 1 { print $2 }' | sort -g |
