@@ -243,8 +243,10 @@ cl_status cl_memory_check(const cl_train_config *cfg, int dp, int pp) {
         u += snprintf(stages + u, sizeof stages - (size_t)u, "%s%d", i ? "," : " (stage ", r[w].stage[i]);
     if (r[w].nstages) strncat(stages, ")", sizeof stages - strlen(stages) - 1);
     s = cl_error(CL_ERR_OOM,
-                 "rank %d%s needs %s but the cap is %s (%s over; the most is %s, %s); refused before allocating. %s%s",
-                 r[w].rank, stages, cl_format_bytes(peak, peakb, sizeof peakb), cl_format_bytes(cap, capb, sizeof capb),
+                 "rank %d%s needs %s but %s %s (%s over; the most is %s, %s); refused before allocating. %s%s",
+                 r[w].rank, stages, cl_format_bytes(peak, peakb, sizeof peakb),
+                 cfg->device_memory_host ? "without --device-memory its share of the host's available memory is" : "the cap is",
+                 cl_format_bytes(cap, capb, sizeof capb),
                  cl_format_bytes(peak - cap, overb, sizeof overb), cl_mem_cat_name(big),
                  cl_format_bytes(r[w].bytes[big], catb, sizeof catb), nfit ? "Fits with " : "Nothing near fits: split the model over more ranks (--pp) or raise --device-memory",
                  fits);
