@@ -462,6 +462,21 @@ static void test_tokens(void)
     put_sum(bad, len);
     write_bytes(tmp_path("bpt.tok"), bad, len);
     CHECK(cl_tokens_read(tmp_path("bpt.tok"), &r) == CL_ERR_FORMAT, "3 bytes per token accepted");
+    { /* a small vocabulary stored 4 bytes a token, sizes and checksum consistent (a fuzz find): the format says 2 */
+        size_t n = (len - 120) / 2, wide_len = 120 + 4 * n;
+        unsigned char *wide = malloc(wide_len);
+        CL_ASSERT(wide);
+        memcpy(wide, raw, 120);
+        wide[12] = 4;
+        for (size_t i = 0; i < n; i++) {
+            wide[120 + 4 * i] = u[120 + 2 * i], wide[121 + 4 * i] = u[121 + 2 * i];
+            wide[122 + 4 * i] = wide[123 + 4 * i] = 0;
+        }
+        put_sum(wide, wide_len);
+        CHECK(cl_tokens_parse(wide, wide_len, "wide", &r) == CL_ERR_FORMAT && strstr(cl_last_error(), "bytes per token"),
+              "4-byte tokens of a vocabulary under 65537 accepted: %s", cl_last_error());
+        free(wide);
+    }
     memcpy(bad, raw, len);
     bad[16] = 0xff; bad[23] = 0xff; /* a count whose byte size overflows */
     put_sum(bad, len);

@@ -156,10 +156,9 @@ cl_status cl_tokens_parse(const void *data, size_t size, const char *what, cl_to
     uint64_t count = get_u64(p + 16);
     if (vocab == 0 || vocab > INT32_MAX)
         return cl_error(CL_ERR_FORMAT, "token file %s: vocab size %u is invalid", what, (unsigned)vocab);
-    if (bpt != 2 && bpt != 4)
-        return cl_error(CL_ERR_FORMAT, "token file %s: %u bytes per token (must be 2 or 4)", what, (unsigned)bpt);
-    if (bpt == 2 && vocab > 65536)
-        return cl_error(CL_ERR_FORMAT, "token file %s: vocab %u does not fit 2-byte tokens", what, (unsigned)vocab);
+    if (bpt != (vocab <= 65536 ? 2u : 4u))
+        return cl_error(CL_ERR_FORMAT, "token file %s: %u bytes per token for a vocabulary of %u (the format stores 2 up to 65536, else 4)",
+                        what, (unsigned)bpt, (unsigned)vocab);
     if (memchr(p + 24, '\0', 64) == NULL)
         return cl_error(CL_ERR_FORMAT, "token file %s: tokenizer name is not NUL-terminated", what);
     uint64_t body = size - TOK_HEADER;
