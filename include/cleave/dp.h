@@ -1,8 +1,8 @@
 /* cleave data parallelism: one part's gradients summed over the replicas,
  * bucket by bucket, while the last micro-batch's backward still runs.
  *
- * The one module every step takes, a single device and each pipeline chunk
- * alike: the trainer or the executor passes cl_dp_unit_done as the unit-done
+ * The one module every step takes, each pipeline chunk (a single device is
+ * a one-stage pipeline): the executor passes cl_dp_unit_done as the unit-done
  * hook of the backward that completes the step's gradients (the chunk's last
  * combined backward), so each bucket's all-reduce is launched as soon as the
  * units it covers are done and overlaps the rest of the backward; a split

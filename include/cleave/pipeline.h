@@ -33,7 +33,6 @@ typedef struct {
  * (cl_schedule_grad_buffers; 0 on stage 0 and on a single device). */
 typedef struct {
     int B, recompute, live, zb, ngb;
-    int single; /* a single device: one set of activations and no slot buffers (the trainer keeps the ids) */
 } cl_pp_stage_opts;
 
 /* Figures of units [u0, u1) as one stage (or, with u0 = 0 and u1 = nunits
@@ -54,8 +53,8 @@ cl_pp_stage_cost cl_pp_stage_predict(const cl_model_desc *d, int u0, int u1, con
  * (cl_model_part_sizes.acts): the received input (not on the first stage),
  * the received output gradient (not on the last), the zb per-unit output
  * gradients, the micro-batch's token ids and targets (int32 each, B x T) and
- * its images (B x 64 floats, MLP/CNN). A single device keeps one set of
- * ids/targets/images and no in/dout (first and last both). */
+ * its images (B x 64 floats, MLP/CNN). A single device is a one-stage
+ * pipeline: one slot, no in/dout (first and last both). */
 typedef struct {
     size_t in, dout, udout, ids, x;
 } cl_pp_slot_bytes;

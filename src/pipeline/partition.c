@@ -30,7 +30,7 @@ cl_pp_stage_cost cl_pp_stage_predict(const cl_model_desc *d, int u0, int u1, con
     c.bytes[CL_MEM_GRADS] = (size_t)(z.alloc + z.head_wte) * f;
     c.bytes[CL_MEM_OPTIM] = 2 * (size_t)z.alloc * f;
     c.bytes[CL_MEM_ACTS] = live * ((size_t)z.acts * f + sb.in + sb.dout + sb.udout);
-    c.bytes[CL_MEM_WORKSPACE] = (size_t)(z.scratch + 2 * z.io + z.rc) * f + (o->single ? 0 : live * (2 * sb.ids + sb.x)) +
+    c.bytes[CL_MEM_WORKSPACE] = (size_t)(z.scratch + 2 * z.io + z.rc) * f + live * (2 * sb.ids + sb.x) +
                                 (size_t)o->ngb * sb.in;
     c.param_bytes = c.bytes[CL_MEM_PARAMS] + c.bytes[CL_MEM_GRADS] + c.bytes[CL_MEM_OPTIM];
     c.act_bytes = c.bytes[CL_MEM_ACTS];

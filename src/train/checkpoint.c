@@ -269,7 +269,7 @@ cl_status cl_trainer_save(cl_trainer *t, const char *dir) {
     if (!pp) return cl_error(CL_ERR_OOM, "cannot allocate the checkpoint index");
     float **mp = pp + n, **vp = pp + 2 * n;
     cl_status s = CL_OK;
-    if (t->pp) {
+    if (t->pp_size > 1) {
         /* a pipeline: every stage sends what it owns to the first, which writes */
         float *host = NULL;
         int writer = 0, opt_t = 0;
@@ -286,10 +286,10 @@ cl_status cl_trainer_save(cl_trainer *t, const char *dir) {
     } else {
         for (int i = 0; i < n; i++) {
             pp[i] = t->model->p[i];
-            mp[i] = t->opt.m + t->model->loc[i];
-            vp[i] = t->opt.v + t->model->loc[i];
+            mp[i] = t->opt->m + t->model->loc[i];
+            vp[i] = t->opt->v + t->model->loc[i];
         }
-        s = save_arrays(t, dir, pp, mp, vp, t->opt.t);
+        s = save_arrays(t, dir, pp, mp, vp, t->opt->t);
     }
     free(pp);
     return s;
@@ -423,7 +423,7 @@ cl_status cl_trainer_resume(cl_trainer *t, const char *dir) {
                         dir, T, gb, seed, t->desc->T, t->cfg.global_batch, t->cfg.seed);
     const cl_model_desc *d = t->desc;
     char path[4200];
-    if (t->pp) {
+    if (t->pp_size > 1) {
         /* every stage reads the whole files into host memory and keeps its part */
         int n = d->nparams;
         float *host = malloc((size_t)d->nfloats * 3 * sizeof *host);
@@ -449,8 +449,8 @@ cl_status cl_trainer_resume(cl_trainer *t, const char *dir) {
     cl_status s = CL_OK;
     if (!mp || !vp) s = cl_error(CL_ERR_OOM, "cannot allocate the optimizer index");
     for (int i = 0; !s && i < d->nparams; i++) {
-        mp[i] = t->opt.m + t->model->loc[i];
-        vp[i] = t->opt.v + t->model->loc[i];
+        mp[i] = t->opt->m + t->model->loc[i];
+        vp[i] = t->opt->v + t->model->loc[i];
     }
     snprintf(path, sizeof path, "%s/optimizer.safetensors", dir);
     if (!s) s = read_params(path, d, mp, "exp_avg.", 0);
@@ -459,7 +459,7 @@ cl_status cl_trainer_resume(cl_trainer *t, const char *dir) {
     free(vp);
     if (s) return s;
     t->step = step;
-    t->opt.t = opt_t;
+    t->opt->t = opt_t;
     return CL_OK;
 }
 

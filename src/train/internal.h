@@ -11,9 +11,8 @@ struct cl_trainer {
     cl_train_config cfg;
     cl_model_desc *desc;
     cl_device *dev;
-    cl_model *model;
-    cl_acts acts;
-    cl_optimizer opt;
+    cl_model *model;           /* chunk 0's part: the whole model on one device */
+    cl_optimizer *opt;         /* chunk 0's AdamW state */
     cl_tokenizer *tok;
     cl_tokens tokens;          /* whole corpus (GPT) */
     size_t ntrain, nval;       /* train = [0, ntrain), val = [ntrain, ntrain + nval) */
@@ -25,9 +24,9 @@ struct cl_trainer {
     float *mb_x;
     int step;
     int dp, dp_rank;           /* replicas and this one's index */
-    struct cl_dp *dpm;         /* the single device's gradient buckets over the replicas (a pipeline has one per chunk) */
+    int pp_size;               /* pipeline ranks; 1: a single device, a one-stage pipeline */
     double step_flops_per_sample;
-    struct cl_pp *pp;          /* pipeline state (pipeline.c), NULL without a pipeline */
+    struct cl_pp *pp;          /* the step engine (pipeline.c), one device or many */
 };
 
 /* Global samples [k0, k0 + B) into the given buffers (B * T tokens and
@@ -52,12 +51,13 @@ cl_pp_stage_opts cl_pp_shape_opts(const cl_pp_shape *sh, const cl_train_config *
 /* Pipeline rank q keeps the other end's tied wte gradient (pipeline.c's tie_buf). */
 int cl_pp_shape_has_tie_buf(const cl_model_desc *d, const cl_pp_shape *sh, int q);
 /* Device bytes a rank keeps beside its stages (all CL_MEM_WORKSPACE): the
- * trainer's micro-batch buffers, and the tie buffer (sh NULL: one device). */
+ * trainer's micro-batch buffers (evaluation's), and the tie buffer. */
 size_t cl_rank_extra_bytes(const cl_model_desc *d, const cl_train_config *cfg, const cl_pp_shape *sh, int pp_rank);
 
-/* Pipeline parallelism (pipeline.c): builds the schedule, cuts the model,
- * creates this rank's chunks (t->model is chunk 0), their optimizers and the
- * micro-batch slots. */
+/* The step engine (pipeline.c): builds the schedule, cuts the model,
+ * creates this rank's chunks (t->model and t->opt are chunk 0's), their
+ * optimizers and the micro-batch slots. One rank (t->pp_size 1, no pipeline
+ * communicator needed) is a one-stage pipeline under 1F1B. */
 cl_status cl_pp_create(cl_trainer *t);
 void cl_pp_destroy(cl_trainer *t);
 /* Every chunk from the one-device initialization stream (cl_model_init). */

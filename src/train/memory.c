@@ -18,7 +18,7 @@ size_t cl_rank_extra_bytes(const cl_model_desc *d, const cl_train_config *cfg, c
     cl_pp_slot_bytes sb;
     cl_pp_slot_sizes(d, 0, d->nunits, cfg->micro_batch, 0, &sb);
     size_t n = 2 * sb.ids + sb.x; /* the trainer's micro-batch buffers */
-    if (sh && cl_pp_shape_has_tie_buf(d, sh, pp_rank)) n += (size_t)d->params[d->tied_wte].numel * sizeof(float);
+    if (cl_pp_shape_has_tie_buf(d, sh, pp_rank)) n += (size_t)d->params[d->tied_wte].numel * sizeof(float);
     return n;
 }
 
@@ -50,10 +50,11 @@ void cl_pp_shape_free(cl_pp_shape *sh) {
 
 cl_status cl_pp_shape_make(const cl_model_desc *d, const cl_train_config *cfg, int p, int dp, cl_pp_shape *sh) {
     memset(sh, 0, sizeof *sh);
-    cl_sched_kind kind = (cl_sched_kind)cfg->schedule;
+    /* one rank is a one-stage 1F1B pipeline: F0 B0 F1 B1 ..., one micro-batch live */
+    cl_sched_kind kind = p > 1 ? (cl_sched_kind)cfg->schedule : CL_SCHED_1F1B;
     sh->p = p;
     sh->zb = kind == CL_SCHED_ZB_H1;
-    sh->v = cfg->virtual_stages ? cfg->virtual_stages : (kind == CL_SCHED_INTERLEAVED ? 2 : 1);
+    sh->v = p == 1 ? 1 : cfg->virtual_stages ? cfg->virtual_stages : (kind == CL_SCHED_INTERLEAVED ? 2 : 1);
     if (sh->v > 1 && kind != CL_SCHED_INTERLEAVED)
         return cl_error(CL_ERR_INVALID, "--virtual-stages %d needs --schedule interleaved (the %s schedule runs one chunk per rank)",
                         sh->v, cl_sched_kind_name(kind));
@@ -75,7 +76,11 @@ cl_status cl_pp_shape_make(const cl_model_desc *d, const cl_train_config *cfg, i
         }
     }
     free(free_at);
-    if (!s && cfg->pp_layout) s = cl_pp_partition_layout(d, cfg->pp_layout, sh->S, &sh->part);
+    if (!s && p == 1) {
+        sh->part.nstages = 1;
+        sh->part.u0[0] = 0;
+        sh->part.u1[0] = d->nunits;
+    } else if (!s && cfg->pp_layout) s = cl_pp_partition_layout(d, cfg->pp_layout, sh->S, &sh->part);
     else if (!s) {
         /* The cap is per rank: a rank's chunks share it with what the rank
          * keeps beside them. With one chunk per rank the partition checks
@@ -119,35 +124,24 @@ cl_status cl_memory_predict(const cl_train_config *cfg, int dp, int pp, cl_mem_r
     cl_model_desc *d;
     CL_TRY(cl_model_describe(&cfg->model, cfg->seq_len, &d));
     memset(out, 0, (size_t)(dp * pp) * sizeof *out);
-    cl_status s = CL_OK;
-    if (pp == 1) {
-        cl_pp_stage_opts o = {.B = cfg->micro_batch, .recompute = cfg->recompute, .live = 1, .single = 1};
-        cl_pp_stage_cost c = cl_pp_stage_predict(d, 0, d->nunits, &o);
+    cl_pp_shape sh;
+    cl_status s = cl_pp_shape_make(d, cfg, pp, dp, &sh);
+    for (int q = 0; !s && q < pp; q++)
         for (int r = 0; r < dp; r++) {
-            out[r].rank = out[r].dp_rank = r;
-            add_cost(&out[r], &c);
-            finish_rank(&out[r], cl_rank_extra_bytes(d, cfg, NULL, 0));
-        }
-    } else {
-        cl_pp_shape sh;
-        s = cl_pp_shape_make(d, cfg, pp, dp, &sh);
-        for (int q = 0; !s && q < pp; q++)
-            for (int r = 0; r < dp; r++) {
-                cl_mem_rank *m = &out[q * dp + r];
-                m->rank = q * dp + r;
-                m->dp_rank = r;
-                m->pp_rank = q;
-                for (int c = 0; c < sh.v && c < 64; c++) {
-                    int st = c * pp + q;
-                    m->stage[m->nstages++] = st;
-                    cl_pp_stage_opts o = cl_pp_shape_opts(&sh, cfg, st);
-                    cl_pp_stage_cost cost = cl_pp_stage_predict(d, sh.part.u0[st], sh.part.u1[st], &o);
-                    add_cost(m, &cost);
-                }
-                finish_rank(m, cl_rank_extra_bytes(d, cfg, &sh, q));
+            cl_mem_rank *m = &out[q * dp + r];
+            m->rank = q * dp + r;
+            m->dp_rank = r;
+            m->pp_rank = q;
+            for (int c = 0; c < sh.v && c < 64; c++) {
+                int st = c * pp + q;
+                if (pp > 1) m->stage[m->nstages++] = st; /* one device: the whole model, no stage to name */
+                cl_pp_stage_opts o = cl_pp_shape_opts(&sh, cfg, st);
+                cl_pp_stage_cost cost = cl_pp_stage_predict(d, sh.part.u0[st], sh.part.u1[st], &o);
+                add_cost(m, &cost);
             }
-        if (!s) cl_pp_shape_free(&sh);
-    }
+            finish_rank(m, cl_rank_extra_bytes(d, cfg, &sh, q));
+        }
+    if (!s) cl_pp_shape_free(&sh);
     cl_model_desc_free(d);
     return s;
 }

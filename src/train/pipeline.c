@@ -1,5 +1,8 @@
-/* The pipeline executor: runs one rank's part of a schedule (schedule.h)
- * over the pipeline communicator, for the trainer (train.h, groups->pp).
+/* The pipeline executor, the one step engine: runs one rank's part of a
+ * schedule (schedule.h) over the pipeline communicator, for the trainer
+ * (train.h, groups->pp). A single device is a pipeline of one rank and one
+ * stage under 1F1B (F0 B0 F1 B1 ...: one slot), with no communicator: no
+ * sends, receives or pipeline collectives.
  *
  * Every rank holds v chunks (cl_model parts); chunk c is model stage
  * s = c * p + rank. Each chunk has a pool of micro-batch slots, as many as
@@ -26,6 +29,7 @@
 #include "cleave/comm.h"
 #include "cleave/kernels.h"
 #include "cleave/pipeline.h"
+#include "cleave/prof.h"
 #include "cleave/schedule.h"
 #include "cleave/trace.h"
 #include "cleave/train.h"
@@ -69,7 +73,7 @@ typedef struct {
 } pp_chunk;
 
 struct cl_pp {
-    cl_comm *comm;
+    cl_comm *comm;              /* NULL for one rank */
     int p, r, v, m, S;
     cl_schedule sched;
     cl_pp_shape shape;          /* schedule (moved to sched), slots and send buffers per stage, partition */
@@ -137,10 +141,12 @@ cl_status cl_pp_create(cl_trainer *t) {
     struct cl_pp *pp = calloc(1, sizeof *pp);
     if (!pp) return cl_error(CL_ERR_OOM, "cannot allocate the pipeline state");
     t->pp = pp;
-    pp->comm = cfg->groups->pp;
-    pp->p = cl_comm_size(cfg->groups->pp);
-    pp->r = cl_comm_rank(cfg->groups->pp);
-    pp->world_rank = cl_comm_world_rank(cfg->groups->pp);
+    pp->p = t->pp_size;
+    if (pp->p > 1) {
+        pp->comm = cfg->groups->pp;
+        pp->r = cl_comm_rank(pp->comm);
+        pp->world_rank = cl_comm_world_rank(pp->comm);
+    }
     cl_pp_shape sh;
     CL_TRY(cl_pp_shape_make(d, cfg, pp->p, t->dp, &sh));
     pp->sched = sh.sched; /* the pipeline owns the schedule now */
@@ -197,6 +203,7 @@ cl_status cl_pp_create(cl_trainer *t) {
     if (cl_pp_shape_has_tie_buf(d, &sh, pp->r))
         CL_TRY(cl_device_alloc_f32(t->dev, CL_MEM_WORKSPACE, (size_t)d->params[d->tied_wte].numel, &pp->tie_buf));
     t->model = pp->ch[0].m;
+    t->opt = &pp->ch[0].opt;
     return CL_OK;
 }
 
@@ -231,6 +238,7 @@ void cl_pp_destroy(cl_trainer *t) {
     free(pp);
     t->pp = NULL;
     t->model = NULL;
+    t->opt = NULL;
 }
 
 void cl_pp_init(cl_trainer *t, uint64_t seed) {
@@ -239,7 +247,7 @@ void cl_pp_init(cl_trainer *t, uint64_t seed) {
 
 void cl_trainer_print_stages(const cl_trainer *t, FILE *f) {
     const struct cl_pp *pp = t->pp;
-    if (!pp) return;
+    if (!pp || pp->p < 2) return; /* one device: no stages to show */
     const cl_model_desc *d = t->desc;
     char layout[512];
     cl_pp_partition_format(d, &pp->part, layout, sizeof layout);
@@ -354,10 +362,8 @@ static cl_status tie_grads(cl_trainer *t, struct cl_pp *pp) {
     int re = 0, rh = rank_of_stage(pp, pp->S - 1);
     cl_model *me = pp->r == re ? pp->ch[0].m : NULL;
     cl_model *mh = pp->r == rh ? pp->ch[pp->v - 1].m : NULL;
-    if (re == rh) {
-        if (pp->r != re) return CL_OK;
-        cl_add_inplace(me->g[w], mh->head_wte_g, (int64_t)n);
-        if (mh != me) memcpy(mh->g[w], me->g[w], n * sizeof(float));
+    if (re == rh) { /* one rank: one part holds both; with dp > 1 its bucket hook has tied them already */
+        if (t->dp == 1) cl_model_tie_grads(me);
         return CL_OK;
     }
     cl_request *req = NULL;
@@ -409,15 +415,17 @@ static cl_status opt_step(cl_trainer *t, struct cl_pp *pp, float lr, double loss
     const cl_model_desc *d = t->desc;
     int n = d->nparams;
     memset(pp->norm_parts, 0, (size_t)n * sizeof *pp->norm_parts);
-    for (int c = 0; c < pp->v; c++) cl_grad_sumsq(pp->ch[c].m, pp->norm_parts);
+    CL_PROF("grad norm", 0, for (int c = 0; c < pp->v; c++) cl_grad_sumsq(pp->ch[c].m, pp->norm_parts));
     pp->norm_parts[n] = loss_sum; /* 0 but on the last stage */
-    CL_TRY(cl_comm_allreduce_f64(pp->comm, pp->norm_parts, (size_t)n + 1, CL_RED_SUM));
+    if (pp->p > 1) CL_TRY(cl_comm_allreduce_f64(pp->comm, pp->norm_parts, (size_t)n + 1, CL_RED_SUM));
     if (t->dp > 1) CL_TRY(cl_comm_allreduce_f64(t->cfg.groups->dp, &pp->norm_parts[n], 1, CL_RED_SUM));
     double norm = cl_grad_norm_of(pp->norm_parts, n);
     *norm_out = norm;
     CL_TRY(cl_step_check_finite(t->step + 1, pp->norm_parts[n], norm));
     float coef = cl_grad_clip_coef(norm, t->cfg.adamw.grad_clip);
-    for (int c = 0; c < pp->v; c++) cl_optimizer_step_scaled(&pp->ch[c].opt, pp->ch[c].m, lr, coef);
+    /* clipping rides in AdamW's pass (same bits as scaling the gradients first) */
+    CL_PROF("adamw (with clip)", 0,
+            for (int c = 0; c < pp->v; c++) cl_optimizer_step_scaled(&pp->ch[c].opt, pp->ch[c].m, lr, coef));
     return CL_OK;
 }
 
@@ -525,11 +533,12 @@ cl_status cl_pp_step(cl_trainer *t, float lr, double *loss_sum, double *norm, cl
     memset(pp->cost_sum, 0, (size_t)pp->S * 3 * sizeof *pp->cost_sum);
     memset(pp->cost_n, 0, (size_t)pp->S * 3 * sizeof *pp->cost_n);
     for (int c = 0; c < pp->v; c++) {
-        cl_model_zero_grads(pp->ch[c].m);
+        CL_PROF("zero grads", 0, cl_model_zero_grads(pp->ch[c].m));
         for (int k = 0; k < pp->m; k++) pp->ch[c].slot_of[k] = -1;
     }
     *loss_sum = 0;
-    CL_TRY(cl_comm_barrier(pp->comm)); /* a common start, so idle time is measured from the same moment */
+    /* a common start, so idle time is measured from the same moment */
+    if (pp->p > 1) CL_TRY(cl_comm_barrier(pp->comm));
     double t0 = cl_now(), busy = 0, last_end = t0;
     int trace = t->cfg.trace;
     for (int i = 0; i < pp->sched.len[pp->r]; i++) {
@@ -548,9 +557,8 @@ cl_status cl_pp_step(cl_trainer *t, float lr, double *loss_sum, double *norm, cl
         }
         CL_TRY(record(pp, trace, t->step + 1, a, a0, a1));
     }
-    CL_TRY(cl_comm_allreduce_f64(pp->comm, loss_sum, 1, CL_RED_SUM));
-    if (t->dp > 1) CL_TRY(cl_comm_allreduce_f64(t->cfg.groups->dp, loss_sum, 1, CL_RED_SUM));
-    return bubble_figures(pp, busy, last_end - t0, st);
+    *loss_sum = pp->norm_parts[t->desc->nparams]; /* OPT_STEP's: summed over the pipeline, then the replicas */
+    return pp->p > 1 ? bubble_figures(pp, busy, last_end - t0, st) : CL_OK; /* one device: no bubble */
 }
 
 /* ---- evaluation: forward only, stage after stage ---------------------------- */
@@ -592,14 +600,13 @@ static cl_status pp_logits(void *ctx, const int32_t *tokens, int T, float *logit
         const float *lg = cl_acts_logits(ch->m, &ch->slots[0].acts, ch->m->u1 - 1, &mb);
         memcpy(logits, lg + (size_t)(T - 1) * V, (size_t)V * sizeof(float));
     }
-    return cl_comm_broadcast(pp->comm, logits, (size_t)V * sizeof(float), last);
+    return pp->p > 1 ? cl_comm_broadcast(pp->comm, logits, (size_t)V * sizeof(float), last) : CL_OK;
 }
 
 cl_status cl_trainer_generate(cl_trainer *t, const int32_t *prompt, int nprompt, int n, float temperature, int top_k,
                               uint64_t seed, int32_t *out) {
     const cl_model_desc *d = t->desc;
     if (d->cfg.kind != CL_MODEL_GPT) return cl_error(CL_ERR_INVALID, "generation needs a GPT model");
-    if (!t->pp) return cl_generate(t->model, &t->acts, prompt, nprompt, n, temperature, top_k, seed, out);
     return cl_generate_with(pp_logits, t, d->cfg.vocab, d->T, prompt, nprompt, n, temperature, top_k, seed, out);
 }
 
@@ -609,7 +616,7 @@ cl_status cl_trainer_generate(cl_trainer *t, const int32_t *prompt, int nprompt,
 
 cl_status cl_trainer_write_trace(cl_trainer *t, cl_comm *world, const char *path, int last_steps) {
     struct cl_pp *pp = t->pp;
-    if (!pp) return cl_error(CL_ERR_INVALID, "--trace needs a pipeline (--pp > 1)");
+    if (pp->p < 2) return cl_error(CL_ERR_INVALID, "--trace needs a pipeline (--pp > 1)");
     if (last_steps > 0) { /* keep the last steps only */
         size_t w = 0;
         for (size_t i = 0; i < pp->trace.n; i++)

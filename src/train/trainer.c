@@ -1,15 +1,13 @@
 /* The trainer: data, model, optimizer and the training step (see train.h).
- * One rank's step here; data-parallel replicas sum their gradients in
- * buckets during the last micro-batch's backward, and a pipeline hands the
- * step to its executor (pipeline.c). A sample is a function of its global
- * index, so every layout reads the same samples. */
-#include "cleave/dp.h"
+ * The step is the executor's (pipeline.c) on one device too, which is a
+ * one-stage pipeline; data-parallel replicas sum their gradients in buckets
+ * during each chunk's last backward (cleave/dp.h). A sample is a function of
+ * its global index, so every layout reads the same samples. */
 #include "cleave/kernels.h"
 #include "cleave/memory.h"
 #include "cleave/pipeline.h"
 #include "cleave/schedule.h"
 #include "cleave/train.h"
-#include "cleave/prof.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -151,29 +149,22 @@ cl_status cl_trainer_create(cl_trainer **out, const cl_train_config *cfg) {
     t->dp = dp;
     t->dp_rank = cfg->groups ? cl_comm_rank(cfg->groups->dp) : 0;
     cl_status s = cl_model_describe(&cfg->model, cfg->seq_len, &t->desc);
-    int pipeline = cfg->groups && cl_comm_size(cfg->groups->pp) > 1;
+    t->pp_size = cfg->groups ? cl_comm_size(cfg->groups->pp) : 1;
     /* every rank's prediction against the cap, before anything is allocated */
-    if (!s) s = cl_memory_check(cfg, dp, pipeline ? cl_comm_size(cfg->groups->pp) : 1);
+    if (!s) s = cl_memory_check(cfg, dp, t->pp_size);
     if (!s) s = load_data(t);
     if (!s) s = cl_device_create_cpu(&t->dev, cfg->device_memory, 0);
-    if (!s && pipeline) s = cl_pp_create(t);
-    if (!s && !pipeline) s = cl_model_create(&t->model, t->desc, t->dev, cfg->micro_batch);
-    if (!s && !pipeline) s = cl_model_split_tied(t->model);
-    if (!s && !pipeline) s = cl_model_set_recompute(t->model, (cl_recompute)cfg->recompute);
-    if (!s && !pipeline) s = cl_optimizer_create(&t->opt, t->model, &cfg->adamw);
-    if (!s && !pipeline) s = cl_acts_create(t->model, cfg->micro_batch, &t->acts);
-    cl_pp_slot_bytes z; /* the trainer's one set of micro-batch buffers (cl_rank_extra_bytes) */
+    if (!s) s = cl_pp_create(t); /* one device too: a one-stage pipeline */
+    cl_pp_slot_bytes z; /* evaluation's micro-batch buffers (cl_rank_extra_bytes) */
     cl_pp_slot_sizes(t->desc, 0, t->desc->nunits, cfg->micro_batch, 0, &z);
     if (!s) s = cl_device_alloc(t->dev, CL_MEM_WORKSPACE, z.ids, (void **)&t->mb_tokens);
     if (!s) s = cl_device_alloc(t->dev, CL_MEM_WORKSPACE, z.ids, (void **)&t->mb_targets);
     if (!s && z.x) s = cl_device_alloc(t->dev, CL_MEM_WORKSPACE, z.x, (void **)&t->mb_x);
-    if (!s && !pipeline) s = cl_dp_create(&t->dpm, cfg->groups ? cfg->groups->dp : NULL, t->model, cfg->bucket_bytes);
     if (s) {
         cl_trainer_destroy(t);
         return s;
     }
-    if (t->pp) cl_pp_init(t, cfg->seed);
-    else cl_model_init(t->model, cfg->seed);
+    cl_pp_init(t, cfg->seed);
     double f = 0;
     for (int u = 0; u < t->desc->nunits; u++) f += t->desc->units[u].flops;
     t->step_flops_per_sample = 3.0 * f;
@@ -184,11 +175,6 @@ cl_status cl_trainer_create(cl_trainer **out, const cl_train_config *cfg) {
 void cl_trainer_destroy(cl_trainer *t) {
     if (!t) return;
     cl_pp_destroy(t);
-    if (t->model) {
-        cl_acts_destroy(t->model, &t->acts);
-        if (t->opt.m) cl_optimizer_destroy(&t->opt, t->model);
-        cl_model_destroy(t->model);
-    }
     if (t->dev) {
         cl_device_free(t->dev, t->mb_tokens);
         cl_device_free(t->dev, t->mb_targets);
@@ -200,13 +186,7 @@ void cl_trainer_destroy(cl_trainer *t) {
     cl_tokens_free(&t->tokens);
     cl_digits_free(&t->digits);
     free(t->perm);
-    cl_dp_destroy(t->dpm);
     free(t);
-}
-
-/* Fills the micro-batch buffers with global samples [k0, k0 + B). */
-static void fill_train_batch(cl_trainer *t, int64_t k0, int B, cl_microbatch *mb) {
-    cl_trainer_fill_batch(t, k0, B, t->mb_tokens, t->mb_targets, t->mb_x, mb);
 }
 
 void cl_trainer_fill_batch(cl_trainer *t, int64_t k0, int B, int32_t *tokens, int32_t *targets, float *x, cl_microbatch *mb) {
@@ -235,15 +215,6 @@ void cl_trainer_fill_batch(cl_trainer *t, int64_t k0, int B, int32_t *tokens, in
     mb->targets = targets;
 }
 
-/* Backward of the last micro-batch with each bucket's all-reduce launched
- * as soon as the units it covers are done (cleave/dp.h). */
-static cl_status backward_with_buckets(cl_trainer *t, const cl_microbatch *mb) {
-    cl_dp_begin(t->dpm);
-    cl_status s = cl_model_backward(t->model, mb, &t->acts, cl_dp_unit_done, t->dpm);
-    cl_status w = cl_dp_finish(t->dpm); /* waits for every launched bucket, even after an error */
-    return s ? s : w;
-}
-
 cl_status cl_step_check_finite(int step, double loss, double norm) {
     const char *what = !isfinite(loss) ? "loss" : !isfinite(norm) ? "gradient norm" : NULL;
     if (!what) return CL_OK;
@@ -270,50 +241,14 @@ static cl_status step_stats(cl_trainer *t, cl_step_stats *st, double t0, double 
 cl_status cl_trainer_step(cl_trainer *t, cl_step_stats *st) {
     double t0 = cl_now();
     const cl_train_config *c = &t->cfg;
-    int local = c->global_batch / t->dp;
-    int nmicro = local / c->micro_batch;
-    int T = t->desc->cfg.kind == CL_MODEL_GPT ? t->desc->T : 1;
-    float dloss = (float)(1.0 / ((double)c->global_batch * T));
-    if (t->pp) {
-        float lr = cl_lr_at(&c->lr, t->step);
-        double loss_sum = 0, norm = 0;
-        cl_step_stats tmp;
-        if (!st) st = &tmp;
-        memset(st, 0, sizeof *st);
-        CL_TRY(cl_pp_step(t, lr, &loss_sum, &norm, st));
-        t->step++;
-        return step_stats(t, st, t0, loss_sum, norm, lr, local);
-    }
-    CL_PROF("zero grads", 0, cl_model_zero_grads(t->model));
-    double loss_sum = 0;
-    for (int i = 0; i < nmicro; i++) {
-        cl_microbatch mb;
-        int64_t k0 = (int64_t)t->step * c->global_batch + (int64_t)t->dp_rank * local + (int64_t)i * c->micro_batch;
-        fill_train_batch(t, k0, c->micro_batch, &mb);
-        mb.dloss = dloss;
-        double ls;
-        if (t->dp > 1 && i == nmicro - 1) {
-            CL_TRY(cl_model_forward_backward(t->model, &mb, &t->acts, &ls, 0));
-            CL_TRY(backward_with_buckets(t, &mb));
-        } else {
-            CL_TRY(cl_model_forward_backward(t->model, &mb, &t->acts, &ls, 1));
-        }
-        loss_sum += ls;
-    }
-    if (t->dp == 1) cl_model_tie_grads(t->model); /* with dp > 1 the bucket hook did it */
-    if (t->dp > 1) CL_TRY(cl_comm_allreduce_f64(c->groups->dp, &loss_sum, 1, CL_RED_SUM));
-    double norm;
-    CL_PROF("grad norm", 0, norm = cl_grad_norm(t->model));
-    CL_TRY(cl_step_check_finite(t->step + 1, loss_sum, norm));
     float lr = cl_lr_at(&c->lr, t->step);
-    /* clipping rides in AdamW's pass (same bits as scaling the gradients first) */
-    CL_PROF("adamw (with clip)", 0, cl_optimizer_step_scaled(&t->opt, t->model, lr, cl_grad_clip_coef(norm, c->adamw.grad_clip)));
+    double loss_sum = 0, norm = 0;
+    cl_step_stats tmp;
+    if (!st) st = &tmp;
+    memset(st, 0, sizeof *st);
+    CL_TRY(cl_pp_step(t, lr, &loss_sum, &norm, st));
     t->step++;
-    if (st) {
-        memset(st, 0, sizeof *st);
-        step_stats(t, st, t0, loss_sum, norm, lr, local);
-    }
-    return CL_OK;
+    return step_stats(t, st, t0, loss_sum, norm, lr, c->global_batch / t->dp);
 }
 
 /* ---- evaluation: one loop over the samples, a forward per batch ------------- */
@@ -416,12 +351,10 @@ cl_status cl_trainer_eval(cl_trainer *t, double *loss) {
         e = (eval_set){.images = t->digits.images + (size_t)t->ndtrain * 64, .labels = t->digits.labels + t->ndtrain,
                        .n = (size_t)t->ndval};
     }
-    /* a pipeline's batches go through its stages; only the last stage's rank adds to sum */
-    model_eval me = {t->model, &t->acts};
+    /* the batches go through the stages; only the last stage's rank adds to sum */
     double sum = 0;
-    CL_TRY(eval_loop(&e, t->cfg.micro_batch, t->mb_tokens, t->mb_targets, t->mb_x, t->pp ? cl_pp_eval_batch : model_eval_batch,
-                     t->pp ? (void *)t : &me, &sum));
-    if (t->pp) CL_TRY(cl_comm_allreduce_f64(t->cfg.groups->pp, &sum, 1, CL_RED_SUM));
+    CL_TRY(eval_loop(&e, t->cfg.micro_batch, t->mb_tokens, t->mb_targets, t->mb_x, cl_pp_eval_batch, t, &sum));
+    if (t->pp_size > 1) CL_TRY(cl_comm_allreduce_f64(t->cfg.groups->pp, &sum, 1, CL_RED_SUM));
     *loss = eval_mean(&e, sum);
     return CL_OK;
 }
