@@ -32,15 +32,22 @@ cl_pp_stage_opts cl_pp_shape_opts(const cl_pp_shape *sh, const cl_train_config *
     return o;
 }
 
-/* All that pipeline rank q allocates under the shape (its partition set). */
-static size_t shape_rank_bytes(const cl_model_desc *d, const cl_train_config *cfg, const cl_pp_shape *sh, int q) {
-    size_t n = cl_rank_extra_bytes(d, cfg, sh, q);
-    for (int c = 0; c < sh->v; c++) {
+/* What pipeline rank q allocates under the shape (its partition set), by
+ * category, and the stages it holds: its chunks' stage figures plus what it
+ * keeps beside them. */
+static void shape_rank(const cl_model_desc *d, const cl_train_config *cfg, const cl_pp_shape *sh, int q, cl_mem_rank *m) {
+    memset(m->bytes, 0, sizeof m->bytes);
+    m->nstages = 0;
+    for (int c = 0; c < sh->v && c < 64; c++) {
         int st = c * sh->p + q;
+        if (sh->p > 1) m->stage[m->nstages++] = st; /* one device: the whole model, no stage to name */
         cl_pp_stage_opts o = cl_pp_shape_opts(sh, cfg, st);
-        n += cl_pp_stage_predict(d, sh->part.u0[st], sh->part.u1[st], &o).total_bytes;
+        cl_pp_stage_cost cost = cl_pp_stage_predict(d, sh->part.u0[st], sh->part.u1[st], &o);
+        for (int k = 0; k < CL_MEM_NCAT; k++) m->bytes[k] += cost.bytes[k];
     }
-    return n;
+    m->bytes[CL_MEM_WORKSPACE] += cl_rank_extra_bytes(d, cfg, sh, q);
+    m->total = 0;
+    for (int k = 0; k < CL_MEM_NCAT; k++) m->total += m->bytes[k];
 }
 
 void cl_pp_shape_free(cl_pp_shape *sh) {
@@ -96,8 +103,11 @@ cl_status cl_pp_shape_make(const cl_model_desc *d, const cl_train_config *cfg, i
         size_t cap = cfg->device_memory;
         if (sh->v > 1 && cap) {
             s = cl_pp_partition_balanced(d, sh->S, opts, NULL, 0, &sh->part);
-            for (int q = 0; !s && q < p; q++)
-                if (shape_rank_bytes(d, cfg, sh, q) > cap) s = CL_ERR_OOM;
+            cl_mem_rank m;
+            for (int q = 0; !s && q < p; q++) {
+                shape_rank(d, cfg, sh, q, &m);
+                if (m.total > cap) s = CL_ERR_OOM;
+            }
             if (!s) return CL_OK;
             cl_error_clear();
             s = CL_OK;
@@ -109,16 +119,6 @@ cl_status cl_pp_shape_make(const cl_model_desc *d, const cl_train_config *cfg, i
     return s;
 }
 
-static void add_cost(cl_mem_rank *r, const cl_pp_stage_cost *c) {
-    for (int k = 0; k < CL_MEM_NCAT; k++) r->bytes[k] += c->bytes[k];
-}
-
-static void finish_rank(cl_mem_rank *r, size_t extra) {
-    r->bytes[CL_MEM_WORKSPACE] += extra;
-    r->total = 0;
-    for (int k = 0; k < CL_MEM_NCAT; k++) r->total += r->bytes[k];
-}
-
 cl_status cl_memory_predict(const cl_train_config *cfg, int dp, int pp, cl_mem_rank *out) {
     if (dp < 1 || pp < 1) return cl_error(CL_ERR_INVALID, "a mesh of dp %d x pp %d", dp, pp);
     cl_model_desc *d;
@@ -126,21 +126,16 @@ cl_status cl_memory_predict(const cl_train_config *cfg, int dp, int pp, cl_mem_r
     memset(out, 0, (size_t)(dp * pp) * sizeof *out);
     cl_pp_shape sh;
     cl_status s = cl_pp_shape_make(d, cfg, pp, dp, &sh);
-    for (int q = 0; !s && q < pp; q++)
+    for (int q = 0; !s && q < pp; q++) {
+        shape_rank(d, cfg, &sh, q, &out[q * dp]); /* every replica of a stage holds the same */
         for (int r = 0; r < dp; r++) {
             cl_mem_rank *m = &out[q * dp + r];
+            if (r) *m = out[q * dp];
             m->rank = q * dp + r;
             m->dp_rank = r;
             m->pp_rank = q;
-            for (int c = 0; c < sh.v && c < 64; c++) {
-                int st = c * pp + q;
-                if (pp > 1) m->stage[m->nstages++] = st; /* one device: the whole model, no stage to name */
-                cl_pp_stage_opts o = cl_pp_shape_opts(&sh, cfg, st);
-                cl_pp_stage_cost cost = cl_pp_stage_predict(d, sh.part.u0[st], sh.part.u1[st], &o);
-                add_cost(m, &cost);
-            }
-            finish_rank(m, cl_rank_extra_bytes(d, cfg, &sh, q));
         }
+    }
     if (!s) cl_pp_shape_free(&sh);
     cl_model_desc_free(d);
     return s;
