@@ -492,15 +492,10 @@ static cl_status check_job(train_job *j, int ranks_here) {
                         cores, cores == 1 ? "" : "s", cores);
     if (j->trace_path) CL_TRY(cl_check_output_path(j->trace_path, "--trace"));
     if (j->plot_path) CL_TRY(cl_check_output_path(j->plot_path, "--plot"));
-    if (j->log_path) {
-        struct stat st;
-        if (!*j->log_path) return cl_error(CL_ERR_INVALID, "--log-file: empty path");
-        if (strlen(j->log_path) > CL_PATH_MAX)
-            return cl_error(CL_ERR_INVALID, "--log-file: path of %zu characters, at most %d", strlen(j->log_path), CL_PATH_MAX);
-        if (stat(j->log_path, &st) == 0 && S_ISDIR(st.st_mode))
-            return cl_error(CL_ERR_INVALID, "--log-file %s: is a directory", j->log_path);
-        if (stat(j->log_path, &st) != 0) CL_TRY(cl_check_output_path(j->log_path, "--log-file"));
-    }
+    /* a log is a stream (appended on resume, a device allowed): an existing
+     * file is taken as it is; anything else must pass as an output path */
+    struct stat st;
+    if (j->log_path && (stat(j->log_path, &st) != 0 || S_ISDIR(st.st_mode))) CL_TRY(cl_check_output_path(j->log_path, "--log-file"));
     if (!c->device_memory) {
         size_t avail = cl_host_memory_available();
         if (avail) {
