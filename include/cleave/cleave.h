@@ -103,5 +103,6 @@ fail:
 #include "cleave/trace.h"
 #include "cleave/memory.h"
 #include "cleave/dp.h"
+#include "cleave/tp.h"
 
 #endif
