@@ -18,6 +18,7 @@
 
 #include "cleave/core.h"
 #include "cleave/device.h"
+#include "cleave/tp.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -51,6 +52,18 @@ cl_status cl_model_config_check(const cl_model_config *cfg);
 
 typedef enum { CL_INIT_ZEROS = 0, CL_INIT_ONES, CL_INIT_NORMAL, CL_INIT_UNIFORM } cl_init_kind;
 
+/* How a parameter is split over the tensor-parallel ranks (cl_tp_layout):
+ * what a rank holds of the whole tensor, which has the shape checkpoints
+ * store (Hugging Face layout, linear weights [in, out]). */
+typedef enum {
+    CL_SPLIT_NONE = 0, /* replicated: every rank holds all of it (layernorms, row-parallel biases, positions) */
+    CL_SPLIT_ROWS,     /* by dim 0: rank r holds rows [r*part, (r+1)*part) (row-parallel weights; wte by vocabulary,
+                        * whose rows past the whole tensor's are padding, zero, never in a checkpoint) */
+    CL_SPLIT_COLS,     /* by the last dim: [r*part, (r+1)*part) (column-parallel weights and their biases) */
+    CL_SPLIT_HEADS3    /* the fused [C, 3C] c_attn and its [3C] bias: the query, key and value columns of heads
+                        * [r*H/tp, (r+1)*H/tp), three ranges of part = C/tp columns at 0, C and 2C */
+} cl_split;
+
 typedef struct {
     char name[64];          /* checkpoint name, e.g. "h.0.attn.c_attn.weight" */
     int ndim;
@@ -61,7 +74,23 @@ typedef struct {
     cl_init_kind init;
     float scale;            /* std (normal) or bound (uniform) */
     int unit;               /* owning unit */
+    /* tensor parallelism: shape/numel above are this rank's slice; the whole tensor is below */
+    cl_split split;
+    int64_t part;           /* the slice's extent along the split (see cl_split); 0 when not split */
+    int64_t full_shape[4];
+    int64_t full_numel;
 } cl_param_spec;
+
+/* The tensor-parallel layout a description is cut for. tp = 1 is the whole
+ * model (cl_model_describe). The vocabulary is padded to a multiple of
+ * vocab_div * tp (Megatron-LM's --make-vocab-size-divisible-by; 0 means
+ * 1) and the padded rows are masked out of the softmax, so the loss is the
+ * unpadded model's. With sp (sequence parallelism, GPT) the activations
+ * between blocks, the layernorms and the residuals hold a contiguous
+ * 1/tp of a micro-batch's B*T token rows (T a multiple of tp). */
+typedef struct {
+    int tp, rank, sp, vocab_div;
+} cl_tp_layout;
 
 typedef enum {
     CL_UNIT_EMBED = 0,  /* tokens -> x[T,C]; params wte, wpe */
@@ -88,6 +117,8 @@ typedef struct {
     double flops;           /* forward FLOPs per sample (backward ~ 2x) */
     /* geometry for CONV/MAXPOOL/LINEAR: input [c,h,w] -> output [oc,oh,ow] */
     int c, h, w, oc, oh, ow, k, stride, pad;
+    int tp_mode;            /* LINEAR under tensor parallelism: 0 whole, 1 column-parallel (c -> oc of its
+                             * columns), 2 row-parallel (c of its rows -> oc partial sums, reduced) */
 } cl_unit;
 
 typedef struct {
@@ -100,11 +131,27 @@ typedef struct {
     int64_t nfloats;        /* flat buffer size, alignment padding included */
     int64_t nparams_total;  /* sum of numel: the parameter count people quote */
     int tied_wte;           /* index of wte in params (GPT), else -1 */
+    cl_tp_layout tpl;       /* the tensor-parallel layout it is cut for ({1, 0, 0, 1}: the whole model) */
+    int vocab_padded;       /* GPT: the vocabulary padded (cl_tp_layout), a multiple of tp */
+    int vocab_local;        /* rows of wte this rank holds: vocab_padded / tp */
+    int vocab_start;        /* the first of them: rank * vocab_local */
+    int heads_local, channels_local; /* GPT: heads / tp and channels / tp */
 } cl_model_desc;
 
 /* T: tokens per sample for GPT (0 = the model's seq_len); ignored otherwise. */
 cl_status cl_model_describe(const cl_model_config *cfg, int T, cl_model_desc **out);
+/* The slice of that model one tensor-parallel rank holds: parameters at
+ * their local shapes (cl_split), units sized for the local heads, columns,
+ * vocabulary rows and (with sp) token rows. Errors name the size that tp
+ * does not divide: heads, 4 x channels, an MLP's column-parallel width,
+ * the sequence length with sp; a CNN cannot be split. */
+cl_status cl_model_describe_tp(const cl_model_config *cfg, int T, const cl_tp_layout *tl, cl_model_desc **out);
 void cl_model_desc_free(cl_model_desc *d);
+/* Index into the local slice (numel of spec p on tensor-parallel rank
+ * `rank`) of element `full` of the whole tensor, or -1 when the rank does
+ * not hold it. Every element of the whole tensor is held by exactly one
+ * rank when split, by every rank when not. */
+int64_t cl_param_local_index(const cl_param_spec *p, int rank, int64_t full);
 int cl_model_find_param(const cl_model_desc *d, const char *name); /* -1 if absent */
 
 /* ---- one rank's part of a model -------------------------------------------
@@ -144,7 +191,20 @@ typedef struct {
     float *dbuf[2];         /* ping-pong activation gradients */
     int64_t max_io_floats;  /* per micro-batch, max over units of in/out */
     cl_part_sizes sizes;    /* what it holds (cl_model_part_sizes, recompute as set) */
+    cl_tp tp;               /* the tensor-parallel group its slice belongs to (cl_model_set_tp; size 1: none) */
+    float *tp_keep;         /* set by cl_model_stage_backward(_weight) around a unit's split backward: where
+                             * the input pass keeps the results of its tensor-parallel collectives for the
+                             * weight pass, which must not run them again (cl_unit_keep_floats) */
 } cl_model;
+
+/* Attaches the tensor-parallel group of a part cut by cl_model_describe_tp:
+ * its size and this rank's place in it must be the description's
+ * (CL_ERR_INVALID otherwise). Without it a part of tp > 1 cannot run. */
+cl_status cl_model_set_tp(cl_model *m, cl_comm *tp);
+/* Floats a split backward (zb-h1) keeps per micro-batch for unit u's weight
+ * pass beyond its output gradient: the results of the input pass's
+ * tensor-parallel collectives (0 at tp = 1). */
+int64_t cl_unit_keep_floats(const cl_model_desc *d, int u, int B);
 
 /* Activation recomputation (Korthikanti et al., "Reducing Activation
  * Recomputation in Large Transformer Models"), for transformer blocks:

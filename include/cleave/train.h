@@ -102,9 +102,22 @@ typedef struct {
     const char *pp_layout;
     int trace;              /* keep a timeline of every action (cl_trainer_write_trace) */
     int recompute;          /* cl_recompute (model.h): none, selective, full */
+    /* Tensor parallelism: groups->tp, the ranks that split each layer
+     * (Megatron-LM: attention by heads, the MLP by columns then rows, the
+     * vocabulary by rows of wte), whose size tp must be (0 or 1 without
+     * groups). sequence_parallel shards the token rows between the split
+     * layers too; the vocabulary is padded to a multiple of
+     * vocab_divisible_by * tp (default 128) and the padding masked out. With
+     * check_replicas every step ends by comparing, bit for bit, every
+     * replicated parameter across the tp group (an error names the first
+     * that differs). */
+    int tp;
+    int sequence_parallel;
+    int vocab_divisible_by;
+    int check_replicas;
 } cl_train_config;
 
-/* Defaults: gpt2-tiny, micro 8, global 8, 100 steps, lr 1e-3 to 1e-4 with 10%
+/* Defaults: gpt2-tiny, tp 1, vocabulary padded to a multiple of 128, micro 8, global 8, 100 steps, lr 1e-3 to 1e-4 with 10%
  * warm-up, AdamW (0.9, 0.95, 1e-8, wd 0.1), clip 1.0, byte tokenizer, data
  * and tokenizer_dir NULL (cleave's prepared data, found by cl_data_find). */
 void cl_train_config_default(cl_train_config *c);

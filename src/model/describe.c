@@ -195,8 +195,10 @@ static cl_unit *add_unit(builder *b, cl_unit_kind kind, char code, int index, co
     return u;
 }
 
-static void add_param(builder *b, const char *name, int ndim, const int64_t *shape, int decay,
-                      cl_init_kind init, float scale) {
+/* Adds a parameter whose whole tensor has shape full, of which this rank
+ * holds the slice `split` of extent part (cl_split). */
+static void add_param_tp(builder *b, const char *name, int ndim, const int64_t *full, cl_split split, int64_t part,
+                         int decay, cl_init_kind init, float scale) {
     cl_model_desc *d = b->d;
     if (b->failed) return;
     if (d->nparams == b->cap_params) {
@@ -211,10 +213,18 @@ static void add_param(builder *b, const char *name, int ndim, const int64_t *sha
     snprintf(p->name, sizeof p->name, "%s", name);
     p->ndim = ndim;
     p->numel = 1;
+    p->full_numel = 1;
+    p->split = split;
+    p->part = split == CL_SPLIT_NONE ? 0 : part;
     for (int i = 0; i < ndim; i++) {
-        p->shape[i] = shape[i];
-        p->numel = prod(b, p->numel, shape[i]);
+        p->full_shape[i] = full[i];
+        p->full_numel = prod(b, p->full_numel, full[i]);
+        p->shape[i] = full[i];
     }
+    if (split == CL_SPLIT_ROWS) p->shape[0] = part;
+    if (split == CL_SPLIT_COLS) p->shape[ndim - 1] = part;
+    if (split == CL_SPLIT_HEADS3) p->shape[ndim - 1] = prod(b, 3, part);
+    for (int i = 0; i < ndim; i++) p->numel = prod(b, p->numel, p->shape[i]);
     p->offset = d->nfloats;
     d->nfloats = sum(b, d->nfloats, (p->numel + 15) & ~(int64_t)15);
     d->nparams_total = sum(b, d->nparams_total, p->numel);
@@ -225,14 +235,53 @@ static void add_param(builder *b, const char *name, int ndim, const int64_t *sha
     d->units[d->nunits - 1].nparams++;
 }
 
-static void add_linear_params(builder *b, const char *prefix, int64_t in, int64_t out, cl_init_kind init, float wscale,
-                              float bscale) {
+static void add_param(builder *b, const char *name, int ndim, const int64_t *shape, int decay, cl_init_kind init,
+                      float scale) {
+    add_param_tp(b, name, ndim, shape, CL_SPLIT_NONE, 0, decay, init, scale);
+}
+
+int64_t cl_param_local_index(const cl_param_spec *p, int rank, int64_t full) {
+    if (full < 0 || full >= p->full_numel) return -1;
+    int64_t ncol = p->full_shape[p->ndim - 1], row = full / ncol, col = full % ncol;
+    switch (p->split) {
+    case CL_SPLIT_NONE: return full;
+    case CL_SPLIT_ROWS: {
+        int64_t rowlen = p->full_numel / p->full_shape[0], r = full / rowlen - (int64_t)rank * p->part;
+        return r < 0 || r >= p->part ? -1 : r * rowlen + full % rowlen;
+    }
+    case CL_SPLIT_COLS: {
+        int64_t c = col - (int64_t)rank * p->part;
+        return c < 0 || c >= p->part ? -1 : row * p->part + c;
+    }
+    case CL_SPLIT_HEADS3: {
+        int64_t C = ncol / 3, which = col / C, c = col % C - (int64_t)rank * p->part;
+        return c < 0 || c >= p->part ? -1 : row * 3 * p->part + which * p->part + c;
+    }
+    }
+    return -1;
+}
+
+/* A linear layer's weight [in, out] and bias [out]: mode 0 whole, 1
+ * column-parallel (both split by output columns, or by heads for the fused
+ * qkv when heads3), 2 row-parallel (the weight by input rows, the bias
+ * replicated: added once, after the partial sums are reduced). */
+static void add_linear_params_tp(builder *b, const char *prefix, int64_t in, int64_t out, int mode, int heads3, int tp,
+                                 cl_init_kind init, float wscale, float bscale) {
     char name[64];
     int64_t ws[2] = {in, out}, bs[1] = {out};
+    cl_split wsplit = CL_SPLIT_NONE, bsplit = CL_SPLIT_NONE;
+    int64_t wpart = 0, bpart = 0;
+    if (mode == 1) {
+        wsplit = bsplit = heads3 ? CL_SPLIT_HEADS3 : CL_SPLIT_COLS;
+        wpart = bpart = heads3 ? out / 3 / tp : out / tp;
+    } else if (mode == 2) {
+        wsplit = CL_SPLIT_ROWS;
+        wpart = in / tp;
+    }
     snprintf(name, sizeof name, "%s.weight", prefix);
-    add_param(b, name, 2, ws, 1, init, wscale);
+    add_param_tp(b, name, 2, ws, wsplit, wpart, 1, init, wscale);
     snprintf(name, sizeof name, "%s.bias", prefix);
-    add_param(b, name, 1, bs, 0, init == CL_INIT_NORMAL ? CL_INIT_ZEROS : init, bscale);
+    add_param_tp(b, name, 1, bs, bsplit, bpart, 0, init == CL_INIT_NORMAL ? CL_INIT_ZEROS : init, bscale);
 }
 
 static void add_ln_params(builder *b, const char *prefix, int64_t C) {
@@ -244,66 +293,85 @@ static void add_ln_params(builder *b, const char *prefix, int64_t C) {
     add_param(b, name, 1, s, 0, CL_INIT_ZEROS, 0);
 }
 
+/* Sizes are this tensor-parallel rank's (cl_tp_layout): Cl = C/tp columns
+ * of the split matrices, NHl = NH/tp heads, Vl vocabulary rows; with
+ * sequence parallelism the block's input and output, its layernorms and
+ * residuals hold Ts = T/tp token rows per sample. tp = 1: the whole model. */
 static void describe_gpt(builder *b, int T) {
-    const cl_model_config *c = &b->d->cfg;
+    cl_model_desc *d = b->d;
+    const cl_model_config *c = &d->cfg;
+    int tp = d->tpl.tp, sp = d->tpl.sp;
     int64_t C = c->channels, V = c->vocab, L = c->layers, NH = c->heads;
+    int64_t Cl = C / tp, NHl = NH / tp, Vl = d->vocab_local, Ts = sp ? T / tp : T;
+    int vp = tp > 1 || d->vocab_padded != c->vocab; /* the vocabulary-parallel head (padding masked) */
     float std = 0.02f, proj_std = 0.02f / sqrtf(2.0f * (float)L);
+    int col = tp > 1 ? 1 : 0, row = tp > 1 ? 2 : 0;
     cl_unit *u = add_unit(b, CL_UNIT_EMBED, 'E', 0, "embed");
     if (!u) return;
-    u->out_floats = prod(b, T, C);
+    u->out_floats = prod(b, Ts, C);
     u->act_floats = u->out_floats;
+    u->scratch_floats = sp ? prod(b, T, C) : 0; /* the whole lookup before its reduce-scatter; dout gathered */
     int64_t wte[2] = {V, C}, wpe[2] = {c->seq_len, C};
-    add_param(b, "wte.weight", 2, wte, 1, CL_INIT_NORMAL, std);
-    b->d->tied_wte = b->d->nparams - 1;
+    add_param_tp(b, "wte.weight", 2, wte, CL_SPLIT_ROWS, Vl, 1, CL_INIT_NORMAL, std);
+    d->tied_wte = d->nparams - 1;
     add_param(b, "wpe.weight", 2, wpe, 1, CL_INIT_NORMAL, std);
     for (int l = 0; l < L && !b->failed; l++) {
         char label[24], pre[64];
         snprintf(label, sizeof label, "h.%d", l);
         u = add_unit(b, CL_UNIT_BLOCK, 't', l, label);
         if (!u) return;
-        u->in_floats = prod(b, T, C);
+        u->in_floats = prod(b, Ts, C);
         u->out_floats = u->in_floats;
-        int64_t scores = prod(b, prod(b, NH, T), T);
-        /* ln1, qkv, att, atty, res2, ln2, fch, fch_gelu, out + 2 (mean, rstd) x 2 */
-        u->act_floats = sum(b, prod(b, T, 16 * C + 4), scores);
-        u->scratch_floats = sum(b, prod(b, T, 11 * C), scores); /* dres2, dfc (4C, GELU in place), dln2, datty, dqkv (3C), dln1; d(scores) */
-        u->flops = 2.0 * (double)T * 12.0 * (double)C * (double)C + 4.0 * (double)T * (double)T * (double)C;
+        int64_t scores = prod(b, prod(b, NHl, T), T);
+        /* ln1, res2, ln2, out (token rows) + their 2 x 2 means and rstds; qkv (3), atty (1), fch (4), fch_gelu (4) (columns); scores */
+        u->act_floats = sum(b, sum(b, prod(b, Ts, 4 * C + 4), prod(b, T, 12 * Cl)), scores);
+        /* backward workspace (units.c's block_scratch): dres2, dfc, dln2, datty, dqkv, dln1; sp adds the
+         * gathered dout, dres2 and layernorm output and the three scattered shards */
+        int64_t ws = sp ? sum(b, prod(b, T, 5 * C + 8 * Cl), prod(b, Ts, 3 * C)) : prod(b, T, 3 * C + 8 * Cl);
+        u->scratch_floats = sum(b, ws, scores);
+        u->flops = (2.0 * (double)T * 12.0 * (double)C * (double)C + 4.0 * (double)T * (double)T * (double)C) / tp;
         snprintf(pre, sizeof pre, "h.%d.ln_1", l);
         add_ln_params(b, pre, C);
         snprintf(pre, sizeof pre, "h.%d.attn.c_attn", l);
-        add_linear_params(b, pre, C, 3 * C, CL_INIT_NORMAL, std, 0);
+        add_linear_params_tp(b, pre, C, 3 * C, col, 1, tp, CL_INIT_NORMAL, std, 0);
         snprintf(pre, sizeof pre, "h.%d.attn.c_proj", l);
-        add_linear_params(b, pre, C, C, CL_INIT_NORMAL, proj_std, 0);
+        add_linear_params_tp(b, pre, C, C, row, 0, tp, CL_INIT_NORMAL, proj_std, 0);
         snprintf(pre, sizeof pre, "h.%d.ln_2", l);
         add_ln_params(b, pre, C);
         snprintf(pre, sizeof pre, "h.%d.mlp.c_fc", l);
-        add_linear_params(b, pre, C, 4 * C, CL_INIT_NORMAL, std, 0);
+        add_linear_params_tp(b, pre, C, 4 * C, col, 0, tp, CL_INIT_NORMAL, std, 0);
         snprintf(pre, sizeof pre, "h.%d.mlp.c_proj", l);
-        add_linear_params(b, pre, 4 * C, C, CL_INIT_NORMAL, proj_std, 0);
+        add_linear_params_tp(b, pre, 4 * C, C, row, 0, tp, CL_INIT_NORMAL, proj_std, 0);
     }
     u = add_unit(b, CL_UNIT_LMHEAD, 'L', 0, "lm_head");
     if (!u) return;
-    u->in_floats = prod(b, T, C);
+    u->in_floats = prod(b, Ts, C);
     u->out_floats = T;
-    u->act_floats = prod(b, T, C + V + 4);
-    u->scratch_floats = u->in_floats;
-    u->flops = 2.0 * (double)T * (double)C * (double)V;
+    /* losses, lnf (all rows, gathered), mean and rstd (its rows), lse, logits (its vocabulary columns) */
+    u->act_floats = sum(b, prod(b, T, C + Vl + 2), 2 * Ts);
+    /* dlnf; sp: its scattered shard; vp: row max (f32) and sums (f64) */
+    u->scratch_floats = sum(b, sum(b, prod(b, T, C), sp ? prod(b, Ts, C) : 0), vp ? prod(b, T, 5) + 2 : 0);
+    u->flops = 2.0 * (double)T * (double)C * (double)Vl;
     add_ln_params(b, "ln_f", C);
 }
 
-/* Sets a unit's linear geometry and sizes. */
-static void linear_unit(builder *b, const char *label, int index, int64_t in, int64_t out, int kaiming) {
+/* Sets a unit's linear geometry and sizes; mode as cl_unit's tp_mode. */
+static void linear_unit(builder *b, const char *label, int index, int64_t in, int64_t out, int kaiming, int mode) {
     cl_unit *u = add_unit(b, CL_UNIT_LINEAR, 'l', index, label);
     if (!u) return;
+    int tp = b->d->tpl.tp;
+    int64_t lin = mode == 2 ? in / tp : in, lout = mode == 1 ? out / tp : out;
     if (in > INT32_MAX || out > INT32_MAX) b->too_large = 1;
-    u->c = (int)in;
-    u->oc = (int)out;
-    u->in_floats = in;
-    u->out_floats = out;
-    u->act_floats = out;
-    u->flops = 2.0 * (double)in * (double)out;
+    u->tp_mode = mode;
+    u->c = (int)lin;
+    u->oc = (int)lout;
+    u->in_floats = lin;
+    u->out_floats = lout;
+    u->act_floats = lout;
+    u->scratch_floats = mode == 1 ? lin : 0; /* the input gradient's partial sum before its all-reduce */
+    u->flops = 2.0 * (double)lin * (double)lout;
     float bound = 1.0f / sqrtf((float)in);
-    add_linear_params(b, label, in, out, kaiming ? CL_INIT_UNIFORM : CL_INIT_NORMAL, bound, bound);
+    add_linear_params_tp(b, label, in, out, mode, 0, tp, kaiming ? CL_INIT_UNIFORM : CL_INIT_NORMAL, bound, bound);
 }
 
 static void elementwise_unit(builder *b, cl_unit_kind kind, char code, int index, const char *label, int64_t n) {
@@ -323,15 +391,20 @@ static void classify_unit(builder *b, int64_t classes) {
     u->act_floats = 2; /* loss, logsumexp */
 }
 
+/* Under tensor parallelism the linear layers go in pairs, column- then
+ * row-parallel (Megatron's MLP): the ReLU between them works on the
+ * column-parallel layer's own columns; an odd last layer stays whole. */
 static void describe_mlp(builder *b) {
     const cl_model_config *c = &b->d->cfg;
+    int nlin = c->nwidths - 1, tp = b->d->tpl.tp;
     for (int i = 0; i + 1 < c->nwidths && !b->failed; i++) {
         char label[24];
         snprintf(label, sizeof label, "fc%d", i + 1);
-        linear_unit(b, label, i, c->widths[i], c->widths[i + 1], 1);
+        int mode = tp > 1 && (i % 2 == 0 ? i + 1 < nlin : 1) ? (i % 2 == 0 ? 1 : 2) : 0;
+        linear_unit(b, label, i, c->widths[i], c->widths[i + 1], 1, mode);
         if (i + 2 < c->nwidths) {
             snprintf(label, sizeof label, "relu%d", i + 1);
-            elementwise_unit(b, CL_UNIT_RELU, 'r', i, label, c->widths[i + 1]);
+            elementwise_unit(b, CL_UNIT_RELU, 'r', i, label, mode == 1 ? c->widths[i + 1] / tp : c->widths[i + 1]);
         }
     }
     classify_unit(b, c->widths[c->nwidths - 1]);
@@ -378,14 +451,49 @@ static void describe_cnn(builder *b) {
     u->out_floats = pool_n;
     u->act_floats = prod(b, 2, pool_n); /* output and argmax indices */
     elementwise_unit(b, CL_UNIT_FLATTEN, 'f', 0, "flatten", pool_n);
-    linear_unit(b, "fc1", 1, pool_n, c->hidden, 1);
-    linear_unit(b, "fc2", 2, c->hidden, c->hidden2, 1);
+    linear_unit(b, "fc1", 1, pool_n, c->hidden, 1, 0);
+    linear_unit(b, "fc2", 2, c->hidden, c->hidden2, 1, 0);
     elementwise_unit(b, CL_UNIT_RELU, 'r', 1, "relu2", c->hidden2);
-    linear_unit(b, "fc3", 3, c->hidden2, c->classes, 1);
+    linear_unit(b, "fc3", 3, c->hidden2, c->classes, 1, 0);
     classify_unit(b, c->classes);
 }
 
 cl_status cl_model_describe(const cl_model_config *cfg, int T, cl_model_desc **out) {
+    cl_tp_layout whole = {1, 0, 0, 1};
+    return cl_model_describe_tp(cfg, T, &whole, out);
+}
+
+/* What tp must divide, checked before anything is built. */
+static cl_status check_tp(const cl_model_config *c, int T, const cl_tp_layout *tl) {
+    int tp = tl->tp;
+    if (tp < 1 || tl->rank < 0 || tl->rank >= tp)
+        return cl_error(CL_ERR_INVALID, "tensor-parallel rank %d of %d is out of range", tl->rank, tp);
+    if (tl->vocab_div < 0) return cl_error(CL_ERR_INVALID, "--make-vocab-size-divisible-by must be positive (got %d)", tl->vocab_div);
+    if (tl->sp && c->kind != CL_MODEL_GPT) return cl_error(CL_ERR_INVALID, "--sequence-parallel needs a GPT model");
+    if (tp == 1) return CL_OK;
+    switch (c->kind) {
+    case CL_MODEL_GPT:
+        if (c->heads % tp)
+            return cl_error(CL_ERR_INVALID, "--tp %d must divide the %d attention heads (each rank computes whole heads)", tp, c->heads);
+        if ((4 * (int64_t)c->channels) % tp)
+            return cl_error(CL_ERR_INVALID, "--tp %d must divide the MLP's 4 x %d = %lld columns", tp, c->channels,
+                            4 * (long long)c->channels);
+        if (tl->sp && T % tp)
+            return cl_error(CL_ERR_INVALID, "--sequence-parallel: --tp %d must divide the sequence length %d", tp, T);
+        return CL_OK;
+    case CL_MODEL_MLP:
+        for (int i = 0; i + 2 < c->nwidths; i += 2)
+            if (c->widths[i + 1] % tp)
+                return cl_error(CL_ERR_INVALID, "--tp %d must divide the MLP's column-parallel width %d (layer fc%d)", tp,
+                                c->widths[i + 1], i + 1);
+        return CL_OK;
+    case CL_MODEL_CNN:
+        return cl_error(CL_ERR_INVALID, "--tp %d: tensor parallelism splits GPT and MLP models, not the CNN", tp);
+    }
+    return CL_OK;
+}
+
+cl_status cl_model_describe_tp(const cl_model_config *cfg, int T, const cl_tp_layout *tl, cl_model_desc **out) {
     *out = NULL;
     CL_TRY(cl_model_config_check(cfg));
     if (cfg->kind == CL_MODEL_GPT) {
@@ -396,11 +504,26 @@ cl_status cl_model_describe(const cl_model_config *cfg, int T, cl_model_desc **o
     } else {
         T = 1;
     }
+    CL_TRY(check_tp(cfg, T, tl));
     cl_model_desc *d = calloc(1, sizeof *d);
     if (!d) return cl_error(CL_ERR_OOM, "cannot allocate a model description");
     d->cfg = *cfg;
     d->T = T;
     d->tied_wte = -1;
+    d->tpl = *tl;
+    if (d->tpl.vocab_div < 1) d->tpl.vocab_div = 1;
+    if (cfg->kind == CL_MODEL_GPT) {
+        int64_t mult = (int64_t)d->tpl.vocab_div * tl->tp, vp = (cfg->vocab + mult - 1) / mult * mult;
+        if (vp > (1 << 30)) {
+            free(d);
+            return cl_error(CL_ERR_INVALID, "the vocabulary %d padded to a multiple of %lld is too large", cfg->vocab, (long long)mult);
+        }
+        d->vocab_padded = (int)vp;
+        d->vocab_local = (int)(vp / tl->tp);
+        d->vocab_start = tl->rank * d->vocab_local;
+        d->heads_local = cfg->heads / tl->tp;
+        d->channels_local = cfg->channels / tl->tp;
+    }
     builder b = {.d = d};
     switch (cfg->kind) {
     case CL_MODEL_GPT: describe_gpt(&b, T); break;

@@ -6,7 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-int64_t cl_pp_udout_floats(const cl_model_desc *d, int u, int B) { return d->units[u].out_floats * B; }
+int64_t cl_pp_udout_floats(const cl_model_desc *d, int u, int B) {
+    return d->units[u].out_floats * B + cl_unit_keep_floats(d, u, B);
+}
 
 void cl_pp_slot_sizes(const cl_model_desc *d, int u0, int u1, int B, int zb, cl_pp_slot_bytes *o) {
     memset(o, 0, sizeof *o);

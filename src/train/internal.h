@@ -9,7 +9,9 @@
 
 struct cl_trainer {
     cl_train_config cfg;
-    cl_model_desc *desc;
+    cl_model_desc *desc;       /* this rank's slice of the model (tensor parallelism; the whole model at tp 1) */
+    cl_model_desc *full;       /* the whole model, unpadded: checkpoints' layout */
+    int tp, tp_rank;           /* tensor-parallel ranks and this one's index */
     cl_device *dev;
     cl_model *model;           /* chunk 0's part: the whole model on one device */
     cl_optimizer *opt;         /* chunk 0's AdamW state */
@@ -28,6 +30,11 @@ struct cl_trainer {
     double step_flops_per_sample;
     struct cl_pp *pp;          /* the step engine (pipeline.c), one device or many */
 };
+
+/* The slice of cfg's model that tensor-parallel rank tp_rank holds
+ * (cfg->tp, sequence_parallel, vocab_divisible_by); errors for flags that
+ * do not go together. */
+cl_status cl_train_describe(const cl_train_config *cfg, int tp_rank, cl_model_desc **out);
 
 /* Global samples [k0, k0 + B) into the given buffers (B * T tokens and
  * targets, or B * 64 pixels and B labels). */

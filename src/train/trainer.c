@@ -37,6 +37,18 @@ void cl_train_config_default(cl_train_config *c) {
     c->eval_batches = 16;
     c->bucket_bytes = 25u << 20;
     c->schedule = CL_SCHED_1F1B;
+    c->tp = 1;
+    c->vocab_divisible_by = 128;
+}
+
+cl_status cl_train_describe(const cl_train_config *cfg, int tp_rank, cl_model_desc **out) {
+    int tp = cfg->tp > 1 ? cfg->tp : 1;
+    if (cfg->sequence_parallel && tp < 2)
+        return cl_error(CL_ERR_INVALID, "--sequence-parallel needs tensor parallelism (--tp 2 or more)");
+    if (cfg->vocab_divisible_by < 1)
+        return cl_error(CL_ERR_INVALID, "--make-vocab-size-divisible-by must be positive (got %d)", cfg->vocab_divisible_by);
+    cl_tp_layout tl = {tp, tp_rank, cfg->sequence_parallel, cfg->vocab_divisible_by};
+    return cl_model_describe_tp(&cfg->model, cfg->seq_len, &tl, out);
 }
 
 /* Tokenizes a text file once and caches the tokens beside it as
@@ -148,10 +160,17 @@ cl_status cl_trainer_create(cl_trainer **out, const cl_train_config *cfg) {
     t->cfg = *cfg;
     t->dp = dp;
     t->dp_rank = cfg->groups ? cl_comm_rank(cfg->groups->dp) : 0;
-    cl_status s = cl_model_describe(&cfg->model, cfg->seq_len, &t->desc);
+    t->tp = cfg->groups ? cl_comm_size(cfg->groups->tp) : 1;
+    t->tp_rank = cfg->groups ? cl_comm_rank(cfg->groups->tp) : 0;
+    cl_status s = CL_OK;
+    if ((cfg->tp > 1 ? cfg->tp : 1) != t->tp)
+        s = cl_error(CL_ERR_INVALID, "the configuration asks for --tp %d but the tensor-parallel group has %d ranks", cfg->tp, t->tp);
+    t->cfg.tp = t->tp;
+    if (!s) s = cl_train_describe(&t->cfg, t->tp_rank, &t->desc);
+    if (!s) s = cl_model_describe(&cfg->model, cfg->seq_len, &t->full);
     t->pp_size = cfg->groups ? cl_comm_size(cfg->groups->pp) : 1;
     /* every rank's prediction against the cap, before anything is allocated */
-    if (!s) s = cl_memory_check(cfg, dp, t->pp_size);
+    if (!s) s = cl_memory_check(&t->cfg, dp, t->pp_size);
     if (!s) s = load_data(t);
     if (!s) s = cl_device_create_cpu(&t->dev, cfg->device_memory, 0);
     if (!s) s = cl_pp_create(t); /* one device too: a one-stage pipeline */
@@ -182,6 +201,7 @@ void cl_trainer_destroy(cl_trainer *t) {
         cl_device_destroy(t->dev);
     }
     cl_model_desc_free(t->desc);
+    cl_model_desc_free(t->full);
     cl_tokenizer_free(t->tok);
     cl_tokens_free(&t->tokens);
     cl_digits_free(&t->digits);
