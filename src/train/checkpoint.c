@@ -263,34 +263,25 @@ static cl_status save_arrays(cl_trainer *t, const char *dir, float *const *param
                              int opt_t);
 
 cl_status cl_trainer_save(cl_trainer *t, const char *dir) {
-    const cl_model_desc *d = t->desc;
+    /* the whole tensors, in the whole model's layout: a checkpoint is the same whatever the layout that wrote it */
+    const cl_model_desc *d = t->full;
     int n = d->nparams;
     float **pp = malloc((size_t)n * 3 * sizeof *pp);
     if (!pp) return cl_error(CL_ERR_OOM, "cannot allocate the checkpoint index");
     float **mp = pp + n, **vp = pp + 2 * n;
-    cl_status s = CL_OK;
-    if (t->pp_size > 1) {
-        /* a pipeline: every stage sends what it owns to the first, which writes */
-        float *host = NULL;
-        int writer = 0, opt_t = 0;
-        s = cl_pp_gather(t, &host, &writer, &opt_t);
-        if (!s && writer) {
-            for (int i = 0; i < n; i++) {
-                pp[i] = host + d->params[i].offset;
-                mp[i] = host + d->nfloats + d->params[i].offset;
-                vp[i] = host + 2 * d->nfloats + d->params[i].offset;
-            }
-            s = save_arrays(t, dir, pp, mp, vp, opt_t);
-        }
-        free(host);
-    } else {
+    /* every stage and tensor-parallel rank sends what it holds to the first, which writes */
+    float *host = NULL;
+    int writer = 0, opt_t = 0;
+    cl_status s = cl_pp_gather(t, &host, &writer, &opt_t);
+    if (!s && writer) {
         for (int i = 0; i < n; i++) {
-            pp[i] = t->model->p[i];
-            mp[i] = t->opt->m + t->model->loc[i];
-            vp[i] = t->opt->v + t->model->loc[i];
+            pp[i] = host + d->params[i].offset;
+            mp[i] = host + d->nfloats + d->params[i].offset;
+            vp[i] = host + 2 * d->nfloats + d->params[i].offset;
         }
-        s = save_arrays(t, dir, pp, mp, vp, t->opt->t);
+        s = save_arrays(t, dir, pp, mp, vp, opt_t);
     }
+    free(host);
     free(pp);
     return s;
 }
@@ -311,7 +302,7 @@ static cl_status save_arrays(cl_trainer *t, const char *dir, float *const *param
         if (!made && errno != EEXIST) break;
     }
     if (!made) return cl_error(CL_ERR_IO, "saving checkpoint %s: cannot create %s: %s", dir, tmp, strerror(errno));
-    const cl_model_desc *d = t->desc;
+    const cl_model_desc *d = t->full;
     cl_st_meta meta[] = {{"format", "pt"}};
     snprintf(path, sizeof path, "%s/model.safetensors", tmp);
     s = write_params(path, d, params, "", meta, 1);
@@ -421,45 +412,25 @@ cl_status cl_trainer_resume(cl_trainer *t, const char *dir) {
                         "--resume %s: the checkpoint was trained with --seq-len %d --global-batch-size %d --seed %" PRIu64
                         "; this run has %d, %d, %" PRIu64,
                         dir, T, gb, seed, t->desc->T, t->cfg.global_batch, t->cfg.seed);
-    const cl_model_desc *d = t->desc;
+    /* every rank reads the whole files into host memory and keeps its slice */
+    const cl_model_desc *d = t->full;
     char path[4200];
-    if (t->pp_size > 1) {
-        /* every stage reads the whole files into host memory and keeps its part */
-        int n = d->nparams;
-        float *host = malloc((size_t)d->nfloats * 3 * sizeof *host);
-        float **ptr = malloc((size_t)n * 3 * sizeof *ptr);
-        cl_status s = host && ptr ? CL_OK : cl_error(CL_ERR_OOM, "cannot allocate %s's buffers", dir);
-        for (int i = 0; !s && i < n; i++)
-            for (int k = 0; k < 3; k++) ptr[k * n + i] = host + k * d->nfloats + d->params[i].offset;
-        snprintf(path, sizeof path, "%s/model.safetensors", dir);
-        if (!s) s = read_params(path, d, ptr, "", 0);
-        snprintf(path, sizeof path, "%s/optimizer.safetensors", dir);
-        if (!s) s = read_params(path, d, ptr + n, "exp_avg.", 0);
-        if (!s) s = read_params(path, d, ptr + 2 * n, "exp_avg_sq.", 1);
-        if (!s) cl_pp_load(t, host, host + d->nfloats, host + 2 * d->nfloats, opt_t);
-        free(host);
-        free(ptr);
-        if (s) return s;
-        t->step = step;
-        return CL_OK;
-    }
+    int n = d->nparams;
+    float *host = malloc((size_t)d->nfloats * 3 * sizeof *host);
+    float **ptr = malloc((size_t)n * 3 * sizeof *ptr);
+    cl_status s = host && ptr ? CL_OK : cl_error(CL_ERR_OOM, "cannot allocate %s's buffers", dir);
+    for (int i = 0; !s && i < n; i++)
+        for (int k = 0; k < 3; k++) ptr[k * n + i] = host + k * d->nfloats + d->params[i].offset;
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    CL_TRY(read_params(path, d, t->model->p, "", 0));
-    float **mp = malloc((size_t)d->nparams * sizeof *mp), **vp = malloc((size_t)d->nparams * sizeof *vp);
-    cl_status s = CL_OK;
-    if (!mp || !vp) s = cl_error(CL_ERR_OOM, "cannot allocate the optimizer index");
-    for (int i = 0; !s && i < d->nparams; i++) {
-        mp[i] = t->opt->m + t->model->loc[i];
-        vp[i] = t->opt->v + t->model->loc[i];
-    }
+    if (!s) s = read_params(path, d, ptr, "", 0);
     snprintf(path, sizeof path, "%s/optimizer.safetensors", dir);
-    if (!s) s = read_params(path, d, mp, "exp_avg.", 0);
-    if (!s) s = read_params(path, d, vp, "exp_avg_sq.", 1);
-    free(mp);
-    free(vp);
+    if (!s) s = read_params(path, d, ptr + n, "exp_avg.", 0);
+    if (!s) s = read_params(path, d, ptr + 2 * n, "exp_avg_sq.", 1);
+    if (!s) cl_pp_load(t, host, host + d->nfloats, host + 2 * d->nfloats, opt_t);
+    free(host);
+    free(ptr);
     if (s) return s;
     t->step = step;
-    t->opt->t = opt_t;
     return CL_OK;
 }
 
