@@ -13,9 +13,6 @@
 #include "cleave/model.h"
 #include "cleave/kernels.h"
 #include "cleave/prof.h"
-void cl_xent_vp_max(float *mx, const float *logits, int N, int Vl, int valid);
-void cl_xent_vp_sum(double *sum, double *tlogit, const float *logits, const float *mx, const int32_t *targets, int v0, int N, int Vl, int valid);
-void cl_xent_vp_backward(float *dlogits, const float *logits, const float *lse, const int32_t *targets, int v0, float dloss, int N, int Vl, int valid); /* TMP */
 
 #include <math.h>
 #include <stdlib.h>
