@@ -461,6 +461,140 @@ out:
     free(w);
 }
 
+/* ---- bytes communicated ------------------------------------------------------ */
+
+/* The expected counts of comm.h's formulas, written again here. */
+static size_t chunk_len(size_t count, int p, int r) {
+    size_t blocks = (count + 15) / 16, q = blocks / (size_t)p, rem = blocks % (size_t)p;
+    size_t b0 = (size_t)r * q + ((size_t)r < rem ? (size_t)r : rem), b1 = b0 + q + ((size_t)r < rem);
+    b0 = b0 * 16 < count ? b0 * 16 : count;
+    b1 = b1 * 16 < count ? b1 * 16 : count;
+    return b1 - b0;
+}
+
+static void want_coll(cl_comm_counts *w, cl_comm_kind k, size_t n, size_t es, int p, int r, int root) {
+    uint64_t s = 0, v = 0, q = (uint64_t)p - 1;
+    if (p > 1 && k == CL_COMM_KIND_ALLREDUCE) {
+        size_t c = chunk_len(n, p, r);
+        s = v = (uint64_t)p * n * es <= 65536 ? q * n * es : (n - c + q * c) * es;
+    } else if (p > 1 && (k == CL_COMM_KIND_REDUCE_SCATTER || k == CL_COMM_KIND_ALLGATHER)) {
+        s = v = q * n * es;
+    } else if (p > 1 && n > 0 && k == CL_COMM_KIND_BROADCAST && (n < 65536 || p == 2)) {
+        int vr = (r - root + p) % p;
+        v = vr ? n : 0;
+        for (int m = 1; m < p; m *= 2) /* children: below v's lowest set bit */
+            if ((vr == 0 || m < (vr & -vr)) && vr + m < p) s += n;
+    } else if (p > 1 && n > 0 && k == CL_COMM_KIND_BROADCAST) {
+        size_t c = chunk_len(n, p, r);
+        s = r == root ? n - c + q * c : (q - 1) * c;
+        v = r == root ? 0 : n;
+    }
+    w->calls[k]++;
+    w->sent[k] += s;
+    w->recvd[k] += v;
+}
+
+static void counts_match(cl_comm *c, const cl_comm_counts *w, const char *what, size_t n) {
+    cl_comm_counts got;
+    cl_comm_counts_get(c, &got);
+    for (int k = 0; k < CL_COMM_NKINDS; k++)
+        TCHECK(got.calls[k] == w->calls[k] && got.sent[k] == w->sent[k] && got.recvd[k] == w->recvd[k],
+               "rank %d of %d: after %s of %zu: %s counts %llu calls, %llu sent, %llu received; expected %llu, %llu, "
+               "%llu",
+               cl_comm_rank(c), cl_comm_size(c), what, n, cl_comm_kind_name(k), (unsigned long long)got.calls[k],
+               (unsigned long long)got.sent[k], (unsigned long long)got.recvd[k], (unsigned long long)w->calls[k],
+               (unsigned long long)w->sent[k], (unsigned long long)w->recvd[k]);
+}
+
+/* Every kind, both paths of all-reduce and broadcast, uneven chunks, the
+ * non-blocking forms; then the sum over ranks: what is sent is received. */
+static void count_checks(cl_comm *c) {
+    int p = cl_comm_size(c), me = cl_comm_rank(c);
+    cl_comm_counts w, got, zero;
+    memset(&w, 0, sizeof w);
+    memset(&zero, 0, sizeof zero);
+    cl_comm_counts_get(NULL, &got);
+    TCHECK(!memcmp(&got, &zero, sizeof got), "the counts of no communicator are not 0");
+    TCHECK(!strcmp(cl_comm_kind_name(CL_COMM_KIND_REDUCE_SCATTER), "reduce_scatter") &&
+               !strcmp(cl_comm_kind_name(CL_COMM_NKINDS), "?"),
+           "kind names");
+    cl_comm_counts_reset(c);
+    size_t cap = (size_t)8 * 100003 + 64;
+    float *a = calloc(cap, sizeof *a), *b = calloc(cap, sizeof *b);
+    TCHECK(a && b, "allocation");
+    if (!a || !b) goto out;
+    const size_t ar[] = {0, 1, 17, 1000, 4096, 16385, 100003};
+    for (size_t i = 0; i < sizeof ar / sizeof *ar; i++) {
+        TCHECK_OK(cl_comm_allreduce(c, a, ar[i], CL_RED_SUM));
+        want_coll(&w, CL_COMM_KIND_ALLREDUCE, ar[i], 4, p, me, 0);
+        counts_match(c, &w, "allreduce", ar[i]);
+        TCHECK_OK(cl_comm_allreduce_f64(c, (double *)a, ar[i] / 2, CL_RED_MAX));
+        want_coll(&w, CL_COMM_KIND_ALLREDUCE, ar[i] / 2, 8, p, me, 0);
+        counts_match(c, &w, "allreduce_f64", ar[i] / 2);
+    }
+    cl_request *r = NULL;
+    TCHECK_OK(cl_comm_iallreduce(c, a, 50001, CL_RED_SUM, &r));
+    want_coll(&w, CL_COMM_KIND_ALLREDUCE, 50001, 4, p, me, 0);
+    counts_match(c, &w, "iallreduce (issued)", 50001);
+    TCHECK_OK(cl_comm_wait(c, r));
+    const size_t rs[] = {0, 5, 1000, 30001};
+    for (size_t i = 0; i < sizeof rs / sizeof *rs; i++) {
+        TCHECK_OK(cl_comm_reduce_scatter(c, a, b, rs[i], CL_RED_SUM));
+        want_coll(&w, CL_COMM_KIND_REDUCE_SCATTER, rs[i], 4, p, me, 0);
+        TCHECK_OK(cl_comm_ireduce_scatter(c, a, b, rs[i], CL_RED_AVG, &r));
+        TCHECK_OK(cl_comm_wait(c, r));
+        want_coll(&w, CL_COMM_KIND_REDUCE_SCATTER, rs[i], 4, p, me, 0);
+        counts_match(c, &w, "reduce_scatter", rs[i]);
+        TCHECK_OK(cl_comm_allgather(c, a, b, rs[i] * 3));
+        want_coll(&w, CL_COMM_KIND_ALLGATHER, rs[i] * 3, 1, p, me, 0);
+        TCHECK_OK(cl_comm_iallgather(c, a, b, rs[i] * 3, &r));
+        TCHECK_OK(cl_comm_wait(c, r));
+        want_coll(&w, CL_COMM_KIND_ALLGATHER, rs[i] * 3, 1, p, me, 0);
+        counts_match(c, &w, "allgather", rs[i] * 3);
+    }
+    const size_t bc[] = {0, 100, 65535, 65536, 200001};
+    for (size_t i = 0; i < sizeof bc / sizeof *bc; i++)
+        for (int root = 0; root < p; root += p > 2 ? p - 2 : 1) {
+            TCHECK_OK(cl_comm_broadcast(c, a, bc[i], root));
+            want_coll(&w, CL_COMM_KIND_BROADCAST, bc[i], 1, p, me, root);
+            counts_match(c, &w, "broadcast", bc[i]);
+        }
+    if (p >= 2 && me < 2) { /* rank 0 sends 1000 bytes and 0 bytes to rank 1 */
+        if (me == 0) {
+            TCHECK_OK(cl_comm_send(c, a, 1000, 1, 3));
+            TCHECK_OK(cl_comm_send(c, a, 0, 1, 4));
+        } else {
+            TCHECK_OK(cl_comm_recv(c, a, 1000, 0, 3));
+            TCHECK_OK(cl_comm_recv(c, a, 0, 0, 4));
+        }
+        cl_comm_kind k = me == 0 ? CL_COMM_KIND_SEND : CL_COMM_KIND_RECV;
+        w.calls[k] += 2;
+        (me == 0 ? w.sent : w.recvd)[k] += 1000;
+        counts_match(c, &w, "send/recv", (size_t)1000);
+    }
+    /* over the ranks, every byte sent is received once */
+    cl_comm_counts_get(c, &got);
+    cl_comm_counts *all = calloc((size_t)p, sizeof *all);
+    TCHECK(all != NULL, "allocation");
+    if (all) {
+        TCHECK_OK(cl_comm_allgather(c, &got, all, sizeof got));
+        for (int k = CL_COMM_KIND_RECV; k < CL_COMM_NKINDS; k++) { /* a send's bytes are its recv's */
+            int ks = k == CL_COMM_KIND_RECV ? CL_COMM_KIND_SEND : k;
+            uint64_t s = 0, v = 0;
+            for (int q = 0; q < p; q++) s += all[q].sent[ks], v += all[q].recvd[k];
+            TCHECK(s == v, "%d ranks: %s: %llu bytes sent, %llu received", p, cl_comm_kind_name(k),
+                   (unsigned long long)s, (unsigned long long)v);
+        }
+        free(all);
+    }
+    cl_comm_counts_reset(c);
+    cl_comm_counts_get(c, &got);
+    TCHECK(!memcmp(&got, &zero, sizeof got), "rank %d: counts after a reset are not 0", me);
+out:
+    free(a);
+    free(b);
+}
+
 /* ---- rank functions -------------------------------------------------------- */
 
 typedef struct {
@@ -494,6 +628,7 @@ static cl_status all_checks(cl_comm *world, void *p) {
     p2p_checks(world);
     if (cl_comm_size(world) >= 2) split_checks(world);
     overlap_checks(world);
+    count_checks(world);
     return CL_OK;
 }
 

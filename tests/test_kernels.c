@@ -958,6 +958,116 @@ static void test_simd_xent(kstat *k) {
     }
 }
 
+/* The vocabulary-parallel pieces against the whole-row kernels: logits
+ * [N, V] cut into slices of Vl columns (the last ones padded with garbage
+ * that must never be read), max and sums combined here as the caller
+ * combines them after its all-reduces (MAX, then SUM in slice order). One
+ * slice without padding is bitwise cl_xent_forward/backward (the same row
+ * code); more slices sum in another order: losses within 1e-6 relative,
+ * gradients within 1e-6 absolute. Both paths, plain and vector. */
+static void xent_vp_case(kstat *k, const float *logits, const int32_t *tg, int N, int V, int ns, int Vl) {
+    const float dloss = 0.37f;
+    long nl = (long)N * V, ns_l = (long)N * Vl;
+    float *want_loss = fvec(N), *want_lse = fvec(N), *want_g = fvec(nl), *g0 = frandn(nl, 1), *want_add = fcopy(g0, nl);
+    cl_xent_forward(want_loss, want_lse, logits, tg, N, V);
+    cl_xent_backward(want_g, logits, want_lse, tg, dloss, N, V); /* adds to 0 */
+    cl_xent_backward(want_add, logits, want_lse, tg, dloss, N, V);
+    float *x = fvec(ns * ns_l), *mx = fvec(N), *m1 = fvec(N), *lse = fvec(N), *loss = fvec(N);
+    double *sum = dvec(N), *tl = dvec(N), *s1 = dvec(N), *t1 = dvec(N);
+    const float junk[] = {1e30f, NAN, INFINITY, -1e30f};
+    for (int s = 0; s < ns; s++)
+        for (int i = 0; i < N; i++)
+            for (int j = 0; j < Vl; j++) {
+                int v = s * Vl + j;
+                x[s * ns_l + (long)i * Vl + j] = v < V ? logits[(long)i * V + v] : junk[(i + j) % 4];
+            }
+#define VALID(s) (V - (s) * Vl < 0 ? 0 : V - (s) * Vl > Vl ? Vl : V - (s) * Vl)
+    /* max, then an all-reduce MAX in slice order */
+    for (int s = 0; s < ns; s++) {
+        cl_xent_vp_max(s ? m1 : mx, x + s * ns_l, N, Vl, VALID(s));
+        for (int i = 0; s && i < N; i++) mx[i] = m1[i] > mx[i] || isnan(m1[i]) ? m1[i] : mx[i];
+    }
+    for (int s = 0; s < ns; s++) {
+        cl_xent_vp_sum(s ? s1 : sum, s ? t1 : tl, x + s * ns_l, mx, tg, s * Vl, N, Vl, VALID(s));
+        for (int i = 0; s && i < N; i++) sum[i] += s1[i], tl[i] += t1[i];
+    }
+    for (int i = 0; i < N; i++) {
+        double l = (double)mx[i] + log(sum[i]);
+        lse[i] = (float)l;
+        loss[i] = tg[i] < 0 ? 0.0f : (float)(l - tl[i]);
+    }
+    char what[128];
+    int bitwise = ns == 1 && Vl == V;
+    snprintf(what, sizeof what, "xent vp losses, %d slices of %d", ns, Vl);
+    if (bitwise) expect(k, what, (double)count_ne(loss, want_loss, N) + (double)count_ne(lse, want_lse, N), 0);
+    else expect(k, what, err_ff(loss, want_loss, N), 1e-6);
+    /* backward, adding to a prefill (padding untouched) and in place (padding 0) */
+    double gerr = 0;
+    long moved = 0, nonzero = 0, diff = 0;
+    for (int s = 0; s < ns; s++) {
+        int valid = VALID(s);
+        float *pre = frandn(ns_l, 1); /* the prefill: g0's columns, random padding */
+        for (int i = 0; i < N; i++)
+            for (int j = 0; j < valid; j++) pre[(long)i * Vl + j] = g0[(long)i * V + s * Vl + j];
+        float *g = fcopy(pre, ns_l), *ip = fcopy(x + s * ns_l, ns_l);
+        cl_xent_vp_backward(g, x + s * ns_l, lse, tg, s * Vl, dloss, N, Vl, valid);
+        cl_xent_vp_backward(ip, ip, lse, tg, s * Vl, dloss, N, Vl, valid);
+        for (int i = 0; i < N; i++)
+            for (int j = 0; j < Vl; j++) {
+                long a = (long)i * Vl + j;
+                if (j >= valid) {
+                    moved += g[a] != pre[a];
+                    nonzero += ip[a] != 0.0f;
+                    continue;
+                }
+                long b = (long)i * V + s * Vl + j;
+                gerr = fmax(gerr, fmax(fabs((double)ip[a] - want_g[b]), fabs((double)g[a] - want_add[b])));
+                diff += ip[a] != want_g[b] || g[a] != want_add[b];
+            }
+        free(pre); free(g); free(ip);
+    }
+    snprintf(what, sizeof what, "xent vp backward, %d slices of %d", ns, Vl);
+    expect(k, what, isnan(gerr) ? INFINITY : gerr, bitwise ? 0 : 1e-6);
+    CHECK(moved == 0 && nonzero == 0, "%s: padding columns: %ld changed when adding, %ld not 0 in place", what, moved,
+          nonzero);
+    if (bitwise) CHECK(diff == 0, "%s: %ld gradients differ from cl_xent_backward's bits", what, diff);
+    /* rows on one thread each: the pieces do not depend on the thread count */
+    int last = ns - 1, valid = VALID(last);
+    cl_set_threads(1);
+    cl_xent_vp_sum(s1, t1, x + last * ns_l, mx, tg, last * Vl, N, Vl, valid);
+    cl_set_threads(2);
+    cl_xent_vp_sum(sum, tl, x + last * ns_l, mx, tg, last * Vl, N, Vl, valid);
+    CHECK(!memcmp(s1, sum, (size_t)N * sizeof *sum) && !memcmp(t1, tl, (size_t)N * sizeof *tl),
+          "%s: the sums differ on 1 and 2 threads", what);
+#undef VALID
+    free(want_loss); free(want_lse); free(want_g); free(g0); free(want_add); free(x); free(mx); free(m1); free(lse); free(loss);
+    free(sum); free(tl); free(s1); free(t1);
+}
+
+static void test_xent_vp(kstat *k) {
+    enum { N = 37, V = 101 };
+    float *logits = frandn((long)N * V, 3.0f);
+    int32_t tg[N];
+    int later = 0;
+    for (int i = 0; i < N; i++) {
+        tg[i] = i % 5 == 1 ? -1 : (int32_t)((i * 7919 + 13) % V);
+        later += tg[i] >= 60;
+    }
+    tg[3] = V - 1; /* in the last slice, next to its padding */
+    CHECK(later > 2, "xent vp: only %d rows have targets beyond the first slices", later);
+    for (int j = 0; j < V; j++) logits[4 * V + j] += 100.0f; /* exp would overflow in f32 without the max */
+    /* slices, each with its row length Vl: none, then padded ones; 4 x 34
+     * leaves the last slice with no valid column at all */
+    const int cases[][2] = {{1, V}, {1, 128}, {2, 56}, {3, 40}, {4, 32}, {4, 34}};
+    for (int plain = 1; plain >= 0; plain--) {
+        cl_kernels_force_plain(plain);
+        for (int c = 0; c < (int)(sizeof cases / sizeof cases[0]); c++)
+            xent_vp_case(k, logits, tg, N, V, cases[c][0], cases[c][1]);
+    }
+    cl_kernels_force_plain(0);
+    free(logits);
+}
+
 static void test_simd_attention(kstat *k) {
     const int cases[][4] = {{1, 1, 8, 1}, {2, 7, 16, 2}, {1, 65, 16, 4}, {2, 130, 24, 3}};
     char what[96];
@@ -1045,6 +1155,7 @@ static void test_simd(void) {
     test_simd_exp(&k);
     test_simd_elementwise(&k);
     test_simd_xent(&k);
+    test_xent_vp(&k);
     test_simd_attention(&k);
     test_simd_adamw(&k);
     test_residual_layernorm(&k);

@@ -73,6 +73,7 @@
 #define CLEAVE_COMM_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "cleave/core.h"
 #include "cleave/mesh.h"
@@ -142,6 +143,60 @@ cl_status cl_comm_iallgather(cl_comm *c, const void *in, void *out, size_t bytes
 cl_status cl_comm_broadcast(cl_comm *c, void *buf, size_t bytes, int root);
 /* Returns once every rank of c has entered it. */
 cl_status cl_comm_barrier(cl_comm *c);
+
+/* ---- bytes communicated ---------------------------------------------------
+ * Each communicator counts, for its own rank, the operations issued on it
+ * and the bytes they send and receive, by kind. The counts are those of the
+ * algorithms the mpi backend runs over point-to-point messages (mpi.c), so
+ * both backends count the same (threads moves the same data through shared
+ * memory). Counted when issued, on the caller's thread, blocking and
+ * non-blocking forms alike; an operation that fails after it was issued
+ * stays counted. Over p ranks, this rank r, es the element size (4, or 8
+ * for cl_comm_allreduce_f64), chunk(n, r) the elements [lo, hi) of
+ * cl_comm_chunk's split (whole 16-element blocks, the first ranks taking
+ * one block more):
+ *
+ *   send, recv      sent (recvd) = bytes, peer r itself included
+ *   allreduce       p * count * es <= 64 KiB (one round, every buffer to
+ *                   every peer): sent = recvd = (p-1) * count * es;
+ *                   larger: reduce-scatter then all-gather by chunks,
+ *                   c = |chunk(count, r)|: sent = recvd = (count - c + (p-1) c) es
+ *   reduce_scatter  sent = recvd = (p-1) * count_per_rank * 4
+ *   allgather       sent = recvd = (p-1) * bytes_per_rank
+ *   broadcast       bytes < 64 KiB or p == 2: a binomial tree rooted at
+ *                   root: recvd = bytes except at root, sent = bytes times
+ *                   the rank's children (v = (r - root) mod p has children
+ *                   v + 2^k for 2^k below v's lowest set bit (any 2^k < p
+ *                   for root), v + 2^k < p);
+ *                   larger: root sends each rank its chunk(bytes, .), then
+ *                   every rank sends its chunk to all but itself and root:
+ *                   root sends bytes - c_root + (p-1) c_root and receives 0;
+ *                   the others send (p-2) c_r and receive bytes.
+ *
+ * A group of one rank counts its collectives' calls with 0 bytes. Barriers
+ * and splits are not counted; cl_comm_agree counts as the all-gathers it
+ * runs. Read and reset from the rank's own thread. */
+typedef enum {
+    CL_COMM_KIND_SEND = 0,
+    CL_COMM_KIND_RECV,
+    CL_COMM_KIND_ALLREDUCE,
+    CL_COMM_KIND_REDUCE_SCATTER,
+    CL_COMM_KIND_ALLGATHER,
+    CL_COMM_KIND_BROADCAST,
+    CL_COMM_NKINDS
+} cl_comm_kind;
+
+/* "send", "recv", "allreduce", "reduce_scatter", "allgather", "broadcast"; "?" otherwise. */
+const char *cl_comm_kind_name(cl_comm_kind k);
+
+typedef struct {
+    uint64_t calls[CL_COMM_NKINDS];
+    uint64_t sent[CL_COMM_NKINDS], recvd[CL_COMM_NKINDS];
+} cl_comm_counts;
+
+/* The counts since the communicator was made or last reset (c NULL: zeros). */
+void cl_comm_counts_get(const cl_comm *c, cl_comm_counts *out);
+void cl_comm_counts_reset(cl_comm *c);
 
 /* Start-up agreement: collective over c. Entry i of every rank is the pair
  * (names[i], values[i]), e.g. a flag and its resolved value; every rank

@@ -125,6 +125,34 @@ void cl_xent_forward(float *losses, float *lse, const float *logits,
 void cl_xent_backward(float *dlogits, const float *logits, const float *lse,
                       const int32_t *targets, float dloss, int N, int V);
 
+/* Vocabulary-parallel pieces of the same loss, for a rank that holds a
+ * slice logits[N,Vl] (row stride Vl) whose column j is vocabulary entry
+ * v0 + j; only the first `valid` columns (0 <= valid <= Vl) are real, the
+ * rest padding that is never read. targets are global ids (-1: ignored).
+ * The caller combines the slices:
+ *   cl_xent_vp_max; all-reduce mx with MAX over the group;
+ *   cl_xent_vp_sum; all-reduce sum and tlogit (double) with SUM;
+ *   lse = mx + log(sum), loss = lse - tlogit (0 for ignored rows), in
+ *   double, each rounded once to float;
+ *   cl_xent_vp_backward with that lse.
+ * With one slice and no padding (v0 0, valid == Vl == V) this gives
+ * cl_xent_forward's and cl_xent_backward's bits: the rows run the same
+ * code. */
+/* mx[N]: max over the valid columns of each row (-INFINITY when valid is 0). */
+void cl_xent_vp_max(float *mx, const float *logits, int N, int Vl, int valid);
+/* sum[N] = sum over the valid columns of exp(x - mx[row]) in double (mx the
+ * group's max); tlogit[N] = the target's logit when this slice holds it
+ * (v0 <= target < v0 + valid), else 0. */
+void cl_xent_vp_sum(double *sum, double *tlogit, const float *logits, const float *mx, const int32_t *targets,
+                    int v0, int N, int Vl, int valid);
+/* Like cl_xent_backward on the slice: dlogits[N,Vl] += dloss * (exp(x -
+ * lse) - onehot) on the valid columns, the one-hot only in the slice that
+ * holds the target; padding columns and ignored rows get nothing. In place
+ * (dlogits == logits) the gradient is assigned and padding columns and
+ * ignored rows become 0. */
+void cl_xent_vp_backward(float *dlogits, const float *logits, const float *lse, const int32_t *targets, int v0,
+                         float dloss, int N, int Vl, int valid);
+
 /* ---- conv2d, NCHW --------------------------------------------------------
  * in[B,IC,H,W], w[OC,IC,KH,KW], b[OC] (may be NULL), out[B,OC,OH,OW] with
  * OH = (H + 2*pad - KH)/stride + 1, OW likewise. Zero padding.

@@ -1,6 +1,6 @@
 /* The communicator front end (see include/cleave/comm.h): argument checks,
- * fault injection, naming of failed operations, and the per-communicator
- * progress queue that runs non-blocking collectives.
+ * fault injection, byte counters, naming of failed operations, and the
+ * per-communicator progress queue that runs non-blocking collectives.
  *
  * Why here and not in each backend: every backend must count operations the
  * same way for CLEAVE_FAULT, name failures the same way, and order blocking
@@ -50,6 +50,73 @@ void cl_comm_chunk(size_t count, int n, int r, size_t *lo, size_t *hi) {
     size_t b1 = b0 + q + (ur < rem ? 1 : 0);
     *lo = b0 * 16 < count ? b0 * 16 : count;
     *hi = b1 * 16 < count ? b1 * 16 : count;
+}
+
+/* ---- bytes communicated (comm.h) -----------------------------------------
+ * Counted here, at issue, from the arguments alone: the threads backend
+ * moves no messages to count, and counting where the mpi backend posts
+ * them would count a queued operation on the progress thread. */
+
+const char *cl_comm_kind_name(cl_comm_kind k) {
+    return (unsigned)k < CL_COMM_NKINDS ? cl_opkind_name((cl_opkind)k) : "?";
+}
+
+void cl_comm_counts_get(const cl_comm *c, cl_comm_counts *out) {
+    if (c) *out = c->counts;
+    else memset(out, 0, sizeof *out);
+}
+
+void cl_comm_counts_reset(cl_comm *c) {
+    if (c) memset(&c->counts, 0, sizeof c->counts);
+}
+
+/* What rank r of p sends and receives in collective k, by the messages
+ * mpi.c posts (see comm.h for the same in words). n is elements of es bytes
+ * (all-reduce, reduce-scatter) or bytes (all-gather, broadcast; es 1). */
+static void traffic(cl_opkind k, size_t n, size_t es, int p, int r, int root, uint64_t *sent, uint64_t *recvd) {
+    uint64_t up = (uint64_t)p, s = 0, v = 0;
+    size_t lo, hi;
+    if (p > 1) switch (k) {
+    case CL_OP_ALLREDUCE:
+        if (up * n * es <= CL_SMALL_AR_BYTES) {
+            s = v = (up - 1) * n * es;
+            break;
+        }
+        cl_comm_chunk(n, p, r, &lo, &hi);
+        s = v = (n - (hi - lo) + (up - 1) * (hi - lo)) * es;
+        break;
+    case CL_OP_REDUCE_SCATTER:
+    case CL_OP_ALLGATHER: s = v = (up - 1) * n * es; break;
+    case CL_OP_BROADCAST:
+        if (n == 0) break;
+        if (n < CL_BCAST_TREE_BYTES || p == 2) { /* binomial tree relative to root */
+            int vr = (r - root + p) % p, mask = 1;
+            while (mask < p && !(vr & mask)) mask <<= 1;
+            v = vr ? n : 0;
+            for (mask >>= 1; mask > 0; mask >>= 1) s += vr + mask < p ? n : 0;
+            break;
+        }
+        cl_comm_chunk(n, p, r, &lo, &hi); /* scatter from root, then all-gather past root */
+        s = r == root ? n - (hi - lo) + (up - 1) * (hi - lo) : (up - 2) * (hi - lo);
+        v = r == root ? 0 : n;
+        break;
+    default: break;
+    }
+    *sent = s;
+    *recvd = v;
+}
+
+static void tally(cl_comm *c, cl_opkind k, size_t n, size_t es, int root) {
+    uint64_t s, v;
+    if (k == CL_OP_SEND || k == CL_OP_RECV) {
+        s = k == CL_OP_SEND ? n : 0;
+        v = k == CL_OP_RECV ? n : 0;
+    } else {
+        traffic(k, n, es, c->size, c->rank, root, &s, &v);
+    }
+    c->counts.calls[k]++;
+    c->counts.sent[k] += s;
+    c->counts.recvd[k] += v;
 }
 
 /* ---- handles ------------------------------------------------------------- */
@@ -301,6 +368,7 @@ cl_status cl_comm_isend(cl_comm *c, const void *buf, size_t bytes, int peer, int
     CL_TRY(p2p_check(c, buf, bytes, peer, tag, what));
     cl_status st = op_count(c, CL_OP_SEND, what);
     if (st == CL_OK) st = c->ops->isend(c, buf, bytes, peer, tag, req);
+    if (st == CL_OK) tally(c, CL_OP_SEND, bytes, 1, 0);
     return op_end(c, st, what);
 }
 
@@ -312,6 +380,7 @@ cl_status cl_comm_irecv(cl_comm *c, void *buf, size_t bytes, int peer, int tag, 
     *req = NULL;
     CL_TRY(p2p_check(c, buf, bytes, peer, tag, what));
     cl_status st = c->ops->irecv(c, buf, bytes, peer, tag, req);
+    if (st == CL_OK) tally(c, CL_OP_RECV, bytes, 1, 0);
     return op_end(c, st, what);
 }
 
@@ -389,6 +458,7 @@ static cl_status allreduce_common(cl_comm *c, void *buf, size_t count, cl_dtype 
     if (count > SIZE_MAX / 8) return bad(c, r.what, "count %zu is too large", count);
     cl_status st = op_count(c, CL_OP_ALLREDUCE, r.what);
     if (st != CL_OK) return op_end(c, st, r.what);
+    tally(c, CL_OP_ALLREDUCE, count, cl_dtype_size(dt), 0);
     r.buf = buf;
     r.count = count;
     r.dt = dt;
@@ -422,6 +492,7 @@ static cl_status reduce_scatter_common(cl_comm *c, const float *in, float *out, 
     if (cpr > SIZE_MAX / 4 / (size_t)c->size) return bad(c, r.what, "count_per_rank %zu is too large", cpr);
     cl_status st = op_count(c, CL_OP_REDUCE_SCATTER, r.what);
     if (st != CL_OK) return op_end(c, st, r.what);
+    tally(c, CL_OP_REDUCE_SCATTER, cpr, sizeof(float), 0);
     r.in = in;
     r.buf = out;
     r.count = cpr;
@@ -449,6 +520,7 @@ static cl_status allgather_common(cl_comm *c, const void *in, void *out, size_t 
     if (bpr > SIZE_MAX / (size_t)c->size) return bad(c, r.what, "bytes_per_rank %zu is too large", bpr);
     cl_status st = op_count(c, CL_OP_ALLGATHER, r.what);
     if (st != CL_OK) return op_end(c, st, r.what);
+    tally(c, CL_OP_ALLGATHER, bpr, 1, 0);
     r.in = in;
     r.buf = out;
     r.count = bpr;
@@ -475,6 +547,7 @@ cl_status cl_comm_broadcast(cl_comm *c, void *buf, size_t bytes, int root) {
         return bad(c, r.what, "root %d is out of range (the communicator has %d ranks)", root, c->size);
     cl_status st = op_count(c, CL_OP_BROADCAST, r.what);
     if (st != CL_OK) return op_end(c, st, r.what);
+    tally(c, CL_OP_BROADCAST, bytes, 1, root);
     r.buf = buf;
     r.count = bytes;
     r.root = root;

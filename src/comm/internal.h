@@ -40,6 +40,15 @@ typedef enum {
 
 const char *cl_opkind_name(cl_opkind k); /* "send", "allreduce", ... */
 
+/* The operations that carry data are numbered as the public counter kinds. */
+_Static_assert((int)CL_OP_SEND == (int)CL_COMM_KIND_SEND && (int)CL_OP_BROADCAST == (int)CL_COMM_KIND_BROADCAST &&
+                   (int)CL_OP_BROADCAST + 1 == (int)CL_COMM_NKINDS,
+               "cl_opkind and cl_comm_kind agree");
+
+/* Where the mpi backend changes algorithm; comm.c counts bytes by them. */
+#define CL_SMALL_AR_BYTES ((size_t)64 * 1024)   /* all-reduces whose n buffers fit take one round */
+#define CL_BCAST_TREE_BYTES ((size_t)64 * 1024) /* broadcasts below this go down a binomial tree */
+
 /* CLEAVE_FAULT, parsed (launch.c). */
 typedef struct {
     int active;
@@ -118,6 +127,7 @@ struct cl_comm {
     int thr_started, thr_stop;
     pthread_t thr;
     cl_comm *hnext, *hprev; /* in rs->handles */
+    cl_comm_counts counts;  /* by the caller's thread only, at issue */
 };
 
 /* Allocates the front-end part (world_ranks copied) and links it into

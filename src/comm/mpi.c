@@ -68,9 +68,7 @@ enum {
      * 16 KiB collectives; later bench/mpi_eager.c runs had them slower
      * above 8 KiB, so where the split stops is unsettled. */
     EAGER_BYTES = 4000,
-    SPLIT_BYTES = 32 * 1024,
-    BCAST_TREE_BYTES = 64 * 1024,    /* broadcasts below this go down a binomial tree */
-    SMALL_AR_BYTES = 64 * 1024       /* all-reduces whose n buffers fit in this take one round */
+    SPLIT_BYTES = 32 * 1024
 };
 
 enum { PH_RS = 0, PH_AG = 1 };
@@ -626,7 +624,7 @@ static cl_status post_gather(cl_comm *c, mp_batch *b, const void *mine, char *ou
  * buffer to every peer and folds all n rows in rank order itself. The fold
  * is the same (cl_fold_rows over the same values in the same order), so the
  * bits are those of the two-round path and of the threads backend; it moves
- * n - 1 buffers per rank instead of 2 (n-1)/n, so only below SMALL_AR_BYTES
+ * n - 1 buffers per rank instead of 2 (n-1)/n, so only below CL_SMALL_AR_BYTES
  * of gathered data, where latency rules. Point-to-point messages rather
  * than MPI_Iallgather: batch_post splits them into eager pieces, where
  * OpenMPI's non-blocking all-gather sends a 4 KiB buffer by rendezvous
@@ -664,7 +662,7 @@ static cl_status mp_allreduce(cl_comm *c, void *buf, size_t count, cl_dtype dt, 
         return CL_OK;
     }
     size_t es = cl_dtype_size(dt);
-    if ((size_t)n * count * es <= SMALL_AR_BYTES) return small_allreduce(c, buf, count, dt, op, what);
+    if ((size_t)n * count * es <= CL_SMALL_AR_BYTES) return small_allreduce(c, buf, count, dt, op, what);
     char *b = buf;
     return reduce_chunks(c, dt, op, b, b + m->lo[c->rank] * es, 1, what);
 }
@@ -716,7 +714,7 @@ static cl_status mp_broadcast(cl_comm *c, void *buf, size_t bytes, int root) {
     b->n = 0;
     cl_status st = CL_OK;
     int tag = coll_tag(seq, PH_RS, 0);
-    if (bytes < BCAST_TREE_BYTES || n == 2) { /* binomial tree over ranks relative to root */
+    if (bytes < CL_BCAST_TREE_BYTES || n == 2) { /* binomial tree over ranks relative to root */
         int vr = (me - root + n) % n, mask = 1;
         while (mask < n) {
             if (vr & mask) {
