@@ -67,7 +67,10 @@ static const cli_flag train_flags[] = {
     {"threads", "", 1, "GEMM threads per rank (default: this process's cores shared among its ranks)"},
     {"comm", "", 1, "communicator backend: threads (default) or mpi (start with mpirun -np N)"},
     {"dp", "", 1, "data-parallel replicas (default: world / (tp * pp))"},
-    {"tp", "", 1, "tensor-parallel ranks (default 1)"},
+    {"tp", "", 1, "tensor-parallel ranks: each layer split Megatron-style (attention by heads, MLP by columns then rows, vocabulary by rows) (default 1)"},
+    {"sequence-parallel", "", 0, "with --tp: shard the token rows between the split layers too (layernorms, residuals, block inputs and outputs)"},
+    {"make-vocab-size-divisible-by", "", 1, "pad the vocabulary to a multiple of this times --tp; padded rows are masked out (default 128)"},
+    {"check-replicas", "", 0, "after every step, check that replicated parameters are bit for bit equal on every tensor-parallel rank"},
     {"pp", "", 1, "pipeline stages (default 1)"},
     {"data-parallel-size", "", 1, "same as --dp"},
     {"tensor-model-parallel-size", "", 1, "same as --tp"},
@@ -82,12 +85,10 @@ static const cli_flag train_flags[] = {
     {"pp-layout", "", 1, "explicit stages, e.g. \"E,t*3|t*4|t*3,L\" (E embedding, t block, L head; default: balanced)"},
 };
 
-/* The mesh of a run; tensor parallelism is a later issue's work. */
+/* The mesh of a run. */
 static cl_status check_mesh(cl_mesh *m, int world, int dp, int tp, int pp) {
     /* tp and pp default to 1; dp, when not given, takes the rest of the world */
-    CL_TRY(cl_mesh_init(m, world, dp, tp ? tp : 1, pp ? pp : 1));
-    if (m->tp > 1) return cl_error(CL_ERR_UNSUPPORTED, "--tp %d: tensor parallelism is not built yet (use --dp)", m->tp);
-    return CL_OK;
+    return cl_mesh_init(m, world, dp, tp ? tp : 1, pp ? pp : 1);
 }
 
 static int json_line(FILE *f, const cl_step_stats *st) {
@@ -95,7 +96,20 @@ static int json_line(FILE *f, const cl_step_stats *st) {
             st->step, st->loss, st->lr, st->grad_norm, st->seconds * 1e3, st->tokens_per_s, st->peak_bytes, st->act_bytes);
     if (st->bubble > 0 || st->bubble_sim > 0)
         fprintf(f, ", \"bubble\": %.6f, \"bubble_max\": %.6f, \"bubble_sim\": %.6f", st->bubble, st->bubble_max, st->bubble_sim);
-    fprintf(f, "}\n");
+    /* this rank's traffic per group and collective kind: [calls, bytes sent, bytes received] */
+    const cl_comm_counts *cc[3] = {&st->comm_tp, &st->comm_dp, &st->comm_pp};
+    static const char *const gname[3] = {"tp", "dp", "pp"};
+    fprintf(f, ", \"comm\": {");
+    for (int gi = 0; gi < 3; gi++) {
+        fprintf(f, "%s\"%s\": {", gi ? ", " : "", gname[gi]);
+        for (int k = 0, n = 0; k < CL_COMM_NKINDS; k++) {
+            if (!cc[gi]->calls[k]) continue;
+            fprintf(f, "%s\"%s\": [%llu, %llu, %llu]", n++ ? ", " : "", cl_comm_kind_name((cl_comm_kind)k),
+                    (unsigned long long)cc[gi]->calls[k], (unsigned long long)cc[gi]->sent[k], (unsigned long long)cc[gi]->recvd[k]);
+        }
+        fprintf(f, "}");
+    }
+    fprintf(f, "}}\n");
     return fflush(f) != 0 || ferror(f);
 }
 
@@ -300,6 +314,9 @@ static cl_status agree_job(cl_comm *world, const train_job *j) {
     put(l, "--virtual-stages", "%d", c->virtual_stages);
     put(l, "--pp-layout", "%s", S(c->pp_layout));
     put(l, "--recompute", "%d", c->recompute);
+    put(l, "--sequence-parallel", "%d", c->sequence_parallel);
+    put(l, "--make-vocab-size-divisible-by", "%d", c->vocab_divisible_by);
+    put(l, "--check-replicas", "%d", c->check_replicas);
     put(l, "--trace", "%s", S(j->trace_path));
     put(l, "--trace-steps", "%d", j->trace_steps);
 #undef S
@@ -311,7 +328,7 @@ static cl_status agree_job(cl_comm *world, const train_job *j) {
 /* The prediction of every rank of the run (cleave/memory.h), printed as a
  * table or JSON lines beside the measured peaks when given. */
 static cl_status print_memory(FILE *f, const cl_train_config *c, const cl_mesh *mesh, const double *measured, int json) {
-    int n = mesh->dp * mesh->pp;
+    int n = mesh->dp * mesh->tp * mesh->pp;
     cl_mem_rank *pred = malloc((size_t)n * sizeof *pred);
     if (!pred) return cl_error(CL_ERR_OOM, "no host memory for the memory table");
     cl_status s = cl_memory_predict(c, mesh->dp, mesh->pp, pred);
@@ -392,10 +409,12 @@ static cl_status train_rank(cl_comm *world, void *arg) {
         int eval = (j->eval_every && st.step % j->eval_every == 0) || last;
         int save = j->save && ((j->save_every && st.step % j->save_every == 0) || last);
         if (!lead) {
-            /* a pipeline evaluates, and gathers its checkpoint, on all its stages */
+            /* a model split over ranks (pipeline stages, tensor-parallel slices) evaluates, and gathers
+             * its checkpoint, on all of them */
             double vl;
-            if (eval && j->mesh.pp > 1 && (s = cl_trainer_eval(t, &vl))) break;
-            if (save && j->mesh.pp > 1 && (s = cl_trainer_save(t, j->save))) break;
+            int split = j->mesh.pp > 1 || j->mesh.tp > 1;
+            if (eval && split && (s = cl_trainer_eval(t, &vl))) break;
+            if (save && split && (s = cl_trainer_save(t, j->save))) break;
             continue;
         }
         double gflops = st.flops / (st.seconds > 0 ? st.seconds : 1e-9) / 1e9;
@@ -440,8 +459,8 @@ static cl_status train_rank(cl_comm *world, void *arg) {
         if (j->save) printf("checkpoint: %s\n", j->save);
     }
     if (!s && j->measure) s = gather_measured(world, t, j, &c);
-    /* a pipeline samples on all its ranks; otherwise rank 0 alone */
-    if (!s && (lead || j->mesh.pp > 1) && j->sample_tokens > 0 && c.model.kind == CL_MODEL_GPT) {
+    /* a split model samples on all its ranks; otherwise rank 0 alone */
+    if (!s && (lead || j->mesh.pp > 1 || j->mesh.tp > 1) && j->sample_tokens > 0 && c.model.kind == CL_MODEL_GPT) {
         if (lead) printf("sample:\n");
         s = print_sample(t, NULL, NULL, cl_trainer_tokenizer(t), j->prompt, j->sample_tokens, j->temperature, j->topk, c.seed, lead);
     }
@@ -459,8 +478,13 @@ static cl_status train_rank(cl_comm *world, void *arg) {
 }
 
 /* Pipeline flags that can be checked before any rank starts. */
-static cl_status check_pipeline(const train_job *j) {
-    const cl_train_config *c = &j->c;
+static cl_status check_pipeline(train_job *j) {
+    cl_train_config *c = &j->c;
+    /* the model cut for the tensor-parallel ranks: heads, columns, sequence and vocabulary checked here */
+    c->tp = j->mesh.tp;
+    cl_model_desc *d;
+    CL_TRY(cl_train_describe(c, 0, &d));
+    cl_model_desc_free(d);
     if (j->mesh.pp <= 1 && (c->pp_layout || c->virtual_stages || j->schedule_given || j->trace_path))
         return cl_error(CL_ERR_INVALID, "--schedule, --virtual-stages, --pp-layout and --trace need --pp > 1");
     if (c->virtual_stages > 1 && c->schedule != CL_SCHED_INTERLEAVED)
@@ -618,6 +642,9 @@ static int cmd_train(int argc, char **argv) {
         j.schedule_given = 1;
     }
     if ((s = cli_int(&a, "virtual-stages", &c->virtual_stages, 1, 64))) return cli_fail(s);
+    c->sequence_parallel = cli_get(&a, "sequence-parallel") != NULL;
+    c->check_replicas = cli_get(&a, "check-replicas") != NULL;
+    if ((s = cli_int(&a, "make-vocab-size-divisible-by", &c->vocab_divisible_by, 1, 1 << 20))) return cli_fail(s);
     c->pp_layout = cli_get(&a, "pp-layout");
     j.trace_path = cli_get(&a, "trace");
     j.trace_steps = 20;

@@ -15,16 +15,18 @@ extern "C" {
 #endif
 
 typedef struct {
-    int rank, dp_rank, pp_rank; /* world rank (tp is 1) and its mesh coordinates */
+    int rank, dp_rank, pp_rank; /* world rank and its mesh coordinates */
+    int tp_rank;
     int nstages, stage[64];     /* the model stages (chunks) it holds; none on a single device */
     size_t bytes[CL_MEM_NCAT];  /* peak of each category */
     size_t total;               /* peak of their sum */
 } cl_mem_rank;
 
-/* Predicts every rank of a run of cfg on a dp x pp mesh into out[dp * pp]
- * (indexed by world rank, tp fastest then dp then pp, tp = 1). Uses cfg's
- * model, seq_len, micro and global batch, schedule, virtual stages,
- * pp_layout, recompute and device_memory (the balanced partition's cap);
+/* Predicts every rank of a run of cfg on a dp x cfg->tp x pp mesh into
+ * out[dp * tp * pp] (indexed by world rank, tp fastest then dp then pp).
+ * Uses cfg's model, seq_len, tp, sequence_parallel, vocab_divisible_by,
+ * micro and global batch, schedule, virtual stages, pp_layout, recompute
+ * and device_memory (the balanced partition's cap);
  * not its communicators. Errors: the model or the pipeline cannot be built
  * (the messages cl_trainer_create would give). */
 cl_status cl_memory_predict(const cl_train_config *cfg, int dp, int pp, cl_mem_rank *out);

@@ -79,6 +79,8 @@ typedef struct {
     int64_t part;           /* the slice's extent along the split (see cl_split); 0 when not split */
     int64_t full_shape[4];
     int64_t full_numel;
+    int tp_partial;         /* replicated, but sequence parallelism leaves each rank's gradient a partial sum
+                             * (the layernorms, which see only the rank's token rows): summed over the group */
 } cl_param_spec;
 
 /* The tensor-parallel layout a description is cut for. tp = 1 is the whole

@@ -13,6 +13,7 @@
 
 #include <stdio.h>
 
+#include "cleave/comm.h"
 #include "cleave/core.h"
 #include "cleave/data.h"
 #include "cleave/device.h"
@@ -62,8 +63,6 @@ void cl_optimizer_step(cl_optimizer *o, cl_model *m, float lr);
 float cl_grad_clip_coef(double norm, float clip);
 void cl_optimizer_step_scaled(cl_optimizer *o, cl_model *m, float lr, float gscale);
 
-typedef struct cl_comm cl_comm;
-typedef struct cl_groups cl_groups; /* comm.h */
 
 typedef struct {
     cl_model_config model;
@@ -122,6 +121,11 @@ typedef struct {
  * and tokenizer_dir NULL (cleave's prepared data, found by cl_data_find). */
 void cl_train_config_default(cl_train_config *c);
 
+/* The slice of cfg's model that tensor-parallel rank tp_rank holds
+ * (cfg->tp, sequence_parallel, vocab_divisible_by): the checks a run of
+ * cfg would fail on its model's split, made before anything starts. */
+cl_status cl_train_describe(const cl_train_config *cfg, int tp_rank, cl_model_desc **out);
+
 typedef struct {
     int step;               /* 1-based step just finished */
     double loss;            /* mean over the global batch */
@@ -136,6 +140,8 @@ typedef struct {
     double bubble;          /* measured: idle / makespan of the step's forward and backward work, mean over ranks */
     double bubble_sim;      /* the simulator's, on this schedule with this step's measured per-stage times */
     double bubble_max;      /* measured, the worst rank */
+    /* this rank's traffic in the step, by group (comm.h's counts; zero without groups) */
+    cl_comm_counts comm_tp, comm_dp, comm_pp;
 } cl_step_stats;
 
 typedef struct cl_trainer cl_trainer;

@@ -291,6 +291,8 @@ static void add_ln_params(builder *b, const char *prefix, int64_t C) {
     add_param(b, name, 1, s, 0, CL_INIT_ONES, 0);
     snprintf(name, sizeof name, "%s.bias", prefix);
     add_param(b, name, 1, s, 0, CL_INIT_ZEROS, 0);
+    if (b->failed) return;
+    b->d->params[b->d->nparams - 1].tp_partial = b->d->params[b->d->nparams - 2].tp_partial = b->d->tpl.sp;
 }
 
 /* Sizes are this tensor-parallel rank's (cl_tp_layout): Cl = C/tp columns

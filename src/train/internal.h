@@ -31,11 +31,6 @@ struct cl_trainer {
     struct cl_pp *pp;          /* the step engine (pipeline.c), one device or many */
 };
 
-/* The slice of cfg's model that tensor-parallel rank tp_rank holds
- * (cfg->tp, sequence_parallel, vocab_divisible_by); errors for flags that
- * do not go together. */
-cl_status cl_train_describe(const cl_train_config *cfg, int tp_rank, cl_model_desc **out);
-
 /* Global samples [k0, k0 + B) into the given buffers (B * T tokens and
  * targets, or B * 64 pixels and B labels). */
 void cl_trainer_fill_batch(cl_trainer *t, int64_t k0, int B, int32_t *tokens, int32_t *targets, float *x, cl_microbatch *mb);

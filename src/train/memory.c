@@ -120,19 +120,23 @@ cl_status cl_pp_shape_make(const cl_model_desc *d, const cl_train_config *cfg, i
 }
 
 cl_status cl_memory_predict(const cl_train_config *cfg, int dp, int pp, cl_mem_rank *out) {
+    int tp = cfg->tp > 1 ? cfg->tp : 1;
     if (dp < 1 || pp < 1) return cl_error(CL_ERR_INVALID, "a mesh of dp %d x pp %d", dp, pp);
     cl_model_desc *d;
-    CL_TRY(cl_model_describe(&cfg->model, cfg->seq_len, &d));
-    memset(out, 0, (size_t)(dp * pp) * sizeof *out);
+    /* every tensor-parallel rank holds a slice of the same sizes: rank 0's stands for all */
+    CL_TRY(cl_train_describe(cfg, 0, &d));
+    memset(out, 0, (size_t)(dp * tp * pp) * sizeof *out);
     cl_pp_shape sh;
     cl_status s = cl_pp_shape_make(d, cfg, pp, dp, &sh);
     for (int q = 0; !s && q < pp; q++) {
-        shape_rank(d, cfg, &sh, q, &out[q * dp]); /* every replica of a stage holds the same */
-        for (int r = 0; r < dp; r++) {
-            cl_mem_rank *m = &out[q * dp + r];
-            if (r) *m = out[q * dp];
-            m->rank = q * dp + r;
-            m->dp_rank = r;
+        cl_mem_rank *first = &out[q * dp * tp];
+        shape_rank(d, cfg, &sh, q, first); /* every replica of a stage holds the same */
+        for (int r = 0; r < dp * tp; r++) {
+            cl_mem_rank *m = &first[r];
+            if (r) *m = *first;
+            m->rank = q * dp * tp + r;
+            m->tp_rank = r % tp;
+            m->dp_rank = r / tp;
             m->pp_rank = q;
         }
     }
@@ -157,14 +161,14 @@ static size_t run_peak(const cl_train_config *cfg, int dp, int pp, cl_mem_rank *
         cl_error_clear();
         return 0;
     }
-    worst_rank(buf, dp * pp, (size_t)-1, &peak);
+    worst_rank(buf, dp * (cfg->tp > 1 ? cfg->tp : 1) * pp, (size_t)-1, &peak);
     return peak;
 }
 
 cl_status cl_memory_check(const cl_train_config *cfg, int dp, int pp) {
     size_t cap = cfg->device_memory;
     if (!cap) return CL_OK;
-    int n = dp * pp;
+    int n = dp * (cfg->tp > 1 ? cfg->tp : 1) * pp;
     cl_mem_rank *r = malloc((size_t)n * sizeof *r), *tmp = malloc((size_t)n * sizeof *tmp);
     if (!r || !tmp) {
         free(r);

@@ -170,6 +170,7 @@ cl_status cl_pp_create(cl_trainer *t) {
         ch->last = ch->stage == pp->S - 1;
         int u0 = pp->part.u0[ch->stage], u1 = pp->part.u1[ch->stage];
         CL_TRY(cl_model_create_part(&ch->m, d, t->dev, cfg->micro_batch, u0, u1));
+        if (t->tp > 1) CL_TRY(cl_model_set_tp(ch->m, cfg->groups->tp));
         CL_TRY(cl_model_split_tied(ch->m));
         CL_TRY(cl_model_set_recompute(ch->m, (cl_recompute)cfg->recompute));
         CL_TRY(cl_optimizer_create(&ch->opt, ch->m, &cfg->adamw));
@@ -405,7 +406,39 @@ static cl_status grad_sync(cl_trainer *t, struct cl_pp *pp) {
             CL_TRY(record(pp, t->cfg.trace, t->step + 1, &a, cl_dp_launch_time(pp->ch[c].dp, k), t1));
         }
     }
+    /* sequence parallelism: the layernorms' gradients are partial sums over each rank's token rows */
+    for (int c = 0; t->tp > 1 && c < pp->v; c++) {
+        cl_model *m = pp->ch[c].m;
+        for (int i = 0; i < t->desc->nparams; i++)
+            if (t->desc->params[i].tp_partial && cl_model_owns_param(m, i))
+                CL_TRY(cl_comm_allreduce(t->cfg.groups->tp, m->g[i], (size_t)t->desc->params[i].numel, CL_RED_SUM));
+    }
     return tie_grads(t, pp);
+}
+
+/* --check-replicas: every replicated parameter bit for bit the same on every
+ * tensor-parallel rank (hashes all-gathered), else an error naming the first
+ * that differs. */
+static cl_status check_replicas(cl_trainer *t, struct cl_pp *pp) {
+    const cl_model_desc *d = t->desc;
+    cl_comm *tp = t->cfg.groups->tp;
+    uint64_t *h = calloc((size_t)d->nparams * (size_t)(t->tp + 1), sizeof *h);
+    if (!h) return cl_error(CL_ERR_OOM, "cannot allocate the replica check");
+    for (int c = 0; c < pp->v; c++)
+        for (int i = 0; i < d->nparams; i++)
+            if (d->params[i].split == CL_SPLIT_NONE && cl_model_owns_param(pp->ch[c].m, i))
+                h[i] = cl_hash64(pp->ch[c].m->p[i], (size_t)d->params[i].numel * sizeof(float), 1) | 1;
+    uint64_t *all = h + d->nparams;
+    cl_status s = cl_comm_allgather(tp, h, all, (size_t)d->nparams * sizeof *h);
+    for (int i = 0; !s && i < d->nparams; i++)
+        for (int r = 1; r < t->tp; r++)
+            if (all[(size_t)r * d->nparams + i] != all[i]) {
+                s = cl_error(CL_ERR_NUMERIC, "--check-replicas: step %d: replicated parameter %s differs between tensor-parallel ranks 0 and %d",
+                             t->step + 1, d->params[i].name, r);
+                break;
+            }
+    free(h);
+    return s;
 }
 
 /* The optimizer step of every chunk here, after the global gradient norm and
@@ -416,8 +449,13 @@ static cl_status opt_step(cl_trainer *t, struct cl_pp *pp, float lr, double loss
     int n = d->nparams;
     memset(pp->norm_parts, 0, (size_t)n * sizeof *pp->norm_parts);
     CL_PROF("grad norm", 0, for (int c = 0; c < pp->v; c++) cl_grad_sumsq(pp->ch[c].m, pp->norm_parts));
-    pp->norm_parts[n] = loss_sum; /* 0 but on the last stage */
-    if (pp->p > 1) CL_TRY(cl_comm_allreduce_f64(pp->comm, pp->norm_parts, (size_t)n + 1, CL_RED_SUM));
+    /* a replicated parameter counts once (tensor-parallel rank 0's), a split one over its slices; the
+     * loss is the same on every tensor-parallel rank */
+    for (int i = 0; t->tp_rank > 0 && i < n; i++)
+        if (d->params[i].split == CL_SPLIT_NONE) pp->norm_parts[i] = 0;
+    pp->norm_parts[n] = t->tp_rank == 0 ? loss_sum : 0; /* 0 but on the last stage */
+    if (t->tp > 1) CL_TRY(cl_comm_allreduce_f64(t->cfg.groups->mp, pp->norm_parts, (size_t)n + 1, CL_RED_SUM));
+    else if (pp->p > 1) CL_TRY(cl_comm_allreduce_f64(pp->comm, pp->norm_parts, (size_t)n + 1, CL_RED_SUM));
     if (t->dp > 1) CL_TRY(cl_comm_allreduce_f64(t->cfg.groups->dp, &pp->norm_parts[n], 1, CL_RED_SUM));
     double norm = cl_grad_norm_of(pp->norm_parts, n);
     *norm_out = norm;
@@ -426,7 +464,7 @@ static cl_status opt_step(cl_trainer *t, struct cl_pp *pp, float lr, double loss
     /* clipping rides in AdamW's pass (same bits as scaling the gradients first) */
     CL_PROF("adamw (with clip)", 0,
             for (int c = 0; c < pp->v; c++) cl_optimizer_step_scaled(&pp->ch[c].opt, pp->ch[c].m, lr, coef));
-    return CL_OK;
+    return t->cfg.check_replicas && t->tp > 1 ? check_replicas(t, pp) : CL_OK;
 }
 
 static cl_status run_action(cl_trainer *t, struct cl_pp *pp, const cl_action *a, int i, float lr, double *loss_sum,
@@ -574,8 +612,8 @@ cl_status cl_pp_eval_batch(void *ctx, const cl_microbatch *mb, double *sum) {
         size_t out_bytes = ch->out_bytes / (size_t)t->cfg.micro_batch * (size_t)mb->B;
         if (!ch->first) CL_TRY(cl_comm_recv(pp->comm, sl->in, in_bytes, rank_of_stage(pp, s - 1), msg_tag(pp, 0, s, 0)));
         CL_TRY(cl_model_stage_forward(ch->m, mb, ch->first ? mb->x : sl->in, &sl->acts));
-        if (ch->last) *sum += cl_acts_loss_sum(ch->m, &sl->acts, ch->m->u1 - 1, mb);
-        else
+        if (ch->last && t->tp_rank == 0) *sum += cl_acts_loss_sum(ch->m, &sl->acts, ch->m->u1 - 1, mb);
+        else if (!ch->last)
             CL_TRY(cl_comm_send(pp->comm, cl_acts_output_mb(ch->m, &sl->acts, ch->m->u1 - 1, mb), out_bytes,
                                 rank_of_stage(pp, s + 1), msg_tag(pp, 0, s + 1, 0)));
     }
@@ -583,23 +621,39 @@ cl_status cl_pp_eval_batch(void *ctx, const cl_microbatch *mb, double *sum) {
 }
 
 /* Logits of the last position through the pipeline: forward of one window,
- * the last stage's rank broadcasts them to every rank. */
+ * the last stage's rank broadcasts them to every rank. Tensor-parallel ranks
+ * each hold a slice of the vocabulary and gather the row; under sequence
+ * parallelism the window is padded at its end to a multiple of tp (causal
+ * attention: later positions do not change position T-1). */
 static cl_status pp_logits(void *ctx, const int32_t *tokens, int T, float *logits) {
     cl_trainer *t = ctx;
     struct cl_pp *pp = t->pp;
     const cl_model_desc *d = t->desc;
     pp_slot *sl = &pp->ch[0].slots[0];
+    int Tp = d->tpl.sp ? (T + t->tp - 1) / t->tp * t->tp : T;
     memcpy(sl->tokens, tokens, (size_t)T * sizeof(int32_t));
-    memset(sl->targets, 0, (size_t)T * sizeof(int32_t));
-    cl_microbatch mb = {.B = 1, .T = T, .tokens = sl->tokens, .targets = sl->targets};
+    memset(sl->tokens + T, 0, (size_t)(Tp - T) * sizeof(int32_t));
+    memset(sl->targets, 0, (size_t)Tp * sizeof(int32_t));
+    cl_microbatch mb = {.B = 1, .T = Tp, .tokens = sl->tokens, .targets = sl->targets};
     double unused = 0;
     CL_TRY(cl_pp_eval_batch(t, &mb, &unused));
-    int V = d->cfg.vocab, last = rank_of_stage(pp, pp->S - 1);
+    int V = d->cfg.vocab, Vl = d->vocab_local, last = rank_of_stage(pp, pp->S - 1);
+    cl_status s = CL_OK;
     if (pp->r == last) {
         pp_chunk *ch = &pp->ch[pp->v - 1];
-        const float *lg = cl_acts_logits(ch->m, &ch->slots[0].acts, ch->m->u1 - 1, &mb);
-        memcpy(logits, lg + (size_t)(T - 1) * V, (size_t)V * sizeof(float));
+        const float *lg = cl_acts_logits(ch->m, &ch->slots[0].acts, ch->m->u1 - 1, &mb) + (size_t)(T - 1) * Vl;
+        if (t->tp == 1 && Vl == V) {
+            memcpy(logits, lg, (size_t)V * sizeof(float));
+        } else {
+            float *row = malloc((size_t)d->vocab_padded * sizeof *row);
+            if (!row) return cl_error(CL_ERR_OOM, "cannot allocate a row of logits");
+            s = t->tp > 1 ? cl_comm_allgather(t->cfg.groups->tp, lg, row, (size_t)Vl * sizeof(float))
+                          : (memcpy(row, lg, (size_t)Vl * sizeof(float)), CL_OK);
+            if (!s) memcpy(logits, row, (size_t)V * sizeof(float));
+            free(row);
+        }
     }
+    CL_TRY(s);
     return pp->p > 1 ? cl_comm_broadcast(pp->comm, logits, (size_t)V * sizeof(float), last) : CL_OK;
 }
 
@@ -667,35 +721,81 @@ static pp_chunk *owner_of(struct cl_pp *pp, const cl_model_desc *d, int i, int *
     return NULL;
 }
 
+/* Places a tensor-parallel rank's slice (spec ls, of rank q) into the whole tensor. */
+static void unslice(const cl_param_spec *ls, int q, const float *slice, float *whole) {
+    if (ls->split == CL_SPLIT_NONE) {
+        memcpy(whole, slice, (size_t)ls->full_numel * sizeof(float));
+        return;
+    }
+    for (int64_t j = 0; j < ls->full_numel; j++) {
+        int64_t k = cl_param_local_index(ls, q, j);
+        if (k >= 0) whole[j] = slice[k];
+    }
+}
+
+/* Parameter i's value and both moments, whole, on tensor-parallel rank 0 of
+ * its owner: the other ranks send their slices (replicated ones are rank
+ * 0's already). dst[k] has room for the whole tensor. */
+static cl_status tp_assemble(cl_trainer *t, const cl_model_desc *d, int i, const float *const src[3], float *const dst[3]) {
+    const cl_param_spec *ls = &d->params[i];
+    size_t bytes = (size_t)ls->numel * sizeof(float);
+    cl_comm *tp = t->tp > 1 ? t->cfg.groups->tp : NULL;
+    if (t->tp_rank > 0) {
+        for (int k = 0; k < 3 && ls->split != CL_SPLIT_NONE; k++) CL_TRY(cl_comm_send(tp, src[k], bytes, 0, CKPT_TAG));
+        return CL_OK;
+    }
+    for (int k = 0; k < 3; k++) unslice(ls, 0, src[k], dst[k]);
+    if (ls->split == CL_SPLIT_NONE || !tp) return CL_OK;
+    float *buf = malloc(bytes ? bytes : 1);
+    if (!buf) return cl_error(CL_ERR_OOM, "cannot allocate a slice of %s", ls->name);
+    cl_status s = CL_OK;
+    for (int q = 1; !s && q < t->tp; q++)
+        for (int k = 0; !s && k < 3; k++) {
+            s = cl_comm_recv(tp, buf, bytes, q, CKPT_TAG);
+            if (!s) unslice(ls, q, buf, dst[k]);
+        }
+    free(buf);
+    return s;
+}
+
 cl_status cl_pp_gather(cl_trainer *t, float **host, int *writer, int *opt_t) {
     struct cl_pp *pp = t->pp;
-    const cl_model_desc *d = t->desc;
+    const cl_model_desc *d = t->desc, *f = t->full;
     *host = NULL;
     *writer = 0;
     *opt_t = pp->ch[0].opt.t;
     if (t->dp_rank != 0) return CL_OK; /* replicas hold the same values */
-    int lead = pp->r == 0;
-    float *h = NULL;
+    int lead = pp->r == 0 && t->tp_rank == 0;
+    float *h = NULL, *tmp = NULL;
     if (lead) {
-        h = malloc((size_t)d->nfloats * 3 * sizeof *h);
+        h = malloc((size_t)f->nfloats * 3 * sizeof *h);
         if (!h) return cl_error(CL_ERR_OOM, "cannot allocate the checkpoint's gather buffer");
     }
     cl_status s = CL_OK;
     for (int i = 0; i < d->nparams && !s; i++) {
         int owner;
         pp_chunk *ch = owner_of(pp, d, i, &owner);
-        size_t n = (size_t)d->params[i].numel, bytes = n * sizeof(float);
+        size_t n = (size_t)f->params[i].numel, bytes = n * sizeof(float);
         if (ch) {
             const float *src[3] = {ch->m->p[i], ch->opt.m + ch->m->loc[i], ch->opt.v + ch->m->loc[i]};
-            for (int k = 0; k < 3 && !s; k++) {
-                if (lead) memcpy(h + k * d->nfloats + d->params[i].offset, src[k], bytes);
-                else s = cl_comm_send(pp->comm, src[k], bytes, 0, CKPT_TAG);
+            float *dst[3];
+            if (!lead && t->tp_rank == 0) {
+                free(tmp);
+                tmp = malloc(3 * (bytes ? bytes : 1));
+                if (!tmp) {
+                    s = cl_error(CL_ERR_OOM, "cannot allocate %s for the checkpoint", f->params[i].name);
+                    break;
+                }
             }
+            for (int k = 0; k < 3; k++) dst[k] = lead ? h + k * f->nfloats + f->params[i].offset : tmp ? tmp + k * n : NULL;
+            s = tp_assemble(t, d, i, src, dst);
+            for (int k = 0; k < 3 && !s && !lead && t->tp_rank == 0; k++) s = cl_comm_send(pp->comm, dst[k], bytes, 0, CKPT_TAG);
         } else if (lead) {
             for (int k = 0; k < 3 && !s; k++)
-                s = cl_comm_recv(pp->comm, h + k * d->nfloats + d->params[i].offset, bytes, owner, CKPT_TAG);
+                s = cl_comm_recv(pp->comm, h + k * f->nfloats + f->params[i].offset, bytes, owner, CKPT_TAG);
         }
     }
+    free(tmp);
     if (s) {
         free(h);
         return s;
@@ -707,16 +807,25 @@ cl_status cl_pp_gather(cl_trainer *t, float **host, int *writer, int *opt_t) {
 
 void cl_pp_load(cl_trainer *t, const float *p, const float *m, const float *v, int opt_t) {
     struct cl_pp *pp = t->pp;
-    const cl_model_desc *d = t->desc;
+    const cl_model_desc *d = t->desc, *f = t->full;
     for (int c = 0; c < pp->v; c++) {
         pp_chunk *ch = &pp->ch[c];
         for (int i = 0; i < d->nparams; i++) {
             if (!cl_model_holds_param(ch->m, i)) continue; /* the head's wte copy too: it equals the embedding's */
-            size_t bytes = (size_t)d->params[i].numel * sizeof(float);
-            int64_t off = d->params[i].offset;
-            memcpy(ch->m->p[i], p + off, bytes);
-            memcpy(ch->opt.m + ch->m->loc[i], m + off, bytes);
-            memcpy(ch->opt.v + ch->m->loc[i], v + off, bytes);
+            const cl_param_spec *ls = &d->params[i];
+            int64_t off = f->params[i].offset;
+            const float *src[3] = {p + off, m + off, v + off};
+            float *dst[3] = {ch->m->p[i], ch->opt.m + ch->m->loc[i], ch->opt.v + ch->m->loc[i]};
+            for (int k = 0; k < 3; k++) {
+                if (ls->split == CL_SPLIT_NONE) {
+                    memcpy(dst[k], src[k], (size_t)ls->numel * sizeof(float));
+                    continue;
+                }
+                for (int64_t j = 0; j < ls->full_numel; j++) { /* this rank's slice; padded rows stay zero */
+                    int64_t li = cl_param_local_index(ls, t->tp_rank, j);
+                    if (li >= 0) dst[k][li] = src[k][j];
+                }
+            }
         }
         ch->opt.t = opt_t;
     }

@@ -266,7 +266,18 @@ cl_status cl_trainer_step(cl_trainer *t, cl_step_stats *st) {
     cl_step_stats tmp;
     if (!st) st = &tmp;
     memset(st, 0, sizeof *st);
+    const cl_groups *g = c->groups;
+    if (g) {
+        cl_comm_counts_reset(g->tp);
+        cl_comm_counts_reset(g->dp);
+        cl_comm_counts_reset(g->pp);
+    }
     CL_TRY(cl_pp_step(t, lr, &loss_sum, &norm, st));
+    if (g) {
+        cl_comm_counts_get(g->tp, &st->comm_tp);
+        cl_comm_counts_get(g->dp, &st->comm_dp);
+        cl_comm_counts_get(g->pp, &st->comm_pp);
+    }
     t->step++;
     return step_stats(t, st, t0, loss_sum, norm, lr, c->global_batch / t->dp);
 }
@@ -374,7 +385,8 @@ cl_status cl_trainer_eval(cl_trainer *t, double *loss) {
     /* the batches go through the stages; only the last stage's rank adds to sum */
     double sum = 0;
     CL_TRY(eval_loop(&e, t->cfg.micro_batch, t->mb_tokens, t->mb_targets, t->mb_x, cl_pp_eval_batch, t, &sum));
-    if (t->pp_size > 1) CL_TRY(cl_comm_allreduce_f64(t->cfg.groups->pp, &sum, 1, CL_RED_SUM));
+    if (t->tp > 1) CL_TRY(cl_comm_allreduce_f64(t->cfg.groups->mp, &sum, 1, CL_RED_SUM)); /* tp rank 0's */
+    else if (t->pp_size > 1) CL_TRY(cl_comm_allreduce_f64(t->cfg.groups->pp, &sum, 1, CL_RED_SUM));
     *loss = eval_mean(&e, sum);
     return CL_OK;
 }
