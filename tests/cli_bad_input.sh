@@ -84,7 +84,7 @@ bad "need --pp > 1" "${T[@]}" --schedule gpipe
 bad "virtual-stages" "${T[@]}" --pp 2 --virtual-stages 2
 bad "unknown schedule" "${T[@]}" --pp 2 --schedule zigzag
 bad "recompute" "${T[@]}" --recompute some
-bad "tensor parallelism" "${T[@]}" --tp 2
+bad "must divide the 4 attention heads" "${T[@]}" --tp 3
 bad "stages" "${T[@]}" --pp 9
 bad "required" eval --text "$small"
 bad "required" eval --checkpoint "$tmp"

@@ -74,6 +74,6 @@ bad() { # words args...
 bad "but the world has 4" --ranks 4 --dp 3
 bad "must be positive" --dp 0
 bad "must be positive" --ranks -2
-bad "not built yet" --ranks 2 --tp 2
+bad "must divide the 4 attention heads" --ranks 3 --tp 3
 bad "not a multiple\|must be a multiple" --ranks 4 --dp 4 --global-batch-size 6
 finish cli_dp
