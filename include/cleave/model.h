@@ -154,6 +154,16 @@ void cl_model_desc_free(cl_model_desc *d);
  * not hold it. Every element of the whole tensor is held by exactly one
  * rank when split, by every rank when not. */
 int64_t cl_param_local_index(const cl_param_spec *p, int rank, int64_t full);
+/* The same by runs: the whole tensor as rows of cl_param_row_len floats
+ * (a dim-0 slab for NONE and ROWS, the last dimension for COLS and
+ * HEADS3), and the pieces of row `row` that rank holds: up to 3 runs of
+ * len floats from column col of the row to local index local. Returns the
+ * number of runs (0 when the rank holds none of the row). */
+typedef struct {
+    int64_t col, local, len;
+} cl_param_run;
+int64_t cl_param_row_len(const cl_param_spec *p);
+int cl_param_row_runs(const cl_param_spec *p, int rank, int64_t row, cl_param_run runs[3]);
 int cl_model_find_param(const cl_model_desc *d, const char *name); /* -1 if absent */
 
 /* ---- one rank's part of a model -------------------------------------------

@@ -240,6 +240,27 @@ static void add_param(builder *b, const char *name, int ndim, const int64_t *sha
     add_param_tp(b, name, ndim, shape, CL_SPLIT_NONE, 0, decay, init, scale);
 }
 
+int64_t cl_param_row_len(const cl_param_spec *p) {
+    if (p->split == CL_SPLIT_COLS || p->split == CL_SPLIT_HEADS3) return p->full_shape[p->ndim - 1];
+    return p->full_shape[0] ? p->full_numel / p->full_shape[0] : 0;
+}
+
+int cl_param_row_runs(const cl_param_spec *p, int rank, int64_t row, cl_param_run runs[3]) {
+    int64_t n = cl_param_row_len(p), r = (int64_t)rank * p->part;
+    switch (p->split) {
+    case CL_SPLIT_NONE: runs[0] = (cl_param_run){0, row * n, n}; return 1;
+    case CL_SPLIT_ROWS:
+        if (row < r || row >= r + p->part) return 0;
+        runs[0] = (cl_param_run){0, (row - r) * n, n};
+        return 1;
+    case CL_SPLIT_COLS: runs[0] = (cl_param_run){r, row * p->part, p->part}; return 1;
+    case CL_SPLIT_HEADS3:
+        for (int k = 0; k < 3; k++) runs[k] = (cl_param_run){k * (n / 3) + r, row * 3 * p->part + k * p->part, p->part};
+        return 3;
+    }
+    return 0;
+}
+
 int64_t cl_param_local_index(const cl_param_spec *p, int rank, int64_t full) {
     if (full < 0 || full >= p->full_numel) return -1;
     int64_t ncol = p->full_shape[p->ndim - 1], row = full / ncol, col = full % ncol;

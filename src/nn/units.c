@@ -211,24 +211,33 @@ void cl_model_init(cl_model *m, uint64_t seed) {
     cl_rng r;
     cl_rng_seed(&r, seed);
     const cl_model_desc *d = m->desc;
+    int64_t maxrow = 1;
+    for (int i = 0; i < d->nparams; i++)
+        if (cl_param_row_len(&d->params[i]) > maxrow) maxrow = cl_param_row_len(&d->params[i]);
+    float *row = malloc((size_t)maxrow * sizeof *row);
+    CL_ASSERT(row != NULL);
     for (int i = 0; i < d->nparams; i++) {
         const cl_param_spec *ps = &d->params[i];
         float *p = m->p[i]; /* NULL when not held: the draws still happen, so every part sees the same stream */
-        /* the whole tensor is drawn and this rank keeps its slice, so every tp starts from the same weights */
-        int whole = ps->split == CL_SPLIT_NONE || (d->tpl.tp == 1 && ps->numel == ps->full_numel);
-        for (int64_t j = 0; j < ps->full_numel; j++) {
-            float x = 0;
-            switch (ps->init) {
-            case CL_INIT_ZEROS: x = 0; break;
-            case CL_INIT_ONES: x = 1; break;
-            case CL_INIT_NORMAL: x = ps->scale * cl_rng_normal(&r); break;
-            case CL_INIT_UNIFORM: x = ps->scale * (2.0f * cl_rng_uniform(&r) - 1.0f); break;
+        /* the whole tensor is drawn, row by row, and this rank keeps its slice: every tp starts from the same weights */
+        int64_t n = cl_param_row_len(ps), rows = n ? ps->full_numel / n : 0;
+        for (int64_t k = 0; k < rows; k++) {
+            for (int64_t j = 0; j < n; j++) {
+                float x = 0;
+                switch (ps->init) {
+                case CL_INIT_ZEROS: x = 0; break;
+                case CL_INIT_ONES: x = 1; break;
+                case CL_INIT_NORMAL: x = ps->scale * cl_rng_normal(&r); break;
+                case CL_INIT_UNIFORM: x = ps->scale * (2.0f * cl_rng_uniform(&r) - 1.0f); break;
+                }
+                row[j] = x;
             }
-            if (!p) continue;
-            int64_t k = whole ? j : cl_param_local_index(ps, d->tpl.rank, j);
-            if (k >= 0) p[k] = x;
+            cl_param_run runs[3];
+            int nr = p ? cl_param_row_runs(ps, d->tpl.rank, k, runs) : 0;
+            for (int q = 0; q < nr; q++) memcpy(p + runs[q].local, row + runs[q].col, (size_t)runs[q].len * sizeof(float));
         }
     }
+    free(row);
 }
 
 void cl_model_zero_grads(cl_model *m) {

@@ -721,16 +721,24 @@ static pp_chunk *owner_of(struct cl_pp *pp, const cl_model_desc *d, int i, int *
     return NULL;
 }
 
-/* Places a tensor-parallel rank's slice (spec ls, of rank q) into the whole tensor. */
+/* Copies between a tensor-parallel rank's slice (spec ls, of rank q) and
+ * the whole tensor: into the whole (to_whole) or out of it. */
+static void slice_copy(const cl_param_spec *ls, int q, float *slice, float *whole, int to_whole) {
+    int64_t n = cl_param_row_len(ls), rows = n ? ls->full_numel / n : 0;
+    for (int64_t k = 0; k < rows; k++) {
+        cl_param_run runs[3];
+        int nr = cl_param_row_runs(ls, q, k, runs);
+        for (int j = 0; j < nr; j++) {
+            float *w = whole + k * n + runs[j].col, *sl = slice + runs[j].local;
+            size_t bytes = (size_t)runs[j].len * sizeof(float);
+            if (to_whole) memcpy(w, sl, bytes);
+            else memcpy(sl, w, bytes);
+        }
+    }
+}
+
 static void unslice(const cl_param_spec *ls, int q, const float *slice, float *whole) {
-    if (ls->split == CL_SPLIT_NONE) {
-        memcpy(whole, slice, (size_t)ls->full_numel * sizeof(float));
-        return;
-    }
-    for (int64_t j = 0; j < ls->full_numel; j++) {
-        int64_t k = cl_param_local_index(ls, q, j);
-        if (k >= 0) whole[j] = slice[k];
-    }
+    slice_copy(ls, q, (float *)slice, whole, 1);
 }
 
 /* Parameter i's value and both moments, whole, on tensor-parallel rank 0 of
@@ -816,16 +824,7 @@ void cl_pp_load(cl_trainer *t, const float *p, const float *m, const float *v, i
             int64_t off = f->params[i].offset;
             const float *src[3] = {p + off, m + off, v + off};
             float *dst[3] = {ch->m->p[i], ch->opt.m + ch->m->loc[i], ch->opt.v + ch->m->loc[i]};
-            for (int k = 0; k < 3; k++) {
-                if (ls->split == CL_SPLIT_NONE) {
-                    memcpy(dst[k], src[k], (size_t)ls->numel * sizeof(float));
-                    continue;
-                }
-                for (int64_t j = 0; j < ls->full_numel; j++) { /* this rank's slice; padded rows stay zero */
-                    int64_t li = cl_param_local_index(ls, t->tp_rank, j);
-                    if (li >= 0) dst[k][li] = src[k][j];
-                }
-            }
+            for (int k = 0; k < 3; k++) slice_copy(ls, t->tp_rank, dst[k], (float *)src[k], 0); /* padded rows stay zero */
         }
         ch->opt.t = opt_t;
     }
