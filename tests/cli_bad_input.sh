@@ -87,9 +87,9 @@ bad "recompute" "${T[@]}" --recompute some
 bad "must divide the 4 attention heads" "${T[@]}" --tp 3
 bad "stages" "${T[@]}" --pp 9
 # tensor parallelism (the heads row is above): what --tp must divide, and what
-# its companions need. The
-# issue's "4C not divisible by tp" cannot be reached on a GPT (tp dividing the
-# heads divides C, hence 4C), so the MLP's column-parallel width stands for it.
+# its companions need. The "4C not divisible by tp" cannot be reached
+# on a GPT (tp dividing the heads divides C, hence 4C), so the MLP's
+# column-parallel width stands for it.
 bad "must divide the MLP's column-parallel width 128" "${T[@]}" --model mlp --tp 3
 bad "needs tensor parallelism" "${T[@]}" --sequence-parallel
 bad "needs tensor parallelism" "${T[@]}" --tp 1 --sequence-parallel
