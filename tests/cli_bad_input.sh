@@ -86,6 +86,18 @@ bad "unknown schedule" "${T[@]}" --pp 2 --schedule zigzag
 bad "recompute" "${T[@]}" --recompute some
 bad "must divide the 4 attention heads" "${T[@]}" --tp 3
 bad "stages" "${T[@]}" --pp 9
+# tensor parallelism (the heads row is above): what --tp must divide, and what
+# its companions need. The "4C not divisible by tp" cannot be reached
+# on a GPT (tp dividing the heads divides C, hence 4C), so the MLP's
+# column-parallel width stands for it.
+bad "must divide the MLP's column-parallel width 128" "${T[@]}" --model mlp --tp 3
+bad "needs tensor parallelism" "${T[@]}" --sequence-parallel
+bad "needs tensor parallelism" "${T[@]}" --tp 1 --sequence-parallel
+bad "must divide the sequence length 33" "${T[@]}" --tp 2 --seq-len 33 --sequence-parallel
+bad "make-vocab-size-divisible-by must be positive" "${T[@]}" --make-vocab-size-divisible-by 0
+bad "make-vocab-size-divisible-by must be positive" "${T[@]}" --make-vocab-size-divisible-by -5
+bad "not the CNN" "${T[@]}" --model cnn --tp 2
+bad "must be positive" "${T[@]}" --tp 0
 bad "required" eval --text "$small"
 bad "required" eval --checkpoint "$tmp"
 bad "required" generate

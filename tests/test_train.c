@@ -288,6 +288,150 @@ static void test_digits(const char *preset) {
     cl_trainer_destroy(t);
 }
 
+/* ---- tensor parallelism ---- */
+/* A padded vocabulary (256 rows padded to 300 by vocab_divisible_by 100):
+ * the padded rows of wte stay exactly 0 over steps (zero at the start, zero
+ * gradient: masked out of the softmax, never looked up), and the losses are
+ * the unpadded model's within 1e-6 relative. */
+static void test_padded_vocab(void) {
+    cl_train_config c;
+    base_config(&c);
+    c.steps = c.lr.steps = 5;
+    double a[5], b[5];
+    c.vocab_divisible_by = 128; /* 256: no padding */
+    run_losses(&c, 0, 5, NULL, NULL, a);
+    c.vocab_divisible_by = 100;
+    cl_trainer *t;
+    CHECK_OK(cl_trainer_create(&t, &c));
+    if (!t) return;
+    const cl_model *m = cl_trainer_model(t);
+    const cl_model_desc *d = m->desc;
+    int V = c.model.vocab, C = c.model.channels;
+    CHECK(d->vocab_padded == 300 && d->vocab_local == 300, "vocabulary %d padded to %d (%d local), expected 300", V,
+          d->vocab_padded, d->vocab_local);
+    for (int k = 0; k < 5; k++) {
+        cl_step_stats st;
+        CHECK_OK(cl_trainer_step(t, &st));
+        b[k] = st.loss;
+    }
+    const float *wte = m->p[d->tied_wte];
+    long nonzero = 0;
+    for (long i = (long)V * C; i < (long)d->vocab_local * C; i++) nonzero += wte[i] != 0.0f;
+    CHECK(nonzero == 0, "%ld of the padded wte rows' floats are not 0 after 5 steps", nonzero);
+    double worst = 0;
+    for (int i = 0; i < 5; i++) worst = fmax(worst, fabs(a[i] - b[i]) / fabs(a[i]));
+    printf("padded vocabulary 256 -> 300: 5 steps, padded rows 0, max rel loss diff vs unpadded %.3g\n", worst);
+    CHECK(worst <= 1e-6, "padded vocabulary: losses differ by %.3g relative", worst);
+    cl_trainer_destroy(t);
+}
+
+/* Rank functions over a dp 1 x tp N x pp 1 mesh of thread ranks. */
+typedef struct {
+    cl_train_config cfg;        /* tp, groups set by each rank */
+    const cl_model *ref;        /* the tp = 1 model (same_start) */
+    int perturb;                /* replicas: rank 1 perturbs h.0.ln_1.weight before the step */
+    cl_status st[8];
+    char err[8][256];
+} tp_job;
+
+static cl_status tp_rank_main(cl_comm *world, void *arg) {
+    tp_job *j = arg;
+    int n = cl_comm_size(world), r = cl_comm_rank(world);
+    cl_mesh mesh;
+    cl_groups g;
+    TCHECK_OK(cl_mesh_init(&mesh, n, 1, n, 1));
+    TCHECK_OK(cl_groups_create(world, &mesh, &g));
+    cl_train_config c = j->cfg;
+    c.tp = n;
+    c.groups = &g;
+    cl_trainer *t = NULL;
+    cl_status s = cl_trainer_create(&t, &c);
+    TCHECK(s == CL_OK, "rank %d: trainer at tp %d: %s", r, n, cl_last_error());
+    if (s) { cl_groups_free(&g); return s; }
+    const cl_model *m = cl_trainer_model(t);
+    const cl_model_desc *d = m->desc;
+    if (j->ref) { /* every slice is its part of the tp = 1 tensor, bitwise; padding 0; every element once */
+        const cl_model_desc *rd = j->ref->desc;
+        TCHECK(d->nparams == rd->nparams, "rank %d: %d parameters, tp 1 has %d", r, d->nparams, rd->nparams);
+        long differ = 0, badpad = 0, miss = 0;
+        const char *first = NULL;
+        for (int i = 0; i < d->nparams && i < rd->nparams; i++) {
+            const cl_param_spec *p = &d->params[i], *q = &rd->params[i];
+            TCHECK(!strcmp(p->name, q->name) && p->full_numel == q->numel, "rank %d: parameter %d is %s (%lld), tp 1's %s (%lld)",
+                   r, i, p->name, (long long)p->full_numel, q->name, (long long)q->numel);
+            const float *mine = m->p[i], *whole = j->ref->p[i];
+            char *hit = calloc((size_t)p->numel, 1);
+            for (int64_t e = 0; e < q->numel && e < p->full_numel; e++) {
+                int64_t li = cl_param_local_index(p, r, e);
+                if (li < 0) continue;
+                if (li >= p->numel) { miss++; continue; }
+                hit[li]++;
+                if (memcmp(&mine[li], &whole[e], sizeof(float))) { differ++; if (!first) first = p->name; }
+            }
+            for (int64_t li = 0; li < p->numel; li++) {
+                if (hit[li] == 1) continue;
+                /* only the padded rows of wte are in no whole element, and they hold 0 */
+                if (hit[li] == 0 && i == d->tied_wte && d->vocab_start + li / d->cfg.channels >= d->cfg.vocab) badpad += mine[li] != 0.0f;
+                else miss++;
+            }
+            free(hit);
+        }
+        TCHECK(differ == 0, "rank %d of tp %d: %ld elements differ from tp 1's (first in %s)", r, n, differ, first ? first : "");
+        TCHECK(badpad == 0, "rank %d of tp %d: %ld padded wte elements are not 0", r, n, badpad);
+        TCHECK(miss == 0, "rank %d of tp %d: %ld local elements map to no whole element or to several", r, n, miss);
+    } else { /* replicas: perturb a replicated layernorm weight on rank 1 only; the step's check must fail */
+        int i = cl_model_find_param(d, "h.0.ln_1.weight");
+        TCHECK(i >= 0 && d->params[i].split == CL_SPLIT_NONE, "h.0.ln_1.weight is not a replicated parameter");
+        if (i >= 0 && j->perturb && r == 1) m->p[i][3] += 0.25f;
+        for (int k = 0; k < 2; k++) {
+            s = cl_trainer_step(t, NULL);
+            if (s) break;
+        }
+        j->st[r] = s;
+        snprintf(j->err[r], sizeof j->err[r], "%s", s ? cl_last_error() : "");
+    }
+    cl_trainer_destroy(t);
+    cl_groups_free(&g);
+    return CL_OK;
+}
+
+static void same_start(const char *preset) {
+    cl_train_config c;
+    base_config(&c);
+    if (strcmp(preset, "gpt2-tiny")) {
+        cl_model_preset(preset, &c.model);
+        c.data = "data/digits.csv.gz";
+    }
+    cl_trainer *ref;
+    CHECK_OK(cl_trainer_create(&ref, &c));
+    if (!ref) return;
+    tp_job j = {.cfg = c, .ref = cl_trainer_model(ref)};
+    int before = cl_test_failures;
+    for (int n = 2; n <= 4; n += 2) CHECK_OK(cl_launch_threads(n, tp_rank_main, &j, NULL));
+    printf("same start: %s at tp 2 and 4: every slice bitwise its part of tp 1's tensor%s\n", preset,
+           cl_test_failures == before ? "" : " -- FAILED");
+    cl_trainer_destroy(ref);
+}
+
+static void test_replicas_check(void) {
+    tp_job j = {.perturb = 0};
+    base_config(&j.cfg);
+    j.cfg.check_replicas = 1;
+    CHECK_OK(cl_launch_threads(2, tp_rank_main, &j, NULL));
+    CHECK(j.st[0] == CL_OK && j.st[1] == CL_OK, "unperturbed tp 2 with the replica check: %s / %s", j.err[0], j.err[1]);
+    /* a learning rate of 1e-30 moves no parameter that is not 0 (wpe's
+     * normal draws stay as they are), so the perturbed weight is the first
+     * replica in description order that differs (at a normal rate rank 1's
+     * gradients differ upstream too, and the check names the first: wpe) */
+    j.perturb = 1;
+    j.cfg.lr.lr = j.cfg.lr.min_lr = 1e-30f;
+    CHECK_OK(cl_launch_threads(2, tp_rank_main, &j, NULL));
+    for (int r = 0; r < 2; r++)
+        CHECK(j.st[r] == CL_ERR_NUMERIC && strstr(j.err[r], "h.0.ln_1.weight"),
+              "rank %d: a perturbed replica: %s: %s", r, cl_status_name(j.st[r]), j.err[r]);
+    printf("replica check: a layernorm weight perturbed on tp rank 1 fails the step: %s\n", j.err[0]);
+}
+
 /* ---- freed device memory, in AddressSanitizer builds ---- */
 #if defined(__SANITIZE_ADDRESS__)
 #define TEST_ASAN 1
@@ -343,6 +487,10 @@ int main(void) {
     test_schedule();
     test_digits("cnn");
     test_digits("mlp");
+    test_padded_vocab();
+    same_start("gpt2-tiny");
+    same_start("mlp");
+    test_replicas_check();
     char cmd[400];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpdir);
