@@ -16,7 +16,7 @@
 #    folding themselves). Every run, the peer's included, uses that copy.
 # 2. Bytes: the "comm" "tp" counts of --log-file (rank 0's, one step)
 #    against the analytic per-step counts, at --tp 2 and 4, with and without
-#    --sequence-parallel (formulas below; ARCHITECTURE.md has the same).
+#    --sequence-parallel (the formulas are written out below).
 #
 #   bash bench/tp_step.sh                 # both parts
 #   PART=1 STEPS=4 ROUNDS=3 bash bench/tp_step.sh
