@@ -70,6 +70,7 @@ static const cli_flag train_flags[] = {
     {"tp", "", 1, "tensor-parallel ranks: each layer split Megatron-style (attention by heads, MLP by columns then rows, vocabulary by rows) (default 1)"},
     {"sequence-parallel", "", 0, "with --tp: shard the token rows between the split layers too (layernorms, residuals, block inputs and outputs)"},
     {"make-vocab-size-divisible-by", "", 1, "pad the vocabulary to a multiple of this times --tp; padded rows are masked out (default 128)"},
+    {"zero", "", 1, "ZeRO stage over the data-parallel replicas: 0 (default) or 1 (each replica keeps the AdamW moments of its shard)"},
     {"check-replicas", "", 0, "after every step, check that replicated parameters are bit for bit equal on every tensor-parallel rank"},
     {"pp", "", 1, "pipeline stages (default 1)"},
     {"data-parallel-size", "", 1, "same as --dp"},
@@ -317,6 +318,7 @@ static cl_status agree_job(cl_comm *world, const train_job *j) {
     put(l, "--sequence-parallel", "%d", c->sequence_parallel);
     put(l, "--make-vocab-size-divisible-by", "%d", c->vocab_divisible_by);
     put(l, "--check-replicas", "%d", c->check_replicas);
+    put(l, "--zero", "%d", c->zero);
     put(l, "--trace", "%s", S(j->trace_path));
     put(l, "--trace-steps", "%d", j->trace_steps);
 #undef S
@@ -414,7 +416,8 @@ static cl_status train_rank(cl_comm *world, void *arg) {
             double vl;
             int split = j->mesh.pp > 1 || j->mesh.tp > 1;
             if (eval && split && (s = cl_trainer_eval(t, &vl))) break;
-            if (save && split && (s = cl_trainer_save(t, j->save))) break;
+            /* under ZeRO the replicas hold shards of the optimizer state: all of them gather */
+            if (save && (split || (c.zero >= 1 && j->mesh.dp > 1)) && (s = cl_trainer_save(t, j->save))) break;
             continue;
         }
         double gflops = st.flops / (st.seconds > 0 ? st.seconds : 1e-9) / 1e9;
@@ -644,6 +647,7 @@ static int cmd_train(int argc, char **argv) {
     if ((s = cli_int(&a, "virtual-stages", &c->virtual_stages, 1, 64))) return cli_fail(s);
     c->sequence_parallel = cli_get(&a, "sequence-parallel") != NULL;
     c->check_replicas = cli_get(&a, "check-replicas") != NULL;
+    if ((s = cli_int(&a, "zero", &c->zero, 0, 3))) return cli_fail(s);
     if ((s = cli_int(&a, "make-vocab-size-divisible-by", &c->vocab_divisible_by, 1, 1 << 20))) return cli_fail(s);
     c->pp_layout = cli_get(&a, "pp-layout");
     j.trace_path = cli_get(&a, "trace");

@@ -170,6 +170,20 @@ int cl_model_find_param(const cl_model_desc *d, const char *name); /* -1 if abse
  * Holds the units [u0, u1) with their parameters and gradients on one device,
  * and the workspace their backward needs, for micro-batches of up to B
  * samples. (Single device: u0 = 0, u1 = nunits.) */
+/* ZeRO (Rajbhandari et al., "ZeRO: Memory Optimizations Toward Training
+ * Trillion Parameter Models"): a part's flat buffers are cut into n equal
+ * contiguous shards, one per data-parallel rank, along the 16-float blocks
+ * and without regard to parameter boundaries (the buffers padded to a
+ * multiple of 16 n floats). Stage 1 keeps only this rank's shard of the
+ * AdamW moments and updates only its shard of the parameters. Stage 0, or
+ * n <= 1: nothing is sharded. */
+typedef struct {
+    int stage, n, rank;
+} cl_zero;
+/* The part of floats [a, b) of a part's buffer inside shard [lo, lo +
+ * len): its length (0 if none) and *start its first float. */
+int64_t cl_zero_overlap(int64_t a, int64_t b, int64_t lo, int64_t len, int64_t *start);
+
 /* The one statement of a part's device buffers, in floats: every size the
  * functions below allocate comes from here, and so does every prediction
  * of them (cleave/memory.h), so a prediction cannot drift from what is
@@ -178,14 +192,17 @@ typedef struct {
     int64_t lo;          /* offset in the description's flat buffer of the first held parameter */
     int64_t nfloats;     /* parameter floats held, 16-aligned each (the LM head's own wte copy included) */
     int64_t tied_copy;   /* offset of the LM head's own copy of the tied wte in the part's buffer, or -1 */
-    int64_t alloc;       /* floats of params, of grads, and of each AdamW moment: nfloats, at least 16 */
+    int64_t alloc;       /* floats of params and of grads: nfloats, at least 16; under ZeRO padded to a multiple of 16 n */
+    int64_t shard;       /* ZeRO: floats of each data-parallel rank's shard (alloc / n); alloc when not sharded */
+    int64_t shard_lo;    /* this rank's shard's first float (rank x shard; 0 when not sharded) */
+    int64_t moments;     /* floats of each AdamW moment: alloc, or the shard under ZeRO stage 1 */
     int64_t head_wte;    /* the LM head's separate wte gradient (cl_model_split_tied), 0 if none */
     int64_t scratch;     /* backward workspace (conv's im2col included), at least 16 */
     int64_t io;          /* each of the two activation-gradient buffers, at least 16 */
     int64_t rc;          /* the recompute buffer of one block (cl_model_set_recompute), 0 if none */
     int64_t acts;        /* one micro-batch's saved activations (cl_acts_create) */
 } cl_part_sizes;
-void cl_model_part_sizes(const cl_model_desc *d, int u0, int u1, int B, int recompute, cl_part_sizes *out);
+void cl_model_part_sizes(const cl_model_desc *d, int u0, int u1, int B, int recompute, const cl_zero *zero, cl_part_sizes *out);
 
 typedef struct {
     const cl_model_desc *desc;
@@ -204,6 +221,7 @@ typedef struct {
     int64_t max_io_floats;  /* per micro-batch, max over units of in/out */
     cl_part_sizes sizes;    /* what it holds (cl_model_part_sizes, recompute as set) */
     cl_tp tp;               /* the tensor-parallel group its slice belongs to (cl_model_set_tp; size 1: none) */
+    cl_zero zero;           /* how its buffers are sharded over the data-parallel ranks (cl_model_create_zero) */
     float *tp_keep;         /* set by cl_model_stage_backward(_weight) around a unit's split backward: where
                              * the input pass keeps the results of its tensor-parallel collectives for the
                              * weight pass, which must not run them again (cl_unit_keep_floats) */
@@ -241,6 +259,9 @@ cl_status cl_model_create(cl_model **out, const cl_model_desc *d, cl_device *dev
  * embedding, its own copy of the tied wte after them. Workspace is sized for
  * these units only. */
 cl_status cl_model_create_part(cl_model **out, const cl_model_desc *d, cl_device *dev, int B, int u0, int u1);
+/* The same with its buffers cut into ZeRO shards (zero NULL: none). */
+cl_status cl_model_create_zero(cl_model **out, const cl_model_desc *d, cl_device *dev, int B, int u0, int u1,
+                               const cl_zero *zero);
 /* 1 if this part holds parameter i (the tied wte counts on both the
  * embedding's and the LM head's part). */
 int cl_model_holds_param(const cl_model *m, int i);

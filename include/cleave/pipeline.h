@@ -33,6 +33,7 @@ typedef struct {
  * (cl_schedule_grad_buffers; 0 on stage 0 and on a single device). */
 typedef struct {
     int B, recompute, live, zb, ngb;
+    cl_zero zero;  /* ZeRO over the data-parallel ranks (zeroed: none) */
 } cl_pp_stage_opts;
 
 /* Figures of units [u0, u1) as one stage (or, with u0 = 0 and u1 = nunits

@@ -114,6 +114,10 @@ typedef struct {
     int sequence_parallel;
     int vocab_divisible_by;
     int check_replicas;
+    /* ZeRO over the data-parallel group (model.h's cl_zero): 0 none; 1 each
+     * replica keeps the AdamW moments of its shard of every part's flat
+     * buffer, updates that shard and all-gathers the parameters. */
+    int zero;
 } cl_train_config;
 
 /* Defaults: gpt2-tiny, tp 1, vocabulary padded to a multiple of 128, micro 8, global 8, 100 steps, lr 1e-3 to 1e-4 with 10%

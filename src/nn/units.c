@@ -43,7 +43,13 @@ static int64_t unit_act_floats(const cl_model_desc *d, int u, int B, int recompu
 
 static int64_t align16(int64_t n) { return (n + 15) & ~(int64_t)15; }
 
-void cl_model_part_sizes(const cl_model_desc *d, int u0, int u1, int B, int recompute, cl_part_sizes *z) {
+int64_t cl_zero_overlap(int64_t a, int64_t b, int64_t lo, int64_t len, int64_t *start) {
+    int64_t s = a > lo ? a : lo, e = b < lo + len ? b : lo + len;
+    *start = s;
+    return e > s ? e - s : 0;
+}
+
+void cl_model_part_sizes(const cl_model_desc *d, int u0, int u1, int B, int recompute, const cl_zero *zero, cl_part_sizes *z) {
     memset(z, 0, sizeof *z);
     /* parameters are laid out in unit order: the held ones are one range */
     int64_t lo = -1, hi = 0;
@@ -84,6 +90,14 @@ void cl_model_part_sizes(const cl_model_desc *d, int u0, int u1, int B, int reco
         z->head_wte = d->params[d->tied_wte].numel;
     }
     z->alloc = z->nfloats ? z->nfloats : 16;
+    z->shard = z->moments = z->alloc;
+    if (zero && zero->stage >= 1 && zero->n > 1) {
+        int64_t q = 16 * (int64_t)zero->n;
+        z->alloc = (z->alloc + q - 1) / q * q;
+        z->shard = z->alloc / zero->n;
+        z->shard_lo = (int64_t)zero->rank * z->shard;
+        z->moments = z->shard;
+    }
     z->acts = cl_model_act_floats(d, u0, u1, B, recompute);
 }
 
@@ -106,7 +120,7 @@ cl_status cl_model_set_recompute(cl_model *m, cl_recompute mode) {
     cl_device_free(m->dev, m->rc_buf);
     m->rc_buf = NULL;
     m->recompute = mode;
-    cl_model_part_sizes(d, m->u0, m->u1, m->B, mode, &m->sizes);
+    cl_model_part_sizes(d, m->u0, m->u1, m->B, mode, &m->zero, &m->sizes);
     if (m->sizes.rc) CL_TRY(cl_device_alloc_f32(m->dev, CL_MEM_WORKSPACE, (size_t)m->sizes.rc, &m->rc_buf));
     return CL_OK;
 }
@@ -116,6 +130,11 @@ cl_status cl_model_create(cl_model **out, const cl_model_desc *d, cl_device *dev
 }
 
 cl_status cl_model_create_part(cl_model **out, const cl_model_desc *d, cl_device *dev, int B, int u0, int u1) {
+    return cl_model_create_zero(out, d, dev, B, u0, u1, NULL);
+}
+
+cl_status cl_model_create_zero(cl_model **out, const cl_model_desc *d, cl_device *dev, int B, int u0, int u1,
+                               const cl_zero *zero) {
     *out = NULL;
     if (B < 1) return cl_error(CL_ERR_INVALID, "micro-batch size must be positive (got %d)", B);
     if (u0 < 0 || u1 > d->nunits || u0 >= u1)
@@ -128,12 +147,13 @@ cl_status cl_model_create_part(cl_model **out, const cl_model_desc *d, cl_device
     m->u1 = u1;
     m->B = B;
     m->tp = cl_tp_of(NULL);
+    m->zero = zero && zero->stage >= 1 && zero->n > 1 ? *zero : (cl_zero){0, 1, 0};
     m->p = calloc((size_t)d->nparams, sizeof *m->p);
     m->g = calloc((size_t)d->nparams, sizeof *m->g);
     m->loc = malloc((size_t)(d->nparams ? d->nparams : 1) * sizeof *m->loc);
     cl_status s = CL_OK;
     if (!m->p || !m->g || !m->loc) s = cl_error(CL_ERR_OOM, "cannot allocate parameter tables");
-    cl_model_part_sizes(d, u0, u1, B, CL_RECOMPUTE_NONE, &m->sizes);
+    cl_model_part_sizes(d, u0, u1, B, CL_RECOMPUTE_NONE, &m->zero, &m->sizes);
     const cl_part_sizes *z = &m->sizes;
     m->nfloats = z->nfloats;
     for (int i = 0; !s && i < d->nparams; i++) {

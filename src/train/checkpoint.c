@@ -426,7 +426,7 @@ cl_status cl_trainer_resume(cl_trainer *t, const char *dir) {
     snprintf(path, sizeof path, "%s/optimizer.safetensors", dir);
     if (!s) s = read_params(path, d, ptr + n, "exp_avg.", 0);
     if (!s) s = read_params(path, d, ptr + 2 * n, "exp_avg_sq.", 1);
-    if (!s) cl_pp_load(t, host, host + d->nfloats, host + 2 * d->nfloats, opt_t);
+    if (!s) s = cl_pp_load(t, host, host + d->nfloats, host + 2 * d->nfloats, opt_t);
     free(host);
     free(ptr);
     if (s) return s;

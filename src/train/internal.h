@@ -43,7 +43,7 @@ void cl_trainer_fill_batch(cl_trainer *t, int64_t k0, int B, int32_t *tokens, in
 #define CL_PP_MAX_CHUNKS 64
 typedef struct {
     cl_schedule sched;
-    int p, v, m, S, zb;
+    int p, v, m, S, zb, dp;
     int live[CL_PP_MAX_STAGES], ngb[CL_PP_MAX_STAGES];
     cl_pp_partition part;
 } cl_pp_shape;
@@ -85,6 +85,6 @@ cl_status cl_pp_eval_batch(void *ctx, const cl_microbatch *mb, double *sum);
  * floats, the caller frees) and *writer = 1; elsewhere *host stays NULL.
  * load: every held parameter and its moments from such arrays. */
 cl_status cl_pp_gather(cl_trainer *t, float **host, int *writer, int *opt_t);
-void cl_pp_load(cl_trainer *t, const float *p, const float *m, const float *v, int opt_t);
+cl_status cl_pp_load(cl_trainer *t, const float *p, const float *m, const float *v, int opt_t);
 
 #endif

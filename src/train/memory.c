@@ -28,7 +28,7 @@ int cl_pp_shape_has_tie_buf(const cl_model_desc *d, const cl_pp_shape *sh, int p
 
 cl_pp_stage_opts cl_pp_shape_opts(const cl_pp_shape *sh, const cl_train_config *cfg, int s) {
     cl_pp_stage_opts o = {.B = cfg->micro_batch, .recompute = cfg->recompute, .live = sh->live[s],
-                          .zb = sh->zb, .ngb = sh->ngb[s]};
+                          .zb = sh->zb, .ngb = sh->ngb[s], .zero = {cfg->zero, sh->dp, 0}};
     return o;
 }
 
@@ -60,6 +60,7 @@ cl_status cl_pp_shape_make(const cl_model_desc *d, const cl_train_config *cfg, i
     /* one rank is a one-stage 1F1B pipeline: F0 B0 F1 B1 ..., one micro-batch live */
     cl_sched_kind kind = p > 1 ? (cl_sched_kind)cfg->schedule : CL_SCHED_1F1B;
     sh->p = p;
+    sh->dp = dp;
     sh->zb = kind == CL_SCHED_ZB_H1;
     sh->v = p == 1 ? 1 : cfg->virtual_stages ? cfg->virtual_stages : (kind == CL_SCHED_INTERLEAVED ? 2 : 1);
     if (sh->v > 1 && kind != CL_SCHED_INTERLEAVED)

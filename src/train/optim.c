@@ -18,8 +18,8 @@ float cl_lr_at(const cl_lr_schedule *s, int step) {
 cl_status cl_optimizer_create(cl_optimizer *o, cl_model *m, const cl_adamw_opts *opts) {
     memset(o, 0, sizeof *o);
     o->o = *opts;
-    CL_TRY(cl_device_alloc_f32(m->dev, CL_MEM_OPTIM, (size_t)m->sizes.alloc, &o->m));
-    cl_status s = cl_device_alloc_f32(m->dev, CL_MEM_OPTIM, (size_t)m->sizes.alloc, &o->v);
+    CL_TRY(cl_device_alloc_f32(m->dev, CL_MEM_OPTIM, (size_t)m->sizes.moments, &o->m));
+    cl_status s = cl_device_alloc_f32(m->dev, CL_MEM_OPTIM, (size_t)m->sizes.moments, &o->v);
     if (s) {
         cl_device_free(m->dev, o->m);
         o->m = NULL;
@@ -67,12 +67,22 @@ void cl_grad_clip(cl_model *m, double norm, float clip) {
 
 void cl_optimizer_step(cl_optimizer *o, cl_model *m, float lr) { cl_optimizer_step_scaled(o, m, lr, 1.0f); }
 
+/* Under ZeRO stage 1 each parameter's part inside this rank's shard only,
+ * its moments at their place in the shard: AdamW is elementwise, so the
+ * shards' updates are the same bits as the whole buffer's. */
 void cl_optimizer_step_scaled(cl_optimizer *o, cl_model *m, float lr, float gscale) {
     o->t++;
+    const cl_part_sizes *z = &m->sizes;
     for (int i = 0; i < m->desc->nparams; i++) {
         const cl_param_spec *ps = &m->desc->params[i];
         if (!m->p[i]) continue;
-        cl_adamw_update(m->p[i], m->g[i], o->m + m->loc[i], o->v + m->loc[i], ps->numel, lr, o->o.beta1, o->o.beta2,
-                        o->o.eps, ps->decay ? o->o.weight_decay : 0.0f, o->t, gscale);
+        int64_t a = m->loc[i], n = ps->numel, mo = a;
+        if (m->zero.stage >= 1) {
+            n = cl_zero_overlap(m->loc[i], m->loc[i] + ps->numel, z->shard_lo, z->shard, &a);
+            mo = a - z->shard_lo;
+            if (!n) continue;
+        }
+        cl_adamw_update(m->params + a, m->grads + a, o->m + mo, o->v + mo, n, lr, o->o.beta1, o->o.beta2, o->o.eps,
+                        ps->decay ? o->o.weight_decay : 0.0f, o->t, gscale);
     }
 }

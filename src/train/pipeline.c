@@ -169,7 +169,8 @@ cl_status cl_pp_create(cl_trainer *t) {
         ch->first = ch->stage == 0;
         ch->last = ch->stage == pp->S - 1;
         int u0 = pp->part.u0[ch->stage], u1 = pp->part.u1[ch->stage];
-        CL_TRY(cl_model_create_part(&ch->m, d, t->dev, cfg->micro_batch, u0, u1));
+        cl_zero zero = {cfg->zero, t->dp, t->dp_rank};
+        CL_TRY(cl_model_create_zero(&ch->m, d, t->dev, cfg->micro_batch, u0, u1, &zero));
         if (t->tp > 1) CL_TRY(cl_model_set_tp(ch->m, cfg->groups->tp));
         CL_TRY(cl_model_split_tied(ch->m));
         CL_TRY(cl_model_set_recompute(ch->m, (cl_recompute)cfg->recompute));
@@ -464,6 +465,13 @@ static cl_status opt_step(cl_trainer *t, struct cl_pp *pp, float lr, double loss
     /* clipping rides in AdamW's pass (same bits as scaling the gradients first) */
     CL_PROF("adamw (with clip)", 0,
             for (int c = 0; c < pp->v; c++) cl_optimizer_step_scaled(&pp->ch[c].opt, pp->ch[c].m, lr, coef));
+    /* ZeRO: each replica updated its shard; every replica gets every shard */
+    for (int c = 0; c < pp->v; c++) {
+        cl_model *m = pp->ch[c].m;
+        if (m->zero.stage >= 1)
+            CL_TRY(cl_comm_allgather(t->cfg.groups->dp, m->params + m->sizes.shard_lo, m->params,
+                                     (size_t)m->sizes.shard * sizeof(float)));
+    }
     return t->cfg.check_replicas && t->tp > 1 ? check_replicas(t, pp) : CL_OK;
 }
 
@@ -772,20 +780,38 @@ cl_status cl_pp_gather(cl_trainer *t, float **host, int *writer, int *opt_t) {
     *host = NULL;
     *writer = 0;
     *opt_t = pp->ch[0].opt.t;
-    if (t->dp_rank != 0) return CL_OK; /* replicas hold the same values */
+    /* ZeRO: the moments are in shards over the replicas; replica 0 gathers them whole (host memory) */
+    float *mom[CL_PP_MAX_CHUNKS] = {0};
+    cl_status s = CL_OK;
+    for (int c = 0; c < pp->v && !s && t->cfg.zero >= 1 && t->dp > 1; c++) {
+        const cl_model *m = pp->ch[c].m;
+        size_t n = (size_t)m->sizes.alloc, sh = (size_t)m->sizes.shard * sizeof(float);
+        mom[c] = malloc(2 * n * sizeof(float));
+        if (!mom[c]) s = cl_error(CL_ERR_OOM, "cannot allocate the optimizer state's gather buffer");
+        if (!s) s = cl_comm_allgather(t->cfg.groups->dp, pp->ch[c].opt.m, mom[c], sh);
+        if (!s) s = cl_comm_allgather(t->cfg.groups->dp, pp->ch[c].opt.v, mom[c] + n, sh);
+    }
+    if (s || t->dp_rank != 0) { /* replicas hold the same values */
+        for (int c = 0; c < pp->v; c++) free(mom[c]);
+        return s;
+    }
     int lead = pp->r == 0 && t->tp_rank == 0;
     float *h = NULL, *tmp = NULL;
     if (lead) {
         h = malloc((size_t)f->nfloats * 3 * sizeof *h);
-        if (!h) return cl_error(CL_ERR_OOM, "cannot allocate the checkpoint's gather buffer");
+        if (!h) s = cl_error(CL_ERR_OOM, "cannot allocate the checkpoint's gather buffer");
     }
-    cl_status s = CL_OK;
     for (int i = 0; i < d->nparams && !s; i++) {
         int owner;
         pp_chunk *ch = owner_of(pp, d, i, &owner);
         size_t n = (size_t)f->params[i].numel, bytes = n * sizeof(float);
         if (ch) {
             const float *src[3] = {ch->m->p[i], ch->opt.m + ch->m->loc[i], ch->opt.v + ch->m->loc[i]};
+            float *whole = mom[ch - pp->ch];
+            if (whole) {
+                src[1] = whole + ch->m->loc[i];
+                src[2] = whole + ch->m->sizes.alloc + ch->m->loc[i];
+            }
             float *dst[3];
             if (!lead && t->tp_rank == 0) {
                 free(tmp);
@@ -804,6 +830,7 @@ cl_status cl_pp_gather(cl_trainer *t, float **host, int *writer, int *opt_t) {
         }
     }
     free(tmp);
+    for (int c = 0; c < pp->v; c++) free(mom[c]);
     if (s) {
         free(h);
         return s;
@@ -813,19 +840,35 @@ cl_status cl_pp_gather(cl_trainer *t, float **host, int *writer, int *opt_t) {
     return CL_OK;
 }
 
-void cl_pp_load(cl_trainer *t, const float *p, const float *m, const float *v, int opt_t) {
+cl_status cl_pp_load(cl_trainer *t, const float *p, const float *m, const float *v, int opt_t) {
     struct cl_pp *pp = t->pp;
     const cl_model_desc *d = t->desc, *f = t->full;
     for (int c = 0; c < pp->v; c++) {
         pp_chunk *ch = &pp->ch[c];
+        float *zbuf = ch->m->zero.stage >= 1 ? calloc(2 * (size_t)ch->m->sizes.alloc, sizeof(float)) : NULL;
+        if (ch->m->zero.stage >= 1 && !zbuf) return cl_error(CL_ERR_OOM, "cannot allocate the optimizer state's load buffer");
         for (int i = 0; i < d->nparams; i++) {
             if (!cl_model_holds_param(ch->m, i)) continue; /* the head's wte copy too: it equals the embedding's */
             const cl_param_spec *ls = &d->params[i];
             int64_t off = f->params[i].offset;
             const float *src[3] = {p + off, m + off, v + off};
             float *dst[3] = {ch->m->p[i], ch->opt.m + ch->m->loc[i], ch->opt.v + ch->m->loc[i]};
-            for (int k = 0; k < 3; k++) slice_copy(ls, t->tp_rank, dst[k], (float *)src[k], 0); /* padded rows stay zero */
+            for (int k = 0; k < 3; k++) {
+                if (k && ch->m->zero.stage >= 1) { /* ZeRO: the whole part first, then this replica's shard of it */
+                    float *whole = zbuf ? zbuf + (k - 1) * ch->m->sizes.alloc : NULL;
+                    if (whole) slice_copy(ls, t->tp_rank, whole + ch->m->loc[i], (float *)src[k], 0);
+                    continue;
+                }
+                slice_copy(ls, t->tp_rank, dst[k], (float *)src[k], 0); /* padded rows stay zero */
+            }
+        }
+        if (zbuf) {
+            size_t sh = (size_t)ch->m->sizes.shard * sizeof(float);
+            memcpy(ch->opt.m, zbuf + ch->m->sizes.shard_lo, sh);
+            memcpy(ch->opt.v, zbuf + ch->m->sizes.alloc + ch->m->sizes.shard_lo, sh);
+            free(zbuf);
         }
         ch->opt.t = opt_t;
     }
+    return CL_OK;
 }

@@ -43,6 +43,9 @@ void cl_train_config_default(cl_train_config *c) {
 
 cl_status cl_train_describe(const cl_train_config *cfg, int tp_rank, cl_model_desc **out) {
     int tp = cfg->tp > 1 ? cfg->tp : 1;
+    if (cfg->zero < 0 || cfg->zero > 3) return cl_error(CL_ERR_INVALID, "--zero must be 0, 1, 2 or 3 (got %d)", cfg->zero);
+    if (cfg->zero > 1)
+        return cl_error(CL_ERR_UNSUPPORTED, "--zero %d: ZeRO stages 2 and 3 are not built yet (stage 1 is)", cfg->zero);
     if (cfg->sequence_parallel && tp < 2)
         return cl_error(CL_ERR_INVALID, "--sequence-parallel needs tensor parallelism (--tp 2 or more)");
     if (cfg->vocab_divisible_by < 1)
