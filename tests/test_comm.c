@@ -13,6 +13,8 @@
  *   test_comm --threads-hash N FILE              the same hash from N threads
  *   mpirun ... test_comm --mpi --fault           a loop of collectives (for CLEAVE_FAULT)
  *   mpirun ... test_comm --mpi --recv-timeout    rank 1 waits for a message that never comes
+ *   mpirun ... test_comm --mpi --counts-mismatch rank 1 gives allgather_v a larger count: exit 2,
+ *                                                "sent a piece of 44000 bytes where 40000 were expected"
  *   mpirun ... test_comm --mpi --hang PIDFILE    ranks idle in barriers; rank 1 writes its pid
  *   test_comm --has-mpi                          prints "MPI: yes" or "MPI: no"
  *
@@ -70,6 +72,171 @@ static uint64_t fnv(uint64_t h, const void *p, size_t n) {
 static const char *op_name(cl_redop op) { return op == CL_RED_SUM ? "sum" : op == CL_RED_AVG ? "avg" : "max"; }
 
 /* ---- collectives ---------------------------------------------------------- */
+
+/* ---- per-rank counts (reduce_scatter_v, allgather_v) ---------------------- */
+
+enum { VPAT = 6 };
+
+/* Count pattern k over n ranks: 0 all empty; 1 uneven with empty ranks; 2 one
+ * rank holds everything; 3 large pieces (> 64 KiB of floats: several of
+ * mpi.c's 256 KiB segments) with rank 1 empty; 4 a gradient bucket
+ * [lo, hi) cut by contiguous shards of a flat buffer, as ZeRO cuts them;
+ * 5 one float each. */
+static void v_counts(int k, int n, size_t *counts) {
+    size_t flat = 1000 * (size_t)n + 37, shard = (flat + (size_t)n - 1) / (size_t)n, lo = 333, hi = flat - 250;
+    for (int r = 0; r < n; r++) {
+        size_t a = (size_t)r * shard, b = a + shard;
+        a = a < lo ? lo : a;
+        b = b > hi ? hi : b;
+        switch (k) {
+        case 0: counts[r] = 0; break;
+        case 1: counts[r] = r % 3 == 1 ? 0 : 1 + 13 * (size_t)r + (size_t)(r % 2) * 1000; break;
+        case 2: counts[r] = r == n / 2 ? 4099 : 0; break;
+        case 3: counts[r] = r == 1 ? 0 : 70001 + 1000 * (size_t)r; break;
+        case 4: counts[r] = b > a ? b - a : 0; break;
+        default: counts[r] = 1; break;
+        }
+    }
+}
+
+/* A non-blocking call gets a copy of counts that is scribbled on and freed
+ * as soon as it returns: the request must hold its own. */
+static size_t *counts_copy(const size_t *counts, int n) {
+    size_t *v = malloc((size_t)n * sizeof *v);
+    if (v) memcpy(v, counts, (size_t)n * sizeof *v);
+    return v;
+}
+
+static void counts_scrap(size_t *v, int n) {
+    if (v) memset(v, 0xA5, (size_t)n * sizeof *v);
+    free(v);
+}
+
+/* reduce_scatter_v against the serial fold and against cl_comm_allreduce of
+ * the same data; allgather_v (also in place) against the inputs. Returns a
+ * hash of the results. */
+static uint64_t v_checks(cl_comm *c, int full) {
+    int n = cl_comm_size(c), me = cl_comm_rank(c);
+    uint64_t h = 0xcbf29ce484222325ull;
+    const cl_redop ops[3] = {CL_RED_SUM, CL_RED_AVG, CL_RED_MAX};
+    size_t *counts = calloc((size_t)n, sizeof *counts);
+    TCHECK(counts != NULL, "allocation");
+    if (!counts) return h;
+    for (int k = 0; k < VPAT; k++) {
+        if (k == 3 && !full) continue;
+        v_counts(k, n, counts);
+        size_t total = 0, off = 0;
+        for (int r = 0; r < n; r++) {
+            if (r == me) off = total;
+            total += counts[r];
+        }
+        size_t mine = counts[me];
+        float *in = malloc((total + 1) * sizeof *in), *all = malloc((total + 1) * sizeof *all);
+        float *out = malloc((mine + 1) * sizeof *out), *ref = malloc((mine + 1) * sizeof *ref);
+        unsigned char *gin = malloc(total * 4 + 1), *gout = malloc(total * 4 + 1);
+        TCHECK(in && all && out && ref && gin && gout, "allocation");
+        for (int oi = 0; oi < 3 && in && all && out && ref && gin && gout; oi++) {
+            cl_redop op = ops[oi];
+            unsigned salt = (unsigned)(300 + k * 3 + oi);
+            int nonblocking = (k + oi) % 2 == 1;
+            for (size_t i = 0; i < total; i++) in[i] = all[i] = (float)val(me, i, salt);
+            for (size_t i = 0; i < mine; i++) {
+                float a = (float)val(0, off + i, salt);
+                for (int r = 1; r < n; r++) a = fold_f(a, (float)val(r, off + i, salt), op);
+                ref[i] = op == CL_RED_AVG ? a / (float)n : a;
+            }
+            if (nonblocking) {
+                size_t *vc = counts_copy(counts, n);
+                cl_request *rq = NULL;
+                TCHECK_OK(cl_comm_ireduce_scatter_v(c, in, out, vc, op, &rq));
+                counts_scrap(vc, n);
+                TCHECK_OK(cl_comm_wait(c, rq));
+            } else {
+                TCHECK_OK(cl_comm_reduce_scatter_v(c, in, out, counts, op));
+            }
+            TCHECK_OK(cl_comm_allreduce(c, all, total, op));
+            size_t bad = mine, bad2 = mine;
+            for (size_t i = 0; i < mine && bad == mine; i++)
+                if (memcmp(&out[i], &ref[i], sizeof *out) != 0) bad = i;
+            for (size_t i = 0; i < mine && bad2 == mine; i++)
+                if (memcmp(&out[i], &all[off + i], sizeof *out) != 0) bad2 = i;
+            TCHECK(bad == mine && bad2 == mine,
+                   "%s reduce_scatter_v %s n=%d pattern %d (piece of %zu at %zu of %zu) rank %d: element %zu is %.9g, the "
+                   "serial fold gives %.9g; element %zu differs from the all-reduce's",
+                   nonblocking ? "non-blocking" : "blocking", op_name(op), n, k, mine, off, total, me, bad,
+                   bad < mine ? out[bad] : 0.0, bad < mine ? ref[bad] : 0.0, bad2);
+            h = fnv(h, out, mine * sizeof *out);
+            /* the inputs untouched */
+            size_t changed = 0;
+            for (size_t i = 0; i < total; i++) changed += in[i] != (float)val(me, i, salt);
+            TCHECK(changed == 0, "reduce_scatter_v n=%d pattern %d rank %d changed %zu inputs", n, k, me, changed);
+        }
+        /* all-gather of counts[r] * es bytes: es 1 (eager pieces) and 4 */
+        for (int es = 1; es <= 4 && gin && gout; es += 3) {
+            for (int mode = 0; mode < 3; mode++) { /* blocking, non-blocking, in place */
+                size_t *bc = malloc((size_t)n * sizeof *bc), goff = off * (size_t)es, gtot = total * (size_t)es;
+                TCHECK(bc != NULL, "allocation");
+                if (!bc) break;
+                for (int r = 0; r < n; r++) bc[r] = counts[r] * (size_t)es;
+                memset(gout, 0xEE, gtot + 1);
+                unsigned char *src = mode == 2 ? gout + goff : gin;
+                for (size_t i = 0; i < bc[me]; i++) src[i] = (unsigned char)(mix((uint64_t)me * 7919 + i + (size_t)es) & 255);
+                if (mode == 1) {
+                    cl_request *rq = NULL;
+                    size_t *vc = counts_copy(bc, n);
+                    TCHECK_OK(cl_comm_iallgather_v(c, src, gout, vc, &rq));
+                    counts_scrap(vc, n);
+                    TCHECK_OK(cl_comm_wait(c, rq));
+                } else {
+                    TCHECK_OK(cl_comm_allgather_v(c, src, gout, bc));
+                }
+                size_t bad = gtot, at = 0;
+                for (int r = 0; r < n; r++) {
+                    for (size_t i = 0; i < bc[r] && bad == gtot; i++)
+                        if (gout[at + i] != (unsigned char)(mix((uint64_t)r * 7919 + i + (size_t)es) & 255)) bad = at + i;
+                    at += bc[r];
+                }
+                TCHECK(bad == gtot && gout[gtot] == 0xEE, "allgather_v%s n=%d pattern %d es %d rank %d: byte %zu of %zu differs",
+                       mode == 2 ? " (in place)" : mode == 1 ? " (non-blocking)" : "", n, k, es, me, bad, gtot);
+                h = fnv(h, gout, gtot);
+                free(bc);
+            }
+        }
+        free(in);
+        free(all);
+        free(out);
+        free(ref);
+        free(gin);
+        free(gout);
+    }
+    /* bad arguments fail on the calling rank alone, before any communication */
+    float x[4] = {0};
+    TCHECK(cl_comm_reduce_scatter_v(c, x, x + 2, NULL, CL_RED_SUM) == CL_ERR_INVALID &&
+               strstr(cl_last_error(), "counts is NULL"),
+           "reduce_scatter_v without counts: %s", cl_last_error());
+    for (int r = 0; r < n; r++) counts[r] = 0;
+    counts[me] = 1;
+    TCHECK(cl_comm_reduce_scatter_v(c, x, x, counts, CL_RED_SUM) == CL_ERR_INVALID && strstr(cl_last_error(), "overlap"),
+           "reduce_scatter_v in place: %s", cl_last_error());
+    TCHECK(cl_comm_reduce_scatter_v(c, x, x + 2, counts, (cl_redop)7) == CL_ERR_INVALID, "reduce_scatter_v op 7: %s",
+           cl_last_error());
+    cl_request *rq = (cl_request *)x;
+    TCHECK(cl_comm_iallgather_v(c, x, NULL, counts, &rq) == CL_ERR_INVALID && rq == NULL, "allgather_v to NULL: %s",
+           cl_last_error());
+    if (n >= 2) {
+        counts[me] = 2;
+        counts[(me + 1) % n] = 2; /* in overlaps out, but not at this rank's place */
+        TCHECK(cl_comm_allgather_v(c, (char *)x + (me < (me + 1) % n ? 1 : 3), x, counts) == CL_ERR_INVALID &&
+                   strstr(cl_last_error(), "overlaps"),
+               "allgather_v overlapping: %s", cl_last_error());
+    }
+    counts[0] = SIZE_MAX / 2;
+    TCHECK(cl_comm_reduce_scatter_v(c, x, x + 2, counts, CL_RED_SUM) == CL_ERR_INVALID &&
+               strstr(cl_last_error(), "too large"),
+           "reduce_scatter_v with huge counts: %s", cl_last_error());
+    free(counts);
+    return h;
+}
 
 /* Every collective on c against the serial fold; returns a hash of every
  * result this rank got. full: the longer list of sizes. */
@@ -240,6 +407,7 @@ static uint64_t coll_checks(cl_comm *c, int full) {
             free(b);
         }
     }
+    h = fnv(h, &(uint64_t){v_checks(c, full)}, sizeof(uint64_t));
     TCHECK_OK(cl_comm_barrier(c));
 out:
     free(buf);
@@ -552,6 +720,30 @@ static void count_checks(cl_comm *c) {
         want_coll(&w, CL_COMM_KIND_ALLGATHER, rs[i] * 3, 1, p, me, 0);
         counts_match(c, &w, "allgather", rs[i] * 3);
     }
+    /* the _v forms: reduce_scatter_v sends every other rank's piece and
+     * receives p - 1 of its own; allgather_v the other way round */
+    size_t *vc = calloc((size_t)p, sizeof *vc);
+    TCHECK(vc != NULL, "allocation");
+    for (int k = 0; k < VPAT && vc; k++) {
+        v_counts(k, p, vc);
+        uint64_t total = 0, q = (uint64_t)p - 1, mine = vc[me];
+        for (int j = 0; j < p; j++) total += vc[j];
+        TCHECK_OK(cl_comm_reduce_scatter_v(c, a, b, vc, CL_RED_SUM));
+        TCHECK_OK(cl_comm_ireduce_scatter_v(c, a, b, vc, CL_RED_MAX, &r));
+        TCHECK_OK(cl_comm_wait(c, r));
+        w.calls[CL_COMM_KIND_REDUCE_SCATTER] += 2;
+        w.sent[CL_COMM_KIND_REDUCE_SCATTER] += p > 1 ? 2 * (total - mine) * 4 : 0;
+        w.recvd[CL_COMM_KIND_REDUCE_SCATTER] += 2 * q * mine * 4;
+        counts_match(c, &w, "reduce_scatter_v of pattern", (size_t)k);
+        TCHECK_OK(cl_comm_allgather_v(c, a, b, vc));
+        TCHECK_OK(cl_comm_iallgather_v(c, a, b, vc, &r));
+        TCHECK_OK(cl_comm_wait(c, r));
+        w.calls[CL_COMM_KIND_ALLGATHER] += 2;
+        w.sent[CL_COMM_KIND_ALLGATHER] += 2 * q * mine;
+        w.recvd[CL_COMM_KIND_ALLGATHER] += p > 1 ? 2 * (total - mine) : 0;
+        counts_match(c, &w, "allgather_v of pattern", (size_t)k);
+    }
+    free(vc);
     const size_t bc[] = {0, 100, 65535, 65536, 200001};
     for (size_t i = 0; i < sizeof bc / sizeof *bc; i++)
         for (int root = 0; root < p; root += p > 2 ? p - 2 : 1) {
@@ -647,7 +839,7 @@ static cl_status record(fail_arg *a, int me, cl_status s) {
     return s;
 }
 
-enum { F_INJECT, F_RETURN, F_RECV_TIMEOUT, F_COLL_TIMEOUT, F_DEADLOCK, F_INJECT_ASYNC, F_MISMATCH };
+enum { F_INJECT, F_RETURN, F_RECV_TIMEOUT, F_COLL_TIMEOUT, F_DEADLOCK, F_INJECT_ASYNC, F_MISMATCH, F_MISMATCH_V, F_MISMATCH_IV, F_INJECT_V };
 
 static cl_status fail_rank(cl_comm *w, void *p) {
     fail_arg *a = p;
@@ -690,6 +882,25 @@ static cl_status fail_rank(cl_comm *w, void *p) {
     }
     case F_MISMATCH:
         return record(a, me, cl_comm_allreduce(w, x, me == 1 ? 99 : 100, CL_RED_SUM));
+    case F_MISMATCH_V: { /* rank 1 gives other counts[1] and counts[2] (the sums agree) */
+        size_t cnt[3] = {5, me == 1 ? 9 : 10, me == 1 ? 11 : 10};
+        return record(a, me, cl_comm_reduce_scatter_v(w, x, x + 50, cnt, CL_RED_SUM));
+    }
+    case F_MISMATCH_IV: { /* the same counts, non-blocking, but rank 2 gathers with the plain all-gather */
+        size_t cnt[3] = {7, 0, 7};
+        cl_request *r = NULL;
+        if (me == 2) s = cl_comm_allgather(w, x, x + 50, 7);
+        else s = cl_comm_iallgather_v(w, x, x + 50, cnt, &r);
+        if (s == CL_OK) s = cl_comm_wait(w, r);
+        return record(a, me, s);
+    }
+    case F_INJECT_V: { /* CLEAVE_FAULT=rank:1:reduce_scatter:2 */
+        size_t cnt[3] = {3, 0, 4};
+        s = cl_comm_reduce_scatter(w, x, x + 50, 4, CL_RED_SUM);
+        if (s == CL_OK) s = cl_comm_allgather_v(w, x, x + 50, cnt);
+        if (s == CL_OK) s = cl_comm_reduce_scatter_v(w, x, x + 50, cnt, CL_RED_SUM);
+        return record(a, me, s);
+    }
     }
     return CL_ERR_INTERNAL;
 }
@@ -780,6 +991,36 @@ static void fail_checks(void) {
     CHECK(s == CL_ERR_INVALID && strstr(cl_last_error(), "disagree"), "mismatch: %s: %s", cl_status_name(s), cl_last_error());
     for (int r = 0; r < 3; r++) CHECK(a.st[r] == CL_ERR_INVALID, "mismatch rank %d: %s", r, a.msg[r]);
 
+    /* ranks that disagree about the per-rank counts: every rank fails, naming the entry */
+    memset(&a, 0, sizeof a);
+    a.mode = F_MISMATCH_V;
+    s = cl_launch_threads(3, fail_rank, &a, &o);
+    CHECK(s == CL_ERR_INVALID && strstr(cl_last_error(), "counts[1] = 10, rank 1 passed counts[1] = 9"),
+          "counts mismatch: %s: %s", cl_status_name(s), cl_last_error());
+    for (int r = 0; r < 3; r++)
+        CHECK(a.st[r] == CL_ERR_INVALID &&
+                  strstr(a.msg[r], "reduce_scatter_v: the ranks disagree: rank 0 passed counts[1] = 10, rank 1 passed counts[1] = 9"),
+              "counts mismatch rank %d: %s", r, a.msg[r]);
+    memset(&a, 0, sizeof a);
+    a.mode = F_MISMATCH_IV;
+    s = cl_launch_threads(3, fail_rank, &a, &o);
+    for (int r = 0; r < 3; r++)
+        CHECK(a.st[r] == CL_ERR_INVALID && strstr(a.msg[r], "rank 0 called allgather_v (count 14") &&
+                  strstr(a.msg[r], "rank 2 called allgather (count 7"),
+              "allgather_v against allgather, rank %d: %s", r, a.msg[r]);
+
+    /* the _v forms count as their kind for CLEAVE_FAULT */
+    memset(&a, 0, sizeof a);
+    a.mode = F_INJECT_V;
+    setenv("CLEAVE_FAULT", "rank:1:reduce_scatter:2", 1);
+    s = cl_launch_threads(3, fail_rank, &a, &o);
+    unsetenv("CLEAVE_FAULT");
+    CHECK(s == CL_ERR_COMM && strstr(cl_last_error(), "rank 1 failed in reduce_scatter_v: injected fault"),
+          "fault in reduce_scatter_v: %s", cl_last_error());
+    for (int r = 0; r < 3; r++)
+        CHECK(a.st[r] == CL_ERR_COMM && strstr(a.msg[r], r == 1 ? "injected fault" : "rank 1 failed in reduce_scatter_v"),
+              "rank %d after rank 1's fault in reduce_scatter_v: %s", r, a.msg[r]);
+
     /* bad launches */
     setenv("CLEAVE_FAULT", "rank:x:op:1", 1);
     s = cl_launch_threads(2, fail_rank, &a, &o);
@@ -843,6 +1084,23 @@ static cl_status mpi_recv_timeout(cl_comm *w, void *p) {
     return cl_comm_barrier(w);
 }
 
+/* Rank 1 claims a larger piece of its own than the others expect (both
+ * past the 32 KiB where OpenMPI copies straight into the receive buffer):
+ * the others' receives must fail naming both sizes, never overrun. */
+static cl_status mpi_counts_mismatch(cl_comm *w, void *p) {
+    (void)p;
+    int n = cl_comm_size(w), me = cl_comm_rank(w);
+    size_t *cnt = calloc((size_t)n, sizeof *cnt), total = 0;
+    if (!cnt) return CL_ERR_OOM;
+    for (int r = 0; r < n; r++) total += cnt[r] = 40000 + (r == 1 && me == 1 ? 4000 : 0);
+    unsigned char *in = calloc(44000, 1), *out = malloc(total); /* exactly total: ASan sees any overrun */
+    cl_status s = in && out ? cl_comm_allgather_v(w, in, out, cnt) : CL_ERR_OOM;
+    free(in);
+    free(out);
+    free(cnt);
+    return s;
+}
+
 static cl_status mpi_hang(cl_comm *w, void *p) {
     const char *pidfile = p;
     CL_TRY(cl_comm_barrier(w));
@@ -877,6 +1135,8 @@ int main(int argc, char **argv) {
         cl_status s;
         if (argc >= 3 && !strcmp(argv[2], "--fault")) {
             s = cl_launch_mpi(&argc, &argv, mpi_fault_loop, NULL, &o);
+        } else if (argc >= 3 && !strcmp(argv[2], "--counts-mismatch")) {
+            s = cl_launch_mpi(&argc, &argv, mpi_counts_mismatch, NULL, &o);
         } else if (argc >= 3 && !strcmp(argv[2], "--recv-timeout")) {
             cl_launch_opts one = {.timeout_s = 1};
             s = cl_launch_mpi(&argc, &argv, mpi_recv_timeout, NULL, &one);

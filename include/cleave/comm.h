@@ -67,7 +67,8 @@
  * including their i- forms and split, and sends; receives and waits are not
  * counted) with CL_ERR_COMM "injected fault (CLEAVE_FAULT=...)". In place of
  * "op" a name (send, allreduce, reduce_scatter, allgather, broadcast,
- * barrier, split) counts only operations of that kind. An unparsable value
+ * barrier, split) counts only operations of that kind (reduce_scatter and
+ * allgather include their _v forms). An unparsable value
  * makes the launcher fail with CL_ERR_INVALID. */
 #ifndef CLEAVE_COMM_H
 #define CLEAVE_COMM_H
@@ -139,6 +140,23 @@ cl_status cl_comm_ireduce_scatter(cl_comm *c, const float *in, float *out, size_
  * equal out + rank * bytes_per_rank (in place); otherwise no overlap. */
 cl_status cl_comm_allgather(cl_comm *c, const void *in, void *out, size_t bytes_per_rank);
 cl_status cl_comm_iallgather(cl_comm *c, const void *in, void *out, size_t bytes_per_rank, cl_request **req);
+/* Reduce-scatter with per-rank counts: in holds sum(counts) floats, rank r's
+ * piece at offset counts[0] + ... + counts[r-1]; rank r's out (counts[r]
+ * floats, may be 0) gets the fold of every rank's piece r (the fold of
+ * cl_comm_allreduce, so an element's result has the bits an all-reduce of
+ * the same inputs gives it). in and out must not overlap. Every rank
+ * passes the same counts (the threads backend checks; on mpi a receive of
+ * another size fails the collective naming both sizes, or times out). The
+ * non-blocking form copies counts: the array may go away once it returns. */
+cl_status cl_comm_reduce_scatter_v(cl_comm *c, const float *in, float *out, const size_t *counts, cl_redop op);
+cl_status cl_comm_ireduce_scatter_v(cl_comm *c, const float *in, float *out, const size_t *counts, cl_redop op,
+                                    cl_request **req);
+/* All-gather with per-rank byte counts: out (sum(counts) bytes) gets every
+ * rank's in (counts[r] bytes, may be 0) in rank order. in may equal
+ * out + counts[0] + ... + counts[r-1] (in place); otherwise no overlap.
+ * Counts as for cl_comm_reduce_scatter_v. */
+cl_status cl_comm_allgather_v(cl_comm *c, const void *in, void *out, const size_t *counts);
+cl_status cl_comm_iallgather_v(cl_comm *c, const void *in, void *out, const size_t *counts, cl_request **req);
 /* Every rank's buf gets root's bytes. */
 cl_status cl_comm_broadcast(cl_comm *c, void *buf, size_t bytes, int root);
 /* Returns once every rank of c has entered it. */
@@ -163,6 +181,10 @@ cl_status cl_comm_barrier(cl_comm *c);
  *                   c = |chunk(count, r)|: sent = recvd = (count - c + (p-1) c) es
  *   reduce_scatter  sent = recvd = (p-1) * count_per_rank * 4
  *   allgather       sent = recvd = (p-1) * bytes_per_rank
+ *   reduce_scatter_v   (kind REDUCE_SCATTER) with S = sum(counts):
+ *                   sent = (S - counts[r]) * 4, recvd = (p-1) * counts[r] * 4
+ *   allgather_v     (kind ALLGATHER) sent = (p-1) * counts[r],
+ *                   recvd = S - counts[r]
  *   broadcast       bytes < 64 KiB or p == 2: a binomial tree rooted at
  *                   root: recvd = bytes except at root, sent = bytes times
  *                   the rank's children (v = (r - root) mod p has children

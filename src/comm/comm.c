@@ -106,6 +106,20 @@ static void traffic(cl_opkind k, size_t n, size_t es, int p, int r, int root, ui
     *recvd = v;
 }
 
+/* The same for the per-rank-count forms: rank r's piece has counts[r]
+ * elements of es bytes, total in all. reduce_scatter_v: r sends every
+ * other rank its piece of that rank's share and receives the p - 1 pieces
+ * of its own; allgather_v: r sends its piece to the p - 1 others and
+ * receives theirs. */
+static void traffic_v(cl_opkind k, const size_t *counts, size_t total, size_t es, int p, int r, uint64_t *sent,
+                      uint64_t *recvd) {
+    uint64_t mine = (uint64_t)counts[r] * es, others = ((uint64_t)total - counts[r]) * es;
+    *sent = *recvd = 0;
+    if (p < 2) return;
+    *sent = k == CL_OP_REDUCE_SCATTER ? others : (uint64_t)(p - 1) * mine;
+    *recvd = k == CL_OP_REDUCE_SCATTER ? (uint64_t)(p - 1) * mine : others;
+}
+
 static void tally(cl_comm *c, cl_opkind k, size_t n, size_t es, int root) {
     uint64_t s, v;
     if (k == CL_OP_SEND || k == CL_OP_RECV) {
@@ -114,6 +128,14 @@ static void tally(cl_comm *c, cl_opkind k, size_t n, size_t es, int root) {
     } else {
         traffic(k, n, es, c->size, c->rank, root, &s, &v);
     }
+    c->counts.calls[k]++;
+    c->counts.sent[k] += s;
+    c->counts.recvd[k] += v;
+}
+
+static void tally_v(cl_comm *c, cl_opkind k, const size_t *counts, size_t total, size_t es) {
+    uint64_t s, v;
+    traffic_v(k, counts, total, es, c->size, c->rank, &s, &v);
     c->counts.calls[k]++;
     c->counts.sent[k] += s;
     c->counts.recvd[k] += v;
@@ -202,6 +224,9 @@ static cl_status bad(cl_comm *c, const char *what, const char *fmt, ...) {
 /* ---- the progress queue -------------------------------------------------- */
 
 static cl_status run_req(cl_comm *c, cl_request *r) {
+    if (r->vcounts && r->kind == CL_OP_REDUCE_SCATTER)
+        return c->ops->reduce_scatter_v(c, r->in, r->buf, r->vcounts, r->op);
+    if (r->vcounts && r->kind == CL_OP_ALLGATHER) return c->ops->allgather_v(c, r->in, r->buf, r->vcounts);
     switch (r->kind) {
     case CL_OP_ALLREDUCE: return c->ops->allreduce(c, r->buf, r->count, r->dt, r->op);
     case CL_OP_REDUCE_SCATTER: return c->ops->reduce_scatter(c, r->in, r->buf, r->count, r->op);
@@ -318,13 +343,22 @@ static cl_status run_blocking(cl_comm *c, cl_request *r) {
     return op_end(c, wait_queued(c, r), r->what);
 }
 
+/* A non-blocking request copies a _v collective's counts behind itself (the
+ * caller's array may go away once the call returns), so freeing the
+ * request frees them. */
 static cl_status run_nonblocking(cl_comm *c, cl_request *tmpl, cl_request **req) {
-    cl_request *r = malloc(sizeof *r);
+    size_t extra = tmpl->vcounts ? (size_t)c->size * sizeof *tmpl->vcounts : 0;
+    cl_request *r = malloc(sizeof *r + extra);
     if (!r) {
         cl_error(CL_ERR_OOM, "rank %d: no host memory for a request", c->rs->world_rank);
         return op_end(c, CL_ERR_OOM, tmpl->what);
     }
     *r = *tmpl;
+    if (extra) {
+        size_t *copy = (size_t *)(r + 1); /* sizeof *r is a multiple of its alignment, a size_t's included */
+        memcpy(copy, tmpl->vcounts, extra);
+        r->vcounts = copy;
+    }
     r->on_stack = 0;
     r->iprev = NULL;
     r->inext = c->issued;
@@ -536,6 +570,97 @@ cl_status cl_comm_iallgather(cl_comm *c, const void *in, void *out, size_t bytes
     CHECK_COMM(c);
     if (!req) return bad(c, "allgather", "req is NULL");
     return allgather_common(c, in, out, bytes_per_rank, req);
+}
+
+/* ---- per-rank counts ---------------------------------------------------- */
+
+/* counts (one entry a rank, elements of es bytes) and their sum into *total;
+ * the sum bounded so that the byte counters cannot overflow. */
+static cl_status check_counts(cl_comm *c, const size_t *counts, size_t es, size_t *total, const char *what) {
+    size_t t = 0, lim = SIZE_MAX / es / (size_t)c->size;
+    if (!counts) return bad(c, what, "counts is NULL");
+    for (int r = 0; r < c->size; r++) {
+        if (counts[r] > lim - t) return bad(c, what, "the counts are too large (counts[%d] is %zu)", r, counts[r]);
+        t += counts[r];
+    }
+    *total = t;
+    return CL_OK;
+}
+
+/* 1 if the byte ranges [a, a + na) and [b, b + nb) overlap (both non-empty). */
+static int overlap(const void *a, size_t na, const void *b, size_t nb) {
+    uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
+    return na && nb && x < y + nb && y < x + na;
+}
+
+static cl_status reduce_scatter_v_common(cl_comm *c, const float *in, float *out, const size_t *counts, cl_redop op,
+                                         cl_request **req) {
+    cl_request r;
+    size_t total = 0;
+    req_init(&r, c, CL_OP_REDUCE_SCATTER);
+    snprintf(r.what, sizeof r.what, "reduce_scatter_v");
+    if (req) *req = NULL;
+    CL_TRY(check_counts(c, counts, sizeof(float), &total, r.what));
+    size_t mine = counts[c->rank];
+    if (!in && total) return bad(c, r.what, "in is NULL but the counts sum to %zu", total);
+    if (!out && mine) return bad(c, r.what, "out is NULL but counts[%d] is %zu", c->rank, mine);
+    if (overlap(in, total * sizeof(float), out, mine * sizeof(float))) return bad(c, r.what, "in and out overlap");
+    CL_TRY(check_op(c, op, r.what));
+    cl_status st = op_count(c, CL_OP_REDUCE_SCATTER, r.what);
+    if (st != CL_OK) return op_end(c, st, r.what);
+    tally_v(c, CL_OP_REDUCE_SCATTER, counts, total, sizeof(float));
+    r.in = in;
+    r.buf = out;
+    r.count = total;
+    r.vcounts = counts;
+    r.op = op;
+    return req ? run_nonblocking(c, &r, req) : run_blocking(c, &r);
+}
+
+cl_status cl_comm_reduce_scatter_v(cl_comm *c, const float *in, float *out, const size_t *counts, cl_redop op) {
+    CHECK_COMM(c);
+    return reduce_scatter_v_common(c, in, out, counts, op, NULL);
+}
+
+cl_status cl_comm_ireduce_scatter_v(cl_comm *c, const float *in, float *out, const size_t *counts, cl_redop op,
+                                    cl_request **req) {
+    CHECK_COMM(c);
+    if (!req) return bad(c, "reduce_scatter_v", "req is NULL");
+    return reduce_scatter_v_common(c, in, out, counts, op, req);
+}
+
+static cl_status allgather_v_common(cl_comm *c, const void *in, void *out, const size_t *counts, cl_request **req) {
+    cl_request r;
+    size_t total = 0, off = 0;
+    req_init(&r, c, CL_OP_ALLGATHER);
+    snprintf(r.what, sizeof r.what, "allgather_v");
+    if (req) *req = NULL;
+    CL_TRY(check_counts(c, counts, 1, &total, r.what));
+    for (int j = 0; j < c->rank; j++) off += counts[j];
+    size_t mine = counts[c->rank];
+    if (!out && total) return bad(c, r.what, "out is NULL but the counts sum to %zu", total);
+    if (!in && mine) return bad(c, r.what, "in is NULL but counts[%d] is %zu", c->rank, mine);
+    if ((uintptr_t)in != (uintptr_t)out + off && overlap(in, mine, out, total))
+        return bad(c, r.what, "in overlaps out but is not this rank's place in it (out + %zu)", off);
+    cl_status st = op_count(c, CL_OP_ALLGATHER, r.what);
+    if (st != CL_OK) return op_end(c, st, r.what);
+    tally_v(c, CL_OP_ALLGATHER, counts, total, 1);
+    r.in = in;
+    r.buf = out;
+    r.count = total;
+    r.vcounts = counts;
+    return req ? run_nonblocking(c, &r, req) : run_blocking(c, &r);
+}
+
+cl_status cl_comm_allgather_v(cl_comm *c, const void *in, void *out, const size_t *counts) {
+    CHECK_COMM(c);
+    return allgather_v_common(c, in, out, counts, NULL);
+}
+
+cl_status cl_comm_iallgather_v(cl_comm *c, const void *in, void *out, const size_t *counts, cl_request **req) {
+    CHECK_COMM(c);
+    if (!req) return bad(c, "allgather_v", "req is NULL");
+    return allgather_v_common(c, in, out, counts, req);
 }
 
 cl_status cl_comm_broadcast(cl_comm *c, void *buf, size_t bytes, int root) {

@@ -80,6 +80,9 @@ typedef struct {
     cl_status (*allreduce)(cl_comm *c, void *buf, size_t count, cl_dtype dt, cl_redop op);
     cl_status (*reduce_scatter)(cl_comm *c, const float *in, float *out, size_t cpr, cl_redop op);
     cl_status (*allgather)(cl_comm *c, const void *in, void *out, size_t bpr);
+    /* The per-rank-count forms (counts: one entry a rank, elements or bytes). */
+    cl_status (*reduce_scatter_v)(cl_comm *c, const float *in, float *out, const size_t *counts, cl_redop op);
+    cl_status (*allgather_v)(cl_comm *c, const void *in, void *out, const size_t *counts);
     cl_status (*broadcast)(cl_comm *c, void *buf, size_t bytes, int root);
     cl_status (*barrier)(cl_comm *c);
     cl_status (*split)(cl_comm *c, int color, int key, cl_comm **out);
@@ -96,6 +99,8 @@ struct cl_request {
     void *buf;
     const void *in;
     size_t count;
+    const size_t *vcounts; /* per-rank counts of reduce_scatter_v / allgather_v, else NULL;
+                            * a non-blocking request's own copy, stored after it */
     cl_dtype dt;
     cl_redop op;
     int root, key;  /* broadcast root; split color (root) and key */

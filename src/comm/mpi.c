@@ -148,6 +148,9 @@ static cl_status batch_reserve(mp_batch *b, int more) {
     return CL_OK;
 }
 
+/* The size of the pieces a collective's message of bytes goes in. */
+static size_t coll_piece(size_t bytes) { return bytes < SPLIT_BYTES ? EAGER_BYTES : PIECE_BYTES; }
+
 /* Posts bytes to or from peer as messages of at most PIECE_BYTES; a
  * collective's message below SPLIT_BYTES goes as EAGER_BYTES pieces (its
  * sender and receiver split alike, since a collective's sizes agree by
@@ -156,7 +159,7 @@ static cl_status batch_reserve(mp_batch *b, int more) {
 static cl_status batch_post(cl_comm *c, mp_batch *b, MPI_Comm comm, int send, void *buf, size_t bytes, int peer,
                             int tag, const char *what) {
     const mp_comm *m = c->impl;
-    size_t piece = comm == m->coll && bytes < SPLIT_BYTES ? EAGER_BYTES : PIECE_BYTES;
+    size_t piece = comm == m->coll ? coll_piece(bytes) : PIECE_BYTES;
     size_t pieces = bytes ? (bytes + piece - 1) / piece : 1;
     CL_TRY(batch_reserve(b, (int)pieces));
     for (size_t k = 0; k < pieces; k++) {
@@ -379,6 +382,28 @@ static cl_status recv_mismatch(cl_comm *c, const mp_msg *x) {
                     x->sent % PIECE_BYTES == 0 && x->sent > x->bytes ? " or more" : "", x->bytes);
 }
 
+/* Probes for the next message from peer with tag on comm: *cnt = -1 when
+ * none has arrived, else its size; a message of another size than len has
+ * been received into scratch and dropped (so that its send completes),
+ * one of size len is left in *msg to be received. */
+static cl_status probe_piece(cl_comm *c, MPI_Comm comm, int peer, int tag, size_t len, const char *what,
+                             MPI_Message *msg, int *cnt) {
+    int flag = 0;
+    MPI_Status mst;
+    int rc = MPI_Improbe(peer, tag, comm, &flag, msg, &mst);
+    *cnt = -1;
+    if (rc != MPI_SUCCESS) return mpi_error(c, rc, what);
+    if (!flag) return CL_OK;
+    MPI_Get_count(&mst, MPI_BYTE, cnt);
+    if (*cnt < 0) *cnt = 0;
+    if ((size_t)*cnt != len) {
+        void *drop = malloc(*cnt ? (size_t)*cnt : 1);
+        if (drop) MPI_Mrecv(drop, *cnt, MPI_BYTE, msg, MPI_STATUS_IGNORE);
+        free(drop);
+    }
+    return CL_OK;
+}
+
 /* Matches what has arrived of x's pieces; *all when every piece is. */
 static cl_status match_pieces(cl_comm *c, mp_msg *x, int *all) {
     mp_comm *m = c->impl;
@@ -387,23 +412,16 @@ static cl_status match_pieces(cl_comm *c, mp_msg *x, int *all) {
     if (x->mismatch) return recv_mismatch(c, x);
     while ((size_t)x->b.n < pieces) {
         size_t off = (size_t)x->b.n * PIECE_BYTES, len = x->bytes - off < PIECE_BYTES ? x->bytes - off : PIECE_BYTES;
-        int flag = 0, cnt = 0;
+        int cnt = 0;
         MPI_Message msg;
-        MPI_Status mst;
-        int rc = MPI_Improbe(x->peer, x->tag, m->p2p, &flag, &msg, &mst);
-        if (rc != MPI_SUCCESS) return mpi_error(c, rc, x->base.what);
-        if (!flag) return CL_OK;
-        MPI_Get_count(&mst, MPI_BYTE, &cnt);
-        if (cnt < 0) cnt = 0;
+        CL_TRY(probe_piece(c, m->p2p, x->peer, x->tag, len, x->base.what, &msg, &cnt));
+        if (cnt < 0) return CL_OK;
         if ((size_t)cnt != len) {
-            void *drop = malloc(cnt ? (size_t)cnt : 1);
-            if (drop) MPI_Mrecv(drop, cnt, MPI_BYTE, &msg, MPI_STATUS_IGNORE);
-            free(drop);
             x->mismatch = 1;
             x->sent = off + (size_t)cnt;
             return recv_mismatch(c, x);
         }
-        rc = MPI_Imrecv(x->buf + off, cnt, MPI_BYTE, &msg, &x->b.r[x->b.n]);
+        int rc = MPI_Imrecv(x->buf + off, cnt, MPI_BYTE, &msg, &x->b.r[x->b.n]);
         if (rc != MPI_SUCCESS) return mpi_error(c, rc, x->base.what);
         x->b.peer[x->b.n++] = x->peer;
     }
@@ -535,11 +553,81 @@ static cl_status scratch_reserve(cl_comm *c, size_t bytes) {
     return CL_OK;
 }
 
+/* ---- receives of sizes the caller gave ------------------------------------
+ * The _v collectives take their sizes from the caller's counts, which the
+ * ranks may disagree on, and a receive posted with MPI_Irecv is not safe
+ * against a larger send (OpenMPI's single-copy path overruns it: see
+ * recv_match). So their receives are matched first, piece by piece as
+ * batch_post cuts a collective's message: MPI_Improbe, the piece's size
+ * checked, then MPI_Imrecv into exactly that many bytes; a piece of
+ * another size is received into scratch and dropped, and the collective
+ * fails naming both sizes. (A send with more pieces than expected is not
+ * seen; one with fewer makes the receive time out.) Zero-byte pieces are
+ * neither sent nor received. */
+typedef struct {
+    char *buf;
+    size_t bytes, off; /* off: bytes matched so far */
+    int peer, tag;
+} mp_checked;
+
+/* Matches what has arrived of x[0..n), receiving each matched piece into b;
+ * *left: how many are not wholly matched. */
+static cl_status checked_match(cl_comm *c, mp_checked *x, int n, mp_batch *b, const char *what, int *left) {
+    mp_comm *m = c->impl;
+    *left = 0;
+    for (int i = 0; i < n; i++) {
+        size_t piece = coll_piece(x[i].bytes);
+        while (x[i].off < x[i].bytes) {
+            size_t len = x[i].bytes - x[i].off < piece ? x[i].bytes - x[i].off : piece;
+            int cnt = 0;
+            MPI_Message msg;
+            CL_TRY(probe_piece(c, m->coll, x[i].peer, x[i].tag, len, what, &msg, &cnt));
+            if (cnt < 0) break;
+            if ((size_t)cnt != len) {
+                char me[64], peer[64];
+                return cl_error(CL_ERR_COMM, "%s: %s: %s sent a piece of %d bytes where %zu were expected (at byte %zu "
+                                "of %zu): do the ranks pass the same counts?", cl_comm_name_rank(c, c->rank, me, sizeof me),
+                                what, cl_comm_name_rank(c, x[i].peer, peer, sizeof peer), cnt, len, x[i].off, x[i].bytes);
+            }
+            CL_TRY(batch_reserve(b, 1));
+            int rc = MPI_Imrecv(x[i].buf + x[i].off, cnt, MPI_BYTE, &msg, &b->r[b->n]);
+            if (rc != MPI_SUCCESS) return mpi_error(c, rc, what);
+            b->peer[b->n++] = x[i].peer;
+            x[i].off += len;
+        }
+        *left += x[i].off < x[i].bytes;
+    }
+    return CL_OK;
+}
+
+/* Matches every receive of x[0..n) (see above), then waits for b. */
+static cl_status checked_wait(cl_comm *c, mp_checked *x, int n, mp_batch *b, const char *what) {
+    double start = cl_now();
+    int polls = 0, left = 0;
+    for (;;) {
+        CL_TRY(checked_match(c, x, n, b, what, &left));
+        if (!left) break;
+        if (cl_now() > start + c->timeout_s) {
+            char detail[600], name[64];
+            size_t len = (size_t)snprintf(detail, sizeof detail, "waiting for");
+            for (int i = 0, shown = 0; i < n && len < sizeof detail; i++)
+                if (x[i].off < x[i].bytes)
+                    len += (size_t)snprintf(detail + len, sizeof detail - len, "%s %s", shown++ ? "," : "",
+                                            cl_comm_name_rank(c, x[i].peer, name, sizeof name));
+            return timed_out(c, what, detail);
+        }
+        pause_poll(&polls, start);
+    }
+    return batch_wait(c, b, what, 0);
+}
+
 /* The reduction: chunk o of the element space is [lo[o], lo[o]+len[o]) of
  * in; this rank folds its own chunk into out (len[me] elements). With ag, out
  * is in + lo[me]*es and every chunk's result is then sent to every rank
- * (in place). */
-static cl_status reduce_chunks(cl_comm *c, cl_dtype dt, cl_redop op, char *in, char *out, int ag, const char *what) {
+ * (in place). ck: room for 2 (n-1) checked receives (the chunks come from
+ * the caller's counts, see checked_match), or NULL. */
+static cl_status reduce_chunks(cl_comm *c, cl_dtype dt, cl_redop op, char *in, char *out, int ag, mp_checked *ck,
+                               const char *what) {
     mp_comm *m = c->impl;
     int n = c->size, me = c->rank;
     size_t es = cl_dtype_size(dt), S = SEG_BYTES / es, maxlen = 0;
@@ -564,9 +652,12 @@ static cl_status reduce_chunks(cl_comm *c, cl_dtype dt, cl_redop op, char *in, c
             char *sc = m->scratch + (k % 2) * slab;
             int tag = coll_tag(seq, PH_RS, k);
             size_t mine = PIECE(me, k);
+            mp_checked *x = ck ? ck + (k % 2) * (size_t)(n - 1) : NULL;
             for (int p = 0; p < n && st == CL_OK; p++) {
                 if (p == me) continue;
-                if (mine)
+                if (mine && x)
+                    x[SLOT(p)] = (mp_checked){sc + (size_t)SLOT(p) * S * es, mine * es, 0, p, tag};
+                else if (mine)
                     st = batch_post(c, b, m->coll, 0, sc + (size_t)SLOT(p) * S * es, mine * es, p, tag, what);
                 size_t theirs = PIECE(p, k);
                 if (st == CL_OK && theirs)
@@ -577,8 +668,10 @@ static cl_status reduce_chunks(cl_comm *c, cl_dtype dt, cl_redop op, char *in, c
         /* finish segment j = k - 1: fold it, then send it to everyone */
         size_t j = k - 1;
         mp_batch *b = &rs[j % 2];
-        if ((st = batch_wait(c, b, what, 0)) != CL_OK) break;
         size_t mine = PIECE(me, j);
+        if (ck) st = checked_wait(c, ck + (j % 2) * (size_t)(n - 1), mine ? n - 1 : 0, b, what);
+        else st = batch_wait(c, b, what, 0);
+        if (st != CL_OK) break;
         if (mine) {
             char *sc = m->scratch + (j % 2) * slab;
             for (int p = 0; p < n; p++)
@@ -664,7 +757,7 @@ static cl_status mp_allreduce(cl_comm *c, void *buf, size_t count, cl_dtype dt, 
     size_t es = cl_dtype_size(dt);
     if ((size_t)n * count * es <= CL_SMALL_AR_BYTES) return small_allreduce(c, buf, count, dt, op, what);
     char *b = buf;
-    return reduce_chunks(c, dt, op, b, b + m->lo[c->rank] * es, 1, what);
+    return reduce_chunks(c, dt, op, b, b + m->lo[c->rank] * es, 1, NULL, what);
 }
 
 static cl_status mp_reduce_scatter(cl_comm *c, const float *in, float *out, size_t cpr, cl_redop op) {
@@ -680,7 +773,7 @@ static cl_status mp_reduce_scatter(cl_comm *c, const float *in, float *out, size
         cl_fold_rows(CL_F32, op, 1, m->src, m->dst, 1, cpr, 0);
         return CL_OK;
     }
-    return reduce_chunks(c, CL_F32, op, (char *)in, (char *)out, 0, "reduce_scatter");
+    return reduce_chunks(c, CL_F32, op, (char *)in, (char *)out, 0, NULL, "reduce_scatter");
 }
 
 static cl_status mp_allgather(cl_comm *c, const void *in, void *out, size_t bpr) {
@@ -702,6 +795,62 @@ static cl_status mp_allgather(cl_comm *c, const void *in, void *out, size_t bpr)
     cl_status st = post_gather(c, b, in, out, bpr, coll_tag(seq, PH_AG, 0), "allgather");
     if (!copy_first && mine != in) cl_copy(mine, in, bpr);
     if (st == CL_OK) st = batch_wait(c, b, "allgather", 0);
+    return st;
+}
+
+/* The chunks of a _v collective: chunk o at lo[o] (prefix sums), len[o] = counts[o]. */
+static void v_chunks(cl_comm *c, const size_t *counts) {
+    mp_comm *m = c->impl;
+    size_t off = 0;
+    for (int o = 0; o < c->size; o++) {
+        m->lo[o] = off;
+        m->len[o] = counts[o];
+        off += counts[o];
+    }
+}
+
+/* reduce_chunks over the caller's chunks, with checked receives. */
+static cl_status mp_reduce_scatter_v(cl_comm *c, const float *in, float *out, const size_t *counts, cl_redop op) {
+    mp_comm *m = c->impl;
+    int n = c->size;
+    v_chunks(c, counts);
+    if (n == 1) {
+        m->src[0] = in;
+        m->dst[0] = out;
+        cl_fold_rows(CL_F32, op, 1, m->src, m->dst, 1, counts[0], 0);
+        return CL_OK;
+    }
+    mp_checked *ck = malloc(2 * (size_t)(n - 1) * sizeof *ck);
+    if (!ck) return cl_error(CL_ERR_OOM, "rank %d: no host memory for %d receives", c->rs->world_rank, 2 * (n - 1));
+    cl_status st = reduce_chunks(c, CL_F32, op, (char *)in, (char *)out, 0, ck, "reduce_scatter_v");
+    free(ck);
+    return st;
+}
+
+/* As mp_allgather, with pieces of the caller's sizes (checked receives);
+ * empty pieces move no message. */
+static cl_status mp_allgather_v(cl_comm *c, const void *in, void *out, const size_t *counts) {
+    mp_comm *m = c->impl;
+    int n = c->size, me = c->rank;
+    unsigned seq = m->seq++;
+    v_chunks(c, counts);
+    size_t mine = counts[me];
+    char *dst = (char *)out + m->lo[me];
+    if (dst != in) cl_copy(dst, in, mine);
+    if (n == 1) return CL_OK;
+    mp_checked *ck = malloc((size_t)(n - 1) * sizeof *ck);
+    if (!ck) return cl_error(CL_ERR_OOM, "rank %d: no host memory for %d receives", c->rs->world_rank, n - 1);
+    mp_batch *b = &m->b[0];
+    b->n = 0;
+    int tag = coll_tag(seq, PH_AG, 0), nck = 0;
+    cl_status st = CL_OK;
+    for (int k = 1; k < n && st == CL_OK; k++) {
+        int to = (me + k) % n, from = (me - k + n) % n; /* spread the peers */
+        if (m->len[from]) ck[nck++] = (mp_checked){(char *)out + m->lo[from], m->len[from], 0, from, tag};
+        if (mine) st = batch_post(c, b, m->coll, 1, (void *)in, mine, to, tag, "allgather_v");
+    }
+    if (st == CL_OK) st = checked_wait(c, ck, nck, b, "allgather_v");
+    free(ck);
     return st;
 }
 
@@ -781,6 +930,8 @@ static const cl_comm_ops mp_ops = {
     .allreduce = mp_allreduce,
     .reduce_scatter = mp_reduce_scatter,
     .allgather = mp_allgather,
+    .reduce_scatter_v = mp_reduce_scatter_v,
+    .allgather_v = mp_allgather_v,
     .broadcast = mp_broadcast,
     .barrier = mp_barrier,
     .split = mp_split,

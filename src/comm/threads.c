@@ -68,6 +68,7 @@ typedef struct {
     size_t n;
     const void *p;
     void *q;
+    const size_t *v; /* a _v collective's per-rank counts (NULL for the others) */
 } th_slot;
 
 struct th_group {
@@ -402,19 +403,34 @@ static cl_status barrier(cl_comm *c, th_group *g, int abortable, const char *wha
     return CL_OK;
 }
 
-/* After barrier 1: CL_OK if every rank published what rank 0 did, else a
- * message naming the first rank that differs (every rank finds the same). */
+/* "reduce_scatter_v" for a slot of a _v collective, else the kind's name. */
+static const char *slot_name(const th_slot *s) {
+    if (s->v) return s->kind == CL_OP_REDUCE_SCATTER ? "reduce_scatter_v" : "allgather_v";
+    return cl_opkind_name((cl_opkind)s->kind);
+}
+
+/* After barrier 1: CL_OK if every rank published what rank 0 did (and, in
+ * a _v collective, the same counts), else a message naming the first rank
+ * that differs (every rank finds the same). */
 static cl_status check_slots(cl_comm *c, th_group *g, const char *what) {
     const th_slot *a = &g->slot[0];
+    char n0[64], n1[64];
     for (int r = 1; r < g->size; r++) {
         const th_slot *b = &g->slot[r];
-        if (b->kind == a->kind && b->dt == a->dt && b->op == a->op && b->root == a->root && b->n == a->n) continue;
-        char n0[64], n1[64];
+        int same = b->kind == a->kind && b->dt == a->dt && b->op == a->op && b->root == a->root && !b->v == !a->v;
+        if (same && a->v) {
+            int i = 0;
+            while (i < g->size && a->v[i] == b->v[i]) i++;
+            if (i < g->size)
+                return cl_error(CL_ERR_INVALID, "%s: the ranks disagree: %s passed counts[%d] = %zu, %s passed counts[%d] = %zu",
+                                what, cl_comm_name_rank(c, 0, n0, sizeof n0), i, a->v[i],
+                                cl_comm_name_rank(c, r, n1, sizeof n1), i, b->v[i]);
+        }
+        if (same && b->n == a->n) continue;
         return cl_error(CL_ERR_INVALID,
                         "%s: the ranks disagree: %s called %s (count %zu, op %d, root %d), %s called %s (count %zu, op %d, root %d)",
-                        what, cl_comm_name_rank(c, 0, n0, sizeof n0), cl_opkind_name((cl_opkind)a->kind), a->n, a->op,
-                        a->root, cl_comm_name_rank(c, r, n1, sizeof n1), cl_opkind_name((cl_opkind)b->kind), b->n, b->op,
-                        b->root);
+                        what, cl_comm_name_rank(c, 0, n0, sizeof n0), slot_name(a), a->n, a->op, a->root,
+                        cl_comm_name_rank(c, r, n1, sizeof n1), slot_name(b), b->n, b->op, b->root);
     }
     return CL_OK;
 }
@@ -429,6 +445,7 @@ static void publish(th_group *g, int me, cl_opkind kind, cl_dtype dt, cl_redop o
     s->n = n;
     s->p = p;
     s->q = q;
+    s->v = NULL;
 }
 
 /* ---- collectives --------------------------------------------------------- */
@@ -489,6 +506,57 @@ static cl_status th_allgather(cl_comm *c, const void *in, void *out, size_t bpr)
         }
     }
     barrier(c, g, 0, "allgather");
+    return st;
+}
+
+/* Rank me's offset in a _v collective's buffer, and the sum of counts. */
+static size_t v_offset(const size_t *counts, int n, int me, size_t *total) {
+    size_t off = 0, t = 0;
+    for (int j = 0; j < n; j++) {
+        if (j == me) off = t;
+        t += counts[j];
+    }
+    *total = t;
+    return off;
+}
+
+static cl_status th_reduce_scatter_v(cl_comm *c, const float *in, float *out, const size_t *counts, cl_redop op) {
+    th_comm *t = c->impl;
+    th_group *g = t->g;
+    int n = g->size, me = c->rank;
+    size_t total, off = v_offset(counts, n, me, &total);
+    publish(g, me, CL_OP_REDUCE_SCATTER, CL_F32, op, 0, total, in, out);
+    g->slot[me].v = counts;
+    CL_TRY(barrier(c, g, 1, "reduce_scatter_v"));
+    cl_status st = check_slots(c, g, "reduce_scatter_v");
+    if (st == CL_OK) {
+        for (int j = 0; j < n; j++) t->src[j] = (const float *)g->slot[j].p + off;
+        t->dst[0] = out;
+        cl_fold_rows(CL_F32, op, n, t->src, t->dst, 1, counts[me], (size_t)n * total * sizeof(float) > CL_STREAM_BYTES);
+    }
+    barrier(c, g, 0, "reduce_scatter_v");
+    return st;
+}
+
+static cl_status th_allgather_v(cl_comm *c, const void *in, void *out, const size_t *counts) {
+    th_comm *t = c->impl;
+    th_group *g = t->g;
+    int n = g->size, me = c->rank;
+    size_t total, off = v_offset(counts, n, me, &total), mine = counts[me];
+    publish(g, me, CL_OP_ALLGATHER, CL_F32, CL_RED_SUM, 0, total, in, out);
+    g->slot[me].v = counts;
+    CL_TRY(barrier(c, g, 1, "allgather_v"));
+    cl_status st = check_slots(c, g, "allgather_v");
+    if (st == CL_OK && mine) { /* push, as th_allgather does */
+        int stream = (size_t)n * total > CL_STREAM_BYTES;
+        for (int k = 0; k < n; k++) {
+            char *d = (char *)g->slot[(me + k) % n].q + off;
+            if (d == in) continue;
+            if (stream) cl_copy_stream(d, in, mine);
+            else cl_copy(d, in, mine);
+        }
+    }
+    barrier(c, g, 0, "allgather_v");
     return st;
 }
 
@@ -742,6 +810,8 @@ static const cl_comm_ops th_ops = {
     .allreduce = th_allreduce,
     .reduce_scatter = th_reduce_scatter,
     .allgather = th_allgather,
+    .reduce_scatter_v = th_reduce_scatter_v,
+    .allgather_v = th_allgather_v,
     .broadcast = th_broadcast,
     .barrier = th_barrier,
     .split = th_split,
