@@ -63,6 +63,15 @@ grep -q 'cleave: rank 1 failed in allreduce: injected fault (CLEAVE_FAULT=rank:1
 less "$dt" 30 || fail "CLEAVE_FAULT: the job took $dt s to end"
 echo "ok: injected fault ended the job with status $rc in $dt s"
 
+# ---- a piece of another size than the counts say fails with both sizes, not an overrun ----
+timeout 120 mpirun --oversubscribe -np 3 "$bin" --mpi --counts-mismatch > "$tmp/mismatch.log" 2>&1
+rc=$?
+if [ $rc -eq 2 ] && grep -q "sent a piece of 44000 bytes where 40000 were expected" "$tmp/mismatch.log"; then
+    echo "ok: allgather_v with a larger count on one rank ended the job with status 2, naming both sizes"
+else
+    fail "allgather_v counts mismatch: status $rc: $(tail -n 3 "$tmp/mismatch.log")"
+fi
+
 # ---- a receive nothing matches times out and aborts ----
 t0=$(now)
 timeout 60 mpirun --oversubscribe -np 2 "$bin" --mpi --recv-timeout >"$tmp/timeout.log" 2>&1
