@@ -70,6 +70,8 @@ static const cli_flag train_flags[] = {
     {"tp", "", 1, "tensor-parallel ranks: each layer split Megatron-style (attention by heads, MLP by columns then rows, vocabulary by rows) (default 1)"},
     {"sequence-parallel", "", 0, "with --tp: shard the token rows between the split layers too (layernorms, residuals, block inputs and outputs)"},
     {"make-vocab-size-divisible-by", "", 1, "pad the vocabulary to a multiple of this times --tp; padded rows are masked out (default 128)"},
+    {"offload-optimizer", "", 1, "where the AdamW moments live: none (default, on the device) or host (host memory, outside --device-memory's cap)"},
+    {"offload-dir", "", 1, "directory of the optimizer state file for --offload-optimizer disk (not built yet)"},
     {"zero", "", 1, "ZeRO stage over the data-parallel replicas: 0 (default) or 1 (each replica keeps the AdamW moments of its shard)"},
     {"check-replicas", "", 0, "after every step, check that replicated parameters are bit for bit equal on every tensor-parallel rank"},
     {"pp", "", 1, "pipeline stages (default 1)"},
@@ -147,6 +149,11 @@ static void print_header(cl_trainer *t) {
     printf("device %s:%d memory (cap %s%s): %s\n", cl_device_name(dev), cl_device_id(dev),
            cl_device_cap(dev) ? cl_format_bytes(cl_device_cap(dev), cap, sizeof cap) : "none",
            c->device_memory_host ? ", this rank's share of the host's available memory" : "", cl_device_describe(dev, mem, sizeof mem));
+    if (cl_trainer_host(t)) {
+        char hb[32];
+        printf("host memory (offloaded optimizer state, outside the device's cap): %s\n",
+               cl_format_bytes(cl_device_current_total(cl_trainer_host(t)), hb, sizeof hb));
+    }
     fflush(stdout);
 }
 
@@ -319,6 +326,7 @@ static cl_status agree_job(cl_comm *world, const train_job *j) {
     put(l, "--make-vocab-size-divisible-by", "%d", c->vocab_divisible_by);
     put(l, "--check-replicas", "%d", c->check_replicas);
     put(l, "--zero", "%d", c->zero);
+    put(l, "--offload-optimizer", "%d", c->offload_optimizer);
     put(l, "--trace", "%s", S(j->trace_path));
     put(l, "--trace-steps", "%d", j->trace_steps);
 #undef S
@@ -344,12 +352,13 @@ static cl_status print_memory(FILE *f, const cl_train_config *c, const cl_mesh *
  * into one array (each rank fills its own row), printed on rank 0 beside
  * the prediction; the training output before it went to /dev/null. */
 static cl_status gather_measured(cl_comm *world, cl_trainer *t, const train_job *j, const cl_train_config *c) {
-    int n = world ? cl_comm_size(world) : 1, me = world ? cl_comm_rank(world) : 0, w = CL_MEM_NCAT + 1;
+    int n = world ? cl_comm_size(world) : 1, me = world ? cl_comm_rank(world) : 0, w = CLI_MEM_COLS;
     double *v = calloc((size_t)n * (size_t)w, sizeof *v);
     if (!v) return cl_error(CL_ERR_OOM, "no host memory for the measured peaks");
     cl_device *dev = cl_trainer_device(t);
     for (int k = 0; k < CL_MEM_NCAT; k++) v[(size_t)me * w + k] = (double)cl_device_peak(dev, (cl_mem_cat)k);
     v[(size_t)me * w + CL_MEM_NCAT] = (double)cl_device_peak_total(dev);
+    if (cl_trainer_host(t)) v[(size_t)me * w + CL_MEM_NCAT + 1] = (double)cl_device_peak_total(cl_trainer_host(t));
     cl_status s = world ? cl_comm_allreduce_f64(world, v, (size_t)n * w, CL_RED_SUM) : CL_OK;
     if (!s && me == 0) {
         fflush(stdout);
@@ -648,6 +657,13 @@ static int cmd_train(int argc, char **argv) {
     c->sequence_parallel = cli_get(&a, "sequence-parallel") != NULL;
     c->check_replicas = cli_get(&a, "check-replicas") != NULL;
     if ((s = cli_int(&a, "zero", &c->zero, 0, 3))) return cli_fail(s);
+    const char *off = cli_get(&a, "offload-optimizer");
+    if (off && !strcmp(off, "host")) c->offload_optimizer = 1;
+    else if (off && !strcmp(off, "disk")) c->offload_optimizer = 2;
+    else if (off && strcmp(off, "none"))
+        return cli_fail(cl_error(CL_ERR_INVALID, "unknown --offload-optimizer '%s' (none, host or disk)", off));
+    if (cli_get(&a, "offload-dir") && c->offload_optimizer != 2)
+        return cli_fail(cl_error(CL_ERR_INVALID, "--offload-dir needs --offload-optimizer disk"));
     if ((s = cli_int(&a, "make-vocab-size-divisible-by", &c->vocab_divisible_by, 1, 1 << 20))) return cli_fail(s);
     c->pp_layout = cli_get(&a, "pp-layout");
     j.trace_path = cli_get(&a, "trace");

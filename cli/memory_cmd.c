@@ -24,6 +24,8 @@ static void stages_text(const cl_mem_rank *r, char *buf, size_t n) {
 
 void cli_memory_print(FILE *f, const cl_mem_rank *pred, int n, const double *measured, int json) {
     char b[32], st[96];
+    int host = 0;
+    for (int i = 0; i < n; i++) host |= pred[i].host > 0;
     if (json) {
         for (int i = 0; i < n; i++) {
             const cl_mem_rank *r = &pred[i];
@@ -32,35 +34,40 @@ void cli_memory_print(FILE *f, const cl_mem_rank *pred, int n, const double *mea
             for (int k = 0; k < r->nstages; k++) fprintf(f, "%s%d", k ? ", " : "", r->stage[k]);
             fprintf(f, "], \"predicted\": {");
             for (int k = 0; k < CL_MEM_NCAT; k++) fprintf(f, "\"%s\": %zu, ", cl_mem_cat_name(k), r->bytes[k]);
-            fprintf(f, "\"total\": %zu}", r->total);
+            fprintf(f, "\"total\": %zu, \"host\": %zu}", r->total, r->host);
             if (measured) {
-                const double *m = measured + (size_t)i * (CL_MEM_NCAT + 1);
+                const double *m = measured + (size_t)i * CLI_MEM_COLS;
                 fprintf(f, ", \"measured\": {");
                 for (int k = 0; k < CL_MEM_NCAT; k++) fprintf(f, "\"%s\": %.0f, ", cl_mem_cat_name(k), m[k]);
-                fprintf(f, "\"total\": %.0f}", m[CL_MEM_NCAT]);
+                fprintf(f, "\"total\": %.0f, \"host\": %.0f}", m[CL_MEM_NCAT], m[CL_MEM_NCAT + 1]);
             }
             fprintf(f, "}\n");
         }
         return;
     }
-    fprintf(f, "memory per rank, predicted%s (peak of each category; total = peak of the sum):\n",
-            measured ? " | measured after two steps, difference" : "");
+    int cols = CL_MEM_NCAT + 1 + host; /* the categories, the total, the host's */
+    fprintf(f, "memory per rank, predicted%s (peak of each category; total = peak of the sum%s):\n",
+            measured ? " | measured after two steps, difference" : "",
+            host ? "; host = optimizer state offloaded to host memory, outside the device" : "");
     fprintf(f, "  %-5s %-7s", "rank", "stages");
     for (int k = 0; k < CL_MEM_NCAT; k++) fprintf(f, " %11s", short_name(k));
-    fprintf(f, " %11s\n", "total");
+    fprintf(f, " %11s%s\n", "total", host ? "        host" : "");
     for (int i = 0; i < n; i++) {
         const cl_mem_rank *r = &pred[i];
+        size_t want[CLI_MEM_COLS];
+        for (int k = 0; k < CL_MEM_NCAT; k++) want[k] = r->bytes[k];
+        want[CL_MEM_NCAT] = r->total;
+        want[CL_MEM_NCAT + 1] = r->host;
         stages_text(r, st, sizeof st);
         fprintf(f, "  %-5d %-7s", r->rank, st);
-        for (int k = 0; k < CL_MEM_NCAT; k++) fprintf(f, " %11s", cl_format_bytes(r->bytes[k], b, sizeof b));
-        fprintf(f, " %11s\n", cl_format_bytes(r->total, b, sizeof b));
+        for (int k = 0; k < cols; k++) fprintf(f, " %11s", cl_format_bytes(want[k], b, sizeof b));
+        fprintf(f, "\n");
         if (!measured) continue;
-        const double *m = measured + (size_t)i * (CL_MEM_NCAT + 1);
+        const double *m = measured + (size_t)i * CLI_MEM_COLS;
         fprintf(f, "  %-5s %-7s", "", "measured");
-        for (int k = 0; k <= CL_MEM_NCAT; k++) fprintf(f, " %11s", cl_format_bytes((size_t)m[k], b, sizeof b));
+        for (int k = 0; k < cols; k++) fprintf(f, " %11s", cl_format_bytes((size_t)m[k], b, sizeof b));
         fprintf(f, "\n  %-5s %-7s", "", "diff B");
-        for (int k = 0; k <= CL_MEM_NCAT; k++)
-            fprintf(f, " %11.0f", m[k] - (double)(k < CL_MEM_NCAT ? r->bytes[k] : r->total));
+        for (int k = 0; k < cols; k++) fprintf(f, " %11.0f", m[k] - (double)want[k]);
         fprintf(f, "\n");
     }
 }

@@ -7,9 +7,12 @@
 #include "cleave/memory.h"
 
 /* pred[n] as a table (or, json, one object per rank and line: rank, dp_rank,
- * pp_rank, stages, predicted{category: bytes, total}); measured, when not
- * NULL, holds n x (CL_MEM_NCAT + 1) measured peaks (categories, then the
- * total), printed beside the prediction with the difference. */
+ * tp_rank, pp_rank, stages, predicted{category: bytes, total, host}); measured,
+ * when not NULL, holds n x CLI_MEM_COLS measured peaks (categories, the
+ * total, then the host memory of offloaded optimizer state), printed beside
+ * the prediction with the difference. The host column shows when some rank
+ * offloads. */
+#define CLI_MEM_COLS (CL_MEM_NCAT + 2)
 void cli_memory_print(FILE *f, const cl_mem_rank *pred, int n, const double *measured, int json);
 
 #endif

@@ -20,6 +20,7 @@ typedef struct {
     int nstages, stage[64];     /* the model stages (chunks) it holds; none on a single device */
     size_t bytes[CL_MEM_NCAT];  /* peak of each category */
     size_t total;               /* peak of their sum */
+    size_t host;                /* host memory holding offloaded optimizer state (outside the device and its cap) */
 } cl_mem_rank;
 
 /* Predicts every rank of a run of cfg on a dp x cfg->tp x pp mesh into

@@ -37,12 +37,15 @@ typedef struct {
 } cl_adamw_opts;
 
 typedef struct {
-    float *m, *v;           /* CL_MEM_OPTIM, same layout as the parameters */
+    float *m, *v;           /* CL_MEM_OPTIM on dev, same layout as the parameters (or this replica's ZeRO shard) */
+    cl_device *dev;         /* where they live: the model's device, or the host's (offload) */
     int t;                  /* steps taken */
     cl_adamw_opts o;
 } cl_optimizer;
 
 cl_status cl_optimizer_create(cl_optimizer *o, cl_model *m, const cl_adamw_opts *opts);
+/* The same with the moments on another device (offload: the host's). */
+cl_status cl_optimizer_create_on(cl_optimizer *o, cl_model *m, cl_device *dev, const cl_adamw_opts *opts);
 void cl_optimizer_destroy(cl_optimizer *o, cl_model *m);
 /* Global L2 norm of the gradients (double accumulation) of the parameters
  * this part owns (cl_model_owns_param), summed per parameter in order. */
@@ -118,6 +121,11 @@ typedef struct {
      * replica keeps the AdamW moments of its shard of every part's flat
      * buffer, updates that shard and all-gathers the parameters. */
     int zero;
+    /* Offload of the AdamW moments: 0 none, 1 host: they live in a host
+     * memory of their own (cl_trainer_host), outside device_memory's cap,
+     * and the update reads them there (on a CPU the host's memory is the
+     * device's: what moves is the accounting and the cap). */
+    int offload_optimizer;
 } cl_train_config;
 
 /* Defaults: gpt2-tiny, tp 1, vocabulary padded to a multiple of 128, micro 8, global 8, 100 steps, lr 1e-3 to 1e-4 with 10%
@@ -162,6 +170,8 @@ cl_status cl_trainer_eval(cl_trainer *t, double *loss);
 double cl_trainer_unigram_loss(const cl_trainer *t);
 cl_model *cl_trainer_model(cl_trainer *t);
 cl_device *cl_trainer_device(cl_trainer *t);
+/* The host memory holding offloaded optimizer state, or NULL without offload. */
+cl_device *cl_trainer_host(cl_trainer *t);
 const cl_train_config *cl_trainer_config(const cl_trainer *t);
 const cl_tokenizer *cl_trainer_tokenizer(const cl_trainer *t);
 size_t cl_trainer_train_tokens(const cl_trainer *t);

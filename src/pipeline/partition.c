@@ -30,7 +30,8 @@ cl_pp_stage_cost cl_pp_stage_predict(const cl_model_desc *d, int u0, int u1, con
     size_t f = sizeof(float), live = (size_t)(o->live > 0 ? o->live : 1);
     c.bytes[CL_MEM_PARAMS] = (size_t)z.alloc * f;
     c.bytes[CL_MEM_GRADS] = (size_t)(z.alloc + z.head_wte) * f;
-    c.bytes[CL_MEM_OPTIM] = 2 * (size_t)z.moments * f;
+    c.bytes[CL_MEM_OPTIM] = o->offload ? 0 : 2 * (size_t)z.moments * f;
+    c.host_bytes = o->offload ? 2 * (size_t)z.moments * f : 0;
     c.bytes[CL_MEM_ACTS] = live * ((size_t)z.acts * f + sb.in + sb.dout + sb.udout);
     c.bytes[CL_MEM_WORKSPACE] = (size_t)(z.scratch + 2 * z.io + z.rc) * f + live * (2 * sb.ids + sb.x) +
                                 (size_t)o->ngb * sb.in;

@@ -13,6 +13,7 @@ struct cl_trainer {
     cl_model_desc *full;       /* the whole model, unpadded: checkpoints' layout */
     int tp, tp_rank;           /* tensor-parallel ranks and this one's index */
     cl_device *dev;
+    cl_device *host;           /* offloaded optimizer state (cfg.offload_optimizer), else NULL */
     cl_model *model;           /* chunk 0's part: the whole model on one device */
     cl_optimizer *opt;         /* chunk 0's AdamW state */
     cl_tokenizer *tok;

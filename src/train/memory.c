@@ -28,7 +28,8 @@ int cl_pp_shape_has_tie_buf(const cl_model_desc *d, const cl_pp_shape *sh, int p
 
 cl_pp_stage_opts cl_pp_shape_opts(const cl_pp_shape *sh, const cl_train_config *cfg, int s) {
     cl_pp_stage_opts o = {.B = cfg->micro_batch, .recompute = cfg->recompute, .live = sh->live[s],
-                          .zb = sh->zb, .ngb = sh->ngb[s], .zero = {cfg->zero, sh->dp, 0}};
+                          .zb = sh->zb, .ngb = sh->ngb[s], .zero = {cfg->zero, sh->dp, 0},
+                          .offload = cfg->offload_optimizer};
     return o;
 }
 
@@ -37,6 +38,7 @@ cl_pp_stage_opts cl_pp_shape_opts(const cl_pp_shape *sh, const cl_train_config *
  * keeps beside them. */
 static void shape_rank(const cl_model_desc *d, const cl_train_config *cfg, const cl_pp_shape *sh, int q, cl_mem_rank *m) {
     memset(m->bytes, 0, sizeof m->bytes);
+    m->host = 0;
     m->nstages = 0;
     for (int c = 0; c < sh->v && c < 64; c++) {
         int st = c * sh->p + q;
@@ -44,6 +46,7 @@ static void shape_rank(const cl_model_desc *d, const cl_train_config *cfg, const
         cl_pp_stage_opts o = cl_pp_shape_opts(sh, cfg, st);
         cl_pp_stage_cost cost = cl_pp_stage_predict(d, sh->part.u0[st], sh->part.u1[st], &o);
         for (int k = 0; k < CL_MEM_NCAT; k++) m->bytes[k] += cost.bytes[k];
+        m->host += cost.host_bytes;
     }
     m->bytes[CL_MEM_WORKSPACE] += cl_rank_extra_bytes(d, cfg, sh, q);
     m->total = 0;
@@ -197,10 +200,18 @@ cl_status cl_memory_check(const cl_train_config *cfg, int dp, int pp) {
     int nfit = 0;
     static const char *const rc_names[] = {"none", "selective", "full"};
     static const char *const sched_names[] = {"gpipe", "1f1b", "interleaved", "zb-h1"};
-    for (int k = 0; k < 3 + 16 + 4 + 1 && nfit < 3; k++) {
+    for (int k = -2; k < 3 + 16 + 4 + 1 && nfit < 3; k++) {
         cl_train_config c = *cfg;
         char what[96];
-        if (k < 3) { /* recompute */
+        if (k == -2) { /* the optimizer state sharded over the replicas */
+            if (dp < 2 || cfg->zero >= 1) continue;
+            c.zero = 1;
+            snprintf(what, sizeof what, "--zero 1");
+        } else if (k == -1) { /* the optimizer state in host memory */
+            if (cfg->offload_optimizer) continue;
+            c.offload_optimizer = 1;
+            snprintf(what, sizeof what, "--offload-optimizer host");
+        } else if (k < 3) { /* recompute */
             if (k == cfg->recompute) continue;
             c.recompute = k;
             snprintf(what, sizeof what, "--recompute %s", rc_names[k]);

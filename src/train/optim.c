@@ -16,20 +16,26 @@ float cl_lr_at(const cl_lr_schedule *s, int step) {
 }
 
 cl_status cl_optimizer_create(cl_optimizer *o, cl_model *m, const cl_adamw_opts *opts) {
+    return cl_optimizer_create_on(o, m, m->dev, opts);
+}
+
+cl_status cl_optimizer_create_on(cl_optimizer *o, cl_model *m, cl_device *dev, const cl_adamw_opts *opts) {
     memset(o, 0, sizeof *o);
     o->o = *opts;
-    CL_TRY(cl_device_alloc_f32(m->dev, CL_MEM_OPTIM, (size_t)m->sizes.moments, &o->m));
-    cl_status s = cl_device_alloc_f32(m->dev, CL_MEM_OPTIM, (size_t)m->sizes.moments, &o->v);
+    o->dev = dev;
+    CL_TRY(cl_device_alloc_f32(dev, CL_MEM_OPTIM, (size_t)m->sizes.moments, &o->m));
+    cl_status s = cl_device_alloc_f32(dev, CL_MEM_OPTIM, (size_t)m->sizes.moments, &o->v);
     if (s) {
-        cl_device_free(m->dev, o->m);
+        cl_device_free(dev, o->m);
         o->m = NULL;
     }
     return s;
 }
 
 void cl_optimizer_destroy(cl_optimizer *o, cl_model *m) {
-    cl_device_free(m->dev, o->m);
-    cl_device_free(m->dev, o->v);
+    cl_device *dev = o->dev ? o->dev : m->dev;
+    cl_device_free(dev, o->m);
+    cl_device_free(dev, o->v);
     o->m = o->v = NULL;
 }
 

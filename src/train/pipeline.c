@@ -174,7 +174,7 @@ cl_status cl_pp_create(cl_trainer *t) {
         if (t->tp > 1) CL_TRY(cl_model_set_tp(ch->m, cfg->groups->tp));
         CL_TRY(cl_model_split_tied(ch->m));
         CL_TRY(cl_model_set_recompute(ch->m, (cl_recompute)cfg->recompute));
-        CL_TRY(cl_optimizer_create(&ch->opt, ch->m, &cfg->adamw));
+        CL_TRY(cl_optimizer_create_on(&ch->opt, ch->m, t->host ? t->host : t->dev, &cfg->adamw));
         CL_TRY(cl_dp_create(&ch->dp, t->dp > 1 ? cfg->groups->dp : NULL, ch->m, cfg->bucket_bytes));
         ch->last_bwd = -1;
         for (int i = 0; i < pp->sched.len[pp->r]; i++) {

@@ -44,6 +44,8 @@ void cl_train_config_default(cl_train_config *c) {
 cl_status cl_train_describe(const cl_train_config *cfg, int tp_rank, cl_model_desc **out) {
     int tp = cfg->tp > 1 ? cfg->tp : 1;
     if (cfg->zero < 0 || cfg->zero > 3) return cl_error(CL_ERR_INVALID, "--zero must be 0, 1, 2 or 3 (got %d)", cfg->zero);
+    if (cfg->offload_optimizer < 0 || cfg->offload_optimizer > 1)
+        return cl_error(CL_ERR_UNSUPPORTED, "--offload-optimizer: only host is built (disk is not yet)");
     if (cfg->zero > 1)
         return cl_error(CL_ERR_UNSUPPORTED, "--zero %d: ZeRO stages 2 and 3 are not built yet (stage 1 is)", cfg->zero);
     if (cfg->sequence_parallel && tp < 2)
@@ -176,6 +178,7 @@ cl_status cl_trainer_create(cl_trainer **out, const cl_train_config *cfg) {
     if (!s) s = cl_memory_check(&t->cfg, dp, t->pp_size);
     if (!s) s = load_data(t);
     if (!s) s = cl_device_create_cpu(&t->dev, cfg->device_memory, 0);
+    if (!s && cfg->offload_optimizer == 1) s = cl_device_create_cpu(&t->host, 0, 0);
     if (!s) s = cl_pp_create(t); /* one device too: a one-stage pipeline */
     cl_pp_slot_bytes z; /* evaluation's micro-batch buffers (cl_rank_extra_bytes) */
     cl_pp_slot_sizes(t->desc, 0, t->desc->nunits, cfg->micro_batch, 0, &z);
@@ -203,6 +206,7 @@ void cl_trainer_destroy(cl_trainer *t) {
         cl_device_free(t->dev, t->mb_x);
         cl_device_destroy(t->dev);
     }
+    cl_device_destroy(t->host);
     cl_model_desc_free(t->desc);
     cl_model_desc_free(t->full);
     cl_tokenizer_free(t->tok);
@@ -409,6 +413,7 @@ double cl_trainer_unigram_loss(const cl_trainer *t) {
 int cl_trainer_steps_done(const cl_trainer *t) { return t->step; }
 cl_model *cl_trainer_model(cl_trainer *t) { return t->model; }
 cl_device *cl_trainer_device(cl_trainer *t) { return t->dev; }
+cl_device *cl_trainer_host(cl_trainer *t) { return t->host; }
 const cl_train_config *cl_trainer_config(const cl_trainer *t) { return &t->cfg; }
 const cl_tokenizer *cl_trainer_tokenizer(const cl_trainer *t) { return t->tok; }
 size_t cl_trainer_train_tokens(const cl_trainer *t) { return t->ntrain; }
