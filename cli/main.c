@@ -70,8 +70,8 @@ static const cli_flag train_flags[] = {
     {"tp", "", 1, "tensor-parallel ranks: each layer split Megatron-style (attention by heads, MLP by columns then rows, vocabulary by rows) (default 1)"},
     {"sequence-parallel", "", 0, "with --tp: shard the token rows between the split layers too (layernorms, residuals, block inputs and outputs)"},
     {"make-vocab-size-divisible-by", "", 1, "pad the vocabulary to a multiple of this times --tp; padded rows are masked out (default 128)"},
-    {"offload-optimizer", "", 1, "where the AdamW moments live: none (default, on the device) or host (host memory, outside --device-memory's cap)"},
-    {"offload-dir", "", 1, "directory of the optimizer state file for --offload-optimizer disk (not built yet)"},
+    {"offload-optimizer", "", 1, "where the AdamW moments live: none (default, on the device), host (host memory, outside --device-memory's cap) or disk (a file in --offload-dir, streamed through tiles)"},
+    {"offload-dir", "", 1, "directory for --offload-optimizer disk's file (created unlinked: nothing is left behind)"},
     {"zero", "", 1, "ZeRO stage over the data-parallel replicas: 0 (default) or 1 (each replica keeps the AdamW moments of its shard)"},
     {"check-replicas", "", 0, "after every step, check that replicated parameters are bit for bit equal on every tensor-parallel rank"},
     {"pp", "", 1, "pipeline stages (default 1)"},
@@ -151,7 +151,8 @@ static void print_header(cl_trainer *t) {
            c->device_memory_host ? ", this rank's share of the host's available memory" : "", cl_device_describe(dev, mem, sizeof mem));
     if (cl_trainer_host(t)) {
         char hb[32];
-        printf("host memory (offloaded optimizer state, outside the device's cap): %s\n",
+        printf("host memory (offloaded optimizer state%s, outside the device's cap): %s\n",
+               c->offload_optimizer == 2 ? ": the tiles it streams through from its file" : "",
                cl_format_bytes(cl_device_current_total(cl_trainer_host(t)), hb, sizeof hb));
     }
     fflush(stdout);
@@ -359,6 +360,7 @@ static cl_status gather_measured(cl_comm *world, cl_trainer *t, const train_job 
     for (int k = 0; k < CL_MEM_NCAT; k++) v[(size_t)me * w + k] = (double)cl_device_peak(dev, (cl_mem_cat)k);
     v[(size_t)me * w + CL_MEM_NCAT] = (double)cl_device_peak_total(dev);
     if (cl_trainer_host(t)) v[(size_t)me * w + CL_MEM_NCAT + 1] = (double)cl_device_peak_total(cl_trainer_host(t));
+    v[(size_t)me * w + CL_MEM_NCAT + 2] = (double)cl_trainer_offload_file_bytes(t);
     cl_status s = world ? cl_comm_allreduce_f64(world, v, (size_t)n * w, CL_RED_SUM) : CL_OK;
     if (!s && me == 0) {
         fflush(stdout);
@@ -662,8 +664,12 @@ static int cmd_train(int argc, char **argv) {
     else if (off && !strcmp(off, "disk")) c->offload_optimizer = 2;
     else if (off && strcmp(off, "none"))
         return cli_fail(cl_error(CL_ERR_INVALID, "unknown --offload-optimizer '%s' (none, host or disk)", off));
-    if (cli_get(&a, "offload-dir") && c->offload_optimizer != 2)
+    c->offload_dir = cli_get(&a, "offload-dir");
+    if (c->offload_dir && c->offload_optimizer != 2)
         return cli_fail(cl_error(CL_ERR_INVALID, "--offload-dir needs --offload-optimizer disk"));
+    if (c->offload_optimizer == 2 && !c->offload_dir)
+        return cli_fail(cl_error(CL_ERR_INVALID, "--offload-optimizer disk needs --offload-dir DIR"));
+    if (c->offload_dir && (s = cl_check_dir_writable(c->offload_dir, "--offload-dir"))) return cli_fail(s);
     if ((s = cli_int(&a, "make-vocab-size-divisible-by", &c->vocab_divisible_by, 1, 1 << 20))) return cli_fail(s);
     c->pp_layout = cli_get(&a, "pp-layout");
     j.trace_path = cli_get(&a, "trace");

@@ -24,8 +24,8 @@ static void stages_text(const cl_mem_rank *r, char *buf, size_t n) {
 
 void cli_memory_print(FILE *f, const cl_mem_rank *pred, int n, const double *measured, int json) {
     char b[32], st[96];
-    int host = 0;
-    for (int i = 0; i < n; i++) host |= pred[i].host > 0;
+    int host = 0, disk = 0;
+    for (int i = 0; i < n; i++) host |= pred[i].host > 0, disk |= pred[i].disk > 0;
     if (json) {
         for (int i = 0; i < n; i++) {
             const cl_mem_rank *r = &pred[i];
@@ -34,30 +34,33 @@ void cli_memory_print(FILE *f, const cl_mem_rank *pred, int n, const double *mea
             for (int k = 0; k < r->nstages; k++) fprintf(f, "%s%d", k ? ", " : "", r->stage[k]);
             fprintf(f, "], \"predicted\": {");
             for (int k = 0; k < CL_MEM_NCAT; k++) fprintf(f, "\"%s\": %zu, ", cl_mem_cat_name(k), r->bytes[k]);
-            fprintf(f, "\"total\": %zu, \"host\": %zu}", r->total, r->host);
+            fprintf(f, "\"total\": %zu, \"host\": %zu, \"disk\": %zu}", r->total, r->host, r->disk);
             if (measured) {
                 const double *m = measured + (size_t)i * CLI_MEM_COLS;
                 fprintf(f, ", \"measured\": {");
                 for (int k = 0; k < CL_MEM_NCAT; k++) fprintf(f, "\"%s\": %.0f, ", cl_mem_cat_name(k), m[k]);
-                fprintf(f, "\"total\": %.0f, \"host\": %.0f}", m[CL_MEM_NCAT], m[CL_MEM_NCAT + 1]);
+                fprintf(f, "\"total\": %.0f, \"host\": %.0f, \"disk\": %.0f}", m[CL_MEM_NCAT], m[CL_MEM_NCAT + 1],
+                        m[CL_MEM_NCAT + 2]);
             }
             fprintf(f, "}\n");
         }
         return;
     }
-    int cols = CL_MEM_NCAT + 1 + host; /* the categories, the total, the host's */
+    int cols = CL_MEM_NCAT + 1 + (host || disk) + disk; /* the categories, the total, the host's, the file's */
     fprintf(f, "memory per rank, predicted%s (peak of each category; total = peak of the sum%s):\n",
             measured ? " | measured after two steps, difference" : "",
-            host ? "; host = optimizer state offloaded to host memory, outside the device" : "");
+            disk ? "; host = the tiles the optimizer state streams through, disk = its file"
+            : host ? "; host = optimizer state offloaded to host memory, outside the device" : "");
     fprintf(f, "  %-5s %-7s", "rank", "stages");
     for (int k = 0; k < CL_MEM_NCAT; k++) fprintf(f, " %11s", short_name(k));
-    fprintf(f, " %11s%s\n", "total", host ? "        host" : "");
+    fprintf(f, " %11s%s%s\n", "total", host || disk ? "        host" : "", disk ? "        disk" : "");
     for (int i = 0; i < n; i++) {
         const cl_mem_rank *r = &pred[i];
         size_t want[CLI_MEM_COLS];
         for (int k = 0; k < CL_MEM_NCAT; k++) want[k] = r->bytes[k];
         want[CL_MEM_NCAT] = r->total;
         want[CL_MEM_NCAT + 1] = r->host;
+        want[CL_MEM_NCAT + 2] = r->disk;
         stages_text(r, st, sizeof st);
         fprintf(f, "  %-5d %-7s", r->rank, st);
         for (int k = 0; k < cols; k++) fprintf(f, " %11s", cl_format_bytes(want[k], b, sizeof b));

@@ -12,7 +12,7 @@
  * total, then the host memory of offloaded optimizer state), printed beside
  * the prediction with the difference. The host column shows when some rank
  * offloads. */
-#define CLI_MEM_COLS (CL_MEM_NCAT + 2)
+#define CLI_MEM_COLS (CL_MEM_NCAT + 3) /* the categories, the total, host, disk */
 void cli_memory_print(FILE *f, const cl_mem_rank *pred, int n, const double *measured, int json);
 
 #endif

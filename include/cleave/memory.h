@@ -21,6 +21,7 @@ typedef struct {
     size_t bytes[CL_MEM_NCAT];  /* peak of each category */
     size_t total;               /* peak of their sum */
     size_t host;                /* host memory holding offloaded optimizer state (outside the device and its cap) */
+    size_t disk;                /* bytes of the optimizer state file (--offload-optimizer disk) */
 } cl_mem_rank;
 
 /* Predicts every rank of a run of cfg on a dp x cfg->tp x pp mesh into

@@ -34,7 +34,7 @@ typedef struct {
 typedef struct {
     int B, recompute, live, zb, ngb;
     cl_zero zero;  /* ZeRO over the data-parallel ranks (zeroed: none) */
-    int offload;   /* the AdamW moments live in host memory (host_bytes), not on the device */
+    int offload;   /* the AdamW moments live in host memory (1) or a file (2) (host_bytes, disk_bytes), not on the device */
 } cl_pp_stage_opts;
 
 /* Figures of units [u0, u1) as one stage (or, with u0 = 0 and u1 = nunits
@@ -47,7 +47,9 @@ typedef struct {
     size_t param_bytes;          /* parameters, gradients and both AdamW moments */
     size_t act_bytes;            /* saved activations of `live` micro-batches (CL_MEM_ACTS) */
     size_t total_bytes;          /* the sum over categories */
-    size_t host_bytes;           /* offloaded optimizer state, in host memory (not in bytes[] or the total) */
+    size_t host_bytes;           /* offloaded optimizer state, in host memory (not in bytes[] or the total): the
+                                  * moments (host) or the four tiles they stream through (disk) */
+    size_t disk_bytes;           /* the moments in the offload file (disk) */
 } cl_pp_stage_cost;
 
 cl_pp_stage_cost cl_pp_stage_predict(const cl_model_desc *d, int u0, int u1, const cl_pp_stage_opts *o);

@@ -37,15 +37,34 @@ typedef struct {
 } cl_adamw_opts;
 
 typedef struct {
-    float *m, *v;           /* CL_MEM_OPTIM on dev, same layout as the parameters (or this replica's ZeRO shard) */
+    float *m, *v;           /* CL_MEM_OPTIM on dev, same layout as the parameters (or this replica's ZeRO shard); NULL on disk */
     cl_device *dev;         /* where they live: the model's device, or the host's (offload) */
     int t;                  /* steps taken */
     cl_adamw_opts o;
+    /* offload to disk (cl_optimizer_create_disk): both moments in a file
+     * (m then v, nfloats each), updated through two pairs of tiles on dev */
+    int fd;                 /* -1 when the moments are in memory */
+    int64_t nfloats, tile_floats;
+    float *tile[2][2];      /* [buffer][m or v] */
 } cl_optimizer;
 
 cl_status cl_optimizer_create(cl_optimizer *o, cl_model *m, const cl_adamw_opts *opts);
 /* The same with the moments on another device (offload: the host's). */
 cl_status cl_optimizer_create_on(cl_optimizer *o, cl_model *m, cl_device *dev, const cl_adamw_opts *opts);
+/* The moments in a new file in dir (unlinked at once: nothing is left behind
+ * by a crash; its space reserved with posix_fallocate, so a full disk fails
+ * here), streamed through tiles of at most CL_OFFLOAD_TILE floats (four,
+ * CL_MEM_OPTIM on dev) by the step: reading the next tile overlaps updating
+ * the current one. Every read and write is checked: a short or failed one
+ * ends the step with CL_ERR_IO naming the file's directory. */
+#define CL_OFFLOAD_TILE (256 * 1024)
+cl_status cl_optimizer_create_disk(cl_optimizer *o, cl_model *m, cl_device *dev, const char *dir, const cl_adamw_opts *opts);
+/* Tile floats of a disk-offloaded optimizer of `moments` floats each. */
+int64_t cl_offload_tile_floats(int64_t moments);
+/* Both moments whole: copies into m and v (nfloats each, the caller's). */
+cl_status cl_optimizer_get_moments(const cl_optimizer *o, float *m, float *v);
+/* And back: the optimizer's moments from m and v. */
+cl_status cl_optimizer_set_moments(cl_optimizer *o, const float *m, const float *v);
 void cl_optimizer_destroy(cl_optimizer *o, cl_model *m);
 /* Global L2 norm of the gradients (double accumulation) of the parameters
  * this part owns (cl_model_owns_param), summed per parameter in order. */
@@ -65,6 +84,8 @@ void cl_optimizer_step(cl_optimizer *o, cl_model *m, float lr);
  * cl_optimizer_step, bit for bit, in one pass (the gradients stay unscaled). */
 float cl_grad_clip_coef(double norm, float clip);
 void cl_optimizer_step_scaled(cl_optimizer *o, cl_model *m, float lr, float gscale);
+/* The same, returning the I/O errors of a disk-offloaded optimizer. */
+cl_status cl_optimizer_step_checked(cl_optimizer *o, cl_model *m, float lr, float gscale);
 
 
 typedef struct {
@@ -125,7 +146,8 @@ typedef struct {
      * memory of their own (cl_trainer_host), outside device_memory's cap,
      * and the update reads them there (on a CPU the host's memory is the
      * device's: what moves is the accounting and the cap). */
-    int offload_optimizer;
+    int offload_optimizer;  /* 2: disk, a file in offload_dir */
+    const char *offload_dir;
 } cl_train_config;
 
 /* Defaults: gpt2-tiny, tp 1, vocabulary padded to a multiple of 128, micro 8, global 8, 100 steps, lr 1e-3 to 1e-4 with 10%
@@ -172,6 +194,9 @@ cl_model *cl_trainer_model(cl_trainer *t);
 cl_device *cl_trainer_device(cl_trainer *t);
 /* The host memory holding offloaded optimizer state, or NULL without offload. */
 cl_device *cl_trainer_host(cl_trainer *t);
+/* Bytes of this rank's offloaded optimizer state files as the file system
+ * has them (fstat), 0 without offload to disk. */
+size_t cl_trainer_offload_file_bytes(const cl_trainer *t);
 const cl_train_config *cl_trainer_config(const cl_trainer *t);
 const cl_tokenizer *cl_trainer_tokenizer(const cl_trainer *t);
 size_t cl_trainer_train_tokens(const cl_trainer *t);

@@ -1,5 +1,6 @@
 /* Stage partitions of a model's units (see pipeline.h). */
 #include "cleave/pipeline.h"
+#include "cleave/train.h" /* cl_offload_tile_floats */
 
 #include <ctype.h>
 #include <stdio.h>
@@ -31,7 +32,8 @@ cl_pp_stage_cost cl_pp_stage_predict(const cl_model_desc *d, int u0, int u1, con
     c.bytes[CL_MEM_PARAMS] = (size_t)z.alloc * f;
     c.bytes[CL_MEM_GRADS] = (size_t)(z.alloc + z.head_wte) * f;
     c.bytes[CL_MEM_OPTIM] = o->offload ? 0 : 2 * (size_t)z.moments * f;
-    c.host_bytes = o->offload ? 2 * (size_t)z.moments * f : 0;
+    c.host_bytes = o->offload == 1 ? 2 * (size_t)z.moments * f : o->offload == 2 ? 4 * (size_t)cl_offload_tile_floats(z.moments) * f : 0;
+    c.disk_bytes = o->offload == 2 ? 2 * (size_t)z.moments * f : 0;
     c.bytes[CL_MEM_ACTS] = live * ((size_t)z.acts * f + sb.in + sb.dout + sb.udout);
     c.bytes[CL_MEM_WORKSPACE] = (size_t)(z.scratch + 2 * z.io + z.rc) * f + live * (2 * sb.ids + sb.x) +
                                 (size_t)o->ngb * sb.in;

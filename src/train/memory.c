@@ -38,7 +38,7 @@ cl_pp_stage_opts cl_pp_shape_opts(const cl_pp_shape *sh, const cl_train_config *
  * keeps beside them. */
 static void shape_rank(const cl_model_desc *d, const cl_train_config *cfg, const cl_pp_shape *sh, int q, cl_mem_rank *m) {
     memset(m->bytes, 0, sizeof m->bytes);
-    m->host = 0;
+    m->host = m->disk = 0;
     m->nstages = 0;
     for (int c = 0; c < sh->v && c < 64; c++) {
         int st = c * sh->p + q;
@@ -47,6 +47,7 @@ static void shape_rank(const cl_model_desc *d, const cl_train_config *cfg, const
         cl_pp_stage_cost cost = cl_pp_stage_predict(d, sh->part.u0[st], sh->part.u1[st], &o);
         for (int k = 0; k < CL_MEM_NCAT; k++) m->bytes[k] += cost.bytes[k];
         m->host += cost.host_bytes;
+        m->disk += cost.disk_bytes;
     }
     m->bytes[CL_MEM_WORKSPACE] += cl_rank_extra_bytes(d, cfg, sh, q);
     m->total = 0;

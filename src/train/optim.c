@@ -3,8 +3,14 @@
 #include "cleave/kernels.h"
 #include "cleave/train.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 float cl_lr_at(const cl_lr_schedule *s, int step) {
     if (s->warmup > 0 && step < s->warmup) return s->lr * (float)(step + 1) / (float)s->warmup;
@@ -23,6 +29,8 @@ cl_status cl_optimizer_create_on(cl_optimizer *o, cl_model *m, cl_device *dev, c
     memset(o, 0, sizeof *o);
     o->o = *opts;
     o->dev = dev;
+    o->fd = -1;
+    o->nfloats = m->sizes.moments;
     CL_TRY(cl_device_alloc_f32(dev, CL_MEM_OPTIM, (size_t)m->sizes.moments, &o->m));
     cl_status s = cl_device_alloc_f32(dev, CL_MEM_OPTIM, (size_t)m->sizes.moments, &o->v);
     if (s) {
@@ -37,6 +45,106 @@ void cl_optimizer_destroy(cl_optimizer *o, cl_model *m) {
     cl_device_free(dev, o->m);
     cl_device_free(dev, o->v);
     o->m = o->v = NULL;
+    for (int b = 0; b < 2; b++)
+        for (int k = 0; k < 2; k++) {
+            cl_device_free(dev, o->tile[b][k]);
+            o->tile[b][k] = NULL;
+        }
+    if (o->fd >= 0) close(o->fd);
+    o->fd = -1;
+}
+
+/* ---- offload to disk ------------------------------------------------------ */
+
+int64_t cl_offload_tile_floats(int64_t moments) {
+    int64_t t = moments < CL_OFFLOAD_TILE ? moments : CL_OFFLOAD_TILE;
+    return t > 16 ? t : 16;
+}
+
+cl_status cl_optimizer_create_disk(cl_optimizer *o, cl_model *m, cl_device *dev, const char *dir, const cl_adamw_opts *opts) {
+    memset(o, 0, sizeof *o);
+    o->o = *opts;
+    o->dev = dev;
+    o->nfloats = m->sizes.moments;
+    o->tile_floats = cl_offload_tile_floats(o->nfloats);
+    char path[CL_PATH_MAX + 64];
+    snprintf(path, sizeof path, "%s/cleave-adamw-XXXXXX", dir);
+    o->fd = mkstemp(path);
+    if (o->fd < 0) return cl_error(CL_ERR_IO, "--offload-dir %s: cannot create the optimizer state file: %s", dir, strerror(errno));
+    unlink(path); /* the file lives as long as the descriptor */
+    off_t bytes = (off_t)(2 * o->nfloats) * (off_t)sizeof(float);
+    int e = posix_fallocate(o->fd, 0, bytes);
+    if (e) {
+        close(o->fd);
+        o->fd = -1;
+        return cl_error(CL_ERR_IO, "--offload-dir %s: cannot reserve %lld bytes for the optimizer state: %s", dir, (long long)bytes,
+                        strerror(e));
+    }
+    for (int b = 0; b < 2; b++)
+        for (int k = 0; k < 2; k++) CL_TRY(cl_device_alloc_f32(dev, CL_MEM_OPTIM, (size_t)o->tile_floats, &o->tile[b][k]));
+    return CL_OK;
+}
+
+/* n floats at float offset off of the file (moment k) from or into buf, whole or an error. */
+static cl_status file_io(int fd, int write, int k, int64_t nfloats, int64_t off, float *buf, int64_t n) {
+    char *p = (char *)buf;
+    size_t left = (size_t)n * sizeof(float);
+    off_t at = (off_t)(k * nfloats + off) * (off_t)sizeof(float);
+    while (left) {
+        ssize_t r = write ? pwrite(fd, p, left, at) : pread(fd, p, left, at);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0)
+            return cl_error(CL_ERR_IO, "offloaded optimizer state: %s of %zu bytes at %lld failed: %s", write ? "writing" : "reading",
+                            left, (long long)at, r < 0 ? strerror(errno) : "unexpected end of file");
+        p += r;
+        left -= (size_t)r;
+        at += r;
+    }
+    return CL_OK;
+}
+
+static cl_status tile_io(const cl_optimizer *o, int write, int b, int64_t t0, int64_t n) {
+    CL_TRY(file_io(o->fd, write, 0, o->nfloats, t0, o->tile[b][0], n));
+    return file_io(o->fd, write, 1, o->nfloats, t0, o->tile[b][1], n);
+}
+
+cl_status cl_optimizer_get_moments(const cl_optimizer *o, float *m, float *v) {
+    if (o->fd < 0) {
+        memcpy(m, o->m, (size_t)o->nfloats * sizeof(float));
+        memcpy(v, o->v, (size_t)o->nfloats * sizeof(float));
+        return CL_OK;
+    }
+    CL_TRY(file_io(o->fd, 0, 0, o->nfloats, 0, m, o->nfloats));
+    return file_io(o->fd, 0, 1, o->nfloats, 0, v, o->nfloats);
+}
+
+cl_status cl_optimizer_set_moments(cl_optimizer *o, const float *m, const float *v) {
+    if (o->fd < 0) {
+        memcpy(o->m, m, (size_t)o->nfloats * sizeof(float));
+        memcpy(o->v, v, (size_t)o->nfloats * sizeof(float));
+        return CL_OK;
+    }
+    CL_TRY(file_io(o->fd, 1, 0, o->nfloats, 0, (float *)m, o->nfloats));
+    return file_io(o->fd, 1, 1, o->nfloats, 0, (float *)v, o->nfloats);
+}
+
+/* The I/O beside the update of tile k: write tile k-1 back, then read tile
+ * k+1 into the same buffer (the other one from tile k's). */
+typedef struct {
+    const cl_optimizer *o;
+    int b;
+    int64_t w0, wn, r0, rn; /* wn, rn 0: nothing to do */
+    cl_status s;
+    char msg[512];
+} tile_job;
+
+static void *tile_worker(void *p) {
+    tile_job *j = p;
+    j->s = CL_OK;
+    if (j->wn) j->s = tile_io(j->o, 1, j->b, j->w0, j->wn);
+    if (!j->s && j->rn) j->s = tile_io(j->o, 0, j->b, j->r0, j->rn);
+    if (j->s) snprintf(j->msg, sizeof j->msg, "%s", cl_last_error());
+    return NULL;
 }
 
 void cl_grad_sumsq(const cl_model *m, double *per_param) {
@@ -73,22 +181,53 @@ void cl_grad_clip(cl_model *m, double norm, float clip) {
 
 void cl_optimizer_step(cl_optimizer *o, cl_model *m, float lr) { cl_optimizer_step_scaled(o, m, lr, 1.0f); }
 
-/* Under ZeRO stage 1 each parameter's part inside this rank's shard only,
- * its moments at their place in the shard: AdamW is elementwise, so the
- * shards' updates are the same bits as the whole buffer's. */
-void cl_optimizer_step_scaled(cl_optimizer *o, cl_model *m, float lr, float gscale) {
-    o->t++;
+/* AdamW over the moment floats [t0, t0 + n) of this part (the shard's,
+ * under ZeRO), its moments at mm, mv: each parameter's piece inside it. */
+static void update_range(cl_optimizer *o, cl_model *m, float lr, float gscale, int64_t t0, int64_t n, float *mm, float *mv) {
     const cl_part_sizes *z = &m->sizes;
+    int64_t base = m->zero.stage >= 1 ? z->shard_lo : 0; /* moment float j is buffer float base + j */
     for (int i = 0; i < m->desc->nparams; i++) {
         const cl_param_spec *ps = &m->desc->params[i];
         if (!m->p[i]) continue;
-        int64_t a = m->loc[i], n = ps->numel, mo = a;
-        if (m->zero.stage >= 1) {
-            n = cl_zero_overlap(m->loc[i], m->loc[i] + ps->numel, z->shard_lo, z->shard, &a);
-            mo = a - z->shard_lo;
-            if (!n) continue;
-        }
-        cl_adamw_update(m->params + a, m->grads + a, o->m + mo, o->v + mo, n, lr, o->o.beta1, o->o.beta2, o->o.eps,
+        int64_t a;
+        int64_t len = cl_zero_overlap(m->loc[i], m->loc[i] + ps->numel, base + t0, n, &a);
+        if (!len) continue;
+        int64_t mo = a - base - t0;
+        cl_adamw_update(m->params + a, m->grads + a, mm + mo, mv + mo, len, lr, o->o.beta1, o->o.beta2, o->o.eps,
                         ps->decay ? o->o.weight_decay : 0.0f, o->t, gscale);
     }
+}
+
+/* Under ZeRO stage 1 each parameter's part inside this rank's shard only,
+ * its moments at their place in the shard: AdamW is elementwise, so the
+ * shards' updates are the same bits as the whole buffer's. Offloaded to
+ * disk, the same update tile by tile. */
+void cl_optimizer_step_scaled(cl_optimizer *o, cl_model *m, float lr, float gscale) {
+    cl_status s = cl_optimizer_step_checked(o, m, lr, gscale);
+    CL_ASSERT(s == CL_OK); /* in memory nothing can fail; disk callers use the checked form */
+}
+
+cl_status cl_optimizer_step_checked(cl_optimizer *o, cl_model *m, float lr, float gscale) {
+    o->t++;
+    if (o->fd < 0) {
+        update_range(o, m, lr, gscale, 0, o->nfloats, o->m, o->v);
+        return CL_OK;
+    }
+    int64_t T = o->tile_floats, ntiles = (o->nfloats + T - 1) / T;
+    CL_TRY(tile_io(o, 0, 0, 0, o->nfloats < T ? o->nfloats : T));
+    for (int64_t k = 0; k < ntiles; k++) {
+        int b = (int)(k & 1);
+        int64_t t0 = k * T, n = o->nfloats - t0 < T ? o->nfloats - t0 : T;
+        tile_job j = {.o = o, .b = b ^ 1};
+        if (k > 0) j.w0 = t0 - T, j.wn = T;
+        if (k + 1 < ntiles) j.r0 = t0 + T, j.rn = o->nfloats - (t0 + T) < T ? o->nfloats - (t0 + T) : T;
+        pthread_t th;
+        int threaded = (j.wn || j.rn) && pthread_create(&th, NULL, tile_worker, &j) == 0;
+        if (!threaded) tile_worker(&j);
+        update_range(o, m, lr, gscale, t0, n, o->tile[b][0], o->tile[b][1]);
+        if (threaded) pthread_join(th, NULL);
+        if (j.s) return cl_error(j.s, "%s", j.msg);
+        if (k + 1 == ntiles) CL_TRY(tile_io(o, 1, b, t0, n));
+    }
+    return CL_OK;
 }

@@ -36,6 +36,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <sys/stat.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -174,7 +175,8 @@ cl_status cl_pp_create(cl_trainer *t) {
         if (t->tp > 1) CL_TRY(cl_model_set_tp(ch->m, cfg->groups->tp));
         CL_TRY(cl_model_split_tied(ch->m));
         CL_TRY(cl_model_set_recompute(ch->m, (cl_recompute)cfg->recompute));
-        CL_TRY(cl_optimizer_create_on(&ch->opt, ch->m, t->host ? t->host : t->dev, &cfg->adamw));
+        if (cfg->offload_optimizer == 2) CL_TRY(cl_optimizer_create_disk(&ch->opt, ch->m, t->host, cfg->offload_dir, &cfg->adamw));
+        else CL_TRY(cl_optimizer_create_on(&ch->opt, ch->m, t->host ? t->host : t->dev, &cfg->adamw));
         CL_TRY(cl_dp_create(&ch->dp, t->dp > 1 ? cfg->groups->dp : NULL, ch->m, cfg->bucket_bytes));
         ch->last_bwd = -1;
         for (int i = 0; i < pp->sched.len[pp->r]; i++) {
@@ -226,7 +228,7 @@ void cl_pp_destroy(cl_trainer *t) {
         free(ch->gb_req);
         cl_dp_destroy(ch->dp);
         if (ch->m) {
-            if (ch->opt.m) cl_optimizer_destroy(&ch->opt, ch->m);
+            if (ch->opt.m || ch->opt.fd >= 0) cl_optimizer_destroy(&ch->opt, ch->m);
             cl_model_destroy(ch->m);
         }
     }
@@ -241,6 +243,15 @@ void cl_pp_destroy(cl_trainer *t) {
     t->pp = NULL;
     t->model = NULL;
     t->opt = NULL;
+}
+
+size_t cl_trainer_offload_file_bytes(const cl_trainer *t) {
+    size_t n = 0;
+    for (int c = 0; t->pp && c < t->pp->v; c++) {
+        struct stat st;
+        if (t->pp->ch[c].opt.fd >= 0 && fstat(t->pp->ch[c].opt.fd, &st) == 0) n += (size_t)st.st_size;
+    }
+    return n;
 }
 
 void cl_pp_init(cl_trainer *t, uint64_t seed) {
@@ -463,8 +474,7 @@ static cl_status opt_step(cl_trainer *t, struct cl_pp *pp, float lr, double loss
     CL_TRY(cl_step_check_finite(t->step + 1, pp->norm_parts[n], norm));
     float coef = cl_grad_clip_coef(norm, t->cfg.adamw.grad_clip);
     /* clipping rides in AdamW's pass (same bits as scaling the gradients first) */
-    CL_PROF("adamw (with clip)", 0,
-            for (int c = 0; c < pp->v; c++) cl_optimizer_step_scaled(&pp->ch[c].opt, pp->ch[c].m, lr, coef));
+    for (int c = 0; c < pp->v; c++) CL_TRY(cl_optimizer_step_checked(&pp->ch[c].opt, pp->ch[c].m, lr, coef));
     /* ZeRO: each replica updated its shard; every replica gets every shard */
     for (int c = 0; c < pp->v; c++) {
         cl_model *m = pp->ch[c].m;
@@ -780,16 +790,30 @@ cl_status cl_pp_gather(cl_trainer *t, float **host, int *writer, int *opt_t) {
     *host = NULL;
     *writer = 0;
     *opt_t = pp->ch[0].opt.t;
-    /* ZeRO: the moments are in shards over the replicas; replica 0 gathers them whole (host memory) */
+    /* The moments whole in host memory where they are not in memory whole: in shards over the replicas
+     * (ZeRO: every replica sends its shard) or in a file (offload to disk): [m | v], alloc floats each */
     float *mom[CL_PP_MAX_CHUNKS] = {0};
     cl_status s = CL_OK;
-    for (int c = 0; c < pp->v && !s && t->cfg.zero >= 1 && t->dp > 1; c++) {
+    int sharded = t->cfg.zero >= 1 && t->dp > 1;
+    for (int c = 0; c < pp->v && !s && (sharded || t->cfg.offload_optimizer == 2); c++) {
         const cl_model *m = pp->ch[c].m;
-        size_t n = (size_t)m->sizes.alloc, sh = (size_t)m->sizes.shard * sizeof(float);
+        const cl_optimizer *o = &pp->ch[c].opt;
+        size_t n = (size_t)m->sizes.alloc, sh = (size_t)m->sizes.moments;
         mom[c] = malloc(2 * n * sizeof(float));
-        if (!mom[c]) s = cl_error(CL_ERR_OOM, "cannot allocate the optimizer state's gather buffer");
-        if (!s) s = cl_comm_allgather(t->cfg.groups->dp, pp->ch[c].opt.m, mom[c], sh);
-        if (!s) s = cl_comm_allgather(t->cfg.groups->dp, pp->ch[c].opt.v, mom[c] + n, sh);
+        float *own = o->fd >= 0 ? malloc(2 * sh * sizeof(float)) : NULL;
+        if (!mom[c] || (o->fd >= 0 && !own)) s = cl_error(CL_ERR_OOM, "cannot allocate the optimizer state's gather buffer");
+        const float *om = o->m, *ov = o->v;
+        if (!s && own) {
+            s = cl_optimizer_get_moments(o, own, own + sh);
+            om = own, ov = own + sh;
+        }
+        if (!s && sharded) s = cl_comm_allgather(t->cfg.groups->dp, om, mom[c], sh * sizeof(float));
+        if (!s && sharded) s = cl_comm_allgather(t->cfg.groups->dp, ov, mom[c] + n, sh * sizeof(float));
+        if (!s && !sharded) {
+            memcpy(mom[c], om, n * sizeof(float));
+            memcpy(mom[c] + n, ov, n * sizeof(float));
+        }
+        free(own);
     }
     if (s || t->dp_rank != 0) { /* replicas hold the same values */
         for (int c = 0; c < pp->v; c++) free(mom[c]);
@@ -845,8 +869,10 @@ cl_status cl_pp_load(cl_trainer *t, const float *p, const float *m, const float 
     const cl_model_desc *d = t->desc, *f = t->full;
     for (int c = 0; c < pp->v; c++) {
         pp_chunk *ch = &pp->ch[c];
-        float *zbuf = ch->m->zero.stage >= 1 ? calloc(2 * (size_t)ch->m->sizes.alloc, sizeof(float)) : NULL;
-        if (ch->m->zero.stage >= 1 && !zbuf) return cl_error(CL_ERR_OOM, "cannot allocate the optimizer state's load buffer");
+        /* sharded (ZeRO) or in a file (disk): the part's moments whole first, then what this replica keeps */
+        int whole_first = ch->m->zero.stage >= 1 || ch->opt.fd >= 0;
+        float *zbuf = whole_first ? calloc(2 * (size_t)ch->m->sizes.alloc, sizeof(float)) : NULL;
+        if (whole_first && !zbuf) return cl_error(CL_ERR_OOM, "cannot allocate the optimizer state's load buffer");
         for (int i = 0; i < d->nparams; i++) {
             if (!cl_model_holds_param(ch->m, i)) continue; /* the head's wte copy too: it equals the embedding's */
             const cl_param_spec *ls = &d->params[i];
@@ -854,7 +880,7 @@ cl_status cl_pp_load(cl_trainer *t, const float *p, const float *m, const float 
             const float *src[3] = {p + off, m + off, v + off};
             float *dst[3] = {ch->m->p[i], ch->opt.m + ch->m->loc[i], ch->opt.v + ch->m->loc[i]};
             for (int k = 0; k < 3; k++) {
-                if (k && ch->m->zero.stage >= 1) { /* ZeRO: the whole part first, then this replica's shard of it */
+                if (k && whole_first) {
                     float *whole = zbuf ? zbuf + (k - 1) * ch->m->sizes.alloc : NULL;
                     if (whole) slice_copy(ls, t->tp_rank, whole + ch->m->loc[i], (float *)src[k], 0);
                     continue;
@@ -863,10 +889,10 @@ cl_status cl_pp_load(cl_trainer *t, const float *p, const float *m, const float 
             }
         }
         if (zbuf) {
-            size_t sh = (size_t)ch->m->sizes.shard * sizeof(float);
-            memcpy(ch->opt.m, zbuf + ch->m->sizes.shard_lo, sh);
-            memcpy(ch->opt.v, zbuf + ch->m->sizes.alloc + ch->m->sizes.shard_lo, sh);
+            const cl_part_sizes *z = &ch->m->sizes;
+            cl_status s = cl_optimizer_set_moments(&ch->opt, zbuf + z->shard_lo, zbuf + z->alloc + z->shard_lo);
             free(zbuf);
+            CL_TRY(s);
         }
         ch->opt.t = opt_t;
     }
