@@ -475,6 +475,107 @@ static void test_freed_poison(void) {
 #endif
 }
 
+/* ZeRO ranges (issue 15): an MLP of widths 1-1-15-1-17-1-100003 has
+ * parameters of 1, 15, 17 and 100003 floats (and others), each at a
+ * 16-float-aligned offset. For its whole and for two parts, and dp n = 1..8:
+ * cl_model_part_sizes under {stage 1, n, r} pads the part to the least
+ * multiple of 16 n floats, the shards [r * shard, (r + 1) * shard) are equal,
+ * multiples of 16 floats, the same statement on every rank, and cover every
+ * float of [0, alloc) exactly once; each held parameter's pieces
+ * (cl_zero_overlap with each rank's shard) cover it exactly once, in order,
+ * without gaps or overlaps. Stage 0 (and n = 1) shards nothing. */
+static void test_zero_ranges(void) {
+    cl_model_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.kind = CL_MODEL_MLP;
+    snprintf(cfg.name, sizeof cfg.name, "custom");
+    const int widths[] = {1, 1, 15, 1, 17, 1, 100003};
+    cfg.nwidths = (int)(sizeof widths / sizeof widths[0]);
+    for (int i = 0; i < cfg.nwidths; i++) cfg.widths[i] = widths[i];
+    cl_model_desc *d = NULL;
+    CHECK_OK(cl_model_describe(&cfg, 0, &d));
+    if (!d) return;
+    int seen[4] = {0}; /* 1, 15, 17, 100003 */
+    int64_t end = 0;
+    for (int i = 0; i < d->nparams; i++) {
+        const cl_param_spec *ps = &d->params[i];
+        CHECK(ps->offset % 16 == 0 && ps->offset >= end, "%s at offset %lld (previous ends at %lld)", ps->name,
+              (long long)ps->offset, (long long)end);
+        end = ps->offset + ps->numel;
+        seen[0] |= ps->numel == 1, seen[1] |= ps->numel == 15, seen[2] |= ps->numel == 17, seen[3] |= ps->numel == 100003;
+    }
+    CHECK(seen[0] && seen[1] && seen[2] && seen[3], "the MLP lacks a parameter of 1, 15, 17 or 100003 floats");
+    /* parts: the whole; fc3 onwards (starts past fc1, fc2); up to fc4's relu (ends before the big layer) */
+    const int parts[3][2] = {{0, d->nunits}, {4, d->nunits}, {0, 8}};
+    int64_t pieces = 0, floats = 0;
+    for (int pi = 0; pi < 3; pi++) {
+        int u0 = parts[pi][0], u1 = parts[pi][1];
+        int64_t held = 0;
+        for (int i = 0; i < d->nparams; i++)
+            if (d->params[i].unit >= u0 && d->params[i].unit < u1) held += (d->params[i].numel + 15) / 16 * 16;
+        for (int n = 1; n <= 8; n++) {
+            cl_part_sizes z0, zs[8];
+            cl_zero none = {0, n, 0};
+            cl_model_part_sizes(d, u0, u1, 1, CL_RECOMPUTE_NONE, &none, &z0);
+            CHECK(z0.nfloats == held && z0.alloc == held && z0.shard == held && z0.shard_lo == 0 && z0.moments == held,
+                  "stage 0, part [%d, %d), n %d: nfloats %lld alloc %lld shard %lld lo %lld moments %lld, want all %lld (lo 0)",
+                  u0, u1, n, (long long)z0.nfloats, (long long)z0.alloc, (long long)z0.shard, (long long)z0.shard_lo,
+                  (long long)z0.moments, (long long)held);
+            for (int r = 0; r < n; r++) {
+                cl_zero zero = {1, n, r};
+                cl_model_part_sizes(d, u0, u1, 1, CL_RECOMPUTE_NONE, &zero, &zs[r]);
+            }
+            const cl_part_sizes *z = &zs[0];
+            int64_t q = 16 * (int64_t)n, want = (held + q - 1) / q * q;
+            CHECK(z->nfloats == held && z->alloc == want && z->shard * n == z->alloc && z->shard % 16 == 0,
+                  "part [%d, %d), n %d: nfloats %lld (want %lld) alloc %lld (want %lld) shard %lld", u0, u1, n,
+                  (long long)z->nfloats, (long long)held, (long long)z->alloc, (long long)want, (long long)z->shard);
+            for (int r = 0; r < n; r++) {
+                const cl_part_sizes *y = &zs[r];
+                CHECK(y->alloc == z->alloc && y->shard == z->shard && y->lo == z->lo && y->nfloats == z->nfloats,
+                      "part [%d, %d), n %d: rank %d's sizes differ from rank 0's", u0, u1, n, r);
+                CHECK(y->shard_lo == (int64_t)r * y->shard, "part [%d, %d), n %d, rank %d: shard_lo %lld, want %lld", u0,
+                      u1, n, r, (long long)y->shard_lo, (long long)r * y->shard);
+                CHECK(y->moments == (n > 1 ? y->shard : y->alloc), "part [%d, %d), n %d, rank %d: moments %lld", u0, u1,
+                      n, r, (long long)y->moments);
+            }
+            /* every float of [0, alloc) in exactly one shard */
+            unsigned char *hits = calloc((size_t)z->alloc, 1);
+            CL_ASSERT(hits);
+            for (int r = 0; r < n; r++)
+                for (int64_t f = zs[r].shard_lo; f < zs[r].shard_lo + zs[r].shard && f < z->alloc; f++) hits[f]++;
+            int64_t bad = 0, first = -1;
+            for (int64_t f = 0; f < z->alloc; f++)
+                if (hits[f] != 1 && !bad++) first = f;
+            CHECK(bad == 0, "part [%d, %d), n %d: %lld floats not in exactly one shard (first %lld, in %d)", u0, u1, n,
+                  (long long)bad, (long long)first, first >= 0 ? hits[first] : 0);
+            free(hits);
+            /* each held parameter's pieces cover it exactly once, in shard order */
+            for (int i = 0; i < d->nparams; i++) {
+                const cl_param_spec *ps = &d->params[i];
+                if (ps->unit < u0 || ps->unit >= u1) continue;
+                int64_t a = ps->offset - z->lo, b = a + ps->numel, at = a, sum = 0;
+                int ok = 1;
+                for (int r = 0; r < n; r++) {
+                    int64_t start, len = cl_zero_overlap(a, b, zs[r].shard_lo, zs[r].shard, &start);
+                    if (len < 0) ok = 0;
+                    if (len <= 0) continue;
+                    pieces++;
+                    if (start != at || start < zs[r].shard_lo || start + len > zs[r].shard_lo + zs[r].shard) ok = 0;
+                    at = start + len;
+                    sum += len;
+                }
+                floats += sum;
+                CHECK(ok && sum == ps->numel && at == b, "part [%d, %d), n %d: %s (%lld floats at %lld): pieces sum to %lld, end at %lld%s",
+                      u0, u1, n, ps->name, (long long)ps->numel, (long long)a, (long long)sum, (long long)at,
+                      ok ? "" : ", with a gap or an overlap");
+            }
+        }
+    }
+    printf("zero ranges: 3 parts x dp 1..8, %lld parameter pieces covering %lld floats\n", (long long)pieces, (long long)floats);
+    cl_model_desc_free(d);
+}
+
 int main(void) {
     make_text();
     test_accumulation();
@@ -491,6 +592,7 @@ int main(void) {
     same_start("gpt2-tiny");
     same_start("mlp");
     test_replicas_check();
+    test_zero_ranges();
     char cmd[400];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpdir);
