@@ -198,7 +198,7 @@ fi
 #   with it, of n/p floats per rank: all-gathers 2 per block forward + 4 backward, the head's forward
 #     and the embedding's backward (6L + 2); reduce-scatters 2 + 2 per block, the embedding's forward
 #     and the head's backward (4L + 2); all-reduces: the head's MAX and float64 ones, and at the
-#     step's end one of C floats per layernorm parameter (4L + 2), the sequence shards' partial sums.
+#     step's end one of the (4L + 2) C floats of the layernorm parameters packed together, the sequence shards' partial sums.
 # Bytes as comm.h counts them for rank r: all-reduce of k elements of e bytes: (p-1) k e when
 # p k e <= 64 KiB, else (k - c + (p-1) c) e with c = rank r's chunk; all-gather and reduce-scatter
 # (p-1) x the per-rank bytes. Sent = received for all three.
@@ -223,7 +223,7 @@ if [ "$part" = all ] || [ "$part" = 2 ]; then
                     if (!sp) { f["allreduce"] = 4 * L + 2 + 2; b["allreduce"] = (4 * L + 2) * ar(n, 4) + ar(B * T, 4) + ar(2 * B * T, 8) }
                     else { f["allgather"] = 6 * L + 2; b["allgather"] = f["allgather"] * (p - 1) * n / p * 4
                            f["reduce_scatter"] = 4 * L + 2; b["reduce_scatter"] = f["reduce_scatter"] * (p - 1) * n / p * 4
-                           f["allreduce"] = 2 + 4 * L + 2; b["allreduce"] = ar(B * T, 4) + ar(2 * B * T, 8) + (4 * L + 2) * ar(C, 4) } }
+                           f["allreduce"] = 2 + 1; b["allreduce"] = ar(B * T, 4) + ar(2 * B * T, 8) + ar((4 * L + 2) * C, 4) } }
                 { sub(/:/, "", $1); sub(/,/, "", $2); sub(/,/, "", $3); seen[$1] = 1
                   ok = ($2 == f[$1] && $3 == b[$1] && $4 == b[$1]) ? "equal" : "DIFFERENT"
                   printf "%-4s %-3s %-15s %12d %12d %16.0f %16.0f %16.0f %s\n", p, sp ? "on" : "off", $1, $2, f[$1], $3, $4, b[$1], ok }

@@ -18,8 +18,9 @@ Per micro-batch (N = B*T token rows, R = N/tp rows a rank holds with sp):
           backward per block 4 all-gathers (2 of the gradients, 2 re-gathers of
                    the layernorm outputs for the weight gradients) and 2
                    reduce-scatters; head 1 reduce-scatter; embedding 1 all-gather
-          per step: 1 all-reduce [C] per layernorm parameter (2 per layernorm,
-                   2 per block + ln_f): the partial sums of their gradients
+          per step: 1 all-reduce [(4L+2) C] of the layernorm parameters'
+                   gradients (2 per layernorm, 2 per block + ln_f) packed
+                   together: the partial sums over each rank's rows
 Bytes: all-reduce of n elements of es bytes over p ranks: (p-1) n es when
 p n es <= 64 KiB, else (n - c + (p-1) c) es, c = rank 0's chunk (16-element
 blocks, the first ranks one block more); reduce-scatter (p-1) * per-rank
@@ -74,7 +75,7 @@ def expected(B, T, C, L, p, sp, m, nparams=0):
             add("reduce_scatter", 2 * L, shard)
             add("allgather", 1, shard)        # embedding backward
     if sp:
-        add("allreduce", 4 * L + 2, allreduce_bytes(C, 4, p))
+        add("allreduce", 1, allreduce_bytes((4 * L + 2) * C, 4, p))
     if nparams:
         add("allgather", 1, (p - 1) * 8 * nparams)
     return {k: [calls[k], nbytes[k], nbytes[k]] for k in calls if calls[k]}

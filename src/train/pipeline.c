@@ -400,6 +400,38 @@ static cl_status tie_grads(cl_trainer *t, struct cl_pp *pp) {
 
 static cl_status record(struct cl_pp *pp, int trace, int step, const cl_action *a, double t0, double t1);
 
+/* Sequence parallelism: the layernorms' gradients are partial sums over
+ * each rank's token rows; one all-reduce over the tp group sums them all,
+ * packed into the part's backward workspace (idle at GRAD_SYNC), or one per
+ * parameter when they do not fit there. */
+static cl_status sum_partial_grads(cl_trainer *t, cl_model *m) {
+    const cl_model_desc *d = t->desc;
+    cl_comm *tp = t->cfg.groups->tp;
+    int64_t n = 0;
+    for (int i = 0; i < d->nparams; i++)
+        if (d->params[i].tp_partial && cl_model_owns_param(m, i)) n += d->params[i].numel;
+    if (!n) return CL_OK;
+    if (n > m->sizes.scratch) {
+        for (int i = 0; i < d->nparams; i++)
+            if (d->params[i].tp_partial && cl_model_owns_param(m, i))
+                CL_TRY(cl_comm_allreduce(tp, m->g[i], (size_t)d->params[i].numel, CL_RED_SUM));
+        return CL_OK;
+    }
+    float *buf = m->scratch;
+    for (int i = 0, at = 0; i < d->nparams; i++)
+        if (d->params[i].tp_partial && cl_model_owns_param(m, i)) {
+            memcpy(buf + at, m->g[i], (size_t)d->params[i].numel * sizeof(float));
+            at += (int)d->params[i].numel;
+        }
+    CL_TRY(cl_comm_allreduce(tp, buf, (size_t)n, CL_RED_SUM));
+    for (int i = 0, at = 0; i < d->nparams; i++)
+        if (d->params[i].tp_partial && cl_model_owns_param(m, i)) {
+            memcpy(m->g[i], buf + at, (size_t)d->params[i].numel * sizeof(float));
+            at += (int)d->params[i].numel;
+        }
+    return CL_OK;
+}
+
 static cl_status grad_sync(cl_trainer *t, struct cl_pp *pp) {
     for (int c = 0; c < pp->v; c++)
         for (int k = 0; k < pp->ch[c].ngb; k++) {
@@ -418,13 +450,7 @@ static cl_status grad_sync(cl_trainer *t, struct cl_pp *pp) {
             CL_TRY(record(pp, t->cfg.trace, t->step + 1, &a, cl_dp_launch_time(pp->ch[c].dp, k), t1));
         }
     }
-    /* sequence parallelism: the layernorms' gradients are partial sums over each rank's token rows */
-    for (int c = 0; t->tp > 1 && c < pp->v; c++) {
-        cl_model *m = pp->ch[c].m;
-        for (int i = 0; i < t->desc->nparams; i++)
-            if (t->desc->params[i].tp_partial && cl_model_owns_param(m, i))
-                CL_TRY(cl_comm_allreduce(t->cfg.groups->tp, m->g[i], (size_t)t->desc->params[i].numel, CL_RED_SUM));
-    }
+    for (int c = 0; t->tp > 1 && c < pp->v; c++) CL_TRY(sum_partial_grads(t, pp->ch[c].m));
     return tie_grads(t, pp);
 }
 
