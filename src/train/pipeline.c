@@ -500,7 +500,10 @@ static cl_status opt_step(cl_trainer *t, struct cl_pp *pp, float lr, double loss
     CL_TRY(cl_step_check_finite(t->step + 1, pp->norm_parts[n], norm));
     float coef = cl_grad_clip_coef(norm, t->cfg.adamw.grad_clip);
     /* clipping rides in AdamW's pass (same bits as scaling the gradients first) */
-    for (int c = 0; c < pp->v; c++) CL_TRY(cl_optimizer_step_checked(&pp->ch[c].opt, pp->ch[c].m, lr, coef));
+    cl_status os = CL_OK;
+    CL_PROF("adamw (with clip)", 0,
+            for (int c = 0; c < pp->v && !os; c++) os = cl_optimizer_step_checked(&pp->ch[c].opt, pp->ch[c].m, lr, coef));
+    CL_TRY(os);
     /* ZeRO: each replica updated its shard; every replica gets every shard */
     for (int c = 0; c < pp->v; c++) {
         cl_model *m = pp->ch[c].m;
