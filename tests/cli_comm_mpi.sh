@@ -36,7 +36,7 @@ less() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a < b) }'; }
 # ---- checks and bitwise equality with the threads backend ----
 for n in 1 2 3 4 5 6 7 8; do
     log=$tmp/mpi_$n.log
-    if ! timeout 180 mpirun --oversubscribe -np "$n" "$bin" --mpi --hash "$tmp/mpi_$n.hash" >"$log" 2>&1; then
+    if ! timeout -k 5 180 mpirun --oversubscribe -np "$n" "$bin" --mpi --hash "$tmp/mpi_$n.hash" >"$log" 2>&1; then
         fail "mpirun -np $n test_comm --mpi"
         tail -n 20 "$log"
         continue
@@ -54,7 +54,7 @@ done
 
 # ---- an injected fault aborts the job ----
 t0=$(now)
-CLEAVE_FAULT=rank:1:op:3 timeout 60 mpirun --oversubscribe -x CLEAVE_FAULT -np 4 "$bin" --mpi --fault >"$tmp/fault.log" 2>&1
+CLEAVE_FAULT=rank:1:op:3 timeout -k 5 60 mpirun --oversubscribe -x CLEAVE_FAULT -np 4 "$bin" --mpi --fault >"$tmp/fault.log" 2>&1
 rc=$?
 dt=$(since "$t0")
 [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || fail "CLEAVE_FAULT: mpirun exited $rc (want non-zero, before the 60 s limit)"
@@ -64,7 +64,7 @@ less "$dt" 30 || fail "CLEAVE_FAULT: the job took $dt s to end"
 echo "ok: injected fault ended the job with status $rc in $dt s"
 
 # ---- a piece of another size than the counts say fails with both sizes, not an overrun ----
-timeout 120 mpirun --oversubscribe -np 3 "$bin" --mpi --counts-mismatch > "$tmp/mismatch.log" 2>&1
+timeout -k 5 120 mpirun --oversubscribe -np 3 "$bin" --mpi --counts-mismatch > "$tmp/mismatch.log" 2>&1
 rc=$?
 if [ $rc -eq 2 ] && grep -q "sent a piece of 44000 bytes where 40000 were expected" "$tmp/mismatch.log"; then
     echo "ok: allgather_v with a larger count on one rank ended the job with status 2, naming both sizes"
@@ -74,7 +74,7 @@ fi
 
 # ---- a receive nothing matches times out and aborts ----
 t0=$(now)
-timeout 60 mpirun --oversubscribe -np 2 "$bin" --mpi --recv-timeout >"$tmp/timeout.log" 2>&1
+timeout -k 5 60 mpirun --oversubscribe -np 2 "$bin" --mpi --recv-timeout >"$tmp/timeout.log" 2>&1
 rc=$?
 dt=$(since "$t0")
 [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || fail "recv timeout: mpirun exited $rc"
@@ -84,7 +84,7 @@ less "$dt" 30 || fail "recv timeout: the job took $dt s to end"
 echo "ok: recv timeout ended the job with status $rc in $dt s"
 
 # ---- a killed process ends the job ----
-timeout 120 mpirun --oversubscribe -np 4 "$bin" --mpi --hang "$tmp/pid" >"$tmp/kill.log" 2>&1 &
+timeout -k 5 120 mpirun --oversubscribe -np 4 "$bin" --mpi --hang "$tmp/pid" >"$tmp/kill.log" 2>&1 &
 job=$!
 for _ in $(seq 300); do
     [ -s "$tmp/pid" ] && break

@@ -28,18 +28,18 @@ check 'grep -q "ranks: 2 (threads backend)" "$tmp/dp2.out"' "the header does not
 if "$CLEAVE" --version | grep -q "mpi: yes" && command -v mpirun > /dev/null; then
     export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
     case "$BUILD" in *san*) export ASAN_OPTIONS=${ASAN_OPTIONS:-}:detect_leaks=0 ;; esac
-    timeout 300 mpirun --oversubscribe -np 2 "$CLEAVE" train "${common[@]}" --comm mpi --log-file "$tmp/mpi2.jsonl" > "$tmp/mpi2.out" 2>&1
+    timeout -k 5 300 mpirun --oversubscribe -np 2 "$CLEAVE" train "${common[@]}" --comm mpi --log-file "$tmp/mpi2.jsonl" > "$tmp/mpi2.out" 2>&1
     check '[ $? -eq 0 ]' "dp=2 under MPI failed: $(tail -5 "$tmp/mpi2.out")"
     echo -n "mpi dp=2 vs dp=1: "
     check 'close "$tmp/mpi2.jsonl" "$tmp/dp1.jsonl" 1e-6' "MPI dp=2 losses differ from dp=1"
     check '[ "$(losses "$tmp/mpi2.jsonl")" = "$(losses "$tmp/dp2.jsonl")" ]' "MPI and threads dp=2 losses are not bitwise equal"
     start=$SECONDS
-    CLEAVE_FAULT=rank:1:allreduce:1 timeout 120 mpirun --oversubscribe -np 2 "$CLEAVE" train "${common[@]}" --comm mpi --comm-timeout 20 > "$tmp/mpifault.out" 2>&1
+    CLEAVE_FAULT=rank:1:allreduce:1 timeout -k 5 120 mpirun --oversubscribe -np 2 "$CLEAVE" train "${common[@]}" --comm mpi --comm-timeout 20 > "$tmp/mpifault.out" 2>&1
     rc=$?
     check '[ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "rank 1" "$tmp/mpifault.out"' "MPI fault: status $rc: $(tail -3 "$tmp/mpifault.out")"
     echo "mpi fault ended the job in $((SECONDS - start)) s with status $rc"
     # a killed rank process: mpirun must end the job, non-zero, naming it
-    timeout 120 mpirun --oversubscribe -np 2 "$CLEAVE" train "${common[@]}" --steps 1000000 --comm mpi --comm-timeout 20 \
+    timeout -k 5 120 mpirun --oversubscribe -np 2 "$CLEAVE" train "${common[@]}" --steps 1000000 --comm mpi --comm-timeout 20 \
         > "$tmp/mpikill.out" 2>&1 &
     job=$!
     victim=""

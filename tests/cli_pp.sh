@@ -115,12 +115,12 @@ check 'close "$tmp/pp2dp2.jsonl" "$tmp/one-m8.jsonl" 1e-6' "pp=2 x dp=2 differs 
 if "$CLEAVE" --version | grep -q "mpi: yes" && command -v mpirun > /dev/null; then
     export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
     case "$BUILD" in *san*) export ASAN_OPTIONS=${ASAN_OPTIONS:-}:detect_leaks=0 ;; esac
-    timeout 300 mpirun --oversubscribe -np 2 "$CLEAVE" train "${common[@]}" --global-batch-size 8 --pp 2 --schedule 1f1b \
+    timeout -k 5 300 mpirun --oversubscribe -np 2 "$CLEAVE" train "${common[@]}" --global-batch-size 8 --pp 2 --schedule 1f1b \
         --comm mpi --log-file "$tmp/mpi.jsonl" > "$tmp/mpi.out" 2>&1
     check '[ $? -eq 0 ]' "pp=2 under MPI failed: $(tail -5 "$tmp/mpi.out")"
     check '[ "$(figures "$tmp/mpi.jsonl")" = "$(figures "$tmp/pp2-1f1b-m4.jsonl")" ]' "MPI pp=2 is not bitwise equal to threads pp=2"
     echo "mpi pp=2: bitwise equal to threads"
-    timeout 300 mpirun --oversubscribe -np 4 "$CLEAVE" train "${common[@]}" --global-batch-size 16 --pp 2 --dp 2 \
+    timeout -k 5 300 mpirun --oversubscribe -np 4 "$CLEAVE" train "${common[@]}" --global-batch-size 16 --pp 2 --dp 2 \
         --comm mpi --log-file "$tmp/mpi22.jsonl" > "$tmp/mpi22.out" 2>&1
     check '[ $? -eq 0 ] && [ "$(figures "$tmp/mpi22.jsonl")" = "$(figures "$tmp/pp2dp2.jsonl")" ]' \
         "MPI pp=2 x dp=2 differs from threads: $(tail -3 "$tmp/mpi22.out")"

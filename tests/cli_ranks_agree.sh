@@ -27,7 +27,7 @@ common=(train --comm mpi --data "$tmp/text.txt" --seq-len 16 --steps 2 --sample-
 # mpmd 'flags of rank 0' 'flags of rank 1': runs the two ranks, sets out and rc
 mpmd() {
     # shellcheck disable=SC2086
-    out=$(timeout 120 mpirun --oversubscribe -np 1 "$CLEAVE" "${common[@]}" $1 : -np 1 "$CLEAVE" "${common[@]}" $2 2>&1)
+    out=$(timeout -k 5 120 mpirun --oversubscribe -np 1 "$CLEAVE" "${common[@]}" $1 : -np 1 "$CLEAVE" "${common[@]}" $2 2>&1)
     rc=$?
 }
 # disagree 'words' 'flags of rank 0' 'flags of rank 1'
@@ -49,7 +49,7 @@ disagree "ranks disagree on --data: rank 0 has .*text.txt (200000 bytes), rank 1
 disagree "ranks disagree on --seq-len: rank 0 has 16, rank 1 has 8" "$dp" "$dp --seq-len 8"
 disagree "ranks disagree on --schedule: rank 0 has 1f1b, rank 1 has gpipe" "$pp --micro-batch-size 2" "$pp --micro-batch-size 2 --schedule gpipe"
 # a bad mesh every rank sees alike: one clear line, exit 2, no abort
-out=$(timeout 120 mpirun --oversubscribe -np 2 "$CLEAVE" "${common[@]}" --dp 3 2>&1); rc=$?
+out=$(timeout -k 5 120 mpirun --oversubscribe -np 2 "$CLEAVE" "${common[@]}" --dp 3 2>&1); rc=$?
 check '[ $rc -eq 2 ] && [ "$(printf "%s\n" "$out" | grep -c "^cleave: error: ")" -eq 1 ] && ! printf "%s" "$out" | grep -q "MPI_ABORT"' \
     "--dp 3 on 2 ranks: status $rc, want 2 and one error line$(excerpt 12 "$out")"
 # ranks that agree train; --threads is per rank

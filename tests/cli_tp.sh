@@ -70,7 +70,7 @@ vs tp2pp2-int l4
 if "$CLEAVE" --version | grep -q "mpi: yes" && command -v mpirun > /dev/null; then
     export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
     case "$BUILD" in *san*) export ASAN_OPTIONS=${ASAN_OPTIONS:-}:detect_leaks=0 ;; esac
-    timeout 300 mpirun --oversubscribe -np 2 "$CLEAVE" train "${common[@]}" --tp 2 --check-replicas --comm mpi \
+    timeout -k 5 300 mpirun --oversubscribe -np 2 "$CLEAVE" train "${common[@]}" --tp 2 --check-replicas --comm mpi \
         --log-file "$tmp/mpi2.jsonl" > "$tmp/mpi2.out" 2>&1
     check '[ $? -eq 0 ]' "tp=2 under MPI failed: $(tail -5 "$tmp/mpi2.out")"
     vs mpi2 tp1

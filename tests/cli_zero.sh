@@ -108,7 +108,7 @@ if "$CLEAVE" --version | grep -q "mpi: yes" && command -v mpirun > /dev/null; th
     export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
     case "$BUILD" in *san*) export ASAN_OPTIONS=${ASAN_OPTIONS:-}:detect_leaks=0 ;; esac
     for z in 0 1; do
-        timeout 300 mpirun --oversubscribe -np 2 "$CLEAVE" train "${common[@]}" --zero $z --comm mpi \
+        timeout -k 5 300 mpirun --oversubscribe -np 2 "$CLEAVE" train "${common[@]}" --zero $z --comm mpi \
             --log-file "$tmp/mpi2-z$z.jsonl" > "$tmp/mpi2-z$z.out" 2>&1
         check '[ $? -eq 0 ]' "dp 2 --zero $z under MPI failed: $(tail -5 "$tmp/mpi2-z$z.out")"
     done

@@ -10,7 +10,7 @@ run_one() {
     local log="$BUILD/logs/$name.log"
     mkdir -p "$BUILD/logs"
     local t0=$SECONDS
-    if timeout "${CL_TEST_TIMEOUT:-900}" "$@" >"$log" 2>&1; then
+    if timeout -k 10 "${CL_TEST_TIMEOUT:-900}" "$@" >"$log" 2>&1; then
         pass=$((pass + 1)); echo "PASS $name ($((SECONDS - t0))s)"
     else
         fail=$((fail + 1)); failed+=("$name"); echo "FAIL $name ($((SECONDS - t0))s)"; tail -n 30 "$log" | sed 's/^/    /'

@@ -184,7 +184,6 @@ void cl_th_world_destroy(cl_th_world *w);
 /* MPI_Init_thread unless already initialized; *rank and *size of the world. */
 cl_status cl_mpi_init(int *argc, char ***argv, int *rank, int *size);
 cl_status cl_mpi_world_comm(cl_rank_state *rs, double timeout_s, cl_comm **out);
-void cl_mpi_abort(int code);
 void cl_mpi_finalize(void);
 
 /* ---- launch.c ---- */

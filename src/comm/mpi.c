@@ -47,7 +47,6 @@ cl_status cl_mpi_world_comm(cl_rank_state *rs, double timeout_s, cl_comm **out) 
     return cl_error(CL_ERR_UNSUPPORTED, "this cleave was built without MPI");
 }
 
-void cl_mpi_abort(int code) { (void)code; }
 void cl_mpi_finalize(void) {}
 
 #else
@@ -338,7 +337,6 @@ cl_status cl_mpi_world_comm(cl_rank_state *rs, double timeout_s, cl_comm **out) 
     return make_comm(p2p, rs, timeout_s, out);
 }
 
-void cl_mpi_abort(int code) { MPI_Abort(MPI_COMM_WORLD, code); }
 
 void cl_mpi_finalize(void) {
     if (mpi_inited_here) MPI_Finalize();
