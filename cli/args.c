@@ -100,6 +100,16 @@ cl_status cli_bytes(const cli_args *a, const char *name, size_t *out) {
     return s ? cl_error_context(s, "--%s", name) : CL_OK;
 }
 
+cl_status cli_offload(const cli_args *a, int *out) {
+    const char *v = cli_get(a, "offload-optimizer");
+    if (!v) return CL_OK;
+    if (!strcmp(v, "none")) *out = 0;
+    else if (!strcmp(v, "host")) *out = 1;
+    else if (!strcmp(v, "disk")) *out = 2;
+    else return cl_error(CL_ERR_INVALID, "unknown --offload-optimizer '%s' (none, host or disk)", v);
+    return CL_OK;
+}
+
 cl_status cli_parse_model(const cli_args *a, cl_model_config *mc, int *seq_len) {
     const char *name = cli_get(a, "model");
     CL_TRY(cl_model_preset(name ? name : "gpt2-tiny", mc));

@@ -40,6 +40,8 @@ cl_status cli_int(const cli_args *a, const char *name, int *out, int min, int ma
 cl_status cli_u64(const cli_args *a, const char *name, uint64_t *out);
 cl_status cli_float(const cli_args *a, const char *name, float *out, double min, double max);
 cl_status cli_bytes(const cli_args *a, const char *name, size_t *out);
+/* --offload-optimizer none|host|disk as 0, 1, 2 */
+cl_status cli_offload(const cli_args *a, int *out);
 /* Prints a command's help: its usage (the synopsis lines, "usage: cleave
  * ...", then after a blank line the description) and the flag table. With
  * cli_man_summary set it prints the same text as a man page instead (troff;

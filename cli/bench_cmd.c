@@ -193,13 +193,15 @@ static const cli_flag step_flags[] = {
     {"data", "", 1, "training text (default kjv.txt from cleave's data, as for train)"},
     {"peak", "", 1, "GFLOP/s to take as 100% (default: measured now, as bench peak does)"},
     {"repeat", "", 1, "gemm: best of this many runs per shape (default 3)"},
+    {"offload-optimizer", "", 1, "step: where the AdamW moments live, none (default), host or disk (as for train)"},
+    {"offload-dir", "", 1, "step: directory of --offload-optimizer disk's file"},
 };
 
 typedef struct {
     cl_model_config mc;
-    int T, B, threads, steps, warmup, repeat;
+    int T, B, threads, steps, warmup, repeat, offload;
     double peak;
-    const char *data;
+    const char *data, *offload_dir;
 } step_opts;
 
 static int parse_step_opts(int argc, char **argv, const char *usage, step_opts *o) {
@@ -224,6 +226,8 @@ static int parse_step_opts(int argc, char **argv, const char *usage, step_opts *
     o->repeat = 3;
     float peak = 0;
     o->data = cli_get(&a, "data");
+    o->offload_dir = cli_get(&a, "offload-dir");
+    if ((s = cli_offload(&a, &o->offload))) return cli_fail(s);
     if ((s = cli_int(&a, "micro-batch-size", &o->B, 1, 1 << 20)) || (s = cli_int(&a, "threads", &o->threads, 1, 256)) ||
         (s = cli_int(&a, "steps", &o->steps, 1, 1 << 20)) || (s = cli_int(&a, "warmup", &o->warmup, 0, 1 << 20)) ||
         (s = cli_int(&a, "repeat", &o->repeat, 1, 1000)) || (s = cli_float(&a, "peak", &peak, 1e-3, 1e9)))
@@ -307,7 +311,8 @@ static int bench_gemm(int argc, char **argv) {
 static int bench_step(int argc, char **argv) {
     step_opts o;
     int r = parse_step_opts(argc, argv,
-                            "usage: cleave bench step [--model M] [--seq-len T] [--micro-batch-size B] [--threads N] [--steps K]\n\n"
+                            "usage: cleave bench step [--model M] [--seq-len T] [--micro-batch-size B] [--threads N] [--steps K]\n"
+                            "                         [--offload-optimizer none|host|disk [--offload-dir DIR]]\n\n"
                             "Trains one rank for --warmup + --steps steps and prints the timed steps by operation.",
                             &o);
     if (r) return r < 0 ? 0 : r;
@@ -321,6 +326,8 @@ static int bench_step(int argc, char **argv) {
     c.lr.warmup = 0;
     c.data = o.data;
     c.eval_batches = 1;
+    c.offload_optimizer = o.offload;
+    c.offload_dir = o.offload_dir;
     cl_trainer *t;
     cl_status s = cl_trainer_create(&t, &c);
     if (s) return cli_fail(s);

@@ -659,11 +659,7 @@ static int cmd_train(int argc, char **argv) {
     c->sequence_parallel = cli_get(&a, "sequence-parallel") != NULL;
     c->check_replicas = cli_get(&a, "check-replicas") != NULL;
     if ((s = cli_int(&a, "zero", &c->zero, 0, 3))) return cli_fail(s);
-    const char *off = cli_get(&a, "offload-optimizer");
-    if (off && !strcmp(off, "host")) c->offload_optimizer = 1;
-    else if (off && !strcmp(off, "disk")) c->offload_optimizer = 2;
-    else if (off && strcmp(off, "none"))
-        return cli_fail(cl_error(CL_ERR_INVALID, "unknown --offload-optimizer '%s' (none, host or disk)", off));
+    if ((s = cli_offload(&a, &c->offload_optimizer))) return cli_fail(s);
     c->offload_dir = cli_get(&a, "offload-dir");
     if (c->offload_dir && c->offload_optimizer != 2)
         return cli_fail(cl_error(CL_ERR_INVALID, "--offload-dir needs --offload-optimizer disk"));
