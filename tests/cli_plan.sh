@@ -35,12 +35,19 @@ echo "  1T search: $t s"
 # this machine: calibrate, then the exact predictor's bytes
 CLEAVE_HW="$tmp/this.json" $CLEAVE plan calibrate --repeat 1 > "$tmp/cal" 2>&1
 check '[ -s "$tmp/this.json" ] && grep -q "\"exact_memory\": true" "$tmp/this.json"' "calibrate wrote a description$(excerpt 3 "$(cat "$tmp/cal")")"
-out=$(CLEAVE_HW="$tmp/this.json" $CLEAVE plan --hardware this --model gpt2-tiny --devices 2 --global-batch-size 8 \
-      --dp 1 --pp 2 --micro-batch-size 2 --schedule 1f1b --zero 0 --recompute none --json 2>&1)
-peak=$(printf '%s' "$out" | grep -o '"peak_bytes": [0-9]*' | awk '{print $2}')
-mem=$($CLEAVE memory --model gpt2-tiny --pp 2 --micro-batch-size 2 --global-batch-size 8 --schedule 1f1b --json 2>&1 |
-      grep -o '"total": [0-9]*' | head -2 | awk '{print $2}' | sort -n | tail -1)
-check '[ -n "$peak" ] && [ "$peak" = "$mem" ]' "this machine: plan's peak $peak = cleave memory's $mem$(excerpt 3 "$out")"
+# the fullest rank's bytes equal cleave memory's for the same run: pp 2 (1f1b, zb-h1), tp 2 with sp, dp 2 with ZeRO 1, full recompute
+for cfg in "--dp 1 --tp 1 --pp 2 --micro-batch-size 2 --schedule 1f1b --zero 0 --recompute none" \
+           "--dp 1 --tp 1 --pp 2 --micro-batch-size 1 --schedule zb-h1 --zero 0 --recompute selective" \
+           "--dp 1 --tp 2 --pp 1 --micro-batch-size 4 --schedule 1f1b --zero 0 --recompute none --sequence-parallel" \
+           "--dp 2 --tp 1 --pp 1 --micro-batch-size 2 --schedule 1f1b --zero 1 --recompute full"; do
+    out=$(CLEAVE_HW="$tmp/this.json" $CLEAVE plan --hardware this --model gpt2-tiny --devices 2 --global-batch-size 8 $cfg \
+          --json 2>&1)
+    peak=$(printf '%s' "$out" | grep -o '"peak_bytes": [0-9]*' | awk '{print $2}')
+    mcfg=$(printf '%s' "$cfg" | sed 's/--pp 1 --micro-batch-size \([0-9]*\) --schedule 1f1b/--pp 1 --micro-batch-size \1/')
+    mem=$($CLEAVE memory --model gpt2-tiny --global-batch-size 8 $mcfg --json 2>&1 | grep -o '"total": [0-9]*' |
+          awk '{print $2}' | sort -n | tail -1)
+    check '[ -n "$peak" ] && [ "$peak" = "$mem" ]' "this machine, $cfg: plan's peak $peak = cleave memory's $mem$(excerpt 3 "$out")"
+done
 # bad input: exit 2, one line
 expect2() {
     local want=$1; shift

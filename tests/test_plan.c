@@ -103,6 +103,33 @@ static void test_megatron_formula(void) {
     CHECK(fabs(model - M) <= 1e-9 * M, "model FLOPs %.6e, want %.6e", model, M);
 }
 
+/* cl_schedule_simulate_ex: a message's flight delays its receive; GRAD_SYNC and OPT_STEP take their time.
+ * 1F1B on 2 ranks, one micro-batch, F = B = W... = 1 (BWD = b + w = 2): F0 [0,1], flight 0.5, F1 [1.5, 2.5],
+ * BWD1 [2.5, 4.5], flight 0.5, BWD0 [5, 7], then rank 0's sync 0.25 and step 0.5: 7.75. */
+static void test_sim_extra(void) {
+    cl_schedule sc;
+    CHECK_OK(cl_schedule_make(CL_SCHED_1F1B, 2, 1, 1, &sc));
+    cl_sched_costs c = cl_sched_costs_uniform(1, 1, 1);
+    double sync[2] = {0.25, 3}, opt[2] = {0.5, 0.5};
+    cl_sched_extra x = {0.5, 0.5, sync, opt};
+    cl_sim_result r;
+    CHECK_OK(cl_schedule_simulate_ex(&sc, &c, &x, &r));
+    CHECK(fabs(r.makespan - 8.0) < 1e-12, "makespan %g, want 8 (rank 1: 4.5 + 3 + 0.5)", r.makespan);
+    CHECK(fabs(r.busy[0] - 3) < 1e-12 && fabs(r.busy[1] - 3) < 1e-12, "busy counts compute only");
+    cl_sim_result_free(&r);
+    sync[1] = 0;
+    CHECK_OK(cl_schedule_simulate_ex(&sc, &c, &x, &r));
+    CHECK(fabs(r.makespan - 7.75) < 1e-12, "makespan %g, want 7.75", r.makespan);
+    cl_sim_result_free(&r);
+    CHECK_OK(cl_schedule_simulate(&sc, &c, &r));
+    CHECK(fabs(r.makespan - 6) < 1e-12, "without extra: %g, want 6", r.makespan);
+    cl_sim_result_free(&r);
+    x.t_act = -1;
+    CHECK(cl_schedule_simulate_ex(&sc, &c, &x, &r) == CL_ERR_INVALID, "a negative flight is refused");
+    cl_error_clear();
+    cl_schedule_free(&sc);
+}
+
 static void test_hw(void) {
     cl_hw hw;
     CHECK_OK(cl_hw_builtin("a100", &hw));
@@ -234,6 +261,7 @@ static void test_megatron_table(int search) {
 int main(int argc, char **argv) {
     test_costs();
     test_megatron_formula();
+    test_sim_extra();
     test_hw();
     test_zero_table();
     test_megatron_table(!(argc > 1 && !strcmp(argv[1], "--no-search")));

@@ -225,7 +225,8 @@ static cl_status prepare(plan_ctx *x, const cl_plan_cfg *c, prep *P, cl_model_de
     /* activations (and their gradients) between stages: this rank's rows of a block's output */
     if (P->p > 1) {
         double bytes = (double)d->units[P->u1[0] - 1].out_floats * c->mb * eb;
-        P->p2p = cl_hw_p2p(hw, bytes, inter_group(hw, 2 * c->dp * c->tp) || c->dp * c->tp >= hw->devices_per_node);
+        /* the next stage is dp x tp ranks further on: in this node only when a node holds more */
+        P->p2p = cl_hw_p2p(hw, bytes, c->dp * c->tp >= hw->devices_per_node);
     }
     /* GRAD_SYNC and OPT_STEP per pipeline rank */
     for (int r = 0; r < P->p; r++) {
