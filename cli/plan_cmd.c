@@ -4,6 +4,7 @@
  * Bad input exits 2 with one line. */
 #include "args.h"
 #include "bench.h"
+#include "cleave/comm.h"
 #include "cleave/kernels.h"
 #include "plan/plan.h"
 
@@ -58,6 +59,44 @@ static const char *this_path(void) {
     return e && *e ? e : "cleave-this.json";
 }
 
+/* Two thread ranks all-reduce n floats `reps` times; rank 0 keeps the best time of one. */
+typedef struct {
+    size_t n;
+    int reps;
+    double best;
+} ar_job;
+
+static cl_status ar_rank(cl_comm *w, void *arg) {
+    ar_job *j = arg;
+    float *buf = calloc(j->n, sizeof *buf);
+    if (!buf) return cl_error(CL_ERR_OOM, "calibrate: cannot allocate the all-reduce buffer");
+    cl_status s = CL_OK;
+    double best = 1e30;
+    for (int r = 0; r < j->reps && !s; r++) {
+        if ((s = cl_comm_barrier(w))) break;
+        double t0 = cl_now();
+        s = cl_comm_allreduce(w, buf, j->n, CL_RED_SUM);
+        double t = cl_now() - t0;
+        if (t < best) best = t;
+    }
+    free(buf);
+    if (!s && cl_comm_rank(w) == 0) j->best = best;
+    return s;
+}
+
+/* The threads backend's all-reduce on 2 ranks: latency from 1 float (2 (g-1) = 2 message steps),
+ * bandwidth from 16 MiB (2 (g-1)/g n = n bytes each way). */
+static cl_status measure_link(int repeat, double *bw, double *lat) {
+    cl_launch_opts o = {.timeout_s = 60};
+    ar_job small = {1, 20 * repeat, 0}, big = {(size_t)4 << 20, repeat, 0};
+    CL_TRY(cl_launch_threads(2, ar_rank, &small, &o));
+    CL_TRY(cl_launch_threads(2, ar_rank, &big, &o));
+    *lat = small.best / 2;
+    double t = big.best - 2 * *lat;
+    *bw = t > 0 ? (double)big.n * sizeof(float) / t : (double)big.n * sizeof(float) / big.best;
+    return CL_OK;
+}
+
 static cl_status calibrate(const char *out, int repeat) {
     if (!cli_bench_isa()) return cl_error(CL_ERR_UNSUPPORTED, "calibrate needs AVX2 with FMA or AVX-512 (this CPU has neither)");
     cl_hw hw;
@@ -95,15 +134,16 @@ static cl_status calibrate(const char *out, int repeat) {
     int cores = cl_cores_available();
     hw.devices_per_node = cores > 0 ? cores : 1;
     hw.device_memory = pages > 0 && psz > 0 ? (double)pages * (double)psz / hw.devices_per_node : 1e9;
-    /* the threads backend copies between ranks' buffers: a message moves at about half the copy rate */
-    hw.intra_bw = hw.inter_bw = hw.mem_bw / 2;
-    hw.intra_lat = hw.inter_lat = 5e-6;
+    /* the links: the threads backend's all-reduce between two ranks (one machine: within and between
+     * "nodes" alike) */
+    CL_TRY(measure_link(repeat, &hw.intra_bw, &hw.intra_lat));
+    hw.inter_bw = hw.intra_bw, hw.inter_lat = hw.intra_lat;
     hw.exact_memory = 1;
     char note[512];
     snprintf(note, sizeof note,
              "cleave plan calibrate: peak = one core's FP32 FMA loop (%s); gemm table = cl_gemm (%s) on one thread at m, n, k in "
              "{64, 256, 1024} over that peak; memory_bandwidth = a 256 MiB memcpy (read + write); a device = one core, its memory "
-             "the host's divided by the %d cores; links = half the copy rate, latency 5 us (estimated, not measured)",
+             "the host's divided by the %d cores; links = a 2-rank threads all-reduce: latency from 1 float, bandwidth from 16 MiB",
              cli_bench_isa(), cl_gemm_backend(), hw.devices_per_node);
     char *text = cl_hw_to_json(&hw, note);
     if (!text) return cl_error(CL_ERR_OOM, "calibrate: cannot write the description");
@@ -112,8 +152,9 @@ static cl_status calibrate(const char *out, int repeat) {
     if (f && fclose(f)) bad = 1;
     free(text);
     if (bad) return cl_error(CL_ERR_IO, "calibrate: cannot write %s", out);
-    printf("wrote %s: peak %.1f GFLOP/s per core, memory %.1f GB/s, %d devices (cores), %.1f GiB each\n", out, hw.peak_fp32 / 1e9,
-           hw.mem_bw / 1e9, hw.devices_per_node, hw.device_memory / (1 << 30));
+    printf("wrote %s: peak %.1f GFLOP/s per core, memory %.1f GB/s, %d devices (cores), %.1f GiB each, link %.1f GB/s and %.1f us\n",
+           out, hw.peak_fp32 / 1e9, hw.mem_bw / 1e9, hw.devices_per_node, hw.device_memory / (1 << 30), hw.intra_bw / 1e9,
+           hw.intra_lat * 1e6);
     return CL_OK;
 }
 
