@@ -189,7 +189,7 @@ static cl_status load_hw(const char *name, cl_hw *hw) {
 
 static const char *rc_name(int r) { return r == 2 ? "full" : r == 1 ? "selective" : "none"; }
 
-static void gib(char *b, size_t n, double x) { snprintf(b, n, "%.2f", x / (1 << 30)); }
+static void gib(char *b, size_t n, double x) { snprintf(b, n, "%.3g", x / (1 << 30)); }
 
 static void print_json(const cl_plan_result *r) {
     const cl_plan_cfg *c = &r->c;

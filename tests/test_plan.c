@@ -152,6 +152,31 @@ static void test_hw(void) {
         CHECK(s == CL_ERR_INVALID && strstr(cl_last_error(), bad[i][1]), "case %zu: %s", i, cl_last_error());
         cl_error_clear();
     }
+    /* what calibrate writes reads back the same; a table gives the nearest shape's efficiency */
+    cl_hw t;
+    memset(&t, 0, sizeof t);
+    snprintf(t.name, sizeof t.name, "this");
+    t.peak_fp32 = 1e11, t.mem_bw = 2e10, t.device_memory = 4e9, t.devices_per_node = 2;
+    t.intra_bw = t.inter_bw = 1e10, t.intra_lat = t.inter_lat = 2e-5, t.exact_memory = 1;
+    double pts[3][4] = {{64, 64, 64, 0.25}, {256, 256, 256, 0.5}, {1024, 1024, 1024, 0.75}};
+    memcpy(t.gemm_points, pts, sizeof pts);
+    t.ngemm_points = 3;
+    char *js = cl_hw_to_json(&t, "test");
+    cl_hw back;
+    CHECK_OK(cl_hw_parse(js, strlen(js), "round trip", &back));
+    free(js);
+    CHECK(back.peak_fp32 == t.peak_fp32 && back.mem_bw == t.mem_bw && back.device_memory == t.device_memory &&
+              back.devices_per_node == 2 && back.intra_bw == t.intra_bw && back.inter_lat == t.inter_lat && back.exact_memory &&
+              back.ngemm_points == 3 && back.peak_bf16 == 0,
+          "round trip");
+    CHECK(cl_hw_gemm_eff(&back, 70, 60, 50) == 0.25 && cl_hw_gemm_eff(&back, 300, 200, 250) == 0.5 &&
+              cl_hw_gemm_eff(&back, 4096, 2048, 900) == 0.75,
+          "table: nearest in log space");
+    /* the curve: max x prod d / (d + half) */
+    CHECK_OK(cl_hw_builtin("a100", &hw));
+    double e = cl_hw_gemm_eff(&hw, 2048, 4096, 1024), we = hw.gemm_max_eff * 2048 / (2048 + hw.gemm_half) *
+                                                           4096 / (4096 + hw.gemm_half) * 1024 / (1024 + hw.gemm_half);
+    CHECK(fabs(e - we) < 1e-15, "curve %g, want %g", e, we);
     /* a collective on one device costs nothing; ring all-reduce of n bytes over g: 2 (g-1)/g n / bw + 2 (g-1) lat */
     CHECK_OK(cl_hw_builtin("a100", &hw));
     CHECK(cl_hw_coll(&hw, CL_COLL_ALLREDUCE, 1e9, 1, 0) == 0, "one device");
