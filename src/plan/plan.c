@@ -491,7 +491,7 @@ typedef struct {
     double lower;
 } cand;
 
-static int by_lower(const void *a, const void *b) {
+static int by_est(const void *a, const void *b) {
     double x = ((const cand *)a)->r.step_s, y = ((const cand *)b)->r.step_s;
     return x < y ? -1 : x > y;
 }
@@ -590,7 +590,7 @@ cl_status cl_plan_search(const cl_plan_query *q, cl_plan_list *out) {
     }
     if (!st) {
         out->fitted = (long)n;
-        qsort(cs, n, sizeof *cs, by_lower); /* by closed-form time */
+        qsort(cs, n, sizeof *cs, by_est); /* by closed-form time */
         int top = q->top > 0 ? q->top : 10, maxs = q->max_sims > 0 ? q->max_sims : 64;
         double *best = calloc((size_t)top, sizeof *best); /* the top simulated times, ascending */
         int nbest = 0;
@@ -605,8 +605,8 @@ cl_status cl_plan_search(const cl_plan_query *q, cl_plan_list *out) {
             cs[i].r = r;
         keep : {
             double t = cs[i].r.step_s;
+            if (nbest == top && t >= best[top - 1]) continue; /* not among the top */
             int j = nbest < top ? nbest++ : top - 1;
-            if (j == top - 1 && nbest == top && t >= best[j]) continue;
             while (j > 0 && best[j - 1] > t) best[j] = best[j - 1], j--;
             best[j] = t;
         }
