@@ -11,6 +11,7 @@
  * Lines meant for scripts start with a fixed word ("peak fp32", "step") and
  * say their unit, so the scripts in bench/ can read them with awk. */
 #include "args.h"
+#include "bench.h"
 #include "cleave/kernels.h"
 #include "cleave/prof.h"
 #include "cleave/train.h"
@@ -380,3 +381,8 @@ int cleave_cmd_bench(int argc, char **argv) {
     return cli_fail(cl_error(CL_ERR_INVALID, "cleave bench needs one of peak, gemm, step%s%s (cleave bench --help)", sub ? ", not " : "",
                              sub ? sub : ""));
 }
+
+/* For `cleave plan calibrate` (cli/plan_cmd.c): the same measurements. */
+const char *cli_bench_isa(void) { return fma_isa(); }
+double cli_bench_peak(int threads, int repeat) { return measure_peak(threads, repeat); }
+double cli_bench_copy(size_t bytes, int repeat, double *read_gbs) { return measure_copy(bytes, repeat, read_gbs); }

@@ -23,6 +23,7 @@ int cleave_cmd_schedule(int argc, char **argv); /* cli/schedule_cmd.c */
 int cleave_cmd_trace(int argc, char **argv); /* cli/trace_cmd.c */
 int cleave_cmd_bench(int argc, char **argv); /* cli/bench_cmd.c */
 int cleave_cmd_plot(int argc, char **argv); /* cli/plot_cmd.c */
+int cleave_cmd_plan(int argc, char **argv); /* cli/plan_cmd.c */
 
 
 static const cli_flag train_flags[] = {
@@ -840,6 +841,7 @@ static const struct {
     {"trace", "draw a pipeline timeline (Chrome trace or simulated schedule) as SVG"},
     {"plot", "draw training logs (loss, validation loss, other figures) against the step as SVG, runs side by side"},
     {"bench", "this machine's FP32 peak (peak), the step's GEMMs (gemm), a step by operation (step)"},
+    {"plan", "how to split a model over N devices: every configuration's memory and predicted step time, fastest first"},
     {"version", "print the version and the optional parts built in"},
 };
 
@@ -890,6 +892,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "trace")) return cleave_cmd_trace(argc, argv);
     if (!strcmp(cmd, "bench")) return cleave_cmd_bench(argc, argv);
     if (!strcmp(cmd, "plot")) return cleave_cmd_plot(argc, argv);
+    if (!strcmp(cmd, "plan")) return cleave_cmd_plan(argc, argv);
     if (!strcmp(cmd, "--version") || !strcmp(cmd, "version")) {
         printf("cleave 0.1 (gemm: %s, kernels: %s, mpi: %s)\n", cl_gemm_backend(), cl_kernels_isa(), cl_mpi_available() ? "yes" : "no");
         return 0;
@@ -898,6 +901,6 @@ int main(int argc, char **argv) {
         usage(stdout);
         return 0;
     }
-    fprintf(stderr, "cleave: error: unknown command '%s' (train, eval, generate, mesh, schedule, trace, plot, bench)\n", cmd);
+    fprintf(stderr, "cleave: error: unknown command '%s' (train, eval, generate, mesh, schedule, trace, plot, bench, plan)\n", cmd);
     return 2;
 }

@@ -58,11 +58,21 @@ typedef struct {
 
 /* Per stage-chunk compute times. f/b/w (if non-NULL) hold S = p*v entries,
  * indexed by model stage, and override tf/tb/tw. A combined BWD costs b + w.
- * Communication takes no time. */
+ * Communication takes no time (but see cl_sched_extra). */
 typedef struct {
     double tf, tb, tw;
     const double *f, *b, *w;
 } cl_sched_costs;
+
+/* Communication and the step's end, for cl_schedule_simulate_ex (the
+ * planner's, src/plan/): sends take no time on the sender; a receive ends
+ * no earlier than its send plus t_act (activations) or t_grad (gradients),
+ * the message's flight. GRAD_SYNC and OPT_STEP of rank r last sync[r] and
+ * opt[r] (0 when NULL). All finite and >= 0. */
+typedef struct {
+    double t_act, t_grad;
+    const double *sync, *opt;
+} cl_sched_extra;
 
 typedef struct {
     int p;
@@ -147,6 +157,9 @@ cl_sched_costs cl_sched_costs_uniform(double tf, double tb, double tw);
  * rank's last backward, OPT_STEP before GRAD_SYNC, or either missing or twice.
  * Costs must be finite and >= 0 (CL_ERR_INVALID otherwise). */
 cl_status cl_schedule_simulate(const cl_schedule *s, const cl_sched_costs *costs, cl_sim_result *res);
+/* The same with communication times and the step's end (extra NULL: none). */
+cl_status cl_schedule_simulate_ex(const cl_schedule *s, const cl_sched_costs *costs, const cl_sched_extra *extra,
+                                  cl_sim_result *res);
 void cl_sim_result_free(cl_sim_result *res);
 
 /* The analytic bubble fraction of kind for uniform stage costs tf, tb, tw

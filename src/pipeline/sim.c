@@ -17,6 +17,8 @@ typedef struct {
     const cl_schedule *s;
     int p, m, v, S;
     double *fcost, *bcost, *wcost; /* [S] */
+    double t_act, t_grad;          /* message flight times */
+    const double *sync, *opt;      /* [p] or NULL */
     /* [m * S], indexed mb * S + stage; times, < 0 if not yet */
     double *f_end, *b_end, *w_end, *act_sent, *grad_sent;
     char *act_recv, *grad_recv, *bkind;
@@ -125,14 +127,14 @@ static int step(sim *z, int r, cl_status *err) {
         if (st == 0 || prev_local) return *err = bad(z, r, a, "nothing to receive: the previous stage is absent or on this rank"), -1;
         if (z->act_recv[ix]) return *err = bad(z, r, a, "duplicate receive"), -1;
         if (z->act_sent[ix - 1] < 0) return 0;
-        if (z->act_sent[ix - 1] > t) t = z->act_sent[ix - 1];
+        if (z->act_sent[ix - 1] + z->t_act > t) t = z->act_sent[ix - 1] + z->t_act;
         z->act_recv[ix] = 1;
         break;
     case CL_ACT_RECV_GRAD:
         if (st == S - 1 || next_local) return *err = bad(z, r, a, "nothing to receive: the next stage is absent or on this rank"), -1;
         if (z->grad_recv[ix]) return *err = bad(z, r, a, "duplicate receive"), -1;
         if (z->grad_sent[ix + 1] < 0) return 0;
-        if (z->grad_sent[ix + 1] > t) t = z->grad_sent[ix + 1];
+        if (z->grad_sent[ix + 1] + z->t_grad > t) t = z->grad_sent[ix + 1] + z->t_grad;
         z->grad_recv[ix] = 1;
         break;
     case CL_ACT_GRAD_SYNC:
@@ -142,11 +144,13 @@ static int step(sim *z, int r, cl_status *err) {
             return *err = bad(z, r, a, why), -1;
         }
         z->synced[r] = 1;
+        dur = z->sync ? z->sync[r] : 0;
         break;
     case CL_ACT_OPT_STEP:
         if (z->stepped[r]) return *err = bad(z, r, a, "duplicate OPT_STEP"), -1;
         if (!z->synced[r]) return *err = bad(z, r, a, "OPT_STEP before GRAD_SYNC"), -1;
         z->stepped[r] = 1;
+        dur = z->opt ? z->opt[r] : 0;
         break;
     }
     z->res->start[r][z->pc[r]] = t;
@@ -241,7 +245,14 @@ static cl_status check_cost(const char *name, double x, int st) {
 }
 
 cl_status cl_schedule_simulate(const cl_schedule *s, const cl_sched_costs *costs, cl_sim_result *res) {
+    return cl_schedule_simulate_ex(s, costs, NULL, res);
+}
+
+cl_status cl_schedule_simulate_ex(const cl_schedule *s, const cl_sched_costs *costs, const cl_sched_extra *extra,
+                                  cl_sim_result *res) {
     memset(res, 0, sizeof *res);
+    cl_sched_extra none = {0, 0, NULL, NULL};
+    if (!extra) extra = &none;
     if (!s || s->p < 1 || s->m < 1 || s->v < 1 || !s->len || !s->acts)
         return cl_error(CL_ERR_INVALID, "simulate: the schedule is empty or malformed");
     cl_sched_costs uni = cl_sched_costs_uniform(1, 1, 1);
@@ -249,6 +260,12 @@ cl_status cl_schedule_simulate(const cl_schedule *s, const cl_sched_costs *costs
     CL_TRY(check_cost("F", costs->tf, -1));
     CL_TRY(check_cost("B", costs->tb, -1));
     CL_TRY(check_cost("W", costs->tw, -1));
+    CL_TRY(check_cost("t_act", extra->t_act, -1));
+    CL_TRY(check_cost("t_grad", extra->t_grad, -1));
+    for (int r = 0; r < s->p; r++) {
+        if (extra->sync) CL_TRY(check_cost("GRAD_SYNC", extra->sync[r], -1));
+        if (extra->opt) CL_TRY(check_cost("OPT_STEP", extra->opt[r], -1));
+    }
     sim z;
     memset(&z, 0, sizeof z);
     z.s = s;
@@ -257,6 +274,10 @@ cl_status cl_schedule_simulate(const cl_schedule *s, const cl_sched_costs *costs
     z.v = s->v;
     z.S = s->p * s->v;
     z.res = res;
+    z.t_act = extra->t_act;
+    z.t_grad = extra->t_grad;
+    z.sync = extra->sync;
+    z.opt = extra->opt;
     size_t n = (size_t)z.m * z.S, P = (size_t)z.p, total = 0;
     for (int r = 0; r < z.p; r++) total += (size_t)s->len[r];
     cl_status st = CL_OK;

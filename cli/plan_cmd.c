@@ -1,0 +1,334 @@
+/* `cleave plan`: the planner (src/plan/). Given a model, a device count
+ * and a hardware description, every configuration's memory and step time,
+ * fastest first; `cleave plan calibrate` writes this machine's description.
+ * Bad input exits 2 with one line. */
+#include "args.h"
+#include "bench.h"
+#include "cleave/comm.h"
+#include "cleave/kernels.h"
+#include "plan/plan.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static const cli_flag plan_flags[] = {
+    {"help", "h", 0, "show this help"},
+    {"model", "m", 1, "preset: gpt2-tiny (default), gpt2-small, gpt2, gpt2-medium, gpt2-large, gpt2-xl, mlp, cnn"},
+    {"layers", "", 1, "GPT: transformer blocks"},
+    {"channels", "", 1, "GPT: width C"},
+    {"heads", "", 1, "GPT: attention heads"},
+    {"vocab", "", 1, "GPT: vocabulary"},
+    {"context", "", 1, "GPT: positions"},
+    {"seq-len", "", 1, "GPT: tokens per sample (default: the context)"},
+    {"devices", "", 1, "devices in all (or --nodes x --devices-per-node)"},
+    {"nodes", "", 1, "nodes (with --devices-per-node, default the hardware's)"},
+    {"devices-per-node", "", 1, "devices per node (default: the hardware's)"},
+    {"device-memory", "", 1, "memory of one device, e.g. 80GiB (default: the hardware's)"},
+    {"hardware", "", 1, "a100 (default), h100, this (the file `cleave plan calibrate` wrote) or a description FILE"},
+    {"global-batch-size", "", 1, "samples per step (default 8)"},
+    {"precision", "", 1, "fp32 or bf16 (mixed: 16-bit weights, gradients, activations; fp32 master and moments); default bf16 "
+                         "where the hardware has it"},
+    {"dp", "", 1, "fix the data-parallel size"},
+    {"tp", "", 1, "fix the tensor-parallel size"},
+    {"pp", "", 1, "fix the pipeline size"},
+    {"virtual-stages", "", 1, "fix the chunks per pipeline rank (interleaved)"},
+    {"micro-batch-size", "", 1, "fix the micro-batch"},
+    {"schedule", "", 1, "fix the schedule: 1f1b, gpipe, interleaved or zb-h1"},
+    {"zero", "", 1, "fix the ZeRO stage (0 to 3; this machine: 0 or 1)"},
+    {"recompute", "", 1, "fix the recompute: none, selective or full"},
+    {"sequence-parallel", "", 0, "fix sequence parallelism on (--no-sequence-parallel: off)"},
+    {"no-sequence-parallel", "", 0, "fix sequence parallelism off"},
+    {"make-vocab-size-divisible-by", "", 1, "vocabulary padding divisor (default 128)"},
+    {"max-tp", "", 1, "largest tensor-parallel size searched (default: devices per node)"},
+    {"top", "", 1, "configurations printed (default 10)"},
+    {"max-sims", "", 1, "schedules simulated at most (default 64; the rest keep their closed-form time)"},
+    {"json", "", 0, "one JSON object per configuration and line"},
+};
+
+static const cli_flag cal_flags[] = {
+    {"help", "h", 0, "show this help"},
+    {"out", "", 1, "file to write (default: $CLEAVE_HW, else cleave-this.json here)"},
+    {"repeat", "", 1, "best of this many runs per measurement (default 3)"},
+};
+
+static const char *this_path(void) {
+    const char *e = getenv("CLEAVE_HW");
+    return e && *e ? e : "cleave-this.json";
+}
+
+/* Two thread ranks all-reduce n floats `reps` times; rank 0 keeps the best time of one. */
+typedef struct {
+    size_t n;
+    int reps;
+    double best;
+} ar_job;
+
+static cl_status ar_rank(cl_comm *w, void *arg) {
+    ar_job *j = arg;
+    float *buf = calloc(j->n, sizeof *buf);
+    if (!buf) return cl_error(CL_ERR_OOM, "calibrate: cannot allocate the all-reduce buffer");
+    cl_status s = CL_OK;
+    double best = 1e30;
+    for (int r = 0; r < j->reps && !s; r++) {
+        if ((s = cl_comm_barrier(w))) break;
+        double t0 = cl_now();
+        s = cl_comm_allreduce(w, buf, j->n, CL_RED_SUM);
+        double t = cl_now() - t0;
+        if (t < best) best = t;
+    }
+    free(buf);
+    if (!s && cl_comm_rank(w) == 0) j->best = best;
+    return s;
+}
+
+/* The threads backend's all-reduce on 2 ranks: latency from 1 float (2 (g-1) = 2 message steps),
+ * bandwidth from 16 MiB (2 (g-1)/g n = n bytes each way). */
+static cl_status measure_link(int repeat, double *bw, double *lat) {
+    cl_launch_opts o = {.timeout_s = 60};
+    ar_job small = {1, 20 * repeat, 0}, big = {(size_t)4 << 20, repeat, 0};
+    CL_TRY(cl_launch_threads(2, ar_rank, &small, &o));
+    CL_TRY(cl_launch_threads(2, ar_rank, &big, &o));
+    *lat = small.best / 2;
+    double t = big.best - 2 * *lat;
+    *bw = t > 0 ? (double)big.n * sizeof(float) / t : (double)big.n * sizeof(float) / big.best;
+    return CL_OK;
+}
+
+static cl_status calibrate(const char *out, int repeat) {
+    if (!cli_bench_isa()) return cl_error(CL_ERR_UNSUPPORTED, "calibrate needs AVX2 with FMA or AVX-512 (this CPU has neither)");
+    cl_hw hw;
+    memset(&hw, 0, sizeof hw);
+    snprintf(hw.name, sizeof hw.name, "this");
+    cl_set_threads(1); /* a device is one core */
+    hw.peak_fp32 = cli_bench_peak(1, repeat) * 1e9;
+    static const int dims[] = {64, 256, 1024};
+    float *a = malloc(1024 * 1024 * sizeof *a), *b = malloc(1024 * 1024 * sizeof *b), *c = malloc(1024 * 1024 * sizeof *c);
+    if (!a || !b || !c) {
+        free(a), free(b), free(c);
+        return cl_error(CL_ERR_OOM, "calibrate: cannot allocate the products");
+    }
+    for (int i = 0; i < 1024 * 1024; i++) a[i] = b[i] = 1e-3f * (float)(i % 97), c[i] = 0;
+    for (int im = 0; im < 3; im++)
+        for (int in = 0; in < 3; in++)
+            for (int ik = 0; ik < 3; ik++) {
+                int M = dims[im], N = dims[in], K = dims[ik];
+                double best = 1e30;
+                int reps = (int)(4e8 / (2.0 * M * N * K)) + 1;
+                for (int r = 0; r < repeat; r++) {
+                    double t0 = cl_now();
+                    for (int k = 0; k < reps; k++) cl_gemm(0, 0, M, N, K, 1.0f, a, K, b, N, 0.0f, c, N);
+                    double t = (cl_now() - t0) / reps;
+                    if (t < best) best = t;
+                }
+                double eff = 2.0 * M * N * K / best / hw.peak_fp32;
+                double *pt = hw.gemm_points[hw.ngemm_points++];
+                pt[0] = M, pt[1] = N, pt[2] = K, pt[3] = eff > 1 ? 1 : eff;
+            }
+    free(a), free(b), free(c);
+    double rd;
+    hw.mem_bw = cli_bench_copy((size_t)256 << 20, repeat, &rd) * 1e9;
+    long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+    int cores = cl_cores_available();
+    hw.devices_per_node = cores > 0 ? cores : 1;
+    hw.device_memory = pages > 0 && psz > 0 ? (double)pages * (double)psz / hw.devices_per_node : 1e9;
+    /* the links: the threads backend's all-reduce between two ranks (one machine: within and between
+     * "nodes" alike) */
+    CL_TRY(measure_link(repeat, &hw.intra_bw, &hw.intra_lat));
+    hw.inter_bw = hw.intra_bw, hw.inter_lat = hw.intra_lat;
+    hw.exact_memory = 1;
+    char note[512];
+    snprintf(note, sizeof note,
+             "cleave plan calibrate: peak = one core's FP32 FMA loop (%s); gemm table = cl_gemm (%s) on one thread at m, n, k in "
+             "{64, 256, 1024} over that peak; memory_bandwidth = a 256 MiB memcpy (read + write); a device = one core, its memory "
+             "the host's divided by the %d cores; links = a 2-rank threads all-reduce: latency from 1 float, bandwidth from 16 MiB",
+             cli_bench_isa(), cl_gemm_backend(), hw.devices_per_node);
+    char *text = cl_hw_to_json(&hw, note);
+    if (!text) return cl_error(CL_ERR_OOM, "calibrate: cannot write the description");
+    FILE *f = fopen(out, "w");
+    int bad = !f || fputs(text, f) < 0;
+    if (f && fclose(f)) bad = 1;
+    free(text);
+    if (bad) return cl_error(CL_ERR_IO, "calibrate: cannot write %s", out);
+    printf("wrote %s: peak %.1f GFLOP/s per core, memory %.1f GB/s, %d devices (cores), %.1f GiB each, link %.1f GB/s and %.1f us\n",
+           out, hw.peak_fp32 / 1e9, hw.mem_bw / 1e9, hw.devices_per_node, hw.device_memory / (1 << 30), hw.intra_bw / 1e9,
+           hw.intra_lat * 1e6);
+    return CL_OK;
+}
+
+static int cmd_calibrate(int argc, char **argv) {
+    cli_args a;
+    cl_status s = cli_parse(&a, cal_flags, NFLAGS(cal_flags), argc, argv, 3);
+    if (s) return cli_fail(s);
+    if (cli_get(&a, "help")) {
+        cli_print_help("usage: cleave plan calibrate [--out FILE]\n\n"
+                       "Measures this machine as `cleave bench` does (one core's FP32 peak, the GEMM's efficiency at\n"
+                       "27 shapes, memory bandwidth) and writes the hardware description `--hardware this` reads.",
+                       cal_flags, NFLAGS(cal_flags));
+        return 0;
+    }
+    int repeat = 3;
+    if ((s = cli_int(&a, "repeat", &repeat, 1, 100))) return cli_fail(s);
+    const char *out = cli_get(&a, "out") ? cli_get(&a, "out") : this_path();
+    s = calibrate(out, repeat);
+    return s ? cli_fail(s) : 0;
+}
+
+static cl_status load_hw(const char *name, cl_hw *hw) {
+    if (!strcmp(name, "a100") || !strcmp(name, "h100")) return cl_hw_builtin(name, hw);
+    if (!strcmp(name, "this")) {
+        const char *p = this_path();
+        if (access(p, R_OK))
+            return cl_error(CL_ERR_INVALID, "--hardware this: no %s (run `cleave plan calibrate` first, or set $CLEAVE_HW)", p);
+        return cl_hw_load(p, hw);
+    }
+    return cl_hw_load(name, hw);
+}
+
+static const char *rc_name(int r) { return r == 2 ? "full" : r == 1 ? "selective" : "none"; }
+
+static void gib(char *b, size_t n, double x) { snprintf(b, n, "%.3g", x / (1 << 30)); }
+
+static void print_json(const cl_plan_result *r) {
+    const cl_plan_cfg *c = &r->c;
+    printf("{\"dp\": %d, \"tp\": %d, \"pp\": %d, \"virtual_stages\": %d, \"micro_batch_size\": %d, \"schedule\": \"%s\", \"zero\": %d, "
+           "\"recompute\": \"%s\", \"sequence_parallel\": %s, \"precision\": \"%s\", \"fits\": %s, \"step_s\": %.6g, "
+           "\"tokens_per_s\": %.6g, \"model_tflops_per_device\": %.6g, \"tflops_per_device\": %.6g, \"peak_share\": %.4f, "
+           "\"bubble\": %.4f, \"comm_share\": %.4f, \"simulated\": %s, \"peak_bytes\": %.0f, \"peak_rank\": %d, \"bytes\": {",
+           c->dp, c->tp, c->pp, c->v, c->mb, cl_sched_kind_name((cl_sched_kind)c->schedule), c->zero, rc_name(c->recompute),
+           c->sp ? "true" : "false", c->bf16 ? "bf16" : "fp32", r->fits ? "true" : "false", r->step_s, r->tokens_per_s,
+           r->model_tflops, r->hw_tflops, r->peak_share, r->bubble, r->comm_share, r->simulated ? "true" : "false", r->peak_bytes,
+           r->full_rank);
+    for (int k = 0; k < CL_MEM_NCAT; k++) printf("%s\"%s\": %.0f", k ? ", " : "", cl_mem_cat_name((cl_mem_cat)k), r->cat_bytes[k]);
+    printf("}}\n");
+}
+
+static void print_table(const cl_plan_list *l, int top) {
+    printf("  %4s %4s %3s %3s %2s %3s %-11s %4s %-9s %2s | %9s %10s %7s %5s %6s %5s | %8s (GiB: params grads optim acts work)\n",
+           "rank", "dp", "tp", "pp", "v", "mb", "schedule", "zero", "recompute", "sp", "step s", "tokens/s", "TFLOP/s", "peak",
+           "bubble", "comm", "mem GiB");
+    for (int i = 0; i < l->n && i < top; i++) {
+        const cl_plan_result *r = &l->r[i];
+        const cl_plan_cfg *c = &r->c;
+        char cat[5][16], pk[16];
+        for (int k = 0; k < 5; k++) gib(cat[k], sizeof cat[k], r->cat_bytes[k]);
+        gib(pk, sizeof pk, r->peak_bytes);
+        printf("  %4d %4d %3d %3d %2d %3d %-11s %4d %-9s %2s | %9.4g %10.4g %7.3g %4.0f%% %6.3f %5.3f | %8s (%s %s %s %s %s)%s\n", i + 1,
+               c->dp, c->tp, c->pp, c->v, c->mb, cl_sched_kind_name((cl_sched_kind)c->schedule), c->zero, rc_name(c->recompute),
+               c->sp ? "y" : "n", r->step_s, r->tokens_per_s, r->model_tflops, 100 * r->peak_share, r->bubble, r->comm_share, pk,
+               cat[0], cat[1], cat[2], cat[3], cat[4], r->simulated ? "" : " *");
+    }
+}
+
+int cleave_cmd_plan(int argc, char **argv) {
+    if (argc > 2 && !strcmp(argv[2], "calibrate")) return cmd_calibrate(argc, argv);
+    cli_args a;
+    cl_status s = cli_parse(&a, plan_flags, NFLAGS(plan_flags), argc, argv, 2);
+    if (s) return cli_fail(s);
+    if (cli_get(&a, "help")) {
+        cli_print_help("usage: cleave plan [train's model flags] --devices N [--hardware a100|h100|this|FILE] [flags]\n"
+                       "       cleave plan calibrate [--out FILE]\n\n"
+                       "Predicts, for every way to split the model over the devices (dp x tp x pp, virtual stages,\n"
+                       "micro-batch, schedule, ZeRO stage, recompute, sequence parallelism), each rank's memory and the\n"
+                       "step time (unit costs and the hardware run through the schedule simulator), drops what does\n"
+                       "not fit, and prints the fastest first. Flags for those dimensions fix them. TFLOP/s are model\n"
+                       "FLOPs (no recompute) per device; * marks a time from the closed form (not simulated).",
+                       plan_flags, NFLAGS(plan_flags));
+        return 0;
+    }
+    cl_plan_query q;
+    memset(&q, 0, sizeof q);
+    q.fix = (cl_plan_cfg){-1, -1, -1, -1, -1, -1, -1, -1, -1, -1};
+    int seq = 0;
+    if ((s = cli_parse_model(&a, &q.model, &seq))) return cli_fail(s);
+    q.T = q.model.kind == CL_MODEL_GPT ? (seq ? seq : q.model.seq_len) : 1;
+    if ((s = load_hw(cli_get(&a, "hardware") ? cli_get(&a, "hardware") : "a100", &q.hw))) return cli_fail(s);
+    int devices = 0, nodes = 0, dpn = 0, top = 10;
+    q.global_batch = 8;
+    q.vocab_div = 128;
+    size_t mem = 0;
+    if ((s = cli_int(&a, "devices", &devices, 1, 1 << 24)) || (s = cli_int(&a, "nodes", &nodes, 1, 1 << 20)) ||
+        (s = cli_int(&a, "devices-per-node", &dpn, 1, 1 << 16)) || (s = cli_bytes(&a, "device-memory", &mem)) ||
+        (s = cli_int(&a, "global-batch-size", &q.global_batch, 1, 1 << 30)) || (s = cli_int(&a, "dp", &q.fix.dp, 1, 1 << 24)) ||
+        (s = cli_int(&a, "tp", &q.fix.tp, 1, 1 << 16)) || (s = cli_int(&a, "pp", &q.fix.pp, 1, 4096)) ||
+        (s = cli_int(&a, "virtual-stages", &q.fix.v, 1, 64)) || (s = cli_int(&a, "micro-batch-size", &q.fix.mb, 1, 1 << 20)) ||
+        (s = cli_int(&a, "zero", &q.fix.zero, 0, 3)) || (s = cli_int(&a, "make-vocab-size-divisible-by", &q.vocab_div, 1, 1 << 20)) ||
+        (s = cli_int(&a, "max-tp", &q.max_tp, 1, 1 << 16)) || (s = cli_int(&a, "top", &top, 1, 1 << 20)) ||
+        (s = cli_int(&a, "max-sims", &q.max_sims, 1, 1 << 20)))
+        return cli_fail(s);
+    if (dpn) q.hw.devices_per_node = dpn;
+    if (nodes) {
+        if (devices && devices != nodes * q.hw.devices_per_node)
+            return cli_fail(cl_error(CL_ERR_INVALID, "--devices %d is not --nodes %d x %d devices per node", devices, nodes,
+                                     q.hw.devices_per_node));
+        devices = nodes * q.hw.devices_per_node;
+    }
+    if (!devices) return cli_fail(cl_error(CL_ERR_INVALID, "give --devices N (or --nodes N)"));
+    q.devices = devices;
+    q.device_memory = (double)mem;
+    q.top = top > 64 ? 64 : top;
+    if (cli_get(&a, "schedule")) {
+        cl_sched_kind k;
+        if ((s = cl_sched_kind_parse(cli_get(&a, "schedule"), &k))) return cli_fail(s);
+        q.fix.schedule = (int)k;
+    }
+    if (cli_get(&a, "recompute")) {
+        cl_recompute rc;
+        if ((s = cl_recompute_parse(cli_get(&a, "recompute"), &rc))) return cli_fail(s);
+        q.fix.recompute = (int)rc;
+    }
+    if (cli_get(&a, "sequence-parallel")) q.fix.sp = 1;
+    if (cli_get(&a, "no-sequence-parallel")) q.fix.sp = 0;
+    const char *prec = cli_get(&a, "precision");
+    if (prec && strcmp(prec, "fp32") && strcmp(prec, "bf16"))
+        return cli_fail(cl_error(CL_ERR_INVALID, "unknown --precision '%s' (fp32 or bf16)", prec));
+    if (prec) q.fix.bf16 = !strcmp(prec, "bf16");
+    if (q.fix.bf16 == 1 && !(q.hw.peak_bf16 > 0))
+        return cli_fail(cl_error(CL_ERR_INVALID, "--precision bf16: the hardware %s has no bf16 peak", q.hw.name));
+    if (q.fix.bf16 == 1 && q.hw.exact_memory)
+        return cli_fail(cl_error(CL_ERR_INVALID, "--precision bf16: cleave trains in fp32 on this machine"));
+    if (q.fix.zero > 1 && q.hw.exact_memory)
+        return cli_fail(cl_error(CL_ERR_UNSUPPORTED, "--zero %d: ZeRO stages 2 and 3 are not built yet on this machine (0 or 1)",
+                                 q.fix.zero));
+    cl_plan_list l;
+    double t0 = cl_now();
+    if ((s = cl_plan_search(&q, &l))) return cli_fail(s);
+    double dt = cl_now() - t0;
+    char cap[32];
+    double capb = q.device_memory > 0 ? q.device_memory : q.hw.device_memory;
+    cl_format_bytes((size_t)capb, cap, sizeof cap);
+    if (!l.considered) {
+        cl_plan_list_free(&l);
+        return cli_fail(cl_error(CL_ERR_INVALID,
+                                 "no configuration of %d devices: dp x tp x pp must make %d, with dp dividing the global batch "
+                                 "%d, tp dividing the heads, pp stages of whole blocks (and the fixed flags)",
+                                 devices, devices, q.global_batch));
+    }
+    if (!l.n) {
+        const cl_plan_result *r = &l.nearest;
+        char need[32], over[32];
+        cl_format_bytes((size_t)r->peak_bytes, need, sizeof need);
+        cl_format_bytes((size_t)r->over_bytes, over, sizeof over);
+        s = cl_error(CL_ERR_OOM,
+                     "no configuration fits %s per device: the nearest (dp %d tp %d pp %d v %d mb %d %s zero %d recompute %s%s) "
+                     "needs %s on pipeline rank %d, %s over; its largest category is %s",
+                     cap, r->c.dp, r->c.tp, r->c.pp, r->c.v, r->c.mb, cl_sched_kind_name((cl_sched_kind)r->c.schedule), r->c.zero,
+                     rc_name(r->c.recompute), r->c.sp ? " sp" : "", need, r->full_rank, over, cl_mem_cat_name((cl_mem_cat)r->over_cat));
+        cl_plan_list_free(&l);
+        return cli_fail(s);
+    }
+    if (cli_get(&a, "json")) {
+        for (int i = 0; i < l.n && i < top; i++) print_json(&l.r[i]);
+    } else {
+        const cl_plan_result *b = &l.r[0];
+        printf("plan: %s, %d devices (%d per node) of %s, %s each, global batch %d x %d tokens, %s\n", q.model.name, devices,
+               q.hw.devices_per_node, q.hw.name, cap, q.global_batch, q.T, b->c.bf16 ? "bf16 mixed precision" : "fp32");
+        printf("searched %ld configurations in %.2f s: %ld fit, %ld simulated; fastest first:\n", l.considered, dt, l.fitted,
+               l.simulated_count);
+        print_table(&l, top);
+    }
+    cl_plan_list_free(&l);
+    return 0;
+}

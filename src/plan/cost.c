@@ -1,0 +1,155 @@
+/* The cost of one unit (see plan.h): the one statement of what each unit
+ * computes and moves, beside the layout statement (cl_model_describe_tp)
+ * whose local sizes it reads. Matrix products are counted exactly (the
+ * forward products equal cl_unit.flops); the other kernels' bytes are
+ * counted as each reads its inputs and writes its outputs once, at the
+ * activation precision (ebytes). */
+#include "plan/plan.h"
+
+#include <string.h>
+
+static void gemm(cl_pass_cost *c, double m, double n, double k, double count) {
+    if (m <= 0 || n <= 0 || k <= 0 || count <= 0) return;
+    if (c->ngemm < CL_COST_MAX_GEMM) c->gemm[c->ngemm++] = (cl_gemm_shape){m, n, k, count};
+    else c->gemm[CL_COST_MAX_GEMM - 1].count += count * m * n * k / (c->gemm[CL_COST_MAX_GEMM - 1].m *
+                                                                      c->gemm[CL_COST_MAX_GEMM - 1].n *
+                                                                      c->gemm[CL_COST_MAX_GEMM - 1].k);
+    c->flops += 2.0 * m * n * k * count;
+}
+
+static void coll(cl_pass_cost *c, int kind, double bytes, int tp) {
+    if (tp <= 1 || bytes <= 0) return;
+    if (kind == 0) c->ar_bytes += bytes, c->ar_calls++;
+    else if (kind == 1) c->ag_bytes += bytes, c->ag_calls++;
+    else c->rs_bytes += bytes, c->rs_calls++;
+}
+
+void cl_pass_cost_add(cl_pass_cost *acc, const cl_pass_cost *a) {
+    for (int i = 0; i < a->ngemm; i++) gemm(acc, a->gemm[i].m, a->gemm[i].n, a->gemm[i].k, a->gemm[i].count);
+    acc->bytes += a->bytes;
+    acc->ar_bytes += a->ar_bytes, acc->ag_bytes += a->ag_bytes, acc->rs_bytes += a->rs_bytes;
+    acc->ar_calls += a->ar_calls, acc->ag_calls += a->ag_calls, acc->rs_calls += a->rs_calls;
+}
+
+/* A transformer block: ln_1, c_attn (columns of this rank's heads),
+ * attention (scores, softmax, product with v), attn.c_proj (rows), residual,
+ * ln_2, c_fc (columns), GELU, mlp.c_proj (rows), residual. R token rows
+ * (B T), Rs of them between the split layers (sequence parallelism: R/tp). */
+static void block_cost(const cl_model_desc *d, int B, double e, int recompute, cl_unit_cost *o) {
+    double T = d->T, C = d->cfg.channels, Cl = d->channels_local, H = d->heads_local, hd = C / d->cfg.heads;
+    int tp = d->tpl.tp, sp = d->tpl.sp;
+    double R = (double)B * T, Rs = sp ? R / tp : R, act = R * C * e;
+    cl_pass_cost *f = &o->pass[CL_PASS_F], *b = &o->pass[CL_PASS_B], *w = &o->pass[CL_PASS_W], *rf = &o->pass[CL_PASS_RF];
+    /* forward: c_attn, q k^T, softmax(.) v, c_proj, c_fc, mlp.c_proj */
+    gemm(f, R, 3 * Cl, C, 1);
+    gemm(f, T, T, hd, B * H);
+    gemm(f, T, hd, T, B * H);
+    gemm(f, R, C, Cl, 1);
+    gemm(f, R, 4 * Cl, C, 1);
+    gemm(f, R, C, 4 * Cl, 1);
+    /* two layernorms (read, write), two bias + residual adds (read 2, write 1), the
+     * biases of c_attn and c_fc (read, write), GELU (read 1, write 1), the softmax (read, write) */
+    double scores = (double)B * H * T * T;
+    f->bytes = e * (2 * 2 * Rs * C + 2 * 3 * Rs * C + 2 * R * 3 * Cl + 2 * R * 4 * Cl + 2 * R * 4 * Cl + 2 * scores);
+    if (sp) coll(f, 1, act, tp), coll(f, 2, act, tp), coll(f, 1, act, tp), coll(f, 2, act, tp);
+    else coll(f, 0, act, tp), coll(f, 0, act, tp);
+    /* backward-input: each linear's input gradient, the four products of attention */
+    gemm(b, R, C, 3 * Cl, 1);
+    gemm(b, T, hd, T, 2 * B * H); /* dq = ds k, dk = ds^T q */
+    gemm(b, T, T, hd, B * H);     /* dp = dy v^T */
+    gemm(b, T, hd, T, B * H);     /* dv = p^T dy */
+    gemm(b, R, Cl, C, 1);
+    gemm(b, R, C, 4 * Cl, 1);
+    gemm(b, R, 4 * Cl, C, 1);
+    /* layernorm, GELU and softmax backward read their input and the gradient and write one;
+     * the residual gradients add */
+    b->bytes = e * (2 * 3 * Rs * C + 2 * 2 * Rs * C + 3 * R * 4 * Cl + 3 * scores);
+    if (sp) coll(b, 1, act, tp), coll(b, 2, act, tp), coll(b, 1, act, tp), coll(b, 2, act, tp);
+    else coll(b, 0, act, tp), coll(b, 0, act, tp);
+    /* backward-weight: dW = x^T dy of the four linears, bias and layernorm gradients (read dy, x) */
+    gemm(w, C, 3 * Cl, R, 1);
+    gemm(w, Cl, C, R, 1);
+    gemm(w, C, 4 * Cl, R, 1);
+    gemm(w, 4 * Cl, C, R, 1);
+    w->bytes = e * (R * (3 * Cl + 4 * Cl) + 2 * Rs * C + 2 * 2 * Rs * C);
+    if (sp) coll(w, 1, act, tp), coll(w, 1, act, tp); /* the layernorm outputs gathered again */
+    if (recompute == CL_RECOMPUTE_FULL) *rf = *f;
+    else if (recompute == CL_RECOMPUTE_SELECTIVE) {
+        gemm(rf, T, T, hd, B * H);
+        gemm(rf, T, hd, T, B * H);
+        rf->bytes = e * 2 * scores;
+    }
+}
+
+static void embed_cost(const cl_model_desc *d, int B, double e, cl_unit_cost *o) {
+    double R = (double)B * d->T, C = d->cfg.channels;
+    int tp = d->tpl.tp, sp = d->tpl.sp;
+    /* lookup of the rank's rows + positions: read 2, write 1 per element */
+    o->pass[CL_PASS_F].bytes = e * 3 * R * C;
+    coll(&o->pass[CL_PASS_F], sp ? 2 : 0, R * C * e, tp);
+    /* the gradient's scatter-add into wte's and wpe's rows: read dy, read and write the rows */
+    o->pass[CL_PASS_W].bytes = e * 4 * R * C;
+    if (sp) coll(&o->pass[CL_PASS_W], 1, R * C * e, tp);
+}
+
+static void head_cost(const cl_model_desc *d, int B, double e, cl_unit_cost *o) {
+    double R = (double)B * d->T, C = d->cfg.channels, Vl = d->vocab_local;
+    int tp = d->tpl.tp, sp = d->tpl.sp;
+    double Rs = sp ? R / tp : R;
+    cl_pass_cost *f = &o->pass[CL_PASS_F], *b = &o->pass[CL_PASS_B];
+    gemm(f, R, Vl, C, 1);
+    /* ln_f; the softmax cross-entropy reads the logits twice (max, sums) and keeps them */
+    f->bytes = e * (2 * Rs * C + 3 * R * Vl);
+    if (sp) coll(f, 1, R * C * e, tp);
+    coll(f, 0, R * 4.0, tp);  /* the row max */
+    coll(f, 0, R * 16.0, tp); /* the sums of exponentials and the target's logit, doubles */
+    /* the whole backward (a loss unit's B): dlogits, dx = dlogits wte, dwte = dlogits^T x, ln_f */
+    gemm(b, R, C, Vl, 1);
+    gemm(b, Vl, C, R, 1);
+    b->bytes = e * (2 * R * Vl + 3 * Rs * C + 2 * Rs * C);
+    coll(b, sp ? 2 : 0, R * C * e, tp);
+}
+
+void cl_unit_cost_of(const cl_model_desc *d, int u, int B, int ebytes, int recompute, cl_unit_cost *o) {
+    memset(o, 0, sizeof *o);
+    const cl_unit *un = &d->units[u];
+    double e = ebytes, Bd = B;
+    int tp = d->tpl.tp;
+    cl_pass_cost *f = &o->pass[CL_PASS_F], *b = &o->pass[CL_PASS_B], *w = &o->pass[CL_PASS_W];
+    switch (un->kind) {
+    case CL_UNIT_BLOCK: block_cost(d, B, e, recompute, o); break;
+    case CL_UNIT_EMBED: embed_cost(d, B, e, o); break;
+    case CL_UNIT_LMHEAD: head_cost(d, B, e, o); break;
+    case CL_UNIT_LINEAR: {
+        double ci = un->c, co = un->oc;
+        gemm(f, Bd, co, ci, 1);
+        f->bytes = e * 2 * Bd * co; /* bias */
+        gemm(b, Bd, ci, co, 1);
+        gemm(w, ci, co, Bd, 1);
+        w->bytes = e * Bd * co;
+        if (un->tp_mode == 2) coll(f, 0, Bd * co * e, tp); /* row-parallel: the output's partial sums */
+        if (un->tp_mode == 1) coll(b, 0, Bd * ci * e, tp); /* column-parallel: the input gradient's */
+        break;
+    }
+    case CL_UNIT_CONV: {
+        double rows = Bd * un->oh * un->ow, kk = (double)un->c * un->k * un->k;
+        gemm(f, rows, un->oc, kk, 1);
+        f->bytes = e * (2 * rows * kk + 2 * rows * un->oc); /* im2col, bias */
+        gemm(b, rows, kk, un->oc, 1);
+        b->bytes = e * 2 * rows * kk; /* col2im */
+        gemm(w, kk, un->oc, rows, 1);
+        w->bytes = e * 2 * rows * kk;
+        break;
+    }
+    case CL_UNIT_RELU:
+    case CL_UNIT_MAXPOOL:
+    case CL_UNIT_FLATTEN:
+        f->bytes = e * Bd * (double)(un->in_floats + un->out_floats);
+        b->bytes = e * Bd * (double)(2 * un->out_floats + un->in_floats);
+        break;
+    case CL_UNIT_CLASSIFY:
+        f->bytes = e * 2 * Bd * un->c;
+        b->bytes = e * 2 * Bd * un->c;
+        break;
+    }
+}

@@ -1,0 +1,222 @@
+/* Hardware descriptions (see plan.h and docs/ARCHITECTURE.md "Planner"):
+ * parsing, the built-in A100 and H100 DGX descriptions, and the costs of
+ * products, other kernels and collectives derived from them. */
+#include "plan/plan.h"
+
+#include "cleave/data.h"
+#include "cleave/json.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Where each number comes from is in the "sources" member (kept in the file
+ * so that a copy carries its provenance). The GEMM curve and the achieved
+ * shares of the link and memory bandwidths are the only figures that are
+ * not on a datasheet; ARCHITECTURE.md says how they were set. */
+static const char a100_json[] =
+    "{\"name\": \"a100-80gb-dgx\",\n"
+    " \"peak_flops\": {\"fp32\": 19.5e12, \"bf16\": 312e12},\n"
+    " \"gemm\": {\"max_efficiency\": 0.70, \"half_dim\": 64},\n"
+    " \"memory_bandwidth\": 2039e9, \"memory_efficiency\": 0.80,\n"
+    " \"device_memory\": 85899345920,\n"
+    " \"devices_per_node\": 8,\n"
+    " \"intra_node\": {\"bandwidth\": 300e9, \"efficiency\": 0.75, \"latency\": 8e-6},\n"
+    " \"inter_node\": {\"bandwidth\": 25e9, \"efficiency\": 0.90, \"latency\": 12e-6},\n"
+    " \"sources\": {\n"
+    "  \"peak_flops\": \"NVIDIA A100 Tensor Core GPU datasheet (SXM4 80GB): FP32 19.5 TFLOPS, BF16/FP16 Tensor 312 TFLOPS dense\",\n"
+    "  \"memory_bandwidth\": \"same datasheet: HBM2e 2,039 GB/s; 80 GB\",\n"
+    "  \"intra_node\": \"DGX A100: NVLink 3 through NVSwitch, 600 GB/s per GPU both directions (300 GB/s each way); efficiency: the bus bandwidth NCCL all-reduce reaches on 8 GPUs is about 3/4 of it\",\n"
+    "  \"inter_node\": \"DGX A100: 8 x ConnectX-6 HDR InfiniBand 200 Gb/s, one per GPU (25 GB/s each way)\",\n"
+    "  \"gemm\": \"set once for all shapes, see docs/ARCHITECTURE.md Planner\"}}\n";
+
+static const char h100_json[] =
+    "{\"name\": \"h100-80gb-dgx\",\n"
+    " \"peak_flops\": {\"fp32\": 67e12, \"bf16\": 989.4e12},\n"
+    " \"gemm\": {\"max_efficiency\": 0.70, \"half_dim\": 64},\n"
+    " \"memory_bandwidth\": 3350e9, \"memory_efficiency\": 0.80,\n"
+    " \"device_memory\": 85899345920,\n"
+    " \"devices_per_node\": 8,\n"
+    " \"intra_node\": {\"bandwidth\": 450e9, \"efficiency\": 0.75, \"latency\": 8e-6},\n"
+    " \"inter_node\": {\"bandwidth\": 50e9, \"efficiency\": 0.90, \"latency\": 12e-6},\n"
+    " \"sources\": {\n"
+    "  \"peak_flops\": \"NVIDIA H100 Tensor Core GPU datasheet (SXM5): FP32 67 TFLOPS, BF16 Tensor 1,979 TFLOPS with sparsity, 989.4 dense\",\n"
+    "  \"memory_bandwidth\": \"same datasheet: HBM3 3.35 TB/s; 80 GB\",\n"
+    "  \"intra_node\": \"DGX H100: NVLink 4 through NVSwitch, 900 GB/s per GPU both directions (450 GB/s each way)\",\n"
+    "  \"inter_node\": \"DGX H100: 8 x ConnectX-7 400 Gb/s InfiniBand/Ethernet, one per GPU (50 GB/s each way)\",\n"
+    "  \"gemm\": \"the A100's curve (no published Table 1 to check it against here)\"}}\n";
+
+cl_status cl_hw_builtin(const char *name, cl_hw *out) {
+    if (!strcmp(name, "a100")) return cl_hw_parse(a100_json, sizeof a100_json - 1, "the built-in a100", out);
+    if (!strcmp(name, "h100")) return cl_hw_parse(h100_json, sizeof h100_json - 1, "the built-in h100", out);
+    return cl_error(CL_ERR_INVALID, "unknown built-in hardware '%s' (a100, h100)", name);
+}
+
+/* A required positive number at obj.key (or an optional one: *out unchanged when absent). */
+static cl_status num(const cl_json *obj, const char *path, const char *key, const char *what, int required, double *out) {
+    const cl_json *v = obj ? cl_json_get(obj, key) : NULL;
+    if (!v) {
+        if (!required) return CL_OK;
+        return cl_error(CL_ERR_INVALID, "%s: missing field %s%s", what, path, key);
+    }
+    if (v->type != CL_JSON_NUMBER) return cl_error(CL_ERR_INVALID, "%s: field %s%s must be a number", what, path, key);
+    if (!(v->number > 0) || !isfinite(v->number))
+        return cl_error(CL_ERR_INVALID, "%s: field %s%s must be positive (got %g)", what, path, key, v->number);
+    *out = v->number;
+    return CL_OK;
+}
+
+static cl_status link(const cl_json *root, const char *key, const char *what, double *bw, double *lat) {
+    const cl_json *o = cl_json_get(root, key);
+    char path[32];
+    snprintf(path, sizeof path, "%s.", key);
+    if (!o || o->type != CL_JSON_OBJECT) return cl_error(CL_ERR_INVALID, "%s: missing object %s", what, key);
+    double eff = 1, l = 0;
+    CL_TRY(num(o, path, "bandwidth", what, 1, bw));
+    CL_TRY(num(o, path, "efficiency", what, 0, &eff));
+    const cl_json *lv = cl_json_get(o, "latency");
+    if (!lv) return cl_error(CL_ERR_INVALID, "%s: missing field %slatency", what, path);
+    if (lv->type != CL_JSON_NUMBER || lv->number < 0 || !isfinite(lv->number))
+        return cl_error(CL_ERR_INVALID, "%s: field %slatency must be a number >= 0", what, path);
+    l = lv->number;
+    if (eff > 1) return cl_error(CL_ERR_INVALID, "%s: field %sefficiency must be at most 1 (got %g)", what, path, eff);
+    *bw *= eff;
+    *lat = l;
+    return CL_OK;
+}
+
+static cl_status parse_root(const cl_json *r, const char *what, cl_hw *hw) {
+    memset(hw, 0, sizeof *hw);
+    if (!r || r->type != CL_JSON_OBJECT) return cl_error(CL_ERR_INVALID, "%s: not a JSON object", what);
+    const cl_json *nm = cl_json_get(r, "name");
+    if (!nm || nm->type != CL_JSON_STRING) return cl_error(CL_ERR_INVALID, "%s: missing field name (a string)", what);
+    snprintf(hw->name, sizeof hw->name, "%s", nm->string);
+    const cl_json *pk = cl_json_get(r, "peak_flops");
+    if (!pk || pk->type != CL_JSON_OBJECT) return cl_error(CL_ERR_INVALID, "%s: missing object peak_flops", what);
+    CL_TRY(num(pk, "peak_flops.", "fp32", what, 1, &hw->peak_fp32));
+    CL_TRY(num(pk, "peak_flops.", "bf16", what, 0, &hw->peak_bf16));
+    const cl_json *g = cl_json_get(r, "gemm");
+    if (!g || g->type != CL_JSON_OBJECT) return cl_error(CL_ERR_INVALID, "%s: missing object gemm", what);
+    const cl_json *tab = cl_json_get(g, "table");
+    if (tab) {
+        if (tab->type != CL_JSON_ARRAY || tab->count < 1 || tab->count > CL_HW_MAX_GEMM_POINTS)
+            return cl_error(CL_ERR_INVALID, "%s: gemm.table must be an array of 1 to %d [m, n, k, efficiency] rows", what,
+                            CL_HW_MAX_GEMM_POINTS);
+        int i = 0;
+        for (const cl_json *row = tab->child; row; row = row->next, i++) {
+            if (row->type != CL_JSON_ARRAY || row->count != 4)
+                return cl_error(CL_ERR_INVALID, "%s: gemm.table row %d must be [m, n, k, efficiency]", what, i);
+            int j = 0;
+            for (const cl_json *x = row->child; x; x = x->next, j++) {
+                if (x->type != CL_JSON_NUMBER || !(x->number > 0) || !isfinite(x->number) || (j == 3 && x->number > 1))
+                    return cl_error(CL_ERR_INVALID, "%s: gemm.table row %d: every entry must be positive (efficiency at most 1)",
+                                    what, i);
+                hw->gemm_points[i][j] = x->number;
+            }
+        }
+        hw->ngemm_points = i;
+    } else {
+        CL_TRY(num(g, "gemm.", "max_efficiency", what, 1, &hw->gemm_max_eff));
+        CL_TRY(num(g, "gemm.", "half_dim", what, 1, &hw->gemm_half));
+        if (hw->gemm_max_eff > 1) return cl_error(CL_ERR_INVALID, "%s: gemm.max_efficiency must be at most 1", what);
+    }
+    double meff = 1, dpn = 0;
+    CL_TRY(num(r, "", "memory_bandwidth", what, 1, &hw->mem_bw));
+    CL_TRY(num(r, "", "memory_efficiency", what, 0, &meff));
+    if (meff > 1) return cl_error(CL_ERR_INVALID, "%s: memory_efficiency must be at most 1", what);
+    hw->mem_bw *= meff;
+    CL_TRY(num(r, "", "device_memory", what, 1, &hw->device_memory));
+    CL_TRY(num(r, "", "devices_per_node", what, 1, &dpn));
+    if (dpn != floor(dpn) || dpn > 1 << 20) return cl_error(CL_ERR_INVALID, "%s: devices_per_node must be a whole number", what);
+    hw->devices_per_node = (int)dpn;
+    CL_TRY(link(r, "intra_node", what, &hw->intra_bw, &hw->intra_lat));
+    CL_TRY(link(r, "inter_node", what, &hw->inter_bw, &hw->inter_lat));
+    const cl_json *ex = cl_json_get(r, "exact_memory");
+    hw->exact_memory = ex && ex->type == CL_JSON_BOOL && ex->boolean;
+    return CL_OK;
+}
+
+cl_status cl_hw_parse(const char *text, size_t len, const char *what, cl_hw *out) {
+    cl_json_doc *doc;
+    cl_status s = cl_json_parse(&doc, text, len);
+    if (s) return cl_error(CL_ERR_INVALID, "%s: %s", what, cl_last_error());
+    s = parse_root(cl_json_root(doc), what, out);
+    cl_json_free(doc);
+    return s;
+}
+
+cl_status cl_hw_load(const char *path, cl_hw *out) {
+    cl_json_doc *doc;
+    CL_TRY(cl_json_parse_file(&doc, path));
+    cl_status s = parse_root(cl_json_root(doc), path, out);
+    cl_json_free(doc);
+    return s;
+}
+
+char *cl_hw_to_json(const cl_hw *hw, const char *note) {
+    cl_strbuf b = {0};
+    cl_sb_printf(&b, "{\"name\": ");
+    cl_sb_json_string(&b, hw->name, strlen(hw->name));
+    cl_sb_printf(&b, ",\n \"peak_flops\": {\"fp32\": %.6g%s", hw->peak_fp32, hw->peak_bf16 > 0 ? ", \"bf16\": " : "");
+    if (hw->peak_bf16 > 0) cl_sb_printf(&b, "%.6g", hw->peak_bf16);
+    cl_sb_printf(&b, "},\n \"gemm\": {");
+    if (hw->ngemm_points) {
+        cl_sb_printf(&b, "\"table\": [");
+        for (int i = 0; i < hw->ngemm_points; i++)
+            cl_sb_printf(&b, "%s\n   [%.0f, %.0f, %.0f, %.4f]", i ? "," : "", hw->gemm_points[i][0], hw->gemm_points[i][1],
+                         hw->gemm_points[i][2], hw->gemm_points[i][3]);
+        cl_sb_printf(&b, "]}");
+    } else {
+        cl_sb_printf(&b, "\"max_efficiency\": %.4g, \"half_dim\": %.4g}", hw->gemm_max_eff, hw->gemm_half);
+    }
+    cl_sb_printf(&b, ",\n \"memory_bandwidth\": %.6g,\n \"device_memory\": %.0f,\n \"devices_per_node\": %d,\n", hw->mem_bw,
+                 hw->device_memory, hw->devices_per_node);
+    cl_sb_printf(&b, " \"intra_node\": {\"bandwidth\": %.6g, \"latency\": %.3g},\n", hw->intra_bw, hw->intra_lat);
+    cl_sb_printf(&b, " \"inter_node\": {\"bandwidth\": %.6g, \"latency\": %.3g},\n", hw->inter_bw, hw->inter_lat);
+    cl_sb_printf(&b, " \"exact_memory\": %s,\n \"sources\": ", hw->exact_memory ? "true" : "false");
+    cl_sb_json_string(&b, note ? note : "", note ? strlen(note) : 0);
+    cl_sb_printf(&b, "}\n");
+    if (b.failed) {
+        cl_sb_free(&b);
+        return NULL;
+    }
+    return b.buf;
+}
+
+double cl_hw_gemm_eff(const cl_hw *hw, double m, double n, double k) {
+    if (hw->ngemm_points) {
+        double best = INFINITY, eff = hw->gemm_points[0][3];
+        for (int i = 0; i < hw->ngemm_points; i++) {
+            double dm = log(m / hw->gemm_points[i][0]), dn = log(n / hw->gemm_points[i][1]), dk = log(k / hw->gemm_points[i][2]);
+            double dist = dm * dm + dn * dn + dk * dk;
+            if (dist < best) best = dist, eff = hw->gemm_points[i][3];
+        }
+        return eff;
+    }
+    double h = hw->gemm_half;
+    return hw->gemm_max_eff * (m / (m + h)) * (n / (n + h)) * (k / (k + h));
+}
+
+double cl_hw_pass_compute(const cl_hw *hw, const cl_pass_cost *c, double peak) {
+    double t = 0;
+    for (int i = 0; i < c->ngemm; i++) {
+        const cl_gemm_shape *g = &c->gemm[i];
+        t += 2.0 * g->m * g->n * g->k * g->count / (peak * cl_hw_gemm_eff(hw, g->m, g->n, g->k));
+    }
+    return t + c->bytes / hw->mem_bw;
+}
+
+double cl_hw_coll(const cl_hw *hw, cl_coll_kind kind, double bytes, int g, int inter) {
+    if (g <= 1 || bytes <= 0) return 0;
+    double bw = inter ? hw->inter_bw : hw->intra_bw, lat = inter ? hw->inter_lat : hw->intra_lat;
+    double f = (double)(g - 1) / g;
+    if (kind != CL_COLL_ALLREDUCE) return f * bytes / bw + (g - 1) * lat;
+    double ring = 2 * f * bytes / bw + 2 * (g - 1) * lat;
+    double tree = 2 * bytes / bw + 2 * ceil(log2((double)g)) * lat; /* reduce then broadcast down a (double binary) tree */
+    return ring < tree ? ring : tree;
+}
+
+double cl_hw_p2p(const cl_hw *hw, double bytes, int inter) {
+    return bytes / (inter ? hw->inter_bw : hw->intra_bw) + (inter ? hw->inter_lat : hw->intra_lat);
+}

@@ -1,0 +1,629 @@
+/* Step time and memory of one configuration, and the search over all of
+ * them (see plan.h and docs/ARCHITECTURE.md "Planner").
+ *
+ * Time: every action of the schedule gets its duration from the unit costs
+ * (cost.c) and the hardware (hw.c): a stage's F, B (with recompute's
+ * re-forward) and W are the sums over its units of products at the
+ * hardware's efficiency for their shape, other kernels at its memory
+ * bandwidth, and the tensor-parallel collectives (not overlapped, as the
+ * engine runs them); activations and gradients between stages fly for a
+ * point-to-point message's time; GRAD_SYNC is the data-parallel reduction
+ * less what hides under the rank's last backward (the engine launches its
+ * buckets there), plus ZeRO's gathers; OPT_STEP streams the optimizer's
+ * bytes. The schedule simulator orders the actions; its makespan is the
+ * step time.
+ *
+ * Memory: on this machine (fp32, exact_memory) cl_memory_predict's bytes;
+ * on a GPU description the same statement (cl_pp_stage_predict's
+ * categories over the same description) at mixed precision: parameters and
+ * gradients 2 bytes, optimizer 12 bytes per float (fp32 master, two
+ * moments) where cleave keeps 8, activations and workspace 2 bytes, and
+ * ZeRO stages 2 and 3 sharding the gradients and parameters. */
+#include "plan/plan.h"
+
+#include "cleave/memory.h"
+#include "cleave/pipeline.h"
+#include "cleave/train.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+double cl_plan_model_states(double psi, int K, int zero, int n) {
+    if (n < 1) n = 1;
+    double w = 2 * psi, g = 2 * psi, o = K * psi;
+    if (zero >= 1) o /= n;
+    if (zero >= 2) g /= n;
+    if (zero >= 3) w /= n;
+    return w + g + o;
+}
+
+/* ---- per-query state -------------------------------------------------------- */
+
+#define MAX_DESC 32
+typedef struct {
+    const cl_plan_query *q;
+    int ndesc;
+    int dtp[MAX_DESC], dsp[MAX_DESC];
+    cl_model_desc *desc[MAX_DESC];
+    double *uparams[MAX_DESC];   /* parameters per unit of each description */
+    const double *up;            /* those of the description get_desc gave last */
+    int have_flops[3];
+    struct live_entry {
+        int kind, p, m, v;
+        int *live;               /* [p * v]: cl_schedule_chunk_live of rank r, chunk c at r * v + c */
+    } lives[64];
+    int nlives, next_live;
+    double flops_model, flops_run[3]; /* one step's, per recompute mode */
+} plan_ctx;
+
+static cl_status get_desc(plan_ctx *x, int tp, int sp, cl_model_desc **out) {
+    for (int i = 0; i < x->ndesc; i++)
+        if (x->dtp[i] == tp && x->dsp[i] == sp) return x->up = x->uparams[i], *out = x->desc[i], CL_OK;
+    cl_tp_layout tl = {tp, 0, sp, x->q->vocab_div > 0 ? x->q->vocab_div : 128};
+    cl_model_desc *d;
+    CL_TRY(cl_model_describe_tp(&x->q->model, x->q->T, &tl, &d));
+    double *up = calloc((size_t)d->nunits, sizeof *up);
+    if (!up) {
+        cl_model_desc_free(d);
+        return cl_error(CL_ERR_OOM, "cannot describe the model");
+    }
+    for (int i = 0; i < d->nparams; i++) up[d->params[i].unit] += (double)d->params[i].numel;
+    if (x->ndesc == MAX_DESC) {
+        cl_model_desc_free(x->desc[0]);
+        free(x->uparams[0]);
+        memmove(x->desc, x->desc + 1, (MAX_DESC - 1) * sizeof x->desc[0]);
+        memmove(x->uparams, x->uparams + 1, (MAX_DESC - 1) * sizeof x->uparams[0]);
+        memmove(x->dtp, x->dtp + 1, (MAX_DESC - 1) * sizeof x->dtp[0]);
+        memmove(x->dsp, x->dsp + 1, (MAX_DESC - 1) * sizeof x->dsp[0]);
+        x->ndesc--;
+    }
+    x->desc[x->ndesc] = d, x->uparams[x->ndesc] = up, x->dtp[x->ndesc] = tp, x->dsp[x->ndesc] = sp;
+    x->ndesc++;
+    x->up = up;
+    return *out = d, CL_OK;
+}
+
+static void ctx_free(plan_ctx *x) {
+    for (int i = 0; i < x->ndesc; i++) cl_model_desc_free(x->desc[i]), free(x->uparams[i]);
+    for (int i = 0; i < x->nlives; i++) free(x->lives[i].live);
+    x->ndesc = x->nlives = 0;
+}
+
+/* The schedule's live micro-batches per rank and chunk (the executor's slot
+ * counts, cl_schedule_chunk_live), cached per shape. */
+static cl_status get_live(plan_ctx *x, int kind, int p, int m, int v, const int **out) {
+    for (int i = 0; i < x->nlives; i++) {
+        struct live_entry *e = &x->lives[i];
+        if (e->kind == kind && e->p == p && e->m == m && e->v == v) return *out = e->live, CL_OK;
+    }
+    cl_schedule sc;
+    CL_TRY(cl_schedule_make((cl_sched_kind)kind, p, m, v, &sc));
+    int *live = malloc((size_t)(p * v) * sizeof *live);
+    cl_status s = live ? CL_OK : cl_error(CL_ERR_OOM, "cannot count live micro-batches");
+    for (int r = 0; !s && r < p; r++)
+        for (int c = 0; c < v; c++) live[r * v + c] = cl_schedule_chunk_live(&sc, r, c);
+    cl_schedule_free(&sc);
+    if (s) return s;
+    int i = x->nlives < 64 ? x->nlives++ : x->next_live++ % 64;
+    if (i < x->nlives && x->lives[i].live && x->nlives == 64) free(x->lives[i].live);
+    x->lives[i] = (struct live_entry){kind, p, m, v, live};
+    return *out = live, CL_OK;
+}
+
+/* Parameters of units [u0, u1) of the description get_desc gave last. */
+static double params_in(const plan_ctx *x, int u0, int u1) {
+    double n = 0;
+    for (int u = u0; u < u1; u++) n += x->up[u];
+    return n;
+}
+
+/* ---- one configuration, prepared ---------------------------------------------- */
+
+typedef struct {
+    cl_plan_cfg c;
+    int p, v, S, m, kind;
+    int u0[CL_PP_MAX_STAGES], u1[CL_PP_MAX_STAGES];
+    double f[CL_PP_MAX_STAGES], b[CL_PP_MAX_STAGES], w[CL_PP_MAX_STAGES];
+    double comm_f[CL_PP_MAX_STAGES], comm_b[CL_PP_MAX_STAGES]; /* tensor-parallel seconds inside them */
+    double p2p;
+    double sync[4096], opt[4096];
+} prep;
+
+static int inter_group(const cl_hw *hw, int span) { return span > hw->devices_per_node; }
+
+static double pass_time(const plan_ctx *x, const cl_pass_cost *pc, double peak, int tp, double *comm) {
+    const cl_hw *hw = &x->q->hw;
+    int inter = inter_group(hw, tp);
+    double t = cl_hw_pass_compute(hw, pc, peak), c = 0;
+    if (pc->ar_calls) c += pc->ar_calls * cl_hw_coll(hw, CL_COLL_ALLREDUCE, pc->ar_bytes / pc->ar_calls, tp, inter);
+    if (pc->ag_calls) c += pc->ag_calls * cl_hw_coll(hw, CL_COLL_ALLGATHER, pc->ag_bytes / pc->ag_calls, tp, inter);
+    if (pc->rs_calls) c += pc->rs_calls * cl_hw_coll(hw, CL_COLL_REDUCE_SCATTER, pc->rs_bytes / pc->rs_calls, tp, inter);
+    *comm += c;
+    return t + c;
+}
+
+
+/* Checks c against the query and fills the stage times. */
+static cl_status prepare(plan_ctx *x, const cl_plan_cfg *c, prep *P, cl_model_desc **dout) {
+    const cl_plan_query *q = x->q;
+    const cl_hw *hw = &q->hw;
+    memset(P, 0, sizeof *P);
+    P->c = *c;
+    if (c->dp < 1 || c->tp < 1 || c->pp < 1 || c->mb < 1 || c->v < 1)
+        return cl_error(CL_ERR_INVALID, "dp, tp, pp, micro-batch and virtual stages must be >= 1");
+    if ((long)c->dp * c->tp * c->pp != q->devices)
+        return cl_error(CL_ERR_INVALID, "dp %d x tp %d x pp %d is not the %d devices", c->dp, c->tp, c->pp, q->devices);
+    if (q->global_batch % (c->dp * c->mb))
+        return cl_error(CL_ERR_INVALID, "the global batch %d is not a multiple of dp %d x micro-batch %d", q->global_batch, c->dp, c->mb);
+    if (c->bf16 && !(hw->peak_bf16 > 0))
+        return cl_error(CL_ERR_INVALID, "--precision bf16: the hardware %s has no bf16 peak", hw->name);
+    if (hw->exact_memory && c->bf16) return cl_error(CL_ERR_INVALID, "cleave trains in fp32 on this machine");
+    if (hw->exact_memory && c->zero > 1) return cl_error(CL_ERR_UNSUPPORTED, "ZeRO stage %d is not built yet (0 or 1)", c->zero);
+    if (c->sp && c->tp < 2) return cl_error(CL_ERR_INVALID, "sequence parallelism needs tp > 1");
+    P->p = c->pp;
+    P->kind = c->pp > 1 ? c->schedule : CL_SCHED_1F1B;
+    P->v = c->pp > 1 ? c->v : 1;
+    if (P->v > 1 && P->kind != CL_SCHED_INTERLEAVED)
+        return cl_error(CL_ERR_INVALID, "virtual stages %d need the interleaved schedule", P->v);
+    if (P->kind == CL_SCHED_INTERLEAVED && P->v < 2) return cl_error(CL_ERR_INVALID, "the interleaved schedule needs v >= 2");
+    P->S = P->p * P->v;
+    P->m = q->global_batch / (c->dp * c->mb);
+    if (P->kind == CL_SCHED_INTERLEAVED && P->m % P->p)
+        return cl_error(CL_ERR_INVALID, "interleaved: %d micro-batches are not a multiple of pp %d", P->m, P->p);
+    if (P->S > CL_PP_MAX_STAGES || P->p > 4096) return cl_error(CL_ERR_INVALID, "%d stages: at most %d", P->S, CL_PP_MAX_STAGES);
+    cl_model_desc *d;
+    CL_TRY(get_desc(x, c->tp, c->sp, &d));
+    *dout = d;
+    int gpt = q->model.kind == CL_MODEL_GPT;
+    /* stages: the blocks split evenly (the first stages take one more when they do not divide), the
+     * embedding with stage 0, the head with the last; other models: units split evenly */
+    int nb = gpt ? q->model.layers : d->nunits, lo = gpt ? 1 : 0;
+    if (P->S > nb) return cl_error(CL_ERR_INVALID, "%d stages for %d %s", P->S, nb, gpt ? "blocks" : "units");
+    if (gpt && !hw->exact_memory && P->S > 1 && nb % P->S)
+        return cl_error(CL_ERR_INVALID, "%d blocks do not split into %d equal stages", nb, P->S);
+    for (int s = 0, at = lo; s < P->S; s++) {
+        int k = nb / P->S + (s < nb % P->S);
+        P->u0[s] = s == 0 ? 0 : at;
+        at += k;
+        P->u1[s] = s == P->S - 1 ? d->nunits : at;
+    }
+    /* stage times */
+    double peak = c->bf16 ? hw->peak_bf16 : hw->peak_fp32;
+    int eb = c->bf16 ? 2 : 4;
+    cl_unit_cost uc;
+    int cached_kind = -1;
+    double ut[3] = {0}, ucf = 0, ucb = 0;
+    for (int s = 0; s < P->S; s++) {
+        for (int u = P->u0[s]; u < P->u1[s]; u++) {
+            int kind = d->units[u].kind;
+            if (!(gpt && kind == CL_UNIT_BLOCK && cached_kind == CL_UNIT_BLOCK)) {
+                cl_unit_cost_of(d, u, c->mb, eb, c->recompute, &uc);
+                ucf = ucb = 0;
+                ut[0] = pass_time(x, &uc.pass[CL_PASS_F], peak, c->tp, &ucf);
+                ut[1] = pass_time(x, &uc.pass[CL_PASS_B], peak, c->tp, &ucb) + pass_time(x, &uc.pass[CL_PASS_RF], peak, c->tp, &ucb);
+                ut[2] = pass_time(x, &uc.pass[CL_PASS_W], peak, c->tp, &ucb);
+                cached_kind = kind;
+            }
+            P->f[s] += ut[0], P->b[s] += ut[1], P->w[s] += ut[2];
+            P->comm_f[s] += ucf, P->comm_b[s] += ucb;
+        }
+    }
+    /* ZeRO-3 gathers each unit's parameters before its forward and its backward, prefetched under
+     * the compute: a stage's pass lasts the longer of the two */
+    double pb = eb; /* bytes per 16-bit or fp32 parameter */
+    int dp_inter = inter_group(hw, c->dp * c->tp);
+    for (int s = 0; s < P->S && c->zero >= 3 && c->dp > 1; s++) {
+        double np = params_in(x, P->u0[s], P->u1[s]);
+        {
+            double g = cl_hw_coll(hw, CL_COLL_ALLGATHER, np * pb, c->dp, dp_inter);
+            if (g > P->f[s]) P->f[s] = g;
+            if (g > P->b[s] + P->w[s]) P->b[s] = g - P->w[s];
+        }
+    }
+    /* activations (and their gradients) between stages: this rank's rows of a block's output */
+    if (P->p > 1) {
+        double bytes = (double)d->units[P->u1[0] - 1].out_floats * c->mb * eb;
+        /* the next stage is dp x tp ranks further on: in this node only when a node holds more */
+        P->p2p = cl_hw_p2p(hw, bytes, c->dp * c->tp >= hw->devices_per_node);
+    }
+    /* GRAD_SYNC and OPT_STEP per pipeline rank */
+    for (int r = 0; r < P->p; r++) {
+        double np = 0, last_bwd = 0;
+        for (int cc = 0; cc < P->v; cc++) {
+            int s = cc * P->p + r;
+            np += params_in(x, P->u0[s], P->u1[s]);
+            if (cc == 0) last_bwd = P->b[s] + P->w[s];
+        }
+        double sync = 0;
+        if (c->dp > 1) {
+            double g = np * (c->bf16 ? 2 : 4);
+            if (c->zero >= 2) sync = cl_hw_coll(hw, CL_COLL_REDUCE_SCATTER, g, c->dp, dp_inter);
+            else sync = cl_hw_coll(hw, CL_COLL_ALLREDUCE, g, c->dp, dp_inter);
+            /* buckets leave during the chunk's last combined backward (not under a split one) */
+            if (P->kind != CL_SCHED_ZB_H1) sync = sync > last_bwd ? sync - last_bwd : 0;
+            if (c->zero == 1 || c->zero == 2) sync += cl_hw_coll(hw, CL_COLL_ALLGATHER, np * pb, c->dp, dp_inter);
+        }
+        /* the tied embedding's gradients between the first and the last rank */
+        if (gpt && P->p > 1 && (r == 0 || r == P->p - 1) && d->tied_wte >= 0)
+            sync += cl_hw_p2p(hw, (double)d->params[d->tied_wte].numel * (c->bf16 ? 2 : 4), 1);
+        P->sync[r] = sync;
+        /* AdamW: 28 bytes per parameter of the shard (read master, grad, m, v; write master, m, v, the 16-bit copy) */
+        double shard = c->zero >= 1 && c->dp > 1 ? np / c->dp : np;
+        P->opt[r] = shard * 28.0 / hw->mem_bw;
+    }
+    return CL_OK;
+}
+
+/* Per-rank work of one micro-batch, and the closed forms. */
+static void closed_form(const prep *P, double *est, double *lower) {
+    double Rmax = 0, Rsum = 0, fbw = 0, syncmax = 0;
+    for (int r = 0; r < P->p; r++) {
+        double R = 0;
+        for (int c = 0; c < P->v; c++) {
+            int s = c * P->p + r;
+            R += P->f[s] + P->b[s] + P->w[s];
+            fbw += P->f[s] + P->b[s] - P->w[s];
+        }
+        if (R > Rmax) Rmax = R;
+        Rsum += R;
+        if (P->sync[r] + P->opt[r] > syncmax) syncmax = P->sync[r] + P->opt[r];
+    }
+    double Rmean = Rsum / P->p, fill;
+    if (P->kind == CL_SCHED_ZB_H1) fill = (P->p - 1) * (fbw / P->S);
+    else fill = (P->p - 1) * Rmean / P->v;
+    *lower = P->m * Rmax + syncmax;
+    *est = *lower + fill + (P->p > 1 ? 2.0 * (P->p - 1) * P->p2p : 0);
+}
+
+/* Memory of the fullest rank: out->peak_bytes, cat_bytes, full_rank. */
+static cl_status memory(plan_ctx *x, const prep *P, const cl_model_desc *d, cl_plan_result *out) {
+    const cl_plan_query *q = x->q;
+    const cl_plan_cfg *c = &P->c;
+    memset(out->cat_bytes, 0, sizeof out->cat_bytes);
+    out->peak_bytes = 0;
+    if (q->hw.exact_memory) {
+        cl_train_config tc;
+        cl_train_config_default(&tc);
+        tc.model = q->model;
+        tc.seq_len = q->T;
+        tc.micro_batch = c->mb;
+        tc.global_batch = q->global_batch;
+        tc.tp = c->tp;
+        tc.sequence_parallel = c->sp;
+        tc.vocab_divisible_by = q->vocab_div > 0 ? q->vocab_div : 128;
+        tc.schedule = P->kind;
+        tc.virtual_stages = P->v;
+        tc.recompute = c->recompute;
+        tc.zero = c->zero;
+        tc.device_memory = (size_t)(q->device_memory > 0 ? q->device_memory : 0);
+        int n = c->dp * c->tp * c->pp;
+        cl_mem_rank *mr = malloc((size_t)n * sizeof *mr);
+        if (!mr) return cl_error(CL_ERR_OOM, "cannot allocate the memory prediction");
+        cl_status s = cl_memory_predict(&tc, c->dp, c->pp, mr);
+        if (s == CL_ERR_OOM && c->pp > 1) { /* no cut fits: the figures without the cap */
+            cl_error_clear();
+            tc.device_memory = 0;
+            s = cl_memory_predict(&tc, c->dp, c->pp, mr);
+        }
+        if (!s) {
+            int w = 0;
+            for (int i = 1; i < n; i++)
+                if (mr[i].total > mr[w].total) w = i;
+            out->peak_bytes = (double)mr[w].total;
+            out->full_rank = mr[w].pp_rank;
+            for (int k = 0; k < CL_MEM_NCAT; k++) out->cat_bytes[k] = (double)mr[w].bytes[k];
+        }
+        free(mr);
+        return s;
+    }
+    /* a GPU: the stage statement at mixed precision (see the top of this file) */
+    static const double scale[CL_MEM_NCAT] = {0.5, 0.5, 1.5, 0.5, 0.5, 0.5};
+    /* stages of the same units' kinds and counts cost the same: a few distinct ones, cached */
+    struct {
+        int first, last, n, zb;
+        double one[CL_MEM_NCAT], per[CL_MEM_NCAT];
+    } cache[8];
+    int ncache = 0;
+    const int *lives;
+    CL_TRY(get_live(x, P->kind, P->p, P->m, P->v, &lives));
+    for (int r = 0; r < P->p; r++) {
+        double cat[CL_MEM_NCAT] = {0};
+        for (int cc = 0; cc < P->v; cc++) {
+            int s = cc * P->p + r, live = lives[r * P->v + cc];
+            if (live < 1) live = 1;
+            int first = P->u0[s] == 0, last = P->u1[s] == d->nunits, nu = P->u1[s] - P->u0[s], ci = 0;
+            while (ci < ncache && !(cache[ci].first == first && cache[ci].last == last && cache[ci].n == nu)) ci++;
+            if (ci == ncache) {
+                cl_pp_stage_opts o = {.B = c->mb, .recompute = c->recompute, .live = 1, .zb = P->kind == CL_SCHED_ZB_H1,
+                                      .ngb = s > 0, .zero = {c->zero > 0 ? 1 : 0, c->dp, 0}};
+                cl_pp_stage_cost one = cl_pp_stage_predict(d, P->u0[s], P->u1[s], &o);
+                o.live = 2;
+                cl_pp_stage_cost two = cl_pp_stage_predict(d, P->u0[s], P->u1[s], &o);
+                if (ncache == 8) ci = 7; /* (uneven stages: the last slot is reused) */
+                else ncache++;
+                cache[ci].first = first, cache[ci].last = last, cache[ci].n = nu;
+                for (int k = 0; k < CL_MEM_NCAT; k++)
+                    cache[ci].one[k] = (double)one.bytes[k], cache[ci].per[k] = (double)two.bytes[k] - (double)one.bytes[k];
+            }
+            for (int k = 0; k < CL_MEM_NCAT; k++) {
+                double b = cache[ci].one[k] + (live - 1) * cache[ci].per[k];
+                if (k == CL_MEM_GRADS && c->zero >= 2) b /= c->dp;
+                if (k == CL_MEM_PARAMS && c->zero >= 3) b /= c->dp;
+                cat[k] += b * scale[k];
+            }
+        }
+        if (c->zero >= 3 && c->dp > 1) { /* the gathered parameters of the largest unit, twice (prefetch) */
+            double big = 0;
+            for (int u = 0; u < d->nunits; u++)
+                if (x->up[u] > big) big = x->up[u];
+            cat[CL_MEM_WORKSPACE] += 2 * big * 2;
+        }
+        double tot = 0;
+        for (int k = 0; k < CL_MEM_NCAT; k++) tot += cat[k];
+        if (tot > out->peak_bytes) {
+            out->peak_bytes = tot;
+            out->full_rank = r;
+            memcpy(out->cat_bytes, cat, sizeof cat);
+        }
+    }
+    return CL_OK;
+}
+
+void cl_plan_step_flops(const cl_plan_query *q, int recompute, double *model, double *run) {
+    *model = *run = 0;
+    plan_ctx x = {.q = q};
+    cl_model_desc *d;
+    if (get_desc(&x, 1, 0, &d)) {
+        cl_error_clear();
+        return;
+    }
+    cl_unit_cost uc;
+    for (int u = 0; u < d->nunits; u++) {
+        cl_unit_cost_of(d, u, 1, 4, recompute, &uc);
+        double f = uc.pass[CL_PASS_F].flops + uc.pass[CL_PASS_B].flops + uc.pass[CL_PASS_W].flops;
+        *model += f * q->global_batch;
+        *run += (f + uc.pass[CL_PASS_RF].flops) * q->global_batch;
+    }
+    ctx_free(&x);
+}
+
+static double device_memory(const cl_plan_query *q) { return q->device_memory > 0 ? q->device_memory : q->hw.device_memory; }
+
+static void finish(plan_ctx *x, const prep *P, double step, double bubble, double comm, cl_plan_result *o) {
+    const cl_plan_query *q = x->q;
+    int rc = P->c.recompute;
+    if (!x->have_flops[rc]) {
+        cl_plan_step_flops(q, rc, &x->flops_model, &x->flops_run[rc]);
+        x->have_flops[rc] = 1;
+    }
+    double model = x->flops_model, run = x->flops_run[rc];
+    o->step_s = step;
+    o->tokens_per_s = (double)q->global_batch * q->T / step;
+    o->model_tflops = model / step / q->devices / 1e12;
+    o->hw_tflops = run / step / q->devices / 1e12;
+    double peak = P->c.bf16 ? q->hw.peak_bf16 : q->hw.peak_fp32;
+    o->peak_share = o->model_tflops * 1e12 / peak;
+    o->bubble = bubble;
+    o->comm_share = comm / step;
+}
+
+/* Exposed communication of rank 0 over a step, closed form: tp inside its
+ * passes, its sync. */
+static double comm_time(const prep *P) {
+    double c = 0;
+    for (int cc = 0; cc < P->v; cc++) c += P->m * (P->comm_f[cc * P->p] + P->comm_b[cc * P->p]);
+    return c + P->sync[0] + (P->p > 1 ? 2.0 * (P->p - 1) * P->p2p : 0);
+}
+
+static cl_status simulate(const prep *P, double *step, double *bubble) {
+    cl_schedule sc;
+    CL_TRY(cl_schedule_make((cl_sched_kind)P->kind, P->p, P->m, P->v, &sc));
+    cl_sched_costs costs = {0, 0, 0, P->f, P->b, P->w};
+    cl_sched_extra extra = {P->p2p, P->p2p, P->sync, P->opt};
+    cl_sim_result res;
+    cl_status s = cl_schedule_simulate_ex(&sc, &costs, &extra, &res);
+    if (!s) {
+        *step = res.makespan;
+        /* the pipeline's idle share, up to each rank's last compute action */
+        double idle = 0, span = 0;
+        for (int r = 0; r < P->p; r++) {
+            double end = 0;
+            for (int i = 0; i < sc.len[r]; i++)
+                if (sc.acts[r][i].kind <= CL_ACT_BWD && res.end[r][i] > end) end = res.end[r][i];
+            idle += end - res.busy[r];
+            span += end;
+        }
+        *bubble = span > 0 ? idle / span : 0;
+        cl_sim_result_free(&res);
+    }
+    cl_schedule_free(&sc);
+    return s;
+}
+
+static cl_status eval_ctx(plan_ctx *x, const cl_plan_cfg *c, int sim, cl_plan_result *o, double *lower) {
+    memset(o, 0, sizeof *o);
+    o->c = *c;
+    static prep P; /* large; one at a time */
+    cl_model_desc *d;
+    CL_TRY(prepare(x, c, &P, &d));
+    CL_TRY(memory(x, &P, d, o));
+    double cap = device_memory(x->q);
+    o->fits = o->peak_bytes <= cap;
+    if (!o->fits) {
+        o->over_bytes = o->peak_bytes - cap;
+        int k = 0;
+        for (int i = 1; i < CL_MEM_NCAT; i++)
+            if (o->cat_bytes[i] > o->cat_bytes[k]) k = i;
+        o->over_cat = k;
+    }
+    double est, lo;
+    closed_form(&P, &est, &lo);
+    if (lower) *lower = lo;
+    double step = est, bubble = P.p > 1 ? 1 - (P.m * 1.0) / (P.m + (P.p - 1.0) / P.v) : 0;
+    if (P.p == 1) sim = 1, step = est; /* one stage: the closed form is the schedule */
+    else if (sim) CL_TRY(simulate(&P, &step, &bubble));
+    o->simulated = sim;
+    finish(x, &P, step, bubble, comm_time(&P), o);
+    return CL_OK;
+}
+
+cl_status cl_plan_eval(const cl_plan_query *q, const cl_plan_cfg *c, cl_plan_result *out) {
+    plan_ctx x = {.q = q};
+    cl_status s = eval_ctx(&x, c, 1, out, NULL);
+    ctx_free(&x);
+    return s;
+}
+
+void cl_plan_list_free(cl_plan_list *l) {
+    free(l->r);
+    memset(l, 0, sizeof *l);
+}
+
+static int by_step(const void *a, const void *b) {
+    double x = ((const cl_plan_result *)a)->step_s, y = ((const cl_plan_result *)b)->step_s;
+    return x < y ? -1 : x > y;
+}
+
+typedef struct {
+    cl_plan_result r;
+    double lower;
+} cand;
+
+static int by_est(const void *a, const void *b) {
+    double x = ((const cand *)a)->r.step_s, y = ((const cand *)b)->r.step_s;
+    return x < y ? -1 : x > y;
+}
+
+static int opts_of(int fixed, int lo, int hi, int *out) {
+    int n = 0;
+    if (fixed >= 0) out[n++] = fixed;
+    else
+        for (int i = lo; i <= hi; i++) out[n++] = i;
+    return n;
+}
+
+/* Search: every configuration the query leaves open is checked for memory
+ * and timed in closed form; gpipe (1F1B's time, more memory) and ZeRO
+ * stages on one replica (nothing to shard) are skipped as dominated unless
+ * fixed. The candidates that fit are then simulated in order of their
+ * closed-form time until max_sims or until the top K simulated are all faster than
+ * every remaining candidate's lower bound (its busiest rank's work without
+ * any bubble), which the simulation cannot beat. */
+cl_status cl_plan_search(const cl_plan_query *q, cl_plan_list *out) {
+    memset(out, 0, sizeof *out);
+    plan_ctx x = {.q = q};
+    const cl_plan_cfg *fx = &q->fix;
+    const cl_hw *hw = &q->hw;
+    int gpt = q->model.kind == CL_MODEL_GPT;
+    int max_tp = q->max_tp > 0 ? q->max_tp : hw->devices_per_node;
+    size_t ncap = 1024, n = 0;
+    cand *cs = malloc(ncap * sizeof *cs);
+    if (!cs) return cl_error(CL_ERR_OOM, "cannot allocate the search");
+    cl_status st = CL_OK;
+    int bf16 = fx->bf16 >= 0 ? fx->bf16 : hw->peak_bf16 > 0 && !hw->exact_memory;
+    for (int tp = 1; tp <= q->devices && !st; tp++) {
+        if (q->devices % tp || (fx->tp > 0 && tp != fx->tp) || (fx->tp <= 0 && tp > max_tp)) continue;
+        for (int pp = 1; pp <= q->devices / tp && !st; pp++) {
+            if ((q->devices / tp) % pp || (fx->pp > 0 && pp != fx->pp)) continue;
+            int dp = q->devices / tp / pp;
+            if ((fx->dp > 0 && dp != fx->dp) || q->global_batch % dp) continue;
+            int nb = gpt ? q->model.layers : 64;
+            if (pp > nb) break;
+            int per = q->global_batch / dp;
+            for (int mb = 1; mb <= per && mb <= 64 && !st; mb++) {
+                if (per % mb || (fx->mb > 0 && mb != fx->mb)) continue;
+                int m = per / mb;
+                int kinds[4], nk = 0;
+                if (pp == 1) kinds[nk++] = CL_SCHED_1F1B;
+                else if (fx->schedule >= 0) kinds[nk++] = fx->schedule;
+                else kinds[nk++] = CL_SCHED_1F1B, kinds[nk++] = CL_SCHED_ZB_H1, kinds[nk++] = CL_SCHED_INTERLEAVED;
+                for (int ki = 0; ki < nk && !st; ki++) {
+                    int kind = kinds[ki];
+                    for (int v = 1; v <= 64 && !st; v++) {
+                        if (fx->v > 0 && v != fx->v && pp > 1) continue;
+                        if ((kind == CL_SCHED_INTERLEAVED) != (v > 1)) continue;
+                        if (kind == CL_SCHED_INTERLEAVED && (m % pp || (gpt && nb % (pp * v)))) continue;
+                        if (pp * v > nb) break;
+                        int zs[4], nz = opts_of(fx->zero, 0, hw->exact_memory ? 1 : 3, zs);
+                        int rs[3], nr = opts_of(fx->recompute, 0, gpt ? 2 : 0, rs);
+                        int sps[2], ns = opts_of(fx->sp, 0, tp > 1 && gpt ? 1 : 0, sps);
+                        for (int zi = 0; zi < nz && !st; zi++) {
+                            if (dp == 1 && zs[zi] > 0 && fx->zero < 0) continue;
+                            for (int ri = 0; ri < nr && !st; ri++)
+                                for (int si = 0; si < ns && !st; si++) {
+                                    cl_plan_cfg c = {dp, tp, pp, v, mb, kind, zs[zi], rs[ri], sps[si], bf16};
+                                    cand cd;
+                                    cl_status e = eval_ctx(&x, &c, 0, &cd.r, &cd.lower);
+                                    if (e == CL_ERR_INVALID || e == CL_ERR_UNSUPPORTED) {
+                                        cl_error_clear();
+                                        continue;
+                                    }
+                                    if (e) {
+                                        st = e;
+                                        break;
+                                    }
+                                    out->considered++;
+                                    if (!cd.r.fits) {
+                                        if (!out->have_nearest || cd.r.over_bytes < out->nearest.over_bytes) {
+                                            out->nearest = cd.r;
+                                            out->have_nearest = 1;
+                                        }
+                                        continue;
+                                    }
+                                    if (n == ncap) {
+                                        cand *nc = realloc(cs, 2 * ncap * sizeof *cs);
+                                        if (!nc) {
+                                            st = cl_error(CL_ERR_OOM, "cannot grow the search");
+                                            break;
+                                        }
+                                        cs = nc, ncap *= 2;
+                                    }
+                                    cs[n++] = cd;
+                                }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    if (!st) {
+        out->fitted = (long)n;
+        qsort(cs, n, sizeof *cs, by_est); /* by closed-form time */
+        int top = q->top > 0 ? q->top : 10, maxs = q->max_sims > 0 ? q->max_sims : 64;
+        double *best = calloc((size_t)top, sizeof *best); /* the top simulated times, ascending */
+        int nbest = 0;
+        if (!best) st = cl_error(CL_ERR_OOM, "cannot allocate the search");
+        for (size_t i = 0; i < n && !st; i++) {
+            if (cs[i].r.simulated) goto keep;
+            if ((int)out->simulated_count >= maxs) continue;
+            if (nbest == top && cs[i].lower >= best[top - 1]) continue;
+            cl_plan_result r;
+            if ((st = eval_ctx(&x, &cs[i].r.c, 1, &r, NULL))) break;
+            out->simulated_count++;
+            cs[i].r = r;
+        keep : {
+            double t = cs[i].r.step_s;
+            if (nbest == top && t >= best[top - 1]) continue; /* not among the top */
+            int j = nbest < top ? nbest++ : top - 1;
+            while (j > 0 && best[j - 1] > t) best[j] = best[j - 1], j--;
+            best[j] = t;
+        }
+        }
+        free(best);
+    }
+    if (!st) {
+        out->r = malloc((n ? n : 1) * sizeof *out->r);
+        if (!out->r) st = cl_error(CL_ERR_OOM, "cannot allocate the results");
+        for (size_t i = 0; !st && i < n; i++) out->r[i] = cs[i].r;
+        if (!st) {
+            out->n = (int)n;
+            qsort(out->r, n, sizeof *out->r, by_step);
+        }
+    }
+    free(cs);
+    ctx_free(&x);
+    if (st) cl_plan_list_free(out);
+    return st;
+}

@@ -1,0 +1,149 @@
+/* The planner: what one unit costs, what a machine can do, and from both
+ * the step time and memory of any (dp, tp, pp, v, micro-batch, schedule,
+ * ZeRO, recompute, sequence parallelism) configuration, searched.
+ * See docs/ARCHITECTURE.md, "Planner".
+ *
+ * Internal to cleave (src/plan/); `cleave plan` (cli/plan_cmd.c) and
+ * tests/test_plan.c use it. */
+#ifndef CLEAVE_PLAN_PLAN_H
+#define CLEAVE_PLAN_PLAN_H
+
+#include "cleave/model.h"
+#include "cleave/schedule.h"
+
+/* ---- costs of one unit (cost.c) ------------------------------------------
+ * For unit u of a description (the tensor-parallel slice it is cut for: its
+ * local heads, columns and vocabulary rows, sequence parallelism) at
+ * micro-batch B: the FLOPs of its matrix products, the bytes its other
+ * kernels read and write, the products' shapes (for the efficiency curve)
+ * and the tensor-parallel collectives, for each pass:
+ *   F   forward
+ *   B   backward-input (gradient of the input; a loss unit's whole backward,
+ *       as the executor runs it; attention's four products have no weight)
+ *   W   backward-weight (gradients of the weights and biases)
+ *   RF  the re-forward recompute adds before B: the block's forward (full),
+ *       the attention core's scores and their product with v (selective) */
+enum { CL_PASS_F = 0, CL_PASS_B, CL_PASS_W, CL_PASS_RF, CL_NPASS };
+#define CL_COST_MAX_GEMM 8
+
+typedef struct {
+    double m, n, k, count; /* count products of [m, k] x [k, n] */
+} cl_gemm_shape;
+
+typedef struct {
+    double flops; /* 2 m n k count, summed over the products */
+    double bytes; /* bytes read and written by the other kernels (elementwise, norms, softmax, lookups) */
+    int ngemm;
+    cl_gemm_shape gemm[CL_COST_MAX_GEMM];
+    /* tensor-parallel collectives: bytes of the whole buffer (as comm.h counts) and calls */
+    double ar_bytes, ag_bytes, rs_bytes;
+    int ar_calls, ag_calls, rs_calls;
+} cl_pass_cost;
+
+typedef struct {
+    cl_pass_cost pass[CL_NPASS];
+} cl_unit_cost;
+
+/* ebytes: bytes of one activation element (4 fp32, 2 bf16). */
+void cl_unit_cost_of(const cl_model_desc *d, int u, int B, int ebytes, int recompute, cl_unit_cost *out);
+/* Adds a's figures into acc (GEMM shapes appended while they fit, else merged into the last). */
+void cl_pass_cost_add(cl_pass_cost *acc, const cl_pass_cost *a);
+
+/* ---- hardware (hw.c) -------------------------------------------------------
+ * A small JSON file (docs/ARCHITECTURE.md "Planner" lists the fields). */
+#define CL_HW_MAX_GEMM_POINTS 64
+typedef struct {
+    char name[64];
+    double peak_fp32, peak_bf16;       /* FLOP/s per device; peak_bf16 0: no 16-bit mode */
+    double gemm_max_eff, gemm_half;    /* eff = max * prod over m, n, k of d / (d + half) */
+    int ngemm_points;                  /* a measured table instead (calibrate): nearest shape in log space */
+    double gemm_points[CL_HW_MAX_GEMM_POINTS][4]; /* m, n, k, efficiency */
+    double mem_bw;                     /* bytes/s the non-GEMM kernels reach */
+    double device_memory;              /* bytes per device */
+    int devices_per_node;
+    double intra_bw, intra_lat;        /* per device and direction, bytes/s; seconds per message */
+    double inter_bw, inter_lat;
+    int exact_memory;                  /* 1: this machine (fp32, cl_memory_predict's bytes) */
+} cl_hw;
+
+/* "a100", "h100" -> the built-in descriptions. */
+cl_status cl_hw_builtin(const char *name, cl_hw *out);
+/* Parses a description; errors (CL_ERR_INVALID) name the missing or bad field. */
+cl_status cl_hw_parse(const char *text, size_t len, const char *what, cl_hw *out);
+cl_status cl_hw_load(const char *path, cl_hw *out);
+/* The JSON text of hw (what calibrate writes). Caller frees. */
+char *cl_hw_to_json(const cl_hw *hw, const char *note);
+/* Efficiency of one product [m,k]x[k,n] (0..1]. */
+double cl_hw_gemm_eff(const cl_hw *hw, double m, double n, double k);
+/* Seconds of a pass on one device at peak (FLOP/s of the precision). */
+double cl_hw_pass_compute(const cl_hw *hw, const cl_pass_cost *c, double peak);
+typedef enum { CL_COLL_ALLREDUCE, CL_COLL_ALLGATHER, CL_COLL_REDUCE_SCATTER } cl_coll_kind;
+/* Seconds of a collective over g devices of bytes (the whole buffer), the
+ * group within a node (inter = 0) or spanning nodes; ring and tree costs,
+ * the smaller. */
+double cl_hw_coll(const cl_hw *hw, cl_coll_kind kind, double bytes, int g, int inter);
+/* Seconds of one point-to-point message. */
+double cl_hw_p2p(const cl_hw *hw, double bytes, int inter);
+
+/* ---- configurations (plan.c) ---------------------------------------------- */
+typedef struct {
+    int dp, tp, pp, v, mb, schedule, zero, recompute, sp, bf16;
+} cl_plan_cfg;
+
+typedef struct {
+    cl_plan_cfg c;
+    int fits;
+    double step_s, tokens_per_s;
+    double model_tflops;        /* model FLOPs (6 x forward products, no recompute) per device per second, 1e12 */
+    double hw_tflops;           /* FLOPs run (recompute included) per device per second, 1e12 */
+    double peak_share;          /* model_tflops / peak */
+    double bubble;              /* idle share of the pipeline ranks (simulated) */
+    double comm_share;          /* communication time not hidden, share of the step */
+    double peak_bytes;          /* the fullest rank's device bytes */
+    double cat_bytes[6];        /* its categories (cl_mem_cat) */
+    int full_rank;              /* which pipeline rank */
+    int simulated;              /* step_s from the simulator (else the closed form) */
+    double over_bytes;          /* bytes over the device memory (not fitting) */
+    int over_cat;               /* its largest category */
+} cl_plan_result;
+
+typedef struct {
+    cl_model_config model;
+    int T;                       /* tokens per sample */
+    int devices, global_batch;
+    double device_memory;        /* bytes; 0: the hardware's */
+    cl_hw hw;
+    int vocab_div;               /* Megatron's padding divisor (128) */
+    /* fixed dimensions (-1: search); bf16 -1: the hardware's (bf16 when it has it) */
+    cl_plan_cfg fix;
+    int max_tp;                  /* 0: devices per node */
+    int top;                     /* results kept (0: 10) */
+    int max_sims;                /* simulations at most (0: 64) */
+} cl_plan_query;
+
+typedef struct {
+    int n, cap;
+    cl_plan_result *r;           /* fastest first: those that fit, simulated */
+    long considered, fitted, simulated_count;
+    cl_plan_result nearest;      /* the non-fitting configuration with the smallest shortfall */
+    int have_nearest;
+} cl_plan_list;
+
+/* Evaluates one configuration (memory and time, simulated). CL_ERR_INVALID
+ * when it is not a valid configuration of the query (the message says why). */
+cl_status cl_plan_eval(const cl_plan_query *q, const cl_plan_cfg *c, cl_plan_result *out);
+/* Searches every configuration the query leaves open. */
+cl_status cl_plan_search(const cl_plan_query *q, cl_plan_list *out);
+void cl_plan_list_free(cl_plan_list *l);
+/* The model FLOPs of one step (forward products x 3, no recompute) and the
+ * FLOPs run (recompute's re-forward included), from the unit costs. */
+void cl_plan_step_flops(const cl_plan_query *q, int recompute, double *model, double *run);
+
+/* Model states per device in bytes under mixed precision, ZeRO's
+ * accounting (Rajbhandari et al. 2019, section 3.1): psi parameters, 2 psi
+ * 16-bit weights + 2 psi 16-bit gradients + K psi optimizer state (K = 12:
+ * fp32 master weights, momentum, variance), stage 1 shards the K psi,
+ * stage 2 also the gradients, stage 3 also the weights, over n ranks. */
+double cl_plan_model_states(double psi, int K, int zero, int n);
+
+#endif

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# `cleave plan`: a search prints a table fastest first and --json one object
+# per configuration with its flags, fits, step_s, tokens_per_s,
+# model_tflops_per_device, bubble, peak_bytes and bytes by category; a fully
+# fixed configuration prints only itself; the 1T-parameter search on 3072
+# A100s finishes in under 10 s; calibrate writes a description that
+# --hardware this reads and whose memory is the exact predictor's (cleave
+# memory's bytes); bad input (hardware file with a missing or negative field,
+# a device count nothing divides, a model that fits nothing, bf16 or ZeRO 3
+# on this machine) exits 2 with one line.
+. "$(dirname "$0")/lib.sh"
+
+out=$($CLEAVE plan --model gpt2-xl --devices 64 --global-batch-size 512 --seq-len 1024 --top 5 2>&1); rc=$?
+check '[ $rc -eq 0 ] && [ "$(printf "%s\n" "$out" | grep -c "^ *[0-9]\+ ")" -eq 5 ]' "gpt2-xl on 64: five rows$(excerpt 8 "$out")"
+# fastest first: step_s ascending
+$CLEAVE plan --model gpt2-xl --devices 64 --global-batch-size 512 --seq-len 1024 --top 20 --json > "$tmp/j" 2>&1
+check '[ "$(wc -l < "$tmp/j")" -eq 20 ]' "20 JSON lines"
+check 'grep -o "\"step_s\": [0-9.e+-]*" "$tmp/j" | awk "{print \$2}" | sort -g -c' "step_s ascending"
+for k in dp tp pp virtual_stages micro_batch_size schedule zero recompute sequence_parallel fits step_s tokens_per_s \
+         model_tflops_per_device bubble peak_bytes '"bytes": {"params"'; do
+    check 'grep -q "\"${k#\"}" "$tmp/j" || grep -q "$k" "$tmp/j"' "JSON has $k"
+done
+# a fully fixed configuration prints its own prediction only
+out=$($CLEAVE plan --model gpt2-xl --devices 64 --global-batch-size 512 --seq-len 1024 --dp 16 --tp 1 --pp 4 --micro-batch-size 2 \
+      --schedule 1f1b --zero 1 --recompute full --no-sequence-parallel --precision bf16 --json 2>&1)
+check '[ "$(printf "%s\n" "$out" | wc -l)" -eq 1 ] && printf "%s" "$out" | grep -q "\"dp\": 16, \"tp\": 1, \"pp\": 4"' \
+    "fixed configuration$(excerpt 3 "$out")"
+# search time: 1T parameters (Narayanan et al.'s largest row) on 3072 A100s
+t0=$(date +%s.%N)
+out=$($CLEAVE plan --layers 128 --channels 25600 --heads 160 --vocab 51200 --context 2048 --devices 3072 \
+      --global-batch-size 3072 --top 3 2>&1); rc=$?
+t=$(echo "$(date +%s.%N) - $t0" | bc)
+check '[ $rc -eq 0 ] && [ "$(echo "$t < 10" | bc)" -eq 1 ]' "1T on 3072 devices: rc $rc in $t s$(excerpt 6 "$out")"
+echo "  1T search: $t s"
+# this machine: calibrate, then the exact predictor's bytes
+CLEAVE_HW="$tmp/this.json" $CLEAVE plan calibrate --repeat 1 > "$tmp/cal" 2>&1
+check '[ -s "$tmp/this.json" ] && grep -q "\"exact_memory\": true" "$tmp/this.json"' "calibrate wrote a description$(excerpt 3 "$(cat "$tmp/cal")")"
+# the fullest rank's bytes equal cleave memory's for the same run: pp 2 (1f1b, zb-h1), tp 2 with sp, dp 2 with ZeRO 1, full recompute
+for cfg in "--dp 1 --tp 1 --pp 2 --micro-batch-size 2 --schedule 1f1b --zero 0 --recompute none" \
+           "--dp 1 --tp 1 --pp 2 --micro-batch-size 1 --schedule zb-h1 --zero 0 --recompute selective" \
+           "--dp 1 --tp 2 --pp 1 --micro-batch-size 4 --schedule 1f1b --zero 0 --recompute none --sequence-parallel" \
+           "--dp 2 --tp 1 --pp 1 --micro-batch-size 2 --schedule 1f1b --zero 1 --recompute full"; do
+    out=$(CLEAVE_HW="$tmp/this.json" $CLEAVE plan --hardware this --model gpt2-tiny --devices 2 --global-batch-size 8 $cfg \
+          --json 2>&1)
+    peak=$(printf '%s' "$out" | grep -o '"peak_bytes": [0-9]*' | awk '{print $2}')
+    mcfg=$(printf '%s' "$cfg" | sed 's/--pp 1 --micro-batch-size \([0-9]*\) --schedule 1f1b/--pp 1 --micro-batch-size \1/')
+    mem=$($CLEAVE memory --model gpt2-tiny --global-batch-size 8 $mcfg --json 2>&1 | grep -o '"total": [0-9]*' |
+          awk '{print $2}' | sort -n | tail -1)
+    check '[ -n "$peak" ] && [ "$peak" = "$mem" ]' "this machine, $cfg: plan's peak $peak = cleave memory's $mem$(excerpt 3 "$out")"
+done
+# bad input: exit 2, one line
+expect2() {
+    local want=$1; shift
+    local o; o=$("$@" 2>&1); local r=$?
+    check '[ $r -eq 2 ] && [ "$(printf "%s\n" "$o" | wc -l)" -eq 1 ] && printf "%s" "$o" | grep -q "$want"' \
+        "$* -> rc $r, want 2 and '$want'$(excerpt 3 "$o")"
+}
+echo '{"name": "x", "peak_flops": {"fp32": 1e12}}' > "$tmp/h1.json"
+sed 's/"memory_bandwidth": [0-9.e+]*/"memory_bandwidth": -5/' "$tmp/this.json" > "$tmp/h2.json"
+expect2 "missing object gemm" $CLEAVE plan --hardware "$tmp/h1.json" --devices 2
+expect2 "memory_bandwidth must be positive" $CLEAVE plan --hardware "$tmp/h2.json" --devices 2
+expect2 "no configuration of 7 devices" $CLEAVE plan --devices 7 --global-batch-size 8 --tp 2
+expect2 "no configuration fits 1.0 GiB per device: the nearest" $CLEAVE plan --model gpt2-xl --devices 8 --device-memory 1GiB
+expect2 "not built yet" env CLEAVE_HW="$tmp/this.json" $CLEAVE plan --hardware this --devices 2 --zero 3
+expect2 "has no bf16 peak" env CLEAVE_HW="$tmp/this.json" $CLEAVE plan --hardware this --devices 2 --precision bf16
+expect2 "run .cleave plan calibrate. first" env CLEAVE_HW="$tmp/none.json" $CLEAVE plan --hardware this --devices 2
+expect2 "give --devices" $CLEAVE plan
+finish cli_plan
