@@ -515,14 +515,14 @@ static void test_zero_ranges(void) {
             if (d->params[i].unit >= u0 && d->params[i].unit < u1) held += (d->params[i].numel + 15) / 16 * 16;
         for (int n = 1; n <= 8; n++) {
             cl_part_sizes z0, zs[8];
-            cl_zero none = {0, n, 0};
+            cl_zero none = {0, n, 0, 0};
             cl_model_part_sizes(d, u0, u1, 1, CL_RECOMPUTE_NONE, &none, &z0);
             CHECK(z0.nfloats == held && z0.alloc == held && z0.shard == held && z0.shard_lo == 0 && z0.moments == held,
                   "stage 0, part [%d, %d), n %d: nfloats %lld alloc %lld shard %lld lo %lld moments %lld, want all %lld (lo 0)",
                   u0, u1, n, (long long)z0.nfloats, (long long)z0.alloc, (long long)z0.shard, (long long)z0.shard_lo,
                   (long long)z0.moments, (long long)held);
             for (int r = 0; r < n; r++) {
-                cl_zero zero = {1, n, r};
+                cl_zero zero = {1, n, r, 0};
                 cl_model_part_sizes(d, u0, u1, 1, CL_RECOMPUTE_NONE, &zero, &zs[r]);
             }
             const cl_part_sizes *z = &zs[0];
