@@ -64,6 +64,15 @@ cl_status cl_dp_finish(cl_dp *dp);
  * and pipeline sums): their pieces inside this replica's shard copied into
  * the shard's gradients. */
 void cl_dp_whole_to_shard(cl_dp *dp);
+/* 1 if the part's gradients are sharded over the replicas (ZeRO 2). */
+int cl_dp_sharded(const cl_dp *dp);
+/* ZeRO 2 (cl_dp_sharded): cl_grad_sumsq's figures, the same bits, from the
+ * shards: each replica sums the squares of the CL_SUMSQ_BLOCK blocks of
+ * every parameter (cut from the parameter's start, as cl_sumsq cuts them)
+ * that start in its shard, a block that runs into the next shards read from
+ * their first floats (all-gathered, into m->ghalo); the blocks' sums are
+ * all-gathered and added in cl_sumsq's order on every replica. */
+cl_status cl_dp_grad_sumsq(cl_dp *dp, double *per_param);
 /* Buckets, and the launch time (cl_now) of bucket k in the last step. */
 int cl_dp_nbuckets(const cl_dp *dp);
 double cl_dp_launch_time(const cl_dp *dp, int k);

@@ -230,6 +230,8 @@ typedef struct {
     int64_t whole;       /* ZeRO 2: the whole-kept gradients (cl_model_grad_whole), 16-aligned each; else 0 */
     int64_t bucket;      /* ZeRO 2: floats of each bucket working buffer (the largest bucket); else 0 */
     int nbuf;            /* ZeRO 2: bucket working buffers (2, 1 with one non-empty bucket); else 0 */
+    int64_t halo;        /* ZeRO 2: the norm's buffer: the first min(shard, 16384) floats of every replica's
+                          * shard and one 16384-float block (cl_dp_grad_sumsq); else 0 */
     int64_t head_wte;    /* the LM head's separate wte gradient (cl_model_split_tied), 0 if none */
     int64_t scratch;     /* backward workspace (conv's im2col included), at least 16 */
     int64_t io;          /* each of the two activation-gradient buffers, at least 16 */
@@ -247,6 +249,7 @@ typedef struct {
     float *params, *grads;  /* flat, nfloats each (ZeRO 2: grads is the shard's, sizes.grads floats) */
     float *gwhole;          /* ZeRO 2: the whole-kept gradients (sizes.whole floats) */
     float *gbuf[2];         /* ZeRO 2: bucket working buffers (sizes.nbuf of sizes.bucket floats) */
+    float *ghalo;           /* ZeRO 2: the norm's buffer (sizes.halo floats) */
     float **p, **g;         /* per parameter: pointer into params/grads, NULL if not held (ZeRO 2: into
                              * gwhole, or into a working buffer while its bucket is being back-propagated) */
     int64_t *loc;           /* per parameter: offset into params (-1 if not held) */

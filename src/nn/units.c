@@ -167,6 +167,7 @@ void cl_model_part_sizes(const cl_model_desc *d, int u0, int u1, int B, int reco
         }
         free(bk);
         z->nbuf = used > 1 ? 2 : used;
+        z->halo = (int64_t)zero->n * (z->shard < CL_SUMSQ_BLOCK ? z->shard : CL_SUMSQ_BLOCK) + CL_SUMSQ_BLOCK;
     }
     z->acts = cl_model_act_floats(d, u0, u1, B, recompute);
 }
@@ -236,6 +237,7 @@ cl_status cl_model_create_zero(cl_model **out, const cl_model_desc *d, cl_device
     if (!s) s = cl_device_alloc_f32(dev, CL_MEM_GRADS, (size_t)z->grads, &m->grads);
     if (!s && z->whole) s = cl_device_alloc_f32(dev, CL_MEM_GRADS, (size_t)z->whole, &m->gwhole);
     for (int k = 0; !s && k < z->nbuf; k++) s = cl_device_alloc_f32(dev, CL_MEM_GRADS, (size_t)z->bucket, &m->gbuf[k]);
+    if (!s && z->halo) s = cl_device_alloc_f32(dev, CL_MEM_GRADS, (size_t)z->halo, &m->ghalo);
     m->max_io_floats = z->io;
     if (!s) s = cl_device_alloc_f32(dev, CL_MEM_WORKSPACE, (size_t)z->scratch, &m->scratch);
     if (!s) s = cl_device_alloc_f32(dev, CL_MEM_WORKSPACE, (size_t)z->io, &m->dbuf[0]);
@@ -293,6 +295,7 @@ void cl_model_destroy(cl_model *m) {
     cl_device_free(m->dev, m->gwhole);
     cl_device_free(m->dev, m->gbuf[0]);
     cl_device_free(m->dev, m->gbuf[1]);
+    cl_device_free(m->dev, m->ghalo);
     cl_device_free(m->dev, m->scratch);
     cl_device_free(m->dev, m->dbuf[0]);
     cl_device_free(m->dev, m->dbuf[1]);

@@ -21,7 +21,9 @@ struct cl_dp {
     int z2, nbuf, turn, cur;
     int buf_of[2];
     cl_request *breq[2];
-    size_t *counts;      /* [dp size] the pieces of a bucket in each replica's shard */
+    size_t *counts;      /* [dp size] the pieces of a bucket in each replica's shard; the norm's blocks of each */
+    double *bsum;        /* [nblocks] the norm: the sum of squares of each CL_SUMSQ_BLOCK block of the part's parameters */
+    int64_t nblocks;
 };
 
 static int holds(const cl_model *m, cl_unit_kind k) {
@@ -50,6 +52,12 @@ cl_status cl_dp_create(cl_dp **out, cl_comm *comm, cl_model *m, size_t bucket_by
         return cl_error(CL_ERR_OOM, "cannot allocate the gradient buckets");
     }
     dp->n = cl_model_buckets(m->desc, m->u0, m->u1, m->sizes.lo, bucket_bytes, dp->z2, dp->bk);
+    for (int i = 0; dp->z2 && i < m->desc->nparams; i++)
+        if (cl_model_owns_param(m, i)) dp->nblocks += (m->desc->params[i].numel + CL_SUMSQ_BLOCK - 1) / CL_SUMSQ_BLOCK;
+    if (dp->nblocks && !(dp->bsum = calloc((size_t)dp->nblocks, sizeof *dp->bsum))) {
+        cl_dp_destroy(dp);
+        return cl_error(CL_ERR_OOM, "cannot allocate the gradient norm's blocks");
+    }
     dp->embed_tie = m->head_wte_g && holds(m, CL_UNIT_EMBED);
     *out = dp;
     return CL_OK;
@@ -61,6 +69,7 @@ void cl_dp_destroy(cl_dp *dp) {
     free(dp->req);
     free(dp->t0);
     free(dp->counts);
+    free(dp->bsum);
     free(dp);
 }
 
@@ -200,6 +209,60 @@ void cl_dp_whole_to_shard(cl_dp *dp) {
         if (len) memcpy(m->grads + (a - m->sizes.shard_lo), m->g[i] + (a - m->loc[i]), (size_t)len * sizeof(float));
     }
 }
+
+/* Block b (cl_sumsq's cut: CL_SUMSQ_BLOCK floats from the parameter's
+ * start) of a parameter at [start, start + len) of the part's buffer, whose
+ * first float is in this replica's shard: from the shard, or assembled in
+ * the halo buffer with the next replicas' heads where it runs past it. */
+static const float *block_floats(const cl_dp *dp, const float *heads, int64_t start, int64_t len) {
+    const cl_model *m = dp->m;
+    int64_t lo = m->sizes.shard_lo, S = m->sizes.shard, H = S < CL_SUMSQ_BLOCK ? S : CL_SUMSQ_BLOCK;
+    if (start + len <= lo + S) return m->grads + (start - lo);
+    float *tmp = m->ghalo + (int64_t)cl_comm_size(dp->comm) * H;
+    int64_t at = lo + S - start;
+    memcpy(tmp, m->grads + (start - lo), (size_t)at * sizeof(float));
+    for (int q = cl_comm_rank(dp->comm) + 1; at < len; q++) {
+        int64_t take = len - at < H ? len - at : H;
+        memcpy(tmp + at, heads + (int64_t)q * H, (size_t)take * sizeof(float));
+        at += take;
+    }
+    return tmp;
+}
+
+cl_status cl_dp_grad_sumsq(cl_dp *dp, double *per_param) {
+    cl_model *m = dp->m;
+    const cl_model_desc *d = m->desc;
+    int nr = cl_comm_size(dp->comm), me = cl_comm_rank(dp->comm);
+    int64_t S = m->sizes.shard, H = S < CL_SUMSQ_BLOCK ? S : CL_SUMSQ_BLOCK;
+    /* every replica's first H floats: a block that starts in this shard ends in them */
+    CL_TRY(cl_comm_allgather(dp->comm, m->grads, m->ghalo, (size_t)H * sizeof(float)));
+    memset(dp->counts, 0, (size_t)nr * sizeof *dp->counts);
+    int64_t k = 0;
+    for (int i = 0; i < d->nparams; i++) {
+        if (!cl_model_owns_param(m, i)) continue;
+        for (int64_t b = 0; b < d->params[i].numel; b += CL_SUMSQ_BLOCK, k++) {
+            int64_t start = m->loc[i] + b, len = d->params[i].numel - b < CL_SUMSQ_BLOCK ? d->params[i].numel - b : CL_SUMSQ_BLOCK;
+            int owner = (int)(start / S);
+            dp->counts[owner] += sizeof(double);
+            if (owner != me) continue;
+            dp->bsum[k] = cl_sumsq_block(block_floats(dp, m->ghalo, start, len), len);
+        }
+    }
+    /* blocks in parameter order start further on: their owners do not decrease, so this replica's are one run */
+    size_t at = 0;
+    for (int r = 0; r < me; r++) at += dp->counts[r];
+    CL_TRY(cl_comm_allgather_v(dp->comm, (char *)dp->bsum + at, dp->bsum, dp->counts));
+    k = 0;
+    for (int i = 0; i < d->nparams; i++) {
+        if (!cl_model_owns_param(m, i)) continue;
+        double total = 0.0; /* cl_sumsq's order: the blocks' sums added to 0.0 one after another */
+        for (int64_t b = 0; b < d->params[i].numel; b += CL_SUMSQ_BLOCK) total += dp->bsum[k++];
+        per_param[i] = total;
+    }
+    return CL_OK;
+}
+
+int cl_dp_sharded(const cl_dp *dp) { return dp && dp->comm && dp->z2; }
 
 int cl_dp_nbuckets(const cl_dp *dp) { return dp && dp->comm ? dp->n : 0; }
 double cl_dp_launch_time(const cl_dp *dp, int k) { return dp->t0[k]; }

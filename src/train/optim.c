@@ -147,23 +147,15 @@ static void *tile_worker(void *p) {
     return NULL;
 }
 
-/* Parameter i's gradient floats [a, a + len) (part buffer offsets): under
- * ZeRO 2 only the shard's are held, in m->grads from shard_lo. */
+/* The gradient of float a of the part's buffer: under ZeRO 2 only the
+ * shard's are held, in m->grads from shard_lo. */
 static float *grad_at(const cl_model *m, int64_t a) {
     return m->zero.stage >= 2 ? m->grads + (a - m->sizes.shard_lo) : m->grads + a;
 }
 
 void cl_grad_sumsq(const cl_model *m, double *per_param) {
-    for (int i = 0; i < m->desc->nparams; i++) {
-        if (!cl_model_owns_param(m, i)) continue;
-        if (m->zero.stage < 2) {
-            per_param[i] = cl_sumsq(m->g[i], m->desc->params[i].numel);
-            continue;
-        }
-        /* ZeRO 2: the piece of the parameter inside this replica's shard (summed over the replicas by the caller) */
-        int64_t a, len = cl_zero_overlap(m->loc[i], m->loc[i] + m->desc->params[i].numel, m->sizes.shard_lo, m->sizes.shard, &a);
-        per_param[i] = len ? cl_sumsq(grad_at(m, a), len) : 0.0;
-    }
+    for (int i = 0; i < m->desc->nparams; i++)
+        if (cl_model_owns_param(m, i)) per_param[i] = cl_sumsq(m->g[i], m->desc->params[i].numel);
 }
 
 double cl_grad_norm_of(const double *per_param, int n) {

@@ -488,7 +488,12 @@ static cl_status opt_step(cl_trainer *t, struct cl_pp *pp, float lr, double loss
     const cl_model_desc *d = t->desc;
     int n = d->nparams;
     memset(pp->norm_parts, 0, (size_t)n * sizeof *pp->norm_parts);
-    CL_PROF("grad norm", 0, for (int c = 0; c < pp->v; c++) cl_grad_sumsq(pp->ch[c].m, pp->norm_parts));
+    cl_status ns = CL_OK; /* ZeRO 2: the same figures from the shards */
+    CL_PROF("grad norm", 0, for (int c = 0; c < pp->v && !ns; c++) {
+        if (cl_dp_sharded(pp->ch[c].dp)) ns = cl_dp_grad_sumsq(pp->ch[c].dp, pp->norm_parts);
+        else cl_grad_sumsq(pp->ch[c].m, pp->norm_parts);
+    });
+    CL_TRY(ns);
     /* a replicated parameter counts once (tensor-parallel rank 0's), a split one over its slices; the
      * loss is the same on every tensor-parallel rank */
     for (int i = 0; t->tp_rank > 0 && i < n; i++)
@@ -496,11 +501,7 @@ static cl_status opt_step(cl_trainer *t, struct cl_pp *pp, float lr, double loss
     pp->norm_parts[n] = t->tp_rank == 0 ? loss_sum : 0; /* 0 but on the last stage */
     if (t->tp > 1) CL_TRY(cl_comm_allreduce_f64(t->cfg.groups->mp, pp->norm_parts, (size_t)n + 1, CL_RED_SUM));
     else if (pp->p > 1) CL_TRY(cl_comm_allreduce_f64(pp->comm, pp->norm_parts, (size_t)n + 1, CL_RED_SUM));
-    /* ZeRO 2: each replica's sums are over its shard's pieces of the parameters; else only the loss differs */
-    int shards = t->cfg.zero >= 2 && t->dp > 1;
-    if (t->dp > 1)
-        CL_TRY(cl_comm_allreduce_f64(t->cfg.groups->dp, shards ? pp->norm_parts : &pp->norm_parts[n], shards ? (size_t)n + 1 : 1,
-                                     CL_RED_SUM));
+    if (t->dp > 1) CL_TRY(cl_comm_allreduce_f64(t->cfg.groups->dp, &pp->norm_parts[n], 1, CL_RED_SUM));
     double norm = cl_grad_norm_of(pp->norm_parts, n);
     *norm_out = norm;
     CL_TRY(cl_step_check_finite(t->step + 1, pp->norm_parts[n], norm));
