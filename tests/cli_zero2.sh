@@ -12,7 +12,8 @@
 #   floats), added in the same order; AdamW is elementwise. Checked at dp 2
 #   and dp 4 (threads), dp 2 under MPI (MPI bitwise equal to threads),
 #   tp 2 x dp 2 with and without --sequence-parallel, a GPT whose sizes do
-#   not divide (dp 2 and 4) and the MLP at dp 4 (shards smaller than a block).
+#   not divide (dp 2 and 4), the MLP at dp 4 (shards smaller than a block),
+#   and dp 2 with the moments offloaded to host memory and to a file.
 #   With several micro-batches per replica (gradient accumulation, and every
 #   pipeline) the losses are within 1e-6 relative, not bitwise: --zero 2
 #   keeps no whole gradient buffer, so each micro-batch's buckets are
@@ -70,6 +71,12 @@ pair tp2dp2 "${base[@]}" --global-batch-size 4 --dp 2 --tp 2 --check-replicas
 pair tp2dp2sp "${base[@]}" --global-batch-size 4 --dp 2 --tp 2 --sequence-parallel --check-replicas
 same tp2dp2-z2 tp2dp2-z0
 same tp2dp2sp-z2 tp2dp2sp-z0
+# with the moments offloaded (host memory, a file): AdamW reads the shard's gradients there too
+train dp2-z2-host "${base[@]}" --global-batch-size 4 --dp 2 --zero 2 --offload-optimizer host
+mkdir -p "$tmp/off"
+train dp2-z2-disk "${base[@]}" --global-batch-size 4 --dp 2 --zero 2 --offload-optimizer disk --offload-dir "$tmp/off"
+same dp2-z2-host dp2-z0
+same dp2-z2-disk dp2-z0
 # one bucket (the default 25 MiB holds gpt2-tiny): the reduce-scatter and the
 # all-gather each move half of the 120576 floats; together zero 0's all-reduce.
 # The norm's all-gathers: 16384 floats (65536 B) of rank 0's shard, and 8 B for
