@@ -73,7 +73,7 @@ static const cli_flag train_flags[] = {
     {"make-vocab-size-divisible-by", "", 1, "pad the vocabulary to a multiple of this times --tp; padded rows are masked out (default 128)"},
     {"offload-optimizer", "", 1, "where the AdamW moments live: none (default, on the device), host (host memory, outside --device-memory's cap) or disk (a file in --offload-dir, streamed through tiles)"},
     {"offload-dir", "", 1, "directory for --offload-optimizer disk's file (created unlinked: nothing is left behind)"},
-    {"zero", "", 1, "ZeRO stage over the data-parallel replicas: 0 (default) or 1 (each replica keeps the AdamW moments of its shard)"},
+    {"zero", "", 1, "ZeRO stage over the data-parallel replicas: 0 (default), 1 (each replica keeps the AdamW moments of its shard) or 2 (and the gradients of its shard)"},
     {"check-replicas", "", 0, "after every step, check that replicated parameters are bit for bit equal on every tensor-parallel rank"},
     {"pp", "", 1, "pipeline stages (default 1)"},
     {"data-parallel-size", "", 1, "same as --dp"},

@@ -484,14 +484,19 @@ static void test_freed_poison(void) {
  * float of [0, alloc) exactly once; each held parameter's pieces
  * (cl_zero_overlap with each rank's shard) cover it exactly once, in order,
  * without gaps or overlaps. Stage 0 (and n = 1) shards nothing. */
+/* The MLP of widths 1-1-15-1-17-1-100003. */
+static void odd_mlp(cl_model_config *cfg) {
+    memset(cfg, 0, sizeof *cfg);
+    cfg->kind = CL_MODEL_MLP;
+    snprintf(cfg->name, sizeof cfg->name, "custom");
+    const int widths[] = {1, 1, 15, 1, 17, 1, 100003};
+    cfg->nwidths = (int)(sizeof widths / sizeof widths[0]);
+    for (int i = 0; i < cfg->nwidths; i++) cfg->widths[i] = widths[i];
+}
+
 static void test_zero_ranges(void) {
     cl_model_config cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.kind = CL_MODEL_MLP;
-    snprintf(cfg.name, sizeof cfg.name, "custom");
-    const int widths[] = {1, 1, 15, 1, 17, 1, 100003};
-    cfg.nwidths = (int)(sizeof widths / sizeof widths[0]);
-    for (int i = 0; i < cfg.nwidths; i++) cfg.widths[i] = widths[i];
+    odd_mlp(&cfg);
     cl_model_desc *d = NULL;
     CHECK_OK(cl_model_describe(&cfg, 0, &d));
     if (!d) return;
@@ -515,14 +520,14 @@ static void test_zero_ranges(void) {
             if (d->params[i].unit >= u0 && d->params[i].unit < u1) held += (d->params[i].numel + 15) / 16 * 16;
         for (int n = 1; n <= 8; n++) {
             cl_part_sizes z0, zs[8];
-            cl_zero none = {0, n, 0};
+            cl_zero none = {0, n, 0, 0};
             cl_model_part_sizes(d, u0, u1, 1, CL_RECOMPUTE_NONE, &none, &z0);
             CHECK(z0.nfloats == held && z0.alloc == held && z0.shard == held && z0.shard_lo == 0 && z0.moments == held,
                   "stage 0, part [%d, %d), n %d: nfloats %lld alloc %lld shard %lld lo %lld moments %lld, want all %lld (lo 0)",
                   u0, u1, n, (long long)z0.nfloats, (long long)z0.alloc, (long long)z0.shard, (long long)z0.shard_lo,
                   (long long)z0.moments, (long long)held);
             for (int r = 0; r < n; r++) {
-                cl_zero zero = {1, n, r};
+                cl_zero zero = {1, n, r, 0};
                 cl_model_part_sizes(d, u0, u1, 1, CL_RECOMPUTE_NONE, &zero, &zs[r]);
             }
             const cl_part_sizes *z = &zs[0];
@@ -576,6 +581,96 @@ static void test_zero_ranges(void) {
     cl_model_desc_free(d);
 }
 
+/* ZeRO 2's buckets (cl_model_buckets) and sizes, on the MLP above and on
+ * gpt2-tiny cut for tp 2 with sequence parallelism (its layernorms' and, on
+ * a part with the embedding or the head alone, the tied wte's gradients
+ * kept whole), for parts and bucket sizes from one unit per bucket to one
+ * bucket: without trimming the ranges tile the part's parameters from the
+ * last to the first, contiguous; trimmed, every held gradient not kept
+ * whole lies in exactly one range, every non-empty range starts and ends at
+ * one, and there is no range for the head's wte gradient; the sizes'
+ * bucket is the largest range, nbuf 2 (1 with one non-empty range), whole
+ * the whole-kept gradients' 16-aligned floats, grads the shard. */
+static void zero2_part(const cl_model_desc *d, int u0, int u1, size_t bucket, int *nchecked) {
+    cl_bucket *bk = malloc((size_t)(u1 - u0 + 1) * sizeof *bk);
+    CL_ASSERT(bk);
+    cl_part_sizes z;
+    cl_zero zero = {2, 4, 1, bucket};
+    cl_model_part_sizes(d, u0, u1, 1, CL_RECOMPUTE_NONE, &zero, &z);
+    int n0 = cl_model_buckets(d, u0, u1, z.lo, bucket, 0, bk);
+    int64_t top = -1, whole = 0, biggest = 0;
+    for (int k = 0; k < n0; k++) {
+        if (bk[k].hi < 0) continue; /* the head's wte gradient */
+        if (top < 0) top = bk[k].hi;
+        CHECK(bk[k].hi == top && bk[k].lo < bk[k].hi, "part [%d, %d) bucket %zu: range %d [%lld, %lld) does not continue at %lld",
+              u0, u1, bucket, k, (long long)bk[k].lo, (long long)bk[k].hi, (long long)top);
+        top = bk[k].lo;
+    }
+    CHECK(top == 0, "part [%d, %d) bucket %zu: the ranges end at %lld, not 0", u0, u1, bucket, (long long)top);
+    int n = cl_model_buckets(d, u0, u1, z.lo, bucket, 1, bk), used = 0;
+    for (int k = 0; k < n; k++) {
+        CHECK(bk[k].hi >= bk[k].lo, "part [%d, %d) bucket %zu: a range for the head's wte gradient under stage 2", u0, u1, bucket);
+        if (bk[k].hi - bk[k].lo > biggest) biggest = bk[k].hi - bk[k].lo;
+        used += bk[k].hi > bk[k].lo;
+        int starts = bk[k].hi == bk[k].lo, ends = starts;
+        for (int i = 0; i < d->nparams; i++) {
+            int u = d->params[i].unit;
+            if (u < u0 || u >= u1 || cl_model_grad_whole(d, u0, u1, i)) continue;
+            int64_t a = d->params[i].offset - z.lo, e = a + (d->params[i].numel + 15) / 16 * 16;
+            starts |= a == bk[k].lo;
+            ends |= e == bk[k].hi;
+        }
+        CHECK(starts && ends, "part [%d, %d) bucket %zu: range %d [%lld, %lld) does not start and end at gradients kept in buckets",
+              u0, u1, bucket, k, (long long)bk[k].lo, (long long)bk[k].hi);
+    }
+    for (int i = 0; i < d->nparams; i++) {
+        int u = d->params[i].unit;
+        int held = (u >= u0 && u < u1) || (i == d->tied_wte && z.tied_copy >= 0);
+        if (!held) continue;
+        if (cl_model_grad_whole(d, u0, u1, i)) {
+            whole += (d->params[i].numel + 15) / 16 * 16;
+            continue;
+        }
+        int64_t a = d->params[i].offset - z.lo, b = a + d->params[i].numel;
+        int in = 0;
+        for (int k = 0; k < n; k++) in += a >= bk[k].lo && b <= bk[k].hi;
+        CHECK(in == 1, "part [%d, %d) bucket %zu: %s in %d ranges", u0, u1, bucket, d->params[i].name, in);
+        (*nchecked)++;
+    }
+    CHECK(z.bucket == biggest && z.nbuf == (used > 1 ? 2 : used) && z.whole == whole && z.grads == z.shard,
+          "part [%d, %d) bucket %zu: sizes bucket %lld nbuf %d whole %lld grads %lld, want %lld %d %lld %lld", u0, u1, bucket,
+          (long long)z.bucket, z.nbuf, (long long)z.whole, (long long)z.grads, (long long)biggest, used > 1 ? 2 : used,
+          (long long)whole, (long long)z.shard);
+    free(bk);
+}
+
+static void test_zero2_buckets(void) {
+    cl_model_config mlp, gpt;
+    odd_mlp(&mlp);
+    CHECK_OK(cl_model_preset("gpt2-tiny", &gpt));
+    cl_model_desc *dm = NULL, *dg = NULL;
+    cl_tp_layout tl = {2, 1, 1, 128};
+    CHECK_OK(cl_model_describe(&mlp, 0, &dm));
+    CHECK_OK(cl_model_describe_tp(&gpt, 32, &tl, &dg));
+    if (!dm || !dg) return;
+    const size_t buckets[] = {0, 1, 4096, (size_t)1 << 30};
+    int nchecked = 0, whole_parts = 0;
+    for (int b = 0; b < 4; b++) {
+        zero2_part(dm, 0, dm->nunits, buckets[b], &nchecked);
+        zero2_part(dm, 4, dm->nunits, buckets[b], &nchecked);
+        zero2_part(dm, 0, 8, buckets[b], &nchecked);
+        const int cuts[3][2] = {{0, dg->nunits}, {0, 2}, {2, dg->nunits}}; /* whole; embedding + h.0; h.1 + head */
+        for (int c = 0; c < 3; c++) {
+            zero2_part(dg, cuts[c][0], cuts[c][1], buckets[b], &nchecked);
+            whole_parts += cl_model_grad_whole(dg, cuts[c][0], cuts[c][1], dg->tied_wte);
+        }
+    }
+    CHECK(whole_parts == 8, "the tied wte kept whole on %d parts, want the two pipeline stages at each of 4 bucket sizes", whole_parts);
+    printf("zero 2 buckets: 6 parts x 4 bucket sizes, %d gradients each in exactly one range\n", nchecked);
+    cl_model_desc_free(dm);
+    cl_model_desc_free(dg);
+}
+
 int main(void) {
     make_text();
     test_accumulation();
@@ -593,6 +688,7 @@ int main(void) {
     same_start("mlp");
     test_replicas_check();
     test_zero_ranges();
+    test_zero2_buckets();
     char cmd[400];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpdir);

@@ -144,7 +144,10 @@ cl_status cl_comm_iallgather(cl_comm *c, const void *in, void *out, size_t bytes
  * piece at offset counts[0] + ... + counts[r-1]; rank r's out (counts[r]
  * floats, may be 0) gets the fold of every rank's piece r (the fold of
  * cl_comm_allreduce, so an element's result has the bits an all-reduce of
- * the same inputs gives it). in and out must not overlap. Every rank
+ * the same inputs gives it). out may be in + counts[0] + ... + counts[r-1]
+ * (in place: the fold may write a destination that aliases its own source
+ * at the same offset, and other ranks read only their pieces); otherwise in
+ * and out must not overlap. Every rank
  * passes the same counts (the threads backend checks; on mpi a receive of
  * another size fails the collective naming both sizes, or times out). The
  * non-blocking form copies counts: the array may go away once it returns. */

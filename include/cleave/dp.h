@@ -17,7 +17,19 @@
  * so bucketing does not change a bit. The LM head's separate wte gradient
  * (cl_model_split_tied) is one more range: added into the wte gradient
  * before the embedding's bucket leaves when the part holds both, summed over
- * the replicas on its own when the part holds only the head. */
+ * the replicas on its own when the part holds only the head.
+ *
+ * ZeRO 2 (m->zero.stage 2): every combined backward, not only the last,
+ * runs with the hook; before it, the first bucket gets one of the part's
+ * (one or two) working buffers, zeroed, and its parameters' gradient
+ * pointers are aimed into it; when the hook has seen a bucket's lowest unit
+ * the bucket is reduce-scattered in place over the replicas
+ * (cl_comm_ireduce_scatter_v: its pieces in each replica's shard) and the
+ * next bucket takes the other buffer, first waiting for the reduce-scatter
+ * still in flight from it and adding that replica's piece into the shard's
+ * gradients (m->grads). Gradients kept whole (cl_model_grad_whole) are left
+ * out of the buckets' ends (zeros inside a range travel as zeros) and summed
+ * over the replicas in cl_dp_finish, as at stage 0. */
 #ifndef CLEAVE_DP_H
 #define CLEAVE_DP_H
 
@@ -35,12 +47,32 @@ cl_status cl_dp_create(cl_dp **out, cl_comm *comm, cl_model *m, size_t bucket_by
 void cl_dp_destroy(cl_dp *dp);
 /* Before the backward that completes the gradients: nothing launched yet. */
 void cl_dp_begin(cl_dp *dp);
+/* Before each combined backward of the part (last: the one that completes
+ * the step's gradients): *armed 1 if the backward must pass cl_dp_unit_done
+ * as its hook: the last one, and under ZeRO 2 every one, whose first
+ * bucket's working buffer this prepares. */
+cl_status cl_dp_begin_backward(cl_dp *dp, int last, int *armed);
 /* The unit-done hook (ctx: the cl_dp): launches every bucket whose lowest unit is u. */
 cl_status cl_dp_unit_done(void *ctx, int u);
 /* Launches every bucket not launched yet. */
 cl_status cl_dp_launch_rest(cl_dp *dp);
-/* Launches the rest and waits for every launched reduction (all of them, even after an error). */
+/* Launches the rest and waits for every launched reduction (all of them,
+ * even after an error); ZeRO 2: then sums the whole-kept gradients (and a
+ * head-only part's wte gradient) over the replicas. */
 cl_status cl_dp_finish(cl_dp *dp);
+/* ZeRO 2, once the whole-kept gradients are final (after the tensor-parallel
+ * and pipeline sums): their pieces inside this replica's shard copied into
+ * the shard's gradients. */
+void cl_dp_whole_to_shard(cl_dp *dp);
+/* 1 if the part's gradients are sharded over the replicas (ZeRO 2). */
+int cl_dp_sharded(const cl_dp *dp);
+/* ZeRO 2 (cl_dp_sharded): cl_grad_sumsq's figures, the same bits, from the
+ * shards: each replica sums the squares of the CL_SUMSQ_BLOCK blocks of
+ * every parameter (cut from the parameter's start, as cl_sumsq cuts them)
+ * that start in its shard, a block that runs into the next shards read from
+ * their first floats (all-gathered, into m->ghalo); the blocks' sums are
+ * all-gathered and added in cl_sumsq's order on every replica. */
+cl_status cl_dp_grad_sumsq(cl_dp *dp, double *per_param);
 /* Buckets, and the launch time (cl_now) of bucket k in the last step. */
 int cl_dp_nbuckets(const cl_dp *dp);
 double cl_dp_launch_time(const cl_dp *dp, int k);

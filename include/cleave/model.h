@@ -177,12 +177,42 @@ int cl_model_find_param(const cl_model_desc *d, const char *name); /* -1 if abse
  * multiple of 16 n floats). Stage 1 keeps only this rank's shard of the
  * AdamW moments and updates only its shard of the parameters. Stage 0, or
  * n <= 1: nothing is sharded. */
+/* Stage 2 also keeps only this rank's shard of the gradients: each
+ * micro-batch's gradients go into bucket-sized working buffers that are
+ * reduce-scattered into the shard as backward completes each bucket
+ * (bucket_bytes: cl_model_buckets' cut); the gradients that other sums
+ * need whole (cl_model_grad_whole) are kept whole. */
 typedef struct {
     int stage, n, rank;
+    size_t bucket_bytes;
 } cl_zero;
 /* The part of floats [a, b) of a part's buffer inside shard [lo, lo +
  * len): its length (0 if none) and *start its first float. */
 int64_t cl_zero_overlap(int64_t a, int64_t b, int64_t lo, int64_t len, int64_t *start);
+
+/* A gradient bucket of a part: floats [lo, hi) of its flat buffer (the
+ * part's local offsets, 16-float padding included), launched once the
+ * backward of `unit` (its lowest) is done; hi < 0: the LM head's separate
+ * wte gradient (cl_model_split_tied). */
+typedef struct {
+    int unit;
+    int64_t lo, hi;
+} cl_bucket;
+/* 1 if, under ZeRO stage 2, the gradient of parameter i on the part of
+ * units [u0, u1) is kept whole rather than in bucket working buffers: the
+ * layernorms whose gradients are partial sums over sequence-parallel ranks
+ * (summed over tp after the replicas), and the tied wte on a part that
+ * holds the embedding or the LM head but not both (summed between the first
+ * and last pipeline stages after the replicas). */
+int cl_model_grad_whole(const cl_model_desc *d, int u0, int u1, int i);
+/* The buckets of the part of units [u0, u1) (parameters from the
+ * description's float offset part_lo): its units, last first, cut into
+ * runs of at least bucket_bytes of parameters (see cleave/dp.h). stage2:
+ * each range trimmed of the whole-kept gradients at its ends (it may become
+ * empty, lo == hi) and no range for the head's wte gradient (kept whole).
+ * out has room for u1 - u0 + 1; returns how many. */
+int cl_model_buckets(const cl_model_desc *d, int u0, int u1, int64_t part_lo, size_t bucket_bytes, int stage2,
+                     cl_bucket *out);
 
 /* The one statement of a part's device buffers, in floats: every size the
  * functions below allocate comes from here, and so does every prediction
@@ -196,6 +226,12 @@ typedef struct {
     int64_t shard;       /* ZeRO: floats of each data-parallel rank's shard (alloc / n); alloc when not sharded */
     int64_t shard_lo;    /* this rank's shard's first float (rank x shard; 0 when not sharded) */
     int64_t moments;     /* floats of each AdamW moment: alloc, or the shard under ZeRO stage 1 */
+    int64_t grads;       /* floats of the gradient buffer: alloc, or the shard under ZeRO stage 2 */
+    int64_t whole;       /* ZeRO 2: the whole-kept gradients (cl_model_grad_whole), 16-aligned each; else 0 */
+    int64_t bucket;      /* ZeRO 2: floats of each bucket working buffer (the largest bucket); else 0 */
+    int nbuf;            /* ZeRO 2: bucket working buffers (2, 1 with one non-empty bucket); else 0 */
+    int64_t halo;        /* ZeRO 2: the norm's buffer: the first min(shard, 16384) floats of every replica's
+                          * shard and one 16384-float block (cl_dp_grad_sumsq); else 0 */
     int64_t head_wte;    /* the LM head's separate wte gradient (cl_model_split_tied), 0 if none */
     int64_t scratch;     /* backward workspace (conv's im2col included), at least 16 */
     int64_t io;          /* each of the two activation-gradient buffers, at least 16 */
@@ -210,8 +246,12 @@ typedef struct {
     int u0, u1;
     int B;                  /* micro-batch capacity in samples */
     int64_t nfloats;        /* floats in params (and grads) on this rank */
-    float *params, *grads;  /* flat, nfloats each */
-    float **p, **g;         /* per parameter: pointer into params/grads, NULL if not held */
+    float *params, *grads;  /* flat, nfloats each (ZeRO 2: grads is the shard's, sizes.grads floats) */
+    float *gwhole;          /* ZeRO 2: the whole-kept gradients (sizes.whole floats) */
+    float *gbuf[2];         /* ZeRO 2: bucket working buffers (sizes.nbuf of sizes.bucket floats) */
+    float *ghalo;           /* ZeRO 2: the norm's buffer (sizes.halo floats) */
+    float **p, **g;         /* per parameter: pointer into params/grads, NULL if not held (ZeRO 2: into
+                             * gwhole, or into a working buffer while its bucket is being back-propagated) */
     int64_t *loc;           /* per parameter: offset into params (-1 if not held) */
     float *head_wte_g;      /* see cl_model_split_tied; NULL otherwise */
     int recompute;          /* cl_recompute (cl_model_set_recompute) */

@@ -140,7 +140,9 @@ typedef struct {
     int check_replicas;
     /* ZeRO over the data-parallel group (model.h's cl_zero): 0 none; 1 each
      * replica keeps the AdamW moments of its shard of every part's flat
-     * buffer, updates that shard and all-gathers the parameters. */
+     * buffer, updates that shard and all-gathers the parameters; 2 also
+     * keeps only the shard's gradients (each bucket reduce-scattered into
+     * it, see cleave/dp.h); 3 is refused (not built yet). */
     int zero;
     /* Offload of the AdamW moments: 0 none, 1 host: they live in a host
      * memory of their own (cl_trainer_host), outside device_memory's cap,

@@ -189,6 +189,12 @@ void cl_adamw_update(float *p, const float *g, float *m, float *v, int64_t n,
                      float lr, float b1, float b2, float eps, float wd, int t, float gscale);
 /* sum of squares in double, for global-norm clipping */
 double cl_sumsq(const float *x, int64_t n);
+/* cl_sumsq's pieces: it sums blocks of CL_SUMSQ_BLOCK floats from x (the
+ * last may be shorter), each with cl_sumsq_block, then adds the blocks'
+ * sums in order to 0.0; so a caller holding the blocks' sums of a vector
+ * cut elsewhere (ZeRO 2's shards) gets cl_sumsq's bits. n <= CL_SUMSQ_BLOCK. */
+#define CL_SUMSQ_BLOCK 16384
+double cl_sumsq_block(const float *x, int64_t n);
 void cl_scale(float *x, float s, int64_t n);
 
 #endif

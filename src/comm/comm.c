@@ -604,7 +604,10 @@ static cl_status reduce_scatter_v_common(cl_comm *c, const float *in, float *out
     size_t mine = counts[c->rank];
     if (!in && total) return bad(c, r.what, "in is NULL but the counts sum to %zu", total);
     if (!out && mine) return bad(c, r.what, "out is NULL but counts[%d] is %zu", c->rank, mine);
-    if (overlap(in, total * sizeof(float), out, mine * sizeof(float))) return bad(c, r.what, "in and out overlap");
+    size_t at = 0;
+    for (int k = 0; k < c->rank; k++) at += counts[k];
+    if (out != in + at && overlap(in, total * sizeof(float), out, mine * sizeof(float)))
+        return bad(c, r.what, "in and out overlap (other than out = in + this rank's offset)");
     CL_TRY(check_op(c, op, r.what));
     cl_status st = op_count(c, CL_OP_REDUCE_SCATTER, r.what);
     if (st != CL_OK) return op_end(c, st, r.what);

@@ -113,24 +113,25 @@ CL_AVX2 static double sumsq_avx2(const float *x, int64_t n) {
 }
 #endif
 
+_Static_assert(CL_SUMSQ_BLOCK == CL_SIMD_BLOCK, "cl_sumsq's blocks are CL_SIMD_BLOCK");
+
+double cl_sumsq_block(const float *x, int64_t n) {
+#ifdef CL_SIMD_X86
+    if (cl_simd() == CL_SIMD_AVX2) return sumsq_avx2(x, n);
+#endif
+    return sumsq_plain(x, n);
+}
+
 /* Blocks of CL_SIMD_BLOCK are summed on any thread, their sums then in
  * block order: the same bits for every thread count. */
 double cl_sumsq(const float *x, int64_t n) {
     enum { GROUP = 256 };
-    int vec = cl_simd();
-    (void)vec;
     double total = 0.0;
     for (int64_t g0 = 0; g0 < n; g0 += (int64_t)GROUP * CL_SIMD_BLOCK) {
         int64_t gn = n - g0 < (int64_t)GROUP * CL_SIMD_BLOCK ? n - g0 : (int64_t)GROUP * CL_SIMD_BLOCK;
         double part[GROUP];
         const float *xg = x + g0;
-        CL_FOR_BLOCKS(gn, lo, len, {
-#ifdef CL_SIMD_X86
-            if (vec == CL_SIMD_AVX2) part[lo / CL_SIMD_BLOCK] = sumsq_avx2(xg + lo, len);
-            else
-#endif
-                part[lo / CL_SIMD_BLOCK] = sumsq_plain(xg + lo, len);
-        });
+        CL_FOR_BLOCKS(gn, lo, len, { part[lo / CL_SIMD_BLOCK] = cl_sumsq_block(xg + lo, len); });
         int64_t nb = (gn + CL_SIMD_BLOCK - 1) / CL_SIMD_BLOCK;
         for (int64_t b = 0; b < nb; b++) total += part[b];
     }

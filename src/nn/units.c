@@ -49,6 +49,58 @@ int64_t cl_zero_overlap(int64_t a, int64_t b, int64_t lo, int64_t len, int64_t *
     return e > s ? e - s : 0;
 }
 
+static int part_holds_kind(const cl_model_desc *d, int u0, int u1, cl_unit_kind k) {
+    for (int u = u0; u < u1; u++)
+        if (d->units[u].kind == k) return 1;
+    return 0;
+}
+
+int cl_model_grad_whole(const cl_model_desc *d, int u0, int u1, int i) {
+    if (d->params[i].tp_partial) return 1;
+    if (i != d->tied_wte) return 0;
+    return part_holds_kind(d, u0, u1, CL_UNIT_EMBED) != part_holds_kind(d, u0, u1, CL_UNIT_LMHEAD);
+}
+
+/* Bucket [pa..pb] of parameters: their float range, trimmed of whole-kept gradients at both ends under stage 2. */
+static void bucket_range(const cl_model_desc *d, int u0, int u1, int64_t part_lo, int pa, int pb, int stage2, cl_bucket *b) {
+    b->lo = d->params[pa].offset - part_lo;
+    b->hi = d->params[pb].offset - part_lo + align16(d->params[pb].numel);
+    if (!stage2) return;
+    while (pa <= pb && cl_model_grad_whole(d, u0, u1, pa)) pa++;
+    while (pb >= pa && cl_model_grad_whole(d, u0, u1, pb)) pb--;
+    if (pa > pb) b->hi = b->lo; /* empty: all whole */
+    else bucket_range(d, u0, u1, part_lo, pa, pb, 0, b);
+}
+
+int cl_model_buckets(const cl_model_desc *d, int u0, int u1, int64_t part_lo, size_t bucket_bytes, int stage2,
+                     cl_bucket *out) {
+    size_t limit = bucket_bytes ? bucket_bytes : 1, bytes = 0;
+    int n = 0, pb = -1, lowest_with_params = -1;
+    for (int u = u0; u < u1; u++)
+        if (d->units[u].nparams) {
+            lowest_with_params = u;
+            break;
+        }
+    int head_alone = d->tied_wte >= 0 && part_holds_kind(d, u0, u1, CL_UNIT_LMHEAD) && !part_holds_kind(d, u0, u1, CL_UNIT_EMBED);
+    for (int u = u1 - 1; u >= u0; u--) {
+        const cl_unit *un = &d->units[u];
+        if (head_alone && !stage2 && un->kind == CL_UNIT_LMHEAD) /* the head's wte gradient is whole once the head is done */
+            out[n++] = (cl_bucket){u, 0, -1};
+        if (!un->nparams) continue;
+        int a = un->first_param, b = un->first_param + un->nparams - 1;
+        if (pb < 0) pb = b;
+        for (int i = a; i <= b; i++) bytes += (size_t)d->params[i].numel * sizeof(float);
+        if (bytes >= limit || u == lowest_with_params) {
+            out[n].unit = u;
+            bucket_range(d, u0, u1, part_lo, a, pb, stage2, &out[n]);
+            n++;
+            pb = -1;
+            bytes = 0;
+        }
+    }
+    return n;
+}
+
 void cl_model_part_sizes(const cl_model_desc *d, int u0, int u1, int B, int recompute, const cl_zero *zero, cl_part_sizes *z) {
     memset(z, 0, sizeof *z);
     /* parameters are laid out in unit order: the held ones are one range */
@@ -97,6 +149,25 @@ void cl_model_part_sizes(const cl_model_desc *d, int u0, int u1, int B, int reco
         z->shard = z->alloc / zero->n;
         z->shard_lo = (int64_t)zero->rank * z->shard;
         z->moments = z->shard;
+    }
+    z->grads = z->alloc;
+    if (zero && zero->stage >= 2 && zero->n > 1) {
+        z->grads = z->shard;
+        for (int i = 0; i < d->nparams; i++) {
+            int u = d->params[i].unit;
+            int held = (u >= u0 && u < u1) || (i == d->tied_wte && z->tied_copy >= 0);
+            if (held && cl_model_grad_whole(d, u0, u1, i)) z->whole += align16(d->params[i].numel);
+        }
+        cl_bucket *bk = malloc((size_t)(u1 - u0 + 1) * sizeof *bk);
+        CL_ASSERT(bk != NULL);
+        int nb = cl_model_buckets(d, u0, u1, lo, zero->bucket_bytes, 1, bk), used = 0;
+        for (int k = 0; k < nb; k++) {
+            if (bk[k].hi - bk[k].lo > z->bucket) z->bucket = bk[k].hi - bk[k].lo;
+            used += bk[k].hi > bk[k].lo;
+        }
+        free(bk);
+        z->nbuf = used > 1 ? 2 : used;
+        z->halo = (int64_t)zero->n * (z->shard < CL_SUMSQ_BLOCK ? z->shard : CL_SUMSQ_BLOCK) + CL_SUMSQ_BLOCK;
     }
     z->acts = cl_model_act_floats(d, u0, u1, B, recompute);
 }
@@ -147,7 +218,7 @@ cl_status cl_model_create_zero(cl_model **out, const cl_model_desc *d, cl_device
     m->u1 = u1;
     m->B = B;
     m->tp = cl_tp_of(NULL);
-    m->zero = zero && zero->stage >= 1 && zero->n > 1 ? *zero : (cl_zero){0, 1, 0};
+    m->zero = zero && zero->stage >= 1 && zero->n > 1 ? *zero : (cl_zero){0, 1, 0, 0};
     m->p = calloc((size_t)d->nparams, sizeof *m->p);
     m->g = calloc((size_t)d->nparams, sizeof *m->g);
     m->loc = malloc((size_t)(d->nparams ? d->nparams : 1) * sizeof *m->loc);
@@ -163,7 +234,10 @@ cl_status cl_model_create_zero(cl_model **out, const cl_model_desc *d, cl_device
     if (!s && z->tied_copy >= 0) m->loc[d->tied_wte] = z->tied_copy;
     size_t alloc = (size_t)z->alloc;
     if (!s) s = cl_device_alloc_f32(dev, CL_MEM_PARAMS, alloc, &m->params);
-    if (!s) s = cl_device_alloc_f32(dev, CL_MEM_GRADS, alloc, &m->grads);
+    if (!s) s = cl_device_alloc_f32(dev, CL_MEM_GRADS, (size_t)z->grads, &m->grads);
+    if (!s && z->whole) s = cl_device_alloc_f32(dev, CL_MEM_GRADS, (size_t)z->whole, &m->gwhole);
+    for (int k = 0; !s && k < z->nbuf; k++) s = cl_device_alloc_f32(dev, CL_MEM_GRADS, (size_t)z->bucket, &m->gbuf[k]);
+    if (!s && z->halo) s = cl_device_alloc_f32(dev, CL_MEM_GRADS, (size_t)z->halo, &m->ghalo);
     m->max_io_floats = z->io;
     if (!s) s = cl_device_alloc_f32(dev, CL_MEM_WORKSPACE, (size_t)z->scratch, &m->scratch);
     if (!s) s = cl_device_alloc_f32(dev, CL_MEM_WORKSPACE, (size_t)z->io, &m->dbuf[0]);
@@ -173,11 +247,17 @@ cl_status cl_model_create_zero(cl_model **out, const cl_model_desc *d, cl_device
         return s;
     }
     memset(m->params, 0, alloc * sizeof(float));
-    memset(m->grads, 0, alloc * sizeof(float));
-    for (int i = 0; i < d->nparams; i++) {
+    memset(m->grads, 0, (size_t)z->grads * sizeof(float));
+    if (m->gwhole) memset(m->gwhole, 0, (size_t)z->whole * sizeof(float));
+    int stage2 = m->zero.stage >= 2;
+    for (int i = 0, w = 0; i < d->nparams; i++) {
         if (m->loc[i] < 0) continue;
         m->p[i] = m->params + m->loc[i];
-        m->g[i] = m->grads + m->loc[i];
+        if (!stage2) m->g[i] = m->grads + m->loc[i];
+        else if (cl_model_grad_whole(d, u0, u1, i)) { /* whole, in parameter order; the others while their bucket runs */
+            m->g[i] = m->gwhole + w;
+            w += (int)align16(d->params[i].numel);
+        }
     }
     *out = m;
     return CL_OK;
@@ -191,11 +271,7 @@ int cl_model_owns_param(const cl_model *m, int i) {
     return u >= m->u0 && u < m->u1;
 }
 
-static int holds_kind(const cl_model *m, cl_unit_kind k) {
-    for (int u = m->u0; u < m->u1; u++)
-        if (m->desc->units[u].kind == k) return 1;
-    return 0;
-}
+static int holds_kind(const cl_model *m, cl_unit_kind k) { return part_holds_kind(m->desc, m->u0, m->u1, k); }
 
 cl_status cl_model_split_tied(cl_model *m) {
     const cl_model_desc *d = m->desc;
@@ -216,6 +292,10 @@ void cl_model_destroy(cl_model *m) {
     if (!m) return;
     cl_device_free(m->dev, m->params);
     cl_device_free(m->dev, m->grads);
+    cl_device_free(m->dev, m->gwhole);
+    cl_device_free(m->dev, m->gbuf[0]);
+    cl_device_free(m->dev, m->gbuf[1]);
+    cl_device_free(m->dev, m->ghalo);
     cl_device_free(m->dev, m->scratch);
     cl_device_free(m->dev, m->dbuf[0]);
     cl_device_free(m->dev, m->dbuf[1]);
@@ -261,7 +341,8 @@ void cl_model_init(cl_model *m, uint64_t seed) {
 }
 
 void cl_model_zero_grads(cl_model *m) {
-    memset(m->grads, 0, (size_t)m->nfloats * sizeof(float));
+    memset(m->grads, 0, (size_t)(m->zero.stage >= 2 ? m->sizes.grads : m->nfloats) * sizeof(float));
+    if (m->gwhole) memset(m->gwhole, 0, (size_t)m->sizes.whole * sizeof(float));
     if (m->head_wte_g) memset(m->head_wte_g, 0, (size_t)m->desc->params[m->desc->tied_wte].numel * sizeof(float));
 }
 

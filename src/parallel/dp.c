@@ -1,5 +1,6 @@
 /* Data-parallel gradient buckets (see cleave/dp.h). */
 #include "cleave/dp.h"
+#include "cleave/kernels.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -8,16 +9,22 @@ struct cl_dp {
     cl_comm *comm;
     cl_model *m;
     int n;               /* buckets, the last units' first */
-    int *unit;           /* the lowest unit of each: launch once its backward is done */
-    int64_t *lo, *hi;    /* float range of the part's gradient buffer; the last may be the head's wte (hi < 0) */
-    cl_request **req;
+    cl_bucket *bk;       /* cl_model_buckets' cut */
+    cl_request **req;    /* stages 0-1: each bucket's all-reduce */
     double *t0;          /* launch times */
-    int next;            /* launched so far this step */
+    int next;            /* launched so far in this backward */
     int embed_tie;       /* the part holds the embedding and a separate head wte gradient: tie before the embedding's bucket */
     int tied;            /* done this step */
+    int armed;           /* this backward launches buckets */
+    int last;            /* this backward completes the step's gradients */
+    /* ZeRO 2: working buffers, each free (-1) or holding the bucket whose reduce-scatter is in flight from it */
+    int z2, nbuf, turn, cur;
+    int buf_of[2];
+    cl_request *breq[2];
+    size_t *counts;      /* [dp size] the pieces of a bucket in each replica's shard; the norm's blocks of each */
+    double *bsum;        /* [nblocks] the norm: the sum of squares of each CL_SUMSQ_BLOCK block of the part's parameters */
+    int64_t nblocks;
 };
-
-static int64_t align16(int64_t n) { return (n + 15) & ~(int64_t)15; }
 
 static int holds(const cl_model *m, cl_unit_kind k) {
     for (int u = m->u0; u < m->u1; u++)
@@ -29,67 +36,45 @@ cl_status cl_dp_create(cl_dp **out, cl_comm *comm, cl_model *m, size_t bucket_by
     *out = NULL;
     cl_dp *dp = calloc(1, sizeof *dp);
     if (!dp) return cl_error(CL_ERR_OOM, "cannot allocate the gradient buckets");
-    const cl_model_desc *d = m->desc;
     int cap = m->u1 - m->u0 + 1;
     dp->comm = comm && cl_comm_size(comm) > 1 ? comm : NULL;
     dp->m = m;
-    dp->unit = calloc((size_t)cap, sizeof *dp->unit);
-    dp->lo = calloc((size_t)cap, sizeof *dp->lo);
-    dp->hi = calloc((size_t)cap, sizeof *dp->hi);
+    dp->z2 = m->zero.stage >= 2;
+    dp->nbuf = m->sizes.nbuf;
+    dp->cur = -1;
+    dp->buf_of[0] = dp->buf_of[1] = -1;
+    dp->bk = calloc((size_t)cap, sizeof *dp->bk);
     dp->req = calloc((size_t)cap, sizeof *dp->req);
     dp->t0 = calloc((size_t)cap, sizeof *dp->t0);
-    if (!dp->unit || !dp->lo || !dp->hi || !dp->req || !dp->t0) {
+    dp->counts = calloc((size_t)(dp->comm ? cl_comm_size(dp->comm) : 1), sizeof *dp->counts);
+    if (!dp->bk || !dp->req || !dp->t0 || !dp->counts) {
         cl_dp_destroy(dp);
         return cl_error(CL_ERR_OOM, "cannot allocate the gradient buckets");
     }
-    size_t limit = bucket_bytes ? bucket_bytes : 1;
-    int64_t hi = -1;
-    size_t bytes = 0;
-    int lowest_with_params = -1;
-    for (int u = m->u0; u < m->u1; u++)
-        if (d->units[u].nparams) {
-            lowest_with_params = u;
-            break;
-        }
-    int head_alone = m->head_wte_g && !holds(m, CL_UNIT_EMBED);
-    dp->embed_tie = m->head_wte_g && holds(m, CL_UNIT_EMBED);
-    for (int u = m->u1 - 1; u >= m->u0; u--) {
-        const cl_unit *un = &d->units[u];
-        if (head_alone && un->kind == CL_UNIT_LMHEAD) { /* the head's wte gradient is whole once the head is done */
-            dp->unit[dp->n] = u;
-            dp->lo[dp->n] = 0;
-            dp->hi[dp->n] = -1;
-            dp->n++;
-        }
-        if (!un->nparams) continue;
-        int a = un->first_param, b = un->first_param + un->nparams - 1;
-        if (hi < 0) hi = m->loc[b] + align16(d->params[b].numel);
-        for (int i = a; i <= b; i++) bytes += (size_t)d->params[i].numel * sizeof(float);
-        if (bytes >= limit || u == lowest_with_params) {
-            dp->unit[dp->n] = u;
-            dp->lo[dp->n] = m->loc[a];
-            dp->hi[dp->n] = hi;
-            dp->n++;
-            hi = -1;
-            bytes = 0;
-        }
+    dp->n = cl_model_buckets(m->desc, m->u0, m->u1, m->sizes.lo, bucket_bytes, dp->z2, dp->bk);
+    for (int i = 0; dp->z2 && i < m->desc->nparams; i++)
+        if (cl_model_owns_param(m, i)) dp->nblocks += (m->desc->params[i].numel + CL_SUMSQ_BLOCK - 1) / CL_SUMSQ_BLOCK;
+    if (dp->nblocks && !(dp->bsum = calloc((size_t)dp->nblocks, sizeof *dp->bsum))) {
+        cl_dp_destroy(dp);
+        return cl_error(CL_ERR_OOM, "cannot allocate the gradient norm's blocks");
     }
+    dp->embed_tie = m->head_wte_g && holds(m, CL_UNIT_EMBED);
     *out = dp;
     return CL_OK;
 }
 
 void cl_dp_destroy(cl_dp *dp) {
     if (!dp) return;
-    free(dp->unit);
-    free(dp->lo);
-    free(dp->hi);
+    free(dp->bk);
     free(dp->req);
     free(dp->t0);
+    free(dp->counts);
+    free(dp->bsum);
     free(dp);
 }
 
 void cl_dp_begin(cl_dp *dp) {
-    if (dp) dp->next = dp->tied = 0;
+    if (dp) dp->next = dp->tied = 0, dp->armed = dp->last = 1;
 }
 
 /* Before the bucket holding the wte gradient leaves: the head's part added in. */
@@ -99,26 +84,95 @@ static void tie(cl_dp *dp) {
     dp->tied = 1;
 }
 
+/* ZeRO 2: the reduce-scatter in flight from working buffer b done, this
+ * replica's piece of its bucket added into the shard's gradients. */
+static cl_status complete(cl_dp *dp, int b) {
+    if (dp->buf_of[b] < 0) return CL_OK;
+    cl_model *m = dp->m;
+    const cl_bucket *k = &dp->bk[dp->buf_of[b]];
+    cl_status s = cl_comm_wait(dp->comm, dp->breq[b]);
+    dp->breq[b] = NULL;
+    dp->buf_of[b] = -1;
+    CL_TRY(s);
+    int64_t a, len = cl_zero_overlap(k->lo, k->hi, m->sizes.shard_lo, m->sizes.shard, &a);
+    if (len) cl_add_inplace(m->grads + (a - m->sizes.shard_lo), m->gbuf[b] + (a - k->lo), len);
+    return CL_OK;
+}
+
+/* ZeRO 2: a working buffer for bucket k, zeroed, its parameters' gradients pointed into it. */
+static cl_status prepare(cl_dp *dp, int k) {
+    if (k >= dp->n || dp->bk[k].hi <= dp->bk[k].lo) return CL_OK;
+    cl_model *m = dp->m;
+    const cl_model_desc *d = m->desc;
+    const cl_bucket *bk = &dp->bk[k];
+    int b = dp->turn;
+    CL_TRY(complete(dp, b));
+    if (dp->nbuf > 1) dp->turn ^= 1;
+    memset(m->gbuf[b], 0, (size_t)(bk->hi - bk->lo) * sizeof(float));
+    for (int i = 0; i < d->nparams; i++)
+        if (m->loc[i] >= bk->lo && m->loc[i] < bk->hi && !cl_model_grad_whole(d, m->u0, m->u1, i))
+            m->g[i] = m->gbuf[b] + (m->loc[i] - bk->lo);
+    dp->cur = b;
+    return CL_OK;
+}
+
 static cl_status launch(cl_dp *dp, int k) {
     cl_model *m = dp->m;
-    float *buf = dp->hi[k] < 0 ? m->head_wte_g : m->grads + dp->lo[k];
-    size_t n = dp->hi[k] < 0 ? (size_t)m->sizes.head_wte : (size_t)(dp->hi[k] - dp->lo[k]);
+    const cl_bucket *bk = &dp->bk[k];
     dp->t0[k] = cl_now();
-    return cl_comm_iallreduce(dp->comm, buf, n, CL_RED_SUM, &dp->req[k]);
+    if (!dp->z2) {
+        float *buf = bk->hi < 0 ? m->head_wte_g : m->grads + bk->lo;
+        size_t n = bk->hi < 0 ? (size_t)m->sizes.head_wte : (size_t)(bk->hi - bk->lo);
+        return cl_comm_iallreduce(dp->comm, buf, n, CL_RED_SUM, &dp->req[k]);
+    }
+    if (bk->hi <= bk->lo) return CL_OK; /* all of it kept whole */
+    /* in place: each replica's piece (its shard's part of the bucket) at its own place in the buffer */
+    int nr = cl_comm_size(dp->comm), me = cl_comm_rank(dp->comm);
+    int64_t at = 0, start;
+    float *buf = m->gbuf[dp->cur];
+    for (int r = 0; r < nr; r++) {
+        dp->counts[r] = (size_t)cl_zero_overlap(bk->lo, bk->hi, (int64_t)r * m->sizes.shard, m->sizes.shard, &start);
+        if (r < me) at += (int64_t)dp->counts[r];
+    }
+    dp->buf_of[dp->cur] = k;
+    int b = dp->cur;
+    dp->cur = -1;
+    return cl_comm_ireduce_scatter_v(dp->comm, buf, buf + at, dp->counts, CL_RED_SUM, &dp->breq[b]);
+}
+
+cl_status cl_dp_begin_backward(cl_dp *dp, int last, int *armed) {
+    *armed = 0;
+    if (!dp || !dp->comm) return CL_OK;
+    dp->armed = last || dp->z2;
+    if (!dp->armed) return CL_OK;
+    *armed = 1;
+    dp->next = 0;
+    dp->last = last;
+    if (last) dp->tied = 0;
+    return dp->z2 ? prepare(dp, 0) : CL_OK;
 }
 
 cl_status cl_dp_unit_done(void *ctx, int u) {
     cl_dp *dp = ctx;
-    if (!dp || !dp->comm) return CL_OK;
+    if (!dp || !dp->comm || !dp->armed) return CL_OK;
     const cl_model_desc *d = dp->m->desc;
     /* the wte gradient is complete once the embedding is: add the head's part before it is sent */
-    if (dp->embed_tie && u == d->params[d->tied_wte].unit) tie(dp);
-    while (dp->next < dp->n && dp->unit[dp->next] == u) CL_TRY(launch(dp, dp->next++));
+    if (dp->last && dp->embed_tie && u == d->params[d->tied_wte].unit) tie(dp);
+    int launched = 0;
+    while (dp->next < dp->n && dp->bk[dp->next].unit == u) {
+        CL_TRY(launch(dp, dp->next++));
+        launched = 1;
+    }
+    if (dp->z2 && launched) CL_TRY(prepare(dp, dp->next));
     return CL_OK;
 }
 
 cl_status cl_dp_launch_rest(cl_dp *dp) {
     if (!dp || !dp->comm) return CL_OK;
+    if (dp->z2) { /* every backward launched its buckets as it went */
+        if (dp->next < dp->n) return cl_error(CL_ERR_INTERNAL, "ZeRO 2: bucket %d of %d not launched", dp->next, dp->n);
+        return CL_OK;
+    }
     tie(dp);
     while (dp->next < dp->n) CL_TRY(launch(dp, dp->next++));
     return CL_OK;
@@ -133,8 +187,82 @@ cl_status cl_dp_finish(cl_dp *dp) {
         dp->req[k] = NULL;
         if (!s) s = w;
     }
-    return s;
+    for (int b = 0; b < 2; b++) {
+        cl_status w = dp->breq[b] ? complete(dp, b) : CL_OK;
+        if (!s) s = w;
+    }
+    if (s || !dp->z2) return s;
+    /* the whole-kept gradients, accumulated over the micro-batches, summed over the replicas as stage 0 does */
+    cl_model *m = dp->m;
+    if (m->sizes.whole) CL_TRY(cl_comm_allreduce(dp->comm, m->gwhole, (size_t)m->sizes.whole, CL_RED_SUM));
+    if (m->head_wte_g && !dp->embed_tie) CL_TRY(cl_comm_allreduce(dp->comm, m->head_wte_g, (size_t)m->sizes.head_wte, CL_RED_SUM));
+    return CL_OK;
 }
+
+void cl_dp_whole_to_shard(cl_dp *dp) {
+    if (!dp || !dp->comm || !dp->z2) return;
+    cl_model *m = dp->m;
+    const cl_model_desc *d = m->desc;
+    for (int i = 0; i < d->nparams; i++) {
+        if (m->loc[i] < 0 || !cl_model_grad_whole(d, m->u0, m->u1, i)) continue;
+        int64_t a, len = cl_zero_overlap(m->loc[i], m->loc[i] + d->params[i].numel, m->sizes.shard_lo, m->sizes.shard, &a);
+        if (len) memcpy(m->grads + (a - m->sizes.shard_lo), m->g[i] + (a - m->loc[i]), (size_t)len * sizeof(float));
+    }
+}
+
+/* Block b (cl_sumsq's cut: CL_SUMSQ_BLOCK floats from the parameter's
+ * start) of a parameter at [start, start + len) of the part's buffer, whose
+ * first float is in this replica's shard: from the shard, or assembled in
+ * the halo buffer with the next replicas' heads where it runs past it. */
+static const float *block_floats(const cl_dp *dp, const float *heads, int64_t start, int64_t len) {
+    const cl_model *m = dp->m;
+    int64_t lo = m->sizes.shard_lo, S = m->sizes.shard, H = S < CL_SUMSQ_BLOCK ? S : CL_SUMSQ_BLOCK;
+    if (start + len <= lo + S) return m->grads + (start - lo);
+    float *tmp = m->ghalo + (int64_t)cl_comm_size(dp->comm) * H;
+    int64_t at = lo + S - start;
+    memcpy(tmp, m->grads + (start - lo), (size_t)at * sizeof(float));
+    for (int q = cl_comm_rank(dp->comm) + 1; at < len; q++) {
+        int64_t take = len - at < H ? len - at : H;
+        memcpy(tmp + at, heads + (int64_t)q * H, (size_t)take * sizeof(float));
+        at += take;
+    }
+    return tmp;
+}
+
+cl_status cl_dp_grad_sumsq(cl_dp *dp, double *per_param) {
+    cl_model *m = dp->m;
+    const cl_model_desc *d = m->desc;
+    int nr = cl_comm_size(dp->comm), me = cl_comm_rank(dp->comm);
+    int64_t S = m->sizes.shard, H = S < CL_SUMSQ_BLOCK ? S : CL_SUMSQ_BLOCK;
+    /* every replica's first H floats: a block that starts in this shard ends in them */
+    CL_TRY(cl_comm_allgather(dp->comm, m->grads, m->ghalo, (size_t)H * sizeof(float)));
+    memset(dp->counts, 0, (size_t)nr * sizeof *dp->counts);
+    int64_t k = 0;
+    for (int i = 0; i < d->nparams; i++) {
+        if (!cl_model_owns_param(m, i)) continue;
+        for (int64_t b = 0; b < d->params[i].numel; b += CL_SUMSQ_BLOCK, k++) {
+            int64_t start = m->loc[i] + b, len = d->params[i].numel - b < CL_SUMSQ_BLOCK ? d->params[i].numel - b : CL_SUMSQ_BLOCK;
+            int owner = (int)(start / S);
+            dp->counts[owner] += sizeof(double);
+            if (owner != me) continue;
+            dp->bsum[k] = cl_sumsq_block(block_floats(dp, m->ghalo, start, len), len);
+        }
+    }
+    /* blocks in parameter order start further on: their owners do not decrease, so this replica's are one run */
+    size_t at = 0;
+    for (int r = 0; r < me; r++) at += dp->counts[r];
+    CL_TRY(cl_comm_allgather_v(dp->comm, (char *)dp->bsum + at, dp->bsum, dp->counts));
+    k = 0;
+    for (int i = 0; i < d->nparams; i++) {
+        if (!cl_model_owns_param(m, i)) continue;
+        double total = 0.0; /* cl_sumsq's order: the blocks' sums added to 0.0 one after another */
+        for (int64_t b = 0; b < d->params[i].numel; b += CL_SUMSQ_BLOCK) total += dp->bsum[k++];
+        per_param[i] = total;
+    }
+    return CL_OK;
+}
+
+int cl_dp_sharded(const cl_dp *dp) { return dp && dp->comm && dp->z2; }
 
 int cl_dp_nbuckets(const cl_dp *dp) { return dp && dp->comm ? dp->n : 0; }
 double cl_dp_launch_time(const cl_dp *dp, int k) { return dp->t0[k]; }

@@ -147,6 +147,12 @@ static void *tile_worker(void *p) {
     return NULL;
 }
 
+/* The gradient of float a of the part's buffer: under ZeRO 2 only the
+ * shard's are held, in m->grads from shard_lo. */
+static float *grad_at(const cl_model *m, int64_t a) {
+    return m->zero.stage >= 2 ? m->grads + (a - m->sizes.shard_lo) : m->grads + a;
+}
+
 void cl_grad_sumsq(const cl_model *m, double *per_param) {
     for (int i = 0; i < m->desc->nparams; i++)
         if (cl_model_owns_param(m, i)) per_param[i] = cl_sumsq(m->g[i], m->desc->params[i].numel);
@@ -193,7 +199,7 @@ static void update_range(cl_optimizer *o, cl_model *m, float lr, float gscale, i
         int64_t len = cl_zero_overlap(m->loc[i], m->loc[i] + ps->numel, base + t0, n, &a);
         if (!len) continue;
         int64_t mo = a - base - t0;
-        cl_adamw_update(m->params + a, m->grads + a, mm + mo, mv + mo, len, lr, o->o.beta1, o->o.beta2, o->o.eps,
+        cl_adamw_update(m->params + a, grad_at(m, a), mm + mo, mv + mo, len, lr, o->o.beta1, o->o.beta2, o->o.eps,
                         ps->decay ? o->o.weight_decay : 0.0f, o->t, gscale);
     }
 }

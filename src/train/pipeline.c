@@ -170,7 +170,7 @@ cl_status cl_pp_create(cl_trainer *t) {
         ch->first = ch->stage == 0;
         ch->last = ch->stage == pp->S - 1;
         int u0 = pp->part.u0[ch->stage], u1 = pp->part.u1[ch->stage];
-        cl_zero zero = {cfg->zero, t->dp, t->dp_rank};
+        cl_zero zero = {cfg->zero, t->dp, t->dp_rank, cfg->bucket_bytes};
         CL_TRY(cl_model_create_zero(&ch->m, d, t->dev, cfg->micro_batch, u0, u1, &zero));
         if (t->tp > 1) CL_TRY(cl_model_set_tp(ch->m, cfg->groups->tp));
         CL_TRY(cl_model_split_tied(ch->m));
@@ -451,7 +451,9 @@ static cl_status grad_sync(cl_trainer *t, struct cl_pp *pp) {
         }
     }
     for (int c = 0; t->tp > 1 && c < pp->v; c++) CL_TRY(sum_partial_grads(t, pp->ch[c].m));
-    return tie_grads(t, pp);
+    CL_TRY(tie_grads(t, pp));
+    for (int c = 0; c < pp->v; c++) cl_dp_whole_to_shard(pp->ch[c].dp); /* ZeRO 2 */
+    return CL_OK;
 }
 
 /* --check-replicas: every replicated parameter bit for bit the same on every
@@ -486,7 +488,12 @@ static cl_status opt_step(cl_trainer *t, struct cl_pp *pp, float lr, double loss
     const cl_model_desc *d = t->desc;
     int n = d->nparams;
     memset(pp->norm_parts, 0, (size_t)n * sizeof *pp->norm_parts);
-    CL_PROF("grad norm", 0, for (int c = 0; c < pp->v; c++) cl_grad_sumsq(pp->ch[c].m, pp->norm_parts));
+    cl_status ns = CL_OK; /* ZeRO 2: the same figures from the shards */
+    CL_PROF("grad norm", 0, for (int c = 0; c < pp->v && !ns; c++) {
+        if (cl_dp_sharded(pp->ch[c].dp)) ns = cl_dp_grad_sumsq(pp->ch[c].dp, pp->norm_parts);
+        else cl_grad_sumsq(pp->ch[c].m, pp->norm_parts);
+    });
+    CL_TRY(ns);
     /* a replicated parameter counts once (tensor-parallel rank 0's), a split one over its slices; the
      * loss is the same on every tensor-parallel rank */
     for (int i = 0; t->tp_rank > 0 && i < n; i++)
@@ -535,11 +542,11 @@ static cl_status run_action(cl_trainer *t, struct cl_pp *pp, const cl_action *a,
         if (!ch->first) CL_TRY(gradbuf_get(pp, ch, a->chunk, a->mb, i, &din));
         int what = a->kind == CL_ACT_BWD ? CL_BWD_ALL : CL_BWD_INPUT;
         /* the chunk's last combined backward completes its gradients: buckets leave as units finish */
-        int last = i == ch->last_bwd && what == CL_BWD_ALL;
-        if (last) cl_dp_begin(ch->dp);
+        int armed = 0; /* ZeRO 2: every combined backward reduce-scatters its buckets */
+        if (what == CL_BWD_ALL) CL_TRY(cl_dp_begin_backward(ch->dp, i == ch->last_bwd, &armed));
         CL_TRY(cl_model_stage_backward(m, &sl->mbd, ch->first ? sl->mbd.x : sl->in, &sl->acts, ch->last ? NULL : sl->dout,
-                                       din, what, what == CL_BWD_INPUT ? sl->udout : NULL, last ? cl_dp_unit_done : NULL,
-                                       last ? ch->dp : NULL));
+                                       din, what, what == CL_BWD_INPUT ? sl->udout : NULL, armed ? cl_dp_unit_done : NULL,
+                                       armed ? ch->dp : NULL));
         return a->kind == CL_ACT_BWD ? release_slot(pp, ch, a->mb) : CL_OK;
     }
     case CL_ACT_BWD_WEIGHT:

@@ -50,8 +50,8 @@ cl_status cl_train_describe(const cl_train_config *cfg, int tp_rank, cl_model_de
         return cl_error(CL_ERR_INVALID, cfg->offload_dir ? "--offload-dir needs --offload-optimizer disk"
                                                          : "--offload-optimizer disk needs --offload-dir DIR");
     if (cfg->offload_dir) CL_TRY(cl_check_dir_writable(cfg->offload_dir, "--offload-dir"));
-    if (cfg->zero > 1)
-        return cl_error(CL_ERR_UNSUPPORTED, "--zero %d: ZeRO stages 2 and 3 are not built yet (stage 1 is)", cfg->zero);
+    if (cfg->zero > 2)
+        return cl_error(CL_ERR_UNSUPPORTED, "--zero %d: ZeRO stage 3 is not built yet (stages 1 and 2 are)", cfg->zero);
     if (cfg->sequence_parallel && tp < 2)
         return cl_error(CL_ERR_INVALID, "--sequence-parallel needs tensor parallelism (--tp 2 or more)");
     if (cfg->vocab_divisible_by < 1)
