@@ -1,6 +1,7 @@
 /* Data-parallel gradient buckets (see cleave/dp.h). */
 #include "cleave/dp.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -127,13 +128,18 @@ cl_status cl_dp_launch_rest(cl_dp *dp) {
 cl_status cl_dp_finish(cl_dp *dp) {
     if (!dp || !dp->comm) return CL_OK;
     cl_status s = cl_dp_launch_rest(dp);
+    char first[1024] = ""; /* the first failure's message: later waits would overwrite it */
+    if (s) snprintf(first, sizeof first, "%s", cl_last_error());
     for (int k = 0; k < dp->n; k++) {
         if (!dp->req[k]) continue;
         cl_status w = cl_comm_wait(dp->comm, dp->req[k]);
         dp->req[k] = NULL;
-        if (!s) s = w;
+        if (!s && w) {
+            s = w;
+            snprintf(first, sizeof first, "%s", cl_last_error());
+        }
     }
-    return s;
+    return s ? cl_error(s, "%s", first) : CL_OK;
 }
 
 int cl_dp_nbuckets(const cl_dp *dp) { return dp && dp->comm ? dp->n : 0; }
