@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Two "hosts" on this machine: two network namespaces, each with its own
-# host name, joined by a veth pair, for MPI runs whose ranks talk over TCP
+# host name, joined by two veth links, for MPI runs whose ranks talk over TCP
 # as on two machines (tests/cli_hosts.sh, docs/ARCHITECTURE.md "Across
 # hosts"). Needs root (or CAP_NET_ADMIN + CAP_SYS_ADMIN), iproute2 and
 # unshare (util-linux).
@@ -12,20 +12,24 @@
 #   two_hosts.sh cut ID [data|all]
 #                               take the data link down (default), or both links (h2's ends: both ends lose carrier)
 #   two_hosts.sh pids ID HOST   the processes running in host h1 or h2
-#   two_hosts.sh down ID        kill what still runs in the hosts, remove them (and the link)
+#   two_hosts.sh down ID        kill what still runs in the hosts, remove them (and the links)
 #   two_hosts.sh rsh HOST CMD   mpirun's remote shell (plm_rsh_agent): run CMD on HOST
 #
-# How: `ip link add ... netns A type veth peer ... netns B` makes the pair
-# directly inside the namespaces (both ends named clv0, so nothing is ever
-# named in this machine's own namespace), with the link-local addresses
-# 169.254.100.1/30 (h1) and .2/30 (h2); namespaces are separate, so
+# How: `ip link add ... netns A type veth peer ... netns B` makes each pair
+# directly inside the namespaces (both ends of a pair have one name, so
+# nothing is ever named in this machine's own namespace): clv0, the data
+# link (169.254.100.1/30 on h1, .2 on h2, link-local), and clm0, the
+# management link (169.254.101.0/30). The namespaces are separate, so
 # parallel runs with other IDs reuse the same addresses without meeting.
 # mpirun runs in h1 (under `unshare --uts`, host name cleave-ID-h1); for
 # h2 it starts its daemon (orted) through this script's `rsh`, which enters
-# h2 the same way, so the daemons talk over TCP on the veth (oob) and so
-# do the ranks (btl tcp; no shared memory: the hosts have different names,
-# and only tcp and self are allowed). Everything stays in namespaces named
-# cleave-ID-*, removed by `down`; callers run `down` from a trap.
+# h2 the same way, so the daemons talk TCP over clm0 (oob) and the ranks
+# over clv0 (btl tcp; no shared memory: the hosts have different names,
+# and only tcp and self are allowed). The daemons' TCP keepalive is 1 s
+# idle, then 2 probes 1 s apart, so mpirun notices a host it can no longer
+# reach in about 3 s (by default it took minutes, and hung in the
+# meantime). Everything stays in namespaces named cleave-ID-*, removed by
+# `down`; callers run `down` from a trap.
 set -u
 self=$(readlink -f "$0")
 DATA=169.254.100   # clv0: the ranks' messages (btl tcp)
@@ -98,7 +102,15 @@ rsh)
     n=${1:-}
     shift
     [[ "$n" =~ ^cleave-[A-Za-z0-9_]{1,32}-h[12]$ ]] || die "rsh: '$n' is not one of these hosts"
-    exec ip netns exec "$n" unshare --uts /bin/sh -c "hostname $n && $*"
+    ip netns exec "$n" unshare --uts /bin/sh -c "hostname $n && $*"
+    rc=$?
+    # As over ssh, whose connection would run over the management link, the
+    # daemon's exit is not reported while that link is down (mpirun then
+    # learns of the lost host from its own keepalive, naming it, instead of
+    # reading this early exit as a daemon that failed to start). The loop
+    # ends when the link is up again or the namespace is gone.
+    while ip -n "$n" -o link show clm0 2>/dev/null | grep -qv 'state UP'; do sleep 0.2; done
+    exit $rc
     ;;
 run)
     check_id "${1:-}"
