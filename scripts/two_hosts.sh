@@ -28,7 +28,9 @@
 # and only tcp and self are allowed). The daemons' TCP keepalive is 1 s
 # idle, then 2 probes 1 s apart, so mpirun notices a host it can no longer
 # reach in about 3 s (by default it took minutes, and hung in the
-# meantime). Everything stays in namespaces named cleave-ID-*, removed by
+# meantime); a failed job's ranks are killed at once (odls_base_sigkill_timeout 0:
+# by default each daemon spent 2 s on SIGCONT, SIGTERM and SIGKILL to ranks
+# already dead). Everything stays in namespaces named cleave-ID-*, removed by
 # `down`; callers run `down` from a trap.
 set -u
 self=$(readlink -f "$0")
@@ -129,6 +131,7 @@ run)
         --mca plm_rsh_agent "$self rsh" --mca btl tcp,self \
         --mca btl_tcp_if_include "$DATA.0/30" --mca oob_tcp_if_include "$MGMT.0/30" \
         --mca oob_tcp_keepalive_time 1 --mca oob_tcp_keepalive_intvl 1 --mca oob_tcp_keepalive_probes 2 \
+        --mca odls_base_sigkill_timeout 0 \
         "${opts[@]}" "$@")
     exec ip netns exec "$n1" unshare --uts /bin/sh -c "hostname $n1 && exec $line"
     ;;
