@@ -17,7 +17,8 @@
  *   collective's sequence number, its phase and the segment, so messages of
  *   consecutive collectives or segments never match each other.
  * - Every wait polls (MPI_Testsome, then sched_yield for 5 ms, then short sleeps) so
- *   that it can give up at the timeout and so that oversubscribed ranks do
+ *   that it can give up at the timeout (or at once after another wait of
+ *   the process timed out: gave_up) and so that oversubscribed ranks do
  *   not spin a core; MPI errors are returned (MPI_ERRORS_RETURN), never
  *   fatal.
  * - Messages are at most PIECE_BYTES; larger ones go as several messages
