@@ -42,7 +42,7 @@ logged_bytes() { grep -o '\[[0-9]*, [0-9]*, [0-9]*\]' "$1" | tr -d '[],' | awk '
 link_bytes() { # bytes through h1's end of the data link so far
     ip netns exec "$h1" sh -c 'echo $(( $(cat /sys/class/net/clv0/statistics/tx_bytes) + $(cat /sys/class/net/clv0/statistics/rx_bytes) ))'
 }
-across() { timeout 300 scripts/two_hosts.sh run "$id" -- "$cleave" train "${common[@]}" --comm mpi "$@"; }
+across() { timeout -k 10 300 scripts/two_hosts.sh run "$id" -- "$cleave" train "${common[@]}" --comm mpi "$@"; }
 secs() { awk -v a="$1" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }'; }
 less() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a < b) }'; }
 

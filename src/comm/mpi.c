@@ -231,11 +231,12 @@ static void pending_peers(cl_comm *c, mp_batch *b, char *buf, size_t n) {
 }
 
 /* Set by the first wait of this process that times out. A timeout ends the
- * job (the rank aborts), so every wait after it, on any communicator of
- * the process, gives up at once (expired) instead of waiting out a timeout
- * of its own: data parallelism waits for its buckets one after another,
- * and with a lost peer each had taken the whole --comm-timeout (3 buckets
- * of gpt2-tiny ended a job 15 s after a 5 s timeout). */
+ * job (the rank fails and mpirun ends the rest), so every wait after it,
+ * on any communicator of the process, gives up at once (expired) instead
+ * of waiting out a timeout of its own: data parallelism waits for its
+ * buckets one after another, and with a lost peer each had taken the whole
+ * --comm-timeout (3 buckets of gpt2-tiny ended a job 15 s after a 5 s
+ * timeout). */
 static int gave_up;
 
 /* Whether a wait that began at start is over: past the timeout, or another
