@@ -54,7 +54,9 @@
  *       "rank 1: timed out after 5.0 s in recv from rank 0 (tag 7)".
  *   (Collectives name the ranks they still wait for. On mpi, split has no
  *   timeout, and a communicator that returned an error must not be used
- *   again: the launcher aborts the job anyway.)
+ *   again: the launcher aborts the job anyway; once one wait of a process
+ *   has timed out, its other waits give up at once, and when the ranks
+ *   span hosts the peer's host follows: "... waiting for rank 1 on host h2".)
  *   (Ranks in messages are world ranks; on a split communicator the
  *   group rank follows in parentheses.)
  * - Sizes 0 and 1, primes and counts that the group size does not divide

@@ -17,7 +17,8 @@
  *   collective's sequence number, its phase and the segment, so messages of
  *   consecutive collectives or segments never match each other.
  * - Every wait polls (MPI_Testsome, then sched_yield for 5 ms, then short sleeps) so
- *   that it can give up at the timeout and so that oversubscribed ranks do
+ *   that it can give up at the timeout (or at once after another wait of
+ *   the process timed out: gave_up) and so that oversubscribed ranks do
  *   not spin a core; MPI errors are returned (MPI_ERRORS_RETURN), never
  *   fatal.
  * - Messages are at most PIECE_BYTES; larger ones go as several messages
@@ -194,6 +195,23 @@ static void pause_poll(int *polls, double start) {
     nanosleep(&ts, NULL);
 }
 
+/* The host name of every world rank (MPI_Get_processor_name, gathered once
+ * with the world communicator), so that a timeout names the host a lost
+ * peer ran on; hosts_differ is 0 when every rank is on one host, and then
+ * messages name ranks only. */
+enum { HOST_CHARS = 64 };
+static char (*rank_host)[HOST_CHARS];
+static int rank_hosts, hosts_differ;
+
+/* "on host NAME" for peer (a rank of c) when the ranks span hosts, else "". */
+static const char *peer_host(cl_comm *c, int peer, char *buf, size_t n) {
+    buf[0] = 0;
+    if (!hosts_differ || peer < 0 || peer >= c->size) return buf;
+    int w = c->world_ranks[peer];
+    if (w >= 0 && w < rank_hosts) snprintf(buf, n, "on host %s", rank_host[w]);
+    return buf;
+}
+
 /* "waiting for rank 5, rank 7" from the requests still pending. */
 static void pending_peers(cl_comm *c, mp_batch *b, char *buf, size_t n) {
     size_t len = (size_t)snprintf(buf, n, "waiting for");
@@ -205,14 +223,35 @@ static void pending_peers(cl_comm *c, mp_batch *b, char *buf, size_t n) {
             len += (size_t)snprintf(buf + len, n - len, " and more");
             break;
         }
-        char name[64];
-        len += (size_t)snprintf(buf + len, n - len, "%s %s", shown > 1 ? "," : "",
-                                cl_comm_name_rank(c, b->peer[i], name, sizeof name));
+        char name[64], host[HOST_CHARS + 16];
+        peer_host(c, b->peer[i], host, sizeof host);
+        len += (size_t)snprintf(buf + len, n - len, "%s %s%s%s", shown > 1 ? "," : "",
+                                cl_comm_name_rank(c, b->peer[i], name, sizeof name), host[0] ? " " : "", host);
     }
 }
 
-static cl_status timed_out(cl_comm *c, const char *what, const char *detail) {
+/* Set by the first wait of this process that times out. A timeout ends the
+ * job (the rank fails and mpirun ends the rest), so every wait after it,
+ * on any communicator of the process, gives up at once (expired) instead
+ * of waiting out a timeout of its own: data parallelism waits for its
+ * buckets one after another, and with a lost peer each had taken the whole
+ * --comm-timeout (3 buckets of gpt2-tiny ended a job 15 s after a 5 s
+ * timeout). */
+static int gave_up;
+
+/* Whether a wait that began at start is over: past the timeout, or another
+ * wait has timed out. */
+static int expired(cl_comm *c, double start) {
+    return cl_now() > start + c->timeout_s || __atomic_load_n(&gave_up, __ATOMIC_RELAXED);
+}
+
+static cl_status timed_out(cl_comm *c, double start, const char *what, const char *detail) {
     char me[64];
+    double waited = cl_now() - start;
+    int first = !__atomic_exchange_n(&gave_up, 1, __ATOMIC_RELAXED);
+    if (!first && waited < c->timeout_s)
+        return cl_error(CL_ERR_COMM, "%s: gave up after %.1f s in %s%s%s, after another wait timed out",
+                        cl_comm_name_rank(c, c->rank, me, sizeof me), waited, what, detail[0] ? " " : "", detail);
     return cl_error(CL_ERR_COMM, "%s: timed out after %.1f s in %s%s%s", cl_comm_name_rank(c, c->rank, me, sizeof me),
                     c->timeout_s, what, detail[0] ? " " : "", detail);
 }
@@ -220,7 +259,7 @@ static cl_status timed_out(cl_comm *c, const char *what, const char *detail) {
 /* Waits for every request of b, then empties it. (A receive's size was
  * checked when it was matched: recv_match.) */
 static cl_status batch_wait(cl_comm *c, mp_batch *b, const char *what, int peer_named) {
-    double start = cl_now(), deadline = start + c->timeout_s;
+    double start = cl_now();
     int polls = 0, left = 0;
     for (int i = 0; i < b->n; i++) left += b->r[i] != MPI_REQUEST_NULL;
     while (left > 0) {
@@ -238,10 +277,11 @@ static cl_status batch_wait(cl_comm *c, mp_batch *b, const char *what, int peer_
         left -= out;
         if (left <= 0) break;
         if (out == 0) {
-            if (cl_now() > deadline) {
+            if (expired(c, start)) {
                 char detail[600] = "";
                 if (!peer_named) pending_peers(c, b, detail, sizeof detail);
-                return timed_out(c, what, detail); /* requests left pending: the job aborts */
+                else if (b->n) peer_host(c, b->peer[0], detail, sizeof detail); /* what names the peer */
+                return timed_out(c, start, what, detail); /* requests left pending: the job aborts */
             }
             pause_poll(&polls, start);
         }
@@ -330,15 +370,53 @@ cl_status cl_mpi_init(int *argc, char ***argv, int *rank, int *size) {
     return CL_OK;
 }
 
+/* Gathers every world rank's host name into rank_host (over c's collective
+ * communicator, waited like any collective, so a rank that never comes
+ * times out). */
+static cl_status gather_hosts(cl_comm *c) {
+    mp_comm *m = c->impl;
+    char mine[HOST_CHARS] = "", name[MPI_MAX_PROCESSOR_NAME] = "";
+    int len = 0;
+    if (MPI_Get_processor_name(name, &len) == MPI_SUCCESS) /* a longer name is cut: it only labels messages */
+        memcpy(mine, name, strnlen(name, HOST_CHARS - 1));
+    free(rank_host);
+    rank_hosts = hosts_differ = 0;
+    rank_host = calloc((size_t)c->size, sizeof *rank_host);
+    if (!rank_host) return cl_error(CL_ERR_OOM, "rank %d: no host memory for %d host names", c->rs->world_rank, c->size);
+    mp_batch *b = &m->b[0];
+    b->n = 0;
+    CL_TRY(batch_reserve(b, 1));
+    int rc = MPI_Iallgather(mine, HOST_CHARS, MPI_CHAR, rank_host, HOST_CHARS, MPI_CHAR, m->coll, &b->r[0]);
+    if (rc != MPI_SUCCESS) return mpi_error(c, rc, "gathering host names");
+    b->peer[0] = -1;
+    b->n = 1;
+    CL_TRY(batch_wait(c, b, "gathering host names", 1));
+    rank_hosts = c->size;
+    for (int r = 0; r < c->size; r++) {
+        rank_host[r][HOST_CHARS - 1] = 0;
+        hosts_differ |= strcmp(rank_host[r], rank_host[0]) != 0;
+    }
+    return CL_OK;
+}
+
 cl_status cl_mpi_world_comm(cl_rank_state *rs, double timeout_s, cl_comm **out) {
     MPI_Comm p2p;
     if (MPI_Comm_dup(MPI_COMM_WORLD, &p2p) != MPI_SUCCESS)
         return cl_error(CL_ERR_COMM, "rank %d: MPI_Comm_dup of the world failed", rs->world_rank);
-    return make_comm(p2p, rs, timeout_s, out);
+    CL_TRY(make_comm(p2p, rs, timeout_s, out));
+    cl_status st = gather_hosts(*out);
+    if (st != CL_OK) {
+        cl_comm_free(*out);
+        *out = NULL;
+    }
+    return st;
 }
 
 
 void cl_mpi_finalize(void) {
+    free(rank_host);
+    rank_host = NULL;
+    rank_hosts = hosts_differ = 0;
     if (mpi_inited_here) MPI_Finalize();
     mpi_inited_here = 0;
 }
@@ -506,7 +584,8 @@ static cl_status mp_wait(cl_comm *c, cl_request *req) {
     int all = x->is_send, polls = 0;
     for (double start = cl_now(); st == CL_OK && !all;) {
         if ((st = recv_match(c, x, &all)) != CL_OK || all) break;
-        if (cl_now() > start + c->timeout_s) st = timed_out(c, x->base.what, "");
+        char host[HOST_CHARS + 16];
+        if (expired(c, start)) st = timed_out(c, start, x->base.what, peer_host(c, x->peer, host, sizeof host));
         else pause_poll(&polls, start);
     }
     if (st == CL_OK) st = batch_wait(c, &x->b, x->base.what, 1);
@@ -605,14 +684,17 @@ static cl_status checked_wait(cl_comm *c, mp_checked *x, int n, mp_batch *b, con
     for (;;) {
         CL_TRY(checked_match(c, x, n, b, what, &left));
         if (!left) break;
-        if (cl_now() > start + c->timeout_s) {
-            char detail[600], name[64];
+        if (expired(c, start)) {
+            char detail[600], name[64], host[HOST_CHARS + 16];
             size_t len = (size_t)snprintf(detail, sizeof detail, "waiting for");
             for (int i = 0, shown = 0; i < n && len < sizeof detail; i++)
-                if (x[i].off < x[i].bytes)
-                    len += (size_t)snprintf(detail + len, sizeof detail - len, "%s %s", shown++ ? "," : "",
-                                            cl_comm_name_rank(c, x[i].peer, name, sizeof name));
-            return timed_out(c, what, detail);
+                if (x[i].off < x[i].bytes) {
+                    peer_host(c, x[i].peer, host, sizeof host);
+                    len += (size_t)snprintf(detail + len, sizeof detail - len, "%s %s%s%s", shown++ ? "," : "",
+                                            cl_comm_name_rank(c, x[i].peer, name, sizeof name), host[0] ? " " : "",
+                                            host);
+                }
+            return timed_out(c, start, what, detail);
         }
         pause_poll(&polls, start);
     }

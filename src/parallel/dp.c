@@ -2,6 +2,7 @@
 #include "cleave/dp.h"
 #include "cleave/kernels.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -181,17 +182,26 @@ cl_status cl_dp_launch_rest(cl_dp *dp) {
 cl_status cl_dp_finish(cl_dp *dp) {
     if (!dp || !dp->comm) return CL_OK;
     cl_status s = cl_dp_launch_rest(dp);
+    char first[1024] = ""; /* the first failure's message: later waits would overwrite it */
+    if (s) snprintf(first, sizeof first, "%s", cl_last_error());
     for (int k = 0; k < dp->n; k++) {
         if (!dp->req[k]) continue;
         cl_status w = cl_comm_wait(dp->comm, dp->req[k]);
         dp->req[k] = NULL;
-        if (!s) s = w;
+        if (!s && w) {
+            s = w;
+            snprintf(first, sizeof first, "%s", cl_last_error());
+        }
     }
     for (int b = 0; b < 2; b++) {
         cl_status w = dp->breq[b] ? complete(dp, b) : CL_OK;
-        if (!s) s = w;
+        if (!s && w) {
+            s = w;
+            snprintf(first, sizeof first, "%s", cl_last_error());
+        }
     }
-    if (s || !dp->z2) return s;
+    if (s) return cl_error(s, "%s", first);
+    if (!dp->z2) return CL_OK;
     /* the whole-kept gradients, accumulated over the micro-batches, summed over the replicas as stage 0 does */
     cl_model *m = dp->m;
     if (m->sizes.whole) CL_TRY(cl_comm_allreduce(dp->comm, m->gwhole, (size_t)m->sizes.whole, CL_RED_SUM));
