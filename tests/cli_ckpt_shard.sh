@@ -21,7 +21,10 @@
 # - faults in a save (CLEAVE_SAVE_FAULT: a rank fails, or the process is
 #   killed with SIGKILL, mid-shard, after a shard, before and after the
 #   index, after the rename), and kill -9 from outside: the last complete
-#   checkpoint loads and continues bitwise.
+#   checkpoint loads and continues bitwise;
+# - the MLP at tp 2 and the CNN (4-d weights) under ZeRO 1 to one rank;
+# - the moments offloaded to disk saved and loaded; eval and generate read a
+#   sharded checkpoint as they read the single file.
 set -u
 source "$(dirname "$0")/lib.sh"
 head -c 300000 data/kjv.txt > "$tmp/text.txt"
@@ -105,6 +108,31 @@ if "$CLEAVE" --version | grep -q "mpi: yes" && command -v mpirun > /dev/null; th
 else
     echo "SKIP: MPI -> threads (this build has no MPI)"
 fi
+
+# the MLP (split by columns then rows) and the CNN (4-d convolution weights, not split) under ZeRO
+for m in "mlp --tp 2" "cnn"; do
+    set -- $m
+    mc=(--model $1 --steps 6 --sample-tokens 0 --eval-batches 2 --global-batch-size 16 --micro-batch-size 4)
+    run $1.one train "${mc[@]}" --stop-after 3 "${@:2}" --dp 2 --save "$tmp/$1.one"
+    run $1.sh train "${mc[@]}" --stop-after 3 "${@:2}" --dp 2 --zero 1 --save "$tmp/$1.sh" --save-format sharded
+    run $1.back convert "${mc[@]}" --dp 1 --from "$tmp/$1.sh" --to "$tmp/$1.back"
+    same_ckpt "$tmp/$1.one" "$tmp/$1.back" "$m, dp 2, zero 1 -> one rank"
+done
+# the moments in a file (--offload-optimizer disk): saved from it and loaded into it
+run off.sh train "${common[@]}" "${L5[@]}" --offload-optimizer disk --offload-dir "$tmp" --stop-after 10 --save "$tmp/off.sh" \
+    --save-format sharded
+run off.one convert "${common[@]}" "${L1[@]}" --from "$tmp/off.sh" --to "$tmp/off.one"
+same_ckpt "$tmp/L5.one" "$tmp/off.one" "offloaded to disk (1,1,4,1) -> (1,1,1,0)"
+run off.back convert "${common[@]}" "${L6[@]}" --offload-optimizer disk --offload-dir "$tmp" --from "$tmp/L5.sh" --to "$tmp/off.back"
+same_ckpt "$tmp/L5.one" "$tmp/off.back" "(1,1,4,1) -> offloaded to disk (1,1,2,0)"
+# eval and generate read a sharded checkpoint as they read the single file
+e1=$("$CLEAVE" eval --checkpoint "$tmp/L2.sh" --text "$tmp/text.txt" 2>&1 | tail -1)
+e2=$("$CLEAVE" eval --checkpoint "$tmp/L2.one" --text "$tmp/text.txt" 2>&1 | tail -1)
+echo "eval of the sharded checkpoint: $e1; of the single file: $e2"
+check '[ "$e1" = "$e2" ] && echo "$e1" | grep -q "^eval loss: [0-9]"' "eval differs: '$e1' vs '$e2'"
+g1=$("$CLEAVE" generate --checkpoint "$tmp/L2.sh" --prompt "And" --tokens 20 --seed 3 2>&1)
+g2=$("$CLEAVE" generate --checkpoint "$tmp/L2.one" --prompt "And" --tokens 20 --seed 3 2>&1)
+check '[ "$g1" = "$g2" ]' "generate differs between the two formats"
 
 # ---- faults during a save: the last complete checkpoint loads and continues bitwise --------
 # (tp 2 x dp 2, zero 1, a save every 5 steps; the fault in the second save, at step 10)

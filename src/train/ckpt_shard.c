@@ -15,6 +15,7 @@
 #include "cleave/json.h"
 #include "train/ckpt_json.h"
 #include "train/internal.h"
+#include "train/shard_index.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -27,60 +28,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define SHARD_VERSION 1
-#define SHARD_FORMAT "cleave sharded checkpoint"
 #define SHARD_TAG 32003
 #define WRITE_BUF (1 << 20)      /* bytes: the save's staging buffer */
 #define READ_RUN (64 << 20)      /* bytes: the longest single pread */
-
-enum { K_PARAM, K_AVG, K_AVG_SQ, NKINDS };
-static const char *const kind_key[NKINDS] = {"param", "exp_avg", "exp_avg_sq"};
-
-/* A box of the whole tensor's matrix, and the local index in a rank's
- * slice of its first element (rows of the box are lc apart there). */
-typedef struct {
-    int64_t r0, c0, nr, nc, l0;
-} box;
-
-static int64_t imin(int64_t a, int64_t b) { return a < b ? a : b; }
-static int64_t imax(int64_t a, int64_t b) { return a > b ? a : b; }
-static int64_t local_cols(const cl_param_spec *p) { return p->shape[p->ndim - 1]; }
-static int64_t whole_cols(const cl_param_spec *p) { return p->full_shape[p->ndim - 1]; }
-static int64_t whole_rows(const cl_param_spec *p) { return p->full_numel / whole_cols(p); }
-
-/* The boxes of the whole tensor that local range [a, b) of tensor-parallel
- * rank r's slice of p holds (at most 9). */
-static int slice_boxes(const cl_param_spec *p, int r, int64_t a, int64_t b, box out[9]) {
-    int64_t lc = local_cols(p), gc = whole_cols(p), gr = whole_rows(p);
-    box lb[3];
-    int nl = 0, n = 0;
-    if (a < b && a % lc) {
-        int64_t e = imin(a - a % lc + lc, b);
-        lb[nl++] = (box){a / lc, a % lc, 1, e - a, 0};
-        a = e;
-    }
-    if (b - a >= lc) {
-        int64_t k = (b - a) / lc;
-        lb[nl++] = (box){a / lc, 0, k, lc, 0};
-        a += k * lc;
-    }
-    if (a < b) lb[nl++] = (box){a / lc, 0, 1, b - a, 0};
-    int64_t part = p->part, off = (int64_t)r * part;
-    int heads = p->split == CL_SPLIT_HEADS3;
-    for (int i = 0; i < nl; i++)
-        for (int g = 0; g < (heads ? 3 : 1); g++) {
-            int64_t w = heads ? part : lc;
-            int64_t c0 = imax(lb[i].c0, g * w), c1 = imin(lb[i].c0 + lb[i].nc, (g + 1) * w);
-            if (c1 <= c0) continue;
-            box o = {lb[i].r0, c0, lb[i].nr, c1 - c0, lb[i].r0 * lc + c0};
-            if (p->split == CL_SPLIT_ROWS) o.r0 += off;
-            if (p->split == CL_SPLIT_COLS) o.c0 += off;
-            if (heads) o.c0 = g * (gc / 3) + off + (c0 - g * w);
-            o.nr = imin(o.r0 + o.nr, gr) - o.r0; /* padded vocabulary rows: not data */
-            if (o.nr > 0) out[n++] = o;
-        }
-    return n;
-}
 
 /* The part [a, b) of a held parameter's local slice inside the moments
  * this optimizer keeps (its ZeRO shard, or all). */
@@ -136,7 +86,7 @@ static cl_status save_fault(int rank, const char *point) {
 
 typedef struct {
     int t, k;
-    box b;
+    cl_box b;
     const float *src; /* the slice's element L is src[off + L] */
     int64_t off, lc;
     int64_t begin, end; /* absolute byte range in the file */
@@ -150,8 +100,8 @@ typedef struct {
 
 static cl_status add_boxes(entries *es, const cl_param_spec *ls, int tp_rank, int i, int k, int64_t a, int64_t b,
                            const float *src, int64_t off) {
-    box bx[9];
-    int nb = slice_boxes(ls, tp_rank, a, b, bx);
+    cl_box bx[9];
+    int nb = cl_shard_slice_boxes(ls, tp_rank, a, b, bx);
     for (int j = 0; j < nb; j++) {
         if (es->n == es->cap) {
             int nc = es->cap ? 2 * es->cap : 256;
@@ -160,7 +110,7 @@ static cl_status add_boxes(entries *es, const cl_param_spec *ls, int tp_rank, in
             es->e = ne;
             es->cap = nc;
         }
-        es->e[es->n++] = (entry){i, k, bx[j], src, off, local_cols(ls), 0, 0};
+        es->e[es->n++] = (entry){i, k, bx[j], src, off, cl_shard_local_cols(ls), 0, 0};
     }
     return CL_OK;
 }
@@ -187,11 +137,11 @@ static cl_status collect(cl_trainer *t, entries *es) {
         for (int i = 0; i < m->desc->nparams; i++) {
             const cl_param_spec *ls = &m->desc->params[i];
             if (!cl_model_owns_param(m, i) || (ls->split == CL_SPLIT_NONE && t->tp_rank != 0)) continue;
-            if (t->dp_rank == 0) CL_TRY(add_boxes(es, ls, t->tp_rank, i, K_PARAM, 0, ls->numel, m->p[i], 0));
+            if (t->dp_rank == 0) CL_TRY(add_boxes(es, ls, t->tp_rank, i, CL_K_PARAM, 0, ls->numel, m->p[i], 0));
             if (!sharded && t->dp_rank != 0) continue;
             int64_t a, b;
             moment_range(m, o, i, &a, &b);
-            for (int k = 1; k < NKINDS; k++)
+            for (int k = 1; k < CL_NKINDS; k++)
                 CL_TRY(add_boxes(es, ls, t->tp_rank, i, k, a, b, mom[k - 1], m->loc[i] - m->sizes.shard_lo));
         }
     }
@@ -214,7 +164,7 @@ static cl_status write_all(int fd, const void *buf, size_t n, const char *path) 
  * KIND.NAME[r0:r1,c0:c1]), streamed through a bounded buffer; fills each
  * entry's absolute byte range. */
 static cl_status write_shard(const char *path, int rank, const cl_model_desc *full, entries *es, int64_t *file_bytes) {
-    static const char *const prefix[NKINDS] = {"", "exp_avg.", "exp_avg_sq."};
+    static const char *const prefix[CL_NKINDS] = {"", "exp_avg.", "exp_avg_sq."};
     cl_strbuf h = {0};
     cl_sb_printf(&h, "{\"__metadata__\":{\"format\":\"cleave-shard\"}");
     int64_t at = 0;
@@ -257,7 +207,7 @@ static cl_status write_shard(const char *path, int rank, const cl_model_desc *fu
         for (int64_t r = 0; r < e->b.nr && !s; r++) {
             const float *row = e->src + e->off + e->b.l0 + r * e->lc;
             for (int64_t c = 0; c < e->b.nc && !s;) {
-                size_t take = (size_t)imin(e->b.nc - c, (int64_t)(cap - fill));
+                size_t take = (size_t)cl_shard_min(e->b.nc - c, (int64_t)(cap - fill));
                 memcpy(buf + fill, row + c, take * sizeof(float));
                 fill += take;
                 c += (int64_t)take;
@@ -315,7 +265,7 @@ static cl_status write_index(cl_trainer *t, const char *tmp, int W, const report
     qsort(all, (size_t)n, 7 * sizeof *all, cmp_box);
     cl_strbuf b = {0};
     const cl_mesh *mesh = c->groups ? &c->groups->mesh : NULL;
-    cl_sb_printf(&b, "{\n\"format\": \"" SHARD_FORMAT "\",\n\"version\": %d,\n\"config\": ", SHARD_VERSION);
+    cl_sb_printf(&b, "{\n\"format\": \"" CL_SHARD_FORMAT "\",\n\"version\": %d,\n\"config\": ", CL_SHARD_VERSION);
     cl_ckpt_config_json(&b, &f->cfg, t->tok ? cl_tokenizer_name(t->tok) : "none");
     cl_sb_printf(&b, ",\n\"state\": ");
     cl_ckpt_state_json(&b, t, opt_t);
@@ -341,9 +291,9 @@ static cl_status write_index(cl_trainer *t, const char *tmp, int W, const report
         const cl_param_spec *p = &f->params[i];
         cl_sb_printf(&b, "%s\n  {\"name\": \"%s\", \"dtype\": \"F32\", \"shape\": [", i ? "," : "", p->name);
         for (int d = 0; d < p->ndim; d++) cl_sb_printf(&b, "%s%" PRId64, d ? ", " : "", p->full_shape[d]);
-        cl_sb_printf(&b, "], \"matrix\": [%" PRId64 ", %" PRId64 "]", whole_rows(p), whole_cols(p));
-        for (int k = 0; k < NKINDS; k++) {
-            cl_sb_printf(&b, ",\n   \"%s\": [", kind_key[k]);
+        cl_sb_printf(&b, "], \"matrix\": [%" PRId64 ", %" PRId64 "]", cl_shard_whole_rows(p), cl_shard_whole_cols(p));
+        for (int k = 0; k < CL_NKINDS; k++) {
+            cl_sb_printf(&b, ",\n   \"%s\": [", cl_shard_kind_key[k]);
             for (int q = 0; at < n && all[7 * at] == i && all[7 * at + 1] == k; at++, q++) {
                 const int64_t *o = all + 7 * at, *x = boxes[o[5]] + 8 * o[6];
                 cl_sb_printf(&b, "%s[%" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 "]",
@@ -449,150 +399,8 @@ cl_status cl_trainer_save_sharded(cl_trainer *t, const char *dir) {
 
 /* ---- load -------------------------------------------------------------------- */
 
-typedef struct {
-    int file;
-    int64_t r0, c0, nr, nc, begin, end;
-} sbox;
-
-typedef struct {
-    char dir[4200], path[4300];
-    int nfiles;
-    char (*fname)[32];
-    int *fd;
-    int nt;
-    sbox **bx; /* [nt * NKINDS] */
-    int *nbx;
-    int64_t bytes_read;
-    /* the pending read */
-    int pfile;
-    int64_t poff, plen;
-    char *pdst;
-} shard_index;
-
-static void index_free(shard_index *ix) {
-    for (int f = 0; ix->fd && f < ix->nfiles; f++)
-        if (ix->fd[f] >= 0) close(ix->fd[f]);
-    for (int i = 0; ix->bx && i < ix->nt * NKINDS; i++) free(ix->bx[i]);
-    free(ix->bx);
-    free(ix->nbx);
-    free(ix->fd);
-    free(ix->fname);
-}
-
-static int get_i64(const cl_json *j, int64_t *out) {
-    if (!j || j->type != CL_JSON_NUMBER || !j->number_is_int) return 0;
-    *out = j->integer;
-    return 1;
-}
-
-static int shard_name_ok(const char *s) {
-    size_t n = strlen(s);
-    if (n != 5 + 5 + 12 || strncmp(s, "rank-", 5) || strcmp(s + 10, ".safetensors")) return 0;
-    for (int i = 5; i < 10; i++)
-        if (s[i] < '0' || s[i] > '9') return 0;
-    return 1;
-}
-
-/* Boxes of tensor p's kind k: within the matrix, of the stated bytes, and
- * covering it exactly (their areas sum to it and no two overlap). */
-static cl_status check_boxes(const shard_index *ix, const cl_param_spec *p, int k, const sbox *b, int n) {
-    int64_t R = whole_rows(p), C = whole_cols(p), area = 0;
-    for (int j = 0; j < n; j++) {
-        const sbox *x = &b[j];
-        if (x->file < 0 || x->file >= ix->nfiles)
-            return cl_error(CL_ERR_FORMAT, "%s: tensor '%s' %s box %d names file %d, not one of the %d listed", ix->path, p->name,
-                            kind_key[k], j, x->file, ix->nfiles);
-        if (x->r0 < 0 || x->c0 < 0 || x->nr < 1 || x->nc < 1 || x->nr > R - x->r0 || x->nc > C - x->c0)
-            return cl_error(CL_ERR_FORMAT,
-                            "%s: tensor '%s' %s box %d (rows %" PRId64 "+%" PRId64 ", columns %" PRId64 "+%" PRId64
-                            ") is out of the tensor's %" PRId64 " x %" PRId64 " range",
-                            ix->path, p->name, kind_key[k], j, x->r0, x->nr, x->c0, x->nc, R, C);
-        if (x->begin < 8 || x->end < x->begin || x->end - x->begin != x->nr * x->nc * (int64_t)sizeof(float))
-            return cl_error(CL_ERR_FORMAT, "%s: tensor '%s' %s box %d: byte range [%" PRId64 ", %" PRId64 ") does not hold its %" PRId64
-                            " floats",
-                            ix->path, p->name, kind_key[k], j, x->begin, x->end, x->nr * x->nc);
-        area += x->nr * x->nc;
-        for (int q = 0; q < j; q++) {
-            const sbox *y = &b[q];
-            if (x->r0 < y->r0 + y->nr && y->r0 < x->r0 + x->nr && x->c0 < y->c0 + y->nc && y->c0 < x->c0 + x->nc)
-                return cl_error(CL_ERR_FORMAT, "%s: tensor '%s' %s boxes %d and %d overlap", ix->path, p->name, kind_key[k], q, j);
-        }
-    }
-    if (area != R * C)
-        return cl_error(CL_ERR_FORMAT, "%s: tensor '%s' %s: the boxes hold %" PRId64 " of its %" PRId64 " floats (a hole)", ix->path,
-                        p->name, kind_key[k], area, R * C);
-    return CL_OK;
-}
-
-static cl_status parse_index(shard_index *ix, const cl_json *root, const cl_model_desc *full) {
-    const cl_json *fmt = cl_json_get(root, "format"), *ver = cl_json_get(root, "version");
-    int64_t v;
-    if (!fmt || fmt->type != CL_JSON_STRING || strcmp(fmt->string, SHARD_FORMAT) || !get_i64(ver, &v))
-        return cl_error(CL_ERR_FORMAT, "%s: not a cleave sharded checkpoint index (no \"format\" or \"version\")", ix->path);
-    if (v > SHARD_VERSION)
-        return cl_error(CL_ERR_FORMAT, "%s: format version %" PRId64 " comes from a newer cleave (this one reads version %d)", ix->path, v,
-                        SHARD_VERSION);
-    if (v < 1) return cl_error(CL_ERR_FORMAT, "%s: format version %" PRId64 " is not valid", ix->path, v);
-    const cl_json *files = cl_json_get(root, "files"), *tensors = cl_json_get(root, "tensors");
-    if (!files || files->type != CL_JSON_ARRAY || !tensors || tensors->type != CL_JSON_ARRAY)
-        return cl_error(CL_ERR_FORMAT, "%s: \"files\" and \"tensors\" must be arrays", ix->path);
-    ix->nfiles = files->count;
-    ix->nt = full->nparams;
-    ix->fname = calloc((size_t)(ix->nfiles ? ix->nfiles : 1), sizeof *ix->fname);
-    ix->fd = malloc((size_t)(ix->nfiles ? ix->nfiles : 1) * sizeof *ix->fd);
-    ix->bx = calloc((size_t)ix->nt * NKINDS, sizeof *ix->bx);
-    ix->nbx = calloc((size_t)ix->nt * NKINDS, sizeof *ix->nbx);
-    for (int f = 0; ix->fd && f < ix->nfiles; f++) ix->fd[f] = -1;
-    if (!ix->fname || !ix->fd || !ix->bx || !ix->nbx) return cl_error(CL_ERR_OOM, "%s: cannot allocate the index", ix->path);
-    int f = 0;
-    for (const cl_json *e = files->child; e; e = e->next, f++) {
-        const cl_json *nm = cl_json_get(e, "name");
-        if (!nm || nm->type != CL_JSON_STRING || !shard_name_ok(nm->string))
-            return cl_error(CL_ERR_FORMAT, "%s: file %d has no name of the form rank-NNNNN.safetensors", ix->path, f);
-        snprintf(ix->fname[f], sizeof ix->fname[f], "%s", nm->string);
-        for (int q = 0; q < f; q++)
-            if (!strcmp(ix->fname[q], ix->fname[f])) return cl_error(CL_ERR_FORMAT, "%s: file %s is listed twice", ix->path, nm->string);
-    }
-    if (tensors->count != full->nparams)
-        return cl_error(CL_ERR_FORMAT, "%s: %d tensors listed, the model has %d", ix->path, tensors->count, full->nparams);
-    int i = 0;
-    for (const cl_json *e = tensors->child; e; e = e->next, i++) {
-        const cl_param_spec *p = &full->params[i];
-        const cl_json *nm = cl_json_get(e, "name"), *sh = cl_json_get(e, "shape"), *dt = cl_json_get(e, "dtype");
-        if (!nm || nm->type != CL_JSON_STRING || strcmp(nm->string, p->name))
-            return cl_error(CL_ERR_FORMAT, "%s: tensor %d is not '%s' (the model's tensors in order)", ix->path, i, p->name);
-        if (!dt || dt->type != CL_JSON_STRING || strcmp(dt->string, "F32"))
-            return cl_error(CL_ERR_FORMAT, "%s: tensor '%s' is not F32", ix->path, p->name);
-        int ok = sh && sh->type == CL_JSON_ARRAY && sh->count == p->ndim;
-        int d = 0;
-        for (const cl_json *x = ok ? sh->child : NULL; x && ok; x = x->next, d++) ok = get_i64(x, &v) && v == p->full_shape[d];
-        if (!ok) return cl_error(CL_ERR_FORMAT, "%s: tensor '%s' has a shape that disagrees with the config", ix->path, p->name);
-        for (int k = 0; k < NKINDS; k++) {
-            const cl_json *l = cl_json_get(e, kind_key[k]);
-            if (!l || l->type != CL_JSON_ARRAY)
-                return cl_error(CL_ERR_FORMAT, "%s: tensor '%s' has no \"%s\" box list", ix->path, p->name, kind_key[k]);
-            sbox *b = malloc((size_t)(l->count ? l->count : 1) * sizeof *b);
-            if (!b) return cl_error(CL_ERR_OOM, "%s: cannot allocate the index", ix->path);
-            ix->bx[i * NKINDS + k] = b;
-            int j = 0;
-            for (const cl_json *x = l->child; x; x = x->next, j++) {
-                int64_t a[7];
-                int q = 0, good = x->type == CL_JSON_ARRAY && x->count == 7;
-                for (const cl_json *y = good ? x->child : NULL; y && good; y = y->next, q++) good = get_i64(y, &a[q]);
-                if (!good || a[0] < 0 || a[0] > INT32_MAX)
-                    return cl_error(CL_ERR_FORMAT, "%s: tensor '%s' %s box %d is not [file, row, column, rows, columns, begin, end]",
-                                    ix->path, p->name, kind_key[k], j);
-                b[j] = (sbox){(int)a[0], a[1], a[2], a[3], a[4], a[5], a[6]};
-            }
-            ix->nbx[i * NKINDS + k] = j;
-            CL_TRY(check_boxes(ix, p, k, b, j));
-        }
-    }
-    return CL_OK;
-}
-
 /* File f open, its boxes checked against its header and size. */
-static cl_status open_file(shard_index *ix, int f) {
+static cl_status open_file(cl_shard_index *ix, int f) {
     if (ix->fd[f] >= 0) return CL_OK;
     char path[4300];
     snprintf(path, sizeof path, "%s/%s", ix->dir, ix->fname[f]);
@@ -611,9 +419,9 @@ static cl_status open_file(shard_index *ix, int f) {
         return cl_error(CL_ERR_FORMAT, "%s: its header length %" PRIu64 " passes the file's %lld bytes", path, hl, (long long)sb.st_size);
     }
     ix->bytes_read += 8;
-    for (int i = 0; i < ix->nt * NKINDS; i++)
+    for (int i = 0; i < ix->nt * CL_NKINDS; i++)
         for (int j = 0; j < ix->nbx[i]; j++) {
-            const sbox *x = &ix->bx[i][j];
+            const cl_sbox *x = &ix->bx[i][j];
             if (x->file == f && (x->begin < 8 + (int64_t)hl || x->end > (int64_t)sb.st_size)) {
                 close(fd);
                 return cl_error(CL_ERR_FORMAT, "%s: a box of '%s' (bytes %" PRId64 " to %" PRId64 ") is outside its data (%" PRIu64
@@ -625,7 +433,7 @@ static cl_status open_file(shard_index *ix, int f) {
     return CL_OK;
 }
 
-static cl_status flush_read(shard_index *ix) {
+static cl_status flush_read(cl_shard_index *ix) {
     while (ix->plen > 0) {
         ssize_t r = pread(ix->fd[ix->pfile], ix->pdst, (size_t)ix->plen, ix->poff);
         if (r < 0 && errno == EINTR) continue;
@@ -639,7 +447,7 @@ static cl_status flush_read(shard_index *ix) {
 
 /* Reads bytes [off, off + len) of file f to dst, joined to the pending
  * read when both continue it. */
-static cl_status want(shard_index *ix, int f, int64_t off, char *dst, int64_t len) {
+static cl_status want(cl_shard_index *ix, int f, int64_t off, char *dst, int64_t len) {
     if (ix->plen && f == ix->pfile && off == ix->poff + ix->plen && dst == ix->pdst + ix->plen && ix->plen + len <= READ_RUN) {
         ix->plen += len;
         return CL_OK;
@@ -652,17 +460,17 @@ static cl_status want(shard_index *ix, int f, int64_t off, char *dst, int64_t le
 
 /* Tensor i's kind k, local range [a, b) of tensor-parallel rank r's slice
  * (spec ls), into dst[off + L] for each local index L. */
-static cl_status fill(shard_index *ix, int i, int k, const cl_param_spec *ls, int r, int64_t a, int64_t b, float *dst, int64_t off) {
-    box need[9];
-    int nn = slice_boxes(ls, r, a, b, need);
-    int64_t lc = local_cols(ls);
-    const sbox *sb = ix->bx[i * NKINDS + k];
+static cl_status fill(cl_shard_index *ix, int i, int k, const cl_param_spec *ls, int r, int64_t a, int64_t b, float *dst, int64_t off) {
+    cl_box need[9];
+    int nn = cl_shard_slice_boxes(ls, r, a, b, need);
+    int64_t lc = cl_shard_local_cols(ls);
+    const cl_sbox *sb = ix->bx[i * CL_NKINDS + k];
     for (int g = 0; g < nn; g++)
-        for (int j = 0; j < ix->nbx[i * NKINDS + k]; j++) {
-            const sbox *s = &sb[j];
-            const box *n = &need[g];
-            int64_t r0 = imax(n->r0, s->r0), r1 = imin(n->r0 + n->nr, s->r0 + s->nr);
-            int64_t c0 = imax(n->c0, s->c0), c1 = imin(n->c0 + n->nc, s->c0 + s->nc);
+        for (int j = 0; j < ix->nbx[i * CL_NKINDS + k]; j++) {
+            const cl_sbox *s = &sb[j];
+            const cl_box *n = &need[g];
+            int64_t r0 = cl_shard_max(n->r0, s->r0), r1 = cl_shard_min(n->r0 + n->nr, s->r0 + s->nr);
+            int64_t c0 = cl_shard_max(n->c0, s->c0), c1 = cl_shard_min(n->c0 + n->nc, s->c0 + s->nc);
             for (int64_t row = r0; row < r1 && c0 < c1; row++) {
                 int64_t foff = s->begin + ((row - s->r0) * s->nc + (c0 - s->c0)) * (int64_t)sizeof(float);
                 int64_t L = n->l0 + (row - n->r0) * lc + (c0 - n->c0);
@@ -672,21 +480,21 @@ static cl_status fill(shard_index *ix, int i, int k, const cl_param_spec *ls, in
     return CL_OK;
 }
 
-static cl_status check_finite(const shard_index *ix, const char *name, int k, const float *p, int64_t n) {
+static cl_status check_finite(const cl_shard_index *ix, const char *name, int k, const float *p, int64_t n) {
     for (int64_t j = 0; j < n; j++)
-        if (!isfinite(p[j]) || (k == K_AVG_SQ && p[j] < 0))
-            return cl_error(CL_ERR_FORMAT, "%s: tensor '%s' %s holds %s value (%g)", ix->dir, name, kind_key[k],
+        if (!isfinite(p[j]) || (k == CL_K_AVG_SQ && p[j] < 0))
+            return cl_error(CL_ERR_FORMAT, "%s: tensor '%s' %s holds %s value (%g)", ix->dir, name, cl_shard_kind_key[k],
                             isfinite(p[j]) ? "a negative" : "a non-finite", (double)p[j]);
     return CL_OK;
 }
 
-static cl_status load_chunk(cl_trainer *t, shard_index *ix, cl_model *m, cl_optimizer *o) {
+static cl_status load_chunk(cl_trainer *t, cl_shard_index *ix, cl_model *m, cl_optimizer *o) {
     const cl_model_desc *d = m->desc;
     for (int i = 0; i < d->nparams; i++) {
         if (!cl_model_holds_param(m, i)) continue; /* the head's wte copy too: it equals the embedding's */
         const cl_param_spec *ls = &d->params[i];
         memset(m->p[i], 0, (size_t)ls->numel * sizeof(float)); /* padded vocabulary rows are zero */
-        CL_TRY(fill(ix, i, K_PARAM, ls, t->tp_rank, 0, ls->numel, m->p[i], 0));
+        CL_TRY(fill(ix, i, CL_K_PARAM, ls, t->tp_rank, 0, ls->numel, m->p[i], 0));
     }
     size_t nf = (size_t)o->nfloats;
     float *mv = calloc(2 * (nf ? nf : 1), sizeof *mv);
@@ -696,16 +504,16 @@ static cl_status load_chunk(cl_trainer *t, shard_index *ix, cl_model *m, cl_opti
         if (!cl_model_holds_param(m, i)) continue;
         int64_t a, b;
         moment_range(m, o, i, &a, &b);
-        for (int k = 1; k < NKINDS && !s; k++)
+        for (int k = 1; k < CL_NKINDS && !s; k++)
             s = fill(ix, i, k, &d->params[i], t->tp_rank, a, b, mv + (k - 1) * nf, m->loc[i] - m->sizes.shard_lo);
     }
     if (!s) s = flush_read(ix);
     for (int i = 0; i < d->nparams && !s; i++) {
         if (!cl_model_holds_param(m, i)) continue;
-        s = check_finite(ix, d->params[i].name, K_PARAM, m->p[i], d->params[i].numel);
+        s = check_finite(ix, d->params[i].name, CL_K_PARAM, m->p[i], d->params[i].numel);
         int64_t a, b;
         moment_range(m, o, i, &a, &b);
-        for (int k = 1; k < NKINDS && !s; k++)
+        for (int k = 1; k < CL_NKINDS && !s; k++)
             s = check_finite(ix, d->params[i].name, k, mv + (k - 1) * nf + m->loc[i] - m->sizes.shard_lo + a, b - a);
     }
     if (!s) s = cl_optimizer_set_moments(o, mv, mv + nf);
@@ -713,24 +521,68 @@ static cl_status load_chunk(cl_trainer *t, shard_index *ix, cl_model *m, cl_opti
     return s;
 }
 
-static cl_status shard_resume(cl_trainer *t, const char *dir, shard_index *ix, int *step) {
+/* dir's index: its config and tokenizer, and (full not NULL) its boxes
+ * checked against that model's tensors. */
+static cl_status open_index(cl_shard_index *ix, const char *dir, const cl_model_desc *full, cl_model_config *c, char *tok, size_t tn,
+                            const cl_json **state, cl_json_doc **doc) {
     snprintf(ix->dir, sizeof ix->dir, "%s", dir);
     snprintf(ix->path, sizeof ix->path, "%s/" CL_CKPT_INDEX, dir);
-    cl_json_doc *doc;
-    CL_TRY(cl_json_parse_file(&doc, ix->path));
-    const cl_json *root = cl_json_root(doc);
+    CL_TRY(cl_json_parse_file(doc, ix->path));
+    const cl_json *root = cl_json_root(*doc);
+    const cl_json *cj = cl_json_get(root, "config");
+    *state = cl_json_get(root, "state");
+    cl_status s = cj && *state ? CL_OK : cl_error(CL_ERR_FORMAT, "%s: no \"config\" or \"state\" object", ix->path);
+    if (!s) s = cl_ckpt_config_parse(cj, ix->path, c, tok, tn);
+    if (!s && full) s = cl_shard_index_parse(ix, root, full);
+    return s;
+}
+
+cl_status cl_shard_read_config(const char *dir, cl_model_config *c, char *tok, size_t tn) {
+    cl_shard_index ix;
+    memset(&ix, 0, sizeof ix);
+    cl_json_doc *doc = NULL;
+    const cl_json *state;
+    cl_status s = open_index(&ix, dir, NULL, c, tok, tn, &state, &doc);
+    cl_json_free(doc);
+    cl_shard_index_free(&ix);
+    return s;
+}
+
+cl_status cl_shard_load_model(const char *dir, cl_model *m) {
+    cl_shard_index ix;
+    memset(&ix, 0, sizeof ix);
+    cl_json_doc *doc = NULL;
+    const cl_json *state;
+    cl_model_config c;
+    char tok[64];
+    const cl_model_desc *d = m->desc;
+    cl_status s = open_index(&ix, dir, d, &c, tok, sizeof tok, &state, &doc);
+    cl_json_free(doc);
+    for (int i = 0; i < d->nparams && !s; i++) {
+        if (!cl_model_holds_param(m, i)) continue;
+        memset(m->p[i], 0, (size_t)d->params[i].numel * sizeof(float));
+        s = fill(&ix, i, CL_K_PARAM, &d->params[i], 0, 0, d->params[i].numel, m->p[i], 0);
+    }
+    if (!s) s = flush_read(&ix);
+    for (int i = 0; i < d->nparams && !s; i++)
+        if (cl_model_holds_param(m, i)) s = check_finite(&ix, d->params[i].name, CL_K_PARAM, m->p[i], d->params[i].numel);
+    cl_shard_index_free(&ix);
+    return s;
+}
+
+static cl_status shard_resume(cl_trainer *t, const char *dir, cl_shard_index *ix, int *step) {
+    cl_json_doc *doc = NULL;
+    const cl_json *state;
     cl_model_config c;
     char tok[64];
     int opt_t = 0, T = 0, gb = 0;
     uint64_t seed = 0;
-    const cl_json *cj = cl_json_get(root, "config"), *sj = cl_json_get(root, "state");
-    cl_status s = parse_index(ix, root, t->full);
-    if (!s && (!cj || !sj)) s = cl_error(CL_ERR_FORMAT, "%s: no \"config\" or \"state\" object", ix->path);
-    if (!s) s = cl_ckpt_config_parse(cj, ix->path, &c, tok, sizeof tok);
-    if (!s) s = cl_ckpt_state_parse(sj, ix->path, step, &opt_t, &T, &gb, &seed);
+    cl_status s = open_index(ix, dir, NULL, &c, tok, sizeof tok, &state, &doc);
+    if (!s) s = cl_ckpt_state_parse(state, ix->path, step, &opt_t, &T, &gb, &seed);
+    if (!s) s = cl_ckpt_check_match(t, dir, &c, tok, T, gb, seed);
+    if (!s) s = cl_shard_index_parse(ix, cl_json_root(doc), t->full);
     cl_json_free(doc);
     CL_TRY(s);
-    CL_TRY(cl_ckpt_check_match(t, dir, &c, tok, T, gb, seed));
     cl_model *ms[CL_PP_MAX_CHUNKS];
     cl_optimizer *os[CL_PP_MAX_CHUNKS];
     int nc = cl_pp_chunks(t, ms, os);
@@ -742,13 +594,13 @@ static cl_status shard_resume(cl_trainer *t, const char *dir, shard_index *ix, i
 }
 
 cl_status cl_shard_resume(cl_trainer *t, const char *dir) {
-    shard_index ix;
+    cl_shard_index ix;
     memset(&ix, 0, sizeof ix);
     int step = 0;
     cl_status s = shard_resume(t, dir, &ix, &step);
     if (!s && getenv("CLEAVE_SHARD_READ_BYTES")) /* for tests: what this rank read */
         fprintf(stderr, "shard read: rank %d read %" PRId64 " bytes\n", world_of(t) ? cl_comm_rank(world_of(t)) : 0, ix.bytes_read);
-    index_free(&ix);
+    cl_shard_index_free(&ix);
     s = agree(world_of(t), s);
     if (!s) t->step = step;
     return s;

@@ -108,5 +108,8 @@ cl_status cl_ckpt_check_match(const cl_trainer *t, const char *dir, const cl_mod
                               uint64_t seed);
 /* A sharded checkpoint (ckpt_shard.c): each rank reads the boxes it holds. */
 cl_status cl_shard_resume(cl_trainer *t, const char *dir);
+/* Its model config and tokenizer; its parameters into a whole model (eval, generate). */
+cl_status cl_shard_read_config(const char *dir, cl_model_config *c, char *tok, size_t tn);
+cl_status cl_shard_load_model(const char *dir, cl_model *m);
 
 #endif
