@@ -24,7 +24,9 @@
 #   checkpoint loads and continues bitwise;
 # - the MLP at tp 2 and the CNN (4-d weights) under ZeRO 1 to one rank;
 # - the moments offloaded to disk saved and loaded; eval and generate read a
-#   sharded checkpoint as they read the single file.
+#   sharded checkpoint as they read the single file;
+# - converted to the single file, PyTorch (scripts/hf_eval.py) evaluates it
+#   to cleave eval's loss on the sharded checkpoint (within 2e-6).
 set -u
 source "$(dirname "$0")/lib.sh"
 head -c 300000 data/kjv.txt > "$tmp/text.txt"
@@ -195,6 +197,18 @@ print(n)' "$tmp"/L2.sh/rank-*.safetensors)
 got=$(grep -o 'read [0-9]* bytes' "$tmp/bytes1.out" | awk '{ print $2 }')
 echo "one rank loading it all: read $got bytes, the data and the 8-byte lengths are $want"
 check '[ "$got" = "$want" ]' "one rank read $got bytes, not the $want stored"
+
+# the converted single file is a Hugging Face GPT-2 checkpoint: PyTorch (scripts/hf_eval.py, stock torch.nn)
+# evaluates it to the loss cleave's eval gives on the sharded one
+if /usr/bin/python3 -c "import torch" 2> /dev/null; then
+    h=$(/usr/bin/python3 scripts/hf_eval.py "$tmp/bytes1.one" "$tmp/text.txt" 2>&1 | tail -1)
+    c=$("$CLEAVE" eval --checkpoint "$tmp/L2.sh" --text "$tmp/text.txt" 2>&1 | tail -1)
+    echo "PyTorch on the converted file: $h; cleave eval on the sharded checkpoint: $c"
+    check 'awk -v a="${h#eval loss: }" -v b="${c#eval loss: }" "BEGIN { d = a - b; exit !(a > 0 && d < 2e-6 && d > -2e-6) }"' \
+        "PyTorch's loss '$h' differs from cleave's '$c'"
+else
+    echo "SKIP: the PyTorch evaluation (/usr/bin/python3 has no torch)"
+fi
 
 # ---- damaged checkpoints: one line, exit 2 ------------------------------------
 refused() { # name dir: --resume of dir exits 2 with one line on stderr
