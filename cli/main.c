@@ -400,11 +400,14 @@ static cl_status train_rank(cl_comm *world, void *arg) {
     if (lead) s = cl_trainer_create(&t, &c);
     if (!s && world) s = cl_comm_barrier(world);
     if (!s && !lead) s = cl_trainer_create(&t, &c);
+    if (!s && world && j->convert) s = cl_comm_barrier(world); /* the load's time starts when every rank is ready */
+    double t0 = cl_now();
     if (!s && j->resume) s = cl_trainer_resume(t, j->resume);
     if (j->convert) { /* every rank: the gather (single) and the index (sharded) are collective */
+        double t1 = cl_now();
         if (!s) s = save_ckpt(t, j);
-        if (!s && lead) printf("converted %s (step %d) to %s (%s)\n", j->resume, cl_trainer_steps_done(t), j->save,
-                               j->sharded ? "sharded" : "single file");
+        if (!s && lead) printf("converted %s (step %d) to %s (%s): loaded in %.3f s, saved in %.3f s (rank 0)\n", j->resume,
+                               cl_trainer_steps_done(t), j->save, j->sharded ? "sharded" : "single file", t1 - t0, cl_now() - t1);
         cl_trainer_destroy(t);
         cl_groups_free(&groups);
         return s;

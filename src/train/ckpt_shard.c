@@ -496,16 +496,23 @@ static cl_status load_chunk(cl_trainer *t, cl_shard_index *ix, cl_model *m, cl_o
         memset(m->p[i], 0, (size_t)ls->numel * sizeof(float)); /* padded vocabulary rows are zero */
         CL_TRY(fill(ix, i, CL_K_PARAM, ls, t->tp_rank, 0, ls->numel, m->p[i], 0));
     }
+    /* the moments straight into the optimizer's memory; through a host copy of the shard only when they
+     * live in a file (disk offload) */
     size_t nf = (size_t)o->nfloats;
-    float *mv = calloc(2 * (nf ? nf : 1), sizeof *mv);
-    if (!mv) return cl_error(CL_ERR_OOM, "cannot allocate the optimizer state's load buffer");
+    float *own = o->fd >= 0 ? calloc(2 * (nf ? nf : 1), sizeof *own) : NULL;
+    if (o->fd >= 0 && !own) return cl_error(CL_ERR_OOM, "cannot allocate the optimizer state's load buffer");
+    float *mv[2] = {own ? own : o->m, own ? own + nf : o->v};
+    if (!own) {
+        memset(mv[0], 0, nf * sizeof(float)); /* the padding between parameters stays zero */
+        memset(mv[1], 0, nf * sizeof(float));
+    }
     cl_status s = CL_OK;
     for (int i = 0; i < d->nparams && !s; i++) {
         if (!cl_model_holds_param(m, i)) continue;
         int64_t a, b;
         moment_range(m, o, i, &a, &b);
         for (int k = 1; k < CL_NKINDS && !s; k++)
-            s = fill(ix, i, k, &d->params[i], t->tp_rank, a, b, mv + (k - 1) * nf, m->loc[i] - m->sizes.shard_lo);
+            s = fill(ix, i, k, &d->params[i], t->tp_rank, a, b, mv[k - 1], m->loc[i] - m->sizes.shard_lo);
     }
     if (!s) s = flush_read(ix);
     for (int i = 0; i < d->nparams && !s; i++) {
@@ -514,10 +521,10 @@ static cl_status load_chunk(cl_trainer *t, cl_shard_index *ix, cl_model *m, cl_o
         int64_t a, b;
         moment_range(m, o, i, &a, &b);
         for (int k = 1; k < CL_NKINDS && !s; k++)
-            s = check_finite(ix, d->params[i].name, k, mv + (k - 1) * nf + m->loc[i] - m->sizes.shard_lo + a, b - a);
+            s = check_finite(ix, d->params[i].name, k, mv[k - 1] + m->loc[i] - m->sizes.shard_lo + a, b - a);
     }
-    if (!s) s = cl_optimizer_set_moments(o, mv, mv + nf);
-    free(mv);
+    if (!s && own) s = cl_optimizer_set_moments(o, own, own + nf);
+    free(own);
     return s;
 }
 
