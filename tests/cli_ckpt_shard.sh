@@ -250,4 +250,10 @@ edit bytes 'd["tensors"][3]["param"][0][6] += 4'
 refused "byte range of the wrong size" "$tmp/bytes"
 cp -r "$tmp/L2.sh" "$tmp/short" && truncate -s 1000 "$tmp/short/rank-00000.safetensors"
 refused "truncated shard" "$tmp/short"
+# ZeRO 3 (parameters sharded) is refused before a step until its parameter store exists
+"$CLEAVE" train "${common[@]}" --dp 2 --zero 3 --save "$tmp/z3" --save-format sharded > "$tmp/z3.out" 2> "$tmp/z3.err"
+rc=$?
+check '[ $rc -eq 2 ] && [ $(wc -l < "$tmp/z3.err") -eq 1 ] && grep -q "zero 3" "$tmp/z3.err" && ! grep -q "^step" "$tmp/z3.out"' \
+    "--zero 3 with --save-format sharded: exit $rc$(excerpt 3 "$(cat "$tmp/z3.err")")"
+echo "zero 3: $(cat "$tmp/z3.err")"
 finish cli_ckpt_shard
