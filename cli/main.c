@@ -59,7 +59,8 @@ static const cli_flag train_flags[] = {
     {"log-every", "", 1, "print every N steps (default 1)"},
     {"save", "", 1, "checkpoint directory to write"},
     {"save-every", "", 1, "checkpoint every N steps (and at the end)"},
-    {"resume", "", 1, "continue from this checkpoint directory"},
+    {"resume", "", 1, "continue from this checkpoint directory (either format, at any layout)"},
+    {"save-format", "", 1, "single (default: one file of whole tensors, Hugging Face names) or sharded (each rank writes its slices, plus an index)"},
     {"sample-tokens", "", 1, "tokens to generate at the end (default 200, 0 = none)"},
     {"prompt", "", 1, "prompt for the final sample (default \"And God said\")"},
     {"temperature", "", 1, "sampling temperature (default 0.8)"},
@@ -222,7 +223,13 @@ typedef struct {
     int world_rank; /* under MPI, this process's rank once it runs, else -1 */
     const cli_args *memory; /* cleave memory: its flags (--measure, --json), else NULL */
     int measure, json; /* cleave memory --measure: the saved standard output + 1; --json */
+    int sharded;       /* --save-format sharded */
+    int convert;       /* cleave convert: resume, save, stop */
 } train_job;
+
+static cl_status save_ckpt(cl_trainer *t, const train_job *j) {
+    return j->sharded ? cl_trainer_save_sharded(t, j->save) : cl_trainer_save(t, j->save);
+}
 
 /* Default threads per rank: the cores this process may use shared among the
  * ranks it holds. Under mpirun a process bound to cores (its affinity mask
@@ -312,6 +319,8 @@ static cl_status agree_job(cl_comm *world, const train_job *j) {
     put(l, "--save", "%s", S(j->save));
     put(l, "--save-every", "%d", j->save_every);
     put(l, "--resume", "%s", S(j->resume));
+    put(l, "--save-format", "%d", j->sharded);
+    put(l, "convert", "%d", j->convert);
     put(l, "--sample-tokens", "%d", j->sample_tokens);
     put(l, "--prompt", "%s", S(j->prompt));
     put_float(l, "--temperature", j->temperature);
@@ -392,7 +401,18 @@ static cl_status train_rank(cl_comm *world, void *arg) {
     if (lead) s = cl_trainer_create(&t, &c);
     if (!s && world) s = cl_comm_barrier(world);
     if (!s && !lead) s = cl_trainer_create(&t, &c);
+    if (!s && world && j->convert) s = cl_comm_barrier(world); /* the load's time starts when every rank is ready */
+    double t0 = cl_now();
     if (!s && j->resume) s = cl_trainer_resume(t, j->resume);
+    if (j->convert) { /* every rank: the gather (single) and the index (sharded) are collective */
+        double t1 = cl_now();
+        if (!s) s = save_ckpt(t, j);
+        if (!s && lead) printf("converted %s (step %d) to %s (%s): loaded in %.3f s, saved in %.3f s (rank 0)\n", j->resume,
+                               cl_trainer_steps_done(t), j->save, j->sharded ? "sharded" : "single file", t1 - t0, cl_now() - t1);
+        cl_trainer_destroy(t);
+        cl_groups_free(&groups);
+        return s;
+    }
     if (!s && j->resume && cl_trainer_steps_done(t) >= j->end)
         s = cl_error(CL_ERR_INVALID, "--resume %s is at step %d, --%s %d leaves nothing to train", j->resume,
                      cl_trainer_steps_done(t), j->end < j->steps ? "stop-after" : "steps", j->end);
@@ -429,7 +449,7 @@ static cl_status train_rank(cl_comm *world, void *arg) {
             int split = j->mesh.pp > 1 || j->mesh.tp > 1;
             if (eval && split && (s = cl_trainer_eval(t, &vl))) break;
             /* under ZeRO the replicas hold shards of the optimizer state: all of them gather */
-            if (save && (split || (c.zero >= 1 && j->mesh.dp > 1)) && (s = cl_trainer_save(t, j->save))) break;
+            if (save && (j->sharded || split || (c.zero >= 1 && j->mesh.dp > 1)) && (s = save_ckpt(t, j))) break;
             continue;
         }
         double gflops = st.flops / (st.seconds > 0 ? st.seconds : 1e-9) / 1e9;
@@ -450,7 +470,7 @@ static cl_status train_rank(cl_comm *world, void *arg) {
             }
         }
         if (save) {
-            if ((s = cl_trainer_save(t, j->save))) break;
+            if ((s = save_ckpt(t, j))) break;
             if (!last || j->save_every) printf("%ssaved %s at step %d\n", tty ? "\n" : "", j->save, st.step);
         }
     }
@@ -590,15 +610,26 @@ static const cli_flag memory_extra[] = {
     {"json", "", 0, "one JSON object per rank and line: rank, dp_rank, pp_rank, stages, predicted (and measured) bytes"},
 };
 
+/* cleave convert takes train's flags (the model's and the new layout's) and these two. */
+static cli_flag convert_flags[NFLAGS(train_flags) + 2];
+static const cli_flag convert_extra[] = {
+    {"from", "", 1, "checkpoint to read (either format)"},
+    {"to", "", 1, "checkpoint to write, at the layout the flags give, in --save-format (default single)"},
+};
+
 static int cmd_train(int argc, char **argv) {
     cli_args a;
-    int memory = !strcmp(argv[1], "memory");
+    int memory = !strcmp(argv[1], "memory"), convert = !strcmp(argv[1], "convert");
     if (memory && !memory_flags[0].name) {
         memcpy(memory_flags, train_flags, sizeof train_flags);
         memcpy(memory_flags + NFLAGS(train_flags), memory_extra, sizeof memory_extra);
     }
-    const cli_flag *flags = memory ? memory_flags : train_flags;
-    int nflags = memory ? NFLAGS(memory_flags) : NFLAGS(train_flags);
+    if (convert && !convert_flags[0].name) {
+        memcpy(convert_flags, train_flags, sizeof train_flags);
+        memcpy(convert_flags + NFLAGS(train_flags), convert_extra, sizeof convert_extra);
+    }
+    const cli_flag *flags = memory ? memory_flags : convert ? convert_flags : train_flags;
+    int nflags = memory ? NFLAGS(memory_flags) : convert ? NFLAGS(convert_flags) : NFLAGS(train_flags);
     cl_status s = cli_parse(&a, flags, nflags, argc, argv, 2);
     if (s) return cli_fail(s);
     if (memory && cli_get(&a, "help")) {
@@ -607,6 +638,13 @@ static int cmd_train(int argc, char **argv) {
                        "its peak, by category (parameters, gradients, optimizer state, activations, workspace,\n"
                        "communication) and in total. The prediction sums the same size statements the allocations use,\n"
                        "so with --measure (two training steps, their output hidden) the measured peaks equal it.",
+                       flags, nflags);
+        return 0;
+    }
+    if (convert && cli_get(&a, "help")) {
+        cli_print_help("usage: cleave convert --from DIR --to DIR2 [--save-format single|sharded] [train's model and layout flags]\n\n"
+                       "Reads a checkpoint into the layout the flags give (--dp, --tp, --pp, --zero, ...; the model, batch,\n"
+                       "sequence and seed flags must be the ones it was trained with) and writes it again, without a step.",
                        flags, nflags);
         return 0;
     }
@@ -694,6 +732,20 @@ static int cmd_train(int argc, char **argv) {
     }
     j.save = cli_get(&a, "save");
     j.resume = cli_get(&a, "resume");
+    const char *fmt = cli_get(&a, "save-format");
+    if (fmt && strcmp(fmt, "single") && strcmp(fmt, "sharded"))
+        return cli_fail(cl_error(CL_ERR_INVALID, "unknown --save-format '%s' (single or sharded)", fmt));
+    j.sharded = fmt && !strcmp(fmt, "sharded");
+    if (j.sharded && c->zero >= 3)
+        return cli_fail(cl_error(CL_ERR_UNSUPPORTED, "--save-format sharded with --zero %d is not built yet (stage 3 shards the parameters)", c->zero));
+    if (convert) {
+        if (j.save || j.resume) return cli_fail(cl_error(CL_ERR_INVALID, "cleave convert takes --from and --to, not --save or --resume"));
+        j.resume = cli_get(&a, "from");
+        j.save = cli_get(&a, "to");
+        if (!j.resume || !j.save) return cli_fail(cl_error(CL_ERR_INVALID, "cleave convert needs --from DIR and --to DIR2"));
+        j.convert = 1;
+        j.sample_tokens = 0;
+    }
     /* a save that would fail, or replace what is not a checkpoint, is refused before any step */
     if (j.save && (s = cl_checkpoint_check_target(j.save))) return cli_fail(cl_error_context(s, "--save"));
     j.log_path = cli_get(&a, "log-file");
@@ -834,6 +886,7 @@ static const struct {
 } commands[] = {
     {"train", "train a model (GPT-2 family, MLP, CNN) and print each step"},
     {"memory", "every rank's device memory of a training run by category, predicted before it runs (and measured)"},
+    {"convert", "rewrite a checkpoint at another layout or format (single file, sharded)"},
     {"eval", "mean next-token loss of a checkpoint on a text file"},
     {"generate", "continue a prompt with a checkpoint"},
     {"mesh", "print the dp x tp x pp mesh and its groups"},
@@ -884,7 +937,7 @@ int main(int argc, char **argv) {
         return 0;
     }
     const char *cmd = argv[1];
-    if (!strcmp(cmd, "train") || !strcmp(cmd, "memory")) return cmd_train(argc, argv);
+    if (!strcmp(cmd, "train") || !strcmp(cmd, "memory") || !strcmp(cmd, "convert")) return cmd_train(argc, argv);
     if (!strcmp(cmd, "eval")) return cmd_eval(argc, argv);
     if (!strcmp(cmd, "generate")) return cmd_generate(argc, argv);
     if (!strcmp(cmd, "mesh")) return cleave_cmd_mesh(argc, argv);

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# cleave fuzzing: builds tests/fuzz/fuzz_safetensors.c with clang's libFuzzer,
+# cleave fuzzing: builds tests/fuzz/fuzz_*.c (safetensors, tokens, checkpoint
+# JSON, sharded checkpoint index) with clang's libFuzzer,
 # AddressSanitizer and UndefinedBehaviorSanitizer, writes a seed corpus of
 # valid files (made by cl_st_write), and fuzzes the safetensors and JSON
 # readers for a bounded time.
@@ -85,12 +86,15 @@ build_target() { # build_target NAME SOURCES...: build/fuzz/fuzz_NAME with libFu
 build_target safetensors tests/fuzz/fuzz_safetensors.c
 build_target tokens "${data_srcs[@]}" tests/fuzz/fuzz_tokens.c
 build_target ckjson src/model/describe.c src/train/ckpt_json.c tests/fuzz/fuzz_ckjson.c
+build_target shard src/model/describe.c src/train/ckpt_json.c src/train/shard_index.c tests/fuzz/fuzz_shard_index.c
 "$CLANG" "${flags[@]}" -fsanitize=address,undefined -DCL_FUZZ_SEEDGEN "${srcs[@]}" "${data_srcs[@]}" \
     tests/fuzz/fuzz_safetensors.c -lm -o "$out/fuzz_seedgen"
 
-rm -rf "$out/seeds" "$out/seeds-tokens" "$out/seeds-ckjson"
+rm -rf "$out/seeds" "$out/seeds-tokens" "$out/seeds-ckjson" "$out/seeds-shard"
 mkdir -p "$out/seeds" "$out/seeds-tokens" "$out/seeds-ckjson" "$out/corpus" "$out/corpus-tokens" "$out/corpus-ckjson" \
-    "$out/artifacts"
+    "$out/seeds-shard" "$out/corpus-shard" "$out/artifacts"
+# sharded checkpoint indexes as cleave writes them (an MLP at tp 1, a one-block GPT at tp 2)
+cp tests/fixtures/shard/*.json "$out/seeds-shard/"
 "$out/fuzz_seedgen" "$out/seeds" "$out/seeds-tokens"
 # A few hand-written JSON seeds for the bare JSON path.
 printf '{"a":[1,-2.5e3,true,false,null,"\\u00e9\\ud83d\\ude00\\n"],"b":{}}' >"$out/seeds/doc.json"
@@ -207,7 +211,25 @@ cat >"$out/safetensors.dict" <<'EOF'
 EOF
 
 
-targets=(safetensors tokens ckjson)
+cat >"$out/shard.dict" <<'EOF'
+"\"format\""
+"\"cleave sharded checkpoint\""
+"\"version\""
+"\"files\""
+"\"tensors\""
+"\"name\""
+"\"shape\""
+"\"dtype\""
+"\"F32\""
+"\"param\""
+"\"exp_avg\""
+"\"exp_avg_sq\""
+"\"rank-00000.safetensors\""
+"9223372036854775807"
+"-1"
+EOF
+
+targets=(safetensors tokens ckjson shard)
 share=$((secs / ${#targets[@]}))
 [ "$share" -ge 1 ] || share=1
 first=$((secs - share * (${#targets[@]} - 1)))

@@ -222,6 +222,13 @@ cl_status cl_trainer_write_trace(cl_trainer *t, cl_comm *world, const char *path
  * intact. A save replaces only nothing, an empty directory, or a directory
  * with the marker holding only the files above (CL_ERR_INVALID otherwise). */
 cl_status cl_trainer_save(cl_trainer *t, const char *dir);
+/* The sharded format (docs/ARCHITECTURE.md, "Sharded checkpoints"): every
+ * rank that holds data writes DIR/rank-NNNNN.safetensors with its slices
+ * (boxes of the whole tensors, under their global names), world rank 0
+ * writes DIR/cleave-index.json last; the directory is swapped into place as
+ * above. Every rank of the world calls it. cl_trainer_resume reads either
+ * format, at any layout: each rank reads only the byte ranges it holds. */
+cl_status cl_trainer_save_sharded(cl_trainer *t, const char *dir);
 /* Longest checkpoint path (bytes), and the most steps a checkpoint may record. */
 #define CL_MAX_STEPS (1 << 30)
 /* Whether dir is a path a save may write (not empty, not longer than

@@ -30,7 +30,7 @@ static const char *model_kind_name(cl_model_kind k) {
     return k == CL_MODEL_GPT ? "gpt" : k == CL_MODEL_MLP ? "mlp" : "cnn";
 }
 
-static void config_json(cl_strbuf *b, const cl_model_config *c, const char *tokenizer) {
+void cl_ckpt_config_json(cl_strbuf *b, const cl_model_config *c, const char *tokenizer) {
     cl_sb_printf(b, "{\n");
     if (c->kind == CL_MODEL_GPT) {
         cl_sb_printf(b, "  \"model_type\": \"gpt2\",\n  \"architectures\": [\"GPT2LMHeadModel\"],\n");
@@ -167,7 +167,7 @@ static cl_status read_params(const char *path, const cl_model_desc *d, float *co
 /* The files a checkpoint directory holds; while one is written, FILE.tmp too. */
 #define CKPT_MARKER "cleave-checkpoint.json"
 static const char *const ckpt_files[] = {"model.safetensors", "optimizer.safetensors", "config.json", "trainer_state.json",
-                                         CKPT_MARKER};
+                                         CKPT_MARKER, CL_CKPT_INDEX};
 #define CKPT_NFILES (sizeof ckpt_files / sizeof ckpt_files[0])
 
 static int ckpt_file_name(const char *name) {
@@ -175,18 +175,28 @@ static int ckpt_file_name(const char *name) {
         size_t n = strlen(ckpt_files[i]);
         if (!strncmp(name, ckpt_files[i], n) && (!name[n] || !strcmp(name + n, ".tmp"))) return 1;
     }
-    return 0;
+    /* a sharded checkpoint's (ckpt_shard.c): rank-NNNNN.safetensors */
+    int k = 0;
+    size_t n = strlen(name);
+    if (n > 4 && !strcmp(name + n - 4, ".tmp")) n -= 4;
+    if (n < 5 + 12 || strncmp(name, "rank-", 5) || strncmp(name + n - 12, ".safetensors", 12)) return 0;
+    for (size_t i = 5; i < n - 12; i++, k++)
+        if (name[i] < '0' || name[i] > '9') return 0;
+    return k >= 5 && k <= 9;
 }
 
 /* Removes a checkpoint directory that cleave wrote: its known files only,
  * then the directory if that left it empty. */
 static void remove_ckpt_dir(const char *dir) {
     char path[4200];
-    for (size_t i = 0; i < CKPT_NFILES; i++)
-        for (int tmp = 0; tmp < 2; tmp++) {
-            snprintf(path, sizeof path, "%s/%s%s", dir, ckpt_files[i], tmp ? ".tmp" : "");
+    DIR *dp = opendir(dir);
+    struct dirent *e;
+    while (dp && (e = readdir(dp)))
+        if (ckpt_file_name(e->d_name)) {
+            snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
             unlink(path);
         }
+    if (dp) closedir(dp);
     rmdir(dir);
 }
 
@@ -286,9 +296,7 @@ cl_status cl_trainer_save(cl_trainer *t, const char *dir) {
     return s;
 }
 
-static cl_status save_arrays(cl_trainer *t, const char *dir, float *const *params, float *const *mp, float *const *vp,
-                             int opt_t) {
-    char target[4096], tmp[4200], path[4300];
+cl_status cl_ckpt_begin(const char *dir, char *target, char *tmp) {
     target_kind kind;
     cl_status s = ckpt_path(dir, target);
     if (!s) s = classify_target(target, &kind);
@@ -297,57 +305,36 @@ static cl_status save_arrays(cl_trainer *t, const char *dir, float *const *param
     static unsigned seq;
     int made = 0;
     for (int i = 0; i < 100 && !made; i++) {
-        snprintf(tmp, sizeof tmp, "%s.tmp.%ld.%u", target, (long)getpid(), __atomic_fetch_add(&seq, 1, __ATOMIC_RELAXED));
+        snprintf(tmp, 4200, "%s.tmp.%ld.%u", target, (long)getpid(), __atomic_fetch_add(&seq, 1, __ATOMIC_RELAXED));
         made = mkdir(tmp, 0755) == 0;
         if (!made && errno != EEXIST) break;
     }
     if (!made) return cl_error(CL_ERR_IO, "saving checkpoint %s: cannot create %s: %s", dir, tmp, strerror(errno));
-    const cl_model_desc *d = t->full;
-    cl_st_meta meta[] = {{"format", "pt"}};
-    snprintf(path, sizeof path, "%s/model.safetensors", tmp);
-    s = write_params(path, d, params, "", meta, 1);
-    if (!s) {
-        snprintf(path, sizeof path, "%s/optimizer.safetensors", tmp);
-        if (!s) {
-            /* both moments in one file: exp_avg.* then exp_avg_sq.* */
-            int n = d->nparams;
-            cl_st_item *items = calloc(2 * (size_t)n, sizeof *items);
-            char (*names)[96] = calloc(2 * (size_t)n, sizeof *names);
-            if (!items || !names) s = cl_error(CL_ERR_OOM, "cannot allocate the optimizer index");
-            for (int i = 0; !s && i < n; i++) {
-                snprintf(names[i], sizeof names[i], "exp_avg.%s", d->params[i].name);
-                snprintf(names[n + i], sizeof names[n + i], "exp_avg_sq.%s", d->params[i].name);
-                items[i].name = names[i];
-                items[n + i].name = names[n + i];
-                items[i].t = cl_tensor_make(mp[i], CL_F32, d->params[i].ndim, d->params[i].shape);
-                items[n + i].t = cl_tensor_make(vp[i], CL_F32, d->params[i].ndim, d->params[i].shape);
-            }
-            if (!s) s = cl_st_write(path, items, 2 * n, NULL, 0);
-            free(items);
-            free(names);
-        }
-    }
-    cl_strbuf b = {0};
-    if (!s) {
-        config_json(&b, &d->cfg, t->tok ? cl_tokenizer_name(t->tok) : "none");
-        snprintf(path, sizeof path, "%s/config.json", tmp);
-        s = b.failed ? cl_error(CL_ERR_OOM, "config.json") : write_text_file(path, b.buf, b.len);
-        cl_sb_free(&b);
-    }
-    if (!s) {
-        cl_strbuf st = {0};
-        const cl_train_config *c = &t->cfg;
-        cl_sb_printf(&st, "{\n  \"step\": %d,\n  \"optimizer_step\": %d,\n  \"seq_len\": %d,\n  \"global_batch\": %d,\n", t->step,
-                     opt_t, d->T, c->global_batch);
-        cl_sb_printf(&st, "  \"micro_batch\": %d,\n  \"seed\": \"%" PRIu64 "\",\n  \"samples_seen\": %" PRId64 ",\n", c->micro_batch,
-                     c->seed, (int64_t)t->step * c->global_batch);
-        cl_sb_printf(&st, "  \"data\": ");
-        cl_sb_json_string(&st, c->data, strlen(c->data));
-        cl_sb_printf(&st, "\n}\n");
-        snprintf(path, sizeof path, "%s/trainer_state.json", tmp);
-        s = st.failed ? cl_error(CL_ERR_OOM, "trainer_state.json") : write_text_file(path, st.buf, st.len);
-        cl_sb_free(&st);
-    }
+    return CL_OK;
+}
+
+void cl_ckpt_abort(const char *tmp) { remove_ckpt_dir(tmp); }
+
+void cl_ckpt_state_json(cl_strbuf *st, const cl_trainer *t, int opt_t) {
+    const cl_train_config *c = &t->cfg;
+    cl_sb_printf(st, "{\n  \"step\": %d,\n  \"optimizer_step\": %d,\n  \"seq_len\": %d,\n  \"global_batch\": %d,\n", t->step,
+                 opt_t, t->full->T, c->global_batch);
+    cl_sb_printf(st, "  \"micro_batch\": %d,\n  \"seed\": \"%" PRIu64 "\",\n  \"samples_seen\": %" PRId64 ",\n", c->micro_batch,
+                 c->seed, (int64_t)t->step * c->global_batch);
+    cl_sb_printf(st, "  \"data\": ");
+    cl_sb_json_string(st, c->data, strlen(c->data));
+    cl_sb_printf(st, "\n}\n");
+}
+
+cl_status cl_ckpt_write_text(const char *tmp, const char *name, const cl_strbuf *b) {
+    char path[4300];
+    snprintf(path, sizeof path, "%s/%s", tmp, name);
+    return b->failed ? cl_error(CL_ERR_OOM, "%s", name) : write_text_file(path, b->buf, b->len);
+}
+
+cl_status cl_ckpt_commit(const char *dir, const char *target, const char *tmp, cl_status s) {
+    char path[4300];
+    target_kind kind;
     if (!s) {
         static const char marker[] = "{\n  \"format\": \"cleave checkpoint\",\n  \"version\": 1\n}\n";
         snprintf(path, sizeof path, "%s/" CKPT_MARKER, tmp);
@@ -376,6 +363,48 @@ static cl_status save_arrays(cl_trainer *t, const char *dir, float *const *param
     return CL_OK;
 }
 
+static cl_status save_arrays(cl_trainer *t, const char *dir, float *const *params, float *const *mp, float *const *vp,
+                             int opt_t) {
+    char target[4096], tmp[4200], path[4300];
+    CL_TRY(cl_ckpt_begin(dir, target, tmp));
+    const cl_model_desc *d = t->full;
+    cl_st_meta meta[] = {{"format", "pt"}};
+    snprintf(path, sizeof path, "%s/model.safetensors", tmp);
+    cl_status s = write_params(path, d, params, "", meta, 1);
+    if (!s) {
+        snprintf(path, sizeof path, "%s/optimizer.safetensors", tmp);
+        /* both moments in one file: exp_avg.* then exp_avg_sq.* */
+        int n = d->nparams;
+        cl_st_item *items = calloc(2 * (size_t)n, sizeof *items);
+        char (*names)[96] = calloc(2 * (size_t)n, sizeof *names);
+        if (!items || !names) s = cl_error(CL_ERR_OOM, "cannot allocate the optimizer index");
+        for (int i = 0; !s && i < n; i++) {
+            snprintf(names[i], sizeof names[i], "exp_avg.%s", d->params[i].name);
+            snprintf(names[n + i], sizeof names[n + i], "exp_avg_sq.%s", d->params[i].name);
+            items[i].name = names[i];
+            items[n + i].name = names[n + i];
+            items[i].t = cl_tensor_make(mp[i], CL_F32, d->params[i].ndim, d->params[i].shape);
+            items[n + i].t = cl_tensor_make(vp[i], CL_F32, d->params[i].ndim, d->params[i].shape);
+        }
+        if (!s) s = cl_st_write(path, items, 2 * n, NULL, 0);
+        free(items);
+        free(names);
+    }
+    if (!s) {
+        cl_strbuf b = {0};
+        cl_ckpt_config_json(&b, &d->cfg, t->tok ? cl_tokenizer_name(t->tok) : "none");
+        s = cl_ckpt_write_text(tmp, "config.json", &b);
+        cl_sb_free(&b);
+    }
+    if (!s) {
+        cl_strbuf st = {0};
+        cl_ckpt_state_json(&st, t, opt_t);
+        s = cl_ckpt_write_text(tmp, "trainer_state.json", &st);
+        cl_sb_free(&st);
+    }
+    return cl_ckpt_commit(dir, target, tmp, s);
+}
+
 static cl_status read_state(const char *dir, int *step, int *opt_t, int *T, int *gb, uint64_t *seed) {
     char path[4200];
     snprintf(path, sizeof path, "%s/trainer_state.json", dir);
@@ -394,27 +423,36 @@ static cl_status ckpt_dir_exists(const char *flag, const char *dir) {
     return CL_OK;
 }
 
-cl_status cl_trainer_resume(cl_trainer *t, const char *dir) {
-    cl_model_config c;
-    char tok[64];
-    CL_TRY(ckpt_dir_exists("--resume", dir));
-    CL_TRY(read_config(dir, &c, tok, sizeof tok));
-    if (!same_config(&c, &t->desc->cfg))
+cl_status cl_ckpt_check_match(const cl_trainer *t, const char *dir, const cl_model_config *c, const char *tok, int T, int gb,
+                              uint64_t seed) {
+    if (!same_config(c, &t->desc->cfg))
         return cl_error(CL_ERR_INVALID, "--resume %s: the checkpoint holds a different model than the one asked for", dir);
     const char *mytok = t->tok ? cl_tokenizer_name(t->tok) : "none";
     if (strcmp(tok, mytok))
         return cl_error(CL_ERR_INVALID, "--resume %s: the checkpoint used the %s tokenizer, this run %s", dir, tok, mytok);
-    int step = 0, opt_t = 0, T = 0, gb = 0;
-    uint64_t seed = 0;
-    CL_TRY(read_state(dir, &step, &opt_t, &T, &gb, &seed));
     if (T != t->desc->T || gb != t->cfg.global_batch || seed != t->cfg.seed)
         return cl_error(CL_ERR_INVALID,
                         "--resume %s: the checkpoint was trained with --seq-len %d --global-batch-size %d --seed %" PRIu64
                         "; this run has %d, %d, %" PRIu64,
                         dir, T, gb, seed, t->desc->T, t->cfg.global_batch, t->cfg.seed);
+    return CL_OK;
+}
+
+cl_status cl_trainer_resume(cl_trainer *t, const char *dir) {
+    cl_model_config c;
+    char tok[64];
+    CL_TRY(ckpt_dir_exists("--resume", dir));
+    char path[4200];
+    struct stat sb;
+    snprintf(path, sizeof path, "%s/" CL_CKPT_INDEX, dir);
+    if (stat(path, &sb) == 0) return cl_shard_resume(t, dir); /* a sharded checkpoint (ckpt_shard.c) */
+    CL_TRY(read_config(dir, &c, tok, sizeof tok));
+    int step = 0, opt_t = 0, T = 0, gb = 0;
+    uint64_t seed = 0;
+    CL_TRY(read_state(dir, &step, &opt_t, &T, &gb, &seed));
+    CL_TRY(cl_ckpt_check_match(t, dir, &c, tok, T, gb, seed));
     /* every rank reads the whole files into host memory and keeps its slice */
     const cl_model_desc *d = t->full;
-    char path[4200];
     int n = d->nparams;
     float *host = malloc((size_t)d->nfloats * 3 * sizeof *host);
     float **ptr = malloc((size_t)n * 3 * sizeof *ptr);
@@ -439,19 +477,23 @@ cl_status cl_checkpoint_load(const char *dir, const char *tokenizer_dir, size_t 
     cl_model_config c;
     char tok[64];
     CL_TRY(ckpt_dir_exists("--checkpoint", dir));
-    CL_TRY(read_config(dir, &c, tok, sizeof tok));
     char path[4200];
+    struct stat sb;
+    snprintf(path, sizeof path, "%s/" CL_CKPT_INDEX, dir);
+    int sharded = stat(path, &sb) == 0; /* a sharded checkpoint (ckpt_shard.c) */
+    CL_TRY(sharded ? cl_shard_read_config(dir, &c, tok, sizeof tok) : read_config(dir, &c, tok, sizeof tok));
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     cl_st_file *f = NULL;
     cl_status s = cl_model_describe(&c, 0, &out->desc);
-    if (s) s = cl_error_context(s, "%s/config.json", dir);
-    /* the file must hold every tensor config.json implies before any is allocated */
-    if (!s) s = cl_st_open(&f, path);
-    if (!s) s = check_params(f, out->desc, "");
+    if (s) s = cl_error_context(s, "%s/%s", dir, sharded ? CL_CKPT_INDEX : "config.json");
+    /* the file must hold every tensor config.json implies before any is allocated (sharded: the index's
+     * boxes are checked against the model before a byte is read) */
+    if (!s && !sharded) s = cl_st_open(&f, path);
+    if (!s && !sharded) s = check_params(f, out->desc, "");
     if (!s) s = cl_device_create_cpu(&out->dev, cap, 0);
     if (!s) s = cl_model_create(&out->model, out->desc, out->dev, B);
     if (!s) s = cl_acts_create(out->model, B, &out->acts);
-    if (!s) s = copy_params(f, path, out->desc, out->model->p, "", 0);
+    if (!s) s = sharded ? cl_shard_load_model(dir, out->model) : copy_params(f, path, out->desc, out->model->p, "", 0);
     cl_st_close(f);
     if (!s && c.kind == CL_MODEL_GPT) {
         if (!strcmp(tok, "gpt2")) s = cl_tokenizer_gpt2(&out->tok, tokenizer_dir);

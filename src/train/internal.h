@@ -3,6 +3,7 @@
 #define CLEAVE_TRAIN_INTERNAL_H
 
 #include "cleave/comm.h"
+#include "cleave/json.h"
 #include "cleave/pipeline.h"
 #include "cleave/schedule.h"
 #include "cleave/train.h"
@@ -87,5 +88,28 @@ cl_status cl_pp_eval_batch(void *ctx, const cl_microbatch *mb, double *sum);
  * load: every held parameter and its moments from such arrays. */
 cl_status cl_pp_gather(cl_trainer *t, float **host, int *writer, int *opt_t);
 cl_status cl_pp_load(cl_trainer *t, const float *p, const float *m, const float *v, int opt_t);
+
+/* This rank's chunks (pipeline.c): their parts and optimizers; returns how many. */
+int cl_pp_chunks(cl_trainer *t, cl_model **m, cl_optimizer **o);
+
+/* Checkpoint directories (checkpoint.c), shared by both formats: begin
+ * makes a fresh temporary directory beside the normalized target (target
+ * 4096, tmp 4200 bytes); commit writes the marker, then swaps it into
+ * place (or, given a failed s, removes it and returns s). */
+#define CL_CKPT_INDEX "cleave-index.json"
+cl_status cl_ckpt_begin(const char *dir, char *target, char *tmp);
+cl_status cl_ckpt_commit(const char *dir, const char *target, const char *tmp, cl_status s);
+void cl_ckpt_abort(const char *tmp);
+cl_status cl_ckpt_write_text(const char *tmp, const char *name, const cl_strbuf *b);
+void cl_ckpt_config_json(cl_strbuf *b, const cl_model_config *c, const char *tokenizer);
+void cl_ckpt_state_json(cl_strbuf *b, const cl_trainer *t, int opt_t);
+/* A resume's checkpoint against this run: model, tokenizer, T, batch, seed. */
+cl_status cl_ckpt_check_match(const cl_trainer *t, const char *dir, const cl_model_config *c, const char *tok, int T, int gb,
+                              uint64_t seed);
+/* A sharded checkpoint (ckpt_shard.c): each rank reads the boxes it holds. */
+cl_status cl_shard_resume(cl_trainer *t, const char *dir);
+/* Its model config and tokenizer; its parameters into a whole model (eval, generate). */
+cl_status cl_shard_read_config(const char *dir, cl_model_config *c, char *tok, size_t tn);
+cl_status cl_shard_load_model(const char *dir, cl_model *m);
 
 #endif

@@ -900,6 +900,14 @@ cl_status cl_pp_gather(cl_trainer *t, float **host, int *writer, int *opt_t) {
     return CL_OK;
 }
 
+int cl_pp_chunks(cl_trainer *t, cl_model **m, cl_optimizer **o) {
+    for (int c = 0; c < t->pp->v; c++) {
+        m[c] = t->pp->ch[c].m;
+        o[c] = &t->pp->ch[c].opt;
+    }
+    return t->pp->v;
+}
+
 cl_status cl_pp_load(cl_trainer *t, const float *p, const float *m, const float *v, int opt_t) {
     struct cl_pp *pp = t->pp;
     const cl_model_desc *d = t->desc, *f = t->full;

@@ -1,0 +1,57 @@
+#!/usr/bin/python3
+"""PyTorch evaluation of a Hugging Face GPT-2 checkpoint as `cleave convert`
+writes it (the single-file format: DIR/model.safetensors with GPT-2's names
+and Conv1D [in, out] layouts, DIR/config.json with GPT-2's keys), for the
+check that a converted sharded checkpoint is the model cleave evaluates.
+
+    hf_eval.py DIR TEXT
+
+Byte tokenizer (token = byte), the text cut into consecutive non-overlapping
+windows of n_positions + 1 tokens (the remainder dropped), as `cleave eval`
+does; prints 'eval loss: X', the mean next-token cross-entropy. The model is
+torch_reference.py's, built from stock torch.nn modules (no cleave code).
+"""
+import json
+import os
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import torch_reference as ref  # noqa: E402
+
+
+def main(argv):
+    if len(argv) != 3:
+        print("usage: hf_eval.py DIR TEXT", file=sys.stderr)
+        return 2
+    d, text = argv[1], argv[2]
+    torch = ref.setup_torch()
+    cfg = json.load(open(os.path.join(d, "config.json")))
+    if cfg.get("tokenizer") != "byte":
+        print(f"hf_eval.py: {d}: only the byte tokenizer (got {cfg.get('tokenizer')!r})", file=sys.stderr)
+        return 2
+    tensors, _ = ref.read_safetensors(os.path.join(d, "model.safetensors"))
+    GPT, _ = ref.build_models(torch)
+    model = GPT({k: cfg[k] for k in ("n_embd", "n_head", "n_layer", "n_positions", "vocab_size")})
+    with torch.no_grad():
+        for name, p, transposed in model.file_params():
+            t = torch.from_numpy(np.ascontiguousarray(tensors[name]))
+            p.copy_(t.t() if transposed else t)
+    ids = np.frombuffer(open(text, "rb").read(), dtype=np.uint8).astype(np.int64)
+    W = cfg["n_positions"] + 1
+    n = len(ids) // W
+    win = torch.from_numpy(ids[: n * W].reshape(n, W))
+    total = 0.0
+    with torch.no_grad():
+        for i in range(0, n, 16):
+            x = win[i : i + 16]
+            logits = model(x[:, :-1])
+            total += float(torch.nn.functional.cross_entropy(
+                logits.reshape(-1, logits.shape[-1]), x[:, 1:].reshape(-1), reduction="sum").double())
+    print(f"eval loss: {total / (n * (W - 1)):.6f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,625 @@
+/* Sharded checkpoints (docs/ARCHITECTURE.md, "Sharded checkpoints").
+ *
+ * Every tensor is seen as a matrix: rows = the product of all dimensions
+ * but the last, columns = the last (a bias is one row). What a rank holds
+ * of a tensor (its tensor-parallel slice, or of a moment its ZeRO shard's
+ * part of that slice) is a flat range of its row-major local slice; such a
+ * range is at most 3 boxes of the slice (partial first row, whole rows,
+ * partial last row), and each of those is at most 3 boxes of the whole
+ * tensor (the fused c_attn's query, key and value column groups go to
+ * their own thirds), clipped to the logical rows (the vocabulary's padded
+ * rows are never stored). Saving writes those boxes; loading computes the
+ * boxes this rank needs at its own layout and reads, from every stored box
+ * that overlaps one, the overlap's rows with pread straight into place. */
+#include "cleave/data.h"
+#include "cleave/json.h"
+#include "train/ckpt_json.h"
+#include "train/internal.h"
+#include "train/shard_index.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define SHARD_TAG 32003
+#define WRITE_BUF (1 << 20)      /* bytes: the save's staging buffer */
+#define READ_RUN (64 << 20)      /* bytes: the longest single pread */
+
+/* The part [a, b) of a held parameter's local slice inside the moments
+ * this optimizer keeps (its ZeRO shard, or all). */
+static void moment_range(const cl_model *m, const cl_optimizer *o, int i, int64_t *a, int64_t *b) {
+    int64_t st, len = cl_zero_overlap(m->loc[i], m->loc[i] + m->desc->params[i].numel, m->sizes.shard_lo, o->nfloats, &st);
+    *a = len ? st - m->loc[i] : 0;
+    *b = *a + len;
+}
+
+/* Every rank ends with the same status: the first failed rank's, with its message. */
+static cl_status agree(cl_comm *world, cl_status s) {
+    if (!world) return s;
+    int me = cl_comm_rank(world);
+    double who = s ? -(double)me : -1e9;
+    cl_status cs = cl_comm_allreduce_f64(world, &who, 1, CL_RED_MAX);
+    if (cs) return cs;
+    if (who <= -1e9) return CL_OK;
+    int root = (int)-who;
+    struct {
+        int64_t code;
+        char msg[1024];
+    } m;
+    memset(&m, 0, sizeof m);
+    if (root == me) {
+        m.code = s;
+        snprintf(m.msg, sizeof m.msg, "%s", cl_last_error());
+    }
+    cs = cl_comm_broadcast(world, &m, sizeof m, root);
+    if (cs) return cs;
+    return root == me ? s : cl_error((cl_status)m.code, "%s", m.msg);
+}
+
+static cl_comm *world_of(const cl_trainer *t) { return t->cfg.groups ? t->cfg.groups->world : NULL; }
+
+/* Fault injection, for tests: CLEAVE_SAVE_FAULT="rank:N:POINT:MODE:K" makes
+ * world rank N, in the K-th sharded save of the process, fail (MODE fail:
+ * CL_ERR_IO) or be killed (MODE kill: SIGKILL, the whole process, as kill
+ * -9 would) at POINT: mid-shard (its file's header written, no data),
+ * after-shard (its file closed), before-index, after-index (rank 0: the
+ * index written, nothing renamed), after-rename (rank 0). */
+static _Thread_local int save_count; /* this rank's sharded saves (a rank is a thread or a process) */
+static cl_status save_fault(int rank, const char *point) {
+    const char *f = getenv("CLEAVE_SAVE_FAULT");
+    int n, k;
+    char pt[32], mode[8];
+    if (!f || sscanf(f, "rank:%d:%31[a-z-]:%7[a-z]:%d", &n, pt, mode, &k) != 4) return CL_OK;
+    if (n != rank || k != save_count || strcmp(pt, point)) return CL_OK;
+    if (!strcmp(mode, "kill")) raise(SIGKILL);
+    return cl_error(CL_ERR_IO, "injected fault (CLEAVE_SAVE_FAULT=%s)", f);
+}
+
+/* ---- save -------------------------------------------------------------------- */
+
+typedef struct {
+    int t, k;
+    cl_box b;
+    const float *src; /* the slice's element L is src[off + L] */
+    int64_t off, lc;
+    int64_t begin, end; /* absolute byte range in the file */
+} entry;
+
+typedef struct {
+    entry *e;
+    int n, cap;
+    float *own[CL_PP_MAX_CHUNKS]; /* moments read out of a disk offload */
+} entries;
+
+static cl_status add_boxes(entries *es, const cl_param_spec *ls, int tp_rank, int i, int k, int64_t a, int64_t b,
+                           const float *src, int64_t off) {
+    cl_box bx[9];
+    int nb = cl_shard_slice_boxes(ls, tp_rank, a, b, bx);
+    for (int j = 0; j < nb; j++) {
+        if (es->n == es->cap) {
+            int nc = es->cap ? 2 * es->cap : 256;
+            entry *ne = realloc(es->e, (size_t)nc * sizeof *ne);
+            if (!ne) return cl_error(CL_ERR_OOM, "cannot allocate the checkpoint's box list");
+            es->e = ne;
+            es->cap = nc;
+        }
+        es->e[es->n++] = (entry){i, k, bx[j], src, off, cl_shard_local_cols(ls), 0, 0};
+    }
+    return CL_OK;
+}
+
+/* What this rank writes: of each parameter its part owns, the parameter
+ * (replica 0) and the moments (replica 0, or every replica's shard under
+ * ZeRO), a replicated tensor by tensor-parallel rank 0 only. */
+static cl_status collect(cl_trainer *t, entries *es) {
+    cl_model *ms[CL_PP_MAX_CHUNKS];
+    cl_optimizer *os[CL_PP_MAX_CHUNKS];
+    int nc = cl_pp_chunks(t, ms, os);
+    for (int c = 0; c < nc; c++) {
+        cl_model *m = ms[c];
+        cl_optimizer *o = os[c];
+        const float *mom[2] = {o->m, o->v};
+        if (o->fd >= 0) {
+            es->own[c] = malloc(2 * (size_t)o->nfloats * sizeof(float));
+            if (!es->own[c]) return cl_error(CL_ERR_OOM, "cannot allocate the optimizer state for the checkpoint");
+            CL_TRY(cl_optimizer_get_moments(o, es->own[c], es->own[c] + o->nfloats));
+            mom[0] = es->own[c];
+            mom[1] = es->own[c] + o->nfloats;
+        }
+        int sharded = m->zero.stage >= 1 && m->zero.n > 1;
+        for (int i = 0; i < m->desc->nparams; i++) {
+            const cl_param_spec *ls = &m->desc->params[i];
+            if (!cl_model_owns_param(m, i) || (ls->split == CL_SPLIT_NONE && t->tp_rank != 0)) continue;
+            if (t->dp_rank == 0) CL_TRY(add_boxes(es, ls, t->tp_rank, i, CL_K_PARAM, 0, ls->numel, m->p[i], 0));
+            if (!sharded && t->dp_rank != 0) continue;
+            int64_t a, b;
+            moment_range(m, o, i, &a, &b);
+            for (int k = 1; k < CL_NKINDS; k++)
+                CL_TRY(add_boxes(es, ls, t->tp_rank, i, k, a, b, mom[k - 1], m->loc[i] - m->sizes.shard_lo));
+        }
+    }
+    return CL_OK;
+}
+
+static cl_status write_all(int fd, const void *buf, size_t n, const char *path) {
+    const char *p = buf;
+    while (n) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) return cl_error(CL_ERR_IO, "%s: %s", path, w < 0 ? strerror(errno) : "short write");
+        p += w;
+        n -= (size_t)w;
+    }
+    return CL_OK;
+}
+
+/* One safetensors file of the boxes (each an F32 [nr, nc] tensor named
+ * KIND.NAME[r0:r1,c0:c1]), streamed through a bounded buffer; fills each
+ * entry's absolute byte range. */
+static cl_status write_shard(const char *path, int rank, const cl_model_desc *full, entries *es, int64_t *file_bytes) {
+    static const char *const prefix[CL_NKINDS] = {"", "exp_avg.", "exp_avg_sq."};
+    cl_strbuf h = {0};
+    cl_sb_printf(&h, "{\"__metadata__\":{\"format\":\"cleave-shard\"}");
+    int64_t at = 0;
+    for (int j = 0; j < es->n; j++) {
+        entry *e = &es->e[j];
+        int64_t bytes = e->b.nr * e->b.nc * (int64_t)sizeof(float);
+        cl_sb_printf(&h, ",\"%s%s[%" PRId64 ":%" PRId64 ",%" PRId64 ":%" PRId64 "]\":{\"dtype\":\"F32\",\"shape\":[%" PRId64 ",%" PRId64
+                         "],\"data_offsets\":[%" PRId64 ",%" PRId64 "]}",
+                     prefix[e->k], full->params[e->t].name, e->b.r0, e->b.r0 + e->b.nr, e->b.c0, e->b.c0 + e->b.nc, e->b.nr,
+                     e->b.nc, at, at + bytes);
+        e->begin = at;
+        at += bytes;
+        e->end = at;
+    }
+    cl_sb_printf(&h, "}");
+    while ((h.len + 8) % 8) cl_sb_printf(&h, " ");
+    if (h.failed) {
+        cl_sb_free(&h);
+        return cl_error(CL_ERR_OOM, "%s: cannot build the header", path);
+    }
+    int64_t base = 8 + (int64_t)h.len;
+    for (int j = 0; j < es->n; j++) es->e[j].begin += base, es->e[j].end += base;
+    *file_bytes = base + at;
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        cl_sb_free(&h);
+        return cl_error(CL_ERR_IO, "%s: %s", path, strerror(errno));
+    }
+    unsigned char len8[8];
+    for (int i = 0; i < 8; i++) len8[i] = (unsigned char)((uint64_t)h.len >> (8 * i));
+    cl_status s = write_all(fd, len8, 8, path);
+    if (!s) s = write_all(fd, h.buf, h.len, path);
+    cl_sb_free(&h);
+    if (!s) s = save_fault(rank, "mid-shard");
+    float *buf = s ? NULL : malloc(WRITE_BUF);
+    if (!s && !buf) s = cl_error(CL_ERR_OOM, "%s: cannot allocate the write buffer", path);
+    size_t fill = 0, cap = WRITE_BUF / sizeof(float);
+    for (int j = 0; j < es->n && !s; j++) {
+        const entry *e = &es->e[j];
+        for (int64_t r = 0; r < e->b.nr && !s; r++) {
+            const float *row = e->src + e->off + e->b.l0 + r * e->lc;
+            for (int64_t c = 0; c < e->b.nc && !s;) {
+                size_t take = (size_t)cl_shard_min(e->b.nc - c, (int64_t)(cap - fill));
+                memcpy(buf + fill, row + c, take * sizeof(float));
+                fill += take;
+                c += (int64_t)take;
+                if (fill == cap) {
+                    s = write_all(fd, buf, fill * sizeof(float), path);
+                    fill = 0;
+                }
+            }
+        }
+    }
+    if (!s && fill) s = write_all(fd, buf, fill * sizeof(float), path);
+    free(buf);
+    if (!s && fsync(fd) != 0) s = cl_error(CL_ERR_IO, "%s: %s", path, strerror(errno));
+    if (close(fd) != 0 && !s) s = cl_error(CL_ERR_IO, "%s: %s", path, strerror(errno));
+    return s;
+}
+
+/* What a rank tells world rank 0 after writing its file. */
+typedef struct {
+    int64_t nboxes, bytes, coord[3], nparts;
+    int64_t parts[CL_PP_MAX_CHUNKS][4]; /* stage, alloc, shard, shard_lo: ZeRO's padding, never data */
+} report;
+
+static int cmp_box(const void *pa, const void *pb) {
+    const int64_t *a = pa, *b = pb;
+    for (int i = 0; i < 5; i++) /* tensor, kind, file, row, column */
+        if (a[i] != b[i]) return a[i] < b[i] ? -1 : 1;
+    return 0;
+}
+
+/* The index (world rank 0): reports[] and boxes[] of every rank (8 int64
+ * each: tensor, kind, r0, c0, nr, nc, begin, end). */
+static cl_status write_index(cl_trainer *t, const char *tmp, int W, const report *rep, int64_t *const *boxes, int opt_t) {
+    const cl_model_desc *f = t->full;
+    const cl_train_config *c = &t->cfg;
+    int64_t total = 0;
+    int *fidx = malloc((size_t)W * sizeof *fidx);
+    for (int r = 0; r < W; r++) total += rep[r].nboxes;
+    int64_t *all = malloc((size_t)(total ? total : 1) * 7 * sizeof *all);
+    if (!all || !fidx) {
+        free(all);
+        free(fidx);
+        return cl_error(CL_ERR_OOM, "cannot allocate the checkpoint index");
+    }
+    int nfiles = 0;
+    int64_t n = 0;
+    for (int r = 0; r < W; r++) {
+        fidx[r] = rep[r].nboxes ? nfiles++ : -1;
+        for (int64_t j = 0; j < rep[r].nboxes; j++, n++) {
+            const int64_t *b = boxes[r] + 8 * j;
+            int64_t *o = all + 7 * n; /* tensor, kind, file, r0, c0 | nr, nc; begin, end kept via the lookup below */
+            o[0] = b[0], o[1] = b[1], o[2] = fidx[r], o[3] = b[2], o[4] = b[3], o[5] = r, o[6] = j;
+        }
+    }
+    qsort(all, (size_t)n, 7 * sizeof *all, cmp_box);
+    cl_strbuf b = {0};
+    const cl_mesh *mesh = c->groups ? &c->groups->mesh : NULL;
+    cl_sb_printf(&b, "{\n\"format\": \"" CL_SHARD_FORMAT "\",\n\"version\": %d,\n\"config\": ", CL_SHARD_VERSION);
+    cl_ckpt_config_json(&b, &f->cfg, t->tok ? cl_tokenizer_name(t->tok) : "none");
+    cl_sb_printf(&b, ",\n\"state\": ");
+    cl_ckpt_state_json(&b, t, opt_t);
+    cl_sb_printf(&b,
+                 ",\n\"written_with\": {\"world\": %d, \"dp\": %d, \"tp\": %d, \"pp\": %d, \"virtual_stages\": %d, \"zero\": %d, "
+                 "\"sequence_parallel\": %d, \"vocab_divisible_by\": %d, \"vocab_padded\": %d, \"comm\": \"%s\"},\n",
+                 W, t->dp, t->tp, t->pp_size, t->cfg.virtual_stages ? t->cfg.virtual_stages : 1, c->zero, c->sequence_parallel,
+                 t->desc->tpl.vocab_div, t->desc->vocab_padded, mesh ? cl_comm_backend(c->groups->world) : "none");
+    cl_sb_printf(&b, "\"files\": [");
+    for (int r = 0, k = 0; r < W; r++) {
+        if (fidx[r] < 0) continue;
+        cl_sb_printf(&b, "%s\n  {\"name\": \"rank-%05d.safetensors\", \"rank\": %d, \"dp\": %" PRId64 ", \"tp\": %" PRId64
+                         ", \"pp\": %" PRId64 ", \"bytes\": %" PRId64 ", \"zero_parts\": [",
+                     k++ ? "," : "", r, r, rep[r].coord[0], rep[r].coord[1], rep[r].coord[2], rep[r].bytes);
+        for (int64_t p = 0; p < rep[r].nparts; p++)
+            cl_sb_printf(&b, "%s[%" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 "]", p ? ", " : "", rep[r].parts[p][0],
+                         rep[r].parts[p][1], rep[r].parts[p][2], rep[r].parts[p][3]);
+        cl_sb_printf(&b, "]}");
+    }
+    cl_sb_printf(&b, "\n],\n\"tensors\": [");
+    int64_t at = 0;
+    for (int i = 0; i < f->nparams; i++) {
+        const cl_param_spec *p = &f->params[i];
+        cl_sb_printf(&b, "%s\n  {\"name\": \"%s\", \"dtype\": \"F32\", \"shape\": [", i ? "," : "", p->name);
+        for (int d = 0; d < p->ndim; d++) cl_sb_printf(&b, "%s%" PRId64, d ? ", " : "", p->full_shape[d]);
+        cl_sb_printf(&b, "], \"matrix\": [%" PRId64 ", %" PRId64 "]", cl_shard_whole_rows(p), cl_shard_whole_cols(p));
+        for (int k = 0; k < CL_NKINDS; k++) {
+            cl_sb_printf(&b, ",\n   \"%s\": [", cl_shard_kind_key[k]);
+            for (int q = 0; at < n && all[7 * at] == i && all[7 * at + 1] == k; at++, q++) {
+                const int64_t *o = all + 7 * at, *x = boxes[o[5]] + 8 * o[6];
+                cl_sb_printf(&b, "%s[%" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 "]",
+                             q ? ", " : "", o[2], x[2], x[3], x[4], x[5], x[6], x[7]);
+            }
+            cl_sb_printf(&b, "]");
+        }
+        cl_sb_printf(&b, "}");
+    }
+    cl_sb_printf(&b, "\n]\n}\n");
+    cl_status s = cl_ckpt_write_text(tmp, CL_CKPT_INDEX, &b);
+    cl_sb_free(&b);
+    free(all);
+    free(fidx);
+    return s;
+}
+
+/* ZeRO 3 shards the parameters too: their boxes would come from each
+ * replica's shard as the moments' do (the index needs no change), but the
+ * parameter store is not built yet, so a stage 3 run refuses the format. */
+static cl_status check_zero(const cl_trainer *t) {
+    if (t->cfg.zero >= 3)
+        return cl_error(CL_ERR_UNSUPPORTED, "sharded checkpoints with --zero %d are not built yet (stage 3 shards the parameters)", t->cfg.zero);
+    return CL_OK;
+}
+
+cl_status cl_trainer_save_sharded(cl_trainer *t, const char *dir) {
+    CL_TRY(check_zero(t));
+    cl_comm *world = world_of(t);
+    int me = world ? cl_comm_rank(world) : 0, W = world ? cl_comm_size(world) : 1;
+    char target[4096] = "", tmp[4200] = "", path[4300];
+    save_count++;
+    cl_status s = me == 0 ? cl_ckpt_begin(dir, target, tmp) : CL_OK;
+    CL_TRY(agree(world, s));
+    if (world && (s = cl_comm_broadcast(world, tmp, sizeof tmp, 0))) {
+        if (me == 0) cl_ckpt_abort(tmp);
+        return s;
+    }
+    /* every rank writes its own file at once */
+    entries es = {0};
+    report rep;
+    memset(&rep, 0, sizeof rep);
+    int64_t opt_t = t->opt->t;
+    s = collect(t, &es);
+    if (!s && es.n) {
+        snprintf(path, sizeof path, "%s/rank-%05d.safetensors", tmp, me);
+        s = write_shard(path, me, t->full, &es, &rep.bytes);
+        if (!s) s = save_fault(me, "after-shard");
+    }
+    s = agree(world, s);
+    int64_t *mine = NULL;
+    if (!s) {
+        cl_model *ms[CL_PP_MAX_CHUNKS];
+        cl_optimizer *os[CL_PP_MAX_CHUNKS];
+        int nc = cl_pp_chunks(t, ms, os), pr = t->cfg.groups ? cl_comm_rank(t->cfg.groups->pp) : 0;
+        rep.nboxes = es.n;
+        rep.coord[0] = t->dp_rank, rep.coord[1] = t->tp_rank, rep.coord[2] = pr;
+        rep.nparts = nc;
+        for (int c = 0; c < nc; c++) {
+            rep.parts[c][0] = c * t->pp_size + pr;
+            rep.parts[c][1] = ms[c]->sizes.alloc;
+            rep.parts[c][2] = ms[c]->sizes.shard;
+            rep.parts[c][3] = ms[c]->sizes.shard_lo;
+        }
+        mine = malloc((size_t)(es.n ? es.n : 1) * 8 * sizeof *mine);
+        if (!mine) s = cl_error(CL_ERR_OOM, "cannot allocate the checkpoint's box list");
+        for (int j = 0; !s && j < es.n; j++) {
+            const entry *e = &es.e[j];
+            int64_t v[8] = {e->t, e->k, e->b.r0, e->b.c0, e->b.nr, e->b.nc, e->begin, e->end};
+            memcpy(mine + 8 * j, v, sizeof v);
+        }
+    }
+    for (int c = 0; c < CL_PP_MAX_CHUNKS; c++) free(es.own[c]);
+    free(es.e);
+    s = agree(world, s);
+    /* the boxes to world rank 0, which writes the index last */
+    report *reps = NULL;
+    int64_t **boxes = NULL;
+    if (!s && me != 0) {
+        s = cl_comm_send(world, &rep, sizeof rep, 0, SHARD_TAG);
+        if (!s && rep.nboxes) s = cl_comm_send(world, mine, (size_t)rep.nboxes * 8 * sizeof *mine, 0, SHARD_TAG);
+    } else if (!s) {
+        reps = calloc((size_t)W, sizeof *reps);
+        boxes = calloc((size_t)W, sizeof *boxes);
+        if (!reps || !boxes) s = cl_error(CL_ERR_OOM, "cannot allocate the checkpoint index");
+        if (!s) {
+            reps[0] = rep;
+            boxes[0] = mine;
+            mine = NULL;
+        }
+        for (int r = 1; r < W && !s; r++) {
+            s = cl_comm_recv(world, &reps[r], sizeof reps[r], r, SHARD_TAG);
+            if (!s && (reps[r].nboxes < 0 || reps[r].nboxes > (1 << 26) || reps[r].nparts > CL_PP_MAX_CHUNKS))
+                s = cl_error(CL_ERR_INTERNAL, "rank %d reported %" PRId64 " boxes", r, reps[r].nboxes);
+            if (!s && !(boxes[r] = malloc((size_t)(reps[r].nboxes ? reps[r].nboxes : 1) * 8 * sizeof(int64_t))))
+                s = cl_error(CL_ERR_OOM, "cannot allocate the checkpoint index");
+            if (!s && reps[r].nboxes) s = cl_comm_recv(world, boxes[r], (size_t)reps[r].nboxes * 8 * sizeof(int64_t), r, SHARD_TAG);
+        }
+        if (!s) s = save_fault(me, "before-index");
+        if (!s) s = write_index(t, tmp, W, reps, boxes, (int)opt_t);
+        if (!s) s = save_fault(me, "after-index");
+        s = cl_ckpt_commit(dir, target, tmp, s);
+        if (!s) s = save_fault(me, "after-rename");
+        for (int r = 0; boxes && r < W; r++) free(boxes[r]);
+        free(boxes);
+        free(reps);
+    }
+    free(mine);
+    s = agree(world, s);
+    if (s && me == 0 && tmp[0]) cl_ckpt_abort(tmp); /* a failure before the commit: nothing left behind */
+    return s;
+}
+
+/* ---- load -------------------------------------------------------------------- */
+
+/* File f open, its boxes checked against its header and size. */
+static cl_status open_file(cl_shard_index *ix, int f) {
+    if (ix->fd[f] >= 0) return CL_OK;
+    char path[4300];
+    snprintf(path, sizeof path, "%s/%s", ix->dir, ix->fname[f]);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return cl_error(CL_ERR_INVALID, "%s: %s (a shard the index lists)", path, strerror(errno));
+    struct stat sb;
+    unsigned char h[8];
+    uint64_t hl = 0;
+    if (fstat(fd, &sb) != 0 || pread(fd, h, 8, 0) != 8) {
+        close(fd);
+        return cl_error(CL_ERR_FORMAT, "%s: too short for a safetensors file", path);
+    }
+    for (int i = 0; i < 8; i++) hl |= (uint64_t)h[i] << (8 * i);
+    if (hl > (uint64_t)sb.st_size - 8) {
+        close(fd);
+        return cl_error(CL_ERR_FORMAT, "%s: its header length %" PRIu64 " passes the file's %lld bytes", path, hl, (long long)sb.st_size);
+    }
+    ix->bytes_read += 8;
+    for (int i = 0; i < ix->nt * CL_NKINDS; i++)
+        for (int j = 0; j < ix->nbx[i]; j++) {
+            const cl_sbox *x = &ix->bx[i][j];
+            if (x->file == f && (x->begin < 8 + (int64_t)hl || x->end > (int64_t)sb.st_size)) {
+                close(fd);
+                return cl_error(CL_ERR_FORMAT, "%s: a box of '%s' (bytes %" PRId64 " to %" PRId64 ") is outside its data (%" PRIu64
+                                " to %lld)",
+                                path, ix->path, x->begin, x->end, 8 + hl, (long long)sb.st_size);
+            }
+        }
+    ix->fd[f] = fd;
+    return CL_OK;
+}
+
+static cl_status flush_read(cl_shard_index *ix) {
+    while (ix->plen > 0) {
+        ssize_t r = pread(ix->fd[ix->pfile], ix->pdst, (size_t)ix->plen, ix->poff);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0)
+            return cl_error(CL_ERR_IO, "%s/%s: %s", ix->dir, ix->fname[ix->pfile], r < 0 ? strerror(errno) : "shorter than its index says");
+        ix->bytes_read += r;
+        ix->pdst += r, ix->poff += r, ix->plen -= r;
+    }
+    return CL_OK;
+}
+
+/* Reads bytes [off, off + len) of file f to dst, joined to the pending
+ * read when both continue it. */
+static cl_status want(cl_shard_index *ix, int f, int64_t off, char *dst, int64_t len) {
+    if (ix->plen && f == ix->pfile && off == ix->poff + ix->plen && dst == ix->pdst + ix->plen && ix->plen + len <= READ_RUN) {
+        ix->plen += len;
+        return CL_OK;
+    }
+    CL_TRY(flush_read(ix));
+    CL_TRY(open_file(ix, f));
+    ix->pfile = f, ix->poff = off, ix->pdst = dst, ix->plen = len;
+    return CL_OK;
+}
+
+/* Tensor i's kind k, local range [a, b) of tensor-parallel rank r's slice
+ * (spec ls), into dst[off + L] for each local index L. */
+static cl_status fill(cl_shard_index *ix, int i, int k, const cl_param_spec *ls, int r, int64_t a, int64_t b, float *dst, int64_t off) {
+    cl_box need[9];
+    int nn = cl_shard_slice_boxes(ls, r, a, b, need);
+    int64_t lc = cl_shard_local_cols(ls);
+    const cl_sbox *sb = ix->bx[i * CL_NKINDS + k];
+    for (int g = 0; g < nn; g++)
+        for (int j = 0; j < ix->nbx[i * CL_NKINDS + k]; j++) {
+            const cl_sbox *s = &sb[j];
+            const cl_box *n = &need[g];
+            int64_t r0 = cl_shard_max(n->r0, s->r0), r1 = cl_shard_min(n->r0 + n->nr, s->r0 + s->nr);
+            int64_t c0 = cl_shard_max(n->c0, s->c0), c1 = cl_shard_min(n->c0 + n->nc, s->c0 + s->nc);
+            for (int64_t row = r0; row < r1 && c0 < c1; row++) {
+                int64_t foff = s->begin + ((row - s->r0) * s->nc + (c0 - s->c0)) * (int64_t)sizeof(float);
+                int64_t L = n->l0 + (row - n->r0) * lc + (c0 - n->c0);
+                CL_TRY(want(ix, s->file, foff, (char *)(dst + off + L), (c1 - c0) * (int64_t)sizeof(float)));
+            }
+        }
+    return CL_OK;
+}
+
+static cl_status check_finite(const cl_shard_index *ix, const char *name, int k, const float *p, int64_t n) {
+    for (int64_t j = 0; j < n; j++)
+        if (!isfinite(p[j]) || (k == CL_K_AVG_SQ && p[j] < 0))
+            return cl_error(CL_ERR_FORMAT, "%s: tensor '%s' %s holds %s value (%g)", ix->dir, name, cl_shard_kind_key[k],
+                            isfinite(p[j]) ? "a negative" : "a non-finite", (double)p[j]);
+    return CL_OK;
+}
+
+static cl_status load_chunk(cl_trainer *t, cl_shard_index *ix, cl_model *m, cl_optimizer *o) {
+    const cl_model_desc *d = m->desc;
+    for (int i = 0; i < d->nparams; i++) {
+        if (!cl_model_holds_param(m, i)) continue; /* the head's wte copy too: it equals the embedding's */
+        const cl_param_spec *ls = &d->params[i];
+        memset(m->p[i], 0, (size_t)ls->numel * sizeof(float)); /* padded vocabulary rows are zero */
+        CL_TRY(fill(ix, i, CL_K_PARAM, ls, t->tp_rank, 0, ls->numel, m->p[i], 0));
+    }
+    /* the moments straight into the optimizer's memory; through a host copy of the shard only when they
+     * live in a file (disk offload) */
+    size_t nf = (size_t)o->nfloats;
+    float *own = o->fd >= 0 ? calloc(2 * (nf ? nf : 1), sizeof *own) : NULL;
+    if (o->fd >= 0 && !own) return cl_error(CL_ERR_OOM, "cannot allocate the optimizer state's load buffer");
+    float *mv[2] = {own ? own : o->m, own ? own + nf : o->v};
+    if (!own) {
+        memset(mv[0], 0, nf * sizeof(float)); /* the padding between parameters stays zero */
+        memset(mv[1], 0, nf * sizeof(float));
+    }
+    cl_status s = CL_OK;
+    for (int i = 0; i < d->nparams && !s; i++) {
+        if (!cl_model_holds_param(m, i)) continue;
+        int64_t a, b;
+        moment_range(m, o, i, &a, &b);
+        for (int k = 1; k < CL_NKINDS && !s; k++)
+            s = fill(ix, i, k, &d->params[i], t->tp_rank, a, b, mv[k - 1], m->loc[i] - m->sizes.shard_lo);
+    }
+    if (!s) s = flush_read(ix);
+    for (int i = 0; i < d->nparams && !s; i++) {
+        if (!cl_model_holds_param(m, i)) continue;
+        s = check_finite(ix, d->params[i].name, CL_K_PARAM, m->p[i], d->params[i].numel);
+        int64_t a, b;
+        moment_range(m, o, i, &a, &b);
+        for (int k = 1; k < CL_NKINDS && !s; k++)
+            s = check_finite(ix, d->params[i].name, k, mv[k - 1] + m->loc[i] - m->sizes.shard_lo + a, b - a);
+    }
+    if (!s && own) s = cl_optimizer_set_moments(o, own, own + nf);
+    free(own);
+    return s;
+}
+
+/* dir's index: its config and tokenizer, and (full not NULL) its boxes
+ * checked against that model's tensors. */
+static cl_status open_index(cl_shard_index *ix, const char *dir, const cl_model_desc *full, cl_model_config *c, char *tok, size_t tn,
+                            const cl_json **state, cl_json_doc **doc) {
+    snprintf(ix->dir, sizeof ix->dir, "%s", dir);
+    snprintf(ix->path, sizeof ix->path, "%s/" CL_CKPT_INDEX, dir);
+    CL_TRY(cl_json_parse_file(doc, ix->path));
+    const cl_json *root = cl_json_root(*doc);
+    const cl_json *cj = cl_json_get(root, "config");
+    *state = cl_json_get(root, "state");
+    cl_status s = cj && *state ? CL_OK : cl_error(CL_ERR_FORMAT, "%s: no \"config\" or \"state\" object", ix->path);
+    if (!s) s = cl_ckpt_config_parse(cj, ix->path, c, tok, tn);
+    if (!s && full) s = cl_shard_index_parse(ix, root, full);
+    return s;
+}
+
+cl_status cl_shard_read_config(const char *dir, cl_model_config *c, char *tok, size_t tn) {
+    cl_shard_index ix;
+    memset(&ix, 0, sizeof ix);
+    cl_json_doc *doc = NULL;
+    const cl_json *state;
+    cl_status s = open_index(&ix, dir, NULL, c, tok, tn, &state, &doc);
+    cl_json_free(doc);
+    cl_shard_index_free(&ix);
+    return s;
+}
+
+cl_status cl_shard_load_model(const char *dir, cl_model *m) {
+    cl_shard_index ix;
+    memset(&ix, 0, sizeof ix);
+    cl_json_doc *doc = NULL;
+    const cl_json *state;
+    cl_model_config c;
+    char tok[64];
+    const cl_model_desc *d = m->desc;
+    cl_status s = open_index(&ix, dir, d, &c, tok, sizeof tok, &state, &doc);
+    cl_json_free(doc);
+    for (int i = 0; i < d->nparams && !s; i++) {
+        if (!cl_model_holds_param(m, i)) continue;
+        memset(m->p[i], 0, (size_t)d->params[i].numel * sizeof(float));
+        s = fill(&ix, i, CL_K_PARAM, &d->params[i], 0, 0, d->params[i].numel, m->p[i], 0);
+    }
+    if (!s) s = flush_read(&ix);
+    for (int i = 0; i < d->nparams && !s; i++)
+        if (cl_model_holds_param(m, i)) s = check_finite(&ix, d->params[i].name, CL_K_PARAM, m->p[i], d->params[i].numel);
+    cl_shard_index_free(&ix);
+    return s;
+}
+
+static cl_status shard_resume(cl_trainer *t, const char *dir, cl_shard_index *ix, int *step) {
+    cl_json_doc *doc = NULL;
+    const cl_json *state;
+    cl_model_config c;
+    char tok[64];
+    int opt_t = 0, T = 0, gb = 0;
+    uint64_t seed = 0;
+    cl_status s = open_index(ix, dir, NULL, &c, tok, sizeof tok, &state, &doc);
+    if (!s) s = cl_ckpt_state_parse(state, ix->path, step, &opt_t, &T, &gb, &seed);
+    if (!s) s = cl_ckpt_check_match(t, dir, &c, tok, T, gb, seed);
+    if (!s) s = cl_shard_index_parse(ix, cl_json_root(doc), t->full);
+    cl_json_free(doc);
+    CL_TRY(s);
+    cl_model *ms[CL_PP_MAX_CHUNKS];
+    cl_optimizer *os[CL_PP_MAX_CHUNKS];
+    int nc = cl_pp_chunks(t, ms, os);
+    for (int k = 0; k < nc; k++) {
+        CL_TRY(load_chunk(t, ix, ms[k], os[k]));
+        os[k]->t = opt_t;
+    }
+    return CL_OK;
+}
+
+cl_status cl_shard_resume(cl_trainer *t, const char *dir) {
+    cl_shard_index ix;
+    memset(&ix, 0, sizeof ix);
+    int step = 0;
+    cl_status s = check_zero(t);
+    if (!s) s = shard_resume(t, dir, &ix, &step);
+    if (!s && getenv("CLEAVE_SHARD_READ_BYTES")) /* for tests: what this rank read */
+        fprintf(stderr, "shard read: rank %d read %" PRId64 " bytes\n", world_of(t) ? cl_comm_rank(world_of(t)) : 0, ix.bytes_read);
+    cl_shard_index_free(&ix);
+    s = agree(world_of(t), s);
+    if (!s) t->step = step;
+    return s;
+}

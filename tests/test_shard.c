@@ -1,0 +1,101 @@
+/* The box arithmetic of sharded checkpoints (src/train/shard_index.h)
+ * against cl_param_local_index, an independent statement of what each
+ * tensor-parallel rank holds:
+ * - every parameter of gpt2-tiny (vocabulary 300, padded by tp) and of an
+ *   MLP at tp 1, 2 and 4: the boxes of each rank's whole slice put every
+ *   element of the whole tensor at the local index cl_param_local_index
+ *   gives, a split tensor's elements each on exactly one rank, a replicated
+ *   one's on every rank, and no padded vocabulary row anywhere;
+ * - ranges [a, b) of a slice (ZeRO shards cut them anywhere: every range of
+ *   the small tensors, random ones of the large): at most 9 boxes, holding
+ *   exactly the range's non-padding local indices, each at its place. */
+#include "cleave/model.h"
+#include "common/check.h"
+#include "train/shard_index.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* inv[L] = the whole tensor's element at local index L of rank r's slice, or -1 (padding). */
+static int64_t *inverse(const cl_param_spec *p, int r) {
+    int64_t *inv = malloc((size_t)p->numel * sizeof *inv);
+    for (int64_t L = 0; L < p->numel; L++) inv[L] = -1;
+    for (int64_t g = 0; g < p->full_numel; g++) {
+        int64_t L = cl_param_local_index(p, r, g);
+        if (L >= 0) inv[L] = g;
+    }
+    return inv;
+}
+
+/* The boxes of [a, b) on rank r: each element where inv says, the count
+ * that of the range's non-padding elements; hits[g] counts each element. */
+static void check_range(const cl_param_spec *p, int r, int64_t a, int64_t b, const int64_t *inv, int *hits) {
+    cl_box bx[9];
+    int n = cl_shard_slice_boxes(p, r, a, b, bx);
+    int64_t lc = cl_shard_local_cols(p), gc = cl_shard_whole_cols(p), got = 0, want = 0, bad = 0;
+    CHECK(n >= 0 && n <= 9, "%s rank %d [%lld, %lld): %d boxes", p->name, r, (long long)a, (long long)b, n);
+    for (int k = 0; k < n; k++)
+        for (int64_t i = 0; i < bx[k].nr; i++)
+            for (int64_t j = 0; j < bx[k].nc; j++) {
+                int64_t g = (bx[k].r0 + i) * gc + bx[k].c0 + j, L = bx[k].l0 + i * lc + j;
+                got++;
+                if (L < a || L >= b || inv[L] != g) bad++;
+                if (hits && g >= 0 && g < p->full_numel) hits[g]++;
+            }
+    for (int64_t L = a; L < b; L++) want += inv[L] >= 0;
+    CHECK(bad == 0 && got == want, "%s (split %d) rank %d [%lld, %lld): %lld elements misplaced, %lld held of %lld", p->name,
+          (int)p->split, r, (long long)a, (long long)b, (long long)bad, (long long)got, (long long)want);
+}
+
+static void check_model(const cl_model_config *cfg, int tp, int vocab_div) {
+    cl_model_desc *d[4] = {0};
+    for (int r = 0; r < tp; r++) {
+        cl_tp_layout tl = {tp, r, 0, vocab_div};
+        CHECK_OK(cl_model_describe_tp(cfg, 0, &tl, &d[r]));
+        if (!d[r]) return;
+    }
+    uint64_t rng = 12345;
+    for (int i = 0; i < d[0]->nparams; i++) {
+        const cl_param_spec *p0 = &d[0]->params[i];
+        int *hits = calloc((size_t)p0->full_numel, sizeof *hits);
+        for (int r = 0; r < tp; r++) {
+            const cl_param_spec *p = &d[r]->params[i];
+            int64_t *inv = inverse(p, r);
+            check_range(p, r, 0, p->numel, inv, hits);
+            if (p->numel <= 200) {
+                for (int64_t a = 0; a <= p->numel; a++)
+                    for (int64_t b = a; b <= p->numel; b++) check_range(p, r, a, b, inv, NULL);
+            } else {
+                for (int k = 0; k < 300; k++) {
+                    rng = rng * 6364136223846793005ULL + 1442695040888963407ULL;
+                    int64_t a = (int64_t)((rng >> 20) % (uint64_t)p->numel);
+                    rng = rng * 6364136223846793005ULL + 1442695040888963407ULL;
+                    int64_t b = a + (int64_t)((rng >> 20) % (uint64_t)(p->numel - a + 1));
+                    check_range(p, r, a, b, inv, NULL);
+                }
+            }
+            free(inv);
+        }
+        int want = p0->split == CL_SPLIT_NONE ? tp : 1;
+        int64_t off = 0;
+        for (int64_t g = 0; g < p0->full_numel; g++) off += hits[g] != want;
+        CHECK(off == 0, "%s at tp %d: %lld elements not held %d times over the ranks", p0->name, tp, (long long)off, want);
+        free(hits);
+    }
+    for (int r = 0; r < tp; r++) cl_model_desc_free(d[r]);
+}
+
+int main(void) {
+    cl_model_config gpt;
+    CHECK_OK(cl_model_preset("gpt2-tiny", &gpt));
+    gpt.vocab = 300;
+    gpt.layers = 1;
+    cl_model_config mlp;
+    CHECK_OK(cl_model_preset("mlp", &mlp));
+    for (int tp = 1; tp <= 4; tp *= 2) {
+        check_model(&gpt, tp, 128);
+        check_model(&gpt, tp, 1);
+        check_model(&mlp, tp == 4 ? 2 : tp, 1);
+    }
+    return cl_test_report("test_shard");
+}
