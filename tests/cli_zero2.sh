@@ -103,17 +103,7 @@ pair tp2pp2dp2 "${base[@]}" --global-batch-size 16 --dp 2 --pp 2 --tp 2 --sequen
 close tp2pp2dp2-z2 tp2pp2dp2-z0 1e-6 20
 check 'grep -q "ranks: 8 (threads backend)" "$tmp/tp2pp2dp2-z2.out"' "tp 2 x pp 2 x dp 2 does not run 8 ranks"
 
-if "$CLEAVE" --version | grep -q "mpi: yes" && command -v mpirun > /dev/null; then
-    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-    case "$BUILD" in *san*) export ASAN_OPTIONS=${ASAN_OPTIONS:-}:detect_leaks=0 ;; esac
-    timeout 300 mpirun --oversubscribe -np 2 "$CLEAVE" train "${base[@]}" --global-batch-size 4 --zero 2 --comm mpi \
-        --log-file "$tmp/mpi2-z2.jsonl" > "$tmp/mpi2-z2.out" 2>&1
-    check '[ $? -eq 0 ]' "dp 2 --zero 2 under MPI failed: $(tail -5 "$tmp/mpi2-z2.out")"
-    same mpi2-z2 dp2-z2
-    same mpi2-z2 dp2-z0
-else
-    echo "SKIP: MPI parts (this build has no MPI)"
-fi
+mpi2 mpi2-z2 dp2-z2 dp2-z0 -- "${base[@]}" --global-batch-size 4 --zero 2
 
 # ---- memory: predicted == measured, and the formulas ---------------------------
 D=(--data "$tmp/text.txt" --seq-len 32 --micro-batch-size 2 --global-batch-size 8 --bucket-size 1)

@@ -1,4 +1,4 @@
-# Helpers of the ZeRO tests (tests/cli_zero.sh, tests/cli_zero2.sh), sourced
+# Helpers of the ZeRO tests (tests/cli_zero.sh, tests/cli_zero2.sh, tests/cli_zero3.sh), sourced
 # after lib.sh: runs logged to $tmp/NAME.jsonl, their figures compared, and
 # cleave memory --measure held to formulas.
 figures() { grep '"loss"' "$1" | sed 's/.*"loss": \([^,]*\),.*"grad_norm": \([^,]*\),.*/\1 \2/'; }
@@ -24,6 +24,18 @@ close() { # run ref tol steps: every loss within tol relative of ref's
         END { printf "%d steps, max rel diff %.3g, %d bitwise equal\n", n, worst, same; exit !(n == want && worst <= tol) }'
     rc=$?
     check '[ $rc -eq 0 ]' "$1: losses not within $3 relative of $2's"
+}
+mpi2() { # name ref... args -- : dp 2 under MPI (--comm mpi), logged as name; bitwise equal to each ref
+    local name=$1 refs=() r; shift
+    while [ "$1" != "--" ]; do refs+=("$1"); shift; done; shift
+    if ! "$CLEAVE" --version | grep -q "mpi: yes" || ! command -v mpirun > /dev/null; then
+        echo "SKIP: MPI parts (this build has no MPI)"; return
+    fi
+    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+    case "$BUILD" in *san*) export ASAN_OPTIONS=${ASAN_OPTIONS:-}:detect_leaks=0 ;; esac
+    timeout 300 mpirun --oversubscribe -np 2 "$CLEAVE" train "$@" --comm mpi --log-file "$tmp/$name.jsonl" > "$tmp/$name.out" 2>&1
+    check '[ $? -eq 0 ]' "$name ($*) under MPI failed: $(tail -5 "$tmp/$name.out")"
+    for r in "${refs[@]}"; do same "$name" "$r"; done
 }
 clipped() { # run: clipping really active (--grad-clip 1.0 clips steps whose norm is over 1)
     local k
