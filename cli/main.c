@@ -99,6 +99,7 @@ static cl_status check_mesh(cl_mesh *m, int world, int dp, int tp, int pp) {
 static int json_line(FILE *f, const cl_step_stats *st) {
     fprintf(f, "{\"step\": %d, \"loss\": %.17g, \"lr\": %.9g, \"grad_norm\": %.17g, \"ms\": %.3f, \"tokens_per_s\": %.1f, \"peak_bytes\": %zu, \"act_bytes\": %zu",
             st->step, st->loss, st->lr, st->grad_norm, st->seconds * 1e3, st->tokens_per_s, st->peak_bytes, st->act_bytes);
+    if (st->z3_wait > 0) fprintf(f, ", \"zero3_wait_ms\": %.3f", st->z3_wait * 1e3);
     if (st->bubble > 0 || st->bubble_sim > 0)
         fprintf(f, ", \"bubble\": %.6f, \"bubble_max\": %.6f, \"bubble_sim\": %.6f", st->bubble, st->bubble_max, st->bubble_sim);
     /* this rank's traffic per group and collective kind: [calls, bytes sent, bytes received] */

@@ -1,6 +1,5 @@
 #!/usr/bin/env bash
-# ZeRO stage 3 end to end (issue 15's "What must hold", for stage 3, data
-# parallelism only):
+# ZeRO stage 3 end to end (issue 15's "What must hold", for stage 3):
 # - equivalence: 20 steps of gpt2-tiny with gradient clipping active,
 #   --zero 3 against --zero 2 and --zero 0 on the same mesh and batch.
 #   Each unit's parameters are all-gathered from the shards just before it
@@ -10,20 +9,24 @@
 #   (one micro-batch per replica; see tests/cli_zero2.sh): dp 2 and dp 4
 #   (threads), prefetch 0, 1 and 3, a GPT whose sizes do not divide, the
 #   MLP at dp 4, dp 2 under MPI (bitwise the threads'), and with gradient
-#   accumulation (bitwise --zero 2's, which is within 1e-6 of --zero 0's).
+#   accumulation (bitwise --zero 2's, which is within 1e-6 of --zero 0's);
+#   tp 2 x dp 2 with and without sp (bitwise both), pp 2 x dp 2 (1f1b,
+#   interleaved) and tp 2 x pp 2 x dp 2 on 8 ranks (bitwise --zero 2's,
+#   within 1e-6 of --zero 0's, as stage 2 under accumulation).
 # - memory: cleave memory --measure, every category of every rank predicted
 #   == measured, and params = 4 (Psi_p / N + K W): the shard, K = prefetch + 1
 #   working buffers (at most the units with parameters) of W floats, the
 #   largest unit's gather (a block; the LM head's is lnf + the tied wte);
-#   grads and optimizer as --zero 2.
+#   grads and optimizer as --zero 2; also pp 2 x dp 2 and tp 2 x dp 2 (sp).
 # - checkpoints: --zero 3's files are --zero 0's byte for byte; --zero 3
 #   resumed from its own, from --zero 0's and --zero 2's, and --zero 0 from
-#   --zero 3's, continue the uninterrupted run bitwise.
+#   --zero 3's, continue the uninterrupted run bitwise; pp 2 x dp 2's files are
+#   --zero 2's and resume bitwise.
 # - the demonstration: a GPT (8 layers) that one rank cannot train under a
 #   --device-memory cap is refused at dp 1 with an out-of-memory message
 #   (exit 2) and trains at dp 4 with --zero 3 under the same cap.
-# - bad input: a negative --zero3-prefetch; --zero 3 with pp or tp (not
-#   built yet): exit 2, one line.
+# - bad input: a negative --zero3-prefetch; --zero 3 with --schedule zb-h1
+#   (not built yet): exit 2, one line.
 set -u
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/zero_lib.sh"
@@ -52,6 +55,17 @@ for r in odd4 mlp4; do same $r-z3 $r-z2; same $r-z3 $r-z0; done
 trio dp2acc "${base[@]}" --global-batch-size 16 --dp 2
 same dp2acc-z3 dp2acc-z2
 close dp2acc-z3 dp2acc-z0 1e-6 20
+# with tensor and pipeline parallelism: each tp rank's slices gathered over its replicas, each stage's units
+# (the last stage's head with its own copy of the tied wte) per micro-batch pass: bitwise --zero 2's, and --zero 0's
+# where stage 2's are (tp x dp, one micro-batch per replica); a pipeline is within 1e-6 of --zero 0 as stage 2
+trio tp2dp2 "${base[@]}" --global-batch-size 4 --dp 2 --tp 2 --check-replicas
+trio tp2dp2sp "${base[@]}" --global-batch-size 4 --dp 2 --tp 2 --sequence-parallel --check-replicas
+for r in tp2dp2 tp2dp2sp; do same $r-z3 $r-z2; same $r-z3 $r-z0; done
+trio pp2dp2 "${base[@]}" --global-batch-size 16 --dp 2 --pp 2 --schedule 1f1b
+trio pp2dp2il "${base[@]}" --global-batch-size 16 --dp 2 --pp 2 --layers 4 --schedule interleaved --bucket-size 1
+trio tp2pp2dp2 "${base[@]}" --global-batch-size 16 --dp 2 --pp 2 --tp 2 --sequence-parallel --schedule 1f1b --check-replicas
+for r in pp2dp2 pp2dp2il tp2pp2dp2; do same $r-z3 $r-z2; close $r-z3 $r-z0 1e-6 20; done
+check 'grep -q "ranks: 8 (threads backend)" "$tmp/tp2pp2dp2-z3.out"' "tp 2 x pp 2 x dp 2 does not run 8 ranks"
 # the validation losses and the sample too: evaluation and generation gather the units on every replica
 for r in dp2 dp4; do
     check '[ "$(grep validation "$tmp/$r-z3.out")" = "$(grep validation "$tmp/$r-z0.out")" ]' "$r: --zero 3's validation loss differs"
@@ -66,28 +80,38 @@ mpi2 mpi2-z3 dp2-z3 dp2-z0 -- "${base[@]}" --global-batch-size 4 --zero 3
 
 # ---- memory: predicted == measured, and the formulas ---------------------------
 D=(--data "$tmp/text.txt" --seq-len 32 --micro-batch-size 2 --global-batch-size 8 --bucket-size 1)
-expect3() { # floats N head_wte nbuf bucket K W: "params grads optimizer" bytes of one rank under --zero 3
+expect3() { # floats N whole head_wte nbuf bucket K W: "params grads optimizer" bytes of one rank under --zero 3
     local P S L
     P=$(padded $1 $2); S=$((P / $2))
     L=$(( $2 * (S < 16384 ? S : 16384) + 16384 ))
-    echo "$((4 * (S + $6 * $7))) $((4 * (S + $3 + $4 * $5 + L))) $((8 * P / $2))"
+    echo "$((4 * (S + $7 * $8))) $((4 * (S + $3 + $4 + $5 * $6 + L))) $((8 * P / $2))"
 }
 C=64; hw=$((256 * C))
 blk=$(gpt_part $C 256 64 1 0 0) # a block's floats: the largest unit (embedding: 256 x 64 + 64 x 64 = 20480)
 psi=$(gpt_part $C 256 64 2 1 1)
 echo "gpt2-tiny: Psi $psi floats, a block $blk (the largest gather)"
 for n in 2 4; do
-    mem "gpt2-tiny dp $n zero 3" "$(expect3 $psi $n $hw 2 $blk 2 $blk)" - "${D[@]}" --dp $n --zero 3
+    mem "gpt2-tiny dp $n zero 3" "$(expect3 $psi $n 0 $hw 2 $blk 2 $blk)" - "${D[@]}" --dp $n --zero 3
 done
 for k in 0 2 9; do # K = k + 1 buffers, at most the 4 units with parameters
     K=$((k + 1 < 4 ? k + 1 : 4))
-    mem "gpt2-tiny dp 4 zero 3 prefetch $k" "$(expect3 $psi 4 $hw 2 $blk $K $blk)" - "${D[@]}" --dp 4 --zero 3 --zero3-prefetch $k
+    mem "gpt2-tiny dp 4 zero 3 prefetch $k" "$(expect3 $psi 4 0 $hw 2 $blk $K $blk)" - "${D[@]}" --dp 4 --zero 3 --zero3-prefetch $k
 done
 psi8=$(gpt_part $C 256 64 8 1 1)
-mem "gpt L8 dp 4 zero 3" "$(expect3 $psi8 4 $hw 2 $blk 2 $blk)" - "${D[@]}" --layers 8 --dp 4 --zero 3
-p0=$((4 * psi8)); p3=$(expect3 $psi8 4 $hw 2 $blk 2 $blk | cut -d' ' -f1)
+mem "gpt L8 dp 4 zero 3" "$(expect3 $psi8 4 0 $hw 2 $blk 2 $blk)" - "${D[@]}" --layers 8 --dp 4 --zero 3
+p0=$((4 * psi8)); p3=$(expect3 $psi8 4 0 $hw 2 $blk 2 $blk | cut -d' ' -f1)
 check '[ $p3 -lt $p0 ]' "gpt L8 dp 4: --zero 3's parameters ($p3 B) not below --zero 0's ($p0 B)"
 echo "gpt L8 dp 4: parameters $p3 B under --zero 3 against $p0 B under --zero 0"
+# pp 2 x dp 2, E,t | t,L: gradients as --zero 2's (the tied wte whole on both stages); the largest gather a block
+# on both (the head's is lnf + its own copy of wte, 128 + 16384 floats)
+mem "gpt2-tiny pp 2 x dp 2 zero 3" "$(expect3 "$(gpt_part $C 256 64 1 1 0)" 2 $hw 0 2 $blk 2 $blk)" \
+    "$(expect3 "$(gpt_part $C 256 64 1 0 1)" 2 $hw $hw 2 $blk 2 $blk)" \
+    "${D[@]}" --dp 2 --pp 2 --pp-layout "E,t|t,L" --schedule 1f1b --zero 3
+# tp 2 x dp 2 with sp (slices as in tests/cli_zero2.sh): the largest gather a block's slice
+tblk=$((4 * 64 + 64 * 96 + 96 + 32 * 64 + 64 + 64 * 128 + 128 + 128 * 64 + 64))
+tpsi=$((2 * tblk + 128 * 64 + 64 * 64 + 2 * 64))
+mem "gpt2-tiny tp 2 x dp 2 sp zero 3" "$(expect3 $tpsi 2 $((5 * 128)) $((128 * 64)) 2 $((tblk - 128)) 2 $tblk)" - \
+    "${D[@]}" --dp 2 --tp 2 --sequence-parallel --zero 3
 
 # ---- the demonstration: a GPT one rank cannot train under a cap trains at dp 4 with --zero 3 ----
 G=(--data "$tmp/text.txt" --seq-len 32 --micro-batch-size 2 --global-batch-size 8 --layers 8 --steps 3 --sample-tokens 0
@@ -122,6 +146,16 @@ for from in z3 z0 z2; do
 done
 train res-z0-from-z3 "${res[@]}" --resume "$tmp/ck-z3"
 same res-z0-from-z3 tail-z3 3
+# pp 2 x dp 2 (4 micro-batches per replica): its own checkpoint, resumed bitwise; its files are --zero 2's
+train ppfull-z3 "${res[@]}" --global-batch-size 16 --pp 2 --zero 3
+train pphalf-z3 "${res[@]}" --global-batch-size 16 --pp 2 --zero 3 --stop-after 3 --save "$tmp/ck-pp-z3"
+train pphalf-z2 "${res[@]}" --global-batch-size 16 --pp 2 --zero 2 --stop-after 3 --save "$tmp/ck-pp-z2"
+for f in model.safetensors optimizer.safetensors; do
+    check 'cmp "$tmp/ck-pp-z3/$f" "$tmp/ck-pp-z2/$f"' "the pp 2 x dp 2 --zero 3 checkpoint's $f differs from --zero 2's"
+done
+train ppres-z3 "${res[@]}" --global-batch-size 16 --pp 2 --zero 3 --resume "$tmp/ck-pp-z3"
+grep '"loss"' "$tmp/ppfull-z3.jsonl" | tail -n 3 > "$tmp/tail-pp.jsonl"
+same ppres-z3 tail-pp 3
 
 # ---- bad input ----------------------------------------------------------------
 bad() { # words args...
@@ -132,6 +166,5 @@ bad() { # words args...
         "bad input ($*): status $rc: $out"
 }
 bad "zero3-prefetch" --dp 2 --zero 3 --zero3-prefetch -1
-bad "--zero 3 with tensor or pipeline parallelism is not built yet" --dp 2 --pp 2 --global-batch-size 8 --zero 3
-bad "--zero 3 with tensor or pipeline parallelism is not built yet" --dp 2 --tp 2 --zero 3
+bad "--zero 3 with --schedule zb-h1 is not built yet" --dp 2 --pp 2 --global-batch-size 16 --schedule zb-h1 --zero 3
 finish cli_zero3

@@ -329,6 +329,8 @@ void cl_model_z3_end_whole(cl_model *m, int keep);
 cl_status cl_model_z3_pass(cl_model *m, int backward);
 cl_status cl_model_z3_before(cl_model *m, int u);
 void cl_model_z3_destroy(cl_model *m);
+/* ZeRO 3: seconds spent waiting for gathers since the last call (0 without). */
+double cl_model_z3_take_wait(cl_model *m);
 /* The floats unit u's gather takes: its parameters' range of the flat
  * buffer (from *lo, the description's offsets, 16-aligned each), then the
  * tied wte for the LM head (*wte = 1). 0 for a unit without parameters. */

@@ -179,6 +179,7 @@ typedef struct {
     double bubble_max;      /* measured, the worst rank */
     /* this rank's traffic in the step, by group (comm.h's counts; zero without groups) */
     cl_comm_counts comm_tp, comm_dp, comm_pp;
+    double z3_wait;         /* ZeRO 3: seconds this rank waited for parameter gathers (not hidden by prefetch) */
 } cl_step_stats;
 
 typedef struct cl_trainer cl_trainer;

@@ -18,7 +18,15 @@ struct cl_z3 {
     cl_request **req;   /* [K][2]: each buffer's gathers in flight (the unit's range, the wte) */
     size_t *counts;     /* [K][2][nr] bytes of each replica's piece (live while its gather is) */
     float *whole;       /* cl_model_z3_whole's buffer */
+    double wait;        /* seconds waited for gathers (cl_model_z3_take_wait) */
 };
+
+double cl_model_z3_take_wait(cl_model *m) {
+    if (!m->z3) return 0;
+    double w = m->z3->wait;
+    m->z3->wait = 0;
+    return w;
+}
 
 float *cl_model_param_at(const cl_model *m, int64_t a) {
     return m->zero.stage >= 3 ? m->params + (a - m->sizes.shard_lo) : m->params + a;
@@ -126,11 +134,13 @@ cl_status cl_model_z3_before(cl_model *m, int u) {
     while (z->issued < z->n && z->issued < z->pos + z->K) CL_TRY(issue(m, z->issued++));
     int b = z->pos % z->K;
     cl_status s = CL_OK;
+    double t0 = cl_now();
     for (int k = 2 * b; k < 2 * b + 2; k++) {
         cl_status w = z->req[k] ? cl_comm_wait(z->comm, z->req[k]) : CL_OK;
         z->req[k] = NULL;
         if (!s) s = w;
     }
+    z->wait += cl_now() - t0;
     z->pos++;
     CL_TRY(s);
     const cl_model_desc *d = m->desc;

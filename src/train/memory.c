@@ -67,9 +67,7 @@ cl_status cl_pp_shape_make(const cl_model_desc *d, const cl_train_config *cfg, i
     sh->dp = dp;
     sh->zb = kind == CL_SCHED_ZB_H1;
     if (sh->zb && cfg->zero >= 2 && dp > 1) /* its head's weight gradients come in B, the others' in W: one bucket in two actions */
-        return cl_error(CL_ERR_UNSUPPORTED, "--zero 2 with --schedule zb-h1 is not built yet (use another schedule, or --zero 1)");
-    if (cfg->zero >= 3 && dp > 1 && (p > 1 || d->tpl.tp > 1))
-        return cl_error(CL_ERR_UNSUPPORTED, "--zero 3 with tensor or pipeline parallelism is not built yet (data parallelism only; --zero 2 composes)");
+        return cl_error(CL_ERR_UNSUPPORTED, cfg->zero == 2 ? "--zero 2 with --schedule zb-h1 is not built yet (use another schedule, or --zero 1)" : "--zero 3 with --schedule zb-h1 is not built yet (use another schedule, or --zero 1)");
     sh->v = p == 1 ? 1 : cfg->virtual_stages ? cfg->virtual_stages : (kind == CL_SCHED_INTERLEAVED ? 2 : 1);
     if (sh->v > 1 && kind != CL_SCHED_INTERLEAVED)
         return cl_error(CL_ERR_INVALID, "--virtual-stages %d needs --schedule interleaved (the %s schedule runs one chunk per rank)",

@@ -463,6 +463,9 @@ static cl_status grad_sync(cl_trainer *t, struct cl_pp *pp) {
     return CL_OK;
 }
 
+static cl_status z3_whole(struct cl_pp *pp, int gather);
+static void z3_end_whole(struct cl_pp *pp, int keep);
+
 /* --check-replicas: every replicated parameter bit for bit the same on every
  * tensor-parallel rank (hashes all-gathered), else an error naming the first
  * that differs. */
@@ -525,7 +528,11 @@ static cl_status opt_step(cl_trainer *t, struct cl_pp *pp, float lr, double loss
             CL_TRY(cl_comm_allgather(t->cfg.groups->dp, m->params + m->sizes.shard_lo, m->params,
                                      (size_t)m->sizes.shard * sizeof(float)));
     }
-    return t->cfg.check_replicas && t->tp > 1 ? check_replicas(t, pp) : CL_OK;
+    if (!t->cfg.check_replicas || t->tp < 2) return CL_OK;
+    cl_status s = z3_whole(pp, 1); /* ZeRO 3: the parameters whole to hash them */
+    if (!s) s = check_replicas(t, pp);
+    z3_end_whole(pp, 0);
+    return s;
 }
 
 static cl_status run_action(cl_trainer *t, struct cl_pp *pp, const cl_action *a, int i, float lr, double *loss_sum,
@@ -966,4 +973,10 @@ cl_status cl_pp_load(cl_trainer *t, const float *p, const float *m, const float 
     if (!s) s = pp_load(t, p, m, v, opt_t);
     z3_end_whole(t->pp, !s);
     return s;
+}
+
+double cl_pp_z3_wait(cl_trainer *t) {
+    double w = 0;
+    for (int c = 0; c < t->pp->v; c++) w += cl_model_z3_take_wait(t->pp->ch[c].m);
+    return w;
 }
