@@ -102,16 +102,9 @@ mem "gpt L8 dp 4 zero 3" "$(expect3 $psi8 4 0 $hw 2 $blk 2 $blk)" - "${D[@]}" --
 p0=$((4 * psi8)); p3=$(expect3 $psi8 4 0 $hw 2 $blk 2 $blk | cut -d' ' -f1)
 check '[ $p3 -lt $p0 ]' "gpt L8 dp 4: --zero 3's parameters ($p3 B) not below --zero 0's ($p0 B)"
 echo "gpt L8 dp 4: parameters $p3 B under --zero 3 against $p0 B under --zero 0"
-# pp 2 x dp 2, E,t | t,L: gradients as --zero 2's (the tied wte whole on both stages); the largest gather a block
-# on both (the head's is lnf + its own copy of wte, 128 + 16384 floats)
-mem "gpt2-tiny pp 2 x dp 2 zero 3" "$(expect3 "$(gpt_part $C 256 64 1 1 0)" 2 $hw 0 2 $blk 2 $blk)" \
-    "$(expect3 "$(gpt_part $C 256 64 1 0 1)" 2 $hw $hw 2 $blk 2 $blk)" \
-    "${D[@]}" --dp 2 --pp 2 --pp-layout "E,t|t,L" --schedule 1f1b --zero 3
-# tp 2 x dp 2 with sp (slices as in tests/cli_zero2.sh): the largest gather a block's slice
-tblk=$((4 * 64 + 64 * 96 + 96 + 32 * 64 + 64 + 64 * 128 + 128 + 128 * 64 + 64))
-tpsi=$((2 * tblk + 128 * 64 + 64 * 64 + 2 * 64))
-mem "gpt2-tiny tp 2 x dp 2 sp zero 3" "$(expect3 $tpsi 2 $((5 * 128)) $((128 * 64)) 2 $((tblk - 128)) 2 $tblk)" - \
-    "${D[@]}" --dp 2 --tp 2 --sequence-parallel --zero 3
+# pp 2 x dp 2 and tp 2 x dp 2 with sp (tests/zero_lib.sh): gradients as --zero 2's, the largest gather a block
+# (the last stage's head gathers lnf + its own copy of wte, 128 + 16384 floats) or a block's slice
+pp_tp_mem 3 expect3 2
 
 # ---- the demonstration: a GPT one rank cannot train under a cap trains at dp 4 with --zero 3 ----
 G=(--data "$tmp/text.txt" --seq-len 32 --micro-batch-size 2 --global-batch-size 8 --layers 8 --steps 3 --sample-tokens 0
