@@ -37,10 +37,19 @@
 #    16384) + 16384 the norm's buffer; and the measured "peak_bytes" of the
 #    step against the predicted total.
 #
+# 4. ZeRO 3 (always dp 2): step time of --zero 2 and of --zero 3 with
+#    --zero3-prefetch 0 and PREFETCH (1), rounds as in part 1; and from
+#    the step log the time a rank waited for its parameter gathers
+#    (zero3_wait_ms, median of the same steps): what prefetch did not hide,
+#    and the dp bytes of a step (each unit gathered twice per micro-batch:
+#    2 (N-1)/N x 4 Psi_p, plus the reduce-scatter and the norm's, as
+#    --zero 2's, and no final parameter all-gather).
+#
 #   bash bench/zero_step.sh                       # all parts, dp 2 and 4
 #   PART=1 ROUNDS=7 STEPS=12 bash bench/zero_step.sh
 #   PART=2 DPS="2 4" bash bench/zero_step.sh      # parts 2 and 3 only
 #   BUCKET=1 bash bench/zero_step.sh              # one unit per bucket (--bucket-size 1)
+#   PART=4 ROUNDS=3 bash bench/zero_step.sh       # ZeRO 3, prefetch off and on
 #
 # Knobs: MODEL (gpt2-small) SEQ (128) MICRO (4) STEPS (12) SKIP (2)
 # ROUNDS (5) for part 1 (always dp 2); DPS ("2 4") for parts 2-3, which
@@ -68,14 +77,16 @@ common=(--model "$model" --seq-len "$seq" --micro-batch-size "$micro" --sample-t
         --log-every 1000000 --threads 1)
 [ -n "${BUCKET:-}" ] && common+=(--bucket-size "$BUCKET")
 
-train() { # train LOG DP ZERO STEPS
-    local out="${1%.json}.out"
-    "$bin" train "${common[@]}" --dp "$2" --ranks "$2" --global-batch-size $((micro * $2)) --zero "$3" \
-        --steps "$4" --log-file "$1" >"$out" 2>&1 || { cat "$out" >&2; exit 1; }
+train() { # train LOG DP ZERO STEPS [args...]
+    local out="${1%.json}.out" log=$1 dp=$2 z=$3 n=$4
+    shift 4
+    "$bin" train "${common[@]}" --dp "$dp" --ranks "$dp" --global-batch-size $((micro * dp)) --zero "$z" \
+        --steps "$n" --log-file "$log" "$@" >"$out" 2>&1 || { cat "$out" >&2; exit 1; }
 }
 
 median() { sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) { print "nan"; exit } m = int((NR + 1) / 2); print (NR % 2) ? v[m] : (v[m] + v[m + 1]) / 2 }'; }
-median_ms() { grep '"ms"' "$1" | grep -o '"ms": [0-9.]*' | awk -v s="$skip" 'NR > s { print $2 }' | median; }
+median_of() { grep '"ms"' "$1" | grep -o "\"$2\": [0-9.]*" | awk -v s="$skip" 'NR > s { print $2 }' | median; }
+median_ms() { median_of "$1" ms; }
 
 if [ "$part" = all ] || [ "$part" = 1 ]; then
     echo
@@ -164,4 +175,32 @@ if [ "$part" = all ] || [ "$part" = 2 ]; then
             [ "$(field "$mz" grads)" = "$fg" ] || echo "  zero $z: grads bytes differ from the formula" >&2
         done
     done
+fi
+
+if [ "$part" = all ] || [ "$part" = 4 ]; then
+    pf=${PREFETCH:-1}
+    echo
+    echo "== 4. ZeRO 3, $model, --dp 2 --threads 1, seq $seq, micro-batch $micro, $steps steps, median of steps $((skip + 1))-$steps, $rounds rounds"
+    runs=("z2:2:" "pf0:3:--zero3-prefetch 0" "pf$pf:3:--zero3-prefetch $pf")
+    printf '%-6s %10s %10s %10s %12s %12s\n' round "zero 2 ms" "z3 pf0 ms" "z3 pf$pf ms" "pf0 wait ms" "pf$pf wait ms"
+    for r in $(seq 1 "$rounds"); do
+        k=$(( (r - 1) % 3 ))
+        for j in $(seq 0 2); do
+            e=${runs[$(( (j + k) % 3 ))]}; name=${e%%:*}; rest=${e#*:}; z=${rest%%:*}; args=${rest#*:}
+            # shellcheck disable=SC2086
+            train "$tmp/q$name.json" 2 "$z" "$steps" $args
+        done
+        printf '%-6s' "$r"
+        for name in z2 pf0 "pf$pf"; do median_ms "$tmp/q$name.json" | tee -a "$tmp/q$name.all" | awk '{ printf " %10.1f", $1 }'; done
+        for name in pf0 "pf$pf"; do median_of "$tmp/q$name.json" zero3_wait_ms | tee -a "$tmp/w$name.all" | awk '{ printf " %12.1f", $1 }'; done
+        echo
+    done
+    printf '%-6s' median
+    for name in z2 pf0 "pf$pf"; do median <"$tmp/q$name.all" | awk '{ printf " %10.1f", $1 }'; done
+    for name in pf0 "pf$pf"; do median <"$tmp/w$name.all" | awk '{ printf " %12.1f", $1 }'; done
+    echo
+    line=$(grep '"ms"' "$tmp/qpf$pf.json" | sed -n 2p)
+    echo "dp bytes sent by rank 0 in a --zero 3 step: $(sed 's/.*"dp": {\([^}]*\)}.*/\1/' <<<"$line")"
+    line=$(grep '"ms"' "$tmp/qz2.json" | sed -n 2p)
+    echo "and in a --zero 2 step:                    $(sed 's/.*"dp": {\([^}]*\)}.*/\1/' <<<"$line")"
 fi

@@ -74,7 +74,8 @@ static const cli_flag train_flags[] = {
     {"make-vocab-size-divisible-by", "", 1, "pad the vocabulary to a multiple of this times --tp; padded rows are masked out (default 128)"},
     {"offload-optimizer", "", 1, "where the AdamW moments live: none (default, on the device), host (host memory, outside --device-memory's cap) or disk (a file in --offload-dir, streamed through tiles)"},
     {"offload-dir", "", 1, "directory for --offload-optimizer disk's file (created unlinked: nothing is left behind)"},
-    {"zero", "", 1, "ZeRO stage over the data-parallel replicas: 0 (default), 1 (each replica keeps the AdamW moments of its shard) or 2 (and the gradients of its shard)"},
+    {"zero", "", 1, "ZeRO stage over the data-parallel replicas: 0 (default), 1 (each replica keeps the AdamW moments of its shard) 2 (and the gradients of its shard) or 3 (and the parameters of its shard, each unit's gathered just before it runs)"},
+    {"zero3-prefetch", "", 1, "with --zero 3: units whose parameters are gathered ahead of the one running, to overlap the gathers with compute (default 1; 0: none)"},
     {"check-replicas", "", 0, "after every step, check that replicated parameters are bit for bit equal on every tensor-parallel rank"},
     {"pp", "", 1, "pipeline stages (default 1)"},
     {"data-parallel-size", "", 1, "same as --dp"},
@@ -99,6 +100,7 @@ static cl_status check_mesh(cl_mesh *m, int world, int dp, int tp, int pp) {
 static int json_line(FILE *f, const cl_step_stats *st) {
     fprintf(f, "{\"step\": %d, \"loss\": %.17g, \"lr\": %.9g, \"grad_norm\": %.17g, \"ms\": %.3f, \"tokens_per_s\": %.1f, \"peak_bytes\": %zu, \"act_bytes\": %zu",
             st->step, st->loss, st->lr, st->grad_norm, st->seconds * 1e3, st->tokens_per_s, st->peak_bytes, st->act_bytes);
+    if (st->z3_wait > 0) fprintf(f, ", \"zero3_wait_ms\": %.3f", st->z3_wait * 1e3);
     if (st->bubble > 0 || st->bubble_sim > 0)
         fprintf(f, ", \"bubble\": %.6f, \"bubble_max\": %.6f, \"bubble_sim\": %.6f", st->bubble, st->bubble_max, st->bubble_sim);
     /* this rank's traffic per group and collective kind: [calls, bytes sent, bytes received] */
@@ -446,7 +448,7 @@ static cl_status train_rank(cl_comm *world, void *arg) {
             /* a model split over ranks (pipeline stages, tensor-parallel slices) evaluates, and gathers
              * its checkpoint, on all of them */
             double vl;
-            int split = j->mesh.pp > 1 || j->mesh.tp > 1;
+            int split = j->mesh.pp > 1 || j->mesh.tp > 1 || (c.zero >= 3 && j->mesh.dp > 1); /* ZeRO 3: parameters in shards */
             if (eval && split && (s = cl_trainer_eval(t, &vl))) break;
             /* under ZeRO the replicas hold shards of the optimizer state: all of them gather */
             if (save && (j->sharded || split || (c.zero >= 1 && j->mesh.dp > 1)) && (s = save_ckpt(t, j))) break;
@@ -495,7 +497,7 @@ static cl_status train_rank(cl_comm *world, void *arg) {
     }
     if (!s && j->measure) s = gather_measured(world, t, j, &c);
     /* a split model samples on all its ranks; otherwise rank 0 alone */
-    if (!s && (lead || j->mesh.pp > 1 || j->mesh.tp > 1) && j->sample_tokens > 0 && c.model.kind == CL_MODEL_GPT) {
+    if (!s && (lead || j->mesh.pp > 1 || j->mesh.tp > 1 || (c.zero >= 3 && j->mesh.dp > 1)) && j->sample_tokens > 0 && c.model.kind == CL_MODEL_GPT) {
         if (lead) printf("sample:\n");
         s = print_sample(t, NULL, NULL, cl_trainer_tokenizer(t), j->prompt, j->sample_tokens, j->temperature, j->topk, c.seed, lead);
     }
@@ -698,6 +700,7 @@ static int cmd_train(int argc, char **argv) {
     c->sequence_parallel = cli_get(&a, "sequence-parallel") != NULL;
     c->check_replicas = cli_get(&a, "check-replicas") != NULL;
     if ((s = cli_int(&a, "zero", &c->zero, 0, 3))) return cli_fail(s);
+    if ((s = cli_int(&a, "zero3-prefetch", &c->zero3_prefetch, 0, 1 << 20))) return cli_fail(s);
     if ((s = cli_offload(&a, &c->offload_optimizer))) return cli_fail(s);
     c->offload_dir = cli_get(&a, "offload-dir");
     if (c->offload_dir && c->offload_optimizer != 2)

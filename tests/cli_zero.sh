@@ -173,7 +173,6 @@ bad() { # words args...
 }
 bad "--zero" --dp 2 --zero 4
 bad "--zero" --dp 2 --zero -1
-# stage 3 is refused today (stage 2 is built: tests/cli_zero2.sh); when it is
-# built this line must change (to equivalence and memory tests of it), so this fails then
-bad "--zero 3.*not built yet" --dp 2 --zero 3
+# stage 3 is built (tests/cli_zero3.sh) but not with zb-h1's split backward
+bad "--zero 3 with --schedule zb-h1 is not built yet" --dp 2 --pp 2 --schedule zb-h1 --zero 3
 finish cli_zero

@@ -103,17 +103,7 @@ pair tp2pp2dp2 "${base[@]}" --global-batch-size 16 --dp 2 --pp 2 --tp 2 --sequen
 close tp2pp2dp2-z2 tp2pp2dp2-z0 1e-6 20
 check 'grep -q "ranks: 8 (threads backend)" "$tmp/tp2pp2dp2-z2.out"' "tp 2 x pp 2 x dp 2 does not run 8 ranks"
 
-if "$CLEAVE" --version | grep -q "mpi: yes" && command -v mpirun > /dev/null; then
-    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-    case "$BUILD" in *san*) export ASAN_OPTIONS=${ASAN_OPTIONS:-}:detect_leaks=0 ;; esac
-    timeout 300 mpirun --oversubscribe -np 2 "$CLEAVE" train "${base[@]}" --global-batch-size 4 --zero 2 --comm mpi \
-        --log-file "$tmp/mpi2-z2.jsonl" > "$tmp/mpi2-z2.out" 2>&1
-    check '[ $? -eq 0 ]' "dp 2 --zero 2 under MPI failed: $(tail -5 "$tmp/mpi2-z2.out")"
-    same mpi2-z2 dp2-z2
-    same mpi2-z2 dp2-z0
-else
-    echo "SKIP: MPI parts (this build has no MPI)"
-fi
+mpi2 mpi2-z2 dp2-z2 dp2-z0 -- "${base[@]}" --global-batch-size 4 --zero 2
 
 # ---- memory: predicted == measured, and the formulas ---------------------------
 D=(--data "$tmp/text.txt" --seq-len 32 --micro-batch-size 2 --global-batch-size 8 --bucket-size 1)
@@ -136,18 +126,7 @@ mem "gpt L8 dp 4 zero 2" "$(expect2 $psi8 4 0 $hw 2 $blk)" - "${D[@]}" --layers 
 g0=$((4 * (psi8 + hw))); g2=$(expect2 $psi8 4 0 $hw 2 $blk | cut -d' ' -f2)
 check '[ $g2 -lt $g0 ]' "gpt L8 dp 4: --zero 2's gradients ($g2 B) not below --zero 0's ($g0 B)"
 echo "gpt L8 dp 4: gradients $g2 B under --zero 2 against $g0 B under --zero 0"
-# pp 2 x dp 2, E,t | t,L: the tied wte kept whole on both stages (stage 0's trimmed off the embedding's
-# bucket, which keeps wpe; stage 1's own copy), stage 1 also the head's wte gradient
-mem "gpt2-tiny pp 2 x dp 2 zero 2" "$(expect2 "$(gpt_part $C 256 64 1 1 0)" 2 $hw 0 2 $blk)" \
-    "$(expect2 "$(gpt_part $C 256 64 1 0 1)" 2 $hw $hw 2 $blk)" \
-    "${D[@]}" --dp 2 --pp 2 --pp-layout "E,t|t,L" --schedule 1f1b --zero 2
-# tp 2 x dp 2 with sp: a block's slice (ln 4 x 64, c_attn 64 x 96 + 96, attn.c_proj 32 x 64 + 64, c_fc 64 x 128 + 128,
-# mlp.c_proj 128 x 64 + 64), wte's 128 rows, wpe 64 x 64, lnf 2 x 64; the layernorms' gradients whole (5 x 128 floats);
-# a block's bucket trimmed of ln_1 at its end; the head's bucket (lnf only) empty
-tblk=$((4 * 64 + 64 * 96 + 96 + 32 * 64 + 64 + 64 * 128 + 128 + 128 * 64 + 64))
-tpsi=$((2 * tblk + 128 * 64 + 64 * 64 + 2 * 64))
-mem "gpt2-tiny tp 2 x dp 2 sp zero 2" "$(expect2 $tpsi 2 $((5 * 128)) $((128 * 64)) 2 $((tblk - 128)))" - \
-    "${D[@]}" --dp 2 --tp 2 --sequence-parallel --zero 2
+pp_tp_mem 2 expect2 # pp 2 x dp 2 and tp 2 x dp 2 with sp (tests/zero_lib.sh)
 
 # ---- checkpoints: the same files; resume across zero and dp ------------------
 res=(--data "$tmp/text.txt" --seq-len 32 --micro-batch-size 2 --global-batch-size 4 --steps 6 --sample-tokens 0

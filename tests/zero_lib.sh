@@ -1,4 +1,4 @@
-# Helpers of the ZeRO tests (tests/cli_zero.sh, tests/cli_zero2.sh), sourced
+# Helpers of the ZeRO tests (tests/cli_zero.sh, tests/cli_zero2.sh, tests/cli_zero3.sh), sourced
 # after lib.sh: runs logged to $tmp/NAME.jsonl, their figures compared, and
 # cleave memory --measure held to formulas.
 figures() { grep '"loss"' "$1" | sed 's/.*"loss": \([^,]*\),.*"grad_norm": \([^,]*\),.*/\1 \2/'; }
@@ -24,6 +24,18 @@ close() { # run ref tol steps: every loss within tol relative of ref's
         END { printf "%d steps, max rel diff %.3g, %d bitwise equal\n", n, worst, same; exit !(n == want && worst <= tol) }'
     rc=$?
     check '[ $rc -eq 0 ]' "$1: losses not within $3 relative of $2's"
+}
+mpi2() { # name ref... args -- : dp 2 under MPI (--comm mpi), logged as name; bitwise equal to each ref
+    local name=$1 refs=() r; shift
+    while [ "$1" != "--" ]; do refs+=("$1"); shift; done; shift
+    if ! "$CLEAVE" --version | grep -q "mpi: yes" || ! command -v mpirun > /dev/null; then
+        echo "SKIP: MPI parts (this build has no MPI)"; return
+    fi
+    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+    case "$BUILD" in *san*) export ASAN_OPTIONS=${ASAN_OPTIONS:-}:detect_leaks=0 ;; esac
+    timeout 300 mpirun --oversubscribe -np 2 "$CLEAVE" train "$@" --comm mpi --log-file "$tmp/$name.jsonl" > "$tmp/$name.out" 2>&1
+    check '[ $? -eq 0 ]' "$name ($*) under MPI failed: $(tail -5 "$tmp/$name.out")"
+    for r in "${refs[@]}"; do same "$name" "$r"; done
 }
 clipped() { # run: clipping really active (--grad-clip 1.0 clips steps whose norm is over 1)
     local k
@@ -84,4 +96,23 @@ PY
 )
     check '[ -z "${res%%|*}" ]' "memory $label ($*): ${res%%|*}"
     echo "memory $label: ${res#*|}"
+}
+
+# gpt2-tiny (C 64) at --zero Z on pp 2 x dp 2 (E,t | t,L) and tp 2 x dp 2 with sp: every category
+# predicted == measured, params grads optimizer == FN's formula (expect2 in cli_zero2.sh; expect3, with
+# K working buffers of the largest unit's gather, in cli_zero3.sh). Uses $D, $hw and $blk.
+# pp: the tied wte kept whole on both stages (stage 0's trimmed off the embedding's bucket, which keeps
+# wpe; stage 1's own copy), stage 1 also the head's wte gradient; the largest unit a block on both.
+# tp with sp: a block's slice (ln 4 x 64, c_attn 64 x 96 + 96, attn.c_proj 32 x 64 + 64, c_fc 64 x 128
+# + 128, mlp.c_proj 128 x 64 + 64), wte's 128 rows, wpe 64 x 64, lnf 2 x 64; the layernorms' gradients
+# whole (5 x 128 floats); a block's bucket trimmed of ln_1 at its end; the head's bucket (lnf only) empty.
+pp_tp_mem() { # Z FN [K]
+    local z=$1 fn=$2 k=${3:-} tblk tpsi
+    tblk=$((4 * 64 + 64 * 96 + 96 + 32 * 64 + 64 + 64 * 128 + 128 + 128 * 64 + 64))
+    tpsi=$((2 * tblk + 128 * 64 + 64 * 64 + 2 * 64))
+    mem "gpt2-tiny pp 2 x dp 2 zero $z" "$($fn "$(gpt_part 64 256 64 1 1 0)" 2 $hw 0 2 $blk ${k:+$k $blk})" \
+        "$($fn "$(gpt_part 64 256 64 1 0 1)" 2 $hw $hw 2 $blk ${k:+$k $blk})" \
+        "${D[@]}" --dp 2 --pp 2 --pp-layout "E,t|t,L" --schedule 1f1b --zero $z
+    mem "gpt2-tiny tp 2 x dp 2 sp zero $z" "$($fn $tpsi 2 $((5 * 128)) $((128 * 64)) 2 $((tblk - 128)) ${k:+$k $tblk})" - \
+        "${D[@]}" --dp 2 --tp 2 --sequence-parallel --zero $z
 }

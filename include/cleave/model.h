@@ -182,9 +182,14 @@ int cl_model_find_param(const cl_model_desc *d, const char *name); /* -1 if abse
  * reduce-scattered into the shard as backward completes each bucket
  * (bucket_bytes: cl_model_buckets' cut); the gradients that other sums
  * need whole (cl_model_grad_whole) are kept whole. */
+/* Stage 3 also keeps only this rank's shard of the parameters: each unit's
+ * parameters are all-gathered into a working buffer just before its forward
+ * and its backward (prefetch: that many units of the same pass ahead) and
+ * the units reach them there through m->p[i] (cl_model_set_zero3). */
 typedef struct {
     int stage, n, rank;
     size_t bucket_bytes;
+    int prefetch;        /* ZeRO 3: units gathered ahead (0: none) */
 } cl_zero;
 /* The part of floats [a, b) of a part's buffer inside shard [lo, lo +
  * len): its length (0 if none) and *start its first float. */
@@ -232,6 +237,10 @@ typedef struct {
     int nbuf;            /* ZeRO 2: bucket working buffers (2, 1 with one non-empty bucket); else 0 */
     int64_t halo;        /* ZeRO 2: the norm's buffer: the first min(shard, 16384) floats of every replica's
                           * shard and one 16384-float block (cl_dp_grad_sumsq); else 0 */
+    int64_t params;      /* floats of the parameter buffer: alloc, or the shard under ZeRO stage 3 */
+    int64_t pwork;       /* ZeRO 3: floats of each parameter working buffer (the largest unit's gather: its
+                          * parameters, and the tied wte for the LM head); else 0 */
+    int npwork;          /* ZeRO 3: parameter working buffers (prefetch + 1, at most the units with parameters) */
     int64_t head_wte;    /* the LM head's separate wte gradient (cl_model_split_tied), 0 if none */
     int64_t scratch;     /* backward workspace (conv's im2col included), at least 16 */
     int64_t io;          /* each of the two activation-gradient buffers, at least 16 */
@@ -250,6 +259,8 @@ typedef struct {
     float *gwhole;          /* ZeRO 2: the whole-kept gradients (sizes.whole floats) */
     float *gbuf[2];         /* ZeRO 2: bucket working buffers (sizes.nbuf of sizes.bucket floats) */
     float *ghalo;           /* ZeRO 2: the norm's buffer (sizes.halo floats) */
+    float **pwork;          /* ZeRO 3: parameter working buffers (sizes.npwork of sizes.pwork floats) */
+    struct cl_z3 *z3;       /* ZeRO 3: the gathers in flight (cl_model_set_zero3); NULL otherwise */
     float **p, **g;         /* per parameter: pointer into params/grads, NULL if not held (ZeRO 2: into
                              * gwhole, or into a working buffer while its bucket is being back-propagated) */
     int64_t *loc;           /* per parameter: offset into params (-1 if not held) */
@@ -302,6 +313,31 @@ cl_status cl_model_create_part(cl_model **out, const cl_model_desc *d, cl_device
 /* The same with its buffers cut into ZeRO shards (zero NULL: none). */
 cl_status cl_model_create_zero(cl_model **out, const cl_model_desc *d, cl_device *dev, int B, int u0, int u1,
                                const cl_zero *zero);
+/* ZeRO 3 (the part created with stage 3 over n > 1 replicas): attaches
+ * the data-parallel group its parameters are gathered over. Until then,
+ * and outside a unit's forward or backward, m->p[i] is not valid. */
+cl_status cl_model_set_zero3(cl_model *m, cl_comm *dp);
+/* ZeRO 3: the part's parameters whole in host memory, m->p[i] aimed into
+ * them (gather: all-gathered from the shards, a collective over the group;
+ * else zeros), for initialisation, checkpoints and loads; the end copies
+ * this replica's shard back (keep) and releases them. No-op without ZeRO 3. */
+cl_status cl_model_z3_whole(cl_model *m, int gather);
+void cl_model_z3_end_whole(cl_model *m, int keep);
+/* ZeRO 3, used by the passes: a pass over the part's units starts (forward,
+ * or backward = last unit first), and unit u is about to run: its
+ * parameters gathered (later ones issued ahead), m->p[i] aimed at them. */
+cl_status cl_model_z3_pass(cl_model *m, int backward);
+cl_status cl_model_z3_before(cl_model *m, int u);
+void cl_model_z3_destroy(cl_model *m);
+/* ZeRO 3: seconds spent waiting for gathers since the last call (0 without). */
+double cl_model_z3_take_wait(cl_model *m);
+/* The floats unit u's gather takes: its parameters' range of the flat
+ * buffer (from *lo, the description's offsets, 16-aligned each), then the
+ * tied wte for the LM head (*wte = 1). 0 for a unit without parameters. */
+int64_t cl_model_unit_range(const cl_model_desc *d, int u, int64_t *lo, int *wte);
+/* Float a of the part's parameter buffer (ZeRO 3: it must lie in this replica's shard). */
+float *cl_model_param_at(const cl_model *m, int64_t a);
+
 /* 1 if this part holds parameter i (the tied wte counts on both the
  * embedding's and the LM head's part). */
 int cl_model_holds_param(const cl_model *m, int i);

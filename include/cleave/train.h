@@ -144,6 +144,7 @@ typedef struct {
      * keeps only the shard's gradients (each bucket reduce-scattered into
      * it, see cleave/dp.h); 3 is refused (not built yet). */
     int zero;
+    int zero3_prefetch;     /* ZeRO 3: units whose parameters are gathered ahead of the one running (default 1) */
     /* Offload of the AdamW moments: 0 none, 1 host: they live in a host
      * memory of their own (cl_trainer_host), outside device_memory's cap,
      * and the update reads them there (on a CPU the host's memory is the
@@ -178,6 +179,7 @@ typedef struct {
     double bubble_max;      /* measured, the worst rank */
     /* this rank's traffic in the step, by group (comm.h's counts; zero without groups) */
     cl_comm_counts comm_tp, comm_dp, comm_pp;
+    double z3_wait;         /* ZeRO 3: seconds this rank waited for parameter gathers (not hidden by prefetch) */
 } cl_step_stats;
 
 typedef struct cl_trainer cl_trainer;

@@ -101,6 +101,18 @@ int cl_model_buckets(const cl_model_desc *d, int u0, int u1, int64_t part_lo, si
     return n;
 }
 
+int64_t cl_model_unit_range(const cl_model_desc *d, int u, int64_t *lo, int *wte) {
+    int64_t a = -1, b = 0;
+    for (int i = 0; i < d->nparams; i++) {
+        if (d->params[i].unit != u) continue;
+        if (a < 0) a = d->params[i].offset;
+        b = d->params[i].offset + align16(d->params[i].numel);
+    }
+    *lo = a < 0 ? 0 : a;
+    *wte = d->units[u].kind == CL_UNIT_LMHEAD && d->tied_wte >= 0;
+    return (a < 0 ? 0 : b - a) + (*wte ? align16(d->params[d->tied_wte].numel) : 0);
+}
+
 void cl_model_part_sizes(const cl_model_desc *d, int u0, int u1, int B, int recompute, const cl_zero *zero, cl_part_sizes *z) {
     memset(z, 0, sizeof *z);
     /* parameters are laid out in unit order: the held ones are one range */
@@ -169,6 +181,20 @@ void cl_model_part_sizes(const cl_model_desc *d, int u0, int u1, int B, int reco
         z->nbuf = used > 1 ? 2 : used;
         z->halo = (int64_t)zero->n * (z->shard < CL_SUMSQ_BLOCK ? z->shard : CL_SUMSQ_BLOCK) + CL_SUMSQ_BLOCK;
     }
+    z->params = z->alloc;
+    if (zero && zero->stage >= 3 && zero->n > 1) { /* the shard, and the working buffers the units are gathered into */
+        z->params = z->shard;
+        int events = 0;
+        for (int u = u0; u < u1; u++) {
+            int64_t at;
+            int wte;
+            int64_t w = cl_model_unit_range(d, u, &at, &wte);
+            events += w > 0;
+            if (w > z->pwork) z->pwork = w;
+        }
+        int k = (zero->prefetch > 0 ? zero->prefetch : 0) + 1;
+        z->npwork = k < events ? k : events;
+    }
     z->acts = cl_model_act_floats(d, u0, u1, B, recompute);
 }
 
@@ -218,7 +244,7 @@ cl_status cl_model_create_zero(cl_model **out, const cl_model_desc *d, cl_device
     m->u1 = u1;
     m->B = B;
     m->tp = cl_tp_of(NULL);
-    m->zero = zero && zero->stage >= 1 && zero->n > 1 ? *zero : (cl_zero){0, 1, 0, 0};
+    m->zero = zero && zero->stage >= 1 && zero->n > 1 ? *zero : (cl_zero){0, 1, 0, 0, 0};
     m->p = calloc((size_t)d->nparams, sizeof *m->p);
     m->g = calloc((size_t)d->nparams, sizeof *m->g);
     m->loc = malloc((size_t)(d->nparams ? d->nparams : 1) * sizeof *m->loc);
@@ -232,8 +258,10 @@ cl_status cl_model_create_zero(cl_model **out, const cl_model_desc *d, cl_device
         m->loc[i] = u >= u0 && u < u1 ? d->params[i].offset - z->lo : -1;
     }
     if (!s && z->tied_copy >= 0) m->loc[d->tied_wte] = z->tied_copy;
-    size_t alloc = (size_t)z->alloc;
-    if (!s) s = cl_device_alloc_f32(dev, CL_MEM_PARAMS, alloc, &m->params);
+    if (!s) s = cl_device_alloc_f32(dev, CL_MEM_PARAMS, (size_t)z->params, &m->params);
+    if (!s && z->npwork && !(m->pwork = calloc((size_t)z->npwork, sizeof *m->pwork)))
+        s = cl_error(CL_ERR_OOM, "cannot allocate parameter tables");
+    for (int k = 0; !s && k < z->npwork; k++) s = cl_device_alloc_f32(dev, CL_MEM_PARAMS, (size_t)z->pwork, &m->pwork[k]);
     if (!s) s = cl_device_alloc_f32(dev, CL_MEM_GRADS, (size_t)z->grads, &m->grads);
     if (!s && z->whole) s = cl_device_alloc_f32(dev, CL_MEM_GRADS, (size_t)z->whole, &m->gwhole);
     for (int k = 0; !s && k < z->nbuf; k++) s = cl_device_alloc_f32(dev, CL_MEM_GRADS, (size_t)z->bucket, &m->gbuf[k]);
@@ -246,13 +274,13 @@ cl_status cl_model_create_zero(cl_model **out, const cl_model_desc *d, cl_device
         cl_model_destroy(m);
         return s;
     }
-    memset(m->params, 0, alloc * sizeof(float));
+    memset(m->params, 0, (size_t)z->params * sizeof(float));
     memset(m->grads, 0, (size_t)z->grads * sizeof(float));
     if (m->gwhole) memset(m->gwhole, 0, (size_t)z->whole * sizeof(float));
     int stage2 = m->zero.stage >= 2;
     for (int i = 0, w = 0; i < d->nparams; i++) {
         if (m->loc[i] < 0) continue;
-        m->p[i] = m->params + m->loc[i];
+        if (z->params == z->alloc) m->p[i] = m->params + m->loc[i]; /* ZeRO 3: aimed per unit (cl_model_z3_before) */
         if (!stage2) m->g[i] = m->grads + m->loc[i];
         else if (cl_model_grad_whole(d, u0, u1, i)) { /* whole, in parameter order; the others while their bucket runs */
             m->g[i] = m->gwhole + w;
@@ -296,6 +324,9 @@ void cl_model_destroy(cl_model *m) {
     cl_device_free(m->dev, m->gbuf[0]);
     cl_device_free(m->dev, m->gbuf[1]);
     cl_device_free(m->dev, m->ghalo);
+    for (int k = 0; m->pwork && k < m->sizes.npwork; k++) cl_device_free(m->dev, m->pwork[k]);
+    free(m->pwork);
+    cl_model_z3_destroy(m);
     cl_device_free(m->dev, m->scratch);
     cl_device_free(m->dev, m->dbuf[0]);
     cl_device_free(m->dev, m->dbuf[1]);
@@ -996,7 +1027,11 @@ static const float *stage_input(const cl_model *m, const cl_acts *a, int u, cons
 }
 
 cl_status cl_model_stage_forward(cl_model *m, const cl_microbatch *mb, const float *in, cl_acts *a) {
-    for (int u = m->u0; u < m->u1; u++) CL_TRY(cl_unit_forward(m, u, mb, stage_input(m, a, u, mb, in), a));
+    CL_TRY(cl_model_z3_pass(m, 0));
+    for (int u = m->u0; u < m->u1; u++) {
+        CL_TRY(cl_model_z3_before(m, u));
+        CL_TRY(cl_unit_forward(m, u, mb, stage_input(m, a, u, mb, in), a));
+    }
     return CL_OK;
 }
 
@@ -1004,8 +1039,10 @@ cl_status cl_model_stage_backward(cl_model *m, const cl_microbatch *mb, const fl
                                   float *din, int what, float *const *save_dout, cl_unit_done_fn done, void *ctx) {
     const cl_model_desc *d = m->desc;
     int cur = 0;
+    CL_TRY(cl_model_z3_pass(m, 1));
     for (int u = m->u1 - 1; u >= m->u0; u--) {
         const cl_unit *un = &d->units[u];
+        CL_TRY(cl_model_z3_before(m, u));
         int w = what == CL_BWD_INPUT && !cl_unit_is_loss(un) ? CL_BWD_INPUT : CL_BWD_ALL;
         if (w == CL_BWD_INPUT && save_dout && dout)
             memcpy(save_dout[u - m->u0], dout, (size_t)(un->out_floats * mb->B) * sizeof(float));
@@ -1024,6 +1061,7 @@ cl_status cl_model_stage_backward(cl_model *m, const cl_microbatch *mb, const fl
 
 cl_status cl_model_stage_backward_weight(cl_model *m, const cl_microbatch *mb, const float *in, cl_acts *a,
                                          float *const *saved_dout) {
+    if (m->z3) return cl_error(CL_ERR_UNSUPPORTED, "ZeRO 3 with a split backward (zb-h1) is not built yet");
     for (int u = m->u1 - 1; u >= m->u0; u--) {
         const cl_unit *un = &m->desc->units[u];
         if (cl_unit_is_loss(un)) continue;

@@ -88,6 +88,8 @@ cl_status cl_pp_eval_batch(void *ctx, const cl_microbatch *mb, double *sum);
  * load: every held parameter and its moments from such arrays. */
 cl_status cl_pp_gather(cl_trainer *t, float **host, int *writer, int *opt_t);
 cl_status cl_pp_load(cl_trainer *t, const float *p, const float *m, const float *v, int opt_t);
+/* ZeRO 3: seconds this rank's parts waited for parameter gathers since the last call. */
+double cl_pp_z3_wait(cl_trainer *t);
 
 /* This rank's chunks (pipeline.c): their parts and optimizers; returns how many. */
 int cl_pp_chunks(cl_trainer *t, cl_model **m, cl_optimizer **o);

@@ -194,12 +194,12 @@ static void update_range(cl_optimizer *o, cl_model *m, float lr, float gscale, i
     int64_t base = m->zero.stage >= 1 ? z->shard_lo : 0; /* moment float j is buffer float base + j */
     for (int i = 0; i < m->desc->nparams; i++) {
         const cl_param_spec *ps = &m->desc->params[i];
-        if (!m->p[i]) continue;
+        if (m->loc[i] < 0) continue;
         int64_t a;
         int64_t len = cl_zero_overlap(m->loc[i], m->loc[i] + ps->numel, base + t0, n, &a);
         if (!len) continue;
         int64_t mo = a - base - t0;
-        cl_adamw_update(m->params + a, grad_at(m, a), mm + mo, mv + mo, len, lr, o->o.beta1, o->o.beta2, o->o.eps,
+        cl_adamw_update(cl_model_param_at(m, a), grad_at(m, a), mm + mo, mv + mo, len, lr, o->o.beta1, o->o.beta2, o->o.eps,
                         ps->decay ? o->o.weight_decay : 0.0f, o->t, gscale);
     }
 }

@@ -170,8 +170,9 @@ cl_status cl_pp_create(cl_trainer *t) {
         ch->first = ch->stage == 0;
         ch->last = ch->stage == pp->S - 1;
         int u0 = pp->part.u0[ch->stage], u1 = pp->part.u1[ch->stage];
-        cl_zero zero = {cfg->zero, t->dp, t->dp_rank, cfg->bucket_bytes};
+        cl_zero zero = {cfg->zero, t->dp, t->dp_rank, cfg->bucket_bytes, cfg->zero3_prefetch};
         CL_TRY(cl_model_create_zero(&ch->m, d, t->dev, cfg->micro_batch, u0, u1, &zero));
+        if (t->dp > 1) CL_TRY(cl_model_set_zero3(ch->m, cfg->groups->dp)); /* ZeRO 3: no-op below it */
         if (t->tp > 1) CL_TRY(cl_model_set_tp(ch->m, cfg->groups->tp));
         CL_TRY(cl_model_split_tied(ch->m));
         CL_TRY(cl_model_set_recompute(ch->m, (cl_recompute)cfg->recompute));
@@ -255,7 +256,13 @@ size_t cl_trainer_offload_file_bytes(const cl_trainer *t) {
 }
 
 void cl_pp_init(cl_trainer *t, uint64_t seed) {
-    for (int c = 0; c < t->pp->v; c++) cl_model_init(t->pp->ch[c].m, seed);
+    for (int c = 0; c < t->pp->v; c++) {
+        cl_model *m = t->pp->ch[c].m;
+        cl_status s = cl_model_z3_whole(m, 0); /* ZeRO 3: drawn whole, the shard kept */
+        CL_ASSERT(s == CL_OK);
+        cl_model_init(m, seed);
+        cl_model_z3_end_whole(m, 1);
+    }
 }
 
 void cl_trainer_print_stages(const cl_trainer *t, FILE *f) {
@@ -456,6 +463,9 @@ static cl_status grad_sync(cl_trainer *t, struct cl_pp *pp) {
     return CL_OK;
 }
 
+static cl_status z3_whole(struct cl_pp *pp, int gather);
+static void z3_end_whole(struct cl_pp *pp, int keep);
+
 /* --check-replicas: every replicated parameter bit for bit the same on every
  * tensor-parallel rank (hashes all-gathered), else an error naming the first
  * that differs. */
@@ -514,11 +524,15 @@ static cl_status opt_step(cl_trainer *t, struct cl_pp *pp, float lr, double loss
     /* ZeRO: each replica updated its shard; every replica gets every shard */
     for (int c = 0; c < pp->v; c++) {
         cl_model *m = pp->ch[c].m;
-        if (m->zero.stage >= 1)
+        if (m->zero.stage == 1 || m->zero.stage == 2) /* ZeRO 3 keeps the shard only */
             CL_TRY(cl_comm_allgather(t->cfg.groups->dp, m->params + m->sizes.shard_lo, m->params,
                                      (size_t)m->sizes.shard * sizeof(float)));
     }
-    return t->cfg.check_replicas && t->tp > 1 ? check_replicas(t, pp) : CL_OK;
+    if (!t->cfg.check_replicas || t->tp < 2) return CL_OK;
+    cl_status s = z3_whole(pp, 1); /* ZeRO 3: the parameters whole to hash them */
+    if (!s) s = check_replicas(t, pp);
+    z3_end_whole(pp, 0);
+    return s;
 }
 
 static cl_status run_action(cl_trainer *t, struct cl_pp *pp, const cl_action *a, int i, float lr, double *loss_sum,
@@ -820,7 +834,7 @@ static cl_status tp_assemble(cl_trainer *t, const cl_model_desc *d, int i, const
     return s;
 }
 
-cl_status cl_pp_gather(cl_trainer *t, float **host, int *writer, int *opt_t) {
+static cl_status pp_gather(cl_trainer *t, float **host, int *writer, int *opt_t) {
     struct cl_pp *pp = t->pp;
     const cl_model_desc *d = t->desc, *f = t->full;
     *host = NULL;
@@ -908,7 +922,7 @@ int cl_pp_chunks(cl_trainer *t, cl_model **m, cl_optimizer **o) {
     return t->pp->v;
 }
 
-cl_status cl_pp_load(cl_trainer *t, const float *p, const float *m, const float *v, int opt_t) {
+static cl_status pp_load(cl_trainer *t, const float *p, const float *m, const float *v, int opt_t) {
     struct cl_pp *pp = t->pp;
     const cl_model_desc *d = t->desc, *f = t->full;
     for (int c = 0; c < pp->v; c++) {
@@ -941,4 +955,36 @@ cl_status cl_pp_load(cl_trainer *t, const float *p, const float *m, const float 
         ch->opt.t = opt_t;
     }
     return CL_OK;
+}
+
+/* ZeRO 3: the parameters whole in host memory around a checkpoint's gather
+ * (all-gathered from the shards) or a load (each replica keeps its shard). */
+static cl_status z3_whole(struct cl_pp *pp, int gather) {
+    cl_status s = CL_OK;
+    for (int c = 0; c < pp->v && !s; c++) s = cl_model_z3_whole(pp->ch[c].m, gather);
+    return s;
+}
+
+static void z3_end_whole(struct cl_pp *pp, int keep) {
+    for (int c = 0; c < pp->v; c++) cl_model_z3_end_whole(pp->ch[c].m, keep);
+}
+
+cl_status cl_pp_gather(cl_trainer *t, float **host, int *writer, int *opt_t) {
+    cl_status s = z3_whole(t->pp, 1);
+    if (!s) s = pp_gather(t, host, writer, opt_t);
+    z3_end_whole(t->pp, 0);
+    return s;
+}
+
+cl_status cl_pp_load(cl_trainer *t, const float *p, const float *m, const float *v, int opt_t) {
+    cl_status s = z3_whole(t->pp, 0);
+    if (!s) s = pp_load(t, p, m, v, opt_t);
+    z3_end_whole(t->pp, !s);
+    return s;
+}
+
+double cl_pp_z3_wait(cl_trainer *t) {
+    double w = 0;
+    for (int c = 0; c < t->pp->v; c++) w += cl_model_z3_take_wait(t->pp->ch[c].m);
+    return w;
 }

@@ -36,6 +36,7 @@ void cl_train_config_default(cl_train_config *c) {
     c->tokenizer = "byte";
     c->eval_batches = 16;
     c->bucket_bytes = 25u << 20;
+    c->zero3_prefetch = 1;
     c->schedule = CL_SCHED_1F1B;
     c->tp = 1;
     c->vocab_divisible_by = 128;
@@ -50,8 +51,7 @@ cl_status cl_train_describe(const cl_train_config *cfg, int tp_rank, cl_model_de
         return cl_error(CL_ERR_INVALID, cfg->offload_dir ? "--offload-dir needs --offload-optimizer disk"
                                                          : "--offload-optimizer disk needs --offload-dir DIR");
     if (cfg->offload_dir) CL_TRY(cl_check_dir_writable(cfg->offload_dir, "--offload-dir"));
-    if (cfg->zero > 2)
-        return cl_error(CL_ERR_UNSUPPORTED, "--zero %d: ZeRO stage 3 is not built yet (stages 1 and 2 are)", cfg->zero);
+    if (cfg->zero3_prefetch < 0) return cl_error(CL_ERR_INVALID, "--zero3-prefetch must be 0 or more (got %d)", cfg->zero3_prefetch);
     if (cfg->sequence_parallel && tp < 2)
         return cl_error(CL_ERR_INVALID, "--sequence-parallel needs tensor parallelism (--tp 2 or more)");
     if (cfg->vocab_divisible_by < 1)
@@ -283,7 +283,9 @@ cl_status cl_trainer_step(cl_trainer *t, cl_step_stats *st) {
         cl_comm_counts_reset(g->dp);
         cl_comm_counts_reset(g->pp);
     }
+    (void)cl_pp_z3_wait(t); /* an evaluation's waits are not the step's */
     CL_TRY(cl_pp_step(t, lr, &loss_sum, &norm, st));
+    st->z3_wait = cl_pp_z3_wait(t);
     if (g) {
         cl_comm_counts_get(g->tp, &st->comm_tp);
         cl_comm_counts_get(g->dp, &st->comm_dp);

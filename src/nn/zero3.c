@@ -1,0 +1,180 @@
+/* ZeRO stage 3: a part's parameters sharded over the data-parallel
+ * replicas, each unit's gathered into a working buffer just before it runs
+ * (see cleave/model.h and docs/ARCHITECTURE.md, "ZeRO"). */
+#include "cleave/model.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+struct cl_z3 {
+    cl_comm *comm;
+    int nr;
+    int K;              /* working buffers: prefetch + 1 */
+    int *order;         /* the pass's units with parameters, in the order they run */
+    int n, issued, pos; /* units in the pass, gathers issued, units reached */
+    int64_t *ulo;       /* per unit (u - u0): its range's first float in the part's buffer */
+    int64_t *ulen;      /* its own parameters' floats (without the tied wte) */
+    int *uwte;          /* 1: its gather also takes the tied wte (the LM head) */
+    cl_request **req;   /* [K][2]: each buffer's gathers in flight (the unit's range, the wte) */
+    size_t *counts;     /* [K][2][nr] bytes of each replica's piece (live while its gather is) */
+    float *whole;       /* cl_model_z3_whole's buffer */
+    double wait;        /* seconds waited for gathers (cl_model_z3_take_wait) */
+};
+
+double cl_model_z3_take_wait(cl_model *m) {
+    if (!m->z3) return 0;
+    double w = m->z3->wait;
+    m->z3->wait = 0;
+    return w;
+}
+
+float *cl_model_param_at(const cl_model *m, int64_t a) {
+    return m->zero.stage >= 3 ? m->params + (a - m->sizes.shard_lo) : m->params + a;
+}
+
+void cl_model_z3_destroy(cl_model *m) {
+    struct cl_z3 *z = m->z3;
+    if (!z) return;
+    for (int k = 0; k < 2 * z->K; k++)
+        if (z->req[k]) (void)cl_comm_wait(z->comm, z->req[k]);
+    free(z->order);
+    free(z->ulo);
+    free(z->ulen);
+    free(z->uwte);
+    free(z->req);
+    free(z->counts);
+    free(z->whole);
+    free(z);
+    m->z3 = NULL;
+}
+
+cl_status cl_model_set_zero3(cl_model *m, cl_comm *dp) {
+    if (m->sizes.params == m->sizes.alloc) return CL_OK; /* not sharded */
+    if (!dp || cl_comm_size(dp) != m->zero.n)
+        return cl_error(CL_ERR_INVALID, "ZeRO 3: the data-parallel group must have the %d replicas the part was cut for", m->zero.n);
+    struct cl_z3 *z = calloc(1, sizeof *z);
+    int nu = m->u1 - m->u0;
+    if (z) {
+        z->comm = dp;
+        z->nr = cl_comm_size(dp);
+        z->K = m->sizes.npwork;
+        z->order = calloc((size_t)nu + 1, sizeof *z->order);
+        z->ulo = calloc((size_t)nu + 1, sizeof *z->ulo);
+        z->ulen = calloc((size_t)nu + 1, sizeof *z->ulen);
+        z->uwte = calloc((size_t)nu + 1, sizeof *z->uwte);
+        z->req = calloc(2 * (size_t)z->K + 1, sizeof *z->req);
+        z->counts = calloc(2 * (size_t)z->K * (size_t)z->nr + 1, sizeof *z->counts);
+    }
+    m->z3 = z;
+    if (!z || !z->order || !z->ulo || !z->ulen || !z->uwte || !z->req || !z->counts) {
+        cl_model_z3_destroy(m);
+        return cl_error(CL_ERR_OOM, "cannot allocate the ZeRO 3 gather tables");
+    }
+    const cl_model_desc *d = m->desc;
+    for (int u = m->u0; u < m->u1; u++) {
+        int64_t lo;
+        int wte;
+        int64_t w = cl_model_unit_range(d, u, &lo, &wte);
+        if (wte && !cl_model_holds_param(m, d->tied_wte)) {
+            cl_model_z3_destroy(m);
+            return cl_error(CL_ERR_INTERNAL, "ZeRO 3: the LM head's part does not hold the tied wte");
+        }
+        z->ulo[u - m->u0] = lo - m->sizes.lo;
+        z->uwte[u - m->u0] = wte;
+        z->ulen[u - m->u0] = w - (wte ? (d->params[d->tied_wte].numel + 15) / 16 * 16 : 0);
+    }
+    return CL_OK;
+}
+
+cl_status cl_model_z3_pass(cl_model *m, int backward) {
+    struct cl_z3 *z = m->z3;
+    if (!z) return CL_OK;
+    if (z->issued != z->pos) return cl_error(CL_ERR_INTERNAL, "ZeRO 3: a pass started with gathers in flight");
+    z->n = z->issued = z->pos = 0;
+    for (int j = 0; j < m->u1 - m->u0; j++) {
+        int u = backward ? m->u1 - 1 - j : m->u0 + j;
+        int64_t lo;
+        int wte;
+        if (cl_model_unit_range(m->desc, u, &lo, &wte)) z->order[z->n++] = u;
+    }
+    return CL_OK;
+}
+
+/* One all-gather of floats [a, a + len) of the part's buffer, into out:
+ * each replica sends the piece of it in its shard. */
+static cl_status gather(cl_model *m, int64_t a, int64_t len, float *out, size_t *counts, cl_request **req) {
+    struct cl_z3 *z = m->z3;
+    int64_t S = m->sizes.shard, mine = 0, at;
+    for (int r = 0; r < z->nr; r++) {
+        int64_t n = cl_zero_overlap(a, a + len, (int64_t)r * S, S, &at);
+        counts[r] = (size_t)n * sizeof(float);
+        if (r == m->zero.rank && n) mine = at - m->sizes.shard_lo;
+    }
+    return cl_comm_iallgather_v(z->comm, m->params + mine, out, counts, req);
+}
+
+/* Issue the gather of the pass's j-th unit into working buffer j mod K. */
+static cl_status issue(cl_model *m, int j) {
+    struct cl_z3 *z = m->z3;
+    int u = z->order[j] - m->u0, b = j % z->K;
+    size_t *c = z->counts + (size_t)2 * b * z->nr;
+    if (z->ulen[u]) CL_TRY(gather(m, z->ulo[u], z->ulen[u], m->pwork[b], c, &z->req[2 * b]));
+    if (z->uwte[u]) {
+        const cl_model_desc *d = m->desc;
+        CL_TRY(gather(m, m->loc[d->tied_wte], d->params[d->tied_wte].numel, m->pwork[b] + z->ulen[u], c + z->nr,
+                      &z->req[2 * b + 1]));
+    }
+    return CL_OK;
+}
+
+cl_status cl_model_z3_before(cl_model *m, int u) {
+    struct cl_z3 *z = m->z3;
+    if (!z) return CL_OK;
+    if (z->pos >= z->n || z->order[z->pos] != u) return CL_OK; /* no parameters */
+    while (z->issued < z->n && z->issued < z->pos + z->K) CL_TRY(issue(m, z->issued++));
+    int b = z->pos % z->K;
+    cl_status s = CL_OK;
+    double t0 = cl_now();
+    for (int k = 2 * b; k < 2 * b + 2; k++) {
+        cl_status w = z->req[k] ? cl_comm_wait(z->comm, z->req[k]) : CL_OK;
+        z->req[k] = NULL;
+        if (!s) s = w;
+    }
+    z->wait += cl_now() - t0;
+    z->pos++;
+    CL_TRY(s);
+    const cl_model_desc *d = m->desc;
+    int64_t lo = z->ulo[u - m->u0];
+    for (int i = 0; i < d->nparams; i++)
+        if (d->params[i].unit == u) m->p[i] = m->pwork[b] + (m->loc[i] - lo);
+    if (z->uwte[u - m->u0]) m->p[d->tied_wte] = m->pwork[b] + z->ulen[u - m->u0];
+    return CL_OK;
+}
+
+cl_status cl_model_z3_whole(cl_model *m, int gather) {
+    struct cl_z3 *z = m->z3;
+    if (!z) return CL_OK;
+    size_t n = (size_t)m->sizes.alloc;
+    z->whole = calloc(n, sizeof(float));
+    if (!z->whole) return cl_error(CL_ERR_OOM, "ZeRO 3: cannot allocate the parameters whole (%zu floats) in host memory", n);
+    if (gather) {
+        cl_status s = cl_comm_allgather(z->comm, m->params, z->whole, (size_t)m->sizes.shard * sizeof(float));
+        if (s) {
+            free(z->whole);
+            z->whole = NULL;
+            return s;
+        }
+    }
+    for (int i = 0; i < m->desc->nparams; i++)
+        if (m->loc[i] >= 0) m->p[i] = z->whole + m->loc[i];
+    return CL_OK;
+}
+
+void cl_model_z3_end_whole(cl_model *m, int keep) {
+    struct cl_z3 *z = m->z3;
+    if (!z || !z->whole) return;
+    if (keep) memcpy(m->params, z->whole + m->sizes.shard_lo, (size_t)m->sizes.shard * sizeof(float));
+    free(z->whole);
+    z->whole = NULL;
+    for (int i = 0; i < m->desc->nparams; i++) m->p[i] = NULL;
+}
