@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <errno.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -931,6 +932,10 @@ static int man_mode(int argc, char **argv) {
 }
 
 int main(int argc, char **argv) {
+    /* A write past the file-size limit (ulimit -f) then fails with EFBIG, which
+     * the writers report by name, instead of SIGXFSZ killing the process
+     * without a word in the middle of a save or an offloaded step. */
+    signal(SIGXFSZ, SIG_IGN);
     if (argc < 2) {
         usage(stderr);
         return 2;

@@ -67,6 +67,16 @@ bad "unknown --offload-optimizer" --offload-optimizer gpu
 bad "needs --offload-optimizer disk" --offload-dir "$tmp"
 bad "needs --offload-dir" --offload-optimizer disk
 bad "does not exist" --offload-optimizer disk --offload-dir "$tmp/missing"
+# no room for the moments' file (a file-size limit stands in for a full disk,
+# which needs no mount): refused at start with the bytes it wanted, not killed
+# by SIGXFSZ, and nothing left behind
+out=$(ulimit -f 64; "$CLEAVE" train "${C[@]}" --steps 1 --offload-optimizer disk --offload-dir "$tmp/od" 2>&1); rc=$?
+check '[ $rc -eq 2 ] && [ "$(printf "%s\n" "$out" | wc -l)" -eq 1 ] && printf "%s" "$out" | grep -q "cannot reserve [0-9]* bytes for the optimizer state: File too large"' \
+    "offload file over the file-size limit: status $rc: $out"
+# and a checkpoint (the moments from host memory) that cannot be written ends the run with a message and leaves no directory
+out=$(ulimit -f 64; "$CLEAVE" train "${C[@]}" --steps 1 --offload-optimizer host --save "$tmp/full-ck" 2>&1); rc=$?
+check '[ $rc -eq 2 ] && printf "%s" "$out" | grep -q "saving checkpoint.*File too large"' "offload: a save over the file-size limit: status $rc: $(printf "%s" "$out" | tail -2)"
+check '[ -z "$(ls -d "$tmp"/full-ck* 2>/dev/null)" ]' "a failed save left $(ls -d "$tmp"/full-ck* 2>/dev/null)"
 check '[ -z "$(ls -A "$tmp/od")" ]' "the offload directory is not empty after the runs: $(ls -A "$tmp/od")"
 
 # killed during the run: resume from the last checkpoint continues bitwise, nothing left in the directory
