@@ -438,14 +438,20 @@ cl_status cl_ckpt_check_match(const cl_trainer *t, const char *dir, const cl_mod
     return CL_OK;
 }
 
+/* A sharded checkpoint (ckpt_shard.c) is the directory that holds an index. */
+static int is_sharded(const char *dir) {
+    char path[4200];
+    struct stat sb;
+    snprintf(path, sizeof path, "%s/" CL_CKPT_INDEX, dir);
+    return stat(path, &sb) == 0;
+}
+
 cl_status cl_trainer_resume(cl_trainer *t, const char *dir) {
     cl_model_config c;
     char tok[64];
     CL_TRY(ckpt_dir_exists("--resume", dir));
     char path[4200];
-    struct stat sb;
-    snprintf(path, sizeof path, "%s/" CL_CKPT_INDEX, dir);
-    if (stat(path, &sb) == 0) return cl_shard_resume(t, dir); /* a sharded checkpoint (ckpt_shard.c) */
+    if (is_sharded(dir)) return cl_shard_resume(t, dir);
     CL_TRY(read_config(dir, &c, tok, sizeof tok));
     int step = 0, opt_t = 0, T = 0, gb = 0;
     uint64_t seed = 0;
@@ -478,9 +484,7 @@ cl_status cl_checkpoint_load(const char *dir, const char *tokenizer_dir, size_t 
     char tok[64];
     CL_TRY(ckpt_dir_exists("--checkpoint", dir));
     char path[4200];
-    struct stat sb;
-    snprintf(path, sizeof path, "%s/" CL_CKPT_INDEX, dir);
-    int sharded = stat(path, &sb) == 0; /* a sharded checkpoint (ckpt_shard.c) */
+    int sharded = is_sharded(dir);
     CL_TRY(sharded ? cl_shard_read_config(dir, &c, tok, sizeof tok) : read_config(dir, &c, tok, sizeof tok));
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     cl_st_file *f = NULL;
