@@ -41,15 +41,22 @@
 #    --zero3-prefetch 0 and PREFETCH (1), rounds as in part 1; and from
 #    the step log the time a rank waited for its parameter gathers
 #    (zero3_wait_ms, median of the same steps): what prefetch did not hide,
-#    and the dp bytes of a step (each unit gathered twice per micro-batch:
-#    2 (N-1)/N x 4 Psi_p, plus the reduce-scatter and the norm's, as
-#    --zero 2's, and no final parameter all-gather).
+#    and the dp bytes of a step (each unit gathered in the forward and,
+#    all but the embedding, in the backward, the LM head with the tied wte
+#    both times: about 2 (N-1)/N x 4 Psi_p, plus the reduce-scatter and the
+#    norm's, as --zero 2's, and no final parameter all-gather).
+# 5. --schedule zb-h1 on pp 2 x dp 2 (4 ranks as threads), 4 micro-batches
+#    of MICRO per replica: step time of --zero 0, 2 and 3 (rounds as in
+#    part 1), the measured bubble, ZeRO 3's gather wait, and rank 0's dp
+#    bytes of a step (stage 0: its W passes reduce-scatter the buckets,
+#    and under --zero 3 gather the blocks again).
 #
 #   bash bench/zero_step.sh                       # all parts, dp 2 and 4
 #   PART=1 ROUNDS=7 STEPS=12 bash bench/zero_step.sh
 #   PART=2 DPS="2 4" bash bench/zero_step.sh      # parts 2 and 3 only
 #   BUCKET=1 bash bench/zero_step.sh              # one unit per bucket (--bucket-size 1)
 #   PART=4 ROUNDS=3 bash bench/zero_step.sh       # ZeRO 3, prefetch off and on
+#   PART=5 ROUNDS=3 bash bench/zero_step.sh       # zb-h1 on pp 2 x dp 2, zero 0, 2, 3
 #
 # Knobs: MODEL (gpt2-small) SEQ (128) MICRO (4) STEPS (12) SKIP (2)
 # ROUNDS (5) for part 1 (always dp 2); DPS ("2 4") for parts 2-3, which
@@ -203,4 +210,30 @@ if [ "$part" = all ] || [ "$part" = 4 ]; then
     echo "dp bytes sent by rank 0 in a --zero 3 step: $(sed 's/.*"dp": {\([^}]*\)}.*/\1/' <<<"$line")"
     line=$(grep '"ms"' "$tmp/qz2.json" | sed -n 2p)
     echo "and in a --zero 2 step:                    $(sed 's/.*"dp": {\([^}]*\)}.*/\1/' <<<"$line")"
+fi
+
+if [ "$part" = all ] || [ "$part" = 5 ]; then
+    echo
+    echo "== 5. zb-h1, $model, --pp 2 --dp 2 --threads 1, seq $seq, 4 micro-batches of $micro per replica, $steps steps, median of steps $((skip + 1))-$steps, $rounds rounds"
+    printf '%-6s %10s %10s %10s %9s %9s %9s %12s\n' round "zero 0 ms" "zero 2 ms" "zero 3 ms" "bubble 0" "bubble 2" "bubble 3" "z3 wait ms"
+    for r in $(seq 1 "$rounds"); do
+        for j in 0 1 2; do
+            z=$(( ((j + r - 1) % 3) == 0 ? 0 : ((j + r - 1) % 3) + 1 ))
+            train "$tmp/zb$z.json" 2 "$z" "$steps" --pp 2 --ranks 4 --schedule zb-h1 --global-batch-size $((8 * micro))
+        done
+        printf '%-6s' "$r"
+        for z in 0 2 3; do median_ms "$tmp/zb$z.json" | tee -a "$tmp/zb$z.all" | awk '{ printf " %10.1f", $1 }'; done
+        for z in 0 2 3; do median_of "$tmp/zb$z.json" bubble | tee -a "$tmp/zbb$z.all" | awk '{ printf " %9.3f", $1 }'; done
+        median_of "$tmp/zb3.json" zero3_wait_ms | tee -a "$tmp/zbw.all" | awk '{ printf " %12.1f", $1 }'
+        echo
+    done
+    printf '%-6s' median
+    for z in 0 2 3; do median <"$tmp/zb$z.all" | awk '{ printf " %10.1f", $1 }'; done
+    for z in 0 2 3; do median <"$tmp/zbb$z.all" | awk '{ printf " %9.3f", $1 }'; done
+    median <"$tmp/zbw.all" | awk '{ printf " %12.1f", $1 }'
+    echo
+    for z in 0 2 3; do
+        line=$(grep '"ms"' "$tmp/zb$z.json" | sed -n 2p)
+        echo "dp bytes sent by rank 0 (stage 0) in a --zero $z step: $(sed 's/.*"dp": {\([^}]*\)}.*/\1/' <<<"$line")"
+    done
 fi

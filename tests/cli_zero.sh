@@ -20,8 +20,8 @@
 #   --zero 0 one byte for byte; resuming --zero 1 from it, --zero 0 from it,
 #   --zero 1 from a --zero 0 one and --zero 1 at dp 4 from the dp 2 one
 #   continue the uninterrupted run's losses bitwise;
-# - bad input: --zero 4 and -1 exit 2 naming --zero; 3 exits 2 "not built
-#   yet".
+# - bad input: --zero 4 and -1 exit 2 naming --zero. (Stages 2 and 3, with
+#   every schedule: tests/cli_zero2.sh, tests/cli_zero3.sh.)
 set -u
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/zero_lib.sh"
@@ -173,6 +173,4 @@ bad() { # words args...
 }
 bad "--zero" --dp 2 --zero 4
 bad "--zero" --dp 2 --zero -1
-# stage 3 is built (tests/cli_zero3.sh) but not with zb-h1's split backward
-bad "--zero 3 with --schedule zb-h1 is not built yet" --dp 2 --pp 2 --schedule zb-h1 --zero 3
 finish cli_zero

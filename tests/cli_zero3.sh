@@ -11,13 +11,21 @@
 #   MLP at dp 4, dp 2 under MPI (bitwise the threads'), and with gradient
 #   accumulation (bitwise --zero 2's, which is within 1e-6 of --zero 0's);
 #   tp 2 x dp 2 with and without sp (bitwise both), pp 2 x dp 2 (1f1b,
-#   interleaved) and tp 2 x pp 2 x dp 2 on 8 ranks (bitwise --zero 2's,
-#   within 1e-6 of --zero 0's, as stage 2 under accumulation).
+#   interleaved, zb-h1) and tp 2 x pp 2 x dp 2 on 8 ranks (1f1b and zb-h1 with
+#   sp) (bitwise --zero 2's, within 1e-6 of --zero 0's, as stage 2 under
+#   accumulation); zb-h1 at prefetch 0 and 3 and under MPI (4 processes)
+#   bitwise the threads' at prefetch 1.
+# - gathers: a pass gathers the units that read their parameters in it: a
+#   forward every unit, a backward's input pass all but the embedding, a
+#   zb-h1 weight pass the blocks only (the head's weight gradient came in
+#   its input pass; the embedding's reads only the tokens): the all-gathers
+#   of stage 0 (embedding + a block) in a step of 4 micro-batches counted.
 # - memory: cleave memory --measure, every category of every rank predicted
 #   == measured, and params = 4 (Psi_p / N + K W): the shard, K = prefetch + 1
 #   working buffers (at most the units with parameters) of W floats, the
 #   largest unit's gather (a block; the LM head's is lnf + the tied wte);
-#   grads and optimizer as --zero 2; also pp 2 x dp 2 and tp 2 x dp 2 (sp).
+#   grads and optimizer as --zero 2; also pp 2 x dp 2 (1f1b, zb-h1), tp 2 x
+#   dp 2 (sp), and tp 2 x pp 2 x dp 2 zb-h1 (predicted == measured).
 # - checkpoints: --zero 3's files are --zero 0's byte for byte; --zero 3
 #   resumed from its own, from --zero 0's and --zero 2's, and --zero 0 from
 #   --zero 3's, continue the uninterrupted run bitwise; pp 2 x dp 2's files are
@@ -25,8 +33,7 @@
 # - the demonstration: a GPT (8 layers) that one rank cannot train under a
 #   --device-memory cap is refused at dp 1 with an out-of-memory message
 #   (exit 2) and trains at dp 4 with --zero 3 under the same cap.
-# - bad input: a negative --zero3-prefetch; --zero 3 with --schedule zb-h1
-#   (not built yet): exit 2, one line.
+# - bad input: a negative --zero3-prefetch: exit 2, one line.
 set -u
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/zero_lib.sh"
@@ -64,8 +71,21 @@ for r in tp2dp2 tp2dp2sp; do same $r-z3 $r-z2; same $r-z3 $r-z0; done
 trio pp2dp2 "${base[@]}" --global-batch-size 16 --dp 2 --pp 2 --schedule 1f1b
 trio pp2dp2il "${base[@]}" --global-batch-size 16 --dp 2 --pp 2 --layers 4 --schedule interleaved --bucket-size 1
 trio tp2pp2dp2 "${base[@]}" --global-batch-size 16 --dp 2 --pp 2 --tp 2 --sequence-parallel --schedule 1f1b --check-replicas
-for r in pp2dp2 pp2dp2il tp2pp2dp2; do same $r-z3 $r-z2; close $r-z3 $r-z0 1e-6 20; done
+# zb-h1: the input pass (B) and the weight pass (W) of each micro-batch gather on their own
+trio pp2dp2zb "${base[@]}" --global-batch-size 16 --dp 2 --pp 2 --schedule zb-h1
+trio tp2pp2dp2zb "${base[@]}" --global-batch-size 16 --dp 2 --pp 2 --tp 2 --sequence-parallel --schedule zb-h1 --check-replicas
+for r in pp2dp2 pp2dp2il tp2pp2dp2 pp2dp2zb tp2pp2dp2zb; do same $r-z3 $r-z2; close $r-z3 $r-z0 1e-6 20; done
 check 'grep -q "ranks: 8 (threads backend)" "$tmp/tp2pp2dp2-z3.out"' "tp 2 x pp 2 x dp 2 does not run 8 ranks"
+for k in 0 3; do
+    train pp2dp2zb-z3-pf$k "${base[@]}" --global-batch-size 16 --dp 2 --pp 2 --schedule zb-h1 --zero 3 --zero3-prefetch $k
+    same pp2dp2zb-z3-pf$k pp2dp2zb-z3
+done
+# stage 0's all-gathers a step (rank 0's log): 4 micro-batches x (F: embedding, block; B: block; W under
+# zb-h1: block) + the norm's 2 (tests/cli_zero2.sh); 1f1b's combined backward gathers the block only
+for r in pp2dp2:14 pp2dp2zb:18; do
+    bad=$(grep '"loss"' "$tmp/${r%%:*}-z3.jsonl" | grep -vc "\"dp\": {[^}]*\"allgather\": \[${r#*:}, ")
+    check '[ "$bad" -eq 0 ]' "${r%%:*}-z3: $bad steps without ${r#*:} all-gathers$(excerpt 1 "$(grep -m1 '"loss"' "$tmp/${r%%:*}-z3.jsonl")")"
+done
 # the validation losses and the sample too: evaluation and generation gather the units on every replica
 for r in dp2 dp4; do
     check '[ "$(grep validation "$tmp/$r-z3.out")" = "$(grep validation "$tmp/$r-z0.out")" ]' "$r: --zero 3's validation loss differs"
@@ -77,6 +97,8 @@ check '[ "$(sed -n "/^sample:/,\$p" "$tmp/smp-z3.out")" = "$(sed -n "/^sample:/,
 echo "validation losses and a 16-token sample: --zero 3's equal --zero 0's"
 
 mpi2 mpi2-z3 dp2-z3 dp2-z0 -- "${base[@]}" --global-batch-size 4 --zero 3
+# pp 2 x dp 2 zb-h1 under MPI: 4 processes, bitwise the threads'
+mpin 4 mpi4zb-z3 pp2dp2zb-z3 -- "${base[@]}" --global-batch-size 16 --dp 2 --pp 2 --schedule zb-h1 --zero 3
 
 # ---- memory: predicted == measured, and the formulas ---------------------------
 D=(--data "$tmp/text.txt" --seq-len 32 --micro-batch-size 2 --global-batch-size 8 --bucket-size 1)
@@ -105,6 +127,8 @@ echo "gpt L8 dp 4: parameters $p3 B under --zero 3 against $p0 B under --zero 0"
 # pp 2 x dp 2 and tp 2 x dp 2 with sp (tests/zero_lib.sh): gradients as --zero 2's, the largest gather a block
 # (the last stage's head gathers lnf + its own copy of wte, 128 + 16384 floats) or a block's slice
 pp_tp_mem 3 expect3 2
+pp_mem 3 expect3 zb-h1 2
+mem "gpt2-tiny tp 2 x pp 2 x dp 2 sp zb-h1 zero 3" - - "${D[@]}" --dp 2 --pp 2 --tp 2 --sequence-parallel --schedule zb-h1 --zero 3
 
 # ---- the demonstration: a GPT one rank cannot train under a cap trains at dp 4 with --zero 3 ----
 G=(--data "$tmp/text.txt" --seq-len 32 --micro-batch-size 2 --global-batch-size 8 --layers 8 --steps 3 --sample-tokens 0
@@ -159,5 +183,4 @@ bad() { # words args...
         "bad input ($*): status $rc: $out"
 }
 bad "zero3-prefetch" --dp 2 --zero 3 --zero3-prefetch -1
-bad "--zero 3 with --schedule zb-h1 is not built yet" --dp 2 --pp 2 --global-batch-size 16 --schedule zb-h1 --zero 3
 finish cli_zero3

@@ -520,14 +520,14 @@ static void test_zero_ranges(void) {
             if (d->params[i].unit >= u0 && d->params[i].unit < u1) held += (d->params[i].numel + 15) / 16 * 16;
         for (int n = 1; n <= 8; n++) {
             cl_part_sizes z0, zs[8];
-            cl_zero none = {0, n, 0, 0, 0};
+            cl_zero none = {0, n, 0, 0, 0, 0};
             cl_model_part_sizes(d, u0, u1, 1, CL_RECOMPUTE_NONE, &none, &z0);
             CHECK(z0.nfloats == held && z0.alloc == held && z0.shard == held && z0.shard_lo == 0 && z0.moments == held,
                   "stage 0, part [%d, %d), n %d: nfloats %lld alloc %lld shard %lld lo %lld moments %lld, want all %lld (lo 0)",
                   u0, u1, n, (long long)z0.nfloats, (long long)z0.alloc, (long long)z0.shard, (long long)z0.shard_lo,
                   (long long)z0.moments, (long long)held);
             for (int r = 0; r < n; r++) {
-                cl_zero zero = {1, n, r, 0, 0};
+                cl_zero zero = {1, n, r, 0, 0, 0};
                 cl_model_part_sizes(d, u0, u1, 1, CL_RECOMPUTE_NONE, &zero, &zs[r]);
             }
             const cl_part_sizes *z = &zs[0];
@@ -590,14 +590,16 @@ static void test_zero_ranges(void) {
  * whole lies in exactly one range, every non-empty range starts and ends at
  * one, and there is no range for the head's wte gradient; the sizes'
  * bucket is the largest range, nbuf 2 (1 with one non-empty range), whole
- * the whole-kept gradients' 16-aligned floats, grads the shard. */
-static void zero2_part(const cl_model_desc *d, int u0, int u1, size_t bucket, int *nchecked) {
+ * the whole-kept gradients' 16-aligned floats, grads the shard. Under a
+ * split backward (zb-h1, split 1) the same, with the loss units' gradients
+ * (the LM head's lnf) kept whole too: they come in the input pass. */
+static void zero2_part(const cl_model_desc *d, int u0, int u1, size_t bucket, int split, int *nchecked) {
     cl_bucket *bk = malloc((size_t)(u1 - u0 + 1) * sizeof *bk);
     CL_ASSERT(bk);
     cl_part_sizes z;
-    cl_zero zero = {2, 4, 1, bucket, 0};
+    cl_zero zero = {2, 4, 1, bucket, 0, split};
     cl_model_part_sizes(d, u0, u1, 1, CL_RECOMPUTE_NONE, &zero, &z);
-    int n0 = cl_model_buckets(d, u0, u1, z.lo, bucket, 0, bk);
+    int n0 = cl_model_buckets(d, u0, u1, z.lo, bucket, 0, split, bk);
     int64_t top = -1, whole = 0, biggest = 0;
     for (int k = 0; k < n0; k++) {
         if (bk[k].hi < 0) continue; /* the head's wte gradient */
@@ -607,7 +609,7 @@ static void zero2_part(const cl_model_desc *d, int u0, int u1, size_t bucket, in
         top = bk[k].lo;
     }
     CHECK(top == 0, "part [%d, %d) bucket %zu: the ranges end at %lld, not 0", u0, u1, bucket, (long long)top);
-    int n = cl_model_buckets(d, u0, u1, z.lo, bucket, 1, bk), used = 0;
+    int n = cl_model_buckets(d, u0, u1, z.lo, bucket, 1, split, bk), used = 0;
     for (int k = 0; k < n; k++) {
         CHECK(bk[k].hi >= bk[k].lo, "part [%d, %d) bucket %zu: a range for the head's wte gradient under stage 2", u0, u1, bucket);
         if (bk[k].hi - bk[k].lo > biggest) biggest = bk[k].hi - bk[k].lo;
@@ -615,7 +617,7 @@ static void zero2_part(const cl_model_desc *d, int u0, int u1, size_t bucket, in
         int starts = bk[k].hi == bk[k].lo, ends = starts;
         for (int i = 0; i < d->nparams; i++) {
             int u = d->params[i].unit;
-            if (u < u0 || u >= u1 || cl_model_grad_whole(d, u0, u1, i)) continue;
+            if (u < u0 || u >= u1 || cl_model_grad_whole(d, u0, u1, split, i)) continue;
             int64_t a = d->params[i].offset - z.lo, e = a + (d->params[i].numel + 15) / 16 * 16;
             starts |= a == bk[k].lo;
             ends |= e == bk[k].hi;
@@ -627,7 +629,10 @@ static void zero2_part(const cl_model_desc *d, int u0, int u1, size_t bucket, in
         int u = d->params[i].unit;
         int held = (u >= u0 && u < u1) || (i == d->tied_wte && z.tied_copy >= 0);
         if (!held) continue;
-        if (cl_model_grad_whole(d, u0, u1, i)) {
+        if (split && cl_unit_is_loss(&d->units[u]))
+            CHECK(cl_model_grad_whole(d, u0, u1, split, i), "part [%d, %d) split: the loss unit's %s not kept whole", u0, u1,
+                  d->params[i].name);
+        if (cl_model_grad_whole(d, u0, u1, split, i)) {
             whole += (d->params[i].numel + 15) / 16 * 16;
             continue;
         }
@@ -655,18 +660,20 @@ static void test_zero2_buckets(void) {
     if (!dm || !dg) return;
     const size_t buckets[] = {0, 1, 4096, (size_t)1 << 30};
     int nchecked = 0, whole_parts = 0;
-    for (int b = 0; b < 4; b++) {
-        zero2_part(dm, 0, dm->nunits, buckets[b], &nchecked);
-        zero2_part(dm, 4, dm->nunits, buckets[b], &nchecked);
-        zero2_part(dm, 0, 8, buckets[b], &nchecked);
+    for (int b = 0; b < 8; b++) {
+        int split = b >= 4;
+        zero2_part(dm, 0, dm->nunits, buckets[b % 4], split, &nchecked);
+        zero2_part(dm, 4, dm->nunits, buckets[b % 4], split, &nchecked);
+        zero2_part(dm, 0, 8, buckets[b % 4], split, &nchecked);
         const int cuts[3][2] = {{0, dg->nunits}, {0, 2}, {2, dg->nunits}}; /* whole; embedding + h.0; h.1 + head */
         for (int c = 0; c < 3; c++) {
-            zero2_part(dg, cuts[c][0], cuts[c][1], buckets[b], &nchecked);
-            whole_parts += cl_model_grad_whole(dg, cuts[c][0], cuts[c][1], dg->tied_wte);
+            zero2_part(dg, cuts[c][0], cuts[c][1], buckets[b % 4], split, &nchecked);
+            whole_parts += cl_model_grad_whole(dg, cuts[c][0], cuts[c][1], split, dg->tied_wte);
         }
     }
-    CHECK(whole_parts == 8, "the tied wte kept whole on %d parts, want the two pipeline stages at each of 4 bucket sizes", whole_parts);
-    printf("zero 2 buckets: 6 parts x 4 bucket sizes, %d gradients each in exactly one range\n", nchecked);
+    CHECK(whole_parts == 16, "the tied wte kept whole on %d parts, want the two pipeline stages at each of 4 bucket sizes, split or not",
+          whole_parts);
+    printf("zero 2 buckets: 6 parts x 4 bucket sizes x split or not, %d gradients each in exactly one range\n", nchecked);
     cl_model_desc_free(dm);
     cl_model_desc_free(dg);
 }

@@ -25,15 +25,17 @@ close() { # run ref tol steps: every loss within tol relative of ref's
     rc=$?
     check '[ $rc -eq 0 ]' "$1: losses not within $3 relative of $2's"
 }
-mpi2() { # name ref... args -- : dp 2 under MPI (--comm mpi), logged as name; bitwise equal to each ref
-    local name=$1 refs=() r; shift
+mpi2() { mpin 2 "$@"; }
+mpin() { # np name ref... args -- : np processes under MPI (--comm mpi; dp 2 if args say no more), logged as
+    # name; bitwise equal to each ref
+    local np=$1 name=$2 refs=() r; shift 2
     while [ "$1" != "--" ]; do refs+=("$1"); shift; done; shift
     if ! "$CLEAVE" --version | grep -q "mpi: yes" || ! command -v mpirun > /dev/null; then
         echo "SKIP: MPI parts (this build has no MPI)"; return
     fi
     export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
     case "$BUILD" in *san*) export ASAN_OPTIONS=${ASAN_OPTIONS:-}:detect_leaks=0 ;; esac
-    timeout 300 mpirun --oversubscribe -np 2 "$CLEAVE" train "$@" --comm mpi --log-file "$tmp/$name.jsonl" > "$tmp/$name.out" 2>&1
+    timeout 300 mpirun --oversubscribe -np $np "$CLEAVE" train "$@" --comm mpi --log-file "$tmp/$name.jsonl" > "$tmp/$name.out" 2>&1
     check '[ $? -eq 0 ]' "$name ($*) under MPI failed: $(tail -5 "$tmp/$name.out")"
     for r in "${refs[@]}"; do same "$name" "$r"; done
 }
@@ -69,7 +71,7 @@ expect() { # floats head_wte_floats N ZERO: "params grads optimizer" bytes of on
     P=$(padded $1 $3); [ "$4" = 0 ] && P=$1
     echo "$((4 * P)) $((4 * P + 4 * $2)) $([ "$4" = 0 ] && echo $((8 * P)) || echo $((8 * P / $3)))"
 }
-mem() { # label "EXPECT_PP0" "EXPECT_PP1|-" args...: one point
+mem() { # label "EXPECT_PP0|-" "EXPECT_PP1|-" args...: one point ("-": predicted == measured only)
     local label=$1 e0=$2 e1=$3; shift 3
     local out="$tmp/mem.json"
     if ! timeout 120 "$CLEAVE" memory --measure --json --threads 1 --eval-batches 1 "$@" > "$out" 2> "$tmp/mem.err"; then
@@ -86,7 +88,7 @@ for r in rows:
         if r["measured"].get(k) != v:
             bad.append("rank %d %s: predicted %d, measured %d" % (r["rank"], k, v, r["measured"].get(k, -1)))
     w = want[r["pp_rank"]]
-    for k, v in zip(("params", "grads", "optimizer"), w):
+    for k, v in zip(("params", "grads", "optimizer"), w if w != ["-"] else []):
         if r["measured"][k] != int(v):
             bad.append("rank %d %s: measured %d, the formula %s" % (r["rank"], k, r["measured"][k], v))
     seen.add((r["pp_rank"], r["measured"]["params"], r["measured"]["grads"], r["measured"]["optimizer"]))
@@ -106,13 +108,22 @@ PY
 # tp with sp: a block's slice (ln 4 x 64, c_attn 64 x 96 + 96, attn.c_proj 32 x 64 + 64, c_fc 64 x 128
 # + 128, mlp.c_proj 128 x 64 + 64), wte's 128 rows, wpe 64 x 64, lnf 2 x 64; the layernorms' gradients
 # whole (5 x 128 floats); a block's bucket trimmed of ln_1 at its end; the head's bucket (lnf only) empty.
+# pp_mem with zb-h1 (the backward split into input and weight passes): the last stage keeps the LM head's
+# lnf gradient whole too (2 x 64 floats: it comes in the input pass, the buckets are filled by the weight
+# passes), so its head bucket is empty and it has one working buffer.
+pp_mem() { # Z FN SCHEDULE [K]: gpt2-tiny on pp 2 x dp 2 (E,t | t,L)
+    local z=$1 fn=$2 sch=$3 k=${4:-} w1=$hw nb1=2
+    [ "$sch" = zb-h1 ] && w1=$((hw + 2 * 64)) nb1=1
+    mem "gpt2-tiny pp 2 x dp 2 $sch zero $z" "$($fn "$(gpt_part 64 256 64 1 1 0)" 2 $hw 0 2 $blk ${k:+$k $blk})" \
+        "$($fn "$(gpt_part 64 256 64 1 0 1)" 2 $w1 $hw $nb1 $blk ${k:+$k $blk})" \
+        "${D[@]}" --dp 2 --pp 2 --pp-layout "E,t|t,L" --schedule $sch --zero $z
+}
 pp_tp_mem() { # Z FN [K]
     local z=$1 fn=$2 k=${3:-} tblk tpsi
     tblk=$((4 * 64 + 64 * 96 + 96 + 32 * 64 + 64 + 64 * 128 + 128 + 128 * 64 + 64))
     tpsi=$((2 * tblk + 128 * 64 + 64 * 64 + 2 * 64))
-    mem "gpt2-tiny pp 2 x dp 2 zero $z" "$($fn "$(gpt_part 64 256 64 1 1 0)" 2 $hw 0 2 $blk ${k:+$k $blk})" \
-        "$($fn "$(gpt_part 64 256 64 1 0 1)" 2 $hw $hw 2 $blk ${k:+$k $blk})" \
-        "${D[@]}" --dp 2 --pp 2 --pp-layout "E,t|t,L" --schedule 1f1b --zero $z
+    pp_mem $z $fn 1f1b $k
     mem "gpt2-tiny tp 2 x dp 2 sp zero $z" "$($fn $tpsi 2 $((5 * 128)) $((128 * 64)) 2 $((tblk - 128)) ${k:+$k $tblk})" - \
         "${D[@]}" --dp 2 --tp 2 --sequence-parallel --zero $z
 }
+

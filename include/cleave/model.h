@@ -190,6 +190,8 @@ typedef struct {
     int stage, n, rank;
     size_t bucket_bytes;
     int prefetch;        /* ZeRO 3: units gathered ahead (0: none) */
+    int split;           /* the backward runs split in input and weight passes (zb-h1): under stage 2 the
+                          * loss units' gradients, which come in the input pass, are kept whole */
 } cl_zero;
 /* The part of floats [a, b) of a part's buffer inside shard [lo, lo +
  * len): its length (0 if none) and *start its first float. */
@@ -206,18 +208,20 @@ typedef struct {
 /* 1 if, under ZeRO stage 2, the gradient of parameter i on the part of
  * units [u0, u1) is kept whole rather than in bucket working buffers: the
  * layernorms whose gradients are partial sums over sequence-parallel ranks
- * (summed over tp after the replicas), and the tied wte on a part that
+ * (summed over tp after the replicas), the tied wte on a part that
  * holds the embedding or the LM head but not both (summed between the first
- * and last pipeline stages after the replicas). */
-int cl_model_grad_whole(const cl_model_desc *d, int u0, int u1, int i);
+ * and last pipeline stages after the replicas), and under a split backward
+ * (split, cl_zero's) the loss units' parameters, whose gradients come in
+ * the input pass while the buckets are filled by the weight passes. */
+int cl_model_grad_whole(const cl_model_desc *d, int u0, int u1, int split, int i);
 /* The buckets of the part of units [u0, u1) (parameters from the
  * description's float offset part_lo): its units, last first, cut into
  * runs of at least bucket_bytes of parameters (see cleave/dp.h). stage2:
- * each range trimmed of the whole-kept gradients at its ends (it may become
- * empty, lo == hi) and no range for the head's wte gradient (kept whole).
- * out has room for u1 - u0 + 1; returns how many. */
+ * each range trimmed of the whole-kept gradients (cl_model_grad_whole with
+ * split) at its ends (it may become empty, lo == hi) and no range for the
+ * head's wte gradient (kept whole). out has room for u1 - u0 + 1; returns how many. */
 int cl_model_buckets(const cl_model_desc *d, int u0, int u1, int64_t part_lo, size_t bucket_bytes, int stage2,
-                     cl_bucket *out);
+                     int split, cl_bucket *out);
 
 /* The one statement of a part's device buffers, in floats: every size the
  * functions below allocate comes from here, and so does every prediction
@@ -323,10 +327,16 @@ cl_status cl_model_set_zero3(cl_model *m, cl_comm *dp);
  * this replica's shard back (keep) and releases them. No-op without ZeRO 3. */
 cl_status cl_model_z3_whole(cl_model *m, int gather);
 void cl_model_z3_end_whole(cl_model *m, int keep);
-/* ZeRO 3, used by the passes: a pass over the part's units starts (forward,
- * or backward = last unit first), and unit u is about to run: its
- * parameters gathered (later ones issued ahead), m->p[i] aimed at them. */
-cl_status cl_model_z3_pass(cl_model *m, int backward);
+/* ZeRO 3, used by the passes: a pass over the part's units starts, and
+ * unit u is about to run: its parameters gathered (later ones issued
+ * ahead), m->p[i] aimed at them. A pass gathers the units that read their
+ * parameters in it, in the order it runs them (see cl_z3_pass_kind). */
+typedef enum {
+    CL_Z3_FORWARD = 0, /* first unit to last */
+    CL_Z3_BACKWARD,    /* a combined backward or a split backward's input pass: last to first */
+    CL_Z3_WEIGHT,      /* a split backward's weight pass: last to first, without the loss units (done in the input pass) */
+} cl_z3_pass_kind;
+cl_status cl_model_z3_pass(cl_model *m, cl_z3_pass_kind kind);
 cl_status cl_model_z3_before(cl_model *m, int u);
 void cl_model_z3_destroy(cl_model *m);
 /* ZeRO 3: seconds spent waiting for gathers since the last call (0 without). */
@@ -430,9 +440,11 @@ cl_status cl_model_stage_forward(cl_model *m, const cl_microbatch *mb, const flo
 cl_status cl_model_stage_backward(cl_model *m, const cl_microbatch *mb, const float *in, cl_acts *a, const float *dout,
                                   float *din, int what, float *const *save_dout, cl_unit_done_fn done, void *ctx);
 /* The second half: weight gradients of every non-loss unit, from the output
- * gradients the first half saved. */
+ * gradients the first half saved. done (may be NULL) is called after each
+ * unit, the loss units (nothing to do here) included, as in
+ * cl_model_backward: under ZeRO 2 the weight passes fill the buckets. */
 cl_status cl_model_stage_backward_weight(cl_model *m, const cl_microbatch *mb, const float *in, cl_acts *a,
-                                         float *const *saved_dout);
+                                         float *const *saved_dout, cl_unit_done_fn done, void *ctx);
 /* 1 for the units whose backward ends in a loss (LMHEAD, CLASSIFY). */
 int cl_unit_is_loss(const cl_unit *u);
 

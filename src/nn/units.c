@@ -55,25 +55,27 @@ static int part_holds_kind(const cl_model_desc *d, int u0, int u1, cl_unit_kind 
     return 0;
 }
 
-int cl_model_grad_whole(const cl_model_desc *d, int u0, int u1, int i) {
+int cl_model_grad_whole(const cl_model_desc *d, int u0, int u1, int split, int i) {
     if (d->params[i].tp_partial) return 1;
+    if (split && cl_unit_is_loss(&d->units[d->params[i].unit])) return 1;
     if (i != d->tied_wte) return 0;
     return part_holds_kind(d, u0, u1, CL_UNIT_EMBED) != part_holds_kind(d, u0, u1, CL_UNIT_LMHEAD);
 }
 
 /* Bucket [pa..pb] of parameters: their float range, trimmed of whole-kept gradients at both ends under stage 2. */
-static void bucket_range(const cl_model_desc *d, int u0, int u1, int64_t part_lo, int pa, int pb, int stage2, cl_bucket *b) {
+static void bucket_range(const cl_model_desc *d, int u0, int u1, int64_t part_lo, int pa, int pb, int stage2, int split,
+                         cl_bucket *b) {
     b->lo = d->params[pa].offset - part_lo;
     b->hi = d->params[pb].offset - part_lo + align16(d->params[pb].numel);
     if (!stage2) return;
-    while (pa <= pb && cl_model_grad_whole(d, u0, u1, pa)) pa++;
-    while (pb >= pa && cl_model_grad_whole(d, u0, u1, pb)) pb--;
+    while (pa <= pb && cl_model_grad_whole(d, u0, u1, split, pa)) pa++;
+    while (pb >= pa && cl_model_grad_whole(d, u0, u1, split, pb)) pb--;
     if (pa > pb) b->hi = b->lo; /* empty: all whole */
-    else bucket_range(d, u0, u1, part_lo, pa, pb, 0, b);
+    else bucket_range(d, u0, u1, part_lo, pa, pb, 0, 0, b);
 }
 
 int cl_model_buckets(const cl_model_desc *d, int u0, int u1, int64_t part_lo, size_t bucket_bytes, int stage2,
-                     cl_bucket *out) {
+                     int split, cl_bucket *out) {
     size_t limit = bucket_bytes ? bucket_bytes : 1, bytes = 0;
     int n = 0, pb = -1, lowest_with_params = -1;
     for (int u = u0; u < u1; u++)
@@ -92,7 +94,7 @@ int cl_model_buckets(const cl_model_desc *d, int u0, int u1, int64_t part_lo, si
         for (int i = a; i <= b; i++) bytes += (size_t)d->params[i].numel * sizeof(float);
         if (bytes >= limit || u == lowest_with_params) {
             out[n].unit = u;
-            bucket_range(d, u0, u1, part_lo, a, pb, stage2, &out[n]);
+            bucket_range(d, u0, u1, part_lo, a, pb, stage2, split, &out[n]);
             n++;
             pb = -1;
             bytes = 0;
@@ -168,11 +170,11 @@ void cl_model_part_sizes(const cl_model_desc *d, int u0, int u1, int B, int reco
         for (int i = 0; i < d->nparams; i++) {
             int u = d->params[i].unit;
             int held = (u >= u0 && u < u1) || (i == d->tied_wte && z->tied_copy >= 0);
-            if (held && cl_model_grad_whole(d, u0, u1, i)) z->whole += align16(d->params[i].numel);
+            if (held && cl_model_grad_whole(d, u0, u1, zero->split, i)) z->whole += align16(d->params[i].numel);
         }
         cl_bucket *bk = malloc((size_t)(u1 - u0 + 1) * sizeof *bk);
         CL_ASSERT(bk != NULL);
-        int nb = cl_model_buckets(d, u0, u1, lo, zero->bucket_bytes, 1, bk), used = 0;
+        int nb = cl_model_buckets(d, u0, u1, lo, zero->bucket_bytes, 1, zero->split, bk), used = 0;
         for (int k = 0; k < nb; k++) {
             if (bk[k].hi - bk[k].lo > z->bucket) z->bucket = bk[k].hi - bk[k].lo;
             used += bk[k].hi > bk[k].lo;
@@ -244,7 +246,7 @@ cl_status cl_model_create_zero(cl_model **out, const cl_model_desc *d, cl_device
     m->u1 = u1;
     m->B = B;
     m->tp = cl_tp_of(NULL);
-    m->zero = zero && zero->stage >= 1 && zero->n > 1 ? *zero : (cl_zero){0, 1, 0, 0, 0};
+    m->zero = zero && zero->stage >= 1 && zero->n > 1 ? *zero : (cl_zero){0, 1, 0, 0, 0, 0};
     m->p = calloc((size_t)d->nparams, sizeof *m->p);
     m->g = calloc((size_t)d->nparams, sizeof *m->g);
     m->loc = malloc((size_t)(d->nparams ? d->nparams : 1) * sizeof *m->loc);
@@ -282,7 +284,7 @@ cl_status cl_model_create_zero(cl_model **out, const cl_model_desc *d, cl_device
         if (m->loc[i] < 0) continue;
         if (z->params == z->alloc) m->p[i] = m->params + m->loc[i]; /* ZeRO 3: aimed per unit (cl_model_z3_before) */
         if (!stage2) m->g[i] = m->grads + m->loc[i];
-        else if (cl_model_grad_whole(d, u0, u1, i)) { /* whole, in parameter order; the others while their bucket runs */
+        else if (cl_model_grad_whole(d, u0, u1, m->zero.split, i)) { /* whole, in parameter order; the others while their bucket runs */
             m->g[i] = m->gwhole + w;
             w += (int)align16(d->params[i].numel);
         }
@@ -1027,7 +1029,7 @@ static const float *stage_input(const cl_model *m, const cl_acts *a, int u, cons
 }
 
 cl_status cl_model_stage_forward(cl_model *m, const cl_microbatch *mb, const float *in, cl_acts *a) {
-    CL_TRY(cl_model_z3_pass(m, 0));
+    CL_TRY(cl_model_z3_pass(m, CL_Z3_FORWARD));
     for (int u = m->u0; u < m->u1; u++) {
         CL_TRY(cl_model_z3_before(m, u));
         CL_TRY(cl_unit_forward(m, u, mb, stage_input(m, a, u, mb, in), a));
@@ -1039,7 +1041,7 @@ cl_status cl_model_stage_backward(cl_model *m, const cl_microbatch *mb, const fl
                                   float *din, int what, float *const *save_dout, cl_unit_done_fn done, void *ctx) {
     const cl_model_desc *d = m->desc;
     int cur = 0;
-    CL_TRY(cl_model_z3_pass(m, 1));
+    CL_TRY(cl_model_z3_pass(m, CL_Z3_BACKWARD));
     for (int u = m->u1 - 1; u >= m->u0; u--) {
         const cl_unit *un = &d->units[u];
         CL_TRY(cl_model_z3_before(m, u));
@@ -1060,15 +1062,18 @@ cl_status cl_model_stage_backward(cl_model *m, const cl_microbatch *mb, const fl
 }
 
 cl_status cl_model_stage_backward_weight(cl_model *m, const cl_microbatch *mb, const float *in, cl_acts *a,
-                                         float *const *saved_dout) {
-    if (m->z3) return cl_error(CL_ERR_UNSUPPORTED, "ZeRO 3 with a split backward (zb-h1) is not built yet");
+                                         float *const *saved_dout, cl_unit_done_fn done, void *ctx) {
+    CL_TRY(cl_model_z3_pass(m, CL_Z3_WEIGHT));
     for (int u = m->u1 - 1; u >= m->u0; u--) {
         const cl_unit *un = &m->desc->units[u];
-        if (cl_unit_is_loss(un)) continue;
-        m->tp_keep = saved_dout[u - m->u0] + un->out_floats * mb->B;
-        cl_status st = cl_unit_backward(m, u, mb, stage_input(m, a, u, mb, in), a, saved_dout[u - m->u0], NULL, CL_BWD_WEIGHT);
-        m->tp_keep = NULL;
-        CL_TRY(st);
+        if (!cl_unit_is_loss(un)) {
+            CL_TRY(cl_model_z3_before(m, u));
+            m->tp_keep = saved_dout[u - m->u0] + un->out_floats * mb->B;
+            cl_status st = cl_unit_backward(m, u, mb, stage_input(m, a, u, mb, in), a, saved_dout[u - m->u0], NULL, CL_BWD_WEIGHT);
+            m->tp_keep = NULL;
+            CL_TRY(st);
+        }
+        if (done) CL_TRY(done(ctx, u));
     }
     return CL_OK;
 }

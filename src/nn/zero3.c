@@ -86,16 +86,27 @@ cl_status cl_model_set_zero3(cl_model *m, cl_comm *dp) {
     return CL_OK;
 }
 
-cl_status cl_model_z3_pass(cl_model *m, int backward) {
+/* 1 if unit un reads its parameters in a pass of this kind: every unit's
+ * forward; a backward's input gradients and a block's interior (which its
+ * weight pass re-derives) need them; the embedding's backward, a linear's
+ * or a convolution's weight gradient read only activations and gradients;
+ * a weight pass skips the loss units (their gradients came in the input pass). */
+static int reads_params(const cl_unit *un, cl_z3_pass_kind kind) {
+    if (kind == CL_Z3_FORWARD) return 1;
+    if (kind == CL_Z3_BACKWARD) return un->kind != CL_UNIT_EMBED;
+    return un->kind == CL_UNIT_BLOCK;
+}
+
+cl_status cl_model_z3_pass(cl_model *m, cl_z3_pass_kind kind) {
     struct cl_z3 *z = m->z3;
     if (!z) return CL_OK;
     if (z->issued != z->pos) return cl_error(CL_ERR_INTERNAL, "ZeRO 3: a pass started with gathers in flight");
     z->n = z->issued = z->pos = 0;
     for (int j = 0; j < m->u1 - m->u0; j++) {
-        int u = backward ? m->u1 - 1 - j : m->u0 + j;
+        int u = kind == CL_Z3_FORWARD ? m->u0 + j : m->u1 - 1 - j;
         int64_t lo;
         int wte;
-        if (cl_model_unit_range(m->desc, u, &lo, &wte)) z->order[z->n++] = u;
+        if (cl_model_unit_range(m->desc, u, &lo, &wte) && reads_params(&m->desc->units[u], kind)) z->order[z->n++] = u;
     }
     return CL_OK;
 }

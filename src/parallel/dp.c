@@ -52,7 +52,7 @@ cl_status cl_dp_create(cl_dp **out, cl_comm *comm, cl_model *m, size_t bucket_by
         cl_dp_destroy(dp);
         return cl_error(CL_ERR_OOM, "cannot allocate the gradient buckets");
     }
-    dp->n = cl_model_buckets(m->desc, m->u0, m->u1, m->sizes.lo, bucket_bytes, dp->z2, dp->bk);
+    dp->n = cl_model_buckets(m->desc, m->u0, m->u1, m->sizes.lo, bucket_bytes, dp->z2, m->zero.split, dp->bk);
     for (int i = 0; dp->z2 && i < m->desc->nparams; i++)
         if (cl_model_owns_param(m, i)) dp->nblocks += (m->desc->params[i].numel + CL_SUMSQ_BLOCK - 1) / CL_SUMSQ_BLOCK;
     if (dp->nblocks && !(dp->bsum = calloc((size_t)dp->nblocks, sizeof *dp->bsum))) {
@@ -111,7 +111,7 @@ static cl_status prepare(cl_dp *dp, int k) {
     if (dp->nbuf > 1) dp->turn ^= 1;
     memset(m->gbuf[b], 0, (size_t)(bk->hi - bk->lo) * sizeof(float));
     for (int i = 0; i < d->nparams; i++)
-        if (m->loc[i] >= bk->lo && m->loc[i] < bk->hi && !cl_model_grad_whole(d, m->u0, m->u1, i))
+        if (m->loc[i] >= bk->lo && m->loc[i] < bk->hi && !cl_model_grad_whole(d, m->u0, m->u1, m->zero.split, i))
             m->g[i] = m->gbuf[b] + (m->loc[i] - bk->lo);
     dp->cur = b;
     return CL_OK;
@@ -214,7 +214,7 @@ void cl_dp_whole_to_shard(cl_dp *dp) {
     cl_model *m = dp->m;
     const cl_model_desc *d = m->desc;
     for (int i = 0; i < d->nparams; i++) {
-        if (m->loc[i] < 0 || !cl_model_grad_whole(d, m->u0, m->u1, i)) continue;
+        if (m->loc[i] < 0 || !cl_model_grad_whole(d, m->u0, m->u1, m->zero.split, i)) continue;
         int64_t a, len = cl_zero_overlap(m->loc[i], m->loc[i] + d->params[i].numel, m->sizes.shard_lo, m->sizes.shard, &a);
         if (len) memcpy(m->grads + (a - m->sizes.shard_lo), m->g[i] + (a - m->loc[i]), (size_t)len * sizeof(float));
     }

@@ -28,7 +28,7 @@ int cl_pp_shape_has_tie_buf(const cl_model_desc *d, const cl_pp_shape *sh, int p
 
 cl_pp_stage_opts cl_pp_shape_opts(const cl_pp_shape *sh, const cl_train_config *cfg, int s) {
     cl_pp_stage_opts o = {.B = cfg->micro_batch, .recompute = cfg->recompute, .live = sh->live[s],
-                          .zb = sh->zb, .ngb = sh->ngb[s], .zero = {cfg->zero, sh->dp, 0, cfg->bucket_bytes, cfg->zero3_prefetch},
+                          .zb = sh->zb, .ngb = sh->ngb[s], .zero = {cfg->zero, sh->dp, 0, cfg->bucket_bytes, cfg->zero3_prefetch, sh->zb},
                           .offload = cfg->offload_optimizer};
     return o;
 }
@@ -66,8 +66,6 @@ cl_status cl_pp_shape_make(const cl_model_desc *d, const cl_train_config *cfg, i
     sh->p = p;
     sh->dp = dp;
     sh->zb = kind == CL_SCHED_ZB_H1;
-    if (sh->zb && cfg->zero >= 2 && dp > 1) /* its head's weight gradients come in B, the others' in W: one bucket in two actions */
-        return cl_error(CL_ERR_UNSUPPORTED, cfg->zero == 2 ? "--zero 2 with --schedule zb-h1 is not built yet (use another schedule, or --zero 1)" : "--zero 3 with --schedule zb-h1 is not built yet (use another schedule, or --zero 1)");
     sh->v = p == 1 ? 1 : cfg->virtual_stages ? cfg->virtual_stages : (kind == CL_SCHED_INTERLEAVED ? 2 : 1);
     if (sh->v > 1 && kind != CL_SCHED_INTERLEAVED)
         return cl_error(CL_ERR_INVALID, "--virtual-stages %d needs --schedule interleaved (the %s schedule runs one chunk per rank)",

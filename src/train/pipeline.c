@@ -170,7 +170,7 @@ cl_status cl_pp_create(cl_trainer *t) {
         ch->first = ch->stage == 0;
         ch->last = ch->stage == pp->S - 1;
         int u0 = pp->part.u0[ch->stage], u1 = pp->part.u1[ch->stage];
-        cl_zero zero = {cfg->zero, t->dp, t->dp_rank, cfg->bucket_bytes, cfg->zero3_prefetch};
+        cl_zero zero = {cfg->zero, t->dp, t->dp_rank, cfg->bucket_bytes, cfg->zero3_prefetch, kind == CL_SCHED_ZB_H1};
         CL_TRY(cl_model_create_zero(&ch->m, d, t->dev, cfg->micro_batch, u0, u1, &zero));
         if (t->dp > 1) CL_TRY(cl_model_set_zero3(ch->m, cfg->groups->dp)); /* ZeRO 3: no-op below it */
         if (t->tp > 1) CL_TRY(cl_model_set_tp(ch->m, cfg->groups->tp));
@@ -563,13 +563,19 @@ static cl_status run_action(cl_trainer *t, struct cl_pp *pp, const cl_action *a,
                                        armed ? ch->dp : NULL));
         return a->kind == CL_ACT_BWD ? release_slot(pp, ch, a->mb) : CL_OK;
     }
-    case CL_ACT_BWD_WEIGHT:
-        CL_TRY(cl_model_stage_backward_weight(m, &sl->mbd, ch->first ? sl->mbd.x : sl->in, &sl->acts, sl->udout));
-        if (i == ch->last_bwd) { /* a split backward: all of the chunk's buckets after its last weight pass */
+    case CL_ACT_BWD_WEIGHT: {
+        /* ZeRO 2: every weight pass fills and reduce-scatters the buckets (the loss units' gradients, from
+         * the input pass, are kept whole); else all of the chunk's buckets leave after its last weight pass */
+        int armed = 0;
+        if (cl_dp_sharded(ch->dp)) CL_TRY(cl_dp_begin_backward(ch->dp, i == ch->last_bwd, &armed));
+        CL_TRY(cl_model_stage_backward_weight(m, &sl->mbd, ch->first ? sl->mbd.x : sl->in, &sl->acts, sl->udout,
+                                              armed ? cl_dp_unit_done : NULL, armed ? ch->dp : NULL));
+        if (i == ch->last_bwd && !armed) {
             cl_dp_begin(ch->dp);
             CL_TRY(cl_dp_launch_rest(ch->dp));
         }
         return release_slot(pp, ch, a->mb);
+    }
     case CL_ACT_SEND_ACT:
         return cl_comm_isend(pp->comm, cl_acts_output_mb(m, &sl->acts, m->u1 - 1, &sl->mbd), ch->out_bytes, next,
                              msg_tag(pp, a->mb, s + 1, 0), &sl->send_req);
