@@ -126,6 +126,7 @@ static cl_status parse_root(const cl_json *r, const char *what, cl_hw *hw) {
     CL_TRY(num(r, "", "memory_efficiency", what, 0, &meff));
     if (meff > 1) return cl_error(CL_ERR_INVALID, "%s: memory_efficiency must be at most 1", what);
     hw->mem_bw *= meff;
+    CL_TRY(num(r, "", "disk_bandwidth", what, 0, &hw->disk_bw));
     CL_TRY(num(r, "", "device_memory", what, 1, &hw->device_memory));
     CL_TRY(num(r, "", "devices_per_node", what, 1, &dpn));
     if (dpn != floor(dpn) || dpn > 1 << 20) return cl_error(CL_ERR_INVALID, "%s: devices_per_node must be a whole number", what);
@@ -170,8 +171,9 @@ char *cl_hw_to_json(const cl_hw *hw, const char *note) {
     } else {
         cl_sb_printf(&b, "\"max_efficiency\": %.4g, \"half_dim\": %.4g}", hw->gemm_max_eff, hw->gemm_half);
     }
-    cl_sb_printf(&b, ",\n \"memory_bandwidth\": %.6g,\n \"device_memory\": %.0f,\n \"devices_per_node\": %d,\n", hw->mem_bw,
-                 hw->device_memory, hw->devices_per_node);
+    cl_sb_printf(&b, ",\n \"memory_bandwidth\": %.6g,\n", hw->mem_bw);
+    if (hw->disk_bw > 0) cl_sb_printf(&b, " \"disk_bandwidth\": %.6g,\n", hw->disk_bw);
+    cl_sb_printf(&b, " \"device_memory\": %.0f,\n \"devices_per_node\": %d,\n", hw->device_memory, hw->devices_per_node);
     cl_sb_printf(&b, " \"intra_node\": {\"bandwidth\": %.6g, \"latency\": %.3g},\n", hw->intra_bw, hw->intra_lat);
     cl_sb_printf(&b, " \"inter_node\": {\"bandwidth\": %.6g, \"latency\": %.3g},\n", hw->inter_bw, hw->inter_lat);
     cl_sb_printf(&b, " \"exact_memory\": %s,\n \"sources\": ", hw->exact_memory ? "true" : "false");
