@@ -21,7 +21,7 @@
 # steps SKIP+1..STEPS of its --log-file, a point's the median over the
 # rounds ("fastest": the fastest single step of any round, beside it: on a
 # shared machine the step least slowed by other work). The hardware description is cleave plan calibrate's, made first
-# (HW, default bench-plan-this.json here; REUSE=1 keeps an existing one).
+# (HW, default build/plan-this.json; REUSE=1 keeps an existing one).
 #
 #   bash bench/plan_grid.sh                 # about 5 minutes on 2 quiet cores
 #   ROUNDS=5 STEPS=12 SEQ=256 bash bench/plan_grid.sh
@@ -33,7 +33,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 model=${MODEL:-gpt2-small} seq=${SEQ:-128} steps=${STEPS:-10} skip=${SKIP:-3} rounds=${ROUNDS:-3} gb=8
 bin=${CLEAVE:-./build/cleave}
-hw=${HW:-bench-plan-this.json}
+hw=${HW:-build/plan-this.json}
 [ -x "$bin" ] || { echo "plan_grid: $bin not built (make)" >&2; exit 2; }
 [ "$steps" -gt "$skip" ] || { echo "plan_grid: STEPS must exceed SKIP" >&2; exit 2; }
 tmp=$(mktemp -d)

@@ -257,7 +257,12 @@ static cl_status prepare(plan_ctx *x, const cl_plan_cfg *c, prep *P, cl_model_de
                 ucf = ucb = 0;
                 ut[0] = pass_time(x, &uc.pass[CL_PASS_F], peak, c->tp, &ucf);
                 ut[1] = pass_time(x, &uc.pass[CL_PASS_B], peak, c->tp, &ucb) + pass_time(x, &uc.pass[CL_PASS_RF], peak, c->tp, &ucb);
+                double comm_b = ucb;
                 ut[2] = pass_time(x, &uc.pass[CL_PASS_W], peak, c->tp, &ucb);
+                /* zb-h1's weight-only backward of a block re-derives the block's interior gradients from
+                 * its output gradient (and re-forwards under full recompute) before the weight products:
+                 * the engine's W is B's work plus W's (docs/ARCHITECTURE.md, Backward split) */
+                if (P->kind == CL_SCHED_ZB_H1 && kind == CL_UNIT_BLOCK) ut[2] += ut[1], ucb += comm_b;
                 cached_kind = kind;
             }
             P->f[s] += ut[0], P->b[s] += ut[1], P->w[s] += ut[2];
