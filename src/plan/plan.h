@@ -51,12 +51,12 @@ void cl_pass_cost_add(cl_pass_cost *acc, const cl_pass_cost *a);
 
 /* ---- hardware (hw.c) -------------------------------------------------------
  * A small JSON file (docs/ARCHITECTURE.md "Planner" lists the fields). */
-#define CL_HW_MAX_GEMM_POINTS 64
+#define CL_HW_MAX_GEMM_POINTS 128
 typedef struct {
     char name[64];
     double peak_fp32, peak_bf16;       /* FLOP/s per device; peak_bf16 0: no 16-bit mode */
     double gemm_max_eff, gemm_half;    /* eff = max * prod over m, n, k of d / (d + half) */
-    int ngemm_points;                  /* a measured table instead (calibrate): nearest shape in log space */
+    int ngemm_points;                  /* a measured table instead (calibrate): interpolated in log space on a full grid, else the nearest */
     double gemm_points[CL_HW_MAX_GEMM_POINTS][4]; /* m, n, k, efficiency */
     double mem_bw;                     /* bytes/s the non-GEMM kernels reach */
     double disk_bw;                    /* bytes/s of the offload file's stream (optional; 0: none, disk offload refused) */
