@@ -20,7 +20,12 @@
 # (the order rotates between rounds); a run's figure is the median "ms" of
 # steps SKIP+1..STEPS of its --log-file, a point's the median over the
 # rounds ("fastest": the fastest single step of any round, beside it: on a
-# shared machine the step least slowed by other work). The hardware description is cleave plan calibrate's, made first
+# shared machine the step least slowed by other work). "CPU ms" is what
+# the load cannot inflate: the process's user + system CPU time of a
+# STEPS-step run less that of a SKIP-step run, per step and rank, beside
+# the planner's "busy" (its step time less the bubble's idle share): on a
+# shared machine a rank's step waits for a core, but the CPU it uses is
+# the work's. The hardware description is cleave plan calibrate's, made first
 # (HW, default build/plan-this.json; REUSE=1 keeps an existing one).
 #
 #   bash bench/plan_grid.sh                 # about 5 minutes on 2 quiet cores
@@ -71,6 +76,16 @@ predict() { # predict DEVICES FLAGS... -> step_s
         grep -o '"step_s": [0-9.e+-]*' | awk '{ print $2 }'
 }
 
+# the predicted busy seconds of a rank in the step: the step less the bubble's idle share (the "CPU ms"
+# column's counterpart: what a rank computes, whatever the other work on the cores)
+predict_busy() {
+    local n=$1; shift
+    # shellcheck disable=SC2068
+    CLEAVE_HW="$hw" "$bin" plan --hardware this "${shape[@]}" --devices "$n" "$@" --json | head -1 |
+        awk '{ match($0, /"step_s": [0-9.e+-]*/); s = substr($0, RSTART + 10, RLENGTH - 10)
+               match($0, /"bubble": [0-9.e+-]*/); b = substr($0, RSTART + 10, RLENGTH - 10); print s * (1 - b) }'
+}
+
 # the planner's first choice for 2 devices, as flags
 top=$(CLEAVE_HW="$hw" "$bin" plan --hardware this "${shape[@]}" --devices 2 --top 1 --json | head -1)
 field() { grep -o "\"$1\": [^,}]*" <<<"$top" | head -1 | sed 's/^[^:]*: //; s/"//g'; }
@@ -91,13 +106,21 @@ fi
 echo "planner's first choice for 2 devices: $tflags ($top_name)"
 
 median() { sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) { print "nan"; exit } m = int((NR + 1) / 2); print (NR % 2) ? v[m] : (v[m] + v[m + 1]) / 2 }'; }
-run() { # run INDEX DEVICES FLAGS -> appends the run's median ms to $tmp/INDEX.ms
-    local i=$1 n=$2 flags=$3 extra=()
+train() { # train STEPS DEVICES FLAGS -> $tmp/log.json, and the process's CPU seconds (user + system) in $tmp/cpu
+    local k=$1 n=$2 flags=$3 extra=()
     [[ $flags == *--offload-optimizer\ disk* ]] && extra=(--offload-dir "$tmp")
     # shellcheck disable=SC2086
-    "$bin" train "${shape[@]}" $flags "${extra[@]}" --ranks "$n" --threads 1 --steps "$steps" --sample-tokens 0 \
-        --eval-batches 1 --log-every 1000000 --log-file "$tmp/log.json" >"$tmp/out" 2>&1 ||
+    /usr/bin/time -f '%U %S' -o "$tmp/time" "$bin" train "${shape[@]}" $flags "${extra[@]}" --ranks "$n" --threads 1 \
+        --steps "$k" --sample-tokens 0 --eval-batches 1 --log-every 1000000 --log-file "$tmp/log.json" >"$tmp/out" 2>&1 ||
         { echo "plan_grid: train $flags failed:" >&2; tail -3 "$tmp/out" >&2; exit 1; }
+    awk '{ print $1 + $2 }' "$tmp/time" >"$tmp/cpu"
+}
+run() { # run INDEX DEVICES FLAGS -> appends the run's median ms to $tmp/INDEX.ms, its fastest step to .min, CPU ms per rank-step to .cpu
+    local i=$1 n=$2 flags=$3
+    train "$skip" "$n" "$flags"
+    local c0; c0=$(cat "$tmp/cpu")
+    train "$steps" "$n" "$flags"
+    awk -v a="$c0" -v b="$(cat "$tmp/cpu")" -v k=$((steps - skip)) -v n="$n" 'BEGIN { print 1000 * (b - a) / k / n }' >>"$tmp/$i.cpu"
     grep -o '"ms": [0-9.]*' "$tmp/log.json" | awk -v s="$skip" 'NR > s { print $2 }' >"$tmp/steps"
     median <"$tmp/steps" >>"$tmp/$i.ms"
     sort -g "$tmp/steps" | head -1 >>"$tmp/$i.min"
@@ -115,16 +138,18 @@ done
 
 echo
 echo "$model, sequence $seq, global batch $gb, one thread per rank; median of steps $((skip + 1))-$steps, median of $rounds rounds"
-printf '%-16s %3s %12s %12s %8s %9s %8s\n' point ranks "predicted ms" "measured ms" error "fastest" error
+printf '%-16s %3s %12s %12s %8s %9s %8s %8s %8s\n' point ranks "predicted ms" "measured ms" error "fastest" error "CPU ms" busy
 : >"$tmp/rows"
 for i in $(seq 0 $((np - 1))); do
     IFS='|' read -r name n flags <<<"${points[$i]}"
     # shellcheck disable=SC2086
     pred=$(predict "$n" $flags $([[ $flags == *--pp\ 1* ]] && echo --schedule 1f1b) --no-sequence-parallel \
            $([[ $flags == *--offload* ]] || echo --offload-optimizer none))
-    meas=$(median <"$tmp/$i.ms") fast=$(sort -g "$tmp/$i.min" | head -1)
-    awk -v nm="$name" -v n="$n" -v p="$pred" -v m="$meas" -v f="$fast" \
-        'BEGIN { e = 1000 * p / m - 1; printf "%-16s %3d %12.1f %12.1f %+7.1f%% %9.1f %+7.1f%%\n", nm, n, 1000 * p, m, 100 * e, f, 100 * (1000 * p / f - 1)
+    pbusy=$(predict_busy "$n" $flags $([[ $flags == *--pp\ 1* ]] && echo --schedule 1f1b) --no-sequence-parallel \
+           $([[ $flags == *--offload* ]] || echo --offload-optimizer none))
+    meas=$(median <"$tmp/$i.ms") fast=$(sort -g "$tmp/$i.min" | head -1) cpu=$(median <"$tmp/$i.cpu")
+    awk -v nm="$name" -v n="$n" -v p="$pred" -v m="$meas" -v f="$fast" -v c="$cpu" -v pb="$pbusy" \
+        'BEGIN { e = 1000 * p / m - 1; printf "%-16s %3d %12.1f %12.1f %+7.1f%% %9.1f %+7.1f%% %8.1f %8.1f\n", nm, n, 1000 * p, m, 100 * e, f, 100 * (1000 * p / f - 1), c, 1000 * pb
                  printf "%s|%d|%.6g|%.6g|%.6g\n", nm, n, 1000 * p, m, e > "/dev/stderr" }' 2>>"$tmp/rows"
 done
 awk -F'|' '{ a = $5 < 0 ? -$5 : $5; s += a; if (a > mx) mx = a; if (a > 0.10) bad++ }
