@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 static const cli_flag plan_flags[] = {
@@ -37,7 +38,9 @@ static const cli_flag plan_flags[] = {
     {"virtual-stages", "", 1, "fix the chunks per pipeline rank (interleaved)"},
     {"micro-batch-size", "", 1, "fix the micro-batch"},
     {"schedule", "", 1, "fix the schedule: 1f1b, gpipe, interleaved or zb-h1"},
-    {"zero", "", 1, "fix the ZeRO stage (0 to 3; this machine: 0 or 1)"},
+    {"zero", "", 1, "fix the ZeRO stage (0 to 3)"},
+    {"offload-optimizer", "", 1, "fix where the AdamW moments live: none, host or disk (this machine only; default: searched, "
+                                 "tried where the moments do not fit on the device)"},
     {"recompute", "", 1, "fix the recompute: none, selective or full"},
     {"sequence-parallel", "", 0, "fix sequence parallelism on (--no-sequence-parallel: off)"},
     {"no-sequence-parallel", "", 0, "fix sequence parallelism off"},
@@ -52,6 +55,7 @@ static const cli_flag cal_flags[] = {
     {"help", "h", 0, "show this help"},
     {"out", "", 1, "file to write (default: $CLEAVE_HW, else cleave-this.json here)"},
     {"repeat", "", 1, "best of this many runs per measurement (default 3)"},
+    {"offload-dir", "", 1, "directory whose file stream gives disk_bandwidth (--offload-optimizer disk's; default $TMPDIR, else /tmp)"},
 };
 
 static const char *this_path(void) {
@@ -97,39 +101,99 @@ static cl_status measure_link(int repeat, double *bw, double *lat) {
     return CL_OK;
 }
 
-static cl_status calibrate(const char *out, int repeat) {
+/* The offload file's stream: a 64 MiB unlinked file in dir written and read back in 1 MiB pieces (the
+ * offload's tiles, not synced: what the page cache and the disk give it), both directions' bytes over
+ * the two passes' time, the best of `repeat`. */
+static cl_status measure_disk(const char *dir, int repeat, double *bw) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/cleave-calibrate-XXXXXX", dir);
+    int fd = mkstemp(path);
+    if (fd < 0) return cl_error(CL_ERR_IO, "calibrate: cannot create a file in %s (--offload-dir)", dir);
+    unlink(path);
+    const size_t piece = (size_t)1 << 20, total = (size_t)64 << 20;
+    char *buf = malloc(piece);
+    cl_status s = buf ? CL_OK : cl_error(CL_ERR_OOM, "calibrate: cannot allocate the disk buffer");
+    if (buf) memset(buf, 1, piece);
+    double best = 1e30;
+    for (int r = 0; r < repeat && !s; r++) {
+        double t0 = cl_now();
+        for (size_t o = 0; o < total && !s; o += piece)
+            if (pwrite(fd, buf, piece, (off_t)o) != (ssize_t)piece) s = cl_error(CL_ERR_IO, "calibrate: cannot write in %s", dir);
+        for (size_t o = 0; o < total && !s; o += piece)
+            if (pread(fd, buf, piece, (off_t)o) != (ssize_t)piece) s = cl_error(CL_ERR_IO, "calibrate: cannot read back in %s", dir);
+        double t = cl_now() - t0;
+        if (t < best) best = t;
+    }
+    free(buf);
+    close(fd);
+    if (!s) *bw = 2.0 * (double)total / best;
+    return s;
+}
+
+/* This process's CPU seconds (every thread's): the GEMM table is timed in them, not in wall time, so
+ * time the products spend waiting for a core that other work holds does not enter the description
+ * (on a shared machine wall-timed efficiencies came out 20-35% low and moved between calibrations). */
+static double cpu_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static cl_status calibrate(const char *out, int repeat, const char *dir) {
     if (!cli_bench_isa()) return cl_error(CL_ERR_UNSUPPORTED, "calibrate needs AVX2 with FMA or AVX-512 (this CPU has neither)");
     cl_hw hw;
     memset(&hw, 0, sizeof hw);
     snprintf(hw.name, sizeof hw.name, "this");
     cl_set_threads(1); /* a device is one core */
     hw.peak_fp32 = cli_bench_peak(1, repeat) * 1e9;
-    static const int dims[] = {64, 256, 1024};
+    static const int dims[] = {64, 128, 256, 512, 1024};
+    double rate[125];
     float *a = malloc(1024 * 1024 * sizeof *a), *b = malloc(1024 * 1024 * sizeof *b), *c = malloc(1024 * 1024 * sizeof *c);
     if (!a || !b || !c) {
         free(a), free(b), free(c);
         return cl_error(CL_ERR_OOM, "calibrate: cannot allocate the products");
     }
     for (int i = 0; i < 1024 * 1024; i++) a[i] = b[i] = 1e-3f * (float)(i % 97), c[i] = 0;
-    for (int im = 0; im < 3; im++)
-        for (int in = 0; in < 3; in++)
-            for (int ik = 0; ik < 3; ik++) {
+    for (int im = 0; im < 5; im++)
+        for (int in = 0; in < 5; in++)
+            for (int ik = 0; ik < 5; ik++) {
                 int M = dims[im], N = dims[in], K = dims[ik];
                 double best = 1e30;
                 int reps = (int)(4e8 / (2.0 * M * N * K)) + 1;
                 for (int r = 0; r < repeat; r++) {
-                    double t0 = cl_now();
+                    double t0 = cpu_seconds();
                     for (int k = 0; k < reps; k++) cl_gemm(0, 0, M, N, K, 1.0f, a, K, b, N, 0.0f, c, N);
-                    double t = (cl_now() - t0) / reps;
-                    if (t < best) best = t;
+                    double t = (cpu_seconds() - t0) / reps;
+                    if (t > 0 && t < best) best = t;
                 }
-                double eff = 2.0 * M * N * K / best / hw.peak_fp32;
+                rate[hw.ngemm_points] = 2.0 * M * N * K / best;
                 double *pt = hw.gemm_points[hw.ngemm_points++];
-                pt[0] = M, pt[1] = N, pt[2] = K, pt[3] = eff > 1 ? 1 : eff;
+                pt[0] = M, pt[1] = N, pt[2] = K;
             }
     free(a), free(b), free(c);
-    double rd;
-    hw.mem_bw = cli_bench_copy((size_t)256 << 20, repeat, &rd) * 1e9;
+    /* a peak below a rate the GEMM reached was measured short (the FMA loop shares the cores with
+     * other work as much as the products do): the best rate is then the peak, so every efficiency
+     * is at most 1 and none is clipped */
+    for (int i = 0; i < hw.ngemm_points; i++)
+        if (rate[i] > hw.peak_fp32) hw.peak_fp32 = rate[i];
+    for (int i = 0; i < hw.ngemm_points; i++) hw.gemm_points[i][3] = rate[i] / hw.peak_fp32;
+    /* memory: a 256 MiB memcpy (read + write bytes), timed in CPU seconds as the products are */
+    size_t mb = (size_t)256 << 20;
+    char *src = malloc(mb), *dst = malloc(mb);
+    if (!src || !dst) {
+        free(src), free(dst);
+        return cl_error(CL_ERR_OOM, "calibrate: cannot allocate the copy");
+    }
+    memset(src, 1, mb), memset(dst, 2, mb);
+    double best_copy = 1e30;
+    for (int r = 0; r < repeat; r++) {
+        double t0 = cpu_seconds();
+        memcpy(dst, src, mb);
+        double t = cpu_seconds() - t0;
+        if (t > 0 && t < best_copy) best_copy = t;
+    }
+    hw.mem_bw = 2.0 * (double)mb / best_copy + 0 * dst[mb / 2];
+    free(src), free(dst);
     long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
     int cores = cl_cores_available();
     hw.devices_per_node = cores > 0 ? cores : 1;
@@ -137,14 +201,16 @@ static cl_status calibrate(const char *out, int repeat) {
     /* the links: the threads backend's all-reduce between two ranks (one machine: within and between
      * "nodes" alike) */
     CL_TRY(measure_link(repeat, &hw.intra_bw, &hw.intra_lat));
+    CL_TRY(measure_disk(dir, repeat, &hw.disk_bw));
     hw.inter_bw = hw.intra_bw, hw.inter_lat = hw.intra_lat;
     hw.exact_memory = 1;
-    char note[512];
+    char note[1024];
     snprintf(note, sizeof note,
-             "cleave plan calibrate: peak = one core's FP32 FMA loop (%s); gemm table = cl_gemm (%s) on one thread at m, n, k in "
-             "{64, 256, 1024} over that peak; memory_bandwidth = a 256 MiB memcpy (read + write); a device = one core, its memory "
-             "the host's divided by the %d cores; links = a 2-rank threads all-reduce: latency from 1 float, bandwidth from 16 MiB",
-             cli_bench_isa(), cl_gemm_backend(), hw.devices_per_node);
+             "cleave plan calibrate: peak = one core's FP32 FMA loop (%s), or the best GEMM rate where that is higher; gemm "
+             "table = cl_gemm (%s) on one thread at m, n, k in {64, 128, 256, 512, 1024}, timed in process CPU seconds, over that peak; memory_bandwidth = a 256 MiB memcpy (read + write bytes) in process CPU seconds; a device = one core, its memory "
+             "the host's divided by the %d cores; links = a 2-rank threads all-reduce: latency from 1 float, bandwidth from 16 MiB; "
+             "disk_bandwidth = a 64 MiB file in %s written and read back in 1 MiB pieces (bytes both ways over the time)",
+             cli_bench_isa(), cl_gemm_backend(), hw.devices_per_node, dir);
     char *text = cl_hw_to_json(&hw, note);
     if (!text) return cl_error(CL_ERR_OOM, "calibrate: cannot write the description");
     FILE *f = fopen(out, "w");
@@ -152,9 +218,10 @@ static cl_status calibrate(const char *out, int repeat) {
     if (f && fclose(f)) bad = 1;
     free(text);
     if (bad) return cl_error(CL_ERR_IO, "calibrate: cannot write %s", out);
-    printf("wrote %s: peak %.1f GFLOP/s per core, memory %.1f GB/s, %d devices (cores), %.1f GiB each, link %.1f GB/s and %.1f us\n",
+    printf("wrote %s: peak %.1f GFLOP/s per core, memory %.1f GB/s, %d devices (cores), %.1f GiB each, link %.1f GB/s and %.1f us, "
+           "disk %.2f GB/s\n",
            out, hw.peak_fp32 / 1e9, hw.mem_bw / 1e9, hw.devices_per_node, hw.device_memory / (1 << 30), hw.intra_bw / 1e9,
-           hw.intra_lat * 1e6);
+           hw.intra_lat * 1e6, hw.disk_bw / 1e9);
     return CL_OK;
 }
 
@@ -163,16 +230,18 @@ static int cmd_calibrate(int argc, char **argv) {
     cl_status s = cli_parse(&a, cal_flags, NFLAGS(cal_flags), argc, argv, 3);
     if (s) return cli_fail(s);
     if (cli_get(&a, "help")) {
-        cli_print_help("usage: cleave plan calibrate [--out FILE]\n\n"
+        cli_print_help("usage: cleave plan calibrate [--out FILE] [--offload-dir DIR]\n\n"
                        "Measures this machine as `cleave bench` does (one core's FP32 peak, the GEMM's efficiency at\n"
-                       "27 shapes, memory bandwidth) and writes the hardware description `--hardware this` reads.",
+                       "125 shapes, memory bandwidth, a file's stream in DIR) and writes the hardware description `--hardware this` reads.",
                        cal_flags, NFLAGS(cal_flags));
         return 0;
     }
     int repeat = 3;
     if ((s = cli_int(&a, "repeat", &repeat, 1, 100))) return cli_fail(s);
     const char *out = cli_get(&a, "out") ? cli_get(&a, "out") : this_path();
-    s = calibrate(out, repeat);
+    const char *dir = cli_get(&a, "offload-dir"), *tmp = getenv("TMPDIR");
+    if (!dir) dir = tmp && *tmp ? tmp : "/tmp";
+    s = calibrate(out, repeat, dir);
     return s ? cli_fail(s) : 0;
 }
 
@@ -194,11 +263,11 @@ static void gib(char *b, size_t n, double x) { snprintf(b, n, "%.3g", x / (1 << 
 static void print_json(const cl_plan_result *r) {
     const cl_plan_cfg *c = &r->c;
     printf("{\"dp\": %d, \"tp\": %d, \"pp\": %d, \"virtual_stages\": %d, \"micro_batch_size\": %d, \"schedule\": \"%s\", \"zero\": %d, "
-           "\"recompute\": \"%s\", \"sequence_parallel\": %s, \"precision\": \"%s\", \"fits\": %s, \"step_s\": %.6g, "
+           "\"offload_optimizer\": \"%s\", \"recompute\": \"%s\", \"sequence_parallel\": %s, \"precision\": \"%s\", \"fits\": %s, \"step_s\": %.6g, "
            "\"tokens_per_s\": %.6g, \"model_tflops_per_device\": %.6g, \"tflops_per_device\": %.6g, \"peak_share\": %.4f, "
            "\"bubble\": %.4f, \"comm_share\": %.4f, \"simulated\": %s, \"peak_bytes\": %.0f, \"peak_rank\": %d, \"bytes\": {",
-           c->dp, c->tp, c->pp, c->v, c->mb, cl_sched_kind_name((cl_sched_kind)c->schedule), c->zero, rc_name(c->recompute),
-           c->sp ? "true" : "false", c->bf16 ? "bf16" : "fp32", r->fits ? "true" : "false", r->step_s, r->tokens_per_s,
+           c->dp, c->tp, c->pp, c->v, c->mb, cl_sched_kind_name((cl_sched_kind)c->schedule), c->zero,
+           c->offload == 2 ? "disk" : c->offload ? "host" : "none", rc_name(c->recompute), c->sp ? "true" : "false", c->bf16 ? "bf16" : "fp32", r->fits ? "true" : "false", r->step_s, r->tokens_per_s,
            r->model_tflops, r->hw_tflops, r->peak_share, r->bubble, r->comm_share, r->simulated ? "true" : "false", r->peak_bytes,
            r->full_rank);
     for (int k = 0; k < CL_MEM_NCAT; k++) printf("%s\"%s\": %.0f", k ? ", " : "", cl_mem_cat_name((cl_mem_cat)k), r->cat_bytes[k]);
@@ -215,10 +284,11 @@ static void print_table(const cl_plan_list *l, int top) {
         char cat[5][16], pk[16];
         for (int k = 0; k < 5; k++) gib(cat[k], sizeof cat[k], r->cat_bytes[k]);
         gib(pk, sizeof pk, r->peak_bytes);
-        printf("  %4d %4d %3d %3d %2d %3d %-11s %4d %-9s %2s | %9.4g %10.4g %7.3g %4.0f%% %6.3f %5.3f | %8s (%s %s %s %s %s)%s\n", i + 1,
+        printf("  %4d %4d %3d %3d %2d %3d %-11s %4d %-9s %2s | %9.4g %10.4g %7.3g %4.0f%% %6.3f %5.3f | %8s (%s %s %s %s %s)%s%s\n", i + 1,
                c->dp, c->tp, c->pp, c->v, c->mb, cl_sched_kind_name((cl_sched_kind)c->schedule), c->zero, rc_name(c->recompute),
                c->sp ? "y" : "n", r->step_s, r->tokens_per_s, r->model_tflops, 100 * r->peak_share, r->bubble, r->comm_share, pk,
-               cat[0], cat[1], cat[2], cat[3], cat[4], r->simulated ? "" : " *");
+               cat[0], cat[1], cat[2], cat[3], cat[4], r->simulated ? "" : " *",
+               c->offload == 2 ? " offload disk" : c->offload ? " offload host" : "");
     }
 }
 
@@ -240,7 +310,7 @@ int cleave_cmd_plan(int argc, char **argv) {
     }
     cl_plan_query q;
     memset(&q, 0, sizeof q);
-    q.fix = (cl_plan_cfg){-1, -1, -1, -1, -1, -1, -1, -1, -1, -1};
+    q.fix = (cl_plan_cfg){-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1};
     int seq = 0;
     if ((s = cli_parse_model(&a, &q.model, &seq))) return cli_fail(s);
     q.T = q.model.kind == CL_MODEL_GPT ? (seq ? seq : q.model.seq_len) : 1;
@@ -289,9 +359,15 @@ int cleave_cmd_plan(int argc, char **argv) {
         return cli_fail(cl_error(CL_ERR_INVALID, "--precision bf16: the hardware %s has no bf16 peak", q.hw.name));
     if (q.fix.bf16 == 1 && q.hw.exact_memory)
         return cli_fail(cl_error(CL_ERR_INVALID, "--precision bf16: cleave trains in fp32 on this machine"));
-    if (q.fix.zero > 1 && q.hw.exact_memory)
-        return cli_fail(cl_error(CL_ERR_UNSUPPORTED, "--zero %d: ZeRO stages 2 and 3 are not built yet on this machine (0 or 1)",
-                                 q.fix.zero));
+    const char *off = cli_get(&a, "offload-optimizer");
+    if (off) {
+        static const char *const names[] = {"none", "host", "disk"};
+        for (int i = 0; i < 3; i++)
+            if (!strcmp(off, names[i])) q.fix.offload = i;
+        if (q.fix.offload < 0) return cli_fail(cl_error(CL_ERR_INVALID, "unknown --offload-optimizer '%s' (none, host or disk)", off));
+        if (q.fix.offload && !q.hw.exact_memory)
+            return cli_fail(cl_error(CL_ERR_UNSUPPORTED, "--offload-optimizer %s: modelled on this machine only (--hardware this)", off));
+    }
     cl_plan_list l;
     double t0 = cl_now();
     if ((s = cl_plan_search(&q, &l))) return cli_fail(s);
@@ -299,6 +375,11 @@ int cleave_cmd_plan(int argc, char **argv) {
     char cap[32];
     double capb = q.device_memory > 0 ? q.device_memory : q.hw.device_memory;
     cl_format_bytes((size_t)capb, cap, sizeof cap);
+    if (!l.considered && l.refused[0]) {
+        s = cl_error(CL_ERR_UNSUPPORTED, "no configuration cleave can run: %s", l.refused);
+        cl_plan_list_free(&l);
+        return cli_fail(s);
+    }
     if (!l.considered) {
         cl_plan_list_free(&l);
         return cli_fail(cl_error(CL_ERR_INVALID,

@@ -6,8 +6,10 @@
 # A100s finishes in under 10 s; calibrate writes a description that
 # --hardware this reads and whose memory is the exact predictor's (cleave
 # memory's bytes); bad input (hardware file with a missing or negative field,
-# a device count nothing divides, a model that fits nothing, bf16 or ZeRO 3
-# on this machine) exits 2 with one line.
+# a device count nothing divides, a model that fits nothing, bf16 on this
+# machine, offload on a GPU description, disk offload without a
+# disk_bandwidth) exits 2 with one line. ZeRO 2 and 3 and optimizer offload
+# on this machine: the same bytes as cleave memory, or the same refusal.
 . "$(dirname "$0")/lib.sh"
 
 out=$($CLEAVE plan --model gpt2-xl --devices 64 --global-batch-size 512 --seq-len 1024 --top 5 2>&1); rc=$?
@@ -39,15 +41,53 @@ check '[ -s "$tmp/this.json" ] && grep -q "\"exact_memory\": true" "$tmp/this.js
 for cfg in "--dp 1 --tp 1 --pp 2 --micro-batch-size 2 --schedule 1f1b --zero 0 --recompute none" \
            "--dp 1 --tp 1 --pp 2 --micro-batch-size 1 --schedule zb-h1 --zero 0 --recompute selective" \
            "--dp 1 --tp 2 --pp 1 --micro-batch-size 4 --schedule 1f1b --zero 0 --recompute none --sequence-parallel" \
-           "--dp 2 --tp 1 --pp 1 --micro-batch-size 2 --schedule 1f1b --zero 1 --recompute full"; do
-    out=$(CLEAVE_HW="$tmp/this.json" $CLEAVE plan --hardware this --model gpt2-tiny --devices 2 --global-batch-size 8 $cfg \
-          --json 2>&1)
+           "--dp 2 --tp 1 --pp 1 --micro-batch-size 2 --schedule 1f1b --zero 1 --recompute full" \
+           "--dp 2 --tp 1 --pp 1 --micro-batch-size 2 --schedule 1f1b --zero 2 --recompute none" \
+           "--dp 2 --tp 1 --pp 1 --micro-batch-size 4 --schedule 1f1b --zero 3 --recompute selective" \
+           "--dp 1 --tp 1 --pp 2 --micro-batch-size 1 --schedule 1f1b --zero 0 --recompute none --offload-optimizer host" \
+           "--dp 2 --tp 1 --pp 1 --micro-batch-size 2 --schedule 1f1b --zero 3 --recompute none --offload-optimizer disk" \
+           "--dp 2 --tp 1 --pp 1 --micro-batch-size 1 --schedule 1f1b --zero 2 --recompute full --offload-optimizer host" \
+           "--dp 2 --tp 1 --pp 2 --micro-batch-size 1 --schedule 1f1b --zero 3 --recompute none" \
+           "--dp 2 --tp 1 --pp 2 --micro-batch-size 1 --schedule zb-h1 --zero 2 --recompute none" \
+           "--dp 2 --tp 1 --pp 2 --micro-batch-size 1 --schedule zb-h1 --zero 3 --recompute none"; do
+    dev=$(( $(printf '%s' "$cfg" | sed 's/--dp \([0-9]*\) --tp \([0-9]*\) --pp \([0-9]*\).*/\1 * \2 * \3/') ))
+    out=$(CLEAVE_HW="$tmp/this.json" $CLEAVE plan --hardware this --model gpt2-tiny --devices "$dev" --global-batch-size 8 $cfg \
+          --json 2>&1); prc=$?
     peak=$(printf '%s' "$out" | grep -o '"peak_bytes": [0-9]*' | awk '{print $2}')
     mcfg=$(printf '%s' "$cfg" | sed 's/--pp 1 --micro-batch-size \([0-9]*\) --schedule 1f1b/--pp 1 --micro-batch-size \1/')
-    mem=$($CLEAVE memory --model gpt2-tiny --global-batch-size 8 $mcfg --json 2>&1 | grep -o '"total": [0-9]*' |
-          awk '{print $2}' | sort -n | tail -1)
-    check '[ -n "$peak" ] && [ "$peak" = "$mem" ]' "this machine, $cfg: plan's peak $peak = cleave memory's $mem$(excerpt 3 "$out")"
+    case $cfg in *disk*) mcfg="$mcfg --offload-dir $tmp" ;; esac
+    mout=$($CLEAVE memory --model gpt2-tiny --global-batch-size 8 $mcfg --json 2>&1); mrc=$?
+    mem=$(printf '%s' "$mout" | grep -o '"total": [0-9]*' | awk '{print $2}' | sort -n | tail -1)
+    if [ $mrc -eq 0 ]; then
+        check '[ $prc -eq 0 ] && [ -n "$peak" ] && [ "$peak" = "$mem" ]' \
+            "this machine, $cfg: plan's peak $peak = cleave memory's $mem$(excerpt 3 "$out")"
+    else # what the trainer refuses (e.g. ZeRO 2/3 under zb-h1 before it is built) the planner refuses with its reason
+        why=$(printf '%s' "$mout" | sed 's/^cleave: error: //')
+        check '[ $prc -eq 2 ] && printf "%s" "$out" | grep -qF -- "$why"' \
+            "this machine, $cfg: cleave memory refuses ($why), so does plan$(excerpt 3 "$out")"
+    fi
 done
+# the search: ZeRO 2 and 3 are searched on this machine; offload is tried where the moments do not fit
+out=$(CLEAVE_HW="$tmp/this.json" $CLEAVE plan --hardware this --model gpt2-tiny --devices 2 --global-batch-size 8 --top 100 --json 2>&1)
+for z in 2 3; do
+    check 'printf "%s" "$out" | grep -q "\"zero\": $z,"' "the search on this machine has ZeRO $z$(excerpt 3 "$out")"
+done
+check '! printf "%s" "$out" | grep -q "\"offload_optimizer\": \"host\""' "no offload where everything fits"
+# a cap the moments on the device exceed but host offload meets: zero 0 on one device, 1 rank
+one=$(CLEAVE_HW="$tmp/this.json" $CLEAVE plan --hardware this --model gpt2-tiny --devices 1 --global-batch-size 8 \
+      --micro-batch-size 8 --recompute none --json 2>&1 | grep -o '"optimizer": [0-9]*' | awk '{print $2}')
+peak1=$(CLEAVE_HW="$tmp/this.json" $CLEAVE plan --hardware this --model gpt2-tiny --devices 1 --global-batch-size 8 \
+        --micro-batch-size 8 --recompute none --json 2>&1 | grep -o '"peak_bytes": [0-9]*' | awk '{print $2}')
+out=$(CLEAVE_HW="$tmp/this.json" $CLEAVE plan --hardware this --model gpt2-tiny --devices 1 --global-batch-size 8 \
+      --micro-batch-size 8 --recompute none --device-memory $((peak1 - one / 2)) --json 2>&1)
+check 'printf "%s" "$out" | head -1 | grep -q "\"offload_optimizer\": \"\(host\|disk\)\""' \
+    "under a cap the moments exceed, the search offloads them$(excerpt 3 "$out")"
+# disk offload is slower than host by the file's stream (16 bytes a parameter at disk_bandwidth)
+h=$(CLEAVE_HW="$tmp/this.json" $CLEAVE plan --hardware this --model gpt2-tiny --devices 1 --global-batch-size 8 --micro-batch-size 8 \
+    --recompute none --offload-optimizer host --json | grep -o '"step_s": [0-9.e+-]*' | awk '{print $2}')
+d=$(CLEAVE_HW="$tmp/this.json" $CLEAVE plan --hardware this --model gpt2-tiny --devices 1 --global-batch-size 8 --micro-batch-size 8 \
+    --recompute none --offload-optimizer disk --json | grep -o '"step_s": [0-9.e+-]*' | awk '{print $2}')
+check '[ -n "$h" ] && [ -n "$d" ] && awk -v h="$h" -v d="$d" "BEGIN { exit !(d >= h) }"' "disk offload $d s >= host $h s"
 # bad input: exit 2, one line
 expect2() {
     local want=$1; shift
@@ -61,7 +101,11 @@ expect2 "missing object gemm" $CLEAVE plan --hardware "$tmp/h1.json" --devices 2
 expect2 "memory_bandwidth must be positive" $CLEAVE plan --hardware "$tmp/h2.json" --devices 2
 expect2 "no configuration of 7 devices" $CLEAVE plan --devices 7 --global-batch-size 8 --tp 2
 expect2 "no configuration fits 1.0 GiB per device: the nearest" $CLEAVE plan --model gpt2-xl --devices 8 --device-memory 1GiB
-expect2 "not built yet" env CLEAVE_HW="$tmp/this.json" $CLEAVE plan --hardware this --devices 2 --zero 3
+expect2 "modelled on this machine only" $CLEAVE plan --devices 8 --offload-optimizer host
+expect2 "unknown --offload-optimizer" env CLEAVE_HW="$tmp/this.json" $CLEAVE plan --hardware this --devices 2 --offload-optimizer nvme
+sed '/"disk_bandwidth"/d' "$tmp/this.json" > "$tmp/h3.json"
+expect2 "has no disk_bandwidth" $CLEAVE plan --hardware "$tmp/h3.json" --devices 2 --dp 2 --tp 1 --pp 1 --micro-batch-size 4 \
+    --zero 0 --recompute none --offload-optimizer disk
 expect2 "has no bf16 peak" env CLEAVE_HW="$tmp/this.json" $CLEAVE plan --hardware this --devices 2 --precision bf16
 expect2 "run .cleave plan calibrate. first" env CLEAVE_HW="$tmp/none.json" $CLEAVE plan --hardware this --devices 2
 expect2 "give --devices" $CLEAVE plan

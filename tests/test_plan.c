@@ -172,6 +172,18 @@ static void test_hw(void) {
     CHECK(cl_hw_gemm_eff(&back, 70, 60, 50) == 0.25 && cl_hw_gemm_eff(&back, 300, 200, 250) == 0.5 &&
               cl_hw_gemm_eff(&back, 4096, 2048, 900) == 0.75,
           "table: nearest in log space");
+    /* a full grid (calibrate's): trilinear in log2 of m, n, k, clamped at the edges; exact at its points */
+    t.ngemm_points = 0;
+    for (int i = 0; i < 8; i++) {
+        double *pt = t.gemm_points[t.ngemm_points++];
+        pt[0] = i & 1 ? 256 : 64, pt[1] = i & 2 ? 1024 : 64, pt[2] = i & 4 ? 512 : 128;
+        pt[3] = 0.1 + 0.1 * i; /* eff = 0.1 + 0.1 (bit m + 2 bit n + 4 bit k) */
+    }
+    /* in log2: m 128 half way from 64 to 256, n 512 (9) 3/4 of the way from 64 (6) to 1024 (10), k 256 half way from 128 to 512 */
+    double wm = 0.5, wn = 0.75, wk = 0.5, want_e = 0.1 + 0.1 * (wm + 2 * wn + 4 * wk);
+    CHECK(fabs(cl_hw_gemm_eff(&t, 128, 512, 256) - want_e) < 1e-12, "grid: %g, want %g", cl_hw_gemm_eff(&t, 128, 512, 256), want_e);
+    CHECK(cl_hw_gemm_eff(&t, 256, 64, 512) == 0.1 + 0.1 * (1 + 4), "grid: exact at a point");
+    CHECK(fabs(cl_hw_gemm_eff(&t, 4096, 16, 100000) - (0.1 + 0.1 * (1 + 4))) < 1e-12, "grid: clamped at the edges");
     /* the curve: max x prod d / (d + half) */
     CHECK_OK(cl_hw_builtin("a100", &hw));
     double e = cl_hw_gemm_eff(&hw, 2048, 4096, 1024), we = hw.gemm_max_eff * 2048 / (2048 + hw.gemm_half) *
@@ -224,14 +236,14 @@ static void row_query(const mrow *r, cl_plan_query *q) {
     snprintf(q->model.name, sizeof q->model.name, "custom");
     q->T = 2048, q->devices = r->gpus, q->global_batch = r->batch, q->vocab_div = 128;
     cl_hw_builtin("a100", &q->hw);
-    q->fix = (cl_plan_cfg){-1, -1, -1, -1, -1, -1, -1, -1, -1, -1};
+    q->fix = (cl_plan_cfg){-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1};
 }
 
 static cl_plan_cfg row_cfg(const mrow *r) {
     int v = 1, per = r->layers / r->p;
     if (r->p > 1)
         for (v = 2; per % v; v++) {}
-    cl_plan_cfg c = {r->gpus / (r->t * r->p), r->t, r->p, v, 1, v > 1 ? CL_SCHED_INTERLEAVED : CL_SCHED_1F1B, 0, CL_RECOMPUTE_FULL, 0, 1};
+    cl_plan_cfg c = {r->gpus / (r->t * r->p), r->t, r->p, v, 1, v > 1 ? CL_SCHED_INTERLEAVED : CL_SCHED_1F1B, 0, CL_RECOMPUTE_FULL, 0, 1, 0};
     return c;
 }
 

@@ -126,6 +126,7 @@ static cl_status parse_root(const cl_json *r, const char *what, cl_hw *hw) {
     CL_TRY(num(r, "", "memory_efficiency", what, 0, &meff));
     if (meff > 1) return cl_error(CL_ERR_INVALID, "%s: memory_efficiency must be at most 1", what);
     hw->mem_bw *= meff;
+    CL_TRY(num(r, "", "disk_bandwidth", what, 0, &hw->disk_bw));
     CL_TRY(num(r, "", "device_memory", what, 1, &hw->device_memory));
     CL_TRY(num(r, "", "devices_per_node", what, 1, &dpn));
     if (dpn != floor(dpn) || dpn > 1 << 20) return cl_error(CL_ERR_INVALID, "%s: devices_per_node must be a whole number", what);
@@ -170,8 +171,9 @@ char *cl_hw_to_json(const cl_hw *hw, const char *note) {
     } else {
         cl_sb_printf(&b, "\"max_efficiency\": %.4g, \"half_dim\": %.4g}", hw->gemm_max_eff, hw->gemm_half);
     }
-    cl_sb_printf(&b, ",\n \"memory_bandwidth\": %.6g,\n \"device_memory\": %.0f,\n \"devices_per_node\": %d,\n", hw->mem_bw,
-                 hw->device_memory, hw->devices_per_node);
+    cl_sb_printf(&b, ",\n \"memory_bandwidth\": %.6g,\n", hw->mem_bw);
+    if (hw->disk_bw > 0) cl_sb_printf(&b, " \"disk_bandwidth\": %.6g,\n", hw->disk_bw);
+    cl_sb_printf(&b, " \"device_memory\": %.0f,\n \"devices_per_node\": %d,\n", hw->device_memory, hw->devices_per_node);
     cl_sb_printf(&b, " \"intra_node\": {\"bandwidth\": %.6g, \"latency\": %.3g},\n", hw->intra_bw, hw->intra_lat);
     cl_sb_printf(&b, " \"inter_node\": {\"bandwidth\": %.6g, \"latency\": %.3g},\n", hw->inter_bw, hw->inter_lat);
     cl_sb_printf(&b, " \"exact_memory\": %s,\n \"sources\": ", hw->exact_memory ? "true" : "false");
@@ -184,8 +186,65 @@ char *cl_hw_to_json(const cl_hw *hw, const char *note) {
     return b.buf;
 }
 
+/* The table's distinct values on axis a, ascending; their count. */
+static int axis_values(const cl_hw *hw, int a, double *v) {
+    int n = 0;
+    for (int i = 0; i < hw->ngemm_points; i++) {
+        double x = hw->gemm_points[i][a];
+        int j = 0;
+        while (j < n && v[j] < x) j++;
+        if (j < n && v[j] == x) continue;
+        memmove(v + j + 1, v + j, (size_t)(n - j) * sizeof *v);
+        v[j] = x, n++;
+    }
+    return n;
+}
+
+/* A table that is a full grid (every combination of its m, n and k values
+ * once, as calibrate writes it): trilinear interpolation in log2 of the
+ * dimensions, clamped to the grid's edges, so a shape between measured ones
+ * (gpt2-small's 128 and 512 between 64, 256 and 1024, say) gets the
+ * efficiency between theirs rather than the one a tie in distance picks.
+ * Returns -1 when the table is not a full grid. */
+static double grid_eff(const cl_hw *hw, double m, double n, double k) {
+    double ax[3][CL_HW_MAX_GEMM_POINTS], q[3] = {m, n, k}, t[3];
+    int na[3], lo[3];
+    for (int a = 0; a < 3; a++) na[a] = axis_values(hw, a, ax[a]);
+    if (na[0] * na[1] * na[2] != hw->ngemm_points) return -1;
+    for (int a = 0; a < 3; a++) {
+        int i = 0;
+        while (i + 2 < na[a] && q[a] > ax[a][i + 1]) i++;
+        lo[a] = i;
+        if (na[a] == 1) t[a] = 0, lo[a] = 0;
+        else {
+            double x = q[a] < ax[a][0] ? ax[a][0] : q[a] > ax[a][na[a] - 1] ? ax[a][na[a] - 1] : q[a];
+            t[a] = log(x / ax[a][i]) / log(ax[a][i + 1] / ax[a][i]);
+        }
+    }
+    double e = 0;
+    for (int c = 0; c < 8; c++) {
+        double w = 1, want[3];
+        for (int a = 0; a < 3; a++) {
+            int up = (c >> a) & 1;
+            if (up && na[a] == 1) w = 0;
+            want[a] = ax[a][lo[a] + (up && na[a] > 1)];
+            w *= up ? t[a] : 1 - t[a];
+        }
+        if (w == 0) continue;
+        int i = 0;
+        while (i < hw->ngemm_points && !(hw->gemm_points[i][0] == want[0] && hw->gemm_points[i][1] == want[1] &&
+                                         hw->gemm_points[i][2] == want[2]))
+            i++;
+        if (i == hw->ngemm_points) return -1; /* a combination twice, another missing */
+        e += w * hw->gemm_points[i][3];
+    }
+    return e;
+}
+
 double cl_hw_gemm_eff(const cl_hw *hw, double m, double n, double k) {
     if (hw->ngemm_points) {
+        double g = grid_eff(hw, m, n, k);
+        if (g > 0) return g;
         double best = INFINITY, eff = hw->gemm_points[0][3];
         for (int i = 0; i < hw->ngemm_points; i++) {
             double dm = log(m / hw->gemm_points[i][0]), dn = log(n / hw->gemm_points[i][1]), dk = log(k / hw->gemm_points[i][2]);

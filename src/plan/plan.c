@@ -145,6 +145,53 @@ static double pass_time(const plan_ctx *x, const cl_pass_cost *pc, double peak, 
 }
 
 
+/* ZeRO 3 (src/nn/zero3.c): each unit's parameters are all-gathered just
+ * before its forward and again before its backward (the LM head's gather
+ * takes the tied wte too), the next unit's gather issued before the current
+ * unit runs (--zero3-prefetch 1, the trainer's default). So a pass over the
+ * units u_1..u_n (backward: in reverse) lasts g_1 + sum_i max(c_i, g_(i+1)):
+ * the first gather is exposed, each later one hides under the unit before
+ * it, and g_(n+1) = 0. Replaces the stage's F and B + W (the split W of
+ * zb-h1 keeps its own time: stage 3 does not run under zb-h1 here). */
+static cl_status zero3_passes(plan_ctx *x, prep *P, const cl_model_desc *d, int eb, double peak, int inter) {
+    const cl_hw *hw = &x->q->hw;
+    const cl_plan_cfg *c = &P->c;
+    double wte = d->tied_wte >= 0 ? (double)d->params[d->tied_wte].numel : 0;
+    int wte_unit = d->tied_wte >= 0 ? d->params[d->tied_wte].unit : -1;
+    double *t = malloc(3 * (size_t)d->nunits * sizeof *t);
+    if (!t) return cl_error(CL_ERR_OOM, "cannot time the ZeRO 3 gathers");
+    double *cf = t, *cb = t + d->nunits, *g = t + 2 * d->nunits;
+    cl_unit_cost uc;
+    int prev_block = 0;
+    for (int u = 0; u < d->nunits; u++) {
+        int block = d->units[u].kind == CL_UNIT_BLOCK;
+        if (block && prev_block) cf[u] = cf[u - 1], cb[u] = cb[u - 1]; /* every block costs the same */
+        else {
+            double none = 0;
+            cl_unit_cost_of(d, u, c->mb, eb, c->recompute, &uc);
+            cf[u] = pass_time(x, &uc.pass[CL_PASS_F], peak, c->tp, &none);
+            cb[u] = pass_time(x, &uc.pass[CL_PASS_B], peak, c->tp, &none) + pass_time(x, &uc.pass[CL_PASS_RF], peak, c->tp, &none) +
+                    pass_time(x, &uc.pass[CL_PASS_W], peak, c->tp, &none);
+        }
+        prev_block = block;
+        double np = x->up[u] + (d->units[u].kind == CL_UNIT_LMHEAD && wte_unit != u ? wte : 0);
+        g[u] = cl_hw_coll(hw, CL_COLL_ALLGATHER, np * eb, c->dp, inter);
+    }
+    for (int s = 0; s < P->S; s++) {
+        int u0 = P->u0[s], u1 = P->u1[s];
+        double f = g[u0], b = g[u1 - 1];
+        for (int u = u0; u < u1; u++) {
+            double next = u + 1 < u1 ? g[u + 1] : 0, prev = u > u0 ? g[u - 1] : 0;
+            f += cf[u] > next ? cf[u] : next;
+            b += cb[u] > prev ? cb[u] : prev;
+        }
+        P->f[s] = f;
+        P->b[s] = b - P->w[s];
+    }
+    free(t);
+    return CL_OK;
+}
+
 /* Checks c against the query and fills the stage times. */
 static cl_status prepare(plan_ctx *x, const cl_plan_cfg *c, prep *P, cl_model_desc **dout) {
     const cl_plan_query *q = x->q;
@@ -160,7 +207,14 @@ static cl_status prepare(plan_ctx *x, const cl_plan_cfg *c, prep *P, cl_model_de
     if (c->bf16 && !(hw->peak_bf16 > 0))
         return cl_error(CL_ERR_INVALID, "--precision bf16: the hardware %s has no bf16 peak", hw->name);
     if (hw->exact_memory && c->bf16) return cl_error(CL_ERR_INVALID, "cleave trains in fp32 on this machine");
-    if (hw->exact_memory && c->zero > 1) return cl_error(CL_ERR_UNSUPPORTED, "ZeRO stage %d is not built yet (0 or 1)", c->zero);
+    if (c->zero < 0 || c->zero > 3) return cl_error(CL_ERR_INVALID, "ZeRO stage %d (0 to 3)", c->zero);
+    if (c->offload < 0 || c->offload > 2) return cl_error(CL_ERR_INVALID, "offload %d (0 none, 1 host, 2 disk)", c->offload);
+    if (c->offload && !hw->exact_memory)
+        return cl_error(CL_ERR_UNSUPPORTED, "optimizer offload is modelled on this machine only (%s has no host link in its description)",
+                        hw->name);
+    if (c->offload == 2 && !(hw->disk_bw > 0))
+        return cl_error(CL_ERR_UNSUPPORTED, "--offload-optimizer disk: the hardware %s has no disk_bandwidth (run `cleave plan calibrate`)",
+                        hw->name);
     if (c->sp && c->tp < 2) return cl_error(CL_ERR_INVALID, "sequence parallelism needs tp > 1");
     P->p = c->pp;
     P->kind = c->pp > 1 ? c->schedule : CL_SCHED_1F1B;
@@ -203,25 +257,21 @@ static cl_status prepare(plan_ctx *x, const cl_plan_cfg *c, prep *P, cl_model_de
                 ucf = ucb = 0;
                 ut[0] = pass_time(x, &uc.pass[CL_PASS_F], peak, c->tp, &ucf);
                 ut[1] = pass_time(x, &uc.pass[CL_PASS_B], peak, c->tp, &ucb) + pass_time(x, &uc.pass[CL_PASS_RF], peak, c->tp, &ucb);
+                double comm_b = ucb;
                 ut[2] = pass_time(x, &uc.pass[CL_PASS_W], peak, c->tp, &ucb);
+                /* zb-h1's weight-only backward of a block re-derives the block's interior gradients from
+                 * its output gradient (and re-forwards under full recompute) before the weight products:
+                 * the engine's W is B's work plus W's (docs/ARCHITECTURE.md, Backward split) */
+                if (P->kind == CL_SCHED_ZB_H1 && kind == CL_UNIT_BLOCK) ut[2] += ut[1], ucb += comm_b;
                 cached_kind = kind;
             }
             P->f[s] += ut[0], P->b[s] += ut[1], P->w[s] += ut[2];
             P->comm_f[s] += ucf, P->comm_b[s] += ucb;
         }
     }
-    /* ZeRO-3 gathers each unit's parameters before its forward and its backward, prefetched under
-     * the compute: a stage's pass lasts the longer of the two */
     double pb = eb; /* bytes per 16-bit or fp32 parameter */
     int dp_inter = inter_group(hw, c->dp * c->tp);
-    for (int s = 0; s < P->S && c->zero >= 3 && c->dp > 1; s++) {
-        double np = params_in(x, P->u0[s], P->u1[s]);
-        {
-            double g = cl_hw_coll(hw, CL_COLL_ALLGATHER, np * pb, c->dp, dp_inter);
-            if (g > P->f[s]) P->f[s] = g;
-            if (g > P->b[s] + P->w[s]) P->b[s] = g - P->w[s];
-        }
-    }
+    if (c->zero >= 3 && c->dp > 1) CL_TRY(zero3_passes(x, P, d, eb, peak, dp_inter));
     /* activations (and their gradients) between stages: this rank's rows of a block's output */
     if (P->p > 1) {
         double bytes = (double)d->units[P->u1[0] - 1].out_floats * c->mb * eb;
@@ -252,6 +302,9 @@ static cl_status prepare(plan_ctx *x, const cl_plan_cfg *c, prep *P, cl_model_de
         /* AdamW: 28 bytes per parameter of the shard (read master, grad, m, v; write master, m, v, the 16-bit copy) */
         double shard = c->zero >= 1 && c->dp > 1 ? np / c->dp : np;
         P->opt[r] = shard * 28.0 / hw->mem_bw;
+        /* offload: host memory is this machine's memory (the same stream); disk streams both moments
+         * in and out of the file (16 bytes a parameter), a worker thread's tile I/O beside the update */
+        if (c->offload == 2 && shard * 16.0 / hw->disk_bw > P->opt[r]) P->opt[r] = shard * 16.0 / hw->disk_bw;
     }
     return CL_OK;
 }
@@ -297,6 +350,11 @@ static cl_status memory(plan_ctx *x, const prep *P, const cl_model_desc *d, cl_p
         tc.virtual_stages = P->v;
         tc.recompute = c->recompute;
         tc.zero = c->zero;
+        tc.offload_optimizer = c->offload;
+        if (c->offload == 2) { /* the file's directory does not change a byte: any writable one */
+            const char *tmp = getenv("TMPDIR");
+            tc.offload_dir = tmp && *tmp ? tmp : "/tmp";
+        }
         tc.device_memory = (size_t)(q->device_memory > 0 ? q->device_memory : 0);
         int n = c->dp * c->tp * c->pp;
         cl_mem_rank *mr = malloc((size_t)n * sizeof *mr);
@@ -546,17 +604,23 @@ cl_status cl_plan_search(const cl_plan_query *q, cl_plan_list *out) {
                         if ((kind == CL_SCHED_INTERLEAVED) != (v > 1)) continue;
                         if (kind == CL_SCHED_INTERLEAVED && (m % pp || (gpt && nb % (pp * v)))) continue;
                         if (pp * v > nb) break;
-                        int zs[4], nz = opts_of(fx->zero, 0, hw->exact_memory ? 1 : 3, zs);
+                        int zs[4], nz = opts_of(fx->zero, 0, 3, zs);
+                        int os[3], no = opts_of(fx->offload, 0, hw->exact_memory ? (hw->disk_bw > 0 ? 2 : 1) : 0, os);
                         int rs[3], nr = opts_of(fx->recompute, 0, gpt ? 2 : 0, rs);
-                        int sps[2], ns = opts_of(fx->sp, 0, tp > 1 && gpt ? 1 : 0, sps);
+                        int sps[2], ns = opts_of(fx->sp, 0, tp > 1 && gpt ? 1 : 0, sps), fit0 = 0;
                         for (int zi = 0; zi < nz && !st; zi++) {
                             if (dp == 1 && zs[zi] > 0 && fx->zero < 0) continue;
                             for (int ri = 0; ri < nr && !st; ri++)
-                                for (int si = 0; si < ns && !st; si++) {
-                                    cl_plan_cfg c = {dp, tp, pp, v, mb, kind, zs[zi], rs[ri], sps[si], bf16};
+                                for (int si = 0; si < ns * no && !st; si++) {
+                                    /* offload last: it is a memory option (host: the same time, disk: slower), tried
+                                     * only where the moments on the device do not fit, unless fixed */
+                                    if (si % no == 0) fit0 = 0;
+                                    else if (fit0 && fx->offload < 0) continue;
+                                    cl_plan_cfg c = {dp, tp, pp, v, mb, kind, zs[zi], rs[ri], sps[si / no], bf16, os[si % no]};
                                     cand cd;
                                     cl_status e = eval_ctx(&x, &c, 0, &cd.r, &cd.lower);
                                     if (e == CL_ERR_INVALID || e == CL_ERR_UNSUPPORTED) {
+                                        if (e == CL_ERR_UNSUPPORTED) snprintf(out->refused, sizeof out->refused, "%s", cl_last_error());
                                         cl_error_clear();
                                         continue;
                                     }
@@ -565,6 +629,7 @@ cl_status cl_plan_search(const cl_plan_query *q, cl_plan_list *out) {
                                         break;
                                     }
                                     out->considered++;
+                                    if (si % no == 0) fit0 = cd.r.fits;
                                     if (!cd.r.fits) {
                                         if (!out->have_nearest || cd.r.over_bytes < out->nearest.over_bytes) {
                                             out->nearest = cd.r;

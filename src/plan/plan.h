@@ -51,14 +51,15 @@ void cl_pass_cost_add(cl_pass_cost *acc, const cl_pass_cost *a);
 
 /* ---- hardware (hw.c) -------------------------------------------------------
  * A small JSON file (docs/ARCHITECTURE.md "Planner" lists the fields). */
-#define CL_HW_MAX_GEMM_POINTS 64
+#define CL_HW_MAX_GEMM_POINTS 128
 typedef struct {
     char name[64];
     double peak_fp32, peak_bf16;       /* FLOP/s per device; peak_bf16 0: no 16-bit mode */
     double gemm_max_eff, gemm_half;    /* eff = max * prod over m, n, k of d / (d + half) */
-    int ngemm_points;                  /* a measured table instead (calibrate): nearest shape in log space */
+    int ngemm_points;                  /* a measured table instead (calibrate): interpolated in log space on a full grid, else the nearest */
     double gemm_points[CL_HW_MAX_GEMM_POINTS][4]; /* m, n, k, efficiency */
     double mem_bw;                     /* bytes/s the non-GEMM kernels reach */
+    double disk_bw;                    /* bytes/s of the offload file's stream (optional; 0: none, disk offload refused) */
     double device_memory;              /* bytes per device */
     int devices_per_node;
     double intra_bw, intra_lat;        /* per device and direction, bytes/s; seconds per message */
@@ -88,6 +89,7 @@ double cl_hw_p2p(const cl_hw *hw, double bytes, int inter);
 /* ---- configurations (plan.c) ---------------------------------------------- */
 typedef struct {
     int dp, tp, pp, v, mb, schedule, zero, recompute, sp, bf16;
+    int offload;                 /* the AdamW moments: 0 on the device, 1 host, 2 disk (this machine only) */
 } cl_plan_cfg;
 
 typedef struct {
@@ -127,6 +129,7 @@ typedef struct {
     long considered, fitted, simulated_count;
     cl_plan_result nearest;      /* the non-fitting configuration with the smallest shortfall */
     int have_nearest;
+    char refused[256];           /* why the last configuration the trainer does not run was dropped (cl_memory_predict's message) */
 } cl_plan_list;
 
 /* Evaluates one configuration (memory and time, simulated). CL_ERR_INVALID
