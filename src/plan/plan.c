@@ -145,50 +145,70 @@ static double pass_time(const plan_ctx *x, const cl_pass_cost *pc, double peak, 
 }
 
 
-/* ZeRO 3 (src/nn/zero3.c): each unit's parameters are all-gathered just
- * before its forward and again before its backward (the LM head's gather
- * takes the tied wte too), the next unit's gather issued before the current
- * unit runs (--zero3-prefetch 1, the trainer's default). So a pass over the
- * units u_1..u_n (backward: in reverse) lasts g_1 + sum_i max(c_i, g_(i+1)):
+/* ZeRO 3 (src/nn/zero3.c): a pass all-gathers the parameters of the units
+ * that read them, in the order it runs them, the next one's gather issued
+ * before the current unit runs (--zero3-prefetch 1, the trainer's default):
+ * forward, every unit (the LM head's gather takes the tied wte too); a
+ * combined backward or zb-h1's B, every unit but the embedding (its
+ * backward reads no parameter); zb-h1's W, the blocks only (the head does
+ * its whole backward in B). So a pass over units u_1..u_n lasts
+ * g_1 + sum_i max(c_i, g_(i+1)) with g = 0 for a unit it does not gather:
  * the first gather is exposed, each later one hides under the unit before
- * it, and g_(n+1) = 0. Replaces the stage's F and B + W (the split W of
- * zb-h1 keeps its own time: stage 3 does not run under zb-h1 here). */
+ * it. Replaces the stage's F, B and W times. */
+static double gathered_pass(const double *c, const double *g, const int *on, int u0, int u1, int dir) {
+    int first = dir > 0 ? u0 : u1 - 1, end = dir > 0 ? u1 : u0 - 1;
+    double t = on[first] ? g[first] : 0;
+    for (int u = first; u != end; u += dir) {
+        int nx = u + dir;
+        double next = nx != end && on[nx] ? g[nx] : 0;
+        t += c[u] > next ? c[u] : next;
+    }
+    return t;
+}
+
 static cl_status zero3_passes(plan_ctx *x, prep *P, const cl_model_desc *d, int eb, double peak, int inter) {
     const cl_hw *hw = &x->q->hw;
     const cl_plan_cfg *c = &P->c;
+    int zb = P->kind == CL_SCHED_ZB_H1, n = d->nunits;
     double wte = d->tied_wte >= 0 ? (double)d->params[d->tied_wte].numel : 0;
     int wte_unit = d->tied_wte >= 0 ? d->params[d->tied_wte].unit : -1;
-    double *t = malloc(3 * (size_t)d->nunits * sizeof *t);
-    if (!t) return cl_error(CL_ERR_OOM, "cannot time the ZeRO 3 gathers");
-    double *cf = t, *cb = t + d->nunits, *g = t + 2 * d->nunits;
+    double *t = malloc(4 * (size_t)n * sizeof *t);
+    int *on = malloc(3 * (size_t)n * sizeof *on);
+    if (!t || !on) {
+        free(t), free(on);
+        return cl_error(CL_ERR_OOM, "cannot time the ZeRO 3 gathers");
+    }
+    double *cf = t, *cb = t + n, *cw = t + 2 * n, *g = t + 3 * n;
+    int *onf = on, *onb = on + n, *onw = on + 2 * n;
     cl_unit_cost uc;
     int prev_block = 0;
-    for (int u = 0; u < d->nunits; u++) {
-        int block = d->units[u].kind == CL_UNIT_BLOCK;
-        if (block && prev_block) cf[u] = cf[u - 1], cb[u] = cb[u - 1]; /* every block costs the same */
+    for (int u = 0; u < n; u++) {
+        int kind = d->units[u].kind, block = kind == CL_UNIT_BLOCK;
+        if (block && prev_block) cf[u] = cf[u - 1], cb[u] = cb[u - 1], cw[u] = cw[u - 1]; /* every block costs the same */
         else {
             double none = 0;
             cl_unit_cost_of(d, u, c->mb, eb, c->recompute, &uc);
             cf[u] = pass_time(x, &uc.pass[CL_PASS_F], peak, c->tp, &none);
-            cb[u] = pass_time(x, &uc.pass[CL_PASS_B], peak, c->tp, &none) + pass_time(x, &uc.pass[CL_PASS_RF], peak, c->tp, &none) +
-                    pass_time(x, &uc.pass[CL_PASS_W], peak, c->tp, &none);
+            cb[u] = pass_time(x, &uc.pass[CL_PASS_B], peak, c->tp, &none) + pass_time(x, &uc.pass[CL_PASS_RF], peak, c->tp, &none);
+            cw[u] = pass_time(x, &uc.pass[CL_PASS_W], peak, c->tp, &none);
+            if (zb && block) cw[u] += cb[u]; /* the split W re-derives the block's interior gradients (as in prepare) */
         }
+        if (!zb) cb[u] += cw[u], cw[u] = 0;
         prev_block = block;
-        double np = x->up[u] + (d->units[u].kind == CL_UNIT_LMHEAD && wte_unit != u ? wte : 0);
+        double np = x->up[u] + (kind == CL_UNIT_LMHEAD && wte_unit != u ? wte : 0);
         g[u] = cl_hw_coll(hw, CL_COLL_ALLGATHER, np * eb, c->dp, inter);
+        onf[u] = np > 0;
+        onb[u] = np > 0 && kind != CL_UNIT_EMBED;
+        onw[u] = np > 0 && block;
     }
     for (int s = 0; s < P->S; s++) {
         int u0 = P->u0[s], u1 = P->u1[s];
-        double f = g[u0], b = g[u1 - 1];
-        for (int u = u0; u < u1; u++) {
-            double next = u + 1 < u1 ? g[u + 1] : 0, prev = u > u0 ? g[u - 1] : 0;
-            f += cf[u] > next ? cf[u] : next;
-            b += cb[u] > prev ? cb[u] : prev;
-        }
-        P->f[s] = f;
-        P->b[s] = b - P->w[s];
+        P->f[s] = gathered_pass(cf, g, onf, u0, u1, 1);
+        double b = gathered_pass(cb, g, onb, u0, u1, -1);
+        if (zb) P->b[s] = b, P->w[s] = gathered_pass(cw, g, onw, u0, u1, -1);
+        else P->b[s] = b - P->w[s]; /* the stage's B + W is the combined pass */
     }
-    free(t);
+    free(t), free(on);
     return CL_OK;
 }
 
@@ -280,19 +300,26 @@ static cl_status prepare(plan_ctx *x, const cl_plan_cfg *c, prep *P, cl_model_de
     }
     /* GRAD_SYNC and OPT_STEP per pipeline rank */
     for (int r = 0; r < P->p; r++) {
-        double np = 0, last_bwd = 0;
+        double np = 0, last_bwd = 0, last_w = 0;
         for (int cc = 0; cc < P->v; cc++) {
             int s = cc * P->p + r;
             np += params_in(x, P->u0[s], P->u1[s]);
-            if (cc == 0) last_bwd = P->b[s] + P->w[s];
+            if (cc == 0) last_bwd = P->b[s] + P->w[s], last_w = P->w[s];
         }
         double sync = 0;
         if (c->dp > 1) {
             double g = np * (c->bf16 ? 2 : 4);
-            if (c->zero >= 2) sync = cl_hw_coll(hw, CL_COLL_REDUCE_SCATTER, g, c->dp, dp_inter);
-            else sync = cl_hw_coll(hw, CL_COLL_ALLREDUCE, g, c->dp, dp_inter);
-            /* buckets leave during the chunk's last combined backward (not under a split one) */
-            if (P->kind != CL_SCHED_ZB_H1) sync = sync > last_bwd ? sync - last_bwd : 0;
+            if (c->zero >= 2) {
+                /* stage 2 keeps no whole gradient: every micro-batch's buckets are reduce-scattered
+                 * during its own backward (under zb-h1 its W passes), each hiding under that pass */
+                double rs = cl_hw_coll(hw, CL_COLL_REDUCE_SCATTER, g, c->dp, dp_inter);
+                double pass = P->kind == CL_SCHED_ZB_H1 ? last_w : last_bwd;
+                sync = P->m * (rs > pass ? rs - pass : 0);
+            } else {
+                sync = cl_hw_coll(hw, CL_COLL_ALLREDUCE, g, c->dp, dp_inter);
+                /* buckets leave during the chunk's last combined backward (not under a split one) */
+                if (P->kind != CL_SCHED_ZB_H1) sync = sync > last_bwd ? sync - last_bwd : 0;
+            }
             if (c->zero == 1 || c->zero == 2) sync += cl_hw_coll(hw, CL_COLL_ALLGATHER, np * pb, c->dp, dp_inter);
         }
         /* the tied embedding's gradients between the first and the last rank */
