@@ -37,9 +37,7 @@
  * floats: the ZeRO shard, or all), or under ZeRO 3 the parameters (n the
  * shard). Element L of it is at buffer[loc - shard_lo + L]. */
 static void shard_range(const cl_model *m, int64_t n, int i, int64_t *a, int64_t *b) {
-    int64_t st, len = cl_zero_overlap(m->loc[i], m->loc[i] + m->desc->params[i].numel, m->sizes.shard_lo, n, &st);
-    *a = len ? st - m->loc[i] : 0;
-    *b = *a + len;
+    cl_shard_zero_range(m->loc[i], m->desc->params[i].numel, m->sizes.shard_lo, n, a, b);
 }
 #define moment_range(m, o, i, a, b) shard_range(m, (o)->nfloats, i, a, b)
 
