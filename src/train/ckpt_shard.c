@@ -2,8 +2,8 @@
  *
  * Every tensor is seen as a matrix: rows = the product of all dimensions
  * but the last, columns = the last (a bias is one row). What a rank holds
- * of a tensor (its tensor-parallel slice, or of a moment its ZeRO shard's
- * part of that slice) is a flat range of its row-major local slice; such a
+ * of a tensor (its tensor-parallel slice, or of a moment, and under ZeRO 3
+ * of a parameter too, its ZeRO shard's part of that slice) is a flat range of its row-major local slice; such a
  * range is at most 3 boxes of the slice (partial first row, whole rows,
  * partial last row), and each of those is at most 3 boxes of the whole
  * tensor (the fused c_attn's query, key and value column groups go to
