@@ -740,8 +740,6 @@ static int cmd_train(int argc, char **argv) {
     if (fmt && strcmp(fmt, "single") && strcmp(fmt, "sharded"))
         return cli_fail(cl_error(CL_ERR_INVALID, "unknown --save-format '%s' (single or sharded)", fmt));
     j.sharded = fmt && !strcmp(fmt, "sharded");
-    if (j.sharded && c->zero >= 3)
-        return cli_fail(cl_error(CL_ERR_UNSUPPORTED, "--save-format sharded with --zero %d is not built yet (stage 3 shards the parameters)", c->zero));
     if (convert) {
         if (j.save || j.resume) return cli_fail(cl_error(CL_ERR_INVALID, "cleave convert takes --from and --to, not --save or --resume"));
         j.resume = cli_get(&a, "from");

@@ -8,7 +8,13 @@
  *   one's on every rank, and no padded vocabulary row anywhere;
  * - ranges [a, b) of a slice (ZeRO shards cut them anywhere: every range of
  *   the small tensors, random ones of the large): at most 9 boxes, holding
- *   exactly the range's non-padding local indices, each at its place. */
+ *   exactly the range's non-padding local indices, each at its place;
+ * - ZeRO shards (cl_model_part_sizes' cut along 16-float blocks, over 2 to
+ *   7 replicas, at tp 1 and 2): the boxes of every replica's piece of every
+ *   parameter (cl_shard_zero_range, what a stage 3 save writes and load
+ *   reads) hold each element of the whole tensor exactly once over the
+ *   replicas (tp times for a replicated tensor), and each piece's elements
+ *   at their places. */
 #include "cleave/model.h"
 #include "common/check.h"
 #include "train/shard_index.h"
@@ -47,7 +53,26 @@ static void check_range(const cl_param_spec *p, int r, int64_t a, int64_t b, con
           (int)p->split, r, (long long)a, (long long)b, (long long)bad, (long long)got, (long long)want);
 }
 
-static void check_model(const cl_model_config *cfg, int tp, int vocab_div) {
+/* rank r's slice p against its shards over n replicas (ZeRO 3 on the
+ * whole model's part: each replica's piece, counted in hits). */
+static void check_shards(const cl_model_desc *d, const cl_param_spec *p, int r, int n, const int64_t *inv, int *hits) {
+    for (int z = 0; z < n; z++) {
+        cl_zero zero = {3, n, z, 0, 0};
+        cl_part_sizes sz;
+        cl_model_part_sizes(d, 0, d->nunits, 1, 0, &zero, &sz);
+        CHECK(sz.params == sz.shard && sz.shard * n == sz.alloc && sz.shard_lo == z * sz.shard && sz.shard % 16 == 0,
+              "zero 3 over %d: replica %d's shard %lld at %lld of %lld", n, z, (long long)sz.shard, (long long)sz.shard_lo,
+              (long long)sz.alloc);
+        int64_t a, b;
+        cl_shard_zero_range(p->offset - sz.lo, p->numel, sz.shard_lo, sz.shard, &a, &b);
+        CHECK(a >= 0 && a <= b && b <= p->numel, "%s replica %d of %d: range [%lld, %lld)", p->name, z, n, (long long)a, (long long)b);
+        check_range(p, r, a, b, inv, hits);
+    }
+}
+
+/* n = 0: each rank's whole slice (counted) and sub-ranges of it; n > 0: the
+ * slices' ZeRO 3 shards over n replicas (counted). */
+static void check_model(const cl_model_config *cfg, int tp, int vocab_div, int n) {
     cl_model_desc *d[4] = {0};
     for (int r = 0; r < tp; r++) {
         cl_tp_layout tl = {tp, r, 0, vocab_div};
@@ -61,8 +86,11 @@ static void check_model(const cl_model_config *cfg, int tp, int vocab_div) {
         for (int r = 0; r < tp; r++) {
             const cl_param_spec *p = &d[r]->params[i];
             int64_t *inv = inverse(p, r);
-            check_range(p, r, 0, p->numel, inv, hits);
-            if (p->numel <= 200) {
+            if (n) check_shards(d[r], p, r, n, inv, hits);
+            else check_range(p, r, 0, p->numel, inv, hits);
+            if (n) {
+                /* the ranges are the shards', checked above */
+            } else if (p->numel <= 200) {
                 for (int64_t a = 0; a <= p->numel; a++)
                     for (int64_t b = a; b <= p->numel; b++) check_range(p, r, a, b, inv, NULL);
             } else {
@@ -79,7 +107,8 @@ static void check_model(const cl_model_config *cfg, int tp, int vocab_div) {
         int want = p0->split == CL_SPLIT_NONE ? tp : 1;
         int64_t off = 0;
         for (int64_t g = 0; g < p0->full_numel; g++) off += hits[g] != want;
-        CHECK(off == 0, "%s at tp %d: %lld elements not held %d times over the ranks", p0->name, tp, (long long)off, want);
+        CHECK(off == 0, "%s at tp %d, zero 3 over %d: %lld elements not held %d times over the ranks and shards", p0->name, tp, n,
+              (long long)off, want);
         free(hits);
     }
     for (int r = 0; r < tp; r++) cl_model_desc_free(d[r]);
@@ -93,9 +122,14 @@ int main(void) {
     cl_model_config mlp;
     CHECK_OK(cl_model_preset("mlp", &mlp));
     for (int tp = 1; tp <= 4; tp *= 2) {
-        check_model(&gpt, tp, 128);
-        check_model(&gpt, tp, 1);
-        check_model(&mlp, tp == 4 ? 2 : tp, 1);
+        check_model(&gpt, tp, 128, 0);
+        check_model(&gpt, tp, 1, 0);
+        check_model(&mlp, tp == 4 ? 2 : tp, 1, 0);
     }
+    for (int tp = 1; tp <= 2; tp++)
+        for (int n = 2; n <= 7; n++) {
+            check_model(&gpt, tp, 128, n);
+            check_model(&mlp, tp, 1, n);
+        }
     return cl_test_report("test_shard");
 }

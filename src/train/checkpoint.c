@@ -9,7 +9,9 @@
  * renameat2(RENAME_EXCHANGE), so at every instant DIR is either the old or
  * the new checkpoint, never half of each. A save replaces only nothing, an
  * empty directory, or a directory holding the marker and nothing but the
- * files cleave writes; it never removes a file it did not write. */
+ * files cleave writes; it never removes a file it did not write. A save
+ * first removes the DIR.tmp.PID.N that saves killed earlier left (their PID
+ * no longer running). */
 #include "cleave/json.h"
 #include "cleave/safetensors.h"
 #include "train/ckpt_json.h"
@@ -20,6 +22,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -296,11 +299,37 @@ cl_status cl_trainer_save(cl_trainer *t, const char *dir) {
     return s;
 }
 
+/* Removes what killed saves left beside target: TARGET.tmp.PID.N of a PID
+ * that no longer runs (on this host; a live or unknown one is left), by
+ * remove_ckpt_dir, so only the files cleave writes, and the directory only
+ * when that empties it. */
+static void remove_stale_tmp(const char *target) {
+    char parent[4200], path[8400];
+    cl_parent_dir(target, parent, sizeof parent);
+    const char *slash = strrchr(target, '/'), *base = slash ? slash + 1 : target;
+    size_t bn = strlen(base);
+    DIR *dp = opendir(parent);
+    struct dirent *e;
+    while (dp && (e = readdir(dp))) {
+        const char *n = e->d_name;
+        char *end;
+        if (strncmp(n, base, bn) || strncmp(n + bn, ".tmp.", 5) || n[bn + 5] < '1' || n[bn + 5] > '9') continue;
+        long pid = strtol(n + bn + 5, &end, 10);
+        if (*end != '.' || !end[1] || strspn(end + 1, "0123456789") != strlen(end + 1)) continue;
+        if (pid <= 0 || pid == (long)getpid() || pid != (long)(pid_t)pid || kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue;
+        struct stat sb;
+        snprintf(path, sizeof path, "%s/%s", parent, n);
+        if (lstat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) remove_ckpt_dir(path); /* never through a link */
+    }
+    if (dp) closedir(dp);
+}
+
 cl_status cl_ckpt_begin(const char *dir, char *target, char *tmp) {
     target_kind kind;
     cl_status s = ckpt_path(dir, target);
     if (!s) s = classify_target(target, &kind);
     if (s) return cl_error_context(s, "saving checkpoint");
+    remove_stale_tmp(target);
     /* a fresh directory beside the target: never one that was there before */
     static unsigned seq;
     int made = 0;

@@ -2,8 +2,8 @@
  *
  * Every tensor is seen as a matrix: rows = the product of all dimensions
  * but the last, columns = the last (a bias is one row). What a rank holds
- * of a tensor (its tensor-parallel slice, or of a moment its ZeRO shard's
- * part of that slice) is a flat range of its row-major local slice; such a
+ * of a tensor (its tensor-parallel slice, or of a moment, and under ZeRO 3
+ * of a parameter too, its ZeRO shard's part of that slice) is a flat range of its row-major local slice; such a
  * range is at most 3 boxes of the slice (partial first row, whole rows,
  * partial last row), and each of those is at most 3 boxes of the whole
  * tensor (the fused c_attn's query, key and value column groups go to
@@ -32,13 +32,18 @@
 #define WRITE_BUF (1 << 20)      /* bytes: the save's staging buffer */
 #define READ_RUN (64 << 20)      /* bytes: the longest single pread */
 
-/* The part [a, b) of a held parameter's local slice inside the moments
- * this optimizer keeps (its ZeRO shard, or all). */
-static void moment_range(const cl_model *m, const cl_optimizer *o, int i, int64_t *a, int64_t *b) {
-    int64_t st, len = cl_zero_overlap(m->loc[i], m->loc[i] + m->desc->params[i].numel, m->sizes.shard_lo, o->nfloats, &st);
-    *a = len ? st - m->loc[i] : 0;
-    *b = *a + len;
+/* The part [a, b) of a held parameter's local slice inside the part's
+ * floats [shard_lo, shard_lo + n): the moments this optimizer keeps (n its
+ * floats: the ZeRO shard, or all), or under ZeRO 3 the parameters (n the
+ * shard). Element L of it is at buffer[loc - shard_lo + L]. */
+static void shard_range(const cl_model *m, int64_t n, int i, int64_t *a, int64_t *b) {
+    cl_shard_zero_range(m->loc[i], m->desc->params[i].numel, m->sizes.shard_lo, n, a, b);
 }
+#define moment_range(m, o, i, a, b) shard_range(m, (o)->nfloats, i, a, b)
+
+/* ZeRO 3: the part's buffer holds only this replica's shard of the
+ * parameters (cl_model_param_at); m->p[i] is aimed into gather buffers. */
+static int params_sharded(const cl_model *m) { return m->zero.stage >= 3; }
 
 /* Every rank ends with the same status: the first failed rank's, with its message. */
 static cl_status agree(cl_comm *world, cl_status s) {
@@ -137,9 +142,13 @@ static cl_status collect(cl_trainer *t, entries *es) {
         for (int i = 0; i < m->desc->nparams; i++) {
             const cl_param_spec *ls = &m->desc->params[i];
             if (!cl_model_owns_param(m, i) || (ls->split == CL_SPLIT_NONE && t->tp_rank != 0)) continue;
-            if (t->dp_rank == 0) CL_TRY(add_boxes(es, ls, t->tp_rank, i, CL_K_PARAM, 0, ls->numel, m->p[i], 0));
-            if (!sharded && t->dp_rank != 0) continue;
             int64_t a, b;
+            if (params_sharded(m)) { /* every replica its shard's part, as the moments */
+                shard_range(m, m->sizes.shard, i, &a, &b);
+                CL_TRY(add_boxes(es, ls, t->tp_rank, i, CL_K_PARAM, a, b, m->params, m->loc[i] - m->sizes.shard_lo));
+            } else if (t->dp_rank == 0)
+                CL_TRY(add_boxes(es, ls, t->tp_rank, i, CL_K_PARAM, 0, ls->numel, m->p[i], 0));
+            if (!sharded && t->dp_rank != 0) continue;
             moment_range(m, o, i, &a, &b);
             for (int k = 1; k < CL_NKINDS; k++)
                 CL_TRY(add_boxes(es, ls, t->tp_rank, i, k, a, b, mom[k - 1], m->loc[i] - m->sizes.shard_lo));
@@ -311,17 +320,7 @@ static cl_status write_index(cl_trainer *t, const char *tmp, int W, const report
     return s;
 }
 
-/* ZeRO 3 shards the parameters too: their boxes would come from each
- * replica's shard as the moments' do (the index needs no change), but the
- * parameter store is not built yet, so a stage 3 run refuses the format. */
-static cl_status check_zero(const cl_trainer *t) {
-    if (t->cfg.zero >= 3)
-        return cl_error(CL_ERR_UNSUPPORTED, "sharded checkpoints with --zero %d are not built yet (stage 3 shards the parameters)", t->cfg.zero);
-    return CL_OK;
-}
-
 cl_status cl_trainer_save_sharded(cl_trainer *t, const char *dir) {
-    CL_TRY(check_zero(t));
     cl_comm *world = world_of(t);
     int me = world ? cl_comm_rank(world) : 0, W = world ? cl_comm_size(world) : 1;
     char target[4096] = "", tmp[4200] = "", path[4300];
@@ -500,11 +499,19 @@ static cl_status check_finite(const cl_shard_index *ix, const char *name, int k,
 
 static cl_status load_chunk(cl_trainer *t, cl_shard_index *ix, cl_model *m, cl_optimizer *o) {
     const cl_model_desc *d = m->desc;
+    int p3 = params_sharded(m);
+    if (p3) memset(m->params, 0, (size_t)m->sizes.params * sizeof(float)); /* ZeRO 3: the shard, its padding zero */
     for (int i = 0; i < d->nparams; i++) {
         if (!cl_model_holds_param(m, i)) continue; /* the head's wte copy too: it equals the embedding's */
         const cl_param_spec *ls = &d->params[i];
+        int64_t a = 0, b = ls->numel;
+        if (p3) {
+            shard_range(m, m->sizes.shard, i, &a, &b);
+            CL_TRY(fill(ix, i, CL_K_PARAM, ls, t->tp_rank, a, b, m->params, m->loc[i] - m->sizes.shard_lo));
+            continue;
+        }
         memset(m->p[i], 0, (size_t)ls->numel * sizeof(float)); /* padded vocabulary rows are zero */
-        CL_TRY(fill(ix, i, CL_K_PARAM, ls, t->tp_rank, 0, ls->numel, m->p[i], 0));
+        CL_TRY(fill(ix, i, CL_K_PARAM, ls, t->tp_rank, a, b, m->p[i], 0));
     }
     /* the moments straight into the optimizer's memory; through a host copy of the shard only when they
      * live in a file (disk offload) */
@@ -527,8 +534,10 @@ static cl_status load_chunk(cl_trainer *t, cl_shard_index *ix, cl_model *m, cl_o
     if (!s) s = flush_read(ix);
     for (int i = 0; i < d->nparams && !s; i++) {
         if (!cl_model_holds_param(m, i)) continue;
-        s = check_finite(ix, d->params[i].name, CL_K_PARAM, m->p[i], d->params[i].numel);
-        int64_t a, b;
+        int64_t a = 0, b = d->params[i].numel;
+        if (p3) shard_range(m, m->sizes.shard, i, &a, &b);
+        const float *p = p3 ? m->params + (m->loc[i] - m->sizes.shard_lo) : m->p[i];
+        s = check_finite(ix, d->params[i].name, CL_K_PARAM, p + a, b - a);
         moment_range(m, o, i, &a, &b);
         for (int k = 1; k < CL_NKINDS && !s; k++)
             s = check_finite(ix, d->params[i].name, k, mv[k - 1] + m->loc[i] - m->sizes.shard_lo + a, b - a);
@@ -614,8 +623,7 @@ cl_status cl_shard_resume(cl_trainer *t, const char *dir) {
     cl_shard_index ix;
     memset(&ix, 0, sizeof ix);
     int step = 0;
-    cl_status s = check_zero(t);
-    if (!s) s = shard_resume(t, dir, &ix, &step);
+    cl_status s = shard_resume(t, dir, &ix, &step);
     if (!s && getenv("CLEAVE_SHARD_READ_BYTES")) /* for tests: what this rank read */
         fprintf(stderr, "shard read: rank %d read %" PRId64 " bytes\n", world_of(t) ? cl_comm_rank(world_of(t)) : 0, ix.bytes_read);
     cl_shard_index_free(&ix);

@@ -41,6 +41,16 @@ static inline int64_t cl_shard_whole_rows(const cl_param_spec *p) { return p->fu
  * the logical rows (the padded vocabulary is not data). */
 int cl_shard_slice_boxes(const cl_param_spec *p, int r, int64_t a, int64_t b, cl_box out[9]);
 
+/* The local range [a, b) of a parameter's slice (numel floats at loc in its
+ * part's flat buffer) inside the part's floats [lo, lo + n): a ZeRO shard
+ * (the moments from stage 1, the parameters too at stage 3). Element L of
+ * the range is at shard[loc - lo + L]. a = b = 0 when they do not meet. */
+static inline void cl_shard_zero_range(int64_t loc, int64_t numel, int64_t lo, int64_t n, int64_t *a, int64_t *b) {
+    int64_t s = cl_shard_max(loc, lo), e = cl_shard_min(loc + numel, lo + n);
+    *a = e > s ? s - loc : 0;
+    *b = e > s ? e - loc : 0;
+}
+
 /* A stored box: its file (index into the index's file list), place and
  * absolute byte range. */
 typedef struct {
