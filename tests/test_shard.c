@@ -57,7 +57,7 @@ static void check_range(const cl_param_spec *p, int r, int64_t a, int64_t b, con
  * whole model's part: each replica's piece, counted in hits). */
 static void check_shards(const cl_model_desc *d, const cl_param_spec *p, int r, int n, const int64_t *inv, int *hits) {
     for (int z = 0; z < n; z++) {
-        cl_zero zero = {3, n, z, 0, 0};
+        cl_zero zero = {.stage = 3, .n = n, .rank = z};
         cl_part_sizes sz;
         cl_model_part_sizes(d, 0, d->nunits, 1, 0, &zero, &sz);
         CHECK(sz.params == sz.shard && sz.shard * n == sz.alloc && sz.shard_lo == z * sz.shard && sz.shard % 16 == 0,
