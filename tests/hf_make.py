@@ -13,6 +13,7 @@ options:
     --lm-head       also store lm_head.weight (= wte)
     --masks         also store h.N.attn.bias (the causal mask buffer) and h.N.attn.masked_bias
     --bf16          store BF16 (round to nearest even) instead of F32
+    --f16           store F16 (which cleave refuses)
     --want FILE     also write the F32 values the directory holds, under cleave's names, to FILE
     --drop NAME     leave tensor NAME (cleave's name) out
     --set KEY=JSON  set (or with JSON 'DELETE' remove) a config.json key
@@ -100,6 +101,7 @@ def main():
     ap.add_argument("--lm-head", action="store_true")
     ap.add_argument("--masks", action="store_true")
     ap.add_argument("--bf16", action="store_true")
+    ap.add_argument("--f16", action="store_true")
     ap.add_argument("--want")
     ap.add_argument("--drop", action="append", default=[])
     ap.add_argument("--set", action="append", default=[])
@@ -123,6 +125,8 @@ def main():
         if a.bf16:
             bits, x = to_bf16(x)
             items.append((pre + n, "BF16", x.shape, bits.astype("<u2").tobytes()))
+        elif a.f16:
+            items.append((pre + n, "F16", x.shape, x.astype("<f2").tobytes()))
         else:
             items.append((pre + n, "F32", x.shape, x.astype("<f4").tobytes()))
         want.append((n, "F32", x.shape, x.astype("<f4").tobytes()))

@@ -17,13 +17,18 @@
 #include "cleave/safetensors.h"
 #include "train/ckpt_json.h"
 #include "train/internal.h"
+#include "train/shard_index.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 static int exists(const char *dir, const char *name) {
     char path[4300];
@@ -99,12 +104,14 @@ static void shape_text(char *out, size_t n, int ndim, const int64_t *sh) {
     if (at < n) snprintf(out + at, n - at, "]");
 }
 
-/* Entry e as F32 into dst (n floats): F32 copied, BF16 widened. */
-static cl_status to_f32(const char *path, const cl_st_entry *e, float *dst, int64_t n) {
+/* Elements [at, at + n) of entry e as F32 into dst: F32 copied, BF16
+ * widened (exactly); non-finite values refused. */
+static cl_status to_f32(const char *path, const cl_st_entry *e, int64_t at, int64_t n, float *dst) {
     const unsigned char *src = e->data;
     if (e->dtype == CL_F32) {
-        memcpy(dst, src, (size_t)n * sizeof(float));
+        memcpy(dst, src + 4 * at, (size_t)n * sizeof(float));
     } else if (e->dtype == CL_BF16) {
+        src += 2 * at;
         for (int64_t j = 0; j < n; j++) {
             uint32_t u = ((uint32_t)src[2 * j] | (uint32_t)src[2 * j + 1] << 8) << 16;
             memcpy(dst + j, &u, sizeof u);
@@ -116,26 +123,44 @@ static cl_status to_f32(const char *path, const cl_st_entry *e, float *dst, int6
     for (int64_t j = 0; j < n; j++)
         if (!isfinite(dst[j]))
             return cl_error(CL_ERR_FORMAT, "%s: tensor '%s' holds a non-finite value (%g) at index %" PRId64, path, e->name,
-                            (double)dst[j], j);
+                            (double)dst[j], at + j);
     return CL_OK;
 }
 
-/* Parameter i of d for each tensor of f (which[k]; -1: a mask buffer or the
- * head, skipped), every one of d's present once with its shape. */
-static cl_status map_tensors(const cl_st_file *f, const char *path, const cl_model_desc *d, const char *prefix, int *which,
-                             char *seen) {
+/* model.safetensors mapped (read-only: a rank's reads touch only the pages
+ * of its slices, and ranks in one process or on one host share the page
+ * cache) and checked against the whole model d: entry[i] is d's parameter
+ * i's tensor. */
+typedef struct {
+    char path[4300];
+    void *map;
+    size_t len;
+    cl_st_file *f;
+    const cl_st_entry **entry;
+} hf_file;
+
+static void hf_close(hf_file *h) {
+    cl_st_close(h->f);
+    if (h->map && h->map != MAP_FAILED) munmap(h->map, h->len);
+    free(h->entry);
+    memset(h, 0, sizeof *h);
+}
+
+/* Each tensor of f is a parameter of d (entry[i]) with its shape, a mask
+ * buffer or the head (skipped), and every one of d's is present. */
+static cl_status map_tensors(hf_file *h, const cl_model_desc *d, const char *prefix) {
     size_t pl = strlen(prefix);
-    for (int k = 0; k < cl_st_count(f); k++) {
-        const cl_st_entry *e = cl_st_get(f, k);
+    for (int k = 0; k < cl_st_count(h->f); k++) {
+        const cl_st_entry *e = cl_st_get(h->f, k);
         const char *n = strncmp(e->name, prefix, pl) ? NULL : e->name + pl;
-        which[k] = -1;
         if (!strcmp(e->name, "lm_head.weight") || (n && mask_buffer(n))) continue;
-        for (int j = 0; n && j < d->nparams && which[k] < 0; j++)
-            if (!strcmp(d->params[j].name, n)) which[k] = j;
-        if (which[k] < 0)
-            return cl_error(CL_ERR_FORMAT, "%s: tensor '%s' is not a GPT-2 parameter cleave knows%s%s", path, e->name,
+        int i = -1;
+        for (int j = 0; n && j < d->nparams && i < 0; j++)
+            if (!strcmp(d->params[j].name, n)) i = j;
+        if (i < 0)
+            return cl_error(CL_ERR_FORMAT, "%s: tensor '%s' is not a GPT-2 parameter cleave knows%s%s", h->path, e->name,
                             pl ? " (the file's names start with " : "", pl ? "'transformer.')" : "");
-        const cl_param_spec *p = &d->params[which[k]];
+        const cl_param_spec *p = &d->params[i];
         int same = e->ndim == p->ndim;
         for (int j = 0; same && j < p->ndim; j++) same = e->shape[j] == p->shape[j];
         if (!same) {
@@ -143,54 +168,66 @@ static cl_status map_tensors(const cl_st_file *f, const char *path, const cl_mod
             shape_text(got, sizeof got, e->ndim, e->shape);
             shape_text(want, sizeof want, p->ndim, p->shape);
             return cl_error(CL_ERR_FORMAT, "%s: tensor '%s' is %s, but config.json (n_layer %d, n_head %d, n_embd %d, n_positions %d, "
-                            "vocab_size %d) makes it %s", path, e->name, got, d->cfg.layers, d->cfg.heads, d->cfg.channels,
+                            "vocab_size %d) makes it %s", h->path, e->name, got, d->cfg.layers, d->cfg.heads, d->cfg.channels,
                             d->cfg.seq_len, d->cfg.vocab, want);
         }
-        seen[which[k]] = 1;
+        h->entry[i] = e;
     }
     for (int i = 0; i < d->nparams; i++)
-        if (!seen[i])
-            return cl_error(CL_ERR_FORMAT, "%s: no tensor '%s%s' (a GPT-2 of config.json's shape has it)", path, prefix, d->params[i].name);
+        if (!h->entry[i])
+            return cl_error(CL_ERR_FORMAT, "%s: no tensor '%s%s' (a GPT-2 of config.json's shape has it)", h->path, prefix, d->params[i].name);
+    /* an untied head is another model: lm_head.weight, when present, is wte's bytes */
+    const cl_st_entry *head = cl_st_find(h->f, "lm_head.weight"), *wte = NULL;
+    for (int i = 0; i < d->nparams; i++)
+        if (!strcmp(d->params[i].name, "wte.weight")) wte = h->entry[i];
+    if (head && wte && (head->dtype != wte->dtype || head->ndim != wte->ndim || head->end - head->begin != wte->end - wte->begin ||
+                        memcmp(head->data, wte->data, wte->end - wte->begin)))
+        return cl_error(CL_ERR_UNSUPPORTED, "%s: lm_head.weight differs from %swte.weight: cleave ties the LM head to the embedding",
+                        h->path, prefix);
     return CL_OK;
 }
 
-/* An untied head is another model: lm_head.weight, when present, equals wte. */
-static cl_status check_head(const cl_st_file *f, const char *path, const cl_model_desc *d, const char *prefix, float *const *ptrs) {
-    const cl_st_entry *head = cl_st_find(f, "lm_head.weight");
-    int wte = -1;
-    for (int i = 0; i < d->nparams && wte < 0; i++)
-        if (!strcmp(d->params[i].name, "wte.weight")) wte = i;
-    if (!head || wte < 0) return CL_OK;
-    const cl_param_spec *p = &d->params[wte];
-    int same = head->ndim == p->ndim && head->shape[0] == p->shape[0] && head->shape[1] == p->shape[1];
-    float *h = same && ptrs ? malloc((size_t)p->numel * sizeof *h) : NULL;
-    if (same && ptrs && !h) return cl_error(CL_ERR_OOM, "cannot allocate the import's lm_head buffer");
-    cl_status s = h ? to_f32(path, head, h, p->numel) : CL_OK;
-    if (!s && (!same || (h && memcmp(h, ptrs[wte], (size_t)p->numel * sizeof *h))))
-        s = cl_error(CL_ERR_UNSUPPORTED, "%s: lm_head.weight differs from %swte.weight: cleave ties the LM head to the embedding", path,
-                     prefix);
-    free(h);
+static cl_status hf_open(hf_file *h, const char *dir, const cl_model_desc *d) {
+    memset(h, 0, sizeof *h);
+    snprintf(h->path, sizeof h->path, "%s/model.safetensors", dir);
+    int fd = open(h->path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return cl_error(CL_ERR_INVALID, "%s: %s", h->path, strerror(errno));
+    struct stat sb;
+    cl_status s = fstat(fd, &sb) == 0 ? CL_OK : cl_error(CL_ERR_IO, "%s: %s", h->path, strerror(errno));
+    if (!s && sb.st_size < 8) s = cl_error(CL_ERR_FORMAT, "%s: too short for a safetensors file", h->path);
+    if (!s) {
+        h->len = (size_t)sb.st_size;
+        h->map = mmap(NULL, h->len, PROT_READ, MAP_PRIVATE, fd, 0);
+        if (h->map == MAP_FAILED) s = cl_error(CL_ERR_IO, "%s: cannot map: %s", h->path, strerror(errno));
+    }
+    close(fd);
+    if (!s) s = cl_st_parse(&h->f, h->map, h->len, h->path);
+    if (!s && !(h->entry = calloc((size_t)d->nparams, sizeof *h->entry))) s = cl_error(CL_ERR_OOM, "cannot allocate the import's table");
+    /* GPT2LMHeadModel's names are its GPT2Model's under "transformer." */
+    if (!s) s = map_tensors(h, d, cl_st_find(h->f, "transformer.wte.weight") ? "transformer." : "");
+    if (s) hf_close(h);
     return s;
 }
 
 cl_status cl_hf_read_params(const char *dir, const cl_model_desc *d, float *const *ptrs) {
-    char path[4300];
-    snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    cl_st_file *f;
-    CL_TRY(cl_st_open(&f, path));
-    /* GPT2LMHeadModel's names are its GPT2Model's under "transformer." */
-    const char *prefix = cl_st_find(f, "transformer.wte.weight") ? "transformer." : "";
-    int *which = malloc((size_t)(cl_st_count(f) + 1) * sizeof *which);
-    char *seen = calloc((size_t)d->nparams, 1);
-    cl_status s = which && seen ? CL_OK : cl_error(CL_ERR_OOM, "cannot allocate the import's table");
-    if (!s) s = map_tensors(f, path, d, prefix, which, seen);
-    for (int k = 0; ptrs && k < cl_st_count(f) && !s; k++)
-        if (which[k] >= 0) s = to_f32(path, cl_st_get(f, k), ptrs[which[k]], d->params[which[k]].numel);
-    if (!s) s = check_head(f, path, d, prefix, ptrs);
-    free(which);
-    free(seen);
-    cl_st_close(f);
+    hf_file h;
+    CL_TRY(hf_open(&h, dir, d));
+    cl_status s = CL_OK;
+    for (int i = 0; ptrs && i < d->nparams && !s; i++) s = to_f32(h.path, h.entry[i], 0, d->params[i].numel, ptrs[i]);
+    hf_close(&h);
     return s;
+}
+
+/* This rank's slice of parameter i (local spec ls) from its whole tensor e. */
+static cl_status read_slice(const hf_file *h, const cl_st_entry *e, const cl_param_spec *ls, int tp_rank, float *dst) {
+    cl_box bx[9];
+    memset(dst, 0, (size_t)ls->numel * sizeof *dst); /* padded vocabulary rows are zero */
+    int nb = cl_shard_slice_boxes(ls, tp_rank, 0, ls->numel, bx);
+    int64_t lc = cl_shard_local_cols(ls), wc = cl_shard_whole_cols(ls);
+    for (int b = 0; b < nb; b++)
+        for (int64_t r = 0; r < bx[b].nr; r++)
+            CL_TRY(to_f32(h->path, e, (bx[b].r0 + r) * wc + bx[b].c0, bx[b].nc, dst + bx[b].l0 + r * lc));
+    return CL_OK;
 }
 
 cl_status cl_hf_resume(cl_trainer *t, const char *dir) {
@@ -199,19 +236,33 @@ cl_status cl_hf_resume(cl_trainer *t, const char *dir) {
     CL_TRY(cl_hf_read_config(dir, &c, tok, sizeof tok));
     /* no state in the directory: this run's sequence, batch and seed are the ones it starts with */
     CL_TRY(cl_ckpt_check_match(t, dir, &c, tok, t->desc->T, t->cfg.global_batch, t->cfg.seed));
-    const cl_model_desc *d = t->full;
-    int n = d->nparams;
-    float *host = malloc((size_t)d->nfloats * sizeof *host);
-    float *zero = calloc((size_t)d->nfloats, sizeof *zero); /* both moments: read, never written */
-    float **ptr = malloc((size_t)n * sizeof *ptr);
-    cl_status s = host && zero && ptr ? CL_OK : cl_error(CL_ERR_OOM, "cannot allocate %s's buffers", dir);
-    if (!s) memset(host, 0, (size_t)d->nfloats * sizeof *host);
-    for (int i = 0; !s && i < n; i++) ptr[i] = host + d->params[i].offset;
-    if (!s) s = cl_hf_read_params(dir, d, ptr);
-    if (!s) s = cl_pp_load(t, host, zero, zero, 0);
-    free(host);
-    free(zero);
-    free(ptr);
+    hf_file h;
+    CL_TRY(hf_open(&h, dir, t->full));
+    cl_model *ms[CL_PP_MAX_CHUNKS];
+    cl_optimizer *os[CL_PP_MAX_CHUNKS];
+    int nc = cl_pp_chunks(t, ms, os);
+    cl_status s = CL_OK;
+    for (int k = 0; k < nc && !s; k++) {
+        cl_model *m = ms[k];
+        cl_optimizer *o = os[k];
+        /* each rank copies only its slices (ZeRO 3: into the part's whole parameters, then keeps its shard) */
+        s = cl_model_z3_whole(m, 0);
+        for (int i = 0; i < m->desc->nparams && !s; i++)
+            if (cl_model_holds_param(m, i)) s = read_slice(&h, h.entry[i], &m->desc->params[i], t->tp_rank, m->p[i]);
+        cl_model_z3_end_whole(m, !s);
+        /* the moments zero, the optimizer at step 0 */
+        size_t nf = (size_t)o->nfloats;
+        if (!s && o->fd < 0) {
+            memset(o->m, 0, nf * sizeof(float));
+            memset(o->v, 0, nf * sizeof(float));
+        } else if (!s) {
+            float *zero = calloc(nf ? nf : 1, sizeof *zero);
+            s = zero ? cl_optimizer_set_moments(o, zero, zero) : cl_error(CL_ERR_OOM, "cannot allocate the optimizer state's zeros");
+            free(zero);
+        }
+        o->t = 0;
+    }
+    hf_close(&h);
     if (!s) t->step = 0;
     return s;
 }
