@@ -68,8 +68,8 @@ cl_status cl_hf_read_config(const char *dir, cl_model_config *c, char *tok, size
     char path[4300];
     snprintf(path, sizeof path, "%s/config.json", dir);
     if (!exists(dir, "config.json"))
-        return cl_error(CL_ERR_INVALID, "%s is neither a cleave checkpoint (no %s) nor a Hugging Face one (no config.json)", dir,
-                        CL_CKPT_MARKER);
+        return cl_error(CL_ERR_INVALID, "%s: no such file: %s is neither a cleave checkpoint (no %s) nor a Hugging Face one", path,
+                        dir, CL_CKPT_MARKER);
     cl_json_doc *doc;
     CL_TRY(cl_json_parse_file(&doc, path));
     const cl_json *r = cl_json_root(doc), *mt = cl_json_get(r, "model_type");
