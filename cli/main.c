@@ -620,6 +620,62 @@ static const cli_flag convert_extra[] = {
     {"to", "", 1, "checkpoint to write, at the layout the flags give, in --save-format (default single)"},
 };
 
+/* cleave convert: the model, tokenizer and run the --from checkpoint records
+ * fill what the flags leave out; a flag that disagrees with it is refused,
+ * named. dp: the data-parallel size the flags give (the micro-batch is cut
+ * to fit the global batch over it when the recorded one does not). */
+static cl_status convert_source(const cli_args *a, train_job *j, int dp, int *gb_given) {
+    static cl_checkpoint_info in; /* its strings outlive the job */
+    CL_TRY(cl_error_context(cl_checkpoint_describe(j->resume, &in), "--from"));
+    cl_train_config *c = &j->c;
+    const cl_model_config *m = &in.model, *f = &c->model;
+    const char *from = j->resume;
+    if (cli_get(a, "model") && (f->kind != m->kind || (m->kind == CL_MODEL_GPT && (f->layers != m->layers || f->heads != m->heads ||
+                                                                                   f->channels != m->channels || f->vocab != m->vocab))))
+        return cl_error(CL_ERR_INVALID, "--model %s disagrees with --from %s, which holds %s%s", cli_get(a, "model"), from,
+                        m->kind == CL_MODEL_GPT ? "a GPT of another shape" : "another model", " (convert takes the model from it)");
+    const struct {
+        const char *flag;
+        int mine, theirs;
+    } shape[] = {{"layers", f->layers, m->layers}, {"heads", f->heads, m->heads}, {"channels", f->channels, m->channels},
+                 {"vocab", f->vocab, m->vocab}, {"context", f->seq_len, m->seq_len}};
+    for (size_t i = 0; i < sizeof shape / sizeof shape[0]; i++)
+        if (cli_get(a, shape[i].flag) && shape[i].mine != shape[i].theirs)
+            return cl_error(CL_ERR_INVALID, "--%s %d disagrees with --from %s, which holds %d", shape[i].flag, shape[i].mine, from,
+                            shape[i].theirs);
+    if (cli_get(a, "tokenizer") && strcmp(c->tokenizer, in.tokenizer))
+        return cl_error(CL_ERR_INVALID, "--tokenizer %s disagrees with --from %s, which used %s", c->tokenizer, from, in.tokenizer);
+    c->model = *m;
+    c->tokenizer = in.tokenizer;
+    if (!in.has_state) { /* Hugging Face's: the run's flags (or their defaults) start it */
+        fprintf(stderr, "cleave: note: --from %s is a Hugging Face GPT-2 checkpoint: its parameters are imported; the optimizer "
+                        "moments start at zero and the step at 0\n", from);
+        return CL_OK;
+    }
+    const struct {
+        const char *flag;
+        int mine, theirs;
+    } run[] = {{"seq-len", c->seq_len, in.seq_len}, {"global-batch-size", c->global_batch, in.global_batch}};
+    for (size_t i = 0; i < sizeof run / sizeof run[0]; i++)
+        if (cli_get(a, run[i].flag) && run[i].mine != run[i].theirs)
+            return cl_error(CL_ERR_INVALID, "--%s %d disagrees with --from %s, which was trained with %d", run[i].flag, run[i].mine,
+                            from, run[i].theirs);
+    if (cli_get(a, "seed") && c->seed != in.seed)
+        return cl_error(CL_ERR_INVALID, "--seed %llu disagrees with --from %s, which was trained with %llu", (unsigned long long)c->seed,
+                        from, (unsigned long long)in.seed);
+    c->seq_len = in.seq_len;
+    c->global_batch = in.global_batch;
+    c->seed = in.seed;
+    *gb_given = j->gb_given = 1;
+    if (!cli_get(a, "micro-batch-size")) {
+        if (in.micro_batch) c->micro_batch = in.micro_batch;
+        if (dp > 0 && in.global_batch % ((int64_t)c->micro_batch * dp) && in.global_batch % dp == 0) c->micro_batch = in.global_batch / dp;
+    }
+    struct stat sb;
+    if (!cli_get(a, "data") && in.data[0] && stat(in.data, &sb) == 0) c->data = in.data;
+    return CL_OK;
+}
+
 static int cmd_train(int argc, char **argv) {
     cli_args a;
     int memory = !strcmp(argv[1], "memory"), convert = !strcmp(argv[1], "convert");
@@ -645,9 +701,12 @@ static int cmd_train(int argc, char **argv) {
         return 0;
     }
     if (convert && cli_get(&a, "help")) {
-        cli_print_help("usage: cleave convert --from DIR --to DIR2 [--save-format single|sharded] [train's model and layout flags]\n\n"
-                       "Reads a checkpoint into the layout the flags give (--dp, --tp, --pp, --zero, ...; the model, batch,\n"
-                       "sequence and seed flags must be the ones it was trained with) and writes it again, without a step.",
+        cli_print_help("usage: cleave convert --from DIR --to DIR2 [--save-format single|sharded] [train's layout flags]\n\n"
+                       "Reads a checkpoint into the layout the flags give (--dp, --tp, --pp, --zero, ...) and writes it again,\n"
+                       "without a step. The model, tokenizer, sequence length, batch sizes, seed and data come from the\n"
+                       "checkpoint (a model flag given must agree with it). DIR may be cleave's single file or sharded\n"
+                       "checkpoint, or a Hugging Face GPT-2 (config.json with model_type gpt2 and model.safetensors, F32 or\n"
+                       "BF16): its parameters are imported, the optimizer moments start at zero and the step at 0.",
                        flags, nflags);
         return 0;
     }
@@ -747,6 +806,8 @@ static int cmd_train(int argc, char **argv) {
         if (!j.resume || !j.save) return cli_fail(cl_error(CL_ERR_INVALID, "cleave convert needs --from DIR and --to DIR2"));
         j.convert = 1;
         j.sample_tokens = 0;
+        int dpx = dp ? dp : ranks ? ranks / ((tp ? tp : 1) * (pp ? pp : 1)) : 1;
+        if ((s = convert_source(&a, &j, dpx, &gb_given))) return cli_fail(s);
     }
     /* a save that would fail, or replace what is not a checkpoint, is refused before any step */
     if (j.save && (s = cl_checkpoint_check_target(j.save))) return cli_fail(cl_error_context(s, "--save"));

@@ -2,7 +2,10 @@
 """PyTorch evaluation of a Hugging Face GPT-2 checkpoint as `cleave convert`
 writes it (the single-file format: DIR/model.safetensors with GPT-2's names
 and Conv1D [in, out] layouts, DIR/config.json with GPT-2's keys), for the
-check that a converted sharded checkpoint is the model cleave evaluates.
+check that a converted sharded checkpoint is the model cleave evaluates; or
+as transformers writes one (names under "transformer.", lm_head and mask
+buffers beside them, unread; no tokenizer key: a vocabulary below GPT-2's
+is bytes).
 
     hf_eval.py DIR TEXT
 
@@ -28,10 +31,14 @@ def main(argv):
     d, text = argv[1], argv[2]
     torch = ref.setup_torch()
     cfg = json.load(open(os.path.join(d, "config.json")))
-    if cfg.get("tokenizer") != "byte":
-        print(f"hf_eval.py: {d}: only the byte tokenizer (got {cfg.get('tokenizer')!r})", file=sys.stderr)
+    # Hugging Face's own config.json names no tokenizer: a vocabulary under GPT-2's is bytes (as cleave reads it)
+    tok = cfg.get("tokenizer", "byte" if cfg["vocab_size"] < 50257 else "gpt2")
+    if tok != "byte":
+        print(f"hf_eval.py: {d}: only the byte tokenizer (got {tok!r})", file=sys.stderr)
         return 2
     tensors, _ = ref.read_safetensors(os.path.join(d, "model.safetensors"))
+    # GPT2LMHeadModel's files name GPT2Model's tensors under "transformer."
+    tensors = {k[len("transformer."):] if k.startswith("transformer.") else k: v for k, v in tensors.items()}
     GPT, _ = ref.build_models(torch)
     model = GPT({k: cfg[k] for k in ("n_embd", "n_head", "n_layer", "n_positions", "vocab_size")})
     with torch.no_grad():

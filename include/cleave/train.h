@@ -246,6 +246,24 @@ cl_status cl_checkpoint_check_target(const char *dir);
  * uninterrupted run's bit for bit. The checkpoint's model must match. */
 cl_status cl_trainer_resume(cl_trainer *t, const char *dir);
 
+/* What a checkpoint directory holds, read without loading it: its format
+ * (cleave's single file or sharded, or a Hugging Face GPT-2: a directory
+ * with config.json and model.safetensors and neither of cleave's marker and
+ * index), its model and tokenizer, and (has_state: cleave's formats) the
+ * step and the run's sequence length, batch sizes, seed and data file, which
+ * `cleave convert` takes where its flags leave them out. A Hugging Face
+ * checkpoint resumes with the optimizer moments zero at step 0. */
+typedef enum { CL_CKPT_SINGLE, CL_CKPT_SHARDED, CL_CKPT_HF } cl_ckpt_format;
+typedef struct {
+    cl_ckpt_format format;
+    cl_model_config model;
+    char tokenizer[64];
+    int has_state, step, seq_len, global_batch, micro_batch; /* micro_batch 0: not recorded */
+    uint64_t seed;
+    char data[4096]; /* "" when not recorded */
+} cl_checkpoint_info;
+cl_status cl_checkpoint_describe(const char *dir, cl_checkpoint_info *out);
+
 /* Loading a model for eval/generate. */
 typedef struct {
     cl_model_desc *desc;

@@ -481,6 +481,7 @@ cl_status cl_trainer_resume(cl_trainer *t, const char *dir) {
     CL_TRY(ckpt_dir_exists("--resume", dir));
     char path[4200];
     if (is_sharded(dir)) return cl_shard_resume(t, dir);
+    if (cl_hf_foreign(dir)) return cl_hf_resume(t, dir);
     CL_TRY(read_config(dir, &c, tok, sizeof tok));
     int step = 0, opt_t = 0, T = 0, gb = 0;
     uint64_t seed = 0;
@@ -513,20 +514,25 @@ cl_status cl_checkpoint_load(const char *dir, const char *tokenizer_dir, size_t 
     char tok[64];
     CL_TRY(ckpt_dir_exists("--checkpoint", dir));
     char path[4200];
-    int sharded = is_sharded(dir);
-    CL_TRY(sharded ? cl_shard_read_config(dir, &c, tok, sizeof tok) : read_config(dir, &c, tok, sizeof tok));
+    int sharded = is_sharded(dir), hf = !sharded && cl_hf_foreign(dir);
+    CL_TRY(sharded ? cl_shard_read_config(dir, &c, tok, sizeof tok)
+           : hf    ? cl_hf_read_config(dir, &c, tok, sizeof tok)
+                   : read_config(dir, &c, tok, sizeof tok));
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     cl_st_file *f = NULL;
     cl_status s = cl_model_describe(&c, 0, &out->desc);
     if (s) s = cl_error_context(s, "%s/%s", dir, sharded ? CL_CKPT_INDEX : "config.json");
     /* the file must hold every tensor config.json implies before any is allocated (sharded: the index's
      * boxes are checked against the model before a byte is read) */
-    if (!s && !sharded) s = cl_st_open(&f, path);
-    if (!s && !sharded) s = check_params(f, out->desc, "");
+    if (!s && !sharded && !hf) s = cl_st_open(&f, path);
+    if (!s && !sharded && !hf) s = check_params(f, out->desc, "");
+    if (!s && hf) s = cl_hf_read_params(dir, out->desc, NULL);
     if (!s) s = cl_device_create_cpu(&out->dev, cap, 0);
     if (!s) s = cl_model_create(&out->model, out->desc, out->dev, B);
     if (!s) s = cl_acts_create(out->model, B, &out->acts);
-    if (!s) s = sharded ? cl_shard_load_model(dir, out->model) : copy_params(f, path, out->desc, out->model->p, "", 0);
+    if (!s) s = sharded ? cl_shard_load_model(dir, out->model)
+                : hf    ? cl_hf_read_params(dir, out->desc, out->model->p)
+                        : copy_params(f, path, out->desc, out->model->p, "", 0);
     cl_st_close(f);
     if (!s && c.kind == CL_MODEL_GPT) {
         if (!strcmp(tok, "gpt2")) s = cl_tokenizer_gpt2(&out->tok, tokenizer_dir);

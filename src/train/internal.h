@@ -113,5 +113,14 @@ cl_status cl_shard_resume(cl_trainer *t, const char *dir);
 /* Its model config and tokenizer; its parameters into a whole model (eval, generate). */
 cl_status cl_shard_read_config(const char *dir, cl_model_config *c, char *tok, size_t tn);
 cl_status cl_shard_load_model(const char *dir, cl_model *m);
+/* A Hugging Face GPT-2 checkpoint (hf_import.c): a directory with neither
+ * the marker nor an index; its config (model_type gpt2), its parameters into
+ * the whole model's tensors (ptrs[i] for d's parameter i), and a resume (the
+ * moments zero, step 0). */
+#define CL_CKPT_MARKER "cleave-checkpoint.json"
+int cl_hf_foreign(const char *dir);
+cl_status cl_hf_read_config(const char *dir, cl_model_config *c, char *tok, size_t tn);
+cl_status cl_hf_read_params(const char *dir, const cl_model_desc *d, float *const *ptrs);
+cl_status cl_hf_resume(cl_trainer *t, const char *dir);
 
 #endif
