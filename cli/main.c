@@ -2,6 +2,7 @@
  * Exit status: 0 success, 2 bad input (flags, files, sizes, caps), 1 failure
  * (including a training step whose loss or gradient norm is not finite). */
 #include "args.h"
+#include "auto.h"
 #include "memory_cmd.h"
 #include "cleave/schedule.h"
 #include "cleave/comm.h"
@@ -66,7 +67,11 @@ static const cli_flag train_flags[] = {
     {"prompt", "", 1, "prompt for the final sample (default \"And God said\")"},
     {"temperature", "", 1, "sampling temperature (default 0.8)"},
     {"top-k", "", 1, "sample from the k most likely tokens (default 40, 0 = all)"},
-    {"ranks", "", 1, "ranks to run as threads in this process (default: the product of --dp --tp --pp)"},
+    {"ranks", "", 1, "ranks to run as threads in this process (default: the product of --dp --tp --pp; with --auto one per core)"},
+    {"auto", "", 0, "plan for this machine (cleave plan's search on `cleave plan calibrate`'s description, else default figures) and "
+                    "train with the fastest configuration that fits --ranks and the memory cap; the parallel, micro-batch, schedule, "
+                    "ZeRO and recompute flags given fix those dimensions; the global batch is --global-batch-size (default: "
+                    "--micro-batch-size x --dp when given, else 8)"},
     {"threads", "", 1, "GEMM threads per rank (default: this process's cores shared among its ranks)"},
     {"comm", "", 1, "communicator backend: threads (default) or mpi (start with mpirun -np N)"},
     {"dp", "", 1, "data-parallel replicas (default: world / (tp * pp))"},
@@ -761,6 +766,12 @@ static int cmd_train(int argc, char **argv) {
     int use_mpi = !strcmp(j.comm_name, "mpi");
     if (!use_mpi && strcmp(j.comm_name, "threads"))
         return cli_fail(cl_error(CL_ERR_INVALID, "unknown --comm '%s' (threads or mpi)", j.comm_name));
+    if (cli_get(&a, "auto")) {
+        if (use_mpi || convert)
+            return cli_fail(cl_error(CL_ERR_UNSUPPORTED, "--auto with %s is not built yet (threads ranks only)", convert ? "cleave convert" : "--comm mpi"));
+        if ((s = cli_train_auto(&a, c, gb_given, &ranks, &dp, &tp, &pp, &j.schedule_given))) return cli_fail(s);
+        gb_given = j.gb_given = 1;
+    }
     if (use_mpi && !cl_mpi_available())
         return cli_fail(cl_error(CL_ERR_UNSUPPORTED, "--comm mpi: this cleave was built without MPI (install libopenmpi-dev and rebuild)"));
     if (use_mpi) {
@@ -781,6 +792,16 @@ static int cmd_train(int argc, char **argv) {
     if ((s = check_pipeline(&j))) return cli_fail(s);
     if (!j.threads) j.threads = default_threads(ranks);
     if ((s = check_job(&j, ranks))) return cli_fail(s);
+    /* over the cap: the trainer's refusal, then the planner's nearest configurations that fit */
+    if (!memory && !convert && (s = cl_memory_check(&j.c, j.mesh.dp, j.mesh.pp))) {
+        if (s != CL_ERR_OOM) cl_error_clear(); /* anything else: the trainer says it as before */
+        else {
+            int rc = cli_fail(s);
+            fflush(stderr);
+            cli_plan_nearest(stdout, &j.c, j.mesh.dp, j.mesh.tp, j.mesh.pp);
+            return rc;
+        }
+    }
     if (memory && (s = memory_mode(&a, &j))) return cli_fail(s);
     if (memory && !j.measure) return 0;
     if (ranks == 1) s = train_rank(NULL, &j);

@@ -46,6 +46,8 @@ static const cli_flag plan_flags[] = {
     {"top", "", 1, "configurations printed (default 10)"},
     {"max-sims", "", 1, "schedules simulated at most (default 64; the rest keep their closed-form time)"},
     {"json", "", 0, "one JSON object per configuration and line"},
+    {"svg", "", 1, "draw the fastest configuration to this SVG file: each pipeline rank's memory by category, and the simulated "
+                   "step's timeline with its communication"},
 };
 
 static const cli_flag cal_flags[] = {
@@ -53,11 +55,6 @@ static const cli_flag cal_flags[] = {
     {"out", "", 1, "file to write (default: $CLEAVE_HW, else cleave-this.json here)"},
     {"repeat", "", 1, "best of this many runs per measurement (default 3)"},
 };
-
-static const char *this_path(void) {
-    const char *e = getenv("CLEAVE_HW");
-    return e && *e ? e : "cleave-this.json";
-}
 
 /* Two thread ranks all-reduce n floats `reps` times; rank 0 keeps the best time of one. */
 typedef struct {
@@ -171,7 +168,7 @@ static int cmd_calibrate(int argc, char **argv) {
     }
     int repeat = 3;
     if ((s = cli_int(&a, "repeat", &repeat, 1, 100))) return cli_fail(s);
-    const char *out = cli_get(&a, "out") ? cli_get(&a, "out") : this_path();
+    const char *out = cli_get(&a, "out") ? cli_get(&a, "out") : cl_plan_this_path();
     s = calibrate(out, repeat);
     return s ? cli_fail(s) : 0;
 }
@@ -179,7 +176,7 @@ static int cmd_calibrate(int argc, char **argv) {
 static cl_status load_hw(const char *name, cl_hw *hw) {
     if (!strcmp(name, "a100") || !strcmp(name, "h100")) return cl_hw_builtin(name, hw);
     if (!strcmp(name, "this")) {
-        const char *p = this_path();
+        const char *p = cl_plan_this_path();
         if (access(p, R_OK))
             return cl_error(CL_ERR_INVALID, "--hardware this: no %s (run `cleave plan calibrate` first, or set $CLEAVE_HW)", p);
         return cl_hw_load(p, hw);
@@ -292,6 +289,8 @@ int cleave_cmd_plan(int argc, char **argv) {
     if (q.fix.zero > 1 && q.hw.exact_memory)
         return cli_fail(cl_error(CL_ERR_UNSUPPORTED, "--zero %d: ZeRO stages 2 and 3 are not built yet on this machine (0 or 1)",
                                  q.fix.zero));
+    const char *svg = cli_get(&a, "svg");
+    if (svg && (s = cl_check_output_path(svg, "--svg"))) return cli_fail(s);
     cl_plan_list l;
     double t0 = cl_now();
     if ((s = cl_plan_search(&q, &l))) return cli_fail(s);
@@ -329,6 +328,14 @@ int cleave_cmd_plan(int argc, char **argv) {
                l.simulated_count);
         print_table(&l, top);
     }
+    if (svg) {
+        cl_plan_detail d;
+        if (!(s = cl_plan_detail_of(&q, &l.r[0].c, &d))) {
+            s = cl_plan_svg(svg, &q, &d);
+            cl_plan_detail_free(&d);
+        }
+        if (!s && !cli_get(&a, "json")) printf("svg: %s (the first row)\n", svg);
+    }
     cl_plan_list_free(&l);
-    return 0;
+    return s ? cli_fail(s) : 0;
 }

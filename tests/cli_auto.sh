@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# The planner driving a run on this machine (issue 17):
+# - `cleave train --auto` on gpt2-tiny prints its choice (flags, predicted
+#   step, fullest rank, runner-up) and trains; the same run with the chosen
+#   flags given explicitly logs bitwise the same losses and grad norms; a
+#   flag given fixes its dimension; a cap nothing fits exits 2 with one line
+#   naming the smallest shortfall;
+# - the out-of-memory refusal of a run over its cap (one line on stderr, as
+#   before) lists on stdout the planner's nearest fitting configurations of
+#   as many ranks, and the first of them trains under that cap; under a cap
+#   nothing fits it says so;
+# - `cleave plan --svg F`: well-formed XML (python3's xml.etree) with one
+#   memory bar and one timeline row per pipeline rank and communication
+#   strips; a path that cannot be written exits 2 with one line.
+# Without a calibration file (CLEAVE_HW points at none) the default figures
+# are used, so the choice does not depend on this machine's load.
+set -u
+source "$(dirname "$0")/lib.sh"
+export CLEAVE_HW="$tmp/none.json"
+head -c 200000 data/kjv.txt > "$tmp/text.txt"
+common=(--data "$tmp/text.txt" --seq-len 32 --steps 4 --sample-tokens 0 --eval-batches 2)
+
+# --auto: choice printed, then trained
+out=$($CLEAVE train --auto "${common[@]}" --log-file "$tmp/auto.log" 2>&1); rc=$?
+chose=$(printf '%s\n' "$out" | sed -n 's/^auto: chose \(.*\): the fastest predicted that fits, step .*/\1/p')
+check '[ $rc -eq 0 ] && [ -n "$chose" ] && printf "%s" "$out" | grep -q "^auto: runner-up" && printf "%s" "$out" | grep -q "fullest rank" &&
+       [ "$(grep -c "\"loss\"" "$tmp/auto.log")" -ge 4 ]' "--auto trains and prints its choice (rc $rc)$(excerpt 6 "$out")"
+# the chosen flags given explicitly: the same losses and grad norms, bit for bit
+$CLEAVE train $chose "${common[@]}" --log-file "$tmp/explicit.log" > "$tmp/explicit.out" 2>&1
+fields() { grep -o '"\(loss\|grad_norm\)": [^,]*' "$1"; }
+check '[ -n "$(fields "$tmp/auto.log")" ] && [ "$(fields "$tmp/auto.log")" = "$(fields "$tmp/explicit.log")" ]' \
+    "--auto ($chose) and the same flags given: losses differ$(excerpt 4 "$(paste <(fields "$tmp/auto.log") <(fields "$tmp/explicit.log"))")"
+# a dimension given is fixed
+out=$($CLEAVE train --auto --pp 2 --micro-batch-size 2 --global-batch-size 8 "${common[@]}" --steps 2 2>&1); rc=$?
+check '[ $rc -eq 0 ] && printf "%s" "$out" | grep -q "^auto: chose --dp 1 --tp 1 --pp 2 --micro-batch-size 2 " &&
+       printf "%s" "$out" | grep -q "mesh dp 1 x tp 1 x pp 2"' "--auto --pp 2 --micro-batch-size 2 (rc $rc)$(excerpt 4 "$out")"
+# nothing fits: exit 2, one line, the smallest shortfall
+out=$($CLEAVE train --auto "${common[@]}" --device-memory 1MiB 2>&1); rc=$?
+check '[ $rc -eq 2 ] && [ "$(printf "%s\n" "$out" | grep -c "")" -eq 1 ] &&
+       printf "%s" "$out" | grep -q "no configuration of 2 ranks fits 1.0 MiB per rank: the smallest shortfall is .* over (--dp"' \
+    "--auto under 1 MiB: rc $rc$(excerpt 3 "$out")"
+
+# the refusal lists the planner's nearest fitting configurations, and the first fits
+$CLEAVE train "${common[@]}" --dp 2 --micro-batch-size 8 --global-batch-size 16 --device-memory 4MiB > "$tmp/ref.out" 2> "$tmp/ref.err"
+rc=$?
+first=$(sed -n '/^planner: .* the nearest/{n;s/^  \(--[^:]*\): peak .* per rank, step .* s.*/\1/p}' "$tmp/ref.out")
+check '[ $rc -eq 2 ] && [ "$(grep -c "" "$tmp/ref.err")" -eq 1 ] && grep -q "refused before allocating" "$tmp/ref.err" &&
+       [ "$(grep -c "^  --dp 2 " "$tmp/ref.out")" -ge 2 ] && [ -n "$first" ]' \
+    "refusal (rc $rc) lists the nearest fitting configurations$(excerpt 6 "$(cat "$tmp/ref.err" "$tmp/ref.out")")"
+out=$($CLEAVE train "${common[@]}" $first --global-batch-size 16 --device-memory 4MiB --steps 1 2>&1); rc=$?
+check '[ $rc -eq 0 ] && printf "%s" "$out" | grep -q "step *1/1"' "the first proposal ($first) under 4 MiB: rc $rc$(excerpt 3 "$out")"
+$CLEAVE train "${common[@]}" --dp 2 --micro-batch-size 8 --global-batch-size 16 --device-memory 1MiB > "$tmp/none.out" 2>&1
+rc=$?
+check '[ $rc -eq 2 ] && grep -q "^planner: no configuration of 2 ranks fits 1.0 MiB per rank: the smallest shortfall" "$tmp/none.out"' \
+    "refusal under 1 MiB says nothing fits$(excerpt 3 "$(cat "$tmp/none.out")")"
+
+# plan --svg: XML, a bar and a timeline row per pipeline rank, communication drawn
+svgcheck() { # FILE PP: well-formed, PP bars, PP rows, some comm strips
+    /usr/bin/python3 - "$1" "$2" <<'EOF'
+import sys, xml.etree.ElementTree as ET
+ns = "{http://www.w3.org/2000/svg}"
+root = ET.parse(sys.argv[1]).getroot()
+pp = int(sys.argv[2])
+bars = [g for g in root.iter(ns + "g") if g.get("class") == "membar"]
+rows = [t for t in root.iter(ns + "text") if t.get("class") == "row"]
+comm = [r for r in root.iter(ns + "rect") if r.get("class") == "comm"]
+acts = [r for r in root.iter(ns + "rect") if (r.get("class") or "").startswith("act ")]
+ok = root.tag == ns + "svg" and len(bars) == pp and len(rows) == pp and comm and acts
+ok = ok and all(len(b.findall(ns + "rect")) >= 3 for b in bars)
+print("bars", len(bars), "rows", len(rows), "comm", len(comm), "acts", len(acts))
+sys.exit(0 if ok else 1)
+EOF
+}
+out=$($CLEAVE plan --model gpt2 --devices 16 --global-batch-size 32 --pp 4 --tp 2 --micro-batch-size 2 --top 1 --svg "$tmp/a.svg" 2>&1)
+rc=$?
+check '[ $rc -eq 0 ] && r=$(svgcheck "$tmp/a.svg" 4)' "plan --svg, pp 4 x tp 2 on a100: $(svgcheck "$tmp/a.svg" 4 2>&1 | tail -1)$(excerpt 3 "$out")"
+out=$($CLEAVE plan --model gpt2-tiny --hardware a100 --devices 2 --pp 2 --top 1 --svg "$tmp/b.svg" 2>&1)
+rc=$?
+check '[ $rc -eq 0 ] && r=$(svgcheck "$tmp/b.svg" 2)' "plan --svg, pp 2: $(svgcheck "$tmp/b.svg" 2 2>&1 | tail -1)$(excerpt 3 "$out")"
+out=$($CLEAVE plan --devices 2 --pp 2 --svg "$tmp/no/such/dir/x.svg" 2>&1); rc=$?
+check '[ $rc -eq 2 ] && [ "$(printf "%s\n" "$out" | grep -c "")" -eq 1 ] && printf "%s" "$out" | grep -q -- "--svg"' \
+    "plan --svg to a bad path: rc $rc$(excerpt 2 "$out")"
+finish cli_auto
