@@ -14,7 +14,7 @@
 static void hw_note(char *b, size_t n, int calibrated) {
     if (calibrated) snprintf(b, n, "this machine as calibrated in %s", cl_plan_this_path());
     else
-        snprintf(b, n, "this machine at default figures (no %s: `cleave plan calibrate` measures it)", cl_plan_this_path());
+        snprintf(b, n, "this machine at default figures (no %s; `cleave plan calibrate` measures it)", cl_plan_this_path());
 }
 
 /* The configuration c runs as a planner configuration. */
@@ -30,7 +30,7 @@ static void shortfall(char *b, size_t n, const cl_plan_list *l) {
     cl_plan_cfg_flags(&r->c, flags, sizeof flags);
     cl_format_bytes((size_t)r->peak_bytes, need, sizeof need);
     cl_format_bytes((size_t)r->over_bytes, over, sizeof over);
-    snprintf(b, n, "the smallest shortfall is %s over (%s needs %s on pipeline rank %d, the most %s)", over, flags, need, r->full_rank,
+    snprintf(b, n, "the smallest shortfall is %s over (%s needs %s on pipeline rank %d, its largest category %s)", over, flags, need, r->full_rank,
              cl_mem_cat_name((cl_mem_cat)r->over_cat));
 }
 
@@ -140,7 +140,7 @@ void cli_plan_nearest(FILE *f, const cl_train_config *c, int dp, int tp, int pp)
     if (!l.n) {
         char why[512] = "no configuration is valid";
         if (l.have_nearest) shortfall(why, sizeof why, &l);
-        fprintf(f, "planner: no configuration of %d ranks fits %s per rank: %s\n", n, capb, why);
+        fprintf(f, "planner, for %s: no configuration of %d ranks fits %s per rank: %s\n", hwn, n, capb, why);
         cl_plan_list_free(&l);
         return;
     }
@@ -152,8 +152,9 @@ void cli_plan_nearest(FILE *f, const cl_train_config *c, int dp, int tp, int pp)
     cl_plan_cfg ref = cfg_of(c, dp, tp, pp);
     for (int i = 0; i < l.n; i++) rows[i] = (near_row){&l.r[i], cl_plan_cfg_distance(&l.r[i].c, &ref)};
     qsort(rows, (size_t)l.n, sizeof *rows, by_near);
-    fprintf(f, "planner: %d of %d configurations of %d ranks fit %s per rank (%s); the nearest (fewest flags changed, then fastest):\n",
-            l.n, (int)l.considered, n, capb, hwn);
+    fprintf(f, "planner, for %s: %d of %d configurations of %d ranks fit %s per rank; the nearest (fewest flags changed, then "
+               "fastest):\n",
+            hwn, l.n, (int)l.considered, n, capb);
     for (int i = 0; i < l.n && i < 4; i++) {
         cl_plan_cfg_flags(&rows[i].r->c, flags, sizeof flags);
         cl_format_bytes((size_t)rows[i].r->peak_bytes, peak, sizeof peak);

@@ -43,7 +43,7 @@ check '[ $rc -eq 2 ] && [ "$(printf "%s\n" "$out" | grep -c "")" -eq 1 ] &&
 # the refusal lists the planner's nearest fitting configurations, and the first fits
 $CLEAVE train "${common[@]}" --dp 2 --micro-batch-size 8 --global-batch-size 16 --device-memory 4MiB > "$tmp/ref.out" 2> "$tmp/ref.err"
 rc=$?
-first=$(sed -n '/^planner: .* the nearest/{n;s/^  \(--[^:]*\): peak .* per rank, step .* s.*/\1/p}' "$tmp/ref.out")
+first=$(sed -n '/^planner, .* the nearest/{n;s/^  \(--[^:]*\): peak .* per rank, step .* s.*/\1/p}' "$tmp/ref.out")
 check '[ $rc -eq 2 ] && [ "$(grep -c "" "$tmp/ref.err")" -eq 1 ] && grep -q "refused before allocating" "$tmp/ref.err" &&
        [ "$(grep -c "^  --dp 2 " "$tmp/ref.out")" -ge 2 ] && [ -n "$first" ]' \
     "refusal (rc $rc) lists the nearest fitting configurations$(excerpt 6 "$(cat "$tmp/ref.err" "$tmp/ref.out")")"
@@ -51,7 +51,7 @@ out=$($CLEAVE train "${common[@]}" $first --global-batch-size 16 --device-memory
 check '[ $rc -eq 0 ] && printf "%s" "$out" | grep -q "step *1/1"' "the first proposal ($first) under 4 MiB: rc $rc$(excerpt 3 "$out")"
 $CLEAVE train "${common[@]}" --dp 2 --micro-batch-size 8 --global-batch-size 16 --device-memory 1MiB > "$tmp/none.out" 2>&1
 rc=$?
-check '[ $rc -eq 2 ] && grep -q "^planner: no configuration of 2 ranks fits 1.0 MiB per rank: the smallest shortfall" "$tmp/none.out"' \
+check '[ $rc -eq 2 ] && grep -q "^planner, .*: no configuration of 2 ranks fits 1.0 MiB per rank: the smallest shortfall" "$tmp/none.out"' \
     "refusal under 1 MiB says nothing fits$(excerpt 3 "$(cat "$tmp/none.out")")"
 
 # plan --svg: XML, a bar and a timeline row per pipeline rank, communication drawn
