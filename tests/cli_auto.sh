@@ -11,7 +11,10 @@
 #   nothing fits it says so;
 # - `cleave plan --svg F`: well-formed XML (python3's xml.etree) with one
 #   memory bar and one timeline row per pipeline rank and communication
-#   strips; a path that cannot be written exits 2 with one line.
+#   strips; a path that cannot be written exits 2 with one line;
+# - a description file, when there is one, is used and decides (a slow link:
+#   a pipeline; a fast one: data parallelism); one that is not this
+#   machine's (no exact_memory) exits 2.
 # Without a calibration file (CLEAVE_HW points at none) the default figures
 # are used, so the choice does not depend on this machine's load.
 set -u
@@ -39,6 +42,22 @@ out=$($CLEAVE train --auto "${common[@]}" --device-memory 1MiB 2>&1); rc=$?
 check '[ $rc -eq 2 ] && [ "$(printf "%s\n" "$out" | grep -c "")" -eq 1 ] &&
        printf "%s" "$out" | grep -q "no configuration of 2 ranks fits 1.0 MiB per rank: the smallest shortfall is .* over (--dp"' \
     "--auto under 1 MiB: rc $rc$(excerpt 3 "$out")"
+# a description file is used when there is one, and it decides: over a slow link a pipeline (fewer
+# bytes between the ranks than dp's gradient all-reduce), over a fast one data parallelism
+desc() { # BANDWIDTH [exact_memory]: a description of two devices
+    printf '{"name": "handmade", "peak_flops": {"fp32": 1e11}, "gemm": {"max_efficiency": 0.5, "half_dim": 64},
+      "memory_bandwidth": 1e10, "device_memory": 4e9, "devices_per_node": 2, "intra_node": {"bandwidth": %s, "latency": 1e-5},
+      "inter_node": {"bandwidth": %s, "latency": 1e-5}%s}\n' "$1" "$1" "${2:+, \"exact_memory\": true}"
+}
+desc 1e3 x > "$tmp/slow.json"; desc 1e12 x > "$tmp/fast.json"; desc 1e12 > "$tmp/gpu.json"
+out=$(CLEAVE_HW="$tmp/slow.json" $CLEAVE train --auto "${common[@]}" --steps 1 2>&1); rc=$?
+check '[ $rc -eq 0 ] && printf "%s" "$out" | grep -q "as calibrated in $tmp/slow.json" && printf "%s" "$out" | grep -q "^auto: chose --dp 1 --tp 1 --pp 2 "' \
+    "slow link: a pipeline (rc $rc)$(excerpt 3 "$out")"
+out=$(CLEAVE_HW="$tmp/fast.json" $CLEAVE train --auto "${common[@]}" --steps 1 2>&1); rc=$?
+check '[ $rc -eq 0 ] && printf "%s" "$out" | grep -q "^auto: chose --dp 2 --tp 1 --pp 1 "' "fast link: data parallel (rc $rc)$(excerpt 3 "$out")"
+out=$(CLEAVE_HW="$tmp/gpu.json" $CLEAVE train --auto "${common[@]}" --steps 1 2>&1); rc=$?
+check '[ $rc -eq 2 ] && [ "$(printf "%s\n" "$out" | grep -c "")" -eq 1 ] && printf "%s" "$out" | grep -q "not a description of this machine"' \
+    "a description without exact_memory: rc $rc$(excerpt 2 "$out")"
 
 # the refusal lists the planner's nearest fitting configurations, and the first fits
 $CLEAVE train "${common[@]}" --dp 2 --micro-batch-size 8 --global-batch-size 16 --device-memory 4MiB > "$tmp/ref.out" 2> "$tmp/ref.err"
