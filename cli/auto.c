@@ -34,7 +34,7 @@ static void shortfall(char *b, size_t n, const cl_plan_list *l) {
              cl_mem_cat_name((cl_mem_cat)r->over_cat));
 }
 
-cl_status cli_train_auto(const cli_args *a, cl_train_config *c, int gb_given, int *ranks, int *dp, int *tp, int *pp,
+cl_status cli_train_auto(FILE *f, const cli_args *a, cl_train_config *c, int gb_given, int *ranks, int *dp, int *tp, int *pp,
                          int *schedule_given) {
     if (cli_get(a, "pp-layout")) return cl_error(CL_ERR_INVALID, "--auto chooses the stages itself: leave out --pp-layout");
     cl_hw hw;
@@ -84,19 +84,19 @@ cl_status cli_train_auto(const cli_args *a, cl_train_config *c, int gb_given, in
         if (b->cat_bytes[k] > b->cat_bytes[big]) big = k;
     cl_plan_cfg_flags(&b->c, flags, sizeof flags);
     cl_format_bytes((size_t)b->peak_bytes, peak, sizeof peak);
-    printf("auto: planned %d ranks of %s, %s per rank, global batch %d x %d tokens: %ld configurations, %ld fit\n", n, hwn, capb,
+    fprintf(f, "auto: planned %d ranks of %s, %s per rank, global batch %d x %d tokens: %ld configurations, %ld fit\n", n, hwn, capb,
            c->global_batch, q.T, l.considered, l.fitted);
-    printf("auto: chose %s --global-batch-size %d: the fastest predicted that fits, step %.4g s (%.4g tokens/s), fullest rank "
+    fprintf(f, "auto: chose %s --global-batch-size %d: the fastest predicted that fits, step %.4g s (%.4g tokens/s), fullest rank "
            "%s (pipeline rank %d, the most %s)\n",
            flags, c->global_batch, b->step_s, b->tokens_per_s, peak, b->full_rank, cl_mem_cat_name((cl_mem_cat)big));
     if (l.n > 1) {
         const cl_plan_result *r2 = &l.r[1];
         cl_plan_cfg_flags(&r2->c, flags, sizeof flags);
         cl_format_bytes((size_t)r2->peak_bytes, peak, sizeof peak);
-        printf("auto: runner-up %s: step %.4g s (%+.1f%%), fullest rank %s\n", flags, r2->step_s, 100 * (r2->step_s / b->step_s - 1),
+        fprintf(f, "auto: runner-up %s: step %.4g s (%+.1f%%), fullest rank %s\n", flags, r2->step_s, 100 * (r2->step_s / b->step_s - 1),
                peak);
     } else {
-        printf("auto: runner-up: none (one configuration fits)\n");
+        fprintf(f, "auto: runner-up: none (one configuration fits)\n");
     }
     cl_plan_cfg ch = b->c;
     cl_plan_list_free(&l);

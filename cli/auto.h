@@ -12,8 +12,8 @@
  * tp, sequence parallelism, schedule, virtual stages, ZeRO stage and
  * recompute, *dp, *tp, *pp (0 on entry: searched) and *ranks (0 on entry:
  * one per core) to the fastest configuration that fits, printing the choice
- * on stdout. The flags a gives for those dimensions fix them. */
-cl_status cli_train_auto(const cli_args *a, cl_train_config *c, int gb_given, int *ranks, int *dp, int *tp, int *pp,
+ * on f. The flags a gives for those dimensions fix them. */
+cl_status cli_train_auto(FILE *f, const cli_args *a, cl_train_config *c, int gb_given, int *ranks, int *dp, int *tp, int *pp,
                          int *schedule_given);
 /* After a refusal of c on dp x tp x pp ranks (cl_memory_check): the planner's
  * fitting configurations of as many ranks nearest to it (fewest flags

@@ -8,7 +8,7 @@
 # - the out-of-memory refusal of a run over its cap (one line on stderr, as
 #   before) lists on stdout the planner's nearest fitting configurations of
 #   as many ranks, and the first of them trains under that cap; under a cap
-#   nothing fits it says so;
+#   nothing fits it says so; under MPI rank 0 lists them once;
 # - `cleave plan --svg F`: well-formed XML (python3's xml.etree) with one
 #   memory bar and one timeline row per pipeline rank and communication
 #   strips; a path that cannot be written exits 2 with one line;
@@ -72,6 +72,19 @@ $CLEAVE train "${common[@]}" --dp 2 --micro-batch-size 8 --global-batch-size 16 
 rc=$?
 check '[ $rc -eq 2 ] && grep -q "^planner, .*: no configuration of 2 ranks fits 1.0 MiB per rank: the smallest shortfall" "$tmp/none.out"' \
     "refusal under 1 MiB says nothing fits$(excerpt 3 "$(cat "$tmp/none.out")")"
+# under MPI: both ranks refuse, rank 0 lists what fits once
+if "$CLEAVE" --version | grep -q "mpi: yes" && command -v mpirun > /dev/null; then
+    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+    case "$BUILD" in *san*) export ASAN_OPTIONS=${ASAN_OPTIONS:-}:detect_leaks=0 ;; esac
+    timeout -k 5 120 mpirun --oversubscribe -np 2 "$CLEAVE" train --comm mpi "${common[@]}" --dp 2 --micro-batch-size 8 \
+        --global-batch-size 16 --device-memory 4MiB > "$tmp/mpi.out" 2> "$tmp/mpi.err"
+    rc=$?
+    check '[ $rc -ne 0 ] && [ "$(grep -c "^planner, .* the nearest" "$tmp/mpi.out")" -eq 1 ] && grep -q "^  --dp 2 " "$tmp/mpi.out" &&
+           grep -q "rank 0 failed: .*refused before allocating" "$tmp/mpi.err"' \
+        "MPI refusal (rc $rc)$(excerpt 4 "$(cat "$tmp/mpi.out" "$tmp/mpi.err")")"
+else
+    echo "SKIP: MPI refusal (this build has no MPI)"
+fi
 
 # plan --svg: XML, a bar and a timeline row per pipeline rank, communication drawn
 svgcheck() { # FILE PP: well-formed, PP bars, PP rows, some comm strips
