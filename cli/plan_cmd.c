@@ -50,6 +50,8 @@ static const cli_flag plan_flags[] = {
                    "step's timeline with its communication"},
 };
 
+static const char *this_path(void) { return cl_plan_this_path(); }
+
 static const cli_flag cal_flags[] = {
     {"help", "h", 0, "show this help"},
     {"out", "", 1, "file to write (default: $CLEAVE_HW, else cleave-this.json here)"},
@@ -168,7 +170,7 @@ static int cmd_calibrate(int argc, char **argv) {
     }
     int repeat = 3;
     if ((s = cli_int(&a, "repeat", &repeat, 1, 100))) return cli_fail(s);
-    const char *out = cli_get(&a, "out") ? cli_get(&a, "out") : cl_plan_this_path();
+    const char *out = cli_get(&a, "out") ? cli_get(&a, "out") : this_path();
     s = calibrate(out, repeat);
     return s ? cli_fail(s) : 0;
 }
@@ -176,7 +178,7 @@ static int cmd_calibrate(int argc, char **argv) {
 static cl_status load_hw(const char *name, cl_hw *hw) {
     if (!strcmp(name, "a100") || !strcmp(name, "h100")) return cl_hw_builtin(name, hw);
     if (!strcmp(name, "this")) {
-        const char *p = cl_plan_this_path();
+        const char *p = this_path();
         if (access(p, R_OK))
             return cl_error(CL_ERR_INVALID, "--hardware this: no %s (run `cleave plan calibrate` first, or set $CLEAVE_HW)", p);
         return cl_hw_load(p, hw);
@@ -263,6 +265,8 @@ int cleave_cmd_plan(int argc, char **argv) {
         devices = nodes * q.hw.devices_per_node;
     }
     if (!devices) return cli_fail(cl_error(CL_ERR_INVALID, "give --devices N (or --nodes N)"));
+    const char *svg = cli_get(&a, "svg");
+    if (svg && (s = cl_check_output_path(svg, "--svg"))) return cli_fail(s);
     q.devices = devices;
     q.device_memory = (double)mem;
     q.top = top > 64 ? 64 : top;
@@ -289,8 +293,6 @@ int cleave_cmd_plan(int argc, char **argv) {
     if (q.fix.zero > 1 && q.hw.exact_memory)
         return cli_fail(cl_error(CL_ERR_UNSUPPORTED, "--zero %d: ZeRO stages 2 and 3 are not built yet on this machine (0 or 1)",
                                  q.fix.zero));
-    const char *svg = cli_get(&a, "svg");
-    if (svg && (s = cl_check_output_path(svg, "--svg"))) return cli_fail(s);
     cl_plan_list l;
     double t0 = cl_now();
     if ((s = cl_plan_search(&q, &l))) return cli_fail(s);

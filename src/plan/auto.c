@@ -51,7 +51,9 @@ cl_status cl_plan_this_hw(cl_hw *hw, int *calibrated) {
 
 void cl_plan_query_for_train(const cl_train_config *tc, int ranks, const cl_hw *hw, cl_plan_query *q) {
     memset(q, 0, sizeof *q);
-    q->fix = (cl_plan_cfg){-1, -1, -1, -1, -1, -1, -1, -1, -1, 0};
+    int *fix = (int *)&q->fix; /* every dimension searched (-1), whatever fields cl_plan_cfg has */
+    for (size_t i = 0; i < sizeof q->fix / sizeof(int); i++) fix[i] = -1;
+    q->fix.bf16 = 0;           /* cleave trains in fp32 here */
     q->model = tc->model;
     q->T = tc->model.kind == CL_MODEL_GPT ? (tc->seq_len ? tc->seq_len : tc->model.seq_len) : 1;
     q->devices = ranks;
