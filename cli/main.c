@@ -2,6 +2,7 @@
  * Exit status: 0 success, 2 bad input (flags, files, sizes, caps), 1 failure
  * (including a training step whose loss or gradient norm is not finite). */
 #include "args.h"
+#include "auto.h"
 #include "memory_cmd.h"
 #include "cleave/schedule.h"
 #include "cleave/comm.h"
@@ -66,7 +67,11 @@ static const cli_flag train_flags[] = {
     {"prompt", "", 1, "prompt for the final sample (default \"And God said\")"},
     {"temperature", "", 1, "sampling temperature (default 0.8)"},
     {"top-k", "", 1, "sample from the k most likely tokens (default 40, 0 = all)"},
-    {"ranks", "", 1, "ranks to run as threads in this process (default: the product of --dp --tp --pp)"},
+    {"ranks", "", 1, "ranks to run as threads in this process (default: the product of --dp --tp --pp; with --auto one per core)"},
+    {"auto", "", 0, "plan for this machine (cleave plan's search on `cleave plan calibrate`'s description, else default figures) and "
+                    "train with the fastest configuration that fits --ranks and the memory cap; the parallel, micro-batch, schedule, "
+                    "ZeRO and recompute flags given fix those dimensions; the global batch is --global-batch-size (default: "
+                    "--micro-batch-size x --dp when given, else 8)"},
     {"threads", "", 1, "GEMM threads per rank (default: this process's cores shared among its ranks)"},
     {"comm", "", 1, "communicator backend: threads (default) or mpi (start with mpirun -np N)"},
     {"dp", "", 1, "data-parallel replicas (default: world / (tp * pp))"},
@@ -570,6 +575,17 @@ static cl_status check_job(train_job *j, int ranks_here) {
 
 static cl_status memory_mode(const cli_args *a, train_job *j);
 
+/* A training run's memory check (the trainer's, cl_memory_check) before any
+ * rank allocates: CL_ERR_OOM over the cap, for the caller to follow with the
+ * planner's nearest configurations (cli_plan_nearest); anything else is left
+ * to the trainer to report as it always has. */
+static cl_status memory_first(train_job *j) {
+    if (j->memory || j->convert) return CL_OK;
+    cl_status s = cl_memory_check(&j->c, j->mesh.dp, j->mesh.pp);
+    if (s && s != CL_ERR_OOM) cl_error_clear(), s = CL_OK;
+    return s;
+}
+
 /* Under MPI the world's size is known only inside the ranks. */
 static cl_status train_rank_mpi(cl_comm *world, void *arg) {
     train_job *j = arg;
@@ -582,6 +598,15 @@ static cl_status train_rank_mpi(cl_comm *world, void *arg) {
     if (!j->threads) j->threads = default_threads(1);
     const char *local = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
     CL_TRY(check_job(j, local && atoi(local) > 0 ? atoi(local) : 1));
+    cl_status s = memory_first(j); /* every rank alike: refused together, rank 0 lists what fits */
+    if (s && cl_comm_rank(world) == 0) {
+        char refusal[1024]; /* the planner's search clears errors on its way */
+        snprintf(refusal, sizeof refusal, "%s", cl_last_error());
+        cli_plan_nearest(stdout, &j->c, j->mesh.dp, j->mesh.tp, j->mesh.pp);
+        fflush(stdout);
+        return cl_error(s, "%s", refusal);
+    }
+    if (s) return s;
     if (j->memory) {
         if (!cli_get(j->memory, "measure") && cl_comm_rank(world) != 0) return CL_OK;
         CL_TRY(memory_mode(j->memory, j));
@@ -820,6 +845,15 @@ static int cmd_train(int argc, char **argv) {
     int use_mpi = !strcmp(j.comm_name, "mpi");
     if (!use_mpi && strcmp(j.comm_name, "threads"))
         return cli_fail(cl_error(CL_ERR_INVALID, "unknown --comm '%s' (threads or mpi)", j.comm_name));
+    if (cli_get(&a, "auto")) {
+        if (use_mpi || convert)
+            return cli_fail(convert ? cl_error(CL_ERR_INVALID, "--auto plans a training run: cleave convert takes the layout its flags give")
+                                    : cl_error(CL_ERR_UNSUPPORTED, "--auto with --comm mpi is not built yet (threads ranks only)"));
+        /* cleave memory --auto --json: the choice on stderr, the JSON alone on stdout */
+        FILE *say = memory && cli_get(&a, "json") ? stderr : stdout;
+        if ((s = cli_train_auto(say, &a, c, gb_given, &ranks, &dp, &tp, &pp, &j.schedule_given))) return cli_fail(s);
+        gb_given = j.gb_given = 1;
+    }
     if (use_mpi && !cl_mpi_available())
         return cli_fail(cl_error(CL_ERR_UNSUPPORTED, "--comm mpi: this cleave was built without MPI (install libopenmpi-dev and rebuild)"));
     if (use_mpi) {
@@ -840,6 +874,13 @@ static int cmd_train(int argc, char **argv) {
     if ((s = check_pipeline(&j))) return cli_fail(s);
     if (!j.threads) j.threads = default_threads(ranks);
     if ((s = check_job(&j, ranks))) return cli_fail(s);
+    /* over the cap: the trainer's refusal, then the planner's nearest configurations that fit */
+    if ((s = memory_first(&j))) {
+        int rc = cli_fail(s);
+        fflush(stderr);
+        cli_plan_nearest(stdout, &j.c, j.mesh.dp, j.mesh.tp, j.mesh.pp);
+        return rc;
+    }
     if (memory && (s = memory_mode(&a, &j))) return cli_fail(s);
     if (memory && !j.measure) return 0;
     if (ranks == 1) s = train_rank(NULL, &j);

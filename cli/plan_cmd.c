@@ -49,7 +49,11 @@ static const cli_flag plan_flags[] = {
     {"top", "", 1, "configurations printed (default 10)"},
     {"max-sims", "", 1, "schedules simulated at most (default 64; the rest keep their closed-form time)"},
     {"json", "", 0, "one JSON object per configuration and line"},
+    {"svg", "", 1, "draw the fastest configuration to this SVG file: each pipeline rank's memory by category, and the simulated "
+                   "step's timeline with its communication"},
 };
+
+static const char *this_path(void) { return cl_plan_this_path(); }
 
 static const cli_flag cal_flags[] = {
     {"help", "h", 0, "show this help"},
@@ -57,11 +61,6 @@ static const cli_flag cal_flags[] = {
     {"repeat", "", 1, "best of this many runs per measurement (default 3)"},
     {"offload-dir", "", 1, "directory whose file stream gives disk_bandwidth (--offload-optimizer disk's; default $TMPDIR, else /tmp)"},
 };
-
-static const char *this_path(void) {
-    const char *e = getenv("CLEAVE_HW");
-    return e && *e ? e : "cleave-this.json";
-}
 
 /* Two thread ranks all-reduce n floats `reps` times; rank 0 keeps the best time of one. */
 typedef struct {
@@ -336,6 +335,8 @@ int cleave_cmd_plan(int argc, char **argv) {
         devices = nodes * q.hw.devices_per_node;
     }
     if (!devices) return cli_fail(cl_error(CL_ERR_INVALID, "give --devices N (or --nodes N)"));
+    const char *svg = cli_get(&a, "svg");
+    if (svg && (s = cl_check_output_path(svg, "--svg"))) return cli_fail(s);
     q.devices = devices;
     q.device_memory = (double)mem;
     q.top = top > 64 ? 64 : top;
@@ -410,6 +411,14 @@ int cleave_cmd_plan(int argc, char **argv) {
                l.simulated_count);
         print_table(&l, top);
     }
+    if (svg) {
+        cl_plan_detail d;
+        if (!(s = cl_plan_detail_of(&q, &l.r[0].c, &d))) {
+            s = cl_plan_svg(svg, &q, &d);
+            cl_plan_detail_free(&d);
+        }
+        if (!s && !cli_get(&a, "json")) printf("svg: %s (the first row)\n", svg);
+    }
     cl_plan_list_free(&l);
-    return 0;
+    return s ? cli_fail(s) : 0;
 }

@@ -391,6 +391,7 @@ cl_status cl_trace_bubble(const cl_trace *t, int step, int nranks, double *bubbl
 #define SVG_TOP 40.0      /* title */
 #define SVG_ROW 28.0      /* row pitch */
 #define SVG_BOX 22.0      /* box height */
+#define SVG_STRIP 8.0     /* comm mode: the strip under the boxes */
 #define SVG_AXIS 40.0     /* axis and its labels */
 #define SVG_LEGEND 30.0
 #define SVG_MIN_PLOT 600.0
@@ -435,17 +436,28 @@ void cl_svg_escaped(cl_strbuf *b, const char *s) {
     }
 }
 
-cl_status cl_trace_render_svg(const char *path, const cl_trace *t, int step) {
-    if (!path || !*path) return cl_error(CL_ERR_INVALID, "trace render: no output path given");
+/* The comm strip's colour of a non-compute event (comm mode), or of a
+ * compute kind on the comm track (collectives inside that pass). */
+static const char *comm_fill(const cl_trace_event *e) {
+    if (e->track == CL_TRACK_COMM && cl_trace_is_compute(e->kind)) return "#17becf";
+    switch (e->kind) {
+    case CL_ACT_GRAD_SYNC: return "#e15759";
+    case CL_ACT_OPT_STEP: return "#edc948";
+    default: return "#9c9c9c";
+    }
+}
+
+cl_status cl_svg_timeline(cl_strbuf *out, const cl_trace *t, int step, int comm, double *width_out, double *height_out) {
     int st;
     CL_TRY(cl_trace_pick_step(t, step, &st));
-    /* keep[i]: 0 another step, 1 this step (a row for its rank), 2 a box */
+    /* keep[i]: 0 another step, 1 this step (a row for its rank), 2 a box, 3 a comm strip (comm mode) */
     unsigned char *keep = calloc(t->n, 1);
     if (!keep) return cl_error(CL_ERR_OOM, "trace render: no host memory for %zu events", t->n);
     size_t nbox = 0;
     int chunked = 0, maxrank = 0;
     double unit = 0;
-    unsigned present = 0;
+    unsigned present = 0, strips = 0;
+    double row_h = comm ? SVG_ROW + SVG_STRIP + 2 : SVG_ROW;
     for (size_t i = 0; i < t->n; i++) {
         const cl_trace_event *e = &t->ev[i];
         if (e->step != st) continue;
@@ -455,6 +467,10 @@ cl_status cl_trace_render_svg(const char *path, const cl_trace *t, int step) {
         }
         keep[i] = 1;
         if (e->rank > maxrank) maxrank = e->rank;
+        if (comm && (!cl_trace_is_compute(e->kind) || e->track != CL_TRACK_COMPUTE)) {
+            if (e->t1 > e->t0) keep[i] = 3, strips |= 1u << (e->track == CL_TRACK_COMM && cl_trace_is_compute(e->kind) ? 15 : e->kind);
+            continue;
+        }
         if (!cl_trace_is_compute(e->kind)) continue;
         keep[i] = 2;
         nbox++;
@@ -486,26 +502,25 @@ cl_status cl_trace_render_svg(const char *path, const cl_trace *t, int step) {
     double plot = span / unit * SVG_PX_PER_UNIT;
     plot = plot < SVG_MIN_PLOT ? SVG_MIN_PLOT : plot > SVG_MAX_PLOT ? SVG_MAX_PLOT : plot;
     double scale = plot / span;
-    double width = SVG_LEFT + plot + SVG_RIGHT, rows_h = (double)nr * SVG_ROW;
+    double width = SVG_LEFT + plot + SVG_RIGHT, rows_h = (double)nr * row_h;
     double height = SVG_TOP + rows_h + SVG_AXIS + SVG_LEGEND;
     /* axis unit: s, ms or us by the span */
     double umul = span >= 1 ? 1 : span >= 1e-3 ? 1e3 : 1e6;
     const char *uname = span >= 1 ? "s" : span >= 1e-3 ? "ms" : "us";
 
-    cl_strbuf b = {0};
-    cl_svg_open(&b, width, height);
+    cl_strbuf b = *out;
     cl_sb_printf(&b, "<text x=\"%.1f\" y=\"22\" font-size=\"14\">pipeline timeline, step %d: %zu rank%s, %zu compute actions</text>\n",
                  SVG_LEFT, st, nr, nr == 1 ? "" : "s", nbox);
     for (size_t k = 0; k < nr; k++) {
-        double y = SVG_TOP + (double)k * SVG_ROW;
-        cl_sb_printf(&b, "<text x=\"8\" y=\"%.1f\">rank %d</text>\n", y + SVG_BOX / 2 + 4, ranks[k]);
+        double y = SVG_TOP + (double)k * row_h;
+        cl_sb_printf(&b, "<text class=\"row\" x=\"8\" y=\"%.1f\">rank %d</text>\n", y + SVG_BOX / 2 + 4, ranks[k]);
         cl_sb_printf(&b, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#dddddd\"/>\n", SVG_LEFT, y + SVG_BOX + 0.5,
                      SVG_LEFT + plot, y + SVG_BOX + 0.5);
         cl_sb_printf(&b, "<text x=\"%.1f\" y=\"%.1f\" fill=\"#555555\">bubble %.1f%%</text>\n", SVG_LEFT + plot + 8, y + SVG_BOX / 2 + 4,
                      100 * bub[ranks[k]]);
     }
     for (size_t i = 0; i < t->n; i++) {
-        if (keep[i] != 2) continue;
+        if (keep[i] < 2) continue;
         const cl_trace_event *e = &t->ev[i];
         size_t row = 0, a = 0, z = nr; /* binary search of the rank's row */
         while (a < z) {
@@ -514,8 +529,19 @@ cl_status cl_trace_render_svg(const char *path, const cl_trace *t, int step) {
             else z = mid;
         }
         row = a;
-        double x = SVG_LEFT + (e->t0 - lo) * scale, w = (e->t1 - e->t0) * scale, y = SVG_TOP + (double)row * SVG_ROW;
+        double x = SVG_LEFT + (e->t0 - lo) * scale, w = (e->t1 - e->t0) * scale, y = SVG_TOP + (double)row * row_h;
         if (w < 0.5) w = 0.5;
+        if (keep[i] == 3) { /* comm mode: a strip under the rank's boxes */
+            char what[32];
+            if (cl_trace_is_compute(e->kind)) snprintf(what, sizeof what, "collectives in %s", cl_trace_kind_letters(e->kind));
+            else snprintf(what, sizeof what, "%s", cl_act_kind_name(e->kind));
+            cl_sb_printf(&b,
+                         "<rect class=\"comm\" x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" height=\"%.1f\" fill=\"%s\"><title>rank %d %s mb %d "
+                         "chunk %d: %.6g to %.6g %s</title></rect>\n",
+                         x, y + SVG_BOX + 2, w, SVG_STRIP, comm_fill(e), e->rank, what, e->mb, e->chunk, (e->t0 - lo) * umul,
+                         (e->t1 - lo) * umul, uname);
+            continue;
+        }
         char label[32];
         if (chunked) snprintf(label, sizeof label, "%d.%d", e->mb, e->chunk);
         else snprintf(label, sizeof label, "%d", e->mb);
@@ -549,12 +575,39 @@ cl_status cl_trace_render_svg(const char *path, const cl_trace *t, int step) {
                      ly, kind_fill(lk[j], 0), lx + 16, ly + 10, ln[j]);
         lx += 150;
     }
+    static const struct {
+        int bit;
+        const char *fill, *name;
+    } ls[] = {{15, "#17becf", "tensor-parallel collectives"}, {CL_ACT_RECV_ACT, "#9c9c9c", "receive (waiting, in flight)"},
+              {CL_ACT_RECV_GRAD, "#9c9c9c", "receive (waiting, in flight)"}, {CL_ACT_GRAD_SYNC, "#e15759", "gradient sync (exposed)"},
+              {CL_ACT_OPT_STEP, "#edc948", "optimizer step"}};
+    for (int j = 0; j < 5; j++) {
+        if (!(strips & (1u << ls[j].bit)) || (j == 2 && (strips & (1u << CL_ACT_RECV_ACT)))) continue;
+        cl_sb_printf(&b, "<rect x=\"%.1f\" y=\"%.1f\" width=\"12\" height=\"6\" fill=\"%s\"/><text x=\"%.1f\" y=\"%.1f\">%s</text>\n", lx,
+                     ly + 3, ls[j].fill, lx + 16, ly + 10, ls[j].name);
+        lx += 190;
+    }
+    if (lx > width) width = lx + 10;
     if (chunked) cl_sb_printf(&b, "<text x=\"%.1f\" y=\"%.1f\">labels mb.chunk; odd chunks lighter</text>\n", lx, ly + 10);
-    cl_sb_printf(&b, "</svg>\n");
-    s = b.failed ? cl_error(CL_ERR_OOM, "%s: no host memory for the SVG text", path) : cl_write_file_atomic(path, b.buf, b.len, "SVG");
-    cl_sb_free(&b);
+    *out = b;
+    *width_out = width, *height_out = height;
     free(keep);
     free(ranks);
     free(bub);
+    return b.failed ? cl_error(CL_ERR_OOM, "trace render: no host memory for the SVG text") : CL_OK;
+}
+
+cl_status cl_trace_render_svg(const char *path, const cl_trace *t, int step) {
+    if (!path || !*path) return cl_error(CL_ERR_INVALID, "trace render: no output path given");
+    cl_strbuf body = {0}, b = {0};
+    double width, height;
+    cl_status s = cl_svg_timeline(&body, t, step, 0, &width, &height);
+    if (!s) {
+        cl_svg_open(&b, width, height);
+        cl_sb_printf(&b, "%.*s</svg>\n", (int)body.len, body.buf);
+        s = b.failed ? cl_error(CL_ERR_OOM, "%s: no host memory for the SVG text", path) : cl_write_file_atomic(path, b.buf, b.len, "SVG");
+    }
+    cl_sb_free(&body);
+    cl_sb_free(&b);
     return s;
 }

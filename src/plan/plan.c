@@ -56,6 +56,8 @@ typedef struct {
     } lives[64];
     int nlives, next_live;
     double flops_model, flops_run[3]; /* one step's, per recompute mode */
+    double (*rank_cat)[CL_MEM_NCAT];  /* cl_plan_detail_of: each pipeline rank's categories */
+    cl_trace *trace;                  /* cl_plan_detail_of: the simulated step */
 } plan_ctx;
 
 static cl_status get_desc(plan_ctx *x, int tp, int sp, cl_model_desc **out) {
@@ -365,7 +367,8 @@ static cl_status memory(plan_ctx *x, const prep *P, const cl_model_desc *d, cl_p
     out->peak_bytes = 0;
     if (q->hw.exact_memory) {
         cl_train_config tc;
-        cl_train_config_default(&tc);
+        if (q->base) tc = *q->base;
+        else cl_train_config_default(&tc);
         tc.model = q->model;
         tc.seq_len = q->T;
         tc.micro_batch = c->mb;
@@ -396,6 +399,9 @@ static cl_status memory(plan_ctx *x, const prep *P, const cl_model_desc *d, cl_p
             int w = 0;
             for (int i = 1; i < n; i++)
                 if (mr[i].total > mr[w].total) w = i;
+            for (int i = 0; x->rank_cat && i < n; i++) /* the fullest rank of each pipeline rank */
+                for (int k = 0, r = mr[i].pp_rank; k < CL_MEM_NCAT; k++)
+                    if (mr[i].bytes[k] > x->rank_cat[r][k]) x->rank_cat[r][k] = (double)mr[i].bytes[k];
             out->peak_bytes = (double)mr[w].total;
             out->full_rank = mr[w].pp_rank;
             for (int k = 0; k < CL_MEM_NCAT; k++) out->cat_bytes[k] = (double)mr[w].bytes[k];
@@ -447,6 +453,7 @@ static cl_status memory(plan_ctx *x, const prep *P, const cl_model_desc *d, cl_p
         }
         double tot = 0;
         for (int k = 0; k < CL_MEM_NCAT; k++) tot += cat[k];
+        if (x->rank_cat) memcpy(x->rank_cat[r], cat, sizeof cat);
         if (tot > out->peak_bytes) {
             out->peak_bytes = tot;
             out->full_rank = r;
@@ -502,7 +509,21 @@ static double comm_time(const prep *P) {
     return c + P->sync[0] + (P->p > 1 ? 2.0 * (P->p - 1) * P->p2p : 0);
 }
 
-static cl_status simulate(const prep *P, double *step, double *bubble) {
+/* Each compute action's tensor-parallel collectives, at its end, on the comm track. */
+static cl_status add_tp_events(const prep *P, const cl_schedule *sc, const cl_sim_result *res, cl_trace *tr) {
+    for (int r = 0; r < P->p; r++)
+        for (int i = 0; i < sc->len[r]; i++) {
+            const cl_action *a = &sc->acts[r][i];
+            int s = a->chunk * P->p + r;
+            double c = a->kind == CL_ACT_FWD ? P->comm_f[s] : a->kind == CL_ACT_BWD || a->kind == CL_ACT_BWD_INPUT ? P->comm_b[s] : 0;
+            if (!(c > 0)) continue;
+            cl_trace_event e = {r, CL_TRACK_COMM, 1, a->kind, a->mb, a->chunk, res->end[r][i] - c, res->end[r][i]};
+            CL_TRY(cl_trace_add(tr, &e));
+        }
+    return CL_OK;
+}
+
+static cl_status simulate(const prep *P, double *step, double *bubble, cl_trace *tr) {
     cl_schedule sc;
     CL_TRY(cl_schedule_make((cl_sched_kind)P->kind, P->p, P->m, P->v, &sc));
     cl_sched_costs costs = {0, 0, 0, P->f, P->b, P->w};
@@ -521,6 +542,7 @@ static cl_status simulate(const prep *P, double *step, double *bubble) {
             span += end;
         }
         *bubble = span > 0 ? idle / span : 0;
+        if (tr && !(s = cl_trace_from_sim(&sc, &res, tr)) && (s = add_tp_events(P, &sc, &res, tr))) cl_trace_free(tr);
         cl_sim_result_free(&res);
     }
     cl_schedule_free(&sc);
@@ -547,8 +569,12 @@ static cl_status eval_ctx(plan_ctx *x, const cl_plan_cfg *c, int sim, cl_plan_re
     closed_form(&P, &est, &lo);
     if (lower) *lower = lo;
     double step = est, bubble = P.p > 1 ? 1 - (P.m * 1.0) / (P.m + (P.p - 1.0) / P.v) : 0;
-    if (P.p == 1) sim = 1, step = est; /* one stage: the closed form is the schedule */
-    else if (sim) CL_TRY(simulate(&P, &step, &bubble));
+    if (x->trace) { /* detail: always the simulation */
+        CL_TRY(simulate(&P, &step, &bubble, x->trace));
+        sim = 1;
+    }
+    else if (P.p == 1) sim = 1, step = est; /* one stage: the closed form is the schedule */
+    else if (sim) CL_TRY(simulate(&P, &step, &bubble, NULL));
     o->simulated = sim;
     finish(x, &P, step, bubble, comm_time(&P), o);
     return CL_OK;
@@ -718,4 +744,25 @@ cl_status cl_plan_search(const cl_plan_query *q, cl_plan_list *out) {
     ctx_free(&x);
     if (st) cl_plan_list_free(out);
     return st;
+}
+
+/* ---- one configuration in detail --------------------------------------------- */
+
+cl_status cl_plan_detail_of(const cl_plan_query *q, const cl_plan_cfg *c, cl_plan_detail *out) {
+    memset(out, 0, sizeof *out);
+    if (c->pp < 1 || c->pp > 4096) return cl_error(CL_ERR_INVALID, "pp %d: 1 to 4096", c->pp);
+    out->p = c->pp;
+    out->cat = calloc((size_t)c->pp, sizeof *out->cat);
+    if (!out->cat) return cl_error(CL_ERR_OOM, "cannot allocate the memory of %d ranks", c->pp);
+    plan_ctx x = {.q = q, .rank_cat = out->cat, .trace = &out->trace};
+    cl_status s = eval_ctx(&x, c, 1, &out->r, NULL);
+    ctx_free(&x);
+    if (s) cl_plan_detail_free(out);
+    return s;
+}
+
+void cl_plan_detail_free(cl_plan_detail *d) {
+    free(d->cat);
+    cl_trace_free(&d->trace);
+    memset(d, 0, sizeof *d);
 }

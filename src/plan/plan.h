@@ -8,8 +8,11 @@
 #ifndef CLEAVE_PLAN_PLAN_H
 #define CLEAVE_PLAN_PLAN_H
 
+#include "cleave/memory.h"
 #include "cleave/model.h"
 #include "cleave/schedule.h"
+#include "cleave/trace.h"
+#include "cleave/train.h"
 
 /* ---- costs of one unit (cost.c) ------------------------------------------
  * For unit u of a description (the tensor-parallel slice it is cut for: its
@@ -121,6 +124,7 @@ typedef struct {
     int max_tp;                  /* 0: devices per node */
     int top;                     /* results kept (0: 10) */
     int max_sims;                /* simulations at most (0: 64) */
+    const cl_train_config *base; /* exact memory: the run's other settings (offload, buckets, ...); NULL: defaults */
 } cl_plan_query;
 
 typedef struct {
@@ -148,5 +152,45 @@ void cl_plan_step_flops(const cl_plan_query *q, int recompute, double *model, do
  * fp32 master weights, momentum, variance), stage 1 shards the K psi,
  * stage 2 also the gradients, stage 3 also the weights, over n ranks. */
 double cl_plan_model_states(double psi, int K, int zero, int n);
+
+/* ---- one configuration in detail (plan.c) ------------------------------------ */
+typedef struct {
+    cl_plan_result r;
+    int p;                       /* pipeline ranks */
+    double (*cat)[CL_MEM_NCAT];  /* [p] each pipeline rank's bytes by category (the fullest of its dp x tp ranks) */
+    cl_trace trace;              /* the simulated step (cl_trace_from_sim, seconds), and on the comm track each
+                                  * compute action's tensor-parallel collectives, at its end, with its kind */
+} cl_plan_detail;
+cl_status cl_plan_detail_of(const cl_plan_query *q, const cl_plan_cfg *c, cl_plan_detail *out);
+void cl_plan_detail_free(cl_plan_detail *d);
+
+/* ---- a training run on this machine (auto.c) -------------------------------- */
+/* The `this` description's file: $CLEAVE_HW, else ./cleave-this.json. */
+const char *cl_plan_this_path(void);
+/* `this` for --auto and the out-of-memory refusal: the calibrated file when
+ * there is one (*calibrated 1), else default figures for this machine: one
+ * device per core, the host's memory shared among them, and round per-core
+ * figures (docs/ARCHITECTURE.md "Planner"). A file that is there but bad is
+ * an error. */
+cl_status cl_plan_this_hw(cl_hw *hw, int *calibrated);
+/* A query for the run tc describes, on `ranks` devices of hw: its model,
+ * tokens, global batch, vocabulary padding and device memory cap (0: the
+ * hardware's), base = tc; every dimension searched (fix them after). */
+void cl_plan_query_for_train(const cl_train_config *tc, int ranks, const cl_hw *hw, cl_plan_query *q);
+/* c's settings into tc (micro-batch, tp, sequence parallelism, schedule,
+ * virtual stages, ZeRO, recompute); the mesh is c->dp x c->tp x c->pp. */
+void cl_plan_cfg_to_train(const cl_plan_cfg *c, cl_train_config *tc);
+/* c as `cleave train` flags: "--dp D --tp T --pp P --micro-batch-size B
+ * --zero Z --recompute R", with --schedule (and --virtual-stages) when pp > 1
+ * and --sequence-parallel when on. */
+void cl_plan_cfg_flags(const cl_plan_cfg *c, char *buf, size_t n);
+/* How many of c's dimensions differ from ref's (the flags one would change). */
+int cl_plan_cfg_distance(const cl_plan_cfg *c, const cl_plan_cfg *ref);
+
+/* ---- the picture (svg.c) ---------------------------------------------------- */
+/* An SVG of one configuration: each pipeline rank's memory as a bar by
+ * category against the device memory, and the simulated step's timeline
+ * with its communication (src/pipeline/svg.h's writer). */
+cl_status cl_plan_svg(const char *path, const cl_plan_query *q, const cl_plan_detail *d);
 
 #endif
