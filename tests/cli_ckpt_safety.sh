@@ -68,9 +68,9 @@ fi
 # what a save may replace: nothing, an empty directory, its own checkpoint
 mkdir "$tmp/empty"
 "$CLEAVE" train "${common[@]}" --steps 2 --save "$tmp/empty" > "$tmp/e.out" 2>&1
-check '[ $? -eq 0 ] && [ -f "$tmp/empty/model.safetensors" ]' "--save into an empty directory failed: $(tail -2 "$tmp/e.out")"
+_rc=$?; check '[ $_rc -eq 0 ] && [ -f "$tmp/empty/model.safetensors" ]' "--save into an empty directory failed: $(tail -2 "$tmp/e.out")"
 "$CLEAVE" train "${common[@]}" --steps 4 --save "$tmp/ck" --save-every 1 > "$tmp/repeat.out" 2>&1
-check '[ $? -eq 0 ] && [ "$(grep -c "^saved" "$tmp/repeat.out")" -eq 4 ]' "repeated saves failed: $(tail -2 "$tmp/repeat.out")"
+_rc=$?; check '[ $_rc -eq 0 ] && [ "$(grep -c "^saved" "$tmp/repeat.out")" -eq 4 ]' "repeated saves failed: $(tail -2 "$tmp/repeat.out")"
 check '[ -z "$(ls -a "$tmp" | grep "^ck.")" ]' "a save left something beside the checkpoint: $(ls -a "$tmp")"
 # kill -9 at any moment of saving every step: the checkpoint still loads
 # (the kill comes a given delay after the first save is reported, not after
@@ -90,7 +90,7 @@ for delay in 0 0.13 0.31 0.57; do
     wait $pid 2> /dev/null
     if [ -d "$tmp/kill" ]; then
         out=$("$CLEAVE" eval --checkpoint "$tmp/kill" --text "$tmp/text.txt" 2>&1)
-        check '[ $? -eq 0 ]' "the checkpoint after kill -9 ${delay}s after the first save does not load: $out"
+        _rc=$?; check '[ $_rc -eq 0 ]' "the checkpoint after kill -9 ${delay}s after the first save does not load: $out"
         loaded=$((loaded + 1))
     fi
 done

@@ -53,7 +53,7 @@ losses() { grep '"loss"' "$1" | sed 's/.*"loss": \([^,]*\),.*/\1/'; }
 run() { # name args...: cleave with the common flags, output in $tmp/name.out
     local name=$1; shift
     timeout 300 "$CLEAVE" "$@" > "$tmp/$name.out" 2>&1
-    check '[ $? -eq 0 ]' "$name ($*) failed: $(tail -3 "$tmp/$name.out")"
+    _rc=$?; check '[ $_rc -eq 0 ]' "$name ($*) failed: $(tail -3 "$tmp/$name.out")"
 }
 same_ckpt() { # dir dir what
     local ok=1
@@ -114,7 +114,7 @@ if "$CLEAVE" --version | grep -q "mpi: yes" && command -v mpirun > /dev/null; th
     case "$BUILD" in *san*) export ASAN_OPTIONS=${ASAN_OPTIONS:-}:detect_leaks=0 ;; esac
     timeout 300 mpirun --oversubscribe -np 4 "$CLEAVE" train "${common[@]}" --tp 2 --dp 2 --zero 1 --comm mpi --stop-after 10 \
         --save "$tmp/mpi.sh" --save-format sharded > "$tmp/mpi.out" 2>&1
-    check '[ $? -eq 0 ]' "the MPI sharded save failed: $(tail -5 "$tmp/mpi.out")"
+    _rc=$?; check '[ $_rc -eq 0 ]' "the MPI sharded save failed: $(tail -5 "$tmp/mpi.out")"
     layout T4z1 --tp 2 --dp 2 --zero 1
     run mpi.one convert "${common[@]}" --tp 2 --dp 2 --zero 1 --from "$tmp/mpi.sh" --to "$tmp/mpi.one"
     same_ckpt "$tmp/T4z1.one" "$tmp/mpi.one" "MPI (2,1,2,1) -> threads (2,1,2,1)"
@@ -168,7 +168,7 @@ faults() { # zero points...
         [ $mode = fail ] && check '! ls -d "$tmp"/fault.tmp.* > /dev/null 2>&1' "fault $name left a temporary directory"
         timeout 300 "$CLEAVE" train "${common[@]}" --tp 2 --dp 2 --zero $z --resume "$tmp/fault" \
             --log-file "$tmp/$name.jsonl" > "$tmp/$name.resume.out" 2>&1
-        check '[ $? -eq 0 ]' "fault $name: the resume failed: $(tail -3 "$tmp/$name.resume.out")"
+        _rc=$?; check '[ $_rc -eq 0 ]' "fault $name: the resume failed: $(tail -3 "$tmp/$name.resume.out")"
         echo -n "fault $name (exit $rc): resumed at step $got: "
         check 'close "$tmp/$name.jsonl" "$tmp/T4z$z.full.jsonl" 0 $((20 - at))' "fault $name: the resumed run differs"
     done; done
@@ -187,7 +187,7 @@ kill -9 $pid
 got=$(sed -n 's/^ *"step": \([0-9]*\),$/\1/p' "$tmp/k9/cleave-index.json" 2> /dev/null)
 timeout 300 "$CLEAVE" train "${common[@]}" --tp 2 --dp 2 --steps 400 --stop-after $((got + 1)) --resume "$tmp/k9" \
     > "$tmp/k9.resume.out" 2>&1
-check '[ $? -eq 0 ] && [ -n "$got" ]' "after kill -9 the checkpoint (step '$got') does not resume: $(tail -3 "$tmp/k9.resume.out")"
+_rc=$?; check '[ $_rc -eq 0 ] && [ -n "$got" ]' "after kill -9 the checkpoint (step '$got') does not resume: $(tail -3 "$tmp/k9.resume.out")"
 echo "kill -9 during sharded saves: the checkpoint left (step $got) resumes"
 # what killed saves leave (DIR.tmp.PID.N) the next save removes when that PID is dead: only the files
 # cleave writes, never a live PID's, a stranger's file, or through a symbolic link
@@ -206,7 +206,7 @@ check '[ "$left" = "$keep" ] && [ -e "$tmp/L1.sh/rank-00000.safetensors" ]' \
 # ---- bytes read: a tp 4 rank reads its boxes, not the model -------------------
 CLEAVE_SHARD_READ_BYTES=1 timeout 300 "$CLEAVE" convert "${common[@]}" "${L3[@]}" --from "$tmp/L2.sh" --to "$tmp/bytes.one" \
     > "$tmp/bytes.out" 2>&1
-check '[ $? -eq 0 ]' "the tp 4 load failed: $(tail -3 "$tmp/bytes.out")"
+_rc=$?; check '[ $_rc -eq 0 ]' "the tp 4 load failed: $(tail -3 "$tmp/bytes.out")"
 total=$(cat "$tmp"/L2.sh/rank-*.safetensors | wc -c)
 max=$(grep -o 'read [0-9]* bytes' "$tmp/bytes.out" | awk '{ if ($2 > m) m = $2 } END { print m + 0 }')
 nr=$(grep -c 'read [0-9]* bytes' "$tmp/bytes.out")
@@ -232,7 +232,7 @@ check '[ "$got" = "$want" ]' "one rank read $got bytes, not the $want stored"
 # their 8-byte header lengths), each about a quarter
 CLEAVE_SHARD_READ_BYTES=1 timeout 300 "$CLEAVE" convert "${common[@]}" "${Z2[@]}" --from "$tmp/L1.sh" --to "$tmp/bytes3.one" \
     > "$tmp/bytes3.out" 2>&1
-check '[ $? -eq 0 ]' "the zero 3 load failed: $(tail -3 "$tmp/bytes3.out")"
+_rc=$?; check '[ $_rc -eq 0 ]' "the zero 3 load failed: $(tail -3 "$tmp/bytes3.out")"
 want=$(python3 -c '
 import struct, sys
 n = 0

@@ -16,10 +16,10 @@ close() { # file_a file_b tol
         END { printf "%d steps, max rel diff %.3g\n", n, worst; exit !(n == 20 && worst <= tol) }'
 }
 "$CLEAVE" train "${common[@]}" --log-file "$tmp/dp1.jsonl" > "$tmp/dp1.out" 2>&1
-check '[ $? -eq 0 ]' "dp=1 failed: $(tail -3 "$tmp/dp1.out")"
+_rc=$?; check '[ $_rc -eq 0 ]' "dp=1 failed: $(tail -3 "$tmp/dp1.out")"
 for n in 2 4; do
     "$CLEAVE" train "${common[@]}" --ranks $n --dp $n --log-file "$tmp/dp$n.jsonl" > "$tmp/dp$n.out" 2>&1
-    check '[ $? -eq 0 ]' "dp=$n failed: $(tail -3 "$tmp/dp$n.out")"
+    _rc=$?; check '[ $_rc -eq 0 ]' "dp=$n failed: $(tail -3 "$tmp/dp$n.out")"
     echo -n "dp=$n vs dp=1: "
     check 'close "$tmp/dp$n.jsonl" "$tmp/dp1.jsonl" 1e-6' "dp=$n losses differ from dp=1"
 done
@@ -29,7 +29,7 @@ if "$CLEAVE" --version | grep -q "mpi: yes" && command -v mpirun > /dev/null; th
     export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
     case "$BUILD" in *san*) export ASAN_OPTIONS=${ASAN_OPTIONS:-}:detect_leaks=0 ;; esac
     timeout -k 5 300 mpirun --oversubscribe -np 2 "$CLEAVE" train "${common[@]}" --comm mpi --log-file "$tmp/mpi2.jsonl" > "$tmp/mpi2.out" 2>&1
-    check '[ $? -eq 0 ]' "dp=2 under MPI failed: $(tail -5 "$tmp/mpi2.out")"
+    _rc=$?; check '[ $_rc -eq 0 ]' "dp=2 under MPI failed: $(tail -5 "$tmp/mpi2.out")"
     echo -n "mpi dp=2 vs dp=1: "
     check 'close "$tmp/mpi2.jsonl" "$tmp/dp1.jsonl" 1e-6' "MPI dp=2 losses differ from dp=1"
     check '[ "$(losses "$tmp/mpi2.jsonl")" = "$(losses "$tmp/dp2.jsonl")" ]' "MPI and threads dp=2 losses are not bitwise equal"

@@ -27,7 +27,7 @@ run() { # NAME FLAGS...
     local name=$1
     shift
     "$CLEAVE" train "${common[@]}" "$@" --log-file "$tmp/$name.jsonl" > "$tmp/$name.out" 2>&1
-    check '[ $? -eq 0 ]' "$name: cleave train failed$(excerpt 5 "$(tail -5 "$tmp/$name.out")")"
+    _rc=$?; check '[ $_rc -eq 0 ]' "$name: cleave train failed$(excerpt 5 "$(tail -5 "$tmp/$name.out")")"
     figures "$tmp/$name.jsonl" "$tmp/$name.out" > "$tmp/$name.txt"
     if [ $write -eq 1 ]; then
         cp "$tmp/$name.txt" "$dir/$name.txt"

@@ -21,7 +21,7 @@ figures() {
 for m in 1 4; do
     out="$tmp/m$m.out"
     "$EX" --steps 30 --micro-batches $m --log-every 1 > "$out" 2> "$tmp/m$m.err"
-    check '[ $? -eq 0 ]' "M=$m: exit status not 0: $(tail -3 "$tmp/m$m.err")"
+    _rc=$?; check '[ $_rc -eq 0 ]' "M=$m: exit status not 0: $(tail -3 "$tmp/m$m.err")"
     check 'grep -q "cut: pool output \[32, 4, 4\] = 512 floats per sample = fc1 input 512" "$out"' "M=$m: no cut line"
     check 'grep -q "device 0 (rank 0): units conv relu pool flatten" "$out" && grep -q "device 1 (rank 1): units fc1 fc2 relu2 fc3 loss" "$out"' \
         "M=$m: placement lines missing"
@@ -49,7 +49,7 @@ check 'awk "/^mode 2 vs the 1-micro-batch/ { exit !(\$NF < 1e-5) }" "$tmp/m4.out
 
 # a split run that differs is caught
 "$EX" --steps 5 --perturb > "$tmp/p.out" 2> "$tmp/p.err"
-check '[ $? -eq 3 ]' "--perturb: exit status not 3"
+_rc=$?; check '[ $_rc -eq 3 ]' "--perturb: exit status not 3"
 check 'grep -q "FAILED: a split run differs from its unsplit reference" "$tmp/p.err"' "--perturb: no failure message"
 check 'grep -q "losses NO" "$tmp/p.out"' "--perturb: losses not reported different"
 
@@ -73,8 +73,8 @@ bad 2 "--device-memory" --device-memory lots
 bad 2 "cannot open $tmp/none.csv" --data "$tmp/none.csv"
 printf 'not,a,digits,file\n' > "$tmp/bad.csv"
 "$EX" --data "$tmp/bad.csv" > /dev/null 2> "$tmp/bad.err"
-check '[ $? -eq 2 ] && [ -s "$tmp/bad.err" ]' "a malformed data file: not exit 2 with a message"
+_rc=$?; check '[ $_rc -eq 2 ] && [ -s "$tmp/bad.err" ]' "a malformed data file: not exit 2 with a message"
 bad 1 "raise --device-memory" --device-memory 64KiB --steps 2
 "$EX" --help > "$tmp/help.out"
-check '[ $? -eq 0 ] && grep -q -- "--micro-batches M" "$tmp/help.out"' "--help"
+_rc=$?; check '[ $_rc -eq 0 ] && grep -q -- "--micro-batches M" "$tmp/help.out"' "--help"
 finish cli_example_cnn

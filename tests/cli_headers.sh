@@ -12,10 +12,10 @@ for h in "${hdrs[@]}"; do
     name=${h#include/}
     out=$(printf '#include <%s>\n#include <%s>\nint main(void) { return 0; }\n' "$name" "$name" |
           cc -std=c11 -Wall -Wextra -Werror -pedantic -Iinclude -x c - -o "$tmp/c.out" 2>&1)
-    check '[ $? -eq 0 ]' "$name does not compile alone as C11$(excerpt 5 "$out")"
+    _rc=$?; check '[ $_rc -eq 0 ]' "$name does not compile alone as C11$(excerpt 5 "$out")"
     out=$(printf '#include <%s>\nint main() { return 0; }\n' "$name" |
           $CXX -std=c++11 -Wall -Wextra -Werror -Iinclude -x c++ - -o "$tmp/cxx.out" 2>&1)
-    check '[ $? -eq 0 ]' "$name does not compile alone as C++$(excerpt 5 "$out")"
+    _rc=$?; check '[ $_rc -eq 0 ]' "$name does not compile alone as C++$(excerpt 5 "$out")"
     [ "$name" = cleave/cleave.h ] || check 'grep -q "^#include \"$name\"" include/cleave/cleave.h' "cleave.h does not include $name"
 done
 for internal in kernels prof; do
@@ -34,10 +34,10 @@ CPP
 san=""
 [ "$BUILD" = build-san ] && san="-fsanitize=address,undefined"
 out=$($CXX -std=c++11 -Wall -Wextra -Werror -Iinclude $san "$tmp/use.cpp" "$BUILD/libcleave.a" $(sed -n 's/^Libs.private: //p' "$BUILD/cleave.pc") -o "$tmp/use" 2>&1)
-check '[ $? -eq 0 ]' "a C++ program does not link libcleave$(excerpt 8 "$out")"
+_rc=$?; check '[ $_rc -eq 0 ]' "a C++ program does not link libcleave$(excerpt 8 "$out")"
 out=$("$tmp/use" 2>&1)
 check '[ "$out" = "gpt2-tiny 2 i/o error" ]' "the C++ program printed: $out"
 out=$("$BUILD/examples/quickstart" 2>&1)
-check '[ $? -eq 0 ] && printf "%s\n" "$out" | grep -q "^step 10: loss"' "cleave.h's worked example (build/examples/quickstart) failed$(excerpt 5 "$out")"
+_rc=$?; check '[ $_rc -eq 0 ] && printf "%s\n" "$out" | grep -q "^step 10: loss"' "cleave.h's worked example (build/examples/quickstart) failed$(excerpt 5 "$out")"
 check 'head -n 12 include/cleave/cleave.h | grep -q "example begin"' "cleave.h does not open with its worked example"
 finish cli_headers

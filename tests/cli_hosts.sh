@@ -53,10 +53,10 @@ for mesh in "dp 2" "pp 2"; do
     flags=(--steps 20 --"$1" "$2")
     [ "$1" = pp ] && flags+=(--schedule 1f1b)
     "$CLEAVE" train "${common[@]}" "${flags[@]}" --log-file "$tmp/threads-$name.jsonl" > "$tmp/threads-$name.out" 2>&1
-    check '[ $? -eq 0 ]' "threads $mesh failed: $(tail -3 "$tmp/threads-$name.out")"
+    _rc=$?; check '[ $_rc -eq 0 ]' "threads $mesh failed: $(tail -3 "$tmp/threads-$name.out")"
     before=$(link_bytes)
     across "${flags[@]}" --log-file "$tmp/hosts-$name.jsonl" > "$tmp/hosts-$name.out" 2>&1
-    check '[ $? -eq 0 ]' "$mesh across hosts failed: $(tail -5 "$tmp/hosts-$name.out")"
+    _rc=$?; check '[ $_rc -eq 0 ]' "$mesh across hosts failed: $(tail -5 "$tmp/hosts-$name.out")"
     moved=$(( $(link_bytes) - before ))
     logged=$(logged_bytes "$tmp/hosts-$name.jsonl")
     check 'grep -q "ranks: 2 (mpi backend)" "$tmp/hosts-$name.out"' "$mesh across hosts: not 2 MPI ranks"
@@ -103,14 +103,14 @@ check_resume() {
     check '[ -n "$s" ] && [ "$s" -ge 20 ] && [ $((s % 10)) -eq 0 ]' "$how: no checkpoint at a multiple of 10 from step 20 (step '${s:-}')"
     [ -n "$s" ] || return
     "$CLEAVE" train "${common[@]}" --dp 2 --steps 100000 --stop-after "$s" --save "$tmp/ref-$how" > "$tmp/ref-$how.out" 2>&1
-    check '[ $? -eq 0 ]' "$how: threads reference to step $s failed: $(tail -3 "$tmp/ref-$how.out")"
+    _rc=$?; check '[ $_rc -eq 0 ]' "$how: threads reference to step $s failed: $(tail -3 "$tmp/ref-$how.out")"
     for f in cleave-checkpoint.json config.json model.safetensors optimizer.safetensors trainer_state.json; do
         check 'cmp -s "$dir/$f" "$tmp/ref-$how/$f"' "$how: the checkpoint's $f differs from a threads run's at step $s"
     done
     # one rank on one host (threads, dp 1) from the checkpoint, against the uninterrupted run
     "$CLEAVE" train "${common[@]}" --steps 100000 --stop-after $((s + 5)) --resume "$dir" \
         --log-file "$tmp/resumed-$how.jsonl" > "$tmp/resumed-$how.out" 2>&1
-    check '[ $? -eq 0 ]' "$how: resuming at dp 1 failed: $(tail -3 "$tmp/resumed-$how.out")"
+    _rc=$?; check '[ $_rc -eq 0 ]' "$how: resuming at dp 1 failed: $(tail -3 "$tmp/resumed-$how.out")"
     "$CLEAVE" train "${common[@]}" --dp 2 --steps 100000 --stop-after $((s + 5)) --log-file "$tmp/whole-$how.jsonl" \
         > "$tmp/whole-$how.out" 2>&1
     check '[ "$(steps_of "$tmp/resumed-$how.jsonl")" = "$((s + 1)) $((s + 2)) $((s + 3)) $((s + 4)) $((s + 5)) " ]' \

@@ -11,7 +11,7 @@ root="$tmp/root"
 prefix=/usr/local
 top="$root$prefix"
 inst=$(make -s install BUILD="$BUILD" SAN=$san DESTDIR="$root" PREFIX=$prefix 2>&1)
-check '[ $? -eq 0 ] && [ -x "$top/bin/cleave" ]' "make install failed$(excerpt 10 "$inst")"
+_rc=$?; check '[ $_rc -eq 0 ] && [ -x "$top/bin/cleave" ]' "make install failed$(excerpt 10 "$inst")"
 for f in lib/libcleave.a lib/libcleave.so lib/libcleave.so.0 lib/pkgconfig/cleave.pc include/cleave/cleave.h \
          share/man/man1/cleave.1 share/man/man1/cleave-train.1 share/cleave/kjv.txt share/cleave/digits.csv.gz \
          share/cleave/gpt2/encoder.json share/cleave/gpt2/vocab.bpe; do
@@ -27,10 +27,10 @@ check 'grep -q "cl_model_describe" "$tmp/quickstart.c" && cmp -s "$tmp/quickstar
     "the installed cleave.h's example is not the one make builds"
 export PKG_CONFIG_PATH="$top/lib/pkgconfig" PKG_CONFIG_SYSROOT_DIR="$root"
 out=$(cc -std=c11 -Wall -Wextra -Werror "$tmp/quickstart.c" $(pkg-config --cflags --libs cleave) -o "$tmp/qs_shared" 2>&1)
-check '[ $? -eq 0 ]' "building the example against the shared library failed$(excerpt 10 "$out")"
+_rc=$?; check '[ $_rc -eq 0 ]' "building the example against the shared library failed$(excerpt 10 "$out")"
 out=$(cc -std=c11 -Wall -Wextra -Werror "$tmp/quickstart.c" $(pkg-config --static --cflags --libs cleave | sed 's/-lcleave\b/-l:libcleave.a/') \
       -o "$tmp/qs_static" 2>&1)
-check '[ $? -eq 0 ]' "building the example against libcleave.a failed$(excerpt 10 "$out")"
+_rc=$?; check '[ $_rc -eq 0 ]' "building the example against libcleave.a failed$(excerpt 10 "$out")"
 check 'LD_LIBRARY_PATH="$top/lib" ldd "$tmp/qs_shared" | grep -q "libcleave.so.0 => $top/lib/libcleave.so.0"' \
     "the shared example does not load the installed libcleave.so.0: $(LD_LIBRARY_PATH="$top/lib" ldd "$tmp/qs_shared" 2>&1 | grep cleave)"
 check '! ldd "$tmp/qs_static" | grep -q libcleave' "the static example needs libcleave.so"
@@ -48,10 +48,10 @@ mkdir -p "$tmp/elsewhere" "$tmp/mydata"
 head -c 200000 data/kjv.txt > "$tmp/mydata/kjv.txt"
 run=(train --steps 2 --micro-batch-size 2 --seq-len 64 --sample-tokens 0 --eval-batches 2)
 out=$(cd "$tmp/elsewhere" && env -u CLEAVE_DATA "$top/bin/cleave" "${run[@]}" 2>&1)
-check '[ $? -eq 0 ] && printf "%s\n" "$out" | grep -q "^data $top/share/cleave/kjv.txt: " && printf "%s\n" "$out" | grep -q "^step *2/2"' \
+_rc=$?; check '[ $_rc -eq 0 ] && printf "%s\n" "$out" | grep -q "^data $top/share/cleave/kjv.txt: " && printf "%s\n" "$out" | grep -q "^step *2/2"' \
     "installed cleave train with CLEAVE_DATA unset$(excerpt 8 "$out")"
 out=$(cd "$tmp/elsewhere" && CLEAVE_DATA="$tmp/mydata" "$top/bin/cleave" "${run[@]}" 2>&1)
-check '[ $? -eq 0 ] && printf "%s\n" "$out" | grep -q "^data $tmp/mydata/kjv.txt: " && printf "%s\n" "$out" | grep -q "^step *2/2"' \
+_rc=$?; check '[ $_rc -eq 0 ] && printf "%s\n" "$out" | grep -q "^data $tmp/mydata/kjv.txt: " && printf "%s\n" "$out" | grep -q "^step *2/2"' \
     "installed cleave train with CLEAVE_DATA set$(excerpt 8 "$out")"
 # a cleave with no data anywhere: exit 2, one line naming where it looked and how to prepare the data
 mkdir -p "$tmp/lone/bin"

@@ -46,7 +46,7 @@ point() { # point ARGS...: one grid point (GPT points read the small text)
     local peak
     peak=$(peak_of "$out")
     timeout 120 "$CLEAVE" train "${G[@]}" "$@" --steps 3 --sample-tokens 0 --device-memory "${peak}B" > "$tmp/cap.out" 2>&1
-    check '[ $? -eq 0 ] && grep -q "step *3/3" "$tmp/cap.out"' "grid point $* capped at its predicted peak $peak B does not train$(excerpt 3 "$(tail -3 "$tmp/cap.out")")"
+    _rc=$?; check '[ $_rc -eq 0 ] && grep -q "step *3/3" "$tmp/cap.out"' "grid point $* capped at its predicted peak $peak B does not train$(excerpt 3 "$(tail -3 "$tmp/cap.out")")"
     # one byte less: refused up front, or (a balanced cut may move) a layout that fits and measures so
     timeout 120 "$CLEAVE" memory --measure --json "${G[@]}" "$@" --device-memory "$((peak - 1))B" > "$tmp/less.json" 2> "$tmp/less.err"
     local rc=$? over=""

@@ -20,14 +20,14 @@ for mesh in "" "--dp 2 --zero 1" "--pp 2 --dp 2" "DISK" "DISK --dp 2 --zero 1" "
     off=(--offload-optimizer host)
     case "$mesh" in DISK*) off=(--offload-optimizer disk --offload-dir "$tmp/od"); mesh=${mesh#DISK} ;; esac
     "$CLEAVE" train "${C[@]}" $mesh --log-file "$tmp/a.jsonl" > "$tmp/a.out" 2>&1
-    check '[ $? -eq 0 ]' "no offload ($mesh) failed: $(tail -3 "$tmp/a.out")"
+    _rc=$?; check '[ $_rc -eq 0 ]' "no offload ($mesh) failed: $(tail -3 "$tmp/a.out")"
     "$CLEAVE" train "${C[@]}" $mesh "${off[@]}" --log-file "$tmp/b.jsonl" > "$tmp/b.out" 2>&1
-    check '[ $? -eq 0 ]' "offload ($mesh) failed: $(tail -3 "$tmp/b.out")"
+    _rc=$?; check '[ $_rc -eq 0 ]' "offload ($mesh) failed: $(tail -3 "$tmp/b.out")"
     check '[ "$(losses "$tmp/a.jsonl")" = "$(losses "$tmp/b.jsonl")" ] && [ -n "$(losses "$tmp/a.jsonl")" ]' \
         "offload ($mesh): losses differ from no offload"
     check 'grep -q "host memory (offloaded optimizer state" "$tmp/b.out"' "offload ($mesh): the header does not show the host memory"
     timeout 120 "$CLEAVE" memory "${C[@]}" $mesh "${off[@]}" --measure --json > "$tmp/m.json" 2> "$tmp/err"
-    check '[ $? -eq 0 ]' "memory --measure ($mesh): $(cat "$tmp/err")"
+    _rc=$?; check '[ $_rc -eq 0 ]' "memory --measure ($mesh): $(cat "$tmp/err")"
     # predicted == measured everywhere; the device holds no moments; the host holds them (twice the moments' floats x 4)
     res=$(python3 - "$tmp/m.json" "${off[1]}" <<'PY'
 import json, sys
@@ -82,14 +82,14 @@ check '[ -z "$(ls -A "$tmp/od")" ]' "the offload directory is not empty after th
 # killed during the run: resume from the last checkpoint continues bitwise, nothing left in the directory
 K=("${C[@]}" --steps 40 --save-every 10 --offload-optimizer disk --offload-dir "$tmp/od")
 "$CLEAVE" train "${K[@]}" --save "$tmp/ref" --log-file "$tmp/ref.jsonl" > /dev/null 2>&1
-check '[ $? -eq 0 ]' "the uninterrupted offloaded run failed"
+_rc=$?; check '[ $_rc -eq 0 ]' "the uninterrupted offloaded run failed"
 "$CLEAVE" train "${K[@]}" --save "$tmp/ck" --log-file "$tmp/k.jsonl" > "$tmp/k.out" 2>&1 &
 pid=$!
 for _ in $(seq 200); do grep -q '"step": 1[3-9]' "$tmp/k.jsonl" 2>/dev/null && break; sleep 0.05; done
 kill -9 $pid 2>/dev/null; wait $pid 2>/dev/null
 at=$(sed -n 's/.*"step": \([0-9]*\).*/\1/p' "$tmp/ck/trainer_state.json" 2>/dev/null | head -1)
 "$CLEAVE" train "${K[@]}" --resume "$tmp/ck" --log-file "$tmp/r.jsonl" > "$tmp/r.out" 2>&1
-check '[ $? -eq 0 ]' "resume after kill -9 failed: $(tail -3 "$tmp/r.out")"
+_rc=$?; check '[ $_rc -eq 0 ]' "resume after kill -9 failed: $(tail -3 "$tmp/r.out")"
 tail_ref=$(losses "$tmp/ref.jsonl" | tail -n +$((at + 1)))
 check '[ -n "$tail_ref" ] && [ "$(losses "$tmp/r.jsonl")" = "$tail_ref" ]' "resumed (from step $at) losses differ from the uninterrupted run's"
 echo "killed at step $(grep -c '"loss"' "$tmp/k.jsonl"), resumed from step $at: losses bitwise equal"

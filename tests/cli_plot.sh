@@ -9,9 +9,9 @@ head -c 200000 data/kjv.txt > "$tmp/text.txt"
 train=(train --data "$tmp/text.txt" --steps 6 --seq-len 32 --micro-batch-size 2 --sample-tokens 0 --eval-every 3 --eval-batches 2)
 "$CLEAVE" "${train[@]}" --seed 1 --log-file "$tmp/a.jsonl" > /dev/null 2>&1
 "$CLEAVE" "${train[@]}" --seed 2 --lr 3e-3 --log-file "$tmp/b.jsonl" --plot "$tmp/train.svg" > "$tmp/train.out" 2>&1
-check '[ $? -eq 0 ] && [ -s "$tmp/a.jsonl" ] && [ -s "$tmp/b.jsonl" ]' "training for the logs failed$(excerpt 5 "$(cat "$tmp/train.out")")"
+_rc=$?; check '[ $_rc -eq 0 ] && [ -s "$tmp/a.jsonl" ] && [ -s "$tmp/b.jsonl" ]' "training for the logs failed$(excerpt 5 "$(cat "$tmp/train.out")")"
 out=$("$CLEAVE" plot "$tmp/a.jsonl" "$tmp/b.jsonl" --out "$tmp/loss.svg" 2>&1)
-check '[ $? -eq 0 ]' "cleave plot failed: $out"
+_rc=$?; check '[ $_rc -eq 0 ]' "cleave plot failed: $out"
 # svgcheck FILE RUNS LABEL... : parses FILE, prints what is wrong (nothing when right)
 svgcheck() {
     python3 - "$@" <<'PY'

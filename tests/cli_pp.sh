@@ -25,7 +25,7 @@ close() { # file_a file_b tol
 for m in 1 4 8; do
     gb=$((2 * m))
     "$CLEAVE" train "${common[@]}" --global-batch-size $gb --log-file "$tmp/one-m$m.jsonl" > "$tmp/one-m$m.out" 2>&1
-    check '[ $? -eq 0 ]' "one device, m=$m failed: $(tail -3 "$tmp/one-m$m.out")"
+    _rc=$?; check '[ $_rc -eq 0 ]' "one device, m=$m failed: $(tail -3 "$tmp/one-m$m.out")"
     val=$(grep "validation loss" "$tmp/one-m$m.out")
     for pp in 2 4; do
         for sched in gpipe 1f1b interleaved zb-h1; do
@@ -33,7 +33,7 @@ for m in 1 4 8; do
             name="pp$pp-$sched-m$m"
             "$CLEAVE" train "${common[@]}" --global-batch-size $gb --pp $pp --schedule $sched \
                 --log-file "$tmp/$name.jsonl" > "$tmp/$name.out" 2>&1
-            check '[ $? -eq 0 ]' "$name failed: $(tail -3 "$tmp/$name.out")"
+            _rc=$?; check '[ $_rc -eq 0 ]' "$name failed: $(tail -3 "$tmp/$name.out")"
             check '[ -n "$(figures "$tmp/$name.jsonl")" ] && [ "$(figures "$tmp/$name.jsonl")" = "$(figures "$tmp/one-m$m.jsonl")" ]' \
                 "$name: losses/norms not bitwise equal to one device: $(paste <(figures "$tmp/$name.jsonl") <(figures "$tmp/one-m$m.jsonl") | head -3)"
             check '[ "$(grep "validation loss" "$tmp/$name.out")" = "$val" ]' "$name: validation loss differs from one device"
@@ -47,7 +47,7 @@ check 'grep -q "stage 7 (rank 3, chunk 1)" "$tmp/pp4-interleaved-m4.out"' "the i
 
 # an explicit layout gives the same bits too
 "$CLEAVE" train "${common[@]}" --global-batch-size 8 --pp 2 --pp-layout "E,t*2|t*4,L" --log-file "$tmp/layout.jsonl" > "$tmp/layout.out" 2>&1
-check '[ $? -eq 0 ] && [ "$(figures "$tmp/layout.jsonl")" = "$(figures "$tmp/one-m4.jsonl")" ]' "--pp-layout run differs: $(tail -3 "$tmp/layout.out")"
+_rc=$?; check '[ $_rc -eq 0 ] && [ "$(figures "$tmp/layout.jsonl")" = "$(figures "$tmp/one-m4.jsonl")" ]' "--pp-layout run differs: $(tail -3 "$tmp/layout.out")"
 check 'grep -q "layout E,t\*2|t\*4,L (given)" "$tmp/layout.out"' "the given layout is not printed"
 
 # recompute: selective and full give the same bits as none, with less
@@ -60,7 +60,7 @@ for run in "one|" "pp2-1f1b|--pp 2 --schedule 1f1b" "pp2-zb|--pp 2 --schedule zb
         # shellcheck disable=SC2086
         "$CLEAVE" train "${common[@]}" --global-batch-size 8 $flags --recompute $rc --log-file "$tmp/rc-$name-$rc.jsonl" \
             > "$tmp/rc-$name-$rc.out" 2>&1
-        check '[ $? -eq 0 ] && [ "$(figures "$tmp/rc-$name-$rc.jsonl")" = "$(figures "$tmp/one-m4.jsonl")" ]' \
+        _rc=$?; check '[ $_rc -eq 0 ] && [ "$(figures "$tmp/rc-$name-$rc.jsonl")" = "$(figures "$tmp/one-m4.jsonl")" ]' \
             "$name --recompute $rc: not bitwise equal to one device without recompute: $(tail -2 "$tmp/rc-$name-$rc.out")"
         if [ "$name" != one ]; then
             want=$(grep "stage 0 (rank 0" "$tmp/rc-$name-$rc.out" | sed 's/.*(\([0-9]*\) live x \([0-9]*\) bytes).*/\1 \2/' | awk '{ print $1 * $2 }')
@@ -75,15 +75,15 @@ done
 
 # the timeline: one Chrome trace for all ranks, drawn back as the pipeline diagram
 "$CLEAVE" train "${common[@]}" --steps 3 --global-batch-size 8 --pp 2 --trace "$tmp/trace.json" > "$tmp/trace.out" 2>&1
-check '[ $? -eq 0 ] && grep -q "\"pid\":1" "$tmp/trace.json" && grep -q "\"kind\":\"RECV_GRAD\"" "$tmp/trace.json"' \
+_rc=$?; check '[ $_rc -eq 0 ] && grep -q "\"pid\":1" "$tmp/trace.json" && grep -q "\"kind\":\"RECV_GRAD\"" "$tmp/trace.json"' \
     "--trace: no trace with both ranks: $(tail -3 "$tmp/trace.out")"
 out=$("$CLEAVE" trace render "$tmp/trace.json" --step 2 --out "$tmp/trace.svg" 2>&1)
-check '[ $? -eq 0 ] && [ "$(grep -c "<rect class=\"act" "$tmp/trace.svg")" -eq 16 ]' "trace render: not 16 boxes (4 micro-batches x 2 passes x 2 ranks): $out"
+_rc=$?; check '[ $_rc -eq 0 ] && [ "$(grep -c "<rect class=\"act" "$tmp/trace.svg")" -eq 16 ]' "trace render: not 16 boxes (4 micro-batches x 2 passes x 2 ranks): $out"
 
 # checkpoints: a pipeline writes one checkpoint (the first stage gathers it);
 # one device and other pipelines resume from it bit for bit, and back
 "$CLEAVE" train "${common[@]}" --global-batch-size 8 --pp 2 --stop-after 10 --save "$tmp/ck-pp2" > "$tmp/ck1.out" 2>&1
-check '[ $? -eq 0 ] && [ -f "$tmp/ck-pp2/model.safetensors" ] && [ -f "$tmp/ck-pp2/optimizer.safetensors" ]' "pp=2 --save: $(tail -2 "$tmp/ck1.out")"
+_rc=$?; check '[ $_rc -eq 0 ] && [ -f "$tmp/ck-pp2/model.safetensors" ] && [ -f "$tmp/ck-pp2/optimizer.safetensors" ]' "pp=2 --save: $(tail -2 "$tmp/ck1.out")"
 "$CLEAVE" train "${common[@]}" --global-batch-size 8 --stop-after 10 --save "$tmp/ck-one" > /dev/null 2>&1
 check 'cmp -s "$tmp/ck-pp2/model.safetensors" "$tmp/ck-one/model.safetensors" && cmp -s "$tmp/ck-pp2/optimizer.safetensors" "$tmp/ck-one/optimizer.safetensors"' \
     "the pp=2 checkpoint is not byte-equal to one device's"
@@ -92,7 +92,7 @@ for run in "one|" "pp4-zb|--pp 4 --schedule zb-h1" "pp2-int|--pp 2 --schedule in
     name=${run%%|*}; flags=${run#*|}
     # shellcheck disable=SC2086
     "$CLEAVE" train "${common[@]}" --global-batch-size 8 $flags --resume "$tmp/ck-pp2" --log-file "$tmp/res-$name.jsonl" > "$tmp/res-$name.out" 2>&1
-    check '[ $? -eq 0 ] && [ "$(figures "$tmp/res-$name.jsonl")" = "$want" ]' "resume of the pp=2 checkpoint on $name differs: $(tail -2 "$tmp/res-$name.out")"
+    _rc=$?; check '[ $_rc -eq 0 ] && [ "$(figures "$tmp/res-$name.jsonl")" = "$want" ]' "resume of the pp=2 checkpoint on $name differs: $(tail -2 "$tmp/res-$name.out")"
 done
 "$CLEAVE" train "${common[@]}" --global-batch-size 8 --pp 2 --resume "$tmp/ck-one" --log-file "$tmp/res-back.jsonl" > /dev/null 2>&1
 check '[ "$(figures "$tmp/res-back.jsonl")" = "$want" ]' "pp=2 resuming one device's checkpoint differs"
@@ -102,13 +102,13 @@ for model in cnn mlp; do
     dig=(--model $model --steps 20 --global-batch-size 32 --micro-batch-size 8 --threads 1 --eval-batches 1)
     "$CLEAVE" train "${dig[@]}" --log-file "$tmp/$model-1.jsonl" > "$tmp/$model-1.out" 2>&1
     "$CLEAVE" train "${dig[@]}" --pp 2 --schedule zb-h1 --log-file "$tmp/$model-2.jsonl" > "$tmp/$model-2.out" 2>&1
-    check '[ $? -eq 0 ] && [ -n "$(figures "$tmp/$model-1.jsonl")" ] && [ "$(figures "$tmp/$model-2.jsonl")" = "$(figures "$tmp/$model-1.jsonl")" ]' \
+    _rc=$?; check '[ $_rc -eq 0 ] && [ -n "$(figures "$tmp/$model-1.jsonl")" ] && [ "$(figures "$tmp/$model-2.jsonl")" = "$(figures "$tmp/$model-1.jsonl")" ]' \
         "$model pp=2 differs from one device: $(tail -2 "$tmp/$model-2.out")"
 done
 
 # pp=2 x dp=2 on 4 ranks: within 1e-6 of one device
 "$CLEAVE" train "${common[@]}" --global-batch-size 16 --pp 2 --dp 2 --log-file "$tmp/pp2dp2.jsonl" > "$tmp/pp2dp2.out" 2>&1
-check '[ $? -eq 0 ]' "pp=2 x dp=2 failed: $(tail -3 "$tmp/pp2dp2.out")"
+_rc=$?; check '[ $_rc -eq 0 ]' "pp=2 x dp=2 failed: $(tail -3 "$tmp/pp2dp2.out")"
 echo -n "pp=2 x dp=2 vs one device: "
 check 'close "$tmp/pp2dp2.jsonl" "$tmp/one-m8.jsonl" 1e-6' "pp=2 x dp=2 differs from one device"
 
@@ -117,12 +117,12 @@ if "$CLEAVE" --version | grep -q "mpi: yes" && command -v mpirun > /dev/null; th
     case "$BUILD" in *san*) export ASAN_OPTIONS=${ASAN_OPTIONS:-}:detect_leaks=0 ;; esac
     timeout -k 5 300 mpirun --oversubscribe -np 2 "$CLEAVE" train "${common[@]}" --global-batch-size 8 --pp 2 --schedule 1f1b \
         --comm mpi --log-file "$tmp/mpi.jsonl" > "$tmp/mpi.out" 2>&1
-    check '[ $? -eq 0 ]' "pp=2 under MPI failed: $(tail -5 "$tmp/mpi.out")"
+    _rc=$?; check '[ $_rc -eq 0 ]' "pp=2 under MPI failed: $(tail -5 "$tmp/mpi.out")"
     check '[ "$(figures "$tmp/mpi.jsonl")" = "$(figures "$tmp/pp2-1f1b-m4.jsonl")" ]' "MPI pp=2 is not bitwise equal to threads pp=2"
     echo "mpi pp=2: bitwise equal to threads"
     timeout -k 5 300 mpirun --oversubscribe -np 4 "$CLEAVE" train "${common[@]}" --global-batch-size 16 --pp 2 --dp 2 \
         --comm mpi --log-file "$tmp/mpi22.jsonl" > "$tmp/mpi22.out" 2>&1
-    check '[ $? -eq 0 ] && [ "$(figures "$tmp/mpi22.jsonl")" = "$(figures "$tmp/pp2dp2.jsonl")" ]' \
+    _rc=$?; check '[ $_rc -eq 0 ] && [ "$(figures "$tmp/mpi22.jsonl")" = "$(figures "$tmp/pp2dp2.jsonl")" ]' \
         "MPI pp=2 x dp=2 differs from threads: $(tail -3 "$tmp/mpi22.out")"
 else
     echo "SKIP: MPI parts (this build has no MPI)"
@@ -160,9 +160,9 @@ check '[ $rc -eq 2 ] && printf "%s" "$out" | grep -q "only 9 units: use fewer"' 
 # rank), and the losses are bitwise those of one bucket per chunk
 ov=(--data "$tmp/text.txt" --threads 1 --pp 2 --dp 2 --micro-batch-size 1 --global-batch-size 8 --steps 3 --sample-tokens 0 --eval-batches 1)
 "$CLEAVE" train "${ov[@]}" --bucket-size 4KiB --trace "$tmp/ov.json" --log-file "$tmp/ov.jsonl" > "$tmp/ov.out" 2>&1
-check '[ $? -eq 0 ]' "pp2 x dp2 with buckets failed: $(tail -2 "$tmp/ov.out")"
+_rc=$?; check '[ $_rc -eq 0 ]' "pp2 x dp2 with buckets failed: $(tail -2 "$tmp/ov.out")"
 "$CLEAVE" train "${ov[@]}" --bucket-size 1GiB --log-file "$tmp/ov1.jsonl" > "$tmp/ov1.out" 2>&1
-check '[ $? -eq 0 ] && [ "$(figures "$tmp/ov.jsonl")" = "$(figures "$tmp/ov1.jsonl")" ]' "pp2 x dp2: 4 KiB buckets not bitwise equal to one bucket"
+_rc=$?; check '[ $_rc -eq 0 ] && [ "$(figures "$tmp/ov.jsonl")" = "$(figures "$tmp/ov1.jsonl")" ]' "pp2 x dp2: 4 KiB buckets not bitwise equal to one bucket"
 overlap=$(python3 - "$tmp/ov.json" <<'PY'
 import json, sys
 x = [e for e in json.load(open(sys.argv[1]))["traceEvents"] if e.get("ph") == "X"]

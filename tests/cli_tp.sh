@@ -35,7 +35,7 @@ close() { # file file_ref tol [steps]: every loss within tol relative of the ref
 train() { # name args...: a run logged to $tmp/name.jsonl, its output in $tmp/name.out
     local name=$1; shift
     timeout 300 "$CLEAVE" train "$@" --log-file "$tmp/$name.jsonl" > "$tmp/$name.out" 2>&1
-    check '[ $? -eq 0 ]' "$name ($*) failed: $(tail -3 "$tmp/$name.out")"
+    _rc=$?; check '[ $_rc -eq 0 ]' "$name ($*) failed: $(tail -3 "$tmp/$name.out")"
 }
 vs() { # name ref [tol steps]
     local run=$1 ref=$2 tol=${3:-1e-6} nsteps=${4:-20}
@@ -72,7 +72,7 @@ if "$CLEAVE" --version | grep -q "mpi: yes" && command -v mpirun > /dev/null; th
     case "$BUILD" in *san*) export ASAN_OPTIONS=${ASAN_OPTIONS:-}:detect_leaks=0 ;; esac
     timeout -k 5 300 mpirun --oversubscribe -np 2 "$CLEAVE" train "${common[@]}" --tp 2 --check-replicas --comm mpi \
         --log-file "$tmp/mpi2.jsonl" > "$tmp/mpi2.out" 2>&1
-    check '[ $? -eq 0 ]' "tp=2 under MPI failed: $(tail -5 "$tmp/mpi2.out")"
+    _rc=$?; check '[ $_rc -eq 0 ]' "tp=2 under MPI failed: $(tail -5 "$tmp/mpi2.out")"
     vs mpi2 tp1
     check '[ "$(losses "$tmp/mpi2.jsonl")" = "$(losses "$tmp/tp2.jsonl")" ]' "MPI and threads tp=2 losses are not bitwise equal" &&
         echo "mpi tp=2 and threads tp=2: 20 losses bitwise equal"

@@ -75,7 +75,7 @@ if "$CLEAVE" --version | grep -q "mpi: yes" && command -v mpirun > /dev/null; th
     for z in 0 1; do
         timeout -k 5 300 mpirun --oversubscribe -np 2 "$CLEAVE" train "${common[@]}" --zero $z --comm mpi \
             --log-file "$tmp/mpi2-z$z.jsonl" > "$tmp/mpi2-z$z.out" 2>&1
-        check '[ $? -eq 0 ]' "dp 2 --zero $z under MPI failed: $(tail -5 "$tmp/mpi2-z$z.out")"
+        _rc=$?; check '[ $_rc -eq 0 ]' "dp 2 --zero $z under MPI failed: $(tail -5 "$tmp/mpi2-z$z.out")"
     done
     same mpi2-z1 mpi2-z0
     same mpi2-z1 dp2-z1

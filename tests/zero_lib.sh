@@ -6,7 +6,7 @@ losses() { grep '"loss"' "$1" | sed 's/.*"loss": \([^,]*\),.*/\1/'; }
 train() { # name args...: a run logged to $tmp/name.jsonl, its output in $tmp/name.out
     local name=$1; shift
     timeout 300 "$CLEAVE" train "$@" --log-file "$tmp/$name.jsonl" > "$tmp/$name.out" 2>&1
-    check '[ $? -eq 0 ]' "$name ($*) failed: $(tail -3 "$tmp/$name.out")"
+    _rc=$?; check '[ $_rc -eq 0 ]' "$name ($*) failed: $(tail -3 "$tmp/$name.out")"
 }
 same() { # run ref [steps]: every step's loss and grad norm bitwise equal
     local run=$1 ref=$2 n=${3:-20} a b
@@ -36,7 +36,7 @@ mpin() { # np name ref... args -- : np processes under MPI (--comm mpi; dp 2 if 
     export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
     case "$BUILD" in *san*) export ASAN_OPTIONS=${ASAN_OPTIONS:-}:detect_leaks=0 ;; esac
     timeout 300 mpirun --oversubscribe -np $np "$CLEAVE" train "$@" --comm mpi --log-file "$tmp/$name.jsonl" > "$tmp/$name.out" 2>&1
-    check '[ $? -eq 0 ]' "$name ($*) under MPI failed: $(tail -5 "$tmp/$name.out")"
+    _rc=$?; check '[ $_rc -eq 0 ]' "$name ($*) under MPI failed: $(tail -5 "$tmp/$name.out")"
     for r in "${refs[@]}"; do same "$name" "$r"; done
 }
 clipped() { # run: clipping really active (--grad-clip 1.0 clips steps whose norm is over 1)
