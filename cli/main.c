@@ -61,6 +61,7 @@ static const cli_flag train_flags[] = {
     {"log-every", "", 1, "print every N steps (default 1)"},
     {"save", "", 1, "checkpoint directory to write"},
     {"save-every", "", 1, "checkpoint every N steps (and at the end)"},
+    {"save-keep", "", 1, "keep the K newest checkpoints: --save DIR holds step-NNNNNNNN directories and latest, the newest's name"},
     {"resume", "", 1, "continue from this checkpoint directory (either format, at any layout)"},
     {"save-format", "", 1, "single (default: one file of whole tensors, Hugging Face names) or sharded (each rank writes its slices, plus an index)"},
     {"sample-tokens", "", 1, "tokens to generate at the end (default 200, 0 = none)"},
@@ -232,10 +233,12 @@ typedef struct {
     const cli_args *memory; /* cleave memory: its flags (--measure, --json), else NULL */
     int measure, json; /* cleave memory --measure: the saved standard output + 1; --json */
     int sharded;       /* --save-format sharded */
+    int keep;          /* --save-keep K: DIR/step-NNNNNNNN and DIR/latest; 0: DIR itself */
     int convert;       /* cleave convert: resume, save, stop */
 } train_job;
 
 static cl_status save_ckpt(cl_trainer *t, const train_job *j) {
+    if (j->keep) return cl_trainer_save_kept(t, j->save, j->keep, j->sharded);
     return j->sharded ? cl_trainer_save_sharded(t, j->save) : cl_trainer_save(t, j->save);
 }
 
@@ -326,6 +329,7 @@ static cl_status agree_job(cl_comm *world, const train_job *j) {
     put(l, "--eval-batches", "%d", c->eval_batches);
     put(l, "--save", "%s", S(j->save));
     put(l, "--save-every", "%d", j->save_every);
+    put(l, "--save-keep", "%d", j->keep);
     put(l, "--resume", "%s", S(j->resume));
     put(l, "--save-format", "%d", j->sharded);
     put(l, "convert", "%d", j->convert);
@@ -765,7 +769,7 @@ static int cmd_train(int argc, char **argv) {
         (s = cli_float(&a, "grad-clip", &c->adamw.grad_clip, 0, 1e9)) || (s = cli_bytes(&a, "device-memory", &c->device_memory)) ||
         (s = cli_int(&a, "eval-every", &j.eval_every, 1, 1 << 30)) || (s = cli_int(&a, "eval-batches", &c->eval_batches, 0, 1 << 30)) ||
         (s = cli_int(&a, "log-every", &j.log_every, 1, 1 << 30)) || (s = cli_int(&a, "stop-after", &stop_after, 1, 1 << 30)) ||
-        (s = cli_int(&a, "save-every", &j.save_every, 1, 1 << 30)) ||
+        (s = cli_int(&a, "save-every", &j.save_every, 1, 1 << 30)) || (s = cli_int(&a, "save-keep", &j.keep, 1, 1 << 30)) ||
         (s = cli_int(&a, "sample-tokens", &j.sample_tokens, 0, 1 << 20)) || (s = cli_int(&a, "top-k", &j.topk, 0, 1 << 30)) ||
         (s = cli_float(&a, "temperature", &j.temperature, 0, 100)) || (s = cli_int(&a, "ranks", &ranks, 1, 4096)) ||
         (s = cli_int(&a, "dp", &dp, 1, 4096)) || (s = cli_int(&a, "tp", &tp, 1, 4096)) || (s = cli_int(&a, "pp", &pp, 1, 4096)) ||
@@ -835,7 +839,9 @@ static int cmd_train(int argc, char **argv) {
         if ((s = convert_source(&a, &j, dpx, &gb_given))) return cli_fail(s);
     }
     /* a save that would fail, or replace what is not a checkpoint, is refused before any step */
-    if (j.save && (s = cl_checkpoint_check_target(j.save))) return cli_fail(cl_error_context(s, "--save"));
+    if (j.keep && !j.save) return cli_fail(cl_error(CL_ERR_INVALID, "--save-keep needs --save DIR"));
+    if (j.save && (s = j.keep ? cl_checkpoint_check_kept_target(j.save) : cl_checkpoint_check_target(j.save)))
+        return cli_fail(cl_error_context(s, "--save"));
     j.log_path = cli_get(&a, "log-file");
     j.plot_path = cli_get(&a, "plot");
     j.prompt = cli_get(&a, "prompt") ? cli_get(&a, "prompt") : "And God said";

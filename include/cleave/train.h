@@ -238,6 +238,15 @@ cl_status cl_trainer_save_sharded(cl_trainer *t, const char *dir);
  * a directory where files can be created (a probe file is created and
  * removed there). CL_ERR_INVALID with the path and the reason otherwise. */
 cl_status cl_checkpoint_check_target(const char *dir);
+/* Kept checkpoints (--save-keep): saves into DIR/step-NNNNNNNN (the step,
+ * 8 digits) in the single (sharded = 0) or sharded format, then world rank 0
+ * points DIR/latest at it (written whole, renamed, fsync'd) and removes the
+ * oldest step directories beyond keep (>= 1). Every rank calls it, as the
+ * format's save. Resume, eval and convert given DIR follow DIR/latest.
+ * check_kept_target: whether DIR may hold them (missing, or a directory
+ * that is not itself a checkpoint, writable). */
+cl_status cl_trainer_save_kept(cl_trainer *t, const char *dir, int keep, int sharded);
+cl_status cl_checkpoint_check_kept_target(const char *dir);
 /* (A pipeline's every rank calls it: the stages of data-parallel replica 0
  * send their parameters and moments to its first stage, which writes the
  * one checkpoint; a checkpoint is the same whatever the pipeline, and any

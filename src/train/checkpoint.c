@@ -262,7 +262,7 @@ cl_status cl_checkpoint_check_target(const char *dir) {
     return cl_check_dir_writable(parent, dir);
 }
 
-static void fsync_parent(const char *dir) {
+void cl_ckpt_fsync_parent(const char *dir) {
     char parent[4200];
     cl_parent_dir(dir, parent, sizeof parent);
     int fd = open(parent, O_RDONLY | O_DIRECTORY);
@@ -375,7 +375,7 @@ cl_status cl_ckpt_commit(const char *dir, const char *target, const char *tmp, c
         remove_ckpt_dir(tmp);
         return cl_error_context(s, "saving checkpoint %s", dir);
     }
-    fsync_parent(tmp);
+    cl_ckpt_fsync_parent(tmp);
     /* a missing target must stay missing until the rename; an empty directory
      * is replaced by rename, which fails if it has gained an entry; a
      * checkpoint is swapped, and its known files removed from the old name */
@@ -388,7 +388,7 @@ cl_status cl_ckpt_commit(const char *dir, const char *target, const char *tmp, c
         return cl_error(CL_ERR_IO, "saving checkpoint %s: cannot move the new one into place: %s", dir, strerror(e));
     }
     if (kind == TARGET_CKPT) remove_ckpt_dir(tmp); /* now the old checkpoint */
-    fsync_parent(target);
+    cl_ckpt_fsync_parent(target);
     return CL_OK;
 }
 
@@ -444,14 +444,6 @@ static cl_status read_state(const char *dir, int *step, int *opt_t, int *T, int 
     return s;
 }
 
-/* A checkpoint to read: flag names the option that gave it. */
-static cl_status ckpt_dir_exists(const char *flag, const char *dir) {
-    struct stat sb;
-    if (!*dir) return cl_error(CL_ERR_INVALID, "%s: empty path", flag);
-    if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) return cl_error(CL_ERR_INVALID, "%s %s: no such directory", flag, dir);
-    return CL_OK;
-}
-
 cl_status cl_ckpt_check_match(const cl_trainer *t, const char *dir, const cl_model_config *c, const char *tok, int T, int gb,
                               uint64_t seed) {
     if (!same_config(c, &t->desc->cfg))
@@ -475,10 +467,10 @@ static int is_sharded(const char *dir) {
     return stat(path, &sb) == 0;
 }
 
-cl_status cl_trainer_resume(cl_trainer *t, const char *dir) {
+cl_status cl_trainer_resume(cl_trainer *t, const char *given) {
     cl_model_config c;
-    char tok[64];
-    CL_TRY(ckpt_dir_exists("--resume", dir));
+    char tok[64], dir[4096];
+    CL_TRY(cl_ckpt_resolve("--resume", given, dir, sizeof dir)); /* DIR/latest followed */
     char path[4200];
     if (is_sharded(dir)) return cl_shard_resume(t, dir);
     if (cl_hf_foreign(dir)) return cl_hf_resume(t, dir);
@@ -508,11 +500,11 @@ cl_status cl_trainer_resume(cl_trainer *t, const char *dir) {
     return CL_OK;
 }
 
-cl_status cl_checkpoint_load(const char *dir, const char *tokenizer_dir, size_t cap, int B, cl_loaded *out) {
+cl_status cl_checkpoint_load(const char *given, const char *tokenizer_dir, size_t cap, int B, cl_loaded *out) {
     memset(out, 0, sizeof *out);
     cl_model_config c;
-    char tok[64];
-    CL_TRY(ckpt_dir_exists("--checkpoint", dir));
+    char tok[64], dir[4096];
+    CL_TRY(cl_ckpt_resolve("--checkpoint", given, dir, sizeof dir)); /* DIR/latest followed */
     char path[4200];
     int sharded = is_sharded(dir), hf = !sharded && cl_hf_foreign(dir);
     CL_TRY(sharded ? cl_shard_read_config(dir, &c, tok, sizeof tok)

@@ -30,11 +30,11 @@ static cl_status parse_in(const char *dir, const char *name, cl_json_doc **doc, 
     return cl_json_parse_file(doc, path);
 }
 
-cl_status cl_checkpoint_describe(const char *dir, cl_checkpoint_info *out) {
+cl_status cl_checkpoint_describe(const char *given, cl_checkpoint_info *out) {
     memset(out, 0, sizeof *out);
     struct stat sb;
-    if (!*dir) return cl_error(CL_ERR_INVALID, "empty checkpoint path");
-    if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) return cl_error(CL_ERR_INVALID, "%s: no such directory", dir);
+    char dir[4096];
+    CL_TRY(cl_ckpt_resolve("checkpoint", given, dir, sizeof dir)); /* DIR/latest followed */
     char path[4300], path2[4300];
     cl_json_doc *doc = NULL, *doc2 = NULL;
     cl_status s;

@@ -101,7 +101,12 @@ int cl_pp_chunks(cl_trainer *t, cl_model **m, cl_optimizer **o);
 #define CL_CKPT_INDEX "cleave-index.json"
 cl_status cl_ckpt_begin(const char *dir, char *target, char *tmp);
 cl_status cl_ckpt_commit(const char *dir, const char *target, const char *tmp, cl_status s);
-void cl_ckpt_abort(const char *tmp);
+void cl_ckpt_abort(const char *tmp); /* also removes a kept step directory (ckpt_latest.c) */
+void cl_ckpt_fsync_parent(const char *path);
+/* A checkpoint directory to read (flag names the option that gave it): dir
+ * itself, or where dir/latest points (ckpt_latest.c); out n bytes. A missing
+ * dir, or a latest that names no step directory there: CL_ERR_INVALID. */
+cl_status cl_ckpt_resolve(const char *flag, const char *dir, char *out, size_t n);
 cl_status cl_ckpt_write_text(const char *tmp, const char *name, const cl_strbuf *b);
 void cl_ckpt_config_json(cl_strbuf *b, const cl_model_config *c, const char *tokenizer);
 void cl_ckpt_state_json(cl_strbuf *b, const cl_trainer *t, int opt_t);
