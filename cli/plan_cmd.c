@@ -138,6 +138,41 @@ static double cpu_seconds(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* The rate at which cleave's own layernorm, GELU and residual kernels move
+ * the bytes src/plan/cost.c counts for them (read + written floats), on a
+ * GPT block's activations of 4 x 128 rows and 256 channels (cache-resident,
+ * as they are in training): these kernels do arithmetic per element (a
+ * tanh, a row's mean and variance) and run well below a memcpy's bandwidth
+ * at these sizes. Best of repeat, in CPU seconds. */
+static cl_status measure_kernels(int repeat, double *bw) {
+    const int N = 512, C = 256;
+    size_t nc = (size_t)N * C, n4 = 4 * nc;
+    float *buf = calloc(4 * n4 + 2 * (size_t)N + 4 * (size_t)C, sizeof *buf);
+    if (!buf) return cl_error(CL_ERR_OOM, "calibrate: cannot allocate the kernels' buffers");
+    float *x = buf, *y = x + n4, *dy = y + n4, *dx = dy + n4, *mean = dx + n4, *rstd = mean + N, *w = rstd + N, *b = w + C,
+          *dw = b + C, *db = dw + C;
+    for (size_t i = 0; i < n4; i++) x[i] = 1e-3f * (float)(i % 101) - 0.05f, dy[i] = 1e-3f * (float)(i % 89);
+    for (int i = 0; i < C; i++) w[i] = 1, b[i] = 0;
+    double bytes = 4.0 * (2 * nc + 3 * nc + 2 * nc + 2 * n4 + 3 * n4 + 3 * nc), best = 1e30;
+    int reps = 20;
+    for (int r = 0; r < repeat; r++) {
+        double t0 = cpu_seconds();
+        for (int k = 0; k < reps; k++) {
+            cl_layernorm_forward(y, mean, rstd, x, w, b, N, C);
+            cl_layernorm_backward_input(dx, dy, x, w, mean, rstd, N, C);
+            cl_layernorm_backward_weight(dw, db, dy, x, mean, rstd, N, C);
+            cl_gelu_forward(y, x, (int64_t)n4);
+            cl_gelu_backward(dx, dy, x, (int64_t)n4);
+            cl_residual_forward(y, x, dy, (int64_t)nc);
+        }
+        double t = (cpu_seconds() - t0) / reps;
+        if (t > 0 && t < best) best = t;
+    }
+    free(buf);
+    *bw = bytes / best;
+    return CL_OK;
+}
+
 static cl_status calibrate(const char *out, int repeat, const char *dir) {
     if (!cli_bench_isa()) return cl_error(CL_ERR_UNSUPPORTED, "calibrate needs AVX2 with FMA or AVX-512 (this CPU has neither)");
     cl_hw hw;
@@ -193,6 +228,7 @@ static cl_status calibrate(const char *out, int repeat, const char *dir) {
     }
     hw.mem_bw = 2.0 * (double)mb / best_copy + 0 * dst[mb / 2];
     free(src), free(dst);
+    CL_TRY(measure_kernels(repeat, &hw.kern_bw));
     long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
     int cores = cl_cores_available();
     hw.devices_per_node = cores > 0 ? cores : 1;
@@ -206,7 +242,7 @@ static cl_status calibrate(const char *out, int repeat, const char *dir) {
     char note[1024];
     snprintf(note, sizeof note,
              "cleave plan calibrate: peak = one core's FP32 FMA loop (%s), or the best GEMM rate where that is higher; gemm "
-             "table = cl_gemm (%s) on one thread at m, n, k in {64, 128, 256, 512, 1024}, timed in process CPU seconds, over that peak; memory_bandwidth = a 256 MiB memcpy (read + write bytes) in process CPU seconds; a device = one core, its memory "
+             "table = cl_gemm (%s) on one thread at m, n, k in {64, 128, 256, 512, 1024}, timed in process CPU seconds, over that peak; memory_bandwidth = a 256 MiB memcpy (read + write bytes) in process CPU seconds; kernel_bandwidth = cleave's layernorm (forward, both backwards), GELU (forward, backward) and residual kernels on 512 x 256 activations (4 x that for GELU), the bytes src/plan/cost.c counts for them over their CPU time; a device = one core, its memory "
              "the host's divided by the %d cores; links = a 2-rank threads all-reduce: latency from 1 float, bandwidth from 16 MiB; "
              "disk_bandwidth = a 64 MiB file in %s written and read back in 1 MiB pieces (bytes both ways over the time)",
              cli_bench_isa(), cl_gemm_backend(), hw.devices_per_node, dir);
@@ -217,9 +253,9 @@ static cl_status calibrate(const char *out, int repeat, const char *dir) {
     if (f && fclose(f)) bad = 1;
     free(text);
     if (bad) return cl_error(CL_ERR_IO, "calibrate: cannot write %s", out);
-    printf("wrote %s: peak %.1f GFLOP/s per core, memory %.1f GB/s, %d devices (cores), %.1f GiB each, link %.1f GB/s and %.1f us, "
+    printf("wrote %s: peak %.1f GFLOP/s per core, memory %.1f GB/s (kernels %.1f GB/s), %d devices (cores), %.1f GiB each, link %.1f GB/s and %.1f us, "
            "disk %.2f GB/s\n",
-           out, hw.peak_fp32 / 1e9, hw.mem_bw / 1e9, hw.devices_per_node, hw.device_memory / (1 << 30), hw.intra_bw / 1e9,
+           out, hw.peak_fp32 / 1e9, hw.mem_bw / 1e9, hw.kern_bw / 1e9, hw.devices_per_node, hw.device_memory / (1 << 30), hw.intra_bw / 1e9,
            hw.intra_lat * 1e6, hw.disk_bw / 1e9);
     return CL_OK;
 }

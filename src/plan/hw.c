@@ -126,6 +126,7 @@ static cl_status parse_root(const cl_json *r, const char *what, cl_hw *hw) {
     CL_TRY(num(r, "", "memory_efficiency", what, 0, &meff));
     if (meff > 1) return cl_error(CL_ERR_INVALID, "%s: memory_efficiency must be at most 1", what);
     hw->mem_bw *= meff;
+    CL_TRY(num(r, "", "kernel_bandwidth", what, 0, &hw->kern_bw));
     CL_TRY(num(r, "", "disk_bandwidth", what, 0, &hw->disk_bw));
     CL_TRY(num(r, "", "device_memory", what, 1, &hw->device_memory));
     CL_TRY(num(r, "", "devices_per_node", what, 1, &dpn));
@@ -172,6 +173,7 @@ char *cl_hw_to_json(const cl_hw *hw, const char *note) {
         cl_sb_printf(&b, "\"max_efficiency\": %.4g, \"half_dim\": %.4g}", hw->gemm_max_eff, hw->gemm_half);
     }
     cl_sb_printf(&b, ",\n \"memory_bandwidth\": %.6g,\n", hw->mem_bw);
+    if (hw->kern_bw > 0) cl_sb_printf(&b, " \"kernel_bandwidth\": %.6g,\n", hw->kern_bw);
     if (hw->disk_bw > 0) cl_sb_printf(&b, " \"disk_bandwidth\": %.6g,\n", hw->disk_bw);
     cl_sb_printf(&b, " \"device_memory\": %.0f,\n \"devices_per_node\": %d,\n", hw->device_memory, hw->devices_per_node);
     cl_sb_printf(&b, " \"intra_node\": {\"bandwidth\": %.6g, \"latency\": %.3g},\n", hw->intra_bw, hw->intra_lat);
@@ -263,7 +265,7 @@ double cl_hw_pass_compute(const cl_hw *hw, const cl_pass_cost *c, double peak) {
         const cl_gemm_shape *g = &c->gemm[i];
         t += 2.0 * g->m * g->n * g->k * g->count / (peak * cl_hw_gemm_eff(hw, g->m, g->n, g->k));
     }
-    return t + c->bytes / hw->mem_bw;
+    return t + c->bytes / (hw->kern_bw > 0 ? hw->kern_bw : hw->mem_bw);
 }
 
 double cl_hw_coll(const cl_hw *hw, cl_coll_kind kind, double bytes, int g, int inter) {

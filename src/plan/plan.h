@@ -62,6 +62,8 @@ typedef struct {
     int ngemm_points;                  /* a measured table instead (calibrate): interpolated in log space on a full grid, else the nearest */
     double gemm_points[CL_HW_MAX_GEMM_POINTS][4]; /* m, n, k, efficiency */
     double mem_bw;                     /* bytes/s the non-GEMM kernels reach */
+    double kern_bw;                    /* bytes/s cleave's own non-GEMM kernels reach, as cost.c counts their bytes
+                                        * (optional; 0: mem_bw) */
     double disk_bw;                    /* bytes/s of the offload file's stream (optional; 0: none, disk offload refused) */
     double device_memory;              /* bytes per device */
     int devices_per_node;
