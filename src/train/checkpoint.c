@@ -459,13 +459,15 @@ cl_status cl_ckpt_check_match(const cl_trainer *t, const char *dir, const cl_mod
     return CL_OK;
 }
 
-/* A sharded checkpoint (ckpt_shard.c) is the directory that holds an index. */
-static int is_sharded(const char *dir) {
-    char path[4200];
+int cl_ckpt_has(const char *dir, const char *name) {
+    char path[4300];
     struct stat sb;
-    snprintf(path, sizeof path, "%s/" CL_CKPT_INDEX, dir);
+    snprintf(path, sizeof path, "%s/%s", dir, name);
     return stat(path, &sb) == 0;
 }
+
+/* A sharded checkpoint (ckpt_shard.c) is the directory that holds an index. */
+static int is_sharded(const char *dir) { return cl_ckpt_has(dir, CL_CKPT_INDEX); }
 
 cl_status cl_trainer_resume(cl_trainer *t, const char *given) {
     cl_model_config c;

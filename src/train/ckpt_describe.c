@@ -9,7 +9,6 @@
 
 #include <stdio.h>
 #include <string.h>
-#include <sys/stat.h>
 
 /* The model of config object cj (parsed from file cpath) and the run of
  * state object st (from spath). */
@@ -32,14 +31,12 @@ static cl_status parse_in(const char *dir, const char *name, cl_json_doc **doc, 
 
 cl_status cl_checkpoint_describe(const char *given, cl_checkpoint_info *out) {
     memset(out, 0, sizeof *out);
-    struct stat sb;
     char dir[4096];
     CL_TRY(cl_ckpt_resolve("checkpoint", given, dir, sizeof dir)); /* DIR/latest followed */
     char path[4300], path2[4300];
     cl_json_doc *doc = NULL, *doc2 = NULL;
     cl_status s;
-    snprintf(path, sizeof path, "%s/" CL_CKPT_INDEX, dir);
-    if (stat(path, &sb) == 0) {
+    if (cl_ckpt_has(dir, CL_CKPT_INDEX)) {
         out->format = CL_CKPT_SHARDED;
         s = parse_in(dir, CL_CKPT_INDEX, &doc, path, sizeof path);
         const cl_json *cj = s ? NULL : cl_json_get(cl_json_root(doc), "config"), *st = s ? NULL : cl_json_get(cl_json_root(doc), "state");

@@ -55,7 +55,7 @@ cl_status cl_ckpt_resolve(const char *flag, const char *dir, char *out, size_t n
 
 cl_status cl_checkpoint_check_kept_target(const char *dir) {
     struct stat sb;
-    char path[4200], parent[4200];
+    char parent[4200];
     if (!*dir) return cl_error(CL_ERR_INVALID, "the checkpoint path is empty");
     if (strlen(dir) > CL_PATH_MAX - 16)
         return cl_error(CL_ERR_INVALID, "the checkpoint path is %zu bytes long, over the limit of %d", strlen(dir), CL_PATH_MAX - 16);
@@ -65,10 +65,7 @@ cl_status cl_checkpoint_check_kept_target(const char *dir) {
         return cl_check_dir_writable(parent, dir);
     }
     if (!S_ISDIR(sb.st_mode)) return cl_error(CL_ERR_INVALID, "%s is not a directory (--save-keep writes step directories into one)", dir);
-    snprintf(path, sizeof path, "%s/" CL_CKPT_MARKER, dir);
-    char idx[4200];
-    snprintf(idx, sizeof idx, "%s/" CL_CKPT_INDEX, dir);
-    if (stat(path, &sb) == 0 || stat(idx, &sb) == 0)
+    if (cl_ckpt_has(dir, CL_CKPT_MARKER) || cl_ckpt_has(dir, CL_CKPT_INDEX))
         return cl_error(CL_ERR_INVALID, "%s is itself a checkpoint; --save-keep writes step directories into a directory of their own", dir);
     return cl_check_dir_writable(dir, dir);
 }

@@ -30,14 +30,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static int exists(const char *dir, const char *name) {
-    char path[4300];
-    struct stat sb;
-    snprintf(path, sizeof path, "%s/%s", dir, name);
-    return stat(path, &sb) == 0;
-}
-
-int cl_hf_foreign(const char *dir) { return !exists(dir, CL_CKPT_MARKER) && !exists(dir, CL_CKPT_INDEX); }
+int cl_hf_foreign(const char *dir) { return !cl_ckpt_has(dir, CL_CKPT_MARKER) && !cl_ckpt_has(dir, CL_CKPT_INDEX); }
 
 /* GPT-2 settings cleave's model does not have are refused, not ignored. */
 static cl_status check_settings(const cl_json *r, const char *path, const cl_model_config *c) {
@@ -67,7 +60,7 @@ static cl_status check_settings(const cl_json *r, const char *path, const cl_mod
 cl_status cl_hf_read_config(const char *dir, cl_model_config *c, char *tok, size_t tn) {
     char path[4300];
     snprintf(path, sizeof path, "%s/config.json", dir);
-    if (!exists(dir, "config.json"))
+    if (!cl_ckpt_has(dir, "config.json"))
         return cl_error(CL_ERR_INVALID, "%s: no such file: %s is neither a cleave checkpoint (no %s) nor a Hugging Face one", path,
                         dir, CL_CKPT_MARKER);
     cl_json_doc *doc;

@@ -123,6 +123,8 @@ cl_status cl_shard_load_model(const char *dir, cl_model *m);
  * the whole model's tensors (ptrs[i] for d's parameter i), and a resume (the
  * moments zero, step 0). */
 #define CL_CKPT_MARKER "cleave-checkpoint.json"
+/* 1 if DIR/NAME exists (the marker of a single-file checkpoint, a sharded one's index). */
+int cl_ckpt_has(const char *dir, const char *name);
 int cl_hf_foreign(const char *dir);
 cl_status cl_hf_read_config(const char *dir, cl_model_config *c, char *tok, size_t tn);
 cl_status cl_hf_read_params(const char *dir, const cl_model_desc *d, float *const *ptrs);
