@@ -436,15 +436,21 @@ void cl_svg_escaped(cl_strbuf *b, const char *s) {
     }
 }
 
-/* The comm strip's colour of a non-compute event (comm mode), or of a
- * compute kind on the comm track (collectives inside that pass). */
-static const char *comm_fill(const cl_trace_event *e) {
-    if (e->track == CL_TRACK_COMM && cl_trace_is_compute(e->kind)) return "#17becf";
-    switch (e->kind) {
+/* The comm strip's colour by its legend bit: an action kind, or
+ * STRIP_TP_BIT for a compute kind on the comm track (the collectives inside
+ * that pass); the strips and their legend both read it. */
+#define STRIP_TP_BIT 15
+static const char *strip_fill(int bit) {
+    switch (bit) {
+    case STRIP_TP_BIT: return "#17becf";
     case CL_ACT_GRAD_SYNC: return "#e15759";
     case CL_ACT_OPT_STEP: return "#edc948";
     default: return "#9c9c9c";
     }
+}
+
+static int strip_bit(const cl_trace_event *e) {
+    return e->track == CL_TRACK_COMM && cl_trace_is_compute(e->kind) ? STRIP_TP_BIT : (int)e->kind;
 }
 
 cl_status cl_svg_timeline(cl_strbuf *out, const cl_trace *t, int step, int comm, double *width_out, double *height_out) {
@@ -468,7 +474,7 @@ cl_status cl_svg_timeline(cl_strbuf *out, const cl_trace *t, int step, int comm,
         keep[i] = 1;
         if (e->rank > maxrank) maxrank = e->rank;
         if (comm && (!cl_trace_is_compute(e->kind) || e->track != CL_TRACK_COMPUTE)) {
-            if (e->t1 > e->t0) keep[i] = 3, strips |= 1u << (e->track == CL_TRACK_COMM && cl_trace_is_compute(e->kind) ? 15 : e->kind);
+            if (e->t1 > e->t0) keep[i] = 3, strips |= 1u << strip_bit(e);
             continue;
         }
         if (!cl_trace_is_compute(e->kind)) continue;
@@ -538,7 +544,7 @@ cl_status cl_svg_timeline(cl_strbuf *out, const cl_trace *t, int step, int comm,
             cl_sb_printf(&b,
                          "<rect class=\"comm\" x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" height=\"%.1f\" fill=\"%s\"><title>rank %d %s mb %d "
                          "chunk %d: %.6g to %.6g %s</title></rect>\n",
-                         x, y + SVG_BOX + 2, w, SVG_STRIP, comm_fill(e), e->rank, what, e->mb, e->chunk, (e->t0 - lo) * umul,
+                         x, y + SVG_BOX + 2, w, SVG_STRIP, strip_fill(strip_bit(e)), e->rank, what, e->mb, e->chunk, (e->t0 - lo) * umul,
                          (e->t1 - lo) * umul, uname);
             continue;
         }
@@ -577,14 +583,14 @@ cl_status cl_svg_timeline(cl_strbuf *out, const cl_trace *t, int step, int comm,
     }
     static const struct {
         int bit;
-        const char *fill, *name;
-    } ls[] = {{15, "#17becf", "tensor-parallel collectives"}, {CL_ACT_RECV_ACT, "#9c9c9c", "receive (waiting, in flight)"},
-              {CL_ACT_RECV_GRAD, "#9c9c9c", "receive (waiting, in flight)"}, {CL_ACT_GRAD_SYNC, "#e15759", "gradient sync (exposed)"},
-              {CL_ACT_OPT_STEP, "#edc948", "optimizer step"}};
+        const char *name;
+    } ls[] = {{STRIP_TP_BIT, "tensor-parallel collectives"}, {CL_ACT_RECV_ACT, "receive (waiting, in flight)"},
+              {CL_ACT_RECV_GRAD, "receive (waiting, in flight)"}, {CL_ACT_GRAD_SYNC, "gradient sync (exposed)"},
+              {CL_ACT_OPT_STEP, "optimizer step"}};
     for (int j = 0; j < 5; j++) {
         if (!(strips & (1u << ls[j].bit)) || (j == 2 && (strips & (1u << CL_ACT_RECV_ACT)))) continue;
         cl_sb_printf(&b, "<rect x=\"%.1f\" y=\"%.1f\" width=\"12\" height=\"6\" fill=\"%s\"/><text x=\"%.1f\" y=\"%.1f\">%s</text>\n", lx,
-                     ly + 3, ls[j].fill, lx + 16, ly + 10, ls[j].name);
+                     ly + 3, strip_fill(ls[j].bit), lx + 16, ly + 10, ls[j].name);
         lx += 190;
     }
     if (lx > width) width = lx + 10;
