@@ -138,7 +138,7 @@ static double cpu_seconds(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* The rate at which cleave's own layernorm, GELU and residual kernels move
+/* The rate at which cleave's own layernorm and GELU kernels move
  * the bytes src/plan/cost.c counts for them (read + written floats), on a
  * GPT block's activations of 4 x 128 rows and 256 channels (cache-resident,
  * as they are in training): these kernels do arithmetic per element (a
@@ -153,7 +153,7 @@ static cl_status measure_kernels(int repeat, double *bw) {
           *dw = b + C, *db = dw + C;
     for (size_t i = 0; i < n4; i++) x[i] = 1e-3f * (float)(i % 101) - 0.05f, dy[i] = 1e-3f * (float)(i % 89);
     for (int i = 0; i < C; i++) w[i] = 1, b[i] = 0;
-    double bytes = 4.0 * (2 * nc + 3 * nc + 2 * nc + 2 * n4 + 3 * n4 + 3 * nc), best = 1e30;
+    double bytes = 4.0 * (2 * nc + 3 * nc + 2 * nc + 2 * n4 + 3 * n4), best = 1e30;
     int reps = 20;
     for (int r = 0; r < repeat; r++) {
         double t0 = cpu_seconds();
@@ -163,7 +163,6 @@ static cl_status measure_kernels(int repeat, double *bw) {
             cl_layernorm_backward_weight(dw, db, dy, x, mean, rstd, N, C);
             cl_gelu_forward(y, x, (int64_t)n4);
             cl_gelu_backward(dx, dy, x, (int64_t)n4);
-            cl_residual_forward(y, x, dy, (int64_t)nc);
         }
         double t = (cpu_seconds() - t0) / reps;
         if (t > 0 && t < best) best = t;
@@ -181,26 +180,31 @@ static cl_status calibrate(const char *out, int repeat, const char *dir) {
     cl_set_threads(1); /* a device is one core */
     hw.peak_fp32 = cli_bench_peak(1, repeat) * 1e9;
     static const int dims[] = {64, 128, 256, 512, 1024};
-    double rate[125];
+    double rate[125][CL_GEMM_NLAYOUTS];
     float *a = malloc(1024 * 1024 * sizeof *a), *b = malloc(1024 * 1024 * sizeof *b), *c = malloc(1024 * 1024 * sizeof *c);
     if (!a || !b || !c) {
         free(a), free(b), free(c);
         return cl_error(CL_ERR_OOM, "calibrate: cannot allocate the products");
     }
     for (int i = 0; i < 1024 * 1024; i++) a[i] = b[i] = 1e-3f * (float)(i % 97), c[i] = 0;
+    /* each shape in the three layouts the engine calls: A B (forward), A B^T (input gradients), A^T B (weight gradients) */
+    static const int ta[CL_GEMM_NLAYOUTS] = {0, 0, 1}, tb[CL_GEMM_NLAYOUTS] = {0, 1, 0};
     for (int im = 0; im < 5; im++)
         for (int in = 0; in < 5; in++)
             for (int ik = 0; ik < 5; ik++) {
                 int M = dims[im], N = dims[in], K = dims[ik];
-                double best = 1e30;
                 int reps = (int)(4e8 / (2.0 * M * N * K)) + 1;
-                for (int r = 0; r < repeat; r++) {
-                    double t0 = cpu_seconds();
-                    for (int k = 0; k < reps; k++) cl_gemm(0, 0, M, N, K, 1.0f, a, K, b, N, 0.0f, c, N);
-                    double t = (cpu_seconds() - t0) / reps;
-                    if (t > 0 && t < best) best = t;
+                for (int l = 0; l < CL_GEMM_NLAYOUTS; l++) {
+                    double best = 1e30;
+                    int lda = ta[l] ? M : K, ldb = tb[l] ? K : N;
+                    for (int r = 0; r < repeat; r++) {
+                        double t0 = cpu_seconds();
+                        for (int k = 0; k < reps; k++) cl_gemm(ta[l], tb[l], M, N, K, 1.0f, a, lda, b, ldb, 0.0f, c, N);
+                        double t = (cpu_seconds() - t0) / reps;
+                        if (t > 0 && t < best) best = t;
+                    }
+                    rate[hw.ngemm_points][l] = 2.0 * M * N * K / best;
                 }
-                rate[hw.ngemm_points] = 2.0 * M * N * K / best;
                 double *pt = hw.gemm_points[hw.ngemm_points++];
                 pt[0] = M, pt[1] = N, pt[2] = K;
             }
@@ -209,8 +213,10 @@ static cl_status calibrate(const char *out, int repeat, const char *dir) {
      * other work as much as the products do): the best rate is then the peak, so every efficiency
      * is at most 1 and none is clipped */
     for (int i = 0; i < hw.ngemm_points; i++)
-        if (rate[i] > hw.peak_fp32) hw.peak_fp32 = rate[i];
-    for (int i = 0; i < hw.ngemm_points; i++) hw.gemm_points[i][3] = rate[i] / hw.peak_fp32;
+        for (int l = 0; l < CL_GEMM_NLAYOUTS; l++)
+            if (rate[i][l] > hw.peak_fp32) hw.peak_fp32 = rate[i][l];
+    for (int i = 0; i < hw.ngemm_points; i++)
+        for (int l = 0; l < CL_GEMM_NLAYOUTS; l++) hw.gemm_points[i][3 + l] = rate[i][l] / hw.peak_fp32;
     /* memory: a 256 MiB memcpy (read + write bytes), timed in CPU seconds as the products are */
     size_t mb = (size_t)256 << 20;
     char *src = malloc(mb), *dst = malloc(mb);
@@ -228,7 +234,7 @@ static cl_status calibrate(const char *out, int repeat, const char *dir) {
     }
     hw.mem_bw = 2.0 * (double)mb / best_copy + 0 * dst[mb / 2];
     free(src), free(dst);
-    CL_TRY(measure_kernels(repeat, &hw.kern_bw));
+    CL_TRY(measure_kernels(repeat < 10 ? 10 : repeat, &hw.kern_bw)); /* short runs: best of at least 10 */
     long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
     int cores = cl_cores_available();
     hw.devices_per_node = cores > 0 ? cores : 1;
@@ -239,11 +245,13 @@ static cl_status calibrate(const char *out, int repeat, const char *dir) {
     CL_TRY(measure_disk(dir, repeat, &hw.disk_bw));
     hw.inter_bw = hw.intra_bw, hw.inter_lat = hw.intra_lat;
     hw.exact_memory = 1;
+    hw.coll_on_cores = 1; /* the threads backend's copies and sums run on the ranks' cores */
     char note[1024];
     snprintf(note, sizeof note,
              "cleave plan calibrate: peak = one core's FP32 FMA loop (%s), or the best GEMM rate where that is higher; gemm "
-             "table = cl_gemm (%s) on one thread at m, n, k in {64, 128, 256, 512, 1024}, timed in process CPU seconds, over that peak; memory_bandwidth = a 256 MiB memcpy (read + write bytes) in process CPU seconds; kernel_bandwidth = cleave's layernorm (forward, both backwards), GELU (forward, backward) and residual kernels on 512 x 256 activations (4 x that for GELU), the bytes src/plan/cost.c counts for them over their CPU time; a device = one core, its memory "
-             "the host's divided by the %d cores; links = a 2-rank threads all-reduce: latency from 1 float, bandwidth from 16 MiB; "
+             "table = cl_gemm (%s) on one thread at m, n, k in {64, 128, 256, 512, 1024}, timed in process CPU seconds, over that peak; memory_bandwidth = a 256 MiB memcpy (read + write bytes) in process CPU seconds; kernel_bandwidth = cleave's layernorm (forward, both backwards), GELU (forward, backward) kernels on 512 x 256 activations (4 x that for GELU), the bytes src/plan/cost.c counts for them over their CPU time; a device = one core, its memory "
+             "the host's divided by the %d cores; links = a 2-rank threads all-reduce: latency from 1 float, bandwidth from 16 MiB; collectives_on_cores: "
+             "the ranks are threads on these cores and a collective's copies and sums are their work, so none hides under compute; "
              "disk_bandwidth = a 64 MiB file in %s written and read back in 1 MiB pieces (bytes both ways over the time)",
              cli_bench_isa(), cl_gemm_backend(), hw.devices_per_node, dir);
     char *text = cl_hw_to_json(&hw, note);

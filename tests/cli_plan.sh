@@ -88,6 +88,15 @@ h=$(CLEAVE_HW="$tmp/this.json" $CLEAVE plan --hardware this --model gpt2-tiny --
 d=$(CLEAVE_HW="$tmp/this.json" $CLEAVE plan --hardware this --model gpt2-tiny --devices 1 --global-batch-size 8 --micro-batch-size 8 \
     --recompute none --offload-optimizer disk --json | grep -o '"step_s": [0-9.e+-]*' | awk '{print $2}')
 check '[ -n "$h" ] && [ -n "$d" ] && awk -v h="$h" -v d="$d" "BEGIN { exit !(d >= h) }"' "disk offload $d s >= host $h s"
+# the threads backend's collectives run on the ranks' cores (calibrate says so): ZeRO 3's gathers add to its
+# passes instead of hiding under the unit before, so the description without the field predicts less
+grep -q '"collectives_on_cores": true' "$tmp/this.json"; _rc=$?
+check '[ $_rc -eq 0 ]' "calibrate writes collectives_on_cores: true"
+sed '/"collectives_on_cores"/d' "$tmp/this.json" > "$tmp/h4.json"
+z3() { $CLEAVE plan --hardware "$1" --model gpt2-tiny --devices 2 --global-batch-size 8 --dp 2 --tp 1 --pp 1 --micro-batch-size 4 \
+    --zero 3 --recompute none --json | grep -o '"step_s": [0-9.e+-]*' | awk '{print $2}'; }
+on=$(z3 "$tmp/this.json") off=$(z3 "$tmp/h4.json")
+check '[ -n "$on" ] && [ -n "$off" ] && awk -v a="$on" -v b="$off" "BEGIN { exit !(a > b) }"' "zero 3 on the cores $on s > overlapped $off s"
 # bad input: exit 2, one line
 expect2() {
     local want=$1; shift
@@ -109,4 +118,6 @@ expect2 "has no disk_bandwidth" $CLEAVE plan --hardware "$tmp/h3.json" --devices
 expect2 "has no bf16 peak" env CLEAVE_HW="$tmp/this.json" $CLEAVE plan --hardware this --devices 2 --precision bf16
 expect2 "run .cleave plan calibrate. first" env CLEAVE_HW="$tmp/none.json" $CLEAVE plan --hardware this --devices 2
 expect2 "give --devices" $CLEAVE plan
+sed 's/"collectives_on_cores": true/"collectives_on_cores": 1/' "$tmp/this.json" > "$tmp/h5.json"
+expect2 "collectives_on_cores must be true or false" $CLEAVE plan --hardware "$tmp/h5.json" --devices 2
 finish cli_plan

@@ -158,7 +158,8 @@ static void test_hw(void) {
     snprintf(t.name, sizeof t.name, "this");
     t.peak_fp32 = 1e11, t.mem_bw = 2e10, t.device_memory = 4e9, t.devices_per_node = 2;
     t.intra_bw = t.inter_bw = 1e10, t.intra_lat = t.inter_lat = 2e-5, t.exact_memory = 1;
-    double pts[3][4] = {{64, 64, 64, 0.25}, {256, 256, 256, 0.5}, {1024, 1024, 1024, 0.75}};
+    /* the middle row with its own efficiency per layout (nn, nt, tn), the others one for all */
+    double pts[3][6] = {{64, 64, 64, 0.25, 0.25, 0.25}, {256, 256, 256, 0.5, 0.4, 0.3}, {1024, 1024, 1024, 0.75, 0.75, 0.75}};
     memcpy(t.gemm_points, pts, sizeof pts);
     t.ngemm_points = 3;
     char *js = cl_hw_to_json(&t, "test");
@@ -172,12 +173,15 @@ static void test_hw(void) {
     CHECK(cl_hw_gemm_eff(&back, 70, 60, 50) == 0.25 && cl_hw_gemm_eff(&back, 300, 200, 250) == 0.5 &&
               cl_hw_gemm_eff(&back, 4096, 2048, 900) == 0.75,
           "table: nearest in log space");
+    CHECK(cl_hw_gemm_eff_layout(&back, 300, 200, 250, CL_GEMM_NT) == 0.4 && cl_hw_gemm_eff_layout(&back, 300, 200, 250, CL_GEMM_TN) == 0.3 &&
+              cl_hw_gemm_eff_layout(&back, 70, 60, 50, CL_GEMM_TN) == 0.25 && back.gemm_points[0][5] == 0.25,
+          "table: each layout's efficiency read back, a row of one efficiency giving it to all three");
     /* a full grid (calibrate's): trilinear in log2 of m, n, k, clamped at the edges; exact at its points */
     t.ngemm_points = 0;
     for (int i = 0; i < 8; i++) {
         double *pt = t.gemm_points[t.ngemm_points++];
         pt[0] = i & 1 ? 256 : 64, pt[1] = i & 2 ? 1024 : 64, pt[2] = i & 4 ? 512 : 128;
-        pt[3] = 0.1 + 0.1 * i; /* eff = 0.1 + 0.1 (bit m + 2 bit n + 4 bit k) */
+        pt[3] = pt[4] = pt[5] = 0.1 + 0.1 * i; /* eff = 0.1 + 0.1 (bit m + 2 bit n + 4 bit k) */
     }
     /* in log2: m 128 half way from 64 to 256, n 512 (9) 3/4 of the way from 64 (6) to 1024 (10), k 256 half way from 128 to 512 */
     double wm = 0.5, wn = 0.75, wk = 0.5, want_e = 0.1 + 0.1 * (wm + 2 * wn + 4 * wk);

@@ -8,9 +8,9 @@
 
 #include <string.h>
 
-static void gemm(cl_pass_cost *c, double m, double n, double k, double count) {
+static void gemm(cl_pass_cost *c, double m, double n, double k, double count, int layout) {
     if (m <= 0 || n <= 0 || k <= 0 || count <= 0) return;
-    if (c->ngemm < CL_COST_MAX_GEMM) c->gemm[c->ngemm++] = (cl_gemm_shape){m, n, k, count};
+    if (c->ngemm < CL_COST_MAX_GEMM) c->gemm[c->ngemm++] = (cl_gemm_shape){m, n, k, count, layout};
     else c->gemm[CL_COST_MAX_GEMM - 1].count += count * m * n * k / (c->gemm[CL_COST_MAX_GEMM - 1].m *
                                                                       c->gemm[CL_COST_MAX_GEMM - 1].n *
                                                                       c->gemm[CL_COST_MAX_GEMM - 1].k);
@@ -25,8 +25,8 @@ static void coll(cl_pass_cost *c, int kind, double bytes, int tp) {
 }
 
 void cl_pass_cost_add(cl_pass_cost *acc, const cl_pass_cost *a) {
-    for (int i = 0; i < a->ngemm; i++) gemm(acc, a->gemm[i].m, a->gemm[i].n, a->gemm[i].k, a->gemm[i].count);
-    acc->bytes += a->bytes;
+    for (int i = 0; i < a->ngemm; i++) gemm(acc, a->gemm[i].m, a->gemm[i].n, a->gemm[i].k, a->gemm[i].count, a->gemm[i].layout);
+    acc->bytes += a->bytes, acc->stream += a->stream;
     acc->ar_bytes += a->ar_bytes, acc->ag_bytes += a->ag_bytes, acc->rs_bytes += a->rs_bytes;
     acc->ar_calls += a->ar_calls, acc->ag_calls += a->ag_calls, acc->rs_calls += a->rs_calls;
 }
@@ -41,42 +41,49 @@ static void block_cost(const cl_model_desc *d, int B, double e, int recompute, c
     double R = (double)B * T, Rs = sp ? R / tp : R, act = R * C * e;
     cl_pass_cost *f = &o->pass[CL_PASS_F], *b = &o->pass[CL_PASS_B], *w = &o->pass[CL_PASS_W], *rf = &o->pass[CL_PASS_RF];
     /* forward: c_attn, q k^T, softmax(.) v, c_proj, c_fc, mlp.c_proj */
-    gemm(f, R, 3 * Cl, C, 1);
-    gemm(f, T, T, hd, B * H);
-    gemm(f, T, hd, T, B * H);
-    gemm(f, R, C, Cl, 1);
-    gemm(f, R, 4 * Cl, C, 1);
-    gemm(f, R, C, 4 * Cl, 1);
-    /* two layernorms (read, write), two bias + residual adds (read 2, write 1), the
-     * biases of c_attn and c_fc (read, write), GELU (read 1, write 1), the softmax (read, write) */
-    double scores = (double)B * H * T * T;
-    f->bytes = e * (2 * 2 * Rs * C + 2 * 3 * Rs * C + 2 * R * 3 * Cl + 2 * R * 4 * Cl + 2 * R * 4 * Cl + 2 * scores);
+    gemm(f, R, 3 * Cl, C, 1, CL_GEMM_NN);
+    gemm(f, T, T, hd, B * H, CL_GEMM_NT);
+    gemm(f, T, hd, T, B * H, CL_GEMM_NN);
+    gemm(f, R, C, Cl, 1, CL_GEMM_NN);
+    gemm(f, R, 4 * Cl, C, 1, CL_GEMM_NN);
+    gemm(f, R, C, 4 * Cl, 1, CL_GEMM_NN);
+    /* the other kernels as src/nn/units.c runs them: ln_1 (read, write); c_attn's bias
+     * written under its rows before the product; the softmax (read, write); c_proj's bias
+     * (written before the product at tp 1, added after the reduction at tp > 1: read, write);
+     * residual + ln_2 in one pass (read 2, write 2); bias + GELU in one pass (read, write);
+     * mlp.c_proj's bias as c_proj's; and the last residual add (read 2, write 1), a stream */
+    double scores = (double)B * H * T * T, rowbias = tp > 1 ? 2 : 1;
+    f->bytes = e * (2 * Rs * C + R * 3 * Cl + 2 * scores + rowbias * Rs * C + 4 * Rs * C + 2 * R * 4 * Cl + rowbias * Rs * C);
+    f->stream = e * 3 * Rs * C;
     if (sp) coll(f, 1, act, tp), coll(f, 2, act, tp), coll(f, 1, act, tp), coll(f, 2, act, tp);
     else coll(f, 0, act, tp), coll(f, 0, act, tp);
     /* backward-input: each linear's input gradient, the four products of attention */
-    gemm(b, R, C, 3 * Cl, 1);
-    gemm(b, T, hd, T, 2 * B * H); /* dq = ds k, dk = ds^T q */
-    gemm(b, T, T, hd, B * H);     /* dp = dy v^T */
-    gemm(b, T, hd, T, B * H);     /* dv = p^T dy */
-    gemm(b, R, Cl, C, 1);
-    gemm(b, R, C, 4 * Cl, 1);
-    gemm(b, R, 4 * Cl, C, 1);
-    /* layernorm, GELU and softmax backward read their input and the gradient and write one;
-     * the residual gradients add */
-    b->bytes = e * (2 * 3 * Rs * C + 2 * 2 * Rs * C + 3 * R * 4 * Cl + 3 * scores);
+    gemm(b, R, C, 3 * Cl, 1, CL_GEMM_NT);
+    gemm(b, T, hd, T, B * H, CL_GEMM_NN); /* dq = ds k */
+    gemm(b, T, hd, T, B * H, CL_GEMM_TN); /* dk = ds^T q */
+    gemm(b, T, T, hd, B * H, CL_GEMM_NT); /* dp = dy v^T */
+    gemm(b, T, hd, T, B * H, CL_GEMM_TN); /* dv = p^T dy */
+    gemm(b, R, Cl, C, 1, CL_GEMM_NT);
+    gemm(b, R, C, 4 * Cl, 1, CL_GEMM_NT);
+    gemm(b, R, 4 * Cl, C, 1, CL_GEMM_NT);
+    /* GELU and softmax backward read their input and the gradient and write one; ln_2's
+     * input gradient adds into the residual's (read 3, write 1), ln_1's is written (read 2,
+     * write 1); streams: dqkv zeroed, the residual gradient copied, the two added */
+    b->bytes = e * (3 * R * 4 * Cl + 3 * scores + 4 * Rs * C + 3 * Rs * C);
+    b->stream = e * (R * 3 * Cl + 2 * Rs * C + 3 * Rs * C);
     if (sp) coll(b, 1, act, tp), coll(b, 2, act, tp), coll(b, 1, act, tp), coll(b, 2, act, tp);
     else coll(b, 0, act, tp), coll(b, 0, act, tp);
     /* backward-weight: dW = x^T dy of the four linears, bias and layernorm gradients (read dy, x) */
-    gemm(w, C, 3 * Cl, R, 1);
-    gemm(w, Cl, C, R, 1);
-    gemm(w, C, 4 * Cl, R, 1);
-    gemm(w, 4 * Cl, C, R, 1);
+    gemm(w, C, 3 * Cl, R, 1, CL_GEMM_TN);
+    gemm(w, Cl, C, R, 1, CL_GEMM_TN);
+    gemm(w, C, 4 * Cl, R, 1, CL_GEMM_TN);
+    gemm(w, 4 * Cl, C, R, 1, CL_GEMM_TN);
     w->bytes = e * (R * (3 * Cl + 4 * Cl) + 2 * Rs * C + 2 * 2 * Rs * C);
     if (sp) coll(w, 1, act, tp), coll(w, 1, act, tp); /* the layernorm outputs gathered again */
     if (recompute == CL_RECOMPUTE_FULL) *rf = *f;
     else if (recompute == CL_RECOMPUTE_SELECTIVE) {
-        gemm(rf, T, T, hd, B * H);
-        gemm(rf, T, hd, T, B * H);
+        gemm(rf, T, T, hd, B * H, CL_GEMM_NT);
+        gemm(rf, T, hd, T, B * H, CL_GEMM_NN);
         rf->bytes = e * 2 * scores;
     }
 }
@@ -97,15 +104,15 @@ static void head_cost(const cl_model_desc *d, int B, double e, cl_unit_cost *o) 
     int tp = d->tpl.tp, sp = d->tpl.sp;
     double Rs = sp ? R / tp : R;
     cl_pass_cost *f = &o->pass[CL_PASS_F], *b = &o->pass[CL_PASS_B];
-    gemm(f, R, Vl, C, 1);
+    gemm(f, R, Vl, C, 1, CL_GEMM_NT);
     /* ln_f; the softmax cross-entropy reads the logits twice (max, sums) and keeps them */
     f->bytes = e * (2 * Rs * C + 3 * R * Vl);
     if (sp) coll(f, 1, R * C * e, tp);
     coll(f, 0, R * 4.0, tp);  /* the row max */
     coll(f, 0, R * 16.0, tp); /* the sums of exponentials and the target's logit, doubles */
     /* the whole backward (a loss unit's B): dlogits, dx = dlogits wte, dwte = dlogits^T x, ln_f */
-    gemm(b, R, C, Vl, 1);
-    gemm(b, Vl, C, R, 1);
+    gemm(b, R, C, Vl, 1, CL_GEMM_NN);
+    gemm(b, Vl, C, R, 1, CL_GEMM_TN);
     b->bytes = e * (2 * R * Vl + 3 * Rs * C + 2 * Rs * C);
     coll(b, sp ? 2 : 0, R * C * e, tp);
 }
@@ -122,10 +129,10 @@ void cl_unit_cost_of(const cl_model_desc *d, int u, int B, int ebytes, int recom
     case CL_UNIT_LMHEAD: head_cost(d, B, e, o); break;
     case CL_UNIT_LINEAR: {
         double ci = un->c, co = un->oc;
-        gemm(f, Bd, co, ci, 1);
+        gemm(f, Bd, co, ci, 1, CL_GEMM_NN);
         f->bytes = e * 2 * Bd * co; /* bias */
-        gemm(b, Bd, ci, co, 1);
-        gemm(w, ci, co, Bd, 1);
+        gemm(b, Bd, ci, co, 1, CL_GEMM_NT);
+        gemm(w, ci, co, Bd, 1, CL_GEMM_TN);
         w->bytes = e * Bd * co;
         if (un->tp_mode == 2) coll(f, 0, Bd * co * e, tp); /* row-parallel: the output's partial sums */
         if (un->tp_mode == 1) coll(b, 0, Bd * ci * e, tp); /* column-parallel: the input gradient's */
@@ -133,11 +140,11 @@ void cl_unit_cost_of(const cl_model_desc *d, int u, int B, int ebytes, int recom
     }
     case CL_UNIT_CONV: {
         double rows = Bd * un->oh * un->ow, kk = (double)un->c * un->k * un->k;
-        gemm(f, rows, un->oc, kk, 1);
+        gemm(f, rows, un->oc, kk, 1, CL_GEMM_NN);
         f->bytes = e * (2 * rows * kk + 2 * rows * un->oc); /* im2col, bias */
-        gemm(b, rows, kk, un->oc, 1);
+        gemm(b, rows, kk, un->oc, 1, CL_GEMM_TN);
         b->bytes = e * 2 * rows * kk; /* col2im */
-        gemm(w, kk, un->oc, rows, 1);
+        gemm(w, kk, un->oc, rows, 1, CL_GEMM_NT);
         w->bytes = e * 2 * rows * kk;
         break;
     }

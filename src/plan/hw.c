@@ -101,19 +101,20 @@ static cl_status parse_root(const cl_json *r, const char *what, cl_hw *hw) {
     const cl_json *tab = cl_json_get(g, "table");
     if (tab) {
         if (tab->type != CL_JSON_ARRAY || tab->count < 1 || tab->count > CL_HW_MAX_GEMM_POINTS)
-            return cl_error(CL_ERR_INVALID, "%s: gemm.table must be an array of 1 to %d [m, n, k, efficiency] rows", what,
-                            CL_HW_MAX_GEMM_POINTS);
+            return cl_error(CL_ERR_INVALID, "%s: gemm.table must be an array of 1 to %d [m, n, k, efficiency] rows (or [m, n, "
+                            "k, nn, nt, tn]: one efficiency per operand layout)", what, CL_HW_MAX_GEMM_POINTS);
         int i = 0;
         for (const cl_json *row = tab->child; row; row = row->next, i++) {
-            if (row->type != CL_JSON_ARRAY || row->count != 4)
-                return cl_error(CL_ERR_INVALID, "%s: gemm.table row %d must be [m, n, k, efficiency]", what, i);
+            if (row->type != CL_JSON_ARRAY || (row->count != 4 && row->count != 3 + CL_GEMM_NLAYOUTS))
+                return cl_error(CL_ERR_INVALID, "%s: gemm.table row %d must be [m, n, k, efficiency] or [m, n, k, nn, nt, tn]", what, i);
             int j = 0;
             for (const cl_json *x = row->child; x; x = x->next, j++) {
-                if (x->type != CL_JSON_NUMBER || !(x->number > 0) || !isfinite(x->number) || (j == 3 && x->number > 1))
+                if (x->type != CL_JSON_NUMBER || !(x->number > 0) || !isfinite(x->number) || (j >= 3 && x->number > 1))
                     return cl_error(CL_ERR_INVALID, "%s: gemm.table row %d: every entry must be positive (efficiency at most 1)",
                                     what, i);
                 hw->gemm_points[i][j] = x->number;
             }
+            for (int j = (int)row->count; j < 3 + CL_GEMM_NLAYOUTS; j++) hw->gemm_points[i][j] = hw->gemm_points[i][3];
         }
         hw->ngemm_points = i;
     } else {
@@ -136,6 +137,9 @@ static cl_status parse_root(const cl_json *r, const char *what, cl_hw *hw) {
     CL_TRY(link(r, "inter_node", what, &hw->inter_bw, &hw->inter_lat));
     const cl_json *ex = cl_json_get(r, "exact_memory");
     hw->exact_memory = ex && ex->type == CL_JSON_BOOL && ex->boolean;
+    const cl_json *oc = cl_json_get(r, "collectives_on_cores");
+    if (oc && oc->type != CL_JSON_BOOL) return cl_error(CL_ERR_INVALID, "%s: collectives_on_cores must be true or false", what);
+    hw->coll_on_cores = oc && oc->boolean;
     return CL_OK;
 }
 
@@ -165,9 +169,12 @@ char *cl_hw_to_json(const cl_hw *hw, const char *note) {
     cl_sb_printf(&b, "},\n \"gemm\": {");
     if (hw->ngemm_points) {
         cl_sb_printf(&b, "\"table\": [");
-        for (int i = 0; i < hw->ngemm_points; i++)
-            cl_sb_printf(&b, "%s\n   [%.0f, %.0f, %.0f, %.4f]", i ? "," : "", hw->gemm_points[i][0], hw->gemm_points[i][1],
-                         hw->gemm_points[i][2], hw->gemm_points[i][3]);
+        for (int i = 0; i < hw->ngemm_points; i++) {
+            const double *pt = hw->gemm_points[i];
+            cl_sb_printf(&b, "%s\n   [%.0f, %.0f, %.0f, %.4f", i ? "," : "", pt[0], pt[1], pt[2], pt[3]);
+            if (pt[4] != pt[3] || pt[5] != pt[3]) cl_sb_printf(&b, ", %.4f, %.4f", pt[4], pt[5]);
+            cl_sb_printf(&b, "]");
+        }
         cl_sb_printf(&b, "]}");
     } else {
         cl_sb_printf(&b, "\"max_efficiency\": %.4g, \"half_dim\": %.4g}", hw->gemm_max_eff, hw->gemm_half);
@@ -178,6 +185,7 @@ char *cl_hw_to_json(const cl_hw *hw, const char *note) {
     cl_sb_printf(&b, " \"device_memory\": %.0f,\n \"devices_per_node\": %d,\n", hw->device_memory, hw->devices_per_node);
     cl_sb_printf(&b, " \"intra_node\": {\"bandwidth\": %.6g, \"latency\": %.3g},\n", hw->intra_bw, hw->intra_lat);
     cl_sb_printf(&b, " \"inter_node\": {\"bandwidth\": %.6g, \"latency\": %.3g},\n", hw->inter_bw, hw->inter_lat);
+    if (hw->coll_on_cores) cl_sb_printf(&b, " \"collectives_on_cores\": true,\n");
     cl_sb_printf(&b, " \"exact_memory\": %s,\n \"sources\": ", hw->exact_memory ? "true" : "false");
     cl_sb_json_string(&b, note ? note : "", note ? strlen(note) : 0);
     cl_sb_printf(&b, "}\n");
@@ -208,7 +216,7 @@ static int axis_values(const cl_hw *hw, int a, double *v) {
  * (gpt2-small's 128 and 512 between 64, 256 and 1024, say) gets the
  * efficiency between theirs rather than the one a tie in distance picks.
  * Returns -1 when the table is not a full grid. */
-static double grid_eff(const cl_hw *hw, double m, double n, double k) {
+static double grid_eff(const cl_hw *hw, double m, double n, double k, int layout) {
     double ax[3][CL_HW_MAX_GEMM_POINTS], q[3] = {m, n, k}, t[3];
     int na[3], lo[3];
     for (int a = 0; a < 3; a++) na[a] = axis_values(hw, a, ax[a]);
@@ -238,20 +246,23 @@ static double grid_eff(const cl_hw *hw, double m, double n, double k) {
                                          hw->gemm_points[i][2] == want[2]))
             i++;
         if (i == hw->ngemm_points) return -1; /* a combination twice, another missing */
-        e += w * hw->gemm_points[i][3];
+        e += w * hw->gemm_points[i][3 + layout];
     }
     return e;
 }
 
-double cl_hw_gemm_eff(const cl_hw *hw, double m, double n, double k) {
+double cl_hw_gemm_eff(const cl_hw *hw, double m, double n, double k) { return cl_hw_gemm_eff_layout(hw, m, n, k, CL_GEMM_NN); }
+
+double cl_hw_gemm_eff_layout(const cl_hw *hw, double m, double n, double k, int layout) {
+    if (layout < 0 || layout >= CL_GEMM_NLAYOUTS) layout = CL_GEMM_NN;
     if (hw->ngemm_points) {
-        double g = grid_eff(hw, m, n, k);
+        double g = grid_eff(hw, m, n, k, layout);
         if (g > 0) return g;
-        double best = INFINITY, eff = hw->gemm_points[0][3];
+        double best = INFINITY, eff = hw->gemm_points[0][3 + layout];
         for (int i = 0; i < hw->ngemm_points; i++) {
             double dm = log(m / hw->gemm_points[i][0]), dn = log(n / hw->gemm_points[i][1]), dk = log(k / hw->gemm_points[i][2]);
             double dist = dm * dm + dn * dn + dk * dk;
-            if (dist < best) best = dist, eff = hw->gemm_points[i][3];
+            if (dist < best) best = dist, eff = hw->gemm_points[i][3 + layout];
         }
         return eff;
     }
@@ -263,9 +274,9 @@ double cl_hw_pass_compute(const cl_hw *hw, const cl_pass_cost *c, double peak) {
     double t = 0;
     for (int i = 0; i < c->ngemm; i++) {
         const cl_gemm_shape *g = &c->gemm[i];
-        t += 2.0 * g->m * g->n * g->k * g->count / (peak * cl_hw_gemm_eff(hw, g->m, g->n, g->k));
+        t += 2.0 * g->m * g->n * g->k * g->count / (peak * cl_hw_gemm_eff_layout(hw, g->m, g->n, g->k, g->layout));
     }
-    return t + c->bytes / (hw->kern_bw > 0 ? hw->kern_bw : hw->mem_bw);
+    return t + c->bytes / (hw->kern_bw > 0 ? hw->kern_bw : hw->mem_bw) + c->stream / hw->mem_bw;
 }
 
 double cl_hw_coll(const cl_hw *hw, cl_coll_kind kind, double bytes, int g, int inter) {

@@ -156,14 +156,16 @@ static double pass_time(const plan_ctx *x, const cl_pass_cost *pc, double peak, 
  * its whole backward in B). So a pass over units u_1..u_n lasts
  * g_1 + sum_i max(c_i, g_(i+1)) with g = 0 for a unit it does not gather:
  * the first gather is exposed, each later one hides under the unit before
- * it. Replaces the stage's F, B and W times. */
-static double gathered_pass(const double *c, const double *g, const int *on, int u0, int u1, int dir) {
+ * it; g_1 + sum_i (c_i + g_(i+1)) where the collectives run on the devices'
+ * own cores (collectives_on_cores: the copies take the core the unit would
+ * use). Replaces the stage's F, B and W times. */
+static double gathered_pass(const double *c, const double *g, const int *on, int u0, int u1, int dir, int serial) {
     int first = dir > 0 ? u0 : u1 - 1, end = dir > 0 ? u1 : u0 - 1;
     double t = on[first] ? g[first] : 0;
     for (int u = first; u != end; u += dir) {
         int nx = u + dir;
         double next = nx != end && on[nx] ? g[nx] : 0;
-        t += c[u] > next ? c[u] : next;
+        t += serial ? c[u] + next : c[u] > next ? c[u] : next;
     }
     return t;
 }
@@ -205,9 +207,9 @@ static cl_status zero3_passes(plan_ctx *x, prep *P, const cl_model_desc *d, int 
     }
     for (int s = 0; s < P->S; s++) {
         int u0 = P->u0[s], u1 = P->u1[s];
-        P->f[s] = gathered_pass(cf, g, onf, u0, u1, 1);
-        double b = gathered_pass(cb, g, onb, u0, u1, -1);
-        if (zb) P->b[s] = b, P->w[s] = gathered_pass(cw, g, onw, u0, u1, -1);
+        P->f[s] = gathered_pass(cf, g, onf, u0, u1, 1, hw->coll_on_cores);
+        double b = gathered_pass(cb, g, onb, u0, u1, -1, hw->coll_on_cores);
+        if (zb) P->b[s] = b, P->w[s] = gathered_pass(cw, g, onw, u0, u1, -1, hw->coll_on_cores);
         else P->b[s] = b - P->w[s]; /* the stage's B + W is the combined pass */
     }
     free(t), free(on);
@@ -315,12 +317,12 @@ static cl_status prepare(plan_ctx *x, const cl_plan_cfg *c, prep *P, cl_model_de
                 /* stage 2 keeps no whole gradient: every micro-batch's buckets are reduce-scattered
                  * during its own backward (under zb-h1 its W passes), each hiding under that pass */
                 double rs = cl_hw_coll(hw, CL_COLL_REDUCE_SCATTER, g, c->dp, dp_inter);
-                double pass = P->kind == CL_SCHED_ZB_H1 ? last_w : last_bwd;
+                double pass = hw->coll_on_cores ? 0 : P->kind == CL_SCHED_ZB_H1 ? last_w : last_bwd;
                 sync = P->m * (rs > pass ? rs - pass : 0);
             } else {
                 sync = cl_hw_coll(hw, CL_COLL_ALLREDUCE, g, c->dp, dp_inter);
                 /* buckets leave during the chunk's last combined backward (not under a split one) */
-                if (P->kind != CL_SCHED_ZB_H1) sync = sync > last_bwd ? sync - last_bwd : 0;
+                if (P->kind != CL_SCHED_ZB_H1 && !hw->coll_on_cores) sync = sync > last_bwd ? sync - last_bwd : 0;
             }
             if (c->zero == 1 || c->zero == 2) sync += cl_hw_coll(hw, CL_COLL_ALLGATHER, np * pb, c->dp, dp_inter);
         }

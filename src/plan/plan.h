@@ -27,15 +27,19 @@
  *   RF  the re-forward recompute adds before B: the block's forward (full),
  *       the attention core's scores and their product with v (selective) */
 enum { CL_PASS_F = 0, CL_PASS_B, CL_PASS_W, CL_PASS_RF, CL_NPASS };
-#define CL_COST_MAX_GEMM 8
+#define CL_COST_MAX_GEMM 16
 
 typedef struct {
     double m, n, k, count; /* count products of [m, k] x [k, n] */
+    int layout;            /* cl_gemm's operands as the engine passes them: CL_GEMM_NN (A B), _NT (A B^T), _TN (A^T B) */
 } cl_gemm_shape;
+enum { CL_GEMM_NN = 0, CL_GEMM_NT, CL_GEMM_TN, CL_GEMM_NLAYOUTS };
 
 typedef struct {
     double flops; /* 2 m n k count, summed over the products */
-    double bytes; /* bytes read and written by the other kernels (elementwise, norms, softmax, lookups) */
+    double bytes;  /* bytes read and written by the other kernels (norms, GELU, softmax, bias loops, lookups) */
+    double stream; /* bytes of plain copies, fills and adds among them (memcpy, memset, vector adds): they run
+                    * at memory_bandwidth, the others at kernel_bandwidth (docs/ARCHITECTURE.md "Planner") */
     int ngemm;
     cl_gemm_shape gemm[CL_COST_MAX_GEMM];
     /* tensor-parallel collectives: bytes of the whole buffer (as comm.h counts) and calls */
@@ -60,7 +64,8 @@ typedef struct {
     double peak_fp32, peak_bf16;       /* FLOP/s per device; peak_bf16 0: no 16-bit mode */
     double gemm_max_eff, gemm_half;    /* eff = max * prod over m, n, k of d / (d + half) */
     int ngemm_points;                  /* a measured table instead (calibrate): interpolated in log space on a full grid, else the nearest */
-    double gemm_points[CL_HW_MAX_GEMM_POINTS][4]; /* m, n, k, efficiency */
+    double gemm_points[CL_HW_MAX_GEMM_POINTS][3 + CL_GEMM_NLAYOUTS]; /* m, n, k, efficiency of each layout (a row of
+                                                                     * one efficiency gives it to all three) */
     double mem_bw;                     /* bytes/s the non-GEMM kernels reach */
     double kern_bw;                    /* bytes/s cleave's own non-GEMM kernels reach, as cost.c counts their bytes
                                         * (optional; 0: mem_bw) */
@@ -70,6 +75,8 @@ typedef struct {
     double intra_bw, intra_lat;        /* per device and direction, bytes/s; seconds per message */
     double inter_bw, inter_lat;
     int exact_memory;                  /* 1: this machine (fp32, cl_memory_predict's bytes) */
+    int coll_on_cores;                 /* 1: the collectives run on the devices' own cores (CPU ranks: the copies and
+                                        * sums are the rank threads' work), so none hides under compute */
 } cl_hw;
 
 /* "a100", "h100" -> the built-in descriptions. */
@@ -81,6 +88,8 @@ cl_status cl_hw_load(const char *path, cl_hw *out);
 char *cl_hw_to_json(const cl_hw *hw, const char *note);
 /* Efficiency of one product [m,k]x[k,n] (0..1]. */
 double cl_hw_gemm_eff(const cl_hw *hw, double m, double n, double k);
+/* The same for one operand layout (CL_GEMM_NN, _NT, _TN). */
+double cl_hw_gemm_eff_layout(const cl_hw *hw, double m, double n, double k, int layout);
 /* Seconds of a pass on one device at peak (FLOP/s of the precision). */
 double cl_hw_pass_compute(const cl_hw *hw, const cl_pass_cost *c, double peak);
 typedef enum { CL_COLL_ALLREDUCE, CL_COLL_ALLGATHER, CL_COLL_REDUCE_SCATTER } cl_coll_kind;
