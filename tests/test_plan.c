@@ -25,6 +25,7 @@
 #include "cleave/schedule.h"
 #include "common/check.h"
 #include "plan/plan.h"
+#include "cleave/kernels.h"
 
 static cl_model_desc *gpt(int L, int C, int H, int T, int V, int tp, int sp) {
     cl_model_config mc;
@@ -47,7 +48,7 @@ static void test_costs(void) {
                 cl_model_desc *d = gpt(2, C, H, T, V, tp, sp);
                 if (!d) return;
                 cl_unit_cost uc;
-                cl_unit_cost_of(d, 1, B, 4, rc, &uc);
+                cl_unit_cost_of(d, 1, B, 4, rc, 0, &uc);
                 double fwd = (24.0 * B * T * C * C + 4.0 * B * T * T * C) / tp;
                 CHECK(uc.pass[CL_PASS_F].flops == fwd, "tp %d: block F %g, want %g", tp, uc.pass[CL_PASS_F].flops, fwd);
                 CHECK(uc.pass[CL_PASS_F].flops == d->units[1].flops * B, "F equals the description's count");
@@ -63,12 +64,12 @@ static void test_costs(void) {
                               "sp gathers");
                 if (tp == 1) CHECK(uc.pass[CL_PASS_F].ar_calls + uc.pass[CL_PASS_F].ag_calls == 0, "no collectives at tp 1");
                 int hu = d->nunits - 1;
-                cl_unit_cost_of(d, hu, B, 4, rc, &uc);
+                cl_unit_cost_of(d, hu, B, 4, rc, 0, &uc);
                 double hf = 2.0 * B * T * C * d->vocab_local;
                 CHECK(uc.pass[CL_PASS_F].flops == hf && uc.pass[CL_PASS_B].flops == 2 * hf && uc.pass[CL_PASS_W].flops == 0,
                       "head F %g B %g W %g, want %g, %g, 0", uc.pass[CL_PASS_F].flops, uc.pass[CL_PASS_B].flops,
                       uc.pass[CL_PASS_W].flops, hf, 2 * hf);
-                cl_unit_cost_of(d, 0, B, 4, rc, &uc);
+                cl_unit_cost_of(d, 0, B, 4, rc, 0, &uc);
                 CHECK(uc.pass[CL_PASS_F].flops == 0 && uc.pass[CL_PASS_F].bytes == 3.0 * B * T * C * 4, "embedding: a lookup");
                 cl_model_desc_free(d);
             }
@@ -80,9 +81,44 @@ static void test_costs(void) {
     for (int u = 0; u < d->nunits; u++) {
         if (d->units[u].kind != CL_UNIT_LINEAR) continue;
         cl_unit_cost uc;
-        cl_unit_cost_of(d, u, 8, 4, 0, &uc);
+        cl_unit_cost_of(d, u, 8, 4, 0, 0, &uc);
         double f = 2.0 * 8 * d->units[u].c * d->units[u].oc;
         CHECK(uc.pass[CL_PASS_F].flops == f && uc.pass[CL_PASS_B].flops == f && uc.pass[CL_PASS_W].flops == f, "linear %d", u);
+    }
+    cl_model_desc_free(d);
+}
+
+/* The causal attention's share (src/kernels/attention.c: rows in blocks of
+ * 64, each block's scores up to its last row): nb blocks of 64 compute
+ * (nb + 1) / (2 nb) of the T x T products; one block (T <= 64) all of them.
+ * With causal pricing the FLOPs stay the model's and the shapes carry the
+ * work: the attention products' counts times the share, the rest as before. */
+static void test_causal_share(void) {
+    static const int Ts[] = {16, 64, 128, 192, 1024, 2048};
+    for (int i = 0; i < 6; i++) {
+        int T = Ts[i], nb = (T + 63) / 64;
+        double want = T <= 64 ? 1 : (nb + 1.0) / (2.0 * nb);
+        CHECK(fabs(cl_attention_share(T) - want) < 1e-15, "T %d: share %.6f, want %.6f", T, cl_attention_share(T), want);
+    }
+    cl_model_desc *d = gpt(2, 64, 4, 128, 512, 1, 0);
+    if (!d) return;
+    for (int p = CL_PASS_F; p <= CL_PASS_B; p++) {
+        cl_unit_cost full, causal;
+        cl_unit_cost_of(d, 1, 3, 4, 0, 0, &full);
+        cl_unit_cost_of(d, 1, 3, 4, 0, 1, &causal);
+        const cl_pass_cost *a = &full.pass[p], *b = &causal.pass[p];
+        CHECK(a->flops == b->flops && a->ngemm == b->ngemm, "pass %d: the same FLOPs and products", p);
+        for (int g = 0; g < a->ngemm && g < b->ngemm; g++) {
+            int attn = a->gemm[g].m == 128 && (a->gemm[g].n == 128 || a->gemm[g].k == 128); /* T x T x hd and T x hd x T */
+            double want = a->gemm[g].count * (attn ? 0.75 : 1);
+            CHECK(b->gemm[g].count == want, "pass %d product %d: work %g, want %g", p, g, b->gemm[g].count, want);
+        }
+        /* the softmax: on the causal entries (129/256 of each row at T 128), the rest zeroed as a stream */
+        double sc = 3.0 * 4 * 128 * 128 * 4, tri = 129.0 / 256, k = p == CL_PASS_F ? 2 : 3;
+        double dstream = p == CL_PASS_F ? (1 - tri) * sc : (0.75 - tri) * sc;
+        CHECK(fabs(b->bytes - (a->bytes - k * (1 - tri) * sc)) < 1e-6 && fabs(b->stream - (a->stream + dstream)) < 1e-6,
+              "pass %d: softmax bytes %g + stream %g, want %g + %g", p, b->bytes, b->stream, a->bytes - k * (1 - tri) * sc,
+              a->stream + dstream);
     }
     cl_model_desc_free(d);
 }
@@ -301,6 +337,7 @@ static void test_megatron_table(int search) {
 
 int main(int argc, char **argv) {
     test_costs();
+    test_causal_share();
     test_megatron_formula();
     test_sim_extra();
     test_hw();

@@ -86,6 +86,16 @@ static void head_forward(float *o, float *a, const float *q, int T, int C, int h
     }
 }
 
+double cl_attention_share(int T) {
+    if (T <= 0) return 0;
+    double n = 0;
+    for (int r0 = 0; r0 < T; r0 += ATT_BLOCK) {
+        int r1 = r0 + ATT_BLOCK < T ? r0 + ATT_BLOCK : T;
+        n += (double)(r1 - r0) * r1;
+    }
+    return n / ((double)T * T);
+}
+
 void cl_attention_forward(float *out, float *att, const float *qkv,
                           int B, int T, int C, int NH) {
     CL_ASSERT(NH > 0 && C % NH == 0);

@@ -137,9 +137,13 @@ static cl_status parse_root(const cl_json *r, const char *what, cl_hw *hw) {
     CL_TRY(link(r, "inter_node", what, &hw->inter_bw, &hw->inter_lat));
     const cl_json *ex = cl_json_get(r, "exact_memory");
     hw->exact_memory = ex && ex->type == CL_JSON_BOOL && ex->boolean;
-    const cl_json *oc = cl_json_get(r, "collectives_on_cores");
-    if (oc && oc->type != CL_JSON_BOOL) return cl_error(CL_ERR_INVALID, "%s: collectives_on_cores must be true or false", what);
-    hw->coll_on_cores = oc && oc->boolean;
+    static const char *const flags[] = {"collectives_on_cores", "attention_causal_blocks"};
+    int *dst[] = {&hw->coll_on_cores, &hw->attn_causal};
+    for (int i = 0; i < 2; i++) {
+        const cl_json *f = cl_json_get(r, flags[i]);
+        if (f && f->type != CL_JSON_BOOL) return cl_error(CL_ERR_INVALID, "%s: %s must be true or false", what, flags[i]);
+        *dst[i] = f && f->boolean;
+    }
     return CL_OK;
 }
 
@@ -186,6 +190,7 @@ char *cl_hw_to_json(const cl_hw *hw, const char *note) {
     cl_sb_printf(&b, " \"intra_node\": {\"bandwidth\": %.6g, \"latency\": %.3g},\n", hw->intra_bw, hw->intra_lat);
     cl_sb_printf(&b, " \"inter_node\": {\"bandwidth\": %.6g, \"latency\": %.3g},\n", hw->inter_bw, hw->inter_lat);
     if (hw->coll_on_cores) cl_sb_printf(&b, " \"collectives_on_cores\": true,\n");
+    if (hw->attn_causal) cl_sb_printf(&b, " \"attention_causal_blocks\": true,\n");
     cl_sb_printf(&b, " \"exact_memory\": %s,\n \"sources\": ", hw->exact_memory ? "true" : "false");
     cl_sb_json_string(&b, note ? note : "", note ? strlen(note) : 0);
     cl_sb_printf(&b, "}\n");

@@ -191,7 +191,7 @@ static cl_status zero3_passes(plan_ctx *x, prep *P, const cl_model_desc *d, int 
         if (block && prev_block) cf[u] = cf[u - 1], cb[u] = cb[u - 1], cw[u] = cw[u - 1]; /* every block costs the same */
         else {
             double none = 0;
-            cl_unit_cost_of(d, u, c->mb, eb, c->recompute, &uc);
+            cl_unit_cost_of(d, u, c->mb, eb, c->recompute, hw->attn_causal, &uc);
             cf[u] = pass_time(x, &uc.pass[CL_PASS_F], peak, c->tp, &none);
             cb[u] = pass_time(x, &uc.pass[CL_PASS_B], peak, c->tp, &none) + pass_time(x, &uc.pass[CL_PASS_RF], peak, c->tp, &none);
             cw[u] = pass_time(x, &uc.pass[CL_PASS_W], peak, c->tp, &none);
@@ -277,7 +277,7 @@ static cl_status prepare(plan_ctx *x, const cl_plan_cfg *c, prep *P, cl_model_de
         for (int u = P->u0[s]; u < P->u1[s]; u++) {
             int kind = d->units[u].kind;
             if (!(gpt && kind == CL_UNIT_BLOCK && cached_kind == CL_UNIT_BLOCK)) {
-                cl_unit_cost_of(d, u, c->mb, eb, c->recompute, &uc);
+                cl_unit_cost_of(d, u, c->mb, eb, c->recompute, hw->attn_causal, &uc);
                 ucf = ucb = 0;
                 ut[0] = pass_time(x, &uc.pass[CL_PASS_F], peak, c->tp, &ucf);
                 ut[1] = pass_time(x, &uc.pass[CL_PASS_B], peak, c->tp, &ucb) + pass_time(x, &uc.pass[CL_PASS_RF], peak, c->tp, &ucb);
@@ -475,7 +475,7 @@ void cl_plan_step_flops(const cl_plan_query *q, int recompute, double *model, do
     }
     cl_unit_cost uc;
     for (int u = 0; u < d->nunits; u++) {
-        cl_unit_cost_of(d, u, 1, 4, recompute, &uc);
+        cl_unit_cost_of(d, u, 1, 4, recompute, 0, &uc);
         double f = uc.pass[CL_PASS_F].flops + uc.pass[CL_PASS_B].flops + uc.pass[CL_PASS_W].flops;
         *model += f * q->global_batch;
         *run += (f + uc.pass[CL_PASS_RF].flops) * q->global_batch;

@@ -51,8 +51,10 @@ typedef struct {
     cl_pass_cost pass[CL_NPASS];
 } cl_unit_cost;
 
-/* ebytes: bytes of one activation element (4 fp32, 2 bf16). */
-void cl_unit_cost_of(const cl_model_desc *d, int u, int B, int ebytes, int recompute, cl_unit_cost *out);
+/* ebytes: bytes of one activation element (4 fp32, 2 bf16). causal: the attention kernels compute
+ * only the score blocks on and below the diagonal (cl_attention_share: cleave's), else the whole
+ * T x T masked; the FLOPs are the model's either way, the shapes' counts the work done. */
+void cl_unit_cost_of(const cl_model_desc *d, int u, int B, int ebytes, int recompute, int causal, cl_unit_cost *out);
 /* Adds a's figures into acc (GEMM shapes appended while they fit, else merged into the last). */
 void cl_pass_cost_add(cl_pass_cost *acc, const cl_pass_cost *a);
 
@@ -75,6 +77,7 @@ typedef struct {
     double intra_bw, intra_lat;        /* per device and direction, bytes/s; seconds per message */
     double inter_bw, inter_lat;
     int exact_memory;                  /* 1: this machine (fp32, cl_memory_predict's bytes) */
+    int attn_causal;                   /* 1: the attention kernels skip the score blocks past the diagonal (cleave's) */
     int coll_on_cores;                 /* 1: the collectives run on the devices' own cores (CPU ranks: the copies and
                                         * sums are the rank threads' work), so none hides under compute */
 } cl_hw;
