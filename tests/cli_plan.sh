@@ -120,4 +120,6 @@ expect2 "run .cleave plan calibrate. first" env CLEAVE_HW="$tmp/none.json" $CLEA
 expect2 "give --devices" $CLEAVE plan
 sed 's/"collectives_on_cores": true/"collectives_on_cores": 1/' "$tmp/this.json" > "$tmp/h5.json"
 expect2 "collectives_on_cores must be true or false" $CLEAVE plan --hardware "$tmp/h5.json" --devices 2
+sed 's/"attention_causal_blocks": true/"attention_causal_blocks": "yes"/' "$tmp/this.json" > "$tmp/h6.json"
+expect2 "attention_causal_blocks must be true or false" $CLEAVE plan --hardware "$tmp/h6.json" --devices 2
 finish cli_plan
