@@ -149,8 +149,8 @@ cl_status cli_train_auto_mpi(cl_comm *world, FILE *f, const cli_args *a, cl_trai
         CL_TRY(cl_comm_allreduce_f64(world, &share, 1, CL_RED_MAX));
         if (share > -1e300) c->device_memory = (size_t)-share, c->device_memory_host = 1;
     }
-    auto_choice *b = calloc(1, sizeof *b); /* every rank, so that every rank takes part in the broadcast */
-    if (!b) return cl_comm_fail_together(world, cl_error(CL_ERR_OOM, "rank %d: no host memory for --auto's choice", me));
+    auto_choice rec, *b = &rec; /* on the stack: no rank can fail before the broadcast */
+    memset(b, 0, sizeof *b);
     if (me == 0) {
         b->status = (int)auto_plan(f, a, c, gb_given, &n, *dp, *tp, *pp, *schedule_given, &b->ch);
         if (b->status) snprintf(b->msg, sizeof b->msg, "%s", cl_last_error());
@@ -163,7 +163,6 @@ cl_status cli_train_auto_mpi(cl_comm *world, FILE *f, const cli_args *a, cl_trai
         c->global_batch = b->global_batch;
         auto_apply(&b->ch, c, dp, tp, pp, schedule_given);
     }
-    free(b);
     return s;
 }
 
