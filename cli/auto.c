@@ -34,15 +34,19 @@ static void shortfall(char *b, size_t n, const cl_plan_list *l) {
              cl_mem_cat_name((cl_mem_cat)r->over_cat));
 }
 
-cl_status cli_train_auto(FILE *f, const cli_args *a, cl_train_config *c, int gb_given, int *ranks, int *dp, int *tp, int *pp,
-                         int *schedule_given) {
+/* --auto's plan for *ranks ranks with the dimensions dp, tp, pp
+ * (0: searched) and the flags a gives fixed: prints the choice on f, sets
+ * c's global batch (and its memory cap when none was given) and *ch to the
+ * fastest configuration that fits, *ranks (0: one per core) to the ranks planned. */
+static cl_status auto_plan(FILE *f, const cli_args *a, cl_train_config *c, int gb_given, int *ranks, int dp, int tp, int pp,
+                           int schedule_given, cl_plan_cfg *ch) {
     if (cli_get(a, "pp-layout")) return cl_error(CL_ERR_INVALID, "--auto chooses the stages itself: leave out --pp-layout");
     cl_hw hw;
     int calibrated;
     CL_TRY(cl_plan_this_hw(&hw, &calibrated));
     int n = *ranks ? *ranks : hw.devices_per_node;
     /* the global batch is the run's (the search only splits it): given, else the micro-batch x dp given, else 8 */
-    if (!gb_given) c->global_batch = cli_get(a, "micro-batch-size") ? c->micro_batch * (*dp ? *dp : 1) : 8;
+    if (!gb_given) c->global_batch = cli_get(a, "micro-batch-size") ? c->micro_batch * (dp ? dp : 1) : 8;
     if (!c->device_memory) { /* as a run without --device-memory: its share of the host's available memory */
         size_t avail = cl_host_memory_available();
         if (avail) c->device_memory = avail / (size_t)n, c->device_memory_host = 1;
@@ -52,12 +56,12 @@ cl_status cli_train_auto(FILE *f, const cli_args *a, cl_train_config *c, int gb_
     cl_plan_query q;
     cl_plan_query_for_train(c, n, &hw, &q);
     q.top = 2;
-    q.fix.dp = *dp ? *dp : -1;
-    q.fix.tp = *tp ? *tp : -1;
-    q.fix.pp = *pp ? *pp : -1;
+    q.fix.dp = dp ? dp : -1;
+    q.fix.tp = tp ? tp : -1;
+    q.fix.pp = pp ? pp : -1;
     if (cli_get(a, "micro-batch-size")) q.fix.mb = c->micro_batch;
     if (cli_get(a, "virtual-stages")) q.fix.v = c->virtual_stages;
-    if (*schedule_given) q.fix.schedule = c->schedule;
+    if (schedule_given) q.fix.schedule = c->schedule;
     if (cli_get(a, "zero")) q.fix.zero = c->zero;
     if (cli_get(a, "recompute")) q.fix.recompute = c->recompute;
     if (cli_get(a, "sequence-parallel")) q.fix.sp = 1;
@@ -101,12 +105,65 @@ cl_status cli_train_auto(FILE *f, const cli_args *a, cl_train_config *c, int gb_
     } else {
         fprintf(f, "auto: runner-up: none (one configuration fits)\n");
     }
-    cl_plan_cfg ch = b->c;
+    *ch = b->c;
+    *ranks = n;
     cl_plan_list_free(&l);
-    *ranks = n, *dp = ch.dp, *tp = ch.tp, *pp = ch.pp;
-    cl_plan_cfg_to_train(&ch, c);
-    *schedule_given = ch.pp > 1;
     return CL_OK;
+}
+
+/* A chosen configuration applied to the run, the same on every path (threads
+ * or MPI, where each rank applies the one rank 0 chose): c's micro-batch,
+ * tp, sequence parallelism, schedule, virtual stages, ZeRO stage, recompute
+ * and offload, and the mesh's dp x tp x pp. */
+static void auto_apply(const cl_plan_cfg *ch, cl_train_config *c, int *dp, int *tp, int *pp, int *schedule_given) {
+    *dp = ch->dp, *tp = ch->tp, *pp = ch->pp;
+    cl_plan_cfg_to_train(ch, c);
+    *schedule_given = ch->pp > 1;
+}
+
+cl_status cli_train_auto(FILE *f, const cli_args *a, cl_train_config *c, int gb_given, int *ranks, int *dp, int *tp, int *pp,
+                         int *schedule_given) {
+    cl_plan_cfg ch;
+    CL_TRY(auto_plan(f, a, c, gb_given, ranks, *dp, *tp, *pp, *schedule_given, &ch));
+    auto_apply(&ch, c, dp, tp, pp, schedule_given);
+    return CL_OK;
+}
+
+/* What world rank 0 sends every rank: its plan's outcome, and on success the
+ * configuration and the global batch. */
+typedef struct {
+    int status; /* cl_status of rank 0's plan */
+    int global_batch;
+    cl_plan_cfg ch;
+    char msg[1024]; /* the failure's message */
+} auto_choice;
+
+cl_status cli_train_auto_mpi(cl_comm *world, FILE *f, const cli_args *a, cl_train_config *c, int gb_given, int *dp, int *tp, int *pp,
+                             int *schedule_given) {
+    int n = cl_comm_size(world), me = cl_comm_rank(world);
+    if (!c->device_memory) { /* the smallest of the ranks' shares of their hosts' available memory (largest negation) */
+        const char *local = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+        int here = local && atoi(local) > 0 ? atoi(local) : 1;
+        size_t avail = cl_host_memory_available();
+        double share = avail ? -(double)(avail / (size_t)here) : -1e300;
+        CL_TRY(cl_comm_allreduce_f64(world, &share, 1, CL_RED_MAX));
+        if (share > -1e300) c->device_memory = (size_t)-share, c->device_memory_host = 1;
+    }
+    auto_choice rec, *b = &rec; /* on the stack: no rank can fail before the broadcast */
+    memset(b, 0, sizeof *b);
+    if (me == 0) {
+        b->status = (int)auto_plan(f, a, c, gb_given, &n, *dp, *tp, *pp, *schedule_given, &b->ch);
+        if (b->status) snprintf(b->msg, sizeof b->msg, "%s", cl_last_error());
+        b->global_batch = c->global_batch;
+        fflush(f);
+    }
+    cl_status s = cl_comm_broadcast(world, b, sizeof *b, 0);
+    if (!s && b->status) s = cl_comm_fail_together(world, cl_error((cl_status)b->status, "%s", b->msg));
+    if (!s) {
+        c->global_batch = b->global_batch;
+        auto_apply(&b->ch, c, dp, tp, pp, schedule_given);
+    }
+    return s;
 }
 
 typedef struct {

@@ -70,7 +70,8 @@ static const cli_flag train_flags[] = {
     {"top-k", "", 1, "sample from the k most likely tokens (default 40, 0 = all)"},
     {"ranks", "", 1, "ranks to run as threads in this process (default: the product of --dp --tp --pp; with --auto one per core)"},
     {"auto", "", 0, "plan for this machine (cleave plan's search on `cleave plan calibrate`'s description, else default figures) and "
-                    "train with the fastest configuration that fits --ranks and the memory cap; the parallel, micro-batch, schedule, "
+                    "train with the fastest configuration that fits --ranks (with --comm mpi: mpirun -np, rank 0 planning for all) "
+                    "and the memory cap; the parallel, micro-batch, schedule, "
                     "ZeRO and recompute flags given fix those dimensions; the global batch is --global-batch-size (default: "
                     "--micro-batch-size x --dp when given, else 8)"},
     {"threads", "", 1, "GEMM threads per rank (default: this process's cores shared among its ranks)"},
@@ -231,6 +232,7 @@ typedef struct {
     int trace_steps;
     int world_rank; /* under MPI, this process's rank once it runs, else -1 */
     const cli_args *memory; /* cleave memory: its flags (--measure, --json), else NULL */
+    const cli_args *autoplan; /* under MPI with --auto: the flags rank 0 plans with, else NULL */
     int measure, json; /* cleave memory --measure: the saved standard output + 1; --json */
     int sharded;       /* --save-format sharded */
     int keep;          /* --save-keep K: DIR/step-NNNNNNNN and DIR/latest; 0: DIR itself */
@@ -594,6 +596,11 @@ static cl_status memory_first(train_job *j) {
 static cl_status train_rank_mpi(cl_comm *world, void *arg) {
     train_job *j = arg;
     j->world_rank = cl_comm_rank(world);
+    if (j->autoplan) { /* rank 0 plans, every rank applies its choice; the agreement then covers it too */
+        FILE *say = j->memory && cli_get(j->memory, "json") ? stderr : stdout;
+        CL_TRY(cli_train_auto_mpi(world, say, j->autoplan, &j->c, j->gb_given, &j->mesh.dp, &j->mesh.tp, &j->mesh.pp, &j->schedule_given));
+        j->gb_given = 1;
+    }
     CL_TRY(agree_job(world, j));
     /* the ranks agree on the flags, so these checks fail on all of them alike */
     CL_TRY(cl_comm_fail_together(world, check_mesh(&j->mesh, cl_comm_size(world), j->mesh.dp, j->mesh.tp, j->mesh.pp)));
@@ -851,10 +858,9 @@ static int cmd_train(int argc, char **argv) {
     int use_mpi = !strcmp(j.comm_name, "mpi");
     if (!use_mpi && strcmp(j.comm_name, "threads"))
         return cli_fail(cl_error(CL_ERR_INVALID, "unknown --comm '%s' (threads or mpi)", j.comm_name));
-    if (cli_get(&a, "auto")) {
-        if (use_mpi || convert)
-            return cli_fail(convert ? cl_error(CL_ERR_INVALID, "--auto plans a training run: cleave convert takes the layout its flags give")
-                                    : cl_error(CL_ERR_UNSUPPORTED, "--auto with --comm mpi is not built yet (threads ranks only)"));
+    if (cli_get(&a, "auto") && use_mpi && !convert) j.autoplan = &a; /* planned inside the ranks: train_rank_mpi */
+    else if (cli_get(&a, "auto")) {
+        if (convert) return cli_fail(cl_error(CL_ERR_INVALID, "--auto plans a training run: cleave convert takes the layout its flags give"));
         /* cleave memory --auto --json: the choice on stderr, the JSON alone on stdout */
         FILE *say = memory && cli_get(&a, "json") ? stderr : stdout;
         if ((s = cli_train_auto(say, &a, c, gb_given, &ranks, &dp, &tp, &pp, &j.schedule_given))) return cli_fail(s);

@@ -13,13 +13,7 @@
 # test_comm's, run under mpirun by cli_comm_mpi.sh.
 set -u
 source "$(dirname "$0")/lib.sh"
-if ! "$CLEAVE" --version | grep -q "mpi: yes" || ! command -v mpirun > /dev/null; then
-    echo "SKIP: no MPI in this build or no mpirun"
-    finish cli_ranks_agree
-    exit
-fi
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-case "$BUILD" in *san*) export ASAN_OPTIONS=${ASAN_OPTIONS:-}:detect_leaks=0 ;; esac
+mpi_or_skip cli_ranks_agree
 head -c 200000 data/kjv.txt > "$tmp/text.txt"
 head -c 100000 data/kjv.txt > "$tmp/short.txt"
 common=(train --comm mpi --data "$tmp/text.txt" --seq-len 16 --steps 2 --sample-tokens 0 --eval-batches 1 --threads 1

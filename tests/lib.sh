@@ -1,6 +1,6 @@
 # Shared start of the tests/cli_*.sh scripts (sourced): the build to test,
 # a scratch directory removed on exit, a failure count, check, excerpt and
-# finish.
+# finish, and mpi_or_skip for the tests of MPI runs.
 BUILD=${BUILD:-build}
 CLEAVE=${CLEAVE:-$BUILD/cleave}
 tmp=$(mktemp -d)
@@ -15,4 +15,17 @@ excerpt() { printf '\n%s' "$(printf '%s\n' "$2" | head -n "$1" | sed 's/^/    /'
 finish() {
     if [ $fail -eq 0 ]; then echo "$1: 1 passed, 0 failed"; else echo "$1: 0 passed, 1 failed"; fi
     [ $fail -eq 0 ]
+}
+# mpi_or_skip NAME: for a test of MPI runs. Without MPI in the build or
+# mpirun on the path: a SKIP line, the tally, and exit (a pass); else what
+# mpirun needs here (root allowed; under sanitizers leak detection off, as
+# OpenMPI's own allocations show up as leaks at exit)
+mpi_or_skip() {
+    if ! "$CLEAVE" --version | grep -q "mpi: yes" || ! command -v mpirun > /dev/null; then
+        echo "SKIP: no MPI in this build or no mpirun"
+        finish "$1"
+        exit
+    fi
+    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+    case "$BUILD" in *san*) export ASAN_OPTIONS=${ASAN_OPTIONS:-}:detect_leaks=0 ;; esac
 }
