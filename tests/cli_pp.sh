@@ -6,7 +6,8 @@
 #   its rounding, depends on its thread count.
 # - pp=2 under MPI bitwise equal to threads; pp=2 x dp=2 within 1e-6.
 # - --recompute selective and full: the same bits as none, less activation
-#   memory, and the measured peak equals live micro-batches x their size.
+#   memory, and the measured peak equals live micro-batches x their size
+#   plus the output-gradient receive buffers.
 # - checkpoints from a pipeline equal one device's byte for byte; resuming
 #   works across pipeline shapes.
 # - bubble: measured figures printed beside the simulator's; --trace.
@@ -52,7 +53,8 @@ check 'grep -q "layout E,t\*2|t\*4,L (given)" "$tmp/layout.out"' "the given layo
 
 # recompute: selective and full give the same bits as none, with less
 # activation memory; rank 0's measured activation peak is its stage's live
-# micro-batches times the bytes of one, as the stage table predicts
+# micro-batches times the bytes of one plus its output-gradient buffers, as
+# the stage table predicts
 actb() { grep -o '"act_bytes": [0-9]*' "$1" | tail -1 | sed 's/.*: //'; }
 for run in "one|" "pp2-1f1b|--pp 2 --schedule 1f1b" "pp2-zb|--pp 2 --schedule zb-h1"; do
     name=${run%%|*}; flags=${run#*|}
@@ -63,7 +65,8 @@ for run in "one|" "pp2-1f1b|--pp 2 --schedule 1f1b" "pp2-zb|--pp 2 --schedule zb
         _rc=$?; check '[ $_rc -eq 0 ] && [ "$(figures "$tmp/rc-$name-$rc.jsonl")" = "$(figures "$tmp/one-m4.jsonl")" ]' \
             "$name --recompute $rc: not bitwise equal to one device without recompute: $(tail -2 "$tmp/rc-$name-$rc.out")"
         if [ "$name" != one ]; then
-            want=$(grep "stage 0 (rank 0" "$tmp/rc-$name-$rc.out" | sed 's/.*(\([0-9]*\) live x \([0-9]*\) bytes).*/\1 \2/' | awk '{ print $1 * $2 }')
+            want=$(grep "stage 0 (rank 0" "$tmp/rc-$name-$rc.out" | sed -n 's/.*(\([0-9]*\) live x \([0-9]*\) bytes + \([0-9]*\) output gradients* x \([0-9]*\) bytes).*/\1 \2 \3 \4/p' |
+                awk '{ print $1 * $2 + $3 * $4 }')
             check '[ -n "$want" ] && [ "$(actb "$tmp/rc-$name-$rc.jsonl")" = "$want" ]' \
                 "$name --recompute $rc: activation peak $(actb "$tmp/rc-$name-$rc.jsonl") is not live x per-micro-batch ($want)"
         fi

@@ -4,7 +4,9 @@
  * included where the kind allows: the simulator accepts the schedule; each
  * rank has m*v forwards and m*v backwards (B and W, or BWD); bubble fractions
  * equal the closed forms to 1e-9; peak live micro-batches on stage 0 (GPipe m,
- * 1F1B min(p, m), ZB-H1 at most min(p, m)). Broken schedules (a receive
+ * 1F1B min(p, m), ZB-H1 at most min(p, m)); one output-gradient receive
+ * buffer per stage but the last (two where a receive is moved early).
+ * Broken schedules (a receive
  * removed, a backward moved before its forward, a send removed, a duplicate
  * or missing compute action, two ranks waiting on each other) are rejected
  * with a message naming the rank. Bad inputs give CL_ERR_INVALID. */
@@ -105,6 +107,14 @@ static void check_one(cl_sched_kind kind, int p, int m, int v) {
         }
     }
     free(free_at);
+    /* output-gradient receive buffers: every receive comes right before its
+     * backward (B under zb-h1: W reads a copy), so one on every stage but
+     * the last, which receives none */
+    for (int r = 0; r < p; r++)
+        for (int c = 0; c < v; c++) {
+            int st = c * p + r, want = p > 1 && st < p * v - 1 ? 1 : 0, got = cl_schedule_chunk_douts(&s, r, c);
+            CHECK(got == want, "%s p %d m %d v %d rank %d chunk %d: %d output-gradient buffers, want %d", kn, p, m, v, r, c, got, want);
+        }
     /* timeline sanity: every action ends no earlier than it starts, within the makespan */
     for (int r = 0; r < p; r++)
         for (int i = 0; i < s.len[r]; i++)
@@ -342,8 +352,29 @@ static void test_orders(void) {
     cl_schedule_free(&s);
 }
 
+/* Receives posted early hold more output-gradient buffers: 1F1B p 2 m 4 with
+ * rank 0's RECV_GRAD of micro-batch 1 moved up beside that of 0 (before the
+ * backward of 0) holds two at once (the simulator still accepts it), and the
+ * count is taken per chunk. */
+static void test_douts_early(void) {
+    cl_schedule s;
+    CHECK_OK(cl_schedule_make(CL_SCHED_1F1B, 2, 4, 1, &s));
+    CHECK(cl_schedule_chunk_douts(&s, 0, 0) == 1 && cl_schedule_chunk_douts(&s, 1, 0) == 0, "1f1b p 2 m 4: %d and %d buffers",
+          cl_schedule_chunk_douts(&s, 0, 0), cl_schedule_chunk_douts(&s, 1, 0));
+    CHECK_OK(cl_schedule_remove(&s, 0, cl_schedule_find(&s, 0, CL_ACT_RECV_GRAD, 1, 0)));
+    CHECK_OK(cl_schedule_insert(&s, 0, cl_schedule_find(&s, 0, CL_ACT_RECV_GRAD, 0, 0) + 1, (cl_action){CL_ACT_RECV_GRAD, 1, 0}));
+    cl_sim_result res;
+    cl_status st = cl_schedule_simulate(&s, NULL, &res);
+    CHECK(st == CL_OK, "early receives: %s", cl_last_error());
+    if (!st) cl_sim_result_free(&res);
+    CHECK(cl_schedule_chunk_douts(&s, 0, 0) == 2, "early receives: %d buffers, want 2", cl_schedule_chunk_douts(&s, 0, 0));
+    CHECK(cl_schedule_chunk_douts(&s, 0, 1) == 0, "chunk 1 of a one-chunk schedule: %d buffers", cl_schedule_chunk_douts(&s, 0, 1));
+    cl_schedule_free(&s);
+}
+
 int main(void) {
     test_grid();
+    test_douts_early();
     test_zb_costs();
     test_broken();
     test_bad_input();

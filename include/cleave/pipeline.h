@@ -29,10 +29,13 @@ typedef struct {
 /* How a stage runs: micro-batches of B under a recompute mode, `live` of
  * them held at once (the schedule's peak for the stage: one for a single
  * device), a split backward (zb) keeping each unit's output gradient per
- * micro-batch, and ngb send buffers for the gradient of the stage's input
- * (cl_schedule_grad_buffers; 0 on stage 0 and on a single device). */
+ * micro-batch, ngb send buffers for the gradient of the stage's input
+ * (cl_schedule_grad_buffers; 0 on stage 0 and on a single device) and ndout
+ * receive buffers for the gradient of its output (cl_schedule_chunk_douts:
+ * held from RECV_GRAD to the backward only, so a pool apart from the live
+ * slots; 0 on the last stage and on a single device). */
 typedef struct {
-    int B, recompute, live, zb, ngb;
+    int B, recompute, live, zb, ngb, ndout;
     cl_zero zero;  /* ZeRO over the data-parallel ranks (zeroed: none) */
     int offload;   /* the AdamW moments live in host memory (1) or a file (2) (host_bytes, disk_bytes), not on the device */
 } cl_pp_stage_opts;
@@ -45,7 +48,7 @@ typedef struct {
     double flops;                /* forward + backward FLOPs per micro-batch */
     size_t bytes[CL_MEM_NCAT];   /* by category */
     size_t param_bytes;          /* parameters, gradients and both AdamW moments */
-    size_t act_bytes;            /* saved activations of `live` micro-batches (CL_MEM_ACTS) */
+    size_t act_bytes;            /* saved activations of `live` micro-batches and the ndout output gradients (CL_MEM_ACTS) */
     size_t total_bytes;          /* the sum over categories */
     size_t host_bytes;           /* offloaded optimizer state, in host memory (not in bytes[] or the total): the
                                   * moments (host) or the four tiles they stream through (disk) */
@@ -56,10 +59,11 @@ cl_pp_stage_cost cl_pp_stage_predict(const cl_model_desc *d, int u0, int u1, con
 
 /* Bytes of one micro-batch slot of a stage beyond its saved activations
  * (cl_model_part_sizes.acts): the received input (not on the first stage),
- * the received output gradient (not on the last), the zb per-unit output
- * gradients, the micro-batch's token ids and targets (int32 each, B x T) and
- * its images (B x 64 floats, MLP/CNN). A single device is a one-stage
- * pipeline: one slot, no in/dout (first and last both). */
+ * the zb per-unit output gradients, the micro-batch's token ids and targets
+ * (int32 each, B x T) and its images (B x 64 floats, MLP/CNN); and dout, one
+ * received output gradient (not on the last stage), which is not part of a
+ * slot: the stage holds ndout of them (cl_pp_stage_opts). A single device is
+ * a one-stage pipeline: one slot, no in/dout (first and last both). */
 typedef struct {
     size_t in, dout, udout, ids, x;
 } cl_pp_slot_bytes;

@@ -119,6 +119,15 @@ int cl_schedule_find(const cl_schedule *s, int rank, cl_act_kind kind, int mb, i
  * RECV_ACT or FWD, given back at its BWD (or BWD_WEIGHT, split). The
  * executor's slot pool has exactly this many; -1 when out of memory. */
 int cl_schedule_chunk_live(const cl_schedule *sc, int r, int c);
+/* Output-gradient receive buffers of chunk c of rank r: most gradients of
+ * the chunk's output held at once, each from its RECV_GRAD (a blocking
+ * receive) to the backward that reads it (BWD, or BWD_INPUT under a split
+ * backward: that one copies what W needs into the slot's per-unit buffers).
+ * 0 on the last stage (it receives none) and with p == 1; one where every
+ * receive comes right before its backward, as in the schedules
+ * cl_schedule_make builds. The executor's pool has exactly this many; -1
+ * when out of memory. */
+int cl_schedule_chunk_douts(const cl_schedule *sc, int r, int c);
 /* Input-gradient send buffers of rank r, a pool sized from the schedule
  * alone. A backward of chunk c (not model stage 0) writes the gradient of
  * its input into a buffer, which SEND_GRAD sends to stage s - 1 without

@@ -107,6 +107,25 @@ int cl_schedule_chunk_live(const cl_schedule *sc, int r, int c) {
     return peak;
 }
 
+int cl_schedule_chunk_douts(const cl_schedule *sc, int r, int c) {
+    char *held = calloc((size_t)sc->m, 1);
+    if (!held) return -1;
+    int n = 0, peak = 0;
+    for (int i = 0; i < sc->len[r]; i++) {
+        const cl_action *a = &sc->acts[r][i];
+        if (a->chunk != c) continue;
+        if (a->kind == CL_ACT_RECV_GRAD && !held[a->mb]) {
+            held[a->mb] = 1;
+            if (++n > peak) peak = n;
+        } else if ((a->kind == CL_ACT_BWD || a->kind == CL_ACT_BWD_INPUT) && held[a->mb] == 1) {
+            held[a->mb] = 2;
+            n--;
+        }
+    }
+    free(held);
+    return peak;
+}
+
 cl_status cl_schedule_grad_buffers(const cl_schedule *sc, int r, int *free_at, int *peak) {
     int p = sc->p, m = sc->m, v = sc->v, n = sc->len[r];
     for (int k = 0; k < v * m; k++) free_at[k] = n;

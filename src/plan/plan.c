@@ -52,7 +52,8 @@ typedef struct {
     int have_flops[3];
     struct live_entry {
         int kind, p, m, v;
-        int *live;               /* [p * v]: cl_schedule_chunk_live of rank r, chunk c at r * v + c */
+        int *live;               /* [2 * p * v]: cl_schedule_chunk_live of rank r, chunk c at r * v + c, then
+                                  * cl_schedule_chunk_douts at p * v + r * v + c */
     } lives[64];
     int nlives, next_live;
     double flops_model, flops_run[3]; /* one step's, per recompute mode */
@@ -94,7 +95,8 @@ static void ctx_free(plan_ctx *x) {
 }
 
 /* The schedule's live micro-batches per rank and chunk (the executor's slot
- * counts, cl_schedule_chunk_live), cached per shape. */
+ * counts, cl_schedule_chunk_live), then its output-gradient receive buffers
+ * (cl_schedule_chunk_douts), cached per shape. */
 static cl_status get_live(plan_ctx *x, int kind, int p, int m, int v, const int **out) {
     for (int i = 0; i < x->nlives; i++) {
         struct live_entry *e = &x->lives[i];
@@ -102,10 +104,13 @@ static cl_status get_live(plan_ctx *x, int kind, int p, int m, int v, const int 
     }
     cl_schedule sc;
     CL_TRY(cl_schedule_make((cl_sched_kind)kind, p, m, v, &sc));
-    int *live = malloc((size_t)(p * v) * sizeof *live);
+    int *live = malloc((size_t)(2 * p * v) * sizeof *live);
     cl_status s = live ? CL_OK : cl_error(CL_ERR_OOM, "cannot count live micro-batches");
     for (int r = 0; !s && r < p; r++)
-        for (int c = 0; c < v; c++) live[r * v + c] = cl_schedule_chunk_live(&sc, r, c);
+        for (int c = 0; c < v; c++) {
+            live[r * v + c] = cl_schedule_chunk_live(&sc, r, c);
+            live[p * v + r * v + c] = cl_schedule_chunk_douts(&sc, r, c);
+        }
     cl_schedule_free(&sc);
     if (s) return s;
     int i = x->nlives < 64 ? x->nlives++ : x->next_live++ % 64;
@@ -415,7 +420,7 @@ static cl_status memory(plan_ctx *x, const prep *P, const cl_model_desc *d, cl_p
     static const double scale[CL_MEM_NCAT] = {0.5, 0.5, 1.5, 0.5, 0.5, 0.5};
     /* stages of the same units' kinds and counts cost the same: a few distinct ones, cached */
     struct {
-        int first, last, n, zb;
+        int first, last, n, zb, ndout;
         double one[CL_MEM_NCAT], per[CL_MEM_NCAT];
     } cache[8];
     int ncache = 0;
@@ -424,19 +429,23 @@ static cl_status memory(plan_ctx *x, const prep *P, const cl_model_desc *d, cl_p
     for (int r = 0; r < P->p; r++) {
         double cat[CL_MEM_NCAT] = {0};
         for (int cc = 0; cc < P->v; cc++) {
-            int s = cc * P->p + r, live = lives[r * P->v + cc];
+            int s = cc * P->p + r, live = lives[r * P->v + cc], ndout = lives[P->p * P->v + r * P->v + cc];
             if (live < 1) live = 1;
+            if (ndout < 0) ndout = 1;
             int first = P->u0[s] == 0, last = P->u1[s] == d->nunits, nu = P->u1[s] - P->u0[s], ci = 0;
-            while (ci < ncache && !(cache[ci].first == first && cache[ci].last == last && cache[ci].n == nu)) ci++;
+            while (ci < ncache && !(cache[ci].first == first && cache[ci].last == last && cache[ci].n == nu &&
+                                    cache[ci].ndout == ndout))
+                ci++;
             if (ci == ncache) {
+                /* the output-gradient pool is the same at any live count: `per` is one slot's bytes */
                 cl_pp_stage_opts o = {.B = c->mb, .recompute = c->recompute, .live = 1, .zb = P->kind == CL_SCHED_ZB_H1,
-                                      .ngb = s > 0, .zero = {c->zero > 0 ? 1 : 0, c->dp, 0}};
+                                      .ngb = s > 0, .ndout = ndout, .zero = {c->zero > 0 ? 1 : 0, c->dp, 0}};
                 cl_pp_stage_cost one = cl_pp_stage_predict(d, P->u0[s], P->u1[s], &o);
                 o.live = 2;
                 cl_pp_stage_cost two = cl_pp_stage_predict(d, P->u0[s], P->u1[s], &o);
                 if (ncache == 8) ci = 7; /* (uneven stages: the last slot is reused) */
                 else ncache++;
-                cache[ci].first = first, cache[ci].last = last, cache[ci].n = nu;
+                cache[ci].first = first, cache[ci].last = last, cache[ci].n = nu, cache[ci].ndout = ndout;
                 for (int k = 0; k < CL_MEM_NCAT; k++)
                     cache[ci].one[k] = (double)one.bytes[k], cache[ci].per[k] = (double)two.bytes[k] - (double)one.bytes[k];
             }

@@ -39,14 +39,15 @@ void cl_trainer_fill_batch(cl_trainer *t, int64_t k0, int B, int32_t *tokens, in
 
 /* A pipeline's shape (memory.c), the same for the executor and the memory
  * prediction: the schedule of p ranks and v chunks each over the step's m
- * micro-batches, the micro-batch slots (cl_schedule_chunk_live) and input
- * gradient send buffers (cl_schedule_grad_buffers) of every stage, and the
+ * micro-batches, the micro-batch slots (cl_schedule_chunk_live), input
+ * gradient send buffers (cl_schedule_grad_buffers) and output gradient
+ * receive buffers (cl_schedule_chunk_douts) of every stage, and the
  * partition (cfg->pp_layout, else balanced under cfg->device_memory). */
 #define CL_PP_MAX_CHUNKS 64
 typedef struct {
     cl_schedule sched;
     int p, v, m, S, zb, dp;
-    int live[CL_PP_MAX_STAGES], ngb[CL_PP_MAX_STAGES];
+    int live[CL_PP_MAX_STAGES], ngb[CL_PP_MAX_STAGES], ndout[CL_PP_MAX_STAGES];
     cl_pp_partition part;
 } cl_pp_shape;
 cl_status cl_pp_shape_make(const cl_model_desc *d, const cl_train_config *cfg, int p, int dp, cl_pp_shape *out);

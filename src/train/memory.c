@@ -1,6 +1,6 @@
 /* Every rank's device bytes before the run (see memory.h), and the shape of
  * a pipeline that both the executor (pipeline.c) and the prediction take:
- * schedule, micro-batch slots per stage, send buffers per stage, partition.
+ * schedule, micro-batch slots, send and receive buffers per stage, partition.
  *
  * Why one place: the executor allocates what cl_pp_shape_make says and the
  * predictor sums the same, so a prediction cannot drift from a run. */
@@ -28,7 +28,7 @@ int cl_pp_shape_has_tie_buf(const cl_model_desc *d, const cl_pp_shape *sh, int p
 
 cl_pp_stage_opts cl_pp_shape_opts(const cl_pp_shape *sh, const cl_train_config *cfg, int s) {
     cl_pp_stage_opts o = {.B = cfg->micro_batch, .recompute = cfg->recompute, .live = sh->live[s],
-                          .zb = sh->zb, .ngb = sh->ngb[s], .zero = {cfg->zero, sh->dp, 0, cfg->bucket_bytes, cfg->zero3_prefetch, sh->zb},
+                          .zb = sh->zb, .ngb = sh->ngb[s], .ndout = sh->ndout[s], .zero = {cfg->zero, sh->dp, 0, cfg->bucket_bytes, cfg->zero3_prefetch, sh->zb},
                           .offload = cfg->offload_optimizer};
     return o;
 }
@@ -84,7 +84,8 @@ cl_status cl_pp_shape_make(const cl_model_desc *d, const cl_train_config *cfg, i
             int st = c * p + r;
             sh->ngb[st] = peak[c];
             sh->live[st] = cl_schedule_chunk_live(&sh->sched, r, c);
-            if (sh->live[st] < 0) s = cl_error(CL_ERR_OOM, "cannot count live micro-batches");
+            sh->ndout[st] = cl_schedule_chunk_douts(&sh->sched, r, c);
+            if (sh->live[st] < 0 || sh->ndout[st] < 0) s = cl_error(CL_ERR_OOM, "cannot count live micro-batches");
         }
     }
     free(free_at);

@@ -8,9 +8,14 @@
  * s = c * p + rank. Each chunk has a pool of micro-batch slots, as many as
  * the schedule ever has live on it at once (a slot is taken by the first
  * RECV_ACT or FWD of a micro-batch and given back by its BWD, or its W under
- * zb-h1): saved activations, the received input, the received output
- * gradient, the micro-batch's data, and under zb-h1 the output gradient of
- * each unit that the weight pass needs.
+ * zb-h1): saved activations, the received input, the micro-batch's data, and
+ * under zb-h1 the output gradient of each unit that the weight pass needs.
+ * The received gradient of the chunk's output is not in a slot: it is needed
+ * only from its RECV_GRAD to the backward that reads it (BWD, or B under
+ * zb-h1, which copies it into the slot for W), so it lands in a pool of
+ * receive buffers as large as the schedule ever holds at once
+ * (cl_schedule_chunk_douts: one in every built-in schedule), taken at
+ * RECV_GRAD and given back when that backward ends.
  *
  * Sends are non-blocking. An activation is sent straight out of the slot's
  * saved output (which lives until the micro-batch's backward, and that
@@ -49,7 +54,6 @@ typedef struct {
     int mb;              /* micro-batch in it, -1 when free */
     cl_acts acts;
     float *in;           /* received input of the chunk's first unit (not on stage 0) */
-    float *dout;         /* received gradient of the chunk's output (not on the last stage) */
     float **udout;       /* zb-h1: each unit's output gradient, for W */
     int32_t *tokens, *targets;
     float *x;
@@ -68,6 +72,9 @@ typedef struct {
     float **gb;          /* [ngb] each in_bytes */
     int *gb_mb;          /* [ngb] micro-batch whose gradient it holds or sends, -1 when free */
     cl_request **gb_req; /* [ngb] its send, once SEND_GRAD has posted it */
+    int ndout;           /* output-gradient receive buffers (cl_schedule_chunk_douts; 0 on the last stage) */
+    float **dob;         /* [ndout] each out_bytes */
+    int *dob_mb;         /* [ndout] micro-batch whose output gradient it holds, -1 when free */
     cl_dp *dp;           /* its gradient buckets over the data-parallel replicas */
     int last_bwd;        /* index in this rank's actions of the backward that completes its weight gradients */
     size_t in_bytes, out_bytes;
@@ -108,7 +115,6 @@ static cl_status slot_create(cl_trainer *t, pp_chunk *c, pp_slot *sl, int zb) {
     cl_pp_slot_sizes(d, m->u0, m->u1, B, zb, &z);
     CL_TRY(cl_acts_create(m, B, &sl->acts));
     if (z.in) CL_TRY(cl_device_alloc(dev, CL_MEM_ACTS, z.in, (void **)&sl->in));
-    if (z.dout) CL_TRY(cl_device_alloc(dev, CL_MEM_ACTS, z.dout, (void **)&sl->dout));
     CL_TRY(cl_device_alloc(dev, CL_MEM_WORKSPACE, z.ids, (void **)&sl->tokens));
     CL_TRY(cl_device_alloc(dev, CL_MEM_WORKSPACE, z.ids, (void **)&sl->targets));
     if (z.x) CL_TRY(cl_device_alloc(dev, CL_MEM_WORKSPACE, z.x, (void **)&sl->x));
@@ -126,7 +132,6 @@ static void slot_destroy(cl_trainer *t, pp_chunk *c, pp_slot *sl) {
     cl_device *dev = t->dev;
     if (c->m) cl_acts_destroy(c->m, &sl->acts);
     cl_device_free(dev, sl->in);
-    cl_device_free(dev, sl->dout);
     cl_device_free(dev, sl->tokens);
     cl_device_free(dev, sl->targets);
     cl_device_free(dev, sl->x);
@@ -200,6 +205,13 @@ cl_status cl_pp_create(cl_trainer *t) {
         ch->ngb = gb_peak[c];
         for (int k = 0; k < ch->ngb; k++) ch->gb_mb[k] = -1;
         for (int k = 0; k < ch->ngb; k++) CL_TRY(cl_device_alloc(t->dev, CL_MEM_WORKSPACE, ch->in_bytes, (void **)&ch->gb[k]));
+        int nd = pp->shape.ndout[ch->stage];
+        ch->dob = calloc((size_t)nd + 1, sizeof *ch->dob);
+        ch->dob_mb = malloc(((size_t)nd + 1) * sizeof *ch->dob_mb);
+        if (!ch->dob || !ch->dob_mb) return cl_error(CL_ERR_OOM, "cannot allocate the output gradient buffers");
+        ch->ndout = nd;
+        for (int k = 0; k < nd; k++) ch->dob_mb[k] = -1;
+        for (int k = 0; k < nd; k++) CL_TRY(cl_device_alloc(t->dev, CL_MEM_ACTS, ch->out_bytes, (void **)&ch->dob[k]));
     }
     pp->norm_parts = calloc((size_t)d->nparams + 1, sizeof *pp->norm_parts);
     pp->cost_sum = calloc((size_t)pp->S * 3, sizeof *pp->cost_sum);
@@ -227,6 +239,9 @@ void cl_pp_destroy(cl_trainer *t) {
         free(ch->gb);
         free(ch->gb_mb);
         free(ch->gb_req);
+        for (int k = 0; ch->dob && k < ch->ndout; k++) cl_device_free(t->dev, ch->dob[k]);
+        free(ch->dob);
+        free(ch->dob_mb);
         cl_dp_destroy(ch->dp);
         if (ch->m) {
             if (ch->opt.m || ch->opt.fd >= 0) cl_optimizer_destroy(&ch->opt, ch->m);
@@ -281,16 +296,20 @@ void cl_trainer_print_stages(const cl_trainer *t, FILE *f) {
         int live = pp->shape.live[s];
         cl_pp_stage_opts o = cl_pp_shape_opts(&pp->shape, &t->cfg, s);
         cl_pp_stage_cost c = cl_pp_stage_predict(d, u0, u1, &o);
+        cl_pp_slot_bytes z;
+        cl_pp_slot_sizes(d, u0, u1, t->cfg.micro_batch, 0, &z);
+        size_t douts = (size_t)o.ndout * z.dout;
         char pb[32], ab[32], wb[32], tb[32];
         cl_format_bytes(c.param_bytes, pb, sizeof pb);
         cl_format_bytes(c.act_bytes, ab, sizeof ab);
         cl_format_bytes(c.bytes[CL_MEM_WORKSPACE], wb, sizeof wb);
         cl_format_bytes(c.total_bytes, tb, sizeof tb);
         fprintf(f, "  stage %d (rank %d, chunk %d): %s..%s (%d unit%s) | %.1f%% of compute, %.3g GFLOP per micro-batch | "
-                "memory %s = params+grads+adam %s + activations %s (%d live x %zu bytes) + workspace %s\n",
+                "memory %s = params+grads+adam %s + activations %s (%d live x %zu bytes + %d output gradient%s x %zu bytes) + "
+                "workspace %s\n",
                 s, s % pp->p, s / pp->p, d->units[u0].label, d->units[u1 - 1].label, u1 - u0, u1 - u0 == 1 ? "" : "s",
                 total > 0 ? 100.0 * c.flops / (3.0 * total * t->cfg.micro_batch) : 0, c.flops / 1e9, tb, pb, ab, live,
-                c.act_bytes / (size_t)(live > 0 ? live : 1), wb);
+                (c.act_bytes - douts) / (size_t)(live > 0 ? live : 1), o.ndout, o.ndout == 1 ? "" : "s", z.dout, wb);
     }
     fprintf(f, "  theoretical bubble (equal stage times): %.4f\n", pp->bubble_uniform);
 }
@@ -350,6 +369,26 @@ static int gradbuf_of(const pp_chunk *ch, int mb) {
     for (int j = 0; j < ch->ngb; j++)
         if (ch->gb_mb[j] == mb) return j;
     return -1;
+}
+
+/* The output-gradient receive buffer of micro-batch mb in chunk ch: the one
+ * holding it, else (take) a free one, which it then holds until
+ * dout_release; NULL when there is none (cannot happen: the pool is the
+ * schedule's peak). */
+static float *dout_buf(pp_chunk *ch, int mb, int take) {
+    int k = -1;
+    for (int j = 0; j < ch->ndout; j++) {
+        if (ch->dob_mb[j] == mb) return ch->dob[j];
+        if (ch->dob_mb[j] < 0 && k < 0) k = j;
+    }
+    if (!take || k < 0) return NULL;
+    ch->dob_mb[k] = mb;
+    return ch->dob[k];
+}
+
+static void dout_release(pp_chunk *ch, int mb) {
+    for (int j = 0; j < ch->ndout; j++)
+        if (ch->dob_mb[j] == mb) ch->dob_mb[j] = -1;
 }
 
 static cl_status record(struct cl_pp *pp, int trace, int step, const cl_action *a, double t0, double t1) {
@@ -552,15 +591,17 @@ static cl_status run_action(cl_trainer *t, struct cl_pp *pp, const cl_action *a,
         return CL_OK;
     case CL_ACT_BWD:
     case CL_ACT_BWD_INPUT: {
-        float *din = NULL;
+        float *din = NULL, *dout = ch->last ? NULL : dout_buf(ch, a->mb, 0);
+        if (!ch->last && !dout) return cl_error(CL_ERR_INTERNAL, "stage %d: no output gradient received for micro-batch %d", s, a->mb);
         if (!ch->first) CL_TRY(gradbuf_get(pp, ch, a->chunk, a->mb, i, &din));
         int what = a->kind == CL_ACT_BWD ? CL_BWD_ALL : CL_BWD_INPUT;
         /* the chunk's last combined backward completes its gradients: buckets leave as units finish */
         int armed = 0; /* ZeRO 2: every combined backward reduce-scatters its buckets */
         if (what == CL_BWD_ALL) CL_TRY(cl_dp_begin_backward(ch->dp, i == ch->last_bwd, &armed));
-        CL_TRY(cl_model_stage_backward(m, &sl->mbd, ch->first ? sl->mbd.x : sl->in, &sl->acts, ch->last ? NULL : sl->dout,
-                                       din, what, what == CL_BWD_INPUT ? sl->udout : NULL, armed ? cl_dp_unit_done : NULL,
+        CL_TRY(cl_model_stage_backward(m, &sl->mbd, ch->first ? sl->mbd.x : sl->in, &sl->acts, dout, din, what,
+                                       what == CL_BWD_INPUT ? sl->udout : NULL, armed ? cl_dp_unit_done : NULL,
                                        armed ? ch->dp : NULL));
+        dout_release(ch, a->mb); /* read: W (zb-h1) reads the slot's copy */
         return a->kind == CL_ACT_BWD ? release_slot(pp, ch, a->mb) : CL_OK;
     }
     case CL_ACT_BWD_WEIGHT: {
@@ -581,8 +622,11 @@ static cl_status run_action(cl_trainer *t, struct cl_pp *pp, const cl_action *a,
                              msg_tag(pp, a->mb, s + 1, 0), &sl->send_req);
     case CL_ACT_RECV_ACT:
         return cl_comm_recv(pp->comm, sl->in, ch->in_bytes, prev, msg_tag(pp, a->mb, s, 0));
-    case CL_ACT_RECV_GRAD:
-        return cl_comm_recv(pp->comm, sl->dout, ch->out_bytes, next, msg_tag(pp, a->mb, s + 1, 1));
+    case CL_ACT_RECV_GRAD: {
+        float *dout = dout_buf(ch, a->mb, 1);
+        if (!dout) return cl_error(CL_ERR_INTERNAL, "stage %d: no free output gradient buffer of %d for micro-batch %d", s, ch->ndout, a->mb);
+        return cl_comm_recv(pp->comm, dout, ch->out_bytes, next, msg_tag(pp, a->mb, s + 1, 1));
+    }
     case CL_ACT_SEND_GRAD: {
         int k = gradbuf_of(ch, a->mb);
         if (k < 0 || ch->gb_req[k]) return cl_error(CL_ERR_INTERNAL, "stage %d: no input gradient to send for micro-batch %d", s, a->mb);
@@ -647,6 +691,7 @@ cl_status cl_pp_step(cl_trainer *t, float lr, double *loss_sum, double *norm, cl
     for (int c = 0; c < pp->v; c++) {
         CL_PROF("zero grads", 0, cl_model_zero_grads(pp->ch[c].m));
         for (int k = 0; k < pp->m; k++) pp->ch[c].slot_of[k] = -1;
+        for (int k = 0; k < pp->ch[c].ndout; k++) pp->ch[c].dob_mb[k] = -1;
     }
     *loss_sum = 0;
     /* a common start, so idle time is measured from the same moment */
