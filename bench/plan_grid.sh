@@ -26,13 +26,21 @@
 # the planner's "busy" (its step time less the bubble's idle share): on a
 # shared machine a rank's step waits for a core, but the CPU it uses is
 # the work's. The hardware description is cleave plan calibrate's, made first
-# (HW, default build/plan-this.json; REUSE=1 keeps an existing one).
+# (HW, default build/plan-this.json; REUSE=1 keeps an existing one); it
+# picks the planner's first choice. With RECAL=1 (the default) every round
+# calibrates afresh and predicts each point from that round's description,
+# and a point's error is the median over the rounds of (that round's
+# prediction / that round's measured median - 1): this machine's speed
+# drifts by 10-20% over minutes (another tenant of the host, not a process
+# here), and one calibration taken in a slow or fast stretch moved every
+# prediction by that much against runs made minutes later. "predicted ms"
+# is then the median of the rounds' predictions. RECAL=0: one description.
 #
 #   bash bench/plan_grid.sh                 # about 5 minutes on 2 quiet cores
 #   ROUNDS=5 STEPS=12 SEQ=256 bash bench/plan_grid.sh
 #
 # Knobs: MODEL (gpt2-small) SEQ (128) STEPS (10) SKIP (3) ROUNDS (3) HW
-# REUSE (0) CLEAVE (./build/cleave). The machine's cores are shared with
+# REUSE (0) RECAL (1) CLEAVE (./build/cleave). The machine's cores are shared with
 # whatever else runs: the load average is printed before and after.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -69,7 +77,7 @@ points=(
 )
 shape=(--model "$model" --seq-len "$seq" --global-batch-size "$gb")
 
-predict() { # predict DEVICES FLAGS... -> step_s
+predict() { # predict DEVICES FLAGS... -> step_s (from the description $hw)
     local n=$1; shift
     # shellcheck disable=SC2068
     CLEAVE_HW="$hw" "$bin" plan --hardware this "${shape[@]}" --devices "$n" "$@" --json | head -1 |
@@ -126,30 +134,41 @@ run() { # run INDEX DEVICES FLAGS -> appends the run's median ms to $tmp/INDEX.m
     sort -g "$tmp/steps" | head -1 >>"$tmp/$i.min"
 }
 
+# a point's plan flags: the schedule does not matter at one stage, the rest as train's defaults
+pflags() { local f=$1; echo "$f $([[ $f == *--pp\ 1* ]] && echo --schedule 1f1b) --no-sequence-parallel $([[ $f == *--offload* ]] || echo --offload-optimizer none)"; }
 np=${#points[@]}
+hw0=$hw
 for r in $(seq 1 "$rounds"); do
+    if [ "${RECAL:-1}" = 1 ]; then
+        hw="$tmp/hw.$r.json"
+        "$bin" plan calibrate --out "$hw" >/dev/null
+    fi
     for j in $(seq 0 $((np - 1))); do
         i=$(( (j + r - 1) % np ))
         IFS='|' read -r name n flags <<<"${points[$i]}"
         run "$i" "$n" "$flags"
+        # shellcheck disable=SC2046
+        p=$(predict "$n" $(pflags "$flags"))
+        echo "$p" >>"$tmp/$i.pred"
+        awk -v p="$p" -v m="$(tail -1 "$tmp/$i.ms")" 'BEGIN { print 1000 * p / m - 1 }' >>"$tmp/$i.err"
     done
     echo "round $r of $rounds done (load average $(cut -d' ' -f1-3 /proc/loadavg))"
 done
 
 echo
 echo "$model, sequence $seq, global batch $gb, one thread per rank; median of steps $((skip + 1))-$steps, median of $rounds rounds"
+if [ "${RECAL:-1}" = 1 ]; then echo "error: median over the rounds of each round's prediction (calibrated that round) against its measured median"
+else echo "error: the one description's prediction against the measured median"; fi
 printf '%-16s %3s %12s %12s %8s %9s %8s %8s %8s\n' point ranks "predicted ms" "measured ms" error "fastest" error "CPU ms" busy
 : >"$tmp/rows"
 for i in $(seq 0 $((np - 1))); do
     IFS='|' read -r name n flags <<<"${points[$i]}"
-    # shellcheck disable=SC2086
-    pred=$(predict "$n" $flags $([[ $flags == *--pp\ 1* ]] && echo --schedule 1f1b) --no-sequence-parallel \
-           $([[ $flags == *--offload* ]] || echo --offload-optimizer none))
-    pbusy=$(predict_busy "$n" $flags $([[ $flags == *--pp\ 1* ]] && echo --schedule 1f1b) --no-sequence-parallel \
-           $([[ $flags == *--offload* ]] || echo --offload-optimizer none))
+    pred=$(median <"$tmp/$i.pred") err=$(median <"$tmp/$i.err")
+    # shellcheck disable=SC2046
+    pbusy=$(hw=$hw0 predict_busy "$n" $(pflags "$flags"))
     meas=$(median <"$tmp/$i.ms") fast=$(sort -g "$tmp/$i.min" | head -1) cpu=$(median <"$tmp/$i.cpu")
-    awk -v nm="$name" -v n="$n" -v p="$pred" -v m="$meas" -v f="$fast" -v c="$cpu" -v pb="$pbusy" \
-        'BEGIN { e = 1000 * p / m - 1; printf "%-16s %3d %12.1f %12.1f %+7.1f%% %9.1f %+7.1f%% %8.1f %8.1f\n", nm, n, 1000 * p, m, 100 * e, f, 100 * (1000 * p / f - 1), c, 1000 * pb
+    awk -v nm="$name" -v n="$n" -v p="$pred" -v m="$meas" -v f="$fast" -v c="$cpu" -v pb="$pbusy" -v e="$err" \
+        'BEGIN { printf "%-16s %3d %12.1f %12.1f %+7.1f%% %9.1f %+7.1f%% %8.1f %8.1f\n", nm, n, 1000 * p, m, 100 * e, f, 100 * (1000 * p / f - 1), c, 1000 * pb
                  printf "%s|%d|%.6g|%.6g|%.6g\n", nm, n, 1000 * p, m, e > "/dev/stderr" }' 2>>"$tmp/rows"
 done
 awk -F'|' '{ a = $5 < 0 ? -$5 : $5; s += a; if (a > mx) mx = a; if (a > 0.10) bad++ }
