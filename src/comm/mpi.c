@@ -55,6 +55,7 @@ void cl_mpi_finalize(void) {}
 #include <limits.h>
 #include <mpi.h>
 #include <sched.h>
+#include <signal.h>
 #include <time.h>
 
 enum {
@@ -358,6 +359,10 @@ cl_status cl_mpi_init(int *argc, char ***argv, int *rank, int *size) {
     MPI_Finalized(&flag);
     if (flag) return cl_error(CL_ERR_UNSUPPORTED, "MPI was already finalized in this process; it cannot start again");
     MPI_Initialized(&flag);
+    /* A peer that dies leaves its sockets closed; a write into one raises SIGPIPE, whose default
+     * kills this rank too, and mpirun then reports the survivor ("rank 0 exited on signal 13")
+     * instead of the rank that was lost. Ignored, the write fails and the error path reports. */
+    signal(SIGPIPE, SIG_IGN);
     if (!flag) {
         if (MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &mpi_thread_level) != MPI_SUCCESS)
             return cl_error(CL_ERR_UNSUPPORTED, "MPI_Init_thread failed");
