@@ -36,7 +36,7 @@
 # prediction by that much against runs made minutes later. "predicted ms"
 # is then the median of the rounds' predictions. RECAL=0: one description.
 #
-#   bash bench/plan_grid.sh                 # about 5 minutes on 2 quiet cores
+#   bash bench/plan_grid.sh                 # about 1.5 minutes on 2 quiet cores (ROUNDS=5: 2.5)
 #   ROUNDS=5 STEPS=12 SEQ=256 bash bench/plan_grid.sh
 #
 # Knobs: MODEL (gpt2-small) SEQ (128) STEPS (10) SKIP (3) ROUNDS (3) HW
