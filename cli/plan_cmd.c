@@ -180,7 +180,7 @@ static cl_status calibrate(const char *out, int repeat, const char *dir) {
     cl_set_threads(1); /* a device is one core */
     hw.peak_fp32 = cli_bench_peak(1, repeat) * 1e9;
     static const int dims[] = {64, 128, 256, 512, 1024};
-    double rate[125][CL_GEMM_NLAYOUTS];
+    double rate[125][CL_GEMM_NLAYOUTS] = {{0}};
     /* The operands as training meets them: a product's weight (B of A B and A B^T) and a weight
      * gradient's input and accumulated output (A and C of A^T B) were last touched a whole pass ago,
      * so they come from beyond the core's own caches; the other operand was just written. Each such
@@ -200,12 +200,14 @@ static cl_status calibrate(const char *out, int repeat, const char *dir) {
      * and a shape keeps its best: the machine's speed drifts by 10-15% over seconds (a sweep takes
      * about one), and repeating a shape back to back let one slow stretch lower all its tries */
     static const int ta[CL_GEMM_NLAYOUTS] = {0, 0, 1}, tb[CL_GEMM_NLAYOUTS] = {0, 1, 0};
-    for (int i = 0; i < 125; i++)
-        for (int l = 0; l < CL_GEMM_NLAYOUTS; l++) rate[i][l] = 0;
+    for (int i = 0; i < 125; i++) {
+        double *pt = hw.gemm_points[hw.ngemm_points++];
+        pt[0] = dims[i / 25], pt[1] = dims[i / 5 % 5], pt[2] = dims[i % 5];
+    }
     size_t slot = 0;
     for (int r = 0; r < repeat; r++)
         for (int i = 0; i < 125; i++) {
-            int M = dims[i / 25], N = dims[i / 5 % 5], K = dims[i % 5];
+            int M = (int)hw.gemm_points[i][0], N = (int)hw.gemm_points[i][1], K = (int)hw.gemm_points[i][2];
             int reps = (int)(4e8 / (2.0 * M * N * K)) + 1;
             size_t na = (size_t)M * K, nb = (size_t)K * N, nc = (size_t)M * N;
             for (int l = 0; l < CL_GEMM_NLAYOUTS; l++) {
@@ -220,10 +222,6 @@ static cl_status calibrate(const char *out, int repeat, const char *dir) {
                 if (t > 0 && 2.0 * M * N * K / t > rate[i][l]) rate[i][l] = 2.0 * M * N * K / t;
             }
         }
-    for (int i = 0; i < 125; i++) {
-        double *pt = hw.gemm_points[hw.ngemm_points++];
-        pt[0] = dims[i / 25], pt[1] = dims[i / 5 % 5], pt[2] = dims[i % 5];
-    }
     free(a), free(b), free(c);
     /* a peak below a rate the GEMM reached was measured short (the FMA loop shares the cores with
      * other work as much as the products do): the best rate is then the peak, so every efficiency

@@ -364,10 +364,11 @@ static cl_status gradbuf_get(struct cl_pp *pp, pp_chunk *ch, int c, int mb, int 
     return CL_OK;
 }
 
-/* The buffer holding micro-batch mb's input gradient, or -1. */
-static int gradbuf_of(const pp_chunk *ch, int mb) {
-    for (int j = 0; j < ch->ngb; j++)
-        if (ch->gb_mb[j] == mb) return j;
+/* The first of n pool buffers whose owner (the micro-batch it holds, -1
+ * when free) is mb, or -1: the input-gradient and output-gradient pools. */
+static int pool_find(const int *owner, int n, int mb) {
+    for (int j = 0; j < n; j++)
+        if (owner[j] == mb) return j;
     return -1;
 }
 
@@ -376,19 +377,14 @@ static int gradbuf_of(const pp_chunk *ch, int mb) {
  * dout_release; NULL when there is none (cannot happen: the pool is the
  * schedule's peak). */
 static float *dout_buf(pp_chunk *ch, int mb, int take) {
-    int k = -1;
-    for (int j = 0; j < ch->ndout; j++) {
-        if (ch->dob_mb[j] == mb) return ch->dob[j];
-        if (ch->dob_mb[j] < 0 && k < 0) k = j;
-    }
-    if (!take || k < 0) return NULL;
-    ch->dob_mb[k] = mb;
-    return ch->dob[k];
+    int k = pool_find(ch->dob_mb, ch->ndout, mb);
+    if (k < 0 && take && (k = pool_find(ch->dob_mb, ch->ndout, -1)) >= 0) ch->dob_mb[k] = mb;
+    return k < 0 ? NULL : ch->dob[k];
 }
 
 static void dout_release(pp_chunk *ch, int mb) {
-    for (int j = 0; j < ch->ndout; j++)
-        if (ch->dob_mb[j] == mb) ch->dob_mb[j] = -1;
+    int k = pool_find(ch->dob_mb, ch->ndout, mb);
+    if (k >= 0) ch->dob_mb[k] = -1;
 }
 
 static cl_status record(struct cl_pp *pp, int trace, int step, const cl_action *a, double t0, double t1) {
@@ -628,7 +624,7 @@ static cl_status run_action(cl_trainer *t, struct cl_pp *pp, const cl_action *a,
         return cl_comm_recv(pp->comm, dout, ch->out_bytes, next, msg_tag(pp, a->mb, s + 1, 1));
     }
     case CL_ACT_SEND_GRAD: {
-        int k = gradbuf_of(ch, a->mb);
+        int k = pool_find(ch->gb_mb, ch->ngb, a->mb);
         if (k < 0 || ch->gb_req[k]) return cl_error(CL_ERR_INTERNAL, "stage %d: no input gradient to send for micro-batch %d", s, a->mb);
         return cl_comm_isend(pp->comm, ch->gb[k], ch->in_bytes, prev, msg_tag(pp, a->mb, s, 1), &ch->gb_req[k]);
     }
