@@ -186,8 +186,9 @@ static cl_status calibrate(const char *out, int repeat, const char *dir) {
      * so they come from beyond the core's own caches; the other operand was just written. Each such
      * operand is taken from the next slot of an 8 MiB pool (8 x this machine's 1 MiB L2), so a slot
      * is reused only after the pool has been read through. With every operand hot (one buffer used
-     * over and over) the 128-row products measured 10-15% faster than training runs them and the
-     * 512-row ones 3-7%, which made four micro-batches of one look cheaper than one of four. */
+     * over and over) the table priced micro-batch 1's passes under training's and micro-batch 4's
+     * over, which made four micro-batches of one look as cheap as one of four (build/bench/gemm_cold:
+     * the cost of the cold operands at a few training shapes). */
     const size_t pool = (size_t)8 << 20 >> 2, big = 1024 * 1024; /* floats */
     float *a = malloc((pool + big) * sizeof *a), *b = malloc((pool + big) * sizeof *b), *c = malloc((pool + big) * sizeof *c);
     if (!a || !b || !c) {
