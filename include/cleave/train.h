@@ -188,6 +188,13 @@ cl_status cl_trainer_create(cl_trainer **out, const cl_train_config *cfg);
 void cl_trainer_destroy(cl_trainer *t);
 cl_status cl_trainer_step(cl_trainer *t, cl_step_stats *st);
 int cl_trainer_steps_done(const cl_trainer *t);
+/* The run's identifier: CL_RUN_ID_LEN lowercase hex digits, minted when the
+ * trainer is created and taken from the checkpoint by a resume, so a run
+ * and its resumptions share one lineage; checkpoints record it. Ranks mint
+ * their own (creation is no collective); world rank 0's is the run's, and
+ * every rank holds it after a resume or a sharded save. */
+#define CL_RUN_ID_LEN 16
+const char *cl_trainer_run_id(const cl_trainer *t);
 /* Mean loss over validation windows (GPT: consecutive non-overlapping windows
  * of T+1 tokens; MLP/CNN: the validation images). */
 cl_status cl_trainer_eval(cl_trainer *t, double *loss);
@@ -270,6 +277,7 @@ typedef struct {
     int has_state, step, seq_len, global_batch, micro_batch; /* micro_batch 0: not recorded */
     uint64_t seed;
     char data[4096]; /* "" when not recorded */
+    char run_id[CL_RUN_ID_LEN + 1]; /* "" when not recorded (Hugging Face, or saved before run ids) */
 } cl_checkpoint_info;
 cl_status cl_checkpoint_describe(const char *dir, cl_checkpoint_info *out);
 

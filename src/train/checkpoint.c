@@ -350,7 +350,7 @@ void cl_ckpt_state_json(cl_strbuf *st, const cl_trainer *t, int opt_t) {
                  opt_t, t->full->T, c->global_batch);
     cl_sb_printf(st, "  \"micro_batch\": %d,\n  \"seed\": \"%" PRIu64 "\",\n  \"samples_seen\": %" PRId64 ",\n", c->micro_batch,
                  c->seed, (int64_t)t->step * c->global_batch);
-    cl_sb_printf(st, "  \"data\": ");
+    cl_sb_printf(st, "  \"run_id\": \"%s\",\n  \"data\": ", t->run_id);
     cl_sb_json_string(st, c->data, strlen(c->data));
     cl_sb_printf(st, "\n}\n");
 }
@@ -434,12 +434,13 @@ static cl_status save_arrays(cl_trainer *t, const char *dir, float *const *param
     return cl_ckpt_commit(dir, target, tmp, s);
 }
 
-static cl_status read_state(const char *dir, int *step, int *opt_t, int *T, int *gb, uint64_t *seed) {
+static cl_status read_state(const char *dir, int *step, int *opt_t, int *T, int *gb, uint64_t *seed, char *run_id) {
     char path[4200];
     snprintf(path, sizeof path, "%s/trainer_state.json", dir);
     cl_json_doc *doc;
     CL_TRY(cl_json_parse_file(&doc, path));
     cl_status s = cl_ckpt_state_parse(cl_json_root(doc), path, step, opt_t, T, gb, seed);
+    if (!s) s = cl_ckpt_run_id_parse(cl_json_root(doc), path, run_id);
     cl_json_free(doc);
     return s;
 }
@@ -479,7 +480,8 @@ cl_status cl_trainer_resume(cl_trainer *t, const char *given) {
     CL_TRY(read_config(dir, &c, tok, sizeof tok));
     int step = 0, opt_t = 0, T = 0, gb = 0;
     uint64_t seed = 0;
-    CL_TRY(read_state(dir, &step, &opt_t, &T, &gb, &seed));
+    char run_id[CL_RUN_ID_LEN + 1];
+    CL_TRY(read_state(dir, &step, &opt_t, &T, &gb, &seed, run_id));
     CL_TRY(cl_ckpt_check_match(t, dir, &c, tok, T, gb, seed));
     /* every rank reads the whole files into host memory and keeps its slice */
     const cl_model_desc *d = t->full;
@@ -499,6 +501,7 @@ cl_status cl_trainer_resume(cl_trainer *t, const char *given) {
     free(ptr);
     if (s) return s;
     t->step = step;
+    if (run_id[0]) memcpy(t->run_id, run_id, sizeof t->run_id); /* the lineage goes on (one from before run ids: a new one) */
     return CL_OK;
 }
 

@@ -16,6 +16,7 @@ static cl_status describe(const cl_json *cj, const char *cpath, const cl_json *s
     CL_TRY(cl_ckpt_config_parse(cj, cpath, &out->model, out->tokenizer, sizeof out->tokenizer));
     int opt_t;
     CL_TRY(cl_ckpt_state_parse(st, spath, &out->step, &opt_t, &out->seq_len, &out->global_batch, &out->seed));
+    CL_TRY(cl_ckpt_run_id_parse(st, spath, out->run_id));
     const cl_json *mb = cl_json_get(st, "micro_batch"), *data = cl_json_get(st, "data");
     if (mb && mb->type == CL_JSON_NUMBER && mb->number_is_int && mb->integer >= 1 && mb->integer <= out->global_batch)
         out->micro_batch = (int)mb->integer;

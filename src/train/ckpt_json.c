@@ -71,3 +71,14 @@ cl_status cl_ckpt_state_parse(const cl_json *r, const char *path, int *step, int
                         path, *opt_t, *step);
     return CL_OK;
 }
+
+cl_status cl_ckpt_run_id_parse(const cl_json *r, const char *path, char out[CL_RUN_ID_LEN + 1]) {
+    const cl_json *v = cl_json_get(r, "run_id");
+    out[0] = 0;
+    if (!v) return CL_OK;
+    int ok = v->type == CL_JSON_STRING && strlen(v->string) == CL_RUN_ID_LEN;
+    for (int i = 0; ok && i < CL_RUN_ID_LEN; i++) ok = strchr("0123456789abcdef", v->string[i]) && v->string[i];
+    if (!ok) return cl_error(CL_ERR_FORMAT, "%s: \"run_id\" is not %d lowercase hexadecimal digits", path, CL_RUN_ID_LEN);
+    memcpy(out, v->string, CL_RUN_ID_LEN + 1);
+    return CL_OK;
+}

@@ -12,6 +12,7 @@
 
 #include "cleave/json.h"
 #include "cleave/model.h"
+#include "cleave/train.h"
 
 /* config.json's root into a checked model config (cl_model_config_check)
  * and the tokenizer name; path names the file in messages (CL_ERR_FORMAT). */
@@ -19,5 +20,10 @@ cl_status cl_ckpt_config_parse(const cl_json *root, const char *path, cl_model_c
 /* trainer_state.json's root: step in [0, CL_MAX_STEPS], optimizer_step equal
  * to it, sequence length, global batch and the seed (a decimal string). */
 cl_status cl_ckpt_state_parse(const cl_json *root, const char *path, int *step, int *opt_t, int *T, int *gb, uint64_t *seed);
+
+/* The state's "run_id" into out (CL_RUN_ID_LEN lowercase hex digits and a
+ * NUL): "" when the field is absent (a checkpoint from before run ids),
+ * CL_ERR_FORMAT when it is there but not such a string. */
+cl_status cl_ckpt_run_id_parse(const cl_json *root, const char *path, char out[CL_RUN_ID_LEN + 1]);
 
 #endif

@@ -327,7 +327,8 @@ cl_status cl_trainer_save_sharded(cl_trainer *t, const char *dir) {
     save_count++;
     cl_status s = me == 0 ? cl_ckpt_begin(dir, target, tmp) : CL_OK;
     CL_TRY(agree(world, s));
-    if (world && (s = cl_comm_broadcast(world, tmp, sizeof tmp, 0))) {
+    /* the directory, and world rank 0's run identifier, which every rank adopts (cl_trainer_run_id) */
+    if (world && ((s = cl_comm_broadcast(world, tmp, sizeof tmp, 0)) || (s = cl_comm_broadcast(world, t->run_id, sizeof t->run_id, 0)))) {
         if (me == 0) cl_ckpt_abort(tmp);
         return s;
     }
@@ -596,7 +597,7 @@ cl_status cl_shard_load_model(const char *dir, cl_model *m) {
     return s;
 }
 
-static cl_status shard_resume(cl_trainer *t, const char *dir, cl_shard_index *ix, int *step) {
+static cl_status shard_resume(cl_trainer *t, const char *dir, cl_shard_index *ix, int *step, char *run_id) {
     cl_json_doc *doc = NULL;
     const cl_json *state;
     cl_model_config c;
@@ -605,6 +606,7 @@ static cl_status shard_resume(cl_trainer *t, const char *dir, cl_shard_index *ix
     uint64_t seed = 0;
     cl_status s = open_index(ix, dir, NULL, &c, tok, sizeof tok, &state, &doc);
     if (!s) s = cl_ckpt_state_parse(state, ix->path, step, &opt_t, &T, &gb, &seed);
+    if (!s) s = cl_ckpt_run_id_parse(state, ix->path, run_id);
     if (!s) s = cl_ckpt_check_match(t, dir, &c, tok, T, gb, seed);
     if (!s) s = cl_shard_index_parse(ix, cl_json_root(doc), t->full);
     cl_json_free(doc);
@@ -623,11 +625,13 @@ cl_status cl_shard_resume(cl_trainer *t, const char *dir) {
     cl_shard_index ix;
     memset(&ix, 0, sizeof ix);
     int step = 0;
-    cl_status s = shard_resume(t, dir, &ix, &step);
+    char run_id[CL_RUN_ID_LEN + 1] = "";
+    cl_status s = shard_resume(t, dir, &ix, &step, run_id);
     if (!s && getenv("CLEAVE_SHARD_READ_BYTES")) /* for tests: what this rank read */
         fprintf(stderr, "shard read: rank %d read %" PRId64 " bytes\n", world_of(t) ? cl_comm_rank(world_of(t)) : 0, ix.bytes_read);
     cl_shard_index_free(&ix);
     s = agree(world_of(t), s);
     if (!s) t->step = step;
+    if (!s && run_id[0]) memcpy(t->run_id, run_id, sizeof t->run_id); /* the lineage goes on */
     return s;
 }

@@ -27,6 +27,7 @@ struct cl_trainer {
     int32_t *mb_tokens, *mb_targets; /* device buffers for one micro-batch */
     float *mb_x;
     int step;
+    char run_id[CL_RUN_ID_LEN + 1]; /* this run's lineage: minted at a fresh start, taken from the checkpoint on resume */
     int dp, dp_rank;           /* replicas and this one's index */
     int pp_size;               /* pipeline ranks; 1: a single device, a one-stage pipeline */
     double step_flops_per_sample;

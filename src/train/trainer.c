@@ -13,7 +13,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <inttypes.h>
+#include <sys/random.h>
 #include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "train/internal.h"
 
@@ -150,6 +154,21 @@ static cl_status load_data(cl_trainer *t) {
     return CL_OK;
 }
 
+/* 64 bits from the kernel's random source; without it, the clock and the
+ * process mixed (an identifier, not a secret). */
+static uint64_t mint_run_id(void) {
+    uint64_t id = 0;
+    if (getrandom(&id, sizeof id, 0) != (ssize_t)sizeof id) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        uint64_t seed[2] = {(uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec, (uint64_t)getpid()};
+        id = cl_hash64(seed, sizeof seed, 0);
+    }
+    return id;
+}
+
+const char *cl_trainer_run_id(const cl_trainer *t) { return t->run_id; }
+
 cl_status cl_trainer_create(cl_trainer **out, const cl_train_config *cfg) {
     *out = NULL;
     if (cfg->micro_batch < 1) return cl_error(CL_ERR_INVALID, "--micro-batch-size must be positive (got %d)", cfg->micro_batch);
@@ -166,6 +185,9 @@ cl_status cl_trainer_create(cl_trainer **out, const cl_train_config *cfg) {
                         cfg->global_batch, cfg->micro_batch, dp);
     cl_trainer *t = calloc(1, sizeof *t);
     if (!t) return cl_error(CL_ERR_OOM, "cannot allocate a trainer");
+    /* creation is no collective (the CLI's rank 0 creates first, to cache the corpus): every rank mints its own, and
+     * world rank 0's is the run's (a sharded save hands it to all before writing; the single file is rank 0's) */
+    snprintf(t->run_id, sizeof t->run_id, "%016" PRIx64, mint_run_id());
     t->cfg = *cfg;
     t->dp = dp;
     t->dp_rank = cfg->groups ? cl_comm_rank(cfg->groups->dp) : 0;

@@ -35,7 +35,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const cl_json *r = cl_json_root(doc);
     int step = 0, opt_t = 0, T = 0, gb = 0;
     uint64_t seed = 0;
-    if (cl_ckpt_state_parse(r, "trainer_state.json", &step, &opt_t, &T, &gb, &seed) != CL_OK) T = 0;
+    char run_id[CL_RUN_ID_LEN + 1];
+    if (cl_ckpt_state_parse(r, "trainer_state.json", &step, &opt_t, &T, &gb, &seed) != CL_OK ||
+        cl_ckpt_run_id_parse(r, "trainer_state.json", run_id) != CL_OK)
+        T = 0;
     cl_model_config c;
     char tok[64];
     if (cl_ckpt_config_parse(r, "config.json", &c, tok, sizeof tok) == CL_OK) {
