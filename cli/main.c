@@ -1067,7 +1067,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "plot")) return cleave_cmd_plot(argc, argv);
     if (!strcmp(cmd, "plan")) return cleave_cmd_plan(argc, argv);
     if (!strcmp(cmd, "--version") || !strcmp(cmd, "version")) {
-        printf("cleave 0.1 (gemm: %s, kernels: %s, mpi: %s)\n", cl_gemm_backend(), cl_kernels_isa(), cl_mpi_available() ? "yes" : "no");
+        printf("cleave 0.1 (gemm: %s, kernels: %s, mpi: %s)\n", cl_gemm_build(), cl_kernels_isa(), cl_mpi_available() ? "yes" : "no");
         return 0;
     }
     if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h") || !strcmp(cmd, "help")) {

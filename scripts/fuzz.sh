@@ -53,6 +53,10 @@ if [ -z "$CLANG" ] && is_root; then
     apt_install clang || true
     CLANG=$(find_clang || true)
 fi
+if [ -z "$CLANG" ] && [ "${CI:-}" = true ]; then
+    echo "fuzz: FAILED: no clang found, though the set-up installs it (CI=true; see build/fuzz/apt.log)" >&2
+    exit 1
+fi
 if [ -z "$CLANG" ]; then
     echo "fuzz: SKIPPED: no clang found$(is_root && echo ' and apt-get could not install it (see build/fuzz/apt.log)' || echo ' (run as root to install it, or install clang)')"
     exit 0

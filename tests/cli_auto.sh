@@ -84,7 +84,7 @@ if "$CLEAVE" --version | grep -q "mpi: yes" && command -v mpirun > /dev/null; th
            grep -q "rank 0 failed: .*refused before allocating" "$tmp/mpi.err"' \
         "MPI refusal (rc $rc)$(excerpt 4 "$(cat "$tmp/mpi.out" "$tmp/mpi.err")")"
 else
-    echo "SKIP: MPI refusal (this build has no MPI)"
+    skip "MPI refusal (this build has no MPI)" setup
 fi
 
 # plan --svg: XML, a bar and a timeline row per pipeline rank, communication drawn

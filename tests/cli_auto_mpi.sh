@@ -11,7 +11,8 @@
 #   mpirun's MPMD syntax) still run rank 0's choice, and agree;
 # - a cap nothing fits ends every rank with exit 2 and one error line (rank
 #   0's message, printed once), no abort and no step.
-# SKIP (a pass) when the build has no MPI or mpirun is missing.
+# A skip when the build has no MPI or mpirun is missing (a failure under
+# CI=true, where the set-up installed OpenMPI).
 set -u
 source "$(dirname "$0")/lib.sh"
 mpi_or_skip cli_auto_mpi

@@ -122,7 +122,7 @@ if "$CLEAVE" --version | grep -q "mpi: yes" && command -v mpirun > /dev/null; th
     echo -n "MPI -> threads, 10 more steps: "
     check 'close "$tmp/mpi.resume.jsonl" "$tmp/T4z1.full.jsonl" 0' "MPI -> threads: the resumed losses differ"
 else
-    echo "SKIP: MPI -> threads (this build has no MPI)"
+    skip "MPI -> threads (this build has no MPI)" setup
 fi
 
 # the MLP (split by columns then rows) and the CNN (4-d convolution weights, not split) under ZeRO
@@ -254,7 +254,7 @@ if /usr/bin/python3 -c "import torch" 2> /dev/null; then
     check 'awk -v a="${h#eval loss: }" -v b="${c#eval loss: }" "BEGIN { d = a - b; exit !(a > 0 && d < 2e-6 && d > -2e-6) }"' \
         "PyTorch's loss '$h' differs from cleave's '$c'"
 else
-    echo "SKIP: the PyTorch evaluation (/usr/bin/python3 has no torch)"
+    skip "the PyTorch evaluation (/usr/bin/python3 has no torch)" setup
 fi
 
 # ---- damaged checkpoints: one line, exit 2 ------------------------------------

@@ -86,7 +86,7 @@ if $PY -c "import torch" 2> /dev/null; then
         "PyTorch's loss '$h' differs from cleave's '$c'"
     check '[ "$c2" = "$c" ]' "the PyTorch-made model converted to tp 2 x pp 2 evaluates to '$c2', not '$c'"
 else
-    echo "SKIP: the PyTorch-made checkpoint (/usr/bin/python3 has no torch)"
+    skip "the PyTorch-made checkpoint (/usr/bin/python3 has no torch)" setup
 fi
 
 # convert takes the model, batch, seed and data from the source; disagreeing flags are refused by name

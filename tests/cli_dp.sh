@@ -56,7 +56,7 @@ if "$CLEAVE" --version | grep -q "mpi: yes" && command -v mpirun > /dev/null; th
         "killed MPI rank: status $rc: $(tail -5 "$tmp/mpikill.out")"
     echo "killed MPI rank ended the job in $((SECONDS - start)) s with status $rc: $(grep -m1 -i 'signal 9' "$tmp/mpikill.out")"
 else
-    echo "SKIP: MPI parts (this build has no MPI)"
+    skip "MPI parts (this build has no MPI)" setup
 fi
 
 start=$SECONDS

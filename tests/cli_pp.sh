@@ -128,7 +128,7 @@ if "$CLEAVE" --version | grep -q "mpi: yes" && command -v mpirun > /dev/null; th
     _rc=$?; check '[ $_rc -eq 0 ] && [ "$(figures "$tmp/mpi22.jsonl")" = "$(figures "$tmp/pp2dp2.jsonl")" ]' \
         "MPI pp=2 x dp=2 differs from threads: $(tail -3 "$tmp/mpi22.out")"
 else
-    echo "SKIP: MPI parts (this build has no MPI)"
+    skip "MPI parts (this build has no MPI)" setup
 fi
 
 bad() { # words args...

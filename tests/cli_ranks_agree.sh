@@ -8,7 +8,8 @@
 # - --dp 2 with another --seed, --lr, --data or --seq-len on one rank
 #   (these finished with exit 0 and a wrong answer).
 # Ranks that agree still train; per-rank settings (--threads) may differ.
-# SKIP (a pass) when the build has no MPI or mpirun is missing. The
+# A skip when the build has no MPI or mpirun is missing (a failure under
+# CI=true, where the set-up installed OpenMPI). The
 # receive bound itself (a 64448-byte send into a 32832-byte receive) is
 # test_comm's, run under mpirun by cli_comm_mpi.sh.
 set -u

@@ -77,7 +77,7 @@ if "$CLEAVE" --version | grep -q "mpi: yes" && command -v mpirun > /dev/null; th
     check '[ "$(losses "$tmp/mpi2.jsonl")" = "$(losses "$tmp/tp2.jsonl")" ]' "MPI and threads tp=2 losses are not bitwise equal" &&
         echo "mpi tp=2 and threads tp=2: 20 losses bitwise equal"
 else
-    echo "SKIP: MPI parts (this build has no MPI)"
+    skip "MPI parts (this build has no MPI)" setup
 fi
 
 # ---- first step's gradients, checkpoint format, resume across tp -------------

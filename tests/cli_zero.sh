@@ -81,7 +81,7 @@ if "$CLEAVE" --version | grep -q "mpi: yes" && command -v mpirun > /dev/null; th
     same mpi2-z1 dp2-z1
     gathered mpi2-z1 2 60288
 else
-    echo "SKIP: MPI parts (this build has no MPI)"
+    skip "MPI parts (this build has no MPI)" setup
 fi
 
 # ---- memory: predicted == measured, and the formulas with the padding --------

@@ -6,23 +6,39 @@ CLEAVE=${CLEAVE:-$BUILD/cleave}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 fail=0
+# Counting: every check is a test case (passed or failed), every skip one
+# case skipped; finish prints "NAME: P passed, F failed, S skipped", the
+# line tests/run.sh adds up.
+passed=0
+skipped=0
 # check 'shell condition' 'message when it is false'
-check() { if eval "$1"; then :; else echo "FAILED: $2"; fail=$((fail + 1)); fi; }
+check() { if eval "$1"; then passed=$((passed + 1)); else echo "FAILED: $2"; fail=$((fail + 1)); fi; }
+# skip WHAT [setup]: a part that cannot run here, counted as a skip. With
+# "setup" the missing thing is one scripts/setup.sh installs, so under
+# CI=true (where the set-up ran) it is a failure, not a skip.
+skip() {
+    if [ "${2:-}" = setup ] && [ "${CI:-}" = true ]; then
+        echo "FAILED: $1 is missing, though the set-up installs it (CI=true)"; fail=$((fail + 1))
+    else
+        echo "SKIP: $1"; skipped=$((skipped + 1))
+    fi
+}
 # excerpt N TEXT: TEXT's first N lines, each on a line of its own and
 # indented, to end a check's message with what a command printed
 excerpt() { printf '\n%s' "$(printf '%s\n' "$2" | head -n "$1" | sed 's/^/    /')"; }
-# finish NAME: the one-line tally tests/run.sh shows, and the exit status
+# finish NAME: the tally line tests/run.sh adds up, and the exit status
 finish() {
-    if [ $fail -eq 0 ]; then echo "$1: 1 passed, 0 failed"; else echo "$1: 0 passed, 1 failed"; fi
+    echo "$1: $passed passed, $fail failed, $skipped skipped"
     [ $fail -eq 0 ]
 }
 # mpi_or_skip NAME: for a test of MPI runs. Without MPI in the build or
-# mpirun on the path: a SKIP line, the tally, and exit (a pass); else what
+# mpirun on the path: a skip (a failure under CI=true: the set-up installs
+# OpenMPI), the tally, and exit; else what
 # mpirun needs here (root allowed; under sanitizers leak detection off, as
 # OpenMPI's own allocations show up as leaks at exit)
 mpi_or_skip() {
     if ! "$CLEAVE" --version | grep -q "mpi: yes" || ! command -v mpirun > /dev/null; then
-        echo "SKIP: no MPI in this build or no mpirun"
+        skip "the MPI runs (no MPI in this build or no mpirun)" setup
         finish "$1"
         exit
     fi

@@ -31,7 +31,7 @@ mpin() { # np name ref... args -- : np processes under MPI (--comm mpi; dp 2 if 
     local np=$1 name=$2 refs=() r; shift 2
     while [ "$1" != "--" ]; do refs+=("$1"); shift; done; shift
     if ! "$CLEAVE" --version | grep -q "mpi: yes" || ! command -v mpirun > /dev/null; then
-        echo "SKIP: MPI parts (this build has no MPI)"; return
+        skip "MPI parts (this build has no MPI)" setup; return
     fi
     export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
     case "$BUILD" in *san*) export ASAN_OPTIONS=${ASAN_OPTIONS:-}:detect_leaks=0 ;; esac

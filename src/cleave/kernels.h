@@ -34,6 +34,10 @@ void cl_gemm_ref(int ta, int tb, int M, int N, int K, float alpha,
                  const float *A, int lda, const float *B, int ldb,
                  float beta, float *C, int ldc);
 const char *cl_gemm_backend(void); /* "onednn" or "reference" */
+/* What decides the GEMM's result bits: "onednn MAJOR.MINOR.PATCH ISA" (the
+ * ISA oneDNN dispatches to here, e.g. avx2 or avx512_core_bf16, which
+ * ONEDNN_MAX_CPU_ISA can lower), or "reference". */
+const char *cl_gemm_build(void);
 /* Forces cl_gemm onto cl_gemm_ref (tests); returns the previous setting. */
 int cl_gemm_force_reference(int on);
 /* Threads the calling thread's GEMMs and kernels may use (its OpenMP team). The

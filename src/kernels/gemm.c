@@ -17,6 +17,7 @@
 #endif
 #include <omp.h>
 #include <sched.h>
+#include <stdio.h>
 #include <unistd.h>
 
 static atomic_int g_force_reference;
@@ -39,6 +40,29 @@ int cl_cores_available(void) {
 const char *cl_gemm_backend(void) {
 #ifdef CL_HAVE_DNNL
     if (!atomic_load(&g_force_reference)) return "onednn";
+#endif
+    return "reference";
+}
+
+const char *cl_gemm_build(void) {
+#ifdef CL_HAVE_DNNL
+    if (!atomic_load(&g_force_reference)) {
+        static const struct {
+            dnnl_cpu_isa_t isa;
+            const char *name;
+        } names[] = {{dnnl_cpu_isa_avx512_core_amx, "avx512_core_amx"}, {dnnl_cpu_isa_avx512_core_bf16, "avx512_core_bf16"},
+                     {dnnl_cpu_isa_avx512_core_vnni, "avx512_core_vnni"}, {dnnl_cpu_isa_avx512_core, "avx512_core"},
+                     {dnnl_cpu_isa_avx2_vnni, "avx2_vnni"}, {dnnl_cpu_isa_avx2, "avx2"}, {dnnl_cpu_isa_avx, "avx"},
+                     {dnnl_cpu_isa_sse41, "sse41"}};
+        static _Thread_local char buf[96];
+        const dnnl_version_t *v = dnnl_version();
+        dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
+        const char *name = "unknown";
+        for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+            if (names[i].isa == isa) name = names[i].name;
+        snprintf(buf, sizeof buf, "onednn %d.%d.%d %s", v->major, v->minor, v->patch, name);
+        return buf;
+    }
 #endif
     return "reference";
 }

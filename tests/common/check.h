@@ -1,5 +1,11 @@
 /* Minimal test harness: CHECK prints what differed and where, counts
- * failures; a test binary returns non-zero if any check failed. */
+ * failures; a test binary returns non-zero if any check failed.
+ *
+ * Counting: a test case is one CHECK in the source (one site), however
+ * often it runs: it passed when every run of it held, failed when one did
+ * not. cl_test_skip counts a case that could not run. cl_test_report ends
+ * with "name: N checks; P passed, F failed, S skipped", the line
+ * tests/run.sh adds up. */
 #ifndef CLEAVE_TEST_CHECK_H
 #define CLEAVE_TEST_CHECK_H
 
@@ -9,11 +15,22 @@
 
 extern int cl_test_failures;
 extern int cl_test_checks;
+extern int cl_test_cases, cl_test_cases_failed;
+
+/* A site's state: 0 not run yet, 1 every run held, 2 a run failed. */
+#define CL_TEST_SITE(site_, ok_)                                           \
+    do {                                                                   \
+        if (site_ == 0) { cl_test_cases++; site_ = 1; }                    \
+        if (!(ok_) && site_ == 1) { cl_test_cases_failed++; site_ = 2; }   \
+    } while (0)
 
 #define CHECK(cond, ...)                                                   \
     do {                                                                   \
+        static int cl_site_;                                               \
+        int cl_ok_ = (cond) ? 1 : 0;                                       \
         cl_test_checks++;                                                  \
-        if (!(cond)) {                                                     \
+        CL_TEST_SITE(cl_site_, cl_ok_);                                    \
+        if (!cl_ok_) {                                                     \
             cl_test_failures++;                                            \
             fprintf(stderr, "%s:%d: check failed: %s: ", __FILE__, __LINE__, #cond); \
             fprintf(stderr, __VA_ARGS__);                                  \
@@ -44,6 +61,10 @@ extern pthread_mutex_t cl_test_mu;
 
 /* max |a-b| / max |b| over n floats; prints the worst index on failure */
 double cl_test_rel_err(const float *a, const float *b, long n, long *worst);
-int cl_test_report(const char *name); /* prints "name: N checks, M failed"; returns exit code */
+/* A part that cannot run here (what: why), counted as a skipped case. With
+ * setup non-zero the missing thing is one scripts/setup.sh installs: under
+ * CI=true it is a failed case instead. */
+void cl_test_skip(const char *what, int setup);
+int cl_test_report(const char *name); /* prints the closing line above; returns the exit code */
 
 #endif
