@@ -521,23 +521,6 @@ static void add_bias(float *x, const float *bias, int64_t rows, int64_t C) {
         for (int64_t j = 0; j < C; j++) x[i * C + j] += bias[j];
 }
 
-/* Whole model (tp = 1): the kernels as they always ran. */
-static void block_forward_whole(const block_acts *s, const float *in, float *const *p, int B, int T, int C, int NH) {
-    int N = B * T;
-    double NC = (double)N * C, fl = 2.0 * NC * C, att = 4.0 * (double)B * T * T * C;
-    CL_PROF("fwd layernorm", 0, cl_layernorm_forward(s->ln1, s->ln1_mean, s->ln1_rstd, in, p[0], p[1], N, C));
-    CL_PROF("fwd qkv", 3 * fl, cl_linear_forward(s->qkv, s->ln1, p[2], p[3], N, C, 3 * C));
-    CL_PROF("fwd attention", att, cl_attention_forward(s->atty, s->att, s->qkv, B, T, C, NH));
-    CL_PROF("fwd attn proj", fl, cl_linear_forward(s->res2, s->atty, p[4], p[5], N, C, C));
-    CL_PROF("fwd residual layernorm", 0,
-            cl_residual_layernorm_forward(s->res2, s->ln2, s->ln2_mean, s->ln2_rstd, s->res2, in, p[6], p[7], N, C));
-    /* c_fc without its bias, then bias + GELU in one pass */
-    CL_PROF("fwd fc", 4 * fl, cl_gemm(0, 0, N, 4 * C, C, 1.0f, s->ln2, C, p[8], 4 * C, 0.0f, s->fch, 4 * C));
-    CL_PROF("fwd bias gelu", 0, cl_bias_gelu_forward(s->fch_gelu, s->fch, p[9], N, 4 * C));
-    CL_PROF("fwd fc proj", 4 * fl, cl_linear_forward(s->out, s->fch_gelu, p[10], p[11], N, 4 * C, C));
-    CL_PROF("fwd residual", 0, cl_add_inplace(s->out, s->res2, (int64_t)N * C));
-}
-
 /* The input of a column-parallel layer: every token row. Under sequence
  * parallelism this rank holds Ns of them and gathers the rest into buf. */
 static cl_status col_input(const cl_model *m, const float *rows, float *buf, int64_t Ns, int64_t C, const float **out) {
@@ -559,42 +542,49 @@ static cl_status row_output(const cl_model *m, float *part, float *out, const fl
     return CL_OK;
 }
 
-/* A block split over tensor-parallel ranks (Megatron-LM): c_attn
- * column-parallel by heads, attention on this rank's heads, attn.c_proj
- * row-parallel; c_fc column-parallel, mlp.c_proj row-parallel. The forward
- * temporaries (gathered rows, partial sums) live in the part's scratch. */
-static cl_status block_forward_tp(const cl_model *m, const block_acts *s, const float *in, float *const *p, int B, int T) {
+/* A row-parallel layer's output, out = x w + bias (x: N x K, w: K x C):
+ * on one rank a plain linear layer, the bias its GEMM's beta term
+ * (cl_linear_forward); on more, this rank's partial sums (in the part's
+ * scratch under sequence parallelism, else in out) summed over the group by
+ * row_output, then the bias once. */
+static cl_status row_linear(const cl_model *m, const char *what, double flops, const float *x, const float *w, const float *bias,
+                            float *out, int64_t N, int64_t K) {
+    const cl_model_desc *d = m->desc;
+    int64_t C = d->cfg.channels;
+    if (d->tpl.tp == 1) {
+        CL_PROF(what, flops, cl_linear_forward(out, x, w, bias, (int)N, (int)K, (int)C));
+        return CL_OK;
+    }
+    float *part = d->tpl.sp ? m->scratch + N * C : out;
+    CL_PROF(what, flops, cl_gemm(0, 0, (int)N, (int)C, (int)K, 1.0f, x, (int)K, w, (int)C, 0.0f, part, (int)C));
+    return row_output(m, part, out, bias, N, rows_here(d, N), C);
+}
+
+/* A GPT block (Megatron-LM's split, written once for a tensor-parallel
+ * group of any size; one rank is the whole block): c_attn column-parallel
+ * by heads, attention on this rank's heads, attn.c_proj row-parallel; c_fc
+ * column-parallel, mlp.c_proj row-parallel. The forward temporaries
+ * (gathered rows, partial sums) live in the part's scratch. */
+static cl_status block_forward(const cl_model *m, const block_acts *s, const float *in, float *const *p, int B, int T) {
     const cl_model_desc *d = m->desc;
     int64_t N = (int64_t)B * T, Ns = rows_here(d, N), C = d->cfg.channels, Cl = d->channels_local;
-    float *G = m->scratch, *P = m->scratch + N * C;
+    float *G = m->scratch;
     double fl = 2.0 * (double)N * C * Cl, att = 4.0 * (double)B * T * T * Cl;
     const float *x;
     CL_PROF("fwd layernorm", 0, cl_layernorm_forward(s->ln1, s->ln1_mean, s->ln1_rstd, in, p[0], p[1], (int)Ns, (int)C));
     CL_TRY(col_input(m, s->ln1, G, Ns, C, &x));
     CL_PROF("fwd qkv", 3 * fl, cl_linear_forward(s->qkv, x, p[2], p[3], (int)N, (int)C, (int)(3 * Cl)));
     CL_PROF("fwd attention", att, cl_attention_forward(s->atty, s->att, s->qkv, B, T, (int)Cl, d->heads_local));
-    float *r2 = d->tpl.sp ? P : s->res2;
-    CL_PROF("fwd attn proj", fl, cl_gemm(0, 0, (int)N, (int)C, (int)Cl, 1.0f, s->atty, (int)Cl, p[4], (int)C, 0.0f, r2, (int)C));
-    CL_TRY(row_output(m, r2, s->res2, p[5], N, Ns, C));
+    CL_TRY(row_linear(m, "fwd attn proj", fl, s->atty, p[4], p[5], s->res2, N, Cl));
     CL_PROF("fwd residual layernorm", 0,
             cl_residual_layernorm_forward(s->res2, s->ln2, s->ln2_mean, s->ln2_rstd, s->res2, in, p[6], p[7], (int)Ns, (int)C));
     CL_TRY(col_input(m, s->ln2, G, Ns, C, &x));
+    /* c_fc without its bias, then bias + GELU in one pass */
     CL_PROF("fwd fc", 4 * fl, cl_gemm(0, 0, (int)N, (int)(4 * Cl), (int)C, 1.0f, x, (int)C, p[8], (int)(4 * Cl), 0.0f, s->fch, (int)(4 * Cl)));
     CL_PROF("fwd bias gelu", 0, cl_bias_gelu_forward(s->fch_gelu, s->fch, p[9], (int)N, (int)(4 * Cl)));
-    float *o = d->tpl.sp ? P : s->out;
-    CL_PROF("fwd fc proj", 4 * fl, cl_gemm(0, 0, (int)N, (int)C, (int)(4 * Cl), 1.0f, s->fch_gelu, (int)(4 * Cl), p[10], (int)C, 0.0f, o, (int)C));
-    CL_TRY(row_output(m, o, s->out, p[11], N, Ns, C));
+    CL_TRY(row_linear(m, "fwd fc proj", 4 * fl, s->fch_gelu, p[10], p[11], s->out, N, 4 * Cl));
     CL_PROF("fwd residual", 0, cl_add_inplace(s->out, s->res2, Ns * C));
     return CL_OK;
-}
-
-static cl_status block_forward(const cl_model *m, const block_acts *s, const float *in, float *const *p, int B, int T) {
-    const cl_model_desc *d = m->desc;
-    if (d->tpl.tp == 1) {
-        block_forward_whole(s, in, p, B, T, d->cfg.channels, d->cfg.heads);
-        return CL_OK;
-    }
-    return block_forward_tp(m, s, in, p, B, T);
 }
 
 int64_t cl_unit_keep_floats(const cl_model_desc *d, int u, int B) {
@@ -625,14 +615,19 @@ static const float *kept(keep_cursor *k, const float *computed, int64_t n, int c
     return r;
 }
 
-static cl_status block_backward_tp(cl_model *m, const block_acts *s, const float *in, float *const *p, float *const *g,
-                                   const float *dout, float *din, int wi, int ww, int B, int T) {
+/* The block's backward (the forward's split, written once). The scratch
+ * gradients are assigned where first written (beta 0), so only dqkv, which
+ * attention's backward adds into, starts at zero. */
+static cl_status block_backward(cl_model *m, const block_acts *s, const float *in, float *const *p, float *const *g,
+                                const float *dout, float *din, int wi, int ww, int B, int T) {
     const cl_model_desc *d = m->desc;
     const cl_tp *tp = &m->tp;
-    int sp = d->tpl.sp;
+    int sp = d->tpl.sp, split = d->tpl.tp > 1;
     int64_t N = (int64_t)B * T, Ns = rows_here(d, N), C = d->cfg.channels, Cl = d->channels_local;
     int iN = (int)N, iNs = (int)Ns, iC = (int)C, iCl = (int)Cl;
-    keep_cursor k = {m->tp_keep, ww && !wi};
+    /* a split group's weight pass reads the input pass's collective results back (tp_keep); one rank has no
+     * collective to keep and computes its input gradients again (cl_unit_keep_floats is 0 there) */
+    keep_cursor k = {split ? m->tp_keep : NULL, ww && !wi && split};
     if (k.wonly && !k.keep) return cl_error(CL_ERR_INTERNAL, "a tensor-parallel weight pass without the input pass's results");
     int run = !k.wonly; /* run the collectives (not the weight pass of a split backward) */
     float *w = m->scratch;
@@ -940,42 +935,7 @@ cl_status cl_unit_backward(cl_model *m, int u, const cl_microbatch *mb, const fl
         if (m->recompute == CL_RECOMPUTE_FULL) CL_TRY(block_forward(m, &s, in, p, B, T));
         else if (m->recompute == CL_RECOMPUTE_SELECTIVE)
             cl_attention_forward(s.atty, s.att, s.qkv, B, T, d->channels_local, d->heads_local);
-        if (d->tpl.tp > 1) return block_backward_tp(m, &s, in, p, g, dout, din, wi, ww, B, T);
-        int NH = d->cfg.heads;
-        int64_t NC = (int64_t)N * C;
-        float *w = m->scratch;
-        float *dres2 = w; w += NC;
-        float *dfchg = w; w += 4 * NC; /* d(gelu out), then d(fc out) in place */
-        float *dln2 = w; w += NC;
-        float *datty = w; w += NC;
-        float *dqkv = w; w += 3 * NC;
-        float *dln1 = w; w += NC;
-        float *attscratch = w;
-        double fl = 2.0 * (double)NC * C, att = 4.0 * (double)B * T * T * C;
-        /* the scratch gradients are assigned where first written (beta 0), so
-         * only dqkv, which attention's backward adds into, starts at zero */
-        CL_PROF("bwd zero", 0, memset(dqkv, 0, (size_t)(3 * NC) * sizeof(float)));
-        /* out = res2 + c_proj(gelu(c_fc(ln2(res2)))) */
-        CL_PROF("bwd residual", 0, memcpy(dres2, dout, (size_t)NC * sizeof(float)));
-        CL_PROF("bwd fc proj", 4 * fl, cl_gemm(0, 1, N, 4 * C, C, 1.0f, dout, C, p[10], C, 0.0f, dfchg, 4 * C));
-        if (ww) CL_PROF("bwd fc proj w", 4 * fl, cl_linear_backward_weight(g[10], g[11], dout, s.fch_gelu, N, 4 * C, C));
-        CL_PROF("bwd gelu", 0, cl_gelu_backward_set(dfchg, dfchg, s.fch, 4 * NC)); /* dfch, in place */
-        CL_PROF("bwd fc", 4 * fl, cl_gemm(0, 1, N, C, 4 * C, 1.0f, dfchg, 4 * C, p[8], 4 * C, 0.0f, dln2, C));
-        if (ww) CL_PROF("bwd fc w", 4 * fl, cl_linear_backward_weight(g[8], g[9], dfchg, s.ln2, N, C, 4 * C));
-        CL_PROF("bwd layernorm", 0, cl_layernorm_backward_input(dres2, dln2, s.res2, p[6], s.ln2_mean, s.ln2_rstd, N, C));
-        if (ww) CL_PROF("bwd layernorm w", 0, cl_layernorm_backward_weight(g[6], g[7], dln2, s.res2, s.ln2_mean, s.ln2_rstd, N, C));
-        /* res2 = in + c_proj(attn(c_attn(ln1(in)))) */
-        CL_PROF("bwd attn proj", fl, cl_gemm(0, 1, N, C, C, 1.0f, dres2, C, p[4], C, 0.0f, datty, C));
-        if (ww) CL_PROF("bwd attn proj w", fl, cl_linear_backward_weight(g[4], g[5], dres2, s.atty, N, C, C));
-        CL_PROF("bwd attention", 2 * att, cl_attention_backward(dqkv, attscratch, datty, s.qkv, s.att, B, T, C, NH));
-        if (ww) CL_PROF("bwd qkv w", 3 * fl, cl_linear_backward_weight(g[2], g[3], dqkv, s.ln1, N, C, 3 * C));
-        CL_PROF("bwd qkv", 3 * fl, cl_gemm(0, 1, N, C, 3 * C, 1.0f, dqkv, 3 * C, p[2], 3 * C, 0.0f, dln1, C));
-        if (ww) CL_PROF("bwd layernorm w", 0, cl_layernorm_backward_weight(g[0], g[1], dln1, in, s.ln1_mean, s.ln1_rstd, N, C));
-        if (din) {
-            CL_PROF("bwd layernorm", 0, cl_layernorm_backward_input(din, dln1, in, p[0], s.ln1_mean, s.ln1_rstd, N, C));
-            CL_PROF("bwd residual", 0, cl_add_inplace(din, dres2, NC));
-        }
-        return CL_OK;
+        return block_backward(m, &s, in, p, g, dout, din, wi, ww, B, T);
     }
     case CL_UNIT_LMHEAD: {
         head_acts h = head_layout(d, base, N);
