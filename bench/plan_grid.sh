@@ -6,7 +6,7 @@
 # (predicted / measured - 1) and the mean |error|; then whether the
 # configuration the planner ranks first is within 5% of the best measured.
 #
-# Grid (MODEL gpt2-small, sequence SEQ, global batch GB = 8 samples, one GEMM
+# Grid (MODEL gpt2-mini, sequence SEQ, global batch GB = 8 samples, one GEMM
 # thread per rank: a device is one core, as calibrate measures it):
 #   1 rank (micro-batch 4, two micro-batches); dp 2; tp 2; pp 2 with gpipe,
 #   1f1b and zb-h1 at m = 2 and 8 micro-batches; zero 1 and zero 3 at dp 2;
@@ -39,12 +39,12 @@
 #   bash bench/plan_grid.sh                 # about 1.5 minutes on 2 quiet cores (ROUNDS=5: 2.5)
 #   ROUNDS=5 STEPS=12 SEQ=256 bash bench/plan_grid.sh
 #
-# Knobs: MODEL (gpt2-small) SEQ (128) STEPS (10) SKIP (3) ROUNDS (3) HW
+# Knobs: MODEL (gpt2-mini) SEQ (128) STEPS (10) SKIP (3) ROUNDS (3) HW
 # REUSE (0) RECAL (1) CLEAVE (./build/cleave). The machine's cores are shared with
 # whatever else runs: the load average is printed before and after.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-model=${MODEL:-gpt2-small} seq=${SEQ:-128} steps=${STEPS:-10} skip=${SKIP:-3} rounds=${ROUNDS:-3} gb=8
+model=${MODEL:-gpt2-mini} seq=${SEQ:-128} steps=${STEPS:-10} skip=${SKIP:-3} rounds=${ROUNDS:-3} gb=8
 bin=${CLEAVE:-./build/cleave}
 hw=${HW:-build/plan-this.json}
 [ -x "$bin" ] || { echo "plan_grid: $bin not built (make)" >&2; exit 2; }

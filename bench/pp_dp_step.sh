@@ -8,12 +8,12 @@
 #
 #   git worktree add /tmp/before bbb0eda && make -C /tmp/before -s build/cleave
 #   BEFORE=/tmp/before/build/cleave bash bench/pp_dp_step.sh [MODEL] [GLOBAL] [MICRO] [STEPS] [ROUNDS]
-#   (defaults: gpt2-small 16 2 8 3; AFTER defaults to ./build/cleave)
+#   (defaults: gpt2-mini 16 2 8 3; AFTER defaults to ./build/cleave)
 #
 # Four ranks share this machine's cores; ratios side by side, never absolute times.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-model=${1:-gpt2-small} global=${2:-16} micro=${3:-2} steps=${4:-8} rounds=${5:-3}
+model=${1:-gpt2-mini} global=${2:-16} micro=${3:-2} steps=${4:-8} rounds=${5:-3}
 before=${BEFORE:?set BEFORE to the cleave binary to compare against}
 after=${AFTER:-./build/cleave}
 for b in "$before" "$after"; do [ -x "$b" ] || { echo "pp_dp_step: $b is not an executable" >&2; exit 2; }; done

@@ -32,7 +32,8 @@ $PY -c "import torch" 2>/dev/null || need+=(python3-torch)
 [ -e /usr/lib/x86_64-linux-gnu/libopenblas.so.0 ] || need+=(libopenblas0)
 if [ ${#need[@]} -gt 0 ]; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${need[@]}" >/dev/null
+        source scripts/apt_lock.sh # apt_get: waits, bounded, for another apt process's lock
+        DEBIAN_FRONTEND=noninteractive apt_get install -y -q "${need[@]}" >/dev/null
     else
         echo "torch_step.sh: needs ${need[*]} (apt-get install ${need[*]})" >&2
         exit 2

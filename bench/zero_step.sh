@@ -58,7 +58,7 @@
 #   PART=4 ROUNDS=3 bash bench/zero_step.sh       # ZeRO 3, prefetch off and on
 #   PART=5 ROUNDS=3 bash bench/zero_step.sh       # zb-h1 on pp 2 x dp 2, zero 0, 2, 3
 #
-# Knobs: MODEL (gpt2-small) SEQ (128) MICRO (4) STEPS (12) SKIP (2)
+# Knobs: MODEL (gpt2-mini) SEQ (128) MICRO (4) STEPS (12) SKIP (2)
 # ROUNDS (5) for part 1 (always dp 2); DPS ("2 4") for parts 2-3, which
 # run BYTES_STEPS (2) steps (VOCAB_DIV, 128, as above) and take no timing
 # (dp 4 is four ranks: on a small machine they share cores, so its time
@@ -68,7 +68,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 part=${PART:-all}
-model=${MODEL:-gpt2-small} seq=${SEQ:-128} micro=${MICRO:-4} steps=${STEPS:-12} skip=${SKIP:-2} rounds=${ROUNDS:-5}
+model=${MODEL:-gpt2-mini} seq=${SEQ:-128} micro=${MICRO:-4} steps=${STEPS:-12} skip=${SKIP:-2} rounds=${ROUNDS:-5}
 dps=${DPS:-2 4} bsteps=${BYTES_STEPS:-2} vdiv=${VOCAB_DIV:-128} zeros=${ZEROS:-0 1 2}
 bin=${CLEAVE:-./build/cleave}
 [ -x "$bin" ] || { echo "zero_step: $bin not built (make)" >&2; exit 2; }

@@ -17,6 +17,7 @@
 #include <string.h>
 #include <errno.h>
 #include <signal.h>
+#include <dirent.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -30,7 +31,7 @@ int cleave_cmd_plan(int argc, char **argv); /* cli/plan_cmd.c */
 
 static const cli_flag train_flags[] = {
     {"help", "h", 0, "show this help"},
-    {"model", "m", 1, "preset: gpt2-tiny (default), gpt2-small, gpt2, gpt2-medium, gpt2-large, gpt2-xl, mlp, cnn"},
+    {"model", "m", 1, "preset: gpt2-tiny (default: 2 layers, 64 channels), gpt2-mini (4 layers, 128 channels), gpt2-small or gpt2 (GPT-2 small, 124M), gpt2-medium (355M), gpt2-large (774M), gpt2-xl (1.5B), mlp, cnn"},
     {"layers", "", 1, "GPT: number of transformer blocks (overrides the preset)"},
     {"channels", "", 1, "GPT: embedding width C"},
     {"heads", "", 1, "GPT: attention heads (must divide --channels)"},
@@ -143,11 +144,19 @@ static void print_header(cl_trainer *t) {
     const cl_model_desc *d = m->desc;
     const cl_model_config *mc = &d->cfg;
     char mem[512];
+    /* the whole model's count (the whole tensors, the vocabulary unpadded),
+     * and with --tp what this tensor-parallel rank holds (its slices, the
+     * replicated tensors, its padded vocabulary rows) */
+    int64_t whole = 0;
+    for (int i = 0; i < d->nparams; i++) whole += d->params[i].full_numel;
+    char per[96] = "";
+    if (d->tpl.tp > 1)
+        snprintf(per, sizeof per, " (%lld on each of the %d tensor-parallel ranks)", (long long)d->nparams_total, d->tpl.tp);
     if (mc->kind == CL_MODEL_GPT)
-        printf("model %s: %d layers, %d channels, %d heads, context %d, vocab %d; %lld parameters\n", mc->name, mc->layers,
-               mc->channels, mc->heads, mc->seq_len, mc->vocab, (long long)d->nparams_total);
+        printf("model %s: %d layers, %d channels, %d heads, context %d, vocab %d; %lld parameters%s\n", mc->name, mc->layers,
+               mc->channels, mc->heads, mc->seq_len, mc->vocab, (long long)whole, per);
     else
-        printf("model %s: %d units; %lld parameters\n", mc->name, d->nunits, (long long)d->nparams_total);
+        printf("model %s: %d units; %lld parameters%s\n", mc->name, d->nunits, (long long)whole, per);
     if (mc->kind == CL_MODEL_GPT)
         printf("data %s: %zu training and %zu validation tokens (%s tokenizer); unigram baseline loss %.4f\n", c->data,
                cl_trainer_train_tokens(t), cl_trainer_val_tokens(t), cl_tokenizer_name(cl_trainer_tokenizer(t)),
@@ -202,21 +211,30 @@ static cl_status print_sample(cl_trainer *t, cl_model *m, cl_acts *acts, const c
     return s;
 }
 
-static void progress(const cl_step_stats *st, int total, double gflops, int tty) {
+/* Clears the live progress line (a terminal's only) before other output. */
+#define LIVE_CLEAR "\r\033[K"
+
+/* A logged step is one plain line, on a terminal, a pipe or a file alike, so
+ * the loss history stays. On a terminal (tty) a live line under them shows
+ * the latest step and a bar; it is cleared (LIVE_CLEAR) before anything else
+ * is printed, so neither it nor its carriage returns reach the history. */
+static void progress(const cl_step_stats *st, int total, double gflops, int tty, int logged) {
     char peak[32];
     cl_format_bytes(st->peak_bytes, peak, sizeof peak);
+    if (tty) fputs(LIVE_CLEAR, stdout);
+    char bubble[96] = "";
+    if (st->bubble > 0 || st->bubble_sim > 0)
+        snprintf(bubble, sizeof bubble, " | bubble %.3f (worst rank %.3f, simulated %.3f)", st->bubble, st->bubble_max, st->bubble_sim);
+    if (logged)
+        printf("step %5d/%d | loss %.4f | lr %.2e | norm %.3f | %.1f ms | %.0f tok/s | %.2f GFLOP/s | peak %s%s\n", st->step, total,
+               st->loss, st->lr, st->grad_norm, st->seconds * 1e3, st->tokens_per_s, gflops, peak, bubble);
     if (tty) {
         int width = 20, filled = (int)((double)st->step / total * width);
         char bar[32];
         for (int i = 0; i < width; i++) bar[i] = i < filled ? '#' : '.';
         bar[width] = 0;
-        printf("\r[%s] ", bar);
+        printf("[%s] step %d/%d | loss %.4f | %.0f tok/s", bar, st->step, total, st->loss, st->tokens_per_s);
     }
-    char bubble[96] = "";
-    if (st->bubble > 0 || st->bubble_sim > 0)
-        snprintf(bubble, sizeof bubble, " | bubble %.3f (worst rank %.3f, simulated %.3f)", st->bubble, st->bubble_max, st->bubble_sim);
-    printf("step %5d/%d | loss %.4f | lr %.2e | norm %.3f | %.1f ms | %.0f tok/s | %.2f GFLOP/s | peak %s%s%s", st->step, total,
-           st->loss, st->lr, st->grad_norm, st->seconds * 1e3, st->tokens_per_s, gflops, peak, bubble, tty ? "   " : "\n");
     fflush(stdout);
 }
 
@@ -449,7 +467,9 @@ static cl_status train_rank(cl_comm *world, void *arg) {
     FILE *plot = NULL;
     if (!s && lead && j->plot_path && !(plot = open_memstream(&plot_text, &plot_len)))
         s = cl_error(CL_ERR_OOM, "--plot: no host memory for the run's figures");
-    int tty = lead && isatty(fileno(stdout));
+    /* a live line on a terminal only: mpirun gives its ranks a pseudo-terminal
+     * even when its own output goes to a file, so under MPI none */
+    int tty = lead && isatty(fileno(stdout)) && strcmp(j->comm_name, "mpi");
     while (!s && cl_trainer_steps_done(t) < j->end) {
         cl_step_stats st;
         if ((s = cl_trainer_step(t, &st))) break;
@@ -467,7 +487,8 @@ static cl_status train_rank(cl_comm *world, void *arg) {
             continue;
         }
         double gflops = st.flops / (st.seconds > 0 ? st.seconds : 1e-9) / 1e9;
-        if (st.step % j->log_every == 0 || last || st.step == 1) progress(&st, j->steps, gflops, tty);
+        int logged = st.step % j->log_every == 0 || last || st.step == 1;
+        if (logged || tty) progress(&st, j->steps, gflops, tty, logged);
         if (plot) json_line(plot, &st);
         if (log && json_line(log, &st)) {
             s = log_failed(j->log_path, st.step);
@@ -476,7 +497,7 @@ static cl_status train_rank(cl_comm *world, void *arg) {
         if (eval) {
             double vl;
             if ((s = cl_trainer_eval(t, &vl))) break;
-            printf("%sstep %d: validation loss %.4f\n", tty ? "\n" : "", st.step, vl);
+            printf("%sstep %d: validation loss %.4f\n", tty ? LIVE_CLEAR : "", st.step, vl);
             if (plot) val_line(plot, st.step, vl);
             if (log && val_line(log, st.step, vl)) {
                 s = log_failed(j->log_path, st.step);
@@ -485,10 +506,10 @@ static cl_status train_rank(cl_comm *world, void *arg) {
         }
         if (save) {
             if ((s = save_ckpt(t, j))) break;
-            if (!last || j->save_every) printf("%ssaved %s at step %d\n", tty ? "\n" : "", j->save, st.step);
+            if (!last || j->save_every) printf("%ssaved %s at step %d\n", tty ? LIVE_CLEAR : "", j->save, st.step);
         }
     }
-    if (tty) printf("\n");
+    if (tty) fputs(LIVE_CLEAR, stdout);
     if (!s && j->trace_path) {
         s = cl_trainer_write_trace(t, world, j->trace_path, j->trace_steps);
         if (!s && lead)
@@ -646,15 +667,70 @@ static cl_status memory_mode(const cli_args *a, train_job *j) {
 static cli_flag memory_flags[NFLAGS(train_flags) + 2];
 static const cli_flag memory_extra[] = {
     {"measure", "", 0, "also train two steps (output hidden) and print each rank's measured peaks beside the prediction"},
-    {"json", "", 0, "one JSON object per rank and line: rank, dp_rank, pp_rank, stages, predicted (and measured) bytes"},
+    {"json", "", 0, "one JSON object per rank and line: rank, dp_rank, tp_rank, pp_rank, stages (the pipeline stages it holds, "
+                    "or \"all\" as in the table), predicted (and measured) bytes"},
 };
 
-/* cleave convert takes train's flags (the model's and the new layout's) and these two. */
-static cli_flag convert_flags[NFLAGS(train_flags) + 2];
+/* Train's flags that only a training run reads: cleave memory accepts them
+ * (with --measure they shape its two steps) but its --help leaves them out. */
+static const char *const train_only[] = {
+    "steps", "stop-after", "lr", "min-lr", "warmup", "weight-decay", "beta1", "beta2", "eps", "grad-clip",
+    "seed", "eval-every", "eval-batches", "log-file", "plot", "log-every", "save", "save-every", "save-keep",
+    "resume", "save-format", "sample-tokens", "prompt", "temperature", "top-k", "trace", "trace-steps",
+    "check-replicas", "comm-timeout",
+};
+
+/* cleave convert takes train's flags (the model's and the new layout's) and these. */
+static cli_flag convert_flags[NFLAGS(train_flags) + 3];
 static const cli_flag convert_extra[] = {
     {"from", "", 1, "checkpoint to read (either format)"},
-    {"to", "", 1, "checkpoint to write, at the layout the flags give, in --save-format (default single)"},
+    {"to", "", 1, "checkpoint to write, at the layout the flags give, in --save-format (default single); a new or empty "
+                  "directory unless --overwrite"},
+    {"overwrite", "", 0, "replace the checkpoint at --to (only a checkpoint cleave wrote is replaced, never --from or a "
+                         "directory it is in)"},
 };
+
+/* Whether path a is path b or beneath it (both resolved). */
+static int within(const char *a, const char *b) {
+    size_t n = strlen(b);
+    return !strncmp(a, b, n) && (a[n] == 0 || a[n] == '/' || (n > 0 && b[n - 1] == '/'));
+}
+
+/* cleave convert's target: a new or empty path, or with --overwrite a
+ * checkpoint cleave wrote (cl_checkpoint_check_target); never --from itself,
+ * a directory inside it or one holding it (resolved, so another spelling of
+ * the same directory is caught too). */
+static cl_status convert_target(const char *from, const char *to, int overwrite) {
+    struct stat st;
+    if (!overwrite && lstat(to, &st) == 0) {
+        DIR *d = S_ISDIR(st.st_mode) ? opendir(to) : NULL;
+        struct dirent *e;
+        int empty = d != NULL;
+        while (d && (e = readdir(d)))
+            if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) empty = 0;
+        if (d) closedir(d);
+        if (!empty)
+            return cl_error(CL_ERR_INVALID, "--to %s already exists%s: give a new or empty directory, or --overwrite to replace the "
+                            "checkpoint there", to, S_ISDIR(st.st_mode) ? " and is not empty" : " (not a directory)");
+    }
+    char *rf = realpath(from, NULL), *rt = realpath(to, NULL);
+    int clash = rf && rt && (within(rt, rf) || within(rf, rt)); /* to is from, inside it, or holds it */
+    if (rf && !rt) { /* a new path: made in its parent, which must not be from or inside it */
+        char parent[4096];
+        snprintf(parent, sizeof parent, "%s", to);
+        char *slash = strrchr(parent, '/');
+        if (slash == parent) slash[1] = 0;
+        else if (slash) *slash = 0;
+        else snprintf(parent, sizeof parent, ".");
+        rt = realpath(parent, NULL);
+        clash = rt && within(rt, rf);
+    }
+    free(rf);
+    free(rt);
+    if (clash)
+        return cl_error(CL_ERR_INVALID, "--to %s is --from %s, inside it or holds it: convert never writes over its source", to, from);
+    return CL_OK; /* what may be replaced there: cl_checkpoint_check_target, as for --save */
+}
 
 /* cleave convert: the model, tokenizer and run the --from checkpoint records
  * fill what the flags leave out; a flag that disagrees with it is refused,
@@ -728,12 +804,20 @@ static int cmd_train(int argc, char **argv) {
     cl_status s = cli_parse(&a, flags, nflags, argc, argv, 2);
     if (s) return cli_fail(s);
     if (memory && cli_get(&a, "help")) {
+        cli_flag shown[NFLAGS(memory_flags)];
+        int nshown = 0;
+        for (int i = 0; i < nflags; i++) {
+            int only = 0;
+            for (int k = 0; k < NFLAGS(train_only); k++) only |= !strcmp(flags[i].name, train_only[k]);
+            if (!only) shown[nshown++] = flags[i];
+        }
         cli_print_help("usage: cleave memory [train's model, batch and parallel flags] [--measure] [--json]\n\n"
                        "Prints, before anything runs, the device bytes every rank of that training run will hold at\n"
                        "its peak, by category (parameters, gradients, optimizer state, activations, workspace,\n"
                        "communication) and in total. The prediction sums the same size statements the allocations use,\n"
-                       "so with --measure (two training steps, their output hidden) the measured peaks equal it.",
-                       flags, nflags);
+                       "so with --measure (two training steps, their output hidden) the measured peaks equal it.\n"
+                       "train's other flags (--steps, --lr, --save, ...) are accepted; only --measure's two steps read them.",
+                       shown, nshown);
         return 0;
     }
     if (convert && cli_get(&a, "help")) {
@@ -842,13 +926,14 @@ static int cmd_train(int argc, char **argv) {
         if (!j.resume || !j.save) return cli_fail(cl_error(CL_ERR_INVALID, "cleave convert needs --from DIR and --to DIR2"));
         j.convert = 1;
         j.sample_tokens = 0;
+        if ((s = convert_target(j.resume, j.save, cli_get(&a, "overwrite") != NULL))) return cli_fail(s);
         int dpx = dp ? dp : ranks ? ranks / ((tp ? tp : 1) * (pp ? pp : 1)) : 1;
         if ((s = convert_source(&a, &j, dpx, &gb_given))) return cli_fail(s);
     }
     /* a save that would fail, or replace what is not a checkpoint, is refused before any step */
     if (j.keep && !j.save) return cli_fail(cl_error(CL_ERR_INVALID, "--save-keep needs --save DIR"));
     if (j.save && (s = j.keep ? cl_checkpoint_check_kept_target(j.save) : cl_checkpoint_check_target(j.save)))
-        return cli_fail(cl_error_context(s, "--save"));
+        return cli_fail(cl_error_context(s, convert ? "--to" : "--save"));
     j.log_path = cli_get(&a, "log-file");
     j.plot_path = cli_get(&a, "plot");
     j.prompt = cli_get(&a, "prompt") ? cli_get(&a, "prompt") : "And God said";
@@ -995,23 +1080,31 @@ static int cmd_generate(int argc, char **argv) {
     return s ? cli_fail(s) : 0;
 }
 
-/* The commands and their one-line summaries: the usage text and each man
- * page's NAME line. */
+static int cmd_version(int argc, char **argv) {
+    (void)argc, (void)argv;
+    printf("cleave 0.1 (gemm: %s, kernels: %s, mpi: %s)\n", cl_gemm_build(), cl_kernels_isa(), cl_mpi_available() ? "yes" : "no");
+    return 0;
+}
+
+/* The commands, their one-line summaries (the usage text and each man page's
+ * NAME line) and what runs them: the one list that dispatch, the usage and
+ * the unknown-command message all read. */
 static const struct {
     const char *name, *summary;
+    int (*run)(int argc, char **argv);
 } commands[] = {
-    {"train", "train a model (GPT-2 family, MLP, CNN) and print each step"},
-    {"memory", "every rank's device memory of a training run by category, predicted before it runs (and measured)"},
-    {"convert", "rewrite a checkpoint at another layout or format (single file, sharded)"},
-    {"eval", "mean next-token loss of a checkpoint on a text file"},
-    {"generate", "continue a prompt with a checkpoint"},
-    {"mesh", "print the dp x tp x pp mesh and its groups"},
-    {"schedule", "print, check and draw a pipeline schedule (per-rank actions, bubble)"},
-    {"trace", "draw a pipeline timeline (Chrome trace or simulated schedule) as SVG"},
-    {"plot", "draw training logs (loss, validation loss, other figures) against the step as SVG, runs side by side"},
-    {"bench", "this machine's FP32 peak (peak), the step's GEMMs (gemm), a step by operation (step)"},
-    {"plan", "how to split a model over N devices: every configuration's memory and predicted step time, fastest first"},
-    {"version", "print the version and the optional parts built in"},
+    {"train", "train a model (GPT-2 family, MLP, CNN) and print each step", cmd_train},
+    {"memory", "every rank's device memory of a training run by category, predicted before it runs (and measured)", cmd_train},
+    {"convert", "rewrite a checkpoint at another layout or format (single file, sharded)", cmd_train},
+    {"eval", "mean next-token loss of a checkpoint on a text file", cmd_eval},
+    {"generate", "continue a prompt with a checkpoint", cmd_generate},
+    {"mesh", "print the dp x tp x pp mesh and its groups", cleave_cmd_mesh},
+    {"schedule", "print, check and draw a pipeline schedule (per-rank actions, bubble)", cleave_cmd_schedule},
+    {"trace", "draw a pipeline timeline (Chrome trace or simulated schedule) as SVG", cleave_cmd_trace},
+    {"plot", "draw training logs (loss, validation loss, other figures) against the step as SVG, runs side by side", cleave_cmd_plot},
+    {"bench", "this machine's FP32 peak (peak), the step's GEMMs (gemm), a step by operation (step)", cleave_cmd_bench},
+    {"plan", "how to split a model over N devices: every configuration's memory and predicted step time, fastest first", cleave_cmd_plan},
+    {"version", "print the version and the optional parts built in", cmd_version},
 };
 
 static const char *usage_text(void) {
@@ -1057,23 +1150,27 @@ int main(int argc, char **argv) {
         return 0;
     }
     const char *cmd = argv[1];
-    if (!strcmp(cmd, "train") || !strcmp(cmd, "memory") || !strcmp(cmd, "convert")) return cmd_train(argc, argv);
-    if (!strcmp(cmd, "eval")) return cmd_eval(argc, argv);
-    if (!strcmp(cmd, "generate")) return cmd_generate(argc, argv);
-    if (!strcmp(cmd, "mesh")) return cleave_cmd_mesh(argc, argv);
-    if (!strcmp(cmd, "schedule")) return cleave_cmd_schedule(argc, argv);
-    if (!strcmp(cmd, "trace")) return cleave_cmd_trace(argc, argv);
-    if (!strcmp(cmd, "bench")) return cleave_cmd_bench(argc, argv);
-    if (!strcmp(cmd, "plot")) return cleave_cmd_plot(argc, argv);
-    if (!strcmp(cmd, "plan")) return cleave_cmd_plan(argc, argv);
-    if (!strcmp(cmd, "--version") || !strcmp(cmd, "version")) {
-        printf("cleave 0.1 (gemm: %s, kernels: %s, mpi: %s)\n", cl_gemm_build(), cl_kernels_isa(), cl_mpi_available() ? "yes" : "no");
-        return 0;
+    if (!strcmp(cmd, "--version")) return cmd_version(argc, argv);
+    char **args = argv, *help_args[64];
+    if (!strcmp(cmd, "help") && argc > 2) { /* cleave help COMMAND [SUB]: that command's --help */
+        if (argc > 62) argc = 62;
+        help_args[0] = argv[0];
+        for (int i = 2; i < argc; i++) help_args[i - 1] = argv[i];
+        help_args[argc - 1] = "--help";
+        help_args[argc] = NULL;
+        args = help_args;
+        cmd = args[1];
     }
     if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h") || !strcmp(cmd, "help")) {
         usage(stdout);
         return 0;
     }
-    fprintf(stderr, "cleave: error: unknown command '%s' (train, eval, generate, mesh, schedule, trace, plot, bench, plan)\n", cmd);
+    for (int i = 0; i < NFLAGS(commands); i++)
+        if (!strcmp(cmd, commands[i].name)) return commands[i].run(argc, args);
+    char known[512];
+    int n = 0;
+    for (int i = 0; i < NFLAGS(commands); i++)
+        n += snprintf(known + n, sizeof known - (size_t)n, "%s%s", i ? ", " : "", commands[i].name);
+    fprintf(stderr, "cleave: error: unknown command '%s' (%s; 'cleave --help' says what each does)\n", cmd, known);
     return 2;
 }

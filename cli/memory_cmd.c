@@ -29,10 +29,10 @@ void cli_memory_print(FILE *f, const cl_mem_rank *pred, int n, const double *mea
     if (json) {
         for (int i = 0; i < n; i++) {
             const cl_mem_rank *r = &pred[i];
-            fprintf(f, "{\"rank\": %d, \"dp_rank\": %d, \"tp_rank\": %d, \"pp_rank\": %d, \"stages\": [", r->rank, r->dp_rank,
-                    r->tp_rank, r->pp_rank);
-            for (int k = 0; k < r->nstages; k++) fprintf(f, "%s%d", k ? ", " : "", r->stage[k]);
-            fprintf(f, "], \"predicted\": {");
+            fprintf(f, "{\"rank\": %d, \"dp_rank\": %d, \"tp_rank\": %d, \"pp_rank\": %d, \"stages\": %s", r->rank, r->dp_rank,
+                    r->tp_rank, r->pp_rank, r->nstages ? "[" : "\"all\""); /* the whole model, as the table says */
+            for (int k = 0; k < r->nstages; k++) fprintf(f, "%s%d%s", k ? ", " : "", r->stage[k], k + 1 == r->nstages ? "]" : "");
+            fprintf(f, ", \"predicted\": {");
             for (int k = 0; k < CL_MEM_NCAT; k++) fprintf(f, "\"%s\": %zu, ", cl_mem_cat_name(k), r->bytes[k]);
             fprintf(f, "\"total\": %zu, \"host\": %zu, \"disk\": %zu}", r->total, r->host, r->disk);
             if (measured) {

@@ -17,7 +17,7 @@
 
 static const cli_flag plan_flags[] = {
     {"help", "h", 0, "show this help"},
-    {"model", "m", 1, "preset: gpt2-tiny (default), gpt2-small, gpt2, gpt2-medium, gpt2-large, gpt2-xl, mlp, cnn"},
+    {"model", "m", 1, "preset: gpt2-tiny (default: 2 layers, 64 channels), gpt2-mini (4 layers, 128 channels), gpt2-small or gpt2 (GPT-2 small, 124M), gpt2-medium (355M), gpt2-large (774M), gpt2-xl (1.5B), mlp, cnn"},
     {"layers", "", 1, "GPT: transformer blocks"},
     {"channels", "", 1, "GPT: width C"},
     {"heads", "", 1, "GPT: attention heads"},

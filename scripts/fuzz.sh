@@ -26,15 +26,16 @@ cd "$(dirname "$0")/.."
 out=build/fuzz
 mkdir -p "$out"
 
+source scripts/apt_lock.sh # apt_get: waits, bounded, for another apt process's lock
 is_root() { [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; }
 apt_updated=0
 apt_install() {
     # Tries without an update first; updates at most once.
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -q "$@" >"$out/apt.log" 2>&1 && return 0
+    DEBIAN_FRONTEND=noninteractive apt_get install -y -q "$@" >"$out/apt.log" 2>&1 && return 0
     if [ "$apt_updated" -eq 0 ]; then
         apt_updated=1
-        apt-get update -q >>"$out/apt.log" 2>&1 || true
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -q "$@" >>"$out/apt.log" 2>&1 && return 0
+        apt_get update -q >>"$out/apt.log" 2>&1 || true
+        DEBIAN_FRONTEND=noninteractive apt_get install -y -q "$@" >>"$out/apt.log" 2>&1 && return 0
     fi
     return 1
 }

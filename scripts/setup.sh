@@ -7,7 +7,9 @@
 # the library never downloads anything at run time.
 #
 # Invariants: idempotent (a second run changes nothing and prints nothing);
-# apt-get update runs at most once and only when something is missing; every
+# apt-get update runs at most once and only when something is missing, and
+# every apt-get waits (bounded: CLEAVE_APT_LOCK_TIMEOUT seconds, default 600)
+# for another apt process's lock instead of failing (scripts/apt_lock.sh); every
 # file lands in data/ by writing a temporary file and renaming it, so an
 # interrupted run never leaves a half-written file behind.
 #
@@ -45,10 +47,11 @@ tmp=$(mktemp -d "${TMPDIR:-/tmp}/cleave-setup.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 
 export DEBIAN_FRONTEND=noninteractive
+source "$root/scripts/apt_lock.sh"
 apt_updated=0
 apt_update_once() {
     if [ "$apt_updated" -eq 0 ]; then
-        apt-get update -qq >"$tmp/apt-update.log" 2>&1 ||
+        apt_get update -qq >"$tmp/apt-update.log" 2>&1 ||
             { cat "$tmp/apt-update.log" >&2; die "apt-get update failed"; }
         apt_updated=1
     fi
@@ -73,7 +76,7 @@ if [ ${#missing[@]} -gt 0 ]; then
     else
         [ "$(id -u)" -eq 0 ] || die "missing packages (${missing[*]}): run as root, or pass --no-apt"
         apt_update_once
-        apt-get install -y -qq --no-install-recommends "${missing[@]}" >"$tmp/apt-install.log" 2>&1 ||
+        apt_get install -y -qq --no-install-recommends "${missing[@]}" >"$tmp/apt-install.log" 2>&1 ||
             { tail -n 20 "$tmp/apt-install.log" >&2; die "apt-get install ${missing[*]} failed"; }
         echo "installed ${missing[*]}"
     fi
@@ -105,7 +108,7 @@ if [ ! -s "$digits" ] || ! gzip -t "$digits" 2>/dev/null; then
     mkdir -p "$tmp/deb"
     sandbox=()
     [ "$(id -u)" -eq 0 ] && sandbox=(-o APT::Sandbox::User=root)
-    fetch() { (cd "$tmp/deb" && apt-get download -qq "${sandbox[@]}" python3-sklearn) >"$tmp/download.log" 2>&1; }
+    fetch() { (cd "$tmp/deb" && apt_get download -qq "${sandbox[@]}" python3-sklearn) >"$tmp/download.log" 2>&1; }
     if ! fetch; then
         if [ "$no_apt" -eq 1 ] || [ "$(id -u)" -ne 0 ]; then
             cat "$tmp/download.log" >&2

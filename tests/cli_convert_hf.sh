@@ -106,7 +106,7 @@ bad() { # pattern args...: exit 2, one line on stderr matching pattern, nothing 
 }
 bad "\-\-layers 4" convert --from "$tmp/s1" --to "$tmp/no" --layers 4
 bad "\-\-vocab 256" convert --from "$tmp/s1" --to "$tmp/no" --vocab 256
-bad "\-\-model gpt2-small" convert --from "$tmp/ck" --to "$tmp/no" --model gpt2-small
+bad "\-\-model gpt2-mini" convert --from "$tmp/ck" --to "$tmp/no" --model gpt2-mini
 bad "\-\-global-batch-size 8" convert --from "$tmp/s1" --to "$tmp/no" --global-batch-size 8
 bad "\-\-seed 5" convert --from "$tmp/ck" --to "$tmp/no" --seed 5
 bad "\-\-seq-len 16" convert --from "$tmp/ck" --to "$tmp/no" --seq-len 16

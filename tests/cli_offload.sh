@@ -16,7 +16,7 @@ head -c 300000 data/kjv.txt > "$tmp/text.txt"
 C=(--data "$tmp/text.txt" --seq-len 32 --micro-batch-size 2 --global-batch-size 8 --steps 10 --sample-tokens 0 --eval-batches 2)
 losses() { grep '"loss"' "$1" | sed 's/.*"loss": \([^,]*\),.*/\1/'; }
 mkdir -p "$tmp/od"
-for mesh in "" "--dp 2 --zero 1" "--pp 2 --dp 2" "DISK" "DISK --dp 2 --zero 1" "DISK --model gpt2-small --global-batch-size 4"; do
+for mesh in "" "--dp 2 --zero 1" "--pp 2 --dp 2" "DISK" "DISK --dp 2 --zero 1" "DISK --model gpt2-mini --global-batch-size 4"; do
     off=(--offload-optimizer host)
     case "$mesh" in DISK*) off=(--offload-optimizer disk --offload-dir "$tmp/od"); mesh=${mesh#DISK} ;; esac
     "$CLEAVE" train "${C[@]}" $mesh --log-file "$tmp/a.jsonl" > "$tmp/a.out" 2>&1

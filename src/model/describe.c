@@ -20,7 +20,8 @@ typedef struct {
 
 static const gpt_preset gpt_presets[] = {
     {"gpt2-tiny", 2, 64, 4, 64, 256},
-    {"gpt2-small", 4, 128, 4, 128, 256},
+    {"gpt2-mini", 4, 128, 4, 128, 256},
+    {"gpt2-small", 12, 768, 12, 1024, 50257}, /* GPT-2 small (124M), as the paper and Hugging Face's gpt2 */
     {"gpt2", 12, 768, 12, 1024, 50257},
     {"gpt2-medium", 24, 1024, 16, 1024, 50257},
     {"gpt2-large", 36, 1280, 20, 1024, 50257},
@@ -68,7 +69,7 @@ cl_status cl_model_preset(const char *name, cl_model_config *cfg) {
         return CL_OK;
     }
     return cl_error(CL_ERR_INVALID,
-                    "unknown model '%s' (known: gpt2-tiny, gpt2-small, gpt2, gpt2-medium, gpt2-large, gpt2-xl, mlp, cnn)", name);
+                    "unknown model '%s' (known: gpt2-tiny, gpt2-mini, gpt2-small or gpt2, gpt2-medium, gpt2-large, gpt2-xl, mlp, cnn)", name);
 }
 
 static int conv_out(int in, int k, int s, int p) { return (in + 2 * p - k) / s + 1; }

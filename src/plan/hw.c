@@ -218,7 +218,7 @@ static int axis_values(const cl_hw *hw, int a, double *v) {
 /* A table that is a full grid (every combination of its m, n and k values
  * once, as calibrate writes it): trilinear interpolation in log2 of the
  * dimensions, clamped to the grid's edges, so a shape between measured ones
- * (gpt2-small's 128 and 512 between 64, 256 and 1024, say) gets the
+ * (gpt2-mini's 128 and 512 between 64, 256 and 1024, say) gets the
  * efficiency between theirs rather than the one a tie in distance picks.
  * Returns -1 when the table is not a full grid. */
 static double grid_eff(const cl_hw *hw, double m, double n, double k, int layout) {

@@ -49,6 +49,15 @@ cl_status cl_ckpt_config_parse(const cl_json *r, const char *path, cl_model_conf
         ok = 0;
     }
     if (!ok) return cl_error(CL_ERR_FORMAT, "%s: missing or invalid model fields", path);
+    /* the shape decides, not the name: a preset name recorded beside another
+     * shape (gpt2-small was 4 layers of 128 channels before it took GPT-2
+     * small's 124M) is not carried on */
+    cl_model_config p;
+    if (c->kind == CL_MODEL_GPT && cl_model_preset(c->name, &p) == CL_OK &&
+        (p.kind != c->kind || p.layers != c->layers || p.heads != c->heads || p.channels != c->channels ||
+         p.seq_len != c->seq_len || p.vocab != c->vocab))
+        snprintf(c->name, sizeof c->name, "custom");
+    cl_error_clear();
     return cl_error_context(cl_model_config_check(c), "%s", path) == CL_OK ? CL_OK : CL_ERR_FORMAT;
 }
 
