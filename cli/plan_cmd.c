@@ -400,6 +400,7 @@ int cleave_cmd_plan(int argc, char **argv) {
     if (svg && (s = cl_check_output_path(svg, "--svg"))) return cli_fail(s);
     q.devices = devices;
     q.device_memory = (double)mem;
+    if (q.hw.exact_memory) q.host_memory = (double)cl_host_memory_available(); /* this machine: offload counts its host */
     q.top = top > 64 ? 64 : top;
     if (cli_get(&a, "schedule")) {
         cl_sched_kind k;

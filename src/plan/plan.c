@@ -414,6 +414,7 @@ static cl_status memory(plan_ctx *x, const prep *P, const cl_model_desc *d, cl_p
                 for (int k = 0, r = mr[i].pp_rank; k < CL_MEM_NCAT; k++)
                     if (mr[i].bytes[k] > x->rank_cat[r][k]) x->rank_cat[r][k] = (double)mr[i].bytes[k];
             out->peak_bytes = (double)mr[w].total;
+            out->host_need = (double)cl_memory_host_need(mr, n, n);
             out->full_rank = mr[w].pp_rank;
             for (int k = 0; k < CL_MEM_NCAT; k++) out->cat_bytes[k] = (double)mr[w].bytes[k];
         }
@@ -579,6 +580,10 @@ static cl_status eval_ctx(plan_ctx *x, const cl_plan_cfg *c, int sim, cl_plan_re
         for (int i = 1; i < CL_MEM_NCAT; i++)
             if (o->cat_bytes[i] > o->cat_bytes[k]) k = i;
         o->over_cat = k;
+    } else if (x->q->host_memory > 0 && o->host_need > x->q->host_memory) { /* the offloaded state does not fit the host */
+        o->fits = 0;
+        o->over_bytes = o->host_need - x->q->host_memory;
+        o->over_cat = CL_MEM_OPTIM;
     }
     double est, lo;
     closed_form(&P, &est, &lo);
