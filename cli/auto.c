@@ -75,7 +75,7 @@ static cl_status auto_plan(FILE *f, const cli_args *a, cl_train_config *c, int g
         cl_plan_list_free(&l);
         return cl_error(CL_ERR_INVALID,
                         "--auto: no configuration of %d ranks: dp x tp x pp must make %d, with dp dividing the global batch %d, tp "
-                        "dividing the heads, pp stages of whole blocks, and the flags given",
+                        "dividing the heads, pp no more stages than the model has units, and the flags given",
                         n, n, c->global_batch);
     }
     if (!l.n) {

@@ -447,7 +447,7 @@ int cleave_cmd_plan(int argc, char **argv) {
         cl_plan_list_free(&l);
         return cli_fail(cl_error(CL_ERR_INVALID,
                                  "no configuration of %d devices: dp x tp x pp must make %d, with dp dividing the global batch "
-                                 "%d, tp dividing the heads, pp stages of whole blocks (and the fixed flags)",
+                                 "%d, tp dividing the heads, pp no more stages than the model has units (and the fixed flags)",
                                  devices, devices, q.global_batch));
     }
     if (!l.n) {
