@@ -427,7 +427,7 @@ static cl_status memory(plan_ctx *x, const prep *P, const cl_model_desc *d, cl_p
     struct {
         int first, last, n, zb, ndout;
         double one[CL_MEM_NCAT], per[CL_MEM_NCAT];
-    } cache[8];
+    } cache[64];
     int ncache = 0;
     const int *lives;
     CL_TRY(get_live(x, P->kind, P->p, P->m, P->v, &lives));
@@ -448,7 +448,7 @@ static cl_status memory(plan_ctx *x, const prep *P, const cl_model_desc *d, cl_p
                 cl_pp_stage_cost one = cl_pp_stage_predict(d, P->u0[s], P->u1[s], &o);
                 o.live = 2;
                 cl_pp_stage_cost two = cl_pp_stage_predict(d, P->u0[s], P->u1[s], &o);
-                if (ncache == 8) ci = 7; /* (uneven stages: the last slot is reused) */
+                if (ncache == 64) ci = 63; /* (a kind per rank's receive count, and uneven stages: the last slot is reused) */
                 else ncache++;
                 cache[ci].first = first, cache[ci].last = last, cache[ci].n = nu, cache[ci].ndout = ndout;
                 for (int k = 0; k < CL_MEM_NCAT; k++)
