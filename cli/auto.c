@@ -75,7 +75,7 @@ static cl_status auto_plan(FILE *f, const cli_args *a, cl_train_config *c, int g
         cl_plan_list_free(&l);
         return cl_error(CL_ERR_INVALID,
                         "--auto: no configuration of %d ranks: dp x tp x pp must make %d, with dp dividing the global batch %d, tp "
-                        "dividing the heads, pp stages of whole blocks, and the flags given",
+                        "dividing the heads, pp no more stages than the model has units, and the flags given",
                         n, n, c->global_batch);
     }
     if (!l.n) {
@@ -177,6 +177,48 @@ static int by_near(const void *x, const void *y) {
     return (a->r->step_s > b->r->step_s) - (a->r->step_s < b->r->step_s);
 }
 
+/* None fits at n ranks: the nearest other rank count (n+1, n-1, n+2, ..., 1
+ * to 2n + 2, at most 8 searched) where some configuration fits, its fastest
+ * few. A cap that is the host's share is shared again among that count. */
+static void other_ranks(FILE *f, const cl_train_config *c, int n, const cl_hw *hw) {
+    size_t avail = c->device_memory_host ? cl_host_memory_available() : 0;
+    int tries = 0, lo = n, hi = n;
+    for (int d = 1; d <= n + 2 && tries < 8; d++)
+        for (int sign = 1; sign >= -1 && tries < 8; sign -= 2) {
+            int m = n + sign * d;
+            if (m < 1) continue;
+            tries++;
+            lo = m < lo ? m : lo, hi = m > hi ? m : hi;
+            cl_train_config cc = *c;
+            if (avail) cc.device_memory = avail / (size_t)m;
+            cl_plan_query q;
+            cl_plan_query_for_train(&cc, m, hw, &q);
+            q.top = 3;
+            cl_plan_list l;
+            if (cl_plan_search(&q, &l)) {
+                cl_error_clear();
+                continue;
+            }
+            if (!l.n) {
+                cl_plan_list_free(&l);
+                continue;
+            }
+            char capb[32], flags[256], peak[32];
+            cl_format_bytes(cc.device_memory, capb, sizeof capb);
+            fprintf(f, "planner: with --ranks %d, %d of %d configurations fit %s per rank; the fastest:\n", m, l.n, (int)l.considered,
+                    capb);
+            for (int i = 0; i < l.n && i < 3; i++) {
+                cl_plan_cfg_flags(&l.r[i].c, flags, sizeof flags);
+                cl_format_bytes((size_t)l.r[i].peak_bytes, peak, sizeof peak);
+                fprintf(f, "  --ranks %d %s: peak %s per rank, step %.4g s%s\n", m, flags, peak, l.r[i].step_s,
+                        l.r[i].simulated ? "" : " (closed form)");
+            }
+            cl_plan_list_free(&l);
+            return;
+        }
+    fprintf(f, "planner: nor does any with --ranks %d to %d\n", lo, hi);
+}
+
 void cli_plan_nearest(FILE *f, const cl_train_config *c, int dp, int tp, int pp) {
     cl_hw hw;
     int calibrated, n = dp * tp * pp;
@@ -200,8 +242,9 @@ void cli_plan_nearest(FILE *f, const cl_train_config *c, int dp, int tp, int pp)
     if (!l.n) {
         char why[512] = "no configuration is valid";
         if (l.have_nearest) shortfall(why, sizeof why, &l);
-        fprintf(f, "planner, for %s: no configuration of %d ranks fits %s per rank: %s\n", hwn, n, capb, why);
+        fprintf(f, "planner, for %s: no configuration of %d rank%s fits %s per rank: %s\n", hwn, n, n == 1 ? "" : "s", capb, why);
         cl_plan_list_free(&l);
+        other_ranks(f, c, n, &hw);
         return;
     }
     near_row *rows = malloc((size_t)l.n * sizeof *rows);
@@ -212,9 +255,9 @@ void cli_plan_nearest(FILE *f, const cl_train_config *c, int dp, int tp, int pp)
     cl_plan_cfg ref = cfg_of(c, dp, tp, pp);
     for (int i = 0; i < l.n; i++) rows[i] = (near_row){&l.r[i], cl_plan_cfg_distance(&l.r[i].c, &ref)};
     qsort(rows, (size_t)l.n, sizeof *rows, by_near);
-    fprintf(f, "planner, for %s: %d of %d configurations of %d ranks fit %s per rank; the nearest (fewest flags changed, then "
+    fprintf(f, "planner, for %s: %d of %d configurations of %d rank%s fit %s per rank; the nearest (fewest flags changed, then "
                "fastest):\n",
-            hwn, l.n, (int)l.considered, n, capb);
+            hwn, l.n, (int)l.considered, n, n == 1 ? "" : "s", capb);
     for (int i = 0; i < l.n && i < 4; i++) {
         cl_plan_cfg_flags(&rows[i].r->c, flags, sizeof flags);
         cl_format_bytes((size_t)rows[i].r->peak_bytes, peak, sizeof peak);

@@ -379,13 +379,14 @@ static cl_status agree_job(cl_comm *world, const train_job *j) {
 }
 
 /* The prediction of every rank of the run (cleave/memory.h), printed as a
- * table or JSON lines beside the measured peaks when given. */
-static cl_status print_memory(FILE *f, const cl_train_config *c, const cl_mesh *mesh, const double *measured, int json) {
+ * table or JSON lines beside the measured peaks when given, against cap
+ * (0: none) when given. */
+static cl_status print_memory(FILE *f, const cl_train_config *c, const cl_mesh *mesh, const double *measured, int json, size_t cap) {
     int n = mesh->dp * mesh->tp * mesh->pp;
     cl_mem_rank *pred = malloc((size_t)n * sizeof *pred);
     if (!pred) return cl_error(CL_ERR_OOM, "no host memory for the memory table");
     cl_status s = cl_memory_predict(c, mesh->dp, mesh->pp, pred);
-    if (!s) cli_memory_print(f, pred, n, measured, json);
+    if (!s) cli_memory_print(f, pred, n, measured, json, cap);
     fflush(f);
     free(pred);
     return s;
@@ -407,7 +408,7 @@ static cl_status gather_measured(cl_comm *world, cl_trainer *t, const train_job 
     if (!s && me == 0) {
         fflush(stdout);
         if (dup2(j->measure - 1, STDOUT_FILENO) < 0) s = cl_error(CL_ERR_IO, "cannot restore standard output");
-        if (!s) s = print_memory(stdout, c, &j->mesh, v, j->json);
+        if (!s) s = print_memory(stdout, c, &j->mesh, v, j->json, c->device_memory_host ? 0 : c->device_memory);
     }
     free(v);
     return s;
@@ -457,7 +458,7 @@ static cl_status train_rank(cl_comm *world, void *arg) {
                           cl_comm_backend(world), j->mesh.dp, j->mesh.tp, j->mesh.pp);
         printf("threads per rank: %d\n", j->threads);
         if (j->mesh.pp > 1) cl_trainer_print_stages(t, stdout);
-        print_memory(stdout, &c, &j->mesh, NULL, 0);
+        print_memory(stdout, &c, &j->mesh, NULL, 0, 0);
         if (j->resume) printf("resumed from %s at step %d\n", j->resume, cl_trainer_steps_done(t));
         fflush(stdout);
     }
@@ -651,7 +652,19 @@ static cl_status train_rank_mpi(cl_comm *world, void *arg) {
  * train two quiet steps (standard output to /dev/null until the table). */
 static cl_status memory_mode(const cli_args *a, train_job *j) {
     j->json = cli_get(a, "json") != NULL;
-    if (!cli_get(a, "measure")) return print_memory(stdout, &j->c, &j->mesh, NULL, j->json);
+    size_t cap = j->c.device_memory_host ? 0 : j->c.device_memory; /* a --device-memory given */
+    if (!cli_get(a, "measure")) {
+        CL_TRY(print_memory(stdout, &j->c, &j->mesh, NULL, j->json, cap));
+        if (!cap) return CL_OK;
+        /* a rank over it: the trainer's refusal (exit 2), after the planner's nearest configurations */
+        cl_status s = cl_memory_check(&j->c, j->mesh.dp, j->mesh.pp);
+        if (s != CL_ERR_OOM) return s;
+        char refusal[1024];
+        snprintf(refusal, sizeof refusal, "%s", cl_last_error());
+        fflush(stdout);
+        cli_plan_nearest(j->json ? stderr : stdout, &j->c, j->mesh.dp, j->mesh.tp, j->mesh.pp);
+        return cl_error(s, "%s", refusal);
+    }
     j->steps = j->end = 2;
     j->c.steps = j->c.lr.steps = 2;
     j->sample_tokens = 0;

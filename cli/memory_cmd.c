@@ -22,7 +22,7 @@ static void stages_text(const cl_mem_rank *r, char *buf, size_t n) {
     for (int i = 0; i < r->nstages && u < n; i++) u += (size_t)snprintf(buf + u, n - u, "%s%d", i ? "," : "", r->stage[i]);
 }
 
-void cli_memory_print(FILE *f, const cl_mem_rank *pred, int n, const double *measured, int json) {
+void cli_memory_print(FILE *f, const cl_mem_rank *pred, int n, const double *measured, int json, size_t cap) {
     char b[32], st[96];
     int host = 0, disk = 0;
     for (int i = 0; i < n; i++) host |= pred[i].host > 0, disk |= pred[i].disk > 0;
@@ -35,6 +35,7 @@ void cli_memory_print(FILE *f, const cl_mem_rank *pred, int n, const double *mea
             fprintf(f, ", \"predicted\": {");
             for (int k = 0; k < CL_MEM_NCAT; k++) fprintf(f, "\"%s\": %zu, ", cl_mem_cat_name(k), r->bytes[k]);
             fprintf(f, "\"total\": %zu, \"host\": %zu, \"disk\": %zu}", r->total, r->host, r->disk);
+            if (cap) fprintf(f, ", \"device_memory\": %zu, \"fits\": %s", cap, r->total <= cap ? "true" : "false");
             if (measured) {
                 const double *m = measured + (size_t)i * CLI_MEM_COLS;
                 fprintf(f, ", \"measured\": {");
@@ -53,7 +54,8 @@ void cli_memory_print(FILE *f, const cl_mem_rank *pred, int n, const double *mea
             : host ? "; host = optimizer state offloaded to host memory, outside the device" : "");
     fprintf(f, "  %-5s %-7s", "rank", "stages");
     for (int k = 0; k < CL_MEM_NCAT; k++) fprintf(f, " %11s", short_name(k));
-    fprintf(f, " %11s%s%s\n", "total", host || disk ? "        host" : "", disk ? "        disk" : "");
+    fprintf(f, " %11s%s%s%s\n", "total", host || disk ? "        host" : "", disk ? "        disk" : "", cap ? "  fits" : "");
+    int nfit = 0;
     for (int i = 0; i < n; i++) {
         const cl_mem_rank *r = &pred[i];
         size_t want[CLI_MEM_COLS];
@@ -64,6 +66,8 @@ void cli_memory_print(FILE *f, const cl_mem_rank *pred, int n, const double *mea
         stages_text(r, st, sizeof st);
         fprintf(f, "  %-5d %-7s", r->rank, st);
         for (int k = 0; k < cols; k++) fprintf(f, " %11s", cl_format_bytes(want[k], b, sizeof b));
+        if (cap) fprintf(f, "  %s", r->total <= cap ? "yes" : "no");
+        nfit += r->total <= cap;
         fprintf(f, "\n");
         if (!measured) continue;
         const double *m = measured + (size_t)i * CLI_MEM_COLS;
@@ -73,4 +77,7 @@ void cli_memory_print(FILE *f, const cl_mem_rank *pred, int n, const double *mea
         for (int k = 0; k < cols; k++) fprintf(f, " %11.0f", m[k] - (double)want[k]);
         fprintf(f, "\n");
     }
+    if (cap)
+        fprintf(f, "device memory %s per rank (--device-memory): %s (%d of %d rank%s fit%s)\n", cl_format_bytes(cap, b, sizeof b),
+                nfit == n ? "fits" : "does not fit", nfit, n, n == 1 ? "" : "s", nfit == 1 ? "s" : "");
 }

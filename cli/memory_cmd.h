@@ -11,8 +11,10 @@
  * when not NULL, holds n x CLI_MEM_COLS measured peaks (categories, the
  * total, then the host memory of offloaded optimizer state), printed beside
  * the prediction with the difference. The host column shows when some rank
- * offloads. */
+ * offloads. cap > 0 (a --device-memory given): each rank's predicted total
+ * against it, a "fits" column (JSON: "fits": true or false) and a last line
+ * counting the ranks that fit. */
 #define CLI_MEM_COLS (CL_MEM_NCAT + 3) /* the categories, the total, host, disk */
-void cli_memory_print(FILE *f, const cl_mem_rank *pred, int n, const double *measured, int json);
+void cli_memory_print(FILE *f, const cl_mem_rank *pred, int n, const double *measured, int json, size_t cap);
 
 #endif

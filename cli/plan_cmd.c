@@ -400,6 +400,7 @@ int cleave_cmd_plan(int argc, char **argv) {
     if (svg && (s = cl_check_output_path(svg, "--svg"))) return cli_fail(s);
     q.devices = devices;
     q.device_memory = (double)mem;
+    if (q.hw.exact_memory) q.host_memory = (double)cl_host_memory_available(); /* this machine: offload counts its host */
     q.top = top > 64 ? 64 : top;
     if (cli_get(&a, "schedule")) {
         cl_sched_kind k;
@@ -446,7 +447,7 @@ int cleave_cmd_plan(int argc, char **argv) {
         cl_plan_list_free(&l);
         return cli_fail(cl_error(CL_ERR_INVALID,
                                  "no configuration of %d devices: dp x tp x pp must make %d, with dp dividing the global batch "
-                                 "%d, tp dividing the heads, pp stages of whole blocks (and the fixed flags)",
+                                 "%d, tp dividing the heads, pp no more stages than the model has units (and the fixed flags)",
                                  devices, devices, q.global_batch));
     }
     if (!l.n) {

@@ -17,7 +17,7 @@ echo "== one rank, capped at $cap:"
 if ./build/cleave train "${run[@]}" --steps 1 --sample-tokens 0 --eval-batches 1 > build/one-rank.out 2>&1; then
     echo "(it fit: the cap no longer shows the point)"
 else
-    tail -n 1 build/one-rank.out
+    grep -m1 '^cleave: error:' build/one-rank.out # the refusal (the planner's proposals follow it in the file)
 fi
 echo "== a 2-stage pipeline (1F1B, 16 micro-batches per step), each rank capped at $cap:"
 ./build/cleave train "${run[@]}" --pp 2 --schedule 1f1b --steps 600 --lr 3e-3 --eval-every 200 --log-every 50 \

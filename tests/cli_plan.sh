@@ -107,7 +107,7 @@ expect2() {
 echo '{"name": "x", "peak_flops": {"fp32": 1e12}}' > "$tmp/h1.json"
 sed 's/"memory_bandwidth": [0-9.e+]*/"memory_bandwidth": -5/' "$tmp/this.json" > "$tmp/h2.json"
 expect2 "missing object gemm" $CLEAVE plan --hardware "$tmp/h1.json" --devices 2
-expect2 "memory_bandwidth must be positive" $CLEAVE plan --hardware "$tmp/h2.json" --devices 2
+expect2 "memory_bandwidth = -5 is outside its plausible range" $CLEAVE plan --hardware "$tmp/h2.json" --devices 2
 expect2 "no configuration of 7 devices" $CLEAVE plan --devices 7 --global-batch-size 8 --tp 2
 expect2 "no configuration fits 1.0 GiB per device: the nearest" $CLEAVE plan --model gpt2-xl --devices 8 --device-memory 1GiB
 expect2 "modelled on this machine only" $CLEAVE plan --devices 8 --offload-optimizer host

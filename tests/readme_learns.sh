@@ -18,3 +18,7 @@ val=$(grep -o 'validation loss [0-9.]*' "$out" | tail -1 | awk '{print $3}')
 echo "validation loss $val, unigram baseline $uni"
 awk -v v="$val" -v u="$uni" 'BEGIN { exit !(v < u) }' || { echo "validation loss did not fall below the unigram baseline"; exit 1; }
 grep -q '^sample:' "$out" || { echo "no generated sample"; exit 1; }
+# the one-rank refusal the README promises, with the figure it quotes
+need=$(grep -o 'it needs [0-9.]* [KMG]iB' README.md | head -1 | sed 's/it needs //')
+grep -A1 '^== one rank' "$out" | tail -1 | grep -q "^cleave: error: rank 0 needs $need but .*refused before allocating" ||
+    { echo "the demo does not show the one-rank refusal the README promises (needs $need)"; exit 1; }

@@ -166,6 +166,54 @@ static void test_sim_extra(void) {
     cl_schedule_free(&sc);
 }
 
+/* Every numeric field of a description: a value outside its plausible range is refused naming the
+ * field, the value and the range (latency 1e308, max_efficiency 1e-300 among them). */
+static void test_hw_ranges(void) {
+    static const char base[] =
+        "{\"name\": \"x\", \"peak_flops\": {\"fp32\": 1e12, \"bf16\": 2e12}, \"gemm\": {\"max_efficiency\": 0.5, \"half_dim\": 64}, "
+        "\"memory_bandwidth\": 1e10, \"memory_efficiency\": 0.8, \"kernel_bandwidth\": 2e10, \"disk_bandwidth\": 1e9, "
+        "\"device_memory\": 4e9, \"devices_per_node\": 2, \"intra_node\": {\"bandwidth\": 1e10, \"efficiency\": 0.75, "
+        "\"latency\": 2e-5}, \"inter_node\": {\"bandwidth\": 3e9, \"efficiency\": 0.9, \"latency\": 3e-5}}";
+    static const char table[] = "{\"name\": \"x\", \"peak_flops\": {\"fp32\": 1e12}, \"gemm\": {\"table\": [[64, 64, 64, 0.5, 0.4, 0.3]]}, "
+                                "\"memory_bandwidth\": 1e10, \"device_memory\": 4e9, \"devices_per_node\": 2, \"intra_node\": "
+                                "{\"bandwidth\": 1e10, \"latency\": 2e-5}, \"inter_node\": {\"bandwidth\": 3e9, \"latency\": 3e-5}}";
+    cl_hw hw;
+    CHECK_OK(cl_hw_parse(base, sizeof base - 1, "base", &hw));
+    CHECK_OK(cl_hw_parse(table, sizeof table - 1, "table", &hw));
+    /* {text in the description, its replacement, the field as the message names it, the value, the range} */
+    static const char *const cases[][5] = {
+        {"\"fp32\": 1e12", "\"fp32\": 1e30", "peak_flops.fp32", "1e+30", "1e+06 to 1e+18"},
+        {"\"bf16\": 2e12", "\"bf16\": 1e-300", "peak_flops.bf16", "1e-300", "1e+06 to 1e+18"},
+        {"\"max_efficiency\": 0.5", "\"max_efficiency\": 1e-300", "gemm.max_efficiency", "1e-300", "0.001 to 1"},
+        {"\"max_efficiency\": 0.5", "\"max_efficiency\": 1.5", "gemm.max_efficiency", "1.5", "0.001 to 1"},
+        {"\"half_dim\": 64", "\"half_dim\": 1e300", "gemm.half_dim", "1e+300", "0.001 to 1e+06"},
+        {"\"memory_bandwidth\": 1e10", "\"memory_bandwidth\": 1e308", "memory_bandwidth", "1e+308", "1e+06 to 1e+15"},
+        {"\"memory_efficiency\": 0.8", "\"memory_efficiency\": 0", "memory_efficiency", "0", "0.001 to 1"},
+        {"\"kernel_bandwidth\": 2e10", "\"kernel_bandwidth\": 5", "kernel_bandwidth", "5", "1e+06 to 1e+15"},
+        {"\"disk_bandwidth\": 1e9", "\"disk_bandwidth\": 1e20", "disk_bandwidth", "1e+20", "1e+06 to 1e+15"},
+        {"\"device_memory\": 4e9", "\"device_memory\": 1000", "device_memory", "1000", "1.04858e+06 to 1e+15"},
+        {"\"devices_per_node\": 2", "\"devices_per_node\": 1e9", "devices_per_node", "1e+09", "1 to 1.04858e+06"},
+        {"\"bandwidth\": 1e10, \"efficiency\": 0.75", "\"bandwidth\": 1e10, \"efficiency\": 7.5", "intra_node.efficiency", "7.5", "0.001 to 1"},
+        {"\"latency\": 2e-5", "\"latency\": 1e308", "intra_node.latency", "1e+308", "0 to 1"},
+        {"\"bandwidth\": 3e9", "\"bandwidth\": 0.5", "inter_node.bandwidth", "0.5", "1000 to 1e+15"},
+        {"\"latency\": 3e-5", "\"latency\": 2", "inter_node.latency", "2", "0 to 1"},
+        {"[64, 64, 64, 0.5", "[64, 1e300, 64, 0.5", "gemm.table[0][1] (n)", "1e+300", "1 to 1e+09"},
+        {"0.4, 0.3]", "0.4, 1e-300]", "gemm.table[0][5] (efficiency tn)", "1e-300", "0.001 to 1"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const char *src = cases[i][0][0] == '[' || cases[i][0][1] == '.' ? table : base;
+        const char *at = strstr(src, cases[i][0]);
+        CHECK(at != NULL, "case %zu: '%s' in the description", i, cases[i][0]);
+        if (!at) continue;
+        char text[1024], want[256];
+        snprintf(text, sizeof text, "%.*s%s%s", (int)(at - src), src, cases[i][1], at + strlen(cases[i][0]));
+        snprintf(want, sizeof want, "t.json: field %s = %s is outside its plausible range %s", cases[i][2], cases[i][3], cases[i][4]);
+        cl_status s = cl_hw_parse(text, strlen(text), "t.json", &hw);
+        CHECK(s == CL_ERR_INVALID && strstr(cl_last_error(), want), "case %zu: want '%s', got '%s'", i, want, s ? cl_last_error() : "ok");
+        cl_error_clear();
+    }
+}
+
 static void test_hw(void) {
     cl_hw hw;
     CHECK_OK(cl_hw_builtin("a100", &hw));
@@ -173,7 +221,7 @@ static void test_hw(void) {
     CHECK_OK(cl_hw_builtin("h100", &hw));
     const char *bad[][2] = {
         {"{\"name\": \"x\"}", "missing object peak_flops"},
-        {"{\"name\": \"x\", \"peak_flops\": {\"fp32\": -1}}", "peak_flops.fp32 must be positive"},
+        {"{\"name\": \"x\", \"peak_flops\": {\"fp32\": -1}}", "peak_flops.fp32 = -1 is outside its plausible range 1e+06 to 1e+18 (FLOP/s)"},
         {"{\"name\": \"x\", \"peak_flops\": {\"fp32\": 1e12}, \"gemm\": {\"max_efficiency\": 0.5}}", "missing field gemm.half_dim"},
         {"{\"name\": \"x\", \"peak_flops\": {\"fp32\": 1e12}, \"gemm\": {\"max_efficiency\": 0.5, \"half_dim\": 8}, "
          "\"memory_bandwidth\": 1e9, \"device_memory\": 1e9, \"devices_per_node\": 2, \"intra_node\": {\"bandwidth\": 1e9}}",
@@ -181,7 +229,7 @@ static void test_hw(void) {
         {"{\"name\": \"x\", \"peak_flops\": {\"fp32\": 1e12}, \"gemm\": {\"max_efficiency\": 0.5, \"half_dim\": 8}, "
          "\"memory_bandwidth\": 1e9, \"device_memory\": 1e9, \"devices_per_node\": 2, \"intra_node\": {\"bandwidth\": 1e9, "
          "\"latency\": 0}, \"inter_node\": {\"bandwidth\": 1e9, \"latency\": -1}}",
-         "inter_node.latency must be a number >= 0"},
+         "inter_node.latency = -1 is outside its plausible range 0 to 1 (seconds)"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         cl_status s = cl_hw_parse(bad[i][0], strlen(bad[i][0]), "t.json", &hw);
@@ -341,6 +389,7 @@ int main(int argc, char **argv) {
     test_megatron_formula();
     test_sim_extra();
     test_hw();
+    test_hw_ranges();
     test_zero_table();
     test_megatron_table(!(argc > 1 && !strcmp(argv[1], "--no-search")));
     return cl_test_report("test_plan");

@@ -33,12 +33,23 @@ typedef struct {
  * (the messages cl_trainer_create would give). */
 cl_status cl_memory_predict(const cl_train_config *cfg, int dp, int pp, cl_mem_rank *out);
 
-/* When some rank's prediction exceeds cfg->device_memory: CL_ERR_OOM naming
- * the rank, its stages, its largest category and the bytes over the cap,
- * and up to three of the nearest configurations that fit (another
- * --recompute, a smaller --micro-batch-size for the same global batch,
- * another --schedule, the balanced layout), each with its peak. CL_OK when
- * every rank fits or there is no cap. */
+/* The host memory the n ranks of a prediction on one host take when some
+ * rank offloads its optimizer state (host, or disk's tiles): a CPU rank's
+ * device is the host's memory, so each rank's device total plus its host
+ * bytes, summed over the ranks (ranks_here of them share the host: the
+ * largest rank's times ranks_here when fewer than n); 0 when none offloads. */
+size_t cl_memory_host_need(const cl_mem_rank *r, int n, int ranks_here);
+
+/* When some rank's prediction exceeds cfg->device_memory, or an offloaded
+ * run's host need (cl_memory_host_need, the ranks of
+ * $OMPI_COMM_WORLD_LOCAL_SIZE or all on this host) exceeds the host's
+ * available memory: CL_ERR_OOM naming the rank, its stages, its largest
+ * category and the bytes over the cap (or the host's figures), and up to
+ * three configurations one flag away that fit both (ZeRO 1, host offload,
+ * another --recompute, a smaller --micro-batch-size for the same global
+ * batch, another --schedule, the balanced layout), each with its peak, or
+ * that none of them does at this rank count. CL_OK when everything fits or
+ * there is no cap. */
 cl_status cl_memory_check(const cl_train_config *cfg, int dp, int pp);
 
 #ifdef __cplusplus

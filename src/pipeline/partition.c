@@ -67,23 +67,39 @@ cl_status cl_pp_partition_balanced(const cl_model_desc *d, int nstages, const cl
     for (size_t i = 0; i < cells; i++) best[i] = INF, cut[i] = -1;
     best[0] = 0;
     size_t min_need = (size_t)-1; /* for the error: the smallest cap of any partition */
+    /* without a cap only the stages' FLOPs matter: summed once per range, in the order
+     * cl_pp_stage_predict sums them (the same doubles, so the same cut), not predicted per cell */
+    double *fl = NULL;
+    int same_b = 1;
+    for (int k = 1; k < nstages; k++) same_b &= opts[k].B == opts[0].B;
+    if (!cap && same_b && (fl = malloc((size_t)(n + 1) * (size_t)(n + 1) * sizeof *fl)))
+        for (int i = 0; i < n; i++) {
+            double acc = 0;
+            for (int j = i + 1; j <= n; j++) acc += 3.0 * d->units[j - 1].flops * opts[0].B, fl[(size_t)i * (n + 1) + j] = acc;
+        }
     for (int k = 1; k <= nstages; k++) {
         for (int j = k; j <= n - (nstages - k); j++) {
             for (int i = k - 1; i < j; i++) {
                 double prev = best[(size_t)(k - 1) * (n + 1) + i];
                 if (prev >= INF) continue;
-                cl_pp_stage_cost c = cl_pp_stage_predict(d, i, j, &opts[k - 1]);
-                size_t need = c.total_bytes + (extra ? extra[k - 1] : 0);
-                if (cap && need > cap) {
-                    if (need < min_need) min_need = need;
-                    continue;
+                double flops;
+                if (fl) flops = fl[(size_t)i * (n + 1) + j];
+                else {
+                    cl_pp_stage_cost c = cl_pp_stage_predict(d, i, j, &opts[k - 1]);
+                    size_t need = c.total_bytes + (extra ? extra[k - 1] : 0);
+                    if (cap && need > cap) {
+                        if (need < min_need) min_need = need;
+                        continue;
+                    }
+                    flops = c.flops;
                 }
-                double t = c.flops > prev ? c.flops : prev;
+                double t = flops > prev ? flops : prev;
                 double *b = &best[(size_t)k * (n + 1) + j];
                 if (t < *b) *b = t, cut[(size_t)k * (n + 1) + j] = i;
             }
         }
     }
+    free(fl);
     if (best[(size_t)nstages * (n + 1) + n] >= INF) {
         free(best);
         free(cut);

@@ -59,6 +59,7 @@ void cl_plan_query_for_train(const cl_train_config *tc, int ranks, const cl_hw *
     q->devices = ranks;
     q->global_batch = tc->global_batch;
     q->device_memory = (double)tc->device_memory;
+    q->host_memory = (double)cl_host_memory_available();
     q->hw = *hw;
     q->vocab_div = tc->vocab_divisible_by > 0 ? tc->vocab_divisible_by : 128;
     q->max_tp = ranks;

@@ -53,16 +53,33 @@ cl_status cl_hw_builtin(const char *name, cl_hw *out) {
     return cl_error(CL_ERR_INVALID, "unknown built-in hardware '%s' (a100, h100)", name);
 }
 
-/* A required positive number at obj.key (or an optional one: *out unchanged when absent). */
-static cl_status num(const cl_json *obj, const char *path, const char *key, const char *what, int required, double *out) {
+/* Every number of a description has a plausible range (docs/ARCHITECTURE.md
+ * "Planner" states them); a value outside it is refused naming the field,
+ * the value and the range, so that 1e308 or 1e-300 never reaches the costs. */
+typedef struct {
+    double lo, hi;
+    const char *unit;
+} hw_range;
+static const hw_range R_FLOPS = {1e6, 1e18, "FLOP/s"}, R_EFF = {1e-3, 1, "a share"}, R_HALF = {1e-3, 1e6, "elements"},
+                      R_DIM = {1, 1e9, "elements"}, R_MEMBW = {1e6, 1e15, "bytes/s"}, R_LINKBW = {1e3, 1e15, "bytes/s"},
+                      R_BYTES = {1048576, 1e15, "bytes"}, R_DEV = {1, 1048576, "devices"}, R_LAT = {0, 1, "seconds"};
+
+static cl_status in_range(double x, const hw_range *r, const char *what, const char *path, const char *key) {
+    if (x >= r->lo && x <= r->hi) return CL_OK; /* (NaN fails both) */
+    return cl_error(CL_ERR_INVALID, "%s: field %s%s = %g is outside its plausible range %g to %g (%s)", what, path, key, x, r->lo, r->hi,
+                    r->unit);
+}
+
+/* A required number at obj.key within r (or an optional one: *out unchanged when absent). */
+static cl_status num(const cl_json *obj, const char *path, const char *key, const char *what, int required, const hw_range *r,
+                     double *out) {
     const cl_json *v = obj ? cl_json_get(obj, key) : NULL;
     if (!v) {
         if (!required) return CL_OK;
         return cl_error(CL_ERR_INVALID, "%s: missing field %s%s", what, path, key);
     }
     if (v->type != CL_JSON_NUMBER) return cl_error(CL_ERR_INVALID, "%s: field %s%s must be a number", what, path, key);
-    if (!(v->number > 0) || !isfinite(v->number))
-        return cl_error(CL_ERR_INVALID, "%s: field %s%s must be positive (got %g)", what, path, key, v->number);
+    CL_TRY(in_range(v->number, r, what, path, key));
     *out = v->number;
     return CL_OK;
 }
@@ -72,17 +89,11 @@ static cl_status link(const cl_json *root, const char *key, const char *what, do
     char path[32];
     snprintf(path, sizeof path, "%s.", key);
     if (!o || o->type != CL_JSON_OBJECT) return cl_error(CL_ERR_INVALID, "%s: missing object %s", what, key);
-    double eff = 1, l = 0;
-    CL_TRY(num(o, path, "bandwidth", what, 1, bw));
-    CL_TRY(num(o, path, "efficiency", what, 0, &eff));
-    const cl_json *lv = cl_json_get(o, "latency");
-    if (!lv) return cl_error(CL_ERR_INVALID, "%s: missing field %slatency", what, path);
-    if (lv->type != CL_JSON_NUMBER || lv->number < 0 || !isfinite(lv->number))
-        return cl_error(CL_ERR_INVALID, "%s: field %slatency must be a number >= 0", what, path);
-    l = lv->number;
-    if (eff > 1) return cl_error(CL_ERR_INVALID, "%s: field %sefficiency must be at most 1 (got %g)", what, path, eff);
+    double eff = 1;
+    CL_TRY(num(o, path, "bandwidth", what, 1, &R_LINKBW, bw));
+    CL_TRY(num(o, path, "efficiency", what, 0, &R_EFF, &eff));
+    CL_TRY(num(o, path, "latency", what, 1, &R_LAT, lat));
     *bw *= eff;
-    *lat = l;
     return CL_OK;
 }
 
@@ -94,8 +105,8 @@ static cl_status parse_root(const cl_json *r, const char *what, cl_hw *hw) {
     snprintf(hw->name, sizeof hw->name, "%s", nm->string);
     const cl_json *pk = cl_json_get(r, "peak_flops");
     if (!pk || pk->type != CL_JSON_OBJECT) return cl_error(CL_ERR_INVALID, "%s: missing object peak_flops", what);
-    CL_TRY(num(pk, "peak_flops.", "fp32", what, 1, &hw->peak_fp32));
-    CL_TRY(num(pk, "peak_flops.", "bf16", what, 0, &hw->peak_bf16));
+    CL_TRY(num(pk, "peak_flops.", "fp32", what, 1, &R_FLOPS, &hw->peak_fp32));
+    CL_TRY(num(pk, "peak_flops.", "bf16", what, 0, &R_FLOPS, &hw->peak_bf16));
     const cl_json *g = cl_json_get(r, "gemm");
     if (!g || g->type != CL_JSON_OBJECT) return cl_error(CL_ERR_INVALID, "%s: missing object gemm", what);
     const cl_json *tab = cl_json_get(g, "table");
@@ -109,29 +120,31 @@ static cl_status parse_root(const cl_json *r, const char *what, cl_hw *hw) {
                 return cl_error(CL_ERR_INVALID, "%s: gemm.table row %d must be [m, n, k, efficiency] or [m, n, k, nn, nt, tn]", what, i);
             int j = 0;
             for (const cl_json *x = row->child; x; x = x->next, j++) {
-                if (x->type != CL_JSON_NUMBER || !(x->number > 0) || !isfinite(x->number) || (j >= 3 && x->number > 1))
-                    return cl_error(CL_ERR_INVALID, "%s: gemm.table row %d: every entry must be positive (efficiency at most 1)",
-                                    what, i);
+                if (x->type != CL_JSON_NUMBER)
+                    return cl_error(CL_ERR_INVALID, "%s: gemm.table row %d: every entry must be a number", what, i);
+                char path[48];
+                snprintf(path, sizeof path, "gemm.table[%d]", i);
+                static const char *const col[] = {"[0] (m)", "[1] (n)", "[2] (k)", "[3] (efficiency)", "[4] (efficiency nt)",
+                                                  "[5] (efficiency tn)"};
+                CL_TRY(in_range(x->number, j < 3 ? &R_DIM : &R_EFF, what, path, col[j]));
                 hw->gemm_points[i][j] = x->number;
             }
             for (int j = (int)row->count; j < 3 + CL_GEMM_NLAYOUTS; j++) hw->gemm_points[i][j] = hw->gemm_points[i][3];
         }
         hw->ngemm_points = i;
     } else {
-        CL_TRY(num(g, "gemm.", "max_efficiency", what, 1, &hw->gemm_max_eff));
-        CL_TRY(num(g, "gemm.", "half_dim", what, 1, &hw->gemm_half));
-        if (hw->gemm_max_eff > 1) return cl_error(CL_ERR_INVALID, "%s: gemm.max_efficiency must be at most 1", what);
+        CL_TRY(num(g, "gemm.", "max_efficiency", what, 1, &R_EFF, &hw->gemm_max_eff));
+        CL_TRY(num(g, "gemm.", "half_dim", what, 1, &R_HALF, &hw->gemm_half));
     }
     double meff = 1, dpn = 0;
-    CL_TRY(num(r, "", "memory_bandwidth", what, 1, &hw->mem_bw));
-    CL_TRY(num(r, "", "memory_efficiency", what, 0, &meff));
-    if (meff > 1) return cl_error(CL_ERR_INVALID, "%s: memory_efficiency must be at most 1", what);
+    CL_TRY(num(r, "", "memory_bandwidth", what, 1, &R_MEMBW, &hw->mem_bw));
+    CL_TRY(num(r, "", "memory_efficiency", what, 0, &R_EFF, &meff));
     hw->mem_bw *= meff;
-    CL_TRY(num(r, "", "kernel_bandwidth", what, 0, &hw->kern_bw));
-    CL_TRY(num(r, "", "disk_bandwidth", what, 0, &hw->disk_bw));
-    CL_TRY(num(r, "", "device_memory", what, 1, &hw->device_memory));
-    CL_TRY(num(r, "", "devices_per_node", what, 1, &dpn));
-    if (dpn != floor(dpn) || dpn > 1 << 20) return cl_error(CL_ERR_INVALID, "%s: devices_per_node must be a whole number", what);
+    CL_TRY(num(r, "", "kernel_bandwidth", what, 0, &R_MEMBW, &hw->kern_bw));
+    CL_TRY(num(r, "", "disk_bandwidth", what, 0, &R_MEMBW, &hw->disk_bw));
+    CL_TRY(num(r, "", "device_memory", what, 1, &R_BYTES, &hw->device_memory));
+    CL_TRY(num(r, "", "devices_per_node", what, 1, &R_DEV, &dpn));
+    if (dpn != floor(dpn)) return cl_error(CL_ERR_INVALID, "%s: field devices_per_node = %g must be a whole number", what, dpn);
     hw->devices_per_node = (int)dpn;
     CL_TRY(link(r, "intra_node", what, &hw->intra_bw, &hw->intra_lat));
     CL_TRY(link(r, "inter_node", what, &hw->inter_bw, &hw->inter_lat));

@@ -13,12 +13,14 @@
  * bytes. The schedule simulator orders the actions; its makespan is the
  * step time.
  *
- * Memory: on this machine (fp32, exact_memory) cl_memory_predict's bytes;
- * on a GPU description the same statement (cl_pp_stage_predict's
- * categories over the same description) at mixed precision: parameters and
- * gradients 2 bytes, optimizer 12 bytes per float (fp32 master, two
- * moments) where cleave keeps 8, activations and workspace 2 bytes, and
- * ZeRO stages 2 and 3 sharding the gradients and parameters. */
+ * Memory: in fp32, on any description, cl_memory_predict's bytes (what
+ * cleave memory prints for the same run: on this machine, exact_memory, to
+ * the byte); at bf16 on a GPU description the same statement
+ * (cl_pp_stage_predict's categories over the same description) at mixed
+ * precision: parameters and gradients 2 bytes, optimizer 12 bytes per float
+ * (fp32 master, two moments) where cleave keeps 8, activations and
+ * workspace 2 bytes, and ZeRO stages 2 and 3 sharding the gradients and
+ * parameters. */
 #include "plan/plan.h"
 
 #include "cleave/memory.h"
@@ -260,12 +262,14 @@ static cl_status prepare(plan_ctx *x, const cl_plan_cfg *c, prep *P, cl_model_de
     CL_TRY(get_desc(x, c->tp, c->sp, &d));
     *dout = d;
     int gpt = q->model.kind == CL_MODEL_GPT;
-    /* stages: the blocks split evenly (the first stages take one more when they do not divide), the
-     * embedding with stage 0, the head with the last; other models: units split evenly */
-    int nb = gpt ? q->model.layers : d->nunits, lo = gpt ? 1 : 0;
-    if (P->S > nb) return cl_error(CL_ERR_INVALID, "%d stages for %d %s", P->S, nb, gpt ? "blocks" : "units");
-    if (gpt && !hw->exact_memory && P->S > 1 && nb % P->S)
-        return cl_error(CL_ERR_INVALID, "%d blocks do not split into %d equal stages", nb, P->S);
+    /* stages: the trainer's rule (cl_pp_partition_balanced): at most one a unit. Their units: the
+     * blocks split evenly (the first stages take one more when they do not divide), the embedding
+     * with stage 0, the head with the last; more stages than blocks, and other models: the units
+     * split evenly */
+    if (P->S > d->nunits)
+        return cl_error(CL_ERR_INVALID, "%d pipeline stages but the model has only %d units", P->S, d->nunits);
+    int by_blocks = gpt && P->S <= q->model.layers;
+    int nb = by_blocks ? q->model.layers : d->nunits, lo = by_blocks ? 1 : 0;
     for (int s = 0, at = lo; s < P->S; s++) {
         int k = nb / P->S + (s < nb % P->S);
         P->u0[s] = s == 0 ? 0 : at;
@@ -372,7 +376,7 @@ static cl_status memory(plan_ctx *x, const prep *P, const cl_model_desc *d, cl_p
     const cl_plan_cfg *c = &P->c;
     memset(out->cat_bytes, 0, sizeof out->cat_bytes);
     out->peak_bytes = 0;
-    if (q->hw.exact_memory) {
+    if (q->hw.exact_memory || !c->bf16) { /* fp32 anywhere: the trainer's own statement */
         cl_train_config tc;
         if (q->base) tc = *q->base;
         else cl_train_config_default(&tc);
@@ -410,19 +414,20 @@ static cl_status memory(plan_ctx *x, const prep *P, const cl_model_desc *d, cl_p
                 for (int k = 0, r = mr[i].pp_rank; k < CL_MEM_NCAT; k++)
                     if (mr[i].bytes[k] > x->rank_cat[r][k]) x->rank_cat[r][k] = (double)mr[i].bytes[k];
             out->peak_bytes = (double)mr[w].total;
+            out->host_need = (double)cl_memory_host_need(mr, n, n);
             out->full_rank = mr[w].pp_rank;
             for (int k = 0; k < CL_MEM_NCAT; k++) out->cat_bytes[k] = (double)mr[w].bytes[k];
         }
         free(mr);
         return s;
     }
-    /* a GPU: the stage statement at mixed precision (see the top of this file) */
+    /* bf16 on a GPU: the stage statement at mixed precision (see the top of this file) */
     static const double scale[CL_MEM_NCAT] = {0.5, 0.5, 1.5, 0.5, 0.5, 0.5};
     /* stages of the same units' kinds and counts cost the same: a few distinct ones, cached */
     struct {
         int first, last, n, zb, ndout;
         double one[CL_MEM_NCAT], per[CL_MEM_NCAT];
-    } cache[8];
+    } cache[64];
     int ncache = 0;
     const int *lives;
     CL_TRY(get_live(x, P->kind, P->p, P->m, P->v, &lives));
@@ -443,7 +448,7 @@ static cl_status memory(plan_ctx *x, const prep *P, const cl_model_desc *d, cl_p
                 cl_pp_stage_cost one = cl_pp_stage_predict(d, P->u0[s], P->u1[s], &o);
                 o.live = 2;
                 cl_pp_stage_cost two = cl_pp_stage_predict(d, P->u0[s], P->u1[s], &o);
-                if (ncache == 8) ci = 7; /* (uneven stages: the last slot is reused) */
+                if (ncache == 64) ci = 63; /* (a kind per rank's receive count, and uneven stages: the last slot is reused) */
                 else ncache++;
                 cache[ci].first = first, cache[ci].last = last, cache[ci].n = nu, cache[ci].ndout = ndout;
                 for (int k = 0; k < CL_MEM_NCAT; k++)
@@ -575,6 +580,10 @@ static cl_status eval_ctx(plan_ctx *x, const cl_plan_cfg *c, int sim, cl_plan_re
         for (int i = 1; i < CL_MEM_NCAT; i++)
             if (o->cat_bytes[i] > o->cat_bytes[k]) k = i;
         o->over_cat = k;
+    } else if (x->q->host_memory > 0 && o->host_need > x->q->host_memory) { /* the offloaded state does not fit the host */
+        o->fits = 0;
+        o->over_bytes = o->host_need - x->q->host_memory;
+        o->over_cat = CL_MEM_OPTIM;
     }
     double est, lo;
     closed_form(&P, &est, &lo);
@@ -651,7 +660,7 @@ cl_status cl_plan_search(const cl_plan_query *q, cl_plan_list *out) {
             if ((q->devices / tp) % pp || (fx->pp > 0 && pp != fx->pp)) continue;
             int dp = q->devices / tp / pp;
             if ((fx->dp > 0 && dp != fx->dp) || q->global_batch % dp) continue;
-            int nb = gpt ? q->model.layers : 64;
+            int nb = gpt ? q->model.layers + 2 : 64; /* units (GPT: embedding, blocks, head); prepare checks the others' */
             if (pp > nb) break;
             int per = q->global_batch / dp;
             for (int mb = 1; mb <= per && mb <= 64 && !st; mb++) {
@@ -666,7 +675,10 @@ cl_status cl_plan_search(const cl_plan_query *q, cl_plan_list *out) {
                     for (int v = 1; v <= 64 && !st; v++) {
                         if (fx->v > 0 && v != fx->v && pp > 1) continue;
                         if ((kind == CL_SCHED_INTERLEAVED) != (v > 1)) continue;
-                        if (kind == CL_SCHED_INTERLEAVED && (m % pp || (gpt && nb % (pp * v)))) continue;
+                        if (kind == CL_SCHED_INTERLEAVED && m % pp) continue;
+                        /* chunks of unequal blocks are valid (the trainer runs them) but searched only when
+                         * --virtual-stages is fixed: they bound the search (1T on 3072: 5x the configurations) */
+                        if (kind == CL_SCHED_INTERLEAVED && gpt && fx->v <= 0 && q->model.layers % (pp * v)) continue;
                         if (pp * v > nb) break;
                         int zs[4], nz = opts_of(fx->zero, 0, 3, zs);
                         int os[3], no = opts_of(fx->offload, 0, hw->exact_memory ? (hw->disk_bw > 0 ? 2 : 1) : 0, os);

@@ -122,8 +122,9 @@ typedef struct {
     double cat_bytes[6];        /* its categories (cl_mem_cat) */
     int full_rank;              /* which pipeline rank */
     int simulated;              /* step_s from the simulator (else the closed form) */
-    double over_bytes;          /* bytes over the device memory (not fitting) */
+    double over_bytes;          /* bytes over the device memory, or over host_memory (not fitting) */
     int over_cat;               /* its largest category */
+    double host_need;           /* exact memory with offload: cl_memory_host_need of its ranks (0: none offloads) */
 } cl_plan_result;
 
 typedef struct {
@@ -131,6 +132,8 @@ typedef struct {
     int T;                       /* tokens per sample */
     int devices, global_batch;
     double device_memory;        /* bytes; 0: the hardware's */
+    double host_memory;          /* exact memory: the host's bytes its devices and offloaded state share
+                                  * (cl_memory_host_need of the devices, all on one host, must fit); 0: unbounded */
     cl_hw hw;
     int vocab_div;               /* Megatron's padding divisor (128) */
     /* fixed dimensions (-1: search); bf16 -1: the hardware's (bf16 when it has it) */
@@ -189,7 +192,8 @@ const char *cl_plan_this_path(void);
 cl_status cl_plan_this_hw(cl_hw *hw, int *calibrated);
 /* A query for the run tc describes, on `ranks` devices of hw: its model,
  * tokens, global batch, vocabulary padding and device memory cap (0: the
- * hardware's), base = tc; every dimension searched (fix them after). */
+ * hardware's), the host's available memory, base = tc; every dimension
+ * searched (fix them after). */
 void cl_plan_query_for_train(const cl_train_config *tc, int ranks, const cl_hw *hw, cl_plan_query *q);
 /* c's settings into tc (micro-batch, tp, sequence parallelism, schedule,
  * virtual stages, ZeRO, recompute); the mesh is c->dp x c->tp x c->pp. */

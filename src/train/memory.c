@@ -160,14 +160,36 @@ static int worst_rank(const cl_mem_rank *r, int n, size_t cap, size_t *peak) {
     return r[w].total > cap ? w : -1;
 }
 
-/* The peak of the fullest rank under cfg, or 0 when it cannot be built. */
-static size_t run_peak(const cl_train_config *cfg, int dp, int pp, cl_mem_rank *buf) {
+size_t cl_memory_host_need(const cl_mem_rank *r, int n, int ranks_here) {
+    size_t sum = 0, big = 0, off = 0;
+    for (int i = 0; i < n; i++) {
+        size_t b = r[i].total + r[i].host;
+        off |= r[i].host;
+        sum += b;
+        if (b > big) big = b;
+    }
+    if (!off) return 0;
+    return ranks_here > 0 && ranks_here < n ? big * (size_t)ranks_here : sum;
+}
+
+/* The ranks of this run on this host: mpirun's local size, else all (threads). */
+static int ranks_here(int n) {
+    const char *l = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+    int k = l ? atoi(l) : 0;
+    return k > 0 && k < n ? k : n;
+}
+
+/* The peak of the fullest rank under cfg, or 0 when it cannot be built or
+ * its host need exceeds avail (0: not known). */
+static size_t run_peak(const cl_train_config *cfg, int dp, int pp, cl_mem_rank *buf, size_t avail) {
     size_t peak = 0;
     if (cl_memory_predict(cfg, dp, pp, buf) != CL_OK) {
         cl_error_clear();
         return 0;
     }
-    worst_rank(buf, dp * (cfg->tp > 1 ? cfg->tp : 1) * pp, (size_t)-1, &peak);
+    int n = dp * (cfg->tp > 1 ? cfg->tp : 1) * pp;
+    worst_rank(buf, n, (size_t)-1, &peak);
+    if (avail && cl_memory_host_need(buf, n, ranks_here(n)) > avail) return 0;
     return peak;
 }
 
@@ -191,12 +213,14 @@ cl_status cl_memory_check(const cl_train_config *cfg, int dp, int pp) {
         s = cl_memory_predict(&free_cfg, dp, pp, r);
     }
     int w = s ? -1 : worst_rank(r, n, cap, &peak);
-    if (s || w < 0) {
+    size_t avail = cl_host_memory_available(), need = s ? 0 : cl_memory_host_need(r, n, ranks_here(n));
+    int host_over = avail && need > avail;
+    if (s || (w < 0 && !host_over)) {
         free(r);
         free(tmp);
         return s;
     }
-    /* the nearest configurations that fit: one change each */
+    /* the nearest configurations that fit the cap and the host: one change each */
     char fits[640] = "";
     size_t used = 0;
     int nfit = 0;
@@ -234,13 +258,28 @@ cl_status cl_memory_check(const cl_train_config *cfg, int dp, int pp) {
             c.pp_layout = NULL;
             snprintf(what, sizeof what, "the balanced layout (no --pp-layout)");
         }
-        size_t pk = run_peak(&c, dp, pp, tmp);
+        size_t pk = run_peak(&c, dp, pp, tmp, avail);
         if (!pk || pk > cap) continue;
         char b[32];
         used += (size_t)snprintf(fits + used, sizeof fits - used, "%s%s: peak %s", nfit ? "; " : "", what,
                                  cl_format_bytes(pk, b, sizeof b));
         if (used >= sizeof fits) used = sizeof fits - 1;
         nfit++;
+    }
+    char none[128];
+    snprintf(none, sizeof none, "No one flag change fits at %d rank%s", n, n == 1 ? "" : "s");
+    if (w < 0) { /* every rank fits its cap; the host does not hold them with the offloaded state */
+        char needb[32], availb[32];
+        s = cl_error(CL_ERR_OOM,
+                     "--offload-optimizer %s: the %d rank%s on this host need%s %s (device bytes and the offloaded optimizer "
+                     "state, both in the host's memory) but the host has %s available; refused before allocating. %s%s",
+                     cfg->offload_optimizer == 2 ? "disk" : "host", ranks_here(n), ranks_here(n) == 1 ? "" : "s",
+                     ranks_here(n) == 1 ? "s" : "",
+                     cl_format_bytes(need, needb, sizeof needb), cl_format_bytes(avail, availb, sizeof availb),
+                     nfit ? "Fits with " : none, fits);
+        free(r);
+        free(tmp);
+        return s;
     }
     int big = 0;
     for (int k = 1; k < CL_MEM_NCAT; k++)
@@ -255,8 +294,7 @@ cl_status cl_memory_check(const cl_train_config *cfg, int dp, int pp) {
                  cfg->device_memory_host ? "without --device-memory its share of the host's available memory is" : "the cap is",
                  cl_format_bytes(cap, capb, sizeof capb),
                  cl_format_bytes(peak - cap, overb, sizeof overb), cl_mem_cat_name(big),
-                 cl_format_bytes(r[w].bytes[big], catb, sizeof catb), nfit ? "Fits with " : "Nothing near fits: split the model over more ranks (--pp) or raise --device-memory",
-                 fits);
+                 cl_format_bytes(r[w].bytes[big], catb, sizeof catb), nfit ? "Fits with " : none, fits);
     free(r);
     free(tmp);
     return s;
