@@ -275,7 +275,7 @@ static cl_status check_kept(const cli_args *a, train_job *j) {
  * noted once, and a kept directory saved into without --save-keep said so. */
 static cl_status check_kept_steps(const train_job *j) {
     char note[1024];
-    CL_TRY(cl_error_context(cl_checkpoint_check_kept_steps(j->save, j->resume, j->keep, j->discard, note, sizeof note), "--save"));
+    CL_TRY(cl_checkpoint_check_kept_steps(j->save, j->resume, j->keep, j->discard, note, sizeof note));
     const char *rank = getenv("OMPI_COMM_WORLD_RANK"); /* under mpirun: one process says it */
     if (rank && strcmp(rank, "0")) return CL_OK;
     if (note[0]) fprintf(stderr, "cleave: note: %s\n", note);

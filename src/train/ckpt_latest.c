@@ -167,7 +167,9 @@ cl_status cl_checkpoint_check_kept_steps(const char *dir, const char *resume, in
     if (!n) return CL_OK;
     /* the resume point and this run's lineage: a fresh run's are 0 and one not minted yet */
     cl_checkpoint_info info = {0};
-    cl_status s = resume ? cl_error_context(cl_checkpoint_describe(resume, &info), "--resume") : CL_OK;
+    char from[4096];
+    cl_status s = resume ? cl_ckpt_resolve("--resume", resume, from, sizeof from) : CL_OK;
+    if (!s && resume) s = cl_error_context(cl_checkpoint_describe(from, &info), "--resume %s", resume);
     long point = info.has_state ? info.step : 0;
     size_t first = 0; /* steps[first..n) are beyond the resume point */
     while (first < n && steps[first] <= point) first++;
@@ -176,7 +178,7 @@ cl_status cl_checkpoint_check_kept_steps(const char *dir, const char *resume, in
         name_steps(names, sizeof names, steps + first, n - first);
         const char *them = n - first > 1 ? "them" : "it";
         s = cl_error(CL_ERR_INVALID,
-                     "%s holds %s, beyond the resume point (step %ld%s): saving here would move latest back past %s and "
+                     "--save %s holds %s, beyond the resume point (step %ld%s): saving here would move latest back past %s and "
                      "replace any step reached; pass --discard-newer-checkpoints to delete %s after this run's first save, "
                      "or save elsewhere",
                      dir, names, point, resume ? "" : ", a fresh run", them, them);
@@ -191,6 +193,7 @@ cl_status cl_checkpoint_check_kept_steps(const char *dir, const char *resume, in
     for (size_t i = 0; !s && keep > 0 && i < first; i++)
         if (!of_lineage(dir, steps[i], info.run_id)) steps[k++] = steps[i];
     if (!s && k && nn) {
+        names[0] = 0;
         name_steps(names, sizeof names, steps, k);
         snprintf(note, nn, "--save-keep %d never prunes %s's %s: not checkpoints of this run's lineage (%s%s)", keep, dir, names,
                  info.run_id[0] ? "run id " : "", info.run_id[0] ? info.run_id : "the one resumed has no run id: a new one starts");
