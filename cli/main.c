@@ -62,7 +62,10 @@ static const cli_flag train_flags[] = {
     {"log-every", "", 1, "print every N steps (default 1)"},
     {"save", "", 1, "checkpoint directory to write"},
     {"save-every", "", 1, "checkpoint every N steps (and at the end)"},
-    {"save-keep", "", 1, "keep the K newest checkpoints: --save DIR holds step-NNNNNNNN directories and latest, the newest's name"},
+    {"save-keep", "", 1, "keep the K newest checkpoints of this run's lineage: --save DIR holds step-NNNNNNNN directories and latest, "
+                         "the newest's name (--save into such a DIR without it adds steps and prunes none)"},
+    {"discard-newer-checkpoints", "", 0, "--save DIR may hold step directories beyond the resume point (refused without it): "
+                                         "delete them once this run has saved its first checkpoint"},
     {"resume", "", 1, "continue from this checkpoint directory (either format, at any layout)"},
     {"save-format", "", 1, "single (default: one file of whole tensors, Hugging Face names) or sharded (each rank writes its slices, plus an index)"},
     {"sample-tokens", "", 1, "tokens to generate at the end (default 200, 0 = none)"},
@@ -253,13 +256,51 @@ typedef struct {
     const cli_args *autoplan; /* under MPI with --auto: the flags rank 0 plans with, else NULL */
     int measure, json; /* cleave memory --measure: the saved standard output + 1; --json */
     int sharded;       /* --save-format sharded */
-    int keep;          /* --save-keep K: DIR/step-NNNNNNNN and DIR/latest; 0: DIR itself */
+    int keep;          /* --save-keep K: DIR/step-NNNNNNNN and DIR/latest, pruned to K */
+    int kept;          /* saves go to DIR/step-NNNNNNNN and DIR/latest (--save-keep, or DIR already holds them); 0: DIR itself */
+    int discard;       /* --discard-newer-checkpoints: DIR's steps beyond the resume point go at the first save */
     int convert;       /* cleave convert: resume, save, stop */
 } train_job;
 
-static cl_status save_ckpt(cl_trainer *t, const train_job *j) {
-    if (j->keep) return cl_trainer_save_kept(t, j->save, j->keep, j->sharded);
+/* discard: the step beyond which DIR's kept steps are deleted after this
+ * save (--discard-newer-checkpoints), -1 for none; set to -1 once saved. */
+static cl_status save_ckpt(cl_trainer *t, const train_job *j, long *discard) {
+    if (j->kept) {
+        cl_status s = cl_trainer_save_kept(t, j->save, j->keep, j->sharded, discard ? *discard : -1);
+        if (!s && discard) *discard = -1;
+        return s;
+    }
     return j->sharded ? cl_trainer_save_sharded(t, j->save) : cl_trainer_save(t, j->save);
+}
+
+/* --save into a directory of kept checkpoints: --save-keep, or a DIR that
+ * already holds latest or step directories (added to, pruned never), and
+ * --discard-newer-checkpoints only there. cleave convert --to is always one
+ * checkpoint. */
+static cl_status check_kept(const cli_args *a, train_job *j) {
+    j->discard = cli_get(a, "discard-newer-checkpoints") != NULL;
+    if (j->keep && !j->save) return cl_error(CL_ERR_INVALID, "--save-keep needs --save DIR");
+    j->kept = j->save && !j->convert && (j->keep || cl_checkpoint_is_kept_dir(j->save));
+    if (j->discard && !j->kept)
+        return cl_error(CL_ERR_INVALID, "--discard-newer-checkpoints applies to --save DIR holding kept checkpoints "
+                                        "(step-NNNNNNNN directories and latest: --save-keep K)");
+    return CL_OK;
+}
+
+/* A kept directory's steps beyond the resume point refused (or, with
+ * --discard-newer-checkpoints, to go at the first save) before the trainer
+ * allocates; the older steps --save-keep will not prune (another lineage's)
+ * noted once, and a kept directory saved into without --save-keep said so. */
+static cl_status check_kept_steps(const train_job *j) {
+    char note[1024];
+    CL_TRY(cl_checkpoint_check_kept_steps(j->save, j->resume, j->keep, j->discard, note, sizeof note));
+    const char *rank = getenv("OMPI_COMM_WORLD_RANK"); /* under mpirun: one process says it */
+    if (rank && strcmp(rank, "0")) return CL_OK;
+    if (note[0]) fprintf(stderr, "cleave: note: %s\n", note);
+    if (!j->keep)
+        fprintf(stderr, "cleave: note: %s holds kept checkpoints: this run adds step-NNNNNNNN directories and moves latest, "
+                        "pruning none (--save-keep K keeps the K newest)\n", j->save);
+    return CL_OK;
 }
 
 /* Default threads per rank: the cores this process may use shared among the
@@ -350,6 +391,7 @@ static cl_status agree_job(cl_comm *world, const train_job *j) {
     put(l, "--save", "%s", S(j->save));
     put(l, "--save-every", "%d", j->save_every);
     put(l, "--save-keep", "%d", j->keep);
+    put(l, "--discard-newer-checkpoints", "%d", j->discard);
     put(l, "--resume", "%s", S(j->resume));
     put(l, "--save-format", "%d", j->sharded);
     put(l, "convert", "%d", j->convert);
@@ -439,7 +481,7 @@ static cl_status train_rank(cl_comm *world, void *arg) {
     if (!s && j->resume) s = cl_trainer_resume(t, j->resume);
     if (j->convert) { /* every rank: the gather (single) and the index (sharded) are collective */
         double t1 = cl_now();
-        if (!s) s = save_ckpt(t, j);
+        if (!s) s = save_ckpt(t, j, NULL);
         if (!s && lead) printf("converted %s (step %d) to %s (%s): loaded in %.3f s, saved in %.3f s (rank 0)\n", j->resume,
                                cl_trainer_steps_done(t), j->save, j->sharded ? "sharded" : "single file", t1 - t0, cl_now() - t1);
         cl_trainer_destroy(t);
@@ -471,6 +513,7 @@ static cl_status train_rank(cl_comm *world, void *arg) {
     /* a live line on a terminal only: mpirun gives its ranks a pseudo-terminal
      * even when its own output goes to a file, so under MPI none */
     int tty = lead && isatty(fileno(stdout)) && strcmp(j->comm_name, "mpi");
+    long discard = j->discard && t ? cl_trainer_steps_done(t) : -1; /* the resume point: checked up front (check_kept) */
     while (!s && cl_trainer_steps_done(t) < j->end) {
         cl_step_stats st;
         if ((s = cl_trainer_step(t, &st))) break;
@@ -484,7 +527,7 @@ static cl_status train_rank(cl_comm *world, void *arg) {
             int split = j->mesh.pp > 1 || j->mesh.tp > 1 || (c.zero >= 3 && j->mesh.dp > 1); /* ZeRO 3: parameters in shards */
             if (eval && split && (s = cl_trainer_eval(t, &vl))) break;
             /* under ZeRO the replicas hold shards of the optimizer state: all of them gather */
-            if (save && (j->sharded || split || (c.zero >= 1 && j->mesh.dp > 1)) && (s = save_ckpt(t, j))) break;
+            if (save && (j->sharded || split || (c.zero >= 1 && j->mesh.dp > 1)) && (s = save_ckpt(t, j, &discard))) break;
             continue;
         }
         double gflops = st.flops / (st.seconds > 0 ? st.seconds : 1e-9) / 1e9;
@@ -506,7 +549,7 @@ static cl_status train_rank(cl_comm *world, void *arg) {
             }
         }
         if (save) {
-            if ((s = save_ckpt(t, j))) break;
+            if ((s = save_ckpt(t, j, &discard))) break;
             if (!last || j->save_every) printf("%ssaved %s at step %d\n", tty ? LIVE_CLEAR : "", j->save, st.step);
         }
     }
@@ -944,9 +987,10 @@ static int cmd_train(int argc, char **argv) {
         if ((s = convert_source(&a, &j, dpx, &gb_given))) return cli_fail(s);
     }
     /* a save that would fail, or replace what is not a checkpoint, is refused before any step */
-    if (j.keep && !j.save) return cli_fail(cl_error(CL_ERR_INVALID, "--save-keep needs --save DIR"));
-    if (j.save && (s = j.keep ? cl_checkpoint_check_kept_target(j.save) : cl_checkpoint_check_target(j.save)))
+    if ((s = check_kept(&a, &j))) return cli_fail(s);
+    if (j.save && (s = j.kept ? cl_checkpoint_check_kept_target(j.save) : cl_checkpoint_check_target(j.save)))
         return cli_fail(cl_error_context(s, convert ? "--to" : "--save"));
+    if (j.kept && (s = check_kept_steps(&j))) return cli_fail(s);
     j.log_path = cli_get(&a, "log-file");
     j.plot_path = cli_get(&a, "plot");
     j.prompt = cli_get(&a, "prompt") ? cli_get(&a, "prompt") : "And God said";

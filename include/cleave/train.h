@@ -247,13 +247,26 @@ cl_status cl_trainer_save_sharded(cl_trainer *t, const char *dir);
 cl_status cl_checkpoint_check_target(const char *dir);
 /* Kept checkpoints (--save-keep): saves into DIR/step-NNNNNNNN (the step,
  * 8 digits) in the single (sharded = 0) or sharded format, then world rank 0
- * points DIR/latest at it (written whole, renamed, fsync'd) and removes the
- * oldest step directories beyond keep (>= 1). Every rank calls it, as the
- * format's save. Resume, eval and convert given DIR follow DIR/latest.
+ * points DIR/latest at it (written whole, renamed, fsync'd), then, with
+ * discard_beyond >= 0, removes every step directory beyond that step but the
+ * one just written (--discard-newer-checkpoints: pass it at the run's first
+ * save only, -1 after), then with keep >= 1 removes this run's lineage's
+ * (cl_trainer_run_id) step directories older than the one just written
+ * beyond the keep - 1 newest of them; keep 0 prunes none. Never another
+ * lineage's, nor one whose run id cannot be read. Every rank calls it, as
+ * the format's save. Resume, eval and convert given DIR follow DIR/latest.
  * check_kept_target: whether DIR may hold them (missing, or a directory
- * that is not itself a checkpoint, writable). */
-cl_status cl_trainer_save_kept(cl_trainer *t, const char *dir, int keep, int sharded);
+ * that is not itself a checkpoint, writable). is_kept_dir: 1 if DIR is a
+ * directory of them (not itself a checkpoint; holding latest or a step
+ * directory). check_kept_steps, before a run saving into DIR: CL_ERR_INVALID
+ * naming DIR's step directories beyond the resume point (resume's step; 0
+ * when resume is NULL) unless discard, and with discard any of them that is
+ * not a cleave checkpoint; with keep >= 1, note (nn bytes; "" when none) gets
+ * a line naming the older steps keep will never prune (another lineage's). */
+cl_status cl_trainer_save_kept(cl_trainer *t, const char *dir, int keep, int sharded, long discard_beyond);
 cl_status cl_checkpoint_check_kept_target(const char *dir);
+int cl_checkpoint_is_kept_dir(const char *dir);
+cl_status cl_checkpoint_check_kept_steps(const char *dir, const char *resume, int keep, int discard, char *note, size_t nn);
 /* (A pipeline's every rank calls it: the stages of data-parallel replica 0
  * send their parameters and moments to its first stage, which writes the
  * one checkpoint; a checkpoint is the same whatever the pipeline, and any
