@@ -698,7 +698,6 @@ static void test_read_bounds(void)
     free(s);
     /* a byte over: refused from its size, naming the file and the bound */
     sized_file(tmp_path("over.json"), jb + 1);
-    double t0 = cl_now();
     CHECK(cl_read_file(tmp_path("over.json"), CL_FILE_JSON, &s, &n) == CL_ERR_FORMAT && s == NULL && n == 0, "a file over the bound read");
     CHECK(strstr(cl_last_error(), tmp_path("over.json")) && strstr(cl_last_error(), "4.0 MiB (4194304 bytes)") &&
               strstr(cl_last_error(), "a JSON description or config"),
@@ -709,15 +708,12 @@ static void test_read_bounds(void)
     CHECK(cl_file_bound(CL_FILE_INDEX) > jb, "index bound %zu", cl_file_bound(CL_FILE_INDEX));
     CHECK_OK(cl_read_file(tmp_path("over.json"), CL_FILE_INDEX, &s, &n));
     free(s);
-    CHECK(cl_now() - t0 < 10, "reading 4 MiB took %.1f s", cl_now() - t0);
     /* a device with no end: read to one byte past the bound, then refused */
     if (file_exists("/dev/zero")) {
-        t0 = cl_now();
         CHECK(cl_read_file("/dev/zero", CL_FILE_JSON, &s, &n) == CL_ERR_FORMAT && s == NULL, "/dev/zero read as JSON");
         CHECK(strstr(cl_last_error(), "/dev/zero holds more than 4.0 MiB (4194304 bytes)"), "message: %s", cl_last_error());
-        CHECK(cl_json_parse_file_as(&doc, "/dev/zero", CL_FILE_TRACE) == CL_ERR_FORMAT && strstr(cl_last_error(), "256.0 MiB"),
-              "/dev/zero as a trace: %s", cl_last_error());
-        CHECK(cl_now() - t0 < 10, "refusing /dev/zero took %.1f s", cl_now() - t0);
+        CHECK(cl_json_parse_file(&doc, "/dev/zero") == CL_ERR_FORMAT && doc == NULL && strstr(cl_last_error(), "4194304 bytes"),
+              "/dev/zero as JSON: %s", cl_last_error());
     }
     unlink(tmp_path("at.json"));
     unlink(tmp_path("over.json"));
