@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Every file cleave reads whole has a size bound fitting its kind (core.h,
-# cl_file_kind; docs/ARCHITECTURE.md "Reading files"). Each reader the
-# command reaches is fed a file that never ends (/dev/zero, a FIFO) and a
-# sparse file one byte over its bound: each must exit 2 within 20 s (124
-# would be a read without end) with a last line naming the file and the
-# bound, having read no further than the bound. A token cache over its bound
-# is a stale cache: noted, rebuilt, and the run goes on.
+# cl_file_kind; docs/ARCHITECTURE.md, Reliability: "Files read whole").
+# Each reader the commands reach is fed a file that never ends (/dev/zero, a
+# FIFO) and a sparse file one byte over its bound: each must exit 2 within
+# 20 s (124 would be a read without end) with a last line naming the file
+# and the bound, having held no more memory than the bound and 64 MiB. A
+# token cache over its bound is a stale cache: noted, rebuilt, and the run
+# goes on.
 #
 # Text corpora are bounded by memory (an eighth of what this process may
 # use). /dev/zero as text is read under `prlimit --as` so the bound is small;
@@ -33,23 +34,31 @@ mem_total() {
 MEM=$(mem_total)
 TEXT=$((MEM / 8))
 AS=$((1536 * MiB)) # the --as limit for /dev/zero as text: a 192 MiB bound
-AS_TEXT=$((AS / 8))
+AS_TEXT=$((AS < MEM ? AS / 8 : MEM / 8))
 
 # refused WHAT BOUND FILE ARGS...: cleave ARGS (run under the command in
 # $PRE, if any) exits 2 in time, its last line on stderr naming FILE ("FILE
-# holds"), the bound's bytes and WHAT
+# holds"), the bound's bytes and WHAT; in the normal build its peak memory
+# (GNU time's maximum RSS) within 64 MiB of the bound
 PRE=()
+RSS=()
+[ $san -eq 0 ] && [ -x /usr/bin/time ] && RSS=(/usr/bin/time -f %M -o "$tmp/rss")
 refused() {
     local what=$1 bound=$2 file=$3 t0=$SECONDS rc err
     shift 3
-    timeout 20 "${PRE[@]}" "$CLEAVE" "$@" >"$tmp/out" 2>"$tmp/err"
+    echo 0 > "$tmp/rss"
+    timeout 20 "${RSS[@]}" "${PRE[@]}" "$CLEAVE" "$@" >"$tmp/out" 2>"$tmp/err"
     rc=$?
+    local rss
+    rss=$(tail -n 1 "$tmp/rss" | grep -E '^[0-9]+$' || echo 0)
+    rss=$((rss * 1024))
+    check '[ $rss -le $((bound + 64 * MiB)) ]' "cleave $*: held $rss bytes at most, over the bound $bound and 64 MiB"
     err=$(tail -n 1 "$tmp/err")
     check '[ $rc -eq 2 ]' "cleave $*: status $rc, not 2$(excerpt 3 "$err")"
     check 'grep -qF -- "$file holds" <<<"$err" && grep -qF -- "($bound bytes)" <<<"$err" && grep -qF -- "$what" <<<"$err"' \
         "cleave $*: the message does not name $file, the bound $bound and $what$(excerpt 3 "$err")"
     grep -qE 'Sanitizer|runtime error:' "$tmp/err" && check false "cleave $*: a sanitizer report$(excerpt 20 "$(cat "$tmp/err")")"
-    [ -n "${CL_BOUNDS_SHOW:-}" ] && echo "$rc $((SECONDS - t0))s | $*$(excerpt 1 "$err")"
+    [ -n "${CL_BOUNDS_SHOW:-}" ] && echo "$rc $((SECONDS - t0))s $((rss >> 20)) MiB | $*$(excerpt 1 "$err")"
 }
 # over FILE BYTES: a sparse file of BYTES bytes (nothing written)
 over() { rm -f "$1" && truncate -s "$2" "$1"; }

@@ -89,9 +89,10 @@ size_t cl_host_memory_available(void);
 size_t cl_host_memory_total(void);
 
 /* The files cleave reads whole, by kind, each with a size bound that fits
- * it (docs/ARCHITECTURE.md, "Reading files"). A reader stops at the bound:
- * it reads at most bound + 1 bytes, of a pipe or a device too, and refuses
- * the file (CL_ERR_FORMAT) with cl_file_too_big's message. */
+ * it (docs/ARCHITECTURE.md, Reliability: "Files read whole"). A reader
+ * stops at the bound: it reads at most bound + 1 bytes, of a pipe or a
+ * device too, and refuses the file (CL_ERR_FORMAT) with cl_file_too_big's
+ * message. */
 typedef enum {
     CL_FILE_JSON,      /* a hardware description, a checkpoint's config or state, a Hugging Face config.json */
     CL_FILE_INDEX,     /* a sharded checkpoint's index.json */
