@@ -1081,7 +1081,7 @@ static int cmd_eval(int argc, char **argv) {
     int32_t *ids = NULL;
     size_t n = 0, windows = 0;
     double loss = 0;
-    if (!(s = cl_read_file(text, &buf, &len))) {
+    if (!(s = cl_read_file(text, CL_FILE_TEXT, &buf, &len))) {
         s = cl_tokenizer_encode(l.tok, buf, len, &ids, &n);
         free(buf);
     }

@@ -197,7 +197,7 @@ int cleave_cmd_plot(int argc, char **argv) {
         char *text;
         size_t len;
         runs[i].label = argv[2 + i];
-        if (!(s = cl_read_file(argv[2 + i], &text, &len))) {
+        if (!(s = cl_read_file(argv[2 + i], CL_FILE_LOG, &text, &len))) {
             s = parse_log(argv[2 + i], text, len, metric, &runs[i]);
             free(text);
         }

@@ -1,5 +1,5 @@
 /* Tests of cleave data: the byte and GPT-2 tokenizers, token files, the
- * digits set, cl_read_file and cl_json_parse_file.
+ * digits set, cl_read_file and cl_json_parse_file, and their size bounds.
  *
  * The GPT-2 ids hard-coded here come from the gpt-3-encoder npm package;
  * tests/cli_bpe_node.sh checks the same strings against it again, and
@@ -289,7 +289,7 @@ static void test_gpt2_real(void)
         char path[4200], *text;
         size_t len;
         snprintf(path, sizeof path, "%s/kjv.txt", data_dir);
-        CHECK_OK(cl_read_file(path, &text, &len));
+        CHECK_OK(cl_read_file(path, CL_FILE_TEXT, &text, &len));
         t0 = cl_now();
         CHECK_OK(cl_tokenizer_encode(t, text, len, &ids, &n));
         printf("kjv.txt: %zu bytes -> %zu gpt2 tokens in %.2f s\n", len, n, cl_now() - t0);
@@ -331,9 +331,9 @@ static void test_hash(void)
             char *enc, *bpe;
             size_t ne, nb;
             snprintf(path, sizeof path, "%s/encoder.json", dir);
-            CHECK_OK(cl_read_file(path, &enc, &ne));
+            CHECK_OK(cl_read_file(path, CL_FILE_TOKENIZER, &enc, &ne));
             snprintf(path, sizeof path, "%s/vocab.bpe", dir);
-            CHECK_OK(cl_read_file(path, &bpe, &nb));
+            CHECK_OK(cl_read_file(path, CL_FILE_TOKENIZER, &bpe, &nb));
             CHECK(cl_tokenizer_hash(g) == cl_hash64(bpe, nb, cl_hash64(enc, ne, 0)),
                   "gpt2 tokenizer hash is not XXH64 of encoder.json then vocab.bpe");
             free(enc);
@@ -343,7 +343,7 @@ static void test_hash(void)
         snprintf(path, sizeof path, "%s/kjv.txt", data_dir);
         char *text;
         size_t len;
-        if (file_exists(path) && cl_read_file(path, &text, &len) == CL_OK) {
+        if (file_exists(path) && cl_read_file(path, CL_FILE_TEXT, &text, &len) == CL_OK) {
             double t0 = cl_now();
             uint64_t h = 0;
             for (int i = 0; i < 10; i++) h ^= cl_hash64(text, len, (uint64_t)i);
@@ -390,7 +390,7 @@ static void test_tokens(void)
 
     char *raw;
     size_t len;
-    CHECK_OK(cl_read_file(p, &raw, &len));
+    CHECK_OK(cl_read_file(p, CL_FILE_TOKENS, &raw, &len));
     unsigned char *u = (unsigned char *)raw;
     CHECK(len == 120 + 2000, "a 2-byte file of 1000 tokens is %zu bytes", len);
     CHECK(memcmp(raw, "CLTOK2\0\0", 8) == 0 && u[8] == 0 && u[9] == 1 && u[12] == 2 && u[16] == (1000 & 255) &&
@@ -490,7 +490,7 @@ static void test_tokens(void)
     CHECK_OK(cl_tokens_write(tmp_path("s.tok"), toks, 16, 256, "byte", &src));
     char *sraw;
     size_t slen;
-    CHECK_OK(cl_read_file(tmp_path("s.tok"), &sraw, &slen));
+    CHECK_OK(cl_read_file(tmp_path("s.tok"), CL_FILE_TOKENS, &sraw, &slen));
     int accepted = 0;
     for (size_t n = 0; n < slen; n++)
         if (cl_tokens_parse(sraw, n, "prefix", &r) != CL_ERR_FORMAT) accepted++, cl_tokens_free(&r);
@@ -630,7 +630,7 @@ static void test_digits(void)
     /* a truncated .gz must not pass for a shorter file */
     char *gz;
     size_t gzlen;
-    CHECK_OK(cl_read_file(tmp_path("two.csv.gz"), &gz, &gzlen));
+    CHECK_OK(cl_read_file(tmp_path("two.csv.gz"), CL_FILE_DIGITS, &gz, &gzlen));
     if (gz) {
         write_bytes(tmp_path("cut.csv.gz"), gz, gzlen - 10);
         s = cl_digits_load(tmp_path("cut.csv.gz"), &d);
@@ -651,21 +651,72 @@ static void test_read_file(void)
     write_bytes(tmp_path("f.bin"), data, sizeof data);
     char *s;
     size_t n;
-    CHECK_OK(cl_read_file(tmp_path("f.bin"), &s, &n));
+    CHECK_OK(cl_read_file(tmp_path("f.bin"), CL_FILE_JSON, &s, &n));
     CHECK(n == sizeof data && s && memcmp(s, data, n) == 0 && s[n] == 0, "read back %zu bytes", n);
     free(s);
     write_bytes(tmp_path("e.bin"), "", 0);
-    CHECK_OK(cl_read_file(tmp_path("e.bin"), &s, &n));
+    CHECK_OK(cl_read_file(tmp_path("e.bin"), CL_FILE_JSON, &s, &n));
     CHECK(n == 0 && s && s[0] == 0, "empty file");
     free(s);
-    CHECK(cl_read_file(tmp_path("nope"), &s, &n) == CL_ERR_IO && s == NULL, "missing file");
+    CHECK(cl_read_file(tmp_path("nope"), CL_FILE_JSON, &s, &n) == CL_ERR_IO && s == NULL, "missing file");
     CHECK(strstr(cl_last_error(), "nope") != NULL, "message: %s", cl_last_error());
-    CHECK(cl_read_file(tmpdir, &s, &n) == CL_ERR_IO && s == NULL, "a directory must be refused");
+    CHECK(cl_read_file(tmpdir, CL_FILE_JSON, &s, &n) == CL_ERR_IO && s == NULL, "a directory must be refused");
     if (file_exists("/proc/self/status")) { /* size 0 in stat, content when read */
-        CHECK_OK(cl_read_file("/proc/self/status", &s, &n));
+        CHECK_OK(cl_read_file("/proc/self/status", CL_FILE_JSON, &s, &n));
         CHECK(n > 0 && strstr(s, "Name:") != NULL, "/proc file read as %zu bytes", n);
         free(s);
     }
+}
+
+/* ---- size bounds ----------------------------------------------------------------- */
+
+/* A file of size bytes (sparse: nothing written). */
+static void sized_file(const char *path, size_t size)
+{
+    write_bytes(path, "", 0);
+    CHECK(truncate(path, (off_t)size) == 0, "cannot size %s", path);
+}
+
+static void test_read_bounds(void)
+{
+    size_t jb = cl_file_bound(CL_FILE_JSON), text = cl_file_bound(CL_FILE_TEXT);
+    long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+    CHECK(jb == 4u << 20, "a JSON config's bound is %zu bytes", jb);
+    CHECK(cl_host_memory_total() > 0 && (pages <= 0 || cl_host_memory_total() <= (size_t)pages * (size_t)psz),
+          "memory this process may use: %zu", cl_host_memory_total());
+    CHECK(text == cl_host_memory_total() / 8, "the text bound %zu is not an eighth of %zu", text, cl_host_memory_total());
+    CHECK(cl_file_bound(CL_FILE_TOKENS) == 2 * text + 120 || cl_file_bound(CL_FILE_TOKENS) == 2 * text + 121,
+          "token cache bound %zu for text bound %zu", cl_file_bound(CL_FILE_TOKENS), text);
+    CHECK(cl_file_bound(CL_FILE_DIGITS) <= (256u << 20) && cl_file_bound(CL_FILE_DIGITS) <= text, "digits bound %zu",
+          cl_file_bound(CL_FILE_DIGITS));
+    char *s = NULL;
+    size_t n = 0;
+    /* exactly the bound: read whole */
+    sized_file(tmp_path("at.json"), jb);
+    CHECK_OK(cl_read_file(tmp_path("at.json"), CL_FILE_JSON, &s, &n));
+    CHECK(s && n == jb && s[n] == 0, "a file at the bound read as %zu bytes", n);
+    free(s);
+    /* a byte over: refused from its size, naming the file and the bound */
+    sized_file(tmp_path("over.json"), jb + 1);
+    CHECK(cl_read_file(tmp_path("over.json"), CL_FILE_JSON, &s, &n) == CL_ERR_FORMAT && s == NULL && n == 0, "a file over the bound read");
+    CHECK(strstr(cl_last_error(), tmp_path("over.json")) && strstr(cl_last_error(), "4.0 MiB (4194304 bytes)") &&
+              strstr(cl_last_error(), "a JSON description or config"),
+          "message: %s", cl_last_error());
+    cl_json_doc *doc = NULL;
+    CHECK(cl_json_parse_file(&doc, tmp_path("over.json")) == CL_ERR_FORMAT && doc == NULL, "JSON over its bound parsed");
+    /* an index may be larger than a config */
+    CHECK(cl_file_bound(CL_FILE_INDEX) > jb, "index bound %zu", cl_file_bound(CL_FILE_INDEX));
+    CHECK_OK(cl_read_file(tmp_path("over.json"), CL_FILE_INDEX, &s, &n));
+    free(s);
+    /* a device with no end: read to one byte past the bound, then refused */
+    if (file_exists("/dev/zero")) {
+        CHECK(cl_read_file("/dev/zero", CL_FILE_JSON, &s, &n) == CL_ERR_FORMAT && s == NULL, "/dev/zero read as JSON");
+        CHECK(strstr(cl_last_error(), "/dev/zero holds more than 4.0 MiB (4194304 bytes)"), "message: %s", cl_last_error());
+        CHECK(cl_json_parse_file(&doc, "/dev/zero") == CL_ERR_FORMAT && doc == NULL && strstr(cl_last_error(), "4194304 bytes"),
+              "/dev/zero as JSON: %s", cl_last_error());
+    }
+    unlink(tmp_path("at.json"));
+    unlink(tmp_path("over.json"));
 }
 
 /* ---- cl_json_parse_file ------------------------------------------------------- */
@@ -711,6 +762,7 @@ int main(void)
     test_tokens();
     test_digits();
     test_read_file();
+    test_read_bounds();
     test_json_parse_file();
     remove_tree(tmpdir);
     return cl_test_report("test_data");

@@ -84,6 +84,35 @@ cl_status cl_write_file_atomic(const char *path, const void *buf, size_t len, co
 /* Host memory this process could still get: MemAvailable, or less when a
  * cgroup (v2) limit leaves less room; 0 when neither can be read. */
 size_t cl_host_memory_available(void);
+/* Memory this process may hold at most: physical memory, or less when a
+ * cgroup (v2) limit, RLIMIT_AS or RLIMIT_DATA allows less. */
+size_t cl_host_memory_total(void);
+
+/* The files cleave reads whole, by kind, each with a size bound that fits
+ * it (docs/ARCHITECTURE.md, Reliability: "Files read whole"). A reader
+ * stops at the bound: it reads at most bound + 1 bytes, of a pipe or a
+ * device too, and refuses the file (CL_ERR_FORMAT) with cl_file_too_big's
+ * message. */
+typedef enum {
+    CL_FILE_JSON,      /* a hardware description, a checkpoint's config or state, a Hugging Face config.json */
+    CL_FILE_INDEX,     /* a sharded checkpoint's index.json */
+    CL_FILE_TOKENIZER, /* a GPT-2 tokenizer's encoder.json or vocab.bpe */
+    CL_FILE_TRACE,     /* a Chrome trace (cleave trace --input) */
+    CL_FILE_LOG,       /* a training log of JSON lines (cleave plot) */
+    CL_FILE_DIGITS,    /* a digits CSV, decompressed */
+    CL_FILE_TEXT,      /* a text corpus (train --data, eval --text) */
+    CL_FILE_TOKENS,    /* a token cache made from such a text */
+    CL_FILE_TENSORS,   /* a single-file checkpoint's safetensors, read whole */
+    CL_FILE_NKINDS
+} cl_file_kind;
+/* The most bytes a file of kind k may hold (the memory-sized kinds follow
+ * cl_host_memory_total). */
+size_t cl_file_bound(cl_file_kind k);
+/* The refusal of path, a file of kind k over its bound: CL_ERR_FORMAT with
+ * "PATH holds [N bytes,] more than BOUND (N bytes), the most cleave reads of
+ * KIND (WHY)".
+ * size is the file's size when known (a regular file), else 0. */
+cl_status cl_file_too_big(const char *path, cl_file_kind k, uint64_t size);
 
 /* xxHash64 (Yann Collet's XXH64, as its published specification defines
  * it) of len bytes with a seed: a fast non-cryptographic 64-bit hash for

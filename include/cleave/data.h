@@ -68,12 +68,18 @@ cl_status cl_tokens_read(const char *path, cl_tokens *out);
 cl_status cl_tokens_parse(const void *data, size_t size, const char *what, cl_tokens *out);
 void cl_tokens_free(cl_tokens *t);
 
-/* Reads a whole file into a malloc'ed, NUL-terminated buffer. */
-cl_status cl_read_file(const char *path, char **out, size_t *len);
-/* Reads a whole file and parses it as JSON (cl_json_parse); the caller
- * frees *out with cl_json_free. Errors name the file: cl_read_file's own
- * messages, or "PATH: not a JSON file: " and the parser's. Lives here, not
- * in json.h, because reading files is this module's (io sits below data). */
+/* Reads a whole file into a malloc'ed, NUL-terminated buffer, at most
+ * cl_file_bound(kind) bytes: a longer file (a regular file's size is looked
+ * at first; a pipe or a device is read until one byte more) is refused with
+ * cl_file_too_big's message, CL_ERR_FORMAT. */
+cl_status cl_read_file(const char *path, cl_file_kind kind, char **out, size_t *len);
+/* Reads a whole file of kind kind (cl_read_file) and parses it as JSON
+ * (cl_json_parse); the caller frees *out with cl_json_free. Errors name the
+ * file: cl_read_file's own messages, or "PATH: not a JSON file: " and the
+ * parser's. cl_json_parse_file reads a CL_FILE_JSON (a description or a
+ * config). Live here, not in json.h, because reading files is this
+ * module's (io sits below data). */
+cl_status cl_json_parse_file_as(cl_json_doc **out, const char *path, cl_file_kind kind);
 cl_status cl_json_parse_file(cl_json_doc **out, const char *path);
 
 /* cleave's prepared data (scripts/setup.sh: "kjv.txt", "digits.csv.gz" and

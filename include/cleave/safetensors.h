@@ -34,7 +34,8 @@ typedef struct {
 
 typedef struct cl_st_file cl_st_file;
 
-/* Reads and validates the whole file into host memory. */
+/* Reads and validates the whole file into host memory: a regular file of at
+ * most cl_file_bound(CL_FILE_TENSORS) bytes (refused before it is read). */
 cl_status cl_st_open(cl_st_file **out, const char *path);
 /* The same checks over a buffer already in memory (used by the fuzz target);
  * the buffer must outlive the returned handle. */

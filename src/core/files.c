@@ -1,4 +1,4 @@
-/* Output files and host memory (see core.h).
+/* Output files, host memory and the size bounds of files read whole (see core.h).
  *
  * Why: a user's path is precious. Every file cleave writes whole (a trace, a
  * picture) goes to a temporary file made with mkstemp beside it and is renamed
@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -159,4 +160,63 @@ size_t cl_host_memory_available(void) {
         if (!avail || room < avail) avail = room;
     }
     return avail > SIZE_MAX ? SIZE_MAX : (size_t)avail;
+}
+
+size_t cl_host_memory_total(void) {
+    long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+    uint64_t m = pages > 0 && psz > 0 ? (uint64_t)pages * (uint64_t)psz : 0, lim = cgroup_value("memory.max");
+    if (lim && (!m || lim < m)) m = lim;
+    const int res[2] = {RLIMIT_AS, RLIMIT_DATA};
+    for (int i = 0; i < 2; i++) {
+        struct rlimit rl;
+        if (getrlimit(res[i], &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && (!m || (uint64_t)rl.rlim_cur < m)) m = rl.rlim_cur;
+    }
+    if (!m) m = (uint64_t)4 << 30; /* nothing says: assume a small machine */
+    return m > SIZE_MAX ? SIZE_MAX : (size_t)m;
+}
+
+/* Per kind: a fixed bound in bytes, or (mem_div) a share of
+ * cl_host_memory_total, the smaller of the two when both are given; what it
+ * is, and why the bound fits it ("MEM" in it stands for that memory). */
+static const struct {
+    uint64_t fixed;
+    int mem_div;
+    const char *what, *why;
+} kinds[CL_FILE_NKINDS] = {
+    [CL_FILE_JSON] = {4u << 20, 0, "a JSON description or config", "cleave's hardware descriptions and configs are a few KiB"},
+    [CL_FILE_INDEX] = {256u << 20, 0, "a sharded checkpoint's index",
+                       "it lists at most 27 boxes of some 60 bytes per tensor and tensor-parallel rank and per rank: "
+                       "a 1T-parameter model saved by 8192 ranks at tp 32 needs under 100 MiB"},
+    [CL_FILE_TOKENIZER] = {64u << 20, 0, "a tokenizer file", "GPT-2's are 1 MiB; a million-token vocabulary is some 30 MiB"},
+    [CL_FILE_TRACE] = {256u << 20, 0, "a trace", "over a million events"},
+    [CL_FILE_LOG] = {256u << 20, 0, "a training log", "over a million logged steps"},
+    [CL_FILE_DIGITS] = {256u << 20, 8, "a digits CSV", "some 2 million 8x8 images, and at most an eighth of the MEM this process may use"},
+    [CL_FILE_TEXT] = {0, 8, "a text corpus",
+                      "an eighth of the MEM this process may use: the text, its tokens and the token cache are held together"},
+    [CL_FILE_TOKENS] = {0, 4, "a token cache", "a quarter of the MEM this process may use: two bytes a token of a text within its bound"},
+    [CL_FILE_TENSORS] = {0, 2, "a checkpoint's tensors file", "half the MEM this process may use: it is read whole beside the model"},
+};
+
+size_t cl_file_bound(cl_file_kind k) {
+    if ((unsigned)k >= CL_FILE_NKINDS) k = CL_FILE_JSON;
+    uint64_t b = kinds[k].fixed;
+    if (kinds[k].mem_div) {
+        uint64_t m = cl_host_memory_total() / (uint64_t)kinds[k].mem_div;
+        if (!b || m < b) b = m;
+    }
+    if (k == CL_FILE_TOKENS) b += 120; /* the CLTOK2 header */
+    return b > SIZE_MAX - 2 ? SIZE_MAX - 2 : (size_t)b;
+}
+
+cl_status cl_file_too_big(const char *path, cl_file_kind k, uint64_t size) {
+    if ((unsigned)k >= CL_FILE_NKINDS) k = CL_FILE_JSON;
+    char b[32], h[48] = "", mem[32];
+    size_t bound = cl_file_bound(k);
+    if (size) snprintf(h, sizeof h, " %" PRIu64 " bytes,", size);
+    cl_format_bytes(bound, b, sizeof b);
+    cl_format_bytes(cl_host_memory_total(), mem, sizeof mem);
+    const char *why = kinds[k].why, *at = strstr(why, "MEM");
+    int pre = at ? (int)(at - why) : (int)strlen(why);
+    return cl_error(CL_ERR_FORMAT, "%s holds%s more than %s (%zu bytes), the most cleave reads of %s (%.*s%s%s)", path, h, b, bound,
+                    kinds[k].what, pre, why, at ? mem : "", at ? at + 3 : "");
 }

@@ -30,7 +30,9 @@ static const char *gz_message(gzFile g, const char *path, int *errnum)
 }
 #endif
 
-/* Reads the file, decompressing gzip when zlib is built in. */
+/* Reads the file, decompressing gzip when zlib is built in: at most
+ * CL_FILE_DIGITS bytes of text, however few compressed bytes make them (a
+ * gzip bomb stops at the bound, as /dev/zero read plainly does). */
 static cl_status read_maybe_gz(const char *path, char **out, size_t *len)
 {
 #ifdef CL_HAVE_ZLIB
@@ -41,21 +43,23 @@ static cl_status read_maybe_gz(const char *path, char **out, size_t *len)
         /* gzopen failing is an open failure; let cl_read_file word it */
         char *tmp;
         size_t n;
-        CL_TRY(cl_read_file(path, &tmp, &n));
+        CL_TRY(cl_read_file(path, CL_FILE_DIGITS, &tmp, &n));
         free(tmp);
         return cl_error(CL_ERR_IO, "cannot open %s with zlib", path);
     }
-    size_t cap = 1 << 20, n = 0;
+    size_t max = cl_file_bound(CL_FILE_DIGITS), cap = max + 2 < (1u << 20) ? max + 2 : 1u << 20, n = 0;
     char *buf = malloc(cap);
     if (!buf) { gzclose(g); return cl_error(CL_ERR_OOM, "reading %s: out of host memory", path); }
     for (;;) {
-        if (cap - n < 65536 + 1) {
-            char *p = realloc(buf, cap * 2);
+        size_t want = max + 1 - n < 65536 ? max + 1 - n : 65536; /* never past the bound's next byte */
+        if (cap - n < want + 1) {
+            size_t c = cap > (max + 2) / 2 ? max + 2 : cap * 2;
+            char *p = realloc(buf, c);
             if (!p) { free(buf); gzclose(g); return cl_error(CL_ERR_OOM, "reading %s: out of host memory", path); }
             buf = p;
-            cap *= 2;
+            cap = c;
         }
-        int k = gzread(g, buf + n, 65536);
+        int k = gzread(g, buf + n, (unsigned)want);
         if (k < 0) {
             int errnum;
             cl_status st = cl_error(CL_ERR_FORMAT, "cannot decompress %s: %s", path, gz_message(g, path, &errnum));
@@ -65,6 +69,11 @@ static cl_status read_maybe_gz(const char *path, char **out, size_t *len)
         }
         if (k == 0) break;
         n += (size_t)k;
+        if (n > max) {
+            free(buf);
+            gzclose(g);
+            return cl_file_too_big(path, CL_FILE_DIGITS, 0);
+        }
     }
     int errnum = Z_OK;
     const char *msg = gz_message(g, path, &errnum);
@@ -80,7 +89,7 @@ static cl_status read_maybe_gz(const char *path, char **out, size_t *len)
     *len = n;
     return CL_OK;
 #else
-    CL_TRY(cl_read_file(path, out, len));
+    CL_TRY(cl_read_file(path, CL_FILE_DIGITS, out, len));
     if (*len >= 2 && (unsigned char)(*out)[0] == 0x1f && (unsigned char)(*out)[1] == 0x8b) {
         free(*out);
         *out = NULL;

@@ -230,7 +230,7 @@ static cl_status load_encoder(cl_tokenizer *t, const char *path)
 {
     char *s = NULL;
     size_t n = 0;
-    CL_TRY(cl_read_file(path, &s, &n));
+    CL_TRY(cl_read_file(path, CL_FILE_TOKENIZER, &s, &n));
     t->files_hash = cl_hash64(s, n, 0);
     int u2b[324];
     byte_unicode_inverse(u2b);
@@ -368,7 +368,7 @@ static cl_status load_merges(cl_tokenizer *t, const char *path)
 {
     char *s = NULL;
     size_t n = 0;
-    CL_TRY(cl_read_file(path, &s, &n));
+    CL_TRY(cl_read_file(path, CL_FILE_TOKENIZER, &s, &n));
     t->files_hash = cl_hash64(s, n, t->files_hash); /* after encoder.json's */
     int u2b[324];
     byte_unicode_inverse(u2b);

@@ -198,7 +198,7 @@ cl_status cl_tokens_read(const char *path, cl_tokens *out)
     if (!path) return cl_error(CL_ERR_INVALID, "token file: no path given");
     char *buf;
     size_t len;
-    CL_TRY(cl_read_file(path, &buf, &len));
+    CL_TRY(cl_read_file(path, CL_FILE_TOKENS, &buf, &len));
     cl_status st = cl_tokens_parse(buf, len, path, out);
     free(buf);
     return st;

@@ -5,7 +5,8 @@
  * misread. The reader trusts nothing in the file: every length is checked
  * against the bytes present, with overflow checks, before anything is
  * indexed, and every violation names the file, the tensor and the rule. The
- * writer never overwrites a good file with a partial one.
+ * writer never overwrites a good file with a partial one. A file is read
+ * whole only up to its kind's bound (core.h, CL_FILE_TENSORS).
  *
  * Invariants: after a successful parse, for every entry begin <= end <= the
  * buffer length, end - begin == numel * dtype size, and the entries sorted by
@@ -325,9 +326,9 @@ cl_status cl_st_open(cl_st_file **out, const char *path) {
         close(fd);
         return cl_error(CL_ERR_IO, "%s: not a regular file", path);
     }
-    if ((uint64_t)st.st_size > (uint64_t)SIZE_MAX - 1) {
+    if ((uint64_t)st.st_size > cl_file_bound(CL_FILE_TENSORS)) {
         close(fd);
-        return cl_error(CL_ERR_OOM, "%s: file of %lld bytes does not fit in memory", path, (long long)st.st_size);
+        return cl_file_too_big(path, CL_FILE_TENSORS, (uint64_t)st.st_size);
     }
     size_t size = (size_t)st.st_size;
     unsigned char *buf = malloc(size ? size : 1);

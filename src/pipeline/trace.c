@@ -243,7 +243,7 @@ cl_status cl_trace_read_chrome(const char *path, cl_trace *out) {
     memset(out, 0, sizeof *out);
     if (!path || !*path) return cl_error(CL_ERR_INVALID, "trace: no input path given");
     cl_json_doc *doc;
-    CL_TRY(cl_json_parse_file(&doc, path));
+    CL_TRY(cl_json_parse_file_as(&doc, path, CL_FILE_TRACE));
     cl_status s = CL_OK;
     const cl_json *root = cl_json_root(doc), *evs = root;
     if (root->type == CL_JSON_OBJECT) evs = cl_json_get(root, "traceEvents");

@@ -27,7 +27,7 @@ static cl_status describe(const cl_json *cj, const char *cpath, const cl_json *s
 
 static cl_status parse_in(const char *dir, const char *name, cl_json_doc **doc, char *path, size_t pn) {
     snprintf(path, pn, "%s/%s", dir, name);
-    return cl_json_parse_file(doc, path);
+    return cl_json_parse_file_as(doc, path, strcmp(name, CL_CKPT_INDEX) ? CL_FILE_JSON : CL_FILE_INDEX);
 }
 
 cl_status cl_checkpoint_describe(const char *given, cl_checkpoint_info *out) {

@@ -554,7 +554,7 @@ static cl_status open_index(cl_shard_index *ix, const char *dir, const cl_model_
                             const cl_json **state, cl_json_doc **doc) {
     snprintf(ix->dir, sizeof ix->dir, "%s", dir);
     snprintf(ix->path, sizeof ix->path, "%s/" CL_CKPT_INDEX, dir);
-    CL_TRY(cl_json_parse_file(doc, ix->path));
+    CL_TRY(cl_json_parse_file_as(doc, ix->path, CL_FILE_INDEX));
     const cl_json *root = cl_json_root(*doc);
     const cl_json *cj = cl_json_get(root, "config");
     *state = cl_json_get(root, "state");

@@ -77,7 +77,7 @@ static cl_status load_text_tokens(cl_trainer *t) {
         return cl_error(CL_ERR_IO, "--data %s: no such file (run scripts/setup.sh to prepare the default corpus)", t->cfg.data);
     char *text;
     size_t len;
-    CL_TRY(cl_read_file(t->cfg.data, &text, &len));
+    CL_TRY(cl_read_file(t->cfg.data, CL_FILE_TEXT, &text, &len));
     cl_tokens_source src = {.text_size = len, .text_hash = cl_hash64(text, len, 0), .tokenizer_hash = cl_tokenizer_hash(t->tok)};
     cl_status r = cl_tokens_read(cache, &t->tokens);
     if (r == CL_OK) {

@@ -18,7 +18,7 @@ int main(int argc, char **argv)
     char *text;
     size_t len, n;
     int32_t *ids;
-    if (cl_tokenizer_gpt2(&t, argv[1]) != CL_OK || cl_read_file(argv[2], &text, &len) != CL_OK ||
+    if (cl_tokenizer_gpt2(&t, argv[1]) != CL_OK || cl_read_file(argv[2], CL_FILE_TEXT, &text, &len) != CL_OK ||
         cl_tokenizer_encode(t, text, len, &ids, &n) != CL_OK) {
         fprintf(stderr, "bpe_encode: %s\n", cl_last_error());
         return 1;
