@@ -47,7 +47,7 @@ for n in 1 2 3 4 5 6 7 8; do
         tail -n 20 "$log"
         continue
     fi
-    ok=$(grep -c 'test_comm --mpi: [0-9]* checks, 0 failed' "$log")
+    ok=$(grep -c 'test_comm --mpi: [0-9]* checks; [0-9]* passed, 0 failed' "$log")
     [ "$ok" -eq "$n" ] || { fail "-np $n: $ok of $n ranks reported no failed checks"; tail -n 20 "$log"; }
     "$bin" --threads-hash "$n" "$tmp/threads_$n.hash" >"$tmp/threads_$n.log" 2>&1 ||
         { fail "test_comm --threads-hash $n"; tail -n 20 "$tmp/threads_$n.log"; continue; }
