@@ -110,9 +110,12 @@ cl_status cli_offload(const cli_args *a, int *out) {
     return CL_OK;
 }
 
-cl_status cli_parse_model(const cli_args *a, cl_model_config *mc, int *seq_len) {
+cl_status cli_parse_model(const cli_args *a, cl_model_config *mc, int *seq_len) { return cli_parse_model_from(a, NULL, mc, seq_len); }
+
+cl_status cli_parse_model_from(const cli_args *a, const cl_model_config *base, cl_model_config *mc, int *seq_len) {
     const char *name = cli_get(a, "model");
-    CL_TRY(cl_model_preset(name ? name : "gpt2-tiny", mc));
+    if (base && !name) *mc = *base;
+    else CL_TRY(cl_model_preset(name ? name : "gpt2-tiny", mc));
     int custom = 0;
     const char *shape[] = {"layers", "channels", "heads", "vocab", "context"};
     for (int i = 0; i < 5; i++)

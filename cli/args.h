@@ -60,6 +60,8 @@ int cli_fail(cl_status s);
 /* The model flags (--model, --layers, --channels, --heads, --vocab, --context,
  * --seq-len) into a checked config (cli/args.c; used by train and bench step). */
 cl_status cli_parse_model(const cli_args *a, cl_model_config *mc, int *seq_len);
+/* The same over base (a checkpoint's model) where --model is not given. */
+cl_status cli_parse_model_from(const cli_args *a, const cl_model_config *base, cl_model_config *mc, int *seq_len);
 
 /* `cleave plot`'s loss chart of one run from its log's text (JSON lines as
  * train --log-file writes them), written to path; label names the run

@@ -66,7 +66,11 @@ static const cli_flag train_flags[] = {
                          "the newest's name (--save into such a DIR without it adds steps and prunes none)"},
     {"discard-newer-checkpoints", "", 0, "--save DIR may hold step directories beyond the resume point (refused without it): "
                                          "delete them once this run has saved its first checkpoint"},
-    {"resume", "", 1, "continue from this checkpoint directory (either format, at any layout)"},
+    {"resume", "", 1, "continue from this checkpoint directory (either format, at any layout; a --save-keep DIR's latest): the model, "
+                      "tokenizer, --seq-len, --global-batch-size, --seed and --data come from it, and a flag given that disagrees is "
+                      "refused; the micro-batch too unless given (cut to fit a new --dp); the layout, --steps, the learning-rate and "
+                      "AdamW flags, evaluation, saving and logging are this run's (give the original --steps, --lr ... to continue "
+                      "it exactly)"},
     {"save-format", "", 1, "single (default: one file of whole tensors, Hugging Face names) or sharded (each rank writes its slices, plus an index)"},
     {"sample-tokens", "", 1, "tokens to generate at the end (default 200, 0 = none)"},
     {"prompt", "", 1, "prompt for the final sample (default \"And God said\")"},
@@ -260,6 +264,7 @@ typedef struct {
     int kept;          /* saves go to DIR/step-NNNNNNNN and DIR/latest (--save-keep, or DIR already holds them); 0: DIR itself */
     int discard;       /* --discard-newer-checkpoints: DIR's steps beyond the resume point go at the first save */
     int convert;       /* cleave convert: resume, save, stop */
+    int mb_fit;        /* the micro-batch is the checkpoint's (or the default), cut to the mesh: ckpt_micro_batch */
 } train_job;
 
 /* discard: the step beyond which DIR's kept steps are deleted after this
@@ -645,6 +650,7 @@ static cl_status check_job(train_job *j, int ranks_here) {
 }
 
 static cl_status memory_mode(const cli_args *a, train_job *j);
+static void ckpt_micro_batch(train_job *j);
 
 /* A training run's memory check (the trainer's, cl_memory_check) before any
  * rank allocates: CL_ERR_OOM over the cap, for the caller to follow with the
@@ -669,6 +675,7 @@ static cl_status train_rank_mpi(cl_comm *world, void *arg) {
     CL_TRY(agree_job(world, j));
     /* the ranks agree on the flags, so these checks fail on all of them alike */
     CL_TRY(cl_comm_fail_together(world, check_mesh(&j->mesh, cl_comm_size(world), j->mesh.dp, j->mesh.tp, j->mesh.pp)));
+    ckpt_micro_batch(j);
     CL_TRY(cl_comm_fail_together(world, check_pipeline(j)));
     if (!j->gb_given) j->c.global_batch = j->c.micro_batch * j->mesh.dp;
     if (!j->threads) j->threads = default_threads(1);
@@ -732,6 +739,7 @@ static const cli_flag memory_extra[] = {
 static const char *const train_only[] = {
     "steps", "stop-after", "lr", "min-lr", "warmup", "weight-decay", "beta1", "beta2", "eps", "grad-clip",
     "seed", "eval-every", "eval-batches", "log-file", "plot", "log-every", "save", "save-every", "save-keep",
+    "discard-newer-checkpoints",
     "resume", "save-format", "sample-tokens", "prompt", "temperature", "top-k", "trace", "trace-steps",
     "check-replicas", "comm-timeout",
 };
@@ -788,60 +796,96 @@ static cl_status convert_target(const char *from, const char *to, int overwrite)
     return CL_OK; /* what may be replaced there: cl_checkpoint_check_target, as for --save */
 }
 
-/* cleave convert: the model, tokenizer and run the --from checkpoint records
- * fill what the flags leave out; a flag that disagrees with it is refused,
- * named. dp: the data-parallel size the flags give (the micro-batch is cut
- * to fit the global batch over it when the recorded one does not). */
-static cl_status convert_source(const cli_args *a, train_job *j, int dp, int *gb_given) {
-    static cl_checkpoint_info in; /* its strings outlive the job */
-    CL_TRY(cl_error_context(cl_checkpoint_describe(j->resume, &in), "--from"));
+/* cleave train --resume DIR and cleave convert --from DIR: the run the
+ * checkpoint records (cl_checkpoint_describe, read into ckpt_info by
+ * cmd_train before the model flags, which start from its model) fills what
+ * the flags leave out: the model, tokenizer, sequence length, global batch,
+ * seed and data file, and the micro-batch unless given (cut to fit the
+ * global batch at the new dp: ckpt_micro_batch). A flag given that
+ * disagrees is refused, one line naming the flag and both values. The rest
+ * is this run's: the layout (--dp/--tp/--pp/--zero/schedule/recompute/
+ * offload/micro-batch), --steps, the learning-rate and AdamW flags (not
+ * recorded), evaluation, saving, logging and sampling. A Hugging Face
+ * directory records only its model (and so its tokenizer). Under mpirun
+ * every process reads the same files; agree_job then checks that they
+ * reached the same values. */
+static cl_checkpoint_info ckpt_info; /* its strings outlive the job */
+
+static cl_status ckpt_source(const cli_args *a, train_job *j, const char *flag) {
+    const cl_checkpoint_info *in = &ckpt_info;
     cl_train_config *c = &j->c;
-    const cl_model_config *m = &in.model, *f = &c->model;
-    const char *from = j->resume;
-    if (cli_get(a, "model") && (f->kind != m->kind || (m->kind == CL_MODEL_GPT && (f->layers != m->layers || f->heads != m->heads ||
-                                                                                   f->channels != m->channels || f->vocab != m->vocab))))
-        return cl_error(CL_ERR_INVALID, "--model %s disagrees with --from %s, which holds %s%s", cli_get(a, "model"), from,
-                        m->kind == CL_MODEL_GPT ? "a GPT of another shape" : "another model", " (convert takes the model from it)");
+    const cl_model_config *m = &in->model;
+    const char *dir = j->resume;
+    char field[32];
+    int mine, theirs;
+    /* the flags' model: the checkpoint's where --model is not given, with the shape flags given on top */
+    cl_model_config want = c->model;
+    /* --model gpt2-tiny with the checkpoint's gpt2 tokenizer (not given) means its 50257-entry vocabulary, as when training */
+    if (!cli_get(a, "tokenizer") && !cli_get(a, "vocab") && !strcmp(in->tokenizer, "gpt2") && want.kind == CL_MODEL_GPT &&
+        want.vocab < 50257)
+        want.vocab = 50257;
+    int differs = cl_model_config_diff(&want, m, field, sizeof field, &mine, &theirs);
+    if (differs && !strcmp(field, "kind"))
+        return cl_error(CL_ERR_INVALID, "%s %s: --model %s disagrees with the checkpoint's %s", flag, dir, cli_get(a, "model"), m->name);
     const struct {
         const char *flag;
         int mine, theirs;
-    } shape[] = {{"layers", f->layers, m->layers}, {"heads", f->heads, m->heads}, {"channels", f->channels, m->channels},
-                 {"vocab", f->vocab, m->vocab}, {"context", f->seq_len, m->seq_len}};
+    } shape[] = {{"layers", want.layers, m->layers}, {"heads", want.heads, m->heads}, {"channels", want.channels, m->channels},
+                 {"vocab", want.vocab, m->vocab}, {"context", want.seq_len, m->seq_len}};
     for (size_t i = 0; i < sizeof shape / sizeof shape[0]; i++)
         if (cli_get(a, shape[i].flag) && shape[i].mine != shape[i].theirs)
-            return cl_error(CL_ERR_INVALID, "--%s %d disagrees with --from %s, which holds %d", shape[i].flag, shape[i].mine, from,
+            return cl_error(CL_ERR_INVALID, "%s %s: --%s %d disagrees with the checkpoint's %d", flag, dir, shape[i].flag, shape[i].mine,
                             shape[i].theirs);
-    if (cli_get(a, "tokenizer") && strcmp(c->tokenizer, in.tokenizer))
-        return cl_error(CL_ERR_INVALID, "--tokenizer %s disagrees with --from %s, which used %s", c->tokenizer, from, in.tokenizer);
+    if (differs && cli_get(a, "model"))
+        return cl_error(CL_ERR_INVALID, "%s %s: --model %s disagrees with the checkpoint's %s (%s %d, the checkpoint's %d)", flag, dir,
+                        cli_get(a, "model"), m->name, field, mine, theirs);
+    if (cli_get(a, "tokenizer") && strcmp(c->tokenizer, in->tokenizer))
+        return cl_error(CL_ERR_INVALID, "%s %s: --tokenizer %s disagrees with the checkpoint's %s", flag, dir, c->tokenizer, in->tokenizer);
     c->model = *m;
-    c->tokenizer = in.tokenizer;
-    if (!in.has_state) { /* Hugging Face's: the run's flags (or their defaults) start it */
-        fprintf(stderr, "cleave: note: --from %s is a Hugging Face GPT-2 checkpoint: its parameters are imported; the optimizer "
-                        "moments start at zero and the step at 0\n", from);
+    c->tokenizer = in->tokenizer;
+    if (!in->has_state) { /* Hugging Face's: the run's flags (or their defaults) start it */
+        fprintf(stderr, "cleave: note: %s %s is a Hugging Face GPT-2 checkpoint: its parameters are imported; the optimizer "
+                        "moments start at zero and the step at 0\n", flag, dir);
         return CL_OK;
     }
     const struct {
         const char *flag;
         int mine, theirs;
-    } run[] = {{"seq-len", c->seq_len, in.seq_len}, {"global-batch-size", c->global_batch, in.global_batch}};
+    } run[] = {{"seq-len", c->seq_len, in->seq_len}, {"global-batch-size", c->global_batch, in->global_batch}};
     for (size_t i = 0; i < sizeof run / sizeof run[0]; i++)
         if (cli_get(a, run[i].flag) && run[i].mine != run[i].theirs)
-            return cl_error(CL_ERR_INVALID, "--%s %d disagrees with --from %s, which was trained with %d", run[i].flag, run[i].mine,
-                            from, run[i].theirs);
-    if (cli_get(a, "seed") && c->seed != in.seed)
-        return cl_error(CL_ERR_INVALID, "--seed %llu disagrees with --from %s, which was trained with %llu", (unsigned long long)c->seed,
-                        from, (unsigned long long)in.seed);
-    c->seq_len = in.seq_len;
-    c->global_batch = in.global_batch;
-    c->seed = in.seed;
-    *gb_given = j->gb_given = 1;
-    if (!cli_get(a, "micro-batch-size")) {
-        if (in.micro_batch) c->micro_batch = in.micro_batch;
-        if (dp > 0 && in.global_batch % ((int64_t)c->micro_batch * dp) && in.global_batch % dp == 0) c->micro_batch = in.global_batch / dp;
-    }
-    struct stat sb;
-    if (!cli_get(a, "data") && in.data[0] && stat(in.data, &sb) == 0) c->data = in.data;
+            return cl_error(CL_ERR_INVALID, "%s %s: --%s %d disagrees with the checkpoint's %d", flag, dir, run[i].flag, run[i].mine,
+                            run[i].theirs);
+    if (cli_get(a, "seed") && c->seed != in->seed)
+        return cl_error(CL_ERR_INVALID, "%s %s: --seed %llu disagrees with the checkpoint's %llu", flag, dir,
+                        (unsigned long long)c->seed, (unsigned long long)in->seed);
+    /* the data file: the same file (device and inode) by whatever path; one that is gone must be given again */
+    struct stat ours, rec;
+    const char *data = cli_get(a, "data");
+    int have = in->data[0] && stat(in->data, &rec) == 0;
+    if (data && have && (stat(data, &ours) != 0 || ours.st_dev != rec.st_dev || ours.st_ino != rec.st_ino))
+        return cl_error(CL_ERR_INVALID, "%s %s: --data %s disagrees with the checkpoint's %s", flag, dir, data, in->data);
+    if (data && in->data[0] && !have)
+        fprintf(stderr, "cleave: note: %s %s: the checkpoint's data %s is gone; --data %s stands for it\n", flag, dir, in->data, data);
+    if (!data && have) c->data = in->data;
+    if (!data && in->data[0] && !have && !j->convert) /* convert trains nothing: it keeps the default data */
+        return cl_error(CL_ERR_INVALID, "%s %s: the checkpoint's data %s is gone (give --data FILE, where it is now)", flag, dir, in->data);
+    c->seq_len = in->seq_len;
+    c->global_batch = in->global_batch;
+    c->seed = in->seed;
+    j->gb_given = 1;
+    if (!cli_get(a, "micro-batch-size") && in->micro_batch) c->micro_batch = in->micro_batch;
+    j->mb_fit = !cli_get(a, "micro-batch-size");
     return CL_OK;
+}
+
+/* The micro-batch a checkpoint's run left to it (ckpt_source), cut to fit
+ * the recorded global batch at this mesh's dp where it does not. */
+static void ckpt_micro_batch(train_job *j) {
+    cl_train_config *c = &j->c;
+    int dp = j->mesh.dp;
+    if (j->mb_fit && dp > 0 && c->global_batch % ((int64_t)c->micro_batch * dp) && c->global_batch % dp == 0)
+        c->micro_batch = c->global_batch / dp;
 }
 
 static int cmd_train(int argc, char **argv) {
@@ -906,7 +950,11 @@ static int cmd_train(int argc, char **argv) {
     j.temperature = 0.8f;
     int stop_after = 0, ranks = 0, dp = 0, tp = 0, pp = 0;
     float timeout = 300;
-    if ((s = cli_parse_model(&a, &c->model, &c->seq_len))) return cli_fail(s);
+    /* --resume and convert's --from: the checkpoint's model is the one the model flags start from (ckpt_source) */
+    const char *src = convert ? cli_get(&a, "from") : cli_get(&a, "resume"), *src_flag = convert ? "--from" : "--resume";
+    if (src && !*src) return cli_fail(cl_error(CL_ERR_INVALID, "%s: empty path", src_flag));
+    if (src && (s = cl_error_context(cl_checkpoint_describe(src, &ckpt_info), "%s", src_flag))) return cli_fail(s);
+    if ((s = cli_parse_model_from(&a, src ? &ckpt_info.model : NULL, &c->model, &c->seq_len))) return cli_fail(s);
     int gb_given = j.gb_given = cli_get(&a, "global-batch-size") != NULL;
     if ((s = cli_int(&a, "steps", &j.steps, 1, 1 << 30)) || (s = cli_float(&a, "lr", &c->lr.lr, 1e-12, 10)) ||
         (s = cli_int(&a, "micro-batch-size", &c->micro_batch, 1, 1 << 20)) ||
@@ -983,9 +1031,9 @@ static int cmd_train(int argc, char **argv) {
         j.convert = 1;
         j.sample_tokens = 0;
         if ((s = convert_target(j.resume, j.save, cli_get(&a, "overwrite") != NULL))) return cli_fail(s);
-        int dpx = dp ? dp : ranks ? ranks / ((tp ? tp : 1) * (pp ? pp : 1)) : 1;
-        if ((s = convert_source(&a, &j, dpx, &gb_given))) return cli_fail(s);
     }
+    if (j.resume && (s = ckpt_source(&a, &j, src_flag))) return cli_fail(s);
+    gb_given |= j.gb_given;
     /* a save that would fail, or replace what is not a checkpoint, is refused before any step */
     if ((s = check_kept(&a, &j))) return cli_fail(s);
     if (j.save && (s = j.kept ? cl_checkpoint_check_kept_target(j.save) : cl_checkpoint_check_target(j.save)))
@@ -1025,6 +1073,7 @@ static int cmd_train(int argc, char **argv) {
     if (!ranks) ranks = (dp ? dp : 1) * (tp ? tp : 1) * (pp ? pp : 1);
     if ((s = check_mesh(&j.mesh, ranks, dp, tp, pp))) return cli_fail(s);
     if (!gb_given) c->global_batch = c->micro_batch * j.mesh.dp;
+    ckpt_micro_batch(&j);
     if ((s = check_pipeline(&j))) return cli_fail(s);
     if (!j.threads) j.threads = default_threads(ranks);
     if ((s = check_job(&j, ranks))) return cli_fail(s);

@@ -181,8 +181,8 @@ dmg past json trainer_state.json step 9;               bad "trainer_state.json\|
 dmg noopt rm optimizer.safetensors;                    bad "optimizer.safetensors" "${R[@]}" --resume "$tmp/noopt"
 dmg negv value optimizer.safetensors exp_avg_sq.h.0.mlp.c_fc.weight 17 -1; bad "exp_avg_sq.h.0.mlp.c_fc.weight" "${R[@]}" --resume "$tmp/negv"
 dmg infm value optimizer.safetensors exp_avg.wte.weight 3 inf; bad "exp_avg.wte.weight" "${R[@]}" --resume "$tmp/infm"
-dmg other json config.json n_embd 128;                 bad "different model" "${R[@]}" --resume "$tmp/other"
-bad "different model" train --model cnn --steps 4 --resume "$tmp/ck"
+dmg other json config.json n_embd 128;                 bad "wte.weight" "${R[@]}" --resume "$tmp/other"
+bad "\-\-model cnn disagrees with the checkpoint's gpt2-tiny" train --model cnn --steps 4 --resume "$tmp/ck"
 bad "seq-len\|checkpoint" "${R[@]}" --seq-len 32 --resume "$tmp/ck"
 bad "empty path" "${R[@]}" --resume ''
 bad "no such directory" "${R[@]}" --resume "$tmp/nope"

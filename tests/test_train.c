@@ -101,13 +101,27 @@ static void test_resume(void) {
         CHECK(e->d_name[0] == '.' || !strcmp(e->d_name, "ckpt") || !strncmp(e->d_name, "text.txt", 8),
               "a save left %s behind in %s", e->d_name, tmpdir);
     closedir(dp);
-    /* a different model is refused */
+    /* a different model, seed or global batch is refused, naming the field and both values */
     cl_train_config c2 = c;
     c2.model.layers = 3;
     cl_trainer *t;
     CHECK_OK(cl_trainer_create(&t, &c2));
     cl_status s = cl_trainer_resume(t, ck);
-    CHECK(s == CL_ERR_INVALID && strstr(cl_last_error(), "different model"), "resume into another model: %s", cl_last_error());
+    CHECK(s == CL_ERR_INVALID && strstr(cl_last_error(), "model has layers 2, this run's 3"), "resume into another model: %s",
+          cl_last_error());
+    cl_trainer_destroy(t);
+    c2 = c;
+    c2.seed = 5;
+    CHECK_OK(cl_trainer_create(&t, &c2));
+    s = cl_trainer_resume(t, ck);
+    CHECK(s == CL_ERR_INVALID && strstr(cl_last_error(), "--seed 1337, this run has 5"), "resume with another seed: %s", cl_last_error());
+    cl_trainer_destroy(t);
+    c2 = c;
+    c2.global_batch = 4;
+    CHECK_OK(cl_trainer_create(&t, &c2));
+    s = cl_trainer_resume(t, ck);
+    CHECK(s == CL_ERR_INVALID && strstr(cl_last_error(), "--global-batch-size 8, this run has 4"), "resume with another batch: %s",
+          cl_last_error());
     cl_trainer_destroy(t);
     /* a truncated model file is a clear error, and loading for eval says so too */
     char mp[700];

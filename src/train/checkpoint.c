@@ -85,23 +85,6 @@ static cl_status read_config(const char *dir, cl_model_config *c, char *tokenize
     return s;
 }
 
-static int same_config(const cl_model_config *a, const cl_model_config *b) {
-    if (a->kind != b->kind) return 0;
-    if (a->kind == CL_MODEL_GPT)
-        return a->layers == b->layers && a->heads == b->heads && a->channels == b->channels && a->seq_len == b->seq_len &&
-               a->vocab == b->vocab;
-    if (a->kind == CL_MODEL_MLP) {
-        if (a->nwidths != b->nwidths) return 0;
-        for (int i = 0; i < a->nwidths; i++)
-            if (a->widths[i] != b->widths[i]) return 0;
-        return 1;
-    }
-    return a->in_channels == b->in_channels && a->height == b->height && a->width == b->width &&
-           a->conv_channels == b->conv_channels && a->conv_kernel == b->conv_kernel && a->conv_stride == b->conv_stride &&
-           a->conv_pad == b->conv_pad && a->pool == b->pool && a->hidden == b->hidden && a->hidden2 == b->hidden2 &&
-           a->classes == b->classes;
-}
-
 static cl_status write_params(const char *path, const cl_model_desc *d, float *const *ptrs, const char *prefix,
                               const cl_st_meta *meta, int nmeta) {
     cl_st_item *items = calloc((size_t)d->nparams, sizeof *items);
@@ -447,16 +430,28 @@ static cl_status read_state(const char *dir, int *step, int *opt_t, int *T, int 
 
 cl_status cl_ckpt_check_match(const cl_trainer *t, const char *dir, const cl_model_config *c, const char *tok, int T, int gb,
                               uint64_t seed) {
-    if (!same_config(c, &t->desc->cfg))
-        return cl_error(CL_ERR_INVALID, "--resume %s: the checkpoint holds a different model than the one asked for", dir);
+    char field[32];
+    int theirs, mine;
+    const cl_model_config *my = &t->desc->cfg;
+    if (cl_model_config_diff(c, my, field, sizeof field, &theirs, &mine))
+        return c->kind != my->kind
+                   ? cl_error(CL_ERR_INVALID, "--resume %s: the checkpoint holds a %s model, this run a %s", dir,
+                              model_kind_name(c->kind), model_kind_name(my->kind))
+                   : cl_error(CL_ERR_INVALID, "--resume %s: the checkpoint's model has %s %d, this run's %d", dir, field, theirs, mine);
     const char *mytok = t->tok ? cl_tokenizer_name(t->tok) : "none";
     if (strcmp(tok, mytok))
         return cl_error(CL_ERR_INVALID, "--resume %s: the checkpoint used the %s tokenizer, this run %s", dir, tok, mytok);
-    if (T != t->desc->T || gb != t->cfg.global_batch || seed != t->cfg.seed)
-        return cl_error(CL_ERR_INVALID,
-                        "--resume %s: the checkpoint was trained with --seq-len %d --global-batch-size %d --seed %" PRIu64
-                        "; this run has %d, %d, %" PRIu64,
-                        dir, T, gb, seed, t->desc->T, t->cfg.global_batch, t->cfg.seed);
+    const struct {
+        const char *flag;
+        int theirs, mine;
+    } run[] = {{"--seq-len", T, t->desc->T}, {"--global-batch-size", gb, t->cfg.global_batch}};
+    for (size_t i = 0; i < sizeof run / sizeof run[0]; i++)
+        if (run[i].theirs != run[i].mine)
+            return cl_error(CL_ERR_INVALID, "--resume %s: the checkpoint was trained with %s %d, this run has %d", dir, run[i].flag,
+                            run[i].theirs, run[i].mine);
+    if (seed != t->cfg.seed)
+        return cl_error(CL_ERR_INVALID, "--resume %s: the checkpoint was trained with --seed %" PRIu64 ", this run has %" PRIu64, dir,
+                        seed, t->cfg.seed);
     return CL_OK;
 }
 
