@@ -29,7 +29,7 @@ endif
 
 # -fopenmp: kernels split their loops over the rank's threads (kernels/simd.h)
 CFLAGS  = -std=c11 $(OPT) -g -Wall -Wextra -Werror -D_GNU_SOURCE -Iinclude -Isrc $(SANFLAGS) -pthread -fopenmp
-LDLIBS  = -lm -pthread -fopenmp
+LDLIBS  = -lxxhash -lm -pthread -fopenmp
 
 have = $(shell printf '#include <$(1)>\nint main(void){return 0;}\n' | $(CC) -x c - -o /dev/null $(2) 2>/dev/null && echo yes || echo no)
 HAVE_DNNL := $(call have,oneapi/dnnl/dnnl.h,-ldnnl)
