@@ -26,6 +26,7 @@ int cleave_cmd_trace(int argc, char **argv); /* cli/trace_cmd.c */
 int cleave_cmd_bench(int argc, char **argv); /* cli/bench_cmd.c */
 int cleave_cmd_plot(int argc, char **argv); /* cli/plot_cmd.c */
 int cleave_cmd_plan(int argc, char **argv); /* cli/plan_cmd.c */
+int cleave_cmd_checkpoint(int argc, char **argv); /* cli/checkpoint_cmd.c */
 
 
 static const cli_flag train_flags[] = {
@@ -1005,6 +1006,7 @@ static const struct {
     {"convert", "rewrite a checkpoint at another layout or format (single file, sharded)"},
     {"eval", "mean next-token loss of a checkpoint on a text file"},
     {"generate", "continue a prompt with a checkpoint"},
+    {"checkpoint", "check a checkpoint (verify): every file's, tensor's and box's size, hash, run id and step"},
     {"mesh", "print the dp x tp x pp mesh and its groups"},
     {"schedule", "print, check and draw a pipeline schedule (per-rank actions, bubble)"},
     {"trace", "draw a pipeline timeline (Chrome trace or simulated schedule) as SVG"},
@@ -1066,6 +1068,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "bench")) return cleave_cmd_bench(argc, argv);
     if (!strcmp(cmd, "plot")) return cleave_cmd_plot(argc, argv);
     if (!strcmp(cmd, "plan")) return cleave_cmd_plan(argc, argv);
+    if (!strcmp(cmd, "checkpoint")) return cleave_cmd_checkpoint(argc, argv);
     if (!strcmp(cmd, "--version") || !strcmp(cmd, "version")) {
         printf("cleave 0.1 (gemm: %s, kernels: %s, mpi: %s)\n", cl_gemm_backend(), cl_kernels_isa(), cl_mpi_available() ? "yes" : "no");
         return 0;
