@@ -808,10 +808,12 @@ cl_status cl_shard_load_model(const char *dir, cl_model *m) {
     char tok[64];
     const cl_model_desc *d = m->desc;
     cl_ckpt_manifest mf;
-    cl_status s = cl_ckpt_manifest_read(dir, &mf);
+    cl_status s = cl_ckpt_manifest_load(dir, &mf);
     if (!s) s = open_index(&ix, dir, d, &c, tok, sizeof tok, &state, &doc);
     if (!s) s = index_against_marker(&ix, state, &mf, 1);
     cl_json_free(doc);
+    /* every shard's size, run id and step, the ones this load reads nothing of (moments only) too */
+    for (int f = 0; f < ix.nfiles && !s && ix.m; f++) s = open_file(&ix, f);
     for (int i = 0; i < d->nparams && !s; i++) {
         if (!cl_model_holds_param(m, i)) continue;
         memset(m->p[i], 0, (size_t)d->params[i].numel * sizeof(float));
@@ -849,7 +851,7 @@ cl_status cl_shard_resume(cl_trainer *t, const char *dir) {
     cl_optimizer *os[CL_PP_MAX_CHUNKS];
     float *own[CL_PP_MAX_CHUNKS] = {0};
     int nc = cl_pp_chunks(t, ms, os);
-    cl_status s = cl_ckpt_manifest_read(dir, &mf);
+    cl_status s = cl_ckpt_manifest_load(dir, &mf);
     if (!s) s = open_index(&ix, dir, NULL, &c, tok, sizeof tok, &state, &doc);
     if (!s) s = cl_ckpt_state_parse(state, ix.path, &step, &opt_t, &T, &gb, &seed);
     if (!s) s = cl_ckpt_run_id_parse(state, ix.path, run_id);

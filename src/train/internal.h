@@ -158,6 +158,10 @@ void cl_ckpt_marker_json(cl_strbuf *b, const cl_ckpt_manifest *m);
 cl_status cl_ckpt_manifest_put(cl_ckpt_manifest *m, const char *name, int64_t bytes, uint64_t hash);
 cl_status cl_ckpt_manifest_add(cl_ckpt_manifest *m, const char *dir, const char *name); /* hashes DIR/NAME */
 cl_status cl_ckpt_manifest_read(const char *dir, cl_ckpt_manifest *m);
+/* What a load checks against: the manifest, or with CLEAVE_CKPT_VERIFY=0 (tests of the checks behind the
+ * hashes, the benchmark's baseline) nothing, as for a checkpoint before hashes but without the note. */
+int cl_ckpt_verify_on(void);
+cl_status cl_ckpt_manifest_load(const char *dir, cl_ckpt_manifest *m);
 const cl_ckpt_fsum *cl_ckpt_manifest_find(const cl_ckpt_manifest *m, const char *name);
 void cl_ckpt_manifest_free(cl_ckpt_manifest *m);
 void cl_ckpt_note_unhashed(const char *dir); /* the one-line note for a version 1 marker */
