@@ -509,7 +509,7 @@ cl_status cl_trainer_resume(cl_trainer *t, const char *given) {
     double t0 = cl_now();
     cl_ckpt_manifest m;
     CL_TRY(cl_ckpt_verify_single(dir, &m, 0)); /* files, sizes, the JSON files' hashes, run id and step */
-    if (m.version < 2) cl_ckpt_note_unhashed(dir);
+    if (m.version < 2 && (!t->cfg.groups || cl_comm_rank(t->cfg.groups->world) == 0)) cl_ckpt_note_unhashed(dir); /* once */
     double tv = cl_now() - t0;
     int step = 0, opt_t = 0, T = 0, gb = 0;
     uint64_t seed = 0;
