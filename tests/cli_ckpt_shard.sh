@@ -56,21 +56,9 @@ run() { # name args...: cleave with the common flags, output in $tmp/name.out
     timeout 300 "$CLEAVE" "$@" > "$tmp/$name.out" 2>&1
     _rc=$?; check '[ $_rc -eq 0 ]' "$name ($*) failed: $(tail -3 "$tmp/$name.out")"
 }
-same_st() { # file file: the same bytes but for the run id in the metadata (the two come from different runs)
-    python3 - "$1" "$2" << 'EOF'
-import json, struct, sys
-def part(p):
-    b = open(p, "rb").read()
-    n = struct.unpack("<Q", b[:8])[0]
-    h = json.loads(b[8:8 + n])
-    h.get("__metadata__", {}).pop("cleave_run_id", None)
-    return h, b[8 + n:]
-sys.exit(part(sys.argv[1]) != part(sys.argv[2]))
-EOF
-}
 same_ckpt() { # dir dir what
     local ok=1
-    for f in model.safetensors optimizer.safetensors; do same_st "$1/$f" "$2/$f" || ok=0; done
+    for f in model.safetensors optimizer.safetensors; do st_same "$1/$f" "$2/$f" || ok=0; done
     check '[ $ok -eq 1 ]' "$3: the gathered tensors or moments differ from the ones saved"
     [ $ok -eq 1 ] && echo "$3: parameters and both moments bitwise equal"
 }
