@@ -569,7 +569,7 @@ static cl_status verify_boxes(cl_shard_index *ix, cl_comm *world, int mask) {
     cl_hasher *h = cl_hasher_new();
     char *scratch = NULL;
     cl_status s = cov && part && h ? CL_OK : cl_error(CL_ERR_OOM, "cannot allocate the verification's lists");
-    qsort(ix->seg, (size_t)ix->nseg, sizeof *ix->seg, cmp_seg);
+    if (ix->nseg) qsort(ix->seg, (size_t)ix->nseg, sizeof *ix->seg, cmp_seg);
     for (int pass = 0; pass < 2; pass++) { /* 0: which blocks this rank read whole; 1: hash its share */
         int64_t g = 0, bi = 0;
         for (int i = 0; cov && part && h && i < ix->nt * CL_NKINDS; i++)
