@@ -29,7 +29,7 @@ endif
 
 # -fopenmp: kernels split their loops over the rank's threads (kernels/simd.h)
 CFLAGS  = -std=c11 $(OPT) -g -Wall -Wextra -Werror -D_GNU_SOURCE -Iinclude -Isrc $(SANFLAGS) -pthread -fopenmp
-LDLIBS  = -lm -pthread -fopenmp
+LDLIBS  = -lxxhash -lm -pthread -fopenmp
 
 have = $(shell printf '#include <$(1)>\nint main(void){return 0;}\n' | $(CC) -x c - -o /dev/null $(2) 2>/dev/null && echo yes || echo no)
 HAVE_DNNL := $(call have,oneapi/dnnl/dnnl.h,-ldnnl)
@@ -72,7 +72,7 @@ HDRS     := $(wildcard include/cleave/*.h src/*/*.h tests/common/*.h)
 PIC = -fPIC -fno-semantic-interposition
 SONAME := libcleave.so.$(SOMAJOR)
 # Man pages: `cleave WORDS --man` prints each command's --help as a page.
-MAN_PAGES := cleave cleave-train cleave-memory cleave-convert cleave-eval cleave-generate cleave-mesh cleave-schedule cleave-trace-render cleave-plot \
+MAN_PAGES := cleave cleave-train cleave-memory cleave-convert cleave-eval cleave-generate cleave-checkpoint-verify cleave-mesh cleave-schedule cleave-trace-render cleave-plot \
              cleave-bench-peak cleave-bench-gemm cleave-bench-step cleave-plan cleave-plan-calibrate
 MAN_OUT  := $(patsubst %,$(BUILD)/man/%.1,$(MAN_PAGES))
 PUB_HDRS := $(sort $(wildcard include/cleave/*.h))

@@ -27,6 +27,7 @@ int cleave_cmd_trace(int argc, char **argv); /* cli/trace_cmd.c */
 int cleave_cmd_bench(int argc, char **argv); /* cli/bench_cmd.c */
 int cleave_cmd_plot(int argc, char **argv); /* cli/plot_cmd.c */
 int cleave_cmd_plan(int argc, char **argv); /* cli/plan_cmd.c */
+int cleave_cmd_checkpoint(int argc, char **argv); /* cli/checkpoint_cmd.c */
 
 
 static const cli_flag train_flags[] = {
@@ -1204,6 +1205,7 @@ static const struct {
     {"convert", "rewrite a checkpoint at another layout or format (single file, sharded)", cmd_train},
     {"eval", "mean next-token loss of a checkpoint on a text file", cmd_eval},
     {"generate", "continue a prompt with a checkpoint", cmd_generate},
+    {"checkpoint", "check a checkpoint (verify): every file's, tensor's and box's size, hash, run id and step", cleave_cmd_checkpoint},
     {"mesh", "print the dp x tp x pp mesh and its groups", cleave_cmd_mesh},
     {"schedule", "print, check and draw a pipeline schedule (per-rank actions, bubble)", cleave_cmd_schedule},
     {"trace", "draw a pipeline timeline (Chrome trace or simulated schedule) as SVG", cleave_cmd_trace},

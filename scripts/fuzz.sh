@@ -86,14 +86,14 @@ data_srcs=(src/data/tokens.c src/data/file.c)
 echo "fuzz: building with $CLANG"
 build_target() { # build_target NAME SOURCES...: build/fuzz/fuzz_NAME with libFuzzer
     local name=$1; shift
-    "$CLANG" "${flags[@]}" -fsanitize=fuzzer,address,undefined "${srcs[@]}" "$@" -lm -o "$out/fuzz_$name"
+    "$CLANG" "${flags[@]}" -fsanitize=fuzzer,address,undefined "${srcs[@]}" "$@" -lxxhash -lm -o "$out/fuzz_$name"
 }
 build_target safetensors tests/fuzz/fuzz_safetensors.c
 build_target tokens "${data_srcs[@]}" tests/fuzz/fuzz_tokens.c
 build_target ckjson src/model/describe.c src/train/ckpt_json.c tests/fuzz/fuzz_ckjson.c
 build_target shard src/model/describe.c src/train/ckpt_json.c src/train/shard_index.c tests/fuzz/fuzz_shard_index.c
 "$CLANG" "${flags[@]}" -fsanitize=address,undefined -DCL_FUZZ_SEEDGEN "${srcs[@]}" "${data_srcs[@]}" \
-    tests/fuzz/fuzz_safetensors.c -lm -o "$out/fuzz_seedgen"
+    tests/fuzz/fuzz_safetensors.c -lxxhash -lm -o "$out/fuzz_seedgen"
 
 rm -rf "$out/seeds" "$out/seeds-tokens" "$out/seeds-ckjson" "$out/seeds-shard"
 mkdir -p "$out/seeds" "$out/seeds-tokens" "$out/seeds-ckjson" "$out/corpus" "$out/corpus-tokens" "$out/corpus-ckjson" \

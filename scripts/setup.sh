@@ -64,7 +64,7 @@ installed() {
 # ---- packages -------------------------------------------------------------
 missing=()
 for p in build-essential libdnnl-dev zlib1g-dev libopenmpi-dev openmpi-bin procps bible-kjv bible-kjv-text nodejs ca-certificates \
-         pkg-config man-db python3; do
+         pkg-config man-db python3 libxxhash-dev; do
     installed "$p" || missing+=("$p")
 done
 command -v npm >/dev/null 2>&1 || installed npm || missing+=(npm)

@@ -11,6 +11,9 @@ usage: ckpt_damage.py DIR HOW ARGS...
   value FILE TENSOR INDEX X    set element INDEX of an F32 tensor to X (nan, inf, -1, ...)
   dtype FILE TENSOR DTYPE      relabel a tensor's dtype in the safetensors header
   rename FILE TENSOR NEW       rename a tensor in the safetensors header
+  flip FILE TENSOR INDEX       flip the lowest bit of element INDEX of an F32 tensor (TENSOR: a name, or
+                               #N for the N-th in data order), in place; prints the tensor's name
+(bad_input's rows; tests/cli_ckpt_integrity.sh)
 """
 import json
 import os
@@ -54,6 +57,21 @@ def main(argv):
         with open(path, "r+b") as f:
             f.seek(int(args[1]))
             f.write(bytes([int(args[2])]))
+    elif how == "flip":
+        header, data = read_st(path)
+        with open(path, "rb") as f:
+            base = 8 + struct.unpack("<Q", f.read(8))[0]
+        name = args[1]
+        if name.startswith("#"):
+            order = sorted((v["data_offsets"][0], k) for k, v in header.items() if k != "__metadata__")
+            name = order[int(name[1:])][1]
+        off = base + header[name]["data_offsets"][0] + 4 * int(args[2])
+        with open(path, "r+b") as f:
+            f.seek(off)
+            b = f.read(1)[0]
+            f.seek(off)
+            f.write(bytes([b ^ 1]))
+        print(name)
     elif how in ("value", "dtype", "rename"):
         header, data = read_st(path)
         t = header[args[1]]

@@ -89,8 +89,8 @@ for fmt in single sharded; do
     cp -a "$base" "$d"
     cp -a "$other/step-00000002" "$other/step-00000004" "$d/"
     sed -i 's/"run_id": *"[0-9a-f]*", *//' "$d/step-00000010/"{trainer_state.json,cleave-index.json} 2> /dev/null
-    ! grep -rq run_id "$d/step-00000010"
-    _rc=$?; check '[ $_rc -eq 0 ]' "$fmt: step 10's run id is still there"
+    ! cat "$d/step-00000010/"{trainer_state.json,cleave-index.json} 2> /dev/null | grep -q '"run_id"'
+    _rc=$?; check '[ $_rc -eq 0 ]' "$fmt: step 10's state still records its run id"
     old=$(hashes "$d" | grep -v step-00000020 | grep step-)
     ran "$fmt: keep 2" "${fx[@]}" --resume "$d" --save "$d" --save-every 2 --save-keep 2 --stop-after 26
     check '[ "$(listing "$d")" = "latest step-00000002 step-00000004 step-00000010 step-00000024 step-00000026 " ] && [ "$(cat "$d/latest")" = step-00000026 ]' \

@@ -3,8 +3,9 @@
 # vocabulary of 300 (not a multiple of 16; padded to 384 or 512 by tp), saved
 # sharded at layout A after 10 of 20 steps, then for each pair A -> B:
 # - load at B and gather into today's single file: model.safetensors and
-#   optimizer.safetensors (both moments) byte-identical (cmp) to the single
-#   file the run at A writes at the same step (gathered by the old path);
+#   optimizer.safetensors (both moments) byte-identical to the single file
+#   the run at A writes at the same step (gathered by the old path), but for
+#   the run id in the metadata (the two are different runs);
 # - load at B, save sharded again, load that at (1,1,1,0) and gather:
 #   byte-identical too;
 # - resume at B for the last 10 steps: the losses equal the uninterrupted
@@ -57,7 +58,7 @@ run() { # name args...: cleave with the common flags, output in $tmp/name.out
 }
 same_ckpt() { # dir dir what
     local ok=1
-    for f in model.safetensors optimizer.safetensors; do cmp -s "$1/$f" "$2/$f" || ok=0; done
+    for f in model.safetensors optimizer.safetensors; do st_same "$1/$f" "$2/$f" || ok=0; done
     check '[ $ok -eq 1 ]' "$3: the gathered tensors or moments differ from the ones saved"
     [ $ok -eq 1 ] && echo "$3: parameters and both moments bitwise equal"
 }
@@ -204,46 +205,56 @@ check '[ "$left" = "$keep" ] && [ -e "$tmp/L1.sh/rank-00000.safetensors" ]' \
     "stale temporaries: left '$left'"
 
 # ---- bytes read: a tp 4 rank reads its boxes, not the model -------------------
-CLEAVE_SHARD_READ_BYTES=1 timeout 300 "$CLEAVE" convert "${common[@]}" "${L3[@]}" --from "$tmp/L2.sh" --to "$tmp/bytes.one" \
-    > "$tmp/bytes.out" 2>&1
-_rc=$?; check '[ $_rc -eq 0 ]' "the tp 4 load failed: $(tail -3 "$tmp/bytes.out")"
-total=$(cat "$tmp"/L2.sh/rank-*.safetensors | wc -c)
-max=$(grep -o 'read [0-9]* bytes' "$tmp/bytes.out" | awk '{ if ($2 > m) m = $2 } END { print m + 0 }')
-nr=$(grep -c 'read [0-9]* bytes' "$tmp/bytes.out")
-# a tp 4 x dp 2 rank under zero 1 holds a quarter of each split parameter and half of that of its moments
-# (1/6 of the checkpoint), plus the replicated tensors (layernorms, wpe, biases: about 2% here)
-echo "tp 4 load of a $total-byte checkpoint: $nr ranks, the most read by one $max bytes"
-check '[ "$nr" -eq 8 ] && [ "$max" -gt 0 ] && [ "$max" -lt $((total * 20 / 100)) ]' "a tp 4 rank read $max of $total bytes"
-# one rank holding everything reads every stored byte once, plus each file's 8-byte header length
-CLEAVE_SHARD_READ_BYTES=1 timeout 300 "$CLEAVE" convert "${common[@]}" "${L1[@]}" --from "$tmp/L2.sh" --to "$tmp/bytes1.one" \
-    > "$tmp/bytes1.out" 2>&1
-want=$(python3 -c '
-import struct, sys
-n = 0
-for p in sys.argv[1:]:
-    b = open(p, "rb").read()
-    n += len(b) - struct.unpack("<Q", b[:8])[0]
-print(n)' "$tmp"/L2.sh/rank-*.safetensors)
-got=$(grep -o 'read [0-9]* bytes' "$tmp/bytes1.out" | awk '{ print $2 }')
-echo "one rank loading it all: read $got bytes, the data and the 8-byte lengths are $want"
-check '[ "$got" = "$want" ]' "one rank read $got bytes, not the $want stored"
-# ZeRO 3 at dp 4: each rank reads its shard of the parameters and moments only; at tp 1 and pp 1 every
-# stored element is in exactly one rank's shard, so the ranks together read each stored byte once (plus
-# their 8-byte header lengths), each about a quarter
-CLEAVE_SHARD_READ_BYTES=1 timeout 300 "$CLEAVE" convert "${common[@]}" "${Z2[@]}" --from "$tmp/L1.sh" --to "$tmp/bytes3.one" \
-    > "$tmp/bytes3.out" 2>&1
-_rc=$?; check '[ $_rc -eq 0 ]' "the zero 3 load failed: $(tail -3 "$tmp/bytes3.out")"
-want=$(python3 -c '
+# Each rank prints what it read in all (N), of that the shards' headers (H: their run id and step, checked
+# against the index) and the blocks it read only to hash them (V: no rank read them whole for the load), and
+# the bytes it hashed (X). The load's own reads are N - H - V; every stored byte is hashed by exactly one
+# rank, so the X add up to the shards' data bytes.
+reads() { # file: one line per rank, "load header verify hashed"
+    sed -nE 's/.*read ([0-9]+) bytes \(([0-9]+) of headers, ([0-9]+) only to verify; ([0-9]+) hashed\).*/\1 \2 \3 \4/p' "$1" |
+        awk '{ print $1 - $2 - $3, $2, $3, $4 }'
+}
+databytes() { # shards...: their data bytes (after the 8-byte length and the header)
+    python3 -c '
 import struct, sys
 n = 0
 for p in sys.argv[1:]:
     b = open(p, "rb").read()
     n += len(b) - 8 - struct.unpack("<Q", b[:8])[0]
-print(n)' "$tmp"/L1.sh/rank-*.safetensors)
-read -r nr sum max <<< "$(grep -o 'read [0-9]* bytes' "$tmp/bytes3.out" | awk '{ n++; s += $2; if ($2 > m) m = $2 } END { print n, s, m }')"
-echo "zero 3 dp 4 load of $want data bytes: $nr ranks read $sum in all, the most $max"
-check '[ "$nr" -eq 4 ] && [ "$sum" -eq $((want + 4 * 8)) ] && [ "$max" -lt $((want * 26 / 100)) ]' \
-    "zero 3 ranks read $sum bytes in all (the most $max), not the $want stored once"
+print(n)' "$@"
+}
+CLEAVE_SHARD_READ_BYTES=1 timeout 300 "$CLEAVE" convert "${common[@]}" "${L3[@]}" --from "$tmp/L2.sh" --to "$tmp/bytes.one" \
+    > "$tmp/bytes.out" 2>&1
+_rc=$?; check '[ $_rc -eq 0 ]' "the tp 4 load failed: $(tail -3 "$tmp/bytes.out")"
+total=$(cat "$tmp"/L2.sh/rank-*.safetensors | wc -c)
+data=$(databytes "$tmp"/L2.sh/rank-*.safetensors)
+read -r nr max hashed extra <<< "$(reads "$tmp/bytes.out" | awk '{ n++; if ($1 > m) m = $1; x += $4; v += $3 } END { print n, m + 0, x + 0, v + 0 }')"
+# a tp 4 x dp 2 rank under zero 1 holds a quarter of each split parameter and half of that of its moments
+# (1/6 of the checkpoint), plus the replicated tensors (layernorms, wpe, biases: about 2% here); the
+# stored boxes are tp 2's column halves, which no tp 4 rank reads whole: those are read once more, shared
+# out, to hash them
+echo "tp 4 load of a $total-byte checkpoint: $nr ranks, the most read by one for the load $max bytes; $hashed hashed ($extra read only for that) of $data"
+check '[ "$nr" -eq 8 ] && [ "$max" -gt 0 ] && [ "$max" -lt $((total * 20 / 100)) ] && [ "$hashed" -eq "$data" ] && [ "$extra" -le "$data" ]' \
+    "a tp 4 rank read $max of $total bytes; $hashed hashed of $data"
+# one rank holding everything reads every stored byte once, plus each file's 8-byte header length, and hashes
+# it all from memory
+CLEAVE_SHARD_READ_BYTES=1 timeout 300 "$CLEAVE" convert "${common[@]}" "${L1[@]}" --from "$tmp/L2.sh" --to "$tmp/bytes1.one" \
+    > "$tmp/bytes1.out" 2>&1
+want=$(( $(databytes "$tmp"/L2.sh/rank-*.safetensors) + 8 * $(ls "$tmp"/L2.sh/rank-*.safetensors | wc -l) ))
+read -r got head extra hashed <<< "$(reads "$tmp/bytes1.out")"
+echo "one rank loading it all: read $got bytes for the load (+ $head of headers, $extra only to verify; $hashed hashed), the data and the 8-byte lengths are $want"
+check '[ "$got" = "$want" ] && [ "$extra" = 0 ] && [ "$hashed" -eq "$data" ]' "one rank read $got bytes, not the $want stored; $extra to verify, $hashed hashed"
+# ZeRO 3 at dp 4: each rank reads its shard of the parameters and moments only; at tp 1 and pp 1 every
+# stored element is in exactly one rank's shard, so the ranks together read each stored byte once (plus
+# their 8-byte header lengths), each about a quarter; the blocks a shard cut splits are read once more, by
+# one rank, to hash them
+CLEAVE_SHARD_READ_BYTES=1 timeout 300 "$CLEAVE" convert "${common[@]}" "${Z2[@]}" --from "$tmp/L1.sh" --to "$tmp/bytes3.one" \
+    > "$tmp/bytes3.out" 2>&1
+_rc=$?; check '[ $_rc -eq 0 ]' "the zero 3 load failed: $(tail -3 "$tmp/bytes3.out")"
+want=$(databytes "$tmp"/L1.sh/rank-*.safetensors)
+read -r nr sum max hashed extra <<< "$(reads "$tmp/bytes3.out" | awk '{ n++; s += $1; if ($1 > m) m = $1; x += $4; v += $3 } END { print n, s, m, x, v }')"
+echo "zero 3 dp 4 load of $want data bytes: $nr ranks read $sum in all for the load, the most $max; $hashed hashed, $extra read only for that"
+check '[ "$nr" -eq 4 ] && [ "$sum" -eq $((want + 4 * 8)) ] && [ "$max" -lt $((want * 26 / 100)) ] && [ "$hashed" -eq "$want" ] && [ "$extra" -lt $((want * 30 / 100)) ]' \
+    "zero 3 ranks read $sum bytes in all (the most $max), not the $want stored once; $hashed hashed, $extra extra"
 
 # the converted single file is a Hugging Face GPT-2 checkpoint: PyTorch (scripts/hf_eval.py, stock torch.nn)
 # evaluates it to the loss cleave's eval gives on the sharded one
@@ -258,6 +269,8 @@ else
 fi
 
 # ---- damaged checkpoints: one line, exit 2 ------------------------------------
+# the index's own checks, behind the content hashes (which refuse each of these first: tests/cli_ckpt_integrity.sh)
+export CLEAVE_CKPT_VERIFY=0
 refused() { # name dir: --resume of dir exits 2 with one line on stderr
     local name=$1 dir=$2
     timeout 60 "$CLEAVE" train "${common[@]}" "${L8[@]}" --resume "$dir" > "$tmp/bad.out" 2> "$tmp/bad.err"
@@ -279,7 +292,7 @@ EOF
 }
 cp -r "$tmp/L2.sh" "$tmp/notjson" && echo '{"format": ' > "$tmp/notjson/cleave-index.json"
 refused "index not JSON" "$tmp/notjson"
-edit future 'd["version"] = 2'
+edit future 'd["version"] = 3'
 refused "version from the future" "$tmp/future"
 cp -r "$tmp/L2.sh" "$tmp/missing" && rm "$tmp/missing/rank-00003.safetensors"
 refused "missing shard" "$tmp/missing"
@@ -304,4 +317,5 @@ edit z3overlap "$z3part"'; t["param"][j][2] += 1' Z1
 refused "zero 3: a partial row moved onto its neighbour" "$tmp/z3overlap"
 edit z3hole "$z3part"'; t["param"].pop(j)' Z1
 refused "zero 3: a partial row missing" "$tmp/z3hole"
+unset CLEAVE_CKPT_VERIFY
 finish cli_ckpt_shard

@@ -88,7 +88,7 @@ _rc=$?; check '[ $_rc -eq 0 ] && [ "$(grep -c "<rect class=\"act" "$tmp/trace.sv
 "$CLEAVE" train "${common[@]}" --global-batch-size 8 --pp 2 --stop-after 10 --save "$tmp/ck-pp2" > "$tmp/ck1.out" 2>&1
 _rc=$?; check '[ $_rc -eq 0 ] && [ -f "$tmp/ck-pp2/model.safetensors" ] && [ -f "$tmp/ck-pp2/optimizer.safetensors" ]' "pp=2 --save: $(tail -2 "$tmp/ck1.out")"
 "$CLEAVE" train "${common[@]}" --global-batch-size 8 --stop-after 10 --save "$tmp/ck-one" > /dev/null 2>&1
-check 'cmp -s "$tmp/ck-pp2/model.safetensors" "$tmp/ck-one/model.safetensors" && cmp -s "$tmp/ck-pp2/optimizer.safetensors" "$tmp/ck-one/optimizer.safetensors"' \
+check 'st_same "$tmp/ck-pp2/model.safetensors" "$tmp/ck-one/model.safetensors" && st_same "$tmp/ck-pp2/optimizer.safetensors" "$tmp/ck-one/optimizer.safetensors"' \
     "the pp=2 checkpoint is not byte-equal to one device's"
 want=$(figures "$tmp/one-m4.jsonl" | tail -10)
 for run in "one|" "pp4-zb|--pp 4 --schedule zb-h1" "pp2-int|--pp 2 --schedule interleaved"; do

@@ -123,14 +123,14 @@ train full-dp4-z0 "${res[@]}" --dp 4
 train half-z0 "${res[@]}" --dp 2 --stop-after 3 --save "$tmp/ck-z0"
 train half-z1 "${res[@]}" --dp 2 --zero 1 --stop-after 3 --save "$tmp/ck-z1"
 for f in model.safetensors optimizer.safetensors; do
-    check 'cmp "$tmp/ck-z1/$f" "$tmp/ck-z0/$f"' "the --zero 1 checkpoint's $f differs from --zero 0's"
+    check 'st_same "$tmp/ck-z1/$f" "$tmp/ck-z0/$f"' "the --zero 1 checkpoint's $f differs from --zero 0's"
 done
 echo "checkpoint dp 2 at step 3: --zero 1's model.safetensors ($(wc -c < "$tmp/ck-z1/model.safetensors") B) and" \
      "optimizer.safetensors ($(wc -c < "$tmp/ck-z1/optimizer.safetensors") B) cmp-equal to --zero 0's"
 train pphalf-z0 "${res[@]}" --dp 2 --pp 2 --stop-after 3 --save "$tmp/ck-pp-z0"
 train pphalf-z1 "${res[@]}" --dp 2 --pp 2 --zero 1 --stop-after 3 --save "$tmp/ck-pp-z1"
 for f in model.safetensors optimizer.safetensors; do
-    check 'cmp "$tmp/ck-pp-z1/$f" "$tmp/ck-pp-z0/$f"' "pp 2 x dp 2: the --zero 1 checkpoint's $f differs from --zero 0's"
+    check 'st_same "$tmp/ck-pp-z1/$f" "$tmp/ck-pp-z0/$f"' "pp 2 x dp 2: the --zero 1 checkpoint's $f differs from --zero 0's"
 done
 echo "checkpoint pp 2 x dp 2 at step 3: --zero 1's model and optimizer files cmp-equal to --zero 0's"
 # the padded sizes at dp 4: the gathered moments leave the padding out
@@ -138,7 +138,7 @@ train oddfull "${res[@]}" "${odd[@]}" --dp 4
 train oddhalf-z0 "${res[@]}" "${odd[@]}" --dp 4 --stop-after 3 --save "$tmp/ck-odd-z0"
 train oddhalf-z1 "${res[@]}" "${odd[@]}" --dp 4 --zero 1 --stop-after 3 --save "$tmp/ck-odd-z1"
 for f in model.safetensors optimizer.safetensors; do
-    check 'cmp "$tmp/ck-odd-z1/$f" "$tmp/ck-odd-z0/$f"' "padded sizes at dp 4: the --zero 1 checkpoint's $f differs from --zero 0's"
+    check 'st_same "$tmp/ck-odd-z1/$f" "$tmp/ck-odd-z0/$f"' "padded sizes at dp 4: the --zero 1 checkpoint's $f differs from --zero 0's"
 done
 echo "checkpoint of the padded GPT at dp 4, step 3: --zero 1's model and optimizer files cmp-equal to --zero 0's"
 train oddres "${res[@]}" "${odd[@]}" --dp 4 --zero 1 --resume "$tmp/ck-odd-z1"

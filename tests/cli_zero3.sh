@@ -153,7 +153,7 @@ train half-z0 "${res[@]}" --stop-after 3 --save "$tmp/ck-z0"
 train half-z2 "${res[@]}" --zero 2 --stop-after 3 --save "$tmp/ck-z2"
 train half-z3 "${res[@]}" --zero 3 --stop-after 3 --save "$tmp/ck-z3"
 for f in model.safetensors optimizer.safetensors; do
-    check 'cmp "$tmp/ck-z3/$f" "$tmp/ck-z0/$f"' "the --zero 3 checkpoint's $f differs from --zero 0's"
+    check 'st_same "$tmp/ck-z3/$f" "$tmp/ck-z0/$f"' "the --zero 3 checkpoint's $f differs from --zero 0's"
 done
 echo "checkpoint dp 2 at step 3: --zero 3's model and optimizer files cmp-equal to --zero 0's"
 grep '"loss"' "$tmp/full-z3.jsonl" | tail -n 3 > "$tmp/tail-z3.jsonl"
@@ -168,7 +168,7 @@ train ppfull-z3 "${res[@]}" --global-batch-size 16 --pp 2 --zero 3
 train pphalf-z3 "${res[@]}" --global-batch-size 16 --pp 2 --zero 3 --stop-after 3 --save "$tmp/ck-pp-z3"
 train pphalf-z2 "${res[@]}" --global-batch-size 16 --pp 2 --zero 2 --stop-after 3 --save "$tmp/ck-pp-z2"
 for f in model.safetensors optimizer.safetensors; do
-    check 'cmp "$tmp/ck-pp-z3/$f" "$tmp/ck-pp-z2/$f"' "the pp 2 x dp 2 --zero 3 checkpoint's $f differs from --zero 2's"
+    check 'st_same "$tmp/ck-pp-z3/$f" "$tmp/ck-pp-z2/$f"' "the pp 2 x dp 2 --zero 3 checkpoint's $f differs from --zero 2's"
 done
 train ppres-z3 "${res[@]}" --global-batch-size 16 --pp 2 --zero 3 --resume "$tmp/ck-pp-z3"
 grep '"loss"' "$tmp/ppfull-z3.jsonl" | tail -n 3 > "$tmp/tail-pp.jsonl"

@@ -45,3 +45,17 @@ mpi_or_skip() {
     export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
     case "$BUILD" in *san*) export ASAN_OPTIONS=${ASAN_OPTIONS:-}:detect_leaks=0 ;; esac
 }
+# st_same A B: two safetensors files byte-equal but for the metadata's run id (a checkpoint records its
+# run's, and two runs compared are two runs): the header's tensors, their hashes and the data all equal
+st_same() {
+    python3 - "$1" "$2" << 'PY'
+import json, struct, sys
+def part(p):
+    b = open(p, "rb").read()
+    n = struct.unpack("<Q", b[:8])[0]
+    h = json.loads(b[8:8 + n])
+    h.get("__metadata__", {}).pop("cleave_run_id", None)
+    return h, b[8 + n:]
+sys.exit(part(sys.argv[1]) != part(sys.argv[2]))
+PY
+}

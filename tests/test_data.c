@@ -317,6 +317,41 @@ static void test_hash(void)
     CHECK(cl_hash64(spam, strlen(spam), 0) == 0xFBCEA83C8A378BF1ULL, "XXH64(spam) = %016llx",
           (unsigned long long)cl_hash64(spam, strlen(spam), 0));
     CHECK(cl_hash64("xxhash", 6, 20141025) == 0xB559B98D844E0635ULL, "XXH64('xxhash', seed 20141025)");
+    /* the checkpoint hash: XXH3-64 (its published value for '') per 1 MiB block, summed; streamed in odd
+     * pieces, and in two parts hashed apart (as two ranks do), it is the same */
+    CHECK(cl_hash_block("", 0, 0) == 0x2D06800538D394C2ULL, "XXH3('') = %016llx", (unsigned long long)cl_hash_block("", 0, 0));
+    {
+        size_t n = 2 * CL_HASH_BLOCK + 12345;
+        unsigned char *buf = malloc(n);
+        CHECK(buf != NULL, "alloc");
+        for (size_t i = 0; buf && i < n; i++) buf[i] = (unsigned char)(i * 2654435761u >> 13);
+        uint64_t whole = buf ? cl_hash_sum(buf, n) : 0;
+        uint64_t terms = buf ? cl_hash_block(buf, CL_HASH_BLOCK, 0) + cl_hash_block(buf + CL_HASH_BLOCK, CL_HASH_BLOCK, 1) +
+                                   cl_hash_block(buf + 2 * CL_HASH_BLOCK, 12345, 2)
+                             : 1;
+        CHECK(whole == terms, "cl_hash_sum is not the sum of its blocks' XXH3");
+        cl_hasher *h = cl_hasher_new(), *h2 = cl_hasher_new();
+        CHECK(h && h2, "cl_hasher_new");
+        if (buf && h && h2) {
+            for (size_t at = 0, k = 1; at < n; k = k * 7 % 1000003) {
+                size_t take = k < n - at ? k : n - at;
+                cl_hasher_feed(h, buf + at, take);
+                at += take;
+            }
+            CHECK(cl_hasher_sum(h) == whole, "streamed in pieces: %016llx, not %016llx", (unsigned long long)cl_hasher_sum(h),
+                  (unsigned long long)whole);
+            cl_hasher_reset(h, 0);
+            cl_hasher_feed(h, buf, CL_HASH_BLOCK);
+            cl_hasher_reset(h2, 1);
+            cl_hasher_feed(h2, buf + CL_HASH_BLOCK, n - CL_HASH_BLOCK);
+            CHECK(cl_hasher_sum(h) + cl_hasher_sum(h2) == whole, "two parts hashed apart do not add up to the whole");
+            buf[n / 2] ^= 1;
+            CHECK(cl_hash_sum(buf, n) != whole, "one flipped bit left the hash unchanged");
+        }
+        cl_hasher_free(h);
+        cl_hasher_free(h2);
+        free(buf);
+    }
 
     cl_tokenizer *b = NULL, *b2 = NULL;
     CHECK_OK(cl_tokenizer_byte(&b));

@@ -119,6 +119,24 @@ cl_status cl_file_too_big(const char *path, cl_file_kind k, uint64_t size);
  * noticing changed or damaged data, not for resisting an adversary. */
 uint64_t cl_hash64(const void *data, size_t len, uint64_t seed);
 
+/* A checkpoint's content hash (docs/ARCHITECTURE.md, "Checkpoint
+ * integrity"): the bytes cut into CL_HASH_BLOCK-byte blocks, block j hashed
+ * with XXH3-64 seeded j, the block hashes summed modulo 2^64. A sum, so that
+ * blocks hashed apart (by different ranks, each from what it read) add up
+ * to the hash of the whole. Like cl_hash64, for noticing damage, not an
+ * adversary. cl_hasher streams it: reset to block `first` (a part that
+ * starts there), feed bytes in order, sum. */
+#define CL_HASH_BLOCK ((size_t)1 << 20)
+typedef struct cl_hasher cl_hasher;
+cl_hasher *cl_hasher_new(void); /* NULL when out of memory */
+void cl_hasher_reset(cl_hasher *h, uint64_t first);
+void cl_hasher_feed(cl_hasher *h, const void *p, size_t n);
+uint64_t cl_hasher_sum(cl_hasher *h); /* the fed bytes' hash; ends a partial block */
+void cl_hasher_free(cl_hasher *h);
+uint64_t cl_hash_sum(const void *data, size_t len); /* all at once (allocates nothing) */
+/* XXH3-64 of one block (index j): the term cl_hash_sum adds for it. */
+uint64_t cl_hash_block(const void *data, size_t len, uint64_t j);
+
 /* Monotonic wall clock in seconds. */
 double cl_now(void);
 

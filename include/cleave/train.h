@@ -299,6 +299,13 @@ cl_status cl_checkpoint_describe(const char *dir, cl_checkpoint_info *out);
  * "vocab", "context"; MLP's "widths (their number)", "widths[i]"; CNN's
  * config names, "in_channels" ... "classes") and its values in *va, *vb. */
 int cl_model_config_diff(const cl_model_config *a, const cl_model_config *b, char *field, size_t n, int *va, int *vb);
+/* Checks a checkpoint directory (DIR/latest followed) without loading a
+ * model: every file read, every size, content hash, run id and step against
+ * what it records (docs/ARCHITECTURE.md, "Checkpoint integrity"). CL_OK with
+ * a one-line summary in summary (n bytes); else CL_ERR_FORMAT naming the
+ * first file, tensor or box that differs and how. A checkpoint written
+ * before hashes, or a Hugging Face one, has nothing to check: refused too. */
+cl_status cl_checkpoint_verify(const char *dir, char *summary, size_t n);
 
 /* Loading a model for eval/generate. */
 typedef struct {

@@ -60,7 +60,7 @@ void cl_ckpt_config_json(cl_strbuf *b, const cl_model_config *c, const char *tok
 }
 
 static cl_status write_text_file(const char *path, const char *text, size_t len) {
-    char tmp[4200];
+    char tmp[4400];
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
     FILE *f = fopen(tmp, "wb");
     if (!f) return cl_error(CL_ERR_IO, "%s: %s", tmp, strerror(errno));
@@ -85,24 +85,43 @@ static cl_status read_config(const char *dir, cl_model_config *c, char *tokenize
     return s;
 }
 
-static cl_status write_params(const char *path, const cl_model_desc *d, float *const *ptrs, const char *prefix,
-                              const cl_st_meta *meta, int nmeta) {
-    cl_st_item *items = calloc((size_t)d->nparams, sizeof *items);
-    char (*names)[80] = calloc((size_t)d->nparams, sizeof *names);
-    if (!items || !names) {
-        free(items);
-        free(names);
-        return cl_error(CL_ERR_OOM, "cannot allocate the checkpoint index");
+/* Writes the n items to path with the run id, the step and each tensor's
+ * content hash (cl_hash_sum) in the metadata, after the format's own pairs. */
+static cl_status write_hashed(const char *path, const cl_st_item *items, int n, const cl_trainer *t, const char *format) {
+    int nm = n + 3;
+    cl_st_meta *meta = calloc((size_t)nm, sizeof *meta);
+    char (*keys)[112] = calloc((size_t)n + 1, sizeof *keys);
+    char (*vals)[20] = calloc((size_t)n + 1, sizeof *vals);
+    cl_status s = meta && keys && vals ? CL_OK : cl_error(CL_ERR_OOM, "%s: cannot allocate the metadata", path);
+    int k = 0;
+    if (!s) {
+        if (format) meta[k++] = (cl_st_meta){"format", format};
+        snprintf(vals[n], sizeof vals[n], "%d", t->step);
+        meta[k++] = (cl_st_meta){CL_CKPT_META_RUN, t->run_id};
+        meta[k++] = (cl_st_meta){CL_CKPT_META_STEP, vals[n]};
     }
+    for (int i = 0; i < n && !s; i++) {
+        snprintf(keys[i], sizeof keys[i], CL_CKPT_META_HASH "%s", items[i].name);
+        snprintf(vals[i], sizeof vals[i], "%016" PRIx64, cl_hash_sum(items[i].t.data, (size_t)cl_tensor_bytes(&items[i].t)));
+        meta[k++] = (cl_st_meta){keys[i], vals[i]};
+    }
+    if (!s) s = cl_st_write(path, items, n, meta, k);
+    free(meta);
+    free(keys);
+    free(vals);
+    return s;
+}
+
+static cl_status write_params(const char *path, const cl_model_desc *d, float *const *ptrs, const cl_trainer *t) {
+    cl_st_item *items = calloc((size_t)d->nparams, sizeof *items);
+    if (!items) return cl_error(CL_ERR_OOM, "cannot allocate the checkpoint index");
     for (int i = 0; i < d->nparams; i++) {
         const cl_param_spec *ps = &d->params[i];
-        snprintf(names[i], sizeof names[i], "%s%s", prefix, ps->name);
-        items[i].name = names[i];
+        items[i].name = ps->name;
         items[i].t = cl_tensor_make(ptrs[i], CL_F32, ps->ndim, ps->shape);
     }
-    cl_status s = cl_st_write(path, items, d->nparams, meta, nmeta);
+    cl_status s = write_hashed(path, items, d->nparams, t, "pt");
     free(items);
-    free(names);
     return s;
 }
 
@@ -141,10 +160,14 @@ static cl_status copy_params(const cl_st_file *f, const char *path, const cl_mod
     return s;
 }
 
-static cl_status read_params(const char *path, const cl_model_desc *d, float *const *ptrs, const char *prefix, int nonneg) {
+static cl_status read_params(const char *path, const cl_model_desc *d, float *const *ptrs, const char *prefix, int nonneg,
+                             const cl_ckpt_manifest *m, double *tv) {
     cl_st_file *f;
     CL_TRY(cl_st_open(&f, path));
     cl_status s = check_params(f, d, prefix);
+    double t0 = cl_now();
+    if (!s && m) s = cl_ckpt_verify_st(f, path, m); /* once per file: the first prefix's call */
+    *tv += cl_now() - t0;
     if (!s) s = copy_params(f, path, d, ptrs, prefix, nonneg);
     cl_st_close(f);
     return s;
@@ -344,13 +367,13 @@ cl_status cl_ckpt_write_text(const char *tmp, const char *name, const cl_strbuf 
     return b->failed ? cl_error(CL_ERR_OOM, "%s", name) : write_text_file(path, b->buf, b->len);
 }
 
-cl_status cl_ckpt_commit(const char *dir, const char *target, const char *tmp, cl_status s) {
-    char path[4300];
+cl_status cl_ckpt_commit(const char *dir, const char *target, const char *tmp, cl_status s, const cl_ckpt_manifest *m) {
     target_kind kind;
-    if (!s) {
-        static const char marker[] = "{\n  \"format\": \"cleave checkpoint\",\n  \"version\": 1\n}\n";
-        snprintf(path, sizeof path, "%s/" CKPT_MARKER, tmp);
-        s = write_text_file(path, marker, sizeof marker - 1);
+    if (!s) { /* the marker, last: the run, the step and every other file's size and content hash */
+        cl_strbuf b = {0};
+        cl_ckpt_marker_json(&b, m);
+        s = cl_ckpt_write_text(tmp, CKPT_MARKER, &b);
+        cl_sb_free(&b);
     }
     /* what is at the target now (it may have changed while this one was written) */
     if (!s) s = classify_target(target, &kind);
@@ -380,9 +403,8 @@ static cl_status save_arrays(cl_trainer *t, const char *dir, float *const *param
     char target[4096], tmp[4200], path[4300];
     CL_TRY(cl_ckpt_begin(dir, target, tmp));
     const cl_model_desc *d = t->full;
-    cl_st_meta meta[] = {{"format", "pt"}};
     snprintf(path, sizeof path, "%s/model.safetensors", tmp);
-    cl_status s = write_params(path, d, params, "", meta, 1);
+    cl_status s = write_params(path, d, params, t);
     if (!s) {
         snprintf(path, sizeof path, "%s/optimizer.safetensors", tmp);
         /* both moments in one file: exp_avg.* then exp_avg_sq.* */
@@ -398,7 +420,7 @@ static cl_status save_arrays(cl_trainer *t, const char *dir, float *const *param
             items[i].t = cl_tensor_make(mp[i], CL_F32, d->params[i].ndim, d->params[i].shape);
             items[n + i].t = cl_tensor_make(vp[i], CL_F32, d->params[i].ndim, d->params[i].shape);
         }
-        if (!s) s = cl_st_write(path, items, 2 * n, NULL, 0);
+        if (!s) s = write_hashed(path, items, 2 * n, t, NULL);
         free(items);
         free(names);
     }
@@ -414,7 +436,14 @@ static cl_status save_arrays(cl_trainer *t, const char *dir, float *const *param
         s = cl_ckpt_write_text(tmp, "trainer_state.json", &st);
         cl_sb_free(&st);
     }
-    return cl_ckpt_commit(dir, target, tmp, s);
+    /* the manifest: each file read back and hashed, as a load will see it */
+    cl_ckpt_manifest m = {.version = CL_CKPT_MARKER_VERSION, .step = t->step};
+    memcpy(m.run_id, t->run_id, sizeof m.run_id);
+    static const char *const files[] = {"model.safetensors", "optimizer.safetensors", "config.json", "trainer_state.json"};
+    for (int i = 0; i < 4 && !s; i++) s = cl_ckpt_manifest_add(&m, tmp, files[i]);
+    s = cl_ckpt_commit(dir, target, tmp, s, &m);
+    cl_ckpt_manifest_free(&m);
+    return s;
 }
 
 static cl_status read_state(const char *dir, int *step, int *opt_t, int *T, int *gb, uint64_t *seed, char *run_id) {
@@ -472,25 +501,37 @@ cl_status cl_trainer_resume(cl_trainer *t, const char *given) {
     char path[4200];
     if (is_sharded(dir)) return cl_shard_resume(t, dir);
     if (cl_hf_foreign(dir)) return cl_hf_resume(t, dir);
-    CL_TRY(read_config(dir, &c, tok, sizeof tok));
+    double t0 = cl_now();
+    cl_ckpt_manifest m;
+    CL_TRY(cl_ckpt_verify_single(dir, &m, 0)); /* files, sizes, the JSON files' hashes, run id and step */
+    if (m.version < 2 && (!t->cfg.groups || cl_comm_rank(t->cfg.groups->world) == 0)) cl_ckpt_note_unhashed(dir); /* once */
+    double tv = cl_now() - t0;
     int step = 0, opt_t = 0, T = 0, gb = 0;
     uint64_t seed = 0;
     char run_id[CL_RUN_ID_LEN + 1];
-    CL_TRY(read_state(dir, &step, &opt_t, &T, &gb, &seed, run_id));
-    CL_TRY(cl_ckpt_check_match(t, dir, &c, tok, T, gb, seed));
+    cl_status s = read_config(dir, &c, tok, sizeof tok);
+    if (!s) s = read_state(dir, &step, &opt_t, &T, &gb, &seed, run_id);
+    if (!s) s = cl_ckpt_check_match(t, dir, &c, tok, T, gb, seed);
+    if (s) {
+        cl_ckpt_manifest_free(&m);
+        return s;
+    }
     /* every rank reads the whole files into host memory and keeps its slice */
     const cl_model_desc *d = t->full;
     int n = d->nparams;
     float *host = malloc((size_t)d->nfloats * 3 * sizeof *host);
     float **ptr = malloc((size_t)n * 3 * sizeof *ptr);
-    cl_status s = host && ptr ? CL_OK : cl_error(CL_ERR_OOM, "cannot allocate %s's buffers", dir);
+    s = host && ptr ? CL_OK : cl_error(CL_ERR_OOM, "cannot allocate %s's buffers", dir);
     for (int i = 0; !s && i < n; i++)
         for (int k = 0; k < 3; k++) ptr[k * n + i] = host + k * d->nfloats + d->params[i].offset;
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    if (!s) s = read_params(path, d, ptr, "", 0);
+    if (!s) s = read_params(path, d, ptr, "", 0, &m, &tv);
     snprintf(path, sizeof path, "%s/optimizer.safetensors", dir);
-    if (!s) s = read_params(path, d, ptr + n, "exp_avg.", 0);
-    if (!s) s = read_params(path, d, ptr + 2 * n, "exp_avg_sq.", 1);
+    if (!s) s = read_params(path, d, ptr + n, "exp_avg.", 0, &m, &tv);
+    if (!s) s = read_params(path, d, ptr + 2 * n, "exp_avg_sq.", 1, NULL, &tv);
+    cl_ckpt_manifest_free(&m);
+    if (!s && getenv("CLEAVE_VERIFY_TIME")) /* for the benchmark: what the checks cost of the whole load */
+        fprintf(stderr, "checkpoint load: %.3f s, of which verification %.3f s\n", cl_now() - t0, tv);
     if (!s) s = cl_pp_load(t, host, host + d->nfloats, host + 2 * d->nfloats, opt_t);
     free(host);
     free(ptr);
@@ -507,17 +548,26 @@ cl_status cl_checkpoint_load(const char *given, const char *tokenizer_dir, size_
     CL_TRY(cl_ckpt_resolve("--checkpoint", given, dir, sizeof dir)); /* DIR/latest followed */
     char path[4200];
     int sharded = is_sharded(dir), hf = !sharded && cl_hf_foreign(dir);
-    CL_TRY(sharded ? cl_shard_read_config(dir, &c, tok, sizeof tok)
-           : hf    ? cl_hf_read_config(dir, &c, tok, sizeof tok)
-                   : read_config(dir, &c, tok, sizeof tok));
+    cl_ckpt_manifest m = {0}; /* a single file's (a sharded one's: cl_shard_load_model) */
+    if (!sharded && !hf) CL_TRY(cl_ckpt_verify_single(dir, &m, 0));
+    if (!sharded && !hf && m.version < 2) cl_ckpt_note_unhashed(dir);
+    cl_status s = sharded ? cl_shard_read_config(dir, &c, tok, sizeof tok)
+                  : hf    ? cl_hf_read_config(dir, &c, tok, sizeof tok)
+                          : read_config(dir, &c, tok, sizeof tok);
+    if (s) {
+        cl_ckpt_manifest_free(&m);
+        return s;
+    }
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     cl_st_file *f = NULL;
-    cl_status s = cl_model_describe(&c, 0, &out->desc);
+    s = cl_model_describe(&c, 0, &out->desc);
     if (s) s = cl_error_context(s, "%s/%s", dir, sharded ? CL_CKPT_INDEX : "config.json");
     /* the file must hold every tensor config.json implies before any is allocated (sharded: the index's
      * boxes are checked against the model before a byte is read) */
     if (!s && !sharded && !hf) s = cl_st_open(&f, path);
     if (!s && !sharded && !hf) s = check_params(f, out->desc, "");
+    if (!s && !sharded && !hf) s = cl_ckpt_verify_st(f, path, &m);
+    cl_ckpt_manifest_free(&m);
     if (!s && hf) s = cl_hf_read_params(dir, out->desc, NULL);
     if (!s) s = cl_device_create_cpu(&out->dev, cap, 0);
     if (!s) s = cl_model_create(&out->model, out->desc, out->dev, B);

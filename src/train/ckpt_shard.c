@@ -31,6 +31,7 @@
 #define SHARD_TAG 32003
 #define WRITE_BUF (1 << 20)      /* bytes: the save's staging buffer */
 #define READ_RUN (64 << 20)      /* bytes: the longest single pread */
+#define NBOX 9                   /* int64 per box a rank reports */
 
 /* The part [a, b) of a held parameter's local slice inside the part's
  * floats [shard_lo, shard_lo + n): the moments this optimizer keeps (n its
@@ -95,6 +96,7 @@ typedef struct {
     const float *src; /* the slice's element L is src[off + L] */
     int64_t off, lc;
     int64_t begin, end; /* absolute byte range in the file */
+    uint64_t hash;      /* cl_hash_sum of its bytes */
 } entry;
 
 typedef struct {
@@ -115,7 +117,7 @@ static cl_status add_boxes(entries *es, const cl_param_spec *ls, int tp_rank, in
             es->e = ne;
             es->cap = nc;
         }
-        es->e[es->n++] = (entry){i, k, bx[j], src, off, cl_shard_local_cols(ls), 0, 0};
+        es->e[es->n++] = (entry){i, k, bx[j], src, off, cl_shard_local_cols(ls), 0, 0, 0};
     }
     return CL_OK;
 }
@@ -169,13 +171,22 @@ static cl_status write_all(int fd, const void *buf, size_t n, const char *path) 
     return CL_OK;
 }
 
+/* Writes n bytes and feeds them to the file's hasher. */
+static cl_status write_hashed(int fd, const void *buf, size_t n, const char *path, cl_hasher *fh) {
+    cl_hasher_feed(fh, buf, n);
+    return write_all(fd, buf, n, path);
+}
+
 /* One safetensors file of the boxes (each an F32 [nr, nc] tensor named
- * KIND.NAME[r0:r1,c0:c1]), streamed through a bounded buffer; fills each
- * entry's absolute byte range. */
-static cl_status write_shard(const char *path, int rank, const cl_model_desc *full, entries *es, int64_t *file_bytes) {
+ * KIND.NAME[r0:r1,c0:c1]), its metadata the run id and step, streamed
+ * through a bounded buffer; fills each entry's absolute byte range and
+ * content hash, and the file's size and hash. */
+static cl_status write_shard(const char *path, const cl_trainer *t, int rank, entries *es, int64_t *file_bytes, uint64_t *file_hash) {
     static const char *const prefix[CL_NKINDS] = {"", "exp_avg.", "exp_avg_sq."};
+    const cl_model_desc *full = t->full;
     cl_strbuf h = {0};
-    cl_sb_printf(&h, "{\"__metadata__\":{\"format\":\"cleave-shard\"}");
+    cl_sb_printf(&h, "{\"__metadata__\":{\"format\":\"cleave-shard\",\"" CL_CKPT_META_RUN "\":\"%s\",\"" CL_CKPT_META_STEP "\":\"%d\"}",
+                 t->run_id, t->step);
     int64_t at = 0;
     for (int j = 0; j < es->n; j++) {
         entry *e = &es->e[j];
@@ -197,37 +208,46 @@ static cl_status write_shard(const char *path, int rank, const cl_model_desc *fu
     int64_t base = 8 + (int64_t)h.len;
     for (int j = 0; j < es->n; j++) es->e[j].begin += base, es->e[j].end += base;
     *file_bytes = base + at;
-    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    cl_hasher *fh = cl_hasher_new(), *bh = cl_hasher_new();
+    int fd = fh && bh ? open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644) : -1;
     if (fd < 0) {
         cl_sb_free(&h);
-        return cl_error(CL_ERR_IO, "%s: %s", path, strerror(errno));
+        cl_hasher_free(fh);
+        cl_hasher_free(bh);
+        return fh && bh ? cl_error(CL_ERR_IO, "%s: %s", path, strerror(errno)) : cl_error(CL_ERR_OOM, "%s: cannot allocate a hasher", path);
     }
     unsigned char len8[8];
     for (int i = 0; i < 8; i++) len8[i] = (unsigned char)((uint64_t)h.len >> (8 * i));
-    cl_status s = write_all(fd, len8, 8, path);
-    if (!s) s = write_all(fd, h.buf, h.len, path);
+    cl_status s = write_hashed(fd, len8, 8, path, fh);
+    if (!s) s = write_hashed(fd, h.buf, h.len, path, fh);
     cl_sb_free(&h);
     if (!s) s = save_fault(rank, "mid-shard");
     float *buf = s ? NULL : malloc(WRITE_BUF);
     if (!s && !buf) s = cl_error(CL_ERR_OOM, "%s: cannot allocate the write buffer", path);
     size_t fill = 0, cap = WRITE_BUF / sizeof(float);
     for (int j = 0; j < es->n && !s; j++) {
-        const entry *e = &es->e[j];
+        entry *e = &es->e[j];
+        cl_hasher_reset(bh, 0);
         for (int64_t r = 0; r < e->b.nr && !s; r++) {
             const float *row = e->src + e->off + e->b.l0 + r * e->lc;
+            cl_hasher_feed(bh, row, (size_t)e->b.nc * sizeof(float));
             for (int64_t c = 0; c < e->b.nc && !s;) {
                 size_t take = (size_t)cl_shard_min(e->b.nc - c, (int64_t)(cap - fill));
                 memcpy(buf + fill, row + c, take * sizeof(float));
                 fill += take;
                 c += (int64_t)take;
                 if (fill == cap) {
-                    s = write_all(fd, buf, fill * sizeof(float), path);
+                    s = write_hashed(fd, buf, fill * sizeof(float), path, fh);
                     fill = 0;
                 }
             }
         }
+        e->hash = cl_hasher_sum(bh);
     }
-    if (!s && fill) s = write_all(fd, buf, fill * sizeof(float), path);
+    if (!s && fill) s = write_hashed(fd, buf, fill * sizeof(float), path, fh);
+    *file_hash = cl_hasher_sum(fh);
+    cl_hasher_free(fh);
+    cl_hasher_free(bh);
     free(buf);
     if (!s && fsync(fd) != 0) s = cl_error(CL_ERR_IO, "%s: %s", path, strerror(errno));
     if (close(fd) != 0 && !s) s = cl_error(CL_ERR_IO, "%s: %s", path, strerror(errno));
@@ -237,6 +257,7 @@ static cl_status write_shard(const char *path, int rank, const cl_model_desc *fu
 /* What a rank tells world rank 0 after writing its file. */
 typedef struct {
     int64_t nboxes, bytes, coord[3], nparts;
+    uint64_t hash; /* the file's content hash */
     int64_t parts[CL_PP_MAX_CHUNKS][4]; /* stage, alloc, shard, shard_lo: ZeRO's padding, never data */
 } report;
 
@@ -247,8 +268,8 @@ static int cmp_box(const void *pa, const void *pb) {
     return 0;
 }
 
-/* The index (world rank 0): reports[] and boxes[] of every rank (8 int64
- * each: tensor, kind, r0, c0, nr, nc, begin, end). */
+/* The index (world rank 0): reports[] and boxes[] of every rank (NBOX int64
+ * each: tensor, kind, r0, c0, nr, nc, begin, end, content hash). */
 static cl_status write_index(cl_trainer *t, const char *tmp, int W, const report *rep, int64_t *const *boxes, int opt_t) {
     const cl_model_desc *f = t->full;
     const cl_train_config *c = &t->cfg;
@@ -266,7 +287,7 @@ static cl_status write_index(cl_trainer *t, const char *tmp, int W, const report
     for (int r = 0; r < W; r++) {
         fidx[r] = rep[r].nboxes ? nfiles++ : -1;
         for (int64_t j = 0; j < rep[r].nboxes; j++, n++) {
-            const int64_t *b = boxes[r] + 8 * j;
+            const int64_t *b = boxes[r] + NBOX * j;
             int64_t *o = all + 7 * n; /* tensor, kind, file, r0, c0 | nr, nc; begin, end kept via the lookup below */
             o[0] = b[0], o[1] = b[1], o[2] = fidx[r], o[3] = b[2], o[4] = b[3], o[5] = r, o[6] = j;
         }
@@ -304,9 +325,9 @@ static cl_status write_index(cl_trainer *t, const char *tmp, int W, const report
         for (int k = 0; k < CL_NKINDS; k++) {
             cl_sb_printf(&b, ",\n   \"%s\": [", cl_shard_kind_key[k]);
             for (int q = 0; at < n && all[7 * at] == i && all[7 * at + 1] == k; at++, q++) {
-                const int64_t *o = all + 7 * at, *x = boxes[o[5]] + 8 * o[6];
-                cl_sb_printf(&b, "%s[%" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 "]",
-                             q ? ", " : "", o[2], x[2], x[3], x[4], x[5], x[6], x[7]);
+                const int64_t *o = all + 7 * at, *x = boxes[o[5]] + NBOX * o[6];
+                cl_sb_printf(&b, "%s[%" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ", \"%016" PRIx64 "\"]",
+                             q ? ", " : "", o[2], x[2], x[3], x[4], x[5], x[6], x[7], (uint64_t)x[8]);
             }
             cl_sb_printf(&b, "]");
         }
@@ -340,7 +361,7 @@ cl_status cl_trainer_save_sharded(cl_trainer *t, const char *dir) {
     s = collect(t, &es);
     if (!s && es.n) {
         snprintf(path, sizeof path, "%s/rank-%05d.safetensors", tmp, me);
-        s = write_shard(path, me, t->full, &es, &rep.bytes);
+        s = write_shard(path, t, me, &es, &rep.bytes, &rep.hash);
         if (!s) s = save_fault(me, "after-shard");
     }
     s = agree(world, s);
@@ -358,12 +379,12 @@ cl_status cl_trainer_save_sharded(cl_trainer *t, const char *dir) {
             rep.parts[c][2] = ms[c]->sizes.shard;
             rep.parts[c][3] = ms[c]->sizes.shard_lo;
         }
-        mine = malloc((size_t)(es.n ? es.n : 1) * 8 * sizeof *mine);
+        mine = malloc((size_t)(es.n ? es.n : 1) * NBOX * sizeof *mine);
         if (!mine) s = cl_error(CL_ERR_OOM, "cannot allocate the checkpoint's box list");
         for (int j = 0; !s && j < es.n; j++) {
             const entry *e = &es.e[j];
-            int64_t v[8] = {e->t, e->k, e->b.r0, e->b.c0, e->b.nr, e->b.nc, e->begin, e->end};
-            memcpy(mine + 8 * j, v, sizeof v);
+            int64_t v[NBOX] = {e->t, e->k, e->b.r0, e->b.c0, e->b.nr, e->b.nc, e->begin, e->end, (int64_t)e->hash};
+            memcpy(mine + NBOX * j, v, sizeof v);
         }
     }
     for (int c = 0; c < CL_PP_MAX_CHUNKS; c++) free(es.own[c]);
@@ -374,7 +395,7 @@ cl_status cl_trainer_save_sharded(cl_trainer *t, const char *dir) {
     int64_t **boxes = NULL;
     if (!s && me != 0) {
         s = cl_comm_send(world, &rep, sizeof rep, 0, SHARD_TAG);
-        if (!s && rep.nboxes) s = cl_comm_send(world, mine, (size_t)rep.nboxes * 8 * sizeof *mine, 0, SHARD_TAG);
+        if (!s && rep.nboxes) s = cl_comm_send(world, mine, (size_t)rep.nboxes * NBOX * sizeof *mine, 0, SHARD_TAG);
     } else if (!s) {
         reps = calloc((size_t)W, sizeof *reps);
         boxes = calloc((size_t)W, sizeof *boxes);
@@ -388,14 +409,24 @@ cl_status cl_trainer_save_sharded(cl_trainer *t, const char *dir) {
             s = cl_comm_recv(world, &reps[r], sizeof reps[r], r, SHARD_TAG);
             if (!s && (reps[r].nboxes < 0 || reps[r].nboxes > (1 << 26) || reps[r].nparts > CL_PP_MAX_CHUNKS))
                 s = cl_error(CL_ERR_INTERNAL, "rank %d reported %" PRId64 " boxes", r, reps[r].nboxes);
-            if (!s && !(boxes[r] = malloc((size_t)(reps[r].nboxes ? reps[r].nboxes : 1) * 8 * sizeof(int64_t))))
+            if (!s && !(boxes[r] = malloc((size_t)(reps[r].nboxes ? reps[r].nboxes : 1) * NBOX * sizeof(int64_t))))
                 s = cl_error(CL_ERR_OOM, "cannot allocate the checkpoint index");
-            if (!s && reps[r].nboxes) s = cl_comm_recv(world, boxes[r], (size_t)reps[r].nboxes * 8 * sizeof(int64_t), r, SHARD_TAG);
+            if (!s && reps[r].nboxes) s = cl_comm_recv(world, boxes[r], (size_t)reps[r].nboxes * NBOX * sizeof(int64_t), r, SHARD_TAG);
         }
         if (!s) s = save_fault(me, "before-index");
         if (!s) s = write_index(t, tmp, W, reps, boxes, (int)opt_t);
         if (!s) s = save_fault(me, "after-index");
-        s = cl_ckpt_commit(dir, target, tmp, s);
+        /* the manifest: the index (read back and hashed) and each shard as its rank wrote and hashed it */
+        cl_ckpt_manifest mf = {.version = CL_CKPT_MARKER_VERSION, .step = t->step};
+        memcpy(mf.run_id, t->run_id, sizeof mf.run_id);
+        if (!s) s = cl_ckpt_manifest_add(&mf, tmp, CL_CKPT_INDEX);
+        for (int r = 0; r < W && !s; r++) {
+            char nm[40];
+            snprintf(nm, sizeof nm, "rank-%05d.safetensors", r);
+            if (reps[r].nboxes) s = cl_ckpt_manifest_put(&mf, nm, reps[r].bytes, reps[r].hash);
+        }
+        s = cl_ckpt_commit(dir, target, tmp, s, &mf);
+        cl_ckpt_manifest_free(&mf);
         if (!s) s = save_fault(me, "after-rename");
         for (int r = 0; boxes && r < W; r++) free(boxes[r]);
         free(boxes);
@@ -409,7 +440,27 @@ cl_status cl_trainer_save_sharded(cl_trainer *t, const char *dir) {
 
 /* ---- load -------------------------------------------------------------------- */
 
-/* File f open, its boxes checked against its header and size. */
+/* File f's header read: its run id and step (version 2: recorded in the
+ * metadata, and those of the index). */
+static cl_status check_header(cl_shard_index *ix, int fd, const char *path, uint64_t hl) {
+    char *h = malloc(hl + 1);
+    if (!h) return cl_error(CL_ERR_OOM, "%s: cannot allocate its header", path);
+    ssize_t r = pread(fd, h, hl, 8);
+    cl_json_doc *doc = NULL;
+    cl_status s = r == (ssize_t)hl ? cl_json_parse(&doc, h, hl) : cl_error(CL_ERR_FORMAT, "%s: shorter than its header", path);
+    free(h);
+    if (s) return cl_error_context(s, "%s", path);
+    ix->bytes_read += (int64_t)hl, ix->bytes_head += (int64_t)hl;
+    const cl_json *md = cl_json_get(cl_json_root(doc), "__metadata__");
+    const cl_json *rid = cl_json_get(md, CL_CKPT_META_RUN), *st = cl_json_get(md, CL_CKPT_META_STEP);
+    s = cl_ckpt_check_origin(path, "the index", rid && rid->type == CL_JSON_STRING ? rid->string : NULL,
+                             st && st->type == CL_JSON_STRING ? st->string : NULL, ix->run_id, ix->step);
+    cl_json_free(doc);
+    return s;
+}
+
+/* File f open, its size the marker's, its run id and step the index's
+ * (when there are hashes), its boxes checked against its header and size. */
 static cl_status open_file(cl_shard_index *ix, int f) {
     if (ix->fd[f] >= 0) return CL_OK;
     char path[4300];
@@ -429,21 +480,34 @@ static cl_status open_file(cl_shard_index *ix, int f) {
         return cl_error(CL_ERR_FORMAT, "%s: its header length %" PRIu64 " passes the file's %lld bytes", path, hl, (long long)sb.st_size);
     }
     ix->bytes_read += 8;
-    for (int i = 0; i < ix->nt * CL_NKINDS; i++)
-        for (int j = 0; j < ix->nbx[i]; j++) {
+    cl_status s = ix->m ? cl_ckpt_check_size(ix->dir, ix->m, ix->fname[f], (int64_t)sb.st_size) : CL_OK;
+    if (!s && ix->m) s = check_header(ix, fd, path, hl);
+    for (int i = 0; !s && i < ix->nt * CL_NKINDS; i++)
+        for (int j = 0; !s && j < ix->nbx[i]; j++) {
             const cl_sbox *x = &ix->bx[i][j];
-            if (x->file == f && (x->begin < 8 + (int64_t)hl || x->end > (int64_t)sb.st_size)) {
-                close(fd);
-                return cl_error(CL_ERR_FORMAT, "%s: a box of '%s' (bytes %" PRId64 " to %" PRId64 ") is outside its data (%" PRIu64
-                                " to %lld)",
-                                path, ix->path, x->begin, x->end, 8 + hl, (long long)sb.st_size);
-            }
+            if (x->file == f && (x->begin < 8 + (int64_t)hl || x->end > (int64_t)sb.st_size))
+                s = cl_error(CL_ERR_FORMAT, "%s: a box of '%s' (bytes %" PRId64 " to %" PRId64 ") is outside its data (%" PRIu64 " to %lld)",
+                             path, ix->path, x->begin, x->end, 8 + hl, (long long)sb.st_size);
         }
+    if (s) {
+        close(fd);
+        return s;
+    }
     ix->fd[f] = fd;
     return CL_OK;
 }
 
 static cl_status flush_read(cl_shard_index *ix) {
+    if (ix->plen > 0 && ix->m) { /* remembered for the verification */
+        if (ix->nseg == ix->segcap) {
+            int nc = ix->segcap ? 2 * ix->segcap : 1024;
+            cl_sseg *ns = realloc(ix->seg, (size_t)nc * sizeof *ns);
+            if (!ns) return cl_error(CL_ERR_OOM, "cannot allocate the load's read list");
+            ix->seg = ns;
+            ix->segcap = nc;
+        }
+        ix->seg[ix->nseg++] = (cl_sseg){ix->pfile, ix->poff, ix->plen, ix->pdst};
+    }
     while (ix->plen > 0) {
         ssize_t r = pread(ix->fd[ix->pfile], ix->pdst, (size_t)ix->plen, ix->poff);
         if (r < 0 && errno == EINTR) continue;
@@ -453,6 +517,118 @@ static cl_status flush_read(cl_shard_index *ix) {
         ix->pdst += r, ix->poff += r, ix->plen -= r;
     }
     return CL_OK;
+}
+
+/* ---- verification: every stored byte hashed by exactly one rank ----------------- */
+
+static int cmp_seg(const void *pa, const void *pb) {
+    const cl_sseg *a = pa, *b = pb;
+    if (a->file != b->file) return a->file < b->file ? -1 : 1;
+    return a->off < b->off ? -1 : a->off > b->off;
+}
+
+/* Whether this load read file f's bytes [p0, p1) whole (into memory, in
+ * reads sorted by cmp_seg); fed to h in order when h is given. */
+static int covered(const cl_shard_index *ix, int f, int64_t p0, int64_t p1, cl_hasher *h) {
+    int lo = 0, hi = ix->nseg;
+    while (lo < hi) { /* the first read past (f, p0) */
+        int mid = (lo + hi) / 2;
+        const cl_sseg *g = &ix->seg[mid];
+        if (g->file < f || (g->file == f && g->off <= p0)) lo = mid + 1;
+        else hi = mid;
+    }
+    int64_t p = p0;
+    for (int q = lo - 1; p < p1; q++) {
+        if (q < 0 || q >= ix->nseg) return 0;
+        const cl_sseg *g = &ix->seg[q];
+        if (g->file != f || g->off > p || g->off + g->len <= p) return 0;
+        int64_t e = cl_shard_min(g->off + g->len, p1);
+        if (h) cl_hasher_feed(h, g->dst + (p - g->off), (size_t)(e - p));
+        p = e;
+    }
+    return 1;
+}
+
+/* Each box of the kinds in mask (bit k) against the index's hash. The
+ * boxes' CL_HASH_BLOCK blocks are shared out: a block that some rank read
+ * whole is hashed, from its memory, by the lowest such rank; any other
+ * block by rank (its number modulo the world's size), which reads it for
+ * that. The parts are summed across ranks (cl_hash_sum adds up), and
+ * every rank compares every box. Collective over world: every rank calls
+ * it, whatever it read. */
+static cl_status verify_boxes(cl_shard_index *ix, cl_comm *world, int mask) {
+    int me = world ? cl_comm_rank(world) : 0, W = world ? cl_comm_size(world) : 1;
+    int64_t nbox = 0, nblk = 0;
+    for (int i = 0; i < ix->nt * CL_NKINDS; i++)
+        for (int j = 0; (mask >> (i % CL_NKINDS) & 1) && j < ix->nbx[i]; j++) {
+            int64_t len = ix->bx[i][j].end - ix->bx[i][j].begin;
+            nbox++;
+            nblk += (len + (int64_t)CL_HASH_BLOCK - 1) / (int64_t)CL_HASH_BLOCK;
+        }
+    double *cov = malloc((size_t)(nblk ? nblk : 1) * sizeof *cov), *part = calloc((size_t)(nbox ? nbox : 1) * 4, sizeof *part);
+    cl_hasher *h = cl_hasher_new();
+    char *scratch = NULL;
+    cl_status s = cov && part && h ? CL_OK : cl_error(CL_ERR_OOM, "cannot allocate the verification's lists");
+    if (ix->nseg) qsort(ix->seg, (size_t)ix->nseg, sizeof *ix->seg, cmp_seg);
+    for (int pass = 0; pass < 2; pass++) { /* 0: which blocks this rank read whole; 1: hash its share */
+        int64_t g = 0, bi = 0;
+        for (int i = 0; cov && part && h && i < ix->nt * CL_NKINDS; i++)
+            for (int j = 0; (mask >> (i % CL_NKINDS) & 1) && j < ix->nbx[i]; j++, bi++) {
+                const cl_sbox *x = &ix->bx[i][j];
+                uint64_t sum = 0;
+                for (int64_t at = x->begin, blk = 0; at < x->end; at += (int64_t)CL_HASH_BLOCK, blk++, g++) {
+                    int64_t e = cl_shard_min(at + (int64_t)CL_HASH_BLOCK, x->end);
+                    if (pass == 0) {
+                        cov[g] = covered(ix, x->file, at, e, NULL) ? -(double)me : -1e9;
+                        continue;
+                    }
+                    int owner = cov[g] > -1e8 ? (int)-cov[g] : (int)(g % W);
+                    if (owner != me || s) continue;
+                    if (cov[g] > -1e8) {
+                        cl_hasher_reset(h, (uint64_t)blk);
+                        covered(ix, x->file, at, e, h);
+                        sum += cl_hasher_sum(h);
+                    } else { /* no rank read it whole: read it to hash it */
+                        if (!scratch && !(scratch = malloc(CL_HASH_BLOCK))) {
+                            s = cl_error(CL_ERR_OOM, "cannot allocate the verification's buffer");
+                            continue;
+                        }
+                        s = open_file(ix, x->file);
+                        ssize_t r = s ? -1 : pread(ix->fd[x->file], scratch, (size_t)(e - at), at);
+                        if (!s && r != e - at)
+                            s = cl_error(CL_ERR_IO, "%s/%s: %s", ix->dir, ix->fname[x->file], r < 0 ? strerror(errno) : "shorter than its index says");
+                        if (s) continue;
+                        ix->bytes_read += e - at, ix->bytes_verify += e - at;
+                        sum += cl_hash_block(scratch, (size_t)(e - at), (uint64_t)blk);
+                    }
+                    ix->bytes_hashed += e - at;
+                }
+                for (int l = 0; pass == 1 && l < 4; l++) part[4 * bi + l] = (double)(sum >> (16 * l) & 0xffff);
+            }
+        /* the lowest rank that read a block whole; then the parts' 16-bit limbs summed (exact in a double) */
+        cl_status cs = world ? cl_comm_allreduce_f64(world, pass ? part : cov, (size_t)(pass ? 4 * nbox : nblk), pass ? CL_RED_SUM : CL_RED_MAX)
+                             : CL_OK;
+        if (!s) s = cs;
+    }
+    int64_t bi = 0;
+    for (int i = 0; !s && i < ix->nt * CL_NKINDS; i++)
+        for (int j = 0; !s && (mask >> (i % CL_NKINDS) & 1) && j < ix->nbx[i]; j++, bi++) {
+            const cl_sbox *x = &ix->bx[i][j];
+            uint64_t got = 0;
+            for (int l = 0; l < 4; l++) got += (uint64_t)part[4 * bi + l] << (16 * l);
+            if (got != x->hash)
+                s = cl_error(CL_ERR_FORMAT,
+                             "%s/%s: tensor '%s' %s box [rows %" PRId64 ":%" PRId64 ", columns %" PRId64 ":%" PRId64 "] (bytes %" PRId64
+                             " to %" PRId64 "): content hash %016" PRIx64 ", %s records %016" PRIx64
+                             " (the shard's bytes changed after it was written)",
+                             ix->dir, ix->fname[x->file], ix->full->params[i / CL_NKINDS].name, cl_shard_kind_key[i % CL_NKINDS],
+                             x->r0, x->r0 + x->nr, x->c0, x->c0 + x->nc, x->begin, x->end, got, CL_CKPT_INDEX, x->hash);
+        }
+    free(cov);
+    free(part);
+    free(scratch);
+    cl_hasher_free(h);
+    return s;
 }
 
 /* Reads bytes [off, off + len) of file f to dst, joined to the pending
@@ -498,7 +674,10 @@ static cl_status check_finite(const cl_shard_index *ix, const char *name, int k,
     return CL_OK;
 }
 
-static cl_status load_chunk(cl_trainer *t, cl_shard_index *ix, cl_model *m, cl_optimizer *o) {
+/* A chunk's reads: the parameters (padding zero) and the moments, straight
+ * into the optimizer's memory, or into *own (a host copy of the shard) when
+ * they live in a file (disk offload). */
+static cl_status load_reads(cl_trainer *t, cl_shard_index *ix, cl_model *m, cl_optimizer *o, float **own) {
     const cl_model_desc *d = m->desc;
     int p3 = params_sharded(m);
     if (p3) memset(m->params, 0, (size_t)m->sizes.params * sizeof(float)); /* ZeRO 3: the shard, its padding zero */
@@ -514,25 +693,31 @@ static cl_status load_chunk(cl_trainer *t, cl_shard_index *ix, cl_model *m, cl_o
         memset(m->p[i], 0, (size_t)ls->numel * sizeof(float)); /* padded vocabulary rows are zero */
         CL_TRY(fill(ix, i, CL_K_PARAM, ls, t->tp_rank, a, b, m->p[i], 0));
     }
-    /* the moments straight into the optimizer's memory; through a host copy of the shard only when they
-     * live in a file (disk offload) */
     size_t nf = (size_t)o->nfloats;
-    float *own = o->fd >= 0 ? calloc(2 * (nf ? nf : 1), sizeof *own) : NULL;
-    if (o->fd >= 0 && !own) return cl_error(CL_ERR_OOM, "cannot allocate the optimizer state's load buffer");
-    float *mv[2] = {own ? own : o->m, own ? own + nf : o->v};
-    if (!own) {
+    *own = o->fd >= 0 ? calloc(2 * (nf ? nf : 1), sizeof **own) : NULL;
+    if (o->fd >= 0 && !*own) return cl_error(CL_ERR_OOM, "cannot allocate the optimizer state's load buffer");
+    float *mv[2] = {*own ? *own : o->m, *own ? *own + nf : o->v};
+    if (!*own) {
         memset(mv[0], 0, nf * sizeof(float)); /* the padding between parameters stays zero */
         memset(mv[1], 0, nf * sizeof(float));
     }
-    cl_status s = CL_OK;
-    for (int i = 0; i < d->nparams && !s; i++) {
+    for (int i = 0; i < d->nparams; i++) {
         if (!cl_model_holds_param(m, i)) continue;
         int64_t a, b;
         moment_range(m, o, i, &a, &b);
-        for (int k = 1; k < CL_NKINDS && !s; k++)
-            s = fill(ix, i, k, &d->params[i], t->tp_rank, a, b, mv[k - 1], m->loc[i] - m->sizes.shard_lo);
+        for (int k = 1; k < CL_NKINDS; k++) CL_TRY(fill(ix, i, k, &d->params[i], t->tp_rank, a, b, mv[k - 1], m->loc[i] - m->sizes.shard_lo));
     }
-    if (!s) s = flush_read(ix);
+    return flush_read(ix);
+}
+
+/* After the verification: the values finite (second moments not negative),
+ * and a disk offload's moments handed to it. */
+static cl_status load_finish(cl_shard_index *ix, cl_model *m, cl_optimizer *o, const float *own) {
+    const cl_model_desc *d = m->desc;
+    int p3 = params_sharded(m);
+    size_t nf = (size_t)o->nfloats;
+    const float *mv[2] = {own ? own : o->m, own ? own + nf : o->v};
+    cl_status s = CL_OK;
     for (int i = 0; i < d->nparams && !s; i++) {
         if (!cl_model_holds_param(m, i)) continue;
         int64_t a = 0, b = d->params[i].numel;
@@ -544,7 +729,6 @@ static cl_status load_chunk(cl_trainer *t, cl_shard_index *ix, cl_model *m, cl_o
             s = check_finite(ix, d->params[i].name, k, mv[k - 1] + m->loc[i] - m->sizes.shard_lo + a, b - a);
     }
     if (!s && own) s = cl_optimizer_set_moments(o, own, own + nf);
-    free(own);
     return s;
 }
 
@@ -564,6 +748,45 @@ static cl_status open_index(cl_shard_index *ix, const char *dir, const cl_model_
     return s;
 }
 
+/* Before a load reads a shard (ix parsed): with the marker's manifest m of
+ * version 2, the index's size and hash, its run id and step the marker's,
+ * its files exactly those the marker lists besides itself; ix is then
+ * verified as it is read (open_file, verify_boxes). Version 1: the note
+ * (note: print it), nothing to verify. */
+static cl_status index_against_marker(cl_shard_index *ix, const cl_json *state, const cl_ckpt_manifest *m, int note) {
+    int opt_t, T, gb;
+    uint64_t seed;
+    cl_status s = cl_ckpt_state_parse(state, ix->path, &ix->step, &opt_t, &T, &gb, &seed);
+    if (!s) s = cl_ckpt_run_id_parse(state, ix->path, ix->run_id);
+    if (s || m->version < 2) {
+        if (!s && note) cl_ckpt_note_unhashed(ix->dir);
+        return s;
+    }
+    if (ix->version < 2)
+        return cl_error(CL_ERR_FORMAT, "%s: format version %d records no box hashes, but %s is of version %d", ix->path, ix->version,
+                        CL_CKPT_MARKER, m->version);
+    CL_TRY(cl_ckpt_check_file(ix->dir, m, CL_CKPT_INDEX, 1));
+    char step[16];
+    snprintf(step, sizeof step, "%d", ix->step);
+    CL_TRY(cl_ckpt_check_origin(ix->path, CL_CKPT_MARKER, ix->run_id, step, m->run_id, m->step));
+    for (int f = 0; f < ix->nfiles; f++)
+        if (!cl_ckpt_manifest_find(m, ix->fname[f]))
+            return cl_error(CL_ERR_FORMAT, "%s/%s: listed in the index but not in %s", ix->dir, ix->fname[f], CL_CKPT_MARKER);
+    if (m->n != ix->nfiles + 1)
+        return cl_error(CL_ERR_FORMAT, "%s/%s lists %d files, the index %d shards", ix->dir, CL_CKPT_MARKER, m->n, ix->nfiles);
+    ix->m = m;
+    return CL_OK;
+}
+
+/* The load's figures (CLEAVE_SHARD_READ_BYTES, for tests) and times (CLEAVE_VERIFY_TIME, for the benchmark). */
+static void report_load(const cl_shard_index *ix, int rank, double t0, double tv) {
+    if (getenv("CLEAVE_SHARD_READ_BYTES"))
+        fprintf(stderr, "shard read: rank %d read %" PRId64 " bytes (%" PRId64 " of headers, %" PRId64 " only to verify; %" PRId64 " hashed)\n",
+                rank, ix->bytes_read, ix->bytes_head, ix->bytes_verify, ix->bytes_hashed);
+    if (getenv("CLEAVE_VERIFY_TIME"))
+        fprintf(stderr, "checkpoint load: rank %d: %.3f s, of which verification %.3f s\n", rank, cl_now() - t0, tv);
+}
+
 cl_status cl_shard_read_config(const char *dir, cl_model_config *c, char *tok, size_t tn) {
     cl_shard_index ix;
     memset(&ix, 0, sizeof ix);
@@ -576,6 +799,7 @@ cl_status cl_shard_read_config(const char *dir, cl_model_config *c, char *tok, s
 }
 
 cl_status cl_shard_load_model(const char *dir, cl_model *m) {
+    double t0 = cl_now();
     cl_shard_index ix;
     memset(&ix, 0, sizeof ix);
     cl_json_doc *doc = NULL;
@@ -583,55 +807,108 @@ cl_status cl_shard_load_model(const char *dir, cl_model *m) {
     cl_model_config c;
     char tok[64];
     const cl_model_desc *d = m->desc;
-    cl_status s = open_index(&ix, dir, d, &c, tok, sizeof tok, &state, &doc);
+    cl_ckpt_manifest mf;
+    cl_status s = cl_ckpt_manifest_load(dir, &mf);
+    if (!s) s = open_index(&ix, dir, d, &c, tok, sizeof tok, &state, &doc);
+    if (!s) s = index_against_marker(&ix, state, &mf, 1);
     cl_json_free(doc);
+    /* every shard's size, run id and step, the ones this load reads nothing of (moments only) too */
+    for (int f = 0; f < ix.nfiles && !s && ix.m; f++) s = open_file(&ix, f);
     for (int i = 0; i < d->nparams && !s; i++) {
         if (!cl_model_holds_param(m, i)) continue;
         memset(m->p[i], 0, (size_t)d->params[i].numel * sizeof(float));
         s = fill(&ix, i, CL_K_PARAM, &d->params[i], 0, 0, d->params[i].numel, m->p[i], 0);
     }
     if (!s) s = flush_read(&ix);
+    double tv = cl_now();
+    if (!s && ix.m) s = verify_boxes(&ix, NULL, 1 << CL_K_PARAM); /* the parameters: what this load reads */
+    tv = cl_now() - tv;
     for (int i = 0; i < d->nparams && !s; i++)
         if (cl_model_holds_param(m, i)) s = check_finite(&ix, d->params[i].name, CL_K_PARAM, m->p[i], d->params[i].numel);
+    if (!s) report_load(&ix, 0, t0, tv);
     cl_shard_index_free(&ix);
+    cl_ckpt_manifest_free(&mf);
     return s;
 }
 
-static cl_status shard_resume(cl_trainer *t, const char *dir, cl_shard_index *ix, int *step, char *run_id) {
+/* Every rank: the index checked, its boxes read; then (collective) the
+ * verification; then the values checked and the optimizer step set. */
+cl_status cl_shard_resume(cl_trainer *t, const char *dir) {
+    double t0 = cl_now(), tv = 0;
+    cl_comm *world = world_of(t);
+    int me = world ? cl_comm_rank(world) : 0;
+    cl_shard_index ix;
+    memset(&ix, 0, sizeof ix);
     cl_json_doc *doc = NULL;
     const cl_json *state;
     cl_model_config c;
     char tok[64];
-    int opt_t = 0, T = 0, gb = 0;
+    int step = 0, opt_t = 0, T = 0, gb = 0;
     uint64_t seed = 0;
-    cl_status s = open_index(ix, dir, NULL, &c, tok, sizeof tok, &state, &doc);
-    if (!s) s = cl_ckpt_state_parse(state, ix->path, step, &opt_t, &T, &gb, &seed);
-    if (!s) s = cl_ckpt_run_id_parse(state, ix->path, run_id);
-    if (!s) s = cl_ckpt_check_match(t, dir, &c, tok, T, gb, seed);
-    if (!s) s = cl_shard_index_parse(ix, cl_json_root(doc), t->full);
-    cl_json_free(doc);
-    CL_TRY(s);
+    char run_id[CL_RUN_ID_LEN + 1] = "";
+    cl_ckpt_manifest mf;
     cl_model *ms[CL_PP_MAX_CHUNKS];
     cl_optimizer *os[CL_PP_MAX_CHUNKS];
+    float *own[CL_PP_MAX_CHUNKS] = {0};
     int nc = cl_pp_chunks(t, ms, os);
-    for (int k = 0; k < nc; k++) {
-        CL_TRY(load_chunk(t, ix, ms[k], os[k]));
+    cl_status s = cl_ckpt_manifest_load(dir, &mf);
+    if (!s) s = open_index(&ix, dir, NULL, &c, tok, sizeof tok, &state, &doc);
+    if (!s) s = cl_ckpt_state_parse(state, ix.path, &step, &opt_t, &T, &gb, &seed);
+    if (!s) s = cl_ckpt_run_id_parse(state, ix.path, run_id);
+    if (!s) s = cl_ckpt_check_match(t, dir, &c, tok, T, gb, seed);
+    if (!s) s = cl_shard_index_parse(&ix, cl_json_root(doc), t->full);
+    if (!s) s = index_against_marker(&ix, state, &mf, me == 0);
+    cl_json_free(doc);
+    for (int k = 0; k < nc && !s; k++) s = load_reads(t, &ix, ms[k], os[k], &own[k]);
+    s = agree(world, s);
+    /* every rank or none: the verification is collective */
+    if (!s && ix.m) {
+        tv = cl_now();
+        s = agree(world, verify_boxes(&ix, world, 1 << CL_K_PARAM | 1 << CL_K_AVG | 1 << CL_K_AVG_SQ));
+        tv = cl_now() - tv;
+    }
+    for (int k = 0; k < nc && !s; k++) {
+        s = load_finish(&ix, ms[k], os[k], own[k]);
         os[k]->t = opt_t;
     }
-    return CL_OK;
-}
-
-cl_status cl_shard_resume(cl_trainer *t, const char *dir) {
-    cl_shard_index ix;
-    memset(&ix, 0, sizeof ix);
-    int step = 0;
-    char run_id[CL_RUN_ID_LEN + 1] = "";
-    cl_status s = shard_resume(t, dir, &ix, &step, run_id);
-    if (!s && getenv("CLEAVE_SHARD_READ_BYTES")) /* for tests: what this rank read */
-        fprintf(stderr, "shard read: rank %d read %" PRId64 " bytes\n", world_of(t) ? cl_comm_rank(world_of(t)) : 0, ix.bytes_read);
+    for (int k = 0; k < nc; k++) free(own[k]);
+    if (!s) report_load(&ix, me, t0, tv);
     cl_shard_index_free(&ix);
-    s = agree(world_of(t), s);
+    cl_ckpt_manifest_free(&mf);
+    s = agree(world, s);
     if (!s) t->step = step;
     if (!s && run_id[0]) memcpy(t->run_id, run_id, sizeof t->run_id); /* the lineage goes on */
+    return s;
+}
+
+cl_status cl_shard_verify(const char *dir, const cl_ckpt_manifest *m, char *summary, size_t n) {
+    cl_shard_index ix;
+    memset(&ix, 0, sizeof ix);
+    cl_json_doc *doc = NULL;
+    const cl_json *state;
+    cl_model_config c;
+    char tok[64];
+    cl_model_desc *full = NULL;
+    cl_status s = open_index(&ix, dir, NULL, &c, tok, sizeof tok, &state, &doc);
+    if (!s && (s = cl_model_describe(&c, 0, &full))) s = cl_error_context(s, "%s", ix.path);
+    if (!s) s = cl_shard_index_parse(&ix, cl_json_root(doc), full);
+    if (!s) s = index_against_marker(&ix, state, m, 0);
+    cl_json_free(doc);
+    /* each shard's size, run id and step; every box's hash (nothing in memory: each block read); then
+     * each whole file (its header too) */
+    for (int f = 0; f < ix.nfiles && !s; f++) s = open_file(&ix, f);
+    if (!s) s = verify_boxes(&ix, NULL, 1 << CL_K_PARAM | 1 << CL_K_AVG | 1 << CL_K_AVG_SQ);
+    int64_t total = 0;
+    for (int f = 0; f < ix.nfiles && !s; f++) {
+        s = cl_ckpt_check_file(dir, m, ix.fname[f], 1);
+        total += cl_ckpt_manifest_find(m, ix.fname[f])->bytes;
+    }
+    int nb = 0;
+    for (int i = 0; i < ix.nt * CL_NKINDS; i++) nb += ix.nbx[i];
+    if (!s)
+        snprintf(summary, n, "%s: intact: sharded checkpoint of step %d, run %s: %d shards (%" PRId64 " bytes), %d boxes, every hash matches",
+                 dir, ix.step, ix.run_id, ix.nfiles, total, nb);
+    cl_shard_index_free(&ix);
+    cl_model_desc_free(full);
     return s;
 }

@@ -102,7 +102,8 @@ int cl_pp_chunks(cl_trainer *t, cl_model **m, cl_optimizer **o);
  * place (or, given a failed s, removes it and returns s). */
 #define CL_CKPT_INDEX "cleave-index.json"
 cl_status cl_ckpt_begin(const char *dir, char *target, char *tmp);
-cl_status cl_ckpt_commit(const char *dir, const char *target, const char *tmp, cl_status s);
+typedef struct cl_ckpt_manifest cl_ckpt_manifest;
+cl_status cl_ckpt_commit(const char *dir, const char *target, const char *tmp, cl_status s, const cl_ckpt_manifest *m);
 void cl_ckpt_abort(const char *tmp); /* also removes a kept step directory (ckpt_latest.c) */
 void cl_ckpt_fsync_parent(const char *path);
 /* A checkpoint directory to read (flag names the option that gave it): dir
@@ -131,5 +132,50 @@ int cl_hf_foreign(const char *dir);
 cl_status cl_hf_read_config(const char *dir, cl_model_config *c, char *tok, size_t tn);
 cl_status cl_hf_read_params(const char *dir, const cl_model_desc *d, float *const *ptrs);
 cl_status cl_hf_resume(cl_trainer *t, const char *dir);
+
+/* Integrity (ckpt_verify.c; docs/ARCHITECTURE.md, "Checkpoint integrity"): the marker's manifest (version
+ * 2: run id, step, each other file's size and cl_hash_sum), the run id and step in every safetensors file's
+ * metadata, a single file's per-tensor hashes there. Checks refuse with CL_ERR_FORMAT naming what differs. */
+#define CL_CKPT_MARKER_VERSION 2
+#define CL_CKPT_HASH_NAME "xxh3-64 per MiB, summed"
+#define CL_CKPT_META_RUN "cleave_run_id"
+#define CL_CKPT_META_STEP "cleave_step"
+#define CL_CKPT_META_HASH "cleave_hash."
+typedef struct {
+    char name[40];
+    int64_t bytes;
+    uint64_t hash;
+} cl_ckpt_fsum;
+struct cl_ckpt_manifest {
+    int version; /* 1: written before hashes, nothing else is set */
+    char run_id[CL_RUN_ID_LEN + 1];
+    int step, n, cap;
+    cl_ckpt_fsum *f;
+};
+int cl_ckpt_hex_parse(const char *s, uint64_t *out); /* 16 lowercase hex digits */
+cl_status cl_ckpt_hash_file(const char *path, int64_t *bytes, uint64_t *hash);
+void cl_ckpt_marker_json(cl_strbuf *b, const cl_ckpt_manifest *m);
+cl_status cl_ckpt_manifest_put(cl_ckpt_manifest *m, const char *name, int64_t bytes, uint64_t hash);
+cl_status cl_ckpt_manifest_add(cl_ckpt_manifest *m, const char *dir, const char *name); /* hashes DIR/NAME */
+cl_status cl_ckpt_manifest_read(const char *dir, cl_ckpt_manifest *m);
+/* What a load checks against: the manifest, or with CLEAVE_CKPT_VERIFY=0 (tests of the checks behind the
+ * hashes, the benchmark's baseline) nothing, as for a checkpoint before hashes but without the note. */
+int cl_ckpt_verify_on(void);
+cl_status cl_ckpt_manifest_load(const char *dir, cl_ckpt_manifest *m);
+const cl_ckpt_fsum *cl_ckpt_manifest_find(const cl_ckpt_manifest *m, const char *name);
+void cl_ckpt_manifest_free(cl_ckpt_manifest *m);
+void cl_ckpt_note_unhashed(const char *dir); /* the one-line note for a version 1 marker */
+cl_status cl_ckpt_check_size(const char *dir, const cl_ckpt_manifest *m, const char *name, int64_t size);
+cl_status cl_ckpt_check_file(const char *dir, const cl_ckpt_manifest *m, const char *name, int hash);
+/* path's recorded run id and step (NULL: absent) against those of what (the marker, the index) */
+cl_status cl_ckpt_check_origin(const char *path, const char *what, const char *run_id, const char *step, const char *want_run,
+                               int want_step);
+struct cl_st_file;
+cl_status cl_ckpt_verify_st(const struct cl_st_file *f, const char *path, const cl_ckpt_manifest *m);
+/* A single-file checkpoint against its marker: file set, sizes, the JSON files' hashes, the state's run id
+ * and step; hash_all: the tensors and whole files too (verify). m is freed on failure. */
+cl_status cl_ckpt_verify_single(const char *dir, cl_ckpt_manifest *m, int hash_all);
+/* A sharded one, everything (verify; ckpt_shard.c). */
+cl_status cl_shard_verify(const char *dir, const cl_ckpt_manifest *m, char *summary, size_t n);
 
 #endif

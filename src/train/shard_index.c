@@ -51,6 +51,19 @@ void cl_shard_index_free(cl_shard_index *ix) {
     free(ix->nbx);
     free(ix->fd);
     free(ix->fname);
+    free(ix->seg);
+}
+
+int cl_shard_hex_parse(const char *s, uint64_t *out) {
+    uint64_t v = 0;
+    if (!s || strlen(s) != 16) return 0;
+    for (int i = 0; i < 16; i++) {
+        int d = s[i] >= '0' && s[i] <= '9' ? s[i] - '0' : s[i] >= 'a' && s[i] <= 'f' ? s[i] - 'a' + 10 : -1;
+        if (d < 0) return 0;
+        v = v << 4 | (uint64_t)d;
+    }
+    *out = v;
+    return 1;
 }
 
 static int get_i64(const cl_json *j, int64_t *out) {
@@ -107,6 +120,9 @@ cl_status cl_shard_index_parse(cl_shard_index *ix, const cl_json *root, const cl
         return cl_error(CL_ERR_FORMAT, "%s: format version %" PRId64 " comes from a newer cleave (this one reads version %d)", ix->path, v,
                         CL_SHARD_VERSION);
     if (v < 1) return cl_error(CL_ERR_FORMAT, "%s: format version %" PRId64 " is not valid", ix->path, v);
+    ix->version = (int)v;
+    ix->full = full;
+    int nel = v >= 2 ? 8 : 7; /* version 2: [..., end, "hash"] */
     const cl_json *files = cl_json_get(root, "files"), *tensors = cl_json_get(root, "tensors");
     if (!files || files->type != CL_JSON_ARRAY || !tensors || tensors->type != CL_JSON_ARRAY)
         return cl_error(CL_ERR_FORMAT, "%s: \"files\" and \"tensors\" must be arrays", ix->path);
@@ -151,12 +167,14 @@ cl_status cl_shard_index_parse(cl_shard_index *ix, const cl_json *root, const cl
             int j = 0;
             for (const cl_json *x = l->child; x; x = x->next, j++) {
                 int64_t a[7];
-                int q = 0, good = x->type == CL_JSON_ARRAY && x->count == 7;
-                for (const cl_json *y = good ? x->child : NULL; y && good; y = y->next, q++) good = get_i64(y, &a[q]);
+                uint64_t h = 0;
+                int q = 0, good = x->type == CL_JSON_ARRAY && x->count == nel;
+                for (const cl_json *y = good ? x->child : NULL; y && good; y = y->next, q++)
+                    good = q < 7 ? get_i64(y, &a[q]) : y->type == CL_JSON_STRING && cl_shard_hex_parse(y->string, &h);
                 if (!good || a[0] < 0 || a[0] > INT32_MAX)
-                    return cl_error(CL_ERR_FORMAT, "%s: tensor '%s' %s box %d is not [file, row, column, rows, columns, begin, end]",
-                                    ix->path, p->name, cl_shard_kind_key[k], j);
-                b[j] = (cl_sbox){(int)a[0], a[1], a[2], a[3], a[4], a[5], a[6]};
+                    return cl_error(CL_ERR_FORMAT, "%s: tensor '%s' %s box %d is not [file, row, column, rows, columns, begin, end%s]",
+                                    ix->path, p->name, cl_shard_kind_key[k], j, nel == 8 ? ", \"hash\"" : "");
+                b[j] = (cl_sbox){(int)a[0], a[1], a[2], a[3], a[4], a[5], a[6], h};
             }
             ix->nbx[i * CL_NKINDS + k] = j;
             CL_TRY(check_boxes(ix, p, k, b, j));

@@ -14,7 +14,7 @@
 #include "cleave/json.h"
 #include "cleave/model.h"
 
-#define CL_SHARD_VERSION 1
+#define CL_SHARD_VERSION 2 /* 2: each box has its content hash; 1 (before hashes) is still read */
 #define CL_SHARD_FORMAT "cleave sharded checkpoint"
 
 enum { CL_K_PARAM, CL_K_AVG, CL_K_AVG_SQ, CL_NKINDS };
@@ -56,7 +56,15 @@ static inline void cl_shard_zero_range(int64_t loc, int64_t numel, int64_t lo, i
 typedef struct {
     int file;
     int64_t r0, c0, nr, nc, begin, end;
+    uint64_t hash; /* cl_hash_sum of its bytes (version 2; 0 in version 1) */
 } cl_sbox;
+
+/* A range of a file one load read into memory at dst (ckpt_shard.c). */
+typedef struct {
+    int file;
+    int64_t off, len;
+    char *dst;
+} cl_sseg;
 
 /* A parsed index, and the reads of one load (ckpt_shard.c). */
 typedef struct {
@@ -67,7 +75,14 @@ typedef struct {
     int nt;
     cl_sbox **bx; /* [nt * CL_NKINDS] */
     int *nbx;
-    int64_t bytes_read;
+    int version;  /* the index's format version */
+    const cl_model_desc *full; /* the model it was checked against */
+    const struct cl_ckpt_manifest *m; /* the marker's (version 2), or NULL: nothing to verify */
+    char run_id[17]; /* the index's state's, and its step: what each shard's metadata must say */
+    int step;
+    int64_t bytes_read, bytes_head, bytes_verify, bytes_hashed; /* all read; shard headers; read only to verify; hashed */
+    cl_sseg *seg; /* what this load read, for the verification */
+    int nseg, segcap;
     int pfile;    /* the pending read */
     int64_t poff, plen;
     char *pdst;
@@ -81,5 +96,7 @@ typedef struct {
  * the problem otherwise. The caller frees with cl_shard_index_free either way. */
 cl_status cl_shard_index_parse(cl_shard_index *ix, const cl_json *root, const cl_model_desc *full);
 void cl_shard_index_free(cl_shard_index *ix);
+/* 16 lowercase hex digits into *out: 1, else 0. */
+int cl_shard_hex_parse(const char *s, uint64_t *out);
 
 #endif

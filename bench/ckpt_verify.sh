@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# What verifying a checkpoint's content hashes costs of its load (docs/PERFORMANCE.md, "Checkpoint
+# integrity"): MODEL (default gpt2-medium) trained one step on one rank and saved in both formats; then
+# each loaded by `cleave convert` (to a sharded copy at the same layout) with CLEAVE_VERIFY_TIME=1, which
+# prints the load's wall time and, of it, the time spent verifying (hashing the tensors or boxes, the
+# small files, the shard headers' run id and step); and the same load with CLEAVE_CKPT_VERIFY=0 (no
+# checks) for comparison. The ratio comes from the first command alone.
+# usage: bash bench/ckpt_verify.sh [MODEL]      (gpt2-medium: about 12 GiB of host memory, 5 GiB of disk)
+set -eu
+model=${1:-gpt2-medium}
+CLEAVE=${CLEAVE:-build/cleave}
+d=$(mktemp -d)
+trap 'rm -rf "$d"' EXIT
+echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), $(nproc) cores," \
+     "$(grep -o 'avx512[a-z_]*' /proc/cpuinfo | sort -u | tr '\n' ' ')"
+echo "load average: $(cut -d' ' -f1-3 /proc/loadavg)"
+head -c 300000 data/kjv.txt > "$d/text.txt"
+c=(--model "$model" --data "$d/text.txt" --seq-len 16 --micro-batch-size 1 --global-batch-size 1 --steps 1 --sample-tokens 0
+   --eval-batches 1)
+"$CLEAVE" train "${c[@]}" --save "$d/one" > /dev/null
+"$CLEAVE" convert "${c[@]}" --from "$d/one" --to "$d/sh" --save-format sharded > /dev/null 2>&1
+for f in one sh; do
+    echo "$f ($(du -sb "$d/$f" | cut -f1) bytes):"
+    for i in 1 2; do
+        CLEAVE_VERIFY_TIME=1 "$CLEAVE" convert "${c[@]}" --from "$d/$f" --to "$d/x" --save-format sharded 2>&1 |
+            grep 'checkpoint load' | sed 's/^/  /'
+        rm -rf "$d/x"
+    done
+    CLEAVE_CKPT_VERIFY=0 CLEAVE_VERIFY_TIME=1 "$CLEAVE" convert "${c[@]}" --from "$d/$f" --to "$d/x" --save-format sharded 2>&1 |
+        grep 'checkpoint load' | sed 's/^/  without checks: /'
+    rm -rf "$d/x"
+done
+echo "load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
