@@ -6,6 +6,8 @@
 # small files, the shard headers' run id and step); and the same load with CLEAVE_CKPT_VERIFY=0 (no
 # checks) for comparison. The ratio comes from the first command alone.
 # usage: bash bench/ckpt_verify.sh [MODEL]      (gpt2-medium: about 12 GiB of host memory, 5 GiB of disk)
+#        FORMATS=sh ...                          the sharded format only (one: the single file, slow to load)
+#        CLEAVE2=OTHER/cleave ...                also load with another build, alternating (the same checkpoints)
 set -eu
 model=${1:-gpt2-medium}
 CLEAVE=${CLEAVE:-build/cleave}
@@ -19,12 +21,14 @@ c=(--model "$model" --data "$d/text.txt" --seq-len 16 --micro-batch-size 1 --glo
    --eval-batches 1)
 "$CLEAVE" train "${c[@]}" --save "$d/one" > /dev/null
 "$CLEAVE" convert "${c[@]}" --from "$d/one" --to "$d/sh" --save-format sharded > /dev/null 2>&1
-for f in one sh; do
+for f in ${FORMATS:-one sh}; do
     echo "$f ($(du -sb "$d/$f" | cut -f1) bytes):"
     for i in 1 2; do
-        CLEAVE_VERIFY_TIME=1 "$CLEAVE" convert "${c[@]}" --from "$d/$f" --to "$d/x" --save-format sharded 2>&1 |
-            grep 'checkpoint load' | sed 's/^/  /'
-        rm -rf "$d/x"
+        for bin in "$CLEAVE" ${CLEAVE2:-}; do
+            CLEAVE_VERIFY_TIME=1 "$bin" convert "${c[@]}" --from "$d/$f" --to "$d/x" --save-format sharded 2>&1 |
+                grep 'checkpoint load' | sed "s|^|  $bin: |"
+            rm -rf "$d/x"
+        done
     done
     CLEAVE_CKPT_VERIFY=0 CLEAVE_VERIFY_TIME=1 "$CLEAVE" convert "${c[@]}" --from "$d/$f" --to "$d/x" --save-format sharded 2>&1 |
         grep 'checkpoint load' | sed 's/^/  without checks: /'

@@ -31,14 +31,16 @@ uint64_t cl_hash_block(const void *data, size_t len, uint64_t j) {
     return XXH3_64bits_withSeed(len ? data : &none, len, j);
 }
 
+/* The blocks are independent and their sum does not depend on the order,
+ * so they are shared out over the rank's threads (cl_set_threads). */
 uint64_t cl_hash_sum(const void *data, size_t len) {
     const unsigned char *p = data;
+    int64_t nb = (int64_t)((len + CL_HASH_BLOCK - 1) / CL_HASH_BLOCK);
     uint64_t sum = 0;
-    for (uint64_t j = 0; len; j++) {
-        size_t take = len < CL_HASH_BLOCK ? len : CL_HASH_BLOCK;
-        sum += cl_hash_block(p, take, j);
-        p += take;
-        len -= take;
+#pragma omp parallel for schedule(static) reduction(+ : sum) if (nb > 1)
+    for (int64_t j = 0; j < nb; j++) {
+        size_t at = (size_t)j * CL_HASH_BLOCK, take = len - at < CL_HASH_BLOCK ? len - at : CL_HASH_BLOCK;
+        sum += cl_hash_block(p + at, take, (uint64_t)j);
     }
     return sum;
 }

@@ -566,16 +566,36 @@ static cl_status verify_boxes(cl_shard_index *ix, cl_comm *world, int mask) {
             nblk += (len + (int64_t)CL_HASH_BLOCK - 1) / (int64_t)CL_HASH_BLOCK;
         }
     double *cov = malloc((size_t)(nblk ? nblk : 1) * sizeof *cov), *part = calloc((size_t)(nbox ? nbox : 1) * 4, sizeof *part);
-    cl_hasher *h = cl_hasher_new();
     char *scratch = NULL;
-    cl_status s = cov && part && h ? CL_OK : cl_error(CL_ERR_OOM, "cannot allocate the verification's lists");
+    cl_status s = cov && part ? CL_OK : cl_error(CL_ERR_OOM, "cannot allocate the verification's lists");
     if (ix->nseg) qsort(ix->seg, (size_t)ix->nseg, sizeof *ix->seg, cmp_seg);
     for (int pass = 0; pass < 2; pass++) { /* 0: which blocks this rank read whole; 1: hash its share */
         int64_t g = 0, bi = 0;
-        for (int i = 0; cov && part && h && i < ix->nt * CL_NKINDS; i++)
+        for (int i = 0; cov && part && i < ix->nt * CL_NKINDS; i++)
             for (int j = 0; (mask >> (i % CL_NKINDS) & 1) && j < ix->nbx[i]; j++, bi++) {
                 const cl_sbox *x = &ix->bx[i][j];
                 uint64_t sum = 0;
+                int64_t g0 = g, nb = (x->end - x->begin + (int64_t)CL_HASH_BLOCK - 1) / (int64_t)CL_HASH_BLOCK;
+                if (pass == 1 && !s) { /* the blocks this rank read whole and owns, from memory, over its threads */
+                    int64_t hashed = 0, lost = 0;
+#pragma omp parallel reduction(+ : sum, hashed, lost) if (nb > 1)
+                    {
+                        cl_hasher *th = cl_hasher_new();
+                        lost += !th;
+#pragma omp for schedule(dynamic, 4)
+                        for (int64_t blk = 0; blk < nb; blk++) {
+                            int64_t at = x->begin + blk * (int64_t)CL_HASH_BLOCK, e = cl_shard_min(at + (int64_t)CL_HASH_BLOCK, x->end);
+                            if (!th || !(cov[g0 + blk] > -1e8) || (int)-cov[g0 + blk] != me) continue;
+                            cl_hasher_reset(th, (uint64_t)blk);
+                            covered(ix, x->file, at, e, th);
+                            sum += cl_hasher_sum(th);
+                            hashed += e - at;
+                        }
+                        cl_hasher_free(th);
+                    }
+                    ix->bytes_hashed += hashed;
+                    if (lost) s = cl_error(CL_ERR_OOM, "cannot allocate the verification's hashers");
+                }
                 for (int64_t at = x->begin, blk = 0; at < x->end; at += (int64_t)CL_HASH_BLOCK, blk++, g++) {
                     int64_t e = cl_shard_min(at + (int64_t)CL_HASH_BLOCK, x->end);
                     if (pass == 0) {
@@ -583,12 +603,8 @@ static cl_status verify_boxes(cl_shard_index *ix, cl_comm *world, int mask) {
                         continue;
                     }
                     int owner = cov[g] > -1e8 ? (int)-cov[g] : (int)(g % W);
-                    if (owner != me || s) continue;
-                    if (cov[g] > -1e8) {
-                        cl_hasher_reset(h, (uint64_t)blk);
-                        covered(ix, x->file, at, e, h);
-                        sum += cl_hasher_sum(h);
-                    } else { /* no rank read it whole: read it to hash it */
+                    if (owner != me || s || cov[g] > -1e8) continue; /* read whole: hashed above */
+                    {   /* no rank read it whole: read it to hash it */
                         if (!scratch && !(scratch = malloc(CL_HASH_BLOCK))) {
                             s = cl_error(CL_ERR_OOM, "cannot allocate the verification's buffer");
                             continue;
@@ -627,7 +643,6 @@ static cl_status verify_boxes(cl_shard_index *ix, cl_comm *world, int mask) {
     free(cov);
     free(part);
     free(scratch);
-    cl_hasher_free(h);
     return s;
 }
 
