@@ -31,10 +31,9 @@ trap 'rm -rf "$tmp"' EXIT
 san=""
 sanmake=()
 case "$BUILD" in *san*) san="-fsanitize=address,undefined -fno-omit-frame-pointer"; sanmake=(SAN=1) ;; esac
-make -s "${sanmake[@]}" BUILD="$BUILD" "$BUILD/libcleave.a" >/dev/null
-libs="-lm -pthread"
-printf '#include <zlib.h>\nint main(void){return 0;}\n' | cc -x c - -o /dev/null -lz 2>/dev/null && libs="$libs -lz"
-printf '#include <oneapi/dnnl/dnnl.h>\nint main(void){return 0;}\n' | cc -x c - -o /dev/null -ldnnl 2>/dev/null && libs="$libs -ldnnl"
+make -s "${sanmake[@]}" BUILD="$BUILD" "$BUILD/libcleave.a" "$BUILD/cleave.pc" >/dev/null
+# what libcleave.a needs, as the build linked it (cleave.pc's Libs.private: xxhash, OpenMP, oneDNN, zlib, MPI)
+libs=$(sed -n 's/^Libs.private: //p' "$BUILD/cleave.pc")
 # shellcheck disable=SC2086
 cc -std=c11 -O1 -g -Wall -Wextra -Werror -D_GNU_SOURCE -Iinclude -Isrc $san tests/tools/bpe_encode.c \
     "$BUILD/libcleave.a" $libs -o "$tmp/bpe_encode"
