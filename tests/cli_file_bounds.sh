@@ -140,6 +140,9 @@ refused "a trace" $((256 * MiB)) "$tmp/t.json" trace render "$tmp/t.json" --out 
     "$CLEAVE" "${T[@]}" --steps 2 --micro-batch-size 2 --save "$tmp/sh" --save-format sharded >/dev/null 2>&1 ||
     check false "could not write the checkpoints to damage"
 R=(train --data "$small" --steps 3 --sample-tokens 0 --micro-batch-size 2)
+# The reader's bound itself, with the checkpoint's own checks off (CLEAVE_CKPT_VERIFY=0): with them on, the
+# marker's recorded sizes refuse these files first (checked once below)
+export CLEAVE_CKPT_VERIFY=0
 cp -r "$tmp/ck" "$tmp/ck-cfg" && ln -sf /dev/zero "$tmp/ck-cfg/config.json"
 refused "$J" $JB "$tmp/ck-cfg/config.json" "${R[@]}" --resume "$tmp/ck-cfg"
 refused "$J" $JB "$tmp/ck-cfg/config.json" eval --checkpoint "$tmp/ck-cfg" --text "$small"
@@ -148,6 +151,10 @@ refused "$J" $JB "$tmp/ck-state/trainer_state.json" "${R[@]}" --resume "$tmp/ck-
 cp -r "$tmp/ck" "$tmp/ck-model" && over "$tmp/ck-model/model.safetensors" $((MEM / 2 + 1))
 refused "a checkpoint's tensors file" $((MEM / 2)) "$tmp/ck-model/model.safetensors" "${R[@]}" --resume "$tmp/ck-model"
 refused "a checkpoint's tensors file" $((MEM / 2)) "$tmp/ck-model/model.safetensors" eval --checkpoint "$tmp/ck-model" --text "$small"
+unset CLEAVE_CKPT_VERIFY
+out=$(timeout $LIMIT "$CLEAVE" eval --checkpoint "$tmp/ck-model" --text "$small" 2>&1); rc=$?
+check '[ $rc -eq 2 ] && grep -q "model.safetensors: $((MEM / 2 + 1)) bytes, cleave-checkpoint.json records" <<<"$out"' \
+    "with the checkpoint's checks on, the oversized model.safetensors is not refused by its recorded size: status $rc$(excerpt 3 "$out")"
 cp -r "$tmp/sh" "$tmp/sh-index" && over "$tmp/sh-index/cleave-index.json" $((256 * MiB + 1))
 refused "a sharded checkpoint's index" $((256 * MiB)) "$tmp/sh-index/cleave-index.json" "${R[@]}" --resume "$tmp/sh-index"
 refused "a sharded checkpoint's index" $((256 * MiB)) "$tmp/sh-index/cleave-index.json" eval --checkpoint "$tmp/sh-index" --text "$small"
