@@ -32,6 +32,8 @@ M=(--model gpt2-mini --data "$tmp/text.txt" --seq-len 16 --micro-batch-size 2 --
 _rc=$?; check '[ $_rc -eq 0 ]' "training gpt2-mini failed$(excerpt 3 "$(tail -3 "$tmp/train.out")")"
 check 'grep -q "\"cleave_preset\": \"gpt2-mini\"" "$tmp/ck/config.json"' "the checkpoint does not record gpt2-mini"
 sed -i 's/"cleave_preset": "gpt2-mini"/"cleave_preset": "gpt2-small"/' "$tmp/ck/config.json"
+# as cleave wrote it then: before content hashes (a marker of version 1)
+printf '{\n  "format": "cleave checkpoint",\n  "version": 1\n}\n' > "$tmp/ck/cleave-checkpoint.json"
 cp -r "$tmp/ck" "$tmp/orig"
 out=$("$CLEAVE" eval --checkpoint "$tmp/ck" --text "$tmp/text.txt" --micro-batch-size 2 2>&1)
 _rc=$?; check '[ $_rc -eq 0 ] && printf "%s" "$out" | grep -q "eval loss"' "eval of the old gpt2-small checkpoint failed$(excerpt 3 "$out")"
