@@ -482,116 +482,140 @@ static cl_status gather_measured(cl_comm *world, cl_trainer *t, const train_job 
     return s;
 }
 
-/* The rank program: the same on every rank, threads or MPI. Rank 0 of the
- * world logs, evaluates, checkpoints and samples; every rank trains. */
-static cl_status train_rank(cl_comm *world, void *arg) {
-    const train_job *j = arg;
-    cl_train_config c = j->c;
-    int rank = world ? cl_comm_rank(world) : 0;
-    int lead = rank == 0;
-    cl_groups groups = {0};
-    cl_set_threads(j->threads);
+/* One rank's run (train_rank): its groups, trainer, outputs and loop state. */
+typedef struct {
+    const train_job *j;
+    cl_comm *world;
+    int lead;                /* world rank 0: logs, evaluates, checkpoints and samples */
+    int split;               /* the model is split over ranks (stages, tensor slices, ZeRO-3 shards): they all evaluate and sample */
+    cl_train_config c;
+    cl_groups groups;
+    cl_trainer *t;
+    FILE *log, *plot;        /* --log-file; --plot's copy of the log's lines, in memory */
+    char *plot_text;
+    size_t plot_len;
+    int tty;                 /* a live line on a terminal */
+    long discard;            /* the resume point beyond which kept steps go at the first save, -1: none */
+} rank_run;
+
+/* The groups and the trainer (resumed), or convert's load and save. *done: nothing more to run. */
+static cl_status rank_build(rank_run *r, int *done) {
+    const train_job *j = r->j;
     cl_status s = CL_OK;
-    if (world && !strcmp(j->comm_name, "threads")) CL_TRY(agree_job(world, j)); /* MPI: in train_rank_mpi */
-    if (world) {
-        CL_TRY(cl_groups_create(world, &j->mesh, &groups));
-        c.groups = &groups;
+    *done = 0;
+    if (r->world && !strcmp(j->comm_name, "threads")) CL_TRY(agree_job(r->world, j)); /* MPI: in train_rank_mpi */
+    if (r->world) {
+        CL_TRY(cl_groups_create(r->world, &j->mesh, &r->groups));
+        r->c.groups = &r->groups;
     }
-    cl_trainer *t = NULL;
     /* rank 0 tokenizes and caches the corpus first; the others then read the cache */
-    if (lead) s = cl_trainer_create(&t, &c);
-    if (!s && world) s = cl_comm_barrier(world);
-    if (!s && !lead) s = cl_trainer_create(&t, &c);
-    if (!s && world && j->convert) s = cl_comm_barrier(world); /* the load's time starts when every rank is ready */
+    if (r->lead) s = cl_trainer_create(&r->t, &r->c);
+    if (!s && r->world) s = cl_comm_barrier(r->world);
+    if (!s && !r->lead) s = cl_trainer_create(&r->t, &r->c);
+    if (!s && r->world && j->convert) s = cl_comm_barrier(r->world); /* the load's time starts when every rank is ready */
     double t0 = cl_now();
-    if (!s && j->resume) s = cl_trainer_resume(t, j->resume);
+    if (!s && j->resume) s = cl_trainer_resume(r->t, j->resume);
     if (j->convert) { /* every rank: the gather (single) and the index (sharded) are collective */
         double t1 = cl_now();
-        if (!s) s = save_ckpt(t, j, NULL);
-        if (!s && lead) printf("converted %s (step %d) to %s (%s): loaded in %.3f s, saved in %.3f s (rank 0)\n", j->resume,
-                               cl_trainer_steps_done(t), j->save, j->sharded ? "sharded" : "single file", t1 - t0, cl_now() - t1);
-        cl_trainer_destroy(t);
-        cl_groups_free(&groups);
+        if (!s) s = save_ckpt(r->t, j, NULL);
+        if (!s && r->lead) printf("converted %s (step %d) to %s (%s): loaded in %.3f s, saved in %.3f s (rank 0)\n", j->resume,
+                                  cl_trainer_steps_done(r->t), j->save, j->sharded ? "sharded" : "single file", t1 - t0, cl_now() - t1);
+        *done = 1;
         return s;
     }
-    if (!s && j->resume && cl_trainer_steps_done(t) >= j->end)
+    if (!s && j->resume && cl_trainer_steps_done(r->t) >= j->end)
         s = cl_error(CL_ERR_INVALID, "--resume %s is at step %d, --%s %d leaves nothing to train", j->resume,
-                     cl_trainer_steps_done(t), j->end < j->steps ? "stop-after" : "steps", j->end);
-    FILE *log = NULL;
-    if (!s && lead && j->log_path && !(log = fopen(j->log_path, j->resume ? "a" : "w")))
-        s = cl_error(CL_ERR_IO, "--log-file %s: cannot open for writing", j->log_path);
-    if (!s && log && config_line(log, c.run_config)) s = log_failed(j->log_path, cl_trainer_steps_done(t));
-    if (!s && lead) {
+                     cl_trainer_steps_done(r->t), j->end < j->steps ? "stop-after" : "steps", j->end);
+    return s;
+}
+
+/* Rank 0's outputs before the first step: the log (its configuration line), the header, --plot's buffer. */
+static cl_status rank_open(rank_run *r) {
+    const train_job *j = r->j;
+    cl_trainer *t = r->t;
+    if (r->lead && j->log_path && !(r->log = fopen(j->log_path, j->resume ? "a" : "w")))
+        return cl_error(CL_ERR_IO, "--log-file %s: cannot open for writing", j->log_path);
+    if (r->log && config_line(r->log, r->c.run_config)) return log_failed(j->log_path, cl_trainer_steps_done(t));
+    if (r->lead) {
         print_header(t);
-        if (world) printf("ranks: %d (%s backend), mesh dp %d x tp %d x pp %d; per-rank memory as above\n", cl_comm_size(world),
-                          cl_comm_backend(world), j->mesh.dp, j->mesh.tp, j->mesh.pp);
+        if (r->world) printf("ranks: %d (%s backend), mesh dp %d x tp %d x pp %d; per-rank memory as above\n", cl_comm_size(r->world),
+                             cl_comm_backend(r->world), j->mesh.dp, j->mesh.tp, j->mesh.pp);
         printf("threads per rank: %d\n", j->threads);
         if (j->mesh.pp > 1) cl_trainer_print_stages(t, stdout);
-        print_memory(stdout, &c, &j->mesh, NULL, 0, 0);
+        print_memory(stdout, &r->c, &j->mesh, NULL, 0, 0);
         if (j->resume) printf("resumed from %s at step %d\n", j->resume, cl_trainer_steps_done(t));
         fflush(stdout);
     }
     /* --plot: the log's lines kept in memory too, drawn at the end as cleave plot draws a log */
-    char *plot_text = NULL;
-    size_t plot_len = 0;
-    FILE *plot = NULL;
-    if (!s && lead && j->plot_path && !(plot = open_memstream(&plot_text, &plot_len)))
-        s = cl_error(CL_ERR_OOM, "--plot: no host memory for the run's figures");
-    /* a live line on a terminal only: mpirun gives its ranks a pseudo-terminal
-     * even when its own output goes to a file, so under MPI none */
-    int tty = lead && isatty(fileno(stdout)) && strcmp(j->comm_name, "mpi");
-    long discard = j->discard && t ? cl_trainer_steps_done(t) : -1; /* the resume point: checked up front (check_kept) */
-    while (!s && cl_trainer_steps_done(t) < j->end) {
+    if (r->lead && j->plot_path && !(r->plot = open_memstream(&r->plot_text, &r->plot_len)))
+        return cl_error(CL_ERR_OOM, "--plot: no host memory for the run's figures");
+    return CL_OK;
+}
+
+/* Rank 0's step: its line, the log, evaluation and the checkpoint. */
+static cl_status lead_step(rank_run *r, const cl_step_stats *st, int eval, int save) {
+    const train_job *j = r->j;
+    int last = st->step == j->end;
+    double gflops = st->flops / (st->seconds > 0 ? st->seconds : 1e-9) / 1e9;
+    int logged = st->step % j->log_every == 0 || last || st->step == 1;
+    if (logged || r->tty) progress(st, j->steps, gflops, r->tty, logged);
+    if (r->plot) json_line(r->plot, st);
+    if (r->log && json_line(r->log, st)) return log_failed(j->log_path, st->step);
+    if (eval) {
+        double vl;
+        CL_TRY(cl_trainer_eval(r->t, &vl));
+        printf("%sstep %d: validation loss %.4f\n", r->tty ? LIVE_CLEAR : "", st->step, vl);
+        if (r->plot) val_line(r->plot, st->step, vl);
+        if (r->log && val_line(r->log, st->step, vl)) return log_failed(j->log_path, st->step);
+    }
+    if (save) {
+        CL_TRY(save_ckpt(r->t, j, &r->discard));
+        if (!last || j->save_every) printf("%ssaved %s at step %d\n", r->tty ? LIVE_CLEAR : "", j->save, st->step);
+    }
+    return CL_OK;
+}
+
+/* The steps up to the job's end, every rank. */
+static cl_status rank_loop(rank_run *r) {
+    const train_job *j = r->j;
+    cl_status s = CL_OK;
+    while (!s && cl_trainer_steps_done(r->t) < j->end) {
         cl_step_stats st;
-        if ((s = cl_trainer_step(t, &st))) break;
+        if ((s = cl_trainer_step(r->t, &st))) break;
         int last = st.step == j->end;
         int eval = (j->eval_every && st.step % j->eval_every == 0) || last;
         int save = j->save && ((j->save_every && st.step % j->save_every == 0) || last);
-        if (!lead) {
-            /* a model split over ranks (pipeline stages, tensor-parallel slices) evaluates, and gathers
-             * its checkpoint, on all of them */
-            double vl;
-            int split = j->mesh.pp > 1 || j->mesh.tp > 1 || (c.zero >= 3 && j->mesh.dp > 1); /* ZeRO 3: parameters in shards */
-            if (eval && split && (s = cl_trainer_eval(t, &vl))) break;
-            /* under ZeRO the replicas hold shards of the optimizer state: all of them gather */
-            if (save && (j->sharded || split || (c.zero >= 1 && j->mesh.dp > 1)) && (s = save_ckpt(t, j, &discard))) break;
+        if (r->lead) {
+            s = lead_step(r, &st, eval, save);
             continue;
         }
-        double gflops = st.flops / (st.seconds > 0 ? st.seconds : 1e-9) / 1e9;
-        int logged = st.step % j->log_every == 0 || last || st.step == 1;
-        if (logged || tty) progress(&st, j->steps, gflops, tty, logged);
-        if (plot) json_line(plot, &st);
-        if (log && json_line(log, &st)) {
-            s = log_failed(j->log_path, st.step);
-            break;
-        }
-        if (eval) {
-            double vl;
-            if ((s = cl_trainer_eval(t, &vl))) break;
-            printf("%sstep %d: validation loss %.4f\n", tty ? LIVE_CLEAR : "", st.step, vl);
-            if (plot) val_line(plot, st.step, vl);
-            if (log && val_line(log, st.step, vl)) {
-                s = log_failed(j->log_path, st.step);
-                break;
-            }
-        }
-        if (save) {
-            if ((s = save_ckpt(t, j, &discard))) break;
-            if (!last || j->save_every) printf("%ssaved %s at step %d\n", tty ? LIVE_CLEAR : "", j->save, st.step);
-        }
+        /* a model split over ranks evaluates, and gathers its checkpoint, on all of them */
+        double vl;
+        if (eval && r->split) s = cl_trainer_eval(r->t, &vl);
+        /* under ZeRO the replicas hold shards of the optimizer state: all of them gather */
+        if (!s && save && (j->sharded || r->split || (r->c.zero >= 1 && j->mesh.dp > 1))) s = save_ckpt(r->t, j, &r->discard);
     }
-    if (tty) fputs(LIVE_CLEAR, stdout);
-    if (!s && j->trace_path) {
-        s = cl_trainer_write_trace(t, world, j->trace_path, j->trace_steps);
-        if (!s && lead)
+    if (r->tty) fputs(LIVE_CLEAR, stdout);
+    return s;
+}
+
+/* After the steps: the trace, the peak memory, cleave memory's measured
+ * peaks, the sample and the plot. */
+static cl_status rank_report(rank_run *r) {
+    const train_job *j = r->j;
+    cl_trainer *t = r->t;
+    cl_status s = CL_OK;
+    if (j->trace_path) {
+        s = cl_trainer_write_trace(t, r->world, j->trace_path, j->trace_steps);
+        if (!s && r->lead)
             printf("trace: %s (open in https://ui.perfetto.dev, or: cleave trace render %s --out pipeline.svg)\n", j->trace_path,
                    j->trace_path);
     }
-    double peak = t ? (double)cl_device_peak_total(cl_trainer_device(t)) : 0, top = peak;
-    if (!s && world) s = cl_comm_allreduce_f64(world, &top, 1, CL_RED_MAX);
-    if (!s && lead) {
+    double peak = (double)cl_device_peak_total(cl_trainer_device(t)), top = peak;
+    if (!s && r->world) s = cl_comm_allreduce_f64(r->world, &top, 1, CL_RED_MAX);
+    if (!s && r->lead) {
         char mem[64], mem0[64], capb[64];
-        if (world)
+        if (r->world)
             printf("peak device memory: %s on the fullest rank (rank 0: %s; cap %s per rank)\n",
                    cl_format_bytes((size_t)top, mem, sizeof mem), cl_format_bytes((size_t)peak, mem0, sizeof mem0),
                    j->c.device_memory ? cl_format_bytes(j->c.device_memory, capb, sizeof capb) : "none");
@@ -599,22 +623,49 @@ static cl_status train_rank(cl_comm *world, void *arg) {
             printf("peak device memory: %s\n", cl_format_bytes((size_t)peak, mem, sizeof mem));
         if (j->save) printf("checkpoint: %s\n", j->save);
     }
-    if (!s && j->measure) s = gather_measured(world, t, j, &c);
+    if (!s && j->measure) s = gather_measured(r->world, t, j, &r->c);
     /* a split model samples on all its ranks; otherwise rank 0 alone */
-    if (!s && (lead || j->mesh.pp > 1 || j->mesh.tp > 1 || (c.zero >= 3 && j->mesh.dp > 1)) && j->sample_tokens > 0 && c.model.kind == CL_MODEL_GPT) {
-        if (lead) printf("sample:\n");
-        s = print_sample(t, NULL, NULL, cl_trainer_tokenizer(t), j->prompt, j->sample_tokens, j->temperature, j->topk, c.seed, lead);
+    if (!s && (r->lead || r->split) && j->sample_tokens > 0 && r->c.model.kind == CL_MODEL_GPT) {
+        if (r->lead) printf("sample:\n");
+        s = print_sample(t, NULL, NULL, cl_trainer_tokenizer(t), j->prompt, j->sample_tokens, j->temperature, j->topk, r->c.seed,
+                         r->lead);
     }
     fflush(stdout);
-    if (plot && fclose(plot) != 0 && !s) s = cl_error(CL_ERR_OOM, "--plot: no host memory for the run's figures");
-    if (plot && !s) {
-        s = cli_plot_text(j->plot_path, j->log_path ? j->log_path : c.model.name, plot_text, plot_len);
+    int plotted = r->plot != NULL;
+    if (r->plot && fclose(r->plot) != 0 && !s) s = cl_error(CL_ERR_OOM, "--plot: no host memory for the run's figures");
+    r->plot = NULL;
+    if (plotted && !s) {
+        s = cli_plot_text(j->plot_path, j->log_path ? j->log_path : r->c.model.name, r->plot_text, r->plot_len);
         if (!s) printf("plot: %s\n", j->plot_path);
     }
-    free(plot_text);
-    if (log && fclose(log) != 0 && !s) s = cl_error(CL_ERR_IO, "--log-file %s: closing failed: %s", j->log_path, strerror(errno));
-    cl_trainer_destroy(t);
-    cl_groups_free(&groups);
+    return s;
+}
+
+/* The rank program: the same on every rank, threads or MPI. Rank 0 of the
+ * world logs, evaluates, checkpoints and samples; every rank trains. */
+static cl_status train_rank(cl_comm *world, void *arg) {
+    const train_job *j = arg;
+    rank_run r = {.j = j, .world = world, .c = j->c, .discard = -1};
+    r.lead = !world || cl_comm_rank(world) == 0;
+    r.split = j->mesh.pp > 1 || j->mesh.tp > 1 || (j->c.zero >= 3 && j->mesh.dp > 1); /* ZeRO 3: parameters in shards */
+    cl_set_threads(j->threads);
+    int done;
+    cl_status s = rank_build(&r, &done);
+    if (!s && !done) {
+        /* a live line on a terminal only: mpirun gives its ranks a pseudo-terminal
+         * even when its output goes to a file, so under MPI none */
+        r.tty = r.lead && isatty(fileno(stdout)) && strcmp(j->comm_name, "mpi");
+        r.discard = j->discard ? cl_trainer_steps_done(r.t) : -1; /* the resume point: checked up front (check_kept) */
+        s = rank_open(&r);
+        if (!s) s = rank_loop(&r);
+        if (!s) s = rank_report(&r);
+    }
+    fflush(stdout);
+    if (r.plot) fclose(r.plot);
+    free(r.plot_text);
+    if (r.log && fclose(r.log) != 0 && !s) s = cl_error(CL_ERR_IO, "--log-file %s: closing failed: %s", j->log_path, strerror(errno));
+    cl_trainer_destroy(r.t);
+    cl_groups_free(&r.groups);
     return s;
 }
 
@@ -1166,8 +1217,8 @@ static cl_status plan_auto(train_cli *tc, train_job *j) {
         return CL_OK;
     }
     if (tc->convert) return cl_error(CL_ERR_INVALID, "--auto plans a training run: cleave convert takes the layout its flags give");
-    /* cleave memory --auto --json: the choice on stderr, the JSON alone on stdout */
-    FILE *say = tc->memory && cli_get(a, "json") ? stderr : stdout;
+    /* cleave memory --auto --json and --print-config: the choice on stderr, the JSON alone on stdout */
+    FILE *say = (tc->memory && cli_get(a, "json")) || cli_get(a, "print-config") ? stderr : stdout;
     CL_TRY(cli_train_auto(say, a, &j->c, tc->gb_given, &tc->ranks, &tc->dp, &tc->tp, &tc->pp, &j->schedule_given));
     tc->gb_given = j->gb_given = 1;
     return CL_OK;

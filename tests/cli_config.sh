@@ -69,6 +69,11 @@ check 'cmp -s p1.json p2.json' "print -> --config -> print differs$(excerpt 4 "$
 check 'cmp -s <(grep -v "\"save\"\|\"log-file\"" p3.json) <(grep -v "\"save\"\|\"log-file\"" p1.json)' \
     "the file's resolved configuration differs from the flags'$(excerpt 4 "$(diff p1.json p3.json)")"
 
+# with --auto: the plan's choice recorded (auto off), its report on stderr, stdout the JSON alone
+"$C" train --auto --ranks 2 --steps 2 --sample-tokens 0 --print-config > pa.json 2> pa.err
+_rc=$?; check '[ $_rc -eq 0 ] && python3 -c "import json,sys; c=json.load(open(\"pa.json\")); sys.exit(not (c[\"parallel\"][\"auto\"] is False and c[\"parallel\"][\"ranks\"] == 2))" && grep -q "auto: chose" pa.err' \
+    "--auto --print-config: $_rc, not the JSON alone or auto left on$(excerpt 3 "$(head -3 pa.json)")"
+
 # flags override the file, before or after --config
 for order in before after; do
     if [ $order = before ]; then o=$("$C" train --lr 1e-2 --check-replicas --config run.json --print-config 2>&1)
