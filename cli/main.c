@@ -371,12 +371,16 @@ static void put(flag_values *l, const char *name, const char *fmt, ...) {
 }
 
 /* A float as the fewest digits that read back as the same float. */
-static void put_float(flag_values *l, const char *name, float v) {
-    char t[32];
+static void float_text(float v, char *t, size_t n) {
     for (int prec = 6; prec <= 9; prec++) {
-        snprintf(t, sizeof t, "%.*g", prec, v);
+        snprintf(t, n, "%.*g", prec, v);
         if ((float)strtod(t, NULL) == v) break;
     }
+}
+
+static void put_float(flag_values *l, const char *name, float v) {
+    char t[32];
+    float_text(v, t, sizeof t);
     put(l, name, "%s", t);
 }
 
@@ -1252,10 +1256,7 @@ static void rnum(resolved *r, const cli_args *a, const char *name, long long v) 
 
 static void rfloat(resolved *r, const cli_args *a, const char *name, float v) {
     char t[32];
-    for (int prec = 6; prec <= 9; prec++) {
-        snprintf(t, sizeof t, "%.*g", prec, v);
-        if ((float)strtod(t, NULL) == v) break;
-    }
+    float_text(v, t, sizeof t); /* read back, the same float */
     rput(r, a, name, 1, t);
 }
 
