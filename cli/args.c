@@ -2,6 +2,8 @@
  * --flag=VALUE; short aliases like -h. */
 #include "args.h"
 
+#include "cleave/json.h"
+
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -54,41 +56,66 @@ void cli_default(cli_args *a, const char *name, const char *value) {
     if (f >= 0 && !a->values[f]) a->values[f] = value;
 }
 
+/* How a message names flag `name`: "--steps", or for a --config file's
+ * value "run.json: \"optimizer.lr\"". */
+typedef struct {
+    char s[320];
+} flag_label;
+static flag_label label(const cli_args *a, const char *name) {
+    flag_label l;
+    int f = find_flag(a->flags, a->nflags, name, strlen(name));
+    if (f >= 0 && a->key[f]) snprintf(l.s, sizeof l.s, "%s: \"%s\"", a->config, a->key[f]);
+    else snprintf(l.s, sizeof l.s, "--%s", name);
+    return l;
+}
+
+/* A numeric getter's value: NULL when absent; a --config file's JSON string refused (a number is expected). */
+static cl_status numeric(const cli_args *a, const char *name, const char **v) {
+    int f = find_flag(a->flags, a->nflags, name, strlen(name));
+    *v = f >= 0 ? a->values[f] : NULL;
+    if (*v && a->json[f] == CL_JSON_STRING + 1)
+        return cl_error(CL_ERR_INVALID, "%s: \"%s\" is a string; a number is expected", label(a, name).s, *v);
+    return CL_OK;
+}
+
 cl_status cli_int(const cli_args *a, const char *name, int *out, int min, int max) {
-    const char *v = cli_get(a, name);
+    const char *v;
+    CL_TRY(numeric(a, name, &v));
     if (!v) return CL_OK;
     errno = 0;
     char *end;
     long long x = strtoll(v, &end, 10);
-    if (end == v || *end || errno) return cl_error(CL_ERR_INVALID, "--%s: '%s' is not an integer", name, v);
+    if (end == v || *end || errno) return cl_error(CL_ERR_INVALID, "%s: '%s' is not an integer", label(a, name).s, v);
     if (x < min || x > max) {
-        if (min == 1 && x < 1) return cl_error(CL_ERR_INVALID, "--%s must be positive (got %s)", name, v);
-        return cl_error(CL_ERR_INVALID, "--%s must be between %d and %d (got %s)", name, min, max, v);
+        if (min == 1 && x < 1) return cl_error(CL_ERR_INVALID, "%s must be positive (got %s)", label(a, name).s, v);
+        return cl_error(CL_ERR_INVALID, "%s must be between %d and %d (got %s)", label(a, name).s, min, max, v);
     }
     *out = (int)x;
     return CL_OK;
 }
 
 cl_status cli_u64(const cli_args *a, const char *name, uint64_t *out) {
-    const char *v = cli_get(a, name);
+    const char *v;
+    CL_TRY(numeric(a, name, &v));
     if (!v) return CL_OK;
     errno = 0;
     char *end;
-    if (*v == '-') return cl_error(CL_ERR_INVALID, "--%s must be non-negative (got %s)", name, v);
+    if (*v == '-') return cl_error(CL_ERR_INVALID, "%s must be non-negative (got %s)", label(a, name).s, v);
     unsigned long long x = strtoull(v, &end, 10);
-    if (end == v || *end || errno) return cl_error(CL_ERR_INVALID, "--%s: '%s' is not a non-negative integer", name, v);
+    if (end == v || *end || errno) return cl_error(CL_ERR_INVALID, "%s: '%s' is not a non-negative integer", label(a, name).s, v);
     *out = x;
     return CL_OK;
 }
 
 cl_status cli_float(const cli_args *a, const char *name, float *out, double min, double max) {
-    const char *v = cli_get(a, name);
+    const char *v;
+    CL_TRY(numeric(a, name, &v));
     if (!v) return CL_OK;
     errno = 0;
     char *end;
     double x = strtod(v, &end);
-    if (end == v || *end || errno || !isfinite(x)) return cl_error(CL_ERR_INVALID, "--%s: '%s' is not a number", name, v);
-    if (x < min || x > max) return cl_error(CL_ERR_INVALID, "--%s must be between %g and %g (got %s)", name, min, max, v);
+    if (end == v || *end || errno || !isfinite(x)) return cl_error(CL_ERR_INVALID, "%s: '%s' is not a number", label(a, name).s, v);
+    if (x < min || x > max) return cl_error(CL_ERR_INVALID, "%s must be between %g and %g (got %s)", label(a, name).s, min, max, v);
     *out = (float)x;
     return CL_OK;
 }
@@ -97,7 +124,7 @@ cl_status cli_bytes(const cli_args *a, const char *name, size_t *out) {
     const char *v = cli_get(a, name);
     if (!v) return CL_OK;
     cl_status s = cl_parse_bytes(v, out);
-    return s ? cl_error_context(s, "--%s", name) : CL_OK;
+    return s ? cl_error_context(s, "%s", label(a, name).s) : CL_OK;
 }
 
 cl_status cli_offload(const cli_args *a, int *out) {
@@ -106,7 +133,7 @@ cl_status cli_offload(const cli_args *a, int *out) {
     if (!strcmp(v, "none")) *out = 0;
     else if (!strcmp(v, "host")) *out = 1;
     else if (!strcmp(v, "disk")) *out = 2;
-    else return cl_error(CL_ERR_INVALID, "unknown --offload-optimizer '%s' (none, host or disk)", v);
+    else return cl_error(CL_ERR_INVALID, "unknown %s '%s' (none, host or disk)", label(a, "offload-optimizer").s, v);
     return CL_OK;
 }
 
@@ -123,6 +150,7 @@ cl_status cli_parse_model_from(const cli_args *a, const cl_model_config *base, c
             custom = 1;
             if (mc->kind != CL_MODEL_GPT) return cl_error(CL_ERR_INVALID, "--%s applies to GPT models, not %s", shape[i], mc->name);
         }
+    const cl_model_config named = *mc;
     CL_TRY(cli_int(a, "layers", &mc->layers, 1, 1 << 20));
     CL_TRY(cli_int(a, "channels", &mc->channels, 1, 1 << 20));
     CL_TRY(cli_int(a, "heads", &mc->heads, 1, 1 << 20));
@@ -132,8 +160,11 @@ cl_status cli_parse_model_from(const cli_args *a, const cl_model_config *base, c
     CL_TRY(cli_int(a, "seq-len", seq_len, 1, 1 << 20));
     if (cli_get(a, "seq-len") && mc->kind != CL_MODEL_GPT) return cl_error(CL_ERR_INVALID, "--seq-len applies to GPT models");
     if (custom) {
-        snprintf(mc->name, sizeof mc->name, "custom");
         if (!cli_get(a, "context") && *seq_len > mc->seq_len) mc->seq_len = *seq_len;
+        /* the preset's name stays when the shape flags only repeat its values (a resolved configuration gives them all) */
+        if (mc->layers != named.layers || mc->channels != named.channels || mc->heads != named.heads || mc->vocab != named.vocab ||
+            mc->seq_len != named.seq_len)
+            snprintf(mc->name, sizeof mc->name, "custom");
     }
     CL_TRY(cl_model_config_check(mc));
     if (mc->kind == CL_MODEL_GPT && *seq_len > mc->seq_len)
@@ -239,12 +270,13 @@ void cli_print_help(const char *usage, const cli_flag *flags, int nflags) {
         return;
     }
     printf("%s\n\nFlags:\n", usage);
-    for (int i = 0; i < nflags; i++) {
-        char left[64];
-        snprintf(left, sizeof left, "--%s%s%s%s", flags[i].name, flags[i].alias[0] ? ", -" : "", flags[i].alias,
-                 flags[i].takes_value ? " X" : "");
-        printf("  %-34s %s\n", left, flags[i].help);
-    }
+    for (int i = 0; i < nflags; i++) cli_print_flag(&flags[i]);
+}
+
+void cli_print_flag(const cli_flag *f) {
+    char left[64];
+    snprintf(left, sizeof left, "--%s%s%s%s", f->name, f->alias[0] ? ", -" : "", f->alias, f->takes_value ? " X" : "");
+    printf("  %-34s %s\n", left, f->help);
 }
 
 int cli_exit_status(cl_status s) { return (s == CL_ERR_INTERNAL || s == CL_ERR_COMM || s == CL_ERR_NUMERIC) ? 1 : 2; }

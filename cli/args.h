@@ -26,6 +26,12 @@ typedef struct {
     const cli_flag *flags;
     int nflags;
     const char *values[CLI_MAX_FLAGS]; /* value per flag (or "1" for switches), NULL if absent */
+    /* Values a --config file gave (cli_config_load): the key as written
+     * ("lr", "optimizer.lr") and the file, else NULL (the command line's);
+     * and the JSON type it had + 1 (0: the command line's). */
+    const char *key[CLI_MAX_FLAGS];
+    unsigned char json[CLI_MAX_FLAGS];
+    const char *config;
 } cli_args;
 
 /* Parses argv[start..argc). Unknown flags and positional arguments are
@@ -35,13 +41,37 @@ cl_status cli_parse(cli_args *a, const cli_flag *flags, int nflags, int argc, ch
 const char *cli_get(const cli_args *a, const char *name);
 /* Gives flag `name` this value when the command line did not. */
 void cli_default(cli_args *a, const char *name, const char *value);
-/* Typed getters: absent flags leave *out unchanged. */
+/* Typed getters: absent flags leave *out unchanged. A value from a --config
+ * file is named by its key and file in their messages, and the numeric ones
+ * refuse a JSON string there (a number is expected). */
 cl_status cli_int(const cli_args *a, const char *name, int *out, int min, int max);
 cl_status cli_u64(const cli_args *a, const char *name, uint64_t *out);
 cl_status cli_float(const cli_args *a, const char *name, float *out, double min, double max);
 cl_status cli_bytes(const cli_args *a, const char *name, size_t *out);
 /* --offload-optimizer none|host|disk as 0, 1, 2 */
 cl_status cli_offload(const cli_args *a, int *out);
+/* Sections of a --config file (cli/config.c): name (e.g. "optimizer") and its
+ * keys, long flag names separated by spaces; a list ends with {NULL, NULL}.
+ * A flag in no section is a top-level key only. */
+typedef struct {
+    const char *name;
+    const char *keys;
+} cli_section;
+/* cleave train --config FILE: the settings of a JSON object whose keys are
+ * the long flag names of a's table (at top level, or in the section that
+ * lists them); a switch takes true or false, null is "not given", any other
+ * flag a number or a string. A flag the command line gave keeps its value.
+ * Refused (CL_ERR_INVALID or CL_ERR_FORMAT, one line naming the file and
+ * the key): a file that is not a JSON object, an unknown key (with the
+ * nearest known one when close), a value of the wrong type, and one setting
+ * given twice with different values (top level and section, or a flag and
+ * its "same as" alias). The file's text is kept for the process's life. */
+cl_status cli_config_load(cli_args *a, const char *path, const cli_section *sections);
+/* The section that lists flag name, or NULL. */
+const char *cli_config_section(const cli_section *sections, const char *name);
+/* The flag a "same as --X" flag stands for (its index), else f itself. */
+int cli_flag_canon(const cli_args *a, int f);
+
 /* Prints a command's help: its usage (the synopsis lines, "usage: cleave
  * ...", then after a blank line the description) and the flag table. With
  * cli_man_summary set it prints the same text as a man page instead (troff;
@@ -49,6 +79,11 @@ cl_status cli_offload(const cli_args *a, int *out);
  * DESCRIPTION, OPTIONS), so --help and the installed man pages have one
  * source. */
 void cli_print_help(const char *usage, const cli_flag *flags, int nflags);
+/* The same with the flags grouped under their --config sections' headings
+ * (those in none first; cli/config.c). */
+void cli_print_help_sections(const char *usage, const cli_flag *flags, int nflags, const cli_section *sections);
+/* One flag's line of the help. */
+void cli_print_flag(const cli_flag *f);
 /* Set by `cleave [COMMAND] --man` (cli/main.c) to the command's one-line
  * summary; NULL (the default) for plain help. */
 extern const char *cli_man_summary;

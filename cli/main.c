@@ -33,6 +33,8 @@ int cleave_cmd_checkpoint(int argc, char **argv); /* cli/checkpoint_cmd.c */
 
 static const cli_flag train_flags[] = {
     {"help", "h", 0, "show this help"},
+    {"config", "", 1, "read settings from this JSON file (keys: the long flag names, at top level or in their section; see above); flags given win"},
+    {"print-config", "", 0, "print the resolved settings as JSON (what --config reads) and stop without running"},
     {"model", "m", 1, "preset: gpt2-tiny (default: 2 layers, 64 channels), gpt2-mini (4 layers, 128 channels), gpt2-small or gpt2 (GPT-2 small, 124M), gpt2-medium (355M), gpt2-large (774M), gpt2-xl (1.5B), mlp, cnn"},
     {"layers", "", 1, "GPT: number of transformer blocks (overrides the preset)"},
     {"channels", "", 1, "GPT: embedding width C"},
@@ -142,6 +144,24 @@ static int json_line(FILE *f, const cl_step_stats *st) {
 
 static int val_line(FILE *f, int step, double vl) {
     return fprintf(f, "{\"step\": %d, \"val_loss\": %.17g}\n", step, vl) < 0 || fflush(f) != 0;
+}
+
+/* The log's first line (and a resumed run's first of its own): the run's
+ * resolved configuration, {"config": {...}} on one line; readers of the
+ * steps skip it (it has no "step"). */
+static int config_line(FILE *f, const char *json) {
+    if (!json) return 0;
+    fputs("{\"config\": ", f);
+    for (const char *p = json; *p; p++) {
+        if (*p == '\n') { /* the pretty form's line breaks and indentation (strings hold none raw) */
+            if (p > json && p[-1] == ',') fputc(' ', f);
+            while (p[1] == ' ') p++;
+            continue;
+        }
+        fputc(*p, f);
+    }
+    fputs("}\n", f);
+    return fflush(f) != 0 || ferror(f);
 }
 
 /* A log that cannot be written stops the run, as a checkpoint would. */
@@ -355,12 +375,16 @@ static void put(flag_values *l, const char *name, const char *fmt, ...) {
 }
 
 /* A float as the fewest digits that read back as the same float. */
-static void put_float(flag_values *l, const char *name, float v) {
-    char t[32];
+static void float_text(float v, char *t, size_t n) {
     for (int prec = 6; prec <= 9; prec++) {
-        snprintf(t, sizeof t, "%.*g", prec, v);
+        snprintf(t, n, "%.*g", prec, v);
         if ((float)strtod(t, NULL) == v) break;
     }
+}
+
+static void put_float(flag_values *l, const char *name, float v) {
+    char t[32];
+    float_text(v, t, sizeof t);
     put(l, name, "%s", t);
 }
 
@@ -466,119 +490,144 @@ static cl_status gather_measured(cl_comm *world, cl_trainer *t, const train_job 
     return s;
 }
 
-/* The rank program: the same on every rank, threads or MPI. Rank 0 of the
- * world logs, evaluates, checkpoints and samples; every rank trains. */
-static cl_status train_rank(cl_comm *world, void *arg) {
-    const train_job *j = arg;
-    cl_train_config c = j->c;
-    int rank = world ? cl_comm_rank(world) : 0;
-    int lead = rank == 0;
-    cl_groups groups = {0};
-    cl_set_threads(j->threads);
+/* One rank's run (train_rank): its groups, trainer, outputs and loop state. */
+typedef struct {
+    const train_job *j;
+    cl_comm *world;
+    int lead;                /* world rank 0: logs, evaluates, checkpoints and samples */
+    int split;               /* the model is split over ranks (stages, tensor slices, ZeRO-3 shards): they all evaluate and sample */
+    cl_train_config c;
+    cl_groups groups;
+    cl_trainer *t;
+    FILE *log, *plot;        /* --log-file; --plot's copy of the log's lines, in memory */
+    cli_tb *tb;              /* --tensorboard: every rank's figures reach rank 0's file */
+    char *plot_text;
+    size_t plot_len;
+    int tty;                 /* a live line on a terminal */
+    long discard;            /* the resume point beyond which kept steps go at the first save, -1: none */
+} rank_run;
+
+/* The groups and the trainer (resumed), or convert's load and save. *done: nothing more to run. */
+static cl_status rank_build(rank_run *r, int *done) {
+    const train_job *j = r->j;
     cl_status s = CL_OK;
-    if (world && !strcmp(j->comm_name, "threads")) CL_TRY(agree_job(world, j)); /* MPI: in train_rank_mpi */
-    if (world) {
-        CL_TRY(cl_groups_create(world, &j->mesh, &groups));
-        c.groups = &groups;
+    *done = 0;
+    if (r->world && !strcmp(j->comm_name, "threads")) CL_TRY(agree_job(r->world, j)); /* MPI: in train_rank_mpi */
+    if (r->world) {
+        CL_TRY(cl_groups_create(r->world, &j->mesh, &r->groups));
+        r->c.groups = &r->groups;
     }
-    cl_trainer *t = NULL;
     /* rank 0 tokenizes and caches the corpus first; the others then read the cache */
-    if (lead) s = cl_trainer_create(&t, &c);
-    if (!s && world) s = cl_comm_barrier(world);
-    if (!s && !lead) s = cl_trainer_create(&t, &c);
-    if (!s && world && j->convert) s = cl_comm_barrier(world); /* the load's time starts when every rank is ready */
+    if (r->lead) s = cl_trainer_create(&r->t, &r->c);
+    if (!s && r->world) s = cl_comm_barrier(r->world);
+    if (!s && !r->lead) s = cl_trainer_create(&r->t, &r->c);
+    if (!s && r->world && j->convert) s = cl_comm_barrier(r->world); /* the load's time starts when every rank is ready */
     double t0 = cl_now();
-    if (!s && j->resume) s = cl_trainer_resume(t, j->resume);
+    if (!s && j->resume) s = cl_trainer_resume(r->t, j->resume);
     if (j->convert) { /* every rank: the gather (single) and the index (sharded) are collective */
         double t1 = cl_now();
-        if (!s) s = save_ckpt(t, j, NULL);
-        if (!s && lead) printf("converted %s (step %d) to %s (%s): loaded in %.3f s, saved in %.3f s (rank 0)\n", j->resume,
-                               cl_trainer_steps_done(t), j->save, j->sharded ? "sharded" : "single file", t1 - t0, cl_now() - t1);
-        cl_trainer_destroy(t);
-        cl_groups_free(&groups);
+        if (!s) s = save_ckpt(r->t, j, NULL);
+        if (!s && r->lead) printf("converted %s (step %d) to %s (%s): loaded in %.3f s, saved in %.3f s (rank 0)\n", j->resume,
+                                  cl_trainer_steps_done(r->t), j->save, j->sharded ? "sharded" : "single file", t1 - t0, cl_now() - t1);
+        *done = 1;
         return s;
     }
-    if (!s && j->resume && cl_trainer_steps_done(t) >= j->end)
+    if (!s && j->resume && cl_trainer_steps_done(r->t) >= j->end)
         s = cl_error(CL_ERR_INVALID, "--resume %s is at step %d, --%s %d leaves nothing to train", j->resume,
-                     cl_trainer_steps_done(t), j->end < j->steps ? "stop-after" : "steps", j->end);
-    FILE *log = NULL;
-    if (!s && lead && j->log_path && !(log = fopen(j->log_path, j->resume ? "a" : "w")))
-        s = cl_error(CL_ERR_IO, "--log-file %s: cannot open for writing", j->log_path);
-    cli_tb *tb = NULL;
-    if (!s && j->tb_dir) s = cli_tb_open(&tb, j->tb_dir, world, t);
-    if (!s && lead) {
+                     cl_trainer_steps_done(r->t), j->end < j->steps ? "stop-after" : "steps", j->end);
+    return s;
+}
+
+/* Rank 0's outputs before the first step: the log (its configuration line), the header, --plot's buffer. */
+static cl_status rank_open(rank_run *r) {
+    const train_job *j = r->j;
+    cl_trainer *t = r->t;
+    if (r->lead && j->log_path && !(r->log = fopen(j->log_path, j->resume ? "a" : "w")))
+        return cl_error(CL_ERR_IO, "--log-file %s: cannot open for writing", j->log_path);
+    if (r->log && config_line(r->log, r->c.run_config)) return log_failed(j->log_path, cl_trainer_steps_done(t));
+    if (j->tb_dir) CL_TRY(cli_tb_open(&r->tb, j->tb_dir, r->world, t)); /* every rank: each step gathers from all */
+    if (r->lead) {
         print_header(t);
-        if (world) printf("ranks: %d (%s backend), mesh dp %d x tp %d x pp %d; per-rank memory as above\n", cl_comm_size(world),
-                          cl_comm_backend(world), j->mesh.dp, j->mesh.tp, j->mesh.pp);
+        if (r->world) printf("ranks: %d (%s backend), mesh dp %d x tp %d x pp %d; per-rank memory as above\n", cl_comm_size(r->world),
+                             cl_comm_backend(r->world), j->mesh.dp, j->mesh.tp, j->mesh.pp);
         printf("threads per rank: %d\n", j->threads);
         if (j->mesh.pp > 1) cl_trainer_print_stages(t, stdout);
-        print_memory(stdout, &c, &j->mesh, NULL, 0, 0);
+        print_memory(stdout, &r->c, &j->mesh, NULL, 0, 0);
         if (j->resume) printf("resumed from %s at step %d\n", j->resume, cl_trainer_steps_done(t));
         fflush(stdout);
     }
     /* --plot: the log's lines kept in memory too, drawn at the end as cleave plot draws a log */
-    char *plot_text = NULL;
-    size_t plot_len = 0;
-    FILE *plot = NULL;
-    if (!s && lead && j->plot_path && !(plot = open_memstream(&plot_text, &plot_len)))
-        s = cl_error(CL_ERR_OOM, "--plot: no host memory for the run's figures");
-    /* a live line on a terminal only: mpirun gives its ranks a pseudo-terminal
-     * even when its own output goes to a file, so under MPI none */
-    int tty = lead && isatty(fileno(stdout)) && strcmp(j->comm_name, "mpi");
-    long discard = j->discard && t ? cl_trainer_steps_done(t) : -1; /* the resume point: checked up front (check_kept) */
-    while (!s && cl_trainer_steps_done(t) < j->end) {
+    if (r->lead && j->plot_path && !(r->plot = open_memstream(&r->plot_text, &r->plot_len)))
+        return cl_error(CL_ERR_OOM, "--plot: no host memory for the run's figures");
+    return CL_OK;
+}
+
+/* Rank 0's step: its line, the log, evaluation and the checkpoint. */
+static cl_status lead_step(rank_run *r, const cl_step_stats *st, int eval, int save) {
+    const train_job *j = r->j;
+    int last = st->step == j->end;
+    double gflops = st->flops / (st->seconds > 0 ? st->seconds : 1e-9) / 1e9;
+    int logged = st->step % j->log_every == 0 || last || st->step == 1;
+    if (logged || r->tty) progress(st, j->steps, gflops, r->tty, logged);
+    if (r->plot) json_line(r->plot, st);
+    if (r->log && json_line(r->log, st)) return log_failed(j->log_path, st->step);
+    if (eval) {
+        double vl;
+        CL_TRY(cl_trainer_eval(r->t, &vl));
+        printf("%sstep %d: validation loss %.4f\n", r->tty ? LIVE_CLEAR : "", st->step, vl);
+        if (r->plot) val_line(r->plot, st->step, vl);
+        if (r->tb) CL_TRY(cli_tb_val(r->tb, st->step, vl));
+        if (r->log && val_line(r->log, st->step, vl)) return log_failed(j->log_path, st->step);
+    }
+    if (save) {
+        CL_TRY(save_ckpt(r->t, j, &r->discard));
+        if (!last || j->save_every) printf("%ssaved %s at step %d\n", r->tty ? LIVE_CLEAR : "", j->save, st->step);
+    }
+    return CL_OK;
+}
+
+/* The steps up to the job's end, every rank. */
+static cl_status rank_loop(rank_run *r) {
+    const train_job *j = r->j;
+    cl_status s = CL_OK;
+    while (!s && cl_trainer_steps_done(r->t) < j->end) {
         cl_step_stats st;
-        if ((s = cl_trainer_step(t, &st))) break;
-        if (tb && (s = cli_tb_step(tb, &st))) break; /* every rank: the per-rank figures reach rank 0 */
+        if ((s = cl_trainer_step(r->t, &st))) break;
+        if (r->tb && (s = cli_tb_step(r->tb, &st))) break; /* every rank: the per-rank figures reach rank 0 */
         int last = st.step == j->end;
         int eval = (j->eval_every && st.step % j->eval_every == 0) || last;
         int save = j->save && ((j->save_every && st.step % j->save_every == 0) || last);
-        if (!lead) {
-            /* a model split over ranks (pipeline stages, tensor-parallel slices) evaluates, and gathers
-             * its checkpoint, on all of them */
-            double vl;
-            int split = j->mesh.pp > 1 || j->mesh.tp > 1 || (c.zero >= 3 && j->mesh.dp > 1); /* ZeRO 3: parameters in shards */
-            if (eval && split && (s = cl_trainer_eval(t, &vl))) break;
-            /* under ZeRO the replicas hold shards of the optimizer state: all of them gather */
-            if (save && (j->sharded || split || (c.zero >= 1 && j->mesh.dp > 1)) && (s = save_ckpt(t, j, &discard))) break;
+        if (r->lead) {
+            s = lead_step(r, &st, eval, save);
             continue;
         }
-        double gflops = st.flops / (st.seconds > 0 ? st.seconds : 1e-9) / 1e9;
-        int logged = st.step % j->log_every == 0 || last || st.step == 1;
-        if (logged || tty) progress(&st, j->steps, gflops, tty, logged);
-        if (plot) json_line(plot, &st);
-        if (log && json_line(log, &st)) {
-            s = log_failed(j->log_path, st.step);
-            break;
-        }
-        if (eval) {
-            double vl;
-            if ((s = cl_trainer_eval(t, &vl))) break;
-            printf("%sstep %d: validation loss %.4f\n", tty ? LIVE_CLEAR : "", st.step, vl);
-            if (plot) val_line(plot, st.step, vl);
-            if (tb && (s = cli_tb_val(tb, st.step, vl))) break;
-            if (log && val_line(log, st.step, vl)) {
-                s = log_failed(j->log_path, st.step);
-                break;
-            }
-        }
-        if (save) {
-            if ((s = save_ckpt(t, j, &discard))) break;
-            if (!last || j->save_every) printf("%ssaved %s at step %d\n", tty ? LIVE_CLEAR : "", j->save, st.step);
-        }
+        /* a model split over ranks evaluates, and gathers its checkpoint, on all of them */
+        double vl;
+        if (eval && r->split) s = cl_trainer_eval(r->t, &vl);
+        /* under ZeRO the replicas hold shards of the optimizer state: all of them gather */
+        if (!s && save && (j->sharded || r->split || (r->c.zero >= 1 && j->mesh.dp > 1))) s = save_ckpt(r->t, j, &r->discard);
     }
-    if (tty) fputs(LIVE_CLEAR, stdout);
-    if (!s && j->trace_path) {
-        s = cl_trainer_write_trace(t, world, j->trace_path, j->trace_steps);
-        if (!s && lead)
+    if (r->tty) fputs(LIVE_CLEAR, stdout);
+    return s;
+}
+
+/* After the steps: the trace, the peak memory, cleave memory's measured
+ * peaks, the sample and the plot. */
+static cl_status rank_report(rank_run *r) {
+    const train_job *j = r->j;
+    cl_trainer *t = r->t;
+    cl_status s = CL_OK;
+    if (j->trace_path) {
+        s = cl_trainer_write_trace(t, r->world, j->trace_path, j->trace_steps);
+        if (!s && r->lead)
             printf("trace: %s (open in https://ui.perfetto.dev, or: cleave trace render %s --out pipeline.svg)\n", j->trace_path,
                    j->trace_path);
     }
-    double peak = t ? (double)cl_device_peak_total(cl_trainer_device(t)) : 0, top = peak;
-    if (!s && world) s = cl_comm_allreduce_f64(world, &top, 1, CL_RED_MAX);
-    if (!s && lead) {
+    double peak = (double)cl_device_peak_total(cl_trainer_device(t)), top = peak;
+    if (!s && r->world) s = cl_comm_allreduce_f64(r->world, &top, 1, CL_RED_MAX);
+    if (!s && r->lead) {
         char mem[64], mem0[64], capb[64];
-        if (world)
+        if (r->world)
             printf("peak device memory: %s on the fullest rank (rank 0: %s; cap %s per rank)\n",
                    cl_format_bytes((size_t)top, mem, sizeof mem), cl_format_bytes((size_t)peak, mem0, sizeof mem0),
                    j->c.device_memory ? cl_format_bytes(j->c.device_memory, capb, sizeof capb) : "none");
@@ -586,24 +635,51 @@ static cl_status train_rank(cl_comm *world, void *arg) {
             printf("peak device memory: %s\n", cl_format_bytes((size_t)peak, mem, sizeof mem));
         if (j->save) printf("checkpoint: %s\n", j->save);
     }
-    if (!s && j->measure) s = gather_measured(world, t, j, &c);
+    if (!s && j->measure) s = gather_measured(r->world, t, j, &r->c);
     /* a split model samples on all its ranks; otherwise rank 0 alone */
-    if (!s && (lead || j->mesh.pp > 1 || j->mesh.tp > 1 || (c.zero >= 3 && j->mesh.dp > 1)) && j->sample_tokens > 0 && c.model.kind == CL_MODEL_GPT) {
-        if (lead) printf("sample:\n");
-        s = print_sample(t, NULL, NULL, cl_trainer_tokenizer(t), j->prompt, j->sample_tokens, j->temperature, j->topk, c.seed, lead);
+    if (!s && (r->lead || r->split) && j->sample_tokens > 0 && r->c.model.kind == CL_MODEL_GPT) {
+        if (r->lead) printf("sample:\n");
+        s = print_sample(t, NULL, NULL, cl_trainer_tokenizer(t), j->prompt, j->sample_tokens, j->temperature, j->topk, r->c.seed,
+                         r->lead);
     }
     fflush(stdout);
-    if (plot && fclose(plot) != 0 && !s) s = cl_error(CL_ERR_OOM, "--plot: no host memory for the run's figures");
-    if (plot && !s) {
-        s = cli_plot_text(j->plot_path, j->log_path ? j->log_path : c.model.name, plot_text, plot_len);
+    int plotted = r->plot != NULL;
+    if (r->plot && fclose(r->plot) != 0 && !s) s = cl_error(CL_ERR_OOM, "--plot: no host memory for the run's figures");
+    r->plot = NULL;
+    if (plotted && !s) {
+        s = cli_plot_text(j->plot_path, j->log_path ? j->log_path : r->c.model.name, r->plot_text, r->plot_len);
         if (!s) printf("plot: %s\n", j->plot_path);
     }
-    free(plot_text);
-    if (log && fclose(log) != 0 && !s) s = cl_error(CL_ERR_IO, "--log-file %s: closing failed: %s", j->log_path, strerror(errno));
-    cl_status ts = cli_tb_close(tb);
+    return s;
+}
+
+/* The rank program: the same on every rank, threads or MPI. Rank 0 of the
+ * world logs, evaluates, checkpoints and samples; every rank trains. */
+static cl_status train_rank(cl_comm *world, void *arg) {
+    const train_job *j = arg;
+    rank_run r = {.j = j, .world = world, .c = j->c, .discard = -1};
+    r.lead = !world || cl_comm_rank(world) == 0;
+    r.split = j->mesh.pp > 1 || j->mesh.tp > 1 || (j->c.zero >= 3 && j->mesh.dp > 1); /* ZeRO 3: parameters in shards */
+    cl_set_threads(j->threads);
+    int done;
+    cl_status s = rank_build(&r, &done);
+    if (!s && !done) {
+        /* a live line on a terminal only: mpirun gives its ranks a pseudo-terminal
+         * even when its output goes to a file, so under MPI none */
+        r.tty = r.lead && isatty(fileno(stdout)) && strcmp(j->comm_name, "mpi");
+        r.discard = j->discard ? cl_trainer_steps_done(r.t) : -1; /* the resume point: checked up front (check_kept) */
+        s = rank_open(&r);
+        if (!s) s = rank_loop(&r);
+        if (!s) s = rank_report(&r);
+    }
+    fflush(stdout);
+    if (r.plot) fclose(r.plot);
+    free(r.plot_text);
+    if (r.log && fclose(r.log) != 0 && !s) s = cl_error(CL_ERR_IO, "--log-file %s: closing failed: %s", j->log_path, strerror(errno));
+    cl_status ts = cli_tb_close(r.tb);
     if (!s) s = ts;
-    cl_trainer_destroy(t);
-    cl_groups_free(&groups);
+    cl_trainer_destroy(r.t);
+    cl_groups_free(&r.groups);
     return s;
 }
 
@@ -900,22 +976,60 @@ static void ckpt_micro_batch(train_job *j) {
         c->micro_batch = c->global_batch / dp;
 }
 
-static int cmd_train(int argc, char **argv) {
+/* The --config file's sections: the help's groups (cli_print_help_sections).
+ * A flag added to train's table is a top-level key at once; listing it here
+ * also lets it sit in its section. */
+static const cli_section train_sections[] = {
+    {"model", "model layers channels heads vocab context seq-len"},
+    {"data", "data tokenizer tokenizer-dir seed"},
+    {"batch", "micro-batch-size global-batch-size"},
+    {"optimizer", "steps stop-after lr min-lr warmup weight-decay beta1 beta2 eps grad-clip"},
+    {"eval", "eval-every eval-batches sample-tokens prompt temperature top-k"},
+    {"log", "log-file log-every plot trace trace-steps"},
+    {"checkpoint", "save save-every save-keep discard-newer-checkpoints resume save-format"},
+    {"parallel", "ranks auto threads comm dp tp pp data-parallel-size tensor-model-parallel-size pipeline-model-parallel-size "
+                 "sequence-parallel make-vocab-size-divisible-by zero zero3-prefetch check-replicas bucket-size comm-timeout "
+                 "schedule virtual-stages pp-layout"},
+    {"memory", "device-memory offload-optimizer offload-dir recompute"},
+    {NULL, NULL},
+};
+
+/* What cmd_train reads besides the job: the command (train, memory or
+ * convert), its flags, and the layout and launch figures the mesh is made of. */
+typedef struct {
     cli_args a;
-    int memory = !strcmp(argv[1], "memory"), convert = !strcmp(argv[1], "convert");
-    if (memory && !memory_flags[0].name) {
-        memcpy(memory_flags, train_flags, sizeof train_flags);
-        memcpy(memory_flags + NFLAGS(train_flags), memory_extra, sizeof memory_extra);
+    int memory, convert;
+    int ranks, dp, tp, pp, stop_after, gb_given;
+    float timeout;
+    const char *src_flag; /* --resume, or convert's --from */
+} train_cli;
+
+/* The command's flag table: train's, or train's with memory's or convert's own. */
+static int train_table(const char *cmd, const cli_flag **flags) {
+    if (!strcmp(cmd, "memory")) {
+        if (!memory_flags[0].name) {
+            memcpy(memory_flags, train_flags, sizeof train_flags);
+            memcpy(memory_flags + NFLAGS(train_flags), memory_extra, sizeof memory_extra);
+        }
+        *flags = memory_flags;
+        return NFLAGS(memory_flags);
     }
-    if (convert && !convert_flags[0].name) {
-        memcpy(convert_flags, train_flags, sizeof train_flags);
-        memcpy(convert_flags + NFLAGS(train_flags), convert_extra, sizeof convert_extra);
+    if (!strcmp(cmd, "convert")) {
+        if (!convert_flags[0].name) {
+            memcpy(convert_flags, train_flags, sizeof train_flags);
+            memcpy(convert_flags + NFLAGS(train_flags), convert_extra, sizeof convert_extra);
+        }
+        *flags = convert_flags;
+        return NFLAGS(convert_flags);
     }
-    const cli_flag *flags = memory ? memory_flags : convert ? convert_flags : train_flags;
-    int nflags = memory ? NFLAGS(memory_flags) : convert ? NFLAGS(convert_flags) : NFLAGS(train_flags);
-    cl_status s = cli_parse(&a, flags, nflags, argc, argv, 2);
-    if (s) return cli_fail(s);
-    if (memory && cli_get(&a, "help")) {
+    *flags = train_flags;
+    return NFLAGS(train_flags);
+}
+
+static void train_help(const train_cli *tc) {
+    const cli_flag *flags = tc->a.flags;
+    int nflags = tc->a.nflags;
+    if (tc->memory) {
         cli_flag shown[NFLAGS(memory_flags)];
         int nshown = 0;
         for (int i = 0; i < nflags; i++) {
@@ -930,9 +1044,7 @@ static int cmd_train(int argc, char **argv) {
                        "so with --measure (two training steps, their output hidden) the measured peaks equal it.\n"
                        "train's other flags (--steps, --lr, --save, ...) are accepted; only --measure's two steps read them.",
                        shown, nshown);
-        return 0;
-    }
-    if (convert && cli_get(&a, "help")) {
+    } else if (tc->convert) {
         cli_print_help("usage: cleave convert --from DIR --to DIR2 [--save-format single|sharded] [train's layout flags]\n\n"
                        "Reads a checkpoint into the layout the flags give (--dp, --tp, --pp, --zero, ...) and writes it again,\n"
                        "without a step. The model, tokenizer, sequence length, batch sizes, seed and data come from the\n"
@@ -940,168 +1052,444 @@ static int cmd_train(int argc, char **argv) {
                        "checkpoint, or a Hugging Face GPT-2 (config.json with model_type gpt2 and model.safetensors, F32 or\n"
                        "BF16): its parameters are imported, the optimizer moments start at zero and the step at 0.",
                        flags, nflags);
-        return 0;
+    } else {
+        cli_print_help_sections("usage: cleave train [--model M] [--steps N] [--lr X] [--data FILE] [flags]\n"
+                                "       cleave train --config run.json [flags]       (settings from a file; flags win)\n"
+                                "       cleave train --ranks N --dp N ...            (N ranks as threads in this process)\n"
+                                "       mpirun -np N cleave train --comm mpi ...     (one rank per MPI process)\n\n"
+                                "Trains a model and prints each step; at the end reports validation loss and prints\n"
+                                "a generated sample.\n\n"
+                                "--config FILE takes a JSON object whose keys are the long flag names (\"dp\": 2,\n"
+                                "\"model\": \"gpt2-tiny\", a switch true or false, null for not given), at top level or in\n"
+                                "the section its group below names: {\"parallel\": {\"dp\": 2}, \"optimizer\": {\"lr\": 3e-4}}.\n"
+                                "--print-config prints the resolved settings in that form and stops; every checkpoint\n"
+                                "(run_config.json) and --log-file (its first line, {\"config\": ...}) records them, so\n"
+                                "cleave train --config CKPT/run_config.json repeats the run.",
+                                train_flags, NFLAGS(train_flags), train_sections);
     }
-    if (cli_get(&a, "help")) {
-        cli_print_help("usage: cleave train [--model M] [--steps N] [--lr X] [--data FILE] [flags]\n"
-                       "       cleave train --ranks N --dp N ...            (N ranks as threads in this process)\n"
-                       "       mpirun -np N cleave train --comm mpi ...     (one rank per MPI process)\n\n"
-                       "Trains a model and prints each step; at the end reports validation loss and prints\n"
-                       "a generated sample.",
-                       train_flags, NFLAGS(train_flags));
-        return 0;
-    }
-    train_job j;
-    memset(&j, 0, sizeof j);
-    cl_train_config *c = &j.c;
-    cl_train_config_default(c);
-    j.steps = c->steps;
-    j.log_every = 1;
-    j.sample_tokens = 200;
-    j.topk = 40;
-    j.temperature = 0.8f;
-    int stop_after = 0, ranks = 0, dp = 0, tp = 0, pp = 0;
-    float timeout = 300;
-    /* --resume and convert's --from: the checkpoint's model is the one the model flags start from (ckpt_source) */
-    const char *src = convert ? cli_get(&a, "from") : cli_get(&a, "resume"), *src_flag = convert ? "--from" : "--resume";
-    if (src && !*src) return cli_fail(cl_error(CL_ERR_INVALID, "%s: empty path", src_flag));
-    if (src && (s = cl_error_context(cl_checkpoint_describe(src, &ckpt_info), "%s", src_flag))) return cli_fail(s);
-    if ((s = cli_parse_model_from(&a, src ? &ckpt_info.model : NULL, &c->model, &c->seq_len))) return cli_fail(s);
-    int gb_given = j.gb_given = cli_get(&a, "global-batch-size") != NULL;
-    if ((s = cli_int(&a, "steps", &j.steps, 1, 1 << 30)) || (s = cli_float(&a, "lr", &c->lr.lr, 1e-12, 10)) ||
-        (s = cli_int(&a, "micro-batch-size", &c->micro_batch, 1, 1 << 20)) ||
-        (s = cli_int(&a, "global-batch-size", &c->global_batch, 1, 1 << 30)) || (s = cli_u64(&a, "seed", &c->seed)) ||
-        (s = cli_float(&a, "weight-decay", &c->adamw.weight_decay, 0, 10)) || (s = cli_float(&a, "beta1", &c->adamw.beta1, 0, 0.999999)) ||
-        (s = cli_float(&a, "beta2", &c->adamw.beta2, 0, 0.99999999)) || (s = cli_float(&a, "eps", &c->adamw.eps, 0, 1)) ||
-        (s = cli_float(&a, "grad-clip", &c->adamw.grad_clip, 0, 1e9)) || (s = cli_bytes(&a, "device-memory", &c->device_memory)) ||
-        (s = cli_int(&a, "eval-every", &j.eval_every, 1, 1 << 30)) || (s = cli_int(&a, "eval-batches", &c->eval_batches, 0, 1 << 30)) ||
-        (s = cli_int(&a, "log-every", &j.log_every, 1, 1 << 30)) || (s = cli_int(&a, "stop-after", &stop_after, 1, 1 << 30)) ||
-        (s = cli_int(&a, "save-every", &j.save_every, 1, 1 << 30)) || (s = cli_int(&a, "save-keep", &j.keep, 1, 1 << 30)) ||
-        (s = cli_int(&a, "sample-tokens", &j.sample_tokens, 0, 1 << 20)) || (s = cli_int(&a, "top-k", &j.topk, 0, 1 << 30)) ||
-        (s = cli_float(&a, "temperature", &j.temperature, 0, 100)) || (s = cli_int(&a, "ranks", &ranks, 1, 4096)) ||
-        (s = cli_int(&a, "dp", &dp, 1, 4096)) || (s = cli_int(&a, "tp", &tp, 1, 4096)) || (s = cli_int(&a, "pp", &pp, 1, 4096)) ||
-        (s = cli_int(&a, "data-parallel-size", &dp, 1, 4096)) || (s = cli_int(&a, "tensor-model-parallel-size", &tp, 1, 4096)) ||
-        (s = cli_int(&a, "pipeline-model-parallel-size", &pp, 1, 4096)) ||
-        (s = cli_bytes(&a, "bucket-size", &c->bucket_bytes)) || (s = cli_float(&a, "comm-timeout", &timeout, 0.1, 1e7)) ||
-        (s = cli_int(&a, "threads", &j.threads, 1, 4096)))
-        return cli_fail(s);
-    if (!gb_given) c->global_batch = c->micro_batch * (dp ? dp : ranks ? ranks / (pp ? pp : 1) : 1);
-    if (cli_get(&a, "schedule")) {
+}
+
+/* The defaults a run starts from before its flags. */
+static void job_defaults(train_job *j, train_cli *tc) {
+    memset(j, 0, sizeof *j);
+    cl_train_config_default(&j->c);
+    j->steps = j->c.steps;
+    j->log_every = 1;
+    j->sample_tokens = 200;
+    j->topk = 40;
+    j->temperature = 0.8f;
+    j->trace_steps = 20;
+    tc->stop_after = tc->ranks = tc->dp = tc->tp = tc->pp = 0;
+    tc->timeout = 300;
+}
+
+/* The numeric flags, each into its field. */
+static cl_status parse_numbers(train_cli *tc, train_job *j) {
+    const cli_args *a = &tc->a;
+    cl_train_config *c = &j->c;
+    cl_status s;
+    if ((s = cli_int(a, "steps", &j->steps, 1, 1 << 30)) || (s = cli_float(a, "lr", &c->lr.lr, 1e-12, 10)) ||
+        (s = cli_int(a, "micro-batch-size", &c->micro_batch, 1, 1 << 20)) ||
+        (s = cli_int(a, "global-batch-size", &c->global_batch, 1, 1 << 30)) || (s = cli_u64(a, "seed", &c->seed)) ||
+        (s = cli_float(a, "weight-decay", &c->adamw.weight_decay, 0, 10)) || (s = cli_float(a, "beta1", &c->adamw.beta1, 0, 0.999999)) ||
+        (s = cli_float(a, "beta2", &c->adamw.beta2, 0, 0.99999999)) || (s = cli_float(a, "eps", &c->adamw.eps, 0, 1)) ||
+        (s = cli_float(a, "grad-clip", &c->adamw.grad_clip, 0, 1e9)) || (s = cli_bytes(a, "device-memory", &c->device_memory)) ||
+        (s = cli_int(a, "eval-every", &j->eval_every, 1, 1 << 30)) || (s = cli_int(a, "eval-batches", &c->eval_batches, 0, 1 << 30)) ||
+        (s = cli_int(a, "log-every", &j->log_every, 1, 1 << 30)) || (s = cli_int(a, "stop-after", &tc->stop_after, 1, 1 << 30)) ||
+        (s = cli_int(a, "save-every", &j->save_every, 1, 1 << 30)) || (s = cli_int(a, "save-keep", &j->keep, 1, 1 << 30)) ||
+        (s = cli_int(a, "sample-tokens", &j->sample_tokens, 0, 1 << 20)) || (s = cli_int(a, "top-k", &j->topk, 0, 1 << 30)) ||
+        (s = cli_float(a, "temperature", &j->temperature, 0, 100)) || (s = cli_int(a, "ranks", &tc->ranks, 1, 4096)) ||
+        (s = cli_int(a, "dp", &tc->dp, 1, 4096)) || (s = cli_int(a, "tp", &tc->tp, 1, 4096)) || (s = cli_int(a, "pp", &tc->pp, 1, 4096)) ||
+        (s = cli_int(a, "data-parallel-size", &tc->dp, 1, 4096)) || (s = cli_int(a, "tensor-model-parallel-size", &tc->tp, 1, 4096)) ||
+        (s = cli_int(a, "pipeline-model-parallel-size", &tc->pp, 1, 4096)) ||
+        (s = cli_bytes(a, "bucket-size", &c->bucket_bytes)) || (s = cli_float(a, "comm-timeout", &tc->timeout, 0.1, 1e7)) ||
+        (s = cli_int(a, "threads", &j->threads, 1, 4096)))
+        return s;
+    if (!tc->gb_given) c->global_batch = c->micro_batch * (tc->dp ? tc->dp : tc->ranks ? tc->ranks / (tc->pp ? tc->pp : 1) : 1);
+    return CL_OK;
+}
+
+/* The layout's named settings: schedule, ZeRO, offload, recompute, the pipeline's layout and trace. */
+static cl_status parse_layout(const cli_args *a, train_job *j) {
+    cl_train_config *c = &j->c;
+    if (cli_get(a, "schedule")) {
         cl_sched_kind k;
-        if ((s = cl_sched_kind_parse(cli_get(&a, "schedule"), &k))) return cli_fail(s);
+        CL_TRY(cl_sched_kind_parse(cli_get(a, "schedule"), &k));
         c->schedule = (int)k;
-        j.schedule_given = 1;
+        j->schedule_given = 1;
     }
-    if ((s = cli_int(&a, "virtual-stages", &c->virtual_stages, 1, 64))) return cli_fail(s);
-    c->sequence_parallel = cli_get(&a, "sequence-parallel") != NULL;
-    c->check_replicas = cli_get(&a, "check-replicas") != NULL;
-    if ((s = cli_int(&a, "zero", &c->zero, 0, 3))) return cli_fail(s);
-    if ((s = cli_int(&a, "zero3-prefetch", &c->zero3_prefetch, 0, 1 << 20))) return cli_fail(s);
-    if ((s = cli_offload(&a, &c->offload_optimizer))) return cli_fail(s);
-    c->offload_dir = cli_get(&a, "offload-dir");
-    if (c->offload_dir && c->offload_optimizer != 2)
-        return cli_fail(cl_error(CL_ERR_INVALID, "--offload-dir needs --offload-optimizer disk"));
-    if (c->offload_optimizer == 2 && !c->offload_dir)
-        return cli_fail(cl_error(CL_ERR_INVALID, "--offload-optimizer disk needs --offload-dir DIR"));
-    if (c->offload_dir && (s = cl_check_dir_writable(c->offload_dir, "--offload-dir"))) return cli_fail(s);
-    if ((s = cli_int(&a, "make-vocab-size-divisible-by", &c->vocab_divisible_by, 1, 1 << 20))) return cli_fail(s);
-    c->pp_layout = cli_get(&a, "pp-layout");
-    j.trace_path = cli_get(&a, "trace");
-    j.trace_steps = 20;
-    if ((s = cli_int(&a, "trace-steps", &j.trace_steps, 0, 1 << 30))) return cli_fail(s);
-    if (cli_get(&a, "recompute")) {
+    CL_TRY(cli_int(a, "virtual-stages", &c->virtual_stages, 1, 64));
+    c->sequence_parallel = cli_get(a, "sequence-parallel") != NULL;
+    c->check_replicas = cli_get(a, "check-replicas") != NULL;
+    CL_TRY(cli_int(a, "zero", &c->zero, 0, 3));
+    CL_TRY(cli_int(a, "zero3-prefetch", &c->zero3_prefetch, 0, 1 << 20));
+    CL_TRY(cli_offload(a, &c->offload_optimizer));
+    c->offload_dir = cli_get(a, "offload-dir");
+    if (c->offload_dir && c->offload_optimizer != 2) return cl_error(CL_ERR_INVALID, "--offload-dir needs --offload-optimizer disk");
+    if (c->offload_optimizer == 2 && !c->offload_dir) return cl_error(CL_ERR_INVALID, "--offload-optimizer disk needs --offload-dir DIR");
+    if (c->offload_dir) CL_TRY(cl_check_dir_writable(c->offload_dir, "--offload-dir"));
+    CL_TRY(cli_int(a, "make-vocab-size-divisible-by", &c->vocab_divisible_by, 1, 1 << 20));
+    c->pp_layout = cli_get(a, "pp-layout");
+    j->trace_path = cli_get(a, "trace");
+    CL_TRY(cli_int(a, "trace-steps", &j->trace_steps, 0, 1 << 30));
+    if (cli_get(a, "recompute")) {
         cl_recompute rc;
-        if ((s = cl_recompute_parse(cli_get(&a, "recompute"), &rc))) return cli_fail(s);
+        CL_TRY(cl_recompute_parse(cli_get(a, "recompute"), &rc));
         c->recompute = (int)rc;
     }
-    c->trace = j.trace_path != NULL;
-    c->steps = j.steps;
-    c->lr.steps = j.steps;
+    c->trace = j->trace_path != NULL;
+    return CL_OK;
+}
+
+/* The schedule's length and learning rates, and the data and tokenizer. */
+static cl_status parse_schedule_data(train_cli *tc, train_job *j) {
+    const cli_args *a = &tc->a;
+    cl_train_config *c = &j->c;
+    c->steps = j->steps;
+    c->lr.steps = j->steps;
     c->lr.min_lr = c->lr.lr / 10;
-    c->lr.warmup = j.steps / 10;
-    if ((s = cli_float(&a, "min-lr", &c->lr.min_lr, 0, 10)) || (s = cli_int(&a, "warmup", &c->lr.warmup, 0, 1 << 30)))
-        return cli_fail(s);
-    j.end = stop_after && stop_after < j.steps ? stop_after : j.steps;
-    if (cli_get(&a, "data")) c->data = cli_get(&a, "data");
-    if (cli_get(&a, "tokenizer")) c->tokenizer = cli_get(&a, "tokenizer");
-    if (cli_get(&a, "tokenizer-dir")) c->tokenizer_dir = cli_get(&a, "tokenizer-dir");
-    if (!strcmp(c->tokenizer, "gpt2") && !cli_get(&a, "vocab") && c->model.kind == CL_MODEL_GPT && c->model.vocab < 50257) {
+    c->lr.warmup = j->steps / 10;
+    CL_TRY(cli_float(a, "min-lr", &c->lr.min_lr, 0, 10));
+    CL_TRY(cli_int(a, "warmup", &c->lr.warmup, 0, 1 << 30));
+    j->end = tc->stop_after && tc->stop_after < j->steps ? tc->stop_after : j->steps;
+    if (cli_get(a, "data")) c->data = cli_get(a, "data");
+    if (cli_get(a, "tokenizer")) c->tokenizer = cli_get(a, "tokenizer");
+    if (cli_get(a, "tokenizer-dir")) c->tokenizer_dir = cli_get(a, "tokenizer-dir");
+    if (!strcmp(c->tokenizer, "gpt2") && !cli_get(a, "vocab") && c->model.kind == CL_MODEL_GPT && c->model.vocab < 50257) {
         c->model.vocab = 50257;
         snprintf(c->model.name, sizeof c->model.name, "custom");
     }
-    j.save = cli_get(&a, "save");
-    j.resume = cli_get(&a, "resume");
-    const char *fmt = cli_get(&a, "save-format");
+    return CL_OK;
+}
+
+/* Saving, resuming (the checkpoint's run filling what the flags leave out)
+ * and convert's --from/--to; a save that would fail, or replace what is not
+ * a checkpoint, refused before any step. */
+static cl_status parse_checkpoints(train_cli *tc, train_job *j) {
+    const cli_args *a = &tc->a;
+    j->save = cli_get(a, "save");
+    j->resume = cli_get(a, "resume");
+    const char *fmt = cli_get(a, "save-format");
     if (fmt && strcmp(fmt, "single") && strcmp(fmt, "sharded"))
-        return cli_fail(cl_error(CL_ERR_INVALID, "unknown --save-format '%s' (single or sharded)", fmt));
-    j.sharded = fmt && !strcmp(fmt, "sharded");
-    if (convert) {
-        if (j.save || j.resume) return cli_fail(cl_error(CL_ERR_INVALID, "cleave convert takes --from and --to, not --save or --resume"));
-        j.resume = cli_get(&a, "from");
-        j.save = cli_get(&a, "to");
-        if (!j.resume || !j.save) return cli_fail(cl_error(CL_ERR_INVALID, "cleave convert needs --from DIR and --to DIR2"));
-        j.convert = 1;
-        j.sample_tokens = 0;
-        if ((s = convert_target(j.resume, j.save, cli_get(&a, "overwrite") != NULL))) return cli_fail(s);
+        return cl_error(CL_ERR_INVALID, "unknown --save-format '%s' (single or sharded)", fmt);
+    j->sharded = fmt && !strcmp(fmt, "sharded");
+    if (tc->convert) {
+        if (j->save || j->resume) return cl_error(CL_ERR_INVALID, "cleave convert takes --from and --to, not --save or --resume");
+        j->resume = cli_get(a, "from");
+        j->save = cli_get(a, "to");
+        if (!j->resume || !j->save) return cl_error(CL_ERR_INVALID, "cleave convert needs --from DIR and --to DIR2");
+        j->convert = 1;
+        j->sample_tokens = 0;
+        CL_TRY(convert_target(j->resume, j->save, cli_get(a, "overwrite") != NULL));
     }
-    if (j.resume && (s = ckpt_source(&a, &j, src_flag))) return cli_fail(s);
-    gb_given |= j.gb_given;
-    /* a save that would fail, or replace what is not a checkpoint, is refused before any step */
-    if ((s = check_kept(&a, &j))) return cli_fail(s);
-    if (j.save && (s = j.kept ? cl_checkpoint_check_kept_target(j.save) : cl_checkpoint_check_target(j.save)))
-        return cli_fail(cl_error_context(s, convert ? "--to" : "--save"));
-    if (j.kept && (s = check_kept_steps(&j))) return cli_fail(s);
-    j.log_path = cli_get(&a, "log-file");
-    j.plot_path = cli_get(&a, "plot");
-    j.tb_dir = cli_get(&a, "tensorboard");
-    j.prompt = cli_get(&a, "prompt") ? cli_get(&a, "prompt") : "And God said";
-    j.comm_name = cli_get(&a, "comm") ? cli_get(&a, "comm") : "threads";
-    cl_launch_opts lo = {.timeout_s = timeout};
-    if (memory) j.memory = &a;
-    int use_mpi = !strcmp(j.comm_name, "mpi");
-    if (!use_mpi && strcmp(j.comm_name, "threads"))
-        return cli_fail(cl_error(CL_ERR_INVALID, "unknown --comm '%s' (threads or mpi)", j.comm_name));
-    if (cli_get(&a, "auto") && use_mpi && !convert) j.autoplan = &a; /* planned inside the ranks: train_rank_mpi */
-    else if (cli_get(&a, "auto")) {
-        if (convert) return cli_fail(cl_error(CL_ERR_INVALID, "--auto plans a training run: cleave convert takes the layout its flags give"));
-        /* cleave memory --auto --json: the choice on stderr, the JSON alone on stdout */
-        FILE *say = memory && cli_get(&a, "json") ? stderr : stdout;
-        if ((s = cli_train_auto(say, &a, c, gb_given, &ranks, &dp, &tp, &pp, &j.schedule_given))) return cli_fail(s);
-        gb_given = j.gb_given = 1;
+    if (j->resume) CL_TRY(ckpt_source(a, j, tc->src_flag));
+    tc->gb_given |= j->gb_given;
+    CL_TRY(check_kept(a, j));
+    if (j->save) {
+        cl_status s = j->kept ? cl_checkpoint_check_kept_target(j->save) : cl_checkpoint_check_target(j->save);
+        if (s) return cl_error_context(s, tc->convert ? "--to" : "--save");
     }
-    if (use_mpi && !cl_mpi_available())
+    if (j->kept) CL_TRY(check_kept_steps(j));
+    return CL_OK;
+}
+
+/* Every flag into the job, in the order the checks have always run: the
+ * checkpoint's model first, then numbers, layout, schedule and data,
+ * checkpoints, and what is printed and logged. */
+static cl_status resolve_job(train_cli *tc, train_job *j) {
+    const cli_args *a = &tc->a;
+    cl_train_config *c = &j->c;
+    job_defaults(j, tc);
+    /* --resume and convert's --from: the checkpoint's model is the one the model flags start from (ckpt_source) */
+    const char *src = tc->convert ? cli_get(a, "from") : cli_get(a, "resume");
+    tc->src_flag = tc->convert ? "--from" : "--resume";
+    if (src && !*src) return cl_error(CL_ERR_INVALID, "%s: empty path", tc->src_flag);
+    if (src) CL_TRY(cl_error_context(cl_checkpoint_describe(src, &ckpt_info), "%s", tc->src_flag));
+    CL_TRY(cli_parse_model_from(a, src ? &ckpt_info.model : NULL, &c->model, &c->seq_len));
+    tc->gb_given = j->gb_given = cli_get(a, "global-batch-size") != NULL;
+    CL_TRY(parse_numbers(tc, j));
+    CL_TRY(parse_layout(a, j));
+    CL_TRY(parse_schedule_data(tc, j));
+    CL_TRY(parse_checkpoints(tc, j));
+    j->log_path = cli_get(a, "log-file");
+    j->plot_path = cli_get(a, "plot");
+    j->tb_dir = cli_get(a, "tensorboard");
+    j->prompt = cli_get(a, "prompt") ? cli_get(a, "prompt") : "And God said";
+    j->comm_name = cli_get(a, "comm") ? cli_get(a, "comm") : "threads";
+    if (tc->memory) j->memory = a;
+    if (strcmp(j->comm_name, "mpi") && strcmp(j->comm_name, "threads"))
+        return cl_error(CL_ERR_INVALID, "unknown --comm '%s' (threads or mpi)", j->comm_name);
+    return CL_OK;
+}
+
+/* --auto: threads plan here (the choice fixes the layout); under MPI rank 0
+ * plans inside the ranks (train_rank_mpi). */
+static cl_status plan_auto(train_cli *tc, train_job *j) {
+    const cli_args *a = &tc->a;
+    int use_mpi = !strcmp(j->comm_name, "mpi");
+    if (!cli_get(a, "auto")) return CL_OK;
+    if (use_mpi && !tc->convert) {
+        j->autoplan = a;
+        return CL_OK;
+    }
+    if (tc->convert) return cl_error(CL_ERR_INVALID, "--auto plans a training run: cleave convert takes the layout its flags give");
+    /* cleave memory --auto --json and --print-config: the choice on stderr, the JSON alone on stdout */
+    FILE *say = (tc->memory && cli_get(a, "json")) || cli_get(a, "print-config") ? stderr : stdout;
+    CL_TRY(cli_train_auto(say, a, &j->c, tc->gb_given, &tc->ranks, &tc->dp, &tc->tp, &tc->pp, &j->schedule_given));
+    tc->gb_given = j->gb_given = 1;
+    return CL_OK;
+}
+
+/* The resolved configuration as JSON (--print-config, run_config.json, the
+ * log's first line): every flag of the table by its key, in its section,
+ * from the job's resolved values; a flag this function does not know (one
+ * added to the table later) as the command line or file gave it. null: not
+ * given (the default found on the machine, or none). Fed back as --config
+ * it resolves to the same job. */
+typedef struct {
+    const char *v[CLI_MAX_FLAGS]; /* the text; NULL: null */
+    unsigned char set[CLI_MAX_FLAGS], num[CLI_MAX_FLAGS];
+    char buf[CLI_MAX_FLAGS][48];
+} resolved;
+
+static void rput(resolved *r, const cli_args *a, const char *name, int num, const char *v) {
+    for (int i = 0; i < a->nflags; i++)
+        if (!strcmp(a->flags[i].name, name)) {
+            r->v[i] = v, r->set[i] = 1, r->num[i] = (unsigned char)num;
+            if (v && num) r->v[i] = strcpy(r->buf[i], v);
+        }
+}
+
+static void rnum(resolved *r, const cli_args *a, const char *name, long long v) {
+    char t[32];
+    snprintf(t, sizeof t, "%lld", v);
+    rput(r, a, name, 1, t);
+}
+
+static void rfloat(resolved *r, const cli_args *a, const char *name, float v) {
+    char t[32];
+    float_text(v, t, sizeof t); /* read back, the same float */
+    rput(r, a, name, 1, t);
+}
+
+/* Whether text is a JSON number as written (so a flag's text can go bare). */
+static int json_number(const char *t) {
+    const char *p = t;
+    if (*p == '-') p++;
+    if (*p == '0') p++;
+    else if (*p >= '1' && *p <= '9') while (*p >= '0' && *p <= '9') p++;
+    else return 0;
+    if (*p == '.') {
+        if (!(*++p >= '0' && *p <= '9')) return 0;
+        while (*p >= '0' && *p <= '9') p++;
+    }
+    if (*p == 'e' || *p == 'E') {
+        p++;
+        if (*p == '+' || *p == '-') p++;
+        if (!(*p >= '0' && *p <= '9')) return 0;
+        while (*p >= '0' && *p <= '9') p++;
+    }
+    return *p == 0;
+}
+
+static void resolve_values(const train_cli *tc, const train_job *j, resolved *r) {
+    const cli_args *a = &tc->a;
+    const cl_train_config *c = &j->c;
+    const cl_model_config *mc = &c->model;
+    int gpt = mc->kind == CL_MODEL_GPT, mpi = !strcmp(j->comm_name, "mpi");
+    rput(r, a, "model", 0, cli_get(a, "model") ? cli_get(a, "model") : j->resume ? NULL : "gpt2-tiny");
+    const struct {
+        const char *name;
+        int v;
+    } shape[] = {{"layers", mc->layers}, {"channels", mc->channels}, {"heads", mc->heads}, {"vocab", mc->vocab}, {"context", mc->seq_len},
+                 {"seq-len", c->seq_len ? c->seq_len : mc->seq_len}};
+    for (int i = 0; i < 6; i++) gpt ? rnum(r, a, shape[i].name, shape[i].v) : rput(r, a, shape[i].name, 0, NULL);
+    rnum(r, a, "steps", j->steps);
+    j->end < j->steps ? rnum(r, a, "stop-after", j->end) : rput(r, a, "stop-after", 0, NULL);
+    rfloat(r, a, "lr", c->lr.lr);
+    rfloat(r, a, "min-lr", c->lr.min_lr);
+    rnum(r, a, "warmup", c->lr.warmup);
+    rfloat(r, a, "weight-decay", c->adamw.weight_decay);
+    rfloat(r, a, "beta1", c->adamw.beta1);
+    rfloat(r, a, "beta2", c->adamw.beta2);
+    rfloat(r, a, "eps", c->adamw.eps);
+    rfloat(r, a, "grad-clip", c->adamw.grad_clip);
+    rnum(r, a, "micro-batch-size", c->micro_batch);
+    rnum(r, a, "global-batch-size", c->global_batch);
+    char seed[32];
+    snprintf(seed, sizeof seed, "%llu", (unsigned long long)c->seed);
+    rput(r, a, "seed", 1, seed);
+    rput(r, a, "data", 0, c->data);
+    rput(r, a, "tokenizer", 0, c->tokenizer);
+    rput(r, a, "tokenizer-dir", 0, c->tokenizer_dir);
+    c->device_memory && !c->device_memory_host ? rnum(r, a, "device-memory", (long long)c->device_memory)
+                                               : rput(r, a, "device-memory", 0, NULL);
+    j->eval_every ? rnum(r, a, "eval-every", j->eval_every) : rput(r, a, "eval-every", 0, NULL);
+    rnum(r, a, "eval-batches", c->eval_batches);
+    rput(r, a, "log-file", 0, j->log_path);
+    rput(r, a, "plot", 0, j->plot_path);
+    rnum(r, a, "log-every", j->log_every);
+    rput(r, a, "save", 0, j->convert ? NULL : j->save);
+    j->save_every ? rnum(r, a, "save-every", j->save_every) : rput(r, a, "save-every", 0, NULL);
+    j->keep ? rnum(r, a, "save-keep", j->keep) : rput(r, a, "save-keep", 0, NULL);
+    rput(r, a, "resume", 0, j->convert ? NULL : j->resume);
+    rput(r, a, "save-format", 0, j->sharded ? "sharded" : "single");
+    rnum(r, a, "sample-tokens", j->sample_tokens);
+    rput(r, a, "prompt", 0, j->prompt);
+    rfloat(r, a, "temperature", j->temperature);
+    rnum(r, a, "top-k", j->topk);
+    mpi ? rput(r, a, "ranks", 0, NULL) : rnum(r, a, "ranks", j->mesh.world);
+    rput(r, a, "auto", 0, j->autoplan ? "true" : "false"); /* threads: the plan's choice is what follows */
+    rput(r, a, "comm", 0, j->comm_name);
+    const struct {
+        const char *name;
+        int v;
+    } mesh[] = {{"dp", j->mesh.dp}, {"tp", j->mesh.tp}, {"pp", j->mesh.pp}};
+    for (int i = 0; i < 3; i++) mesh[i].v ? rnum(r, a, mesh[i].name, mesh[i].v) : rput(r, a, mesh[i].name, 0, NULL);
+    rnum(r, a, "make-vocab-size-divisible-by", c->vocab_divisible_by);
+    static const char *const offload[] = {"none", "host", "disk"}, *const recompute[] = {"none", "selective", "full"};
+    rput(r, a, "offload-optimizer", 0, offload[c->offload_optimizer]);
+    rput(r, a, "offload-dir", 0, c->offload_dir);
+    rnum(r, a, "zero", c->zero);
+    rnum(r, a, "zero3-prefetch", c->zero3_prefetch);
+    rnum(r, a, "bucket-size", (long long)c->bucket_bytes);
+    rfloat(r, a, "comm-timeout", tc->timeout);
+    /* the pipeline's settings only where there is a pipeline (check_pipeline refuses them without) */
+    rput(r, a, "schedule", 0, j->mesh.pp > 1 || j->schedule_given ? cl_sched_kind_name((cl_sched_kind)c->schedule) : NULL);
+    c->virtual_stages ? rnum(r, a, "virtual-stages", c->virtual_stages) : rput(r, a, "virtual-stages", 0, NULL);
+    rput(r, a, "pp-layout", 0, c->pp_layout);
+    rnum(r, a, "trace-steps", j->trace_steps);
+    rput(r, a, "recompute", 0, recompute[c->recompute]);
+    rput(r, a, "trace", 0, j->trace_path);
+}
+
+static void json_value(cl_strbuf *b, const cli_args *a, const resolved *r, int f) {
+    const char *v = r->set[f] ? r->v[f] : a->values[f];
+    if (!a->flags[f].takes_value) cl_sb_printf(b, "%s", (r->set[f] ? v && !strcmp(v, "true") : v != NULL) ? "true" : "false");
+    else if (!v) cl_sb_printf(b, "null");
+    else if (r->set[f] ? r->num[f] : (a->json[f] ? a->json[f] == CL_JSON_NUMBER + 1 : json_number(v))) cl_sb_printf(b, "%s", v);
+    else cl_sb_json_string(b, v, strlen(v));
+}
+
+/* The settings of one section (NULL: those in none), ", "-separated after *n earlier ones. */
+static void json_members(cl_strbuf *b, const cli_args *a, const resolved *r, const char *section, const char *indent, int *n) {
+    for (int f = 0; f < a->nflags; f++) {
+        const char *nm = a->flags[f].name, *sec = cli_config_section(train_sections, nm);
+        if (!strcmp(nm, "help") || !strcmp(nm, "config") || !strcmp(nm, "print-config") || cli_flag_canon(a, f) != f) continue;
+        if (section ? !sec || strcmp(sec, section) : sec != NULL) continue;
+        cl_sb_printf(b, "%s\n%s\"%s\": ", (*n)++ ? "," : "", indent, nm);
+        json_value(b, a, r, f);
+    }
+}
+
+static cl_status config_json(const train_cli *tc, const train_job *j, char **out) {
+    resolved *r = calloc(1, sizeof *r);
+    if (!r) return cl_error(CL_ERR_OOM, "no host memory for the resolved configuration");
+    resolve_values(tc, j, r);
+    cl_strbuf b = {0};
+    int n = 0;
+    cl_sb_printf(&b, "{");
+    json_members(&b, &tc->a, r, NULL, "  ", &n);
+    for (int k = 0; train_sections[k].name; k++) {
+        int m = 0;
+        cl_sb_printf(&b, "%s\n  \"%s\": {", n++ ? "," : "", train_sections[k].name);
+        json_members(&b, &tc->a, r, train_sections[k].name, "    ", &m);
+        cl_sb_printf(&b, "\n  }");
+    }
+    cl_sb_printf(&b, "\n}\n");
+    free(r);
+    if (b.failed) {
+        cl_sb_free(&b);
+        return cl_error(CL_ERR_OOM, "no host memory for the resolved configuration");
+    }
+    *out = b.buf;
+    return CL_OK;
+}
+
+/* The resolved configuration kept for the checkpoints and the log (c->run_config);
+ * with --print-config printed instead (the launching process alone under mpirun). */
+static char *run_config_text;
+static cl_status record_config(const train_cli *tc, train_job *j, int *printed) {
+    *printed = 0;
+    if (!run_config_text) CL_TRY(config_json(tc, j, &run_config_text));
+    j->c.run_config = run_config_text;
+    if (!cli_get(&tc->a, "print-config")) return CL_OK;
+    const char *rank = getenv("OMPI_COMM_WORLD_RANK");
+    if (!rank || !strcmp(rank, "0")) fputs(run_config_text, stdout);
+    *printed = 1;
+    return CL_OK;
+}
+
+/* Under MPI: each process a rank (the world's size from mpirun), the mesh and the plan made inside them. */
+static int launch_mpi(train_cli *tc, train_job *j, int argc, char **argv) {
+    if (!cl_mpi_available())
         return cli_fail(cl_error(CL_ERR_UNSUPPORTED, "--comm mpi: this cleave was built without MPI (install libopenmpi-dev and rebuild)"));
-    if (use_mpi) {
-        /* the world's size comes from mpirun; the mesh is checked inside each rank */
-        j.mesh.world = 0;
-        j.mesh.dp = dp;
-        j.mesh.tp = tp;
-        j.mesh.pp = pp;
-        if (ranks) fprintf(stderr, "cleave: note: --ranks is ignored with --comm mpi (mpirun -np sets the world)\n");
-        j.world_rank = -1; /* until the rank runs */
-        s = cl_launch_mpi(&argc, &argv, train_rank_mpi, &j, &lo);
-        /* a failure returned once the ranks ran is every rank's, printed by the launcher (others abort the job) */
-        return !s ? 0 : j.world_rank >= 0 ? cli_exit_status(s) : cli_fail(s);
-    }
-    if (!ranks) ranks = (dp ? dp : 1) * (tp ? tp : 1) * (pp ? pp : 1);
-    if ((s = check_mesh(&j.mesh, ranks, dp, tp, pp))) return cli_fail(s);
-    if (!gb_given) c->global_batch = c->micro_batch * j.mesh.dp;
-    ckpt_micro_batch(&j);
-    if ((s = check_pipeline(&j))) return cli_fail(s);
-    if (!j.threads) j.threads = default_threads(ranks);
-    if ((s = check_job(&j, ranks))) return cli_fail(s);
+    /* the world's size comes from mpirun; the mesh is checked inside each rank */
+    j->mesh.world = 0;
+    j->mesh.dp = tc->dp;
+    j->mesh.tp = tc->tp;
+    j->mesh.pp = tc->pp;
+    int printed;
+    cl_status s = record_config(tc, j, &printed);
+    if (s || printed) return s ? cli_fail(s) : 0;
+    if (tc->ranks) fprintf(stderr, "cleave: note: --ranks is ignored with --comm mpi (mpirun -np sets the world)\n");
+    j->world_rank = -1; /* until the rank runs */
+    cl_launch_opts lo = {.timeout_s = tc->timeout};
+    s = cl_launch_mpi(&argc, &argv, train_rank_mpi, j, &lo);
+    /* a failure returned once the ranks ran is every rank's, printed by the launcher (others abort the job) */
+    return !s ? 0 : j->world_rank >= 0 ? cli_exit_status(s) : cli_fail(s);
+}
+
+/* As threads: the mesh and the remaining checks here, then the ranks. */
+static int launch_threads(train_cli *tc, train_job *j) {
+    cl_status s;
+    int ranks = tc->ranks ? tc->ranks : (tc->dp ? tc->dp : 1) * (tc->tp ? tc->tp : 1) * (tc->pp ? tc->pp : 1);
+    if ((s = check_mesh(&j->mesh, ranks, tc->dp, tc->tp, tc->pp))) return cli_fail(s);
+    if (!tc->gb_given) j->c.global_batch = j->c.micro_batch * j->mesh.dp;
+    ckpt_micro_batch(j);
+    if ((s = check_pipeline(j))) return cli_fail(s);
+    int threads_given = j->threads;
+    if (!j->threads) j->threads = default_threads(ranks);
+    if ((s = check_job(j, ranks))) return cli_fail(s);
+    int printed, threads = j->threads;
+    j->threads = threads_given; /* the record keeps a default as "not given" */
+    s = record_config(tc, j, &printed);
+    j->threads = threads;
+    if (s || printed) return s ? cli_fail(s) : 0;
     /* over the cap: the trainer's refusal, then the planner's nearest configurations that fit */
-    if ((s = memory_first(&j))) {
+    if ((s = memory_first(j))) {
         int rc = cli_fail(s);
         fflush(stderr);
-        cli_plan_nearest(stdout, &j.c, j.mesh.dp, j.mesh.tp, j.mesh.pp);
+        cli_plan_nearest(stdout, &j->c, j->mesh.dp, j->mesh.tp, j->mesh.pp);
         return rc;
     }
-    if (memory && (s = memory_mode(&a, &j))) return cli_fail(s);
-    if (memory && !j.measure) return 0;
-    if (ranks == 1) s = train_rank(NULL, &j);
-    else s = cl_launch_threads(ranks, train_rank, &j, &lo);
+    if (tc->memory && (s = memory_mode(&tc->a, j))) return cli_fail(s);
+    if (tc->memory && !j->measure) return 0;
+    cl_launch_opts lo = {.timeout_s = tc->timeout};
+    if (ranks == 1) s = train_rank(NULL, j);
+    else s = cl_launch_threads(ranks, train_rank, j, &lo);
     return s ? cli_fail(s) : 0;
+}
+
+/* cleave train, memory and convert: parse (flags, then --config under them),
+ * resolve the job, plan (--auto), then launch the ranks, which build the
+ * trainer, run the loop and report (train_rank). */
+static int cmd_train(int argc, char **argv) {
+    static train_cli tc; /* the job points into its flags for the run's life */
+    static train_job j;
+    tc.memory = !strcmp(argv[1], "memory");
+    tc.convert = !strcmp(argv[1], "convert");
+    const cli_flag *flags;
+    int nflags = train_table(argv[1], &flags);
+    cl_status s = cli_parse(&tc.a, flags, nflags, argc, argv, 2);
+    if (s) return cli_fail(s);
+    if (cli_get(&tc.a, "help")) {
+        train_help(&tc);
+        return 0;
+    }
+    if (cli_get(&tc.a, "config") && (s = cli_config_load(&tc.a, cli_get(&tc.a, "config"), train_sections))) return cli_fail(s);
+    if ((s = resolve_job(&tc, &j)) || (s = plan_auto(&tc, &j))) return cli_fail(s);
+    return !strcmp(j.comm_name, "mpi") ? launch_mpi(&tc, &j, argc, argv) : launch_threads(&tc, &j);
 }
 
 static const cli_flag eval_flags[] = {

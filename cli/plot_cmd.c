@@ -2,7 +2,8 @@
  * line) drawn as one SVG chart, a line per run against the step, so runs can
  * be compared by eye. The loss chart adds each run's validation loss (dashed)
  * where the log has it. `cleave train --plot` draws its own run the same way
- * (cli_plot_text). Errors exit 2 with one line (cli_fail). */
+ * (cli_plot_text). A log's {"config": ...} line (the run's settings) is
+ * skipped. Errors exit 2 with one line (cli_fail). */
 #include "args.h"
 #include "cleave/data.h"
 #include "pipeline/svg.h"
@@ -66,6 +67,10 @@ static cl_status parse_log(const char *name, const char *text, size_t len, int m
         cl_status s = cl_json_parse(&doc, line, n);
         if (s) return cl_error_context(s, "%s:%zu: not a log line", name, lineno);
         const cl_json *root = cl_json_root(doc), *step = cl_json_get(root, "step");
+        if (!step && cl_json_get(root, "config") && root->count == 1) { /* the run's configuration, a log's first line */
+            cl_json_free(doc);
+            continue;
+        }
         const cl_json *v = cl_json_get(root, metrics[metric]), *vl = metric == 0 ? cl_json_get(root, "val_loss") : NULL;
         if (!step || step->type != CL_JSON_NUMBER || (v && v->type != CL_JSON_NUMBER) || (vl && vl->type != CL_JSON_NUMBER)) {
             cl_json_free(doc);

@@ -40,5 +40,6 @@ out=$("$CLEAVE" train "${common[@]}" --device-memory 200KiB 2>&1); rc=$?
 check '[ $rc -eq 2 ] && printf "%s" "$out" | grep -q "refused before allocating"' "cap: status $rc: $out"
 # the header and per-step fields
 check 'grep -q "parameters" "$tmp/full.out" && grep -q "unigram baseline" "$tmp/full.out" && grep -q "GFLOP/s" "$tmp/full.out"' "header/step fields missing"
-check 'head -1 "$tmp/full.jsonl" | grep -q "\"tokens_per_s\"" && head -1 "$tmp/full.jsonl" | grep -q "\"peak_bytes\""' "JSON fields missing"
+# (the first step's line: the log opens with the run's {"config": ...}, cli_config.sh)
+check 'grep -m1 "\"step\"" "$tmp/full.jsonl" | grep -q "\"tokens_per_s\"" && grep -m1 "\"step\"" "$tmp/full.jsonl" | grep -q "\"peak_bytes\""' "JSON fields missing"
 finish cli_train

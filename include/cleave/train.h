@@ -151,6 +151,10 @@ typedef struct {
      * device's: what moves is the accounting and the cap). */
     int offload_optimizer;  /* 2: disk, a file in offload_dir */
     const char *offload_dir;
+    /* The run's resolved configuration as JSON text (the command line's
+     * settings, cleave train --print-config), written as run_config.json into
+     * every checkpoint and listed in its marker; NULL: none written. */
+    const char *run_config;
 } cl_train_config;
 
 /* Defaults: gpt2-tiny, tp 1, vocabulary padded to a multiple of 128, micro 8, global 8, 100 steps, lr 1e-3 to 1e-4 with 10%

@@ -3,7 +3,8 @@
  * A checkpoint is a directory: model.safetensors (Hugging Face GPT-2 names
  * and layouts), config.json (HF GPT-2 keys plus cleave's own), optimizer
  * .safetensors (exp_avg.NAME, exp_avg_sq.NAME) and trainer_state.json (step,
- * optimizer step count, data addressing) and cleave-checkpoint.json, the
+ * optimizer step count, data addressing), run_config.json (the run's
+ * resolved configuration, when it has one) and cleave-checkpoint.json, the
  * marker that says cleave wrote the directory. It is written whole into a
  * new directory beside DIR (DIR.tmp.PID.N) and then swapped with DIR in one
  * renameat2(RENAME_EXCHANGE), so at every instant DIR is either the old or
@@ -176,7 +177,7 @@ static cl_status read_params(const char *path, const cl_model_desc *d, float *co
 /* The files a checkpoint directory holds; while one is written, FILE.tmp too. */
 #define CKPT_MARKER "cleave-checkpoint.json"
 static const char *const ckpt_files[] = {"model.safetensors", "optimizer.safetensors", "config.json", "trainer_state.json",
-                                         CKPT_MARKER, CL_CKPT_INDEX};
+                                         CKPT_MARKER, CL_CKPT_INDEX, CL_CKPT_RUN_CONFIG};
 #define CKPT_NFILES (sizeof ckpt_files / sizeof ckpt_files[0])
 
 static int ckpt_file_name(const char *name) {
@@ -441,6 +442,7 @@ static cl_status save_arrays(cl_trainer *t, const char *dir, float *const *param
     memcpy(m.run_id, t->run_id, sizeof m.run_id);
     static const char *const files[] = {"model.safetensors", "optimizer.safetensors", "config.json", "trainer_state.json"};
     for (int i = 0; i < 4 && !s; i++) s = cl_ckpt_manifest_add(&m, tmp, files[i]);
+    if (!s) s = cl_ckpt_run_config_write(&t->cfg, tmp, &m);
     s = cl_ckpt_commit(dir, target, tmp, s, &m);
     cl_ckpt_manifest_free(&m);
     return s;

@@ -420,6 +420,7 @@ cl_status cl_trainer_save_sharded(cl_trainer *t, const char *dir) {
         cl_ckpt_manifest mf = {.version = CL_CKPT_MARKER_VERSION, .step = t->step};
         memcpy(mf.run_id, t->run_id, sizeof mf.run_id);
         if (!s) s = cl_ckpt_manifest_add(&mf, tmp, CL_CKPT_INDEX);
+        if (!s) s = cl_ckpt_run_config_write(&t->cfg, tmp, &mf);
         for (int r = 0; r < W && !s; r++) {
             char nm[40];
             snprintf(nm, sizeof nm, "rank-%05d.safetensors", r);
@@ -852,8 +853,11 @@ static cl_status index_against_marker(cl_shard_index *ix, const cl_json *state, 
     for (int f = 0; f < ix->nfiles; f++)
         if (!cl_ckpt_manifest_find(m, ix->fname[f]))
             return cl_error(CL_ERR_FORMAT, "%s/%s: listed in the index but not in %s", ix->dir, ix->fname[f], CL_CKPT_MARKER);
-    if (m->n != ix->nfiles + 1)
-        return cl_error(CL_ERR_FORMAT, "%s/%s lists %d files, the index %d shards", ix->dir, CL_CKPT_MARKER, m->n, ix->nfiles);
+    int extra;
+    CL_TRY(cl_ckpt_run_config_check(ix->dir, m, &extra));
+    if (m->n != ix->nfiles + 1 + extra)
+        return cl_error(CL_ERR_FORMAT, "%s/%s lists %d files, the index %d shards%s", ix->dir, CL_CKPT_MARKER, m->n, ix->nfiles,
+                        extra ? " and run_config.json" : "");
     ix->m = m;
     return CL_OK;
 }

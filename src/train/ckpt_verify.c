@@ -215,15 +215,39 @@ cl_status cl_ckpt_verify_st(const cl_st_file *f, const char *path, const cl_ckpt
     return CL_OK;
 }
 
+cl_status cl_ckpt_run_config_write(const cl_train_config *c, const char *tmp, cl_ckpt_manifest *m) {
+    if (!c->run_config) return CL_OK;
+    cl_strbuf b = {0};
+    cl_sb_printf(&b, "%s", c->run_config);
+    cl_status s = b.failed ? cl_error(CL_ERR_OOM, "cannot hold %s", CL_CKPT_RUN_CONFIG) : cl_ckpt_write_text(tmp, CL_CKPT_RUN_CONFIG, &b);
+    cl_sb_free(&b);
+    return s ? s : cl_ckpt_manifest_add(m, tmp, CL_CKPT_RUN_CONFIG);
+}
+
+cl_status cl_ckpt_run_config_check(const char *dir, const cl_ckpt_manifest *m, int *listed) {
+    *listed = 0;
+    if (m->version < 2) return CL_OK;
+    if (cl_ckpt_manifest_find(m, CL_CKPT_RUN_CONFIG)) {
+        *listed = 1;
+        return cl_ckpt_check_file(dir, m, CL_CKPT_RUN_CONFIG, 1);
+    }
+    if (cl_ckpt_has(dir, CL_CKPT_RUN_CONFIG))
+        return cl_error(CL_ERR_FORMAT, "%s/%s: not listed in %s (a file added after the checkpoint was written)", dir, CL_CKPT_RUN_CONFIG,
+                        CL_CKPT_MARKER);
+    return CL_OK;
+}
+
 /* A single-file checkpoint's small files and sizes: exactly the files it
- * writes, config.json and trainer_state.json hashed, the others' sizes, and
+ * writes, config.json, trainer_state.json and run_config.json hashed, the others' sizes, and
  * trainer_state.json's run id and step the marker's. */
 cl_status cl_ckpt_verify_single(const char *dir, cl_ckpt_manifest *m, int hash_all) {
     CL_TRY(hash_all ? cl_ckpt_manifest_read(dir, m) : cl_ckpt_manifest_load(dir, m));
     if (m->version < 2) return CL_OK;
     static const char *const names[] = {"model.safetensors", "optimizer.safetensors", "config.json", "trainer_state.json"};
-    cl_status s = m->n == 4 ? CL_OK
-                            : cl_error(CL_ERR_FORMAT, "%s/%s lists %d files, a single-file checkpoint has 4", dir, CL_CKPT_MARKER, m->n);
+    int extra;
+    cl_status s = cl_ckpt_run_config_check(dir, m, &extra);
+    if (!s && m->n != 4 + extra)
+        s = cl_error(CL_ERR_FORMAT, "%s/%s lists %d files, a single-file checkpoint has %d", dir, CL_CKPT_MARKER, m->n, 4 + extra);
     for (int i = 0; i < 4 && !s; i++) s = cl_ckpt_check_file(dir, m, names[i], i >= 2);
     char path[4300];
     cl_json_doc *doc = NULL;

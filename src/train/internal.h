@@ -175,6 +175,13 @@ cl_status cl_ckpt_verify_st(const struct cl_st_file *f, const char *path, const 
 /* A single-file checkpoint against its marker: file set, sizes, the JSON files' hashes, the state's run id
  * and step; hash_all: the tensors and whole files too (verify). m is freed on failure. */
 cl_status cl_ckpt_verify_single(const char *dir, cl_ckpt_manifest *m, int hash_all);
+/* run_config.json (cl_train_config.run_config): written into tmp and added to
+ * m when the run has one; checked against m (hashed) when m lists it, and a
+ * file m (version 2) does not list refused. *listed: 1 when m lists it, so
+ * the callers' file counts allow for it; an older checkpoint has none. */
+#define CL_CKPT_RUN_CONFIG "run_config.json"
+cl_status cl_ckpt_run_config_write(const cl_train_config *c, const char *tmp, cl_ckpt_manifest *m);
+cl_status cl_ckpt_run_config_check(const char *dir, const cl_ckpt_manifest *m, int *listed);
 /* A sharded one, everything (verify; ckpt_shard.c). */
 cl_status cl_shard_verify(const char *dir, const cl_ckpt_manifest *m, char *summary, size_t n);
 
