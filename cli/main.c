@@ -881,6 +881,16 @@ static cl_status ckpt_source(const cli_args *a, train_job *j, const char *flag) 
     if (!data && have) c->data = in->data;
     if (!data && in->data[0] && !have && !j->convert) /* convert trains nothing: it keeps the default data */
         return cl_error(CL_ERR_INVALID, "%s %s: the checkpoint's data %s is gone (give --data FILE, where it is now)", flag, dir, in->data);
+    const struct {
+        const char *flag, *theirs, *dflt;
+        const char **to;
+    } dat[] = {{"data-key", in->data_key, "text", &c->data_key}, {"split", in->split, "9,1,0", &c->split}};
+    for (size_t i = 0; i < sizeof dat / sizeof dat[0]; i++) { /* recorded where given; else the default */
+        const char *mine = cli_get(a, dat[i].flag), *theirs = dat[i].theirs[0] ? dat[i].theirs : dat[i].dflt;
+        if (mine && strcmp(mine, theirs))
+            return cl_error(CL_ERR_INVALID, "%s %s: --%s %s disagrees with the checkpoint's %s", flag, dir, dat[i].flag, mine, theirs);
+        if (!mine && dat[i].theirs[0]) *dat[i].to = dat[i].theirs;
+    }
     c->seq_len = in->seq_len;
     c->global_batch = in->global_batch;
     c->seed = in->seed;

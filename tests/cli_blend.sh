@@ -61,9 +61,13 @@ same dp1 parts samples
 grep -v '"step": [123],' "$tmp/dp1.loss" | grep -v 'val_loss' > "$tmp/dp1.tail"
 grep -v 'val_loss' "$tmp/part2.loss" > "$tmp/part2.tail"
 same dp1 part2 tail
-# the blend is recorded: a resume without --data takes it, a different one is refused
-run part3 "${common[@]}" --resume "$tmp/ck"
+# the blend and --data-key are recorded: a resume without them takes them, a different one is refused
+run part3 --seq-len 16 --micro-batch-size 4 --global-batch-size 8 --steps 6 --sample-tokens 0 --threads 1 --resume "$tmp/ck"
 same part2 part3 loss
+"$CLEAVE" train "${common[@]}" --data-key text --resume "$tmp/ck" > /dev/null 2> "$tmp/e"
+_rc=$?; check '[ $_rc -eq 2 ] && grep -q -- "--data-key text disagrees with the checkpoint.s body" "$tmp/e"' "another key on resume: rc $_rc: $(cat "$tmp/e")"
+"$CLEAVE" train "${common[@]}" --split 8,1,1 --resume "$tmp/ck" > /dev/null 2> "$tmp/e"
+_rc=$?; check '[ $_rc -eq 2 ] && grep -q -- "--split 8,1,1 disagrees with the checkpoint.s 9,1,0" "$tmp/e"' "another split on resume: rc $_rc: $(cat "$tmp/e")"
 "$CLEAVE" train "${common[@]}" --data "0.5 $tmp/web.jsonl 0.5 $tmp/books.txt" --resume "$tmp/ck" > /dev/null 2> "$tmp/e"
 _rc=$?; check '[ $_rc -eq 2 ] && grep -q "disagrees with the checkpoint.s blend" "$tmp/e"' "another blend on resume: rc $_rc: $(cat "$tmp/e")"
 

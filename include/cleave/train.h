@@ -293,6 +293,7 @@ typedef struct {
     int has_state, step, seq_len, global_batch, micro_batch; /* micro_batch 0: not recorded */
     uint64_t seed;
     char data[4096]; /* "" when not recorded */
+    char data_key[256], split[256]; /* --data-key and --split; "" when not given (the defaults) or not recorded */
     char run_id[CL_RUN_ID_LEN + 1]; /* "" when not recorded (Hugging Face, or saved before run ids) */
 } cl_checkpoint_info;
 cl_status cl_checkpoint_describe(const char *dir, cl_checkpoint_info *out);
