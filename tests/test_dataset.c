@@ -2,8 +2,11 @@
  * its counts against the weights, the cursor's answers in any order), the
  * --data and --split parsers and the split's bounds (the default 9,1,0 is
  * the old n/10 validation tail exactly). */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "cleave/dataset.h"
 #include "common/check.h"
@@ -133,7 +136,81 @@ static void test_split_bounds(void) {
           p[2], p[3]);
 }
 
+static char tmpdir[64];
+
+static void put_file(const char *name, const char *text) {
+    char p[200];
+    snprintf(p, sizeof p, "%s/%s", tmpdir, name);
+    FILE *f = fopen(p, "w");
+    if (f) {
+        fputs(text, f);
+        fclose(f);
+    }
+}
+
+/* tokens of path under tmpdir equal want[0..n) */
+static int loads_to(const cl_tokenizer *t, const char *name, const char *key, const int32_t *want, size_t n) {
+    char p[200];
+    snprintf(p, sizeof p, "%s/%s", tmpdir, name);
+    cl_tokens tk;
+    if (cl_dataset_load_tokens(p, key, t, &tk) != CL_OK) {
+        fprintf(stderr, "%s: %s\n", name, cl_last_error());
+        return 0;
+    }
+    int ok = tk.count == n && !memcmp(tk.tokens, want, n * sizeof *want);
+    cl_tokens_free(&tk);
+    return ok;
+}
+
+static void test_load(void) {
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/cleave-test-dataset.XXXXXX");
+    if (!mkdtemp(tmpdir)) return;
+    cl_tokenizer *t;
+    if (cl_tokenizer_byte(&t) != CL_OK) return;
+    CHECK(cl_tokenizer_eod(t) == 0, "the byte tokenizer's end-of-document is byte 0");
+    put_file("plain.txt", "ab\n");
+    put_file("docs.jsonl", "{\"text\": \"ab\", \"k\": \"z\"}\n\n  {\"text\": \"c\", \"k\": \"y\"}\r\n");
+    const int32_t plain[] = {'a', 'b', '\n'}, docs[] = {'a', 'b', 0, 'c', 0}, byk[] = {'z', 0, 'y', 0};
+    CHECK(loads_to(t, "plain.txt", NULL, plain, 3), "a plain text is its bytes, no end token");
+    CHECK(loads_to(t, "plain.txt", NULL, plain, 3), "and again from its cache");
+    CHECK(loads_to(t, "docs.jsonl", NULL, docs, 5), "JSONL: a document per line, blank lines skipped");
+    CHECK(loads_to(t, "docs.jsonl", "k", byk, 4), "JSONL with another key (the cache re-made)");
+    CHECK(loads_to(t, "docs.jsonl", NULL, docs, 5), "and the first key again");
+    char d[200];
+    snprintf(d, sizeof d, "%s/dir", tmpdir);
+    mkdir(d, 0700);
+    snprintf(d, sizeof d, "%s/dir/sub", tmpdir);
+    mkdir(d, 0700);
+    put_file("dir/b.txt", "xy");
+    put_file("dir/a.jsonl", "{\"text\": \"q\"}\n");
+    put_file("dir/.hidden", "ignored");
+    put_file("dir/sub/c.txt", "not read");
+    const int32_t dir[] = {'q', 0, 'x', 'y', 0}, dir2[] = {'q', 0, 'x', 'y', 0, 'w', 0};
+    CHECK(loads_to(t, "dir", NULL, dir, 5), "a directory: its files by name, each document ended");
+    put_file("dir/c.txt", "w");
+    CHECK(loads_to(t, "dir", NULL, dir2, 7), "a file added to the directory is read (the cache re-made)");
+    put_file("dir/d.csv", "1,2");
+    char p[200];
+    snprintf(p, sizeof p, "%s/dir", tmpdir);
+    cl_tokens tk;
+    CHECK(cl_dataset_load_tokens(p, NULL, t, &tk) == CL_ERR_INVALID && strstr(cl_last_error(), "d.csv is neither"),
+          "another kind of file is refused: %s", cl_last_error());
+    cl_tokenizer_free(t);
+    char g[4200];
+    if (cl_data_find("gpt2", g, sizeof g) == CL_OK && cl_tokenizer_gpt2(&t, g) == CL_OK) {
+        CHECK(cl_tokenizer_eod(t) == 50256, "GPT-2's <|endoftext|> is %d, want 50256", cl_tokenizer_eod(t));
+        cl_tokenizer_free(t);
+    } else {
+        cl_error_clear();
+        cl_test_skip("GPT-2's end-of-document token: data/gpt2 missing (run: bash scripts/setup.sh)", 1);
+    }
+    char cmd[200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpdir);
+}
+
 int main(void) {
+    test_load();
     test_blend_counts();
     test_parse();
     test_split_bounds();
