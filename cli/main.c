@@ -1249,7 +1249,7 @@ static const struct {
     {"train", "train a model (GPT-2 family, MLP, CNN) and print each step", cmd_train},
     {"memory", "every rank's device memory of a training run by category, predicted before it runs (and measured)", cmd_train},
     {"convert", "rewrite a checkpoint at another layout or format (single file, sharded)", cmd_train},
-    {"eval", "mean next-token loss of a checkpoint on a text file", cmd_eval},
+    {"eval", "mean next-token loss of a checkpoint on a text file, or on a part (--split-part) of --data", cmd_eval},
     {"generate", "continue a prompt with a checkpoint", cmd_generate},
     {"checkpoint", "check a checkpoint (verify): every file's, tensor's and box's size, hash, run id and step", cleave_cmd_checkpoint},
     {"mesh", "print the dp x tp x pp mesh and its groups", cleave_cmd_mesh},
