@@ -55,7 +55,9 @@ static const cli_flag train_flags[] = {
     {"micro-batch-size", "", 1, "samples per micro-batch (default 8)"},
     {"global-batch-size", "", 1, "samples per step; a multiple of the micro-batch (default: the micro-batch)"},
     {"seed", "", 1, "seed for initialization and data order (default 1337)"},
-    {"data", "", 1, "training text (GPT; default kjv.txt) or digits csv(.gz) (MLP/CNN; default digits.csv.gz) from cleave's data: $CLEAVE_DATA, the checkout's data/, PREFIX/share/cleave"},
+    {"data", "", 1, "training text (GPT; default kjv.txt) or digits csv(.gz) (MLP/CNN; default digits.csv.gz) from cleave's data: $CLEAVE_DATA, the checkout's data/, PREFIX/share/cleave. GPT also: a .jsonl file (a document per line), a directory of .txt and .jsonl files, or a blend \"0.7 PATH 0.3 PATH\""},
+    {"data-key", "", 1, "the field of each JSONL line that holds its text (default text)"},
+    {"split", "", 1, "train,validation,test fractions of each dataset, e.g. 949,50,1 (default 9,1,0)"},
     {"tokenizer", "", 1, "byte (default) or gpt2"},
     {"tokenizer-dir", "", 1, "directory with encoder.json and vocab.bpe (default: gpt2/ in cleave's data, as for --data)"},
     {"device-memory", "", 1, "cap on this rank's device memory, e.g. 512MiB (B, KiB, MiB, GiB)"},
@@ -357,14 +359,14 @@ static int default_threads(int ranks_here) {
  * --log-every (rank 0 alone logs), --ranks and --comm. */
 typedef struct {
     int n;
-    const char *name[48];
-    const char *val[48];
-    char buf[48][288];
+    const char *name[64];
+    const char *val[64];
+    char buf[64][288];
 } flag_values;
 
 static void put(flag_values *l, const char *name, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static void put(flag_values *l, const char *name, const char *fmt, ...) {
-    if (l->n == 48) return; /* not reached: agree_job puts 44 */
+    if (l->n == 64) return; /* not reached: agree_job puts 54 */
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(l->buf[l->n], sizeof l->buf[0], fmt, ap);
@@ -404,6 +406,8 @@ static cl_status agree_job(cl_comm *world, const train_job *j) {
     put(l, "--seq-len", "%d", c->seq_len ? c->seq_len : mc->seq_len);
     if (c->data && !stat(c->data, &sb)) put(l, "--data", "%s (%lld bytes)", c->data, (long long)sb.st_size);
     else put(l, "--data", "%s (missing)", S(c->data));
+    put(l, "--data-key", "%s", S(c->data_key));
+    put(l, "--split", "%s", S(c->split));
     put(l, "--tokenizer", "%s", S(c->tokenizer));
     put(l, "--tokenizer-dir", "%s", S(c->tokenizer_dir));
     put(l, "--micro-batch-size", "%d", c->micro_batch);
@@ -951,6 +955,12 @@ static cl_status ckpt_source(const cli_args *a, train_job *j, const char *flag) 
     struct stat ours, rec;
     const char *data = cli_get(a, "data");
     int have = in->data[0] && stat(in->data, &rec) == 0;
+    if (!have && strpbrk(in->data, " \t\n")) { /* a blend (cleave/dataset.h), compared as written */
+        if (data && strcmp(data, in->data))
+            return cl_error(CL_ERR_INVALID, "%s %s: --data \"%s\" disagrees with the checkpoint's blend \"%s\"", flag, dir, data, in->data);
+        data = NULL, have = 1;
+        c->data = in->data;
+    }
     if (data && have && (stat(data, &ours) != 0 || ours.st_dev != rec.st_dev || ours.st_ino != rec.st_ino))
         return cl_error(CL_ERR_INVALID, "%s %s: --data %s disagrees with the checkpoint's %s", flag, dir, data, in->data);
     if (data && in->data[0] && !have)
@@ -958,6 +968,16 @@ static cl_status ckpt_source(const cli_args *a, train_job *j, const char *flag) 
     if (!data && have) c->data = in->data;
     if (!data && in->data[0] && !have && !j->convert) /* convert trains nothing: it keeps the default data */
         return cl_error(CL_ERR_INVALID, "%s %s: the checkpoint's data %s is gone (give --data FILE, where it is now)", flag, dir, in->data);
+    const struct {
+        const char *flag, *theirs, *dflt;
+        const char **to;
+    } dat[] = {{"data-key", in->data_key, "text", &c->data_key}, {"split", in->split, "9,1,0", &c->split}};
+    for (size_t i = 0; i < sizeof dat / sizeof dat[0]; i++) { /* recorded where given; else the default */
+        const char *mine = cli_get(a, dat[i].flag), *theirs = dat[i].theirs[0] ? dat[i].theirs : dat[i].dflt;
+        if (mine && strcmp(mine, theirs))
+            return cl_error(CL_ERR_INVALID, "%s %s: --%s %s disagrees with the checkpoint's %s", flag, dir, dat[i].flag, mine, theirs);
+        if (!mine && dat[i].theirs[0]) *dat[i].to = dat[i].theirs;
+    }
     c->seq_len = in->seq_len;
     c->global_batch = in->global_batch;
     c->seed = in->seed;
@@ -981,11 +1001,11 @@ static void ckpt_micro_batch(train_job *j) {
  * also lets it sit in its section. */
 static const cli_section train_sections[] = {
     {"model", "model layers channels heads vocab context seq-len"},
-    {"data", "data tokenizer tokenizer-dir seed"},
+    {"data", "data data-key split tokenizer tokenizer-dir seed"},
     {"batch", "micro-batch-size global-batch-size"},
     {"optimizer", "steps stop-after lr min-lr warmup weight-decay beta1 beta2 eps grad-clip"},
     {"eval", "eval-every eval-batches sample-tokens prompt temperature top-k"},
-    {"log", "log-file log-every plot trace trace-steps"},
+    {"log", "log-file log-every plot tensorboard trace trace-steps"},
     {"checkpoint", "save save-every save-keep discard-newer-checkpoints resume save-format"},
     {"parallel", "ranks auto threads comm dp tp pp data-parallel-size tensor-model-parallel-size pipeline-model-parallel-size "
                  "sequence-parallel make-vocab-size-divisible-by zero zero3-prefetch check-replicas bucket-size comm-timeout "
@@ -1153,6 +1173,8 @@ static cl_status parse_schedule_data(train_cli *tc, train_job *j) {
     CL_TRY(cli_int(a, "warmup", &c->lr.warmup, 0, 1 << 30));
     j->end = tc->stop_after && tc->stop_after < j->steps ? tc->stop_after : j->steps;
     if (cli_get(a, "data")) c->data = cli_get(a, "data");
+    c->data_key = cli_get(a, "data-key");
+    c->split = cli_get(a, "split");
     if (cli_get(a, "tokenizer")) c->tokenizer = cli_get(a, "tokenizer");
     if (cli_get(a, "tokenizer-dir")) c->tokenizer_dir = cli_get(a, "tokenizer-dir");
     if (!strcmp(c->tokenizer, "gpt2") && !cli_get(a, "vocab") && c->model.kind == CL_MODEL_GPT && c->model.vocab < 50257) {
@@ -1495,7 +1517,11 @@ static int cmd_train(int argc, char **argv) {
 static const cli_flag eval_flags[] = {
     {"help", "h", 0, "show this help"},
     {"checkpoint", "", 1, "checkpoint directory (from cleave train --save)"},
-    {"text", "", 1, "text file to evaluate on"},
+    {"text", "", 1, "text file to evaluate on (all of it)"},
+    {"data", "", 1, "instead of --text: data as cleave train --data takes it (a text, .jsonl, directory or blend), of which one part is evaluated"},
+    {"data-key", "", 1, "the field of each JSONL line that holds its text (default text)"},
+    {"split", "", 1, "train,validation,test fractions of each dataset, as cleave train --split (default 9,1,0)"},
+    {"split-part", "", 1, "the part of --data to evaluate: train, validation or test (default: test when --split gives it a share, else validation)"},
     {"tokenizer-dir", "", 1, "directory with encoder.json and vocab.bpe (default: gpt2/ in cleave's data, as for --data)"},
     {"micro-batch-size", "", 1, "windows evaluated at once (default 8)"},
     {"device-memory", "", 1, "cap on device memory, e.g. 512MiB"},
@@ -1506,17 +1532,28 @@ static int cmd_eval(int argc, char **argv) {
     cl_status s = cli_parse(&a, eval_flags, NFLAGS(eval_flags), argc, argv, 2);
     if (s) return cli_fail(s);
     if (cli_get(&a, "help")) {
-        cli_print_help("usage: cleave eval --checkpoint DIR --text FILE\n\n"
+        cli_print_help("usage: cleave eval --checkpoint DIR (--text FILE | --data DATA [--split A,B,C] [--split-part test])\n\n"
                        "Tokenizes FILE with the checkpoint's tokenizer, cuts it into consecutive non-overlapping\n"
                        "windows of context+1 tokens (the remainder dropped) and prints the mean next-token\n"
-                       "cross-entropy as the last line, 'eval loss: X'.",
+                       "cross-entropy as the last line, 'eval loss: X'. With --data, the windows of one part\n"
+                       "of each dataset, split as cleave train splits it, the datasets' windows interleaved by the blend.",
                        eval_flags, NFLAGS(eval_flags));
         return 0;
     }
-    const char *dir = cli_get(&a, "checkpoint"), *text = cli_get(&a, "text");
-    const char *tokdir = cli_get(&a, "tokenizer-dir");
+    const char *dir = cli_get(&a, "checkpoint"), *text = cli_get(&a, "text"), *data = cli_get(&a, "data");
+    const char *tokdir = cli_get(&a, "tokenizer-dir"), *partname = cli_get(&a, "split-part");
     if (!dir) return cli_fail(cl_error(CL_ERR_INVALID, "--checkpoint DIR is required"));
-    if (!text) return cli_fail(cl_error(CL_ERR_INVALID, "--text FILE is required"));
+    if (!text == !data) return cli_fail(cl_error(CL_ERR_INVALID, text ? "give --text or --data, not both" : "--text FILE or --data DATA is required"));
+    if (text && (cli_get(&a, "data-key") || cli_get(&a, "split") || partname))
+        return cli_fail(cl_error(CL_ERR_INVALID, "--data-key, --split and --split-part go with --data, not --text"));
+    static const char *parts[] = {"train", "validation", "test"};
+    int part = -1;
+    double w[3];
+    if (data && (s = cl_split_parse(cli_get(&a, "split"), w))) return cli_fail(s);
+    if (data && !partname) part = w[2] > 0 ? CL_PART_TEST : CL_PART_VALID;
+    for (int i = 0; partname && i < 3; i++)
+        if (!strcmp(partname, parts[i])) part = i;
+    if (partname && part < 0) return cli_fail(cl_error(CL_ERR_INVALID, "--split-part %s: not train, validation or test", partname));
     int B = 8;
     size_t cap = 0;
     if ((s = cli_int(&a, "micro-batch-size", &B, 1, 1 << 20)) || (s = cli_bytes(&a, "device-memory", &cap))) return cli_fail(s);
@@ -1524,21 +1561,30 @@ static int cmd_eval(int argc, char **argv) {
     if ((s = cl_checkpoint_load(dir, tokdir, cap, B, &l))) return cli_fail(s);
     if (l.desc->cfg.kind != CL_MODEL_GPT) {
         cl_loaded_free(&l);
-        return cli_fail(cl_error(CL_ERR_INVALID, "cleave eval --text needs a GPT checkpoint"));
+        return cli_fail(cl_error(CL_ERR_INVALID, "cleave eval needs a GPT checkpoint"));
     }
     char *buf;
     size_t len;
     int32_t *ids = NULL;
     size_t n = 0, windows = 0;
     double loss = 0;
-    if (!(s = cl_read_file(text, CL_FILE_TEXT, &buf, &len))) {
+    if (data) {
+        cl_dataset d;
+        cl_dataset_opts o = {.data = data, .key = cli_get(&a, "data-key"), .split = cli_get(&a, "split"), .tok = l.tok, .T = l.desc->T};
+        if (!(s = cl_dataset_open(&d, &o, 1 << part))) {
+            n = cl_dataset_tokens(&d, part);
+            s = cl_eval_dataset(l.model, &l.acts, &d, part, &loss, &windows);
+            cl_dataset_close(&d);
+        }
+    } else if (!(s = cl_read_file(text, CL_FILE_TEXT, &buf, &len))) {
         s = cl_tokenizer_encode(l.tok, buf, len, &ids, &n);
         free(buf);
+        if (!s) s = cl_eval_tokens(l.model, &l.acts, ids, n, &loss, &windows);
     }
-    if (!s) s = cl_eval_tokens(l.model, &l.acts, ids, n, &loss, &windows);
     free(ids);
     cl_loaded_free(&l);
-    if (s) return cli_fail(cl_error_context(s, "--text %s", text));
+    if (s) return cli_fail(data ? s : cl_error_context(s, "--text %s", text)); /* --data's messages name it */
+    if (data) printf("%s part: ", parts[part]);
     printf("%zu tokens, %zu windows\n", n, windows);
     printf("eval loss: %.6f\n", loss);
     return 0;
@@ -1603,7 +1649,7 @@ static const struct {
     {"train", "train a model (GPT-2 family, MLP, CNN) and print each step", cmd_train},
     {"memory", "every rank's device memory of a training run by category, predicted before it runs (and measured)", cmd_train},
     {"convert", "rewrite a checkpoint at another layout or format (single file, sharded)", cmd_train},
-    {"eval", "mean next-token loss of a checkpoint on a text file", cmd_eval},
+    {"eval", "mean next-token loss of a checkpoint on a text file, or on a part (--split-part) of --data", cmd_eval},
     {"generate", "continue a prompt with a checkpoint", cmd_generate},
     {"checkpoint", "check a checkpoint (verify): every file's, tensor's and box's size, hash, run id and step", cleave_cmd_checkpoint},
     {"mesh", "print the dp x tp x pp mesh and its groups", cleave_cmd_mesh},

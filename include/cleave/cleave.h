@@ -94,6 +94,7 @@ fail:
 #include "cleave/model.h"
 #include "cleave/train.h"
 #include "cleave/data.h"
+#include "cleave/dataset.h"
 #include "cleave/json.h"
 #include "cleave/safetensors.h"
 #include "cleave/tfevents.h"

@@ -16,6 +16,7 @@
 #include "cleave/comm.h"
 #include "cleave/core.h"
 #include "cleave/data.h"
+#include "cleave/dataset.h"
 #include "cleave/device.h"
 #include "cleave/model.h"
 
@@ -102,6 +103,8 @@ typedef struct {
     const char *data;       /* text file (GPT) or digits csv(.gz) (MLP/CNN); NULL: cleave's kjv.txt or digits.csv.gz (cl_data_find) */
     const char *tokenizer;  /* "byte" or "gpt2" */
     const char *tokenizer_dir; /* for gpt2: encoder.json and vocab.bpe; NULL: cleave's gpt2/ (cl_data_find) */
+    const char *data_key;   /* GPT: JSONL documents' field (NULL: "text"); data may also be a directory or a blend (cleave/dataset.h) */
+    const char *split;      /* GPT: "train,validation,test" fractions of each source (NULL: 9,1,0) */
     int eval_batches;       /* validation windows per evaluation (0 = all) */
     /* The mesh's process groups (comm.h, cl_groups_create), which must
      * outlive the trainer; NULL: one rank.
@@ -295,6 +298,7 @@ typedef struct {
     int has_state, step, seq_len, global_batch, micro_batch; /* micro_batch 0: not recorded */
     uint64_t seed;
     char data[4096]; /* "" when not recorded */
+    char data_key[256], split[256]; /* --data-key and --split; "" when not given (the defaults) or not recorded */
     char run_id[CL_RUN_ID_LEN + 1]; /* "" when not recorded (Hugging Face, or saved before run ids) */
 } cl_checkpoint_info;
 cl_status cl_checkpoint_describe(const char *dir, cl_checkpoint_info *out);
@@ -324,6 +328,8 @@ cl_status cl_checkpoint_load(const char *dir, const char *tokenizer_dir, size_t 
 void cl_loaded_free(cl_loaded *l);
 /* Mean next-token loss over consecutive non-overlapping windows of T+1. */
 cl_status cl_eval_tokens(cl_model *m, cl_acts *a, const int32_t *tok, size_t n, double *loss, size_t *windows);
+/* The same over part `part` (CL_PART_*) of a dataset: its windows in cl_dataset_window's order. */
+cl_status cl_eval_dataset(cl_model *m, cl_acts *a, cl_dataset *d, int part, double *loss, size_t *windows);
 /* The logits [V] of the last of T tokens (T <= the model's context). */
 typedef cl_status (*cl_logits_fn)(void *ctx, const int32_t *tokens, int T, float *logits);
 /* Sampling over any source of logits, V classes, context T (cl_generate's loop). */

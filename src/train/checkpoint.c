@@ -359,6 +359,14 @@ void cl_ckpt_state_json(cl_strbuf *st, const cl_trainer *t, int opt_t) {
                  c->seed, (int64_t)t->step * c->global_batch);
     cl_sb_printf(st, "  \"run_id\": \"%s\",\n  \"data\": ", t->run_id);
     cl_sb_json_string(st, c->data, strlen(c->data));
+    if (c->data_key) { /* recorded where given: a resume reads the same data */
+        cl_sb_printf(st, ",\n  \"data_key\": ");
+        cl_sb_json_string(st, c->data_key, strlen(c->data_key));
+    }
+    if (c->split) {
+        cl_sb_printf(st, ",\n  \"split\": ");
+        cl_sb_json_string(st, c->split, strlen(c->split));
+    }
     cl_sb_printf(st, "\n}\n");
 }
 

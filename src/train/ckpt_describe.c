@@ -23,6 +23,9 @@ static cl_status describe(const cl_json *cj, const char *cpath, const cl_json *s
     if (mb && mb->type == CL_JSON_NUMBER && mb->number_is_int && mb->integer >= 1 && mb->integer <= out->global_batch)
         out->micro_batch = (int)mb->integer;
     if (data && data->type == CL_JSON_STRING) snprintf(out->data, sizeof out->data, "%s", data->string);
+    const cl_json *key = cl_json_get(st, "data_key"), *split = cl_json_get(st, "split");
+    if (key && key->type == CL_JSON_STRING) snprintf(out->data_key, sizeof out->data_key, "%s", key->string);
+    if (split && split->type == CL_JSON_STRING) snprintf(out->split, sizeof out->split, "%s", split->string);
     out->has_state = 1;
     return CL_OK;
 }

@@ -3,6 +3,7 @@
 #define CLEAVE_TRAIN_INTERNAL_H
 
 #include "cleave/comm.h"
+#include "cleave/dataset.h"
 #include "cleave/json.h"
 #include "cleave/pipeline.h"
 #include "cleave/schedule.h"
@@ -18,8 +19,10 @@ struct cl_trainer {
     cl_model *model;           /* chunk 0's part: the whole model on one device */
     cl_optimizer *opt;         /* chunk 0's AdamW state */
     cl_tokenizer *tok;
-    cl_tokens tokens;          /* whole corpus (GPT) */
-    size_t ntrain, nval;       /* train = [0, ntrain), val = [ntrain, ntrain + nval) */
+    cl_dataset ds;             /* GPT: --data's sources, split and blend (cleave/dataset.h) */
+    size_t ntrain, nval;       /* tokens of the training and validation parts, summed over the sources */
+    int32_t *win;              /* one window's scratch (T + 1 tokens) */
+    FILE *data_log;            /* CLEAVE_DATA_LOG: each training sample's index and dataset */
     cl_digits digits;          /* MLP/CNN */
     char data_path[4096];      /* the default data's path (cfg.data NULL: cl_data_find) */
     int *perm;                 /* digits: training order */

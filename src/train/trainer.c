@@ -64,51 +64,6 @@ cl_status cl_train_describe(const cl_train_config *cfg, int tp_rank, cl_model_de
     return cl_model_describe_tp(&cfg->model, cfg->seq_len, &tl, out);
 }
 
-/* Tokenizes a text file once and caches the tokens beside it as
- * FILE.<tok>.tok. The cache is used only when it verifies (its checksum) and
- * records this text's size and hash and this tokenizer's hash; otherwise it
- * is rebuilt, with a one-line note on stderr saying why. Hashing the text
- * costs about 1 ms per 4 MB (XXH64), so it is done on every start. */
-static cl_status load_text_tokens(cl_trainer *t) {
-    char cache[4096];
-    snprintf(cache, sizeof cache, "%s.%s.tok", t->cfg.data, cl_tokenizer_name(t->tok));
-    struct stat st_text;
-    if (stat(t->cfg.data, &st_text) != 0)
-        return cl_error(CL_ERR_IO, "--data %s: no such file (run scripts/setup.sh to prepare the default corpus)", t->cfg.data);
-    char *text;
-    size_t len;
-    CL_TRY(cl_read_file(t->cfg.data, CL_FILE_TEXT, &text, &len));
-    cl_tokens_source src = {.text_size = len, .text_hash = cl_hash64(text, len, 0), .tokenizer_hash = cl_tokenizer_hash(t->tok)};
-    cl_status r = cl_tokens_read(cache, &t->tokens);
-    if (r == CL_OK) {
-        const cl_tokens_source *had = &t->tokens.source;
-        if (t->tokens.vocab == cl_tokenizer_vocab(t->tok) && !strcmp(t->tokens.tokenizer, cl_tokenizer_name(t->tok)) &&
-            had->text_size == src.text_size && had->text_hash == src.text_hash && had->tokenizer_hash == src.tokenizer_hash) {
-            free(text);
-            return CL_OK;
-        }
-        fprintf(stderr, "cleave: note: token cache %s was made from another text or tokenizer; rebuilding it\n", cache);
-    } else if (r == CL_ERR_FORMAT) {
-        fprintf(stderr, "cleave: note: %s; rebuilding the token cache\n", cl_last_error());
-    }
-    cl_tokens_free(&t->tokens);
-    cl_error_clear();
-    int32_t *ids;
-    size_t n;
-    cl_status s = cl_tokenizer_encode(t->tok, text, len, &ids, &n);
-    free(text);
-    if (s) return s;
-    memset(&t->tokens, 0, sizeof t->tokens);
-    t->tokens.tokens = ids;
-    t->tokens.count = n;
-    t->tokens.vocab = cl_tokenizer_vocab(t->tok);
-    t->tokens.source = src;
-    snprintf(t->tokens.tokenizer, sizeof t->tokens.tokenizer, "%s", cl_tokenizer_name(t->tok));
-    /* The cache is an optimization: failing to write it (read-only dir) is not an error. */
-    if (cl_tokens_write(cache, ids, n, t->tokens.vocab, t->tokens.tokenizer, &src) != CL_OK) cl_error_clear();
-    return CL_OK;
-}
-
 static cl_status load_data(cl_trainer *t) {
     const cl_model_config *mc = &t->cfg.model;
     if (!t->cfg.data) {
@@ -122,14 +77,18 @@ static cl_status load_data(cl_trainer *t) {
         if (cl_tokenizer_vocab(t->tok) > mc->vocab)
             return cl_error(CL_ERR_INVALID, "the %s tokenizer has %d tokens but the model's vocabulary is %d (set --vocab)",
                             cl_tokenizer_name(t->tok), cl_tokenizer_vocab(t->tok), mc->vocab);
-        CL_TRY(load_text_tokens(t));
-        size_t n = t->tokens.count;
-        t->nval = n / 10;
-        t->ntrain = n - t->nval;
-        size_t need = (size_t)t->desc->T + 1;
-        if (t->ntrain < need + 1 || t->nval < need)
-            return cl_error(CL_ERR_INVALID, "--data %s has %zu tokens: too few for windows of %zu tokens (train 90%%, validation 10%%)",
-                            t->cfg.data, n, need);
+        /* the sources, their split and blend (cleave/dataset.h): every rank draws sample k alike */
+        cl_dataset_opts o = {.data = t->cfg.data, .key = t->cfg.data_key, .split = t->cfg.split, .tok = t->tok, .T = t->desc->T};
+        CL_TRY(cl_dataset_open(&t->ds, &o, 1 << CL_PART_TRAIN | 1 << CL_PART_VALID));
+        t->ntrain = cl_dataset_tokens(&t->ds, CL_PART_TRAIN);
+        t->nval = cl_dataset_tokens(&t->ds, CL_PART_VALID);
+        if (!(t->win = malloc(((size_t)t->desc->T + 1) * sizeof *t->win))) return cl_error(CL_ERR_OOM, "cannot allocate a window");
+        const char *log = getenv("CLEAVE_DATA_LOG"); /* tests: each rank's samples, "k dataset", in PATH.<dp rank> */
+        if (log && *log && t->tp_rank == 0 && (!t->cfg.groups || cl_comm_rank(t->cfg.groups->pp) == 0)) {
+            char path[4200];
+            snprintf(path, sizeof path, "%s.%d", log, t->dp_rank);
+            t->data_log = fopen(path, "a");
+        }
         return CL_OK;
     }
     CL_TRY(cl_digits_load(t->cfg.data, &t->digits));
@@ -236,7 +195,9 @@ void cl_trainer_destroy(cl_trainer *t) {
     cl_model_desc_free(t->desc);
     cl_model_desc_free(t->full);
     cl_tokenizer_free(t->tok);
-    cl_tokens_free(&t->tokens);
+    cl_dataset_close(&t->ds);
+    free(t->win);
+    if (t->data_log) fclose(t->data_log);
     cl_digits_free(&t->digits);
     free(t->perm);
     free(t);
@@ -247,10 +208,12 @@ void cl_trainer_fill_batch(cl_trainer *t, int64_t k0, int B, int32_t *tokens, in
     mb->B = B;
     if (t->desc->cfg.kind == CL_MODEL_GPT) {
         int T = t->desc->T;
-        size_t span = t->ntrain - (size_t)T; /* starts in [0, span) leave room for T+1 tokens */
+        int64_t gb = t->cfg.global_batch;
+        cl_blend_mark(&t->ds.train, k0 / gb * gb); /* this step's samples are all at or after its first */
         for (int b = 0; b < B; b++) {
-            size_t start = (size_t)(((uint64_t)(k0 + b) * (uint64_t)T) % span);
-            const int32_t *src = t->tokens.tokens + start;
+            int which;
+            const int32_t *src = cl_dataset_train_window(&t->ds, k0 + b, t->win, &which);
+            if (t->data_log) fprintf(t->data_log, "%" PRId64 " %d\n", k0 + b, which);
             memcpy(tokens + (size_t)b * T, src, (size_t)T * sizeof(int32_t));
             memcpy(targets + (size_t)b * T, src + 1, (size_t)T * sizeof(int32_t));
         }
@@ -324,6 +287,9 @@ cl_status cl_trainer_step(cl_trainer *t, cl_step_stats *st) {
  * digits images (64 pixels each) and their labels. */
 typedef struct {
     const int32_t *tok;
+    cl_dataset *ds;    /* instead of tok: the windows of part `part` (cl_dataset_window) */
+    int part;
+    int32_t *win;      /* a window's scratch for ds */
     int T;
     const float *images;
     const int32_t *labels;
@@ -344,10 +310,11 @@ static cl_status eval_loop(const eval_set *e, int B, int32_t *tokens, int32_t *t
     for (size_t k = 0; k < e->n; k += (size_t)B) {
         int nb = (int)(e->n - k < (size_t)B ? e->n - k : (size_t)B);
         cl_microbatch mb = {.B = nb, .targets = targets};
-        if (e->tok) {
+        if (e->tok || e->ds) {
             int T = e->T;
             for (int b = 0; b < nb; b++) {
-                const int32_t *src = e->tok + (k + (size_t)b) * ((size_t)T + 1);
+                const int32_t *src = e->ds ? cl_dataset_window(e->ds, e->part, k + (size_t)b, e->win)
+                                           : e->tok + (k + (size_t)b) * ((size_t)T + 1);
                 memcpy(tokens + (size_t)b * T, src, (size_t)T * sizeof *tokens);
                 memcpy(targets + (size_t)b * T, src + 1, (size_t)T * sizeof *targets);
             }
@@ -368,7 +335,7 @@ static cl_status eval_loop(const eval_set *e, int B, int32_t *tokens, int32_t *t
 
 /* Mean loss per target position of e from the sum of the losses. */
 static double eval_mean(const eval_set *e, double sum) {
-    return e->tok ? sum / ((double)e->n * e->T) : sum / (double)e->n;
+    return e->tok || e->ds ? sum / ((double)e->n * e->T) : sum / (double)e->n;
 }
 
 /* One device's forward of an evaluation batch (cl_eval_batch_fn). */
@@ -409,10 +376,9 @@ cl_status cl_eval_tokens(cl_model *m, cl_acts *a, const int32_t *tok, size_t n, 
 cl_status cl_trainer_eval(cl_trainer *t, double *loss) {
     eval_set e;
     if (t->desc->cfg.kind == CL_MODEL_GPT) {
-        size_t n = t->nval;
-        size_t per = (size_t)t->desc->T + 1;
-        if (t->cfg.eval_batches > 0 && n > (size_t)t->cfg.eval_batches * per) n = (size_t)t->cfg.eval_batches * per;
-        CL_TRY(token_windows(t->tokens.tokens + t->ntrain, n, t->desc->T, &e));
+        size_t n = cl_dataset_windows(&t->ds, CL_PART_VALID);
+        if (t->cfg.eval_batches > 0 && n > (size_t)t->cfg.eval_batches) n = (size_t)t->cfg.eval_batches;
+        e = (eval_set){.ds = &t->ds, .part = CL_PART_VALID, .win = t->win, .T = t->desc->T, .n = n};
     } else {
         e = (eval_set){.images = t->digits.images + (size_t)t->ndtrain * 64, .labels = t->digits.labels + t->ndtrain,
                        .n = (size_t)t->ndval};
@@ -426,16 +392,54 @@ cl_status cl_trainer_eval(cl_trainer *t, double *loss) {
     return CL_OK;
 }
 
+/* Adds f(token) over part p of every source, read in pieces (a source may fill a scratch). */
+static void part_each(const cl_dataset *d, int p, double *cnt, double *nll, double total) {
+    int32_t buf[4096];
+    for (int k = 0; k < d->n; k++) {
+        const cl_token_source *s = &d->src[k];
+        for (size_t at = s->part[p]; at < s->part[p + 1]; at += sizeof buf / sizeof buf[0]) {
+            size_t n = s->part[p + 1] - at < sizeof buf / sizeof buf[0] ? s->part[p + 1] - at : sizeof buf / sizeof buf[0];
+            const int32_t *tok = s->tokens(s->ctx, at, n, buf);
+            for (size_t i = 0; i < n; i++)
+                if (nll) *nll -= log((cnt[tok[i]] + 1) / total);
+                else cnt[tok[i]] += 1;
+        }
+    }
+}
+
 double cl_trainer_unigram_loss(const cl_trainer *t) {
     if (t->desc->cfg.kind != CL_MODEL_GPT) return log(10.0);
-    int V = t->tokens.vocab;
+    int V = cl_tokenizer_vocab(t->tok);
     double *cnt = calloc((size_t)V, sizeof *cnt);
     if (!cnt) return NAN;
-    for (size_t i = 0; i < t->ntrain; i++) cnt[t->tokens.tokens[i]] += 1;
     double total = (double)t->ntrain + V, nll = 0;
-    for (size_t i = t->ntrain; i < t->ntrain + t->nval; i++) nll -= log((cnt[t->tokens.tokens[i]] + 1) / total);
+    part_each(&t->ds, CL_PART_TRAIN, cnt, NULL, total); /* counts over the training parts, */
+    part_each(&t->ds, CL_PART_VALID, cnt, &nll, total); /* the loss over the validation parts */
     free(cnt);
     return nll / (double)t->nval;
+}
+
+/* The windows of one part of a dataset (cleave eval --data). */
+cl_status cl_eval_dataset(cl_model *m, cl_acts *a, cl_dataset *d, int part, double *loss, size_t *windows) {
+    int T = m->desc->T, B = a->B < m->B ? a->B : m->B;
+    static const char *names[] = {"train", "validation", "test"};
+    eval_set e = {.ds = d, .part = part, .T = T, .n = cl_dataset_windows(d, part)};
+    if (windows) *windows = e.n;
+    if (e.n == 0)
+        return cl_error(CL_ERR_INVALID, "the %s part holds %zu tokens: fewer than one window of %d", names[part],
+                        cl_dataset_tokens(d, part), T + 1);
+    int32_t *in = malloc((size_t)B * T * sizeof *in), *tg = malloc((size_t)B * T * sizeof *tg);
+    e.win = malloc(((size_t)T + 1) * sizeof *e.win);
+    cl_status s = CL_OK;
+    if (!in || !tg || !e.win) s = cl_error(CL_ERR_OOM, "cannot allocate evaluation buffers");
+    model_eval me = {m, a};
+    double sum = 0;
+    if (!s) s = eval_loop(&e, B, in, tg, NULL, model_eval_batch, &me, &sum);
+    free(in);
+    free(tg);
+    free(e.win);
+    if (!s) *loss = eval_mean(&e, sum);
+    return s;
 }
 
 int cl_trainer_steps_done(const cl_trainer *t) { return t->step; }
