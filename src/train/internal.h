@@ -18,7 +18,9 @@ struct cl_trainer {
     cl_model *model;           /* chunk 0's part: the whole model on one device */
     cl_optimizer *opt;         /* chunk 0's AdamW state */
     cl_tokenizer *tok;
-    cl_tokens tokens;          /* whole corpus (GPT) */
+    cl_tokens tokens;          /* whole corpus (GPT) from a text file, in memory */
+    cl_indexed indexed;        /* or from a Megatron indexed dataset (--data PREFIX), mapped */
+    cl_token_span span;        /* the corpus's tokens, either of the two: what windows are read from */
     size_t ntrain, nval;       /* train = [0, ntrain), val = [ntrain, ntrain + nval) */
     cl_digits digits;          /* MLP/CNN */
     char data_path[4096];      /* the default data's path (cfg.data NULL: cl_data_find) */

@@ -122,8 +122,14 @@ static cl_status load_data(cl_trainer *t) {
         if (cl_tokenizer_vocab(t->tok) > mc->vocab)
             return cl_error(CL_ERR_INVALID, "the %s tokenizer has %d tokens but the model's vocabulary is %d (set --vocab)",
                             cl_tokenizer_name(t->tok), cl_tokenizer_vocab(t->tok), mc->vocab);
-        CL_TRY(load_text_tokens(t));
-        size_t n = t->tokens.count;
+        if (cl_indexed_exists(t->cfg.data)) { /* --data PREFIX: PREFIX.idx and PREFIX.bin, memory-mapped */
+            CL_TRY(cl_indexed_open(t->cfg.data, mc->vocab, &t->indexed));
+            t->span = t->indexed.tokens;
+        } else {
+            CL_TRY(load_text_tokens(t));
+            t->span = cl_token_span_int32(t->tokens.tokens, t->tokens.count);
+        }
+        size_t n = t->span.count;
         t->nval = n / 10;
         t->ntrain = n - t->nval;
         size_t need = (size_t)t->desc->T + 1;
@@ -237,6 +243,7 @@ void cl_trainer_destroy(cl_trainer *t) {
     cl_model_desc_free(t->full);
     cl_tokenizer_free(t->tok);
     cl_tokens_free(&t->tokens);
+    cl_indexed_close(&t->indexed);
     cl_digits_free(&t->digits);
     free(t->perm);
     free(t);
@@ -250,9 +257,8 @@ void cl_trainer_fill_batch(cl_trainer *t, int64_t k0, int B, int32_t *tokens, in
         size_t span = t->ntrain - (size_t)T; /* starts in [0, span) leave room for T+1 tokens */
         for (int b = 0; b < B; b++) {
             size_t start = (size_t)(((uint64_t)(k0 + b) * (uint64_t)T) % span);
-            const int32_t *src = t->tokens.tokens + start;
-            memcpy(tokens + (size_t)b * T, src, (size_t)T * sizeof(int32_t));
-            memcpy(targets + (size_t)b * T, src + 1, (size_t)T * sizeof(int32_t));
+            cl_token_span_get(&t->span, start, (size_t)T, tokens + (size_t)b * T);
+            cl_token_span_get(&t->span, start + 1, (size_t)T, targets + (size_t)b * T);
         }
         mb->T = T;
         mb->tokens = tokens;
@@ -323,16 +329,17 @@ cl_status cl_trainer_step(cl_trainer *t, cl_step_stats *st) {
  * T tokens are the input, its last T the targets), or, when tok is NULL, n
  * digits images (64 pixels each) and their labels. */
 typedef struct {
-    const int32_t *tok;
+    const cl_token_span *tok; /* windows from token base on */
+    size_t base;
     int T;
     const float *images;
     const int32_t *labels;
     size_t n;
 } eval_set;
 
-/* The windows of tok[0, n); e->n is their count even when there are none. */
-static cl_status token_windows(const int32_t *tok, size_t n, int T, eval_set *e) {
-    *e = (eval_set){.tok = tok, .T = T, .n = n / ((size_t)T + 1)};
+/* The windows of tokens [base, base + n) of tok; e->n is their count even when there are none. */
+static cl_status token_windows(const cl_token_span *tok, size_t base, size_t n, int T, eval_set *e) {
+    *e = (eval_set){.tok = tok, .base = base, .T = T, .n = n / ((size_t)T + 1)};
     if (e->n == 0) return cl_error(CL_ERR_INVALID, "%zu tokens are fewer than one window of %d", n, T + 1);
     return CL_OK;
 }
@@ -347,9 +354,9 @@ static cl_status eval_loop(const eval_set *e, int B, int32_t *tokens, int32_t *t
         if (e->tok) {
             int T = e->T;
             for (int b = 0; b < nb; b++) {
-                const int32_t *src = e->tok + (k + (size_t)b) * ((size_t)T + 1);
-                memcpy(tokens + (size_t)b * T, src, (size_t)T * sizeof *tokens);
-                memcpy(targets + (size_t)b * T, src + 1, (size_t)T * sizeof *targets);
+                size_t at = e->base + (k + (size_t)b) * ((size_t)T + 1);
+                cl_token_span_get(e->tok, at, (size_t)T, tokens + (size_t)b * T);
+                cl_token_span_get(e->tok, at + 1, (size_t)T, targets + (size_t)b * T);
             }
             mb.T = T;
             mb.tokens = tokens;
@@ -388,7 +395,8 @@ static cl_status model_eval_batch(void *ctx, const cl_microbatch *mb, double *su
 cl_status cl_eval_tokens(cl_model *m, cl_acts *a, const int32_t *tok, size_t n, double *loss, size_t *windows) {
     int T = m->desc->T, B = a->B < m->B ? a->B : m->B;
     eval_set e;
-    cl_status s = token_windows(tok, n, T, &e);
+    cl_token_span span = cl_token_span_int32(tok, n);
+    cl_status s = token_windows(&span, 0, n, T, &e);
     if (windows) *windows = e.n;
     if (s) return s;
     int32_t *in = malloc((size_t)B * T * sizeof *in), *tg = malloc((size_t)B * T * sizeof *tg);
@@ -412,7 +420,7 @@ cl_status cl_trainer_eval(cl_trainer *t, double *loss) {
         size_t n = t->nval;
         size_t per = (size_t)t->desc->T + 1;
         if (t->cfg.eval_batches > 0 && n > (size_t)t->cfg.eval_batches * per) n = (size_t)t->cfg.eval_batches * per;
-        CL_TRY(token_windows(t->tokens.tokens + t->ntrain, n, t->desc->T, &e));
+        CL_TRY(token_windows(&t->span, t->ntrain, n, t->desc->T, &e));
     } else {
         e = (eval_set){.images = t->digits.images + (size_t)t->ndtrain * 64, .labels = t->digits.labels + t->ndtrain,
                        .n = (size_t)t->ndval};
@@ -428,13 +436,31 @@ cl_status cl_trainer_eval(cl_trainer *t, double *loss) {
 
 double cl_trainer_unigram_loss(const cl_trainer *t) {
     if (t->desc->cfg.kind != CL_MODEL_GPT) return log(10.0);
-    int V = t->tokens.vocab;
+    int V = t->tokens.tokens ? t->tokens.vocab : t->cfg.model.vocab; /* an indexed corpus was checked against the model's */
+    enum { BLOCK = 1 << 16 };
     double *cnt = calloc((size_t)V, sizeof *cnt);
-    if (!cnt) return NAN;
-    for (size_t i = 0; i < t->ntrain; i++) cnt[t->tokens.tokens[i]] += 1;
+    int32_t *buf = malloc(BLOCK * sizeof *buf);
+    if (!cnt || !buf) {
+        free(cnt);
+        free(buf);
+        return NAN;
+    }
+    /* in blocks, each released after reading: a mapped corpus stays out of the resident set */
     double total = (double)t->ntrain + V, nll = 0;
-    for (size_t i = t->ntrain; i < t->ntrain + t->nval; i++) nll -= log((cnt[t->tokens.tokens[i]] + 1) / total);
+    for (size_t b = 0; b < t->ntrain; b += BLOCK) {
+        size_t e = b + BLOCK < t->ntrain ? b + BLOCK : t->ntrain;
+        cl_token_span_get(&t->span, b, e - b, buf);
+        for (size_t i = b; i < e; i++) cnt[buf[i - b]] += 1;
+        cl_token_span_release(&t->span, b, e - b);
+    }
+    for (size_t b = t->ntrain; b < t->ntrain + t->nval; b += BLOCK) {
+        size_t e = b + BLOCK < t->ntrain + t->nval ? b + BLOCK : t->ntrain + t->nval;
+        cl_token_span_get(&t->span, b, e - b, buf);
+        for (size_t i = b; i < e; i++) nll -= log((cnt[buf[i - b]] + 1) / total);
+        cl_token_span_release(&t->span, b, e - b);
+    }
     free(cnt);
+    free(buf);
     return nll / (double)t->nval;
 }
 
