@@ -522,6 +522,7 @@ int cleave_cmd_tokenize(int argc, char **argv) {
         double t0 = r.t0;
         uint64_t done0 = r.docs;
         s = tokenize_all(&r, ins, nin, key);
+        if (!s) r.done_in = r.total_in;
         draw(&r, 1);
         if (!s) s = finish(&r);
         if (!s) {
