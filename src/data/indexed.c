@@ -216,39 +216,54 @@ static cl_status check_index(const char *idx, const char *bin, cl_indexed *d)
     return CL_OK;
 }
 
-/* Every token in [0, vocab), scanned in blocks whose pages are released. */
+/* The least and greatest token of [b, e). */
+static void block_range(const cl_token_span *s, size_t b, size_t e, int64_t *lo, int64_t *hi)
+{
+    int64_t l = 0, h = 0;
+    if (s->dtype == CL_IDX_UINT16) {
+        const unsigned char *p = (const unsigned char *)s->data;
+        unsigned m = 0;
+        for (size_t i = b; i < e; i++) {
+            unsigned v = p[2 * i] | (unsigned)p[2 * i + 1] << 8;
+            m = v > m ? v : m;
+        }
+        h = m;
+    } else {
+        for (size_t i = b; i < e; i++) {
+            int64_t v = span_at(s, i);
+            l = v < l ? v : l;
+            h = v > h ? v : h;
+        }
+    }
+    *lo = l;
+    *hi = h;
+}
+
+/* Every token in [0, vocab): blocks scanned on the OpenMP threads, each
+ * block's pages released after it; the message names the first bad token. */
 static cl_status check_vocab(const char *bin, const cl_token_span *s, int vocab)
 {
     const size_t block = (size_t)1 << 24;
-    for (size_t b = 0; b < s->count; b += block) {
-        size_t e = b + block < s->count ? b + block : s->count;
-        int64_t lo = 0, hi = 0;
-        if (s->dtype == CL_IDX_UINT16) {
-            const unsigned char *p = (const unsigned char *)s->data;
-            unsigned m = 0;
-            for (size_t i = b; i < e; i++) {
-                unsigned v = p[2 * i] | (unsigned)p[2 * i + 1] << 8;
-                m = v > m ? v : m;
-            }
-            hi = m;
-        } else {
-            for (size_t i = b; i < e; i++) {
-                int64_t v = span_at(s, i);
-                lo = v < lo ? v : lo;
-                hi = v > hi ? v : hi;
-            }
-        }
-        if (lo < 0 || hi >= vocab) {
-            for (size_t i = b; i < e; i++) {
-                int64_t v = span_at(s, i);
-                if (v < 0 || v >= vocab)
-                    return cl_error(CL_ERR_FORMAT, "%s: token %zu is %lld, outside the model's vocabulary 0..%d", bin, i, (long long)v,
-                                    vocab - 1);
-            }
-        }
+    size_t nb = (s->count + block - 1) / block, first_bad = nb;
+#pragma omp parallel for schedule(dynamic, 1)
+    for (size_t k = 0; k < nb; k++) {
+        size_t b = k * block, e = b + block < s->count ? b + block : s->count;
+        int64_t lo, hi;
+        block_range(s, b, e, &lo, &hi);
         cl_token_span_release(s, b, e - b);
+        if (lo < 0 || hi >= vocab) {
+#pragma omp critical(cl_indexed_bad)
+            if (k < first_bad) first_bad = k;
+        }
     }
-    return CL_OK;
+    if (first_bad == nb) return CL_OK;
+    size_t b = first_bad * block, e = b + block < s->count ? b + block : s->count;
+    for (size_t i = b; i < e; i++) {
+        int64_t v = span_at(s, i);
+        if (v < 0 || v >= vocab)
+            return cl_error(CL_ERR_FORMAT, "%s: token %zu is %lld, outside the model's vocabulary 0..%d", bin, i, (long long)v, vocab - 1);
+    }
+    return cl_error(CL_ERR_INTERNAL, "%s: a block held a token outside the vocabulary, but none was found again", bin);
 }
 
 cl_status cl_indexed_open(const char *prefix, int vocab, cl_indexed *out)
