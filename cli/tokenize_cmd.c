@@ -411,11 +411,8 @@ static long env_long(const char *name, long dflt) {
     return v && *v ? strtol(v, NULL, 10) : dflt;
 }
 
-int cleave_cmd_tokenize(int argc, char **argv) {
+static int tokenize_cmd(int argc, char **argv, char **flags, input *ins) {
     /* positional inputs apart from the flags */
-    char **flags = calloc((size_t)argc + 1, sizeof *flags);
-    input *ins = calloc((size_t)argc + 1, sizeof *ins);
-    if (!flags || !ins) return cli_fail(cl_error(CL_ERR_OOM, "out of host memory"));
     int nf = 2, nin = 0;
     flags[0] = argv[0];
     flags[1] = argv[1];
@@ -456,7 +453,10 @@ int cleave_cmd_tokenize(int argc, char **argv) {
     else if (!strcmp(tname, "gpt2")) s = cl_tokenizer_gpt2(&tok, cli_get(&a, "tokenizer-dir"));
     else s = cl_error(CL_ERR_INVALID, "unknown --tokenizer '%s' (byte or gpt2)", tname);
     if (s) return cli_fail(s);
-    if (cl_tokenizer_eod(tok) < 0) return cli_fail(cl_error(CL_ERR_INVALID, "the %s vocabulary has no <|endoftext|> token", tname));
+    if (cl_tokenizer_eod(tok) < 0) {
+        cl_tokenizer_free(tok);
+        return cli_fail(cl_error(CL_ERR_INVALID, "the %s vocabulary has no <|endoftext|> token", tname));
+    }
 
     run r = {.prefix = prefix, .tok = tok, .eod = cl_tokenizer_eod(tok), .bin_fd = -1, .lens_fd = -1, .tty = isatty(2)};
     r.dtype = cl_idx_dtype_for_vocab(cl_tokenizer_vocab(tok));
@@ -476,15 +476,16 @@ int cleave_cmd_tokenize(int argc, char **argv) {
     r.bin_h = XXH64_createState();
     r.lens_h = XXH64_createState();
     if (!r.bin_part || !r.lens_part || !r.idx_part || !r.rec || !r.rec_tmp || !r.bin || !r.idx || !r.bin_h || !r.lens_h)
-        return cli_fail(cl_error(CL_ERR_OOM, "out of host memory"));
+        s = cl_error(CL_ERR_OOM, "out of host memory");
 
     /* the inputs, mapped, and the signature of what is made */
-    XXH64_state_t *sig = XXH64_createState();
-    XXH64_reset(sig, 0);
+    XXH64_state_t *sig = s ? NULL : XXH64_createState();
+    if (!s && !sig) s = cl_error(CL_ERR_OOM, "out of host memory");
+    if (sig) XXH64_reset(sig, 0);
     char head[256];
     int hn = snprintf(head, sizeof head, "cleave tokenize 1|%s|%016" PRIx64 "|%d|%d|%s|", cl_tokenizer_name(tok), cl_tokenizer_hash(tok),
                       r.dtype, (int)r.eod, key);
-    XXH64_update(sig, head, (size_t)hn);
+    if (sig) XXH64_update(sig, head, (size_t)hn);
     for (int i = 0; i < nin && !s; i++) {
         input *in = &ins[i];
         in->jsonl = ends_with(in->path, ".jsonl") || ends_with(in->path, ".ndjson") || ends_with(in->path, ".json");
@@ -508,8 +509,10 @@ int cleave_cmd_tokenize(int argc, char **argv) {
         XXH64_update(sig, &h, sizeof h);
         r.total_in += in->size;
     }
-    r.sig = XXH64_digest(sig);
-    XXH64_freeState(sig);
+    if (sig) {
+        r.sig = XXH64_digest(sig);
+        XXH64_freeState(sig);
+    }
 
     /* a finished dataset is refused; an unfinished one (its record) resumes */
     int resumed = 0;
@@ -537,11 +540,18 @@ int cleave_cmd_tokenize(int argc, char **argv) {
     if (r.lens_fd >= 0) close(r.lens_fd);
     for (int i = 0; i < nin; i++)
         if (ins[i].data) munmap((void *)ins[i].data, ins[i].size);
-    XXH64_freeState(r.bin_h);
-    XXH64_freeState(r.lens_h);
+    if (r.bin_h) XXH64_freeState(r.bin_h);
+    if (r.lens_h) XXH64_freeState(r.lens_h);
     free(r.bin_part), free(r.lens_part), free(r.idx_part), free(r.rec), free(r.rec_tmp), free(r.bin), free(r.idx);
-    free(ins);
-    free(flags);
     cl_tokenizer_free(tok);
     return s ? cli_fail(s) : 0;
+}
+
+int cleave_cmd_tokenize(int argc, char **argv) {
+    char **flags = calloc((size_t)argc + 1, sizeof *flags);
+    input *ins = calloc((size_t)argc + 1, sizeof *ins);
+    int rc = flags && ins ? tokenize_cmd(argc, argv, flags, ins) : cli_fail(cl_error(CL_ERR_OOM, "out of host memory"));
+    free(ins);
+    free(flags);
+    return rc;
 }

@@ -15,7 +15,8 @@
 #   continues bitwise;
 # - bad JSONL lines and each damaged dataset (truncated or mismatched .idx,
 #   bad magic, version, dtype, pointers, lengths, document index, token ids
-#   past the vocabulary) exit 2 with one line naming the file, before step 1.
+#   past the vocabulary) exit 2 with one line naming the file, before step 1;
+#   so does --data PREFIX.bin, naming the prefix to give.
 set -u
 source "$(dirname "$0")/lib.sh"
 py=scripts/megatron_indexed.py
@@ -149,4 +150,8 @@ for c in "trunc:truncated" "short:truncated" "magic:no MMIDIDX header" "version:
     check '[ $_rc -eq 2 ] && [ $(grep -c . "$tmp/bad.out") -eq 1 ] && grep -q "$name\.\(idx\|bin\)" "$tmp/bad.out" && grep -q "$want" "$tmp/bad.out" && ! grep -q "^step" "$tmp/bad.out"' \
         "train --data $name: want exit 2 and one line with '$want', got $_rc: $(head -3 "$tmp/bad.out")"
 done
+# a file of the pair named instead of the prefix: refused, naming the prefix
+"$CLEAVE" train --data "$tmp/m.bin" --tokenizer byte --vocab 50257 --seq-len 16 --steps 1 > "$tmp/bad.out" 2>&1
+_rc=$?
+check '[ $_rc -eq 2 ] && grep -q "give its prefix, --data $tmp/m$" "$tmp/bad.out"' "train --data m.bin: want exit 2 naming the prefix, got $_rc: $(head -2 "$tmp/bad.out")"
 finish cli_indexed

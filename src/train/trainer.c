@@ -122,6 +122,14 @@ static cl_status load_data(cl_trainer *t) {
         if (cl_tokenizer_vocab(t->tok) > mc->vocab)
             return cl_error(CL_ERR_INVALID, "the %s tokenizer has %d tokens but the model's vocabulary is %d (set --vocab)",
                             cl_tokenizer_name(t->tok), cl_tokenizer_vocab(t->tok), mc->vocab);
+        size_t dl = strlen(t->cfg.data);
+        if (dl > 4 && (!strcmp(t->cfg.data + dl - 4, ".bin") || !strcmp(t->cfg.data + dl - 4, ".idx"))) {
+            char prefix[4096];
+            snprintf(prefix, sizeof prefix, "%.*s", (int)(dl - 4), t->cfg.data);
+            if (cl_indexed_exists(prefix))
+                return cl_error(CL_ERR_INVALID, "--data %s is a file of the indexed dataset %s: give its prefix, --data %s", t->cfg.data,
+                                prefix, prefix);
+        }
         if (cl_indexed_exists(t->cfg.data)) { /* --data PREFIX: PREFIX.idx and PREFIX.bin, memory-mapped */
             CL_TRY(cl_indexed_open(t->cfg.data, mc->vocab, &t->indexed));
             t->span = t->indexed.tokens;
