@@ -72,7 +72,7 @@ HDRS     := $(wildcard include/cleave/*.h src/*/*.h tests/common/*.h)
 PIC = -fPIC -fno-semantic-interposition
 SONAME := libcleave.so.$(SOMAJOR)
 # Man pages: `cleave WORDS --man` prints each command's --help as a page.
-MAN_PAGES := cleave cleave-train cleave-memory cleave-convert cleave-eval cleave-generate cleave-checkpoint-verify cleave-mesh cleave-schedule cleave-trace-render cleave-plot \
+MAN_PAGES := cleave cleave-train cleave-memory cleave-convert cleave-tokenize cleave-eval cleave-generate cleave-checkpoint-verify cleave-mesh cleave-schedule cleave-trace-render cleave-plot \
              cleave-bench-peak cleave-bench-gemm cleave-bench-step cleave-plan cleave-plan-calibrate
 MAN_OUT  := $(patsubst %,$(BUILD)/man/%.1,$(MAN_PAGES))
 PUB_HDRS := $(sort $(wildcard include/cleave/*.h))

@@ -29,6 +29,7 @@ int cleave_cmd_bench(int argc, char **argv); /* cli/bench_cmd.c */
 int cleave_cmd_plot(int argc, char **argv); /* cli/plot_cmd.c */
 int cleave_cmd_plan(int argc, char **argv); /* cli/plan_cmd.c */
 int cleave_cmd_checkpoint(int argc, char **argv); /* cli/checkpoint_cmd.c */
+int cleave_cmd_tokenize(int argc, char **argv); /* cli/tokenize_cmd.c */
 
 
 static const cli_flag train_flags[] = {
@@ -55,7 +56,7 @@ static const cli_flag train_flags[] = {
     {"micro-batch-size", "", 1, "samples per micro-batch (default 8)"},
     {"global-batch-size", "", 1, "samples per step; a multiple of the micro-batch (default: the micro-batch)"},
     {"seed", "", 1, "seed for initialization and data order (default 1337)"},
-    {"data", "", 1, "training text (GPT; default kjv.txt) or digits csv(.gz) (MLP/CNN; default digits.csv.gz) from cleave's data: $CLEAVE_DATA, the checkout's data/, PREFIX/share/cleave. GPT also: a .jsonl file (a document per line), a directory of .txt and .jsonl files, or a blend \"0.7 PATH 0.3 PATH\""},
+    {"data", "", 1, "training text (GPT; default kjv.txt) or digits csv(.gz) (MLP/CNN; default digits.csv.gz) from cleave's data: $CLEAVE_DATA, the checkout's data/, PREFIX/share/cleave. GPT also: a Megatron indexed dataset PREFIX (PREFIX.idx + PREFIX.bin, from cleave tokenize; memory-mapped), a .jsonl file (a document per line), a directory of .txt and .jsonl files, or a blend \"0.7 PATH 0.3 PATH\""},
     {"data-key", "", 1, "the field of each JSONL line that holds its text (default text)"},
     {"split", "", 1, "train,validation,test fractions of each dataset, e.g. 949,50,1 (default 9,1,0)"},
     {"tokenizer", "", 1, "byte (default) or gpt2"},
@@ -390,6 +391,14 @@ static void put_float(flag_values *l, const char *name, float v) {
     put(l, name, "%s", t);
 }
 
+/* stat of --data: the file, or for an indexed dataset's PREFIX its PREFIX.idx */
+static int data_stat(const char *path, struct stat *st) {
+    if (stat(path, st) == 0) return 0;
+    char idx[8192];
+    if (snprintf(idx, sizeof idx, "%s.idx", path) >= (int)sizeof idx) return -1;
+    return stat(idx, st);
+}
+
 static cl_status agree_job(cl_comm *world, const train_job *j) {
     const cl_train_config *c = &j->c;
     const cl_model_config *mc = &c->model;
@@ -404,7 +413,7 @@ static cl_status agree_job(cl_comm *world, const train_job *j) {
     put(l, "--vocab", "%d", mc->vocab);
     put(l, "--context", "%d", mc->seq_len);
     put(l, "--seq-len", "%d", c->seq_len ? c->seq_len : mc->seq_len);
-    if (c->data && !stat(c->data, &sb)) put(l, "--data", "%s (%lld bytes)", c->data, (long long)sb.st_size);
+    if (c->data && !data_stat(c->data, &sb)) put(l, "--data", "%s (%lld bytes)", c->data, (long long)sb.st_size);
     else put(l, "--data", "%s (missing)", S(c->data));
     put(l, "--data-key", "%s", S(c->data_key));
     put(l, "--split", "%s", S(c->split));
@@ -954,14 +963,14 @@ static cl_status ckpt_source(const cli_args *a, train_job *j, const char *flag) 
     /* the data file: the same file (device and inode) by whatever path; one that is gone must be given again */
     struct stat ours, rec;
     const char *data = cli_get(a, "data");
-    int have = in->data[0] && stat(in->data, &rec) == 0;
+    int have = in->data[0] && data_stat(in->data, &rec) == 0;
     if (!have && strpbrk(in->data, " \t\n")) { /* a blend (cleave/dataset.h), compared as written */
         if (data && strcmp(data, in->data))
             return cl_error(CL_ERR_INVALID, "%s %s: --data \"%s\" disagrees with the checkpoint's blend \"%s\"", flag, dir, data, in->data);
         data = NULL, have = 1;
         c->data = in->data;
     }
-    if (data && have && (stat(data, &ours) != 0 || ours.st_dev != rec.st_dev || ours.st_ino != rec.st_ino))
+    if (data && have && (data_stat(data, &ours) != 0 || ours.st_dev != rec.st_dev || ours.st_ino != rec.st_ino))
         return cl_error(CL_ERR_INVALID, "%s %s: --data %s disagrees with the checkpoint's %s", flag, dir, data, in->data);
     if (data && in->data[0] && !have)
         fprintf(stderr, "cleave: note: %s %s: the checkpoint's data %s is gone; --data %s stands for it\n", flag, dir, in->data, data);
@@ -1649,6 +1658,7 @@ static const struct {
     {"train", "train a model (GPT-2 family, MLP, CNN) and print each step", cmd_train},
     {"memory", "every rank's device memory of a training run by category, predicted before it runs (and measured)", cmd_train},
     {"convert", "rewrite a checkpoint at another layout or format (single file, sharded)", cmd_train},
+    {"tokenize", "tokenize text and JSONL files once into a Megatron-LM indexed dataset (PREFIX.bin, PREFIX.idx)", cleave_cmd_tokenize},
     {"eval", "mean next-token loss of a checkpoint on a text file, or on a part (--split-part) of --data", cmd_eval},
     {"generate", "continue a prompt with a checkpoint", cmd_generate},
     {"checkpoint", "check a checkpoint (verify): every file's, tensor's and box's size, hash, run id and step", cleave_cmd_checkpoint},

@@ -40,6 +40,13 @@ cl_status cl_tokenizer_encode(const cl_tokenizer *t, const char *text, size_t le
 /* Appends the bytes of token id to buf (at most cap bytes); returns the byte
  * count written, or -1 for an id out of range. */
 int cl_tokenizer_decode(const cl_tokenizer *t, int32_t id, char *buf, int cap);
+/* The end-of-document token: gpt2's <|endoftext|> (50256); for byte, which
+ * has no spare id, 0 (the NUL byte). -1 when a gpt2 vocabulary lacks it. */
+int32_t cl_tokenizer_eod(const cl_tokenizer *t);
+/* The first offset c in [at, len] where text may be cut so that encoding
+ * text[0,c) and text[c,len) apart gives encode(text) (len when there is none
+ * from at on): lets a long text be encoded in pieces on many threads. */
+size_t cl_tokenizer_cut(const cl_tokenizer *t, const char *text, size_t len, size_t at);
 
 /* Token files */
 typedef struct {
@@ -67,6 +74,64 @@ cl_status cl_tokens_write(const char *path, const int32_t *tokens, size_t count,
 cl_status cl_tokens_read(const char *path, cl_tokens *out);
 cl_status cl_tokens_parse(const void *data, size_t size, const char *what, cl_tokens *out);
 void cl_tokens_free(cl_tokens *t);
+
+/* Token spans: count tokens of a corpus, stored little-endian as width-byte
+ * integers (signed unless dtype says uint8/uint16), wherever they live (an
+ * int32 array in memory, a memory-mapped .bin). The trainer reads its
+ * windows through one, so a corpus need not be copied into int32. dtype is
+ * a Megatron code (CL_IDX_*). */
+enum { CL_IDX_UINT8 = 1, CL_IDX_INT8 = 2, CL_IDX_INT16 = 3, CL_IDX_INT32 = 4, CL_IDX_INT64 = 5,
+       CL_IDX_FLOAT64 = 6, CL_IDX_FLOAT32 = 7, CL_IDX_UINT16 = 8 };
+typedef struct {
+    const void *data;
+    size_t count;
+    int dtype;   /* an integer CL_IDX_* code */
+    int mapped;  /* data is a file mapping: cl_token_span_release may drop its pages */
+} cl_token_span;
+cl_token_span cl_token_span_int32(const int32_t *tokens, size_t count);
+/* Tokens [start, start + n) (within count) as int32 into out. */
+void cl_token_span_get(const cl_token_span *s, size_t start, size_t n, int32_t *out);
+/* Tells the kernel tokens [start, start + n) will not be read soon: a mapped
+ * span's whole pages there leave the resident set (a scan over a corpus
+ * larger than memory stays small); nothing for a span in memory. */
+void cl_token_span_release(const cl_token_span *s, size_t start, size_t n);
+/* Bytes per token of an integer dtype code, 0 for a float or unknown code. */
+int cl_idx_dtype_size(int dtype);
+/* Megatron's choice (DType.optimal_dtype): uint16 below 65500 ids, else int32. */
+int cl_idx_dtype_for_vocab(int vocab);
+
+/* Megatron-LM indexed datasets (src/data/indexed.c gives the layout):
+ * PREFIX.bin holds the tokens, PREFIX.idx the header "MMIDIDX\0\0", version
+ * 1, the dtype code, the sequence and document counts, then each sequence's
+ * length and byte pointer and the document index. Opening maps both files
+ * read-only and checks all of it; tokens stay in the page cache, never
+ * copied. */
+typedef struct {
+    cl_token_span tokens;   /* every sequence of .bin, concatenated in order */
+    uint64_t sequences;     /* sequence count */
+    uint64_t documents;     /* documents (the document index holds documents + 1 entries) */
+    void *idx_map, *bin_map;
+    size_t idx_size, bin_size;
+} cl_indexed;
+/* 1 when PREFIX.idx exists (PREFIX names an indexed dataset), else 0. */
+int cl_indexed_exists(const char *prefix);
+/* Maps and validates PREFIX.idx and PREFIX.bin: magic, version, dtype code,
+ * counts against both files' sizes, lengths, pointers (from 0, each the last
+ * plus its length, ending at .bin's size), document index (from 0,
+ * non-decreasing, ending at the sequence count), and, when vocab > 0, every
+ * token in [0, vocab). CL_ERR_IO when a file cannot be opened,
+ * CL_ERR_FORMAT naming the file and what is wrong. */
+cl_status cl_indexed_open(const char *prefix, int vocab, cl_indexed *out);
+void cl_indexed_close(cl_indexed *d);
+/* Tokens as dtype's little-endian bytes into out (n * cl_idx_dtype_size);
+ * CL_ERR_INVALID when one does not fit the dtype. */
+cl_status cl_idx_pack(int dtype, const int32_t *tokens, size_t n, void *out);
+/* Writes an .idx as Megatron's IndexedDatasetBuilder does when each
+ * document is one sequence (preprocess_data.py without sentence
+ * splitting): doc_tokens[i] tokens for document i, an empty one (0) adding
+ * no sequence but its entry in the document index. Written to path as
+ * given (the caller renames). */
+cl_status cl_idx_write(const char *path, int dtype, const int64_t *doc_tokens, size_t ndocs);
 
 /* Reads a whole file into a malloc'ed, NUL-terminated buffer, at most
  * cl_file_bound(kind) bytes: a longer file (a regular file's size is looked

@@ -37,6 +37,7 @@ typedef struct cl_token_source {
     void *ctx;
     const int32_t *(*tokens)(void *ctx, size_t at, size_t n, int32_t *scratch);
     void (*release)(void *ctx);
+    void (*drop)(void *ctx, size_t at, size_t n); /* optional: tokens [at, at + n) not needed soon (a mapped source's pages leave the resident set) */
     size_t part[4];        /* train [part[0], part[1]), validation [part[1], part[2]), test [part[2], part[3] = count) */
 } cl_token_source;
 
@@ -80,10 +81,6 @@ void cl_blend_cursor_init(cl_blend_cursor *c, const double *weight, int n);
 void cl_blend_pick(cl_blend_cursor *c, int64_t i, int *dataset, int64_t *nth);
 void cl_blend_mark(cl_blend_cursor *c, int64_t i);
 
-/* The end-of-document token: GPT-2's <|endoftext|> (50256); the byte
- * tokenizer, which has no special tokens, uses byte 0 (NUL). -1 if the
- * tokenizer has none. */
-int32_t cl_tokenizer_eod(const cl_tokenizer *t);
 
 /* A dataset: the sources of a --data value, their split and blend. */
 typedef struct {

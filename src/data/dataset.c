@@ -43,7 +43,7 @@ cl_status cl_blend_parse(const char *value, cl_blend_spec *out) {
     memset(out, 0, sizeof *out);
     if (!value || !*value) return cl_error(CL_ERR_INVALID, "--data: empty value");
     struct stat st;
-    if (stat(value, &st) == 0 || !strpbrk(value, " \t\n")) { /* one path, as given */
+    if (stat(value, &st) == 0 || cl_indexed_exists(value) || !strpbrk(value, " \t\n")) { /* one path, as given */
         out->path[0] = strdup(value);
         if (!out->path[0]) return cl_error(CL_ERR_OOM, "--data: out of host memory");
         out->weight[0] = 1;
@@ -172,17 +172,6 @@ void cl_blend_mark(cl_blend_cursor *c, int64_t i) {
     blend_seek(c, i);
     c->mark_at = i;
     memcpy(c->mark_drawn, c->drawn, sizeof c->drawn);
-}
-
-/* ---- the end-of-document token ------------------------------------------------- */
-
-int32_t cl_tokenizer_eod(const cl_tokenizer *t) {
-    if (t->kind != CL_TOK_GPT2) return 0;
-    static const char eot[] = "<|endoftext|>";
-    size_t k = sizeof eot - 1;
-    for (int id = t->vocab - 1; id >= 0; id--) /* it is the last of GPT-2's: found at once */
-        if (t->tok_off[id + 1] - t->tok_off[id] == k && !memcmp(t->tok_pool + t->tok_off[id], eot, k)) return id;
-    return -1;
 }
 
 /* ---- one path's tokens ------------------------------------------------------------- */
@@ -402,6 +391,57 @@ static void mem_release(void *ctx) {
     free(ctx);
 }
 
+/* A Megatron indexed dataset (PREFIX.idx + PREFIX.bin), memory-mapped: its
+ * tokens converted window by window, never copied whole. */
+static const int32_t *idx_tokens(void *ctx, size_t at, size_t n, int32_t *scratch) {
+    cl_token_span_get(&((const cl_indexed *)ctx)->tokens, at, n, scratch);
+    return scratch;
+}
+
+static void idx_drop(void *ctx, size_t at, size_t n) { cl_token_span_release(&((const cl_indexed *)ctx)->tokens, at, n); }
+
+static void idx_release(void *ctx) {
+    cl_indexed_close(ctx);
+    free(ctx);
+}
+
+/* A path as a source: an indexed dataset's PREFIX mapped, anything else
+ * tokenized (through its cache) into memory. */
+static cl_status open_source(cl_token_source *src, const char *path, const cl_dataset_opts *o) {
+    size_t pl = strlen(path);
+    if (pl > 4 && (!strcmp(path + pl - 4, ".bin") || !strcmp(path + pl - 4, ".idx"))) {
+        char prefix[4096];
+        snprintf(prefix, sizeof prefix, "%.*s", (int)(pl - 4), path);
+        if (cl_indexed_exists(prefix))
+            return cl_error(CL_ERR_INVALID, "--data %s is a file of the indexed dataset %s: give its prefix, --data %s", path, prefix, prefix);
+    }
+    snprintf(src->name, sizeof src->name, "%s", path);
+    if (cl_indexed_exists(path)) { /* PREFIX.idx and PREFIX.bin, every token checked below the tokenizer's vocabulary */
+        cl_indexed *x = calloc(1, sizeof *x);
+        if (!x) return cl_error(CL_ERR_OOM, "--data: out of host memory");
+        cl_status s = cl_indexed_open(path, cl_tokenizer_vocab(o->tok), x);
+        if (s) {
+            free(x);
+            return s;
+        }
+        *src = (cl_token_source){.count = x->tokens.count, .ctx = x, .tokens = idx_tokens, .release = idx_release, .drop = idx_drop};
+        snprintf(src->name, sizeof src->name, "%s", path);
+        return CL_OK;
+    }
+    cl_tokens *t = calloc(1, sizeof *t);
+    if (!t) return cl_error(CL_ERR_OOM, "--data: out of host memory");
+    cl_status s = cl_dataset_load_tokens(path, o->key, o->tok, t);
+    if (s) {
+        free(t);
+        return s;
+    }
+    src->count = t->count;
+    src->ctx = t;
+    src->tokens = mem_tokens;
+    src->release = mem_release;
+    return CL_OK;
+}
+
 void cl_dataset_close(cl_dataset *d) {
     for (int i = 0; i < d->n; i++)
         if (d->src[i].release) d->src[i].release(d->src[i].ctx);
@@ -418,20 +458,7 @@ cl_status cl_dataset_open(cl_dataset *d, const cl_dataset_opts *o, int need) {
     size_t win = (size_t)o->T + 1;
     for (int i = 0; i < b.n && !s; i++) {
         cl_token_source *src = &d->src[i];
-        cl_tokens *t = calloc(1, sizeof *t);
-        if (!t) {
-            s = cl_error(CL_ERR_OOM, "--data: out of host memory");
-            break;
-        }
-        if ((s = cl_dataset_load_tokens(b.path[i], o->key, o->tok, t))) {
-            free(t);
-            break;
-        }
-        snprintf(src->name, sizeof src->name, "%s", b.path[i]);
-        src->count = t->count;
-        src->ctx = t;
-        src->tokens = mem_tokens;
-        src->release = mem_release;
+        if ((s = open_source(src, b.path[i], o))) break;
         d->weight[i] = b.weight[i];
         d->n = i + 1;
         cl_split_bounds(src->count, d->split, src->part);

@@ -40,6 +40,7 @@ struct cl_tokenizer {
     unsigned char *merge_pool;
     cl_strmap merges;         /* "first,second" raw bytes -> rank, keys in merge_pool */
     int32_t byte_id[256];     /* id of each single-byte token */
+    int32_t eod;              /* <|endoftext|>'s id, -1 when the vocabulary lacks it */
 };
 
 cl_status cl_gpt2_encode(const cl_tokenizer *t, const char *text, size_t len,

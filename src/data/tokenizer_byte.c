@@ -53,6 +53,30 @@ cl_status cl_tokenizer_encode(const cl_tokenizer *t, const char *text, size_t le
     return CL_OK;
 }
 
+int32_t cl_tokenizer_eod(const cl_tokenizer *t)
+{
+    return t->kind == CL_TOK_GPT2 ? t->eod : 0;
+}
+
+/* GPT-2: the pattern's only lookahead is in its whitespace alternatives, and
+ * no pre-token holds a space after a non-space, so a cut before a space that
+ * follows a printable ASCII character and precedes an ASCII letter falls on
+ * a pre-token boundary, and the pre-token ending there ends there whether or
+ * not the text goes on (a run of letters, numbers or others stops at the
+ * space, a contraction is fixed). The byte tokenizer cuts anywhere. */
+size_t cl_tokenizer_cut(const cl_tokenizer *t, const char *text, size_t len, size_t at)
+{
+    if (at >= len) return len;
+    if (t->kind != CL_TOK_GPT2) return at;
+    const unsigned char *s = (const unsigned char *)text;
+    for (size_t b = at > 0 ? at : 1; b + 1 < len; b++) {
+        if (s[b] != ' ') continue;
+        unsigned char p = s[b - 1], n = s[b + 1];
+        if (p > ' ' && p < 0x7f && ((n | 0x20) >= 'a' && (n | 0x20) <= 'z')) return b;
+    }
+    return len;
+}
+
 int cl_tokenizer_decode(const cl_tokenizer *t, int32_t id, char *buf, int cap)
 {
     if (id < 0 || id >= t->vocab) return -1;

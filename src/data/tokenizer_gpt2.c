@@ -509,6 +509,7 @@ cl_status cl_tokenizer_gpt2(cl_tokenizer **out, const char *dir)
         unsigned char c = (unsigned char)b;
         t->byte_id[b] = map_get_parts(&t->tokens, &c, 1, 0, NULL, 0);
     }
+    t->eod = map_get_parts(&t->tokens, (const unsigned char *)"<|endoftext|>", 13, 0, NULL, 0);
     free(enc);
     free(bpe);
     *out = t;

@@ -403,6 +403,7 @@ static void part_each(const cl_dataset *d, int p, double *cnt, double *nll, doub
             for (size_t i = 0; i < n; i++)
                 if (nll) *nll -= log((cnt[tok[i]] + 1) / total);
                 else cnt[tok[i]] += 1;
+            if (s->drop) s->drop(s->ctx, at, n); /* a mapped corpus stays out of the resident set */
         }
     }
 }
