@@ -181,7 +181,7 @@ static void print_header(cl_trainer *t) {
     if (cl_trainer_host(t)) {
         char hb[32];
         printf("host memory (offloaded optimizer state%s, outside the device's cap): %s\n",
-               c->offload_optimizer == 2 ? ": the tiles it streams through from its file" : "",
+               c->offload_optimizer == CL_OFFLOAD_DISK ? ": the tiles it streams through from its file" : "",
                cl_format_bytes(cl_device_current_total(cl_trainer_host(t)), hb, sizeof hb));
     }
     fflush(stdout);
@@ -530,10 +530,10 @@ static cl_status train_rank(cl_comm *world, void *arg) {
             /* a model split over ranks (pipeline stages, tensor-parallel slices) evaluates, and gathers
              * its checkpoint, on all of them */
             double vl;
-            int split = j->mesh.pp > 1 || j->mesh.tp > 1 || (c.zero >= 3 && j->mesh.dp > 1); /* ZeRO 3: parameters in shards */
+            int split = j->mesh.pp > 1 || j->mesh.tp > 1 || (cl_zero_shards_params(c.zero) && j->mesh.dp > 1); /* ZeRO 3: parameters in shards */
             if (eval && split && (s = cl_trainer_eval(t, &vl))) break;
             /* under ZeRO the replicas hold shards of the optimizer state: all of them gather */
-            if (save && (j->sharded || split || (c.zero >= 1 && j->mesh.dp > 1)) && (s = save_ckpt(t, j, &discard))) break;
+            if (save && (j->sharded || split || (cl_zero_shards_optim(c.zero) && j->mesh.dp > 1)) && (s = save_ckpt(t, j, &discard))) break;
             continue;
         }
         double gflops = st.flops / (st.seconds > 0 ? st.seconds : 1e-9) / 1e9;
@@ -580,7 +580,7 @@ static cl_status train_rank(cl_comm *world, void *arg) {
     }
     if (!s && j->measure) s = gather_measured(world, t, j, &c);
     /* a split model samples on all its ranks; otherwise rank 0 alone */
-    if (!s && (lead || j->mesh.pp > 1 || j->mesh.tp > 1 || (c.zero >= 3 && j->mesh.dp > 1)) && j->sample_tokens > 0 && c.model.kind == CL_MODEL_GPT) {
+    if (!s && (lead || j->mesh.pp > 1 || j->mesh.tp > 1 || (cl_zero_shards_params(c.zero) && j->mesh.dp > 1)) && j->sample_tokens > 0 && c.model.kind == CL_MODEL_GPT) {
         if (lead) printf("sample:\n");
         s = print_sample(t, NULL, NULL, cl_trainer_tokenizer(t), j->prompt, j->sample_tokens, j->temperature, j->topk, c.seed, lead);
     }
@@ -984,13 +984,13 @@ static int cmd_train(int argc, char **argv) {
     if ((s = cli_int(&a, "virtual-stages", &c->virtual_stages, 1, 64))) return cli_fail(s);
     c->sequence_parallel = cli_get(&a, "sequence-parallel") != NULL;
     c->check_replicas = cli_get(&a, "check-replicas") != NULL;
-    if ((s = cli_int(&a, "zero", &c->zero, 0, 3))) return cli_fail(s);
+    if ((s = cli_int(&a, "zero", &c->zero, CL_ZERO_NONE, CL_ZERO_PARAMS))) return cli_fail(s);
     if ((s = cli_int(&a, "zero3-prefetch", &c->zero3_prefetch, 0, 1 << 20))) return cli_fail(s);
     if ((s = cli_offload(&a, &c->offload_optimizer))) return cli_fail(s);
     c->offload_dir = cli_get(&a, "offload-dir");
-    if (c->offload_dir && c->offload_optimizer != 2)
+    if (c->offload_dir && c->offload_optimizer != CL_OFFLOAD_DISK)
         return cli_fail(cl_error(CL_ERR_INVALID, "--offload-dir needs --offload-optimizer disk"));
-    if (c->offload_optimizer == 2 && !c->offload_dir)
+    if (c->offload_optimizer == CL_OFFLOAD_DISK && !c->offload_dir)
         return cli_fail(cl_error(CL_ERR_INVALID, "--offload-optimizer disk needs --offload-dir DIR"));
     if (c->offload_dir && (s = cl_check_dir_writable(c->offload_dir, "--offload-dir"))) return cli_fail(s);
     if ((s = cli_int(&a, "make-vocab-size-divisible-by", &c->vocab_divisible_by, 1, 1 << 20))) return cli_fail(s);

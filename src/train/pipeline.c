@@ -181,7 +181,7 @@ cl_status cl_pp_create(cl_trainer *t) {
         if (t->tp > 1) CL_TRY(cl_model_set_tp(ch->m, cfg->groups->tp));
         CL_TRY(cl_model_split_tied(ch->m));
         CL_TRY(cl_model_set_recompute(ch->m, (cl_recompute)cfg->recompute));
-        if (cfg->offload_optimizer == 2) CL_TRY(cl_optimizer_create_disk(&ch->opt, ch->m, t->host, cfg->offload_dir, &cfg->adamw));
+        if (cfg->offload_optimizer == CL_OFFLOAD_DISK) CL_TRY(cl_optimizer_create_disk(&ch->opt, ch->m, t->host, cfg->offload_dir, &cfg->adamw));
         else CL_TRY(cl_optimizer_create_on(&ch->opt, ch->m, t->host ? t->host : t->dev, &cfg->adamw));
         CL_TRY(cl_dp_create(&ch->dp, t->dp > 1 ? cfg->groups->dp : NULL, ch->m, cfg->bucket_bytes));
         ch->last_bwd = -1;
@@ -559,7 +559,7 @@ static cl_status opt_step(cl_trainer *t, struct cl_pp *pp, float lr, double loss
     /* ZeRO: each replica updated its shard; every replica gets every shard */
     for (int c = 0; c < pp->v; c++) {
         cl_model *m = pp->ch[c].m;
-        if (m->zero.stage == 1 || m->zero.stage == 2) /* ZeRO 3 keeps the shard only */
+        if (m->zero.stage == CL_ZERO_OPTIM || m->zero.stage == CL_ZERO_GRADS) /* ZeRO 3 keeps the shard only */
             CL_TRY(cl_comm_allgather(t->cfg.groups->dp, m->params + m->sizes.shard_lo, m->params,
                                      (size_t)m->sizes.shard * sizeof(float)));
     }
@@ -576,7 +576,7 @@ static cl_status run_action(cl_trainer *t, struct cl_pp *pp, const cl_action *a,
     int s = ch->stage, prev = rank_of_stage(pp, (s + pp->S - 1) % pp->S), next = rank_of_stage(pp, (s + 1) % pp->S);
     cl_model *m = ch->m;
     pp_slot *sl = NULL;
-    if (a->kind <= CL_ACT_RECV_GRAD && a->kind != CL_ACT_SEND_GRAD) {
+    if (cl_act_on_microbatch(a->kind) && a->kind != CL_ACT_SEND_GRAD) { /* the actions on a slot */
         sl = get_slot(t, ch, a->mb, t->step);
         if (!sl) return cl_error(CL_ERR_INTERNAL, "stage %d: no free slot for micro-batch %d", s, a->mb);
     }
@@ -704,7 +704,7 @@ cl_status cl_pp_step(cl_trainer *t, float lr, double *loss_sum, double *norm, cl
                                     a->chunk * pp->p + pp->r, t->step + 1, cl_act_kind_name(a->kind), a->mb);
         }
         double a1 = cl_now();
-        if (a->kind <= CL_ACT_BWD) {
+        if (cl_act_is_compute(a->kind)) {
             busy += a1 - a0;
             last_end = a1;
         }
@@ -891,8 +891,8 @@ static cl_status pp_gather(cl_trainer *t, float **host, int *writer, int *opt_t)
      * (ZeRO: every replica sends its shard) or in a file (offload to disk): [m | v], alloc floats each */
     float *mom[CL_PP_MAX_CHUNKS] = {0};
     cl_status s = CL_OK;
-    int sharded = t->cfg.zero >= 1 && t->dp > 1;
-    for (int c = 0; c < pp->v && !s && (sharded || t->cfg.offload_optimizer == 2); c++) {
+    int sharded = cl_zero_shards_optim(t->cfg.zero) && t->dp > 1;
+    for (int c = 0; c < pp->v && !s && (sharded || t->cfg.offload_optimizer == CL_OFFLOAD_DISK); c++) {
         const cl_model *m = pp->ch[c].m;
         const cl_optimizer *o = &pp->ch[c].opt;
         size_t n = (size_t)m->sizes.alloc, sh = (size_t)m->sizes.moments;
@@ -975,7 +975,7 @@ static cl_status pp_load(cl_trainer *t, const float *p, const float *m, const fl
     for (int c = 0; c < pp->v; c++) {
         pp_chunk *ch = &pp->ch[c];
         /* sharded (ZeRO) or in a file (disk): the part's moments whole first, then what this replica keeps */
-        int whole_first = ch->m->zero.stage >= 1 || ch->opt.fd >= 0;
+        int whole_first = cl_zero_shards_optim(ch->m->zero.stage) || ch->opt.fd >= 0;
         float *zbuf = whole_first ? calloc(2 * (size_t)ch->m->sizes.alloc, sizeof(float)) : NULL;
         if (whole_first && !zbuf) return cl_error(CL_ERR_OOM, "cannot allocate the optimizer state's load buffer");
         for (int i = 0; i < d->nparams; i++) {

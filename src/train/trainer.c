@@ -48,10 +48,10 @@ void cl_train_config_default(cl_train_config *c) {
 
 cl_status cl_train_describe(const cl_train_config *cfg, int tp_rank, cl_model_desc **out) {
     int tp = cfg->tp > 1 ? cfg->tp : 1;
-    if (cfg->zero < 0 || cfg->zero > 3) return cl_error(CL_ERR_INVALID, "--zero must be 0, 1, 2 or 3 (got %d)", cfg->zero);
-    if (cfg->offload_optimizer < 0 || cfg->offload_optimizer > 2)
+    if (cfg->zero < CL_ZERO_NONE || cfg->zero > CL_ZERO_PARAMS) return cl_error(CL_ERR_INVALID, "--zero must be 0, 1, 2 or 3 (got %d)", cfg->zero);
+    if (cfg->offload_optimizer < CL_OFFLOAD_NONE || cfg->offload_optimizer > CL_OFFLOAD_DISK)
         return cl_error(CL_ERR_INVALID, "--offload-optimizer must be none, host or disk");
-    if ((cfg->offload_optimizer == 2) != (cfg->offload_dir != NULL))
+    if ((cfg->offload_optimizer == CL_OFFLOAD_DISK) != (cfg->offload_dir != NULL))
         return cl_error(CL_ERR_INVALID, cfg->offload_dir ? "--offload-dir needs --offload-optimizer disk"
                                                          : "--offload-optimizer disk needs --offload-dir DIR");
     if (cfg->offload_dir) CL_TRY(cl_check_dir_writable(cfg->offload_dir, "--offload-dir"));
@@ -204,7 +204,7 @@ cl_status cl_trainer_create(cl_trainer **out, const cl_train_config *cfg) {
     if (!s) s = cl_memory_check(&t->cfg, dp, t->pp_size);
     if (!s) s = load_data(t);
     if (!s) s = cl_device_create_cpu(&t->dev, cfg->device_memory, 0);
-    if (!s && cfg->offload_optimizer >= 1) s = cl_device_create_cpu(&t->host, 0, 0);
+    if (!s && cfg->offload_optimizer != CL_OFFLOAD_NONE) s = cl_device_create_cpu(&t->host, 0, 0);
     if (!s) s = cl_pp_create(t); /* one device too: a one-stage pipeline */
     cl_pp_slot_bytes z; /* evaluation's micro-batch buffers (cl_rank_extra_bytes) */
     cl_pp_slot_sizes(t->desc, 0, t->desc->nunits, cfg->micro_batch, 0, &z);
