@@ -156,6 +156,10 @@ cl_status cl_model_describe(const cl_model_config *cfg, int T, cl_model_desc **o
  * the sequence length with sp; a CNN cannot be split. */
 cl_status cl_model_describe_tp(const cl_model_config *cfg, int T, const cl_tp_layout *tl, cl_model_desc **out);
 void cl_model_desc_free(cl_model_desc *d);
+/* Floats of one sample's input: an MLP's first width, a CNN's channels x
+ * height x width (the images the trainer reads must have as many pixels);
+ * 0 for GPT, whose input is token ids. */
+int64_t cl_model_input_floats(const cl_model_config *cfg);
 /* Index into the local slice (numel of spec p on tensor-parallel rank
  * `rank`) of element `full` of the whole tensor, or -1 when the rank does
  * not hold it. Every element of the whole tensor is held by exactly one

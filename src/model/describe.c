@@ -482,6 +482,12 @@ static void describe_cnn(builder *b) {
     classify_unit(b, c->classes);
 }
 
+int64_t cl_model_input_floats(const cl_model_config *cfg) {
+    if (cfg->kind == CL_MODEL_MLP) return cfg->widths[0];
+    if (cfg->kind == CL_MODEL_CNN) return (int64_t)cfg->in_channels * cfg->height * cfg->width;
+    return 0;
+}
+
 cl_status cl_model_describe(const cl_model_config *cfg, int T, cl_model_desc **out) {
     cl_tp_layout whole = {1, 0, 0, 1};
     return cl_model_describe_tp(cfg, T, &whole, out);

@@ -17,7 +17,7 @@ void cl_pp_slot_sizes(const cl_model_desc *d, int u0, int u1, int B, int zb, cl_
     if (u1 < d->nunits) o->dout = (size_t)(d->units[u1 - 1].out_floats * B) * sizeof(float);
     for (int u = u0; zb && u < u1; u++) o->udout += (size_t)cl_pp_udout_floats(d, u, B) * sizeof(float);
     o->ids = (size_t)B * (size_t)(d->cfg.kind == CL_MODEL_GPT ? d->T : 1) * sizeof(int32_t);
-    if (d->cfg.kind != CL_MODEL_GPT) o->x = (size_t)B * 64 * sizeof(float);
+    o->x = (size_t)B * (size_t)cl_model_input_floats(&d->cfg) * sizeof(float); /* images (none for GPT: token ids) */
 }
 
 cl_pp_stage_cost cl_pp_stage_predict(const cl_model_desc *d, int u0, int u1, const cl_pp_stage_opts *o) {

@@ -35,7 +35,7 @@ struct cl_trainer {
 };
 
 /* Global samples [k0, k0 + B) into the given buffers (B * T tokens and
- * targets, or B * 64 pixels and B labels). */
+ * targets, or B * pixels (the model's input floats) and B labels). */
 void cl_trainer_fill_batch(cl_trainer *t, int64_t k0, int B, int32_t *tokens, int32_t *targets, float *x, cl_microbatch *mb);
 
 /* A pipeline's shape (memory.c), the same for the executor and the memory

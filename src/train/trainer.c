@@ -133,8 +133,10 @@ static cl_status load_data(cl_trainer *t) {
         return CL_OK;
     }
     CL_TRY(cl_digits_load(t->cfg.data, &t->digits));
-    int in = mc->kind == CL_MODEL_MLP ? mc->widths[0] : mc->in_channels * mc->height * mc->width;
-    if (in != 64) return cl_error(CL_ERR_INVALID, "the digits images have 64 pixels but the model takes %d inputs", in);
+    int64_t in = cl_model_input_floats(mc);
+    if (in != t->digits.pixels)
+        return cl_error(CL_ERR_INVALID, "%s: the images have %d pixels but the model takes %lld inputs", t->cfg.data,
+                        t->digits.pixels, (long long)in);
     int classes = mc->kind == CL_MODEL_MLP ? mc->widths[mc->nwidths - 1] : mc->classes;
     if (classes < 10) return cl_error(CL_ERR_INVALID, "the digits have 10 classes but the model has %d outputs", classes);
     t->ndval = t->digits.n / 6;
@@ -259,7 +261,8 @@ void cl_trainer_fill_batch(cl_trainer *t, int64_t k0, int B, int32_t *tokens, in
     } else {
         for (int b = 0; b < B; b++) {
             int i = t->perm[(k0 + b) % t->ndtrain];
-            memcpy(x + (size_t)b * 64, t->digits.images + (size_t)i * 64, 64 * sizeof(float));
+            size_t px = (size_t)t->digits.pixels;
+            memcpy(x + (size_t)b * px, t->digits.images + (size_t)i * px, px * sizeof(float));
             targets[b] = t->digits.labels[i];
         }
         mb->T = 1;
@@ -321,10 +324,11 @@ cl_status cl_trainer_step(cl_trainer *t, cl_step_stats *st) {
 
 /* What an evaluation runs over: n windows of T + 1 tokens (a window's first
  * T tokens are the input, its last T the targets), or, when tok is NULL, n
- * digits images (64 pixels each) and their labels. */
+ * digits images (pixels each) and their labels. */
 typedef struct {
     const int32_t *tok;
     int T;
+    size_t pixels;
     const float *images;
     const int32_t *labels;
     size_t n;
@@ -338,7 +342,7 @@ static cl_status token_windows(const int32_t *tok, size_t n, int T, eval_set *e)
 }
 
 /* Fills batches of up to B samples of e, in order, into tokens and targets
- * (B * T each) or x (B * 64) and targets (B), and runs fwd on each. */
+ * (B * T each) or x (B * pixels) and targets (B), and runs fwd on each. */
 static cl_status eval_loop(const eval_set *e, int B, int32_t *tokens, int32_t *targets, float *x, cl_eval_batch_fn fwd,
                            void *ctx, double *sum) {
     for (size_t k = 0; k < e->n; k += (size_t)B) {
@@ -355,7 +359,7 @@ static cl_status eval_loop(const eval_set *e, int B, int32_t *tokens, int32_t *t
             mb.tokens = tokens;
         } else {
             for (int b = 0; b < nb; b++) {
-                memcpy(x + (size_t)b * 64, e->images + (k + (size_t)b) * 64, 64 * sizeof *x);
+                memcpy(x + (size_t)b * e->pixels, e->images + (k + (size_t)b) * e->pixels, e->pixels * sizeof *x);
                 targets[b] = e->labels[k + (size_t)b];
             }
             mb.T = 1;
@@ -414,7 +418,8 @@ cl_status cl_trainer_eval(cl_trainer *t, double *loss) {
         if (t->cfg.eval_batches > 0 && n > (size_t)t->cfg.eval_batches * per) n = (size_t)t->cfg.eval_batches * per;
         CL_TRY(token_windows(t->tokens.tokens + t->ntrain, n, t->desc->T, &e));
     } else {
-        e = (eval_set){.images = t->digits.images + (size_t)t->ndtrain * 64, .labels = t->digits.labels + t->ndtrain,
+        size_t px = (size_t)t->digits.pixels;
+        e = (eval_set){.pixels = px, .images = t->digits.images + (size_t)t->ndtrain * px, .labels = t->digits.labels + t->ndtrain,
                        .n = (size_t)t->ndval};
     }
     /* the batches go through the stages; only the last stage's rank adds to sum */
