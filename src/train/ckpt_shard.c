@@ -28,7 +28,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define SHARD_TAG 32003
+#define SHARD_TAG CL_TAG_FIRST(CL_TAG_SHARD)
 #define WRITE_BUF (1 << 20)      /* bytes: the save's staging buffer */
 #define READ_RUN (64 << 20)      /* bytes: the longest single pread */
 #define NBOX 9                   /* int64 per box a rank reports */
