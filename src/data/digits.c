@@ -154,7 +154,10 @@ cl_status cl_digits_load(const char *path, cl_digits *out)
         st = cl_error(CL_ERR_FORMAT, "%s line %zu: one field: expected pixels and a label, comma-separated", path, first_line);
         goto fail;
     }
-    size_t px = fields ? (size_t)fields - 1 : 0; /* fields <= len / 2 + 1: the product below cannot overflow */
+    size_t px = fields ? (size_t)fields - 1 : 0;
+    /* a row of `fields` numbers takes at least 2 fields - 1 bytes: no more rows than that can be read (and
+     * rows x px floats stay within the file's size, however many blank lines or long rows it holds) */
+    if (fields && rows > len / (2 * (size_t)fields - 1) + 1) rows = len / (2 * (size_t)fields - 1) + 1;
     img = malloc((px ? rows * px : 1) * sizeof *img);
     lab = malloc(rows * sizeof *lab);
     if (!img || !lab) { st = cl_error(CL_ERR_OOM, "%s: out of host memory", path); goto fail; }
