@@ -1,6 +1,7 @@
 /* Flag parsing for the cleave command (see args.h). Accepts --flag VALUE and
  * --flag=VALUE; short aliases like -h. */
 #include "args.h"
+#include "cleave/train.h" /* cl_offload */
 
 #include "cleave/json.h"
 
@@ -130,9 +131,9 @@ cl_status cli_bytes(const cli_args *a, const char *name, size_t *out) {
 cl_status cli_offload(const cli_args *a, int *out) {
     const char *v = cli_get(a, "offload-optimizer");
     if (!v) return CL_OK;
-    if (!strcmp(v, "none")) *out = 0;
-    else if (!strcmp(v, "host")) *out = 1;
-    else if (!strcmp(v, "disk")) *out = 2;
+    if (!strcmp(v, "none")) *out = CL_OFFLOAD_NONE;
+    else if (!strcmp(v, "host")) *out = CL_OFFLOAD_HOST;
+    else if (!strcmp(v, "disk")) *out = CL_OFFLOAD_DISK;
     else return cl_error(CL_ERR_INVALID, "unknown %s '%s' (none, host or disk)", label(a, "offload-optimizer").s, v);
     return CL_OK;
 }

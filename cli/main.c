@@ -207,7 +207,7 @@ static void print_header(cl_trainer *t) {
     if (cl_trainer_host(t)) {
         char hb[32];
         printf("host memory (offloaded optimizer state%s, outside the device's cap): %s\n",
-               c->offload_optimizer == 2 ? ": the tiles it streams through from its file" : "",
+               c->offload_optimizer == CL_OFFLOAD_DISK ? ": the tiles it streams through from its file" : "",
                cl_format_bytes(cl_device_current_total(cl_trainer_host(t)), hb, sizeof hb));
     }
     fflush(stdout);
@@ -618,7 +618,7 @@ static cl_status rank_loop(rank_run *r) {
         double vl;
         if (eval && r->split) s = cl_trainer_eval(r->t, &vl);
         /* under ZeRO the replicas hold shards of the optimizer state: all of them gather */
-        if (!s && save && (j->sharded || r->split || (r->c.zero >= 1 && j->mesh.dp > 1))) s = save_ckpt(r->t, j, &r->discard);
+        if (!s && save && (j->sharded || r->split || (cl_zero_shards_optim(r->c.zero) && j->mesh.dp > 1))) s = save_ckpt(r->t, j, &r->discard);
     }
     if (r->tty) fputs(LIVE_CLEAR, stdout);
     return s;
@@ -672,7 +672,7 @@ static cl_status train_rank(cl_comm *world, void *arg) {
     const train_job *j = arg;
     rank_run r = {.j = j, .world = world, .c = j->c, .discard = -1};
     r.lead = !world || cl_comm_rank(world) == 0;
-    r.split = j->mesh.pp > 1 || j->mesh.tp > 1 || (j->c.zero >= 3 && j->mesh.dp > 1); /* ZeRO 3: parameters in shards */
+    r.split = j->mesh.pp > 1 || j->mesh.tp > 1 || (cl_zero_shards_params(j->c.zero) && j->mesh.dp > 1); /* ZeRO 3: parameters in shards */
     cl_set_threads(j->threads);
     int done;
     cl_status s = rank_build(&r, &done);
@@ -1150,12 +1150,12 @@ static cl_status parse_layout(const cli_args *a, train_job *j) {
     CL_TRY(cli_int(a, "virtual-stages", &c->virtual_stages, 1, 64));
     c->sequence_parallel = cli_get(a, "sequence-parallel") != NULL;
     c->check_replicas = cli_get(a, "check-replicas") != NULL;
-    CL_TRY(cli_int(a, "zero", &c->zero, 0, 3));
+    CL_TRY(cli_int(a, "zero", &c->zero, CL_ZERO_NONE, CL_ZERO_PARAMS));
     CL_TRY(cli_int(a, "zero3-prefetch", &c->zero3_prefetch, 0, 1 << 20));
     CL_TRY(cli_offload(a, &c->offload_optimizer));
     c->offload_dir = cli_get(a, "offload-dir");
-    if (c->offload_dir && c->offload_optimizer != 2) return cl_error(CL_ERR_INVALID, "--offload-dir needs --offload-optimizer disk");
-    if (c->offload_optimizer == 2 && !c->offload_dir) return cl_error(CL_ERR_INVALID, "--offload-optimizer disk needs --offload-dir DIR");
+    if (c->offload_dir && c->offload_optimizer != CL_OFFLOAD_DISK) return cl_error(CL_ERR_INVALID, "--offload-dir needs --offload-optimizer disk");
+    if (c->offload_optimizer == CL_OFFLOAD_DISK && !c->offload_dir) return cl_error(CL_ERR_INVALID, "--offload-optimizer disk needs --offload-dir DIR");
     if (c->offload_dir) CL_TRY(cl_check_dir_writable(c->offload_dir, "--offload-dir"));
     CL_TRY(cli_int(a, "make-vocab-size-divisible-by", &c->vocab_divisible_by, 1, 1 << 20));
     c->pp_layout = cli_get(a, "pp-layout");

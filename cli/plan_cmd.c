@@ -327,7 +327,7 @@ static void print_json(const cl_plan_result *r) {
            "\"tokens_per_s\": %.6g, \"model_tflops_per_device\": %.6g, \"tflops_per_device\": %.6g, \"peak_share\": %.4f, "
            "\"bubble\": %.4f, \"comm_share\": %.4f, \"simulated\": %s, \"peak_bytes\": %.0f, \"peak_rank\": %d, \"bytes\": {",
            c->dp, c->tp, c->pp, c->v, c->mb, cl_sched_kind_name((cl_sched_kind)c->schedule), c->zero,
-           c->offload == 2 ? "disk" : c->offload ? "host" : "none", rc_name(c->recompute), c->sp ? "true" : "false", c->bf16 ? "bf16" : "fp32", r->fits ? "true" : "false", r->step_s, r->tokens_per_s,
+           c->offload == CL_OFFLOAD_DISK ? "disk" : c->offload == CL_OFFLOAD_HOST ? "host" : "none", rc_name(c->recompute), c->sp ? "true" : "false", c->bf16 ? "bf16" : "fp32", r->fits ? "true" : "false", r->step_s, r->tokens_per_s,
            r->model_tflops, r->hw_tflops, r->peak_share, r->bubble, r->comm_share, r->simulated ? "true" : "false", r->peak_bytes,
            r->full_rank);
     for (int k = 0; k < CL_MEM_NCAT; k++) printf("%s\"%s\": %.0f", k ? ", " : "", cl_mem_cat_name((cl_mem_cat)k), r->cat_bytes[k]);
@@ -348,7 +348,7 @@ static void print_table(const cl_plan_list *l, int top) {
                c->dp, c->tp, c->pp, c->v, c->mb, cl_sched_kind_name((cl_sched_kind)c->schedule), c->zero, rc_name(c->recompute),
                c->sp ? "y" : "n", r->step_s, r->tokens_per_s, r->model_tflops, 100 * r->peak_share, r->bubble, r->comm_share, pk,
                cat[0], cat[1], cat[2], cat[3], cat[4], r->simulated ? "" : " *",
-               c->offload == 2 ? " offload disk" : c->offload ? " offload host" : "");
+               c->offload == CL_OFFLOAD_DISK ? " offload disk" : c->offload == CL_OFFLOAD_HOST ? " offload host" : "");
     }
 }
 
@@ -424,11 +424,8 @@ int cleave_cmd_plan(int argc, char **argv) {
         return cli_fail(cl_error(CL_ERR_INVALID, "--precision bf16: cleave trains in fp32 on this machine"));
     const char *off = cli_get(&a, "offload-optimizer");
     if (off) {
-        static const char *const names[] = {"none", "host", "disk"};
-        for (int i = 0; i < 3; i++)
-            if (!strcmp(off, names[i])) q.fix.offload = i;
-        if (q.fix.offload < 0) return cli_fail(cl_error(CL_ERR_INVALID, "unknown --offload-optimizer '%s' (none, host or disk)", off));
-        if (q.fix.offload && !q.hw.exact_memory)
+        if ((s = cli_offload(&a, &q.fix.offload))) return cli_fail(s);
+        if (q.fix.offload != CL_OFFLOAD_NONE && !q.hw.exact_memory)
             return cli_fail(cl_error(CL_ERR_UNSUPPORTED, "--offload-optimizer %s: modelled on this machine only (--hardware this)", off));
     }
     cl_plan_list l;

@@ -54,7 +54,7 @@ static void print_action(const cl_schedule *s, const cl_action *a, int verbose) 
     case CL_ACT_OPT_STEP: printf(" STEP"); break;
     default: break;
     }
-    if (s->v > 1 && a->kind <= CL_ACT_RECV_GRAD) printf(".%d", a->chunk);
+    if (s->v > 1 && cl_act_on_microbatch(a->kind)) printf(".%d", a->chunk);
 }
 
 static void print_timeline(const cl_schedule *s, const cl_sim_result *res, double slot) {

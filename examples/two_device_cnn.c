@@ -160,19 +160,21 @@ static cl_status part_create(part *p, const setup *S, int id, int u0, int u1, in
 
 /* Step `step`'s samples: images into x (may be NULL), labels into y (may be NULL). */
 static void fill_batch(const setup *S, int step, float *x, int32_t *y) {
+    size_t px = (size_t)S->digits.pixels;
     for (int j = 0; j < S->o.batch; j++) {
         int64_t k = (int64_t)step * S->o.batch + j;
         int i = S->perm[k % S->ntrain];
-        if (x) memcpy(x + (size_t)j * 64, S->digits.images + (size_t)i * 64, 64 * sizeof(float));
+        if (x) memcpy(x + (size_t)j * px, S->digits.images + (size_t)i * px, px * sizeof(float));
         if (y) y[j] = S->digits.labels[i];
     }
 }
 
 /* Validation images [k, k + n) into x / y (either may be NULL). */
 static void fill_val(const setup *S, int k, int n, float *x, int32_t *y) {
+    size_t px = (size_t)S->digits.pixels;
     for (int b = 0; b < n; b++) {
         int i = S->ntrain + k + b;
-        if (x) memcpy(x + (size_t)b * 64, S->digits.images + (size_t)i * 64, 64 * sizeof(float));
+        if (x) memcpy(x + (size_t)b * px, S->digits.images + (size_t)i * px, px * sizeof(float));
         if (y) y[b] = S->digits.labels[i];
     }
 }
@@ -180,7 +182,7 @@ static void fill_val(const setup *S, int k, int n, float *x, int32_t *y) {
 static cl_microbatch micro(const setup *S, int M, int i, const float *x, const int32_t *y) {
     int B = S->o.batch / M;
     cl_microbatch mb = {.B = B, .T = 1, .dloss = (float)(1.0 / S->o.batch)};
-    mb.x = x ? x + (size_t)i * B * 64 : NULL;
+    mb.x = x ? x + (size_t)i * B * (size_t)S->digits.pixels : NULL;
     mb.targets = y ? y + (size_t)i * B : NULL;
     return mb;
 }
@@ -216,7 +218,7 @@ static cl_status run_unsplit(const setup *S, result *R) {
     cl_status s = CL_OK;
     float *x = NULL;
     int32_t *y = NULL;
-    s = cl_device_alloc_f32(p.dev, CL_MEM_WORKSPACE, (size_t)S->o.batch * 64, &x);
+    s = cl_device_alloc_f32(p.dev, CL_MEM_WORKSPACE, (size_t)S->o.batch * (size_t)S->digits.pixels, &x);
     if (!s) s = cl_device_alloc(p.dev, CL_MEM_WORKSPACE, (size_t)S->o.batch * sizeof *y, (void **)&y);
     for (int step = 0; !s && step < S->o.steps; step++) {
         fill_batch(S, step, x, y);
@@ -331,7 +333,7 @@ static cl_status split_rank(cl_comm *w, void *arg) {
     int32_t *y = NULL;
     double *sq = calloc((size_t)S->desc->nparams, sizeof *sq);
     cl_status s = io && sq ? CL_OK : cl_error(CL_ERR_OOM, "no host memory for rank %d's tables", r);
-    if (!s && r == 0) s = cl_device_alloc_f32(p.dev, CL_MEM_WORKSPACE, (size_t)S->o.batch * 64, &x);
+    if (!s && r == 0) s = cl_device_alloc_f32(p.dev, CL_MEM_WORKSPACE, (size_t)S->o.batch * (size_t)S->digits.pixels, &x);
     if (!s && r == 1) s = cl_device_alloc(p.dev, CL_MEM_WORKSPACE, (size_t)S->o.batch * sizeof *y, (void **)&y);
     for (int i = 0; !s && i < nio; i++) s = cl_device_alloc_f32(p.dev, CL_MEM_COMM, io_floats, &io[i]);
     for (int step = 0; !s && step < S->o.steps; step++) {
@@ -584,9 +586,11 @@ static int setup_create(setup *S) {
         fprintf(stderr, "two_device_cnn: %s\n", cl_last_error());
         return 2;
     }
-    if (d->units[0].in_floats != 64) {
-        fprintf(stderr, "two_device_cnn: the model takes %lld inputs, the digits have 64\n", (long long)d->units[0].in_floats);
-        return 1;
+    if (d->units[0].in_floats != S->digits.pixels) {
+        fprintf(stderr, "two_device_cnn: %s: the images have %d pixels but the model takes %lld inputs\n", S->o.data, S->digits.pixels,
+                (long long)d->units[0].in_floats);
+        cl_digits_free(&S->digits);
+        return 2;
     }
     S->nval = S->digits.n / 6;
     S->ntrain = S->digits.n - S->nval;

@@ -134,6 +134,10 @@ printf '1,2,3\n' | gzip > "$tmp/digits-short.csv.gz"
 printf 'not gzip at all' > "$tmp/digits-bad.csv.gz"
 bad "digits" train --model mlp --data "$tmp/digits-short.csv.gz" --steps 1
 bad "digits" train --model cnn --data "$tmp/digits-bad.csv.gz" --steps 1
+# the pixels per image are the file's (16 here): refused against the models' 64 inputs, naming the file and both counts
+for i in 1 2 3; do printf '0,%.0s' $(seq 16); echo "$i"; done > "$tmp/digits16.csv"
+bad "digits16.csv: the images have 16 pixels but the model takes 64 inputs" train --model mlp --data "$tmp/digits16.csv" --steps 1
+bad "digits16.csv: the images have 16 pixels but the model takes 64 inputs" train --model cnn --data "$tmp/digits16.csv" --steps 1
 bad "no such file" eval --checkpoint "$tmp" --text "$tmp/missing.txt"
 
 # ---- tokenizer files ----------------------------------------------------------

@@ -74,6 +74,8 @@ bad 2 "cannot open $tmp/none.csv" --data "$tmp/none.csv"
 printf 'not,a,digits,file\n' > "$tmp/bad.csv"
 "$EX" --data "$tmp/bad.csv" > /dev/null 2> "$tmp/bad.err"
 _rc=$?; check '[ $_rc -eq 2 ] && [ -s "$tmp/bad.err" ]' "a malformed data file: not exit 2 with a message"
+for i in 1 2 3; do printf '0,%.0s' $(seq 16); echo "$i"; done > "$tmp/digits16.csv"
+bad 2 "digits16.csv: the images have 16 pixels but the model takes 64 inputs" --data "$tmp/digits16.csv"
 bad 1 "raise --device-memory" --device-memory 64KiB --steps 2
 "$EX" --help > "$tmp/help.out"
 _rc=$?; check '[ $_rc -eq 0 ] && grep -q -- "--micro-batches M" "$tmp/help.out"' "--help"

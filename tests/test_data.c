@@ -725,6 +725,23 @@ static void test_digits(void)
     write_text(tmp_path("px.csv"), px);
     CHECK(cl_digits_load(tmp_path("px.csv"), &d) == CL_ERR_FORMAT, "pixel 17 accepted");
     CHECK(strstr(cl_last_error(), "0..16") != NULL, "message: %s", cl_last_error());
+    /* the pixels per image are the file's: 4 here; a row of another count is refused naming its line */
+    write_text(tmp_path("four.csv"), "0,16,8,4,3\n\n1,2,3,4,9\n");
+    CHECK_OK(cl_digits_load(tmp_path("four.csv"), &d));
+    CHECK(d.n == 2 && d.pixels == 4 && d.images[1] == 1.0f && d.images[4 + 3] == 4 / 16.0f && d.labels[1] == 9,
+          "4 pixels: n %d pixels %d", d.n, d.pixels);
+    cl_digits_free(&d);
+    CHECK(d.pixels == 0 && d.images == NULL, "freed: pixels %d", d.pixels);
+    CHECK_OK(cl_digits_load(tmp_path("two.csv"), &d));
+    CHECK(d.pixels == 64, "the 8x8 rows: %d pixels", d.pixels);
+    cl_digits_free(&d);
+    write_text(tmp_path("mixed.csv"), "\n0,16,8,4,3\n1,2,3,4,5,6,9\n");
+    cl_status ms = cl_digits_load(tmp_path("mixed.csv"), &d);
+    CHECK(ms == CL_ERR_FORMAT && strstr(cl_last_error(), "mixed.csv line 3") && strstr(cl_last_error(), "4 pixels and a label, as line 2"),
+          "rows of 4 and 6 pixels: %s: %s", cl_status_name(ms), cl_last_error());
+    write_text(tmp_path("label.csv"), "7\n");
+    ms = cl_digits_load(tmp_path("label.csv"), &d);
+    CHECK(ms == CL_ERR_FORMAT && strstr(cl_last_error(), "label.csv line 1"), "a label alone: %s: %s", cl_status_name(ms), cl_last_error());
     write_text(tmp_path("empty.csv"), "\n\n");
     CHECK(cl_digits_load(tmp_path("empty.csv"), &d) == CL_ERR_FORMAT, "empty csv accepted");
     CHECK(cl_digits_load(tmp_path("none.csv"), &d) == CL_ERR_IO, "missing csv must be an I/O error");

@@ -93,6 +93,34 @@ typedef enum { CL_RED_SUM = 0, CL_RED_AVG, CL_RED_MAX } cl_redop;
 /* Tags are 0..CL_COMM_TAG_MAX (MPI's guaranteed minimum upper bound). */
 #define CL_COMM_TAG_MAX 32767
 
+/* cleave's own messages take their tags from channels, one per kind of
+ * exchange: tag = channel << CL_TAG_SEQ_BITS | sequence, so tags of two
+ * channels differ in the channel bits whatever their sequences, and a
+ * sequence past its field is refused (cl_comm_tag), never wrapped into
+ * another channel's tags. Channel 0's tags, 0..CL_TAG_SEQ_MAX, are the
+ * caller's own (the tests' small tags). */
+typedef enum {
+    CL_TAG_USER = 0, /* the caller's own numbering */
+    CL_TAG_PIPE,     /* a pipeline's activations and their gradients between stages */
+    CL_TAG_TIE,      /* the tied embedding's gradient between the first and the last stage */
+    CL_TAG_TRACE,    /* trace events gathered to world rank 0 */
+    CL_TAG_CKPT,     /* checkpoint tensors gathered to the saving rank */
+    CL_TAG_SHARD,    /* a sharded checkpoint's box reports to world rank 0 */
+    CL_TAG_NCHANNELS
+} cl_tag_channel;
+#define CL_TAG_CHANNEL_BITS 3
+#define CL_TAG_SEQ_BITS 12
+#define CL_TAG_SEQ_MAX ((1 << CL_TAG_SEQ_BITS) - 1)
+/* The tag of message seq of channel ch into *tag: CL_ERR_INVALID naming the
+ * channel, seq and the bound when seq is outside 0..CL_TAG_SEQ_MAX or ch is
+ * not a channel (*tag untouched). */
+cl_status cl_comm_tag(cl_tag_channel ch, int64_t seq, int *tag);
+/* A tag's channel and sequence (tag in 0..CL_COMM_TAG_MAX). */
+int cl_comm_tag_channel(int tag);
+int cl_comm_tag_seq(int tag);
+/* A channel's first tag (sequence 0): the one tag of an exchange that needs one. */
+#define CL_TAG_FIRST(ch) ((int)(ch) << CL_TAG_SEQ_BITS)
+
 int cl_comm_rank(const cl_comm *c);
 int cl_comm_size(const cl_comm *c);
 /* This rank's rank in the world the communicator was split from. */

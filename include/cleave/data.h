@@ -160,11 +160,14 @@ cl_status cl_data_find(const char *name, char *out, size_t n);
 
 /* The 8x8 digits set (scikit-learn's digits.csv.gz: 1797 rows of 64 pixel
  * values 0..16 then the label 0..9). Reads .csv.gz (with zlib) or plain .csv.
- * images[n*64] are scaled to [0,1] (value / 16); labels[n]. */
+ * The pixels per image are the file's: its first row's fields less the label,
+ * and every row must have as many (CL_ERR_FORMAT naming the line otherwise).
+ * images[n*pixels] are scaled to [0,1] (value / 16); labels[n]. */
 typedef struct {
     float *images;
     int32_t *labels;
     int n;
+    int pixels; /* per image (64 for the 8x8 set) */
 } cl_digits;
 
 cl_status cl_digits_load(const char *path, cl_digits *out);

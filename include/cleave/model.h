@@ -106,6 +106,14 @@ typedef enum {
     CL_UNIT_CLASSIFY    /* logits[K] -> loss[1]; softmax xent against a label */
 } cl_unit_kind;
 
+/* How a LINEAR unit (and a GPT block's linear layers) is split under tensor
+ * parallelism (cl_unit's tp_mode). */
+typedef enum {
+    CL_LINEAR_WHOLE = 0, /* every rank computes all of it */
+    CL_LINEAR_COLS,      /* column-parallel: c -> oc of its columns (the output split) */
+    CL_LINEAR_ROWS       /* row-parallel: c of its rows -> oc partial sums, reduced */
+} cl_linear_tp;
+
 typedef struct {
     cl_unit_kind kind;
     char label[24];         /* "embed", "h.3", "lm_head", "conv1", "fc1", ... */
@@ -119,8 +127,7 @@ typedef struct {
     double flops;           /* forward FLOPs per sample (backward ~ 2x) */
     /* geometry for CONV/MAXPOOL/LINEAR: input [c,h,w] -> output [oc,oh,ow] */
     int c, h, w, oc, oh, ow, k, stride, pad;
-    int tp_mode;            /* LINEAR under tensor parallelism: 0 whole, 1 column-parallel (c -> oc of its
-                             * columns), 2 row-parallel (c of its rows -> oc partial sums, reduced) */
+    int tp_mode;            /* LINEAR under tensor parallelism: a cl_linear_tp */
 } cl_unit;
 
 typedef struct {
@@ -149,6 +156,10 @@ cl_status cl_model_describe(const cl_model_config *cfg, int T, cl_model_desc **o
  * the sequence length with sp; a CNN cannot be split. */
 cl_status cl_model_describe_tp(const cl_model_config *cfg, int T, const cl_tp_layout *tl, cl_model_desc **out);
 void cl_model_desc_free(cl_model_desc *d);
+/* Floats of one sample's input: an MLP's first width, a CNN's channels x
+ * height x width (the images the trainer reads must have as many pixels);
+ * 0 for GPT, whose input is token ids. */
+int64_t cl_model_input_floats(const cl_model_config *cfg);
 /* Index into the local slice (numel of spec p on tensor-parallel rank
  * `rank`) of element `full` of the whole tensor, or -1 when the rank does
  * not hold it. Every element of the whole tensor is held by exactly one
@@ -186,8 +197,19 @@ int cl_model_find_param(const cl_model_desc *d, const char *name); /* -1 if abse
  * parameters are all-gathered into a working buffer just before its forward
  * and its backward (prefetch: that many units of the same pass ahead) and
  * the units reach them there through m->p[i] (cl_model_set_zero3). */
+/* The stages, each sharding what the one before does and one thing more;
+ * the predicates say what a stage shards (stage: a cl_zero_stage). */
+typedef enum {
+    CL_ZERO_NONE = 0,   /* nothing sharded */
+    CL_ZERO_OPTIM = 1,  /* the AdamW moments */
+    CL_ZERO_GRADS = 2,  /* and the gradients */
+    CL_ZERO_PARAMS = 3  /* and the parameters */
+} cl_zero_stage;
+static inline int cl_zero_shards_optim(int stage) { return stage >= CL_ZERO_OPTIM; }
+static inline int cl_zero_shards_grads(int stage) { return stage >= CL_ZERO_GRADS; }
+static inline int cl_zero_shards_params(int stage) { return stage >= CL_ZERO_PARAMS; }
 typedef struct {
-    int stage, n, rank;
+    int stage, n, rank; /* stage: a cl_zero_stage */
     size_t bucket_bytes;
     int prefetch;        /* ZeRO 3: units gathered ahead (0: none) */
     int split;           /* the backward runs split in input and weight passes (zb-h1): under stage 2 the

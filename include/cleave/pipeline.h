@@ -37,7 +37,7 @@ typedef struct {
 typedef struct {
     int B, recompute, live, zb, ngb, ndout;
     cl_zero zero;  /* ZeRO over the data-parallel ranks (zeroed: none) */
-    int offload;   /* the AdamW moments live in host memory (1) or a file (2) (host_bytes, disk_bytes), not on the device */
+    int offload;   /* a cl_offload: the AdamW moments live in host memory or a file (host_bytes, disk_bytes), not on the device */
 } cl_pp_stage_opts;
 
 /* Figures of units [u0, u1) as one stage (or, with u0 = 0 and u1 = nunits

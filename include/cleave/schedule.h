@@ -28,6 +28,7 @@ typedef enum {
     CL_SCHED_INTERLEAVED, /* Megatron's interleaved 1F1B, v >= 2 chunks per rank, m % p == 0 */
     CL_SCHED_ZB_H1        /* Zero Bubble ZB-H1 (Qi et al.): B and W split, W deferred */
 } cl_sched_kind;
+#define CL_SCHED_NKINDS (CL_SCHED_ZB_H1 + 1)
 
 typedef enum {
     CL_ACT_FWD,
@@ -41,6 +42,18 @@ typedef enum {
     CL_ACT_GRAD_SYNC,  /* data-parallel gradient reduction: after every backward of the rank */
     CL_ACT_OPT_STEP    /* optimizer step: after GRAD_SYNC */
 } cl_act_kind;
+#define CL_ACT_NKINDS (CL_ACT_OPT_STEP + 1)
+/* What an action is: a pass of the model (FWD, BWD_INPUT, BWD_WEIGHT, BWD),
+ * a message between stages (SEND_ACT, RECV_ACT, SEND_GRAD, RECV_GRAD), or
+ * one of the step's ends (GRAD_SYNC, OPT_STEP); the first two act on a
+ * micro-batch of a chunk (cl_action's mb and chunk), the ends on none. */
+static inline int cl_act_is_compute(cl_act_kind k) {
+    return k == CL_ACT_FWD || k == CL_ACT_BWD_INPUT || k == CL_ACT_BWD_WEIGHT || k == CL_ACT_BWD;
+}
+static inline int cl_act_is_message(cl_act_kind k) {
+    return k == CL_ACT_SEND_ACT || k == CL_ACT_RECV_ACT || k == CL_ACT_SEND_GRAD || k == CL_ACT_RECV_GRAD;
+}
+static inline int cl_act_on_microbatch(cl_act_kind k) { return cl_act_is_compute(k) || cl_act_is_message(k); }
 
 typedef struct {
     cl_act_kind kind;

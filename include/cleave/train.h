@@ -59,6 +59,12 @@ cl_status cl_optimizer_create_on(cl_optimizer *o, cl_model *m, cl_device *dev, c
  * the current one. Every read and write is checked: a short or failed one
  * ends the step with CL_ERR_IO naming the file's directory. */
 #define CL_OFFLOAD_TILE (256 * 1024)
+/* Where the AdamW moments live (cl_train_config's offload_optimizer). */
+typedef enum {
+    CL_OFFLOAD_NONE = 0, /* on the device */
+    CL_OFFLOAD_HOST,     /* in a host memory of their own */
+    CL_OFFLOAD_DISK      /* in a file, streamed through tiles */
+} cl_offload;
 cl_status cl_optimizer_create_disk(cl_optimizer *o, cl_model *m, cl_device *dev, const char *dir, const cl_adamw_opts *opts);
 /* Tile floats of a disk-offloaded optimizer of `moments` floats each. */
 int64_t cl_offload_tile_floats(int64_t moments);
@@ -141,18 +147,19 @@ typedef struct {
     int sequence_parallel;
     int vocab_divisible_by;
     int check_replicas;
-    /* ZeRO over the data-parallel group (model.h's cl_zero): 0 none; 1 each
-     * replica keeps the AdamW moments of its shard of every part's flat
-     * buffer, updates that shard and all-gathers the parameters; 2 also
-     * keeps only the shard's gradients (each bucket reduce-scattered into
-     * it, see cleave/dp.h); 3 is refused (not built yet). */
+    /* ZeRO over the data-parallel group (model.h's cl_zero, a cl_zero_stage):
+     * 0 none; 1 each replica keeps the AdamW moments of its shard of every
+     * part's flat buffer, updates that shard and all-gathers the parameters;
+     * 2 also keeps only the shard's gradients (each bucket reduce-scattered
+     * into it, see cleave/dp.h); 3 also only the shard's parameters, each
+     * unit's gathered before its passes (cl_model_z3_pass). */
     int zero;
     int zero3_prefetch;     /* ZeRO 3: units whose parameters are gathered ahead of the one running (default 1) */
-    /* Offload of the AdamW moments: 0 none, 1 host: they live in a host
+    /* Offload of the AdamW moments (a cl_offload): none, host: they live in a host
      * memory of their own (cl_trainer_host), outside device_memory's cap,
      * and the update reads them there (on a CPU the host's memory is the
      * device's: what moves is the accounting and the cap). */
-    int offload_optimizer;  /* 2: disk, a file in offload_dir */
+    int offload_optimizer;  /* disk: a file in offload_dir */
     const char *offload_dir;
     /* The run's resolved configuration as JSON text (the command line's
      * settings, cleave train --print-config), written as run_config.json into

@@ -379,6 +379,23 @@ static void req_init(cl_request *r, cl_comm *c, cl_opkind k) {
 
 /* ---- point-to-point ------------------------------------------------------ */
 
+_Static_assert(CL_TAG_NCHANNELS <= 1 << CL_TAG_CHANNEL_BITS, "more tag channels than the channel bits hold");
+_Static_assert((1 << (CL_TAG_CHANNEL_BITS + CL_TAG_SEQ_BITS)) - 1 == CL_COMM_TAG_MAX, "the tag fields fill 0..CL_COMM_TAG_MAX");
+
+cl_status cl_comm_tag(cl_tag_channel ch, int64_t seq, int *tag) {
+    static const char *const names[] = {"user", "pipeline", "tied embedding", "trace", "checkpoint", "checkpoint shard"};
+    _Static_assert(sizeof names / sizeof names[0] == CL_TAG_NCHANNELS, "a name per tag channel");
+    if ((unsigned)ch >= CL_TAG_NCHANNELS) return cl_error(CL_ERR_INVALID, "tag channel %d: not a channel (0..%d)", (int)ch, CL_TAG_NCHANNELS - 1);
+    if (seq < 0 || seq > CL_TAG_SEQ_MAX)
+        return cl_error(CL_ERR_INVALID, "%s message %lld: outside its channel's tags (sequence 0..%d)", names[ch], (long long)seq,
+                        CL_TAG_SEQ_MAX);
+    *tag = (int)ch << CL_TAG_SEQ_BITS | (int)seq;
+    return CL_OK;
+}
+
+int cl_comm_tag_channel(int tag) { return tag >> CL_TAG_SEQ_BITS; }
+int cl_comm_tag_seq(int tag) { return tag & CL_TAG_SEQ_MAX; }
+
 static cl_status p2p_check(cl_comm *c, const void *buf, size_t bytes, int peer, int tag, const char *what) {
     if (peer < 0 || peer >= c->size)
         return bad(c, what, "peer %d is out of range (the communicator has %d ranks)", peer, c->size);

@@ -2,8 +2,10 @@
  *
  * Why: a small, real, offline image set for the CNN and MLP examples; setup.sh
  * takes it from Debian's python3-sklearn package.
- * Format: one image per line, 64 pixel values 0..16 then the label 0..9,
- * comma separated; blank lines are skipped. Numbers are parsed without the C
+ * Format: one image per line, its pixel values 0..16 then the label 0..9,
+ * comma separated; blank lines are skipped. The pixel count is read from the
+ * first row (64 in the 8x8 set) and every row must have it: the model's
+ * input width is checked against it by the trainer, not assumed here. Numbers are parsed without the C
  * locale's help, so a program's setlocale() cannot change the result.
  * Invariants: on success every image value is in [0, 1] (pixel / 16) and
  * every label in 0..9; on failure nothing is allocated and the message names
@@ -16,7 +18,6 @@
 #include <zlib.h>
 #endif
 
-enum { DIGITS_FIELDS = 65 };
 
 #ifdef CL_HAVE_ZLIB
 /* zlib's message, without the "path: " it prefixes */
@@ -131,9 +132,34 @@ cl_status cl_digits_load(const char *path, cl_digits *out)
     size_t rows = 0;
     for (size_t i = 0; i < len; i++) rows += text[i] == '\n';
     rows++;
-    float *img = malloc(rows * 64 * sizeof *img);
-    int32_t *lab = malloc(rows * sizeof *lab);
+    /* the pixels per image: the first non-blank row's fields, less the label */
+    int fields = 0;
+    size_t first_line = 0;
+    for (size_t i = 0, line = 1; i < len && !fields; line++) {
+        size_t e = i;
+        while (e < len && text[e] != '\n') e++;
+        size_t k = i;
+        while (k < e && (text[k] == ' ' || text[k] == '\t' || text[k] == '\r')) k++;
+        if (k < e) {
+            fields = 1;
+            for (size_t j = i; j < e; j++) fields += text[j] == ',';
+            first_line = line;
+        }
+        i = e + 1;
+    }
+    float *img = NULL;
+    int32_t *lab = NULL;
     cl_status st = CL_OK;
+    if (fields == 1) {
+        st = cl_error(CL_ERR_FORMAT, "%s line %zu: one field: expected pixels and a label, comma-separated", path, first_line);
+        goto fail;
+    }
+    size_t px = fields ? (size_t)fields - 1 : 0;
+    /* a row of `fields` numbers takes at least 2 fields - 1 bytes: no more rows than that can be read (and
+     * rows x px floats stay within the file's size, however many blank lines or long rows it holds) */
+    if (fields && rows > len / (2 * (size_t)fields - 1) + 1) rows = len / (2 * (size_t)fields - 1) + 1;
+    img = malloc((px ? rows * px : 1) * sizeof *img);
+    lab = malloc(rows * sizeof *lab);
     if (!img || !lab) { st = cl_error(CL_ERR_OOM, "%s: out of host memory", path); goto fail; }
     size_t n = 0, line = 0, i = 0;
     while (i < len) {
@@ -147,13 +173,13 @@ cl_status cl_digits_load(const char *path, cl_digits *out)
         if (k == e) continue; /* blank line */
         int nf = 1;
         for (size_t j = b; j < e; j++) nf += text[j] == ',';
-        if (nf != DIGITS_FIELDS) {
-            st = cl_error(CL_ERR_FORMAT, "%s line %zu: expected %d comma-separated fields (64 pixels and a label), found %d",
-                          path, line, DIGITS_FIELDS, nf);
+        if (nf != fields) {
+            st = cl_error(CL_ERR_FORMAT, "%s line %zu: expected %d comma-separated fields (%zu pixels and a label, as line %zu), found %d",
+                          path, line, fields, px, first_line, nf);
             goto fail;
         }
         size_t f0 = b;
-        for (int f = 0; f < DIGITS_FIELDS; f++) {
+        for (int f = 0; f < fields; f++) {
             size_t f1 = f0;
             while (f1 < e && text[f1] != ',') f1++;
             double v;
@@ -162,12 +188,12 @@ cl_status cl_digits_load(const char *path, cl_digits *out)
                               path, line, f + 1, (int)(f1 - f0 < 32 ? f1 - f0 : 32), text + f0);
                 goto fail;
             }
-            if (f < 64) {
+            if ((size_t)f < px) {
                 if (v > 16) {
                     st = cl_error(CL_ERR_FORMAT, "%s line %zu: pixel %d is %g, outside 0..16", path, line, f + 1, v);
                     goto fail;
                 }
-                img[n * 64 + (size_t)f] = (float)(v / 16.0);
+                img[n * px + (size_t)f] = (float)(v / 16.0);
             } else {
                 if (v > 9 || v != (double)(int)v) {
                     st = cl_error(CL_ERR_FORMAT, "%s line %zu: label is %g, not an integer 0..9", path, line, v);
@@ -179,12 +205,13 @@ cl_status cl_digits_load(const char *path, cl_digits *out)
         }
         n++;
     }
-    if (n == 0) { st = cl_error(CL_ERR_FORMAT, "%s: no rows (expected lines of 64 pixels and a label)", path); goto fail; }
-    if (n > 0x7fffffff) { st = cl_error(CL_ERR_FORMAT, "%s: too many rows", path); goto fail; }
+    if (n == 0) { st = cl_error(CL_ERR_FORMAT, "%s: no rows (expected lines of pixels and a label)", path); goto fail; }
+    if (n > 0x7fffffff || px > 0x7fffffff) { st = cl_error(CL_ERR_FORMAT, "%s: too many rows or pixels", path); goto fail; }
     free(text);
     out->images = img;
     out->labels = lab;
     out->n = (int)n;
+    out->pixels = (int)px;
     return CL_OK;
 fail:
     free(text);
@@ -201,4 +228,5 @@ void cl_digits_free(cl_digits *d)
     d->images = NULL;
     d->labels = NULL;
     d->n = 0;
+    d->pixels = 0;
 }

@@ -283,20 +283,20 @@ int64_t cl_param_local_index(const cl_param_spec *p, int rank, int64_t full) {
     return -1;
 }
 
-/* A linear layer's weight [in, out] and bias [out]: mode 0 whole, 1
- * column-parallel (both split by output columns, or by heads for the fused
- * qkv when heads3), 2 row-parallel (the weight by input rows, the bias
- * replicated: added once, after the partial sums are reduced). */
-static void add_linear_params_tp(builder *b, const char *prefix, int64_t in, int64_t out, int mode, int heads3, int tp,
+/* A linear layer's weight [in, out] and bias [out]: whole, column-parallel
+ * (both split by output columns, or by heads for the fused qkv when heads3),
+ * or row-parallel (the weight by input rows, the bias replicated: added
+ * once, after the partial sums are reduced). */
+static void add_linear_params_tp(builder *b, const char *prefix, int64_t in, int64_t out, cl_linear_tp mode, int heads3, int tp,
                                  cl_init_kind init, float wscale, float bscale) {
     char name[64];
     int64_t ws[2] = {in, out}, bs[1] = {out};
     cl_split wsplit = CL_SPLIT_NONE, bsplit = CL_SPLIT_NONE;
     int64_t wpart = 0, bpart = 0;
-    if (mode == 1) {
+    if (mode == CL_LINEAR_COLS) {
         wsplit = bsplit = heads3 ? CL_SPLIT_HEADS3 : CL_SPLIT_COLS;
         wpart = bpart = heads3 ? out / 3 / tp : out / tp;
-    } else if (mode == 2) {
+    } else if (mode == CL_LINEAR_ROWS) {
         wsplit = CL_SPLIT_ROWS;
         wpart = in / tp;
     }
@@ -329,7 +329,7 @@ static void describe_gpt(builder *b, int T) {
     int64_t Cl = C / tp, NHl = NH / tp, Vl = d->vocab_local, Ts = sp ? T / tp : T;
     int vp = tp > 1 || d->vocab_padded != c->vocab; /* the vocabulary-parallel head (padding masked) */
     float std = 0.02f, proj_std = 0.02f / sqrtf(2.0f * (float)L);
-    int col = tp > 1 ? 1 : 0, row = tp > 1 ? 2 : 0;
+    cl_linear_tp col = tp > 1 ? CL_LINEAR_COLS : CL_LINEAR_WHOLE, row = tp > 1 ? CL_LINEAR_ROWS : CL_LINEAR_WHOLE;
     cl_unit *u = add_unit(b, CL_UNIT_EMBED, 'E', 0, "embed");
     if (!u) return;
     u->out_floats = prod(b, Ts, C);
@@ -380,11 +380,11 @@ static void describe_gpt(builder *b, int T) {
 }
 
 /* Sets a unit's linear geometry and sizes; mode as cl_unit's tp_mode. */
-static void linear_unit(builder *b, const char *label, int index, int64_t in, int64_t out, int kaiming, int mode) {
+static void linear_unit(builder *b, const char *label, int index, int64_t in, int64_t out, int kaiming, cl_linear_tp mode) {
     cl_unit *u = add_unit(b, CL_UNIT_LINEAR, 'l', index, label);
     if (!u) return;
     int tp = b->d->tpl.tp;
-    int64_t lin = mode == 2 ? in / tp : in, lout = mode == 1 ? out / tp : out;
+    int64_t lin = mode == CL_LINEAR_ROWS ? in / tp : in, lout = mode == CL_LINEAR_COLS ? out / tp : out;
     if (in > INT32_MAX || out > INT32_MAX) b->too_large = 1;
     u->tp_mode = mode;
     u->c = (int)lin;
@@ -392,7 +392,7 @@ static void linear_unit(builder *b, const char *label, int index, int64_t in, in
     u->in_floats = lin;
     u->out_floats = lout;
     u->act_floats = lout;
-    u->scratch_floats = mode == 1 ? lin : 0; /* the input gradient's partial sum before its all-reduce */
+    u->scratch_floats = mode == CL_LINEAR_COLS ? lin : 0; /* the input gradient's partial sum before its all-reduce */
     u->flops = 2.0 * (double)lin * (double)lout;
     float bound = 1.0f / sqrtf((float)in);
     add_linear_params_tp(b, label, in, out, mode, 0, tp, kaiming ? CL_INIT_UNIFORM : CL_INIT_NORMAL, bound, bound);
@@ -424,11 +424,11 @@ static void describe_mlp(builder *b) {
     for (int i = 0; i + 1 < c->nwidths && !b->failed; i++) {
         char label[24];
         snprintf(label, sizeof label, "fc%d", i + 1);
-        int mode = tp > 1 && (i % 2 == 0 ? i + 1 < nlin : 1) ? (i % 2 == 0 ? 1 : 2) : 0;
+        cl_linear_tp mode = tp > 1 && (i % 2 == 0 ? i + 1 < nlin : 1) ? (i % 2 == 0 ? CL_LINEAR_COLS : CL_LINEAR_ROWS) : CL_LINEAR_WHOLE;
         linear_unit(b, label, i, c->widths[i], c->widths[i + 1], 1, mode);
         if (i + 2 < c->nwidths) {
             snprintf(label, sizeof label, "relu%d", i + 1);
-            elementwise_unit(b, CL_UNIT_RELU, 'r', i, label, mode == 1 ? c->widths[i + 1] / tp : c->widths[i + 1]);
+            elementwise_unit(b, CL_UNIT_RELU, 'r', i, label, mode == CL_LINEAR_COLS ? c->widths[i + 1] / tp : c->widths[i + 1]);
         }
     }
     classify_unit(b, c->widths[c->nwidths - 1]);
@@ -475,11 +475,17 @@ static void describe_cnn(builder *b) {
     u->out_floats = pool_n;
     u->act_floats = prod(b, 2, pool_n); /* output and argmax indices */
     elementwise_unit(b, CL_UNIT_FLATTEN, 'f', 0, "flatten", pool_n);
-    linear_unit(b, "fc1", 1, pool_n, c->hidden, 1, 0);
-    linear_unit(b, "fc2", 2, c->hidden, c->hidden2, 1, 0);
+    linear_unit(b, "fc1", 1, pool_n, c->hidden, 1, CL_LINEAR_WHOLE);
+    linear_unit(b, "fc2", 2, c->hidden, c->hidden2, 1, CL_LINEAR_WHOLE);
     elementwise_unit(b, CL_UNIT_RELU, 'r', 1, "relu2", c->hidden2);
-    linear_unit(b, "fc3", 3, c->hidden2, c->classes, 1, 0);
+    linear_unit(b, "fc3", 3, c->hidden2, c->classes, 1, CL_LINEAR_WHOLE);
     classify_unit(b, c->classes);
+}
+
+int64_t cl_model_input_floats(const cl_model_config *cfg) {
+    if (cfg->kind == CL_MODEL_MLP) return cfg->widths[0];
+    if (cfg->kind == CL_MODEL_CNN) return (int64_t)cfg->in_channels * cfg->height * cfg->width;
+    return 0;
 }
 
 cl_status cl_model_describe(const cl_model_config *cfg, int T, cl_model_desc **out) {

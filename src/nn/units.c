@@ -157,7 +157,7 @@ void cl_model_part_sizes(const cl_model_desc *d, int u0, int u1, int B, int reco
     }
     z->alloc = z->nfloats ? z->nfloats : 16;
     z->shard = z->moments = z->alloc;
-    if (zero && zero->stage >= 1 && zero->n > 1) {
+    if (zero && cl_zero_shards_optim(zero->stage) && zero->n > 1) {
         int64_t q = 16 * (int64_t)zero->n;
         z->alloc = (z->alloc + q - 1) / q * q;
         z->shard = z->alloc / zero->n;
@@ -165,7 +165,7 @@ void cl_model_part_sizes(const cl_model_desc *d, int u0, int u1, int B, int reco
         z->moments = z->shard;
     }
     z->grads = z->alloc;
-    if (zero && zero->stage >= 2 && zero->n > 1) {
+    if (zero && cl_zero_shards_grads(zero->stage) && zero->n > 1) {
         z->grads = z->shard;
         for (int i = 0; i < d->nparams; i++) {
             int u = d->params[i].unit;
@@ -184,7 +184,7 @@ void cl_model_part_sizes(const cl_model_desc *d, int u0, int u1, int B, int reco
         z->halo = (int64_t)zero->n * (z->shard < CL_SUMSQ_BLOCK ? z->shard : CL_SUMSQ_BLOCK) + CL_SUMSQ_BLOCK;
     }
     z->params = z->alloc;
-    if (zero && zero->stage >= 3 && zero->n > 1) { /* the shard, and the working buffers the units are gathered into */
+    if (zero && cl_zero_shards_params(zero->stage) && zero->n > 1) { /* the shard, and the working buffers the units are gathered into */
         z->params = z->shard;
         int events = 0;
         for (int u = u0; u < u1; u++) {
@@ -246,7 +246,7 @@ cl_status cl_model_create_zero(cl_model **out, const cl_model_desc *d, cl_device
     m->u1 = u1;
     m->B = B;
     m->tp = cl_tp_of(NULL);
-    m->zero = zero && zero->stage >= 1 && zero->n > 1 ? *zero : (cl_zero){0, 1, 0, 0, 0, 0};
+    m->zero = zero && cl_zero_shards_optim(zero->stage) && zero->n > 1 ? *zero : (cl_zero){0, 1, 0, 0, 0, 0};
     m->p = calloc((size_t)d->nparams, sizeof *m->p);
     m->g = calloc((size_t)d->nparams, sizeof *m->g);
     m->loc = malloc((size_t)(d->nparams ? d->nparams : 1) * sizeof *m->loc);
@@ -279,7 +279,7 @@ cl_status cl_model_create_zero(cl_model **out, const cl_model_desc *d, cl_device
     memset(m->params, 0, (size_t)z->params * sizeof(float));
     memset(m->grads, 0, (size_t)z->grads * sizeof(float));
     if (m->gwhole) memset(m->gwhole, 0, (size_t)z->whole * sizeof(float));
-    int stage2 = m->zero.stage >= 2;
+    int stage2 = cl_zero_shards_grads(m->zero.stage);
     for (int i = 0, w = 0; i < d->nparams; i++) {
         if (m->loc[i] < 0) continue;
         if (z->params == z->alloc) m->p[i] = m->params + m->loc[i]; /* ZeRO 3: aimed per unit (cl_model_z3_before) */
@@ -374,7 +374,7 @@ void cl_model_init(cl_model *m, uint64_t seed) {
 }
 
 void cl_model_zero_grads(cl_model *m) {
-    memset(m->grads, 0, (size_t)(m->zero.stage >= 2 ? m->sizes.grads : m->nfloats) * sizeof(float));
+    memset(m->grads, 0, (size_t)(cl_zero_shards_grads(m->zero.stage) ? m->sizes.grads : m->nfloats) * sizeof(float));
     if (m->gwhole) memset(m->gwhole, 0, (size_t)m->sizes.whole * sizeof(float));
     if (m->head_wte_g) memset(m->head_wte_g, 0, (size_t)m->desc->params[m->desc->tied_wte].numel * sizeof(float));
 }
@@ -828,7 +828,7 @@ static cl_status head_backward(cl_model *m, const head_acts *h, const float *in,
 
 /* A linear unit split over the tensor-parallel ranks (cl_unit's tp_mode). */
 static cl_status linear_forward_tp(const cl_model *m, const cl_unit *un, float *out, const float *in, float *const *p, int B) {
-    if (un->tp_mode != 2) { /* whole, or column-parallel: its own columns of the output */
+    if (un->tp_mode != CL_LINEAR_ROWS) { /* whole, or column-parallel: its own columns of the output */
         cl_linear_forward(out, in, p[0], p[1], B, un->c, un->oc);
         return CL_OK;
     }
@@ -842,7 +842,7 @@ static cl_status linear_backward_tp(cl_model *m, const cl_unit *un, float *const
                                     const float *in, float *din, int ww, int B) {
     if (ww) cl_linear_backward_weight(g[0], g[1], dout, in, B, un->c, un->oc);
     if (!din) return CL_OK;
-    if (un->tp_mode != 1) {
+    if (un->tp_mode != CL_LINEAR_COLS) {
         cl_linear_backward_input(din, dout, p[0], B, un->c, un->oc);
         return CL_OK;
     }

@@ -29,7 +29,7 @@ double cl_model_z3_take_wait(cl_model *m) {
 }
 
 float *cl_model_param_at(const cl_model *m, int64_t a) {
-    return m->zero.stage >= 3 ? m->params + (a - m->sizes.shard_lo) : m->params + a;
+    return cl_zero_shards_params(m->zero.stage) ? m->params + (a - m->sizes.shard_lo) : m->params + a;
 }
 
 void cl_model_z3_destroy(cl_model *m) {

@@ -40,7 +40,7 @@ cl_status cl_dp_create(cl_dp **out, cl_comm *comm, cl_model *m, size_t bucket_by
     int cap = m->u1 - m->u0 + 1;
     dp->comm = comm && cl_comm_size(comm) > 1 ? comm : NULL;
     dp->m = m;
-    dp->z2 = m->zero.stage >= 2;
+    dp->z2 = cl_zero_shards_grads(m->zero.stage);
     dp->nbuf = m->sizes.nbuf;
     dp->cur = -1;
     dp->buf_of[0] = dp->buf_of[1] = -1;

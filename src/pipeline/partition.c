@@ -17,7 +17,7 @@ void cl_pp_slot_sizes(const cl_model_desc *d, int u0, int u1, int B, int zb, cl_
     if (u1 < d->nunits) o->dout = (size_t)(d->units[u1 - 1].out_floats * B) * sizeof(float);
     for (int u = u0; zb && u < u1; u++) o->udout += (size_t)cl_pp_udout_floats(d, u, B) * sizeof(float);
     o->ids = (size_t)B * (size_t)(d->cfg.kind == CL_MODEL_GPT ? d->T : 1) * sizeof(int32_t);
-    if (d->cfg.kind != CL_MODEL_GPT) o->x = (size_t)B * 64 * sizeof(float);
+    o->x = (size_t)B * (size_t)cl_model_input_floats(&d->cfg) * sizeof(float); /* images (none for GPT: token ids) */
 }
 
 cl_pp_stage_cost cl_pp_stage_predict(const cl_model_desc *d, int u0, int u1, const cl_pp_stage_opts *o) {
@@ -31,9 +31,9 @@ cl_pp_stage_cost cl_pp_stage_predict(const cl_model_desc *d, int u0, int u1, con
     size_t f = sizeof(float), live = (size_t)(o->live > 0 ? o->live : 1);
     c.bytes[CL_MEM_PARAMS] = (size_t)(z.params + z.npwork * z.pwork) * f;
     c.bytes[CL_MEM_GRADS] = (size_t)(z.grads + z.whole + z.head_wte + z.nbuf * z.bucket + z.halo) * f;
-    c.bytes[CL_MEM_OPTIM] = o->offload ? 0 : 2 * (size_t)z.moments * f;
-    c.host_bytes = o->offload == 1 ? 2 * (size_t)z.moments * f : o->offload == 2 ? 4 * (size_t)cl_offload_tile_floats(z.moments) * f : 0;
-    c.disk_bytes = o->offload == 2 ? 2 * (size_t)z.moments * f : 0;
+    c.bytes[CL_MEM_OPTIM] = o->offload != CL_OFFLOAD_NONE ? 0 : 2 * (size_t)z.moments * f;
+    c.host_bytes = o->offload == CL_OFFLOAD_HOST ? 2 * (size_t)z.moments * f : o->offload == CL_OFFLOAD_DISK ? 4 * (size_t)cl_offload_tile_floats(z.moments) * f : 0;
+    c.disk_bytes = o->offload == CL_OFFLOAD_DISK ? 2 * (size_t)z.moments * f : 0;
     c.bytes[CL_MEM_ACTS] = live * ((size_t)z.acts * f + sb.in + sb.udout) + (size_t)o->ndout * sb.dout;
     c.bytes[CL_MEM_WORKSPACE] = (size_t)(z.scratch + 2 * z.io + z.rc) * f + live * (2 * sb.ids + sb.x) +
                                 (size_t)o->ngb * sb.in;

@@ -24,12 +24,12 @@ cl_status cl_sched_kind_parse(const char *name, cl_sched_kind *out) {
     return cl_error(CL_ERR_INVALID, "unknown schedule '%s': expected gpipe, 1f1b, interleaved or zb-h1", name ? name : "(null)");
 }
 
-const char *cl_sched_kind_name(cl_sched_kind kind) { return (unsigned)kind < 4 ? kind_names[kind] : "?"; }
+const char *cl_sched_kind_name(cl_sched_kind kind) { return (unsigned)kind < CL_SCHED_NKINDS ? kind_names[kind] : "?"; }
 
 const char *cl_act_kind_name(cl_act_kind kind) {
     static const char *const n[] = {"FWD",      "BWD_INPUT", "BWD_WEIGHT", "BWD",       "SEND_ACT",
                                     "RECV_ACT", "SEND_GRAD", "RECV_GRAD",  "GRAD_SYNC", "OPT_STEP"};
-    return (unsigned)kind < 10 ? n[kind] : "?";
+    return (unsigned)kind < sizeof n / sizeof n[0] ? n[kind] : "?";
 }
 
 int cl_schedule_stage(const cl_schedule *s, int rank, int chunk) { return chunk * s->p + rank; }
@@ -267,7 +267,7 @@ static cl_status gen_zbh1(cl_schedule *s) {
 
 cl_status cl_schedule_make(cl_sched_kind kind, int p, int m, int v, cl_schedule *out) {
     memset(out, 0, sizeof *out);
-    if ((unsigned)kind >= 4) return cl_error(CL_ERR_INVALID, "unknown schedule kind %d", (int)kind);
+    if ((unsigned)kind >= CL_SCHED_NKINDS) return cl_error(CL_ERR_INVALID, "unknown schedule kind %d", (int)kind);
     const char *kn = kind_names[kind];
     if (p < 1) return cl_error(CL_ERR_INVALID, "%s: the pipeline needs at least one rank (got --pp %d)", kn, p);
     if (m < 1) return cl_error(CL_ERR_INVALID, "%s: at least one micro-batch is needed (got %d)", kn, m);

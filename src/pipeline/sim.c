@@ -47,8 +47,8 @@ static int step(sim *z, int r, cl_status *err) {
     const cl_action *a = &z->s->acts[r][z->pc[r]];
     char why[160];
     *err = CL_OK;
-    int is_comp = a->kind <= CL_ACT_BWD, is_comm = a->kind >= CL_ACT_SEND_ACT && a->kind <= CL_ACT_RECV_GRAD;
-    if ((unsigned)a->kind > CL_ACT_OPT_STEP) return *err = bad(z, r, a, "unknown action kind"), -1;
+    int is_comp = cl_act_is_compute(a->kind), is_comm = cl_act_is_message(a->kind);
+    if ((unsigned)a->kind >= CL_ACT_NKINDS) return *err = bad(z, r, a, "unknown action kind"), -1;
     if ((is_comp || is_comm) && (a->mb < 0 || a->mb >= z->m)) {
         snprintf(why, sizeof why, "micro-batch %d is not in 0..%d", a->mb, z->m - 1);
         return *err = bad(z, r, a, why), -1;

@@ -70,7 +70,7 @@ int cl_trace_is_compute(cl_act_kind kind) {
 
 const char *cl_trace_kind_letters(cl_act_kind kind) {
     static const char *const l[] = {"F", "B", "W", "BW", "SA", "RA", "SG", "RG", "SYNC", "STEP"};
-    return (unsigned)kind <= CL_ACT_OPT_STEP ? l[kind] : "?";
+    return (unsigned)kind < CL_ACT_NKINDS ? l[kind] : "?";
 }
 
 static int kind_has_mb(cl_act_kind kind) { return kind != CL_ACT_GRAD_SYNC && kind != CL_ACT_OPT_STEP; }
@@ -83,7 +83,7 @@ static cl_status check_event(const cl_trace_event *e, size_t i) {
         return cl_error(CL_ERR_INVALID, "trace event %zu: rank %d is outside 0..%d", i, e->rank, CL_TRACE_MAX_RANKS - 1);
     if (e->track != CL_TRACK_COMPUTE && e->track != CL_TRACK_COMM)
         return cl_error(CL_ERR_INVALID, "trace event %zu: track %d is neither 0 (compute) nor 1 (send/recv)", i, e->track);
-    if ((unsigned)e->kind > CL_ACT_OPT_STEP) return cl_error(CL_ERR_INVALID, "trace event %zu: unknown kind %d", i, (int)e->kind);
+    if ((unsigned)e->kind >= CL_ACT_NKINDS) return cl_error(CL_ERR_INVALID, "trace event %zu: unknown kind %d", i, (int)e->kind);
     if (e->mb < 0 || e->chunk < 0 || e->step < 0)
         return cl_error(CL_ERR_INVALID, "trace event %zu: mb %d, chunk %d and step %d must be >= 0", i, e->mb, e->chunk, e->step);
     if (!isfinite(e->t0) || !isfinite(e->t1) || e->t1 < e->t0)
@@ -200,7 +200,7 @@ static cl_status get_num(const char *path, size_t i, const cl_json *obj, const c
 
 static cl_status parse_kind(const char *path, size_t i, const cl_json *k, cl_act_kind *out) {
     if (k->type == CL_JSON_STRING)
-        for (int j = 0; j <= CL_ACT_OPT_STEP; j++)
+        for (int j = 0; j < CL_ACT_NKINDS; j++)
             if (!strcmp(k->string, cl_act_kind_name((cl_act_kind)j))) {
                 *out = (cl_act_kind)j;
                 return CL_OK;
@@ -588,7 +588,7 @@ cl_status cl_svg_timeline(cl_strbuf *out, const cl_trace *t, int step, int comm,
               {CL_ACT_RECV_GRAD, "receive (waiting, in flight)"}, {CL_ACT_GRAD_SYNC, "gradient sync (exposed)"},
               {CL_ACT_OPT_STEP, "optimizer step"}};
     for (int j = 0; j < 5; j++) {
-        if (!(strips & (1u << ls[j].bit)) || (j == 2 && (strips & (1u << CL_ACT_RECV_ACT)))) continue;
+        if (!(strips & (1u << ls[j].bit)) || (ls[j].bit == CL_ACT_RECV_GRAD && (strips & (1u << CL_ACT_RECV_ACT)))) continue;
         cl_sb_printf(&b, "<rect x=\"%.1f\" y=\"%.1f\" width=\"12\" height=\"6\" fill=\"%s\"/><text x=\"%.1f\" y=\"%.1f\">%s</text>\n", lx,
                      ly + 3, strip_fill(ls[j].bit), lx + 16, ly + 10, ls[j].name);
         lx += 190;

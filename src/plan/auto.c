@@ -80,14 +80,14 @@ void cl_plan_cfg_to_train(const cl_plan_cfg *c, cl_train_config *tc) {
 void cl_plan_cfg_flags(const cl_plan_cfg *c, char *buf, size_t n) {
     static const char *const rc[] = {"none", "selective", "full"};
     int k = snprintf(buf, n, "--dp %d --tp %d --pp %d --micro-batch-size %d --zero %d --recompute %s", c->dp, c->tp, c->pp, c->mb, c->zero,
-                     rc[c->recompute >= 0 && c->recompute < 3 ? c->recompute : 0]);
+                     rc[c->recompute >= CL_RECOMPUTE_NONE && c->recompute <= CL_RECOMPUTE_FULL ? c->recompute : CL_RECOMPUTE_NONE]);
     if (k < 0 || (size_t)k >= n) return;
     if (c->pp > 1) k += snprintf(buf + k, n - (size_t)k, " --schedule %s", cl_sched_kind_name((cl_sched_kind)c->schedule));
     if (k >= 0 && (size_t)k < n && c->pp > 1 && c->schedule == CL_SCHED_INTERLEAVED)
         k += snprintf(buf + k, n - (size_t)k, " --virtual-stages %d", c->v);
     if (k >= 0 && (size_t)k < n && c->sp) k += snprintf(buf + k, n - (size_t)k, " --sequence-parallel");
-    if (k >= 0 && (size_t)k < n && c->offload)
-        snprintf(buf + k, n - (size_t)k, c->offload == 2 ? " --offload-optimizer disk --offload-dir DIR" : " --offload-optimizer host");
+    if (k >= 0 && (size_t)k < n && c->offload != CL_OFFLOAD_NONE)
+        snprintf(buf + k, n - (size_t)k, c->offload == CL_OFFLOAD_DISK ? " --offload-optimizer disk --offload-dir DIR" : " --offload-optimizer host");
 }
 
 int cl_plan_cfg_distance(const cl_plan_cfg *c, const cl_plan_cfg *ref) {

@@ -25,10 +25,10 @@ static void gemm(cl_pass_cost *c, double m, double n, double k, double count, in
     gemm_part(c, m, n, k, count, layout, 1);
 }
 
-static void coll(cl_pass_cost *c, int kind, double bytes, int tp) {
+static void coll(cl_pass_cost *c, cl_coll_kind kind, double bytes, int tp) {
     if (tp <= 1 || bytes <= 0) return;
-    if (kind == 0) c->ar_bytes += bytes, c->ar_calls++;
-    else if (kind == 1) c->ag_bytes += bytes, c->ag_calls++;
+    if (kind == CL_COLL_ALLREDUCE) c->ar_bytes += bytes, c->ar_calls++;
+    else if (kind == CL_COLL_ALLGATHER) c->ag_bytes += bytes, c->ag_calls++;
     else c->rs_bytes += bytes, c->rs_calls++;
 }
 
@@ -69,8 +69,9 @@ static void block_cost(const cl_model_desc *d, int B, double e, int recompute, i
     double scores = (double)B * H * T * T, rowbias = tp > 1 ? 2 : 1;
     f->bytes = e * (2 * Rs * C + R * 3 * Cl + 2 * tri * scores + rowbias * Rs * C + 4 * Rs * C + 2 * R * 4 * Cl + rowbias * Rs * C);
     f->stream = e * (3 * Rs * C + (1 - tri) * scores);
-    if (sp) coll(f, 1, act, tp), coll(f, 2, act, tp), coll(f, 1, act, tp), coll(f, 2, act, tp);
-    else coll(f, 0, act, tp), coll(f, 0, act, tp);
+    if (sp) coll(f, CL_COLL_ALLGATHER, act, tp), coll(f, CL_COLL_REDUCE_SCATTER, act, tp),
+            coll(f, CL_COLL_ALLGATHER, act, tp), coll(f, CL_COLL_REDUCE_SCATTER, act, tp);
+    else coll(f, CL_COLL_ALLREDUCE, act, tp), coll(f, CL_COLL_ALLREDUCE, act, tp);
     /* backward-input: each linear's input gradient, the four products of attention */
     gemm(b, R, C, 3 * Cl, 1, CL_GEMM_NT);
     gemm_part(b, T, hd, T, B * H, CL_GEMM_NN, att); /* dq = ds k */
@@ -85,15 +86,16 @@ static void block_cost(const cl_model_desc *d, int B, double e, int recompute, i
      * write 1); streams: dqkv zeroed, the residual gradient copied, the two added */
     b->bytes = e * (3 * R * 4 * Cl + 3 * tri * scores + 4 * Rs * C + 3 * Rs * C);
     b->stream = e * (R * 3 * Cl + 2 * Rs * C + 3 * Rs * C + (att - tri) * scores);
-    if (sp) coll(b, 1, act, tp), coll(b, 2, act, tp), coll(b, 1, act, tp), coll(b, 2, act, tp);
-    else coll(b, 0, act, tp), coll(b, 0, act, tp);
+    if (sp) coll(b, CL_COLL_ALLGATHER, act, tp), coll(b, CL_COLL_REDUCE_SCATTER, act, tp),
+            coll(b, CL_COLL_ALLGATHER, act, tp), coll(b, CL_COLL_REDUCE_SCATTER, act, tp);
+    else coll(b, CL_COLL_ALLREDUCE, act, tp), coll(b, CL_COLL_ALLREDUCE, act, tp);
     /* backward-weight: dW = x^T dy of the four linears, bias and layernorm gradients (read dy, x) */
     gemm(w, C, 3 * Cl, R, 1, CL_GEMM_TN);
     gemm(w, Cl, C, R, 1, CL_GEMM_TN);
     gemm(w, C, 4 * Cl, R, 1, CL_GEMM_TN);
     gemm(w, 4 * Cl, C, R, 1, CL_GEMM_TN);
     w->bytes = e * (R * (3 * Cl + 4 * Cl) + 2 * Rs * C + 2 * 2 * Rs * C);
-    if (sp) coll(w, 1, act, tp), coll(w, 1, act, tp); /* the layernorm outputs gathered again */
+    if (sp) coll(w, CL_COLL_ALLGATHER, act, tp), coll(w, CL_COLL_ALLGATHER, act, tp); /* the layernorm outputs gathered again */
     if (recompute == CL_RECOMPUTE_FULL) *rf = *f;
     else if (recompute == CL_RECOMPUTE_SELECTIVE) {
         gemm_part(rf, T, T, hd, B * H, CL_GEMM_NT, att);
@@ -108,10 +110,10 @@ static void embed_cost(const cl_model_desc *d, int B, double e, cl_unit_cost *o)
     int tp = d->tpl.tp, sp = d->tpl.sp;
     /* lookup of the rank's rows + positions: read 2, write 1 per element */
     o->pass[CL_PASS_F].bytes = e * 3 * R * C;
-    coll(&o->pass[CL_PASS_F], sp ? 2 : 0, R * C * e, tp);
+    coll(&o->pass[CL_PASS_F], sp ? CL_COLL_REDUCE_SCATTER : CL_COLL_ALLREDUCE, R * C * e, tp);
     /* the gradient's scatter-add into wte's and wpe's rows: read dy, read and write the rows */
     o->pass[CL_PASS_W].bytes = e * 4 * R * C;
-    if (sp) coll(&o->pass[CL_PASS_W], 1, R * C * e, tp);
+    if (sp) coll(&o->pass[CL_PASS_W], CL_COLL_ALLGATHER, R * C * e, tp);
 }
 
 static void head_cost(const cl_model_desc *d, int B, double e, cl_unit_cost *o) {
@@ -122,14 +124,14 @@ static void head_cost(const cl_model_desc *d, int B, double e, cl_unit_cost *o) 
     gemm(f, R, Vl, C, 1, CL_GEMM_NT);
     /* ln_f; the softmax cross-entropy reads the logits twice (max, sums) and keeps them */
     f->bytes = e * (2 * Rs * C + 3 * R * Vl);
-    if (sp) coll(f, 1, R * C * e, tp);
-    coll(f, 0, R * 4.0, tp);  /* the row max */
-    coll(f, 0, R * 16.0, tp); /* the sums of exponentials and the target's logit, doubles */
+    if (sp) coll(f, CL_COLL_ALLGATHER, R * C * e, tp);
+    coll(f, CL_COLL_ALLREDUCE, R * 4.0, tp);  /* the row max */
+    coll(f, CL_COLL_ALLREDUCE, R * 16.0, tp); /* the sums of exponentials and the target's logit, doubles */
     /* the whole backward (a loss unit's B): dlogits, dx = dlogits wte, dwte = dlogits^T x, ln_f */
     gemm(b, R, C, Vl, 1, CL_GEMM_NN);
     gemm(b, Vl, C, R, 1, CL_GEMM_TN);
     b->bytes = e * (2 * R * Vl + 3 * Rs * C + 2 * Rs * C);
-    coll(b, sp ? 2 : 0, R * C * e, tp);
+    coll(b, sp ? CL_COLL_REDUCE_SCATTER : CL_COLL_ALLREDUCE, R * C * e, tp);
 }
 
 void cl_unit_cost_of(const cl_model_desc *d, int u, int B, int ebytes, int recompute, int causal, cl_unit_cost *o) {
@@ -149,8 +151,8 @@ void cl_unit_cost_of(const cl_model_desc *d, int u, int B, int ebytes, int recom
         gemm(b, Bd, ci, co, 1, CL_GEMM_NT);
         gemm(w, ci, co, Bd, 1, CL_GEMM_TN);
         w->bytes = e * Bd * co;
-        if (un->tp_mode == 2) coll(f, 0, Bd * co * e, tp); /* row-parallel: the output's partial sums */
-        if (un->tp_mode == 1) coll(b, 0, Bd * ci * e, tp); /* column-parallel: the input gradient's */
+        if (un->tp_mode == CL_LINEAR_ROWS) coll(f, CL_COLL_ALLREDUCE, Bd * co * e, tp); /* row-parallel: the output's partial sums */
+        if (un->tp_mode == CL_LINEAR_COLS) coll(b, CL_COLL_ALLREDUCE, Bd * ci * e, tp); /* column-parallel: the input gradient's */
         break;
     }
     case CL_UNIT_CONV: {

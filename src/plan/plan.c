@@ -35,9 +35,9 @@
 double cl_plan_model_states(double psi, int K, int zero, int n) {
     if (n < 1) n = 1;
     double w = 2 * psi, g = 2 * psi, o = K * psi;
-    if (zero >= 1) o /= n;
-    if (zero >= 2) g /= n;
-    if (zero >= 3) w /= n;
+    if (cl_zero_shards_optim(zero)) o /= n;
+    if (cl_zero_shards_grads(zero)) g /= n;
+    if (cl_zero_shards_params(zero)) w /= n;
     return w + g + o;
 }
 
@@ -238,12 +238,12 @@ static cl_status prepare(plan_ctx *x, const cl_plan_cfg *c, prep *P, cl_model_de
     if (c->bf16 && !(hw->peak_bf16 > 0))
         return cl_error(CL_ERR_INVALID, "--precision bf16: the hardware %s has no bf16 peak", hw->name);
     if (hw->exact_memory && c->bf16) return cl_error(CL_ERR_INVALID, "cleave trains in fp32 on this machine");
-    if (c->zero < 0 || c->zero > 3) return cl_error(CL_ERR_INVALID, "ZeRO stage %d (0 to 3)", c->zero);
-    if (c->offload < 0 || c->offload > 2) return cl_error(CL_ERR_INVALID, "offload %d (0 none, 1 host, 2 disk)", c->offload);
+    if (c->zero < CL_ZERO_NONE || c->zero > CL_ZERO_PARAMS) return cl_error(CL_ERR_INVALID, "ZeRO stage %d (0 to 3)", c->zero);
+    if (c->offload < CL_OFFLOAD_NONE || c->offload > CL_OFFLOAD_DISK) return cl_error(CL_ERR_INVALID, "offload %d (0 none, 1 host, 2 disk)", c->offload);
     if (c->offload && !hw->exact_memory)
         return cl_error(CL_ERR_UNSUPPORTED, "optimizer offload is modelled on this machine only (%s has no host link in its description)",
                         hw->name);
-    if (c->offload == 2 && !(hw->disk_bw > 0))
+    if (c->offload == CL_OFFLOAD_DISK && !(hw->disk_bw > 0))
         return cl_error(CL_ERR_UNSUPPORTED, "--offload-optimizer disk: the hardware %s has no disk_bandwidth (run `cleave plan calibrate`)",
                         hw->name);
     if (c->sp && c->tp < 2) return cl_error(CL_ERR_INVALID, "sequence parallelism needs tp > 1");
@@ -304,7 +304,7 @@ static cl_status prepare(plan_ctx *x, const cl_plan_cfg *c, prep *P, cl_model_de
     }
     double pb = eb; /* bytes per 16-bit or fp32 parameter */
     int dp_inter = inter_group(hw, c->dp * c->tp);
-    if (c->zero >= 3 && c->dp > 1) CL_TRY(zero3_passes(x, P, d, eb, peak, dp_inter));
+    if (cl_zero_shards_params(c->zero) && c->dp > 1) CL_TRY(zero3_passes(x, P, d, eb, peak, dp_inter));
     /* activations (and their gradients) between stages: this rank's rows of a block's output */
     if (P->p > 1) {
         double bytes = (double)d->units[P->u1[0] - 1].out_floats * c->mb * eb;
@@ -322,7 +322,7 @@ static cl_status prepare(plan_ctx *x, const cl_plan_cfg *c, prep *P, cl_model_de
         double sync = 0;
         if (c->dp > 1) {
             double g = np * (c->bf16 ? 2 : 4);
-            if (c->zero >= 2) {
+            if (cl_zero_shards_grads(c->zero)) {
                 /* stage 2 keeps no whole gradient: every micro-batch's buckets are reduce-scattered
                  * during its own backward (under zb-h1 its W passes), each hiding under that pass */
                 double rs = cl_hw_coll(hw, CL_COLL_REDUCE_SCATTER, g, c->dp, dp_inter);
@@ -333,18 +333,18 @@ static cl_status prepare(plan_ctx *x, const cl_plan_cfg *c, prep *P, cl_model_de
                 /* buckets leave during the chunk's last combined backward (not under a split one) */
                 if (P->kind != CL_SCHED_ZB_H1 && !hw->coll_on_cores) sync = sync > last_bwd ? sync - last_bwd : 0;
             }
-            if (c->zero == 1 || c->zero == 2) sync += cl_hw_coll(hw, CL_COLL_ALLGATHER, np * pb, c->dp, dp_inter);
+            if (c->zero == CL_ZERO_OPTIM || c->zero == CL_ZERO_GRADS) sync += cl_hw_coll(hw, CL_COLL_ALLGATHER, np * pb, c->dp, dp_inter);
         }
         /* the tied embedding's gradients between the first and the last rank */
         if (gpt && P->p > 1 && (r == 0 || r == P->p - 1) && d->tied_wte >= 0)
             sync += cl_hw_p2p(hw, (double)d->params[d->tied_wte].numel * (c->bf16 ? 2 : 4), 1);
         P->sync[r] = sync;
         /* AdamW: 28 bytes per parameter of the shard (read master, grad, m, v; write master, m, v, the 16-bit copy) */
-        double shard = c->zero >= 1 && c->dp > 1 ? np / c->dp : np;
+        double shard = cl_zero_shards_optim(c->zero) && c->dp > 1 ? np / c->dp : np;
         P->opt[r] = shard * 28.0 / hw->mem_bw;
         /* offload: host memory is this machine's memory (the same stream); disk streams both moments
          * in and out of the file (16 bytes a parameter), a worker thread's tile I/O beside the update */
-        if (c->offload == 2 && shard * 16.0 / hw->disk_bw > P->opt[r]) P->opt[r] = shard * 16.0 / hw->disk_bw;
+        if (c->offload == CL_OFFLOAD_DISK && shard * 16.0 / hw->disk_bw > P->opt[r]) P->opt[r] = shard * 16.0 / hw->disk_bw;
     }
     return CL_OK;
 }
@@ -392,7 +392,7 @@ static cl_status memory(plan_ctx *x, const prep *P, const cl_model_desc *d, cl_p
         tc.recompute = c->recompute;
         tc.zero = c->zero;
         tc.offload_optimizer = c->offload;
-        if (c->offload == 2) { /* the file's directory does not change a byte: any writable one */
+        if (c->offload == CL_OFFLOAD_DISK) { /* the file's directory does not change a byte: any writable one */
             const char *tmp = getenv("TMPDIR");
             tc.offload_dir = tmp && *tmp ? tmp : "/tmp";
         }
@@ -444,7 +444,7 @@ static cl_status memory(plan_ctx *x, const prep *P, const cl_model_desc *d, cl_p
             if (ci == ncache) {
                 /* the output-gradient pool is the same at any live count: `per` is one slot's bytes */
                 cl_pp_stage_opts o = {.B = c->mb, .recompute = c->recompute, .live = 1, .zb = P->kind == CL_SCHED_ZB_H1,
-                                      .ngb = s > 0, .ndout = ndout, .zero = {c->zero > 0 ? 1 : 0, c->dp, 0}};
+                                      .ngb = s > 0, .ndout = ndout, .zero = {cl_zero_shards_optim(c->zero) ? CL_ZERO_OPTIM : CL_ZERO_NONE, c->dp, 0}};
                 cl_pp_stage_cost one = cl_pp_stage_predict(d, P->u0[s], P->u1[s], &o);
                 o.live = 2;
                 cl_pp_stage_cost two = cl_pp_stage_predict(d, P->u0[s], P->u1[s], &o);
@@ -456,12 +456,12 @@ static cl_status memory(plan_ctx *x, const prep *P, const cl_model_desc *d, cl_p
             }
             for (int k = 0; k < CL_MEM_NCAT; k++) {
                 double b = cache[ci].one[k] + (live - 1) * cache[ci].per[k];
-                if (k == CL_MEM_GRADS && c->zero >= 2) b /= c->dp;
-                if (k == CL_MEM_PARAMS && c->zero >= 3) b /= c->dp;
+                if (k == CL_MEM_GRADS && cl_zero_shards_grads(c->zero)) b /= c->dp;
+                if (k == CL_MEM_PARAMS && cl_zero_shards_params(c->zero)) b /= c->dp;
                 cat[k] += b * scale[k];
             }
         }
-        if (c->zero >= 3 && c->dp > 1) { /* the gathered parameters of the largest unit, twice (prefetch) */
+        if (cl_zero_shards_params(c->zero) && c->dp > 1) { /* the gathered parameters of the largest unit, twice (prefetch) */
             double big = 0;
             for (int u = 0; u < d->nunits; u++)
                 if (x->up[u] > big) big = x->up[u];
@@ -553,7 +553,7 @@ static cl_status simulate(const prep *P, double *step, double *bubble, cl_trace 
         for (int r = 0; r < P->p; r++) {
             double end = 0;
             for (int i = 0; i < sc.len[r]; i++)
-                if (sc.acts[r][i].kind <= CL_ACT_BWD && res.end[r][i] > end) end = res.end[r][i];
+                if (cl_act_is_compute(sc.acts[r][i].kind) && res.end[r][i] > end) end = res.end[r][i];
             idle += end - res.busy[r];
             span += end;
         }
@@ -680,12 +680,13 @@ cl_status cl_plan_search(const cl_plan_query *q, cl_plan_list *out) {
                          * --virtual-stages is fixed: they bound the search (1T on 3072: 5x the configurations) */
                         if (kind == CL_SCHED_INTERLEAVED && gpt && fx->v <= 0 && q->model.layers % (pp * v)) continue;
                         if (pp * v > nb) break;
-                        int zs[4], nz = opts_of(fx->zero, 0, 3, zs);
-                        int os[3], no = opts_of(fx->offload, 0, hw->exact_memory ? (hw->disk_bw > 0 ? 2 : 1) : 0, os);
-                        int rs[3], nr = opts_of(fx->recompute, 0, gpt ? 2 : 0, rs);
+                        int zs[4], nz = opts_of(fx->zero, CL_ZERO_NONE, CL_ZERO_PARAMS, zs);
+                        int off_hi = hw->exact_memory ? (hw->disk_bw > 0 ? CL_OFFLOAD_DISK : CL_OFFLOAD_HOST) : CL_OFFLOAD_NONE;
+                        int os[3], no = opts_of(fx->offload, CL_OFFLOAD_NONE, off_hi, os);
+                        int rs[3], nr = opts_of(fx->recompute, CL_RECOMPUTE_NONE, gpt ? CL_RECOMPUTE_FULL : CL_RECOMPUTE_NONE, rs);
                         int sps[2], ns = opts_of(fx->sp, 0, tp > 1 && gpt ? 1 : 0, sps), fit0 = 0;
                         for (int zi = 0; zi < nz && !st; zi++) {
-                            if (dp == 1 && zs[zi] > 0 && fx->zero < 0) continue;
+                            if (dp == 1 && cl_zero_shards_optim(zs[zi]) && fx->zero < 0) continue;
                             for (int ri = 0; ri < nr && !st; ri++)
                                 for (int si = 0; si < ns * no && !st; si++) {
                                     /* offload last: it is a memory option (host: the same time, disk: slower), tried

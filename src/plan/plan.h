@@ -106,7 +106,7 @@ double cl_hw_p2p(const cl_hw *hw, double bytes, int inter);
 /* ---- configurations (plan.c) ---------------------------------------------- */
 typedef struct {
     int dp, tp, pp, v, mb, schedule, zero, recompute, sp, bf16;
-    int offload;                 /* the AdamW moments: 0 on the device, 1 host, 2 disk (this machine only) */
+    int offload;                 /* the AdamW moments: a cl_offload (disk: this machine only) */
 } cl_plan_cfg;
 
 typedef struct {

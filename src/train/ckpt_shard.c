@@ -28,7 +28,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define SHARD_TAG 32003
+#define SHARD_TAG CL_TAG_FIRST(CL_TAG_SHARD)
 #define WRITE_BUF (1 << 20)      /* bytes: the save's staging buffer */
 #define READ_RUN (64 << 20)      /* bytes: the longest single pread */
 #define NBOX 9                   /* int64 per box a rank reports */
@@ -44,7 +44,7 @@ static void shard_range(const cl_model *m, int64_t n, int i, int64_t *a, int64_t
 
 /* ZeRO 3: the part's buffer holds only this replica's shard of the
  * parameters (cl_model_param_at); m->p[i] is aimed into gather buffers. */
-static int params_sharded(const cl_model *m) { return m->zero.stage >= 3; }
+static int params_sharded(const cl_model *m) { return cl_zero_shards_params(m->zero.stage); }
 
 /* Every rank ends with the same status: the first failed rank's, with its message. */
 static cl_status agree(cl_comm *world, cl_status s) {
@@ -140,7 +140,7 @@ static cl_status collect(cl_trainer *t, entries *es) {
             mom[0] = es->own[c];
             mom[1] = es->own[c] + o->nfloats;
         }
-        int sharded = m->zero.stage >= 1 && m->zero.n > 1;
+        int sharded = cl_zero_shards_optim(m->zero.stage) && m->zero.n > 1;
         for (int i = 0; i < m->desc->nparams; i++) {
             const cl_param_spec *ls = &m->desc->params[i];
             if (!cl_model_owns_param(m, i) || (ls->split == CL_SPLIT_NONE && t->tp_rank != 0)) continue;

@@ -38,7 +38,7 @@ struct cl_trainer {
 };
 
 /* Global samples [k0, k0 + B) into the given buffers (B * T tokens and
- * targets, or B * 64 pixels and B labels). */
+ * targets, or B * pixels (the model's input floats) and B labels). */
 void cl_trainer_fill_batch(cl_trainer *t, int64_t k0, int B, int32_t *tokens, int32_t *targets, float *x, cl_microbatch *mb);
 
 /* A pipeline's shape (memory.c), the same for the executor and the memory
@@ -67,6 +67,17 @@ size_t cl_rank_extra_bytes(const cl_model_desc *d, const cl_train_config *cfg, c
  * creates this rank's chunks (t->model and t->opt are chunk 0's), their
  * optimizers and the micro-batch slots. One rank (t->pp_size 1, no pipeline
  * communicator needed) is a one-stage pipeline under 1F1B. */
+/* The tag of the pipeline message crossing into stage s_hi of S (dir 0:
+ * the activations forward, 1: their gradient back) for micro-batch mb, in
+ * the pipeline's tag channel (CL_TAG_PIPE): (s_hi, dir) exactly, the
+ * micro-batch modulo the window the channel leaves ((CL_TAG_SEQ_MAX + 1) /
+ * 2S micro-batches, at least 8 at CL_PP_MAX_STAGES). Messages of two
+ * (s_hi, dir) never share a tag; two of one (s_hi, dir) a window apart do,
+ * and are matched in the order posted, which every schedule keeps (a
+ * stage's micro-batches are sent and received in order; both backends keep
+ * a pair's same-tag messages in order). CL_ERR_INTERNAL for arguments
+ * outside those ranges. */
+cl_status cl_pp_msg_tag(int S, int mb, int s_hi, int dir, int *tag);
 cl_status cl_pp_create(cl_trainer *t);
 void cl_pp_destroy(cl_trainer *t);
 /* Every chunk from the one-device initialization stream (cl_model_init). */

@@ -225,34 +225,35 @@ cl_status cl_memory_check(const cl_train_config *cfg, int dp, int pp) {
     size_t used = 0;
     int nfit = 0;
     static const char *const rc_names[] = {"none", "selective", "full"};
-    static const char *const sched_names[] = {"gpipe", "1f1b", "interleaved", "zb-h1"};
-    for (int k = -2; k < 3 + 16 + 4 + 1 && nfit < 3; k++) {
+    /* k: -2 and -1, then each recompute mode, each halving of the micro-batch, each schedule, the layout */
+    enum { NRC = CL_RECOMPUTE_FULL + 1, NHALF = 16, NSCHED = CL_SCHED_NKINDS };
+    for (int k = -2; k < NRC + NHALF + NSCHED + 1 && nfit < 3; k++) {
         cl_train_config c = *cfg;
         char what[96];
         if (k == -2) { /* the optimizer state sharded over the replicas */
-            if (dp < 2 || cfg->zero >= 1) continue;
-            c.zero = 1;
+            if (dp < 2 || cl_zero_shards_optim(cfg->zero)) continue;
+            c.zero = CL_ZERO_OPTIM;
             snprintf(what, sizeof what, "--zero 1");
         } else if (k == -1) { /* the optimizer state in host memory */
             if (cfg->offload_optimizer) continue;
-            c.offload_optimizer = 1;
+            c.offload_optimizer = CL_OFFLOAD_HOST;
             snprintf(what, sizeof what, "--offload-optimizer host");
-        } else if (k < 3) { /* recompute */
+        } else if (k < NRC) { /* recompute */
             if (k == cfg->recompute) continue;
             c.recompute = k;
             snprintf(what, sizeof what, "--recompute %s", rc_names[k]);
-        } else if (k < 3 + 16) { /* a smaller micro-batch, same global batch */
-            int b = cfg->micro_batch >> (k - 2);
+        } else if (k < NRC + NHALF) { /* a smaller micro-batch, same global batch */
+            int b = cfg->micro_batch >> (k - NRC + 1);
             if (b < 1 || (cfg->global_batch % (b * dp))) continue;
-            if (cfg->schedule == 2 && pp > 1 && (cfg->global_batch / (b * dp)) % pp) continue;
+            if (cfg->schedule == CL_SCHED_INTERLEAVED && pp > 1 && (cfg->global_batch / (b * dp)) % pp) continue;
             c.micro_batch = b;
             snprintf(what, sizeof what, "--micro-batch-size %d", b);
-        } else if (k < 3 + 16 + 4) { /* another schedule */
-            int sk = k - 19;
-            if (pp < 2 || sk == cfg->schedule || sk == 2) continue;
+        } else if (k < NRC + NHALF + NSCHED) { /* another schedule */
+            int sk = k - NRC - NHALF;
+            if (pp < 2 || sk == cfg->schedule || sk == CL_SCHED_INTERLEAVED) continue;
             c.schedule = sk;
             c.virtual_stages = 0;
-            snprintf(what, sizeof what, "--schedule %s", sched_names[sk]);
+            snprintf(what, sizeof what, "--schedule %s", cl_sched_kind_name((cl_sched_kind)sk));
         } else { /* the balanced layout */
             if (!cfg->pp_layout || pp < 2) continue;
             c.pp_layout = NULL;
@@ -273,7 +274,7 @@ cl_status cl_memory_check(const cl_train_config *cfg, int dp, int pp) {
         s = cl_error(CL_ERR_OOM,
                      "--offload-optimizer %s: the %d rank%s on this host need%s %s (device bytes and the offloaded optimizer "
                      "state, both in the host's memory) but the host has %s available; refused before allocating. %s%s",
-                     cfg->offload_optimizer == 2 ? "disk" : "host", ranks_here(n), ranks_here(n) == 1 ? "" : "s",
+                     cfg->offload_optimizer == CL_OFFLOAD_DISK ? "disk" : "host", ranks_here(n), ranks_here(n) == 1 ? "" : "s",
                      ranks_here(n) == 1 ? "s" : "",
                      cl_format_bytes(need, needb, sizeof needb), cl_format_bytes(avail, availb, sizeof availb),
                      nfit ? "Fits with " : none, fits);

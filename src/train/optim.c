@@ -150,7 +150,7 @@ static void *tile_worker(void *p) {
 /* The gradient of float a of the part's buffer: under ZeRO 2 only the
  * shard's are held, in m->grads from shard_lo. */
 static float *grad_at(const cl_model *m, int64_t a) {
-    return m->zero.stage >= 2 ? m->grads + (a - m->sizes.shard_lo) : m->grads + a;
+    return cl_zero_shards_grads(m->zero.stage) ? m->grads + (a - m->sizes.shard_lo) : m->grads + a;
 }
 
 void cl_grad_sumsq(const cl_model *m, double *per_param) {
@@ -191,7 +191,7 @@ void cl_optimizer_step(cl_optimizer *o, cl_model *m, float lr) { cl_optimizer_st
  * under ZeRO), its moments at mm, mv: each parameter's piece inside it. */
 static void update_range(cl_optimizer *o, cl_model *m, float lr, float gscale, int64_t t0, int64_t n, float *mm, float *mv) {
     const cl_part_sizes *z = &m->sizes;
-    int64_t base = m->zero.stage >= 1 ? z->shard_lo : 0; /* moment float j is buffer float base + j */
+    int64_t base = cl_zero_shards_optim(m->zero.stage) ? z->shard_lo : 0; /* moment float j is buffer float base + j */
     for (int i = 0; i < m->desc->nparams; i++) {
         const cl_param_spec *ps = &m->desc->params[i];
         if (m->loc[i] < 0) continue;

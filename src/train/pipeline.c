@@ -48,7 +48,7 @@
 #include "cleave/dp.h"
 #include "train/internal.h"
 
-#define TIE_TAG CL_COMM_TAG_MAX
+#define TIE_TAG CL_TAG_FIRST(CL_TAG_TIE)
 
 typedef struct {
     int mb;              /* micro-batch in it, -1 when free */
@@ -99,8 +99,17 @@ struct cl_pp {
 
 static int rank_of_stage(const struct cl_pp *pp, int s) { return s % pp->p; }
 
-static int msg_tag(const struct cl_pp *pp, int mb, int s_hi, int dir) {
-    return (int)((((int64_t)mb * pp->S + s_hi) * 2 + dir) % CL_COMM_TAG_MAX);
+_Static_assert(2 * CL_PP_MAX_STAGES <= CL_TAG_SEQ_MAX + 1, "a pipeline channel sequence per stage and direction");
+
+cl_status cl_pp_msg_tag(int S, int mb, int s_hi, int dir, int *tag) {
+    if (S < 1 || S > CL_PP_MAX_STAGES || s_hi < 0 || s_hi >= S || (dir != 0 && dir != 1) || mb < 0)
+        return cl_error(CL_ERR_INTERNAL, "pipeline message tag of stage %d of %d, direction %d, micro-batch %d", s_hi, S, dir, mb);
+    int window = (CL_TAG_SEQ_MAX + 1) / (2 * S);
+    return cl_comm_tag(CL_TAG_PIPE, (int64_t)(mb % window) * 2 * S + s_hi * 2 + dir, tag);
+}
+
+static cl_status msg_tag(const struct cl_pp *pp, int mb, int s_hi, int dir, int *tag) {
+    return cl_pp_msg_tag(pp->S, mb, s_hi, dir, tag);
 }
 
 /* ---- setup ---------------------------------------------------------------- */
@@ -181,7 +190,7 @@ cl_status cl_pp_create(cl_trainer *t) {
         if (t->tp > 1) CL_TRY(cl_model_set_tp(ch->m, cfg->groups->tp));
         CL_TRY(cl_model_split_tied(ch->m));
         CL_TRY(cl_model_set_recompute(ch->m, (cl_recompute)cfg->recompute));
-        if (cfg->offload_optimizer == 2) CL_TRY(cl_optimizer_create_disk(&ch->opt, ch->m, t->host, cfg->offload_dir, &cfg->adamw));
+        if (cfg->offload_optimizer == CL_OFFLOAD_DISK) CL_TRY(cl_optimizer_create_disk(&ch->opt, ch->m, t->host, cfg->offload_dir, &cfg->adamw));
         else CL_TRY(cl_optimizer_create_on(&ch->opt, ch->m, t->host ? t->host : t->dev, &cfg->adamw));
         CL_TRY(cl_dp_create(&ch->dp, t->dp > 1 ? cfg->groups->dp : NULL, ch->m, cfg->bucket_bytes));
         ch->last_bwd = -1;
@@ -559,7 +568,7 @@ static cl_status opt_step(cl_trainer *t, struct cl_pp *pp, float lr, double loss
     /* ZeRO: each replica updated its shard; every replica gets every shard */
     for (int c = 0; c < pp->v; c++) {
         cl_model *m = pp->ch[c].m;
-        if (m->zero.stage == 1 || m->zero.stage == 2) /* ZeRO 3 keeps the shard only */
+        if (m->zero.stage == CL_ZERO_OPTIM || m->zero.stage == CL_ZERO_GRADS) /* ZeRO 3 keeps the shard only */
             CL_TRY(cl_comm_allgather(t->cfg.groups->dp, m->params + m->sizes.shard_lo, m->params,
                                      (size_t)m->sizes.shard * sizeof(float)));
     }
@@ -574,9 +583,10 @@ static cl_status run_action(cl_trainer *t, struct cl_pp *pp, const cl_action *a,
                             double *norm) {
     pp_chunk *ch = &pp->ch[a->chunk];
     int s = ch->stage, prev = rank_of_stage(pp, (s + pp->S - 1) % pp->S), next = rank_of_stage(pp, (s + 1) % pp->S);
+    int tag;
     cl_model *m = ch->m;
     pp_slot *sl = NULL;
-    if (a->kind <= CL_ACT_RECV_GRAD && a->kind != CL_ACT_SEND_GRAD) {
+    if (cl_act_on_microbatch(a->kind) && a->kind != CL_ACT_SEND_GRAD) { /* the actions on a slot */
         sl = get_slot(t, ch, a->mb, t->step);
         if (!sl) return cl_error(CL_ERR_INTERNAL, "stage %d: no free slot for micro-batch %d", s, a->mb);
     }
@@ -614,19 +624,23 @@ static cl_status run_action(cl_trainer *t, struct cl_pp *pp, const cl_action *a,
         return release_slot(pp, ch, a->mb);
     }
     case CL_ACT_SEND_ACT:
-        return cl_comm_isend(pp->comm, cl_acts_output_mb(m, &sl->acts, m->u1 - 1, &sl->mbd), ch->out_bytes, next,
-                             msg_tag(pp, a->mb, s + 1, 0), &sl->send_req);
+        CL_TRY(msg_tag(pp, a->mb, s + 1, 0, &tag));
+        return cl_comm_isend(pp->comm, cl_acts_output_mb(m, &sl->acts, m->u1 - 1, &sl->mbd), ch->out_bytes, next, tag,
+                             &sl->send_req);
     case CL_ACT_RECV_ACT:
-        return cl_comm_recv(pp->comm, sl->in, ch->in_bytes, prev, msg_tag(pp, a->mb, s, 0));
+        CL_TRY(msg_tag(pp, a->mb, s, 0, &tag));
+        return cl_comm_recv(pp->comm, sl->in, ch->in_bytes, prev, tag);
     case CL_ACT_RECV_GRAD: {
         float *dout = dout_buf(ch, a->mb, 1);
         if (!dout) return cl_error(CL_ERR_INTERNAL, "stage %d: no free output gradient buffer of %d for micro-batch %d", s, ch->ndout, a->mb);
-        return cl_comm_recv(pp->comm, dout, ch->out_bytes, next, msg_tag(pp, a->mb, s + 1, 1));
+        CL_TRY(msg_tag(pp, a->mb, s + 1, 1, &tag));
+        return cl_comm_recv(pp->comm, dout, ch->out_bytes, next, tag);
     }
     case CL_ACT_SEND_GRAD: {
         int k = pool_find(ch->gb_mb, ch->ngb, a->mb);
         if (k < 0 || ch->gb_req[k]) return cl_error(CL_ERR_INTERNAL, "stage %d: no input gradient to send for micro-batch %d", s, a->mb);
-        return cl_comm_isend(pp->comm, ch->gb[k], ch->in_bytes, prev, msg_tag(pp, a->mb, s, 1), &ch->gb_req[k]);
+        CL_TRY(msg_tag(pp, a->mb, s, 1, &tag));
+        return cl_comm_isend(pp->comm, ch->gb[k], ch->in_bytes, prev, tag, &ch->gb_req[k]);
     }
     case CL_ACT_GRAD_SYNC:
         return grad_sync(t, pp);
@@ -705,7 +719,7 @@ cl_status cl_pp_step(cl_trainer *t, float lr, double *loss_sum, double *norm, cl
                                     a->chunk * pp->p + pp->r, t->step + 1, cl_act_kind_name(a->kind), a->mb);
         }
         double a1 = cl_now();
-        if (a->kind <= CL_ACT_BWD) {
+        if (cl_act_is_compute(a->kind)) {
             busy += a1 - a0;
             last_end = a1;
         }
@@ -726,12 +740,18 @@ cl_status cl_pp_eval_batch(void *ctx, const cl_microbatch *mb, double *sum) {
         pp_slot *sl = &ch->slots[0];
         size_t in_bytes = ch->in_bytes / (size_t)t->cfg.micro_batch * (size_t)mb->B;
         size_t out_bytes = ch->out_bytes / (size_t)t->cfg.micro_batch * (size_t)mb->B;
-        if (!ch->first) CL_TRY(cl_comm_recv(pp->comm, sl->in, in_bytes, rank_of_stage(pp, s - 1), msg_tag(pp, 0, s, 0)));
+        int tag;
+        if (!ch->first) {
+            CL_TRY(msg_tag(pp, 0, s, 0, &tag));
+            CL_TRY(cl_comm_recv(pp->comm, sl->in, in_bytes, rank_of_stage(pp, s - 1), tag));
+        }
         CL_TRY(cl_model_stage_forward(ch->m, mb, ch->first ? mb->x : sl->in, &sl->acts));
         if (ch->last && t->tp_rank == 0) *sum += cl_acts_loss_sum(ch->m, &sl->acts, ch->m->u1 - 1, mb);
-        else if (!ch->last)
+        else if (!ch->last) {
+            CL_TRY(msg_tag(pp, 0, s + 1, 0, &tag));
             CL_TRY(cl_comm_send(pp->comm, cl_acts_output_mb(ch->m, &sl->acts, ch->m->u1 - 1, mb), out_bytes,
-                                rank_of_stage(pp, s + 1), msg_tag(pp, 0, s + 1, 0)));
+                                rank_of_stage(pp, s + 1), tag));
+        }
     }
     return CL_OK;
 }
@@ -782,7 +802,7 @@ cl_status cl_trainer_generate(cl_trainer *t, const int32_t *prompt, int nprompt,
 
 /* ---- the timeline ------------------------------------------------------------ */
 
-#define TRACE_TAG 32001
+#define TRACE_TAG CL_TAG_FIRST(CL_TAG_TRACE)
 
 cl_status cl_trainer_write_trace(cl_trainer *t, cl_comm *world, const char *path, int last_steps) {
     struct cl_pp *pp = t->pp;
@@ -823,7 +843,7 @@ cl_status cl_trainer_write_trace(cl_trainer *t, cl_comm *world, const char *path
 
 /* ---- checkpoints ------------------------------------------------------------- */
 
-#define CKPT_TAG 32002
+#define CKPT_TAG CL_TAG_FIRST(CL_TAG_CKPT)
 
 /* The chunk of this rank that owns parameter i, or NULL; *rank its owner. */
 static pp_chunk *owner_of(struct cl_pp *pp, const cl_model_desc *d, int i, int *rank) {
@@ -892,8 +912,8 @@ static cl_status pp_gather(cl_trainer *t, float **host, int *writer, int *opt_t)
      * (ZeRO: every replica sends its shard) or in a file (offload to disk): [m | v], alloc floats each */
     float *mom[CL_PP_MAX_CHUNKS] = {0};
     cl_status s = CL_OK;
-    int sharded = t->cfg.zero >= 1 && t->dp > 1;
-    for (int c = 0; c < pp->v && !s && (sharded || t->cfg.offload_optimizer == 2); c++) {
+    int sharded = cl_zero_shards_optim(t->cfg.zero) && t->dp > 1;
+    for (int c = 0; c < pp->v && !s && (sharded || t->cfg.offload_optimizer == CL_OFFLOAD_DISK); c++) {
         const cl_model *m = pp->ch[c].m;
         const cl_optimizer *o = &pp->ch[c].opt;
         size_t n = (size_t)m->sizes.alloc, sh = (size_t)m->sizes.moments;
@@ -976,7 +996,7 @@ static cl_status pp_load(cl_trainer *t, const float *p, const float *m, const fl
     for (int c = 0; c < pp->v; c++) {
         pp_chunk *ch = &pp->ch[c];
         /* sharded (ZeRO) or in a file (disk): the part's moments whole first, then what this replica keeps */
-        int whole_first = ch->m->zero.stage >= 1 || ch->opt.fd >= 0;
+        int whole_first = cl_zero_shards_optim(ch->m->zero.stage) || ch->opt.fd >= 0;
         float *zbuf = whole_first ? calloc(2 * (size_t)ch->m->sizes.alloc, sizeof(float)) : NULL;
         if (whole_first && !zbuf) return cl_error(CL_ERR_OOM, "cannot allocate the optimizer state's load buffer");
         for (int i = 0; i < d->nparams; i++) {

@@ -48,10 +48,10 @@ void cl_train_config_default(cl_train_config *c) {
 
 cl_status cl_train_describe(const cl_train_config *cfg, int tp_rank, cl_model_desc **out) {
     int tp = cfg->tp > 1 ? cfg->tp : 1;
-    if (cfg->zero < 0 || cfg->zero > 3) return cl_error(CL_ERR_INVALID, "--zero must be 0, 1, 2 or 3 (got %d)", cfg->zero);
-    if (cfg->offload_optimizer < 0 || cfg->offload_optimizer > 2)
+    if (cfg->zero < CL_ZERO_NONE || cfg->zero > CL_ZERO_PARAMS) return cl_error(CL_ERR_INVALID, "--zero must be 0, 1, 2 or 3 (got %d)", cfg->zero);
+    if (cfg->offload_optimizer < CL_OFFLOAD_NONE || cfg->offload_optimizer > CL_OFFLOAD_DISK)
         return cl_error(CL_ERR_INVALID, "--offload-optimizer must be none, host or disk");
-    if ((cfg->offload_optimizer == 2) != (cfg->offload_dir != NULL))
+    if ((cfg->offload_optimizer == CL_OFFLOAD_DISK) != (cfg->offload_dir != NULL))
         return cl_error(CL_ERR_INVALID, cfg->offload_dir ? "--offload-dir needs --offload-optimizer disk"
                                                          : "--offload-optimizer disk needs --offload-dir DIR");
     if (cfg->offload_dir) CL_TRY(cl_check_dir_writable(cfg->offload_dir, "--offload-dir"));
@@ -92,8 +92,10 @@ static cl_status load_data(cl_trainer *t) {
         return CL_OK;
     }
     CL_TRY(cl_digits_load(t->cfg.data, &t->digits));
-    int in = mc->kind == CL_MODEL_MLP ? mc->widths[0] : mc->in_channels * mc->height * mc->width;
-    if (in != 64) return cl_error(CL_ERR_INVALID, "the digits images have 64 pixels but the model takes %d inputs", in);
+    int64_t in = cl_model_input_floats(mc);
+    if (in != t->digits.pixels)
+        return cl_error(CL_ERR_INVALID, "%s: the images have %d pixels but the model takes %lld inputs", t->cfg.data,
+                        t->digits.pixels, (long long)in);
     int classes = mc->kind == CL_MODEL_MLP ? mc->widths[mc->nwidths - 1] : mc->classes;
     if (classes < 10) return cl_error(CL_ERR_INVALID, "the digits have 10 classes but the model has %d outputs", classes);
     t->ndval = t->digits.n / 6;
@@ -163,7 +165,7 @@ cl_status cl_trainer_create(cl_trainer **out, const cl_train_config *cfg) {
     if (!s) s = cl_memory_check(&t->cfg, dp, t->pp_size);
     if (!s) s = load_data(t);
     if (!s) s = cl_device_create_cpu(&t->dev, cfg->device_memory, 0);
-    if (!s && cfg->offload_optimizer >= 1) s = cl_device_create_cpu(&t->host, 0, 0);
+    if (!s && cfg->offload_optimizer != CL_OFFLOAD_NONE) s = cl_device_create_cpu(&t->host, 0, 0);
     if (!s) s = cl_pp_create(t); /* one device too: a one-stage pipeline */
     cl_pp_slot_bytes z; /* evaluation's micro-batch buffers (cl_rank_extra_bytes) */
     cl_pp_slot_sizes(t->desc, 0, t->desc->nunits, cfg->micro_batch, 0, &z);
@@ -222,7 +224,8 @@ void cl_trainer_fill_batch(cl_trainer *t, int64_t k0, int B, int32_t *tokens, in
     } else {
         for (int b = 0; b < B; b++) {
             int i = t->perm[(k0 + b) % t->ndtrain];
-            memcpy(x + (size_t)b * 64, t->digits.images + (size_t)i * 64, 64 * sizeof(float));
+            size_t px = (size_t)t->digits.pixels;
+            memcpy(x + (size_t)b * px, t->digits.images + (size_t)i * px, px * sizeof(float));
             targets[b] = t->digits.labels[i];
         }
         mb->T = 1;
@@ -284,13 +287,14 @@ cl_status cl_trainer_step(cl_trainer *t, cl_step_stats *st) {
 
 /* What an evaluation runs over: n windows of T + 1 tokens (a window's first
  * T tokens are the input, its last T the targets), or, when tok is NULL, n
- * digits images (64 pixels each) and their labels. */
+ * digits images (pixels each) and their labels. */
 typedef struct {
     const int32_t *tok;
     cl_dataset *ds;    /* instead of tok: the windows of part `part` (cl_dataset_window) */
     int part;
     int32_t *win;      /* a window's scratch for ds */
     int T;
+    size_t pixels;
     const float *images;
     const int32_t *labels;
     size_t n;
@@ -304,7 +308,7 @@ static cl_status token_windows(const int32_t *tok, size_t n, int T, eval_set *e)
 }
 
 /* Fills batches of up to B samples of e, in order, into tokens and targets
- * (B * T each) or x (B * 64) and targets (B), and runs fwd on each. */
+ * (B * T each) or x (B * pixels) and targets (B), and runs fwd on each. */
 static cl_status eval_loop(const eval_set *e, int B, int32_t *tokens, int32_t *targets, float *x, cl_eval_batch_fn fwd,
                            void *ctx, double *sum) {
     for (size_t k = 0; k < e->n; k += (size_t)B) {
@@ -322,7 +326,7 @@ static cl_status eval_loop(const eval_set *e, int B, int32_t *tokens, int32_t *t
             mb.tokens = tokens;
         } else {
             for (int b = 0; b < nb; b++) {
-                memcpy(x + (size_t)b * 64, e->images + (k + (size_t)b) * 64, 64 * sizeof *x);
+                memcpy(x + (size_t)b * e->pixels, e->images + (k + (size_t)b) * e->pixels, e->pixels * sizeof *x);
                 targets[b] = e->labels[k + (size_t)b];
             }
             mb.T = 1;
@@ -380,7 +384,8 @@ cl_status cl_trainer_eval(cl_trainer *t, double *loss) {
         if (t->cfg.eval_batches > 0 && n > (size_t)t->cfg.eval_batches) n = (size_t)t->cfg.eval_batches;
         e = (eval_set){.ds = &t->ds, .part = CL_PART_VALID, .win = t->win, .T = t->desc->T, .n = n};
     } else {
-        e = (eval_set){.images = t->digits.images + (size_t)t->ndtrain * 64, .labels = t->digits.labels + t->ndtrain,
+        size_t px = (size_t)t->digits.pixels;
+        e = (eval_set){.pixels = px, .images = t->digits.images + (size_t)t->ndtrain * px, .labels = t->digits.labels + t->ndtrain,
                        .n = (size_t)t->ndval};
     }
     /* the batches go through the stages; only the last stage's rank adds to sum */
