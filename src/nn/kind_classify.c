@@ -1,0 +1,40 @@
+/* The classifier's loss as a unit kind (kind.h): softmax cross-entropy of
+ * each sample's c logits (the previous unit's output) against its label.
+ * It keeps the loss and the log-sum-exp of each sample. No parameters. */
+#include "nn/kind.h"
+
+#include "cleave/kernels.h"
+
+static cl_status classify_forward(cl_model *m, const cl_unit *un, const cl_microbatch *mb, const float *in, float *out,
+                                  float *const *p) {
+    (void)m, (void)p;
+    int B = mb->B;
+    for (int i = 0; i < B; i++)
+        if (mb->targets[i] < -1 || mb->targets[i] >= un->c)
+            return cl_error(CL_ERR_INVALID, "label %d of sample %d is outside the %d classes", mb->targets[i], i, un->c);
+    cl_xent_forward(out, out + B, in, mb->targets, B, un->c);
+    return CL_OK;
+}
+
+static cl_status classify_backward(cl_model *m, const cl_unit *un, const cl_microbatch *mb, const float *in, float *base,
+                                   float *const *p, float *const *g, const float *dout, float *din, int what) {
+    (void)m, (void)p, (void)g, (void)dout, (void)what; /* the loss's own gradient is mb->dloss */
+    int B = mb->B;
+    if (din) cl_xent_backward(din, in, base + B, mb->targets, mb->dloss, B, un->c);
+    return CL_OK;
+}
+
+/* its logits are the previous unit's output, when this part holds it */
+static const float *classify_logits(const cl_model *m, const cl_acts *a, int u, int B, int T) {
+    cl_microbatch mb = {.B = B, .T = T};
+    return u > m->u0 ? cl_acts_output_mb(m, a, u - 1, &mb) : NULL;
+}
+
+const cl_kind cl_kind_classify = {
+    .name = "classify",
+    .loss = CL_KIND_LOSS_SAMPLE,
+    .z3_reads = CL_KIND_READS(CL_Z3_FORWARD) | CL_KIND_READS(CL_Z3_BACKWARD),
+    .logits = classify_logits,
+    .forward = classify_forward,
+    .backward = classify_backward,
+};

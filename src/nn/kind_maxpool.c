@@ -1,0 +1,29 @@
+/* Max-pooling as a unit kind (kind.h): [c, h, w] -> [c, oh, ow], windows
+ * of k at stride; it keeps its output and, after it, the argmax of each
+ * window (int32) for the backward. No parameters. */
+#include "nn/kind.h"
+
+#include "cleave/kernels.h"
+
+static cl_status pool_forward(cl_model *m, const cl_unit *un, const cl_microbatch *mb, const float *in, float *out,
+                              float *const *p) {
+    (void)m, (void)p;
+    int B = mb->B;
+    cl_maxpool_forward(out, (int32_t *)(out + un->out_floats * B), in, B, un->c, un->h, un->w, un->k, un->stride);
+    return CL_OK;
+}
+
+static cl_status pool_backward(cl_model *m, const cl_unit *un, const cl_microbatch *mb, const float *in, float *base,
+                               float *const *p, float *const *g, const float *dout, float *din, int what) {
+    (void)m, (void)in, (void)p, (void)g, (void)what;
+    int B = mb->B;
+    if (din) cl_maxpool_backward(din, dout, (const int32_t *)(base + un->out_floats * B), B, un->c, un->h, un->w, un->k, un->stride);
+    return CL_OK;
+}
+
+const cl_kind cl_kind_maxpool = {
+    .name = "maxpool",
+    .z3_reads = CL_KIND_READS(CL_Z3_FORWARD) | CL_KIND_READS(CL_Z3_BACKWARD),
+    .forward = pool_forward,
+    .backward = pool_backward,
+};
