@@ -43,6 +43,7 @@ typedef struct {
     cl_tp_split tp;
     int decay;             /* AdamW weight decay applies */
     cl_init_kind init;
+    int tied;              /* the LM head's weight too (the description's tied_wte) */
 } cl_kind_param;
 
 /* One parameter of one unit, whole (before tensor parallelism cuts it). */

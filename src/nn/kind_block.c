@@ -24,18 +24,18 @@ typedef struct {
 
 #define F(x) offsetof(block_weights, x)
 static const cl_kind_param block_params[] = {
-    {"ln_1.weight", F(ln1_w), CL_TPS_NORM, 0, CL_INIT_ONES},
-    {"ln_1.bias", F(ln1_b), CL_TPS_NORM, 0, CL_INIT_ZEROS},
-    {"attn.c_attn.weight", F(qkv_w), CL_TPS_HEADS, 1, CL_INIT_NORMAL},
-    {"attn.c_attn.bias", F(qkv_b), CL_TPS_HEADS, 0, CL_INIT_ZEROS},
-    {"attn.c_proj.weight", F(attn_proj_w), CL_TPS_ROWS, 1, CL_INIT_NORMAL},
-    {"attn.c_proj.bias", F(attn_proj_b), CL_TPS_REPLICATED, 0, CL_INIT_ZEROS},
-    {"ln_2.weight", F(ln2_w), CL_TPS_NORM, 0, CL_INIT_ONES},
-    {"ln_2.bias", F(ln2_b), CL_TPS_NORM, 0, CL_INIT_ZEROS},
-    {"mlp.c_fc.weight", F(fc_w), CL_TPS_COLUMNS, 1, CL_INIT_NORMAL},
-    {"mlp.c_fc.bias", F(fc_b), CL_TPS_COLUMNS, 0, CL_INIT_ZEROS},
-    {"mlp.c_proj.weight", F(fc_proj_w), CL_TPS_ROWS, 1, CL_INIT_NORMAL},
-    {"mlp.c_proj.bias", F(fc_proj_b), CL_TPS_REPLICATED, 0, CL_INIT_ZEROS},
+    {"ln_1.weight", F(ln1_w), CL_TPS_NORM, 0, CL_INIT_ONES, 0},
+    {"ln_1.bias", F(ln1_b), CL_TPS_NORM, 0, CL_INIT_ZEROS, 0},
+    {"attn.c_attn.weight", F(qkv_w), CL_TPS_HEADS, 1, CL_INIT_NORMAL, 0},
+    {"attn.c_attn.bias", F(qkv_b), CL_TPS_HEADS, 0, CL_INIT_ZEROS, 0},
+    {"attn.c_proj.weight", F(attn_proj_w), CL_TPS_ROWS, 1, CL_INIT_NORMAL, 0},
+    {"attn.c_proj.bias", F(attn_proj_b), CL_TPS_REPLICATED, 0, CL_INIT_ZEROS, 0},
+    {"ln_2.weight", F(ln2_w), CL_TPS_NORM, 0, CL_INIT_ONES, 0},
+    {"ln_2.bias", F(ln2_b), CL_TPS_NORM, 0, CL_INIT_ZEROS, 0},
+    {"mlp.c_fc.weight", F(fc_w), CL_TPS_COLUMNS, 1, CL_INIT_NORMAL, 0},
+    {"mlp.c_fc.bias", F(fc_b), CL_TPS_COLUMNS, 0, CL_INIT_ZEROS, 0},
+    {"mlp.c_proj.weight", F(fc_proj_w), CL_TPS_ROWS, 1, CL_INIT_NORMAL, 0},
+    {"mlp.c_proj.bias", F(fc_proj_b), CL_TPS_REPLICATED, 0, CL_INIT_ZEROS, 0},
 };
 enum { NPARAMS = sizeof block_params / sizeof block_params[0] };
 

@@ -13,8 +13,8 @@ typedef struct {
 
 #define F(x) offsetof(conv_weights, x)
 static const cl_kind_param conv_params[] = {
-    {"weight", F(w), CL_TPS_REPLICATED, 1, CL_INIT_UNIFORM},
-    {"bias", F(b), CL_TPS_REPLICATED, 0, CL_INIT_UNIFORM},
+    {"weight", F(w), CL_TPS_REPLICATED, 1, CL_INIT_UNIFORM, 0},
+    {"bias", F(b), CL_TPS_REPLICATED, 0, CL_INIT_UNIFORM, 0},
 };
 
 /* weight [oc, c, k, k], bias [oc]: PyTorch's default, uniform within 1/sqrt(fan_in) */

@@ -17,8 +17,8 @@ typedef struct {
 
 #define F(x) offsetof(embed_weights, x)
 static const cl_kind_param embed_params[] = {
-    {"wte.weight", F(wte), CL_TPS_VOCAB, 1, CL_INIT_NORMAL},
-    {"wpe.weight", F(wpe), CL_TPS_REPLICATED, 1, CL_INIT_NORMAL},
+    {"wte.weight", F(wte), CL_TPS_VOCAB, 1, CL_INIT_NORMAL, 1},
+    {"wpe.weight", F(wpe), CL_TPS_REPLICATED, 1, CL_INIT_NORMAL, 0},
 };
 
 /* wte [vocab, C], wpe [context, C]: normal(0, 0.02) */

@@ -21,8 +21,8 @@ typedef struct {
 
 #define F(x) offsetof(head_weights, x)
 static const cl_kind_param head_params[] = {
-    {"ln_f.weight", F(lnf_w), CL_TPS_NORM, 0, CL_INIT_ONES},
-    {"ln_f.bias", F(lnf_b), CL_TPS_NORM, 0, CL_INIT_ZEROS},
+    {"ln_f.weight", F(lnf_w), CL_TPS_NORM, 0, CL_INIT_ONES, 0},
+    {"ln_f.bias", F(lnf_b), CL_TPS_NORM, 0, CL_INIT_ZEROS, 0},
 };
 
 static void head_param(const cl_model_desc *d, const cl_unit *un, int i, cl_param_shape *o) {

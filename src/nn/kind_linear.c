@@ -19,8 +19,8 @@ typedef struct {
 
 #define F(x) offsetof(linear_weights, x)
 static const cl_kind_param linear_params[] = {
-    {"weight", F(w), CL_TPS_LINEAR, 1, CL_INIT_UNIFORM},
-    {"bias", F(b), CL_TPS_LINEAR, 0, CL_INIT_UNIFORM},
+    {"weight", F(w), CL_TPS_LINEAR, 1, CL_INIT_UNIFORM, 0},
+    {"bias", F(b), CL_TPS_LINEAR, 0, CL_INIT_UNIFORM, 0},
 };
 
 /* weight [in, out], bias [out], whole: PyTorch's default, uniform within 1/sqrt(in) */
