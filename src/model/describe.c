@@ -150,33 +150,11 @@ typedef struct {
     cl_model_desc *d;
     int cap_units, cap_params;
     int failed;
-    int too_large; /* a size passed DESC_MAX_FLOATS (or int, where a unit keeps it as int) */
+    cl_sizer z; /* too_large: a size passed CL_DESC_MAX_FLOATS (or int, where a unit keeps it as int) */
 } builder;
 
-/* No tensor, buffer or total is larger than this many floats (4 TiB of
- * them), so everything derived from them (times a batch, times 4 bytes)
- * stays far inside int64. */
-#define DESC_MAX_FLOATS ((int64_t)1 << 40)
-
-/* A size just computed (overflow: it did not fit int64): past
- * DESC_MAX_FLOATS it marks the builder too_large and gives 0. */
-static int64_t fits(builder *b, int overflow, int64_t r) {
-    if (!overflow && r <= DESC_MAX_FLOATS) return r;
-    b->too_large = 1;
-    return 0;
-}
-
-static int64_t prod(builder *b, int64_t x, int64_t y) {
-    int64_t r;
-    int o = __builtin_mul_overflow(x, y, &r);
-    return fits(b, o, r);
-}
-
-static int64_t sum(builder *b, int64_t x, int64_t y) {
-    int64_t r;
-    int o = __builtin_add_overflow(x, y, &r);
-    return fits(b, o, r);
-}
+static int64_t prod(builder *b, int64_t x, int64_t y) { return cl_size_mul(&b->z, x, y); }
+static int64_t sum(builder *b, int64_t x, int64_t y) { return cl_size_add(&b->z, x, y); }
 
 static cl_unit *add_unit(builder *b, cl_unit_kind kind, char code, int index, const char *label) {
     cl_model_desc *d = b->d;
@@ -279,15 +257,17 @@ int64_t cl_param_local_index(const cl_param_spec *p, int rank, int64_t full) {
     return -1;
 }
 
-/* The parameters of the unit just added, as its kind's table lists them
- * (kind.h): names, whole shapes, initialisation, and the slice this rank
- * holds. The splits that tensor parallelism makes apply at tp > 1 only;
- * the vocabulary is split (padded) at every tp. */
-static void add_kind_params(builder *b) {
+/* The unit just added, its geometry set, completed from its kind's table
+ * (kind.h): its per-sample sizes and FLOPs, then its parameters (names,
+ * whole shapes, initialisation, and the slice this rank holds). The splits
+ * that tensor parallelism makes apply at tp > 1 only; the vocabulary is
+ * split (padded) at every tp. */
+static void add_kind(builder *b) {
     cl_model_desc *d = b->d;
-    const cl_unit *un = &d->units[d->nunits - 1];
+    cl_unit *un = &d->units[d->nunits - 1];
     const cl_kind *k = cl_kind_of(un->kind);
     int tp = d->tpl.tp;
+    k->sizes(d, un, &b->z);
     for (int i = 0; i < k->nparams && !b->failed; i++) {
         const cl_kind_param *kp = &k->params[i];
         cl_param_shape sh;
@@ -317,81 +297,46 @@ static void add_kind_params(builder *b) {
  * of the split matrices, NHl = NH/tp heads, Vl vocabulary rows; with
  * sequence parallelism the block's input and output, its layernorms and
  * residuals hold Ts = T/tp token rows per sample. tp = 1: the whole model. */
-static void describe_gpt(builder *b, int T) {
+static void describe_gpt(builder *b) {
     cl_model_desc *d = b->d;
-    const cl_model_config *c = &d->cfg;
-    int tp = d->tpl.tp, sp = d->tpl.sp;
-    int64_t C = c->channels, L = c->layers, NH = c->heads;
-    int64_t Cl = C / tp, NHl = NH / tp, Vl = d->vocab_local, Ts = sp ? T / tp : T;
-    int vp = tp > 1 || d->vocab_padded != c->vocab; /* the vocabulary-parallel head (padding masked) */
-    cl_unit *u = add_unit(b, CL_UNIT_EMBED, 'E', 0, "embed");
-    if (!u) return;
-    u->out_floats = prod(b, Ts, C);
-    u->act_floats = u->out_floats;
-    u->scratch_floats = sp ? prod(b, T, C) : 0; /* the whole lookup before its reduce-scatter; dout gathered */
-    add_kind_params(b);
-    for (int l = 0; l < L && !b->failed; l++) {
+    if (!add_unit(b, CL_UNIT_EMBED, 'E', 0, "embed")) return;
+    add_kind(b);
+    for (int l = 0; l < d->cfg.layers && !b->failed; l++) {
         char label[24];
         snprintf(label, sizeof label, "h.%d", l);
-        u = add_unit(b, CL_UNIT_BLOCK, 't', l, label);
-        if (!u) return;
-        u->in_floats = prod(b, Ts, C);
-        u->out_floats = u->in_floats;
-        int64_t scores = prod(b, prod(b, NHl, T), T);
-        /* ln1, res2, ln2, out (token rows) + their 2 x 2 means and rstds; qkv (3), atty (1), fch (4), fch_gelu (4) (columns); scores */
-        u->act_floats = sum(b, sum(b, prod(b, Ts, 4 * C + 4), prod(b, T, 12 * Cl)), scores);
-        /* backward workspace (units.c's block_scratch): dres2, dfc, dln2, datty, dqkv, dln1; sp adds the
-         * gathered dout, dres2 and layernorm output and the three scattered shards */
-        int64_t ws = sp ? sum(b, prod(b, T, 5 * C + 8 * Cl), prod(b, Ts, 3 * C)) : prod(b, T, 3 * C + 8 * Cl);
-        u->scratch_floats = sum(b, ws, scores);
-        u->flops = (2.0 * (double)T * 12.0 * (double)C * (double)C + 4.0 * (double)T * (double)T * (double)C) / tp;
-        add_kind_params(b);
+        if (!add_unit(b, CL_UNIT_BLOCK, 't', l, label)) return;
+        add_kind(b);
     }
-    u = add_unit(b, CL_UNIT_LMHEAD, 'L', 0, "lm_head");
-    if (!u) return;
-    u->in_floats = prod(b, Ts, C);
-    u->out_floats = T;
-    /* losses, lnf (all rows, gathered), mean and rstd (its rows), lse, logits (its vocabulary columns) */
-    u->act_floats = sum(b, prod(b, T, C + Vl + 2), 2 * Ts);
-    /* dlnf; sp: its scattered shard; vp: row max (f32) and sums (f64) */
-    u->scratch_floats = sum(b, sum(b, prod(b, T, C), sp ? prod(b, Ts, C) : 0), vp ? prod(b, T, 5) + 2 : 0);
-    u->flops = 2.0 * (double)T * (double)C * (double)Vl;
-    add_kind_params(b);
+    if (!add_unit(b, CL_UNIT_LMHEAD, 'L', 0, "lm_head")) return;
+    add_kind(b);
 }
 
-/* Sets a unit's linear geometry and sizes; mode as cl_unit's tp_mode. */
+/* A linear unit's geometry; mode as cl_unit's tp_mode. */
 static void linear_unit(builder *b, const char *label, int index, int64_t in, int64_t out, int mode) {
     cl_unit *u = add_unit(b, CL_UNIT_LINEAR, 'l', index, label);
     if (!u) return;
     int tp = b->d->tpl.tp;
     int64_t lin = mode == 2 ? in / tp : in, lout = mode == 1 ? out / tp : out;
-    if (in > INT32_MAX || out > INT32_MAX) b->too_large = 1;
+    if (in > INT32_MAX || out > INT32_MAX) b->z.too_large = 1;
     u->tp_mode = mode;
     u->c = (int)lin;
     u->oc = (int)lout;
-    u->in_floats = lin;
-    u->out_floats = lout;
-    u->act_floats = lout;
-    u->scratch_floats = mode == 1 ? lin : 0; /* the input gradient's partial sum before its all-reduce */
-    u->flops = 2.0 * (double)lin * (double)lout;
-    add_kind_params(b);
+    add_kind(b);
 }
 
+/* A unit of n floats in and out (ReLU, flatten). */
 static void elementwise_unit(builder *b, cl_unit_kind kind, char code, int index, const char *label, int64_t n) {
     cl_unit *u = add_unit(b, kind, code, index, label);
     if (!u) return;
     u->in_floats = n;
-    u->out_floats = n;
-    u->act_floats = n;
+    add_kind(b);
 }
 
 static void classify_unit(builder *b, int64_t classes) {
     cl_unit *u = add_unit(b, CL_UNIT_CLASSIFY, 'x', 0, "loss");
     if (!u) return;
     u->c = (int)classes;
-    u->in_floats = classes;
-    u->out_floats = 1;
-    u->act_floats = 2; /* loss, logsumexp */
+    add_kind(b);
 }
 
 /* Under tensor parallelism the linear layers go in pairs, column- then
@@ -430,11 +375,7 @@ static void describe_cnn(builder *b) {
     u->k = c->conv_kernel;
     u->stride = c->conv_stride;
     u->pad = c->conv_pad;
-    u->in_floats = prod(b, prod(b, c->in_channels, c->height), c->width);
-    u->out_floats = conv_n;
-    u->act_floats = conv_n;
-    u->flops = 2.0 * (double)conv_n * c->in_channels * c->conv_kernel * c->conv_kernel;
-    add_kind_params(b);
+    add_kind(b);
     elementwise_unit(b, CL_UNIT_RELU, 'r', 0, "relu", conv_n);
     u = add_unit(b, CL_UNIT_MAXPOOL, 'p', 0, "pool");
     if (!u) return;
@@ -446,9 +387,7 @@ static void describe_cnn(builder *b) {
     u->ow = pw;
     u->k = c->pool;
     u->stride = c->pool;
-    u->in_floats = conv_n;
-    u->out_floats = pool_n;
-    u->act_floats = prod(b, 2, pool_n); /* output and argmax indices */
+    add_kind(b);
     elementwise_unit(b, CL_UNIT_FLATTEN, 'f', 0, "flatten", pool_n);
     linear_unit(b, "fc1", 1, pool_n, c->hidden, 0);
     linear_unit(b, "fc2", 2, c->hidden, c->hidden2, 0);
@@ -525,11 +464,11 @@ cl_status cl_model_describe_tp(const cl_model_config *cfg, int T, const cl_tp_la
     }
     builder b = {.d = d};
     switch (cfg->kind) {
-    case CL_MODEL_GPT: describe_gpt(&b, T); break;
+    case CL_MODEL_GPT: describe_gpt(&b); break;
     case CL_MODEL_MLP: describe_mlp(&b); break;
     case CL_MODEL_CNN: describe_cnn(&b); break;
     }
-    if (b.failed || b.too_large) {
+    if (b.failed || b.z.too_large) {
         cl_model_desc_free(d);
         if (b.failed) return cl_error(CL_ERR_OOM, "cannot allocate a model description");
         return cl_error(CL_ERR_INVALID, "the model is too large: one of its tensors or buffers passes 2^40 floats");

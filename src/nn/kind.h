@@ -53,11 +53,39 @@ typedef struct {
     float scale;           /* std (normal) or bound (uniform) */
 } cl_param_shape;
 
+/* Size arithmetic for a description: no tensor, buffer or total is larger
+ * than CL_DESC_MAX_FLOATS floats (4 TiB of them), so everything derived
+ * from them (times a batch, times 4 bytes) stays far inside int64. A
+ * result past it (or past int64) marks too_large and gives 0. */
+#define CL_DESC_MAX_FLOATS ((int64_t)1 << 40)
+typedef struct {
+    int too_large;
+} cl_sizer;
+static inline int64_t cl_size_fits(cl_sizer *z, int overflow, int64_t r) {
+    if (!overflow && r <= CL_DESC_MAX_FLOATS) return r;
+    z->too_large = 1;
+    return 0;
+}
+static inline int64_t cl_size_mul(cl_sizer *z, int64_t x, int64_t y) {
+    int64_t r;
+    int o = __builtin_mul_overflow(x, y, &r);
+    return cl_size_fits(z, o, r);
+}
+static inline int64_t cl_size_add(cl_sizer *z, int64_t x, int64_t y) {
+    int64_t r;
+    int o = __builtin_add_overflow(x, y, &r);
+    return cl_size_fits(z, o, r);
+}
+
 typedef struct cl_kind {
     const char *name;
     int prefixed;                  /* parameter names are "<label>.<name>" */
     int nparams;
     const cl_kind_param *params;   /* in checkpoint order */
+    /* the per-sample sizes of a unit whose geometry the description has set (GPT kinds: from the
+     * description's T and tensor-parallel layout; CONV, MAXPOOL, LINEAR: c, h, w, oc, oh, ow, k, tp_mode;
+     * the elementwise kinds: in_floats): in_floats, out_floats, act_floats, scratch_floats, flops */
+    void (*sizes)(const cl_model_desc *d, cl_unit *un, cl_sizer *z);
     /* the whole shape and scale of parameter i of unit un */
     void (*param)(const cl_model_desc *d, const cl_unit *un, int i, cl_param_shape *out);
     /* floats saved per micro-batch of B under a recompute mode, before 16-alignment (NULL: act_floats x B) */

@@ -244,6 +244,25 @@ static cl_status block_backward_pass(cl_model *m, const block_acts *s, const flo
     return CL_OK;
 }
 
+/* Per sample, this rank's share (Cl = C/tp columns, NHl = NH/tp heads; Ts
+ * = T/tp token rows under sequence parallelism, else T). Saved: ln1, res2,
+ * ln2, out (token rows) and their 2 x 2 means and rstds; qkv (3), atty (1),
+ * fch (4), fch_gelu (4) (columns); the scores (block_layout_at). Backward
+ * workspace (block_backward_pass): dres2, dfc, dln2, datty, dqkv, dln1;
+ * sequence parallelism adds the gathered dout, dres2 and layernorm output
+ * and the three scattered shards; then attention's scratch (scores). */
+static void block_sizes(const cl_model_desc *d, cl_unit *un, cl_sizer *z) {
+    int tp = d->tpl.tp, sp = d->tpl.sp;
+    int64_t T = d->T, C = d->cfg.channels, Cl = C / tp, NHl = d->cfg.heads / tp, Ts = sp ? T / tp : T;
+    un->in_floats = cl_size_mul(z, Ts, C);
+    un->out_floats = un->in_floats;
+    int64_t scores = cl_size_mul(z, cl_size_mul(z, NHl, T), T);
+    un->act_floats = cl_size_add(z, cl_size_add(z, cl_size_mul(z, Ts, 4 * C + 4), cl_size_mul(z, T, 12 * Cl)), scores);
+    int64_t ws = sp ? cl_size_add(z, cl_size_mul(z, T, 5 * C + 8 * Cl), cl_size_mul(z, Ts, 3 * C)) : cl_size_mul(z, T, 3 * C + 8 * Cl);
+    un->scratch_floats = cl_size_add(z, ws, scores);
+    un->flops = (2.0 * (double)T * 12.0 * (double)C * (double)C + 4.0 * (double)T * (double)T * (double)C) / tp;
+}
+
 static int64_t block_act_floats(const cl_model_desc *d, const cl_unit *un, int B, int recompute) {
     if (recompute == CL_RECOMPUTE_FULL) return un->out_floats * B;
     int64_t n = un->act_floats * B;
@@ -285,6 +304,7 @@ const cl_kind cl_kind_block = {
     .prefixed = 1,
     .nparams = NPARAMS,
     .params = block_params,
+    .sizes = block_sizes,
     .param = block_param,
     .act_floats = block_act_floats,
     .rc_floats = block_rc_floats,

@@ -5,6 +5,14 @@
 
 #include "cleave/kernels.h"
 
+/* Per sample: c logits in, one loss out; kept: the loss and the log-sum-exp. */
+static void classify_sizes(const cl_model_desc *d, cl_unit *un, cl_sizer *z) {
+    (void)d, (void)z;
+    un->in_floats = un->c;
+    un->out_floats = 1;
+    un->act_floats = 2;
+}
+
 static cl_status classify_forward(cl_model *m, const cl_unit *un, const cl_microbatch *mb, const float *in, float *out,
                                   float *const *p) {
     (void)m, (void)p;
@@ -32,6 +40,7 @@ static const float *classify_logits(const cl_model *m, const cl_acts *a, int u, 
 
 const cl_kind cl_kind_classify = {
     .name = "classify",
+    .sizes = classify_sizes,
     .loss = CL_KIND_LOSS_SAMPLE,
     .z3_reads = CL_KIND_READS(CL_Z3_FORWARD) | CL_KIND_READS(CL_Z3_BACKWARD),
     .logits = classify_logits,

@@ -17,6 +17,16 @@ static const cl_kind_param conv_params[] = {
     {"bias", F(b), CL_TPS_REPLICATED, 0, CL_INIT_UNIFORM, 0},
 };
 
+/* Per sample: [c, h, w] -> [oc, oh, ow], the output kept; the im2col
+ * buffer is scratch at the batch (conv_scratch). */
+static void conv_sizes(const cl_model_desc *d, cl_unit *un, cl_sizer *z) {
+    (void)d;
+    un->in_floats = cl_size_mul(z, cl_size_mul(z, un->c, un->h), un->w);
+    un->out_floats = cl_size_mul(z, cl_size_mul(z, un->oc, un->oh), un->ow);
+    un->act_floats = un->out_floats;
+    un->flops = 2.0 * (double)un->out_floats * un->c * un->k * un->k;
+}
+
 /* weight [oc, c, k, k], bias [oc]: PyTorch's default, uniform within 1/sqrt(fan_in) */
 static void conv_param(const cl_model_desc *d, const cl_unit *un, int i, cl_param_shape *o) {
     (void)d;
@@ -71,6 +81,7 @@ const cl_kind cl_kind_conv = {
     .prefixed = 1,
     .nparams = 2,
     .params = conv_params,
+    .sizes = conv_sizes,
     .param = conv_param,
     .scratch_floats = conv_scratch,
     .z3_reads = CL_KIND_READS(CL_Z3_FORWARD) | CL_KIND_READS(CL_Z3_BACKWARD),

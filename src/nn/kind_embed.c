@@ -21,6 +21,16 @@ static const cl_kind_param embed_params[] = {
     {"wpe.weight", F(wpe), CL_TPS_REPLICATED, 1, CL_INIT_NORMAL, 0},
 };
 
+/* The output (this rank's token rows of C), kept as it is; sequence
+ * parallelism's scratch: the whole lookup before its reduce-scatter, and
+ * the output gradient gathered. */
+static void embed_sizes(const cl_model_desc *d, cl_unit *un, cl_sizer *z) {
+    int64_t T = d->T, C = d->cfg.channels, Ts = d->tpl.sp ? T / d->tpl.tp : T;
+    un->out_floats = cl_size_mul(z, Ts, C);
+    un->act_floats = un->out_floats;
+    un->scratch_floats = d->tpl.sp ? cl_size_mul(z, T, C) : 0;
+}
+
 /* wte [vocab, C], wpe [context, C]: normal(0, 0.02) */
 static void embed_param(const cl_model_desc *d, const cl_unit *un, int i, cl_param_shape *o) {
     (void)un;
@@ -111,6 +121,7 @@ const cl_kind cl_kind_embed = {
     .name = "embed",
     .nparams = 2,
     .params = embed_params,
+    .sizes = embed_sizes,
     .param = embed_param,
     .z3_reads = CL_KIND_READS(CL_Z3_FORWARD), /* its backward reads only tokens and gradients */
     .forward = embed_forward,

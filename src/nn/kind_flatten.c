@@ -7,6 +7,13 @@
 
 #include <string.h>
 
+/* Per sample: in_floats (the description's) in and out, the output kept. */
+static void flatten_sizes(const cl_model_desc *d, cl_unit *un, cl_sizer *z) {
+    (void)d, (void)z;
+    un->out_floats = un->in_floats;
+    un->act_floats = un->in_floats;
+}
+
 static cl_status flatten_forward(cl_model *m, const cl_unit *un, const cl_microbatch *mb, const float *in, float *out,
                                  float *const *p) {
     (void)m, (void)p;
@@ -23,6 +30,7 @@ static cl_status flatten_backward(cl_model *m, const cl_unit *un, const cl_micro
 
 const cl_kind cl_kind_flatten = {
     .name = "flatten",
+    .sizes = flatten_sizes,
     .z3_reads = CL_KIND_READS(CL_Z3_FORWARD) | CL_KIND_READS(CL_Z3_BACKWARD),
     .forward = flatten_forward,
     .backward = flatten_backward,

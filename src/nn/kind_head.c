@@ -25,6 +25,24 @@ static const cl_kind_param head_params[] = {
     {"ln_f.bias", F(lnf_b), CL_TPS_NORM, 0, CL_INIT_ZEROS, 0},
 };
 
+/* the vocabulary-parallel path (see head_forward) */
+static int head_vp(const cl_model_desc *d) { return d->tpl.tp > 1 || d->vocab_padded != d->cfg.vocab; }
+
+/* Per sample: the input and the loss of each token row. Saved: losses,
+ * lnf (all rows, gathered), mean and rstd (its rows), lse, logits (its
+ * vocabulary columns). Scratch: dlnf; sequence parallelism: its scattered
+ * shard; the vocabulary-parallel path: the row max (f32) and sums (f64). */
+static void head_sizes(const cl_model_desc *d, cl_unit *un, cl_sizer *z) {
+    int tp = d->tpl.tp, sp = d->tpl.sp;
+    int64_t T = d->T, C = d->cfg.channels, Vl = d->vocab_local, Ts = sp ? T / tp : T;
+    un->in_floats = cl_size_mul(z, Ts, C);
+    un->out_floats = T;
+    un->act_floats = cl_size_add(z, cl_size_mul(z, T, C + Vl + 2), 2 * Ts);
+    un->scratch_floats = cl_size_add(z, cl_size_add(z, cl_size_mul(z, T, C), sp ? cl_size_mul(z, Ts, C) : 0),
+                                     head_vp(d) ? cl_size_mul(z, T, 5) + 2 : 0);
+    un->flops = 2.0 * (double)T * (double)C * (double)Vl;
+}
+
 static void head_param(const cl_model_desc *d, const cl_unit *un, int i, cl_param_shape *o) {
     (void)un, (void)i;
     o->ndim = 1;
@@ -54,7 +72,6 @@ static head_acts head_layout(const cl_model_desc *d, float *base, int64_t N) {
  * sums of exponentials and of the target's logit summed over the group;
  * padded columns (global index >= vocab) masked out. Used whenever tp > 1
  * or the vocabulary is padded. */
-static int head_vp(const cl_model_desc *d) { return d->tpl.tp > 1 || d->vocab_padded != d->cfg.vocab; }
 
 static int head_valid(const cl_model_desc *d) {
     int64_t v = (int64_t)d->cfg.vocab - d->vocab_start;
@@ -151,6 +168,7 @@ const cl_kind cl_kind_lmhead = {
     .name = "lm_head",
     .nparams = 2,
     .params = head_params,
+    .sizes = head_sizes,
     .param = head_param,
     .loss = CL_KIND_LOSS_TOKEN,
     .z3_reads = CL_KIND_READS(CL_Z3_FORWARD) | CL_KIND_READS(CL_Z3_BACKWARD),

@@ -23,6 +23,17 @@ static const cl_kind_param linear_params[] = {
     {"bias", F(b), CL_TPS_LINEAR, 0, CL_INIT_UNIFORM, 0},
 };
 
+/* Per sample: c -> oc (this rank's); a column-parallel layer's scratch is
+ * its input gradient's partial sum before the group's sum. */
+static void linear_sizes(const cl_model_desc *d, cl_unit *un, cl_sizer *z) {
+    (void)d, (void)z;
+    un->in_floats = un->c;
+    un->out_floats = un->oc;
+    un->act_floats = un->oc;
+    un->scratch_floats = un->tp_mode == 1 ? un->c : 0;
+    un->flops = 2.0 * (double)un->c * (double)un->oc;
+}
+
 /* weight [in, out], bias [out], whole: PyTorch's default, uniform within 1/sqrt(in) */
 static void linear_param(const cl_model_desc *d, const cl_unit *un, int i, cl_param_shape *o) {
     int64_t tp = d->tpl.tp, in = un->tp_mode == 2 ? un->c * tp : un->c, out = un->tp_mode == 1 ? un->oc * tp : un->oc;
@@ -78,6 +89,7 @@ const cl_kind cl_kind_linear = {
     .prefixed = 1,
     .nparams = 2,
     .params = linear_params,
+    .sizes = linear_sizes,
     .param = linear_param,
     .z3_reads = CL_KIND_READS(CL_Z3_FORWARD) | CL_KIND_READS(CL_Z3_BACKWARD),
     .forward = linear_forward,

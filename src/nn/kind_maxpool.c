@@ -5,6 +5,14 @@
 
 #include "cleave/kernels.h"
 
+/* Per sample: [c, h, w] -> [oc, oh, ow]; kept: the output and the argmax indices. */
+static void pool_sizes(const cl_model_desc *d, cl_unit *un, cl_sizer *z) {
+    (void)d;
+    un->in_floats = cl_size_mul(z, cl_size_mul(z, un->c, un->h), un->w);
+    un->out_floats = cl_size_mul(z, cl_size_mul(z, un->oc, un->oh), un->ow);
+    un->act_floats = cl_size_mul(z, 2, un->out_floats);
+}
+
 static cl_status pool_forward(cl_model *m, const cl_unit *un, const cl_microbatch *mb, const float *in, float *out,
                               float *const *p) {
     (void)m, (void)p;
@@ -23,6 +31,7 @@ static cl_status pool_backward(cl_model *m, const cl_unit *un, const cl_microbat
 
 const cl_kind cl_kind_maxpool = {
     .name = "maxpool",
+    .sizes = pool_sizes,
     .z3_reads = CL_KIND_READS(CL_Z3_FORWARD) | CL_KIND_READS(CL_Z3_BACKWARD),
     .forward = pool_forward,
     .backward = pool_backward,

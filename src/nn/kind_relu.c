@@ -4,6 +4,13 @@
 
 #include "cleave/kernels.h"
 
+/* Per sample: in_floats (the description's) in and out, the output kept. */
+static void relu_sizes(const cl_model_desc *d, cl_unit *un, cl_sizer *z) {
+    (void)d, (void)z;
+    un->out_floats = un->in_floats;
+    un->act_floats = un->in_floats;
+}
+
 static cl_status relu_forward(cl_model *m, const cl_unit *un, const cl_microbatch *mb, const float *in, float *out,
                               float *const *p) {
     (void)m, (void)p;
@@ -20,6 +27,7 @@ static cl_status relu_backward(cl_model *m, const cl_unit *un, const cl_microbat
 
 const cl_kind cl_kind_relu = {
     .name = "relu",
+    .sizes = relu_sizes,
     .z3_reads = CL_KIND_READS(CL_Z3_FORWARD) | CL_KIND_READS(CL_Z3_BACKWARD),
     .forward = relu_forward,
     .backward = relu_backward,
