@@ -96,6 +96,7 @@ typedef struct cl_kind {
     int64_t (*rc_floats)(const cl_model_desc *d, const cl_unit *un, int B, int recompute);
     /* what a split backward keeps for its weight pass beyond dout (NULL: none; cl_unit_keep_floats) */
     int64_t (*keep_floats)(const cl_model_desc *d, const cl_unit *un, int B);
+    int uses_tied;                 /* reads the tied weight too (the description's tied_wte: the LM head) */
     int loss;                      /* 0; or its output is a loss per token (CL_KIND_LOSS_TOKEN) or per sample */
     unsigned z3_reads;             /* bit CL_Z3_*: the passes that read its parameters (ZeRO 3 gathers them) */
     /* its output in its saved activations at base (NULL: base) */

@@ -93,9 +93,10 @@ static cl_status head_forward(cl_model *m, const cl_unit *un, const cl_microbatc
     const head_acts *h = &acts;
     const float *wte = m->p[d->tied_wte];
     double fl = 2.0 * N * C * Vl;
-    /* one rank, vocabulary not padded: the plain softmax cross-entropy. The split path below is not its
-     * degenerate case bit for bit (its sums of exponentials are taken after a separate max, in double, and
-     * need scratch the plain path does not: 5T + 2 floats a sample), so one rank keeps this. */
+    /* one rank, vocabulary not padded: the plain one-pass softmax cross-entropy. The split path below
+     * would give the same losses but takes two more passes over the logits (the max, then the sums) and
+     * scratch the plain path does not (5T + 2 floats a sample, which every such run would then predict
+     * and hold), so the special case stays, here inside the one function. */
     if (!head_vp(d)) {
         CL_PROF("fwd layernorm", 0, cl_layernorm_forward(h->lnf, h->mean, h->rstd, in, w.lnf_w, w.lnf_b, (int)N, (int)C));
         CL_PROF("fwd logits", fl, cl_gemm(0, 1, (int)N, (int)Vl, (int)C, 1.0f, h->lnf, (int)C, wte, (int)C, 0.0f, h->logits, (int)Vl));
@@ -170,6 +171,7 @@ const cl_kind cl_kind_lmhead = {
     .params = head_params,
     .sizes = head_sizes,
     .param = head_param,
+    .uses_tied = 1,
     .loss = CL_KIND_LOSS_TOKEN,
     .z3_reads = CL_KIND_READS(CL_Z3_FORWARD) | CL_KIND_READS(CL_Z3_BACKWARD),
     .logits = head_logits,

@@ -43,9 +43,20 @@ int64_t cl_zero_overlap(int64_t a, int64_t b, int64_t lo, int64_t len, int64_t *
     return e > s ? e - s : 0;
 }
 
-static int part_holds_kind(const cl_model_desc *d, int u0, int u1, cl_unit_kind k) {
+/* The tied weight (the embedding's wte, d->tied_wte): whether the part of
+ * units [u0, u1) holds the unit that owns it, and a unit whose kind reads
+ * it too (the LM head). */
+static int part_owns_tied(const cl_model_desc *d, int u0, int u1) {
+    if (d->tied_wte < 0) return 0;
+    int u = d->params[d->tied_wte].unit;
+    return u >= u0 && u < u1;
+}
+
+static int uses_tied(const cl_model_desc *d, int u) { return d->tied_wte >= 0 && cl_kind_of(d->units[u].kind)->uses_tied; }
+
+static int part_uses_tied(const cl_model_desc *d, int u0, int u1) {
     for (int u = u0; u < u1; u++)
-        if (d->units[u].kind == k) return 1;
+        if (uses_tied(d, u)) return 1;
     return 0;
 }
 
@@ -53,7 +64,7 @@ int cl_model_grad_whole(const cl_model_desc *d, int u0, int u1, int split, int i
     if (d->params[i].tp_partial) return 1;
     if (split && cl_unit_is_loss(&d->units[d->params[i].unit])) return 1;
     if (i != d->tied_wte) return 0;
-    return part_holds_kind(d, u0, u1, CL_UNIT_EMBED) != part_holds_kind(d, u0, u1, CL_UNIT_LMHEAD);
+    return part_owns_tied(d, u0, u1) != part_uses_tied(d, u0, u1);
 }
 
 /* Bucket [pa..pb] of parameters: their float range, trimmed of whole-kept gradients at both ends under stage 2. */
@@ -77,10 +88,10 @@ int cl_model_buckets(const cl_model_desc *d, int u0, int u1, int64_t part_lo, si
             lowest_with_params = u;
             break;
         }
-    int head_alone = d->tied_wte >= 0 && part_holds_kind(d, u0, u1, CL_UNIT_LMHEAD) && !part_holds_kind(d, u0, u1, CL_UNIT_EMBED);
+    int head_alone = part_uses_tied(d, u0, u1) && !part_owns_tied(d, u0, u1);
     for (int u = u1 - 1; u >= u0; u--) {
         const cl_unit *un = &d->units[u];
-        if (head_alone && !stage2 && un->kind == CL_UNIT_LMHEAD) /* the head's wte gradient is whole once the head is done */
+        if (head_alone && !stage2 && uses_tied(d, u)) /* the head's wte gradient is whole once the head is done */
             out[n++] = (cl_bucket){u, 0, -1};
         if (!un->nparams) continue;
         int a = un->first_param, b = un->first_param + un->nparams - 1;
@@ -105,7 +116,7 @@ int64_t cl_model_unit_range(const cl_model_desc *d, int u, int64_t *lo, int *wte
         b = d->params[i].offset + align16(d->params[i].numel);
     }
     *lo = a < 0 ? 0 : a;
-    *wte = d->units[u].kind == CL_UNIT_LMHEAD && d->tied_wte >= 0;
+    *wte = uses_tied(d, u);
     return (a < 0 ? 0 : b - a) + (*wte ? align16(d->params[d->tied_wte].numel) : 0);
 }
 
@@ -113,7 +124,7 @@ void cl_model_part_sizes(const cl_model_desc *d, int u0, int u1, int B, int reco
     memset(z, 0, sizeof *z);
     /* parameters are laid out in unit order: the held ones are one range */
     int64_t lo = -1, hi = 0;
-    int head = 0, embed = 0;
+    int head = part_uses_tied(d, u0, u1), embed = part_owns_tied(d, u0, u1);
     for (int i = 0; i < d->nparams; i++) {
         int u = d->params[i].unit;
         if (u < u0 || u >= u1) continue;
@@ -128,8 +139,6 @@ void cl_model_part_sizes(const cl_model_desc *d, int u0, int u1, int B, int reco
     z->io = 16;
     for (int u = u0; u < u1; u++) {
         const cl_unit *un = &d->units[u];
-        head |= un->kind == CL_UNIT_LMHEAD;
-        embed |= un->kind == CL_UNIT_EMBED;
         int64_t sc = unit_scratch(d, u, B), a = un->in_floats * B, b = un->out_floats * B;
         if (sc > z->scratch) z->scratch = sc;
         if (a > z->io) z->io = a;
@@ -292,11 +301,10 @@ int cl_model_owns_param(const cl_model *m, int i) {
     return u >= m->u0 && u < m->u1;
 }
 
-static int holds_kind(const cl_model *m, cl_unit_kind k) { return part_holds_kind(m->desc, m->u0, m->u1, k); }
 
 cl_status cl_model_split_tied(cl_model *m) {
     const cl_model_desc *d = m->desc;
-    if (d->tied_wte < 0 || !holds_kind(m, CL_UNIT_LMHEAD) || m->head_wte_g) return CL_OK;
+    if (!part_uses_tied(d, m->u0, m->u1) || m->head_wte_g) return CL_OK;
     size_t n = (size_t)m->sizes.head_wte;
     CL_TRY(cl_device_alloc_f32(m->dev, CL_MEM_GRADS, n, &m->head_wte_g));
     memset(m->head_wte_g, 0, n * sizeof(float));
