@@ -101,8 +101,9 @@ typedef struct cl_kind {
     unsigned z3_reads;             /* bit CL_Z3_*: the passes that read its parameters (ZeRO 3 gathers them) */
     /* its output in its saved activations at base (NULL: base) */
     float *(*output)(const cl_model *m, float *base, int B, int T);
-    /* a loss unit's logits (NULL: none) */
+    /* a loss unit's logits in its saved activations (NULL: none, or its input when logits_in) */
     const float *(*logits)(const cl_model *m, const cl_acts *a, int u, int B, int T);
+    int logits_in;                 /* its logits are its input: the previous unit's output, when the part holds it */
     cl_status (*forward)(cl_model *m, const cl_unit *un, const cl_microbatch *mb, const float *in, float *base,
                          float *const *p);
     /* din NULL: no input gradient; ww: add the weight gradients into g */
@@ -119,10 +120,11 @@ extern const cl_kind cl_kind_embed, cl_kind_block, cl_kind_lmhead, cl_kind_conv,
 
 /* The table of a kind (kinds.c, the one list of them). */
 const cl_kind *cl_kind_of(cl_unit_kind k);
+
+/* ---- what the kinds share (split.c) ---- */
+
 /* Aims the named pointers of a kind's weights struct w at p[0 .. nparams). */
 void cl_kind_bind(const cl_kind *k, float *const *p, void *w);
-
-/* ---- what the split layers share (split.c) ---- */
 
 /* Token rows of a micro-batch of N that this rank's layernorms, residuals
  * and block inputs and outputs hold: all, or 1/tp under sequence parallelism. */

@@ -32,18 +32,12 @@ static cl_status classify_backward(cl_model *m, const cl_unit *un, const cl_micr
     return CL_OK;
 }
 
-/* its logits are the previous unit's output, when this part holds it */
-static const float *classify_logits(const cl_model *m, const cl_acts *a, int u, int B, int T) {
-    cl_microbatch mb = {.B = B, .T = T};
-    return u > m->u0 ? cl_acts_output_mb(m, a, u - 1, &mb) : NULL;
-}
-
 const cl_kind cl_kind_classify = {
     .name = "classify",
     .sizes = classify_sizes,
     .loss = CL_KIND_LOSS_SAMPLE,
     .z3_reads = CL_KIND_READS(CL_Z3_FORWARD) | CL_KIND_READS(CL_Z3_BACKWARD),
-    .logits = classify_logits,
+    .logits_in = 1,
     .forward = classify_forward,
     .backward = classify_backward,
 };

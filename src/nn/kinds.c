@@ -1,6 +1,7 @@
 /* The one list of unit kinds: cl_unit_kind -> its table (kind.h). Adding a
  * kind is its file under src/nn/, its entry in cl_unit_kind and its line
- * here. */
+ * here. Calls go one way: units.c, zero3.c and describe.c ask here; the
+ * kinds' files call only split.c. */
 #include "nn/kind.h"
 
 #include <stddef.h>
@@ -13,8 +14,4 @@ static const cl_kind *const kinds[] = {
 
 const cl_kind *cl_kind_of(cl_unit_kind k) {
     return (unsigned)k < sizeof kinds / sizeof kinds[0] ? kinds[k] : NULL;
-}
-
-void cl_kind_bind(const cl_kind *k, float *const *p, void *w) {
-    for (int i = 0; i < k->nparams; i++) *(float **)((char *)w + k->params[i].field) = p[i];
 }

@@ -1,12 +1,16 @@
-/* What the tensor-parallel layers of several unit kinds share: which token
- * rows a rank holds under sequence parallelism, the input of a
- * column-parallel layer and the output of a row-parallel one (Megatron-LM's
- * split, see kind.h). On one rank each is the plain layer: the collectives
- * are the identity. */
+/* What the unit kinds share (kind.h): binding a kind's named weights, and
+ * for the tensor-parallel layers which token rows a rank holds under
+ * sequence parallelism, the input of a column-parallel layer and the output
+ * of a row-parallel one (Megatron-LM's split). On one rank each is the
+ * plain layer: the collectives are the identity. */
 #include "nn/kind.h"
 
 #include "cleave/kernels.h"
 #include "cleave/prof.h"
+
+void cl_kind_bind(const cl_kind *k, float *const *p, void *w) {
+    for (int i = 0; i < k->nparams; i++) *(float **)((char *)w + k->params[i].field) = p[i];
+}
 
 int64_t cl_nn_rows_here(const cl_model_desc *d, int64_t N) { return d->tpl.sp ? N / d->tpl.tp : N; }
 

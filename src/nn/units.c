@@ -478,7 +478,8 @@ double cl_acts_loss_sum(const cl_model *m, const cl_acts *a, int u, const cl_mic
 
 const float *cl_acts_logits(const cl_model *m, const cl_acts *a, int u, const cl_microbatch *mb) {
     const cl_kind *k = kind_of(m->desc, u);
-    return k->logits ? k->logits(m, a, u, mb->B, mb->T) : NULL;
+    if (k->logits) return k->logits(m, a, u, mb->B, mb->T);
+    return k->logits_in && u > m->u0 ? unit_out(m, a, u - 1, mb->B, mb->T) : NULL;
 }
 
 int cl_unit_is_loss(const cl_unit *u) { return cl_kind_of(u->kind)->loss != 0; }
