@@ -4,6 +4,7 @@
 #include "args.h"
 #include "auto.h"
 #include "memory_cmd.h"
+#include "tensorboard.h"
 #include "cleave/schedule.h"
 #include "cleave/comm.h"
 #include "cleave/kernels.h"
@@ -59,6 +60,8 @@ static const cli_flag train_flags[] = {
     {"eval-every", "", 1, "report validation loss every N steps (default: at the end only)"},
     {"eval-batches", "", 1, "validation windows per evaluation (default 16, 0 = all)"},
     {"log-file", "", 1, "write one JSON line per step to this file"},
+    {"tensorboard", "", 1, "write TensorBoard event files to this directory (made if missing): loss, validation loss, learning rate, "
+                           "gradient norm, throughput, each rank's peak memory by category and the pipeline bubble, every step"},
     {"plot", "", 1, "at the end, draw this run's loss and validation loss against the step as SVG to this file (as cleave plot)"},
     {"log-every", "", 1, "print every N steps (default 1)"},
     {"save", "", 1, "checkpoint directory to write"},
@@ -253,6 +256,7 @@ typedef struct {
     int steps, end, log_every, eval_every, save_every, sample_tokens, topk;
     float temperature;
     const char *save, *resume, *log_path, *prompt, *comm_name, *trace_path, *plot_path;
+    const char *tb_dir; /* --tensorboard */
     int gb_given, schedule_given;
     int threads; /* GEMM threads per rank; 0: derive from cores and ranks */
     int trace_steps;
@@ -500,6 +504,8 @@ static cl_status train_rank(cl_comm *world, void *arg) {
     FILE *log = NULL;
     if (!s && lead && j->log_path && !(log = fopen(j->log_path, j->resume ? "a" : "w")))
         s = cl_error(CL_ERR_IO, "--log-file %s: cannot open for writing", j->log_path);
+    cli_tb *tb = NULL;
+    if (!s && j->tb_dir) s = cli_tb_open(&tb, j->tb_dir, world, t);
     if (!s && lead) {
         print_header(t);
         if (world) printf("ranks: %d (%s backend), mesh dp %d x tp %d x pp %d; per-rank memory as above\n", cl_comm_size(world),
@@ -523,6 +529,7 @@ static cl_status train_rank(cl_comm *world, void *arg) {
     while (!s && cl_trainer_steps_done(t) < j->end) {
         cl_step_stats st;
         if ((s = cl_trainer_step(t, &st))) break;
+        if (tb && (s = cli_tb_step(tb, &st))) break; /* every rank: the per-rank figures reach rank 0 */
         int last = st.step == j->end;
         int eval = (j->eval_every && st.step % j->eval_every == 0) || last;
         int save = j->save && ((j->save_every && st.step % j->save_every == 0) || last);
@@ -549,6 +556,7 @@ static cl_status train_rank(cl_comm *world, void *arg) {
             if ((s = cl_trainer_eval(t, &vl))) break;
             printf("%sstep %d: validation loss %.4f\n", tty ? LIVE_CLEAR : "", st.step, vl);
             if (plot) val_line(plot, st.step, vl);
+            if (tb && (s = cli_tb_val(tb, st.step, vl))) break;
             if (log && val_line(log, st.step, vl)) {
                 s = log_failed(j->log_path, st.step);
                 break;
@@ -592,6 +600,8 @@ static cl_status train_rank(cl_comm *world, void *arg) {
     }
     free(plot_text);
     if (log && fclose(log) != 0 && !s) s = cl_error(CL_ERR_IO, "--log-file %s: closing failed: %s", j->log_path, strerror(errno));
+    cl_status ts = cli_tb_close(tb);
+    if (!s) s = ts;
     cl_trainer_destroy(t);
     cl_groups_free(&groups);
     return s;
@@ -636,6 +646,7 @@ static cl_status check_job(train_job *j, int ranks_here) {
                         cores, cores == 1 ? "" : "s", cores);
     if (j->trace_path) CL_TRY(cl_check_output_path(j->trace_path, "--trace"));
     if (j->plot_path) CL_TRY(cl_check_output_path(j->plot_path, "--plot"));
+    if (j->tb_dir) CL_TRY(cli_tb_check(j->tb_dir));
     /* a log is a stream (appended on resume, a device allowed): an existing
      * file is taken as it is; anything else must pass as an output path */
     struct stat st;
@@ -739,7 +750,7 @@ static const cli_flag memory_extra[] = {
  * (with --measure they shape its two steps) but its --help leaves them out. */
 static const char *const train_only[] = {
     "steps", "stop-after", "lr", "min-lr", "warmup", "weight-decay", "beta1", "beta2", "eps", "grad-clip",
-    "seed", "eval-every", "eval-batches", "log-file", "plot", "log-every", "save", "save-every", "save-keep",
+    "seed", "eval-every", "eval-batches", "log-file", "plot", "tensorboard", "log-every", "save", "save-every", "save-keep",
     "discard-newer-checkpoints",
     "resume", "save-format", "sample-tokens", "prompt", "temperature", "top-k", "trace", "trace-steps",
     "check-replicas", "comm-timeout",
@@ -1042,6 +1053,7 @@ static int cmd_train(int argc, char **argv) {
     if (j.kept && (s = check_kept_steps(&j))) return cli_fail(s);
     j.log_path = cli_get(&a, "log-file");
     j.plot_path = cli_get(&a, "plot");
+    j.tb_dir = cli_get(&a, "tensorboard");
     j.prompt = cli_get(&a, "prompt") ? cli_get(&a, "prompt") : "And God said";
     j.comm_name = cli_get(&a, "comm") ? cli_get(&a, "comm") : "threads";
     cl_launch_opts lo = {.timeout_s = timeout};

@@ -96,6 +96,7 @@ fail:
 #include "cleave/data.h"
 #include "cleave/json.h"
 #include "cleave/safetensors.h"
+#include "cleave/tfevents.h"
 #include "cleave/comm.h"
 #include "cleave/mesh.h"
 #include "cleave/pipeline.h"

@@ -177,6 +177,7 @@ typedef struct {
     double bubble;          /* measured: idle / makespan of the step's forward and backward work, mean over ranks */
     double bubble_sim;      /* the simulator's, on this schedule with this step's measured per-stage times */
     double bubble_max;      /* measured, the worst rank */
+    double bubble_rank;     /* measured, this pipeline rank's own */
     /* this rank's traffic in the step, by group (comm.h's counts; zero without groups) */
     cl_comm_counts comm_tp, comm_dp, comm_pp;
     double z3_wait;         /* ZeRO 3: seconds this rank waited for parameter gathers (not hidden by prefetch) */

@@ -660,6 +660,7 @@ static cl_status bubble_figures(struct cl_pp *pp, double busy, double span, cl_s
         }
         st->bubble = sum / p;
         st->bubble_max = worst;
+        st->bubble_rank = makespan > 0 ? 1.0 - v[pp->r] / makespan : 0;
         double *cf = v + 2 * p, *cn = v + 2 * p + 3 * S;
         double *f = malloc((size_t)S * 3 * sizeof *f);
         if (!f) s = cl_error(CL_ERR_OOM, "cannot allocate simulator costs");
