@@ -7,6 +7,7 @@
  * offsets are 16-float aligned and increasing; a unit's params are the
  * contiguous range [first_param, first_param + nparams). */
 #include "cleave/model.h"
+#include "nn/kind.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -149,33 +150,11 @@ typedef struct {
     cl_model_desc *d;
     int cap_units, cap_params;
     int failed;
-    int too_large; /* a size passed DESC_MAX_FLOATS (or int, where a unit keeps it as int) */
+    cl_sizer z; /* too_large: a size passed CL_DESC_MAX_FLOATS (or int, where a unit keeps it as int) */
 } builder;
 
-/* No tensor, buffer or total is larger than this many floats (4 TiB of
- * them), so everything derived from them (times a batch, times 4 bytes)
- * stays far inside int64. */
-#define DESC_MAX_FLOATS ((int64_t)1 << 40)
-
-/* A size just computed (overflow: it did not fit int64): past
- * DESC_MAX_FLOATS it marks the builder too_large and gives 0. */
-static int64_t fits(builder *b, int overflow, int64_t r) {
-    if (!overflow && r <= DESC_MAX_FLOATS) return r;
-    b->too_large = 1;
-    return 0;
-}
-
-static int64_t prod(builder *b, int64_t x, int64_t y) {
-    int64_t r;
-    int o = __builtin_mul_overflow(x, y, &r);
-    return fits(b, o, r);
-}
-
-static int64_t sum(builder *b, int64_t x, int64_t y) {
-    int64_t r;
-    int o = __builtin_add_overflow(x, y, &r);
-    return fits(b, o, r);
-}
+static int64_t prod(builder *b, int64_t x, int64_t y) { return cl_size_mul(&b->z, x, y); }
+static int64_t sum(builder *b, int64_t x, int64_t y) { return cl_size_add(&b->z, x, y); }
 
 static cl_unit *add_unit(builder *b, cl_unit_kind kind, char code, int index, const char *label) {
     cl_model_desc *d = b->d;
@@ -236,11 +215,6 @@ static void add_param_tp(builder *b, const char *name, int ndim, const int64_t *
     d->units[d->nunits - 1].nparams++;
 }
 
-static void add_param(builder *b, const char *name, int ndim, const int64_t *shape, int decay, cl_init_kind init,
-                      float scale) {
-    add_param_tp(b, name, ndim, shape, CL_SPLIT_NONE, 0, decay, init, scale);
-}
-
 int64_t cl_param_row_len(const cl_param_spec *p) {
     if (p->split == CL_SPLIT_COLS || p->split == CL_SPLIT_HEADS3) return p->full_shape[p->ndim - 1];
     return p->full_shape[0] ? p->full_numel / p->full_shape[0] : 0;
@@ -283,136 +257,86 @@ int64_t cl_param_local_index(const cl_param_spec *p, int rank, int64_t full) {
     return -1;
 }
 
-/* A linear layer's weight [in, out] and bias [out]: whole, column-parallel
- * (both split by output columns, or by heads for the fused qkv when heads3),
- * or row-parallel (the weight by input rows, the bias replicated: added
- * once, after the partial sums are reduced). */
-static void add_linear_params_tp(builder *b, const char *prefix, int64_t in, int64_t out, cl_linear_tp mode, int heads3, int tp,
-                                 cl_init_kind init, float wscale, float bscale) {
-    char name[64];
-    int64_t ws[2] = {in, out}, bs[1] = {out};
-    cl_split wsplit = CL_SPLIT_NONE, bsplit = CL_SPLIT_NONE;
-    int64_t wpart = 0, bpart = 0;
-    if (mode == CL_LINEAR_COLS) {
-        wsplit = bsplit = heads3 ? CL_SPLIT_HEADS3 : CL_SPLIT_COLS;
-        wpart = bpart = heads3 ? out / 3 / tp : out / tp;
-    } else if (mode == CL_LINEAR_ROWS) {
-        wsplit = CL_SPLIT_ROWS;
-        wpart = in / tp;
+/* The unit just added, its geometry set, completed from its kind's table
+ * (kind.h): its per-sample sizes and FLOPs, then its parameters (names,
+ * whole shapes, initialisation, and the slice this rank holds). The splits
+ * that tensor parallelism makes apply at tp > 1 only; the vocabulary is
+ * split (padded) at every tp. */
+static void add_kind(builder *b) {
+    cl_model_desc *d = b->d;
+    cl_unit *un = &d->units[d->nunits - 1];
+    const cl_kind *k = cl_kind_of(un->kind);
+    int tp = d->tpl.tp;
+    k->sizes(d, un, &b->z);
+    for (int i = 0; i < k->nparams && !b->failed; i++) {
+        const cl_kind_param *kp = &k->params[i];
+        cl_param_shape sh;
+        memset(&sh, 0, sizeof sh);
+        k->param(d, un, i, &sh);
+        char name[64];
+        if (k->prefixed) snprintf(name, sizeof name, "%s.%s", un->label, kp->name);
+        else snprintf(name, sizeof name, "%s", kp->name);
+        cl_tp_split how = kp->tp;
+        if (how == CL_TPS_LINEAR) /* column-parallel: weight and bias by columns; row-parallel: the weight by rows */
+            how = un->tp_mode == CL_LINEAR_COLS ? CL_TPS_COLUMNS : un->tp_mode == CL_LINEAR_ROWS && sh.ndim == 2 ? CL_TPS_ROWS : CL_TPS_REPLICATED;
+        int64_t last = sh.shape[sh.ndim - 1];
+        cl_split split = CL_SPLIT_NONE;
+        int64_t part = 0;
+        if (how == CL_TPS_VOCAB) split = CL_SPLIT_ROWS, part = d->vocab_local;
+        else if (tp > 1 && how == CL_TPS_COLUMNS) split = CL_SPLIT_COLS, part = last / tp;
+        else if (tp > 1 && how == CL_TPS_HEADS) split = CL_SPLIT_HEADS3, part = last / 3 / tp;
+        else if (tp > 1 && how == CL_TPS_ROWS) split = CL_SPLIT_ROWS, part = sh.shape[0] / tp;
+        add_param_tp(b, name, sh.ndim, sh.shape, split, part, kp->decay, kp->init, sh.scale);
+        if (b->failed) return;
+        if (how == CL_TPS_NORM) d->params[d->nparams - 1].tp_partial = d->tpl.sp;
+        if (kp->tied) d->tied_wte = d->nparams - 1;
     }
-    snprintf(name, sizeof name, "%s.weight", prefix);
-    add_param_tp(b, name, 2, ws, wsplit, wpart, 1, init, wscale);
-    snprintf(name, sizeof name, "%s.bias", prefix);
-    add_param_tp(b, name, 1, bs, bsplit, bpart, 0, init == CL_INIT_NORMAL ? CL_INIT_ZEROS : init, bscale);
-}
-
-static void add_ln_params(builder *b, const char *prefix, int64_t C) {
-    char name[64];
-    int64_t s[1] = {C};
-    snprintf(name, sizeof name, "%s.weight", prefix);
-    add_param(b, name, 1, s, 0, CL_INIT_ONES, 0);
-    snprintf(name, sizeof name, "%s.bias", prefix);
-    add_param(b, name, 1, s, 0, CL_INIT_ZEROS, 0);
-    if (b->failed) return;
-    b->d->params[b->d->nparams - 1].tp_partial = b->d->params[b->d->nparams - 2].tp_partial = b->d->tpl.sp;
 }
 
 /* Sizes are this tensor-parallel rank's (cl_tp_layout): Cl = C/tp columns
  * of the split matrices, NHl = NH/tp heads, Vl vocabulary rows; with
  * sequence parallelism the block's input and output, its layernorms and
  * residuals hold Ts = T/tp token rows per sample. tp = 1: the whole model. */
-static void describe_gpt(builder *b, int T) {
+static void describe_gpt(builder *b) {
     cl_model_desc *d = b->d;
-    const cl_model_config *c = &d->cfg;
-    int tp = d->tpl.tp, sp = d->tpl.sp;
-    int64_t C = c->channels, V = c->vocab, L = c->layers, NH = c->heads;
-    int64_t Cl = C / tp, NHl = NH / tp, Vl = d->vocab_local, Ts = sp ? T / tp : T;
-    int vp = tp > 1 || d->vocab_padded != c->vocab; /* the vocabulary-parallel head (padding masked) */
-    float std = 0.02f, proj_std = 0.02f / sqrtf(2.0f * (float)L);
-    cl_linear_tp col = tp > 1 ? CL_LINEAR_COLS : CL_LINEAR_WHOLE, row = tp > 1 ? CL_LINEAR_ROWS : CL_LINEAR_WHOLE;
-    cl_unit *u = add_unit(b, CL_UNIT_EMBED, 'E', 0, "embed");
-    if (!u) return;
-    u->out_floats = prod(b, Ts, C);
-    u->act_floats = u->out_floats;
-    u->scratch_floats = sp ? prod(b, T, C) : 0; /* the whole lookup before its reduce-scatter; dout gathered */
-    int64_t wte[2] = {V, C}, wpe[2] = {c->seq_len, C};
-    add_param_tp(b, "wte.weight", 2, wte, CL_SPLIT_ROWS, Vl, 1, CL_INIT_NORMAL, std);
-    d->tied_wte = d->nparams - 1;
-    add_param(b, "wpe.weight", 2, wpe, 1, CL_INIT_NORMAL, std);
-    for (int l = 0; l < L && !b->failed; l++) {
-        char label[24], pre[64];
+    if (!add_unit(b, CL_UNIT_EMBED, 'E', 0, "embed")) return;
+    add_kind(b);
+    for (int l = 0; l < d->cfg.layers && !b->failed; l++) {
+        char label[24];
         snprintf(label, sizeof label, "h.%d", l);
-        u = add_unit(b, CL_UNIT_BLOCK, 't', l, label);
-        if (!u) return;
-        u->in_floats = prod(b, Ts, C);
-        u->out_floats = u->in_floats;
-        int64_t scores = prod(b, prod(b, NHl, T), T);
-        /* ln1, res2, ln2, out (token rows) + their 2 x 2 means and rstds; qkv (3), atty (1), fch (4), fch_gelu (4) (columns); scores */
-        u->act_floats = sum(b, sum(b, prod(b, Ts, 4 * C + 4), prod(b, T, 12 * Cl)), scores);
-        /* backward workspace (units.c's block_scratch): dres2, dfc, dln2, datty, dqkv, dln1; sp adds the
-         * gathered dout, dres2 and layernorm output and the three scattered shards */
-        int64_t ws = sp ? sum(b, prod(b, T, 5 * C + 8 * Cl), prod(b, Ts, 3 * C)) : prod(b, T, 3 * C + 8 * Cl);
-        u->scratch_floats = sum(b, ws, scores);
-        u->flops = (2.0 * (double)T * 12.0 * (double)C * (double)C + 4.0 * (double)T * (double)T * (double)C) / tp;
-        snprintf(pre, sizeof pre, "h.%d.ln_1", l);
-        add_ln_params(b, pre, C);
-        snprintf(pre, sizeof pre, "h.%d.attn.c_attn", l);
-        add_linear_params_tp(b, pre, C, 3 * C, col, 1, tp, CL_INIT_NORMAL, std, 0);
-        snprintf(pre, sizeof pre, "h.%d.attn.c_proj", l);
-        add_linear_params_tp(b, pre, C, C, row, 0, tp, CL_INIT_NORMAL, proj_std, 0);
-        snprintf(pre, sizeof pre, "h.%d.ln_2", l);
-        add_ln_params(b, pre, C);
-        snprintf(pre, sizeof pre, "h.%d.mlp.c_fc", l);
-        add_linear_params_tp(b, pre, C, 4 * C, col, 0, tp, CL_INIT_NORMAL, std, 0);
-        snprintf(pre, sizeof pre, "h.%d.mlp.c_proj", l);
-        add_linear_params_tp(b, pre, 4 * C, C, row, 0, tp, CL_INIT_NORMAL, proj_std, 0);
+        if (!add_unit(b, CL_UNIT_BLOCK, 't', l, label)) return;
+        add_kind(b);
     }
-    u = add_unit(b, CL_UNIT_LMHEAD, 'L', 0, "lm_head");
-    if (!u) return;
-    u->in_floats = prod(b, Ts, C);
-    u->out_floats = T;
-    /* losses, lnf (all rows, gathered), mean and rstd (its rows), lse, logits (its vocabulary columns) */
-    u->act_floats = sum(b, prod(b, T, C + Vl + 2), 2 * Ts);
-    /* dlnf; sp: its scattered shard; vp: row max (f32) and sums (f64) */
-    u->scratch_floats = sum(b, sum(b, prod(b, T, C), sp ? prod(b, Ts, C) : 0), vp ? prod(b, T, 5) + 2 : 0);
-    u->flops = 2.0 * (double)T * (double)C * (double)Vl;
-    add_ln_params(b, "ln_f", C);
+    if (!add_unit(b, CL_UNIT_LMHEAD, 'L', 0, "lm_head")) return;
+    add_kind(b);
 }
 
-/* Sets a unit's linear geometry and sizes; mode as cl_unit's tp_mode. */
-static void linear_unit(builder *b, const char *label, int index, int64_t in, int64_t out, int kaiming, cl_linear_tp mode) {
+/* A linear unit's geometry; mode as cl_unit's tp_mode. */
+static void linear_unit(builder *b, const char *label, int index, int64_t in, int64_t out, cl_linear_tp mode) {
     cl_unit *u = add_unit(b, CL_UNIT_LINEAR, 'l', index, label);
     if (!u) return;
     int tp = b->d->tpl.tp;
     int64_t lin = mode == CL_LINEAR_ROWS ? in / tp : in, lout = mode == CL_LINEAR_COLS ? out / tp : out;
-    if (in > INT32_MAX || out > INT32_MAX) b->too_large = 1;
+    if (in > INT32_MAX || out > INT32_MAX) b->z.too_large = 1;
     u->tp_mode = mode;
     u->c = (int)lin;
     u->oc = (int)lout;
-    u->in_floats = lin;
-    u->out_floats = lout;
-    u->act_floats = lout;
-    u->scratch_floats = mode == CL_LINEAR_COLS ? lin : 0; /* the input gradient's partial sum before its all-reduce */
-    u->flops = 2.0 * (double)lin * (double)lout;
-    float bound = 1.0f / sqrtf((float)in);
-    add_linear_params_tp(b, label, in, out, mode, 0, tp, kaiming ? CL_INIT_UNIFORM : CL_INIT_NORMAL, bound, bound);
+    add_kind(b);
 }
 
+/* A unit of n floats in and out (ReLU, flatten). */
 static void elementwise_unit(builder *b, cl_unit_kind kind, char code, int index, const char *label, int64_t n) {
     cl_unit *u = add_unit(b, kind, code, index, label);
     if (!u) return;
     u->in_floats = n;
-    u->out_floats = n;
-    u->act_floats = n;
+    add_kind(b);
 }
 
 static void classify_unit(builder *b, int64_t classes) {
     cl_unit *u = add_unit(b, CL_UNIT_CLASSIFY, 'x', 0, "loss");
     if (!u) return;
     u->c = (int)classes;
-    u->in_floats = classes;
-    u->out_floats = 1;
-    u->act_floats = 2; /* loss, logsumexp */
+    add_kind(b);
 }
 
 /* Under tensor parallelism the linear layers go in pairs, column- then
@@ -425,7 +349,7 @@ static void describe_mlp(builder *b) {
         char label[24];
         snprintf(label, sizeof label, "fc%d", i + 1);
         cl_linear_tp mode = tp > 1 && (i % 2 == 0 ? i + 1 < nlin : 1) ? (i % 2 == 0 ? CL_LINEAR_COLS : CL_LINEAR_ROWS) : CL_LINEAR_WHOLE;
-        linear_unit(b, label, i, c->widths[i], c->widths[i + 1], 1, mode);
+        linear_unit(b, label, i, c->widths[i], c->widths[i + 1], mode);
         if (i + 2 < c->nwidths) {
             snprintf(label, sizeof label, "relu%d", i + 1);
             elementwise_unit(b, CL_UNIT_RELU, 'r', i, label, mode == CL_LINEAR_COLS ? c->widths[i + 1] / tp : c->widths[i + 1]);
@@ -451,15 +375,7 @@ static void describe_cnn(builder *b) {
     u->k = c->conv_kernel;
     u->stride = c->conv_stride;
     u->pad = c->conv_pad;
-    u->in_floats = prod(b, prod(b, c->in_channels, c->height), c->width);
-    u->out_floats = conv_n;
-    u->act_floats = conv_n;
-    u->flops = 2.0 * (double)conv_n * c->in_channels * c->conv_kernel * c->conv_kernel;
-    int64_t fan_in = prod(b, prod(b, c->in_channels, c->conv_kernel), c->conv_kernel);
-    float bound = 1.0f / sqrtf((float)fan_in);
-    int64_t ws[4] = {c->conv_channels, c->in_channels, c->conv_kernel, c->conv_kernel}, bs[1] = {c->conv_channels};
-    add_param(b, "conv.weight", 4, ws, 1, CL_INIT_UNIFORM, bound);
-    add_param(b, "conv.bias", 1, bs, 0, CL_INIT_UNIFORM, bound);
+    add_kind(b);
     elementwise_unit(b, CL_UNIT_RELU, 'r', 0, "relu", conv_n);
     u = add_unit(b, CL_UNIT_MAXPOOL, 'p', 0, "pool");
     if (!u) return;
@@ -471,14 +387,12 @@ static void describe_cnn(builder *b) {
     u->ow = pw;
     u->k = c->pool;
     u->stride = c->pool;
-    u->in_floats = conv_n;
-    u->out_floats = pool_n;
-    u->act_floats = prod(b, 2, pool_n); /* output and argmax indices */
+    add_kind(b);
     elementwise_unit(b, CL_UNIT_FLATTEN, 'f', 0, "flatten", pool_n);
-    linear_unit(b, "fc1", 1, pool_n, c->hidden, 1, CL_LINEAR_WHOLE);
-    linear_unit(b, "fc2", 2, c->hidden, c->hidden2, 1, CL_LINEAR_WHOLE);
+    linear_unit(b, "fc1", 1, pool_n, c->hidden, CL_LINEAR_WHOLE);
+    linear_unit(b, "fc2", 2, c->hidden, c->hidden2, CL_LINEAR_WHOLE);
     elementwise_unit(b, CL_UNIT_RELU, 'r', 1, "relu2", c->hidden2);
-    linear_unit(b, "fc3", 3, c->hidden2, c->classes, 1, CL_LINEAR_WHOLE);
+    linear_unit(b, "fc3", 3, c->hidden2, c->classes, CL_LINEAR_WHOLE);
     classify_unit(b, c->classes);
 }
 
@@ -556,11 +470,11 @@ cl_status cl_model_describe_tp(const cl_model_config *cfg, int T, const cl_tp_la
     }
     builder b = {.d = d};
     switch (cfg->kind) {
-    case CL_MODEL_GPT: describe_gpt(&b, T); break;
+    case CL_MODEL_GPT: describe_gpt(&b); break;
     case CL_MODEL_MLP: describe_mlp(&b); break;
     case CL_MODEL_CNN: describe_cnn(&b); break;
     }
-    if (b.failed || b.too_large) {
+    if (b.failed || b.z.too_large) {
         cl_model_desc_free(d);
         if (b.failed) return cl_error(CL_ERR_OOM, "cannot allocate a model description");
         return cl_error(CL_ERR_INVALID, "the model is too large: one of its tensors or buffers passes 2^40 floats");

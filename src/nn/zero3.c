@@ -2,6 +2,7 @@
  * replicas, each unit's gathered into a working buffer just before it runs
  * (see cleave/model.h and docs/ARCHITECTURE.md, "ZeRO"). */
 #include "cleave/model.h"
+#include "nn/kind.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -92,9 +93,7 @@ cl_status cl_model_set_zero3(cl_model *m, cl_comm *dp) {
  * or a convolution's weight gradient read only activations and gradients;
  * a weight pass skips the loss units (their gradients came in the input pass). */
 static int reads_params(const cl_unit *un, cl_z3_pass_kind kind) {
-    if (kind == CL_Z3_FORWARD) return 1;
-    if (kind == CL_Z3_BACKWARD) return un->kind != CL_UNIT_EMBED;
-    return un->kind == CL_UNIT_BLOCK;
+    return (cl_kind_of(un->kind)->z3_reads & CL_KIND_READS(kind)) != 0; /* the kind says (kind.h) */
 }
 
 cl_status cl_model_z3_pass(cl_model *m, cl_z3_pass_kind kind) {

@@ -61,7 +61,7 @@ static void block_cost(const cl_model_desc *d, int B, double e, int recompute, i
     gemm(f, R, C, Cl, 1, CL_GEMM_NN);
     gemm(f, R, 4 * Cl, C, 1, CL_GEMM_NN);
     gemm(f, R, C, 4 * Cl, 1, CL_GEMM_NN);
-    /* the other kernels as src/nn/units.c runs them: ln_1 (read, write); c_attn's bias
+    /* the other kernels as src/nn/kind_block.c runs them: ln_1 (read, write); c_attn's bias
      * written under its rows before the product; the softmax (read, write); c_proj's bias
      * (written before the product at tp 1, added after the reduction at tp > 1: read, write);
      * residual + ln_2 in one pass (read 2, write 2); bias + GELU in one pass (read, write);

@@ -1,0 +1,140 @@
+/* A unit kind as one table (internal to src/nn and the description).
+ *
+ * Each kind of unit (embedding, GPT block, LM head with its loss; conv,
+ * ReLU, max-pool, flatten, linear, classifier loss) lives in one file,
+ * src/nn/kind_<name>.c, which exports one `const cl_kind`. The table says
+ * what the kind is to everything else: its parameters (names, whole shapes
+ * as a function of the description, how tensor parallelism splits each),
+ * its sizes for a micro-batch and recompute mode, which passes read its
+ * parameters, where its output and logits lie, and its forward and
+ * backward. units.c dispatches through the table (cl_kind_of) and never
+ * branches on a kind; src/model/describe.c builds each unit's parameter
+ * list from it.
+ *
+ * Invariants: a kind's parameters are listed in checkpoint order, and a
+ * kind's code reaches them by name through its weights struct (cl_kind_bind:
+ * each entry's `field` is the offset of its pointer there), never by
+ * position. Each forward and backward is written once for a tensor-parallel
+ * slice; tp = 1 runs the same function (the split collectives are then the
+ * identity). */
+#ifndef CLEAVE_NN_KIND_H
+#define CLEAVE_NN_KIND_H
+
+#include "cleave/model.h"
+
+#include <stddef.h>
+
+/* How tensor parallelism splits one parameter (the layout a rank then holds: cl_split). */
+typedef enum {
+    CL_TPS_REPLICATED = 0, /* every rank holds all of it */
+    CL_TPS_NORM,           /* replicated; under sequence parallelism its gradient is a partial sum (tp_partial) */
+    CL_TPS_COLUMNS,        /* column-parallel: by the last (output) dimension */
+    CL_TPS_HEADS,          /* column-parallel by heads: the fused q, k, v columns of this rank's heads */
+    CL_TPS_ROWS,           /* row-parallel: by the first (input) dimension */
+    CL_TPS_VOCAB,          /* by vocabulary rows of the padded vocabulary, at every tp (one rank: all rows) */
+    CL_TPS_LINEAR,         /* a linear unit's weight or bias: as the unit's tp_mode (whole, column or row) */
+} cl_tp_split;
+
+/* One parameter as a kind lists it. The shape and the initial scale are
+ * the kind's `param` function's (they depend on the description). */
+typedef struct {
+    const char *name;      /* checkpoint name; after "<unit label>." when the kind is `prefixed` */
+    size_t field;          /* offsetof its pointer in the kind's weights struct */
+    cl_tp_split tp;
+    int decay;             /* AdamW weight decay applies */
+    cl_init_kind init;
+    int tied;              /* the LM head's weight too (the description's tied_wte) */
+} cl_kind_param;
+
+/* One parameter of one unit, whole (before tensor parallelism cuts it). */
+typedef struct {
+    int ndim;
+    int64_t shape[4];
+    float scale;           /* std (normal) or bound (uniform) */
+} cl_param_shape;
+
+/* Size arithmetic for a description: no tensor, buffer or total is larger
+ * than CL_DESC_MAX_FLOATS floats (4 TiB of them), so everything derived
+ * from them (times a batch, times 4 bytes) stays far inside int64. A
+ * result past it (or past int64) marks too_large and gives 0. */
+#define CL_DESC_MAX_FLOATS ((int64_t)1 << 40)
+typedef struct {
+    int too_large;
+} cl_sizer;
+static inline int64_t cl_size_fits(cl_sizer *z, int overflow, int64_t r) {
+    if (!overflow && r <= CL_DESC_MAX_FLOATS) return r;
+    z->too_large = 1;
+    return 0;
+}
+static inline int64_t cl_size_mul(cl_sizer *z, int64_t x, int64_t y) {
+    int64_t r;
+    int o = __builtin_mul_overflow(x, y, &r);
+    return cl_size_fits(z, o, r);
+}
+static inline int64_t cl_size_add(cl_sizer *z, int64_t x, int64_t y) {
+    int64_t r;
+    int o = __builtin_add_overflow(x, y, &r);
+    return cl_size_fits(z, o, r);
+}
+
+typedef struct cl_kind {
+    const char *name;
+    int prefixed;                  /* parameter names are "<label>.<name>" */
+    int nparams;
+    const cl_kind_param *params;   /* in checkpoint order */
+    /* the per-sample sizes of a unit whose geometry the description has set (GPT kinds: from the
+     * description's T and tensor-parallel layout; CONV, MAXPOOL, LINEAR: c, h, w, oc, oh, ow, k, tp_mode;
+     * the elementwise kinds: in_floats): in_floats, out_floats, act_floats, scratch_floats, flops */
+    void (*sizes)(const cl_model_desc *d, cl_unit *un, cl_sizer *z);
+    /* the whole shape and scale of parameter i of unit un */
+    void (*param)(const cl_model_desc *d, const cl_unit *un, int i, cl_param_shape *out);
+    /* floats saved per micro-batch of B under a recompute mode, before 16-alignment (NULL: act_floats x B) */
+    int64_t (*act_floats)(const cl_model_desc *d, const cl_unit *un, int B, int recompute);
+    /* backward workspace at B (NULL: scratch_floats x B) */
+    int64_t (*scratch_floats)(const cl_model_desc *d, const cl_unit *un, int B);
+    /* the part's recompute buffer this unit needs (NULL: none) */
+    int64_t (*rc_floats)(const cl_model_desc *d, const cl_unit *un, int B, int recompute);
+    /* what a split backward keeps for its weight pass beyond dout (NULL: none; cl_unit_keep_floats) */
+    int64_t (*keep_floats)(const cl_model_desc *d, const cl_unit *un, int B);
+    int uses_tied;                 /* reads the tied weight too (the description's tied_wte: the LM head) */
+    int loss;                      /* 0; or its output is a loss per token (CL_KIND_LOSS_TOKEN) or per sample */
+    unsigned z3_reads;             /* bit CL_Z3_*: the passes that read its parameters (ZeRO 3 gathers them) */
+    /* its output in its saved activations at base (NULL: base) */
+    float *(*output)(const cl_model *m, float *base, int B, int T);
+    /* a loss unit's logits in its saved activations (NULL: none, or its input when logits_in) */
+    const float *(*logits)(const cl_model *m, const cl_acts *a, int u, int B, int T);
+    int logits_in;                 /* its logits are its input: the previous unit's output, when the part holds it */
+    cl_status (*forward)(cl_model *m, const cl_unit *un, const cl_microbatch *mb, const float *in, float *base,
+                         float *const *p);
+    /* din NULL: no input gradient; ww: add the weight gradients into g */
+    cl_status (*backward)(cl_model *m, const cl_unit *un, const cl_microbatch *mb, const float *in, float *base,
+                          float *const *p, float *const *g, const float *dout, float *din, int ww);
+} cl_kind;
+
+enum { CL_KIND_LOSS_TOKEN = 1, CL_KIND_LOSS_SAMPLE = 2 };
+#define CL_KIND_READS(pass) (1u << (pass))
+#define CL_KIND_READS_ALL (CL_KIND_READS(CL_Z3_FORWARD) | CL_KIND_READS(CL_Z3_BACKWARD) | CL_KIND_READS(CL_Z3_WEIGHT))
+
+extern const cl_kind cl_kind_embed, cl_kind_block, cl_kind_lmhead, cl_kind_conv, cl_kind_relu, cl_kind_maxpool,
+    cl_kind_flatten, cl_kind_linear, cl_kind_classify;
+
+/* The table of a kind (kinds.c, the one list of them). */
+const cl_kind *cl_kind_of(cl_unit_kind k);
+
+/* ---- what the kinds share (split.c) ---- */
+
+/* Aims the named pointers of a kind's weights struct w at p[0 .. nparams). */
+void cl_kind_bind(const cl_kind *k, float *const *p, void *w);
+
+/* Token rows of a micro-batch of N that this rank's layernorms, residuals
+ * and block inputs and outputs hold: all, or 1/tp under sequence parallelism. */
+int64_t cl_nn_rows_here(const cl_model_desc *d, int64_t N);
+/* rows x C += bias[C], row by row. */
+void cl_nn_add_bias(float *x, const float *bias, int64_t rows, int64_t C);
+/* The input of a column-parallel layer: every token row (gathered into buf under sequence parallelism). */
+cl_status cl_nn_col_input(const cl_model *m, const float *rows, float *buf, int64_t Ns, int64_t C, const float **out);
+/* A row-parallel layer's output out = x w + bias (x: N x K, w: K x C), summed over the group. */
+cl_status cl_nn_row_linear(const cl_model *m, const char *what, double flops, const float *x, const float *w, const float *bias,
+                           float *out, int64_t N, int64_t K);
+
+#endif

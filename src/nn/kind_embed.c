@@ -1,0 +1,129 @@
+/* The GPT-2 embedding as a unit kind (kind.h): tokens -> wte[token] +
+ * wpe[position]. Written once for a vocabulary slice: this rank's rows
+ * [v0, v0 + Vl) of wte for its tokens, zero for the others, summed over the
+ * tensor-parallel group (each position is nonzero on one rank only, so the
+ * sum is exact), then the positions of this rank's token rows. One rank
+ * holds every row and its sum is the identity: the same adds, the same
+ * bits as a plain lookup. */
+#include "nn/kind.h"
+
+#include "cleave/prof.h"
+
+#include <string.h>
+
+typedef struct {
+    float *wte, *wpe;
+} embed_weights;
+
+#define F(x) offsetof(embed_weights, x)
+static const cl_kind_param embed_params[] = {
+    {"wte.weight", F(wte), CL_TPS_VOCAB, 1, CL_INIT_NORMAL, 1},
+    {"wpe.weight", F(wpe), CL_TPS_REPLICATED, 1, CL_INIT_NORMAL, 0},
+};
+
+/* The output (this rank's token rows of C), kept as it is; sequence
+ * parallelism's scratch: the whole lookup before its reduce-scatter, and
+ * the output gradient gathered. */
+static void embed_sizes(const cl_model_desc *d, cl_unit *un, cl_sizer *z) {
+    int64_t T = d->T, C = d->cfg.channels, Ts = d->tpl.sp ? T / d->tpl.tp : T;
+    un->out_floats = cl_size_mul(z, Ts, C);
+    un->act_floats = un->out_floats;
+    un->scratch_floats = d->tpl.sp ? cl_size_mul(z, T, C) : 0;
+}
+
+/* wte [vocab, C], wpe [context, C]: normal(0, 0.02) */
+static void embed_param(const cl_model_desc *d, const cl_unit *un, int i, cl_param_shape *o) {
+    (void)un;
+    o->ndim = 2;
+    o->shape[0] = embed_params[i].field == F(wte) ? d->cfg.vocab : d->cfg.seq_len;
+    o->shape[1] = d->cfg.channels;
+    o->scale = 0.02f;
+}
+
+/* out[i] = this rank's wte row of token i, or zero (N rows of C). */
+static void lookup(float *out, const int32_t *tokens, const float *wte, int64_t N, int64_t C, int64_t v0, int64_t Vl) {
+    for (int64_t i = 0; i < N; i++) {
+        int64_t r = tokens[i] - v0;
+        float *o = out + i * C;
+        if (r >= 0 && r < Vl) memcpy(o, wte + r * C, (size_t)C * sizeof(float));
+        else memset(o, 0, (size_t)C * sizeof(float));
+    }
+}
+
+/* out[i] += wpe[position of token row row0 + i] (Ns rows of C, T positions a sample) */
+static void add_positions(float *out, const float *wpe, int64_t Ns, int64_t row0, int64_t T, int64_t C) {
+    for (int64_t i = 0; i < Ns; i++) {
+        const float *pos = wpe + ((row0 + i) % T) * C;
+        float *o = out + i * C;
+        for (int64_t c = 0; c < C; c++) o[c] += pos[c];
+    }
+}
+
+static cl_status embed_forward(cl_model *m, const cl_unit *un, const cl_microbatch *mb, const float *in, float *out,
+                               float *const *p) {
+    (void)un, (void)in;
+    const cl_model_desc *d = m->desc;
+    int64_t N = (int64_t)mb->B * mb->T, Ns = cl_nn_rows_here(d, N), C = d->cfg.channels;
+    int V = d->cfg.vocab;
+    for (int64_t i = 0; i < N; i++)
+        if (mb->tokens[i] < 0 || mb->tokens[i] >= V)
+            return cl_error(CL_ERR_INVALID, "token %d at position %lld is outside the vocabulary (%d)", mb->tokens[i], (long long)i, V);
+    embed_weights w;
+    cl_kind_bind(&cl_kind_embed, p, &w);
+    float *full = d->tpl.sp ? m->scratch : out;
+    CL_PROF("fwd embedding", 0, lookup(full, mb->tokens, w.wte, N, C, d->vocab_start, d->vocab_local));
+    if (d->tpl.sp) CL_TRY(cl_tp_forward(&m->tp, CL_TP_SCATTER, full, out, (size_t)(Ns * C)));
+    else CL_TRY(cl_tp_forward(&m->tp, CL_TP_REDUCE, out, out, (size_t)(N * C)));
+    CL_PROF("fwd embedding", 0, add_positions(out, w.wpe, Ns, d->tpl.sp ? Ns * m->tp.rank : 0, mb->T, C));
+    return CL_OK;
+}
+
+/* dwte[this rank's row of token i] and dwpe[position of i] += d[i], token row by token row. */
+static void add_grads(float *dwte, float *dwpe, const float *d, const int32_t *tokens, int64_t N, int64_t T, int64_t C, int64_t v0,
+                      int64_t Vl) {
+    for (int64_t i = 0; i < N; i++) {
+        int64_t r = tokens[i] - v0;
+        const float *dd = d + i * C;
+        float *pos = dwpe + (i % T) * C;
+        if (r >= 0 && r < Vl) {
+            float *e = dwte + r * C;
+            for (int64_t c = 0; c < C; c++) {
+                e[c] += dd[c];
+                pos[c] += dd[c];
+            }
+        } else {
+            for (int64_t c = 0; c < C; c++) pos[c] += dd[c];
+        }
+    }
+}
+
+/* The weight gradient: every token row's output gradient (gathered under
+ * sequence parallelism), into this rank's wte rows and into wpe. There is
+ * no input gradient. */
+static cl_status embed_backward(cl_model *m, const cl_unit *un, const cl_microbatch *mb, const float *in, float *base,
+                                float *const *p, float *const *g, const float *dout, float *din, int what) {
+    (void)un, (void)in, (void)base, (void)p, (void)din;
+    if (!(what & CL_BWD_WEIGHT)) return CL_OK;
+    const cl_model_desc *d = m->desc;
+    int64_t N = (int64_t)mb->B * mb->T, C = d->cfg.channels, v0 = d->vocab_start, Vl = d->vocab_local;
+    embed_weights gw;
+    cl_kind_bind(&cl_kind_embed, g, &gw);
+    const float *df = dout;
+    if (d->tpl.sp) {
+        CL_TRY(cl_tp_backward(&m->tp, CL_TP_SCATTER, dout, m->scratch, (size_t)(cl_nn_rows_here(d, N) * C)));
+        df = m->scratch;
+    }
+    CL_PROF("bwd embedding", 0, add_grads(gw.wte, gw.wpe, df, mb->tokens, N, mb->T, C, v0, Vl));
+    return CL_OK;
+}
+
+const cl_kind cl_kind_embed = {
+    .name = "embed",
+    .nparams = 2,
+    .params = embed_params,
+    .sizes = embed_sizes,
+    .param = embed_param,
+    .z3_reads = CL_KIND_READS(CL_Z3_FORWARD), /* its backward reads only tokens and gradients */
+    .forward = embed_forward,
+    .backward = embed_backward,
+};

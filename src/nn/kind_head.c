@@ -1,0 +1,180 @@
+/* The GPT-2 LM head with its loss as a unit kind (kind.h): ln_f, logits
+ * against the tied wte (the embedding's parameter, reached through
+ * d->tied_wte: the head's own copy on a part without the embedding, its
+ * gradient apart under cl_model_split_tied), softmax cross-entropy. Its
+ * output is the loss of each token row.
+ *
+ * Written once for a vocabulary slice (Megatron's VocabParallelCrossEntropy);
+ * the one special case, one rank with an unpadded vocabulary, stays inside
+ * head_forward and head_backward (see there). */
+#include "nn/kind.h"
+
+#include "cleave/kernels.h"
+#include "cleave/prof.h"
+
+#include <math.h>
+#include <string.h>
+
+typedef struct {
+    float *lnf_w, *lnf_b;
+} head_weights;
+
+#define F(x) offsetof(head_weights, x)
+static const cl_kind_param head_params[] = {
+    {"ln_f.weight", F(lnf_w), CL_TPS_NORM, 0, CL_INIT_ONES, 0},
+    {"ln_f.bias", F(lnf_b), CL_TPS_NORM, 0, CL_INIT_ZEROS, 0},
+};
+
+/* the vocabulary-parallel path (see head_forward) */
+static int head_vp(const cl_model_desc *d) { return d->tpl.tp > 1 || d->vocab_padded != d->cfg.vocab; }
+
+/* Per sample: the input and the loss of each token row. Saved: losses,
+ * lnf (all rows, gathered), mean and rstd (its rows), lse, logits (its
+ * vocabulary columns). Scratch: dlnf; sequence parallelism: its scattered
+ * shard; the vocabulary-parallel path: the row max (f32) and sums (f64). */
+static void head_sizes(const cl_model_desc *d, cl_unit *un, cl_sizer *z) {
+    int tp = d->tpl.tp, sp = d->tpl.sp;
+    int64_t T = d->T, C = d->cfg.channels, Vl = d->vocab_local, Ts = sp ? T / tp : T;
+    un->in_floats = cl_size_mul(z, Ts, C);
+    un->out_floats = T;
+    un->act_floats = cl_size_add(z, cl_size_mul(z, T, C + Vl + 2), 2 * Ts);
+    un->scratch_floats = cl_size_add(z, cl_size_add(z, cl_size_mul(z, T, C), sp ? cl_size_mul(z, Ts, C) : 0),
+                                     head_vp(d) ? cl_size_mul(z, T, 5) + 2 : 0);
+    un->flops = 2.0 * (double)T * (double)C * (double)Vl;
+}
+
+static void head_param(const cl_model_desc *d, const cl_unit *un, int i, cl_param_shape *o) {
+    (void)un, (void)i;
+    o->ndim = 1;
+    o->shape[0] = d->cfg.channels;
+    o->scale = 0;
+}
+
+typedef struct { float *lnf, *mean, *rstd, *logits, *lse, *losses; } head_acts;
+
+/* lnf holds every token row (gathered under sequence parallelism), mean and
+ * rstd this rank's rows, logits this rank's Vl vocabulary columns. */
+static head_acts head_layout(const cl_model_desc *d, float *base, int64_t N) {
+    int64_t C = d->cfg.channels, Ns = cl_nn_rows_here(d, N);
+    head_acts h;
+    float *p = base;
+    h.losses = p; p += N; /* the output first, so cl_acts_output is the base */
+    h.lnf = p; p += N * C;
+    h.mean = p; p += Ns;
+    h.rstd = p; p += Ns;
+    h.lse = p; p += N;
+    h.logits = p;
+    return h;
+}
+
+/* The vocabulary-parallel head (Megatron's VocabParallelCrossEntropy):
+ * logits for this rank's Vl vocabulary columns only; the row max and the
+ * sums of exponentials and of the target's logit summed over the group;
+ * padded columns (global index >= vocab) masked out. Used whenever tp > 1
+ * or the vocabulary is padded. */
+
+static int head_valid(const cl_model_desc *d) {
+    int64_t v = (int64_t)d->cfg.vocab - d->vocab_start;
+    return (int)(v < 0 ? 0 : v > d->vocab_local ? d->vocab_local : v);
+}
+
+static cl_status head_forward(cl_model *m, const cl_unit *un, const cl_microbatch *mb, const float *in, float *base,
+                              float *const *p) {
+    (void)un;
+    const cl_model_desc *d = m->desc;
+    int V = d->cfg.vocab;
+    for (int64_t i = 0; i < (int64_t)mb->B * mb->T; i++)
+        if (mb->targets[i] < -1 || mb->targets[i] >= V)
+            return cl_error(CL_ERR_INVALID, "target %d at position %lld is outside the vocabulary (%d)", mb->targets[i], (long long)i, V);
+    head_weights w;
+    cl_kind_bind(&cl_kind_lmhead, p, &w);
+    int64_t N = (int64_t)mb->B * mb->T, Ns = cl_nn_rows_here(d, N), C = d->cfg.channels, Vl = d->vocab_local;
+    head_acts acts = head_layout(d, base, N);
+    const head_acts *h = &acts;
+    const float *wte = m->p[d->tied_wte];
+    double fl = 2.0 * N * C * Vl;
+    /* one rank, vocabulary not padded: the plain one-pass softmax cross-entropy. The split path below
+     * would give the same losses but takes two more passes over the logits (the max, then the sums) and
+     * scratch the plain path does not (5T + 2 floats a sample, which every such run would then predict
+     * and hold), so the special case stays, here inside the one function. */
+    if (!head_vp(d)) {
+        CL_PROF("fwd layernorm", 0, cl_layernorm_forward(h->lnf, h->mean, h->rstd, in, w.lnf_w, w.lnf_b, (int)N, (int)C));
+        CL_PROF("fwd logits", fl, cl_gemm(0, 1, (int)N, (int)Vl, (int)C, 1.0f, h->lnf, (int)C, wte, (int)C, 0.0f, h->logits, (int)Vl));
+        CL_PROF("fwd softmax xent", 0, cl_xent_forward(h->losses, h->lse, h->logits, mb->targets, (int)N, (int)Vl));
+        return CL_OK;
+    }
+    /* under sequence parallelism this rank normalizes its rows in place in lnf, then all are gathered */
+    float *mine = h->lnf + (d->tpl.sp ? Ns * m->tp.rank * C : 0);
+    CL_PROF("fwd layernorm", 0, cl_layernorm_forward(mine, h->mean, h->rstd, in, w.lnf_w, w.lnf_b, (int)Ns, (int)C));
+    if (d->tpl.sp) CL_TRY(cl_tp_forward(&m->tp, CL_TP_GATHER, mine, h->lnf, (size_t)(Ns * C)));
+    CL_PROF("fwd logits", fl, cl_gemm(0, 1, (int)N, (int)Vl, (int)C, 1.0f, h->lnf, (int)C, wte, (int)C, 0.0f, h->logits, (int)Vl));
+    int valid = head_valid(d);
+    /* after dlnf (and its shard): the row max, then (8-byte aligned) the sums of exp and the target's logit */
+    int64_t at = N * C + (d->tpl.sp ? Ns * C : 0);
+    float *mx = m->scratch + at;
+    double *sums = (double *)(m->scratch + ((at + N + 1) & ~(int64_t)1));
+    CL_PROF("fwd softmax xent", 0, cl_xent_vp_max(mx, h->logits, (int)N, (int)Vl, valid));
+    if (m->tp.size > 1) CL_TRY(cl_comm_allreduce(m->tp.comm, mx, (size_t)N, CL_RED_MAX));
+    CL_PROF("fwd softmax xent", 0, cl_xent_vp_sum(sums, sums + N, h->logits, mx, mb->targets, d->vocab_start, (int)N, (int)Vl, valid));
+    if (m->tp.size > 1) CL_TRY(cl_comm_allreduce_f64(m->tp.comm, sums, (size_t)(2 * N), CL_RED_SUM));
+    for (int64_t i = 0; i < N; i++) {
+        double l = (double)mx[i] + log(sums[i]);
+        h->lse[i] = (float)l;
+        h->losses[i] = mb->targets[i] < 0 ? 0.0f : (float)(l - sums[N + i]);
+    }
+    return CL_OK;
+}
+
+static cl_status head_backward(cl_model *m, const cl_unit *un, const cl_microbatch *mb, const float *in, float *base,
+                               float *const *p, float *const *g, const float *dout, float *din, int what) {
+    (void)un, (void)dout; /* the loss's own gradient is mb->dloss */
+    const cl_model_desc *d = m->desc;
+    int ww = what & CL_BWD_WEIGHT;
+    head_weights w, gw;
+    cl_kind_bind(&cl_kind_lmhead, p, &w);
+    cl_kind_bind(&cl_kind_lmhead, g, &gw);
+    int64_t N = (int64_t)mb->B * mb->T, Ns = cl_nn_rows_here(d, N), C = d->cfg.channels, Vl = d->vocab_local;
+    int iN = (int)N, iC = (int)C, iVl = (int)Vl;
+    head_acts acts = head_layout(d, base, N);
+    const head_acts *h = &acts;
+    const float *wte = m->p[d->tied_wte];
+    float *dwte = m->head_wte_g ? m->head_wte_g : m->g[d->tied_wte];
+    float *dlnf = m->scratch;
+    double fl = 2.0 * N * C * Vl;
+    /* dlogits replaces logits in place: the logits are dead after this */
+    if (head_vp(d))
+        CL_PROF("bwd softmax xent", 0,
+                cl_xent_vp_backward(h->logits, h->logits, h->lse, mb->targets, d->vocab_start, mb->dloss, iN, iVl, head_valid(d)));
+    else
+        CL_PROF("bwd softmax xent", 0, cl_xent_backward(h->logits, h->logits, h->lse, mb->targets, mb->dloss, iN, iVl));
+    if (ww) CL_PROF("bwd logits w", fl, cl_gemm(1, 0, iVl, iC, iN, 1.0f, h->logits, iVl, h->lnf, iC, 1.0f, dwte, iC));
+    CL_PROF("bwd logits", fl, cl_gemm(0, 0, iN, iC, iVl, 1.0f, h->logits, iVl, wte, iC, 0.0f, dlnf, iC));
+    const float *dl = dlnf;
+    if (d->tpl.sp) {
+        CL_TRY(cl_tp_backward(&m->tp, CL_TP_GATHER, dlnf, dlnf + N * C, (size_t)(Ns * C)));
+        dl = dlnf + N * C;
+    } else if (m->tp.size > 1) {
+        CL_TRY(cl_tp_backward(&m->tp, CL_TP_COPY, dlnf, dlnf, (size_t)(N * C)));
+    }
+    if (ww) CL_PROF("bwd layernorm w", 0, cl_layernorm_backward_weight(gw.lnf_w, gw.lnf_b, dl, in, h->mean, h->rstd, (int)Ns, iC));
+    if (din) CL_PROF("bwd layernorm", 0, cl_layernorm_backward_input(din, dl, in, w.lnf_w, h->mean, h->rstd, (int)Ns, iC));
+    return CL_OK;
+}
+
+static const float *head_logits(const cl_model *m, const cl_acts *a, int u, int B, int T) {
+    return head_layout(m->desc, a->base + a->off[u - m->u0], (int64_t)B * T).logits;
+}
+
+const cl_kind cl_kind_lmhead = {
+    .name = "lm_head",
+    .nparams = 2,
+    .params = head_params,
+    .sizes = head_sizes,
+    .param = head_param,
+    .uses_tied = 1,
+    .loss = CL_KIND_LOSS_TOKEN,
+    .z3_reads = CL_KIND_READS(CL_Z3_FORWARD) | CL_KIND_READS(CL_Z3_BACKWARD),
+    .logits = head_logits,
+    .forward = head_forward,
+    .backward = head_backward,
+};

@@ -1,0 +1,57 @@
+/* What the unit kinds share (kind.h): binding a kind's named weights, and
+ * for the tensor-parallel layers which token rows a rank holds under
+ * sequence parallelism, the input of a column-parallel layer and the output
+ * of a row-parallel one (Megatron-LM's split). On one rank each is the
+ * plain layer: the collectives are the identity. */
+#include "nn/kind.h"
+
+#include "cleave/kernels.h"
+#include "cleave/prof.h"
+
+void cl_kind_bind(const cl_kind *k, float *const *p, void *w) {
+    for (int i = 0; i < k->nparams; i++) *(float **)((char *)w + k->params[i].field) = p[i];
+}
+
+int64_t cl_nn_rows_here(const cl_model_desc *d, int64_t N) { return d->tpl.sp ? N / d->tpl.tp : N; }
+
+void cl_nn_add_bias(float *x, const float *bias, int64_t rows, int64_t C) {
+    for (int64_t i = 0; i < rows; i++)
+        for (int64_t j = 0; j < C; j++) x[i * C + j] += bias[j];
+}
+
+cl_status cl_nn_col_input(const cl_model *m, const float *rows, float *buf, int64_t Ns, int64_t C, const float **out) {
+    if (!m->desc->tpl.sp) {
+        *out = rows; /* copy to the tensor-parallel region: identity forward */
+        return CL_OK;
+    }
+    *out = buf;
+    return cl_tp_forward(&m->tp, CL_TP_GATHER, rows, buf, (size_t)(Ns * C));
+}
+
+/* The output of a row-parallel layer: partial sums in part (N x C) summed
+ * over the group into out (this rank's Ns rows; out may be part when not
+ * sequence-parallel), then the bias, once. */
+static cl_status row_output(const cl_model *m, float *part, float *out, const float *bias, int64_t N, int64_t Ns, int64_t C) {
+    if (m->desc->tpl.sp) CL_TRY(cl_tp_forward(&m->tp, CL_TP_SCATTER, part, out, (size_t)(Ns * C)));
+    else CL_TRY(cl_tp_forward(&m->tp, CL_TP_REDUCE, part, out, (size_t)(N * C)));
+    cl_nn_add_bias(out, bias, Ns, C);
+    return CL_OK;
+}
+
+/* On one rank a plain linear layer, the bias its GEMM's beta term
+ * (cl_linear_forward: adding the bias after the product would change the
+ * bits, so tp = 1 keeps this); on more, this rank's partial sums (in the
+ * part's scratch under sequence parallelism, else in out) summed over the
+ * group by row_output, then the bias once. */
+cl_status cl_nn_row_linear(const cl_model *m, const char *what, double flops, const float *x, const float *w, const float *bias,
+                           float *out, int64_t N, int64_t K) {
+    const cl_model_desc *d = m->desc;
+    int64_t C = d->cfg.channels;
+    if (d->tpl.tp == 1) {
+        CL_PROF(what, flops, cl_linear_forward(out, x, w, bias, (int)N, (int)K, (int)C));
+        return CL_OK;
+    }
+    float *part = d->tpl.sp ? m->scratch + N * C : out;
+    CL_PROF(what, flops, cl_gemm(0, 0, (int)N, (int)C, (int)K, 1.0f, x, (int)K, w, (int)C, 0.0f, part, (int)C));
+    return row_output(m, part, out, bias, N, cl_nn_rows_here(d, N), C);
+}
