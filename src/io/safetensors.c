@@ -337,7 +337,7 @@ static int cmp_blk(const void *pa, const void *pb) {
 static cl_status read_data(cl_st_file *f, int fd, int64_t ds, int64_t size, int hash) {
     cl_hash_blk *blk = NULL;
     int nb = 0;
-    if (hash && f->n > 0) {
+    if (hash && f->n) {
         int64_t total = 0;
         for (int i = 0; i < f->n; i++)
             total += (int64_t)((f->entries[i].end - f->entries[i].begin + CL_HASH_BLOCK - 1) / CL_HASH_BLOCK);
