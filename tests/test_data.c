@@ -7,8 +7,6 @@
  * scripts/setup.sh; found through $CLEAVE_DATA, ./data, or the executable's
  * ../../data) are skipped with a notice when it is missing, and fail instead
  * when CLEAVE_REQUIRE_DATA=1. */
-#include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,7 +14,6 @@
 #include <unistd.h>
 
 #include "cleave/data.h"
-#include "cleave/kernels.h"
 #include "common/check.h"
 #ifdef CL_HAVE_ZLIB
 #include <zlib.h>
@@ -392,74 +389,6 @@ static void test_hash(void)
     }
     cl_tokenizer_free(b);
     cl_tokenizer_free(b2);
-}
-
-/* cl_pread_hashed: the bytes read are the file's, every block wholly inside
- * the read is hashed to the term cl_hash_sum adds for it (so an item's
- * blocks sum to its hash), one that starts before the read or ends past it
- * is left undone, with one thread and with two; a file that ends early
- * gives fewer bytes, errno 0. */
-static void test_pread_hashed(void)
-{
-    size_t n = 11 * CL_HASH_BLOCK + 777;
-    unsigned char *buf = malloc(n), *got = malloc(n);
-    char path[4300];
-    snprintf(path, sizeof path, "%s/hashed.bin", tmpdir);
-    FILE *fp = fopen(path, "wb");
-    CHECK(buf && got && fp, "alloc/open");
-    if (!buf || !got || !fp) {
-        if (fp) fclose(fp);
-        free(buf), free(got);
-        return;
-    }
-    for (size_t i = 0; i < n; i++) buf[i] = (unsigned char)(i * 2654435761u >> 11);
-    CHECK(fwrite(buf, 1, n, fp) == n, "write");
-    fclose(fp);
-    int fd = open(path, O_RDONLY);
-    CHECK(fd >= 0, "open %s", path);
-    /* two items: A = [100, 100 + 5 MiB + 3), B = [A's end + 17, n - 50) */
-    int64_t a0 = 100, a1 = a0 + 5 * (int64_t)CL_HASH_BLOCK + 3, b0 = a1 + 17, b1 = (int64_t)n - 50;
-    cl_hash_blk blk[32];
-    int nb = 0;
-    for (int64_t p = a0, k = 0; p < a1; p += (int64_t)CL_HASH_BLOCK, k++)
-        blk[nb++] = (cl_hash_blk){p, p + (int64_t)CL_HASH_BLOCK < a1 ? p + (int64_t)CL_HASH_BLOCK : a1, (uint64_t)k, 0, 0};
-    int na = nb;
-    for (int64_t p = b0, k = 0; p < b1; p += (int64_t)CL_HASH_BLOCK, k++)
-        blk[nb++] = (cl_hash_blk){p, p + (int64_t)CL_HASH_BLOCK < b1 ? p + (int64_t)CL_HASH_BLOCK : b1, (uint64_t)k, 0, 0};
-    uint64_t ha = cl_hash_sum(buf + a0, (size_t)(a1 - a0)), hb = cl_hash_sum(buf + b0, (size_t)(b1 - b0));
-    for (int threads = 1; fd >= 0 && threads <= 2; threads++) {
-        cl_set_threads(threads);
-        for (int i = 0; i < nb; i++) blk[i].done = 0, blk[i].hash = 0;
-        memset(got, 0, n);
-        int64_t r = cl_pread_hashed(fd, got, 0, (int64_t)n, blk, nb);
-        CHECK(r == (int64_t)n && !memcmp(got, buf, n), "%d thread(s): the whole file read: %lld bytes, same: %d", threads, (long long)r,
-              !memcmp(got, buf, n));
-        uint64_t sa = 0, sb = 0;
-        int all = 1;
-        for (int i = 0; i < nb; i++) {
-            all &= blk[i].done;
-            *(i < na ? &sa : &sb) += blk[i].hash;
-        }
-        CHECK(all && sa == ha && sb == hb, "%d thread(s): items hashed while read: done %d, %016llx %016llx, want %016llx %016llx",
-              threads, all, (unsigned long long)sa, (unsigned long long)sb, (unsigned long long)ha, (unsigned long long)hb);
-        /* a read from the middle of A to the middle of B's last block: only the blocks wholly inside */
-        int64_t off = a0 + (int64_t)CL_HASH_BLOCK / 2, end = b1 - 10;
-        for (int i = 0; i < nb; i++) blk[i].done = 0, blk[i].hash = 0;
-        r = cl_pread_hashed(fd, got, off, end - off, blk, nb);
-        int right = r == end - off && !memcmp(got, buf + off, (size_t)(end - off));
-        for (int i = 0; i < nb; i++) {
-            int inside = blk[i].begin >= off && blk[i].end <= end;
-            right &= blk[i].done == inside &&
-                     (!inside || blk[i].hash == cl_hash_block(buf + blk[i].begin, (size_t)(blk[i].end - blk[i].begin), blk[i].seed));
-        }
-        CHECK(right, "%d thread(s): a read of part of the items hashed other blocks than those wholly inside it", threads);
-        errno = 77;
-        r = cl_pread_hashed(fd, got, (int64_t)n - 1000, 5000, blk, nb);
-        CHECK(r == 1000 && errno == 0, "a read past the file's end: %lld bytes, errno %d (want 1000, 0)", (long long)r, errno);
-    }
-    cl_set_threads(1);
-    if (fd >= 0) close(fd);
-    free(buf), free(got);
 }
 
 /* A token file's checksum recomputed by its documented definition. */
@@ -882,7 +811,6 @@ int main(void)
     test_gpt2_small();
     test_gpt2_real();
     test_hash();
-    test_pread_hashed();
     test_tokens();
     test_digits();
     test_read_file();

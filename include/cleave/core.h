@@ -136,22 +136,6 @@ void cl_hasher_free(cl_hasher *h);
 uint64_t cl_hash_sum(const void *data, size_t len); /* all at once (allocates nothing) */
 /* XXH3-64 of one block (index j): the term cl_hash_sum adds for it. */
 uint64_t cl_hash_block(const void *data, size_t len, uint64_t j);
-/* Hashing while reading: a block of some stored item (a tensor, a box) at
- * bytes [begin, end) of a file, its term cl_hash_block(bytes, end - begin,
- * seed) set in hash, and done set, by cl_pread_hashed. */
-typedef struct cl_hash_blk {
-    int64_t begin, end; /* file offsets, end - begin <= CL_HASH_BLOCK */
-    uint64_t seed;      /* the block's index within its item */
-    uint64_t hash;      /* valid when done */
-    int done;
-} cl_hash_blk;
-/* Reads bytes [off, off + len) of fd into dst (pread, EINTR retried) and
- * hashes every block of blk[0, n) (sorted by begin) that lies wholly inside
- * them while its bytes are still in the cache: the read goes in pieces of a
- * few MiB, and with two or more threads (cl_set_threads) one thread hashes
- * a piece while the other reads the next. Returns the bytes read: len, or
- * fewer with errno set (0 for a file that ends early). */
-int64_t cl_pread_hashed(int fd, void *dst, int64_t off, int64_t len, cl_hash_blk *blk, int n);
 
 /* Monotonic wall clock in seconds. */
 double cl_now(void);

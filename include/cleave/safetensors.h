@@ -37,12 +37,6 @@ typedef struct cl_st_file cl_st_file;
 /* Reads and validates the whole file into host memory: a regular file of at
  * most cl_file_bound(CL_FILE_TENSORS) bytes (refused before it is read). */
 cl_status cl_st_open(cl_st_file **out, const char *path);
-/* cl_st_open, and each tensor's content hash (cl_hash_sum of its bytes)
- * taken as the file is read, while its bytes are in the cache
- * (cl_pread_hashed): for a checkpoint's verification. */
-cl_status cl_st_open_hashed(cl_st_file **out, const char *path);
-/* Tensor i's content hash when cl_st_open_hashed took it: 1, else 0. */
-int cl_st_content_hash(const cl_st_file *f, int i, uint64_t *hash);
 /* The same checks over a buffer already in memory (used by the fuzz target);
  * the buffer must outlive the returned handle. */
 cl_status cl_st_parse(cl_st_file **out, const void *buf, size_t len, const char *name_for_errors);

@@ -10,13 +10,8 @@
  * checks the specification's known values). */
 #include "cleave/core.h"
 
-#include <errno.h>
-#include <omp.h>
-#include <stdatomic.h>
 #include <stdlib.h>
-#include <unistd.h>
 #include <xxhash.h>
-#include <xxh_x86dispatch.h>
 
 uint64_t cl_hash64(const void *data, size_t len, uint64_t seed) {
     static const char none = 0;
@@ -31,13 +26,9 @@ struct cl_hasher {
     size_t fill; /* bytes of the current block fed */
 };
 
-/* The library's dispatching entry points pick the widest vector unit the CPU
- * has (SSE2, AVX2, AVX-512) at run time: XXH3 runs 3 to 4 times faster on
- * AVX-512 than the plain entry points, which are built for SSE2 (Debian's
- * build); the values are the same. */
 uint64_t cl_hash_block(const void *data, size_t len, uint64_t j) {
     static const char none = 0;
-    return XXH3_64bits_withSeed_dispatch(len ? data : &none, len, j);
+    return XXH3_64bits_withSeed(len ? data : &none, len, j);
 }
 
 /* The blocks are independent and their sum does not depend on the order,
@@ -75,7 +66,7 @@ void cl_hasher_feed(cl_hasher *h, const void *p, size_t n) {
     const unsigned char *q = p;
     while (n) {
         size_t take = CL_HASH_BLOCK - h->fill < n ? CL_HASH_BLOCK - h->fill : n;
-        XXH3_64bits_update_dispatch(h->st, q, take);
+        XXH3_64bits_update(h->st, q, take);
         h->fill += take;
         q += take;
         n -= take;
@@ -93,66 +84,4 @@ void cl_hasher_free(cl_hasher *h) {
     if (!h) return;
     XXH3_freeState(h->st);
     free(h);
-}
-
-/* ---- reading and hashing together ------------------------------------------------- */
-
-#define READ_PIECE ((int64_t)4 << 20) /* bytes: one pread; a few blocks, well inside the last-level cache */
-
-/* The blocks of blk from *c on that end by `upto` and begin at or after
- * off (the first byte of dst), hashed from dst; *c moves past them. */
-static void hash_upto(cl_hash_blk *blk, int n, int *c, int64_t off, const unsigned char *dst, int64_t upto) {
-    for (; *c < n && blk[*c].end <= upto; ++*c) {
-        cl_hash_blk *b = &blk[*c];
-        if (b->begin < off) continue; /* starts before this read: not all here */
-        b->hash = cl_hash_block(dst + (b->begin - off), (size_t)(b->end - b->begin), b->seed);
-        b->done = 1;
-    }
-}
-
-/* Piece k of the read whole into dst; returns 0, or errno (-1 for a short file). */
-static int read_piece(int fd, unsigned char *dst, int64_t off, int64_t len, int64_t k, _Atomic int64_t *got) {
-    int64_t at = k * READ_PIECE, end = at + READ_PIECE < len ? at + READ_PIECE : len;
-    while (at < end) {
-        ssize_t r = pread(fd, dst + at, (size_t)(end - at), off + at);
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) return r < 0 ? errno : -1;
-        at += r;
-        atomic_store(got, at);
-    }
-    return 0;
-}
-
-int64_t cl_pread_hashed(int fd, void *dst, int64_t off, int64_t len, cl_hash_blk *blk, int n) {
-    unsigned char *d = dst;
-    int lo = 0, hi = n;
-    while (lo < hi) { /* the first block that begins at or after off */
-        int mid = (lo + hi) / 2;
-        if (blk[mid].begin < off) lo = mid + 1;
-        else hi = mid;
-    }
-    int c = lo;
-    _Atomic int64_t got = 0;
-    int err = 0;
-    int64_t np = (len + READ_PIECE - 1) / READ_PIECE;
-    int two = np > 1 && c < n && blk[c].end <= off + len && omp_get_max_threads() > 1;
-    if (!two) {
-        for (int64_t k = 0; k < np && !err; k++) {
-            err = read_piece(fd, d, off, len, k, &got);
-            hash_upto(blk, n, &c, off, d, off + atomic_load(&got));
-        }
-    } else {
-#pragma omp parallel num_threads(2)
-        {
-            int me = omp_get_thread_num();
-            for (int64_t k = 0; k <= np; k++) { /* thread 0 reads piece k while thread 1 hashes what is read */
-                if (me == 0 && k < np && !err) err = read_piece(fd, d, off, len, k, &got);
-                if (me == 1) hash_upto(blk, n, &c, off, d, off + atomic_load(&got));
-#pragma omp barrier
-            }
-        }
-        hash_upto(blk, n, &c, off, d, off + atomic_load(&got));
-    }
-    if (err) errno = err > 0 ? err : 0;
-    return atomic_load(&got);
 }

@@ -22,7 +22,6 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <inttypes.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -40,8 +39,6 @@ struct cl_st_file {
     int *by_name;             /* indices sorted by name */
     int nmeta;
     const char **meta_keys, **meta_values;
-    uint64_t *hash;           /* cl_st_open_hashed: each tensor's content hash (cl_hash_sum), */
-    unsigned char *hashed;    /* when it was read whole */
 };
 
 /* dtypes the format defines; only those mapping to a cl_dtype are read. */
@@ -61,8 +58,6 @@ void cl_st_close(cl_st_file *f) {
     free(f->by_name);
     free(f->meta_keys);
     free(f->meta_values);
-    free(f->hash);
-    free(f->hashed);
     free(f);
 }
 
@@ -315,77 +310,7 @@ cl_status cl_st_parse(cl_st_file **out, const void *buf, size_t len, const char 
     return CL_OK;
 }
 
-/* Reads n bytes at off into buf; 0, or errno (-1: the file ends early). */
-static int read_at(int fd, unsigned char *buf, size_t n, int64_t off) {
-    size_t got = 0;
-    while (got < n) {
-        ssize_t r = pread(fd, buf + got, n - got, off + (int64_t)got);
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) return r < 0 ? errno : -1;
-        got += (size_t)r;
-    }
-    return 0;
-}
-
-static int cmp_blk(const void *pa, const void *pb) {
-    const cl_hash_blk *a = pa, *b = pb;
-    return a->begin < b->begin ? -1 : a->begin > b->begin;
-}
-
-/* f's data area (the file's bytes [ds, size), f->owned + ds) read, and with
- * hash set each tensor's content hash taken as its blocks arrive. */
-static cl_status read_data(cl_st_file *f, int fd, int64_t ds, int64_t size, int hash) {
-    cl_hash_blk *blk = NULL;
-    int nb = 0;
-    if (hash && f->n) {
-        int64_t total = 0;
-        for (int i = 0; i < f->n; i++)
-            total += (int64_t)((f->entries[i].end - f->entries[i].begin + CL_HASH_BLOCK - 1) / CL_HASH_BLOCK);
-        f->hash = calloc((size_t)f->n, sizeof *f->hash);
-        f->hashed = calloc((size_t)f->n, 1);
-        blk = total < INT32_MAX ? malloc((size_t)(total ? total : 1) * sizeof *blk) : NULL;
-        if (!f->hash || !f->hashed || !blk) {
-            free(blk);
-            return cl_error(CL_ERR_OOM, "%s: cannot allocate the list of its tensors' hash blocks", f->name);
-        }
-        for (int i = 0; i < f->n; i++) {
-            const cl_st_entry *e = &f->entries[i];
-            int64_t b0 = ds + (int64_t)e->begin, b1 = ds + (int64_t)e->end;
-            /* seed: the block's index; the tensor is found again by its block 0 (below) */
-            for (int64_t p = b0, k = 0; p < b1; p += (int64_t)CL_HASH_BLOCK, k++)
-                blk[nb++] = (cl_hash_blk){p, p + (int64_t)CL_HASH_BLOCK < b1 ? p + (int64_t)CL_HASH_BLOCK : b1, (uint64_t)k, 0, 0};
-        }
-        qsort(blk, (size_t)nb, sizeof *blk, cmp_blk);
-    }
-    int64_t r = cl_pread_hashed(fd, f->owned + ds, ds, size - ds, blk, nb);
-    int e = errno;
-    for (int i = 0, b = 0; r == size - ds && i < f->n && blk; i++) { /* tensors in offset order are the blocks' order */
-        const cl_st_entry *en = &f->entries[i];
-        int lo = 0, hi = nb;
-        while (lo < hi) {
-            int mid = (lo + hi) / 2;
-            if (blk[mid].begin < ds + (int64_t)en->begin) lo = mid + 1;
-            else hi = mid;
-        }
-        uint64_t sum = 0;
-        int whole = 1;
-        for (b = lo; b < nb && blk[b].end <= ds + (int64_t)en->end && (b == lo || blk[b].seed); b++) {
-            sum += blk[b].hash;
-            whole &= blk[b].done;
-        }
-        f->hash[i] = sum;
-        f->hashed[i] = (unsigned char)whole;
-    }
-    free(blk);
-    if (r != size - ds)
-        return cl_error(CL_ERR_IO, "%s: %s after %" PRId64 " of %" PRId64 " bytes", f->name,
-                        e ? strerror(e) : "file shrank while reading: it ended", ds + r, size);
-    return CL_OK;
-}
-
-/* The header first (8 bytes and the JSON), checked, then the data area,
- * hashed as it is read when hash is set. */
-static cl_status st_open(cl_st_file **out, const char *path, int hash) {
+cl_status cl_st_open(cl_st_file **out, const char *path) {
     if (!out) return cl_error(CL_ERR_INVALID, "cl_st_open: out is NULL");
     *out = NULL;
     if (!path || !*path) return cl_error(CL_ERR_INVALID, "cl_st_open: no path given");
@@ -405,48 +330,45 @@ static cl_status st_open(cl_st_file **out, const char *path, int hash) {
         close(fd);
         return cl_file_too_big(path, CL_FILE_TENSORS, (uint64_t)st.st_size);
     }
-    int64_t size = (int64_t)st.st_size, ds = size; /* ds: where the data area starts (the whole file until the header is known) */
-    unsigned char *buf = malloc(size ? (size_t)size : 1);
+    size_t size = (size_t)st.st_size;
+    unsigned char *buf = malloc(size ? size : 1);
     if (!buf) {
         close(fd);
         char b[32];
-        return cl_error(CL_ERR_OOM, "%s: cannot allocate %s to read the file", path, cl_format_bytes((uint64_t)size, b, sizeof b));
+        return cl_error(CL_ERR_OOM, "%s: cannot allocate %s to read the file", path, cl_format_bytes(size, b, sizeof b));
     }
-    int e = size >= 8 ? read_at(fd, buf, 8, 0) : 0;
-    if (!e && size >= 8) {
-        uint64_t hl = 0;
-        for (int i = 0; i < 8; i++) hl |= (uint64_t)buf[i] << (8 * i);
-        if (hl <= (uint64_t)size - 8) ds = 8 + (int64_t)hl; /* else st_parse names the bad length */
-        e = read_at(fd, buf + 8, (size_t)(ds - 8), 8);
-    } else if (!e)
-        e = read_at(fd, buf, (size_t)size, 0);
-    cl_st_file *f = NULL;
-    cl_status s = e ? cl_error(CL_ERR_IO, "%s: %s while reading its header", path, e > 0 ? strerror(e) : "file shrank")
-                    : st_new(&f, path);
+    size_t got = 0;
+    while (got < size) {
+        ssize_t r = read(fd, buf + got, size - got);
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) {
+            int e = errno;
+            free(buf);
+            close(fd);
+            return cl_error(CL_ERR_IO, "%s: read failed after %zu of %zu bytes: %s", path, got, size, strerror(e));
+        }
+        if (r == 0) {
+            free(buf);
+            close(fd);
+            return cl_error(CL_ERR_IO, "%s: file shrank while reading (%zu of %zu bytes read)", path, got, size);
+        }
+        got += (size_t)r;
+    }
+    close(fd);
+    cl_st_file *f;
+    cl_status s = st_new(&f, path);
     if (s) {
         free(buf);
-        close(fd);
         return s;
     }
     f->owned = buf;
-    s = st_parse(f, buf, (size_t)size); /* the header alone: nothing of the data area is looked at */
-    if (!s) s = read_data(f, fd, ds, size, hash);
-    close(fd);
+    s = st_parse(f, buf, size);
     if (s) {
         cl_st_close(f);
         return s;
     }
     *out = f;
     return CL_OK;
-}
-
-cl_status cl_st_open(cl_st_file **out, const char *path) { return st_open(out, path, 0); }
-cl_status cl_st_open_hashed(cl_st_file **out, const char *path) { return st_open(out, path, 1); }
-
-int cl_st_content_hash(const cl_st_file *f, int i, uint64_t *hash) {
-    if (!f || !f->hashed || i < 0 || i >= f->n || !f->hashed[i]) return 0;
-    *hash = f->hash[i];
-    return 1;
 }
 
 int cl_st_count(const cl_st_file *f) { return f ? f->n : 0; }

@@ -164,7 +164,7 @@ static cl_status copy_params(const cl_st_file *f, const char *path, const cl_mod
 static cl_status read_params(const char *path, const cl_model_desc *d, float *const *ptrs, const char *prefix, int nonneg,
                              const cl_ckpt_manifest *m, double *tv) {
     cl_st_file *f;
-    CL_TRY(m ? cl_st_open_hashed(&f, path) : cl_st_open(&f, path));
+    CL_TRY(cl_st_open(&f, path));
     cl_status s = check_params(f, d, prefix);
     double t0 = cl_now();
     if (!s && m) s = cl_ckpt_verify_st(f, path, m); /* once per file: the first prefix's call */
@@ -574,7 +574,7 @@ cl_status cl_checkpoint_load(const char *given, const char *tokenizer_dir, size_
     if (s) s = cl_error_context(s, "%s/%s", dir, sharded ? CL_CKPT_INDEX : "config.json");
     /* the file must hold every tensor config.json implies before any is allocated (sharded: the index's
      * boxes are checked against the model before a byte is read) */
-    if (!s && !sharded && !hf) s = m.version >= 2 ? cl_st_open_hashed(&f, path) : cl_st_open(&f, path);
+    if (!s && !sharded && !hf) s = cl_st_open(&f, path);
     if (!s && !sharded && !hf) s = check_params(f, out->desc, "");
     if (!s && !sharded && !hf) s = cl_ckpt_verify_st(f, path, &m);
     cl_ckpt_manifest_free(&m);

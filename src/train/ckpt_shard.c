@@ -498,66 +498,7 @@ static cl_status open_file(cl_shard_index *ix, int f) {
     return CL_OK;
 }
 
-static int cmp_blk(const void *pa, const void *pb) {
-    const cl_hash_blk *a = pa, *b = pb;
-    return a->begin < b->begin ? -1 : a->begin > b->begin;
-}
-
-/* The hash blocks of every box, file by file in order of offset, for
- * flush_read to hash as it reads (ix->blk, ix->fblk). */
-static cl_status build_blocks(cl_shard_index *ix) {
-    int64_t n = 0;
-    int *at = calloc((size_t)ix->nfiles + 1, sizeof *at);
-    for (int i = 0; at && i < ix->nt * CL_NKINDS; i++)
-        for (int j = 0; j < ix->nbx[i]; j++) {
-            int64_t nb = (ix->bx[i][j].end - ix->bx[i][j].begin + (int64_t)CL_HASH_BLOCK - 1) / (int64_t)CL_HASH_BLOCK;
-            at[ix->bx[i][j].file + 1] += (int)nb;
-            n += nb;
-        }
-    cl_hash_blk *b = at && n < INT32_MAX ? malloc((size_t)(n ? n : 1) * sizeof *b) : NULL;
-    if (!b) {
-        free(at);
-        return cl_error(CL_ERR_OOM, "cannot allocate the load's list of hash blocks");
-    }
-    for (int f = 0; f < ix->nfiles; f++) at[f + 1] += at[f];
-    int *fill = malloc((size_t)ix->nfiles * sizeof *fill);
-    if (!fill) {
-        free(at), free(b);
-        return cl_error(CL_ERR_OOM, "cannot allocate the load's list of hash blocks");
-    }
-    memcpy(fill, at, (size_t)ix->nfiles * sizeof *fill);
-    for (int i = 0; i < ix->nt * CL_NKINDS; i++)
-        for (int j = 0; j < ix->nbx[i]; j++) {
-            const cl_sbox *x = &ix->bx[i][j];
-            for (int64_t p = x->begin, k = 0; p < x->end; p += (int64_t)CL_HASH_BLOCK, k++)
-                b[fill[x->file]++] = (cl_hash_blk){p, cl_shard_min(p + (int64_t)CL_HASH_BLOCK, x->end), (uint64_t)k, 0, 0};
-        }
-    free(fill);
-    for (int f = 0; f < ix->nfiles; f++) qsort(b + at[f], (size_t)(at[f + 1] - at[f]), sizeof *b, cmp_blk);
-    ix->blk = b, ix->fblk = at;
-    return CL_OK;
-}
-
-/* Block k (seed) of box x, when flush_read hashed it: its term in *h. */
-static int read_hash(const cl_shard_index *ix, const cl_sbox *x, int64_t begin, uint64_t k, uint64_t *h) {
-    if (!ix->blk) return 0;
-    int lo = ix->fblk[x->file], hi = ix->fblk[x->file + 1];
-    while (lo < hi) {
-        int mid = (lo + hi) / 2;
-        if (ix->blk[mid].begin < begin) lo = mid + 1;
-        else hi = mid;
-    }
-    int64_t end = cl_shard_min(begin + (int64_t)CL_HASH_BLOCK, x->end);
-    for (; lo < ix->fblk[x->file + 1] && ix->blk[lo].begin == begin; lo++)
-        if (ix->blk[lo].done && ix->blk[lo].seed == k && ix->blk[lo].end == end) {
-            *h = ix->blk[lo].hash;
-            return 1;
-        }
-    return 0;
-}
-
 static cl_status flush_read(cl_shard_index *ix) {
-    if (ix->plen > 0 && ix->m && !ix->blk) CL_TRY(build_blocks(ix));
     if (ix->plen > 0 && ix->m) { /* remembered for the verification */
         if (ix->nseg == ix->segcap) {
             int nc = ix->segcap ? 2 * ix->segcap : 1024;
@@ -568,14 +509,14 @@ static cl_status flush_read(cl_shard_index *ix) {
         }
         ix->seg[ix->nseg++] = (cl_sseg){ix->pfile, ix->poff, ix->plen, ix->pdst};
     }
-    if (ix->plen <= 0) return CL_OK;
-    int f = ix->pfile;
-    int64_t r = cl_pread_hashed(ix->fd[f], ix->pdst, ix->poff, ix->plen, ix->blk ? ix->blk + ix->fblk[f] : NULL,
-                                ix->blk ? ix->fblk[f + 1] - ix->fblk[f] : 0);
-    ix->bytes_read += r;
-    if (r != ix->plen)
-        return cl_error(CL_ERR_IO, "%s/%s: %s", ix->dir, ix->fname[f], errno ? strerror(errno) : "shorter than its index says");
-    ix->plen = 0;
+    while (ix->plen > 0) {
+        ssize_t r = pread(ix->fd[ix->pfile], ix->pdst, (size_t)ix->plen, ix->poff);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0)
+            return cl_error(CL_ERR_IO, "%s/%s: %s", ix->dir, ix->fname[ix->pfile], r < 0 ? strerror(errno) : "shorter than its index says");
+        ix->bytes_read += r;
+        ix->pdst += r, ix->poff += r, ix->plen -= r;
+    }
     return CL_OK;
 }
 
@@ -646,12 +587,6 @@ static cl_status verify_boxes(cl_shard_index *ix, cl_comm *world, int mask) {
                         for (int64_t blk = 0; blk < nb; blk++) {
                             int64_t at = x->begin + blk * (int64_t)CL_HASH_BLOCK, e = cl_shard_min(at + (int64_t)CL_HASH_BLOCK, x->end);
                             if (!th || !(cov[g0 + blk] > -1e8) || (int)-cov[g0 + blk] != me) continue;
-                            uint64_t h;
-                            if (read_hash(ix, x, at, (uint64_t)blk, &h)) { /* hashed as it was read */
-                                sum += h;
-                                hashed += e - at;
-                                continue;
-                            }
                             cl_hasher_reset(th, (uint64_t)blk);
                             covered(ix, x->file, at, e, th);
                             sum += cl_hasher_sum(th);

@@ -52,8 +52,6 @@ void cl_shard_index_free(cl_shard_index *ix) {
     free(ix->fd);
     free(ix->fname);
     free(ix->seg);
-    free(ix->blk);
-    free(ix->fblk);
 }
 
 int cl_shard_hex_parse(const char *s, uint64_t *out) {

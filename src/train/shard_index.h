@@ -11,7 +11,6 @@
 
 #include <stdint.h>
 
-#include "cleave/core.h"
 #include "cleave/json.h"
 #include "cleave/model.h"
 
@@ -84,8 +83,6 @@ typedef struct {
     int64_t bytes_read, bytes_head, bytes_verify, bytes_hashed; /* all read; shard headers; read only to verify; hashed */
     cl_sseg *seg; /* what this load read, for the verification */
     int nseg, segcap;
-    cl_hash_blk *blk; /* every box's hash blocks, hashed as they are read: file f's are */
-    int *fblk;        /* blk[fblk[f], fblk[f + 1]), by offset (NULL until the first read) */
     int pfile;    /* the pending read */
     int64_t poff, plen;
     char *pdst;
