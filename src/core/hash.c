@@ -12,6 +12,7 @@
 
 #include <stdlib.h>
 #include <xxhash.h>
+#include <xxh_x86dispatch.h>
 
 uint64_t cl_hash64(const void *data, size_t len, uint64_t seed) {
     static const char none = 0;
@@ -26,9 +27,12 @@ struct cl_hasher {
     size_t fill; /* bytes of the current block fed */
 };
 
+/* The library's dispatching entry points take the widest vector unit the CPU
+ * has (SSE2, AVX2, AVX-512) at run time; the plain ones are Debian's SSE2
+ * build. Same values; on data in cache 3-4 times the rate on AVX-512. */
 uint64_t cl_hash_block(const void *data, size_t len, uint64_t j) {
     static const char none = 0;
-    return XXH3_64bits_withSeed(len ? data : &none, len, j);
+    return XXH3_64bits_withSeed_dispatch(len ? data : &none, len, j);
 }
 
 /* The blocks are independent and their sum does not depend on the order,
@@ -66,7 +70,7 @@ void cl_hasher_feed(cl_hasher *h, const void *p, size_t n) {
     const unsigned char *q = p;
     while (n) {
         size_t take = CL_HASH_BLOCK - h->fill < n ? CL_HASH_BLOCK - h->fill : n;
-        XXH3_64bits_update(h->st, q, take);
+        XXH3_64bits_update_dispatch(h->st, q, take);
         h->fill += take;
         q += take;
         n -= take;
