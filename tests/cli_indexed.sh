@@ -154,4 +154,18 @@ done
 "$CLEAVE" train --data "$tmp/m.bin" --tokenizer byte --vocab 50257 --seq-len 16 --steps 1 > "$tmp/bad.out" 2>&1
 _rc=$?
 check '[ $_rc -eq 2 ] && grep -q "give its prefix, --data $tmp/m$" "$tmp/bad.out"' "train --data m.bin: want exit 2 naming the prefix, got $_rc: $(head -2 "$tmp/bad.out")"
+
+# an indexed dataset is one more source of a blend: beside a text, 0.7/0.3, both drawn in proportion
+head -c 60000 data/kjv.txt > "$tmp/blend_a.txt"
+"$CLEAVE" tokenize "$tmp/blend_a.txt" --out "$tmp/blendA" --tokenizer byte > /dev/null 2>&1
+tail -c 60000 data/kjv.txt > "$tmp/blend_b.txt"
+rm -f "$tmp/blend.log.0"
+CLEAVE_DATA_LOG="$tmp/blend.log" "$CLEAVE" train --data "0.7 $tmp/blendA 0.3 $tmp/blend_b.txt" --tokenizer byte --seq-len 16 \
+    --micro-batch-size 10 --global-batch-size 100 --steps 5 --sample-tokens 0 --eval-batches 1 > "$tmp/blend.out" 2>&1
+_rc=$?
+n0=$(awk '$2 == 0' "$tmp/blend.log.0" 2> /dev/null | wc -l)
+n1=$(awk '$2 == 1' "$tmp/blend.log.0" 2> /dev/null | wc -l)
+echo "blend of an indexed prefix (0.7) and a text (0.3): $n0 and $n1 of 500 samples"
+check '[ $_rc -eq 0 ] && [ "$n0" -eq 350 ] && [ "$n1" -eq 150 ]' \
+    "blend of an indexed dataset and a text: exit $_rc, samples $n0/$n1 (want 350/150): $(tail -2 "$tmp/blend.out")"
 finish cli_indexed
