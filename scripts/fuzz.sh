@@ -90,8 +90,13 @@ build_target() { # build_target NAME SOURCES...: build/fuzz/fuzz_NAME with libFu
 }
 build_target safetensors tests/fuzz/fuzz_safetensors.c
 build_target tokens "${data_srcs[@]}" tests/fuzz/fuzz_tokens.c
-build_target ckjson src/model/describe.c src/train/ckpt_json.c tests/fuzz/fuzz_ckjson.c
-build_target shard src/model/describe.c src/train/ckpt_json.c src/train/shard_index.c tests/fuzz/fuzz_shard_index.c
+# the model description asks each unit kind's table (src/nn/kind_*.c), whose forward and backward reach
+# the kernels, the collectives and oneDNN: those come uninstrumented from the build's libcleave.a (the
+# fuzzed readers and describe.c are compiled here, so the archive's copies of them are never pulled in)
+make -s build/libcleave.a build/cleave.pc > /dev/null
+lib=(build/libcleave.a $(sed -n 's/^Libs.private: //p' build/cleave.pc | sed 's/-fopenmp//'))
+build_target ckjson src/model/describe.c src/train/ckpt_json.c tests/fuzz/fuzz_ckjson.c "${lib[@]}"
+build_target shard src/model/describe.c src/train/ckpt_json.c src/train/shard_index.c tests/fuzz/fuzz_shard_index.c "${lib[@]}"
 "$CLANG" "${flags[@]}" -fsanitize=address,undefined -DCL_FUZZ_SEEDGEN "${srcs[@]}" "${data_srcs[@]}" \
     tests/fuzz/fuzz_safetensors.c -lxxhash -lm -o "$out/fuzz_seedgen"
 
