@@ -107,7 +107,7 @@ cl_status cl_pp_load(cl_trainer *t, const float *p, const float *m, const float 
 /* ZeRO 3: seconds this rank's parts waited for parameter gathers since the last call. */
 double cl_pp_z3_wait(cl_trainer *t);
 
-/* This rank's chunks (pipeline.c): their parts and optimizers; returns how many. */
+/* This rank's chunks (ckpt_gather.c): their parts and optimizers; returns how many. */
 int cl_pp_chunks(cl_trainer *t, cl_model **m, cl_optimizer **o);
 
 /* Checkpoint directories (checkpoint.c), shared by both formats: begin
