@@ -4,7 +4,7 @@
 size_t cl_dtype_size(cl_dtype t) {
     switch (t) {
     case CL_F32: case CL_I32: return 4;
-    case CL_BF16: case CL_U16: return 2;
+    case CL_BF16: case CL_F16: case CL_U16: return 2;
     case CL_F64: case CL_I64: return 8;
     case CL_U8: return 1;
     }
@@ -20,6 +20,7 @@ const char *cl_dtype_name(cl_dtype t) {
     case CL_I64: return "I64";
     case CL_U16: return "U16";
     case CL_U8: return "U8";
+    case CL_F16: return "F16";
     }
     return "?";
 }
