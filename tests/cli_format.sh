@@ -3,7 +3,9 @@
 # and F32 -> F16 rounding of tests/format_ref.py's values (ties and their
 # neighbours at every exponent, overflow, subnormals, 200000 random bit
 # patterns) and every 16-bit pattern widened, bit for bit (NaNs as NaNs),
-# by build/tests/test_format --ref. Without PyTorch: a skip.
+# by build/tests/test_format --ref; and the safetensors reader's conversions
+# of a file holding torch's roundings and widenings (format_ref.py st,
+# build/tests/test_safetensors --torch). Without PyTorch: a skip.
 set -u
 source "$(dirname "$0")/lib.sh"
 PY=/usr/bin/python3
@@ -17,5 +19,12 @@ else
     rc=$?
     echo "$out"
     check '[ $rc -eq 0 ]' "test_format --ref: $(tail -3 <<<"$out")"
+    timeout 300 $PY "$(dirname "$0")/format_ref.py" st "$tmp/torch.safetensors"
+    rc=$?
+    check '[ $rc -eq 0 ]' "format_ref.py st failed (status $rc)"
+    out=$("$BUILD/tests/test_safetensors" --torch "$tmp/torch.safetensors" 2>&1)
+    rc=$?
+    echo "$out"
+    check '[ $rc -eq 0 ]' "test_safetensors --torch: $(tail -3 <<<"$out")"
 fi
 finish cli_format

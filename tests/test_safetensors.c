@@ -8,6 +8,8 @@
 #include "common/check.h"
 
 #include <errno.h>
+#include <inttypes.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -317,7 +319,8 @@ static void test_bad_headers(void) {
     expect_fail_st("{\"\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[0,0]}}", 0, CL_ERR_FORMAT, "empty name", NULL);
     expect_fail_st("{\"a\\u0000b\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[0,0]}}", 0, CL_ERR_FORMAT, "NUL", NULL);
     /* dtypes */
-    expect_fail_st("{\"w\":{\"dtype\":\"F16\",\"shape\":[2],\"data_offsets\":[0,4]}}", 4, CL_ERR_UNSUPPORTED, "tensor 'w'", "F16");
+    expect_fail_st("{\"w\":{\"dtype\":\"I16\",\"shape\":[2],\"data_offsets\":[0,4]}}", 4, CL_ERR_UNSUPPORTED, "tensor 'w'", "I16");
+    expect_ok_st("{\"w\":{\"dtype\":\"F16\",\"shape\":[2],\"data_offsets\":[0,4]}}", 4, 1);
     expect_fail_st("{\"w\":{\"dtype\":\"BOOL\",\"shape\":[2],\"data_offsets\":[0,2]}}", 2, CL_ERR_UNSUPPORTED, "tensor 'w'", "BOOL");
     expect_fail_st("{\"w\":{\"dtype\":\"Q7\",\"shape\":[2],\"data_offsets\":[0,2]}}", 2, CL_ERR_FORMAT, "tensor 'w'", "unknown dtype 'Q7'");
     expect_fail_st("{\"w\":{\"dtype\":\"f32\",\"shape\":[2],\"data_offsets\":[0,8]}}", 8, CL_ERR_FORMAT, "tensor 'w'", "unknown dtype");
@@ -470,7 +473,123 @@ static void test_atomic_write(void) {
     CHECK(!exists(path), "nothing written for bad arguments");
 }
 
-int main(void) {
+/* Number formats: tensors written as BF16 and F16 by the writer, read back
+ * as stored and converted (BF16/F16 into F32 widened, F32 into BF16/F16
+ * rounded to nearest even); refusals of other pairs; a BF16 tensor at an
+ * odd address (another writer's unpadded header) converted. */
+static void test_formats(void) {
+    char path[128];
+    snprintf(path, sizeof path, "%s/fmt.safetensors", tmpdir);
+    /* 1, 1 + 2^-8 (BF16 tie to 1), 1 + 3*2^-8 (tie up), 0.1, 65520 (F16: inf), 2^-24, -0 */
+    uint32_t xb[7] = {0x3f800000u, 0x3f808000u, 0x3f818000u, 0x3dcccccdu, 0x477ff000u, 0x33800000u, 0x80000000u};
+    const uint16_t want_bf[7] = {0x3f80, 0x3f80, 0x3f82, 0x3dcd, 0x4780, 0x3380, 0x8000};
+    const uint16_t want_h[7] = {0x3c00, 0x3c04, 0x3c0c, 0x2e66, 0x7c00, 0x0001, 0x8000};
+    float x[7];
+    memcpy(x, xb, sizeof x);
+    uint16_t bf[7], h[7], got16[7];
+    float got[7];
+    CHECK_OK(cl_dtype_convert(bf, CL_BF16, x, CL_F32, 7));
+    CHECK_OK(cl_dtype_convert(h, CL_F16, x, CL_F32, 7));
+    int32_t iv[2] = {1, 2};
+    cl_st_item it[4] = {{"x", cl_tensor_make(x, CL_F32, 1, (int64_t[]){7})},
+                        {"x.bf16", cl_tensor_make(bf, CL_BF16, 1, (int64_t[]){7})},
+                        {"x.f16", cl_tensor_make(h, CL_F16, 1, (int64_t[]){7})},
+                        {"i", cl_tensor_make(iv, CL_I32, 1, (int64_t[]){2})}};
+    CHECK_OK(cl_st_write(path, it, 4, NULL, 0));
+    cl_st_file *f = NULL;
+    CHECK_OK(cl_st_open(&f, path));
+    if (!f) return;
+    const cl_st_entry *e = cl_st_find(f, "x.f16");
+    CHECK(e && e->dtype == CL_F16 && e->end - e->begin == 14, "x.f16 is stored as F16, 14 bytes");
+    e = cl_st_find(f, "x.bf16");
+    CHECK(e && e->dtype == CL_BF16, "x.bf16 is stored as BF16");
+    int64_t sh[1] = {7};
+    /* as stored */
+    CHECK_OK(cl_st_read_tensor(f, "x.bf16", CL_BF16, 1, sh, got16));
+    CHECK(!memcmp(got16, want_bf, sizeof got16), "BF16 read as BF16: 0x%04x 0x%04x 0x%04x", got16[0], got16[1], got16[2]);
+    CHECK_OK(cl_st_read_tensor(f, "x.f16", CL_F16, 1, sh, got16));
+    CHECK(!memcmp(got16, want_h, sizeof got16), "F16 read as F16: 0x%04x 0x%04x", got16[1], got16[2]);
+    /* widened */
+    CHECK_OK(cl_st_read_tensor(f, "x.bf16", CL_F32, 1, sh, got));
+    int ok = 1;
+    for (int i = 0; i < 7; i++) ok &= got[i] == cl_bf16_to_f32(want_bf[i]) && signbit(got[i]) == signbit(x[i]);
+    CHECK(ok, "BF16 read into F32: %g %g %g %g", (double)got[0], (double)got[2], (double)got[3], (double)got[4]);
+    CHECK_OK(cl_st_read_tensor(f, "x.f16", CL_F32, 1, sh, got));
+    CHECK(got[1] == 1.00390625f && got[5] == 0x1p-24f && isinf(got[4]) && got[3] == cl_f16_to_f32(0x2e66),
+          "F16 read into F32: %g %g %g", (double)got[1], (double)got[5], (double)got[4]);
+    /* narrowed, rounded to nearest even */
+    CHECK_OK(cl_st_read_tensor(f, "x", CL_BF16, 1, sh, got16));
+    CHECK(!memcmp(got16, want_bf, sizeof got16), "F32 read into BF16: 0x%04x 0x%04x 0x%04x", got16[1], got16[2], got16[3]);
+    CHECK_OK(cl_st_read_tensor(f, "x", CL_F16, 1, sh, got16));
+    CHECK(!memcmp(got16, want_h, sizeof got16), "F32 read into F16: 0x%04x 0x%04x 0x%04x", got16[1], got16[4], got16[5]);
+    /* pairs that do not convert */
+    double dd[7];
+    cl_status st = cl_st_read_tensor(f, "x.bf16", CL_F64, 1, sh, dd);
+    CHECK(st == CL_ERR_FORMAT && strstr(cl_last_error(), "'x.bf16' is BF16, expected F64"), "BF16 as F64: %s", cl_last_error());
+    st = cl_st_read_tensor(f, "i", CL_F32, 1, (int64_t[]){2}, got);
+    CHECK(st == CL_ERR_FORMAT && strstr(cl_last_error(), "is I32, expected F32"), "I32 as F32: %s", cl_last_error());
+    st = cl_st_read_tensor(f, "x.bf16", CL_F16, 1, sh, got16);
+    CHECK(st == CL_ERR_FORMAT && strstr(cl_last_error(), "is BF16, expected F16"), "BF16 as F16: %s", cl_last_error());
+    cl_st_close(f);
+    /* an unpadded header: the BF16 data at an odd address, bytes 0..5 = 0x0100, 0x0302, 0x0504 */
+    const char *hdr = "{\"w\":{\"dtype\":\"BF16\",\"shape\":[3],\"data_offsets\":[0,6]}}";
+    size_t len = 0;
+    unsigned char *b = make_st(hdr, 6, &len);
+    cl_st_file *g = NULL;
+    CHECK_OK(cl_st_parse(&g, b, len, "odd.safetensors"));
+    if (g) {
+        CHECK(((uintptr_t)cl_st_find(g, "w")->data & 1) == 1, "the test's data sits at an odd address");
+        CHECK_OK(cl_st_read_tensor(g, "w", CL_F32, 1, (int64_t[]){3}, got));
+        CHECK(got[0] == cl_bf16_to_f32(0x0100) && got[1] == cl_bf16_to_f32(0x0302) && got[2] == cl_bf16_to_f32(0x0504),
+              "unaligned BF16 into F32: %g %g %g", (double)got[0], (double)got[1], (double)got[2]);
+        cl_st_close(g);
+    }
+    free(b);
+    unlink(path);
+}
+
+/* A file tests/format_ref.py wrote with PyTorch's conversions (tests/cli_format.sh):
+ * "x" F32, "x.bf16" and "x.f16" torch's roundings of it, "w" BF16 and "w.f32"
+ * torch's widening of it. The reader's conversions must give torch's bits. */
+static int torch_file(const char *path) {
+    cl_st_file *f = NULL;
+    CHECK_OK(cl_st_open(&f, path));
+    if (!f) return cl_test_report("test_safetensors --torch");
+    const cl_st_entry *x = cl_st_find(f, "x"), *w = cl_st_find(f, "w");
+    CHECK(x && w && x->ndim == 1 && w->ndim == 1, "%s holds x and w", path);
+    if (x && w) {
+        int64_t nx = x->shape[0], nw = w->shape[0];
+        uint16_t *a = malloc((size_t)nx * 2), *b = malloc((size_t)nx * 2);
+        float *c = malloc((size_t)nw * 4), *d = malloc((size_t)nw * 4);
+        for (int k = 0; k < 2 && a && b; k++) {
+            cl_dtype t = k ? CL_F16 : CL_BF16;
+            CHECK_OK(cl_st_read_tensor(f, "x", t, 1, &nx, a));
+            CHECK_OK(cl_st_read_tensor(f, k ? "x.f16" : "x.bf16", t, 1, &nx, b));
+            int64_t bad = 0;
+            for (int64_t i = 0; i < nx; i++)
+                bad += a[i] != b[i] && !(isnan(k ? cl_f16_to_f32(a[i]) : cl_bf16_to_f32(a[i])) &&
+                                         isnan(k ? cl_f16_to_f32(b[i]) : cl_bf16_to_f32(b[i])));
+            CHECK(bad == 0, "F32 read as %s: %" PRId64 " of %" PRId64 " values differ from torch's", cl_dtype_name(t), bad, nx);
+        }
+        if (c && d) {
+            CHECK_OK(cl_st_read_tensor(f, "w", CL_F32, 1, &nw, c));
+            CHECK_OK(cl_st_read_tensor(f, "w.f32", CL_F32, 1, &nw, d));
+            int64_t bad = 0;
+            for (int64_t i = 0; i < nw; i++) bad += memcmp(&c[i], &d[i], 4) != 0 && !(isnan(c[i]) && isnan(d[i]));
+            CHECK(bad == 0, "BF16 read as F32: %" PRId64 " of %" PRId64 " values differ from torch's", bad, nw);
+        }
+        printf("compared %" PRId64 " narrowings a format and %" PRId64 " widenings with torch's file\n", nx, nw);
+        free(a);
+        free(b);
+        free(c);
+        free(d);
+    }
+    cl_st_close(f);
+    return cl_test_report("test_safetensors --torch");
+}
+
+int main(int argc, char **argv) {
+    if (argc == 3 && !strcmp(argv[1], "--torch")) return torch_file(argv[2]);
     snprintf(tmpdir, sizeof tmpdir, "/tmp/cl_test_st_XXXXXX");
     if (!mkdtemp(tmpdir)) {
         perror("mkdtemp");
@@ -481,6 +600,7 @@ int main(void) {
     test_bad_headers();
     test_open_errors();
     test_atomic_write();
+    test_formats();
     rmdir(tmpdir);
     return cl_test_report("test_safetensors");
 }

@@ -46,11 +46,15 @@ const cl_st_entry *cl_st_get(const cl_st_file *f, int i);
 const cl_st_entry *cl_st_find(const cl_st_file *f, const char *name); /* NULL if absent */
 /* Metadata value for key, or NULL. */
 const char *cl_st_metadata(const cl_st_file *f, const char *key);
-/* Finds name and checks its dtype and shape exactly (nothing is copied), so
- * a caller can refuse a file before allocating for it. */
+/* Finds name and checks its dtype and shape (nothing is copied), so a
+ * caller can refuse a file before allocating for it. The dtype must be
+ * dtype, or one cl_st_read_tensor converts into dtype: a BF16 or F16
+ * tensor into F32 (exactly), an F32 tensor into BF16 or F16 (rounded to
+ * nearest even); the shape must be equal. */
 cl_status cl_st_check_tensor(const cl_st_file *f, const char *name, cl_dtype dtype, int ndim, const int64_t *shape);
-/* Finds name, checks dtype and shape exactly, copies the data into dst.
- * Errors name the tensor and what differed. */
+/* Finds name, checks dtype and shape as cl_st_check_tensor does, and copies
+ * the data into dst as dtype (converted when the file holds the other of
+ * F32 and BF16/F16). Errors name the tensor and what differed. */
 cl_status cl_st_read_tensor(const cl_st_file *f, const char *name, cl_dtype dtype,
                             int ndim, const int64_t *shape, void *dst);
 
@@ -63,7 +67,8 @@ typedef struct {
     const char *key, *value;
 } cl_st_meta;
 
-/* Writes n tensors and nmeta metadata pairs atomically (tmp + fsync + rename). */
+/* Writes n tensors and nmeta metadata pairs atomically (tmp + fsync + rename),
+ * each as its tensor's dtype (F32, BF16, F16, F64, I32, I64, U16, U8). */
 cl_status cl_st_write(const char *path, const cl_st_item *items, int n,
                       const cl_st_meta *meta, int nmeta);
 

@@ -45,7 +45,8 @@ float cl_bf16_to_f32(uint16_t h);
 uint16_t cl_f16_from_f32(float x);
 float cl_f16_to_f32(uint16_t h);
 /* n values from src (format sf) into dst (format df), which must not
- * overlap unless df == sf. Exact or rounded once: any pair with F32 on one
+ * overlap unless df == sf; F32 and F64 buffers aligned to their size (16-bit
+ * values may sit at any address). Exact or rounded once: any pair with F32 on one
  * side, a 16-bit format into F64, and df == sf (a copy). Other pairs
  * (integers, F64 into a 16-bit format, which through F32 would round
  * twice) are CL_ERR_UNSUPPORTED naming both. */

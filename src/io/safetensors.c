@@ -13,7 +13,9 @@
  * offset tile [0, buffer length) exactly; names are non-empty, unique, valid
  * UTF-8 without NUL. Entry data may be unaligned (other writers do not pad
  * the header), so callers copy it (cl_st_read_tensor) rather than cast it.
- * Tensor bytes are stored little-endian, as the host's (x86, arm64). */
+ * Tensor bytes are stored little-endian, as the host's (x86, arm64).
+ * Reading converts between F32 and the 16-bit formats (cl_dtype_convert,
+ * src/core/format.c), so a BF16 checkpoint reads into F32 parameters. */
 #include "cleave/safetensors.h"
 
 #include "cleave/json.h"
@@ -43,9 +45,11 @@ struct cl_st_file {
 
 /* dtypes the format defines; only those mapping to a cl_dtype are read. */
 static const char *const st_known_unsupported[] = {
-    "F16", "I16", "I8", "BOOL", "U32", "U64", "F8_E4M3", "F8_E5M2", "F8_E8M0", "F4", "F6_E2M3", "F6_E3M2", "C64", NULL};
-static const cl_dtype st_supported[] = {CL_F32, CL_BF16, CL_F64, CL_I32, CL_I64, CL_U16, CL_U8};
+    "I16", "I8", "BOOL", "U32", "U64", "F8_E4M3", "F8_E5M2", "F8_E8M0", "F4", "F6_E2M3", "F6_E3M2", "C64", NULL};
+static const cl_dtype st_supported[] = {CL_F32, CL_BF16, CL_F64, CL_I32, CL_I64, CL_U16, CL_U8, CL_F16};
 #define ST_NSUPPORTED ((int)(sizeof st_supported / sizeof st_supported[0]))
+/* st_supported lists the cl_dtype values in order, so dtype_valid is a range check. */
+_Static_assert(CL_F16 == 7 && ST_NSUPPORTED == 8, "st_supported lists every cl_dtype in order");
 
 static int dtype_valid(cl_dtype t) { return (int)t >= 0 && (int)t < ST_NSUPPORTED; }
 
@@ -137,7 +141,7 @@ static cl_status parse_entry(const char *fn, const cl_json *m, cl_st_entry *e, u
         for (int i = 0; st_known_unsupported[i]; i++)
             if (!strcmp(dt->string, st_known_unsupported[i]))
                 return cl_error(CL_ERR_UNSUPPORTED,
-                                "%s: tensor '%s': dtype %s is not supported by cleave (it reads F32, BF16, F64, I32, I64, U16, U8)",
+                                "%s: tensor '%s': dtype %s is not supported by cleave (it reads F32, BF16, F16, F64, I32, I64, U16, U8)",
                                 fn, tn, dt->string);
         return cl_error(CL_ERR_FORMAT, "%s: tensor '%s': unknown dtype '%s'", fn, tn, dt->string);
     }
@@ -399,6 +403,13 @@ const char *cl_st_metadata(const cl_st_file *f, const char *key) {
     return NULL;
 }
 
+/* 1 when a tensor stored as sf is read into a destination of format df by
+ * conversion: F32 and a 16-bit format (BF16, F16), either way. */
+static int st_converts(cl_dtype df, cl_dtype sf) {
+    int h_d = df == CL_BF16 || df == CL_F16, h_s = sf == CL_BF16 || sf == CL_F16;
+    return (df == CL_F32 && h_s) || (sf == CL_F32 && h_d);
+}
+
 cl_status cl_st_check_tensor(const cl_st_file *f, const char *name, cl_dtype dtype, int ndim, const int64_t *shape) {
     if (!f || !name) return cl_error(CL_ERR_INVALID, "cl_st_check_tensor: NULL file or name");
     if (ndim < 0 || ndim > CL_MAX_DIMS || (ndim && !shape))
@@ -406,7 +417,7 @@ cl_status cl_st_check_tensor(const cl_st_file *f, const char *name, cl_dtype dty
                         ndim && !shape ? " with no shape" : "");
     const cl_st_entry *e = cl_st_find(f, name);
     if (!e) return cl_error(CL_ERR_FORMAT, "%s: no tensor '%s' (the file holds %d tensors)", f->name, name, f->n);
-    if (e->dtype != dtype)
+    if (e->dtype != dtype && !st_converts(dtype, e->dtype))
         return cl_error(CL_ERR_FORMAT, "%s: tensor '%s' is %s, expected %s", f->name, name, cl_dtype_name(e->dtype), cl_dtype_name(dtype));
     int same = ndim == e->ndim;
     for (int i = 0; same && i < ndim; i++) same = shape[i] == e->shape[i];
@@ -424,7 +435,20 @@ cl_status cl_st_read_tensor(const cl_st_file *f, const char *name, cl_dtype dtyp
     const cl_st_entry *e = cl_st_find(f, name);
     size_t bytes = (size_t)(e->end - e->begin);
     if (bytes && !dst) return cl_error(CL_ERR_INVALID, "%s: tensor '%s': NULL destination for %zu bytes", f->name, name, bytes);
-    if (bytes) memcpy(dst, e->data, bytes);
+    if (!bytes) return CL_OK;
+    if (e->dtype == dtype) {
+        memcpy(dst, e->data, bytes);
+        return CL_OK;
+    }
+    /* the entry's data may be unaligned: convert through an aligned block */
+    size_t n = bytes / cl_dtype_size(e->dtype), es = cl_dtype_size(e->dtype), ed = cl_dtype_size(dtype);
+    enum { BLK = 1024 };
+    union { float f[BLK]; uint16_t h[2 * BLK]; } tmp;
+    for (size_t i = 0; i < n; i += BLK) {
+        size_t m = n - i < BLK ? n - i : BLK;
+        memcpy(&tmp, (const char *)e->data + i * es, m * es);
+        CL_TRY(cl_dtype_convert((char *)dst + i * ed, dtype, &tmp, e->dtype, m));
+    }
     return CL_OK;
 }
 
