@@ -50,9 +50,9 @@ static cl_status run_op(cl_comm *c, float *a, float *x, size_t bytes, int which)
     int n = cl_comm_size(c);
     size_t count = bytes / sizeof(float);
     switch (which) {
-    case B_AR: return cl_comm_allreduce(c, a, count, CL_RED_SUM);
+    case B_AR: return cl_comm_allreduce(c, a, count, CL_F32, CL_RED_SUM);
     case B_AG: return cl_comm_allgather(c, x, a, bytes / (size_t)n);
-    case B_RS: return cl_comm_reduce_scatter(c, a, x, count / (size_t)n, CL_RED_SUM);
+    case B_RS: return cl_comm_reduce_scatter(c, a, x, count / (size_t)n, CL_F32, CL_RED_SUM);
 #ifdef CL_HAVE_MPI
     case B_MPI_AR:
         return MPI_Allreduce(MPI_IN_PLACE, a, (int)count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD) == MPI_SUCCESS

@@ -43,9 +43,9 @@ static cl_status handover_rank(cl_comm *w, void *arg) {
             while (now() - t0 < j->early_s) {
             }
             j->enter[r] = now();
-            CL_TRY(cl_comm_allreduce(w, &x, 1, CL_RED_SUM));
+            CL_TRY(cl_comm_allreduce(w, &x, 1, CL_F32, CL_RED_SUM));
         } else {
-            CL_TRY(cl_comm_allreduce(w, &x, 1, CL_RED_SUM));
+            CL_TRY(cl_comm_allreduce(w, &x, 1, CL_F32, CL_RED_SUM));
             j->ret[r] = now();
         }
         CL_TRY(cl_comm_barrier(w));

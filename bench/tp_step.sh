@@ -7,7 +7,7 @@
 #    step time of steps SKIP+1..STEPS from --log-file, tokens/s, the ratio to
 #    the peer, and the share of the step that each tp rank spends inside
 #    collectives. That share comes from a copy of build/cleave linked with
-#    -Wl,--wrap on cl_comm_allreduce, _allreduce_f64, _reduce_scatter,
+#    -Wl,--wrap on cl_comm_allreduce (F32 and F64), _reduce_scatter,
 #    _allgather and cl_trainer_step (the same library objects; the wrappers
 #    read the clock around each call on the calling rank's thread). A
 #    collective's time on a rank splits into "wait" (from its call until the
@@ -52,14 +52,12 @@ cat > "$tmp/wrap.c" <<'EOF'
 #include "cleave/comm.h"
 #include "cleave/train.h"
 
-cl_status __real_cl_comm_allreduce(cl_comm *c, float *buf, size_t count, cl_redop op);
-cl_status __real_cl_comm_allreduce_f64(cl_comm *c, double *buf, size_t count, cl_redop op);
-cl_status __real_cl_comm_reduce_scatter(cl_comm *c, const float *in, float *out, size_t count_per_rank, cl_redop op);
+cl_status __real_cl_comm_allreduce(cl_comm *c, void *buf, size_t count, cl_dtype dt, cl_redop op);
+cl_status __real_cl_comm_reduce_scatter(cl_comm *c, const void *in, void *out, size_t count_per_rank, cl_dtype dt, cl_redop op);
 cl_status __real_cl_comm_allgather(cl_comm *c, const void *in, void *out, size_t bytes_per_rank);
 cl_status __real_cl_trainer_step(cl_trainer *t, cl_step_stats *st);
-cl_status __wrap_cl_comm_allreduce(cl_comm *c, float *buf, size_t count, cl_redop op);
-cl_status __wrap_cl_comm_allreduce_f64(cl_comm *c, double *buf, size_t count, cl_redop op);
-cl_status __wrap_cl_comm_reduce_scatter(cl_comm *c, const float *in, float *o, size_t count_per_rank, cl_redop op);
+cl_status __wrap_cl_comm_allreduce(cl_comm *c, void *buf, size_t count, cl_dtype dt, cl_redop op);
+cl_status __wrap_cl_comm_reduce_scatter(cl_comm *c, const void *in, void *o, size_t count_per_rank, cl_dtype dt, cl_redop op);
 cl_status __wrap_cl_comm_allgather(cl_comm *c, const void *in, void *o, size_t bytes_per_rank);
 cl_status __wrap_cl_trainer_step(cl_trainer *t, cl_step_stats *st);
 
@@ -80,22 +78,16 @@ static void note(const char *kind, const void *c, size_t bytes, double t0) {
     double t1 = now();
     if (in_step && nev < MAXEV) evs[nev++] = (ev){kind, c, bytes, t0, t1};
 }
-cl_status __wrap_cl_comm_allreduce(cl_comm *c, float *buf, size_t count, cl_redop op) {
+cl_status __wrap_cl_comm_allreduce(cl_comm *c, void *buf, size_t count, cl_dtype dt, cl_redop op) {
     double t0 = now();
-    cl_status s = __real_cl_comm_allreduce(c, buf, count, op);
-    note(op == CL_RED_MAX ? "allreduce_max" : "allreduce", c, count * 4, t0);
+    cl_status s = __real_cl_comm_allreduce(c, buf, count, dt, op);
+    note(dt == CL_F64 ? "allreduce_f64" : op == CL_RED_MAX ? "allreduce_max" : "allreduce", c, count * cl_dtype_size(dt), t0);
     return s;
 }
-cl_status __wrap_cl_comm_allreduce_f64(cl_comm *c, double *buf, size_t count, cl_redop op) {
+cl_status __wrap_cl_comm_reduce_scatter(cl_comm *c, const void *in, void *o, size_t count_per_rank, cl_dtype dt, cl_redop op) {
     double t0 = now();
-    cl_status s = __real_cl_comm_allreduce_f64(c, buf, count, op);
-    note("allreduce_f64", c, count * 8, t0);
-    return s;
-}
-cl_status __wrap_cl_comm_reduce_scatter(cl_comm *c, const float *in, float *o, size_t count_per_rank, cl_redop op) {
-    double t0 = now();
-    cl_status s = __real_cl_comm_reduce_scatter(c, in, o, count_per_rank, op);
-    note("reduce_scatter", c, count_per_rank * 4, t0);
+    cl_status s = __real_cl_comm_reduce_scatter(c, in, o, count_per_rank, dt, op);
+    note("reduce_scatter", c, count_per_rank * cl_dtype_size(dt), t0);
     return s;
 }
 cl_status __wrap_cl_comm_allgather(cl_comm *c, const void *in, void *o, size_t bytes_per_rank) {
@@ -134,7 +126,7 @@ case "$link" in *" -o build/cleave") ;; *) echo "tp_step: cannot read the link l
 cc_flags=${link%% build/obj/*}
 $cc_flags -c "$tmp/wrap.c" -o "$tmp/wrap.o"
 ${link% -o build/cleave} "$tmp/wrap.o" \
-    -Wl,--wrap=cl_comm_allreduce,--wrap=cl_comm_allreduce_f64,--wrap=cl_comm_reduce_scatter,--wrap=cl_comm_allgather,--wrap=cl_trainer_step \
+    -Wl,--wrap=cl_comm_allreduce,--wrap=cl_comm_reduce_scatter,--wrap=cl_comm_allgather,--wrap=cl_trainer_step \
     -o "$tmp/cleave-timed"
 timed="$tmp/cleave-timed"
 

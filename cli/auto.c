@@ -146,7 +146,7 @@ cl_status cli_train_auto_mpi(cl_comm *world, FILE *f, const cli_args *a, cl_trai
         int here = local && atoi(local) > 0 ? atoi(local) : 1;
         size_t avail = cl_host_memory_available();
         double share = avail ? -(double)(avail / (size_t)here) : -1e300;
-        CL_TRY(cl_comm_allreduce_f64(world, &share, 1, CL_RED_MAX));
+        CL_TRY(cl_comm_allreduce(world, &share, 1, CL_F64, CL_RED_MAX));
         if (share > -1e300) c->device_memory = (size_t)-share, c->device_memory_host = 1;
     }
     auto_choice rec, *b = &rec; /* on the stack: no rank can fail before the broadcast */

@@ -493,7 +493,7 @@ static cl_status gather_measured(cl_comm *world, cl_trainer *t, const train_job 
     v[(size_t)me * w + CL_MEM_NCAT] = (double)cl_device_peak_total(dev);
     if (cl_trainer_host(t)) v[(size_t)me * w + CL_MEM_NCAT + 1] = (double)cl_device_peak_total(cl_trainer_host(t));
     v[(size_t)me * w + CL_MEM_NCAT + 2] = (double)cl_trainer_offload_file_bytes(t);
-    cl_status s = world ? cl_comm_allreduce_f64(world, v, (size_t)n * w, CL_RED_SUM) : CL_OK;
+    cl_status s = world ? cl_comm_allreduce(world, v, (size_t)n * w, CL_F64, CL_RED_SUM) : CL_OK;
     if (!s && me == 0) {
         fflush(stdout);
         if (dup2(j->measure - 1, STDOUT_FILENO) < 0) s = cl_error(CL_ERR_IO, "cannot restore standard output");
@@ -637,7 +637,7 @@ static cl_status rank_report(rank_run *r) {
                    j->trace_path);
     }
     double peak = (double)cl_device_peak_total(cl_trainer_device(t)), top = peak;
-    if (!s && r->world) s = cl_comm_allreduce_f64(r->world, &top, 1, CL_RED_MAX);
+    if (!s && r->world) s = cl_comm_allreduce(r->world, &top, 1, CL_F64, CL_RED_MAX);
     if (!s && r->lead) {
         char mem[64], mem0[64], capb[64];
         if (r->world)

@@ -78,7 +78,7 @@ static cl_status ar_rank(cl_comm *w, void *arg) {
     for (int r = 0; r < j->reps && !s; r++) {
         if ((s = cl_comm_barrier(w))) break;
         double t0 = cl_now();
-        s = cl_comm_allreduce(w, buf, j->n, CL_RED_SUM);
+        s = cl_comm_allreduce(w, buf, j->n, CL_F32, CL_RED_SUM);
         double t = cl_now() - t0;
         if (t < best) best = t;
     }

@@ -88,7 +88,7 @@ cl_status cli_tb_step(cli_tb *tb, const cl_step_stats *st) {
     mine[CL_MEM_NCAT] = (double)cl_device_peak_total(dev);
     if (tb->host) mine[CL_MEM_NCAT + 1] = (double)cl_device_peak_total(cl_trainer_host(tb->t));
     mine[CL_MEM_NCAT + 2] = st->bubble_rank;
-    if (tb->world) CL_TRY(cl_comm_allreduce_f64(tb->world, tb->rows, (size_t)tb->n * TB_COLS, CL_RED_SUM));
+    if (tb->world) CL_TRY(cl_comm_allreduce(tb->world, tb->rows, (size_t)tb->n * TB_COLS, CL_F64, CL_RED_SUM));
     if (tb->rank != 0) return CL_OK;
     int gpt = cl_trainer_config(tb->t)->model.kind == CL_MODEL_GPT, pipeline = st->bubble > 0 || st->bubble_sim > 0, n = 0;
     cl_tfevents_scalar *v = tb->v;

@@ -23,7 +23,7 @@
  * rank 1 sends the gradient of its input back, rank 0 receives it as the
  * gradient of its output and finishes. Then the global gradient norm: each
  * rank fills per-parameter sums of squares for its own parameters
- * (cl_grad_sumsq, zeros elsewhere), one cl_comm_allreduce_f64 adds the two
+ * (cl_grad_sumsq, zeros elsewhere), one cl_comm_allreduce (CL_F64) adds the two
  * vectors (exact: every entry is non-zero on one rank only), and both ranks
  * sum the vector in parameter order (cl_grad_norm_of) as cl_grad_norm does
  * on one device; then cl_grad_clip and cl_optimizer_step on each part.
@@ -340,11 +340,11 @@ static cl_status split_rank(cl_comm *w, void *arg) {
         double loss = 0, tf = 0, tb = 0, t_end = 0;
         s = split_step(w, S, &p, M, x, y, io, step, &loss, &tf, &tb, &t_end);
         /* the step's window ends when the later rank finishes its work */
-        if (!s) s = cl_comm_allreduce_f64(w, &t_end, 1, CL_RED_MAX);
+        if (!s) s = cl_comm_allreduce(w, &t_end, 1, CL_F64, CL_RED_MAX);
         /* the global norm: per-parameter pieces, zero where not owned, added across ranks */
         memset(sq, 0, (size_t)S->desc->nparams * sizeof *sq);
         if (!s) cl_grad_sumsq(p.m, sq);
-        if (!s) s = cl_comm_allreduce_f64(w, sq, (size_t)S->desc->nparams, CL_RED_SUM);
+        if (!s) s = cl_comm_allreduce(w, sq, (size_t)S->desc->nparams, CL_F64, CL_RED_SUM);
         double norm = s ? 0 : cl_grad_norm_of(sq, S->desc->nparams);
         if (!s) s = clip_and_step(&p, S, step, norm);
         if (s) break;

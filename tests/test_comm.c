@@ -148,20 +148,20 @@ static uint64_t v_checks(cl_comm *c, int full) {
             if (nonblocking) {
                 size_t *vc = counts_copy(counts, n);
                 cl_request *rq = NULL;
-                TCHECK_OK(cl_comm_ireduce_scatter_v(c, in, out, vc, op, &rq));
+                TCHECK_OK(cl_comm_ireduce_scatter_v(c, in, out, vc, CL_F32, op, &rq));
                 counts_scrap(vc, n);
                 TCHECK_OK(cl_comm_wait(c, rq));
             } else {
-                TCHECK_OK(cl_comm_reduce_scatter_v(c, in, out, counts, op));
+                TCHECK_OK(cl_comm_reduce_scatter_v(c, in, out, counts, CL_F32, op));
             }
             /* in place: out at this rank's piece of in (ZeRO 2's buckets); the same bits */
             for (size_t i = 0; i < total; i++) all[i] = (float)val(me, i, salt);
             if (nonblocking) {
                 cl_request *rq = NULL;
-                TCHECK_OK(cl_comm_ireduce_scatter_v(c, all, all + off, counts, op, &rq));
+                TCHECK_OK(cl_comm_ireduce_scatter_v(c, all, all + off, counts, CL_F32, op, &rq));
                 TCHECK_OK(cl_comm_wait(c, rq));
             } else {
-                TCHECK_OK(cl_comm_reduce_scatter_v(c, all, all + off, counts, op));
+                TCHECK_OK(cl_comm_reduce_scatter_v(c, all, all + off, counts, CL_F32, op));
             }
             size_t badip = mine;
             for (size_t i = 0; i < mine && badip == mine; i++)
@@ -169,7 +169,7 @@ static uint64_t v_checks(cl_comm *c, int full) {
             TCHECK(badip == mine, "in-place reduce_scatter_v %s n=%d pattern %d rank %d: element %zu differs from the serial fold",
                    op_name(op), n, k, me, badip);
             for (size_t i = 0; i < total; i++) all[i] = (float)val(me, i, salt);
-            TCHECK_OK(cl_comm_allreduce(c, all, total, op));
+            TCHECK_OK(cl_comm_allreduce(c, all, total, CL_F32, op));
             size_t bad = mine, bad2 = mine;
             for (size_t i = 0; i < mine && bad == mine; i++)
                 if (memcmp(&out[i], &ref[i], sizeof *out) != 0) bad = i;
@@ -226,14 +226,14 @@ static uint64_t v_checks(cl_comm *c, int full) {
     }
     /* bad arguments fail on the calling rank alone, before any communication */
     float x[4] = {0};
-    TCHECK(cl_comm_reduce_scatter_v(c, x, x + 2, NULL, CL_RED_SUM) == CL_ERR_INVALID &&
+    TCHECK(cl_comm_reduce_scatter_v(c, x, x + 2, NULL, CL_F32, CL_RED_SUM) == CL_ERR_INVALID &&
                strstr(cl_last_error(), "counts is NULL"),
            "reduce_scatter_v without counts: %s", cl_last_error());
     for (int r = 0; r < n; r++) counts[r] = 0;
     counts[me] = 2; /* out overlaps in, but not at this rank's place (in place there is allowed) */
-    TCHECK(cl_comm_reduce_scatter_v(c, x, x + 1, counts, CL_RED_SUM) == CL_ERR_INVALID && strstr(cl_last_error(), "overlap"),
+    TCHECK(cl_comm_reduce_scatter_v(c, x, x + 1, counts, CL_F32, CL_RED_SUM) == CL_ERR_INVALID && strstr(cl_last_error(), "overlap"),
            "reduce_scatter_v overlapping: %s", cl_last_error());
-    TCHECK(cl_comm_reduce_scatter_v(c, x, x + 2, counts, (cl_redop)7) == CL_ERR_INVALID, "reduce_scatter_v op 7: %s",
+    TCHECK(cl_comm_reduce_scatter_v(c, x, x + 2, counts, CL_F32, (cl_redop)7) == CL_ERR_INVALID, "reduce_scatter_v op 7: %s",
            cl_last_error());
     cl_request *rq = (cl_request *)x;
     TCHECK(cl_comm_iallgather_v(c, x, NULL, counts, &rq) == CL_ERR_INVALID && rq == NULL, "allgather_v to NULL: %s",
@@ -246,10 +246,140 @@ static uint64_t v_checks(cl_comm *c, int full) {
                "allgather_v overlapping: %s", cl_last_error());
     }
     counts[0] = SIZE_MAX / 2;
-    TCHECK(cl_comm_reduce_scatter_v(c, x, x + 2, counts, CL_RED_SUM) == CL_ERR_INVALID &&
+    TCHECK(cl_comm_reduce_scatter_v(c, x, x + 2, counts, CL_F32, CL_RED_SUM) == CL_ERR_INVALID &&
                strstr(cl_last_error(), "too large"),
            "reduce_scatter_v with huge counts: %s", cl_last_error());
     free(counts);
+    return h;
+}
+
+/* ---- 16-bit formats (BF16, F16) --------------------------------------------- */
+
+static uint16_t narrow(cl_dtype f, float x) { return f == CL_BF16 ? cl_bf16_from_f32(x) : cl_f16_from_f32(x); }
+static float widen(cl_dtype f, uint16_t h) { return f == CL_BF16 ? cl_bf16_to_f32(h) : cl_f16_to_f32(h); }
+/* rank r's element i in format f */
+static uint16_t hval(cl_dtype f, int r, size_t i, unsigned salt) { return narrow(f, (float)val(r, i, salt)); }
+/* The reference: the elements widened, folded in F32 in rank order, rounded once. */
+static uint16_t href(cl_dtype f, int n, size_t i, unsigned salt, cl_redop op) {
+    float a = widen(f, hval(f, 0, i, salt));
+    for (int r = 1; r < n; r++) a = fold_f(a, widen(f, hval(f, r, i, salt)), op);
+    return narrow(f, op == CL_RED_AVG ? a / (float)n : a);
+}
+
+/* All-reduce, reduce-scatter and reduce-scatter_v of BF16 and F16 against
+ * href, bit for bit; a sum that rounding at every step would get wrong (so
+ * the F32 accumulation is what runs). Returns a hash of the results. */
+static uint64_t half_checks(cl_comm *c, int full) {
+    int n = cl_comm_size(c), me = cl_comm_rank(c);
+    uint64_t h = 0xcbf29ce484222325ull;
+    const cl_redop ops[3] = {CL_RED_SUM, CL_RED_AVG, CL_RED_MAX};
+    const cl_dtype fmts[2] = {CL_BF16, CL_F16};
+    /* 70001: n * 140 KB, over the mpi backend's one-round bound (its two-round path) */
+    const size_t counts[] = {0, 1, 17, 4099, 70001};
+    size_t maxc = 70001 * (size_t)(n > 8 ? n : 8);
+    uint16_t *buf = malloc(maxc * 2), *ref = malloc(maxc * 2), *out = malloc(maxc * 2);
+    size_t *vc = calloc((size_t)n, sizeof *vc);
+    TCHECK(buf && ref && out && vc, "allocation");
+    for (int fi = 0; fi < 2 && buf && ref && out && vc; fi++) {
+        cl_dtype f = fmts[fi];
+        const char *fn = cl_dtype_name(f);
+        size_t stepwise_differs = 0;
+        for (int ci = 0; ci < (full ? 5 : 4); ci++) {
+            size_t cnt = counts[ci];
+            for (int oi = 0; oi < 3; oi++) {
+                cl_redop op = ops[oi];
+                unsigned salt = (unsigned)(500 + 20 * fi + ci * 3 + oi);
+                for (size_t i = 0; i < cnt; i++) buf[i] = hval(f, me, i, salt);
+                for (size_t i = 0; i < cnt; i++) ref[i] = href(f, n, i, salt, op);
+                if (op == CL_RED_SUM)
+                    for (size_t i = 0; i < cnt; i++) { /* summed in the format itself, rounding every step */
+                        float a = widen(f, hval(f, 0, i, salt));
+                        for (int r = 1; r < n; r++) a = widen(f, narrow(f, a + widen(f, hval(f, r, i, salt))));
+                        stepwise_differs += narrow(f, a) != ref[i];
+                    }
+                int nonblocking = (ci + oi) % 2 == 1;
+                if (nonblocking) {
+                    cl_request *rq = NULL;
+                    TCHECK_OK(cl_comm_iallreduce(c, buf, cnt, f, op, &rq));
+                    TCHECK_OK(cl_comm_wait(c, rq));
+                } else {
+                    TCHECK_OK(cl_comm_allreduce(c, buf, cnt, f, op));
+                }
+                size_t bad = cnt;
+                for (size_t i = 0; i < cnt && bad == cnt; i++)
+                    if (buf[i] != ref[i]) bad = i;
+                TCHECK(bad == cnt, "%s allreduce %s n=%d count %zu rank %d: element %zu is 0x%04x, F32 fold rounded once 0x%04x", fn,
+                       op_name(op), n, cnt, me, bad, bad < cnt ? buf[bad] : 0, bad < cnt ? ref[bad] : 0);
+                h = fnv(h, buf, cnt * 2);
+                /* reduce-scatter of cnt elements a rank */
+                if ((size_t)n * cnt > maxc) continue;
+                for (size_t i = 0; i < (size_t)n * cnt; i++) buf[i] = hval(f, me, i, salt);
+                TCHECK_OK(cl_comm_reduce_scatter(c, buf, out, cnt, f, op));
+                bad = cnt;
+                for (size_t i = 0; i < cnt && bad == cnt; i++)
+                    if (out[i] != href(f, n, (size_t)me * cnt + i, salt, op)) bad = i;
+                TCHECK(bad == cnt, "%s reduce_scatter %s n=%d cpr %zu rank %d: element %zu differs from the F32 fold rounded once",
+                       fn, op_name(op), n, cnt, me, bad);
+                h = fnv(h, out, cnt * 2);
+            }
+        }
+        /* reduce-scatter_v, in place, over uneven and large pieces */
+        for (int k = 1; k <= (full ? 3 : 1); k += 2) {
+            v_counts(k, n, vc);
+            size_t total = 0, off = 0;
+            for (int r = 0; r < n; r++) {
+                if (r == me) off = total;
+                total += vc[r];
+            }
+            if (total > maxc) continue;
+            unsigned salt = (unsigned)(600 + 20 * fi + k);
+            for (size_t i = 0; i < total; i++) buf[i] = hval(f, me, i, salt);
+            TCHECK_OK(cl_comm_reduce_scatter_v(c, buf, buf + off, vc, f, CL_RED_SUM));
+            size_t bad = vc[me];
+            for (size_t i = 0; i < vc[me] && bad == vc[me]; i++)
+                if (buf[off + i] != href(f, n, off + i, salt, CL_RED_SUM)) bad = i;
+            TCHECK(bad == vc[me], "%s reduce_scatter_v sum n=%d pattern %d rank %d: element %zu differs from the F32 fold rounded once",
+                   fn, n, k, me, bad);
+            h = fnv(h, buf + off, vc[me] * 2);
+        }
+        /* the reference is not what summing in the format would give (n >= 3: two roundings or more) */
+        if (n >= 3) TCHECK(stepwise_differs > 0, "%s n=%d: summing in the format equals the F32 fold everywhere", fn, n);
+        /* by hand: 1 + 2^-8 + ... + 2^-8 (n - 1 of them) is 1 + (n-1) 2^-8 in F32, rounded once; in BF16 step by
+         * step each 1 + 2^-8 ties back to 1 */
+        uint16_t x = narrow(f, me == 0 ? 1.0f : 0x1p-8f), want = narrow(f, 1.0f + (float)(n - 1) * 0x1p-8f);
+        TCHECK_OK(cl_comm_allreduce(c, &x, 1, f, CL_RED_SUM));
+        TCHECK(x == want, "%s n=%d: 1 + %d * 2^-8 gave 0x%04x, expected 0x%04x", fn, n, n - 1, x, want);
+        if (f == CL_BF16 && n >= 3) TCHECK(x != narrow(f, 1.0f), "BF16 n=%d: 1 + %d * 2^-8 summed as 1", n, n - 1);
+    }
+    /* the element-counted forms: count * the format's size bytes */
+    if (buf && out) {
+        for (size_t i = 0; i < 3; i++) buf[i] = (uint16_t)(1000 * me + (int)i);
+        TCHECK_OK(cl_comm_allgather_n(c, buf, out, 3, CL_BF16));
+        size_t bad = 3 * (size_t)n;
+        for (size_t i = 0; i < 3 * (size_t)n && bad == 3 * (size_t)n; i++)
+            if (out[i] != (uint16_t)(1000 * (int)(i / 3) + (int)(i % 3))) bad = i;
+        TCHECK(bad == 3 * (size_t)n, "allgather_n of 3 BF16 a rank n=%d: element %zu wrong", n, bad);
+        double d[2] = {me == n - 1 ? 2.5 : 0, me == n - 1 ? -1 : 0};
+        TCHECK_OK(cl_comm_broadcast_n(c, d, 2, CL_F64, n - 1));
+        TCHECK(d[0] == 2.5 && d[1] == -1, "broadcast_n of 2 F64 from rank %d: %g %g", n - 1, d[0], d[1]);
+        cl_request *rs = NULL, *rr = NULL;
+        float sv[2] = {(float)me, 0.5f}, rv[2] = {0, 0};
+        TCHECK_OK(cl_comm_irecv_n(c, rv, 2, CL_F32, me, 9, &rr));
+        TCHECK_OK(cl_comm_isend_n(c, sv, 2, CL_F32, me, 9, &rs));
+        TCHECK_OK(cl_comm_wait(c, rs));
+        TCHECK_OK(cl_comm_wait(c, rr));
+        TCHECK(rv[0] == (float)me && rv[1] == 0.5f, "isend_n/irecv_n of 2 F32 to oneself: %g %g", rv[0], rv[1]);
+        TCHECK(cl_comm_broadcast_n(c, buf, SIZE_MAX / 2, CL_F32, 0) == CL_ERR_INVALID && strstr(cl_last_error(), "too large"),
+               "broadcast_n of SIZE_MAX / 2 F32: %s", cl_last_error());
+    }
+    /* a format that cannot be reduced */
+    int32_t iv = 1;
+    TCHECK(cl_comm_allreduce(c, &iv, 1, CL_I32, CL_RED_SUM) == CL_ERR_INVALID && strstr(cl_last_error(), "I32"),
+           "allreduce of I32: %s", cl_last_error());
+    free(buf);
+    free(ref);
+    free(out);
+    free(vc);
     return h;
 }
 
@@ -285,10 +415,10 @@ static uint64_t coll_checks(cl_comm *c, int full) {
             int nonblocking = (ci + oi) % 2 == 1;
             if (nonblocking) {
                 cl_request *rq = NULL;
-                TCHECK_OK(cl_comm_iallreduce(c, buf, cnt, op, &rq));
+                TCHECK_OK(cl_comm_iallreduce(c, buf, cnt, CL_F32, op, &rq));
                 TCHECK_OK(cl_comm_wait(c, rq));
             } else {
-                TCHECK_OK(cl_comm_allreduce(c, buf, cnt, op));
+                TCHECK_OK(cl_comm_allreduce(c, buf, cnt, CL_F32, op));
             }
             size_t bad = cnt;
             for (size_t i = 0; i < cnt && bad == cnt; i++)
@@ -321,7 +451,7 @@ static uint64_t coll_checks(cl_comm *c, int full) {
                 for (int r = 1; r < n; r++) a = fold_d(a, val(r, i, salt) * (1 + 1e-9 * (double)r), op);
                 dref[i] = op == CL_RED_AVG ? a / (double)n : a;
             }
-            TCHECK_OK(cl_comm_allreduce_f64(c, dbuf, cnt, op));
+            TCHECK_OK(cl_comm_allreduce(c, dbuf, cnt, CL_F64, op));
             TCHECK(memcmp(dbuf, dref, cnt * sizeof *dbuf) == 0, "allreduce_f64 %s n=%d count %zu rank %d differs", op_name(op),
                    n, cnt, me);
             h = fnv(h, dbuf, cnt * sizeof *dbuf);
@@ -331,12 +461,12 @@ static uint64_t coll_checks(cl_comm *c, int full) {
     if (n >= 2) {
         float x[3] = {1, 2, 3};
         if (me == n - 1) x[1] = NAN;
-        TCHECK_OK(cl_comm_allreduce(c, x, 3, CL_RED_MAX));
+        TCHECK_OK(cl_comm_allreduce(c, x, 3, CL_F32, CL_RED_MAX));
         TCHECK(isnan(x[1]) && !isnan(x[0]) && !isnan(x[2]), "max with a NaN on the last rank: %g %g %g", x[0], x[1], x[2]);
         /* the same through the vector loops (count 1024: whole lines on every rank) */
         for (size_t i = 0; i < 1024; i++) buf[i] = (float)i;
         if (me == n - 1) buf[37] = buf[1000] = NAN;
-        TCHECK_OK(cl_comm_allreduce(c, buf, 1024, CL_RED_MAX));
+        TCHECK_OK(cl_comm_allreduce(c, buf, 1024, CL_F32, CL_RED_MAX));
         size_t bad = 1024;
         for (size_t i = 0; i < 1024 && bad == 1024; i++)
             if ((i == 37 || i == 1000) ? !isnan(buf[i]) : buf[i] != (float)i) bad = i;
@@ -363,10 +493,10 @@ static uint64_t coll_checks(cl_comm *c, int full) {
             if (!out) continue;
             if (oi == 1) {
                 cl_request *rq = NULL;
-                TCHECK_OK(cl_comm_ireduce_scatter(c, ref, out, cpr, op, &rq));
+                TCHECK_OK(cl_comm_ireduce_scatter(c, ref, out, cpr, CL_F32, op, &rq));
                 TCHECK_OK(cl_comm_wait(c, rq));
             } else {
-                TCHECK_OK(cl_comm_reduce_scatter(c, ref, out, cpr, op));
+                TCHECK_OK(cl_comm_reduce_scatter(c, ref, out, cpr, CL_F32, op));
             }
             TCHECK(memcmp(out, buf, cpr * sizeof *out) == 0, "reduce_scatter %s n=%d cpr %zu rank %d differs", op_name(op), n,
                    cpr, me);
@@ -423,6 +553,7 @@ static uint64_t coll_checks(cl_comm *c, int full) {
         }
     }
     h = fnv(h, &(uint64_t){v_checks(c, full)}, sizeof(uint64_t));
+    h = fnv(h, &(uint64_t){half_checks(c, full)}, sizeof(uint64_t));
     TCHECK_OK(cl_comm_barrier(c));
 out:
     free(buf);
@@ -532,7 +663,7 @@ static void p2p_checks(cl_comm *c) {
                "peer out of range: %s", cl_last_error());
         TCHECK(cl_comm_isend(c, &x, sizeof x, 0, -1, &r) == CL_ERR_INVALID && r == NULL, "negative tag: %s", cl_last_error());
         TCHECK(cl_comm_send(c, &x, sizeof x, me, 0) == CL_ERR_INVALID, "blocking send to self: %s", cl_last_error());
-        TCHECK(cl_comm_allreduce(c, NULL, 3, CL_RED_SUM) == CL_ERR_INVALID, "NULL buffer: %s", cl_last_error());
+        TCHECK(cl_comm_allreduce(c, NULL, 3, CL_F32, CL_RED_SUM) == CL_ERR_INVALID, "NULL buffer: %s", cl_last_error());
         TCHECK(cl_comm_broadcast(c, &x, sizeof x, n) == CL_ERR_INVALID, "root out of range: %s", cl_last_error());
         TCHECK(cl_comm_wait(c, NULL) == CL_OK, "wait(NULL)");
     }
@@ -561,7 +692,7 @@ static void split_checks(cl_comm *world) {
             want = first ? (float)r : want + (float)r;
             first = 0;
         }
-    TCHECK_OK(cl_comm_allreduce(sub, &x, 1, CL_RED_SUM));
+    TCHECK_OK(cl_comm_allreduce(sub, &x, 1, CL_F32, CL_RED_SUM));
     TCHECK(x == want, "rank %d: sum over my parity group %g, expected %g", me, x, want);
     /* tag spaces are separate: rank 0 -> rank 2 with tag 1 on both */
     if (n >= 3 && (me == 0 || me == 2)) {
@@ -589,7 +720,7 @@ static void split_checks(cl_comm *world) {
                rest ? cl_comm_size(rest) : -1, rest ? cl_comm_rank(rest) : -1);
         if (rest) {
             double v = 1;
-            TCHECK_OK(cl_comm_allreduce_f64(rest, &v, 1, CL_RED_SUM));
+            TCHECK_OK(cl_comm_allreduce(rest, &v, 1, CL_F64, CL_RED_SUM));
             TCHECK(v == n - 1, "sum over the rest %g", v);
         }
     }
@@ -608,7 +739,7 @@ static void overlap_checks(cl_comm *c) {
     for (size_t i = 0; i < cnt; i++) a[i] = (float)(me + 1);
     /* progress without the caller: poll cl_comm_test while computing */
     cl_request *r = NULL;
-    TCHECK_OK(cl_comm_iallreduce(c, a, cnt, CL_RED_SUM, &r));
+    TCHECK_OK(cl_comm_iallreduce(c, a, cnt, CL_F32, CL_RED_SUM, &r));
     int done = 0;
     double t0 = cl_now(), work = 0;
     while (!done && cl_now() - t0 < 20) {
@@ -629,9 +760,9 @@ static void overlap_checks(cl_comm *c) {
     }
     float x = (float)me;
     cl_request *ra, *rb;
-    TCHECK_OK(cl_comm_iallreduce(c, a, cnt, CL_RED_SUM, &ra));
-    TCHECK_OK(cl_comm_iallreduce(c, b, cnt, CL_RED_MAX, &rb));
-    TCHECK_OK(cl_comm_allreduce(c, &x, 1, CL_RED_AVG));
+    TCHECK_OK(cl_comm_iallreduce(c, a, cnt, CL_F32, CL_RED_SUM, &ra));
+    TCHECK_OK(cl_comm_iallreduce(c, b, cnt, CL_F32, CL_RED_MAX, &rb));
+    TCHECK_OK(cl_comm_allreduce(c, &x, 1, CL_F32, CL_RED_AVG));
     TCHECK_OK(cl_comm_wait(c, rb));
     TCHECK_OK(cl_comm_wait(c, ra));
     TCHECK(a[5] == (float)n && b[5] == (float)(n - 1), "queued results %g %g", a[5], b[5]);
@@ -708,23 +839,23 @@ static void count_checks(cl_comm *c) {
     if (!a || !b) goto out;
     const size_t ar[] = {0, 1, 17, 1000, 4096, 16385, 100003};
     for (size_t i = 0; i < sizeof ar / sizeof *ar; i++) {
-        TCHECK_OK(cl_comm_allreduce(c, a, ar[i], CL_RED_SUM));
+        TCHECK_OK(cl_comm_allreduce(c, a, ar[i], CL_F32, CL_RED_SUM));
         want_coll(&w, CL_COMM_KIND_ALLREDUCE, ar[i], 4, p, me, 0);
         counts_match(c, &w, "allreduce", ar[i]);
-        TCHECK_OK(cl_comm_allreduce_f64(c, (double *)a, ar[i] / 2, CL_RED_MAX));
+        TCHECK_OK(cl_comm_allreduce(c, (double *)a, ar[i] / 2, CL_F64, CL_RED_MAX));
         want_coll(&w, CL_COMM_KIND_ALLREDUCE, ar[i] / 2, 8, p, me, 0);
         counts_match(c, &w, "allreduce_f64", ar[i] / 2);
     }
     cl_request *r = NULL;
-    TCHECK_OK(cl_comm_iallreduce(c, a, 50001, CL_RED_SUM, &r));
+    TCHECK_OK(cl_comm_iallreduce(c, a, 50001, CL_F32, CL_RED_SUM, &r));
     want_coll(&w, CL_COMM_KIND_ALLREDUCE, 50001, 4, p, me, 0);
     counts_match(c, &w, "iallreduce (issued)", 50001);
     TCHECK_OK(cl_comm_wait(c, r));
     const size_t rs[] = {0, 5, 1000, 30001};
     for (size_t i = 0; i < sizeof rs / sizeof *rs; i++) {
-        TCHECK_OK(cl_comm_reduce_scatter(c, a, b, rs[i], CL_RED_SUM));
+        TCHECK_OK(cl_comm_reduce_scatter(c, a, b, rs[i], CL_F32, CL_RED_SUM));
         want_coll(&w, CL_COMM_KIND_REDUCE_SCATTER, rs[i], 4, p, me, 0);
-        TCHECK_OK(cl_comm_ireduce_scatter(c, a, b, rs[i], CL_RED_AVG, &r));
+        TCHECK_OK(cl_comm_ireduce_scatter(c, a, b, rs[i], CL_F32, CL_RED_AVG, &r));
         TCHECK_OK(cl_comm_wait(c, r));
         want_coll(&w, CL_COMM_KIND_REDUCE_SCATTER, rs[i], 4, p, me, 0);
         counts_match(c, &w, "reduce_scatter", rs[i]);
@@ -743,8 +874,8 @@ static void count_checks(cl_comm *c) {
         v_counts(k, p, vc);
         uint64_t total = 0, q = (uint64_t)p - 1, mine = vc[me];
         for (int j = 0; j < p; j++) total += vc[j];
-        TCHECK_OK(cl_comm_reduce_scatter_v(c, a, b, vc, CL_RED_SUM));
-        TCHECK_OK(cl_comm_ireduce_scatter_v(c, a, b, vc, CL_RED_MAX, &r));
+        TCHECK_OK(cl_comm_reduce_scatter_v(c, a, b, vc, CL_F32, CL_RED_SUM));
+        TCHECK_OK(cl_comm_ireduce_scatter_v(c, a, b, vc, CL_F32, CL_RED_MAX, &r));
         TCHECK_OK(cl_comm_wait(c, r));
         w.calls[CL_COMM_KIND_REDUCE_SCATTER] += 2;
         w.sent[CL_COMM_KIND_REDUCE_SCATTER] += p > 1 ? 2 * (total - mine) * 4 : 0;
@@ -864,14 +995,14 @@ static cl_status fail_rank(cl_comm *w, void *p) {
     switch (a->mode) {
     case F_INJECT: /* CLEAVE_FAULT=rank:3:op:2 */
         s = cl_comm_barrier(w);
-        for (int i = 0; i < 5 && s == CL_OK; i++) s = cl_comm_allreduce(w, x, 100, CL_RED_SUM);
+        for (int i = 0; i < 5 && s == CL_OK; i++) s = cl_comm_allreduce(w, x, 100, CL_F32, CL_RED_SUM);
         return record(a, me, s);
     case F_RETURN:
         if (me == 2) {
             record(a, me, CL_OK);
             return cl_error(CL_ERR_INVALID, "boom");
         }
-        s = cl_comm_allreduce(w, x, 100, CL_RED_SUM);
+        s = cl_comm_allreduce(w, x, 100, CL_F32, CL_RED_SUM);
         if (s == CL_OK) s = cl_comm_recv(w, x, sizeof x, 2, 1);
         return record(a, me, s);
     case F_RECV_TIMEOUT:
@@ -883,23 +1014,23 @@ static cl_status fail_rank(cl_comm *w, void *p) {
             sleep_s(2.0);
             return record(a, me, CL_OK);
         }
-        return record(a, me, cl_comm_allreduce(w, x, 100, CL_RED_SUM));
+        return record(a, me, cl_comm_allreduce(w, x, 100, CL_F32, CL_RED_SUM));
     case F_DEADLOCK: /* both send first: no buffering, so neither completes */
         return record(a, me, cl_comm_send(w, x, sizeof x, 1 - me, 0));
     case F_INJECT_ASYNC: { /* CLEAVE_FAULT=rank:1:allreduce:2, in a split group */
         cl_comm *sub = NULL;
         s = cl_comm_split(w, 0, me, &sub);
         cl_request *r = NULL;
-        if (s == CL_OK) s = cl_comm_iallreduce(sub, x, 100, CL_RED_SUM, &r);
-        if (s == CL_OK) s = cl_comm_iallreduce(sub, x + 50, 50, CL_RED_SUM, &r);
+        if (s == CL_OK) s = cl_comm_iallreduce(sub, x, 100, CL_F32, CL_RED_SUM, &r);
+        if (s == CL_OK) s = cl_comm_iallreduce(sub, x + 50, 50, CL_F32, CL_RED_SUM, &r);
         if (s == CL_OK) s = cl_comm_wait(sub, r); /* the first request is left for the launcher */
         return record(a, me, s);
     }
     case F_MISMATCH:
-        return record(a, me, cl_comm_allreduce(w, x, me == 1 ? 99 : 100, CL_RED_SUM));
+        return record(a, me, cl_comm_allreduce(w, x, me == 1 ? 99 : 100, CL_F32, CL_RED_SUM));
     case F_MISMATCH_V: { /* rank 1 gives other counts[1] and counts[2] (the sums agree) */
         size_t cnt[3] = {5, me == 1 ? 9 : 10, me == 1 ? 11 : 10};
-        return record(a, me, cl_comm_reduce_scatter_v(w, x, x + 50, cnt, CL_RED_SUM));
+        return record(a, me, cl_comm_reduce_scatter_v(w, x, x + 50, cnt, CL_F32, CL_RED_SUM));
     }
     case F_MISMATCH_IV: { /* the same counts, non-blocking, but rank 2 gathers with the plain all-gather */
         size_t cnt[3] = {7, 0, 7};
@@ -911,9 +1042,9 @@ static cl_status fail_rank(cl_comm *w, void *p) {
     }
     case F_INJECT_V: { /* CLEAVE_FAULT=rank:1:reduce_scatter:2 */
         size_t cnt[3] = {3, 0, 4};
-        s = cl_comm_reduce_scatter(w, x, x + 50, 4, CL_RED_SUM);
+        s = cl_comm_reduce_scatter(w, x, x + 50, 4, CL_F32, CL_RED_SUM);
         if (s == CL_OK) s = cl_comm_allgather_v(w, x, x + 50, cnt);
-        if (s == CL_OK) s = cl_comm_reduce_scatter_v(w, x, x + 50, cnt, CL_RED_SUM);
+        if (s == CL_OK) s = cl_comm_reduce_scatter_v(w, x, x + 50, cnt, CL_F32, CL_RED_SUM);
         return record(a, me, s);
     }
     }
@@ -1088,7 +1219,7 @@ static void agree_checks(void) {
 static cl_status mpi_fault_loop(cl_comm *w, void *p) {
     (void)p;
     float x[1000] = {0};
-    for (int i = 0; i < 50; i++) CL_TRY(cl_comm_allreduce(w, x, 1000, CL_RED_SUM));
+    for (int i = 0; i < 50; i++) CL_TRY(cl_comm_allreduce(w, x, 1000, CL_F32, CL_RED_SUM));
     return CL_OK;
 }
 
@@ -1128,7 +1259,7 @@ static cl_status mpi_hang(cl_comm *w, void *p) {
     }
     for (double t0 = cl_now(); cl_now() - t0 < 120;) {
         float x = 1;
-        CL_TRY(cl_comm_allreduce(w, &x, 1, CL_RED_SUM));
+        CL_TRY(cl_comm_allreduce(w, &x, 1, CL_F32, CL_RED_SUM));
         sleep_s(0.05);
     }
     return CL_OK;

@@ -284,7 +284,7 @@ static cl_status groups_rank(cl_comm *world, void *arg) {
             TCHECK(got[i] == want[i], "rank %d: %s group member %d is world rank %d, want %d", me, cl_axis_name((cl_axis)a), i, got[i],
                    want[i]);
         float sum = (float)me, wsum = 0;
-        if ((s = cl_comm_allreduce(c, &sum, 1, CL_RED_SUM))) break;
+        if ((s = cl_comm_allreduce(c, &sum, 1, CL_F32, CL_RED_SUM))) break;
         for (int i = 0; i < n; i++) wsum += (float)want[i];
         TCHECK(sum == wsum, "rank %d: %s group sums to %g, want %g", me, cl_axis_name((cl_axis)a), sum, wsum);
     }

@@ -96,7 +96,7 @@ static void mapping_checks(cl_comm *c, const char *label) {
             for (size_t i = 0; i < nx; i++) d[1] += (double)x[i] * out[i];
             if (me > 0 && yrep) d[0] = 0;
             if (me > 0 && xrep) d[1] = 0;
-            if (c) TCHECK_OK(cl_comm_allreduce_f64(c, d, 2, CL_RED_SUM));
+            if (c) TCHECK_OK(cl_comm_allreduce(c, d, 2, CL_F64, CL_RED_SUM));
             TCHECK(d[0] == d[1], "%s: rank %d of %d: %s, n %zu: <fwd x, y> = %.17g, <x, bwd y> = %.17g", label, me, p,
                    cl_tp_mapping_name(m), n, d[0], d[1]);
         }

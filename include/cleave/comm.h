@@ -15,7 +15,7 @@
  *     static cl_status rank_main(cl_comm *world, void *arg) {
  *         float g[1000];
  *         ...compute gradients into g...
- *         CL_TRY(cl_comm_allreduce(world, g, 1000, CL_RED_AVG));
+ *         CL_TRY(cl_comm_allreduce(world, g, 1000, CL_F32, CL_RED_AVG));
  *         return CL_OK;
  *     }
  *     cl_launch_opts o = { .timeout_s = 60 };
@@ -25,8 +25,9 @@
  *
  * - Determinism. An all-reduce or reduce-scatter computes each element as
  *   the left fold in rank order, ((x_0 + x_1) + x_2) + ... + x_{n-1}, in the
- *   element type (float or double); AVG is that sum divided by n (one
- *   division, in the element type); MAX keeps x_i when x_i > acc or x_i is
+ *   element type (F32 or F64; BF16 and F16 in F32, rounded once to the
+ *   format at the end, to nearest even); AVG is that sum divided by n (one
+ *   division, in the type the fold runs in); MAX keeps x_i when x_i > acc or x_i is
  *   a NaN (so a NaN anywhere gives NaN). Every rank therefore gets the same
  *   bits, on every run, for every world size's fixed inputs, and the threads
  *   and the mpi backend give the same bits for the same inputs (NaN
@@ -80,6 +81,7 @@
 
 #include "cleave/core.h"
 #include "cleave/mesh.h"
+#include "cleave/tensor.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -152,38 +154,43 @@ cl_status cl_comm_wait(cl_comm *c, cl_request *req);
 cl_status cl_comm_test(cl_comm *c, cl_request *req, int *done);
 
 /* ---- collectives ---------------------------------------------------------
- * All-reduce in place over count floats (see Determinism above). */
-cl_status cl_comm_allreduce(cl_comm *c, float *buf, size_t count, cl_redop op);
+ * Reductions take the number format of their elements, dt: CL_F32 and
+ * CL_F64 fold in that format; CL_BF16 and CL_F16 are widened, folded in F32
+ * and rounded once to dt at the end (see Determinism); any other format is
+ * CL_ERR_INVALID. Counts are of elements.
+ *
+ * All-reduce in place over count elements of format dt (see Determinism above). */
+cl_status cl_comm_allreduce(cl_comm *c, void *buf, size_t count, cl_dtype dt, cl_redop op);
 /* The same, non-blocking: the operation runs on the communicator's progress
  * thread while the caller computes; non-blocking and blocking collectives of
  * one communicator execute in issue order. */
-cl_status cl_comm_iallreduce(cl_comm *c, float *buf, size_t count, cl_redop op, cl_request **req);
-/* All-reduce of doubles (losses, norms), the same fold order. */
-cl_status cl_comm_allreduce_f64(cl_comm *c, double *buf, size_t count, cl_redop op);
-/* in holds size * count_per_rank floats; rank r's out (count_per_rank
- * floats) gets the fold of every rank's in[r*count_per_rank ...]. in and out
- * must not overlap. */
-cl_status cl_comm_reduce_scatter(cl_comm *c, const float *in, float *out, size_t count_per_rank, cl_redop op);
-cl_status cl_comm_ireduce_scatter(cl_comm *c, const float *in, float *out, size_t count_per_rank, cl_redop op,
-                                  cl_request **req);
+cl_status cl_comm_iallreduce(cl_comm *c, void *buf, size_t count, cl_dtype dt, cl_redop op, cl_request **req);
+/* in holds size * count_per_rank elements; rank r's out (count_per_rank
+ * elements) gets the fold of every rank's in[r*count_per_rank ...]. in and
+ * out must not overlap. */
+cl_status cl_comm_reduce_scatter(cl_comm *c, const void *in, void *out, size_t count_per_rank, cl_dtype dt,
+                                 cl_redop op);
+cl_status cl_comm_ireduce_scatter(cl_comm *c, const void *in, void *out, size_t count_per_rank, cl_dtype dt,
+                                  cl_redop op, cl_request **req);
 /* out (size * bytes_per_rank) gets every rank's in, in rank order. in may
  * equal out + rank * bytes_per_rank (in place); otherwise no overlap. */
 cl_status cl_comm_allgather(cl_comm *c, const void *in, void *out, size_t bytes_per_rank);
 cl_status cl_comm_iallgather(cl_comm *c, const void *in, void *out, size_t bytes_per_rank, cl_request **req);
-/* Reduce-scatter with per-rank counts: in holds sum(counts) floats, rank r's
- * piece at offset counts[0] + ... + counts[r-1]; rank r's out (counts[r]
- * floats, may be 0) gets the fold of every rank's piece r (the fold of
- * cl_comm_allreduce, so an element's result has the bits an all-reduce of
- * the same inputs gives it). out may be in + counts[0] + ... + counts[r-1]
- * (in place: the fold may write a destination that aliases its own source
- * at the same offset, and other ranks read only their pieces); otherwise in
+/* Reduce-scatter with per-rank counts: in holds sum(counts) elements, rank
+ * r's piece at element offset counts[0] + ... + counts[r-1]; rank r's out
+ * (counts[r] elements, may be 0) gets the fold of every rank's piece r (the
+ * fold of cl_comm_allreduce, so an element's result has the bits an
+ * all-reduce of the same inputs gives it). out may be in + that offset (in
+ * place: the fold may write a destination that aliases its own source at
+ * the same offset, and other ranks read only their pieces); otherwise in
  * and out must not overlap. Every rank
  * passes the same counts (the threads backend checks; on mpi a receive of
  * another size fails the collective naming both sizes, or times out). The
  * non-blocking form copies counts: the array may go away once it returns. */
-cl_status cl_comm_reduce_scatter_v(cl_comm *c, const float *in, float *out, const size_t *counts, cl_redop op);
-cl_status cl_comm_ireduce_scatter_v(cl_comm *c, const float *in, float *out, const size_t *counts, cl_redop op,
-                                    cl_request **req);
+cl_status cl_comm_reduce_scatter_v(cl_comm *c, const void *in, void *out, const size_t *counts, cl_dtype dt,
+                                   cl_redop op);
+cl_status cl_comm_ireduce_scatter_v(cl_comm *c, const void *in, void *out, const size_t *counts, cl_dtype dt,
+                                    cl_redop op, cl_request **req);
 /* All-gather with per-rank byte counts: out (sum(counts) bytes) gets every
  * rank's in (counts[r] bytes, may be 0) in rank order. in may equal
  * out + counts[0] + ... + counts[r-1] (in place); otherwise no overlap.
@@ -195,6 +202,19 @@ cl_status cl_comm_broadcast(cl_comm *c, void *buf, size_t bytes, int root);
 /* Returns once every rank of c has entered it. */
 cl_status cl_comm_barrier(cl_comm *c);
 
+/* Element-counted forms of the byte-counted calls, for where a count of
+ * values of format dt is meant: bytes = count * cl_dtype_size(dt) (an
+ * unknown format or a product past SIZE_MAX is CL_ERR_INVALID); otherwise
+ * exactly the byte-counted call. */
+cl_status cl_comm_send_n(cl_comm *c, const void *buf, size_t count, cl_dtype dt, int peer, int tag);
+cl_status cl_comm_recv_n(cl_comm *c, void *buf, size_t count, cl_dtype dt, int peer, int tag);
+cl_status cl_comm_isend_n(cl_comm *c, const void *buf, size_t count, cl_dtype dt, int peer, int tag, cl_request **req);
+cl_status cl_comm_irecv_n(cl_comm *c, void *buf, size_t count, cl_dtype dt, int peer, int tag, cl_request **req);
+cl_status cl_comm_allgather_n(cl_comm *c, const void *in, void *out, size_t count_per_rank, cl_dtype dt);
+cl_status cl_comm_iallgather_n(cl_comm *c, const void *in, void *out, size_t count_per_rank, cl_dtype dt,
+                               cl_request **req);
+cl_status cl_comm_broadcast_n(cl_comm *c, void *buf, size_t count, cl_dtype dt, int root);
+
 /* ---- bytes communicated ---------------------------------------------------
  * Each communicator counts, for its own rank, the operations issued on it
  * and the bytes they send and receive, by kind. The counts are those of the
@@ -202,8 +222,8 @@ cl_status cl_comm_barrier(cl_comm *c);
  * both backends count the same (threads moves the same data through shared
  * memory). Counted when issued, on the caller's thread, blocking and
  * non-blocking forms alike; an operation that fails after it was issued
- * stays counted. Over p ranks, this rank r, es the element size (4, or 8
- * for cl_comm_allreduce_f64), chunk(n, r) the elements [lo, hi) of
+ * stays counted. Over p ranks, this rank r, es the element size
+ * (cl_dtype_size of the format: 4 for F32, 2 for BF16, 8 for F64), chunk(n, r) the elements [lo, hi) of
  * cl_comm_chunk's split (whole 16-element blocks, the first ranks taking
  * one block more):
  *
@@ -212,10 +232,10 @@ cl_status cl_comm_barrier(cl_comm *c);
  *                   every peer): sent = recvd = (p-1) * count * es;
  *                   larger: reduce-scatter then all-gather by chunks,
  *                   c = |chunk(count, r)|: sent = recvd = (count - c + (p-1) c) es
- *   reduce_scatter  sent = recvd = (p-1) * count_per_rank * 4
+ *   reduce_scatter  sent = recvd = (p-1) * count_per_rank * es
  *   allgather       sent = recvd = (p-1) * bytes_per_rank
  *   reduce_scatter_v   (kind REDUCE_SCATTER) with S = sum(counts):
- *                   sent = (S - counts[r]) * 4, recvd = (p-1) * counts[r] * 4
+ *                   sent = (S - counts[r]) * es, recvd = (p-1) * counts[r] * es
  *   allgather_v     (kind ALLGATHER) sent = (p-1) * counts[r],
  *                   recvd = S - counts[r]
  *   broadcast       bytes < 64 KiB or p == 2: a binomial tree rooted at

@@ -225,11 +225,11 @@ static cl_status bad(cl_comm *c, const char *what, const char *fmt, ...) {
 
 static cl_status run_req(cl_comm *c, cl_request *r) {
     if (r->vcounts && r->kind == CL_OP_REDUCE_SCATTER)
-        return c->ops->reduce_scatter_v(c, r->in, r->buf, r->vcounts, r->op);
+        return c->ops->reduce_scatter_v(c, r->in, r->buf, r->vcounts, r->dt, r->op);
     if (r->vcounts && r->kind == CL_OP_ALLGATHER) return c->ops->allgather_v(c, r->in, r->buf, r->vcounts);
     switch (r->kind) {
     case CL_OP_ALLREDUCE: return c->ops->allreduce(c, r->buf, r->count, r->dt, r->op);
-    case CL_OP_REDUCE_SCATTER: return c->ops->reduce_scatter(c, r->in, r->buf, r->count, r->op);
+    case CL_OP_REDUCE_SCATTER: return c->ops->reduce_scatter(c, r->in, r->buf, r->count, r->dt, r->op);
     case CL_OP_ALLGATHER: return c->ops->allgather(c, r->in, r->buf, r->count);
     case CL_OP_BROADCAST: return c->ops->broadcast(c, r->buf, r->count, r->root);
     case CL_OP_BARRIER: return c->ops->barrier(c);
@@ -492,9 +492,11 @@ cl_status cl_comm_recv(cl_comm *c, void *buf, size_t bytes, int peer, int tag) {
 
 /* ---- collectives --------------------------------------------------------- */
 
-static cl_status check_op(cl_comm *c, cl_redop op, const char *what) {
+static cl_status check_op(cl_comm *c, cl_dtype dt, cl_redop op, const char *what) {
     if (op != CL_RED_SUM && op != CL_RED_AVG && op != CL_RED_MAX)
         return bad(c, what, "unknown reduction op %d", (int)op);
+    if (!cl_dtype_is_float(dt))
+        return bad(c, what, "cannot reduce elements of format %s (%d): F32, BF16, F16 or F64", cl_dtype_name(dt), (int)dt);
     return CL_OK;
 }
 
@@ -502,10 +504,10 @@ static cl_status allreduce_common(cl_comm *c, void *buf, size_t count, cl_dtype 
                                   cl_request **req) {
     cl_request r;
     req_init(&r, c, CL_OP_ALLREDUCE);
-    if (dt == CL_F64) snprintf(r.what, sizeof r.what, "allreduce_f64");
+    if (dt != CL_F32 && cl_dtype_is_float(dt)) snprintf(r.what, sizeof r.what, "allreduce (%s)", cl_dtype_name(dt));
     if (req) *req = NULL;
     if (!buf && count) return bad(c, r.what, "buf is NULL but count is %zu", count);
-    CL_TRY(check_op(c, op, r.what));
+    CL_TRY(check_op(c, dt, op, r.what));
     if (count > SIZE_MAX / 8) return bad(c, r.what, "count %zu is too large", count);
     cl_status st = op_count(c, CL_OP_ALLREDUCE, r.what);
     if (st != CL_OK) return op_end(c, st, r.what);
@@ -517,50 +519,48 @@ static cl_status allreduce_common(cl_comm *c, void *buf, size_t count, cl_dtype 
     return req ? run_nonblocking(c, &r, req) : run_blocking(c, &r);
 }
 
-cl_status cl_comm_allreduce(cl_comm *c, float *buf, size_t count, cl_redop op) {
+cl_status cl_comm_allreduce(cl_comm *c, void *buf, size_t count, cl_dtype dt, cl_redop op) {
     CHECK_COMM(c);
-    return allreduce_common(c, buf, count, CL_F32, op, NULL);
+    return allreduce_common(c, buf, count, dt, op, NULL);
 }
 
-cl_status cl_comm_iallreduce(cl_comm *c, float *buf, size_t count, cl_redop op, cl_request **req) {
+cl_status cl_comm_iallreduce(cl_comm *c, void *buf, size_t count, cl_dtype dt, cl_redop op, cl_request **req) {
     CHECK_COMM(c);
     if (!req) return bad(c, "allreduce", "req is NULL");
-    return allreduce_common(c, buf, count, CL_F32, op, req);
+    return allreduce_common(c, buf, count, dt, op, req);
 }
 
-cl_status cl_comm_allreduce_f64(cl_comm *c, double *buf, size_t count, cl_redop op) {
-    CHECK_COMM(c);
-    return allreduce_common(c, buf, count, CL_F64, op, NULL);
-}
-
-static cl_status reduce_scatter_common(cl_comm *c, const float *in, float *out, size_t cpr, cl_redop op,
+static cl_status reduce_scatter_common(cl_comm *c, const void *in, void *out, size_t cpr, cl_dtype dt, cl_redop op,
                                        cl_request **req) {
     cl_request r;
     req_init(&r, c, CL_OP_REDUCE_SCATTER);
     if (req) *req = NULL;
     if ((!in || !out) && cpr) return bad(c, r.what, "in or out is NULL but count_per_rank is %zu", cpr);
-    CL_TRY(check_op(c, op, r.what));
-    if (cpr > SIZE_MAX / 4 / (size_t)c->size) return bad(c, r.what, "count_per_rank %zu is too large", cpr);
+    CL_TRY(check_op(c, dt, op, r.what));
+    size_t es = cl_dtype_size(dt);
+    if (cpr > SIZE_MAX / es / (size_t)c->size) return bad(c, r.what, "count_per_rank %zu is too large", cpr);
     cl_status st = op_count(c, CL_OP_REDUCE_SCATTER, r.what);
     if (st != CL_OK) return op_end(c, st, r.what);
-    tally(c, CL_OP_REDUCE_SCATTER, cpr, sizeof(float), 0);
+    tally(c, CL_OP_REDUCE_SCATTER, cpr, es, 0);
     r.in = in;
     r.buf = out;
     r.count = cpr;
+    r.dt = dt;
     r.op = op;
     return req ? run_nonblocking(c, &r, req) : run_blocking(c, &r);
 }
 
-cl_status cl_comm_reduce_scatter(cl_comm *c, const float *in, float *out, size_t count_per_rank, cl_redop op) {
+cl_status cl_comm_reduce_scatter(cl_comm *c, const void *in, void *out, size_t count_per_rank, cl_dtype dt,
+                                 cl_redop op) {
     CHECK_COMM(c);
-    return reduce_scatter_common(c, in, out, count_per_rank, op, NULL);
+    return reduce_scatter_common(c, in, out, count_per_rank, dt, op, NULL);
 }
 
-cl_status cl_comm_ireduce_scatter(cl_comm *c, const float *in, float *out, size_t count_per_rank, cl_redop op,
-                                  cl_request **req) {
+cl_status cl_comm_ireduce_scatter(cl_comm *c, const void *in, void *out, size_t count_per_rank, cl_dtype dt,
+                                  cl_redop op, cl_request **req) {
     CHECK_COMM(c);
     if (!req) return bad(c, "reduce_scatter", "req is NULL");
-    return reduce_scatter_common(c, in, out, count_per_rank, op, req);
+    return reduce_scatter_common(c, in, out, count_per_rank, dt, op, req);
 }
 
 static cl_status allgather_common(cl_comm *c, const void *in, void *out, size_t bpr, cl_request **req) {
@@ -610,43 +610,46 @@ static int overlap(const void *a, size_t na, const void *b, size_t nb) {
     return na && nb && x < y + nb && y < x + na;
 }
 
-static cl_status reduce_scatter_v_common(cl_comm *c, const float *in, float *out, const size_t *counts, cl_redop op,
-                                         cl_request **req) {
+static cl_status reduce_scatter_v_common(cl_comm *c, const void *in, void *out, const size_t *counts, cl_dtype dt,
+                                         cl_redop op, cl_request **req) {
     cl_request r;
     size_t total = 0;
     req_init(&r, c, CL_OP_REDUCE_SCATTER);
     snprintf(r.what, sizeof r.what, "reduce_scatter_v");
     if (req) *req = NULL;
-    CL_TRY(check_counts(c, counts, sizeof(float), &total, r.what));
+    CL_TRY(check_op(c, dt, op, r.what));
+    size_t es = cl_dtype_size(dt);
+    CL_TRY(check_counts(c, counts, es, &total, r.what));
     size_t mine = counts[c->rank];
     if (!in && total) return bad(c, r.what, "in is NULL but the counts sum to %zu", total);
     if (!out && mine) return bad(c, r.what, "out is NULL but counts[%d] is %zu", c->rank, mine);
     size_t at = 0;
     for (int k = 0; k < c->rank; k++) at += counts[k];
-    if (out != in + at && overlap(in, total * sizeof(float), out, mine * sizeof(float)))
+    if ((const char *)out != (const char *)in + at * es && overlap(in, total * es, out, mine * es))
         return bad(c, r.what, "in and out overlap (other than out = in + this rank's offset)");
-    CL_TRY(check_op(c, op, r.what));
     cl_status st = op_count(c, CL_OP_REDUCE_SCATTER, r.what);
     if (st != CL_OK) return op_end(c, st, r.what);
-    tally_v(c, CL_OP_REDUCE_SCATTER, counts, total, sizeof(float));
+    tally_v(c, CL_OP_REDUCE_SCATTER, counts, total, es);
     r.in = in;
     r.buf = out;
     r.count = total;
     r.vcounts = counts;
+    r.dt = dt;
     r.op = op;
     return req ? run_nonblocking(c, &r, req) : run_blocking(c, &r);
 }
 
-cl_status cl_comm_reduce_scatter_v(cl_comm *c, const float *in, float *out, const size_t *counts, cl_redop op) {
+cl_status cl_comm_reduce_scatter_v(cl_comm *c, const void *in, void *out, const size_t *counts, cl_dtype dt,
+                                   cl_redop op) {
     CHECK_COMM(c);
-    return reduce_scatter_v_common(c, in, out, counts, op, NULL);
+    return reduce_scatter_v_common(c, in, out, counts, dt, op, NULL);
 }
 
-cl_status cl_comm_ireduce_scatter_v(cl_comm *c, const float *in, float *out, const size_t *counts, cl_redop op,
-                                    cl_request **req) {
+cl_status cl_comm_ireduce_scatter_v(cl_comm *c, const void *in, void *out, const size_t *counts, cl_dtype dt,
+                                    cl_redop op, cl_request **req) {
     CHECK_COMM(c);
     if (!req) return bad(c, "reduce_scatter_v", "req is NULL");
-    return reduce_scatter_v_common(c, in, out, counts, op, req);
+    return reduce_scatter_v_common(c, in, out, counts, dt, op, req);
 }
 
 static cl_status allgather_v_common(cl_comm *c, const void *in, void *out, const size_t *counts, cl_request **req) {
@@ -706,6 +709,70 @@ cl_status cl_comm_barrier(cl_comm *c) {
     cl_status st = op_count(c, CL_OP_BARRIER, r.what);
     if (st != CL_OK) return op_end(c, st, r.what);
     return run_blocking(c, &r);
+}
+
+/* ---- element-counted forms ------------------------------------------------ */
+
+/* count values of format dt in bytes into *bytes, or CL_ERR_INVALID naming the call. */
+static cl_status n_bytes(cl_comm *c, const char *what, size_t count, cl_dtype dt, size_t *bytes) {
+    size_t es = cl_dtype_size(dt);
+    if (!es) return bad(c, what, "unknown format %d", (int)dt);
+    if (count > SIZE_MAX / es) return bad(c, what, "count %zu of %s is too large", count, cl_dtype_name(dt));
+    *bytes = count * es;
+    return CL_OK;
+}
+
+cl_status cl_comm_send_n(cl_comm *c, const void *buf, size_t count, cl_dtype dt, int peer, int tag) {
+    size_t b = 0;
+    CHECK_COMM(c);
+    CL_TRY(n_bytes(c, "send", count, dt, &b));
+    return cl_comm_send(c, buf, b, peer, tag);
+}
+
+cl_status cl_comm_recv_n(cl_comm *c, void *buf, size_t count, cl_dtype dt, int peer, int tag) {
+    size_t b = 0;
+    CHECK_COMM(c);
+    CL_TRY(n_bytes(c, "recv", count, dt, &b));
+    return cl_comm_recv(c, buf, b, peer, tag);
+}
+
+cl_status cl_comm_isend_n(cl_comm *c, const void *buf, size_t count, cl_dtype dt, int peer, int tag, cl_request **req) {
+    size_t b = 0;
+    CHECK_COMM(c);
+    if (req) *req = NULL;
+    CL_TRY(n_bytes(c, "send", count, dt, &b));
+    return cl_comm_isend(c, buf, b, peer, tag, req);
+}
+
+cl_status cl_comm_irecv_n(cl_comm *c, void *buf, size_t count, cl_dtype dt, int peer, int tag, cl_request **req) {
+    size_t b = 0;
+    CHECK_COMM(c);
+    if (req) *req = NULL;
+    CL_TRY(n_bytes(c, "recv", count, dt, &b));
+    return cl_comm_irecv(c, buf, b, peer, tag, req);
+}
+
+cl_status cl_comm_allgather_n(cl_comm *c, const void *in, void *out, size_t count_per_rank, cl_dtype dt) {
+    size_t b = 0;
+    CHECK_COMM(c);
+    CL_TRY(n_bytes(c, "allgather", count_per_rank, dt, &b));
+    return cl_comm_allgather(c, in, out, b);
+}
+
+cl_status cl_comm_iallgather_n(cl_comm *c, const void *in, void *out, size_t count_per_rank, cl_dtype dt,
+                               cl_request **req) {
+    size_t b = 0;
+    CHECK_COMM(c);
+    if (req) *req = NULL;
+    CL_TRY(n_bytes(c, "allgather", count_per_rank, dt, &b));
+    return cl_comm_iallgather(c, in, out, b, req);
+}
+
+cl_status cl_comm_broadcast_n(cl_comm *c, void *buf, size_t count, cl_dtype dt, int root) {
+    size_t b = 0;
+    CHECK_COMM(c);
+    CL_TRY(n_bytes(c, "broadcast", count, dt, &b));
+    return cl_comm_broadcast(c, buf, b, root);
 }
 
 cl_status cl_comm_split(cl_comm *c, int color, int key, cl_comm **out) {

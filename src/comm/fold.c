@@ -5,7 +5,8 @@
  * runs and backends; that holds because every backend folds through this
  * code: element i of the result is ((x_0 op x_1) op x_2) ... op x_{n-1},
  * then / n for AVG, each step one IEEE operation in the element type with
- * the accumulator as the first operand. The SSE2 path computes exactly what
+ * the accumulator as the first operand (F32 and F64); the 16-bit formats
+ * (BF16, F16) fold the same way in F32 and round once at the end. The SSE2 path computes exactly what
  * the scalar path does (the same single operations, element by element).
  *
  * Why one pass: the fold keeps a 64-byte line of the partial result in
@@ -190,6 +191,37 @@ void cl_copy_stream(void *dst, const void *src, size_t bytes) {
     put(dst, src, bytes, 1);
 }
 
+/* 16-bit formats (BF16, F16): each element is widened to F32, folded in F32
+ * as fold_f32 folds (the accumulator first, one IEEE operation a step, AVG
+ * one division by n), and rounded once to the format at the end (nearest
+ * even, cl_bf16_from_f32 / cl_f16_from_f32). A block of the result is kept
+ * in F32 until every source of the block is read, so a destination may
+ * alias a source at the same offset here too. */
+static void fold_half(cl_dtype dt, int is_max, int avg, int n, const void *const *src, void *const *dst, int ndst,
+                      size_t len) {
+    enum { B = 256 };
+    float acc[B];
+    int bf = dt == CL_BF16;
+    for (size_t i0 = 0; i0 < len; i0 += B) {
+        size_t m = len - i0 < B ? len - i0 : B;
+        const uint16_t *s = (const uint16_t *)src[0] + i0;
+        for (size_t k = 0; k < m; k++) acc[k] = bf ? cl_bf16_to_f32(s[k]) : cl_f16_to_f32(s[k]);
+        for (int j = 1; j < n; j++) {
+            s = (const uint16_t *)src[j] + i0;
+            for (size_t k = 0; k < m; k++) {
+                float x = bf ? cl_bf16_to_f32(s[k]) : cl_f16_to_f32(s[k]);
+                acc[k] = is_max ? max_f(acc[k], x) : acc[k] + x;
+            }
+        }
+        if (avg)
+            for (size_t k = 0; k < m; k++) acc[k] = acc[k] / (float)n;
+        for (int d = 0; d < ndst; d++) {
+            uint16_t *o = (uint16_t *)dst[d] + i0;
+            for (size_t k = 0; k < m; k++) o[k] = bf ? cl_bf16_from_f32(acc[k]) : cl_f16_from_f32(acc[k]);
+        }
+    }
+}
+
 void cl_fold_rows(cl_dtype dt, cl_redop op, int n, const void *const *src, void *const *dst, int ndst, size_t len,
                   int stream) {
     if (len == 0) return;
@@ -199,6 +231,10 @@ void cl_fold_rows(cl_dtype dt, cl_redop op, int n, const void *const *src, void 
         if ((uintptr_t)dst[k] & 31) aligned32 = 0;
     }
     int is_max = op == CL_RED_MAX, avg = op == CL_RED_AVG;
+    if (dt == CL_BF16 || dt == CL_F16) {
+        fold_half(dt, is_max, avg, n, src, dst, ndst, len); /* cached stores: the rows are small next to F32's */
+        return;
+    }
     if (dt == CL_F64) fold_f64(is_max, avg, n, src, dst, ndst, len, stream, aligned32);
     else fold_f32(is_max, avg, n, src, dst, ndst, len, stream, aligned32);
 #ifdef __SSE2__

@@ -23,7 +23,7 @@
 #include <stddef.h>
 
 #include "cleave/comm.h"
-#include "cleave/tensor.h" /* cl_dtype: collectives reduce CL_F32 or CL_F64 */
+#include "cleave/tensor.h" /* cl_dtype: collectives reduce CL_F32, CL_F64, CL_BF16 or CL_F16 */
 
 typedef enum {
     CL_OP_SEND = 0,
@@ -78,10 +78,11 @@ typedef struct {
     cl_status (*test)(cl_comm *c, cl_request *req, int *done);    /* frees req when done */
     /* Blocking collectives, arguments already checked. */
     cl_status (*allreduce)(cl_comm *c, void *buf, size_t count, cl_dtype dt, cl_redop op);
-    cl_status (*reduce_scatter)(cl_comm *c, const float *in, float *out, size_t cpr, cl_redop op);
+    cl_status (*reduce_scatter)(cl_comm *c, const void *in, void *out, size_t cpr, cl_dtype dt, cl_redop op);
     cl_status (*allgather)(cl_comm *c, const void *in, void *out, size_t bpr);
     /* The per-rank-count forms (counts: one entry a rank, elements or bytes). */
-    cl_status (*reduce_scatter_v)(cl_comm *c, const float *in, float *out, const size_t *counts, cl_redop op);
+    cl_status (*reduce_scatter_v)(cl_comm *c, const void *in, void *out, const size_t *counts, cl_dtype dt,
+                                  cl_redop op);
     cl_status (*allgather_v)(cl_comm *c, const void *in, void *out, const size_t *counts);
     cl_status (*broadcast)(cl_comm *c, void *buf, size_t bytes, int root);
     cl_status (*barrier)(cl_comm *c);
@@ -152,7 +153,8 @@ void cl_comm_p2p_what(cl_comm *c, char *what, size_t n, int send, int peer, int 
 void cl_comm_chunk(size_t count, int n, int r, size_t *lo, size_t *hi);
 
 /* The reduction (fold.c): for each i < len, t = src[0][i]; t = t (op)
- * src[j][i] for j = 1..n-1; AVG: t = t / n; then every dst[d][i] = t. A dst
+ * src[j][i] for j = 1..n-1; AVG: t = t / n; then every dst[d][i] = t (for
+ * BF16 and F16, t is F32 and dst gets t rounded once to the format). A dst
  * may alias a src at the same offset. stream: non-temporal stores (for
  * destinations far larger than the caches and not read by the fold;
  * ignored unless every dst is 16-byte aligned). */

@@ -825,7 +825,7 @@ static cl_status small_allreduce(cl_comm *c, void *buf, size_t count, cl_dtype d
 
 static cl_status mp_allreduce(cl_comm *c, void *buf, size_t count, cl_dtype dt, cl_redop op) {
     mp_comm *m = c->impl;
-    const char *what = dt == CL_F64 ? "allreduce_f64" : "allreduce";
+    const char *what = "allreduce";
     int n = c->size;
     for (int o = 0; o < n; o++) {
         size_t lo, hi;
@@ -845,7 +845,7 @@ static cl_status mp_allreduce(cl_comm *c, void *buf, size_t count, cl_dtype dt, 
     return reduce_chunks(c, dt, op, b, b + m->lo[c->rank] * es, 1, NULL, what);
 }
 
-static cl_status mp_reduce_scatter(cl_comm *c, const float *in, float *out, size_t cpr, cl_redop op) {
+static cl_status mp_reduce_scatter(cl_comm *c, const void *in, void *out, size_t cpr, cl_dtype dt, cl_redop op) {
     mp_comm *m = c->impl;
     int n = c->size;
     for (int o = 0; o < n; o++) {
@@ -855,10 +855,10 @@ static cl_status mp_reduce_scatter(cl_comm *c, const float *in, float *out, size
     if (n == 1) {
         m->src[0] = in;
         m->dst[0] = out;
-        cl_fold_rows(CL_F32, op, 1, m->src, m->dst, 1, cpr, 0);
+        cl_fold_rows(dt, op, 1, m->src, m->dst, 1, cpr, 0);
         return CL_OK;
     }
-    return reduce_chunks(c, CL_F32, op, (char *)in, (char *)out, 0, NULL, "reduce_scatter");
+    return reduce_chunks(c, dt, op, (char *)in, (char *)out, 0, NULL, "reduce_scatter");
 }
 
 static cl_status mp_allgather(cl_comm *c, const void *in, void *out, size_t bpr) {
@@ -895,19 +895,20 @@ static void v_chunks(cl_comm *c, const size_t *counts) {
 }
 
 /* reduce_chunks over the caller's chunks, with checked receives. */
-static cl_status mp_reduce_scatter_v(cl_comm *c, const float *in, float *out, const size_t *counts, cl_redop op) {
+static cl_status mp_reduce_scatter_v(cl_comm *c, const void *in, void *out, const size_t *counts, cl_dtype dt,
+                                     cl_redop op) {
     mp_comm *m = c->impl;
     int n = c->size;
     v_chunks(c, counts);
     if (n == 1) {
         m->src[0] = in;
         m->dst[0] = out;
-        cl_fold_rows(CL_F32, op, 1, m->src, m->dst, 1, counts[0], 0);
+        cl_fold_rows(dt, op, 1, m->src, m->dst, 1, counts[0], 0);
         return CL_OK;
     }
     mp_checked *ck = malloc(2 * (size_t)(n - 1) * sizeof *ck);
     if (!ck) return cl_error(CL_ERR_OOM, "rank %d: no host memory for %d receives", c->rs->world_rank, 2 * (n - 1));
-    cl_status st = reduce_chunks(c, CL_F32, op, (char *)in, (char *)out, 0, ck, "reduce_scatter_v");
+    cl_status st = reduce_chunks(c, dt, op, (char *)in, (char *)out, 0, ck, "reduce_scatter_v");
     free(ck);
     return st;
 }

@@ -454,7 +454,7 @@ static cl_status th_allreduce(cl_comm *c, void *buf, size_t count, cl_dtype dt, 
     th_comm *t = c->impl;
     th_group *g = t->g;
     int n = g->size, me = c->rank;
-    const char *what = dt == CL_F64 ? "allreduce_f64" : "allreduce";
+    const char *what = "allreduce";
     publish(g, me, CL_OP_ALLREDUCE, dt, op, 0, count, buf, buf);
     CL_TRY(barrier(c, g, 1, what));
     cl_status st = check_slots(c, g, what);
@@ -471,18 +471,18 @@ static cl_status th_allreduce(cl_comm *c, void *buf, size_t count, cl_dtype dt, 
     return st;
 }
 
-static cl_status th_reduce_scatter(cl_comm *c, const float *in, float *out, size_t cpr, cl_redop op) {
+static cl_status th_reduce_scatter(cl_comm *c, const void *in, void *out, size_t cpr, cl_dtype dt, cl_redop op) {
     th_comm *t = c->impl;
     th_group *g = t->g;
     int n = g->size, me = c->rank;
-    publish(g, me, CL_OP_REDUCE_SCATTER, CL_F32, op, 0, cpr, in, out);
+    size_t es = cl_dtype_size(dt);
+    publish(g, me, CL_OP_REDUCE_SCATTER, dt, op, 0, cpr, in, out);
     CL_TRY(barrier(c, g, 1, "reduce_scatter"));
     cl_status st = check_slots(c, g, "reduce_scatter");
     if (st == CL_OK) {
-        for (int j = 0; j < n; j++) t->src[j] = (const float *)g->slot[j].p + (size_t)me * cpr;
+        for (int j = 0; j < n; j++) t->src[j] = (const char *)g->slot[j].p + (size_t)me * cpr * es;
         t->dst[0] = out;
-        cl_fold_rows(CL_F32, op, n, t->src, t->dst, 1, cpr,
-                     (size_t)n * (size_t)n * cpr * sizeof(float) > CL_STREAM_BYTES);
+        cl_fold_rows(dt, op, n, t->src, t->dst, 1, cpr, (size_t)n * (size_t)n * cpr * es > CL_STREAM_BYTES);
     }
     barrier(c, g, 0, "reduce_scatter");
     return st;
@@ -520,19 +520,20 @@ static size_t v_offset(const size_t *counts, int n, int me, size_t *total) {
     return off;
 }
 
-static cl_status th_reduce_scatter_v(cl_comm *c, const float *in, float *out, const size_t *counts, cl_redop op) {
+static cl_status th_reduce_scatter_v(cl_comm *c, const void *in, void *out, const size_t *counts, cl_dtype dt,
+                                     cl_redop op) {
     th_comm *t = c->impl;
     th_group *g = t->g;
     int n = g->size, me = c->rank;
-    size_t total, off = v_offset(counts, n, me, &total);
-    publish(g, me, CL_OP_REDUCE_SCATTER, CL_F32, op, 0, total, in, out);
+    size_t total, off = v_offset(counts, n, me, &total), es = cl_dtype_size(dt);
+    publish(g, me, CL_OP_REDUCE_SCATTER, dt, op, 0, total, in, out);
     g->slot[me].v = counts;
     CL_TRY(barrier(c, g, 1, "reduce_scatter_v"));
     cl_status st = check_slots(c, g, "reduce_scatter_v");
     if (st == CL_OK) {
-        for (int j = 0; j < n; j++) t->src[j] = (const float *)g->slot[j].p + off;
+        for (int j = 0; j < n; j++) t->src[j] = (const char *)g->slot[j].p + off * es;
         t->dst[0] = out;
-        cl_fold_rows(CL_F32, op, n, t->src, t->dst, 1, counts[me], (size_t)n * total * sizeof(float) > CL_STREAM_BYTES);
+        cl_fold_rows(dt, op, n, t->src, t->dst, 1, counts[me], (size_t)n * total * es > CL_STREAM_BYTES);
     }
     barrier(c, g, 0, "reduce_scatter_v");
     return st;

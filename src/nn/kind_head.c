@@ -114,9 +114,9 @@ static cl_status head_forward(cl_model *m, const cl_unit *un, const cl_microbatc
     float *mx = m->scratch + at;
     double *sums = (double *)(m->scratch + ((at + N + 1) & ~(int64_t)1));
     CL_PROF("fwd softmax xent", 0, cl_xent_vp_max(mx, h->logits, (int)N, (int)Vl, valid));
-    if (m->tp.size > 1) CL_TRY(cl_comm_allreduce(m->tp.comm, mx, (size_t)N, CL_RED_MAX));
+    if (m->tp.size > 1) CL_TRY(cl_comm_allreduce(m->tp.comm, mx, (size_t)N, CL_F32, CL_RED_MAX));
     CL_PROF("fwd softmax xent", 0, cl_xent_vp_sum(sums, sums + N, h->logits, mx, mb->targets, d->vocab_start, (int)N, (int)Vl, valid));
-    if (m->tp.size > 1) CL_TRY(cl_comm_allreduce_f64(m->tp.comm, sums, (size_t)(2 * N), CL_RED_SUM));
+    if (m->tp.size > 1) CL_TRY(cl_comm_allreduce(m->tp.comm, sums, (size_t)(2 * N), CL_F64, CL_RED_SUM));
     for (int64_t i = 0; i < N; i++) {
         double l = (double)mx[i] + log(sums[i]);
         h->lse[i] = (float)l;

@@ -168,7 +168,7 @@ cl_status cl_model_z3_whole(cl_model *m, int gather) {
     z->whole = calloc(n, sizeof(float));
     if (!z->whole) return cl_error(CL_ERR_OOM, "ZeRO 3: cannot allocate the parameters whole (%zu floats) in host memory", n);
     if (gather) {
-        cl_status s = cl_comm_allgather(z->comm, m->params, z->whole, (size_t)m->sizes.shard * sizeof(float));
+        cl_status s = cl_comm_allgather_n(z->comm, m->params, z->whole, (size_t)m->sizes.shard, CL_F32);
         if (s) {
             free(z->whole);
             z->whole = NULL;

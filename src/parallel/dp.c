@@ -124,7 +124,7 @@ static cl_status launch(cl_dp *dp, int k) {
     if (!dp->z2) {
         float *buf = bk->hi < 0 ? m->head_wte_g : m->grads + bk->lo;
         size_t n = bk->hi < 0 ? (size_t)m->sizes.head_wte : (size_t)(bk->hi - bk->lo);
-        return cl_comm_iallreduce(dp->comm, buf, n, CL_RED_SUM, &dp->req[k]);
+        return cl_comm_iallreduce(dp->comm, buf, n, CL_F32, CL_RED_SUM, &dp->req[k]);
     }
     if (bk->hi <= bk->lo) return CL_OK; /* all of it kept whole */
     /* in place: each replica's piece (its shard's part of the bucket) at its own place in the buffer */
@@ -138,7 +138,7 @@ static cl_status launch(cl_dp *dp, int k) {
     dp->buf_of[dp->cur] = k;
     int b = dp->cur;
     dp->cur = -1;
-    return cl_comm_ireduce_scatter_v(dp->comm, buf, buf + at, dp->counts, CL_RED_SUM, &dp->breq[b]);
+    return cl_comm_ireduce_scatter_v(dp->comm, buf, buf + at, dp->counts, CL_F32, CL_RED_SUM, &dp->breq[b]);
 }
 
 cl_status cl_dp_begin_backward(cl_dp *dp, int last, int *armed) {
@@ -204,8 +204,8 @@ cl_status cl_dp_finish(cl_dp *dp) {
     if (!dp->z2) return CL_OK;
     /* the whole-kept gradients, accumulated over the micro-batches, summed over the replicas as stage 0 does */
     cl_model *m = dp->m;
-    if (m->sizes.whole) CL_TRY(cl_comm_allreduce(dp->comm, m->gwhole, (size_t)m->sizes.whole, CL_RED_SUM));
-    if (m->head_wte_g && !dp->embed_tie) CL_TRY(cl_comm_allreduce(dp->comm, m->head_wte_g, (size_t)m->sizes.head_wte, CL_RED_SUM));
+    if (m->sizes.whole) CL_TRY(cl_comm_allreduce(dp->comm, m->gwhole, (size_t)m->sizes.whole, CL_F32, CL_RED_SUM));
+    if (m->head_wte_g && !dp->embed_tie) CL_TRY(cl_comm_allreduce(dp->comm, m->head_wte_g, (size_t)m->sizes.head_wte, CL_F32, CL_RED_SUM));
     return CL_OK;
 }
 
@@ -245,7 +245,7 @@ cl_status cl_dp_grad_sumsq(cl_dp *dp, double *per_param) {
     int nr = cl_comm_size(dp->comm), me = cl_comm_rank(dp->comm);
     int64_t S = m->sizes.shard, H = S < CL_SUMSQ_BLOCK ? S : CL_SUMSQ_BLOCK;
     /* every replica's first H floats: a block that starts in this shard ends in them */
-    CL_TRY(cl_comm_allgather(dp->comm, m->grads, m->ghalo, (size_t)H * sizeof(float)));
+    CL_TRY(cl_comm_allgather_n(dp->comm, m->grads, m->ghalo, (size_t)H, CL_F32));
     memset(dp->counts, 0, (size_t)nr * sizeof *dp->counts);
     int64_t k = 0;
     for (int i = 0; i < d->nparams; i++) {

@@ -29,9 +29,9 @@ static cl_status run(const cl_tp *tp, tp_op op, const float *in, float *out, siz
     switch (op) {
     case OP_ALLREDUCE:
         if (in != out) memmove(out, in, n * sizeof *out);
-        return cl_comm_allreduce(tp->comm, out, n, CL_RED_SUM);
-    case OP_ALLGATHER: return cl_comm_allgather(tp->comm, in, out, n * sizeof *out);
-    case OP_REDUCE_SCATTER: return cl_comm_reduce_scatter(tp->comm, in, out, n, CL_RED_SUM);
+        return cl_comm_allreduce(tp->comm, out, n, CL_F32, CL_RED_SUM);
+    case OP_ALLGATHER: return cl_comm_allgather_n(tp->comm, in, out, n, CL_F32);
+    case OP_REDUCE_SCATTER: return cl_comm_reduce_scatter(tp->comm, in, out, n, CL_F32, CL_RED_SUM);
     default: break;
     }
     return cl_error(CL_ERR_INTERNAL, "unknown tensor-parallel operation %d", (int)op);

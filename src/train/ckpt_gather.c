@@ -94,8 +94,8 @@ static cl_status pp_gather(cl_trainer *t, float **host, int *writer, int *opt_t)
             s = cl_optimizer_get_moments(o, own, own + sh);
             om = own, ov = own + sh;
         }
-        if (!s && sharded) s = cl_comm_allgather(t->cfg.groups->dp, om, mom[c], sh * sizeof(float));
-        if (!s && sharded) s = cl_comm_allgather(t->cfg.groups->dp, ov, mom[c] + n, sh * sizeof(float));
+        if (!s && sharded) s = cl_comm_allgather_n(t->cfg.groups->dp, om, mom[c], sh, CL_F32);
+        if (!s && sharded) s = cl_comm_allgather_n(t->cfg.groups->dp, ov, mom[c] + n, sh, CL_F32);
         if (!s && !sharded) {
             memcpy(mom[c], om, n * sizeof(float));
             memcpy(mom[c] + n, ov, n * sizeof(float));

@@ -51,7 +51,7 @@ static cl_status agree(cl_comm *world, cl_status s) {
     if (!world) return s;
     int me = cl_comm_rank(world);
     double who = s ? -(double)me : -1e9;
-    cl_status cs = cl_comm_allreduce_f64(world, &who, 1, CL_RED_MAX);
+    cl_status cs = cl_comm_allreduce(world, &who, 1, CL_F64, CL_RED_MAX);
     if (cs) return cs;
     if (who <= -1e9) return CL_OK;
     int root = (int)-who;
@@ -623,7 +623,7 @@ static cl_status verify_boxes(cl_shard_index *ix, cl_comm *world, int mask) {
                 for (int l = 0; pass == 1 && l < 4; l++) part[4 * bi + l] = (double)(sum >> (16 * l) & 0xffff);
             }
         /* the lowest rank that read a block whole; then the parts' 16-bit limbs summed (exact in a double) */
-        cl_status cs = world ? cl_comm_allreduce_f64(world, pass ? part : cov, (size_t)(pass ? 4 * nbox : nblk), pass ? CL_RED_SUM : CL_RED_MAX)
+        cl_status cs = world ? cl_comm_allreduce(world, pass ? part : cov, (size_t)(pass ? 4 * nbox : nblk), CL_F64, pass ? CL_RED_SUM : CL_RED_MAX)
                              : CL_OK;
         if (!s) s = cs;
     }

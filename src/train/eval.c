@@ -62,14 +62,14 @@ static cl_status pp_logits(void *ctx, const int32_t *tokens, int T, float *logit
         } else {
             float *row = malloc((size_t)d->vocab_padded * sizeof *row);
             if (!row) return cl_error(CL_ERR_OOM, "cannot allocate a row of logits");
-            s = t->tp > 1 ? cl_comm_allgather(t->cfg.groups->tp, lg, row, (size_t)Vl * sizeof(float))
+            s = t->tp > 1 ? cl_comm_allgather_n(t->cfg.groups->tp, lg, row, (size_t)Vl, CL_F32)
                           : (memcpy(row, lg, (size_t)Vl * sizeof(float)), CL_OK);
             if (!s) memcpy(logits, row, (size_t)V * sizeof(float));
             free(row);
         }
     }
     CL_TRY(s);
-    return pp->p > 1 ? cl_comm_broadcast(pp->comm, logits, (size_t)V * sizeof(float), last) : CL_OK;
+    return pp->p > 1 ? cl_comm_broadcast_n(pp->comm, logits, (size_t)V, CL_F32, last) : CL_OK;
 }
 
 cl_status cl_trainer_generate(cl_trainer *t, const int32_t *prompt, int nprompt, int n, float temperature, int top_k,

@@ -32,15 +32,15 @@ static cl_status tie_grads(cl_trainer *t, struct cl_pp *pp) {
     }
     cl_request *req = NULL;
     if (me) {
-        CL_TRY(cl_comm_isend(pp->comm, me->g[w], n * sizeof(float), rh, TIE_TAG, &req));
-        cl_status s = cl_comm_recv(pp->comm, pp->tie_buf, n * sizeof(float), rh, TIE_TAG);
+        CL_TRY(cl_comm_isend_n(pp->comm, me->g[w], n, CL_F32, rh, TIE_TAG, &req));
+        cl_status s = cl_comm_recv_n(pp->comm, pp->tie_buf, n, CL_F32, rh, TIE_TAG);
         cl_status s2 = cl_comm_wait(pp->comm, req);
         CL_TRY(s);
         CL_TRY(s2);
         cl_add_inplace(me->g[w], pp->tie_buf, (int64_t)n);
     } else if (mh) {
-        CL_TRY(cl_comm_isend(pp->comm, mh->head_wte_g, n * sizeof(float), re, TIE_TAG, &req));
-        cl_status s = cl_comm_recv(pp->comm, mh->g[w], n * sizeof(float), re, TIE_TAG);
+        CL_TRY(cl_comm_isend_n(pp->comm, mh->head_wte_g, n, CL_F32, re, TIE_TAG, &req));
+        cl_status s = cl_comm_recv_n(pp->comm, mh->g[w], n, CL_F32, re, TIE_TAG);
         cl_status s2 = cl_comm_wait(pp->comm, req);
         CL_TRY(s);
         CL_TRY(s2);
@@ -63,7 +63,7 @@ static cl_status sum_partial_grads(cl_trainer *t, cl_model *m) {
     if (n > m->sizes.scratch) {
         for (int i = 0; i < d->nparams; i++)
             if (d->params[i].tp_partial && cl_model_owns_param(m, i))
-                CL_TRY(cl_comm_allreduce(tp, m->g[i], (size_t)d->params[i].numel, CL_RED_SUM));
+                CL_TRY(cl_comm_allreduce(tp, m->g[i], (size_t)d->params[i].numel, CL_F32, CL_RED_SUM));
         return CL_OK;
     }
     float *buf = m->scratch;
@@ -72,7 +72,7 @@ static cl_status sum_partial_grads(cl_trainer *t, cl_model *m) {
             memcpy(buf + at, m->g[i], (size_t)d->params[i].numel * sizeof(float));
             at += (int)d->params[i].numel;
         }
-    CL_TRY(cl_comm_allreduce(tp, buf, (size_t)n, CL_RED_SUM));
+    CL_TRY(cl_comm_allreduce(tp, buf, (size_t)n, CL_F32, CL_RED_SUM));
     for (int i = 0, at = 0; i < d->nparams; i++)
         if (d->params[i].tp_partial && cl_model_owns_param(m, i)) {
             memcpy(m->g[i], buf + at, (size_t)d->params[i].numel * sizeof(float));

@@ -80,7 +80,7 @@ cl_status cl_pp_bubble_figures(struct cl_pp *pp, double busy, double span, cl_st
         v[2 * p + i] = pp->cost_sum[i];
         v[2 * p + 3 * S + i] = pp->cost_n[i];
     }
-    cl_status s = cl_comm_allreduce_f64(pp->comm, v, (size_t)(2 * p + 6 * S), CL_RED_SUM);
+    cl_status s = cl_comm_allreduce(pp->comm, v, (size_t)(2 * p + 6 * S), CL_F64, CL_RED_SUM);
     if (!s) {
         double makespan = 0, sum = 0, worst = 0;
         for (int r = 0; r < p; r++)

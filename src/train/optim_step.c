@@ -39,9 +39,9 @@ cl_status cl_pp_opt_step(cl_trainer *t, struct cl_pp *pp, float lr, double loss_
     for (int i = 0; t->tp_rank > 0 && i < n; i++)
         if (d->params[i].split == CL_SPLIT_NONE) pp->norm_parts[i] = 0;
     pp->norm_parts[n] = t->tp_rank == 0 ? loss_sum : 0; /* 0 but on the last stage */
-    if (t->tp > 1) CL_TRY(cl_comm_allreduce_f64(t->cfg.groups->mp, pp->norm_parts, (size_t)n + 1, CL_RED_SUM));
-    else if (pp->p > 1) CL_TRY(cl_comm_allreduce_f64(pp->comm, pp->norm_parts, (size_t)n + 1, CL_RED_SUM));
-    if (t->dp > 1) CL_TRY(cl_comm_allreduce_f64(t->cfg.groups->dp, &pp->norm_parts[n], 1, CL_RED_SUM));
+    if (t->tp > 1) CL_TRY(cl_comm_allreduce(t->cfg.groups->mp, pp->norm_parts, (size_t)n + 1, CL_F64, CL_RED_SUM));
+    else if (pp->p > 1) CL_TRY(cl_comm_allreduce(pp->comm, pp->norm_parts, (size_t)n + 1, CL_F64, CL_RED_SUM));
+    if (t->dp > 1) CL_TRY(cl_comm_allreduce(t->cfg.groups->dp, &pp->norm_parts[n], 1, CL_F64, CL_RED_SUM));
     double norm = cl_grad_norm_of(pp->norm_parts, n);
     *norm_out = norm;
     CL_TRY(cl_step_check_finite(t->step + 1, pp->norm_parts[n], norm));
@@ -55,8 +55,8 @@ cl_status cl_pp_opt_step(cl_trainer *t, struct cl_pp *pp, float lr, double loss_
     for (int c = 0; c < pp->v; c++) {
         cl_model *m = pp->ch[c].m;
         if (m->zero.stage == CL_ZERO_OPTIM || m->zero.stage == CL_ZERO_GRADS) /* ZeRO 3 keeps the shard only */
-            CL_TRY(cl_comm_allgather(t->cfg.groups->dp, m->params + m->sizes.shard_lo, m->params,
-                                     (size_t)m->sizes.shard * sizeof(float)));
+            CL_TRY(cl_comm_allgather_n(t->cfg.groups->dp, m->params + m->sizes.shard_lo, m->params,
+                                       (size_t)m->sizes.shard, CL_F32));
     }
     if (!t->cfg.check_replicas || t->tp < 2) return CL_OK;
     cl_status s = cl_pp_z3_whole(pp, 1); /* ZeRO 3: the parameters whole to hash them */

@@ -391,8 +391,8 @@ cl_status cl_trainer_eval(cl_trainer *t, double *loss) {
     /* the batches go through the stages; only the last stage's rank adds to sum */
     double sum = 0;
     CL_TRY(eval_loop(&e, t->cfg.micro_batch, t->mb_tokens, t->mb_targets, t->mb_x, cl_pp_eval_batch, t, &sum));
-    if (t->tp > 1) CL_TRY(cl_comm_allreduce_f64(t->cfg.groups->mp, &sum, 1, CL_RED_SUM)); /* tp rank 0's */
-    else if (t->pp_size > 1) CL_TRY(cl_comm_allreduce_f64(t->cfg.groups->pp, &sum, 1, CL_RED_SUM));
+    if (t->tp > 1) CL_TRY(cl_comm_allreduce(t->cfg.groups->mp, &sum, 1, CL_F64, CL_RED_SUM)); /* tp rank 0's */
+    else if (t->pp_size > 1) CL_TRY(cl_comm_allreduce(t->cfg.groups->pp, &sum, 1, CL_F64, CL_RED_SUM));
     *loss = eval_mean(&e, sum);
     return CL_OK;
 }
