@@ -201,7 +201,7 @@ static int params_io(const cl_model *m, float *whole, int compare) {
     int differ = 0;
     for (int i = 0; i < d->nparams; i++) {
         if (!cl_model_owns_param(m, i)) continue;
-        float *w = whole + d->params[i].offset;
+        float *w = cl_param_f32(whole, &d->params[i]);
         size_t bytes = (size_t)d->params[i].numel * sizeof(float);
         if (!compare) memcpy(w, m->p[i], bytes);
         else differ += memcmp(w, m->p[i], bytes) != 0;

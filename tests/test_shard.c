@@ -64,7 +64,7 @@ static void check_shards(const cl_model_desc *d, const cl_param_spec *p, int r, 
               "zero 3 over %d: replica %d's shard %lld at %lld of %lld", n, z, (long long)sz.shard, (long long)sz.shard_lo,
               (long long)sz.alloc);
         int64_t a, b;
-        cl_shard_zero_range(p->offset - sz.lo, p->numel, sz.shard_lo, sz.shard, &a, &b);
+        cl_shard_zero_range(cl_param_elem(p) - sz.lo, p->numel, sz.shard_lo, sz.shard, &a, &b);
         CHECK(a >= 0 && a <= b && b <= p->numel, "%s replica %d of %d: range [%lld, %lld)", p->name, z, n, (long long)a, (long long)b);
         check_range(p, r, a, b, inv, hits);
     }

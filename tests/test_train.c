@@ -518,9 +518,10 @@ static void test_zero_ranges(void) {
     int64_t end = 0;
     for (int i = 0; i < d->nparams; i++) {
         const cl_param_spec *ps = &d->params[i];
-        CHECK(ps->offset % 16 == 0 && ps->offset >= end, "%s at offset %lld (previous ends at %lld)", ps->name,
-              (long long)ps->offset, (long long)end);
-        end = ps->offset + ps->numel;
+        CHECK(ps->byte_offset % CL_PARAM_ALIGN == 0 && ps->dtype == CL_F32 && cl_param_elem(ps) >= end,
+              "%s at byte offset %lld, format %s (previous ends at element %lld)", ps->name, (long long)ps->byte_offset,
+              cl_dtype_name(ps->dtype), (long long)end);
+        end = cl_param_elem(ps) + ps->numel;
         seen[0] |= ps->numel == 1, seen[1] |= ps->numel == 15, seen[2] |= ps->numel == 17, seen[3] |= ps->numel == 100003;
     }
     CHECK(seen[0] && seen[1] && seen[2] && seen[3], "the MLP lacks a parameter of 1, 15, 17 or 100003 floats");
@@ -573,7 +574,7 @@ static void test_zero_ranges(void) {
             for (int i = 0; i < d->nparams; i++) {
                 const cl_param_spec *ps = &d->params[i];
                 if (ps->unit < u0 || ps->unit >= u1) continue;
-                int64_t a = ps->offset - z->lo, b = a + ps->numel, at = a, sum = 0;
+                int64_t a = cl_param_elem(ps) - z->lo, b = a + ps->numel, at = a, sum = 0;
                 int ok = 1;
                 for (int r = 0; r < n; r++) {
                     int64_t start, len = cl_zero_overlap(a, b, zs[r].shard_lo, zs[r].shard, &start);
@@ -632,7 +633,7 @@ static void zero2_part(const cl_model_desc *d, int u0, int u1, size_t bucket, in
         for (int i = 0; i < d->nparams; i++) {
             int u = d->params[i].unit;
             if (u < u0 || u >= u1 || cl_model_grad_whole(d, u0, u1, split, i)) continue;
-            int64_t a = d->params[i].offset - z.lo, e = a + (d->params[i].numel + 15) / 16 * 16;
+            int64_t a = cl_param_elem(&d->params[i]) - z.lo, e = a + (d->params[i].numel + 15) / 16 * 16;
             starts |= a == bk[k].lo;
             ends |= e == bk[k].hi;
         }
@@ -650,7 +651,7 @@ static void zero2_part(const cl_model_desc *d, int u0, int u1, size_t bucket, in
             whole += (d->params[i].numel + 15) / 16 * 16;
             continue;
         }
-        int64_t a = d->params[i].offset - z.lo, b = a + d->params[i].numel;
+        int64_t a = cl_param_elem(&d->params[i]) - z.lo, b = a + d->params[i].numel;
         int in = 0;
         for (int k = 0; k < n; k++) in += a >= bk[k].lo && b <= bk[k].hi;
         CHECK(in == 1, "part [%d, %d) bucket %zu: %s in %d ranges", u0, u1, bucket, d->params[i].name, in);

@@ -69,7 +69,9 @@ typedef struct {
     int ndim;
     int64_t shape[4];       /* as stored (HF layout: linear weights [in, out]) */
     int64_t numel;
-    int64_t offset;         /* floats into the flat buffer */
+    cl_dtype dtype;         /* the number format of its elements (CL_F32 everywhere today) */
+    int64_t byte_offset;    /* bytes into the flat buffer, a multiple of CL_PARAM_ALIGN; reach the data
+                             * through cl_param_data / cl_param_f32, element ranges through cl_param_elem */
     int decay;              /* AdamW weight decay applies (matrices only) */
     cl_init_kind init;
     float scale;            /* std (normal) or bound (uniform) */
@@ -165,6 +167,17 @@ int64_t cl_model_input_floats(const cl_model_config *cfg);
  * not hold it. Every element of the whole tensor is held by exactly one
  * rank when split, by every rank when not. */
 int64_t cl_param_local_index(const cl_param_spec *p, int rank, int64_t full);
+/* Every parameter starts at a multiple of this many bytes of its flat
+ * buffer (16 F32 values: a cache line), so each tensor begins on a line. */
+#define CL_PARAM_ALIGN 64
+/* Parameter p's data in a buffer laid out as its description (base: the
+ * buffer's first byte; params, gradients and each AdamW moment alike). */
+void *cl_param_data(void *base, const cl_param_spec *p);
+/* The same for an F32 parameter as float * (NULL when p is not F32). */
+float *cl_param_f32(float *base, const cl_param_spec *p);
+/* p's offset in elements of its format (byte_offset / element size): the
+ * unit of the element ranges (buckets, ZeRO shards) cut from the buffer. */
+int64_t cl_param_elem(const cl_param_spec *p);
 /* The same by runs: the whole tensor as rows of cl_param_row_len floats
  * (a dim-0 slab for NONE and ROWS, the last dimension for COLS and
  * HEADS3), and the pieces of row `row` that rank holds: up to 3 runs of

@@ -205,7 +205,8 @@ static void add_param_tp(builder *b, const char *name, int ndim, const int64_t *
     if (split == CL_SPLIT_COLS) p->shape[ndim - 1] = part;
     if (split == CL_SPLIT_HEADS3) p->shape[ndim - 1] = prod(b, 3, part);
     for (int i = 0; i < ndim; i++) p->numel = prod(b, p->numel, p->shape[i]);
-    p->offset = d->nfloats;
+    p->dtype = CL_F32;
+    p->byte_offset = prod(b, d->nfloats, (int64_t)sizeof(float)); /* nfloats is a multiple of 16: CL_PARAM_ALIGN bytes */
     d->nfloats = sum(b, d->nfloats, (p->numel + 15) & ~(int64_t)15);
     d->nparams_total = sum(b, d->nparams_total, p->numel);
     p->decay = decay;
@@ -235,6 +236,14 @@ int cl_param_row_runs(const cl_param_spec *p, int rank, int64_t row, cl_param_ru
     }
     return 0;
 }
+
+void *cl_param_data(void *base, const cl_param_spec *p) { return (char *)base + p->byte_offset; }
+
+float *cl_param_f32(float *base, const cl_param_spec *p) {
+    return p->dtype == CL_F32 ? (float *)cl_param_data(base, p) : NULL;
+}
+
+int64_t cl_param_elem(const cl_param_spec *p) { return p->byte_offset / (int64_t)cl_dtype_size(p->dtype); }
 
 int64_t cl_param_local_index(const cl_param_spec *p, int rank, int64_t full) {
     if (full < 0 || full >= p->full_numel) return -1;

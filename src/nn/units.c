@@ -70,8 +70,8 @@ int cl_model_grad_whole(const cl_model_desc *d, int u0, int u1, int split, int i
 /* Bucket [pa..pb] of parameters: their float range, trimmed of whole-kept gradients at both ends under stage 2. */
 static void bucket_range(const cl_model_desc *d, int u0, int u1, int64_t part_lo, int pa, int pb, int stage2, int split,
                          cl_bucket *b) {
-    b->lo = d->params[pa].offset - part_lo;
-    b->hi = d->params[pb].offset - part_lo + align16(d->params[pb].numel);
+    b->lo = cl_param_elem(&d->params[pa]) - part_lo;
+    b->hi = cl_param_elem(&d->params[pb]) - part_lo + align16(d->params[pb].numel);
     if (!stage2) return;
     while (pa <= pb && cl_model_grad_whole(d, u0, u1, split, pa)) pa++;
     while (pb >= pa && cl_model_grad_whole(d, u0, u1, split, pb)) pb--;
@@ -112,8 +112,8 @@ int64_t cl_model_unit_range(const cl_model_desc *d, int u, int64_t *lo, int *wte
     int64_t a = -1, b = 0;
     for (int i = 0; i < d->nparams; i++) {
         if (d->params[i].unit != u) continue;
-        if (a < 0) a = d->params[i].offset;
-        b = d->params[i].offset + align16(d->params[i].numel);
+        if (a < 0) a = cl_param_elem(&d->params[i]);
+        b = cl_param_elem(&d->params[i]) + align16(d->params[i].numel);
     }
     *lo = a < 0 ? 0 : a;
     *wte = uses_tied(d, u);
@@ -128,8 +128,8 @@ void cl_model_part_sizes(const cl_model_desc *d, int u0, int u1, int B, int reco
     for (int i = 0; i < d->nparams; i++) {
         int u = d->params[i].unit;
         if (u < u0 || u >= u1) continue;
-        if (lo < 0) lo = d->params[i].offset;
-        hi = d->params[i].offset + align16(d->params[i].numel);
+        if (lo < 0) lo = cl_param_elem(&d->params[i]);
+        hi = cl_param_elem(&d->params[i]) + align16(d->params[i].numel);
     }
     if (lo < 0) lo = 0;
     z->lo = lo;
@@ -257,7 +257,7 @@ cl_status cl_model_create_zero(cl_model **out, const cl_model_desc *d, cl_device
     m->nfloats = z->nfloats;
     for (int i = 0; !s && i < d->nparams; i++) {
         int u = d->params[i].unit;
-        m->loc[i] = u >= u0 && u < u1 ? d->params[i].offset - z->lo : -1;
+        m->loc[i] = u >= u0 && u < u1 ? cl_param_elem(&d->params[i]) - z->lo : -1;
     }
     if (!s && z->tied_copy >= 0) m->loc[d->tied_wte] = z->tied_copy;
     if (!s) s = cl_device_alloc_f32(dev, CL_MEM_PARAMS, (size_t)z->params, &m->params);

@@ -295,9 +295,9 @@ cl_status cl_trainer_save(cl_trainer *t, const char *dir) {
     cl_status s = cl_pp_gather(t, &host, &writer, &opt_t);
     if (!s && writer) {
         for (int i = 0; i < n; i++) {
-            pp[i] = host + d->params[i].offset;
-            mp[i] = host + d->nfloats + d->params[i].offset;
-            vp[i] = host + 2 * d->nfloats + d->params[i].offset;
+            pp[i] = cl_param_f32(host, &d->params[i]);
+            mp[i] = cl_param_f32(host + d->nfloats, &d->params[i]);
+            vp[i] = cl_param_f32(host + 2 * d->nfloats, &d->params[i]);
         }
         s = save_arrays(t, dir, pp, mp, vp, opt_t);
     }
@@ -533,7 +533,7 @@ cl_status cl_trainer_resume(cl_trainer *t, const char *given) {
     float **ptr = malloc((size_t)n * 3 * sizeof *ptr);
     s = host && ptr ? CL_OK : cl_error(CL_ERR_OOM, "cannot allocate %s's buffers", dir);
     for (int i = 0; !s && i < n; i++)
-        for (int k = 0; k < 3; k++) ptr[k * n + i] = host + k * d->nfloats + d->params[i].offset;
+        for (int k = 0; k < 3; k++) ptr[k * n + i] = cl_param_f32(host + k * d->nfloats, &d->params[i]);
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     if (!s) s = read_params(path, d, ptr, "", 0, &m, &tv);
     snprintf(path, sizeof path, "%s/optimizer.safetensors", dir);

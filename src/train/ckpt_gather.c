@@ -132,12 +132,12 @@ static cl_status pp_gather(cl_trainer *t, float **host, int *writer, int *opt_t)
                     break;
                 }
             }
-            for (int k = 0; k < 3; k++) dst[k] = lead ? h + k * f->nfloats + f->params[i].offset : tmp ? tmp + k * n : NULL;
+            for (int k = 0; k < 3; k++) dst[k] = lead ? cl_param_f32(h + k * f->nfloats, &f->params[i]) : tmp ? tmp + k * n : NULL;
             s = tp_assemble(t, d, i, src, dst);
             for (int k = 0; k < 3 && !s && !lead && t->tp_rank == 0; k++) s = cl_comm_send(pp->comm, dst[k], bytes, 0, CKPT_TAG);
         } else if (lead) {
             for (int k = 0; k < 3 && !s; k++)
-                s = cl_comm_recv(pp->comm, h + k * f->nfloats + f->params[i].offset, bytes, owner, CKPT_TAG);
+                s = cl_comm_recv(pp->comm, cl_param_f32(h + k * f->nfloats, &f->params[i]), bytes, owner, CKPT_TAG);
         }
     }
     free(tmp);
@@ -171,7 +171,7 @@ static cl_status pp_load(cl_trainer *t, const float *p, const float *m, const fl
         for (int i = 0; i < d->nparams; i++) {
             if (!cl_model_holds_param(ch->m, i)) continue; /* the head's wte copy too: it equals the embedding's */
             const cl_param_spec *ls = &d->params[i];
-            int64_t off = f->params[i].offset;
+            int64_t off = cl_param_elem(&f->params[i]);
             const float *src[3] = {p + off, m + off, v + off};
             float *dst[3] = {ch->m->p[i], ch->opt.m + ch->m->loc[i], ch->opt.v + ch->m->loc[i]};
             for (int k = 0; k < 3; k++) {
