@@ -12,19 +12,22 @@ PY=/usr/bin/python3
 if ! $PY -c 'import torch' 2>/dev/null; then
     skip "the comparison with PyTorch (no torch for $PY)" setup
 else
-    timeout 300 $PY "$(dirname "$0")/format_ref.py" > "$tmp/ref.txt"
-    rc=$?
-    check '[ $rc -eq 0 ]' "format_ref.py failed (status $rc)"
-    out=$("$BUILD/tests/test_format" --ref "$tmp/ref.txt" 2>&1)
-    rc=$?
-    echo "$out"
-    check '[ $rc -eq 0 ]' "test_format --ref: $(tail -3 <<<"$out")"
-    timeout 300 $PY "$(dirname "$0")/format_ref.py" st "$tmp/torch.safetensors"
-    rc=$?
-    check '[ $rc -eq 0 ]' "format_ref.py st failed (status $rc)"
-    out=$("$BUILD/tests/test_safetensors" --torch "$tmp/torch.safetensors" 2>&1)
-    rc=$?
-    echo "$out"
-    check '[ $rc -eq 0 ]' "test_safetensors --torch: $(tail -3 <<<"$out")"
+    # compare WHAT FILE PYARGS -- TESTBIN TESTARGS: format_ref.py PYARGS, then the test binary on its output
+    compare() {
+        local what=$1 file=$2; shift 2
+        local py=() rc out
+        while [ "$1" != -- ]; do py+=("$1"); shift; done
+        shift
+        if [ ${#py[@]} -gt 0 ]; then timeout 300 $PY "$(dirname "$0")/format_ref.py" "${py[@]}"; else
+            timeout 300 $PY "$(dirname "$0")/format_ref.py" > "$file"; fi
+        rc=$?
+        check '[ $rc -eq 0 ]' "format_ref.py ${py[*]} failed (status $rc)"
+        out=$("$BUILD/tests/$1" "${@:2}" "$file" 2>&1)
+        rc=$?
+        echo "$out"
+        check '[ $rc -eq 0 ]' "$what: $(tail -3 <<<"$out")"
+    }
+    compare "test_format --ref" "$tmp/ref.txt" -- test_format --ref
+    compare "test_safetensors --torch" "$tmp/torch.safetensors" st "$tmp/torch.safetensors" -- test_safetensors --torch
 fi
 finish cli_format

@@ -253,6 +253,17 @@ static uint64_t v_checks(cl_comm *c, int full) {
     return h;
 }
 
+/* An all-reduce of buf, blocking or not (then waited for), checked to succeed. */
+static void allreduce_either(cl_comm *c, void *buf, size_t cnt, cl_dtype f, cl_redop op, int nonblocking) {
+    if (nonblocking) {
+        cl_request *rq = NULL;
+        TCHECK_OK(cl_comm_iallreduce(c, buf, cnt, f, op, &rq));
+        TCHECK_OK(cl_comm_wait(c, rq));
+    } else {
+        TCHECK_OK(cl_comm_allreduce(c, buf, cnt, f, op));
+    }
+}
+
 /* ---- 16-bit formats (BF16, F16) --------------------------------------------- */
 
 static uint16_t narrow(cl_dtype f, float x) { return f == CL_BF16 ? cl_bf16_from_f32(x) : cl_f16_from_f32(x); }
@@ -297,14 +308,7 @@ static uint64_t half_checks(cl_comm *c, int full) {
                         for (int r = 1; r < n; r++) a = widen(f, narrow(f, a + widen(f, hval(f, r, i, salt))));
                         stepwise_differs += narrow(f, a) != ref[i];
                     }
-                int nonblocking = (ci + oi) % 2 == 1;
-                if (nonblocking) {
-                    cl_request *rq = NULL;
-                    TCHECK_OK(cl_comm_iallreduce(c, buf, cnt, f, op, &rq));
-                    TCHECK_OK(cl_comm_wait(c, rq));
-                } else {
-                    TCHECK_OK(cl_comm_allreduce(c, buf, cnt, f, op));
-                }
+                allreduce_either(c, buf, cnt, f, op, (ci + oi) % 2 == 1);
                 size_t bad = cnt;
                 for (size_t i = 0; i < cnt && bad == cnt; i++)
                     if (buf[i] != ref[i]) bad = i;
@@ -413,13 +417,7 @@ static uint64_t coll_checks(cl_comm *c, int full) {
                 ref[i] = op == CL_RED_AVG ? a / (float)n : a;
             }
             int nonblocking = (ci + oi) % 2 == 1;
-            if (nonblocking) {
-                cl_request *rq = NULL;
-                TCHECK_OK(cl_comm_iallreduce(c, buf, cnt, CL_F32, op, &rq));
-                TCHECK_OK(cl_comm_wait(c, rq));
-            } else {
-                TCHECK_OK(cl_comm_allreduce(c, buf, cnt, CL_F32, op));
-            }
+            allreduce_either(c, buf, cnt, CL_F32, op, nonblocking);
             size_t bad = cnt;
             for (size_t i = 0; i < cnt && bad == cnt; i++)
                 if (memcmp(&buf[i], &ref[i], sizeof(float)) != 0) bad = i;
