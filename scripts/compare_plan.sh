@@ -8,6 +8,7 @@
 # A refactor of the planner's costs or stage model proves it with this.
 #
 #   bash scripts/compare_plan.sh OLD          exit 0 when every plan is identical, 1 otherwise
+#   OLDBIN=PATH bash scripts/compare_plan.sh OLD   OLD's cleave already built at PATH (not built again)
 set -u
 cd "$(dirname "$0")/.." || exit 1
 [ $# -eq 1 ] || { echo "usage: bash scripts/compare_plan.sh OLD" >&2; exit 2; }
@@ -15,10 +16,13 @@ old=$(git rev-parse --verify -q "$1^{commit}") || { echo "compare_plan: '$1' is 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/cleave-plan.XXXXXX")
 cleanup() { git worktree remove --force "$tmp/old" >/dev/null 2>&1; rm -rf "$tmp"; }
 trap cleanup EXIT
-git worktree add --detach -q "$tmp/old" "$old" || exit 1
-(cd "$tmp/old" && make -s -j"$(nproc)" > "$tmp/make.old.log" 2>&1) || { tail -n 20 "$tmp/make.old.log"; exit 1; }
+if [ -z "${OLDBIN:-}" ]; then
+    git worktree add --detach -q "$tmp/old" "$old" || exit 1
+    (cd "$tmp/old" && make -s -j"$(nproc)" > "$tmp/make.old.log" 2>&1) || { tail -n 20 "$tmp/make.old.log"; exit 1; }
+    OLDBIN=$tmp/old/build/cleave
+fi
 make -s -j"$(nproc)" > "$tmp/make.new.log" 2>&1 || { tail -n 20 "$tmp/make.new.log"; exit 1; }
-OLDBIN=$tmp/old/build/cleave NEWBIN=$(pwd)/build/cleave
+NEWBIN=$(pwd)/build/cleave
 export CLEAVE_HW="$tmp/this.json"
 "$NEWBIN" plan calibrate --repeat 1 > "$tmp/cal.log" 2>&1 || { echo "compare_plan: calibrate failed"; cat "$tmp/cal.log"; exit 1; }
 cases=(
@@ -28,8 +32,8 @@ cases=(
     "--model gpt2-large --devices 32 --global-batch-size 256"
     "--model gpt2-xl --devices 64 --global-batch-size 512 --seq-len 1024"
     "--model gpt2-xl --devices 64 --global-batch-size 512 --hardware h100 --precision fp32"
-    "--model gpt2-xl --devices 64 --global-batch-size 512 --dp 4 --tp 4 --pp 4 --micro-batch-size 2 --schedule zb-h1 --sequence-parallel"
-    "--model gpt2-xl --devices 64 --global-batch-size 512 --dp 8 --tp 2 --pp 4 --virtual-stages 2 --micro-batch-size 1 --schedule interleaved"
+    "--model gpt2-large --devices 64 --global-batch-size 512 --dp 4 --tp 4 --pp 4 --micro-batch-size 2 --schedule zb-h1 --sequence-parallel"
+    "--model gpt2-large --devices 64 --global-batch-size 512 --dp 8 --tp 2 --pp 4 --virtual-stages 3 --micro-batch-size 1 --schedule interleaved"
     "--model gpt2-large --devices 16 --global-batch-size 64 --dp 16 --tp 1 --pp 1 --zero 3 --micro-batch-size 2"
     "--model gpt2-medium --devices 8 --global-batch-size 64 --dp 2 --tp 2 --pp 2 --recompute selective --micro-batch-size 4"
     "--model mlp --devices 4 --global-batch-size 64"

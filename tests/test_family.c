@@ -4,7 +4,9 @@
  * and an MLP F = 96 wide. Whole shapes: c_attn [C, C + 2K] and [C + 2K],
  * c_fc [C, F] and [F], mlp.c_proj [F, C]; parameters V C + 64 C + 2 C + L
  * (4 C + C (C + 2K) + (C + 2K) + C C + C + C F + F + F C + C); a block's
- * kept activations per sample T (4 C + 4) + T (2 C + 2K + 2F) + H T T.
+ * kept activations per sample T (4 C + 4) + T (2 C + 2K + 2F) + H T T, its
+ * scratch T (3 C + C + (C + 2K) + F) + H T T; GPT-2's (KV = H, F = 4C) the
+ * figures it always had.
  * At tp 2: c_attn holds C/2 query and K/2 key and value columns a rank, each
  * element of the whole tensor on exactly one rank at the place both
  * cl_param_local_index and cl_param_row_runs give. The configuration is
@@ -42,6 +44,8 @@ int main(void) {
           (long long)(V * C + P * C + 2 * C + L * blk));
     CHECK(d->units[1].act_floats == T * (4 * C + 4) + T * (2 * C + 2 * K + 2 * F) + H * T * T, "block activations %lld",
           (long long)d->units[1].act_floats);
+    CHECK(d->units[1].scratch_floats == T * (3 * C + C + (C + 2 * K) + F) + H * T * T, "block scratch %lld (dres2, dln2, dln1; "
+          "datty, dqkv, dfc; the scores)", (long long)d->units[1].scratch_floats);
     CHECK(d->units[1].flops == 2.0 * T * (2 * C + 2 * K + 2 * F) * C + 4.0 * T * T * C, "block FLOPs %g", d->units[1].flops);
     /* refused for training, by name; described all the same */
     CHECK(cl_model_config_runs(&c) == CL_ERR_UNSUPPORTED && strstr(cl_last_error(), "n_kv_heads 2"), "runs: %s", cl_last_error());
@@ -79,6 +83,10 @@ int main(void) {
         same = d0->units[u].act_floats == d1->units[u].act_floats && d0->units[u].scratch_floats == d1->units[u].scratch_floats &&
                d0->units[u].flops == d1->units[u].flops;
     CHECK(same, "kv_heads = heads and mlp_width = 4C describe as the defaults");
+    /* and as GPT-2's block always has: kept T (4C + 4) + 12 T C + H T^2, scratch T (3C + 8C) + H T^2, FLOPs 24 T C^2 + 4 T^2 C */
+    CHECK(d0 && d0->units[1].act_floats == T * (4 * C + 4) + 12 * T * C + H * T * T &&
+              d0->units[1].scratch_floats == T * 11 * C + H * T * T && d0->units[1].flops == 24.0 * T * C * C + 4.0 * T * T * C,
+          "GPT-2's block sizes");
     cl_model_desc_free(d0);
     cl_model_desc_free(d1);
     /* tp 2: the grouped split, each element on one rank, local index and runs agreeing */

@@ -267,7 +267,7 @@ static void block_sizes(const cl_model_desc *d, cl_unit *un, cl_sizer *z) {
     un->out_floats = un->in_floats;
     int64_t scores = cl_size_mul(z, cl_size_mul(z, NHl, T), T);
     un->act_floats = cl_size_add(z, cl_size_add(z, cl_size_mul(z, Ts, 4 * C + 4), cl_size_mul(z, T, cols)), scores);
-    int64_t wcols = 3 * Cl + 2 * Kl + Fl; /* datty, dqkv, dfc */
+    int64_t wcols = Cl + (Cl + 2 * Kl) + Fl; /* datty, dqkv, dfc: 8 Cl for GPT-2 */
     int64_t ws = sp ? cl_size_add(z, cl_size_mul(z, T, 5 * C + wcols), cl_size_mul(z, Ts, 3 * C)) : cl_size_mul(z, T, 3 * C + wcols);
     un->scratch_floats = cl_size_add(z, ws, scores);
     /* c_attn C (C + 2K), attn.c_proj C^2, the MLP's two 2 C F: 12 C^2 for GPT-2, written so its figure stays */
