@@ -145,11 +145,11 @@ cl_status cli_parse_model_from(const cli_args *a, const cl_model_config *base, c
     if (base && !name) *mc = *base;
     else CL_TRY(cl_model_preset(name ? name : "gpt2-tiny", mc));
     int custom = 0;
-    const char *shape[] = {"layers", "channels", "heads", "vocab", "context"};
-    for (int i = 0; i < 5; i++)
+    const char *shape[] = {"layers", "channels", "heads", "vocab", "context", "kv-heads", "mlp-width", "norm"};
+    for (int i = 0; i < 8; i++)
         if (cli_get(a, shape[i])) {
             custom = 1;
-            if (mc->kind != CL_MODEL_GPT) return cl_error(CL_ERR_INVALID, "--%s applies to GPT models, not %s", shape[i], mc->name);
+            if (!cl_model_family_of(mc)->tokens) return cl_error(CL_ERR_INVALID, "--%s applies to GPT models, not %s", shape[i], mc->name);
         }
     const cl_model_config named = *mc;
     CL_TRY(cli_int(a, "layers", &mc->layers, 1, 1 << 20));
@@ -157,18 +157,26 @@ cl_status cli_parse_model_from(const cli_args *a, const cl_model_config *base, c
     CL_TRY(cli_int(a, "heads", &mc->heads, 1, 1 << 20));
     CL_TRY(cli_int(a, "vocab", &mc->vocab, 1, 1 << 30));
     CL_TRY(cli_int(a, "context", &mc->seq_len, 1, 1 << 20));
+    CL_TRY(cli_int(a, "kv-heads", &mc->kv_heads, 1, 1 << 20));
+    CL_TRY(cli_int(a, "mlp-width", &mc->mlp_width, 1, 1 << 28));
+    const char *norm = cli_get(a, "norm");
+    if (norm && !strcmp(norm, "layernorm")) mc->norm = CL_NORM_LAYER;
+    else if (norm && !strcmp(norm, "rmsnorm")) mc->norm = CL_NORM_RMS;
+    else if (norm) return cl_error(CL_ERR_INVALID, "unknown --norm '%s' (layernorm or rmsnorm)", norm);
+    if (mc->kv_heads == mc->heads) mc->kv_heads = 0; /* the defaults, as a checkpoint records them */
+    if ((int64_t)mc->mlp_width == 4 * (int64_t)mc->channels) mc->mlp_width = 0;
     *seq_len = 0;
     CL_TRY(cli_int(a, "seq-len", seq_len, 1, 1 << 20));
-    if (cli_get(a, "seq-len") && mc->kind != CL_MODEL_GPT) return cl_error(CL_ERR_INVALID, "--seq-len applies to GPT models");
+    if (cli_get(a, "seq-len") && !cl_model_family_of(mc)->tokens) return cl_error(CL_ERR_INVALID, "--seq-len applies to GPT models");
     if (custom) {
         if (!cli_get(a, "context") && *seq_len > mc->seq_len) mc->seq_len = *seq_len;
         /* the preset's name stays when the shape flags only repeat its values (a resolved configuration gives them all) */
         if (mc->layers != named.layers || mc->channels != named.channels || mc->heads != named.heads || mc->vocab != named.vocab ||
-            mc->seq_len != named.seq_len)
+            mc->seq_len != named.seq_len || mc->kv_heads != named.kv_heads || mc->mlp_width != named.mlp_width || mc->norm != named.norm)
             snprintf(mc->name, sizeof mc->name, "custom");
     }
     CL_TRY(cl_model_config_check(mc));
-    if (mc->kind == CL_MODEL_GPT && *seq_len > mc->seq_len)
+    if (cl_model_family_of(mc)->tokens && *seq_len > mc->seq_len)
         return cl_error(CL_ERR_INVALID, "--seq-len %d is longer than the model's context (%d)", *seq_len, mc->seq_len);
     return CL_OK;
 }

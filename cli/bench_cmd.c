@@ -218,7 +218,7 @@ static int parse_step_opts(int argc, char **argv, const char *usage, step_opts *
     if (!strcmp(cli_get(&a, "model"), "gpt2")) cli_default(&a, "vocab", "50304");
     if (!cli_get(&a, "context")) cli_default(&a, "seq-len", "256");
     if ((s = cli_parse_model(&a, &o->mc, &o->T))) return cli_fail(s);
-    if (o->mc.kind != CL_MODEL_GPT) return cli_fail(cl_error(CL_ERR_INVALID, "cleave bench measures GPT models (got %s)", o->mc.name));
+    if (!cl_model_family_of(&o->mc)->tokens) return cli_fail(cl_error(CL_ERR_INVALID, "cleave bench measures GPT models (got %s)", o->mc.name));
     if (!o->T) o->T = o->mc.seq_len;
     o->B = 4;
     o->threads = cl_cores_available();

@@ -42,6 +42,9 @@ static const cli_flag train_flags[] = {
     {"heads", "", 1, "GPT: attention heads (must divide --channels)"},
     {"vocab", "", 1, "GPT: vocabulary size (>= the tokenizer's)"},
     {"context", "", 1, "GPT: positions the model has (n_positions)"},
+    {"kv-heads", "", 1, "GPT: key-value heads (grouped-query attention; default --heads; the GPT block trains only --heads)"},
+    {"mlp-width", "", 1, "GPT: the MLP's hidden width (default 4 x --channels)"},
+    {"norm", "", 1, "GPT: layernorm (default) or rmsnorm (described, not trained yet)"},
     {"seq-len", "", 1, "GPT: tokens per training sample (default: the context)"},
     {"steps", "", 1, "training steps (default 100)"},
     {"stop-after", "", 1, "stop after this step (the schedule still spans --steps), as an interrupted run would"},
@@ -186,19 +189,22 @@ static void print_header(cl_trainer *t) {
     char per[96] = "";
     if (d->tpl.tp > 1)
         snprintf(per, sizeof per, " (%lld on each of the %d tensor-parallel ranks)", (long long)d->nparams_total, d->tpl.tp);
-    if (mc->kind == CL_MODEL_GPT)
-        printf("model %s: %d layers, %d channels, %d heads, context %d, vocab %d; %lld parameters%s\n", mc->name, mc->layers,
-               mc->channels, mc->heads, mc->seq_len, mc->vocab, (long long)whole, per);
+    char more[96] = ""; /* the family's choices past GPT-2's defaults */
+    if (mc->kv_heads) snprintf(more + strlen(more), sizeof more - strlen(more), ", %d key-value heads", mc->kv_heads);
+    if (mc->mlp_width) snprintf(more + strlen(more), sizeof more - strlen(more), ", MLP width %d", mc->mlp_width);
+    if (cl_model_family_of(mc)->tokens)
+        printf("model %s: %d layers, %d channels, %d heads%s, context %d, vocab %d; %lld parameters%s\n", mc->name, mc->layers,
+               mc->channels, mc->heads, more, mc->seq_len, mc->vocab, (long long)whole, per);
     else
         printf("model %s: %d units; %lld parameters%s\n", mc->name, d->nunits, (long long)whole, per);
-    if (mc->kind == CL_MODEL_GPT)
+    if (cl_model_family_of(mc)->tokens)
         printf("data %s: %zu training and %zu validation tokens (%s tokenizer); unigram baseline loss %.4f\n", c->data,
                cl_trainer_train_tokens(t), cl_trainer_val_tokens(t), cl_tokenizer_name(cl_trainer_tokenizer(t)),
                cl_trainer_unigram_loss(t));
     else
         printf("data %s\n", c->data);
     printf("batch: %d samples per step in %d micro-batches of %d%s; gemm: %s\n", c->global_batch, c->global_batch / c->micro_batch,
-           c->micro_batch, mc->kind == CL_MODEL_GPT ? "" : " images", cl_gemm_backend());
+           c->micro_batch, cl_model_family_of(mc)->sample, cl_gemm_backend());
     cl_device *dev = cl_trainer_device(t);
     char cap[32];
     printf("device %s:%d memory (cap %s%s): %s\n", cl_device_name(dev), cl_device_id(dev),
@@ -650,7 +656,7 @@ static cl_status rank_report(rank_run *r) {
     }
     if (!s && j->measure) s = gather_measured(r->world, t, j, &r->c);
     /* a split model samples on all its ranks; otherwise rank 0 alone */
-    if (!s && (r->lead || r->split) && j->sample_tokens > 0 && r->c.model.kind == CL_MODEL_GPT) {
+    if (!s && (r->lead || r->split) && j->sample_tokens > 0 && cl_model_family_of(&r->c.model)->tokens) {
         if (r->lead) printf("sample:\n");
         s = print_sample(t, NULL, NULL, cl_trainer_tokenizer(t), j->prompt, j->sample_tokens, j->temperature, j->topk, r->c.seed,
                          r->lead);
@@ -922,7 +928,7 @@ static cl_status ckpt_source(const cli_args *a, train_job *j, const char *flag) 
     /* the flags' model: the checkpoint's where --model is not given, with the shape flags given on top */
     cl_model_config want = c->model;
     /* --model gpt2-tiny with the checkpoint's gpt2 tokenizer (not given) means its 50257-entry vocabulary, as when training */
-    if (!cli_get(a, "tokenizer") && !cli_get(a, "vocab") && !strcmp(in->tokenizer, "gpt2") && want.kind == CL_MODEL_GPT &&
+    if (!cli_get(a, "tokenizer") && !cli_get(a, "vocab") && !strcmp(in->tokenizer, "gpt2") && cl_model_family_of(&want)->tokens &&
         want.vocab < 50257)
         want.vocab = 50257;
     int differs = cl_model_config_diff(&want, m, field, sizeof field, &mine, &theirs);
@@ -932,7 +938,9 @@ static cl_status ckpt_source(const cli_args *a, train_job *j, const char *flag) 
         const char *flag;
         int mine, theirs;
     } shape[] = {{"layers", want.layers, m->layers}, {"heads", want.heads, m->heads}, {"channels", want.channels, m->channels},
-                 {"vocab", want.vocab, m->vocab}, {"context", want.seq_len, m->seq_len}};
+                 {"vocab", want.vocab, m->vocab}, {"context", want.seq_len, m->seq_len},
+                 {"kv-heads", cl_model_kv_heads(&want), cl_model_kv_heads(m)},
+                 {"mlp-width", (int)cl_model_mlp_width(&want), (int)cl_model_mlp_width(m)}};
     for (size_t i = 0; i < sizeof shape / sizeof shape[0]; i++)
         if (cli_get(a, shape[i].flag) && shape[i].mine != shape[i].theirs)
             return cl_error(CL_ERR_INVALID, "%s %s: --%s %d disagrees with the checkpoint's %d", flag, dir, shape[i].flag, shape[i].mine,
@@ -1009,7 +1017,7 @@ static void ckpt_micro_batch(train_job *j) {
  * A flag added to train's table is a top-level key at once; listing it here
  * also lets it sit in its section. */
 static const cli_section train_sections[] = {
-    {"model", "model layers channels heads vocab context seq-len"},
+    {"model", "model layers channels heads vocab context seq-len kv-heads mlp-width norm"},
     {"data", "data data-key split tokenizer tokenizer-dir seed"},
     {"batch", "micro-batch-size global-batch-size"},
     {"optimizer", "steps stop-after lr min-lr warmup weight-decay beta1 beta2 eps grad-clip"},
@@ -1186,7 +1194,7 @@ static cl_status parse_schedule_data(train_cli *tc, train_job *j) {
     c->split = cli_get(a, "split");
     if (cli_get(a, "tokenizer")) c->tokenizer = cli_get(a, "tokenizer");
     if (cli_get(a, "tokenizer-dir")) c->tokenizer_dir = cli_get(a, "tokenizer-dir");
-    if (!strcmp(c->tokenizer, "gpt2") && !cli_get(a, "vocab") && c->model.kind == CL_MODEL_GPT && c->model.vocab < 50257) {
+    if (!strcmp(c->tokenizer, "gpt2") && !cli_get(a, "vocab") && cl_model_family_of(&c->model)->tokens && c->model.vocab < 50257) {
         c->model.vocab = 50257;
         snprintf(c->model.name, sizeof c->model.name, "custom");
     }
@@ -1237,6 +1245,8 @@ static cl_status resolve_job(train_cli *tc, train_job *j) {
     if (src && !*src) return cl_error(CL_ERR_INVALID, "%s: empty path", tc->src_flag);
     if (src) CL_TRY(cl_error_context(cl_checkpoint_describe(src, &ckpt_info), "%s", tc->src_flag));
     CL_TRY(cli_parse_model_from(a, src ? &ckpt_info.model : NULL, &c->model, &c->seq_len));
+    /* a configuration the unit kinds cannot train yet is refused before anything starts (memory predicts it) */
+    if (!tc->memory && !cli_get(a, "print-config")) CL_TRY(cl_model_config_runs(&c->model));
     tc->gb_given = j->gb_given = cli_get(a, "global-batch-size") != NULL;
     CL_TRY(parse_numbers(tc, j));
     CL_TRY(parse_layout(a, j));
@@ -1327,7 +1337,7 @@ static void resolve_values(const train_cli *tc, const train_job *j, resolved *r)
     const cli_args *a = &tc->a;
     const cl_train_config *c = &j->c;
     const cl_model_config *mc = &c->model;
-    int gpt = mc->kind == CL_MODEL_GPT, mpi = !strcmp(j->comm_name, "mpi");
+    int gpt = cl_model_family_of(mc)->tokens, mpi = !strcmp(j->comm_name, "mpi");
     rput(r, a, "model", 0, cli_get(a, "model") ? cli_get(a, "model") : j->resume ? NULL : "gpt2-tiny");
     const struct {
         const char *name;
@@ -1335,6 +1345,10 @@ static void resolve_values(const train_cli *tc, const train_job *j, resolved *r)
     } shape[] = {{"layers", mc->layers}, {"channels", mc->channels}, {"heads", mc->heads}, {"vocab", mc->vocab}, {"context", mc->seq_len},
                  {"seq-len", c->seq_len ? c->seq_len : mc->seq_len}};
     for (int i = 0; i < 6; i++) gpt ? rnum(r, a, shape[i].name, shape[i].v) : rput(r, a, shape[i].name, 0, NULL);
+    /* the family's choices past GPT-2's, recorded only where they differ from its defaults */
+    mc->kv_heads && gpt ? rnum(r, a, "kv-heads", mc->kv_heads) : rput(r, a, "kv-heads", 0, NULL);
+    mc->mlp_width && gpt ? rnum(r, a, "mlp-width", mc->mlp_width) : rput(r, a, "mlp-width", 0, NULL);
+    rput(r, a, "norm", 0, mc->norm == CL_NORM_RMS && gpt ? "rmsnorm" : NULL);
     rnum(r, a, "steps", j->steps);
     j->end < j->steps ? rnum(r, a, "stop-after", j->end) : rput(r, a, "stop-after", 0, NULL);
     rfloat(r, a, "lr", c->lr.lr);
@@ -1568,7 +1582,7 @@ static int cmd_eval(int argc, char **argv) {
     if ((s = cli_int(&a, "micro-batch-size", &B, 1, 1 << 20)) || (s = cli_bytes(&a, "device-memory", &cap))) return cli_fail(s);
     cl_loaded l;
     if ((s = cl_checkpoint_load(dir, tokdir, cap, B, &l))) return cli_fail(s);
-    if (l.desc->cfg.kind != CL_MODEL_GPT) {
+    if (!cl_model_family_of(&l.desc->cfg)->tokens) {
         cl_loaded_free(&l);
         return cli_fail(cl_error(CL_ERR_INVALID, "cleave eval needs a GPT checkpoint"));
     }
@@ -1633,7 +1647,7 @@ static int cmd_generate(int argc, char **argv) {
         return cli_fail(s);
     cl_loaded l;
     if ((s = cl_checkpoint_load(dir, tokdir, cap, 1, &l))) return cli_fail(s);
-    if (l.desc->cfg.kind != CL_MODEL_GPT) {
+    if (!cl_model_family_of(&l.desc->cfg)->tokens) {
         cl_loaded_free(&l);
         return cli_fail(cl_error(CL_ERR_INVALID, "cleave generate needs a GPT checkpoint"));
     }

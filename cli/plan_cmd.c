@@ -23,6 +23,8 @@ static const cli_flag plan_flags[] = {
     {"heads", "", 1, "GPT: attention heads"},
     {"vocab", "", 1, "GPT: vocabulary"},
     {"context", "", 1, "GPT: positions"},
+    {"kv-heads", "", 1, "GPT: key-value heads (default --heads)"},
+    {"mlp-width", "", 1, "GPT: the MLP's hidden width (default 4 x --channels)"},
     {"seq-len", "", 1, "GPT: tokens per sample (default: the context)"},
     {"devices", "", 1, "devices in all (or --nodes x --devices-per-node)"},
     {"nodes", "", 1, "nodes (with --devices-per-node, default the hardware's)"},
@@ -373,7 +375,7 @@ int cleave_cmd_plan(int argc, char **argv) {
     q.fix = (cl_plan_cfg){-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1};
     int seq = 0;
     if ((s = cli_parse_model(&a, &q.model, &seq))) return cli_fail(s);
-    q.T = q.model.kind == CL_MODEL_GPT ? (seq ? seq : q.model.seq_len) : 1;
+    q.T = cl_model_family_of(&q.model)->tokens ? (seq ? seq : q.model.seq_len) : 1;
     if ((s = load_hw(cli_get(&a, "hardware") ? cli_get(&a, "hardware") : "a100", &q.hw))) return cli_fail(s);
     int devices = 0, nodes = 0, dpn = 0, top = 10;
     q.global_batch = 8;

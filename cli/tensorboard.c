@@ -90,7 +90,7 @@ cl_status cli_tb_step(cli_tb *tb, const cl_step_stats *st) {
     mine[CL_MEM_NCAT + 2] = st->bubble_rank;
     if (tb->world) CL_TRY(cl_comm_allreduce(tb->world, tb->rows, (size_t)tb->n * TB_COLS, CL_F64, CL_RED_SUM));
     if (tb->rank != 0) return CL_OK;
-    int gpt = cl_trainer_config(tb->t)->model.kind == CL_MODEL_GPT, pipeline = st->bubble > 0 || st->bubble_sim > 0, n = 0;
+    int gpt = cl_model_family_of(&cl_trainer_config(tb->t)->model)->tokens, pipeline = st->bubble > 0 || st->bubble_sim > 0, n = 0;
     cl_tfevents_scalar *v = tb->v;
     v[n++] = (cl_tfevents_scalar){"loss/train", (float)st->loss};
     v[n++] = (cl_tfevents_scalar){"optimizer/lr", st->lr};

@@ -28,11 +28,22 @@ typedef enum { CL_MODEL_GPT = 0, CL_MODEL_MLP, CL_MODEL_CNN } cl_model_kind;
 
 #define CL_MLP_MAX_WIDTHS 16
 
+/* A transformer block's normalisation: GPT-2's LayerNorm, or RMSNorm (Llama's; no GPT kind runs it yet). */
+typedef enum { CL_NORM_LAYER = 0, CL_NORM_RMS } cl_norm_kind;
+
 typedef struct {
-    cl_model_kind kind;
+    cl_model_kind kind;     /* its family (cl_model_family_of) */
     char name[32];          /* preset name, or "custom" */
     /* GPT */
     int layers, channels, heads, seq_len, vocab;
+    /* the choices a Llama family would also make; 0 is GPT-2's value of each (cl_model_kv_heads,
+     * cl_model_mlp_width), so a config zeroed and filled as before is GPT-2's. The GPT kinds run
+     * kv_heads == heads, layernorm, biases and the tied head only (cl_model_config_runs) */
+    int kv_heads;           /* key-value heads (grouped-query attention: dividing heads); 0: heads */
+    int mlp_width;          /* the MLP's hidden width F; 0: 4 x channels */
+    cl_norm_kind norm;
+    int no_bias;            /* 1: the linear layers and norms have no biases */
+    int untied;             /* 1: the LM head has its own weight, not the embedding's */
     /* MLP: widths[0] inputs ... widths[n-1] classes */
     int nwidths;
     int widths[CL_MLP_MAX_WIDTHS];
@@ -48,6 +59,27 @@ typedef struct {
 cl_status cl_model_preset(const char *name, cl_model_config *cfg);
 /* Checks every size (positive, heads divide channels, shapes that fit). */
 cl_status cl_model_config_check(const cl_model_config *cfg);
+/* What the unit kinds can train today (after cl_model_config_check): a
+ * description may be made of more (sizes, parameter shapes, memory), but a
+ * model is built only of this. CL_ERR_UNSUPPORTED naming the field otherwise
+ * (n_kv_heads, norm, bias, tied head). */
+cl_status cl_model_config_runs(const cl_model_config *cfg);
+/* GPT: the key-value heads and the MLP width, their defaults resolved. */
+int cl_model_kv_heads(const cl_model_config *cfg);
+int64_t cl_model_mlp_width(const cl_model_config *cfg);
+
+/* A model family as the code outside the description sees it: one entry per
+ * cl_model_kind (src/model/family_*.c), so that a property is asked of the
+ * family, not of the kind by name. */
+typedef struct {
+    const char *name;       /* checkpoints' "cleave_model": "gpt", "mlp", "cnn" */
+    int tokens;             /* a sample is T token ids (a vocabulary, a tokenizer, text data, generation, sequence
+                             * parallelism, blocks to recompute); else one input vector and a class label */
+    const char *data;       /* the default data file (cl_data_find) */
+    const char *sample;     /* a sample in messages: "" for tokens, " images" for the others */
+} cl_model_family;
+/* The family of cfg->kind (an unknown kind: an entry named "unknown" that can do nothing). */
+const cl_model_family *cl_model_family_of(const cl_model_config *cfg);
 /* Integer inputs per sample (GPT: T tokens) and float inputs (MLP/CNN). */
 
 typedef enum { CL_INIT_ZEROS = 0, CL_INIT_ONES, CL_INIT_NORMAL, CL_INIT_UNIFORM } cl_init_kind;
@@ -60,8 +92,10 @@ typedef enum {
     CL_SPLIT_ROWS,     /* by dim 0: rank r holds rows [r*part, (r+1)*part) (row-parallel weights; wte by vocabulary,
                         * whose rows past the whole tensor's are padding, zero, never in a checkpoint) */
     CL_SPLIT_COLS,     /* by the last dim: [r*part, (r+1)*part) (column-parallel weights and their biases) */
-    CL_SPLIT_HEADS3    /* the fused [C, 3C] c_attn and its [3C] bias: the query, key and value columns of heads
-                        * [r*H/tp, (r+1)*H/tp), three ranges of part = C/tp columns at 0, C and 2C */
+    CL_SPLIT_HEADS3    /* the fused [C, Q + 2K] c_attn and its bias (Q = heads x hd query columns, K = kv_heads x
+                        * hd key and as many value columns): the columns of query heads [r*H/tp, (r+1)*H/tp) and of
+                        * key-value heads [r*KV/tp, (r+1)*KV/tp), three ranges of part = Q/tp columns at 0 and
+                        * part_kv = K/tp at Q and Q + K (GPT-2: K = Q = C, ranges at 0, C and 2C) */
 } cl_split;
 
 typedef struct {
@@ -79,6 +113,8 @@ typedef struct {
     /* tensor parallelism: shape/numel above are this rank's slice; the whole tensor is below */
     cl_split split;
     int64_t part;           /* the slice's extent along the split (see cl_split); 0 when not split */
+    int64_t part_kv;        /* HEADS3: the extent of each of its key and value ranges (part: the query's); part when
+                             * the key-value heads are the heads */
     int64_t full_shape[4];
     int64_t full_numel;
     int tp_partial;         /* replicated, but sequence parallelism leaves each rank's gradient a partial sum
@@ -147,6 +183,8 @@ typedef struct {
     int vocab_local;        /* rows of wte this rank holds: vocab_padded / tp */
     int vocab_start;        /* the first of them: rank * vocab_local */
     int heads_local, channels_local; /* GPT: heads / tp and channels / tp */
+    int kv_heads_local, kv_channels_local; /* GPT: key-value heads / tp, and their columns (x channels / heads) */
+    int mlp_local;          /* GPT: the MLP's width / tp */
 } cl_model_desc;
 
 /* T: tokens per sample for GPT (0 = the model's seq_len); ignored otherwise. */

@@ -21,6 +21,7 @@
 #define CLEAVE_NN_KIND_H
 
 #include "cleave/model.h"
+#include "nn/cost.h"
 
 #include <stddef.h>
 
@@ -96,6 +97,12 @@ typedef struct cl_kind {
     int64_t (*rc_floats)(const cl_model_desc *d, const cl_unit *un, int B, int recompute);
     /* what a split backward keeps for its weight pass beyond dout (NULL: none; cl_unit_keep_floats) */
     int64_t (*keep_floats)(const cl_model_desc *d, const cl_unit *un, int B);
+    cl_cost_fn *cost;              /* what it computes and moves per pass, for the planner (nn/cost.h) */
+    int repeated;                  /* the model's repeated body (the transformer block): every unit of the kind in a
+                                    * description costs the same, and the planner's even stages split these units,
+                                    * the ones before going with the first stage and the ones after with the last */
+    int weight_redo;               /* a split backward's weight pass re-derives its interior gradients from its output
+                                    * gradient (the input pass's work again): the planner times zb-h1's W as B + W */
     int uses_tied;                 /* reads the tied weight too (the description's tied_wte: the LM head) */
     int loss;                      /* 0; or its output is a loss per token (CL_KIND_LOSS_TOKEN) or per sample */
     unsigned z3_reads;             /* bit CL_Z3_*: the passes that read its parameters (ZeRO 3 gathers them) */

@@ -44,11 +44,12 @@ enum { NPARAMS = sizeof block_params / sizeof block_params[0] };
  * start at their constants (scale 0). */
 static void block_param(const cl_model_desc *d, const cl_unit *un, int i, cl_param_shape *o) {
     (void)un;
-    int64_t C = d->cfg.channels;
+    /* c_attn: the query's C columns, then the key's and the value's K = kv_heads x C / heads each; the MLP F wide */
+    int64_t C = d->cfg.channels, K = (int64_t)cl_model_kv_heads(&d->cfg) * (C / d->cfg.heads), Fw = cl_model_mlp_width(&d->cfg);
     size_t f = block_params[i].field;
     int weight = block_params[i].decay; /* the matrices */
-    int64_t in = f == F(fc_proj_w) ? 4 * C : C;
-    int64_t out = f == F(qkv_w) || f == F(qkv_b) ? 3 * C : f == F(fc_w) || f == F(fc_b) ? 4 * C : C;
+    int64_t in = f == F(fc_proj_w) ? Fw : C;
+    int64_t out = f == F(qkv_w) || f == F(qkv_b) ? C + 2 * K : f == F(fc_w) || f == F(fc_b) ? Fw : C;
     o->ndim = weight ? 2 : 1;
     o->shape[0] = weight ? in : out;
     o->shape[1] = out;
@@ -64,16 +65,18 @@ typedef struct {
 
 /* A block's saved activations from base, for the actual B and T: rows Ns of
  * C (token rows: ln1, res2, ln2, out and the layernorm statistics) and N
- * rows of this rank's Cl columns (qkv, atty, fch, fch_gelu). att_apart: the
- * scores live elsewhere (selective recompute), not in base. */
+ * rows of this rank's columns (qkv: Cl + 2 Kl, atty: Cl, fch and fch_gelu:
+ * Fl). att_apart: the scores live elsewhere (selective recompute), not in
+ * base. */
 static block_acts block_layout_at(const cl_model_desc *d, float *base, int64_t B, int64_t T, float *att_apart) {
-    int64_t N = B * T, Ns = cl_nn_rows_here(d, N), C = d->cfg.channels, Cl = d->channels_local;
+    int64_t N = B * T, Ns = cl_nn_rows_here(d, N), C = d->cfg.channels, Cl = d->channels_local, Kl = d->kv_channels_local,
+            Fl = d->mlp_local;
     block_acts b;
     float *p = base;
     b.ln1 = p; p += Ns * C;
     b.ln1_mean = p; p += Ns;
     b.ln1_rstd = p; p += Ns;
-    b.qkv = p; p += N * 3 * Cl;
+    b.qkv = p; p += N * (Cl + 2 * Kl);
     if (att_apart) b.att = att_apart;
     else b.att = p, p += block_scores(d, (int)B);
     b.atty = p; p += N * Cl;
@@ -81,8 +84,8 @@ static block_acts block_layout_at(const cl_model_desc *d, float *base, int64_t B
     b.ln2 = p; p += Ns * C;
     b.ln2_mean = p; p += Ns;
     b.ln2_rstd = p; p += Ns;
-    b.fch = p; p += N * 4 * Cl;
-    b.fch_gelu = p; p += N * 4 * Cl;
+    b.fch = p; p += N * Fl;
+    b.fch_gelu = p; p += N * Fl;
     b.out = p;
     return b;
 }
@@ -107,22 +110,23 @@ static block_acts block_acts_of(const cl_model *m, float *base, int64_t B, int64
  * (gathered rows, partial sums) live in the part's scratch. */
 static cl_status block_pass(const cl_model *m, const block_acts *s, const float *in, const block_weights *w, int B, int T) {
     const cl_model_desc *d = m->desc;
-    int64_t N = (int64_t)B * T, Ns = cl_nn_rows_here(d, N), C = d->cfg.channels, Cl = d->channels_local;
+    int64_t N = (int64_t)B * T, Ns = cl_nn_rows_here(d, N), C = d->cfg.channels, Cl = d->channels_local, Fl = d->mlp_local;
+    int64_t Q = Cl + 2 * (int64_t)d->kv_channels_local; /* this rank's query, key and value columns */
     float *G = m->scratch;
-    double fl = 2.0 * (double)N * C * Cl, att = 4.0 * (double)B * T * T * Cl;
+    double fl = 2.0 * (double)N * C * Cl, flf = 2.0 * (double)N * C * Fl, fq = 2.0 * (double)N * C * Q, att = 4.0 * (double)B * T * T * Cl;
     const float *x;
     CL_PROF("fwd layernorm", 0, cl_layernorm_forward(s->ln1, s->ln1_mean, s->ln1_rstd, in, w->ln1_w, w->ln1_b, (int)Ns, (int)C));
     CL_TRY(cl_nn_col_input(m, s->ln1, G, Ns, C, &x));
-    CL_PROF("fwd qkv", 3 * fl, cl_linear_forward(s->qkv, x, w->qkv_w, w->qkv_b, (int)N, (int)C, (int)(3 * Cl)));
+    CL_PROF("fwd qkv", fq, cl_linear_forward(s->qkv, x, w->qkv_w, w->qkv_b, (int)N, (int)C, (int)Q));
     CL_PROF("fwd attention", att, cl_attention_forward(s->atty, s->att, s->qkv, B, T, (int)Cl, d->heads_local));
     CL_TRY(cl_nn_row_linear(m, "fwd attn proj", fl, s->atty, w->attn_proj_w, w->attn_proj_b, s->res2, N, Cl));
     CL_PROF("fwd residual layernorm", 0,
             cl_residual_layernorm_forward(s->res2, s->ln2, s->ln2_mean, s->ln2_rstd, s->res2, in, w->ln2_w, w->ln2_b, (int)Ns, (int)C));
     CL_TRY(cl_nn_col_input(m, s->ln2, G, Ns, C, &x));
     /* c_fc without its bias, then bias + GELU in one pass */
-    CL_PROF("fwd fc", 4 * fl, cl_gemm(0, 0, (int)N, (int)(4 * Cl), (int)C, 1.0f, x, (int)C, w->fc_w, (int)(4 * Cl), 0.0f, s->fch, (int)(4 * Cl)));
-    CL_PROF("fwd bias gelu", 0, cl_bias_gelu_forward(s->fch_gelu, s->fch, w->fc_b, (int)N, (int)(4 * Cl)));
-    CL_TRY(cl_nn_row_linear(m, "fwd fc proj", 4 * fl, s->fch_gelu, w->fc_proj_w, w->fc_proj_b, s->out, N, 4 * Cl));
+    CL_PROF("fwd fc", flf, cl_gemm(0, 0, (int)N, (int)Fl, (int)C, 1.0f, x, (int)C, w->fc_w, (int)Fl, 0.0f, s->fch, (int)Fl));
+    CL_PROF("fwd bias gelu", 0, cl_bias_gelu_forward(s->fch_gelu, s->fch, w->fc_b, (int)N, (int)Fl));
+    CL_TRY(cl_nn_row_linear(m, "fwd fc proj", flf, s->fch_gelu, w->fc_proj_w, w->fc_proj_b, s->out, N, Fl));
     CL_PROF("fwd residual", 0, cl_add_inplace(s->out, s->res2, Ns * C));
     return CL_OK;
 }
@@ -163,8 +167,9 @@ static cl_status block_backward_pass(cl_model *m, const block_acts *s, const flo
     const cl_model_desc *d = m->desc;
     const cl_tp *tp = &m->tp;
     int sp = d->tpl.sp, split = d->tpl.tp > 1;
-    int64_t N = (int64_t)B * T, Ns = cl_nn_rows_here(d, N), C = d->cfg.channels, Cl = d->channels_local;
-    int iN = (int)N, iNs = (int)Ns, iC = (int)C, iCl = (int)Cl;
+    int64_t N = (int64_t)B * T, Ns = cl_nn_rows_here(d, N), C = d->cfg.channels, Cl = d->channels_local, Fl = d->mlp_local;
+    int64_t Q = Cl + 2 * (int64_t)d->kv_channels_local; /* this rank's query, key and value columns */
+    int iN = (int)N, iNs = (int)Ns, iC = (int)C, iCl = (int)Cl, iFl = (int)Fl, iQ = (int)Q;
     /* a split group's weight pass reads the input pass's collective results back (tp_keep); one rank has no
      * collective to keep and computes its input gradients again (cl_unit_keep_floats is 0 there) */
     keep_cursor k = {split ? m->tp_keep : NULL, ww && !wi && split};
@@ -172,10 +177,10 @@ static cl_status block_backward_pass(cl_model *m, const block_acts *s, const flo
     int run = !k.wonly; /* run the collectives (not the weight pass of a split backward) */
     float *ws = m->scratch;
     float *dres2 = ws; ws += Ns * C;
-    float *dfchg = ws; ws += 4 * N * Cl;
+    float *dfchg = ws; ws += N * Fl;
     float *dln2 = ws; ws += N * C;
     float *datty = ws; ws += N * Cl;
-    float *dqkv = ws; ws += 3 * N * Cl;
+    float *dqkv = ws; ws += N * Q;
     float *dln1 = ws; ws += N * C;
     float *dof = NULL, *dr2f = NULL, *G = NULL, *dln2s = NULL, *dln1s = NULL;
     if (sp) {
@@ -187,9 +192,9 @@ static cl_status block_backward_pass(cl_model *m, const block_acts *s, const flo
     }
     float *attscratch = ws;
     CL_ASSERT(attscratch + block_scores(d, B) <= m->scratch + m->sizes.scratch);
-    double fl = 2.0 * (double)N * C * Cl, att = 4.0 * (double)B * T * T * Cl;
+    double fl = 2.0 * (double)N * C * Cl, flf = 2.0 * (double)N * C * Fl, fq = 2.0 * (double)N * C * Q, att = 4.0 * (double)B * T * T * Cl;
     const float *x;
-    CL_PROF("bwd zero", 0, memset(dqkv, 0, (size_t)(3 * N * Cl) * sizeof(float)));
+    CL_PROF("bwd zero", 0, memset(dqkv, 0, (size_t)(N * Q) * sizeof(float)));
     CL_PROF("bwd residual", 0, memcpy(dres2, dout, (size_t)(Ns * C) * sizeof(float)));
     /* mlp.c_proj, row-parallel: the gradient of its output on every token row (the transpose of the
      * forward's reduce-scatter under sequence parallelism, else the same on every rank) */
@@ -198,20 +203,20 @@ static cl_status block_backward_pass(cl_model *m, const block_acts *s, const flo
         if (run) CL_TRY(cl_tp_backward(tp, CL_TP_SCATTER, dout, dof, (size_t)(Ns * C)));
         dO = kept(&k, dof, N * C, run);
     }
-    CL_PROF("bwd fc proj", 4 * fl, cl_gemm(0, 1, iN, 4 * iCl, iC, 1.0f, dO, iC, w->fc_proj_w, iC, 0.0f, dfchg, 4 * iCl));
-    if (ww) CL_PROF("bwd fc proj w", 4 * fl, cl_linear_backward_weight(gw->fc_proj_w, gw->fc_proj_b, dO, s->fch_gelu, iN, 4 * iCl, iC));
-    CL_PROF("bwd gelu", 0, cl_gelu_backward_set(dfchg, dfchg, s->fch, 4 * N * Cl));
+    CL_PROF("bwd fc proj", flf, cl_gemm(0, 1, iN, iFl, iC, 1.0f, dO, iC, w->fc_proj_w, iC, 0.0f, dfchg, iFl));
+    if (ww) CL_PROF("bwd fc proj w", flf, cl_linear_backward_weight(gw->fc_proj_w, gw->fc_proj_b, dO, s->fch_gelu, iN, iFl, iC));
+    CL_PROF("bwd gelu", 0, cl_gelu_backward_set(dfchg, dfchg, s->fch, N * Fl));
     /* c_fc, column-parallel: the input gradient is a partial sum over the ranks' columns */
     const float *dl2 = NULL;
     if (run) {
-        CL_PROF("bwd fc", 4 * fl, cl_gemm(0, 1, iN, iC, 4 * iCl, 1.0f, dfchg, 4 * iCl, w->fc_w, 4 * iCl, 0.0f, dln2, iC));
+        CL_PROF("bwd fc", flf, cl_gemm(0, 1, iN, iC, iFl, 1.0f, dfchg, iFl, w->fc_w, iFl, 0.0f, dln2, iC));
         if (sp) CL_TRY(cl_tp_backward(tp, CL_TP_GATHER, dln2, dln2s, (size_t)(Ns * C)));
         else CL_TRY(cl_tp_backward(tp, CL_TP_COPY, dln2, dln2, (size_t)(N * C)));
     }
     dl2 = kept(&k, sp ? dln2s : dln2, Ns * C, run);
     if (ww) {
         CL_TRY(cl_nn_col_input(m, s->ln2, G, Ns, C, &x)); /* sequence-parallel: gathered again, not kept */
-        CL_PROF("bwd fc w", 4 * fl, cl_linear_backward_weight(gw->fc_w, gw->fc_b, dfchg, x, iN, iC, 4 * iCl));
+        CL_PROF("bwd fc w", flf, cl_linear_backward_weight(gw->fc_w, gw->fc_b, dfchg, x, iN, iC, iFl));
     }
     CL_PROF("bwd layernorm", 0, cl_layernorm_backward_input(dres2, dl2, s->res2, w->ln2_w, s->ln2_mean, s->ln2_rstd, iNs, iC));
     if (ww) CL_PROF("bwd layernorm w", 0, cl_layernorm_backward_weight(gw->ln2_w, gw->ln2_b, dl2, s->res2, s->ln2_mean, s->ln2_rstd, iNs, iC));
@@ -226,12 +231,12 @@ static cl_status block_backward_pass(cl_model *m, const block_acts *s, const flo
     CL_PROF("bwd attention", 2 * att, cl_attention_backward(dqkv, attscratch, datty, s->qkv, s->att, B, T, iCl, d->heads_local));
     if (ww) {
         CL_TRY(cl_nn_col_input(m, s->ln1, G, Ns, C, &x));
-        CL_PROF("bwd qkv w", 3 * fl, cl_linear_backward_weight(gw->qkv_w, gw->qkv_b, dqkv, x, iN, iC, 3 * iCl));
+        CL_PROF("bwd qkv w", fq, cl_linear_backward_weight(gw->qkv_w, gw->qkv_b, dqkv, x, iN, iC, iQ));
     }
     /* c_attn, column-parallel by heads */
     const float *dl1 = NULL;
     if (run) {
-        CL_PROF("bwd qkv", 3 * fl, cl_gemm(0, 1, iN, iC, 3 * iCl, 1.0f, dqkv, 3 * iCl, w->qkv_w, 3 * iCl, 0.0f, dln1, iC));
+        CL_PROF("bwd qkv", fq, cl_gemm(0, 1, iN, iC, iQ, 1.0f, dqkv, iQ, w->qkv_w, iQ, 0.0f, dln1, iC));
         if (sp) CL_TRY(cl_tp_backward(tp, CL_TP_GATHER, dln1, dln1s, (size_t)(Ns * C)));
         else CL_TRY(cl_tp_backward(tp, CL_TP_COPY, dln1, dln1, (size_t)(N * C)));
     }
@@ -244,23 +249,30 @@ static cl_status block_backward_pass(cl_model *m, const block_acts *s, const flo
     return CL_OK;
 }
 
-/* Per sample, this rank's share (Cl = C/tp columns, NHl = NH/tp heads; Ts
- * = T/tp token rows under sequence parallelism, else T). Saved: ln1, res2,
- * ln2, out (token rows) and their 2 x 2 means and rstds; qkv (3), atty (1),
- * fch (4), fch_gelu (4) (columns); the scores (block_layout_at). Backward
- * workspace (block_backward_pass): dres2, dfc, dln2, datty, dqkv, dln1;
+/* Per sample, this rank's share (Cl = C/tp columns, NHl = NH/tp heads, Kl
+ * = K/tp key-value columns, Fl = F/tp MLP columns; Ts = T/tp token rows
+ * under sequence parallelism, else T). Saved: ln1, res2, ln2, out (token
+ * rows) and their 2 x 2 means and rstds; qkv (Cl + 2 Kl), atty (Cl), fch
+ * (Fl), fch_gelu (Fl) (columns: 12 Cl for GPT-2); the scores
+ * (block_layout_at). Backward workspace (block_backward_pass): dres2, dfc
+ * (Fl), dln2, datty, dqkv (Cl + 2 Kl), dln1 (3 C + 8 Cl for GPT-2);
  * sequence parallelism adds the gathered dout, dres2 and layernorm output
  * and the three scattered shards; then attention's scratch (scores). */
 static void block_sizes(const cl_model_desc *d, cl_unit *un, cl_sizer *z) {
     int tp = d->tpl.tp, sp = d->tpl.sp;
     int64_t T = d->T, C = d->cfg.channels, Cl = C / tp, NHl = d->cfg.heads / tp, Ts = sp ? T / tp : T;
+    int64_t Kl = d->kv_channels_local, Fl = d->mlp_local, Fw = cl_model_mlp_width(&d->cfg), cols = 2 * Cl + 2 * Kl + 2 * Fl;
+    int64_t K = (int64_t)cl_model_kv_heads(&d->cfg) * (C / d->cfg.heads);
     un->in_floats = cl_size_mul(z, Ts, C);
     un->out_floats = un->in_floats;
     int64_t scores = cl_size_mul(z, cl_size_mul(z, NHl, T), T);
-    un->act_floats = cl_size_add(z, cl_size_add(z, cl_size_mul(z, Ts, 4 * C + 4), cl_size_mul(z, T, 12 * Cl)), scores);
-    int64_t ws = sp ? cl_size_add(z, cl_size_mul(z, T, 5 * C + 8 * Cl), cl_size_mul(z, Ts, 3 * C)) : cl_size_mul(z, T, 3 * C + 8 * Cl);
+    un->act_floats = cl_size_add(z, cl_size_add(z, cl_size_mul(z, Ts, 4 * C + 4), cl_size_mul(z, T, cols)), scores);
+    int64_t wcols = Cl + (Cl + 2 * Kl) + Fl; /* datty, dqkv, dfc: 8 Cl for GPT-2 */
+    int64_t ws = sp ? cl_size_add(z, cl_size_mul(z, T, 5 * C + wcols), cl_size_mul(z, Ts, 3 * C)) : cl_size_mul(z, T, 3 * C + wcols);
     un->scratch_floats = cl_size_add(z, ws, scores);
-    un->flops = (2.0 * (double)T * 12.0 * (double)C * (double)C + 4.0 * (double)T * (double)T * (double)C) / tp;
+    /* c_attn C (C + 2K), attn.c_proj C^2, the MLP's two 2 C F: 12 C^2 for GPT-2, written so its figure stays */
+    double lin = (double)(2 * C + 2 * K + 2 * Fw) * (double)C;
+    un->flops = (2.0 * (double)T * lin + 4.0 * (double)T * (double)T * (double)C) / tp;
 }
 
 static int64_t block_act_floats(const cl_model_desc *d, const cl_unit *un, int B, int recompute) {
@@ -299,6 +311,72 @@ static cl_status block_backward(cl_model *m, const cl_unit *un, const cl_microba
     return block_backward_pass(m, &s, in, &w, &gw, dout, din, what & CL_BWD_INPUT, what & CL_BWD_WEIGHT, B, T);
 }
 
+/* The planner's cost (nn/cost.h): ln_1, c_attn (columns of this rank's heads),
+ * attention (scores, softmax, product with v), attn.c_proj (rows), residual,
+ * ln_2, c_fc (columns), GELU, mlp.c_proj (rows), residual. R token rows
+ * (B T), Rs of them between the split layers (sequence parallelism: R/tp). */
+static void block_cost(const cl_model_desc *d, const cl_unit *un, int B, double e, int recompute, int causal, cl_unit_cost *o) {
+    (void)un;
+    double T = d->T, C = d->cfg.channels, Cl = d->channels_local, H = d->heads_local, hd = C / d->cfg.heads;
+    double Q = Cl + 2.0 * d->kv_channels_local, Fl = d->mlp_local; /* c_attn's and c_fc's columns here (3 Cl, 4 Cl for GPT-2) */
+    int tp = d->tpl.tp, sp = d->tpl.sp;
+    double R = (double)B * T, Rs = sp ? R / tp : R, act = R * C * e;
+    /* causal: attention's products skip the blocks past the diagonal (cleave's kernels); its softmax
+     * runs on the t + 1 causal entries of row t (tri) and zeroes the rest of the row (forward) or of
+     * the row block (backward). Otherwise the whole T x T, masked (Megatron-LM's fused softmax) */
+    double att = causal ? cl_attention_share((int)T) : 1, tri = causal ? (T + 1) / (2 * T) : 1;
+    cl_pass_cost *f = &o->pass[CL_PASS_F], *b = &o->pass[CL_PASS_B], *w = &o->pass[CL_PASS_W], *rf = &o->pass[CL_PASS_RF];
+    /* forward: c_attn, q k^T, softmax(.) v, c_proj, c_fc, mlp.c_proj */
+    cl_cost_gemm(f, R, Q, C, 1, CL_GEMM_NN);
+    cl_cost_gemm_part(f, T, T, hd, B * H, CL_GEMM_NT, att);
+    cl_cost_gemm_part(f, T, hd, T, B * H, CL_GEMM_NN, att);
+    cl_cost_gemm(f, R, C, Cl, 1, CL_GEMM_NN);
+    cl_cost_gemm(f, R, Fl, C, 1, CL_GEMM_NN);
+    cl_cost_gemm(f, R, C, Fl, 1, CL_GEMM_NN);
+    /* the other kernels as src/nn/kind_block.c runs them: ln_1 (read, write); c_attn's bias
+     * written under its rows before the product; the softmax (read, write); c_proj's bias
+     * (written before the product at tp 1, added after the reduction at tp > 1: read, write);
+     * residual + ln_2 in one pass (read 2, write 2); bias + GELU in one pass (read, write);
+     * mlp.c_proj's bias as c_proj's; and the last residual add (read 2, write 1), a stream */
+    double scores = (double)B * H * T * T, rowbias = tp > 1 ? 2 : 1;
+    f->bytes = e * (2 * Rs * C + R * Q + 2 * tri * scores + rowbias * Rs * C + 4 * Rs * C + 2 * R * Fl + rowbias * Rs * C);
+    f->stream = e * (3 * Rs * C + (1 - tri) * scores);
+    if (sp) cl_cost_coll(f, CL_COLL_ALLGATHER, act, tp), cl_cost_coll(f, CL_COLL_REDUCE_SCATTER, act, tp),
+            cl_cost_coll(f, CL_COLL_ALLGATHER, act, tp), cl_cost_coll(f, CL_COLL_REDUCE_SCATTER, act, tp);
+    else cl_cost_coll(f, CL_COLL_ALLREDUCE, act, tp), cl_cost_coll(f, CL_COLL_ALLREDUCE, act, tp);
+    /* backward-input: each linear's input gradient, the four products of attention */
+    cl_cost_gemm(b, R, C, Q, 1, CL_GEMM_NT);
+    cl_cost_gemm_part(b, T, hd, T, B * H, CL_GEMM_NN, att); /* dq = ds k */
+    cl_cost_gemm_part(b, T, hd, T, B * H, CL_GEMM_TN, att); /* dk = ds^T q */
+    cl_cost_gemm_part(b, T, T, hd, B * H, CL_GEMM_NT, att); /* dp = dy v^T */
+    cl_cost_gemm_part(b, T, hd, T, B * H, CL_GEMM_TN, att); /* dv = p^T dy */
+    cl_cost_gemm(b, R, Cl, C, 1, CL_GEMM_NT);
+    cl_cost_gemm(b, R, C, Fl, 1, CL_GEMM_NT);
+    cl_cost_gemm(b, R, Fl, C, 1, CL_GEMM_NT);
+    /* GELU and softmax backward read their input and the gradient and write one; ln_2's
+     * input gradient adds into the residual's (read 3, write 1), ln_1's is written (read 2,
+     * write 1); streams: dqkv zeroed, the residual gradient copied, the two added */
+    b->bytes = e * (3 * R * Fl + 3 * tri * scores + 4 * Rs * C + 3 * Rs * C);
+    b->stream = e * (R * Q + 2 * Rs * C + 3 * Rs * C + (att - tri) * scores);
+    if (sp) cl_cost_coll(b, CL_COLL_ALLGATHER, act, tp), cl_cost_coll(b, CL_COLL_REDUCE_SCATTER, act, tp),
+            cl_cost_coll(b, CL_COLL_ALLGATHER, act, tp), cl_cost_coll(b, CL_COLL_REDUCE_SCATTER, act, tp);
+    else cl_cost_coll(b, CL_COLL_ALLREDUCE, act, tp), cl_cost_coll(b, CL_COLL_ALLREDUCE, act, tp);
+    /* backward-weight: dW = x^T dy of the four linears, bias and layernorm gradients (read dy, x) */
+    cl_cost_gemm(w, C, Q, R, 1, CL_GEMM_TN);
+    cl_cost_gemm(w, Cl, C, R, 1, CL_GEMM_TN);
+    cl_cost_gemm(w, C, Fl, R, 1, CL_GEMM_TN);
+    cl_cost_gemm(w, Fl, C, R, 1, CL_GEMM_TN);
+    w->bytes = e * (R * (Q + Fl) + 2 * Rs * C + 2 * 2 * Rs * C);
+    if (sp) cl_cost_coll(w, CL_COLL_ALLGATHER, act, tp), cl_cost_coll(w, CL_COLL_ALLGATHER, act, tp); /* the layernorm outputs gathered again */
+    if (recompute == CL_RECOMPUTE_FULL) *rf = *f;
+    else if (recompute == CL_RECOMPUTE_SELECTIVE) {
+        cl_cost_gemm_part(rf, T, T, hd, B * H, CL_GEMM_NT, att);
+        cl_cost_gemm_part(rf, T, hd, T, B * H, CL_GEMM_NN, att);
+        rf->bytes = e * 2 * tri * scores;
+        rf->stream = e * (1 - tri) * scores;
+    }
+}
+
 const cl_kind cl_kind_block = {
     .name = "block",
     .prefixed = 1,
@@ -309,6 +387,9 @@ const cl_kind cl_kind_block = {
     .act_floats = block_act_floats,
     .rc_floats = block_rc_floats,
     .keep_floats = block_keep,
+    .cost = block_cost,
+    .repeated = 1,
+    .weight_redo = 1,
     .z3_reads = CL_KIND_READS_ALL, /* its weight pass re-derives the interior's gradients */
     .output = block_output,
     .forward = block_forward,

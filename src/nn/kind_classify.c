@@ -32,12 +32,21 @@ static cl_status classify_backward(cl_model *m, const cl_unit *un, const cl_micr
     return CL_OK;
 }
 
+/* The planner's cost (nn/cost.h): the softmax cross-entropy reads and writes the logits. */
+static void classify_cost(const cl_model_desc *d, const cl_unit *un, int B, double e, int recompute, int causal, cl_unit_cost *o) {
+    (void)d, (void)recompute, (void)causal;
+    double Bd = B;
+    o->pass[CL_PASS_F].bytes = e * 2 * Bd * un->c;
+    o->pass[CL_PASS_B].bytes = e * 2 * Bd * un->c;
+}
+
 const cl_kind cl_kind_classify = {
     .name = "classify",
     .sizes = classify_sizes,
     .loss = CL_KIND_LOSS_SAMPLE,
     .z3_reads = CL_KIND_READS(CL_Z3_FORWARD) | CL_KIND_READS(CL_Z3_BACKWARD),
     .logits_in = 1,
+    .cost = classify_cost,
     .forward = classify_forward,
     .backward = classify_backward,
 };

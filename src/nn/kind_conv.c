@@ -76,6 +76,19 @@ static cl_status conv_backward(cl_model *m, const cl_unit *un, const cl_microbat
     return CL_OK;
 }
 
+/* The planner's cost (nn/cost.h): im2col + GEMM forward with the bias, col2im backward. */
+static void conv_cost(const cl_model_desc *d, const cl_unit *un, int B, double e, int recompute, int causal, cl_unit_cost *o) {
+    (void)d, (void)recompute, (void)causal;
+    double Bd = B, rows = Bd * un->oh * un->ow, kk = (double)un->c * un->k * un->k;
+    cl_pass_cost *f = &o->pass[CL_PASS_F], *b = &o->pass[CL_PASS_B], *w = &o->pass[CL_PASS_W];
+    cl_cost_gemm(f, rows, un->oc, kk, 1, CL_GEMM_NN);
+    f->bytes = e * (2 * rows * kk + 2 * rows * un->oc); /* im2col, bias */
+    cl_cost_gemm(b, rows, kk, un->oc, 1, CL_GEMM_TN);
+    b->bytes = e * 2 * rows * kk; /* col2im */
+    cl_cost_gemm(w, kk, un->oc, rows, 1, CL_GEMM_NT);
+    w->bytes = e * 2 * rows * kk;
+}
+
 const cl_kind cl_kind_conv = {
     .name = "conv",
     .prefixed = 1,
@@ -85,6 +98,7 @@ const cl_kind cl_kind_conv = {
     .param = conv_param,
     .scratch_floats = conv_scratch,
     .z3_reads = CL_KIND_READS(CL_Z3_FORWARD) | CL_KIND_READS(CL_Z3_BACKWARD),
+    .cost = conv_cost,
     .forward = conv_forward,
     .backward = conv_backward,
 };

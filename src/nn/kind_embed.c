@@ -117,12 +117,26 @@ static cl_status embed_backward(cl_model *m, const cl_unit *un, const cl_microba
     return CL_OK;
 }
 
+/* The planner's cost (nn/cost.h). */
+static void embed_cost(const cl_model_desc *d, const cl_unit *un, int B, double e, int recompute, int causal, cl_unit_cost *o) {
+    (void)un, (void)recompute, (void)causal;
+    double R = (double)B * d->T, C = d->cfg.channels;
+    int tp = d->tpl.tp, sp = d->tpl.sp;
+    /* lookup of the rank's rows + positions: read 2, write 1 per element */
+    o->pass[CL_PASS_F].bytes = e * 3 * R * C;
+    cl_cost_coll(&o->pass[CL_PASS_F], sp ? CL_COLL_REDUCE_SCATTER : CL_COLL_ALLREDUCE, R * C * e, tp);
+    /* the gradient's scatter-add into wte's and wpe's rows: read dy, read and write the rows */
+    o->pass[CL_PASS_W].bytes = e * 4 * R * C;
+    if (sp) cl_cost_coll(&o->pass[CL_PASS_W], CL_COLL_ALLGATHER, R * C * e, tp);
+}
+
 const cl_kind cl_kind_embed = {
     .name = "embed",
     .nparams = 2,
     .params = embed_params,
     .sizes = embed_sizes,
     .param = embed_param,
+    .cost = embed_cost,
     .z3_reads = CL_KIND_READS(CL_Z3_FORWARD), /* its backward reads only tokens and gradients */
     .forward = embed_forward,
     .backward = embed_backward,

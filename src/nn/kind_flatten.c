@@ -34,4 +34,5 @@ const cl_kind cl_kind_flatten = {
     .z3_reads = CL_KIND_READS(CL_Z3_FORWARD) | CL_KIND_READS(CL_Z3_BACKWARD),
     .forward = flatten_forward,
     .backward = flatten_backward,
+    .cost = cl_kind_elementwise_cost,
 };

@@ -165,6 +165,26 @@ static const float *head_logits(const cl_model *m, const cl_acts *a, int u, int 
     return head_layout(m->desc, a->base + a->off[u - m->u0], (int64_t)B * T).logits;
 }
 
+/* The planner's cost (nn/cost.h). */
+static void head_cost(const cl_model_desc *d, const cl_unit *un, int B, double e, int recompute, int causal, cl_unit_cost *o) {
+    (void)un, (void)recompute, (void)causal;
+    double R = (double)B * d->T, C = d->cfg.channels, Vl = d->vocab_local;
+    int tp = d->tpl.tp, sp = d->tpl.sp;
+    double Rs = sp ? R / tp : R;
+    cl_pass_cost *f = &o->pass[CL_PASS_F], *b = &o->pass[CL_PASS_B];
+    cl_cost_gemm(f, R, Vl, C, 1, CL_GEMM_NT);
+    /* ln_f; the softmax cross-entropy reads the logits twice (max, sums) and keeps them */
+    f->bytes = e * (2 * Rs * C + 3 * R * Vl);
+    if (sp) cl_cost_coll(f, CL_COLL_ALLGATHER, R * C * e, tp);
+    cl_cost_coll(f, CL_COLL_ALLREDUCE, R * 4.0, tp);  /* the row max */
+    cl_cost_coll(f, CL_COLL_ALLREDUCE, R * 16.0, tp); /* the sums of exponentials and the target's logit, doubles */
+    /* the whole backward (a loss unit's B): dlogits, dx = dlogits wte, dwte = dlogits^T x, ln_f */
+    cl_cost_gemm(b, R, C, Vl, 1, CL_GEMM_NN);
+    cl_cost_gemm(b, Vl, C, R, 1, CL_GEMM_TN);
+    b->bytes = e * (2 * R * Vl + 3 * Rs * C + 2 * Rs * C);
+    cl_cost_coll(b, sp ? CL_COLL_REDUCE_SCATTER : CL_COLL_ALLREDUCE, R * C * e, tp);
+}
+
 const cl_kind cl_kind_lmhead = {
     .name = "lm_head",
     .nparams = 2,
@@ -172,6 +192,7 @@ const cl_kind cl_kind_lmhead = {
     .sizes = head_sizes,
     .param = head_param,
     .uses_tied = 1,
+    .cost = head_cost,
     .loss = CL_KIND_LOSS_TOKEN,
     .z3_reads = CL_KIND_READS(CL_Z3_FORWARD) | CL_KIND_READS(CL_Z3_BACKWARD),
     .logits = head_logits,

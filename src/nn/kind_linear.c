@@ -84,6 +84,22 @@ static cl_status linear_backward(cl_model *m, const cl_unit *un, const cl_microb
     return CL_OK;
 }
 
+/* The planner's cost (nn/cost.h): the product and the bias; the row-parallel output's and the column-parallel
+ * input gradient's partial sums reduced. */
+static void linear_cost(const cl_model_desc *d, const cl_unit *un, int B, double e, int recompute, int causal, cl_unit_cost *o) {
+    (void)recompute, (void)causal;
+    double e_ = e, Bd = B, ci = un->c, co = un->oc;
+    int tp = d->tpl.tp;
+    cl_pass_cost *f = &o->pass[CL_PASS_F], *b = &o->pass[CL_PASS_B], *w = &o->pass[CL_PASS_W];
+    cl_cost_gemm(f, Bd, co, ci, 1, CL_GEMM_NN);
+    f->bytes = e_ * 2 * Bd * co; /* bias */
+    cl_cost_gemm(b, Bd, ci, co, 1, CL_GEMM_NT);
+    cl_cost_gemm(w, ci, co, Bd, 1, CL_GEMM_TN);
+    w->bytes = e_ * Bd * co;
+    if (un->tp_mode == CL_LINEAR_ROWS) cl_cost_coll(f, CL_COLL_ALLREDUCE, Bd * co * e_, tp); /* row-parallel: the output's partial sums */
+    if (un->tp_mode == CL_LINEAR_COLS) cl_cost_coll(b, CL_COLL_ALLREDUCE, Bd * ci * e_, tp); /* column-parallel: the input gradient's */
+}
+
 const cl_kind cl_kind_linear = {
     .name = "linear",
     .prefixed = 1,
@@ -92,6 +108,7 @@ const cl_kind cl_kind_linear = {
     .sizes = linear_sizes,
     .param = linear_param,
     .z3_reads = CL_KIND_READS(CL_Z3_FORWARD) | CL_KIND_READS(CL_Z3_BACKWARD),
+    .cost = linear_cost,
     .forward = linear_forward,
     .backward = linear_backward,
 };

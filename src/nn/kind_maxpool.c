@@ -35,4 +35,5 @@ const cl_kind cl_kind_maxpool = {
     .z3_reads = CL_KIND_READS(CL_Z3_FORWARD) | CL_KIND_READS(CL_Z3_BACKWARD),
     .forward = pool_forward,
     .backward = pool_backward,
+    .cost = cl_kind_elementwise_cost,
 };

@@ -31,4 +31,5 @@ const cl_kind cl_kind_relu = {
     .z3_reads = CL_KIND_READS(CL_Z3_FORWARD) | CL_KIND_READS(CL_Z3_BACKWARD),
     .forward = relu_forward,
     .backward = relu_backward,
+    .cost = cl_kind_elementwise_cost,
 };

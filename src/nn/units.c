@@ -235,6 +235,7 @@ cl_status cl_model_create_part(cl_model **out, const cl_model_desc *d, cl_device
 cl_status cl_model_create_zero(cl_model **out, const cl_model_desc *d, cl_device *dev, int B, int u0, int u1,
                                const cl_zero *zero) {
     *out = NULL;
+    CL_TRY(cl_model_config_runs(&d->cfg)); /* a description may be of more than the kinds run */
     if (B < 1) return cl_error(CL_ERR_INVALID, "micro-batch size must be positive (got %d)", B);
     if (u0 < 0 || u1 > d->nunits || u0 >= u1)
         return cl_error(CL_ERR_INVALID, "units %d..%d are not a range of the model's %d units", u0, u1 - 1, d->nunits);
@@ -426,7 +427,7 @@ static cl_status check_mb(const cl_model *m, int u, const cl_microbatch *mb, con
     if (u < m->u0 || u >= m->u1) return cl_error(CL_ERR_INVALID, "unit %d is not held by this rank (holds %d..%d)", u, m->u0, m->u1 - 1);
     if (mb->B < 1 || mb->B > a->B || mb->B > m->B)
         return cl_error(CL_ERR_INVALID, "micro-batch of %d samples exceeds the capacity %d", mb->B, a->B < m->B ? a->B : m->B);
-    int T = m->desc->cfg.kind == CL_MODEL_GPT ? m->desc->T : 1;
+    int T = m->desc->T; /* the description's positions per sample: 1 for the families without sequences */
     if (mb->T < 1 || mb->T > T) return cl_error(CL_ERR_INVALID, "micro-batch of %d positions exceeds the %d the model was sized for", mb->T, T);
     if (m->desc->tpl.tp != m->tp.size)
         return cl_error(CL_ERR_INVALID, "a slice for %d tensor-parallel ranks runs without its group (cl_model_set_tp)", m->desc->tpl.tp);
@@ -552,7 +553,8 @@ cl_status cl_model_backward(cl_model *m, const cl_microbatch *mb, cl_acts *a, cl
 
 cl_status cl_model_logits_last(cl_model *m, const int32_t *tokens, int T, cl_acts *a, float *logits_out) {
     const cl_model_desc *d = m->desc;
-    if (d->cfg.kind != CL_MODEL_GPT) return cl_error(CL_ERR_INVALID, "logits_last is for GPT models");
+    if (cl_kind_of(d->units[d->nunits - 1].kind)->loss != CL_KIND_LOSS_TOKEN)
+        return cl_error(CL_ERR_INVALID, "logits_last needs a model whose last unit is a loss per token (a language model)");
     if (T < 1 || T > d->T) return cl_error(CL_ERR_INVALID, "context of %d tokens (model sized for 1..%d)", T, d->T);
     int32_t *targets = calloc((size_t)T, sizeof *targets);
     if (!targets) return cl_error(CL_ERR_OOM, "cannot allocate targets");

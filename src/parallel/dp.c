@@ -27,12 +27,6 @@ struct cl_dp {
     int64_t nblocks;
 };
 
-static int holds(const cl_model *m, cl_unit_kind k) {
-    for (int u = m->u0; u < m->u1; u++)
-        if (m->desc->units[u].kind == k) return 1;
-    return 0;
-}
-
 cl_status cl_dp_create(cl_dp **out, cl_comm *comm, cl_model *m, size_t bucket_bytes) {
     *out = NULL;
     cl_dp *dp = calloc(1, sizeof *dp);
@@ -59,7 +53,7 @@ cl_status cl_dp_create(cl_dp **out, cl_comm *comm, cl_model *m, size_t bucket_by
         cl_dp_destroy(dp);
         return cl_error(CL_ERR_OOM, "cannot allocate the gradient norm's blocks");
     }
-    dp->embed_tie = m->head_wte_g && holds(m, CL_UNIT_EMBED);
+    dp->embed_tie = m->head_wte_g && cl_model_owns_param(m, m->desc->tied_wte); /* the part of the tied weight's unit */
     *out = dp;
     return CL_OK;
 }

@@ -16,7 +16,7 @@ void cl_pp_slot_sizes(const cl_model_desc *d, int u0, int u1, int B, int zb, cl_
     if (u0 > 0) o->in = (size_t)(d->units[u0].in_floats * B) * sizeof(float);
     if (u1 < d->nunits) o->dout = (size_t)(d->units[u1 - 1].out_floats * B) * sizeof(float);
     for (int u = u0; zb && u < u1; u++) o->udout += (size_t)cl_pp_udout_floats(d, u, B) * sizeof(float);
-    o->ids = (size_t)B * (size_t)(d->cfg.kind == CL_MODEL_GPT ? d->T : 1) * sizeof(int32_t);
+    o->ids = (size_t)B * (size_t)d->T /* 1 without sequences */ * sizeof(int32_t);
     o->x = (size_t)B * (size_t)cl_model_input_floats(&d->cfg) * sizeof(float); /* images (none for GPT: token ids) */
 }
 
@@ -49,7 +49,7 @@ cl_status cl_pp_partition_balanced(const cl_model_desc *d, int nstages, const cl
     memset(out, 0, sizeof *out);
     if (nstages < 1 || nstages > CL_PP_MAX_STAGES)
         return cl_error(CL_ERR_INVALID, "%d pipeline stages: need 1..%d", nstages, CL_PP_MAX_STAGES);
-    if (nstages > n && d->cfg.kind == CL_MODEL_GPT)
+    if (nstages > n && cl_model_family_of(&d->cfg)->tokens)
         return cl_error(CL_ERR_INVALID, "%d pipeline stages but the model has only %d units (embedding, %d blocks, head): "
                         "use fewer stages or more layers", nstages, n, n - 2);
     if (nstages > n)

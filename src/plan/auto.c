@@ -55,7 +55,7 @@ void cl_plan_query_for_train(const cl_train_config *tc, int ranks, const cl_hw *
     for (size_t i = 0; i < sizeof q->fix / sizeof(int); i++) fix[i] = -1;
     q->fix.bf16 = 0;           /* cleave trains in fp32 here */
     q->model = tc->model;
-    q->T = tc->model.kind == CL_MODEL_GPT ? (tc->seq_len ? tc->seq_len : tc->model.seq_len) : 1;
+    q->T = cl_model_family_of(&tc->model)->tokens ? (tc->seq_len ? tc->seq_len : tc->model.seq_len) : 1;
     q->devices = ranks;
     q->global_batch = tc->global_batch;
     q->device_memory = (double)tc->device_memory;

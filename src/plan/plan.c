@@ -22,6 +22,7 @@
  * workspace 2 bytes, and ZeRO stages 2 and 3 sharding the gradients and
  * parameters. */
 #include "plan/plan.h"
+#include "nn/kind.h"
 
 #include "cleave/memory.h"
 #include "cleave/pipeline.h"
@@ -192,25 +193,24 @@ static cl_status zero3_passes(plan_ctx *x, prep *P, const cl_model_desc *d, int 
     double *cf = t, *cb = t + n, *cw = t + 2 * n, *g = t + 3 * n;
     int *onf = on, *onb = on + n, *onw = on + 2 * n;
     cl_unit_cost uc;
-    int prev_block = 0;
     for (int u = 0; u < n; u++) {
-        int kind = d->units[u].kind, block = kind == CL_UNIT_BLOCK;
-        if (block && prev_block) cf[u] = cf[u - 1], cb[u] = cb[u - 1], cw[u] = cw[u - 1]; /* every block costs the same */
+        const cl_kind *k = cl_kind_of(d->units[u].kind);
+        int same = k->repeated && u > 0 && d->units[u - 1].kind == d->units[u].kind;
+        if (same) cf[u] = cf[u - 1], cb[u] = cb[u - 1], cw[u] = cw[u - 1]; /* every block costs the same */
         else {
             double none = 0;
             cl_unit_cost_of(d, u, c->mb, eb, c->recompute, hw->attn_causal, &uc);
             cf[u] = pass_time(x, &uc.pass[CL_PASS_F], peak, c->tp, &none);
             cb[u] = pass_time(x, &uc.pass[CL_PASS_B], peak, c->tp, &none) + pass_time(x, &uc.pass[CL_PASS_RF], peak, c->tp, &none);
             cw[u] = pass_time(x, &uc.pass[CL_PASS_W], peak, c->tp, &none);
-            if (zb && block) cw[u] += cb[u]; /* the split W re-derives the block's interior gradients (as in prepare) */
+            if (zb && k->weight_redo) cw[u] += cb[u]; /* the split W re-derives the block's interior gradients (as in prepare) */
         }
         if (!zb) cb[u] += cw[u], cw[u] = 0;
-        prev_block = block;
-        double np = x->up[u] + (kind == CL_UNIT_LMHEAD && wte_unit != u ? wte : 0);
+        double np = x->up[u] + (k->uses_tied && wte_unit != u ? wte : 0);
         g[u] = cl_hw_coll(hw, CL_COLL_ALLGATHER, np * eb, c->dp, inter);
         onf[u] = np > 0;
-        onb[u] = np > 0 && kind != CL_UNIT_EMBED;
-        onw[u] = np > 0 && block;
+        onb[u] = np > 0 && (k->z3_reads & CL_KIND_READS(CL_Z3_BACKWARD)); /* the passes that gather it */
+        onw[u] = np > 0 && (k->z3_reads & CL_KIND_READS(CL_Z3_WEIGHT));
     }
     for (int s = 0; s < P->S; s++) {
         int u0 = P->u0[s], u1 = P->u1[s];
@@ -261,15 +261,17 @@ static cl_status prepare(plan_ctx *x, const cl_plan_cfg *c, prep *P, cl_model_de
     cl_model_desc *d;
     CL_TRY(get_desc(x, c->tp, c->sp, &d));
     *dout = d;
-    int gpt = q->model.kind == CL_MODEL_GPT;
     /* stages: the trainer's rule (cl_pp_partition_balanced): at most one a unit. Their units: the
-     * blocks split evenly (the first stages take one more when they do not divide), the embedding
-     * with stage 0, the head with the last; more stages than blocks, and other models: the units
-     * split evenly */
+     * repeated body's (the blocks, cl_kind's repeated) split evenly (the first stages take one more
+     * when they do not divide), the units before it with stage 0, the ones after with the last;
+     * more stages than blocks, and models without a repeated body: the units split evenly */
     if (P->S > d->nunits)
         return cl_error(CL_ERR_INVALID, "%d pipeline stages but the model has only %d units", P->S, d->nunits);
-    int by_blocks = gpt && P->S <= q->model.layers;
-    int nb = by_blocks ? q->model.layers : d->nunits, lo = by_blocks ? 1 : 0;
+    int body = 0, first = 0;
+    for (int u = d->nunits - 1; u >= 0; u--)
+        if (cl_kind_of(d->units[u].kind)->repeated) body++, first = u;
+    int by_blocks = body > 0 && P->S <= body;
+    int nb = by_blocks ? body : d->nunits, lo = by_blocks ? first : 0;
     for (int s = 0, at = lo; s < P->S; s++) {
         int k = nb / P->S + (s < nb % P->S);
         P->u0[s] = s == 0 ? 0 : at;
@@ -280,12 +282,12 @@ static cl_status prepare(plan_ctx *x, const cl_plan_cfg *c, prep *P, cl_model_de
     double peak = c->bf16 ? hw->peak_bf16 : hw->peak_fp32;
     int eb = c->bf16 ? 2 : 4;
     cl_unit_cost uc;
-    int cached_kind = -1;
+    int cached_kind = -1; /* the kind of the last unit costed: a repeated kind's next unit costs the same */
     double ut[3] = {0}, ucf = 0, ucb = 0;
     for (int s = 0; s < P->S; s++) {
         for (int u = P->u0[s]; u < P->u1[s]; u++) {
             int kind = d->units[u].kind;
-            if (!(gpt && kind == CL_UNIT_BLOCK && cached_kind == CL_UNIT_BLOCK)) {
+            if (!(cl_kind_of(kind)->repeated && kind == cached_kind)) {
                 cl_unit_cost_of(d, u, c->mb, eb, c->recompute, hw->attn_causal, &uc);
                 ucf = ucb = 0;
                 ut[0] = pass_time(x, &uc.pass[CL_PASS_F], peak, c->tp, &ucf);
@@ -295,7 +297,7 @@ static cl_status prepare(plan_ctx *x, const cl_plan_cfg *c, prep *P, cl_model_de
                 /* zb-h1's weight-only backward of a block re-derives the block's interior gradients from
                  * its output gradient (and re-forwards under full recompute) before the weight products:
                  * the engine's W is B's work plus W's (docs/ARCHITECTURE.md, Backward split) */
-                if (P->kind == CL_SCHED_ZB_H1 && kind == CL_UNIT_BLOCK) ut[2] += ut[1], ucb += comm_b;
+                if (P->kind == CL_SCHED_ZB_H1 && cl_kind_of(kind)->weight_redo) ut[2] += ut[1], ucb += comm_b;
                 cached_kind = kind;
             }
             P->f[s] += ut[0], P->b[s] += ut[1], P->w[s] += ut[2];
@@ -336,7 +338,7 @@ static cl_status prepare(plan_ctx *x, const cl_plan_cfg *c, prep *P, cl_model_de
             if (c->zero == CL_ZERO_OPTIM || c->zero == CL_ZERO_GRADS) sync += cl_hw_coll(hw, CL_COLL_ALLGATHER, np * pb, c->dp, dp_inter);
         }
         /* the tied embedding's gradients between the first and the last rank */
-        if (gpt && P->p > 1 && (r == 0 || r == P->p - 1) && d->tied_wte >= 0)
+        if (P->p > 1 && (r == 0 || r == P->p - 1) && d->tied_wte >= 0)
             sync += cl_hw_p2p(hw, (double)d->params[d->tied_wte].numel * (c->bf16 ? 2 : 4), 1);
         P->sync[r] = sync;
         /* AdamW: 28 bytes per parameter of the shard (read master, grad, m, v; write master, m, v, the 16-bit copy) */
@@ -647,11 +649,27 @@ cl_status cl_plan_search(const cl_plan_query *q, cl_plan_list *out) {
     plan_ctx x = {.q = q};
     const cl_plan_cfg *fx = &q->fix;
     const cl_hw *hw = &q->hw;
-    int gpt = q->model.kind == CL_MODEL_GPT;
+    /* what the model's units allow, from the whole model's description: its repeated body (blocks to
+     * divide among interleaved chunks, to recompute), its units (pp at most that many); and its family
+     * (sequence parallelism splits token rows) */
+    int body = 0, nunits = 64, recomputable = 0, tokens = cl_model_family_of(&q->model)->tokens;
+    cl_model_desc *d0;
+    if (get_desc(&x, 1, 0, &d0) == CL_OK) {
+        nunits = d0->nunits;
+        for (int u = 0; u < d0->nunits; u++) {
+            const cl_kind *k = cl_kind_of(d0->units[u].kind);
+            body += k->repeated;
+            recomputable |= k->rc_floats != NULL;
+        }
+    }
+    cl_error_clear(); /* a model that cannot be described is refused by each candidate's prepare */
     int max_tp = q->max_tp > 0 ? q->max_tp : hw->devices_per_node;
     size_t ncap = 1024, n = 0;
     cand *cs = malloc(ncap * sizeof *cs);
-    if (!cs) return cl_error(CL_ERR_OOM, "cannot allocate the search");
+    if (!cs) {
+        ctx_free(&x);
+        return cl_error(CL_ERR_OOM, "cannot allocate the search");
+    }
     cl_status st = CL_OK;
     int bf16 = fx->bf16 >= 0 ? fx->bf16 : hw->peak_bf16 > 0 && !hw->exact_memory;
     for (int tp = 1; tp <= q->devices && !st; tp++) {
@@ -660,7 +678,7 @@ cl_status cl_plan_search(const cl_plan_query *q, cl_plan_list *out) {
             if ((q->devices / tp) % pp || (fx->pp > 0 && pp != fx->pp)) continue;
             int dp = q->devices / tp / pp;
             if ((fx->dp > 0 && dp != fx->dp) || q->global_batch % dp) continue;
-            int nb = gpt ? q->model.layers + 2 : 64; /* units (GPT: embedding, blocks, head); prepare checks the others' */
+            int nb = nunits;
             if (pp > nb) break;
             int per = q->global_batch / dp;
             for (int mb = 1; mb <= per && mb <= 64 && !st; mb++) {
@@ -678,13 +696,13 @@ cl_status cl_plan_search(const cl_plan_query *q, cl_plan_list *out) {
                         if (kind == CL_SCHED_INTERLEAVED && m % pp) continue;
                         /* chunks of unequal blocks are valid (the trainer runs them) but searched only when
                          * --virtual-stages is fixed: they bound the search (1T on 3072: 5x the configurations) */
-                        if (kind == CL_SCHED_INTERLEAVED && gpt && fx->v <= 0 && q->model.layers % (pp * v)) continue;
+                        if (kind == CL_SCHED_INTERLEAVED && body && fx->v <= 0 && body % (pp * v)) continue;
                         if (pp * v > nb) break;
                         int zs[4], nz = opts_of(fx->zero, CL_ZERO_NONE, CL_ZERO_PARAMS, zs);
                         int off_hi = hw->exact_memory ? (hw->disk_bw > 0 ? CL_OFFLOAD_DISK : CL_OFFLOAD_HOST) : CL_OFFLOAD_NONE;
                         int os[3], no = opts_of(fx->offload, CL_OFFLOAD_NONE, off_hi, os);
-                        int rs[3], nr = opts_of(fx->recompute, CL_RECOMPUTE_NONE, gpt ? CL_RECOMPUTE_FULL : CL_RECOMPUTE_NONE, rs);
-                        int sps[2], ns = opts_of(fx->sp, 0, tp > 1 && gpt ? 1 : 0, sps), fit0 = 0;
+                        int rs[3], nr = opts_of(fx->recompute, CL_RECOMPUTE_NONE, recomputable ? CL_RECOMPUTE_FULL : CL_RECOMPUTE_NONE, rs);
+                        int sps[2], ns = opts_of(fx->sp, 0, tp > 1 && tokens ? 1 : 0, sps), fit0 = 0;
                         for (int zi = 0; zi < nz && !st; zi++) {
                             if (dp == 1 && cl_zero_shards_optim(zs[zi]) && fx->zero < 0) continue;
                             for (int ri = 0; ri < nr && !st; ri++)

@@ -13,44 +13,9 @@
 #include "cleave/schedule.h"
 #include "cleave/trace.h"
 #include "cleave/train.h"
+#include "nn/cost.h"
 
-/* ---- costs of one unit (cost.c) ------------------------------------------
- * For unit u of a description (the tensor-parallel slice it is cut for: its
- * local heads, columns and vocabulary rows, sequence parallelism) at
- * micro-batch B: the FLOPs of its matrix products, the bytes its other
- * kernels read and write, the products' shapes (for the efficiency curve)
- * and the tensor-parallel collectives, for each pass:
- *   F   forward
- *   B   backward-input (gradient of the input; a loss unit's whole backward,
- *       as the executor runs it; attention's four products have no weight)
- *   W   backward-weight (gradients of the weights and biases)
- *   RF  the re-forward recompute adds before B: the block's forward (full),
- *       the attention core's scores and their product with v (selective) */
-enum { CL_PASS_F = 0, CL_PASS_B, CL_PASS_W, CL_PASS_RF, CL_NPASS };
-#define CL_COST_MAX_GEMM 16
-
-typedef struct {
-    double m, n, k, count; /* count products of [m, k] x [k, n] */
-    int layout;            /* cl_gemm's operands as the engine passes them: CL_GEMM_NN (A B), _NT (A B^T), _TN (A^T B) */
-} cl_gemm_shape;
-enum { CL_GEMM_NN = 0, CL_GEMM_NT, CL_GEMM_TN, CL_GEMM_NLAYOUTS };
-
-typedef struct {
-    double flops; /* 2 m n k count, summed over the products */
-    double bytes;  /* bytes read and written by the other kernels (norms, GELU, softmax, bias loops, lookups) */
-    double stream; /* bytes of plain copies, fills and adds among them (memcpy, memset, vector adds): they run
-                    * at memory_bandwidth, the others at kernel_bandwidth (docs/ARCHITECTURE.md "Planner") */
-    int ngemm;
-    cl_gemm_shape gemm[CL_COST_MAX_GEMM];
-    /* tensor-parallel collectives: bytes of the whole buffer (as comm.h counts) and calls */
-    double ar_bytes, ag_bytes, rs_bytes;
-    int ar_calls, ag_calls, rs_calls;
-} cl_pass_cost;
-
-typedef struct {
-    cl_pass_cost pass[CL_NPASS];
-} cl_unit_cost;
-
+/* ---- costs of one unit (cost.c; each kind's figures in its table, nn/cost.h) ---- */
 /* ebytes: bytes of one activation element (4 fp32, 2 bf16). causal: the attention kernels compute
  * only the score blocks on and below the diagonal (cl_attention_share: cleave's), else the whole
  * T x T masked; the FLOPs are the model's either way, the shapes' counts the work done. */
@@ -95,7 +60,6 @@ double cl_hw_gemm_eff(const cl_hw *hw, double m, double n, double k);
 double cl_hw_gemm_eff_layout(const cl_hw *hw, double m, double n, double k, int layout);
 /* Seconds of a pass on one device at peak (FLOP/s of the precision). */
 double cl_hw_pass_compute(const cl_hw *hw, const cl_pass_cost *c, double peak);
-typedef enum { CL_COLL_ALLREDUCE, CL_COLL_ALLGATHER, CL_COLL_REDUCE_SCATTER } cl_coll_kind;
 /* Seconds of a collective over g devices of bytes (the whole buffer), the
  * group within a node (inter = 0) or spanning nodes; ring and tree costs,
  * the smaller. */

@@ -30,10 +30,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static const char *model_kind_name(cl_model_kind k) {
-    return k == CL_MODEL_GPT ? "gpt" : k == CL_MODEL_MLP ? "mlp" : "cnn";
-}
-
 void cl_ckpt_config_json(cl_strbuf *b, const cl_model_config *c, const char *tokenizer) {
     cl_sb_printf(b, "{\n");
     if (c->kind == CL_MODEL_GPT) {
@@ -42,6 +38,7 @@ void cl_ckpt_config_json(cl_strbuf *b, const cl_model_config *c, const char *tok
                      c->layers, c->heads, c->channels, c->seq_len, c->seq_len);
         cl_sb_printf(b, "  \"vocab_size\": %d,\n  \"layer_norm_epsilon\": 1e-05,\n  \"activation_function\": \"gelu_new\",\n", c->vocab);
         cl_sb_printf(b, "  \"tie_word_embeddings\": true,\n");
+        if (c->mlp_width) cl_sb_printf(b, "  \"n_inner\": %d,\n", c->mlp_width);
     } else if (c->kind == CL_MODEL_MLP) {
         cl_sb_printf(b, "  \"widths\": [");
         for (int i = 0; i < c->nwidths; i++) cl_sb_printf(b, "%s%d", i ? ", " : "", c->widths[i]);
@@ -53,7 +50,7 @@ void cl_ckpt_config_json(cl_strbuf *b, const cl_model_config *c, const char *tok
                      c->conv_stride, c->conv_pad, c->pool);
         cl_sb_printf(b, "  \"hidden\": %d,\n  \"hidden2\": %d,\n  \"classes\": %d,\n", c->hidden, c->hidden2, c->classes);
     }
-    cl_sb_printf(b, "  \"cleave_model\": \"%s\",\n  \"cleave_preset\": ", model_kind_name(c->kind));
+    cl_sb_printf(b, "  \"cleave_model\": \"%s\",\n  \"cleave_preset\": ", cl_model_family_of(c)->name);
     cl_sb_json_string(b, c->name, strlen(c->name));
     cl_sb_printf(b, ",\n  \"tokenizer\": ");
     cl_sb_json_string(b, tokenizer, strlen(tokenizer));
@@ -475,7 +472,7 @@ cl_status cl_ckpt_check_match(const cl_trainer *t, const char *dir, const cl_mod
     if (cl_model_config_diff(c, my, field, sizeof field, &theirs, &mine))
         return c->kind != my->kind
                    ? cl_error(CL_ERR_INVALID, "--resume %s: the checkpoint holds a %s model, this run a %s", dir,
-                              model_kind_name(c->kind), model_kind_name(my->kind))
+                              cl_model_family_of(c)->name, cl_model_family_of(my)->name)
                    : cl_error(CL_ERR_INVALID, "--resume %s: the checkpoint's model has %s %d, this run's %d", dir, field, theirs, mine);
     const char *mytok = t->tok ? cl_tokenizer_name(t->tok) : "none";
     if (strcmp(tok, mytok))
@@ -586,7 +583,7 @@ cl_status cl_checkpoint_load(const char *given, const char *tokenizer_dir, size_
                 : hf    ? cl_hf_read_params(dir, out->desc, out->model->p)
                         : copy_params(f, path, out->desc, out->model->p, "", 0);
     cl_st_close(f);
-    if (!s && c.kind == CL_MODEL_GPT) {
+    if (!s && cl_model_family_of(&c)->tokens) {
         if (!strcmp(tok, "gpt2")) s = cl_tokenizer_gpt2(&out->tok, tokenizer_dir);
         else if (!strcmp(tok, "byte")) s = cl_tokenizer_byte(&out->tok);
         else s = cl_error(CL_ERR_FORMAT, "%s/config.json: unknown tokenizer '%s'", dir, tok);

@@ -78,6 +78,8 @@ int cl_model_config_diff(const cl_model_config *a, const cl_model_config *b, cha
         DIFF("channels", a->channels, b->channels);
         DIFF("vocab", a->vocab, b->vocab);
         DIFF("context", a->seq_len, b->seq_len);
+        DIFF("mlp-width", (int)cl_model_mlp_width(a), (int)cl_model_mlp_width(b));
+        DIFF("kv-heads", cl_model_kv_heads(a), cl_model_kv_heads(b));
     } else if (a->kind == CL_MODEL_MLP) {
         DIFF("widths (their number)", a->nwidths, b->nwidths);
         for (int i = 0; i < a->nwidths; i++) {

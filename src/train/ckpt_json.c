@@ -29,6 +29,10 @@ cl_status cl_ckpt_config_parse(const cl_json *r, const char *path, cl_model_conf
         c->kind = CL_MODEL_GPT;
         ok = get_int(r, "n_layer", &c->layers) && get_int(r, "n_head", &c->heads) && get_int(r, "n_embd", &c->channels) &&
              get_int(r, "n_positions", &c->seq_len) && get_int(r, "vocab_size", &c->vocab);
+        /* the MLP's width (Hugging Face GPT-2's n_inner: absent or null is 4 x n_embd, kept as 0, the default) */
+        const cl_json *fi = cl_json_get(r, "n_inner");
+        if (ok && fi && fi->type != CL_JSON_NULL) ok = get_int(r, "n_inner", &c->mlp_width);
+        if (ok && (int64_t)c->mlp_width == 4 * (int64_t)c->channels) c->mlp_width = 0;
     } else if (!strcmp(k, "mlp")) {
         c->kind = CL_MODEL_MLP;
         const cl_json *w = cl_json_get(r, "widths");
@@ -53,9 +57,9 @@ cl_status cl_ckpt_config_parse(const cl_json *r, const char *path, cl_model_conf
      * shape (gpt2-small was 4 layers of 128 channels before it took GPT-2
      * small's 124M) is not carried on */
     cl_model_config p;
-    if (c->kind == CL_MODEL_GPT && cl_model_preset(c->name, &p) == CL_OK &&
-        (p.kind != c->kind || p.layers != c->layers || p.heads != c->heads || p.channels != c->channels ||
-         p.seq_len != c->seq_len || p.vocab != c->vocab))
+    char field[32];
+    int va, vb;
+    if (cl_model_preset(c->name, &p) == CL_OK && cl_model_config_diff(&p, c, field, sizeof field, &va, &vb))
         snprintf(c->name, sizeof c->name, "custom");
     cl_error_clear();
     return cl_error_context(cl_model_config_check(c), "%s", path) == CL_OK ? CL_OK : CL_ERR_FORMAT;

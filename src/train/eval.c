@@ -75,6 +75,6 @@ static cl_status pp_logits(void *ctx, const int32_t *tokens, int T, float *logit
 cl_status cl_trainer_generate(cl_trainer *t, const int32_t *prompt, int nprompt, int n, float temperature, int top_k,
                               uint64_t seed, int32_t *out) {
     const cl_model_desc *d = t->desc;
-    if (d->cfg.kind != CL_MODEL_GPT) return cl_error(CL_ERR_INVALID, "generation needs a GPT model");
+    if (!cl_model_family_of(&d->cfg)->tokens) return cl_error(CL_ERR_INVALID, "generation needs a GPT model");
     return cl_generate_with(pp_logits, t, d->cfg.vocab, d->T, prompt, nprompt, n, temperature, top_k, seed, out);
 }

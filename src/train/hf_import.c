@@ -33,7 +33,7 @@
 int cl_hf_foreign(const char *dir) { return !cl_ckpt_has(dir, CL_CKPT_MARKER) && !cl_ckpt_has(dir, CL_CKPT_INDEX); }
 
 /* GPT-2 settings cleave's model does not have are refused, not ignored. */
-static cl_status check_settings(const cl_json *r, const char *path, const cl_model_config *c) {
+static cl_status check_settings(const cl_json *r, const char *path) {
     const cl_json *v = cl_json_get(r, "activation_function");
     if (v && (v->type != CL_JSON_STRING || (strcmp(v->string, "gelu_new") && strcmp(v->string, "gelu_pytorch_tanh"))))
         return cl_error(CL_ERR_UNSUPPORTED, "%s: activation_function %s: cleave's GPT-2 uses gelu_new (tanh)", path,
@@ -42,9 +42,7 @@ static cl_status check_settings(const cl_json *r, const char *path, const cl_mod
     if (v && (v->type != CL_JSON_NUMBER || fabs(v->number - 1e-5) > 1e-12))
         return cl_error(CL_ERR_UNSUPPORTED, "%s: layer_norm_epsilon %g: cleave's layernorm uses 1e-05", path,
                         v->type == CL_JSON_NUMBER ? v->number : NAN);
-    v = cl_json_get(r, "n_inner");
-    if (v && v->type != CL_JSON_NULL && !(v->type == CL_JSON_NUMBER && v->number_is_int && v->integer == 4 * (int64_t)c->channels))
-        return cl_error(CL_ERR_UNSUPPORTED, "%s: n_inner is not 4 x n_embd (%d): cleave's MLP is 4 x wide", path, 4 * c->channels);
+    /* n_inner, the MLP's width, is the configuration's (cl_ckpt_config_parse) */
     v = cl_json_get(r, "tie_word_embeddings");
     if (v && !(v->type == CL_JSON_BOOL && v->boolean))
         return cl_error(CL_ERR_UNSUPPORTED, "%s: tie_word_embeddings is not true: cleave ties the LM head to wte", path);
@@ -75,7 +73,7 @@ cl_status cl_hf_read_config(const char *dir, cl_model_config *c, char *tok, size
                      mt->string);
     if (!s) s = cl_ckpt_config_parse(r, path, c, tok, tn);
     if (!s && c->kind != CL_MODEL_GPT) s = cl_error(CL_ERR_FORMAT, "%s: model_type gpt2 with cleave_model not gpt", path);
-    if (!s) s = check_settings(r, path, c);
+    if (!s) s = check_settings(r, path);
     /* Hugging Face's config names no tokenizer: GPT-2's vocabulary means GPT-2's BPE, a smaller one bytes */
     if (!s && !cl_json_get(r, "tokenizer")) snprintf(tok, tn, "%s", c->vocab >= 50257 ? "gpt2" : "byte");
     cl_json_free(doc);

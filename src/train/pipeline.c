@@ -230,7 +230,7 @@ static pp_slot *get_slot(cl_trainer *t, pp_chunk *ch, int mb, int step) {
         int local = c->global_batch / t->dp;
         int64_t k0 = (int64_t)step * c->global_batch + (int64_t)t->dp_rank * local + (int64_t)mb * c->micro_batch;
         cl_trainer_fill_batch(t, k0, c->micro_batch, sl->tokens, sl->targets, sl->x, &sl->mbd);
-        sl->mbd.dloss = (float)(1.0 / ((double)c->global_batch * (t->desc->cfg.kind == CL_MODEL_GPT ? t->desc->T : 1)));
+        sl->mbd.dloss = (float)(1.0 / ((double)c->global_batch * t->desc->T)); /* T: 1 without sequences */
         return sl;
     }
     return NULL; /* cannot happen: the pool is the schedule's peak */

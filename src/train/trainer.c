@@ -67,10 +67,10 @@ cl_status cl_train_describe(const cl_train_config *cfg, int tp_rank, cl_model_de
 static cl_status load_data(cl_trainer *t) {
     const cl_model_config *mc = &t->cfg.model;
     if (!t->cfg.data) {
-        CL_TRY(cl_data_find(mc->kind == CL_MODEL_GPT ? "kjv.txt" : "digits.csv.gz", t->data_path, sizeof t->data_path));
+        CL_TRY(cl_data_find(cl_model_family_of(mc)->data, t->data_path, sizeof t->data_path));
         t->cfg.data = t->data_path;
     }
-    if (mc->kind == CL_MODEL_GPT) {
+    if (cl_model_family_of(mc)->tokens) {
         if (!strcmp(t->cfg.tokenizer, "byte")) CL_TRY(cl_tokenizer_byte(&t->tok));
         else if (!strcmp(t->cfg.tokenizer, "gpt2")) CL_TRY(cl_tokenizer_gpt2(&t->tok, t->cfg.tokenizer_dir));
         else return cl_error(CL_ERR_INVALID, "unknown --tokenizer '%s' (byte or gpt2)", t->cfg.tokenizer);
@@ -208,7 +208,7 @@ void cl_trainer_destroy(cl_trainer *t) {
 void cl_trainer_fill_batch(cl_trainer *t, int64_t k0, int B, int32_t *tokens, int32_t *targets, float *x, cl_microbatch *mb) {
     memset(mb, 0, sizeof *mb);
     mb->B = B;
-    if (t->desc->cfg.kind == CL_MODEL_GPT) {
+    if (cl_model_family_of(&t->desc->cfg)->tokens) {
         int T = t->desc->T;
         int64_t gb = t->cfg.global_batch;
         cl_blend_mark(&t->ds.train, k0 / gb * gb); /* this step's samples are all at or after its first */
@@ -244,7 +244,7 @@ cl_status cl_step_check_finite(int step, double loss, double norm) {
 
 static cl_status step_stats(cl_trainer *t, cl_step_stats *st, double t0, double loss_sum, double norm, float lr, int local) {
     const cl_train_config *c = &t->cfg;
-    int T = t->desc->cfg.kind == CL_MODEL_GPT ? t->desc->T : 1;
+    int T = t->desc->T; /* 1 without sequences */
     st->step = t->step;
     st->loss = loss_sum / ((double)c->global_batch * T);
     st->lr = lr;
@@ -379,7 +379,7 @@ cl_status cl_eval_tokens(cl_model *m, cl_acts *a, const int32_t *tok, size_t n, 
 
 cl_status cl_trainer_eval(cl_trainer *t, double *loss) {
     eval_set e;
-    if (t->desc->cfg.kind == CL_MODEL_GPT) {
+    if (cl_model_family_of(&t->desc->cfg)->tokens) {
         size_t n = cl_dataset_windows(&t->ds, CL_PART_VALID);
         if (t->cfg.eval_batches > 0 && n > (size_t)t->cfg.eval_batches) n = (size_t)t->cfg.eval_batches;
         e = (eval_set){.ds = &t->ds, .part = CL_PART_VALID, .win = t->win, .T = t->desc->T, .n = n};
@@ -414,7 +414,7 @@ static void part_each(const cl_dataset *d, int p, double *cnt, double *nll, doub
 }
 
 double cl_trainer_unigram_loss(const cl_trainer *t) {
-    if (t->desc->cfg.kind != CL_MODEL_GPT) return log(10.0);
+    if (!cl_model_family_of(&t->desc->cfg)->tokens) return log(10.0);
     int V = cl_tokenizer_vocab(t->tok);
     double *cnt = calloc((size_t)V, sizeof *cnt);
     if (!cnt) return NAN;

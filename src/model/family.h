@@ -1,0 +1,64 @@
+/* Model families (internal to src/model): one table per family, the one
+ * place that knows what a family is. A family says its presets, how its
+ * configuration is checked (and what of it the unit kinds can run), what
+ * tensor parallelism must divide, the sizes a description holds beyond its
+ * units, and how its unit list is built (from the unit kinds' tables,
+ * nn/kind.h). describe.c holds the builder the families share and asks the
+ * table; a new family (Llama: grouped-query attention, RMSNorm, rotary
+ * positions, no biases) is one more file and one more line in family_of.
+ *
+ * Invariants: a family's describe adds units in model order and completes
+ * each from its kind's table (cl_desc_add_kind), so parameters come in
+ * checkpoint order; it never sizes a unit itself. */
+#ifndef CLEAVE_MODEL_FAMILY_H
+#define CLEAVE_MODEL_FAMILY_H
+
+#include "cleave/model.h"
+#include "nn/kind.h"
+
+/* A description being built (describe.c). */
+typedef struct {
+    cl_model_desc *d;
+    int cap_units, cap_params;
+    int failed;
+    cl_sizer z; /* too_large: a size passed CL_DESC_MAX_FLOATS (or int, where a unit keeps it as int) */
+} cl_desc_builder;
+
+/* A unit of this kind appended (its geometry for the caller to set), or NULL when out of memory. */
+cl_unit *cl_desc_add_unit(cl_desc_builder *b, cl_unit_kind kind, char code, int index, const char *label);
+/* The unit just added, its geometry set, completed from its kind's table: sizes, FLOPs, parameters. */
+void cl_desc_add_kind(cl_desc_builder *b);
+/* A linear unit (mode: cl_unit's tp_mode), an elementwise one of n floats, the classifier loss. */
+void cl_desc_linear(cl_desc_builder *b, const char *label, int index, int64_t in, int64_t out, cl_linear_tp mode);
+void cl_desc_elementwise(cl_desc_builder *b, cl_unit_kind kind, char code, int index, const char *label, int64_t n);
+void cl_desc_classify(cl_desc_builder *b, int64_t classes);
+
+/* Each size a config may give is at most this (a config.json is not trusted), so that the geometry stays
+ * within int; the description then checks every product. */
+#define CL_DESC_DIM_MAX (1 << 20)
+#define CL_DESC_WIDTH_MAX (1 << 28)
+
+typedef struct cl_family {
+    cl_model_family pub;
+    cl_model_kind kind;
+    const char *presets;   /* its preset names, for the unknown-model message */
+    /* 1 and cfg filled (zeroed first) if name is one of its presets, else 0 */
+    int (*preset)(const char *name, cl_model_config *cfg);
+    cl_status (*check)(const cl_model_config *c);
+    /* what of a checked config its unit kinds run (NULL: all of it) */
+    cl_status (*runs)(const cl_model_config *c);
+    /* what tp > 1 (and sequence parallelism) must divide; NULL: the family is not split */
+    cl_status (*check_tp)(const cl_model_config *c, int T, const cl_tp_layout *tl);
+    /* the description's sizes beyond its units, before they are added (NULL: none) */
+    cl_status (*setup)(cl_model_desc *d);
+    void (*describe)(cl_desc_builder *b);
+    /* floats of one sample's input (NULL: 0, token ids) */
+    int64_t (*input_floats)(const cl_model_config *c);
+} cl_family;
+
+extern const cl_family cl_family_gpt, cl_family_mlp, cl_family_cnn;
+
+/* The family of kind k, NULL when unknown (family.c ... describe.c: the one list). */
+const cl_family *cl_family_of(cl_model_kind k);
+
+#endif

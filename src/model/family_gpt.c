@@ -1,0 +1,145 @@
+/* The GPT family (GPT-2): token embedding and learned positions, pre-LN
+ * transformer blocks, an LM head tied to the embedding. Its configuration
+ * carries the choices a Llama family also makes (key-value heads, MLP
+ * width, norm, biases, a tied head), GPT-2's values the defaults (0); the
+ * GPT kinds run GPT-2's norm, biases and tied head and as many key-value
+ * heads as heads (cl_model_config_runs), and any MLP width.
+ *
+ * Invariants: heads divide channels and kv_heads divide heads; the
+ * description's local sizes (heads, channels, key-value columns, MLP width,
+ * vocabulary rows) are this tensor-parallel rank's, set before any unit. */
+#include "model/family.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#define LAYERS_MAX (1 << 14) /* each block adds 12 parameter entries to the description */
+
+static const struct {
+    const char *name;
+    int layers, channels, heads, seq_len, vocab;
+} presets[] = {
+    {"gpt2-tiny", 2, 64, 4, 64, 256},
+    {"gpt2-mini", 4, 128, 4, 128, 256},
+    {"gpt2-small", 12, 768, 12, 1024, 50257}, /* GPT-2 small (124M), as the paper and Hugging Face's gpt2 */
+    {"gpt2", 12, 768, 12, 1024, 50257},
+    {"gpt2-medium", 24, 1024, 16, 1024, 50257},
+    {"gpt2-large", 36, 1280, 20, 1024, 50257},
+    {"gpt2-xl", 48, 1600, 25, 1024, 50257},
+};
+
+static int gpt_preset(const char *name, cl_model_config *cfg) {
+    for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++) {
+        if (strcmp(name, presets[i].name)) continue;
+        cfg->kind = CL_MODEL_GPT;
+        snprintf(cfg->name, sizeof cfg->name, "%s", presets[i].name);
+        cfg->layers = presets[i].layers;
+        cfg->channels = presets[i].channels;
+        cfg->heads = presets[i].heads;
+        cfg->seq_len = presets[i].seq_len;
+        cfg->vocab = presets[i].vocab;
+        return 1;
+    }
+    return 0;
+}
+
+int cl_model_kv_heads(const cl_model_config *c) { return c->kv_heads ? c->kv_heads : c->heads; }
+int64_t cl_model_mlp_width(const cl_model_config *c) { return c->mlp_width ? c->mlp_width : 4 * (int64_t)c->channels; }
+
+static cl_status gpt_check(const cl_model_config *c) {
+#define POS(field, what) \
+    if (c->field <= 0) return cl_error(CL_ERR_INVALID, "%s must be positive (got %d)", what, c->field)
+#define MAX(field, what, max) \
+    if (c->field > (max)) return cl_error(CL_ERR_INVALID, "%s %d is too large (at most %d)", what, c->field, (max))
+    POS(layers, "--layers");
+    POS(channels, "--channels");
+    POS(heads, "--heads");
+    POS(seq_len, "--seq-len");
+    POS(vocab, "--vocab");
+    MAX(layers, "--layers", LAYERS_MAX);
+    MAX(seq_len, "the context (n_positions)", CL_DESC_DIM_MAX);
+    if (c->channels % c->heads)
+        return cl_error(CL_ERR_INVALID, "--heads (%d) must divide --channels (%d)", c->heads, c->channels);
+    if (c->vocab > (1 << 30)) return cl_error(CL_ERR_INVALID, "--vocab %d is too large", c->vocab);
+    if ((int64_t)c->channels * 4 > (1 << 28)) return cl_error(CL_ERR_INVALID, "--channels %d is too large", c->channels);
+    if (c->kv_heads < 0 || (c->kv_heads && c->heads % c->kv_heads))
+        return cl_error(CL_ERR_INVALID, "--kv-heads %d must divide --heads (%d)", c->kv_heads, c->heads);
+    if (c->mlp_width < 0) return cl_error(CL_ERR_INVALID, "--mlp-width must be positive (got %d)", c->mlp_width);
+    MAX(mlp_width, "--mlp-width", CL_DESC_WIDTH_MAX);
+    if (c->norm != CL_NORM_LAYER && c->norm != CL_NORM_RMS) return cl_error(CL_ERR_INVALID, "unknown norm %d", (int)c->norm);
+    return CL_OK;
+#undef POS
+#undef MAX
+}
+
+/* What kind_embed.c, kind_block.c and kind_head.c compute today. */
+static cl_status gpt_runs(const cl_model_config *c) {
+    if (cl_model_kv_heads(c) != c->heads)
+        return cl_error(CL_ERR_UNSUPPORTED, "n_kv_heads %d: the GPT block runs as many key-value heads as heads (%d) (grouped-query attention is not built yet)",
+                        cl_model_kv_heads(c), c->heads);
+    if (c->norm != CL_NORM_LAYER) return cl_error(CL_ERR_UNSUPPORTED, "norm rmsnorm: the GPT block runs layernorm only (RMSNorm is not built yet)");
+    if (c->no_bias) return cl_error(CL_ERR_UNSUPPORTED, "bias false: the GPT block runs with biases only");
+    if (c->untied) return cl_error(CL_ERR_UNSUPPORTED, "tie_word_embeddings false: the GPT LM head runs tied to the embedding only");
+    return CL_OK;
+}
+
+static cl_status gpt_check_tp(const cl_model_config *c, int T, const cl_tp_layout *tl) {
+    int tp = tl->tp;
+    if (c->heads % tp)
+        return cl_error(CL_ERR_INVALID, "--tp %d must divide the %d attention heads (each rank computes whole heads)", tp, c->heads);
+    if (cl_model_kv_heads(c) % tp)
+        return cl_error(CL_ERR_INVALID, "--tp %d must divide the %d key-value heads", tp, cl_model_kv_heads(c));
+    if (cl_model_mlp_width(c) % tp) {
+        if (!c->mlp_width)
+            return cl_error(CL_ERR_INVALID, "--tp %d must divide the MLP's 4 x %d = %lld columns", tp, c->channels,
+                            4 * (long long)c->channels);
+        return cl_error(CL_ERR_INVALID, "--tp %d must divide the MLP's %d columns (--mlp-width)", tp, c->mlp_width);
+    }
+    if (tl->sp && T % tp) return cl_error(CL_ERR_INVALID, "--sequence-parallel: --tp %d must divide the sequence length %d", tp, T);
+    return CL_OK;
+}
+
+/* The vocabulary padded to a multiple of vocab_div x tp, and this rank's heads, columns and rows. */
+static cl_status gpt_setup(cl_model_desc *d) {
+    const cl_model_config *c = &d->cfg;
+    const cl_tp_layout *tl = &d->tpl;
+    int64_t mult = (int64_t)tl->vocab_div * tl->tp, vp = (c->vocab + mult - 1) / mult * mult;
+    if (vp > (1 << 30))
+        return cl_error(CL_ERR_INVALID, "the vocabulary %d padded to a multiple of %lld is too large", c->vocab, (long long)mult);
+    d->vocab_padded = (int)vp;
+    d->vocab_local = (int)(vp / tl->tp);
+    d->vocab_start = tl->rank * d->vocab_local;
+    d->heads_local = c->heads / tl->tp;
+    d->channels_local = c->channels / tl->tp;
+    d->kv_heads_local = cl_model_kv_heads(c) / tl->tp;
+    d->kv_channels_local = d->kv_heads_local * (c->channels / c->heads);
+    d->mlp_local = (int)(cl_model_mlp_width(c) / tl->tp);
+    return CL_OK;
+}
+
+/* Embedding, the blocks h.0 .. h.{L-1}, the LM head; each sized by its kind for this rank's slice. */
+static void gpt_describe(cl_desc_builder *b) {
+    cl_model_desc *d = b->d;
+    if (!cl_desc_add_unit(b, CL_UNIT_EMBED, 'E', 0, "embed")) return;
+    cl_desc_add_kind(b);
+    for (int l = 0; l < d->cfg.layers && !b->failed; l++) {
+        char label[24];
+        snprintf(label, sizeof label, "h.%d", l);
+        if (!cl_desc_add_unit(b, CL_UNIT_BLOCK, 't', l, label)) return;
+        cl_desc_add_kind(b);
+    }
+    if (!cl_desc_add_unit(b, CL_UNIT_LMHEAD, 'L', 0, "lm_head")) return;
+    cl_desc_add_kind(b);
+}
+
+const cl_family cl_family_gpt = {
+    .pub = {.name = "gpt", .tokens = 1, .data = "kjv.txt", .sample = ""},
+    .kind = CL_MODEL_GPT,
+    .presets = "gpt2-tiny, gpt2-mini, gpt2-small or gpt2, gpt2-medium, gpt2-large, gpt2-xl",
+    .preset = gpt_preset,
+    .check = gpt_check,
+    .runs = gpt_runs,
+    .check_tp = gpt_check_tp,
+    .setup = gpt_setup,
+    .describe = gpt_describe,
+};

@@ -1,0 +1,39 @@
+/* The cost figures the unit kinds' tables give (nn/cost.h): the GEMM
+ * shapes and FLOPs, the collectives, and the elementwise kinds' one cost.
+ *
+ * Invariants: a product's FLOPs are 2 m n k count (the model's); its shape's
+ * count is the work done (count x share); past CL_COST_MAX_GEMM shapes the
+ * work is merged into the last, weighted by its size; collectives count at
+ * tp > 1 only. */
+#include "nn/cost.h"
+
+/* count products of [m, k] x [k, n] of which the kernel computes the share (the causal attention's
+ * skipped blocks): the FLOPs counted are the model's (the whole products), the time the work done */
+void cl_cost_gemm_part(cl_pass_cost *c, double m, double n, double k, double count, int layout, double share) {
+    if (m <= 0 || n <= 0 || k <= 0 || count <= 0) return;
+    double work = count * share;
+    if (c->ngemm < CL_COST_MAX_GEMM) c->gemm[c->ngemm++] = (cl_gemm_shape){m, n, k, work, layout};
+    else c->gemm[CL_COST_MAX_GEMM - 1].count += work * m * n * k / (c->gemm[CL_COST_MAX_GEMM - 1].m *
+                                                                     c->gemm[CL_COST_MAX_GEMM - 1].n *
+                                                                     c->gemm[CL_COST_MAX_GEMM - 1].k);
+    c->flops += 2.0 * m * n * k * count;
+}
+
+void cl_cost_gemm(cl_pass_cost *c, double m, double n, double k, double count, int layout) {
+    cl_cost_gemm_part(c, m, n, k, count, layout, 1);
+}
+
+void cl_cost_coll(cl_pass_cost *c, cl_coll_kind kind, double bytes, int tp) {
+    if (tp <= 1 || bytes <= 0) return;
+    if (kind == CL_COLL_ALLREDUCE) c->ar_bytes += bytes, c->ar_calls++;
+    else if (kind == CL_COLL_ALLGATHER) c->ag_bytes += bytes, c->ag_calls++;
+    else c->rs_bytes += bytes, c->rs_calls++;
+}
+
+void cl_kind_elementwise_cost(const cl_model_desc *d, const cl_unit *un, int B, double e, int recompute, int causal,
+                              cl_unit_cost *o) {
+    (void)d, (void)recompute, (void)causal;
+    double Bd = B;
+    o->pass[CL_PASS_F].bytes = e * Bd * (double)(un->in_floats + un->out_floats);
+    o->pass[CL_PASS_B].bytes = e * Bd * (double)(2 * un->out_floats + un->in_floats);
+}

@@ -1,0 +1,68 @@
+/* What a unit costs, per pass (internal to src/nn and the planner): the
+ * figures each unit kind's table gives (cl_kind's cost) and the planner
+ * (src/plan) times against a hardware description. A unit's cost is counted
+ * where its kernels are written, so that the two cannot drift apart.
+ *
+ * Invariants: FLOPs are the model's (the whole products, 2 m n k), the
+ * shapes' counts the work the kernels do (the causal attention's skipped
+ * blocks left out); bytes count each kernel reading its inputs and writing
+ * its outputs once, at the activation precision; the tensor-parallel
+ * collectives are counted (bytes of the whole buffer, calls) at tp > 1 only. */
+#ifndef CLEAVE_NN_COST_H
+#define CLEAVE_NN_COST_H
+
+#include "cleave/model.h"
+
+/* For a unit of a description (the tensor-parallel slice it is cut for: its
+ * local heads, columns and vocabulary rows, sequence parallelism) at
+ * micro-batch B: the FLOPs of its matrix products, the bytes its other
+ * kernels read and write, the products' shapes (for the efficiency curve)
+ * and the tensor-parallel collectives, for each pass:
+ *   F   forward
+ *   B   backward-input (gradient of the input; a loss unit's whole backward,
+ *       as the executor runs it; attention's four products have no weight)
+ *   W   backward-weight (gradients of the weights and biases)
+ *   RF  the re-forward recompute adds before B: the block's forward (full),
+ *       the attention core's scores and their product with v (selective) */
+enum { CL_PASS_F = 0, CL_PASS_B, CL_PASS_W, CL_PASS_RF, CL_NPASS };
+#define CL_COST_MAX_GEMM 16
+
+typedef struct {
+    double m, n, k, count; /* count products of [m, k] x [k, n] */
+    int layout;            /* cl_gemm's operands as the engine passes them: CL_GEMM_NN (A B), _NT (A B^T), _TN (A^T B) */
+} cl_gemm_shape;
+enum { CL_GEMM_NN = 0, CL_GEMM_NT, CL_GEMM_TN, CL_GEMM_NLAYOUTS };
+
+typedef struct {
+    double flops; /* 2 m n k count, summed over the products */
+    double bytes;  /* bytes read and written by the other kernels (norms, GELU, softmax, bias loops, lookups) */
+    double stream; /* bytes of plain copies, fills and adds among them (memcpy, memset, vector adds): they run
+                    * at memory_bandwidth, the others at kernel_bandwidth (docs/ARCHITECTURE.md "Planner") */
+    int ngemm;
+    cl_gemm_shape gemm[CL_COST_MAX_GEMM];
+    /* tensor-parallel collectives: bytes of the whole buffer (as comm.h counts) and calls */
+    double ar_bytes, ag_bytes, rs_bytes;
+    int ar_calls, ag_calls, rs_calls;
+} cl_pass_cost;
+
+typedef struct {
+    cl_pass_cost pass[CL_NPASS];
+} cl_unit_cost;
+
+typedef enum { CL_COLL_ALLREDUCE, CL_COLL_ALLGATHER, CL_COLL_REDUCE_SCATTER } cl_coll_kind;
+
+/* count products of [m, k] x [k, n] of which the kernel computes the share (the causal attention's skipped
+ * blocks): the FLOPs counted are the model's (the whole products), the time the work done */
+void cl_cost_gemm_part(cl_pass_cost *c, double m, double n, double k, double count, int layout, double share);
+void cl_cost_gemm(cl_pass_cost *c, double m, double n, double k, double count, int layout);
+/* a tensor-parallel collective of bytes over tp ranks (none at tp 1) */
+void cl_cost_coll(cl_pass_cost *c, cl_coll_kind kind, double bytes, int tp);
+/* The cost of a unit a kind's table gives (cl_kind's cost): unit un of description d at micro-batch B, e
+ * bytes an activation element, a recompute mode, causal: the attention kernels skip the blocks past the
+ * diagonal. o is zeroed by the caller. */
+typedef void cl_cost_fn(const cl_model_desc *d, const cl_unit *un, int B, double e, int recompute, int causal, cl_unit_cost *o);
+/* an elementwise unit's (ReLU, max-pool, flatten): forward reads its input and writes its output; backward
+ * reads the output gradient and the output, writes the input gradient */
+cl_cost_fn cl_kind_elementwise_cost;
+
+#endif

@@ -1,0 +1,132 @@
+/* The GPT family's configuration past GPT-2's shape (issue 28, item 6),
+ * described by the formula: gpt2-tiny's shape (L 2, C 64, H 4, V 256,
+ * context 64) with KV = 2 key-value heads (hd = C/H = 16, K = KV hd = 32)
+ * and an MLP F = 96 wide. Whole shapes: c_attn [C, C + 2K] and [C + 2K],
+ * c_fc [C, F] and [F], mlp.c_proj [F, C]; parameters V C + 64 C + 2 C + L
+ * (4 C + C (C + 2K) + (C + 2K) + C C + C + C F + F + F C + C); a block's
+ * kept activations per sample T (4 C + 4) + T (2 C + 2K + 2F) + H T T, its
+ * scratch T (3 C + C + (C + 2K) + F) + H T T; GPT-2's (KV = H, F = 4C) the
+ * figures it always had.
+ * At tp 2: c_attn holds C/2 query and K/2 key and value columns a rank, each
+ * element of the whole tensor on exactly one rank at the place both
+ * cl_param_local_index and cl_param_row_runs give. The configuration is
+ * refused for training naming n_kv_heads (cl_model_config_runs and
+ * cl_model_create), the MLP width alone is not; kv_heads must divide heads.
+ * GPT-2's defaults (0) describe as the explicit values do. */
+#include "cleave/model.h"
+#include "common/check.h"
+
+#include <string.h>
+
+static const cl_param_spec *find(const cl_model_desc *d, const char *name) {
+    int i = cl_model_find_param(d, name);
+    return i >= 0 ? &d->params[i] : NULL;
+}
+
+int main(void) {
+    cl_model_config c;
+    CHECK(cl_model_preset("gpt2-tiny", &c) == CL_OK, "preset");
+    const int64_t L = 2, C = 64, H = 4, V = 256, P = 64, KV = 2, F = 96, K = KV * (C / H), T = 64;
+    c.kv_heads = (int)KV;
+    c.mlp_width = (int)F;
+    CHECK(cl_model_kv_heads(&c) == KV && cl_model_mlp_width(&c) == F, "the accessors");
+    cl_model_desc *d = NULL;
+    CHECK(cl_model_describe(&c, 0, &d) == CL_OK, "describe: %s", cl_last_error());
+    if (!d) return cl_test_report("test_family");
+    const cl_param_spec *qkv = find(d, "h.0.attn.c_attn.weight"), *qkvb = find(d, "h.1.attn.c_attn.bias"),
+                        *fc = find(d, "h.0.mlp.c_fc.weight"), *fcb = find(d, "h.0.mlp.c_fc.bias"), *pr = find(d, "h.1.mlp.c_proj.weight");
+    CHECK(qkv && qkv->ndim == 2 && qkv->shape[0] == C && qkv->shape[1] == C + 2 * K, "c_attn [C, C + 2K]");
+    CHECK(qkvb && qkvb->ndim == 1 && qkvb->shape[0] == C + 2 * K, "c_attn bias [C + 2K]");
+    CHECK(fc && fc->shape[0] == C && fc->shape[1] == F && fcb && fcb->shape[0] == F, "c_fc [C, F], [F]");
+    CHECK(pr && pr->shape[0] == F && pr->shape[1] == C, "mlp.c_proj [F, C]");
+    int64_t blk = 4 * C + C * (C + 2 * K) + (C + 2 * K) + C * C + C + C * F + F + F * C + C;
+    CHECK(d->nparams_total == V * C + P * C + 2 * C + L * blk, "parameters %lld, the formula %lld", (long long)d->nparams_total,
+          (long long)(V * C + P * C + 2 * C + L * blk));
+    CHECK(d->units[1].act_floats == T * (4 * C + 4) + T * (2 * C + 2 * K + 2 * F) + H * T * T, "block activations %lld",
+          (long long)d->units[1].act_floats);
+    CHECK(d->units[1].scratch_floats == T * (3 * C + C + (C + 2 * K) + F) + H * T * T, "block scratch %lld (dres2, dln2, dln1; "
+          "datty, dqkv, dfc; the scores)", (long long)d->units[1].scratch_floats);
+    CHECK(d->units[1].flops == 2.0 * T * (2 * C + 2 * K + 2 * F) * C + 4.0 * T * T * C, "block FLOPs %g", d->units[1].flops);
+    /* refused for training, by name; described all the same */
+    CHECK(cl_model_config_runs(&c) == CL_ERR_UNSUPPORTED && strstr(cl_last_error(), "n_kv_heads 2"), "runs: %s", cl_last_error());
+    cl_device *dev = NULL;
+    cl_model *m = NULL;
+    CHECK(cl_device_create_cpu(&dev, 0, 0) == CL_OK, "device");
+    CHECK(cl_model_create(&m, d, dev, 1) == CL_ERR_UNSUPPORTED && !m && strstr(cl_last_error(), "n_kv_heads"), "create: %s",
+          cl_last_error());
+    /* the MLP width alone runs */
+    cl_model_config cf = c;
+    cf.kv_heads = 0;
+    cl_model_desc *df = NULL;
+    CHECK(cl_model_config_runs(&cf) == CL_OK && cl_model_describe(&cf, 0, &df) == CL_OK, "F 96 runs: %s", cl_last_error());
+    CHECK(df && cl_model_create(&m, df, dev, 1) == CL_OK && m, "F 96 builds: %s", cl_last_error());
+    cl_model_destroy(m);
+    cl_model_desc_free(df);
+    cl_model_config norm = cf;
+    norm.norm = CL_NORM_RMS;
+    CHECK(cl_model_config_runs(&norm) == CL_ERR_UNSUPPORTED && strstr(cl_last_error(), "norm rmsnorm"), "rmsnorm: %s", cl_last_error());
+    cl_model_config bad = c;
+    bad.kv_heads = 3;
+    CHECK(cl_model_config_check(&bad) == CL_ERR_INVALID && strstr(cl_last_error(), "kv-heads 3 must divide"), "kv 3: %s", cl_last_error());
+    /* GPT-2's defaults: 0 and the explicit values describe alike */
+    cl_model_config g0, g1;
+    cl_model_preset("gpt2-tiny", &g0);
+    g1 = g0;
+    g1.kv_heads = (int)H;
+    g1.mlp_width = (int)(4 * C);
+    cl_model_desc *d0 = NULL, *d1 = NULL;
+    CHECK(cl_model_describe(&g0, 0, &d0) == CL_OK && cl_model_describe(&g1, 0, &d1) == CL_OK, "defaults");
+    int same = d0 && d1 && d0->nunits == d1->nunits && d0->nparams == d1->nparams && d0->nfloats == d1->nfloats;
+    for (int i = 0; same && i < d0->nparams; i++)
+        same = !memcmp(d0->params[i].shape, d1->params[i].shape, sizeof d0->params[i].shape) && d0->params[i].byte_offset == d1->params[i].byte_offset;
+    for (int u = 0; same && u < d0->nunits; u++)
+        same = d0->units[u].act_floats == d1->units[u].act_floats && d0->units[u].scratch_floats == d1->units[u].scratch_floats &&
+               d0->units[u].flops == d1->units[u].flops;
+    CHECK(same, "kv_heads = heads and mlp_width = 4C describe as the defaults");
+    /* and as GPT-2's block always has: kept T (4C + 4) + 12 T C + H T^2, scratch T (3C + 8C) + H T^2, FLOPs 24 T C^2 + 4 T^2 C */
+    CHECK(d0 && d0->units[1].act_floats == T * (4 * C + 4) + 12 * T * C + H * T * T &&
+              d0->units[1].scratch_floats == T * 11 * C + H * T * T && d0->units[1].flops == 24.0 * T * C * C + 4.0 * T * T * C,
+          "GPT-2's block sizes");
+    cl_model_desc_free(d0);
+    cl_model_desc_free(d1);
+    /* tp 2: the grouped split, each element on one rank, local index and runs agreeing */
+    cl_model_desc *r[2] = {NULL, NULL};
+    for (int k = 0; k < 2; k++) {
+        cl_tp_layout tl = {2, k, 0, 1};
+        CHECK(cl_model_describe_tp(&c, 0, &tl, &r[k]) == CL_OK, "tp 2 rank %d: %s", k, cl_last_error());
+    }
+    for (int w = 0; r[0] && r[1] && w < 2; w++) {
+        const char *name = w ? "h.0.attn.c_attn.bias" : "h.0.attn.c_attn.weight";
+        const cl_param_spec *p0 = find(r[0], name), *p1 = find(r[1], name);
+        CHECK(p0 && p0->split == CL_SPLIT_HEADS3 && p0->part == C / 2 && p0->part_kv == K / 2 &&
+                  p0->shape[p0->ndim - 1] == C / 2 + K, "%s at tp 2: C/2 query and K/2 key and value columns", name);
+        if (!p0 || !p1) continue;
+        int64_t rows = p0->full_numel / (C + 2 * K), wrong = 0;
+        for (int64_t g = 0; g < p0->full_numel; g++) {
+            int64_t row = g / (C + 2 * K), col = g % (C + 2 * K);
+            int64_t part = col < C ? col / (C / 2) : col < C + K ? (col - C) / (K / 2) : (col - C - K) / (K / 2); /* its rank */
+            int64_t l0 = cl_param_local_index(p0, 0, g), l1 = cl_param_local_index(p1, 1, g);
+            if ((l0 >= 0) + (l1 >= 0) != 1 || (part == 0) != (l0 >= 0)) wrong++;
+            (void)row;
+        }
+        CHECK(wrong == 0, "%s: %lld elements not on exactly their rank", name, (long long)wrong);
+        for (int k = 0; k < 2; k++) {
+            const cl_param_spec *p = k ? p1 : p0;
+            int64_t bad_runs = 0, covered = 0;
+            for (int64_t row = 0; row < rows; row++) {
+                cl_param_run runs[3];
+                int n = cl_param_row_runs(p, k, row, runs);
+                for (int j = 0; j < n; j++)
+                    for (int64_t e = 0; e < runs[j].len; e++, covered++)
+                        if (cl_param_local_index(p, k, row * (C + 2 * K) + runs[j].col + e) != runs[j].local + e) bad_runs++;
+            }
+            CHECK(bad_runs == 0 && covered == p->numel, "%s rank %d: runs cover %lld of %lld, %lld misplaced", name, k,
+                  (long long)covered, (long long)p->numel, (long long)bad_runs);
+        }
+    }
+    cl_model_desc_free(r[0]);
+    cl_model_desc_free(r[1]);
+    cl_model_desc_free(d);
+    cl_device_destroy(dev);
+    return cl_test_report("test_family");
+}
