@@ -89,6 +89,7 @@ struct cl_kernels {
                              int S);
     void (*adamw_update)(float *p, const float *g, float *m, float *v, int64_t n, float lr, float b1, float b2,
                          float eps, float wd, int t, float gscale);
+    double (*sum)(const float *x, int64_t n);
     double (*sumsq)(const float *x, int64_t n);
     double (*sumsq_block)(const float *x, int64_t n);
     void (*scale)(float *x, float s, int64_t n);

@@ -206,6 +206,8 @@ void cl_maxpool_backward(float *din, const float *dout, const int32_t *idx,
  * g is read as g * gscale (1: as is): clipping by a coefficient, fused. */
 void cl_adamw_update(float *p, const float *g, float *m, float *v, int64_t n,
                      float lr, float b1, float b2, float eps, float wd, int t, float gscale);
+/* sum of x in double, in order, one thread (a micro-batch's losses) */
+double cl_sum(const float *x, int64_t n);
 /* sum of squares in double, for global-norm clipping */
 double cl_sumsq(const float *x, int64_t n);
 /* cl_sumsq's pieces: it sums blocks of CL_SUMSQ_BLOCK floats from x (the

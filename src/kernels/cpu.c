@@ -126,6 +126,7 @@ const cl_kernels cl_cpu_kernels = {
     .maxpool_forward = cl_maxpool_forward,
     .maxpool_backward = cl_maxpool_backward,
     .adamw_update = cl_adamw_update,
+    .sum = cl_sum,
     .sumsq = cl_sumsq,
     .sumsq_block = cl_sumsq_block,
     .scale = cl_scale,
