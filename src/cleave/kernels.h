@@ -18,6 +18,8 @@
 #ifndef CLEAVE_KERNELS_H
 #define CLEAVE_KERNELS_H
 
+#include "cleave/backend.h" /* the table these fill (cpu.c), the conv shape, CL_SUMSQ_BLOCK */
+
 #include <stdint.h>
 
 /* ---- GEMM ---------------------------------------------------------------
@@ -70,6 +72,17 @@ void cl_embedding_forward(float *out, const int32_t *tokens, const float *wte,
 /* dwte[V,C] += scatter of dout by token; dwpe[T,C] += sum over b of dout */
 void cl_embedding_backward_weight(float *dwte, float *dwpe, const float *dout,
                                   const int32_t *tokens, int B, int T, int C);
+/* The same for a vocabulary slice: wte holds rows [v0, v0 + Vl) of the
+ * vocabulary (the embedding unit's tensor-parallel slice; one rank: all).
+ * out[N,C]: the slice's row of each token, zero for a token outside it. */
+void cl_embedding_lookup(float *out, const int32_t *tokens, const float *wte, int64_t N, int64_t C, int64_t v0,
+                         int64_t Vl);
+/* out[i] += wpe[(row0 + i) % T] for Ns token rows (T positions a sample). */
+void cl_embedding_add_positions(float *out, const float *wpe, int64_t Ns, int64_t row0, int64_t T, int64_t C);
+/* Row by row i < N: dwte[the slice's row of token i] (when it holds it) and
+ * dwpe[i % T] += dout[i]. */
+void cl_embedding_backward_slice(float *dwte, float *dwpe, const float *dout, const int32_t *tokens, int64_t N,
+                                 int64_t T, int64_t C, int64_t v0, int64_t Vl);
 
 /* ---- layernorm over the last dim C, eps = 1e-5 ---------------------------
  * out[N,C]; saves mean[N] and rstd[N] for backward. */
@@ -93,10 +106,10 @@ void cl_layernorm_backward_weight(float *dw, float *db, const float *dout, const
  * (entries above the diagonal are 0). out[B,T,C] = att @ v, heads side by side. */
 void cl_attention_forward(float *out, float *att, const float *qkv,
                           int B, int T, int C, int NH);
-/* The share of the T x T score products the kernels compute: row blocks
- * skip the columns past their last row (3/4 at T = 128, 0.52 at 2048);
- * forward and backward alike. The planner prices the products with it. */
-double cl_attention_share(int T);
+/* cl_attention_share (backend.h): the share of the T x T score products
+ * the kernels compute: row blocks skip the columns past their last row (3/4
+ * at T = 128, 0.52 at 2048); forward and backward alike. The planner prices
+ * the products with it. */
 /* dqkv[B,T,3C] += gradient. scratch: B*NH*T*T floats, overwritten. */
 void cl_attention_backward(float *dqkv, float *scratch, const float *dout,
                            const float *qkv, const float *att,
@@ -120,6 +133,8 @@ void cl_relu_backward(float *din, const float *dout, const float *out, int64_t n
 /* ---- residual: out = a + b; backward adds dout to da and db ------------- */
 void cl_residual_forward(float *out, const float *a, const float *b, int64_t n);
 void cl_add_inplace(float *dst, const float *src, int64_t n); /* dst += src */
+/* x[rows,C] += bias[C], row by row (a row-parallel layer's bias after its sum) */
+void cl_add_bias(float *x, const float *bias, int64_t rows, int64_t C);
 
 /* ---- fused softmax + cross-entropy ---------------------------------------
  * logits[N,V]; targets[N] in [0,V), or -1 to ignore the row.
@@ -165,11 +180,7 @@ void cl_xent_vp_backward(float *dlogits, const float *logits, const float *lse, 
  * in[B,IC,H,W], w[OC,IC,KH,KW], b[OC] (may be NULL), out[B,OC,OH,OW] with
  * OH = (H + 2*pad - KH)/stride + 1, OW likewise. Zero padding.
  * col: workspace of cl_conv2d_col_floats() floats (im2col of one sample). */
-typedef struct { int B, IC, H, W, OC, KH, KW, stride, pad, OH, OW; } cl_conv2d_shape;
-/* Fills OH/OW; returns 0 on success, -1 if the shape is impossible. */
-int cl_conv2d_shape_init(cl_conv2d_shape *s, int B, int IC, int H, int W,
-                         int OC, int KH, int KW, int stride, int pad);
-int64_t cl_conv2d_col_floats(const cl_conv2d_shape *s);
+/* cl_conv2d_shape, cl_conv2d_shape_init and cl_conv2d_col_floats: backend.h. */
 void cl_conv2d_forward(float *out, float *col, const float *in, const float *w,
                        const float *b, const cl_conv2d_shape *s);
 void cl_conv2d_backward_input(float *din, float *col, const float *dout, const float *w,
@@ -195,13 +206,15 @@ void cl_maxpool_backward(float *din, const float *dout, const int32_t *idx,
  * g is read as g * gscale (1: as is): clipping by a coefficient, fused. */
 void cl_adamw_update(float *p, const float *g, float *m, float *v, int64_t n,
                      float lr, float b1, float b2, float eps, float wd, int t, float gscale);
+/* sum of x in double, in order, one thread (a micro-batch's losses) */
+double cl_sum(const float *x, int64_t n);
 /* sum of squares in double, for global-norm clipping */
 double cl_sumsq(const float *x, int64_t n);
 /* cl_sumsq's pieces: it sums blocks of CL_SUMSQ_BLOCK floats from x (the
  * last may be shorter), each with cl_sumsq_block, then adds the blocks'
  * sums in order to 0.0; so a caller holding the blocks' sums of a vector
  * cut elsewhere (ZeRO 2's shards) gets cl_sumsq's bits. n <= CL_SUMSQ_BLOCK. */
-#define CL_SUMSQ_BLOCK 16384
+/* CL_SUMSQ_BLOCK: backend.h */
 double cl_sumsq_block(const float *x, int64_t n);
 void cl_scale(float *x, float s, int64_t n);
 

@@ -1,4 +1,7 @@
-/* Devices and their capped, accounted allocators (see device.h).
+/* Devices and their capped, accounted allocators (see device.h): the front
+ * end every backend shares. The backends' own code (the CPU's:
+ * src/kernels/cpu.c) allocates, fills, copies and computes; this file only
+ * counts, checks the cap and passes calls on.
  *
  * Each block carries a 64-byte header (size, category, magic) in front of the
  * pointer handed out, so freeing needs no lookup table and a bad free is
@@ -10,7 +13,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 
 #define HDR 64
 #define MAGIC 0x636c65617665ULL /* "cleave" */
@@ -49,44 +51,17 @@ struct cl_device {
     pthread_mutex_t mu;
 };
 
-/* Blocks of 4 MiB and more start on a 2 MiB boundary and ask the kernel for
- * transparent huge pages (where it gives them only on request, as Debian's
- * "madvise" default does): the GEMMs stream weights and activations of many
- * megabytes, and with 4 KiB pages their TLB misses cost measurable time.
- * The page size changes nothing the device counts. */
-#define HUGE_BYTES ((size_t)4 << 20)
-#define HUGE_ALIGN ((size_t)2 << 20)
-static void *cpu_alloc(void *impl, size_t bytes) {
-    (void)impl;
-    size_t rounded = (bytes + 63) & ~(size_t)63;
-    if (!rounded) rounded = 64;
-    void *p;
-    if (rounded >= HUGE_BYTES) {
-        rounded = (rounded + HUGE_ALIGN - 1) & ~(HUGE_ALIGN - 1);
-        p = aligned_alloc(HUGE_ALIGN, rounded);
-#ifdef MADV_HUGEPAGE
-        if (p) madvise(p, rounded, MADV_HUGEPAGE); /* advice: a refusal only costs speed */
-#endif
-    } else {
-        p = aligned_alloc(64, rounded);
-    }
-    if (p) memset(p, 0, rounded);
-    return p;
-}
-static void cpu_free(void *impl, void *p) { (void)impl; free(p); }
-static void cpu_copy(void *impl, void *dst, const void *src, size_t n) { (void)impl; memcpy(dst, src, n); }
-
-static const cl_device_ops cpu_ops = {"cpu", cpu_alloc, cpu_free, cpu_copy};
-
 const char *cl_mem_cat_name(cl_mem_cat c) {
     static const char *names[CL_MEM_NCAT] = {"params", "grads", "optimizer", "activations", "workspace", "comm"};
     return (unsigned)c < CL_MEM_NCAT ? names[c] : "?";
 }
 
-cl_status cl_device_create_cpu(cl_device **out, size_t cap, int id) {
+cl_status cl_device_create(cl_device **out, const cl_device_ops *ops, void *impl, size_t cap, int id) {
+    *out = NULL;
     cl_device *d = calloc(1, sizeof *d);
     if (!d) return cl_error(CL_ERR_OOM, "cannot allocate a device");
-    d->ops = &cpu_ops;
+    d->ops = ops;
+    d->impl = impl;
     d->id = id;
     d->cap = cap;
     pthread_mutex_init(&d->mu, NULL);
@@ -174,9 +149,32 @@ void cl_device_free(cl_device *d, void *p) {
     d->total -= h->bytes;
     pthread_mutex_unlock(&d->mu);
     h->magic = 0;
-    if (CL_ASAN) memset(p, FREED_BYTE, h->bytes);
+    if (CL_ASAN) d->ops->fill(d->impl, p, FREED_BYTE, h->bytes);
     d->ops->free(d->impl, h);
 }
+
+void cl_device_fill(cl_device *d, void *dst, int byte, size_t bytes) {
+    if (bytes) d->ops->fill(d->impl, dst, byte, bytes);
+}
+void cl_device_copy(cl_device *d, void *dst, const void *src, size_t bytes) {
+    if (bytes && dst != src) d->ops->copy(d->impl, dst, src, bytes);
+}
+void cl_device_copy_to_host(cl_device *d, void *host, const void *src, size_t bytes) {
+    if (bytes) d->ops->copy_to_host(d->impl, host, src, bytes);
+}
+void cl_device_copy_from_host(cl_device *d, void *dst, const void *host, size_t bytes) {
+    if (bytes) d->ops->copy_from_host(d->impl, dst, host, bytes);
+}
+
+cl_status cl_device_convert(cl_device *d, void *dst, cl_dtype dt, const void *src, cl_dtype st, size_t n) {
+    if (d->ops->convert(d->impl, dst, dt, src, st, n))
+        return cl_error(CL_ERR_INVALID, "device %s:%d cannot convert %s to %s", d->ops->name, d->id, cl_dtype_name(st),
+                        cl_dtype_name(dt));
+    return CL_OK;
+}
+
+const cl_kernels *cl_device_kernels(const cl_device *d) { return d->ops->kernels; }
+const cl_device_ops *cl_device_backend(const cl_device *d) { return d->ops; }
 
 size_t cl_device_cap(const cl_device *d) { return d->cap; }
 size_t cl_device_current(const cl_device *d, cl_mem_cat c) { return d->cur[c]; }

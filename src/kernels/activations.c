@@ -152,3 +152,14 @@ void cl_add_inplace(float *dst, const float *src, int64_t n) {
         for (int64_t i = lo; i < lo + len; i++) dst[i] += src[i];
     });
 }
+
+void cl_add_bias(float *x, const float *bias, int64_t rows, int64_t C) {
+    for (int64_t i = 0; i < rows; i++)
+        for (int64_t j = 0; j < C; j++) x[i * C + j] += bias[j];
+}
+
+double cl_sum(const float *x, int64_t n) {
+    double s = 0;
+    for (int64_t i = 0; i < n; i++) s += x[i];
+    return s;
+}

@@ -16,10 +16,13 @@
  * each entry's `field` is the offset of its pointer there), never by
  * position. Each forward and backward is written once for a tensor-parallel
  * slice; tp = 1 runs the same function (the split collectives are then the
- * identity). */
+ * identity). A kind's code computes through its device's kernel table
+ * (cl_kern(m)->f, cl_sgemm) and moves device memory through the device's
+ * calls (cl_device_fill, cl_device_copy, ...), never directly. */
 #ifndef CLEAVE_NN_KIND_H
 #define CLEAVE_NN_KIND_H
 
+#include "cleave/backend.h"
 #include "cleave/model.h"
 #include "nn/cost.h"
 
@@ -130,14 +133,15 @@ const cl_kind *cl_kind_of(cl_unit_kind k);
 
 /* ---- what the kinds share (split.c) ---- */
 
+/* The kernel table of the model's device: cl_kern(m)->layernorm_forward(...). */
+static inline const cl_kernels *cl_kern(const cl_model *m) { return cl_device_kernels(m->dev); }
+
 /* Aims the named pointers of a kind's weights struct w at p[0 .. nparams). */
 void cl_kind_bind(const cl_kind *k, float *const *p, void *w);
 
 /* Token rows of a micro-batch of N that this rank's layernorms, residuals
  * and block inputs and outputs hold: all, or 1/tp under sequence parallelism. */
 int64_t cl_nn_rows_here(const cl_model_desc *d, int64_t N);
-/* rows x C += bias[C], row by row. */
-void cl_nn_add_bias(float *x, const float *bias, int64_t rows, int64_t C);
 /* The input of a column-parallel layer: every token row (gathered into buf under sequence parallelism). */
 cl_status cl_nn_col_input(const cl_model *m, const float *rows, float *buf, int64_t Ns, int64_t C, const float **out);
 /* A row-parallel layer's output out = x w + bias (x: N x K, w: K x C), summed over the group. */

@@ -12,7 +12,6 @@
  * activations laid out from the actual B and T (block_layout_at). */
 #include "nn/kind.h"
 
-#include "cleave/kernels.h"
 #include "cleave/prof.h"
 
 #include <math.h>
@@ -115,19 +114,19 @@ static cl_status block_pass(const cl_model *m, const block_acts *s, const float 
     float *G = m->scratch;
     double fl = 2.0 * (double)N * C * Cl, flf = 2.0 * (double)N * C * Fl, fq = 2.0 * (double)N * C * Q, att = 4.0 * (double)B * T * T * Cl;
     const float *x;
-    CL_PROF("fwd layernorm", 0, cl_layernorm_forward(s->ln1, s->ln1_mean, s->ln1_rstd, in, w->ln1_w, w->ln1_b, (int)Ns, (int)C));
+    CL_PROF("fwd layernorm", 0, cl_kern(m)->layernorm_forward(s->ln1, s->ln1_mean, s->ln1_rstd, in, w->ln1_w, w->ln1_b, (int)Ns, (int)C));
     CL_TRY(cl_nn_col_input(m, s->ln1, G, Ns, C, &x));
-    CL_PROF("fwd qkv", fq, cl_linear_forward(s->qkv, x, w->qkv_w, w->qkv_b, (int)N, (int)C, (int)Q));
-    CL_PROF("fwd attention", att, cl_attention_forward(s->atty, s->att, s->qkv, B, T, (int)Cl, d->heads_local));
+    CL_PROF("fwd qkv", fq, cl_kern(m)->linear_forward(s->qkv, x, w->qkv_w, w->qkv_b, (int)N, (int)C, (int)Q));
+    CL_PROF("fwd attention", att, cl_kern(m)->attention_forward(s->atty, s->att, s->qkv, B, T, (int)Cl, d->heads_local));
     CL_TRY(cl_nn_row_linear(m, "fwd attn proj", fl, s->atty, w->attn_proj_w, w->attn_proj_b, s->res2, N, Cl));
     CL_PROF("fwd residual layernorm", 0,
-            cl_residual_layernorm_forward(s->res2, s->ln2, s->ln2_mean, s->ln2_rstd, s->res2, in, w->ln2_w, w->ln2_b, (int)Ns, (int)C));
+            cl_kern(m)->residual_layernorm_forward(s->res2, s->ln2, s->ln2_mean, s->ln2_rstd, s->res2, in, w->ln2_w, w->ln2_b, (int)Ns, (int)C));
     CL_TRY(cl_nn_col_input(m, s->ln2, G, Ns, C, &x));
     /* c_fc without its bias, then bias + GELU in one pass */
-    CL_PROF("fwd fc", flf, cl_gemm(0, 0, (int)N, (int)Fl, (int)C, 1.0f, x, (int)C, w->fc_w, (int)Fl, 0.0f, s->fch, (int)Fl));
-    CL_PROF("fwd bias gelu", 0, cl_bias_gelu_forward(s->fch_gelu, s->fch, w->fc_b, (int)N, (int)Fl));
+    CL_PROF("fwd fc", flf, cl_sgemm(cl_kern(m), 0, 0, (int)N, (int)Fl, (int)C, 1.0f, x, (int)C, w->fc_w, (int)Fl, 0.0f, s->fch, (int)Fl));
+    CL_PROF("fwd bias gelu", 0, cl_kern(m)->bias_gelu_forward(s->fch_gelu, s->fch, w->fc_b, (int)N, (int)Fl));
     CL_TRY(cl_nn_row_linear(m, "fwd fc proj", flf, s->fch_gelu, w->fc_proj_w, w->fc_proj_b, s->out, N, Fl));
-    CL_PROF("fwd residual", 0, cl_add_inplace(s->out, s->res2, Ns * C));
+    CL_PROF("fwd residual", 0, cl_kern(m)->add_inplace(s->out, s->res2, Ns * C));
     return CL_OK;
 }
 
@@ -147,13 +146,14 @@ static int64_t block_keep(const cl_model_desc *d, const cl_unit *un, int B) {
 typedef struct {
     float *keep;   /* m->tp_keep: NULL when the backward is not split */
     int wonly;     /* the weight pass */
+    cl_device *dev;
 } keep_cursor;
 
 static const float *kept(keep_cursor *k, const float *computed, int64_t n, int computing) {
     const float *r = computed;
     if (k->keep) {
         if (!computing) r = k->keep;
-        else memcpy(k->keep, computed, (size_t)n * sizeof(float));
+        else cl_device_copy(k->dev, k->keep, computed, (size_t)n * sizeof(float));
         k->keep += n;
     }
     return r;
@@ -172,7 +172,7 @@ static cl_status block_backward_pass(cl_model *m, const block_acts *s, const flo
     int iN = (int)N, iNs = (int)Ns, iC = (int)C, iCl = (int)Cl, iFl = (int)Fl, iQ = (int)Q;
     /* a split group's weight pass reads the input pass's collective results back (tp_keep); one rank has no
      * collective to keep and computes its input gradients again (cl_unit_keep_floats is 0 there) */
-    keep_cursor k = {split ? m->tp_keep : NULL, ww && !wi && split};
+    keep_cursor k = {split ? m->tp_keep : NULL, ww && !wi && split, m->dev};
     if (k.wonly && !k.keep) return cl_error(CL_ERR_INTERNAL, "a tensor-parallel weight pass without the input pass's results");
     int run = !k.wonly; /* run the collectives (not the weight pass of a split backward) */
     float *ws = m->scratch;
@@ -194,8 +194,8 @@ static cl_status block_backward_pass(cl_model *m, const block_acts *s, const flo
     CL_ASSERT(attscratch + block_scores(d, B) <= m->scratch + m->sizes.scratch);
     double fl = 2.0 * (double)N * C * Cl, flf = 2.0 * (double)N * C * Fl, fq = 2.0 * (double)N * C * Q, att = 4.0 * (double)B * T * T * Cl;
     const float *x;
-    CL_PROF("bwd zero", 0, memset(dqkv, 0, (size_t)(N * Q) * sizeof(float)));
-    CL_PROF("bwd residual", 0, memcpy(dres2, dout, (size_t)(Ns * C) * sizeof(float)));
+    CL_PROF("bwd zero", 0, cl_device_fill(m->dev, dqkv, 0, (size_t)(N * Q) * sizeof(float)));
+    CL_PROF("bwd residual", 0, cl_device_copy(m->dev, dres2, dout, (size_t)(Ns * C) * sizeof(float)));
     /* mlp.c_proj, row-parallel: the gradient of its output on every token row (the transpose of the
      * forward's reduce-scatter under sequence parallelism, else the same on every rank) */
     const float *dO = dout;
@@ -203,48 +203,48 @@ static cl_status block_backward_pass(cl_model *m, const block_acts *s, const flo
         if (run) CL_TRY(cl_tp_backward(tp, CL_TP_SCATTER, dout, dof, (size_t)(Ns * C)));
         dO = kept(&k, dof, N * C, run);
     }
-    CL_PROF("bwd fc proj", flf, cl_gemm(0, 1, iN, iFl, iC, 1.0f, dO, iC, w->fc_proj_w, iC, 0.0f, dfchg, iFl));
-    if (ww) CL_PROF("bwd fc proj w", flf, cl_linear_backward_weight(gw->fc_proj_w, gw->fc_proj_b, dO, s->fch_gelu, iN, iFl, iC));
-    CL_PROF("bwd gelu", 0, cl_gelu_backward_set(dfchg, dfchg, s->fch, N * Fl));
+    CL_PROF("bwd fc proj", flf, cl_sgemm(cl_kern(m), 0, 1, iN, iFl, iC, 1.0f, dO, iC, w->fc_proj_w, iC, 0.0f, dfchg, iFl));
+    if (ww) CL_PROF("bwd fc proj w", flf, cl_kern(m)->linear_backward_weight(gw->fc_proj_w, gw->fc_proj_b, dO, s->fch_gelu, iN, iFl, iC));
+    CL_PROF("bwd gelu", 0, cl_kern(m)->gelu_backward_set(dfchg, dfchg, s->fch, N * Fl));
     /* c_fc, column-parallel: the input gradient is a partial sum over the ranks' columns */
     const float *dl2 = NULL;
     if (run) {
-        CL_PROF("bwd fc", flf, cl_gemm(0, 1, iN, iC, iFl, 1.0f, dfchg, iFl, w->fc_w, iFl, 0.0f, dln2, iC));
+        CL_PROF("bwd fc", flf, cl_sgemm(cl_kern(m), 0, 1, iN, iC, iFl, 1.0f, dfchg, iFl, w->fc_w, iFl, 0.0f, dln2, iC));
         if (sp) CL_TRY(cl_tp_backward(tp, CL_TP_GATHER, dln2, dln2s, (size_t)(Ns * C)));
         else CL_TRY(cl_tp_backward(tp, CL_TP_COPY, dln2, dln2, (size_t)(N * C)));
     }
     dl2 = kept(&k, sp ? dln2s : dln2, Ns * C, run);
     if (ww) {
         CL_TRY(cl_nn_col_input(m, s->ln2, G, Ns, C, &x)); /* sequence-parallel: gathered again, not kept */
-        CL_PROF("bwd fc w", flf, cl_linear_backward_weight(gw->fc_w, gw->fc_b, dfchg, x, iN, iC, iFl));
+        CL_PROF("bwd fc w", flf, cl_kern(m)->linear_backward_weight(gw->fc_w, gw->fc_b, dfchg, x, iN, iC, iFl));
     }
-    CL_PROF("bwd layernorm", 0, cl_layernorm_backward_input(dres2, dl2, s->res2, w->ln2_w, s->ln2_mean, s->ln2_rstd, iNs, iC));
-    if (ww) CL_PROF("bwd layernorm w", 0, cl_layernorm_backward_weight(gw->ln2_w, gw->ln2_b, dl2, s->res2, s->ln2_mean, s->ln2_rstd, iNs, iC));
+    CL_PROF("bwd layernorm", 0, cl_kern(m)->layernorm_backward_input(dres2, dl2, s->res2, w->ln2_w, s->ln2_mean, s->ln2_rstd, iNs, iC));
+    if (ww) CL_PROF("bwd layernorm w", 0, cl_kern(m)->layernorm_backward_weight(gw->ln2_w, gw->ln2_b, dl2, s->res2, s->ln2_mean, s->ln2_rstd, iNs, iC));
     /* attn.c_proj, row-parallel */
     const float *dR = dres2;
     if (sp) {
         if (run) CL_TRY(cl_tp_backward(tp, CL_TP_SCATTER, dres2, dr2f, (size_t)(Ns * C)));
         dR = kept(&k, dr2f, N * C, run);
     }
-    CL_PROF("bwd attn proj", fl, cl_gemm(0, 1, iN, iCl, iC, 1.0f, dR, iC, w->attn_proj_w, iC, 0.0f, datty, iCl));
-    if (ww) CL_PROF("bwd attn proj w", fl, cl_linear_backward_weight(gw->attn_proj_w, gw->attn_proj_b, dR, s->atty, iN, iCl, iC));
-    CL_PROF("bwd attention", 2 * att, cl_attention_backward(dqkv, attscratch, datty, s->qkv, s->att, B, T, iCl, d->heads_local));
+    CL_PROF("bwd attn proj", fl, cl_sgemm(cl_kern(m), 0, 1, iN, iCl, iC, 1.0f, dR, iC, w->attn_proj_w, iC, 0.0f, datty, iCl));
+    if (ww) CL_PROF("bwd attn proj w", fl, cl_kern(m)->linear_backward_weight(gw->attn_proj_w, gw->attn_proj_b, dR, s->atty, iN, iCl, iC));
+    CL_PROF("bwd attention", 2 * att, cl_kern(m)->attention_backward(dqkv, attscratch, datty, s->qkv, s->att, B, T, iCl, d->heads_local));
     if (ww) {
         CL_TRY(cl_nn_col_input(m, s->ln1, G, Ns, C, &x));
-        CL_PROF("bwd qkv w", fq, cl_linear_backward_weight(gw->qkv_w, gw->qkv_b, dqkv, x, iN, iC, iQ));
+        CL_PROF("bwd qkv w", fq, cl_kern(m)->linear_backward_weight(gw->qkv_w, gw->qkv_b, dqkv, x, iN, iC, iQ));
     }
     /* c_attn, column-parallel by heads */
     const float *dl1 = NULL;
     if (run) {
-        CL_PROF("bwd qkv", fq, cl_gemm(0, 1, iN, iC, iQ, 1.0f, dqkv, iQ, w->qkv_w, iQ, 0.0f, dln1, iC));
+        CL_PROF("bwd qkv", fq, cl_sgemm(cl_kern(m), 0, 1, iN, iC, iQ, 1.0f, dqkv, iQ, w->qkv_w, iQ, 0.0f, dln1, iC));
         if (sp) CL_TRY(cl_tp_backward(tp, CL_TP_GATHER, dln1, dln1s, (size_t)(Ns * C)));
         else CL_TRY(cl_tp_backward(tp, CL_TP_COPY, dln1, dln1, (size_t)(N * C)));
     }
     dl1 = kept(&k, sp ? dln1s : dln1, Ns * C, run);
-    if (ww) CL_PROF("bwd layernorm w", 0, cl_layernorm_backward_weight(gw->ln1_w, gw->ln1_b, dl1, in, s->ln1_mean, s->ln1_rstd, iNs, iC));
+    if (ww) CL_PROF("bwd layernorm w", 0, cl_kern(m)->layernorm_backward_weight(gw->ln1_w, gw->ln1_b, dl1, in, s->ln1_mean, s->ln1_rstd, iNs, iC));
     if (din) {
-        CL_PROF("bwd layernorm", 0, cl_layernorm_backward_input(din, dl1, in, w->ln1_w, s->ln1_mean, s->ln1_rstd, iNs, iC));
-        CL_PROF("bwd residual", 0, cl_add_inplace(din, dres2, Ns * C));
+        CL_PROF("bwd layernorm", 0, cl_kern(m)->layernorm_backward_input(din, dl1, in, w->ln1_w, s->ln1_mean, s->ln1_rstd, iNs, iC));
+        CL_PROF("bwd residual", 0, cl_kern(m)->add_inplace(din, dres2, Ns * C));
     }
     return CL_OK;
 }
@@ -307,7 +307,7 @@ static cl_status block_backward(cl_model *m, const cl_unit *un, const cl_microba
     /* what the forward did not keep, recomputed bit for bit (the output it writes again is the same) */
     if (m->recompute == CL_RECOMPUTE_FULL) CL_TRY(block_pass(m, &s, in, &w, B, T));
     else if (m->recompute == CL_RECOMPUTE_SELECTIVE)
-        cl_attention_forward(s.atty, s.att, s.qkv, B, T, m->desc->channels_local, m->desc->heads_local);
+        cl_kern(m)->attention_forward(s.atty, s.att, s.qkv, B, T, m->desc->channels_local, m->desc->heads_local);
     return block_backward_pass(m, &s, in, &w, &gw, dout, din, what & CL_BWD_INPUT, what & CL_BWD_WEIGHT, B, T);
 }
 

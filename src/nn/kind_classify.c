@@ -3,7 +3,6 @@
  * It keeps the loss and the log-sum-exp of each sample. No parameters. */
 #include "nn/kind.h"
 
-#include "cleave/kernels.h"
 
 /* Per sample: c logits in, one loss out; kept: the loss and the log-sum-exp. */
 static void classify_sizes(const cl_model_desc *d, cl_unit *un, cl_sizer *z) {
@@ -20,7 +19,7 @@ static cl_status classify_forward(cl_model *m, const cl_unit *un, const cl_micro
     for (int i = 0; i < B; i++)
         if (mb->targets[i] < -1 || mb->targets[i] >= un->c)
             return cl_error(CL_ERR_INVALID, "label %d of sample %d is outside the %d classes", mb->targets[i], i, un->c);
-    cl_xent_forward(out, out + B, in, mb->targets, B, un->c);
+    cl_kern(m)->xent_forward(out, out + B, in, mb->targets, B, un->c);
     return CL_OK;
 }
 
@@ -28,7 +27,7 @@ static cl_status classify_backward(cl_model *m, const cl_unit *un, const cl_micr
                                    float *const *p, float *const *g, const float *dout, float *din, int what) {
     (void)m, (void)p, (void)g, (void)dout, (void)what; /* the loss's own gradient is mb->dloss */
     int B = mb->B;
-    if (din) cl_xent_backward(din, in, base + B, mb->targets, mb->dloss, B, un->c);
+    if (din) cl_kern(m)->xent_backward(din, in, base + B, mb->targets, mb->dloss, B, un->c);
     return CL_OK;
 }
 

@@ -3,7 +3,6 @@
  * Not split by tensor parallelism (the description refuses a CNN under tp). */
 #include "nn/kind.h"
 
-#include "cleave/kernels.h"
 
 #include <math.h>
 
@@ -59,7 +58,7 @@ static cl_status conv_forward(cl_model *m, const cl_unit *un, const cl_microbatc
     cl_kind_bind(&cl_kind_conv, p, &w);
     cl_conv2d_shape cs;
     conv_shape(&cs, un, mb->B);
-    cl_conv2d_forward(out, m->scratch, in, w.w, w.b, &cs);
+    cl_kern(m)->conv2d_forward(out, m->scratch, in, w.w, w.b, &cs);
     return CL_OK;
 }
 
@@ -71,8 +70,8 @@ static cl_status conv_backward(cl_model *m, const cl_unit *un, const cl_microbat
     cl_kind_bind(&cl_kind_conv, g, &gw);
     cl_conv2d_shape cs;
     conv_shape(&cs, un, mb->B);
-    if (what & CL_BWD_WEIGHT) cl_conv2d_backward_weight(gw.w, gw.b, m->scratch, dout, in, &cs);
-    if (din) cl_conv2d_backward_input(din, m->scratch, dout, w.w, &cs);
+    if (what & CL_BWD_WEIGHT) cl_kern(m)->conv2d_backward_weight(gw.w, gw.b, m->scratch, dout, in, &cs);
+    if (din) cl_kern(m)->conv2d_backward_input(din, m->scratch, dout, w.w, &cs);
     return CL_OK;
 }
 

@@ -9,8 +9,6 @@
 
 #include "cleave/prof.h"
 
-#include <string.h>
-
 typedef struct {
     float *wte, *wpe;
 } embed_weights;
@@ -40,25 +38,6 @@ static void embed_param(const cl_model_desc *d, const cl_unit *un, int i, cl_par
     o->scale = 0.02f;
 }
 
-/* out[i] = this rank's wte row of token i, or zero (N rows of C). */
-static void lookup(float *out, const int32_t *tokens, const float *wte, int64_t N, int64_t C, int64_t v0, int64_t Vl) {
-    for (int64_t i = 0; i < N; i++) {
-        int64_t r = tokens[i] - v0;
-        float *o = out + i * C;
-        if (r >= 0 && r < Vl) memcpy(o, wte + r * C, (size_t)C * sizeof(float));
-        else memset(o, 0, (size_t)C * sizeof(float));
-    }
-}
-
-/* out[i] += wpe[position of token row row0 + i] (Ns rows of C, T positions a sample) */
-static void add_positions(float *out, const float *wpe, int64_t Ns, int64_t row0, int64_t T, int64_t C) {
-    for (int64_t i = 0; i < Ns; i++) {
-        const float *pos = wpe + ((row0 + i) % T) * C;
-        float *o = out + i * C;
-        for (int64_t c = 0; c < C; c++) o[c] += pos[c];
-    }
-}
-
 static cl_status embed_forward(cl_model *m, const cl_unit *un, const cl_microbatch *mb, const float *in, float *out,
                                float *const *p) {
     (void)un, (void)in;
@@ -71,30 +50,11 @@ static cl_status embed_forward(cl_model *m, const cl_unit *un, const cl_microbat
     embed_weights w;
     cl_kind_bind(&cl_kind_embed, p, &w);
     float *full = d->tpl.sp ? m->scratch : out;
-    CL_PROF("fwd embedding", 0, lookup(full, mb->tokens, w.wte, N, C, d->vocab_start, d->vocab_local));
+    CL_PROF("fwd embedding", 0, cl_kern(m)->embedding_lookup(full, mb->tokens, w.wte, N, C, d->vocab_start, d->vocab_local));
     if (d->tpl.sp) CL_TRY(cl_tp_forward(&m->tp, CL_TP_SCATTER, full, out, (size_t)(Ns * C)));
     else CL_TRY(cl_tp_forward(&m->tp, CL_TP_REDUCE, out, out, (size_t)(N * C)));
-    CL_PROF("fwd embedding", 0, add_positions(out, w.wpe, Ns, d->tpl.sp ? Ns * m->tp.rank : 0, mb->T, C));
+    CL_PROF("fwd embedding", 0, cl_kern(m)->embedding_add_positions(out, w.wpe, Ns, d->tpl.sp ? Ns * m->tp.rank : 0, mb->T, C));
     return CL_OK;
-}
-
-/* dwte[this rank's row of token i] and dwpe[position of i] += d[i], token row by token row. */
-static void add_grads(float *dwte, float *dwpe, const float *d, const int32_t *tokens, int64_t N, int64_t T, int64_t C, int64_t v0,
-                      int64_t Vl) {
-    for (int64_t i = 0; i < N; i++) {
-        int64_t r = tokens[i] - v0;
-        const float *dd = d + i * C;
-        float *pos = dwpe + (i % T) * C;
-        if (r >= 0 && r < Vl) {
-            float *e = dwte + r * C;
-            for (int64_t c = 0; c < C; c++) {
-                e[c] += dd[c];
-                pos[c] += dd[c];
-            }
-        } else {
-            for (int64_t c = 0; c < C; c++) pos[c] += dd[c];
-        }
-    }
 }
 
 /* The weight gradient: every token row's output gradient (gathered under
@@ -113,7 +73,7 @@ static cl_status embed_backward(cl_model *m, const cl_unit *un, const cl_microba
         CL_TRY(cl_tp_backward(&m->tp, CL_TP_SCATTER, dout, m->scratch, (size_t)(cl_nn_rows_here(d, N) * C)));
         df = m->scratch;
     }
-    CL_PROF("bwd embedding", 0, add_grads(gw.wte, gw.wpe, df, mb->tokens, N, mb->T, C, v0, Vl));
+    CL_PROF("bwd embedding", 0, cl_kern(m)->embedding_backward_slice(gw.wte, gw.wpe, df, mb->tokens, N, mb->T, C, v0, Vl));
     return CL_OK;
 }
 

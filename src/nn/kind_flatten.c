@@ -3,7 +3,6 @@
  * units. No parameters. */
 #include "nn/kind.h"
 
-#include "cleave/kernels.h"
 
 #include <string.h>
 
@@ -16,15 +15,15 @@ static void flatten_sizes(const cl_model_desc *d, cl_unit *un, cl_sizer *z) {
 
 static cl_status flatten_forward(cl_model *m, const cl_unit *un, const cl_microbatch *mb, const float *in, float *out,
                                  float *const *p) {
-    (void)m, (void)p;
-    memcpy(out, in, (size_t)(un->out_floats * mb->B) * sizeof(float));
+    (void)p;
+    cl_device_copy(m->dev, out, in, (size_t)(un->out_floats * mb->B) * sizeof(float));
     return CL_OK;
 }
 
 static cl_status flatten_backward(cl_model *m, const cl_unit *un, const cl_microbatch *mb, const float *in, float *base,
                                   float *const *p, float *const *g, const float *dout, float *din, int what) {
     (void)m, (void)in, (void)base, (void)p, (void)g, (void)what;
-    if (din) cl_add_inplace(din, dout, un->out_floats * mb->B);
+    if (din) cl_kern(m)->add_inplace(din, dout, un->out_floats * mb->B);
     return CL_OK;
 }
 

@@ -9,7 +9,6 @@
  * head_forward and head_backward (see there). */
 #include "nn/kind.h"
 
-#include "cleave/kernels.h"
 #include "cleave/prof.h"
 
 #include <math.h>
@@ -98,24 +97,24 @@ static cl_status head_forward(cl_model *m, const cl_unit *un, const cl_microbatc
      * scratch the plain path does not (5T + 2 floats a sample, which every such run would then predict
      * and hold), so the special case stays, here inside the one function. */
     if (!head_vp(d)) {
-        CL_PROF("fwd layernorm", 0, cl_layernorm_forward(h->lnf, h->mean, h->rstd, in, w.lnf_w, w.lnf_b, (int)N, (int)C));
-        CL_PROF("fwd logits", fl, cl_gemm(0, 1, (int)N, (int)Vl, (int)C, 1.0f, h->lnf, (int)C, wte, (int)C, 0.0f, h->logits, (int)Vl));
-        CL_PROF("fwd softmax xent", 0, cl_xent_forward(h->losses, h->lse, h->logits, mb->targets, (int)N, (int)Vl));
+        CL_PROF("fwd layernorm", 0, cl_kern(m)->layernorm_forward(h->lnf, h->mean, h->rstd, in, w.lnf_w, w.lnf_b, (int)N, (int)C));
+        CL_PROF("fwd logits", fl, cl_sgemm(cl_kern(m), 0, 1, (int)N, (int)Vl, (int)C, 1.0f, h->lnf, (int)C, wte, (int)C, 0.0f, h->logits, (int)Vl));
+        CL_PROF("fwd softmax xent", 0, cl_kern(m)->xent_forward(h->losses, h->lse, h->logits, mb->targets, (int)N, (int)Vl));
         return CL_OK;
     }
     /* under sequence parallelism this rank normalizes its rows in place in lnf, then all are gathered */
     float *mine = h->lnf + (d->tpl.sp ? Ns * m->tp.rank * C : 0);
-    CL_PROF("fwd layernorm", 0, cl_layernorm_forward(mine, h->mean, h->rstd, in, w.lnf_w, w.lnf_b, (int)Ns, (int)C));
+    CL_PROF("fwd layernorm", 0, cl_kern(m)->layernorm_forward(mine, h->mean, h->rstd, in, w.lnf_w, w.lnf_b, (int)Ns, (int)C));
     if (d->tpl.sp) CL_TRY(cl_tp_forward(&m->tp, CL_TP_GATHER, mine, h->lnf, (size_t)(Ns * C)));
-    CL_PROF("fwd logits", fl, cl_gemm(0, 1, (int)N, (int)Vl, (int)C, 1.0f, h->lnf, (int)C, wte, (int)C, 0.0f, h->logits, (int)Vl));
+    CL_PROF("fwd logits", fl, cl_sgemm(cl_kern(m), 0, 1, (int)N, (int)Vl, (int)C, 1.0f, h->lnf, (int)C, wte, (int)C, 0.0f, h->logits, (int)Vl));
     int valid = head_valid(d);
     /* after dlnf (and its shard): the row max, then (8-byte aligned) the sums of exp and the target's logit */
     int64_t at = N * C + (d->tpl.sp ? Ns * C : 0);
     float *mx = m->scratch + at;
     double *sums = (double *)(m->scratch + ((at + N + 1) & ~(int64_t)1));
-    CL_PROF("fwd softmax xent", 0, cl_xent_vp_max(mx, h->logits, (int)N, (int)Vl, valid));
+    CL_PROF("fwd softmax xent", 0, cl_kern(m)->xent_vp_max(mx, h->logits, (int)N, (int)Vl, valid));
     if (m->tp.size > 1) CL_TRY(cl_comm_allreduce(m->tp.comm, mx, (size_t)N, CL_F32, CL_RED_MAX));
-    CL_PROF("fwd softmax xent", 0, cl_xent_vp_sum(sums, sums + N, h->logits, mx, mb->targets, d->vocab_start, (int)N, (int)Vl, valid));
+    CL_PROF("fwd softmax xent", 0, cl_kern(m)->xent_vp_sum(sums, sums + N, h->logits, mx, mb->targets, d->vocab_start, (int)N, (int)Vl, valid));
     if (m->tp.size > 1) CL_TRY(cl_comm_allreduce(m->tp.comm, sums, (size_t)(2 * N), CL_F64, CL_RED_SUM));
     for (int64_t i = 0; i < N; i++) {
         double l = (double)mx[i] + log(sums[i]);
@@ -144,11 +143,11 @@ static cl_status head_backward(cl_model *m, const cl_unit *un, const cl_microbat
     /* dlogits replaces logits in place: the logits are dead after this */
     if (head_vp(d))
         CL_PROF("bwd softmax xent", 0,
-                cl_xent_vp_backward(h->logits, h->logits, h->lse, mb->targets, d->vocab_start, mb->dloss, iN, iVl, head_valid(d)));
+                cl_kern(m)->xent_vp_backward(h->logits, h->logits, h->lse, mb->targets, d->vocab_start, mb->dloss, iN, iVl, head_valid(d)));
     else
-        CL_PROF("bwd softmax xent", 0, cl_xent_backward(h->logits, h->logits, h->lse, mb->targets, mb->dloss, iN, iVl));
-    if (ww) CL_PROF("bwd logits w", fl, cl_gemm(1, 0, iVl, iC, iN, 1.0f, h->logits, iVl, h->lnf, iC, 1.0f, dwte, iC));
-    CL_PROF("bwd logits", fl, cl_gemm(0, 0, iN, iC, iVl, 1.0f, h->logits, iVl, wte, iC, 0.0f, dlnf, iC));
+        CL_PROF("bwd softmax xent", 0, cl_kern(m)->xent_backward(h->logits, h->logits, h->lse, mb->targets, mb->dloss, iN, iVl));
+    if (ww) CL_PROF("bwd logits w", fl, cl_sgemm(cl_kern(m), 1, 0, iVl, iC, iN, 1.0f, h->logits, iVl, h->lnf, iC, 1.0f, dwte, iC));
+    CL_PROF("bwd logits", fl, cl_sgemm(cl_kern(m), 0, 0, iN, iC, iVl, 1.0f, h->logits, iVl, wte, iC, 0.0f, dlnf, iC));
     const float *dl = dlnf;
     if (d->tpl.sp) {
         CL_TRY(cl_tp_backward(&m->tp, CL_TP_GATHER, dlnf, dlnf + N * C, (size_t)(Ns * C)));
@@ -156,8 +155,8 @@ static cl_status head_backward(cl_model *m, const cl_unit *un, const cl_microbat
     } else if (m->tp.size > 1) {
         CL_TRY(cl_tp_backward(&m->tp, CL_TP_COPY, dlnf, dlnf, (size_t)(N * C)));
     }
-    if (ww) CL_PROF("bwd layernorm w", 0, cl_layernorm_backward_weight(gw.lnf_w, gw.lnf_b, dl, in, h->mean, h->rstd, (int)Ns, iC));
-    if (din) CL_PROF("bwd layernorm", 0, cl_layernorm_backward_input(din, dl, in, w.lnf_w, h->mean, h->rstd, (int)Ns, iC));
+    if (ww) CL_PROF("bwd layernorm w", 0, cl_kern(m)->layernorm_backward_weight(gw.lnf_w, gw.lnf_b, dl, in, h->mean, h->rstd, (int)Ns, iC));
+    if (din) CL_PROF("bwd layernorm", 0, cl_kern(m)->layernorm_backward_input(din, dl, in, w.lnf_w, h->mean, h->rstd, (int)Ns, iC));
     return CL_OK;
 }
 

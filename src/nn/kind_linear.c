@@ -8,7 +8,6 @@
  * is the whole layer). */
 #include "nn/kind.h"
 
-#include "cleave/kernels.h"
 
 #include <math.h>
 #include <string.h>
@@ -53,12 +52,12 @@ static cl_status linear_forward(cl_model *m, const cl_unit *un, const cl_microba
     cl_kind_bind(&cl_kind_linear, p, &w);
     int B = mb->B;
     if (un->tp_mode != CL_LINEAR_ROWS) { /* whole, or column-parallel: its own columns of the output */
-        cl_linear_forward(out, in, w.w, w.b, B, un->c, un->oc);
+        cl_kern(m)->linear_forward(out, in, w.w, w.b, B, un->c, un->oc);
         return CL_OK;
     }
-    cl_gemm(0, 0, B, un->oc, un->c, 1.0f, in, un->c, w.w, un->oc, 0.0f, out, un->oc);
+    cl_sgemm(cl_kern(m), 0, 0, B, un->oc, un->c, 1.0f, in, un->c, w.w, un->oc, 0.0f, out, un->oc);
     CL_TRY(cl_tp_forward(&m->tp, CL_TP_REDUCE, out, out, (size_t)B * un->oc));
-    cl_nn_add_bias(out, w.b, B, un->oc);
+    cl_kern(m)->add_bias(out, w.b, B, un->oc);
     return CL_OK;
 }
 
@@ -69,18 +68,18 @@ static cl_status linear_backward(cl_model *m, const cl_unit *un, const cl_microb
     cl_kind_bind(&cl_kind_linear, p, &w);
     cl_kind_bind(&cl_kind_linear, g, &gw);
     int B = mb->B;
-    if (what & CL_BWD_WEIGHT) cl_linear_backward_weight(gw.w, gw.b, dout, in, B, un->c, un->oc);
+    if (what & CL_BWD_WEIGHT) cl_kern(m)->linear_backward_weight(gw.w, gw.b, dout, in, B, un->c, un->oc);
     if (!din) return CL_OK;
     if (un->tp_mode != CL_LINEAR_COLS) {
-        cl_linear_backward_input(din, dout, w.w, B, un->c, un->oc);
+        cl_kern(m)->linear_backward_input(din, dout, w.w, B, un->c, un->oc);
         return CL_OK;
     }
     /* column-parallel: a partial sum over the ranks' columns, summed (copy's backward), then added */
     float *part = m->scratch;
-    memset(part, 0, (size_t)B * un->c * sizeof(float));
-    cl_linear_backward_input(part, dout, w.w, B, un->c, un->oc);
+    cl_device_fill(m->dev, part, 0, (size_t)B * un->c * sizeof(float));
+    cl_kern(m)->linear_backward_input(part, dout, w.w, B, un->c, un->oc);
     CL_TRY(cl_tp_backward(&m->tp, CL_TP_COPY, part, part, (size_t)B * un->c));
-    cl_add_inplace(din, part, (int64_t)B * un->c);
+    cl_kern(m)->add_inplace(din, part, (int64_t)B * un->c);
     return CL_OK;
 }
 

@@ -3,7 +3,6 @@
  * window (int32) for the backward. No parameters. */
 #include "nn/kind.h"
 
-#include "cleave/kernels.h"
 
 /* Per sample: [c, h, w] -> [oc, oh, ow]; kept: the output and the argmax indices. */
 static void pool_sizes(const cl_model_desc *d, cl_unit *un, cl_sizer *z) {
@@ -17,7 +16,7 @@ static cl_status pool_forward(cl_model *m, const cl_unit *un, const cl_microbatc
                               float *const *p) {
     (void)m, (void)p;
     int B = mb->B;
-    cl_maxpool_forward(out, (int32_t *)(out + un->out_floats * B), in, B, un->c, un->h, un->w, un->k, un->stride);
+    cl_kern(m)->maxpool_forward(out, (int32_t *)(out + un->out_floats * B), in, B, un->c, un->h, un->w, un->k, un->stride);
     return CL_OK;
 }
 
@@ -25,7 +24,7 @@ static cl_status pool_backward(cl_model *m, const cl_unit *un, const cl_microbat
                                float *const *p, float *const *g, const float *dout, float *din, int what) {
     (void)m, (void)in, (void)p, (void)g, (void)what;
     int B = mb->B;
-    if (din) cl_maxpool_backward(din, dout, (const int32_t *)(base + un->out_floats * B), B, un->c, un->h, un->w, un->k, un->stride);
+    if (din) cl_kern(m)->maxpool_backward(din, dout, (const int32_t *)(base + un->out_floats * B), B, un->c, un->h, un->w, un->k, un->stride);
     return CL_OK;
 }
 

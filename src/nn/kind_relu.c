@@ -2,7 +2,6 @@
  * output, which its backward reads. */
 #include "nn/kind.h"
 
-#include "cleave/kernels.h"
 
 /* Per sample: in_floats (the description's) in and out, the output kept. */
 static void relu_sizes(const cl_model_desc *d, cl_unit *un, cl_sizer *z) {
@@ -14,14 +13,14 @@ static void relu_sizes(const cl_model_desc *d, cl_unit *un, cl_sizer *z) {
 static cl_status relu_forward(cl_model *m, const cl_unit *un, const cl_microbatch *mb, const float *in, float *out,
                               float *const *p) {
     (void)m, (void)p;
-    cl_relu_forward(out, in, un->out_floats * mb->B);
+    cl_kern(m)->relu_forward(out, in, un->out_floats * mb->B);
     return CL_OK;
 }
 
 static cl_status relu_backward(cl_model *m, const cl_unit *un, const cl_microbatch *mb, const float *in, float *base,
                                float *const *p, float *const *g, const float *dout, float *din, int what) {
     (void)m, (void)in, (void)p, (void)g, (void)what;
-    if (din) cl_relu_backward(din, dout, base, un->out_floats * mb->B);
+    if (din) cl_kern(m)->relu_backward(din, dout, base, un->out_floats * mb->B);
     return CL_OK;
 }
 

@@ -5,7 +5,6 @@
  * plain layer: the collectives are the identity. */
 #include "nn/kind.h"
 
-#include "cleave/kernels.h"
 #include "cleave/prof.h"
 
 void cl_kind_bind(const cl_kind *k, float *const *p, void *w) {
@@ -13,11 +12,6 @@ void cl_kind_bind(const cl_kind *k, float *const *p, void *w) {
 }
 
 int64_t cl_nn_rows_here(const cl_model_desc *d, int64_t N) { return d->tpl.sp ? N / d->tpl.tp : N; }
-
-void cl_nn_add_bias(float *x, const float *bias, int64_t rows, int64_t C) {
-    for (int64_t i = 0; i < rows; i++)
-        for (int64_t j = 0; j < C; j++) x[i * C + j] += bias[j];
-}
 
 cl_status cl_nn_col_input(const cl_model *m, const float *rows, float *buf, int64_t Ns, int64_t C, const float **out) {
     if (!m->desc->tpl.sp) {
@@ -34,7 +28,7 @@ cl_status cl_nn_col_input(const cl_model *m, const float *rows, float *buf, int6
 static cl_status row_output(const cl_model *m, float *part, float *out, const float *bias, int64_t N, int64_t Ns, int64_t C) {
     if (m->desc->tpl.sp) CL_TRY(cl_tp_forward(&m->tp, CL_TP_SCATTER, part, out, (size_t)(Ns * C)));
     else CL_TRY(cl_tp_forward(&m->tp, CL_TP_REDUCE, part, out, (size_t)(N * C)));
-    cl_nn_add_bias(out, bias, Ns, C);
+    cl_kern(m)->add_bias(out, bias, Ns, C);
     return CL_OK;
 }
 
@@ -48,10 +42,10 @@ cl_status cl_nn_row_linear(const cl_model *m, const char *what, double flops, co
     const cl_model_desc *d = m->desc;
     int64_t C = d->cfg.channels;
     if (d->tpl.tp == 1) {
-        CL_PROF(what, flops, cl_linear_forward(out, x, w, bias, (int)N, (int)K, (int)C));
+        CL_PROF(what, flops, cl_kern(m)->linear_forward(out, x, w, bias, (int)N, (int)K, (int)C));
         return CL_OK;
     }
     float *part = d->tpl.sp ? m->scratch + N * C : out;
-    CL_PROF(what, flops, cl_gemm(0, 0, (int)N, (int)C, (int)K, 1.0f, x, (int)K, w, (int)C, 0.0f, part, (int)C));
+    CL_PROF(what, flops, cl_sgemm(cl_kern(m), 0, 0, (int)N, (int)C, (int)K, 1.0f, x, (int)K, w, (int)C, 0.0f, part, (int)C));
     return row_output(m, part, out, bias, N, cl_nn_rows_here(d, N), C);
 }

@@ -11,7 +11,6 @@
  * interior, so a weight-only call recomputes that chain from dout (correct,
  * not yet cheap: the zero-bubble schedule will keep it per micro-batch). */
 #include "nn/kind.h"
-#include "cleave/kernels.h"
 #include "cleave/prof.h"
 
 #include <math.h>
@@ -277,9 +276,9 @@ cl_status cl_model_create_zero(cl_model **out, const cl_model_desc *d, cl_device
         cl_model_destroy(m);
         return s;
     }
-    memset(m->params, 0, (size_t)z->params * sizeof(float));
-    memset(m->grads, 0, (size_t)z->grads * sizeof(float));
-    if (m->gwhole) memset(m->gwhole, 0, (size_t)z->whole * sizeof(float));
+    cl_device_fill(dev, m->params, 0, (size_t)z->params * sizeof(float));
+    cl_device_fill(dev, m->grads, 0, (size_t)z->grads * sizeof(float));
+    if (m->gwhole) cl_device_fill(dev, m->gwhole, 0, (size_t)z->whole * sizeof(float));
     int stage2 = cl_zero_shards_grads(m->zero.stage);
     for (int i = 0, w = 0; i < d->nparams; i++) {
         if (m->loc[i] < 0) continue;
@@ -308,14 +307,14 @@ cl_status cl_model_split_tied(cl_model *m) {
     if (!part_uses_tied(d, m->u0, m->u1) || m->head_wte_g) return CL_OK;
     size_t n = (size_t)m->sizes.head_wte;
     CL_TRY(cl_device_alloc_f32(m->dev, CL_MEM_GRADS, n, &m->head_wte_g));
-    memset(m->head_wte_g, 0, n * sizeof(float));
+    cl_device_fill(m->dev, m->head_wte_g, 0, n * sizeof(float));
     return CL_OK;
 }
 
 void cl_model_tie_grads(cl_model *m) {
     const cl_model_desc *d = m->desc;
     if (!m->head_wte_g || !cl_model_owns_param(m, d->tied_wte)) return;
-    cl_add_inplace(m->g[d->tied_wte], m->head_wte_g, d->params[d->tied_wte].numel);
+    cl_kern(m)->add_inplace(m->g[d->tied_wte], m->head_wte_g, d->params[d->tied_wte].numel);
 }
 
 void cl_model_destroy(cl_model *m) {
@@ -367,16 +366,16 @@ void cl_model_init(cl_model *m, uint64_t seed) {
             }
             cl_param_run runs[3];
             int nr = p ? cl_param_row_runs(ps, d->tpl.rank, k, runs) : 0;
-            for (int q = 0; q < nr; q++) memcpy(p + runs[q].local, row + runs[q].col, (size_t)runs[q].len * sizeof(float));
+            for (int q = 0; q < nr; q++) cl_device_copy_from_host(m->dev, p + runs[q].local, row + runs[q].col, (size_t)runs[q].len * sizeof(float));
         }
     }
     free(row);
 }
 
 void cl_model_zero_grads(cl_model *m) {
-    memset(m->grads, 0, (size_t)(cl_zero_shards_grads(m->zero.stage) ? m->sizes.grads : m->nfloats) * sizeof(float));
-    if (m->gwhole) memset(m->gwhole, 0, (size_t)m->sizes.whole * sizeof(float));
-    if (m->head_wte_g) memset(m->head_wte_g, 0, (size_t)m->desc->params[m->desc->tied_wte].numel * sizeof(float));
+    cl_device_fill(m->dev, m->grads, 0, (size_t)(cl_zero_shards_grads(m->zero.stage) ? m->sizes.grads : m->nfloats) * sizeof(float));
+    if (m->gwhole) cl_device_fill(m->dev, m->gwhole, 0, (size_t)m->sizes.whole * sizeof(float));
+    if (m->head_wte_g) cl_device_fill(m->dev, m->head_wte_g, 0, (size_t)m->desc->params[m->desc->tied_wte].numel * sizeof(float));
 }
 
 cl_status cl_acts_create(cl_model *m, int B, cl_acts *a) {
@@ -472,9 +471,7 @@ cl_status cl_unit_backward(cl_model *m, int u, const cl_microbatch *mb, const fl
 double cl_acts_loss_sum(const cl_model *m, const cl_acts *a, int u, const cl_microbatch *mb) {
     const float *l = unit_out(m, a, u, mb->B, mb->T);
     int n = kind_of(m->desc, u)->loss == CL_KIND_LOSS_TOKEN ? mb->B * mb->T : mb->B;
-    double s = 0;
-    for (int i = 0; i < n; i++) s += l[i];
-    return s;
+    return cl_kern(m)->sum(l, n);
 }
 
 const float *cl_acts_logits(const cl_model *m, const cl_acts *a, int u, const cl_microbatch *mb) {
@@ -508,9 +505,9 @@ cl_status cl_model_stage_backward(cl_model *m, const cl_microbatch *mb, const fl
         CL_TRY(cl_model_z3_before(m, u));
         int w = what == CL_BWD_INPUT && !cl_unit_is_loss(un) ? CL_BWD_INPUT : CL_BWD_ALL;
         if (w == CL_BWD_INPUT && save_dout && dout)
-            memcpy(save_dout[u - m->u0], dout, (size_t)(un->out_floats * mb->B) * sizeof(float));
+            cl_device_copy(m->dev, save_dout[u - m->u0], dout, (size_t)(un->out_floats * mb->B) * sizeof(float));
         float *dn = u > m->u0 ? m->dbuf[cur] : din;
-        if (dn) memset(dn, 0, (size_t)(un->in_floats * mb->B) * sizeof(float));
+        if (dn) cl_device_fill(m->dev, dn, 0, (size_t)(un->in_floats * mb->B) * sizeof(float));
         m->tp_keep = w == CL_BWD_INPUT && save_dout ? save_dout[u - m->u0] + un->out_floats * mb->B : NULL;
         cl_status st = cl_unit_backward(m, u, mb, stage_input(m, a, u, mb, in), a, dout, dn, w);
         m->tp_keep = NULL;
@@ -562,7 +559,7 @@ cl_status cl_model_logits_last(cl_model *m, const int32_t *tokens, int T, cl_act
     cl_status s = cl_model_forward_backward(m, &mb, a, NULL, 0);
     if (!s) {
         const float *logits = cl_acts_logits(m, a, d->nunits - 1, &mb);
-        memcpy(logits_out, logits + (int64_t)(T - 1) * d->cfg.vocab, (size_t)d->cfg.vocab * sizeof(float));
+        cl_device_copy_to_host(m->dev, logits_out, logits + (int64_t)(T - 1) * d->cfg.vocab, (size_t)d->cfg.vocab * sizeof(float));
     }
     free(targets);
     return s;

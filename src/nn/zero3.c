@@ -183,7 +183,7 @@ cl_status cl_model_z3_whole(cl_model *m, int gather) {
 void cl_model_z3_end_whole(cl_model *m, int keep) {
     struct cl_z3 *z = m->z3;
     if (!z || !z->whole) return;
-    if (keep) memcpy(m->params, z->whole + m->sizes.shard_lo, (size_t)m->sizes.shard * sizeof(float));
+    if (keep) cl_device_copy_from_host(m->dev, m->params, z->whole + m->sizes.shard_lo, (size_t)m->sizes.shard * sizeof(float));
     free(z->whole);
     z->whole = NULL;
     for (int i = 0; i < m->desc->nparams; i++) m->p[i] = NULL;

@@ -1,6 +1,6 @@
 /* Data-parallel gradient buckets (see cleave/dp.h). */
 #include "cleave/dp.h"
-#include "cleave/kernels.h"
+#include "cleave/backend.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -90,7 +90,7 @@ static cl_status complete(cl_dp *dp, int b) {
     dp->buf_of[b] = -1;
     CL_TRY(s);
     int64_t a, len = cl_zero_overlap(k->lo, k->hi, m->sizes.shard_lo, m->sizes.shard, &a);
-    if (len) cl_add_inplace(m->grads + (a - m->sizes.shard_lo), m->gbuf[b] + (a - k->lo), len);
+    if (len) cl_device_kernels(m->dev)->add_inplace(m->grads + (a - m->sizes.shard_lo), m->gbuf[b] + (a - k->lo), len);
     return CL_OK;
 }
 
@@ -103,7 +103,7 @@ static cl_status prepare(cl_dp *dp, int k) {
     int b = dp->turn;
     CL_TRY(complete(dp, b));
     if (dp->nbuf > 1) dp->turn ^= 1;
-    memset(m->gbuf[b], 0, (size_t)(bk->hi - bk->lo) * sizeof(float));
+    cl_device_fill(m->dev, m->gbuf[b], 0, (size_t)(bk->hi - bk->lo) * sizeof(float));
     for (int i = 0; i < d->nparams; i++)
         if (m->loc[i] >= bk->lo && m->loc[i] < bk->hi && !cl_model_grad_whole(d, m->u0, m->u1, m->zero.split, i))
             m->g[i] = m->gbuf[b] + (m->loc[i] - bk->lo);
@@ -210,7 +210,7 @@ void cl_dp_whole_to_shard(cl_dp *dp) {
     for (int i = 0; i < d->nparams; i++) {
         if (m->loc[i] < 0 || !cl_model_grad_whole(d, m->u0, m->u1, m->zero.split, i)) continue;
         int64_t a, len = cl_zero_overlap(m->loc[i], m->loc[i] + d->params[i].numel, m->sizes.shard_lo, m->sizes.shard, &a);
-        if (len) memcpy(m->grads + (a - m->sizes.shard_lo), m->g[i] + (a - m->loc[i]), (size_t)len * sizeof(float));
+        if (len) cl_device_copy(m->dev, m->grads + (a - m->sizes.shard_lo), m->g[i] + (a - m->loc[i]), (size_t)len * sizeof(float));
     }
 }
 
@@ -224,10 +224,10 @@ static const float *block_floats(const cl_dp *dp, const float *heads, int64_t st
     if (start + len <= lo + S) return m->grads + (start - lo);
     float *tmp = m->ghalo + (int64_t)cl_comm_size(dp->comm) * H;
     int64_t at = lo + S - start;
-    memcpy(tmp, m->grads + (start - lo), (size_t)at * sizeof(float));
+    cl_device_copy(m->dev, tmp, m->grads + (start - lo), (size_t)at * sizeof(float));
     for (int q = cl_comm_rank(dp->comm) + 1; at < len; q++) {
         int64_t take = len - at < H ? len - at : H;
-        memcpy(tmp + at, heads + (int64_t)q * H, (size_t)take * sizeof(float));
+        cl_device_copy(m->dev, tmp + at, heads + (int64_t)q * H, (size_t)take * sizeof(float));
         at += take;
     }
     return tmp;
@@ -249,7 +249,7 @@ cl_status cl_dp_grad_sumsq(cl_dp *dp, double *per_param) {
             int owner = (int)(start / S);
             dp->counts[owner] += sizeof(double);
             if (owner != me) continue;
-            dp->bsum[k] = cl_sumsq_block(block_floats(dp, m->ghalo, start, len), len);
+            dp->bsum[k] = cl_device_kernels(m->dev)->sumsq_block(block_floats(dp, m->ghalo, start, len), len);
         }
     }
     /* blocks in parameter order start further on: their owners do not decrease, so this replica's are one run */

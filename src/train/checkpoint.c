@@ -575,12 +575,12 @@ cl_status cl_checkpoint_load(const char *given, const char *tokenizer_dir, size_
     if (!s && !sharded && !hf) s = check_params(f, out->desc, "");
     if (!s && !sharded && !hf) s = cl_ckpt_verify_st(f, path, &m);
     cl_ckpt_manifest_free(&m);
-    if (!s && hf) s = cl_hf_read_params(dir, out->desc, NULL);
+    if (!s && hf) s = cl_hf_read_params(dir, out->desc, NULL, NULL);
     if (!s) s = cl_device_create_cpu(&out->dev, cap, 0);
     if (!s) s = cl_model_create(&out->model, out->desc, out->dev, B);
     if (!s) s = cl_acts_create(out->model, B, &out->acts);
     if (!s) s = sharded ? cl_shard_load_model(dir, out->model)
-                : hf    ? cl_hf_read_params(dir, out->desc, out->model->p)
+                : hf    ? cl_hf_read_params(dir, out->desc, out->model->dev, out->model->p)
                         : copy_params(f, path, out->desc, out->model->p, "", 0);
     cl_st_close(f);
     if (!s && cl_model_family_of(&c)->tokens) {

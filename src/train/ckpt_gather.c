@@ -26,9 +26,10 @@ static pp_chunk *owner_of(struct cl_pp *pp, const cl_model_desc *d, int i, int *
     return NULL;
 }
 
-/* Copies between a tensor-parallel rank's slice (spec ls, of rank q) and
- * the whole tensor: into the whole (to_whole) or out of it. */
-static void slice_copy(const cl_param_spec *ls, int q, float *slice, float *whole, int to_whole) {
+/* Copies between a tensor-parallel rank's slice (spec ls, of rank q) in
+ * dev's memory (NULL: host memory) and the whole tensor in host memory: into
+ * the whole (to_whole) or out of it. */
+static void slice_copy(cl_device *dev, const cl_param_spec *ls, int q, float *slice, float *whole, int to_whole) {
     int64_t n = cl_param_row_len(ls), rows = n ? ls->full_numel / n : 0;
     for (int64_t k = 0; k < rows; k++) {
         cl_param_run runs[3];
@@ -36,20 +37,23 @@ static void slice_copy(const cl_param_spec *ls, int q, float *slice, float *whol
         for (int j = 0; j < nr; j++) {
             float *w = whole + k * n + runs[j].col, *sl = slice + runs[j].local;
             size_t bytes = (size_t)runs[j].len * sizeof(float);
-            if (to_whole) memcpy(w, sl, bytes);
-            else memcpy(sl, w, bytes);
+            if (!dev) memcpy(to_whole ? w : sl, to_whole ? sl : w, bytes);
+            else if (to_whole) cl_device_copy_to_host(dev, w, sl, bytes);
+            else cl_device_copy_from_host(dev, sl, w, bytes);
         }
     }
 }
 
-static void unslice(const cl_param_spec *ls, int q, const float *slice, float *whole) {
-    slice_copy(ls, q, (float *)slice, whole, 1);
+static void unslice(cl_device *dev, const cl_param_spec *ls, int q, const float *slice, float *whole) {
+    slice_copy(dev, ls, q, (float *)slice, whole, 1);
 }
 
 /* Parameter i's value and both moments, whole, on tensor-parallel rank 0 of
  * its owner: the other ranks send their slices (replicated ones are rank
- * 0's already). dst[k] has room for the whole tensor. */
-static cl_status tp_assemble(cl_trainer *t, const cl_model_desc *d, int i, const float *const src[3], float *const dst[3]) {
+ * 0's already). src[k] is in sdev[k]'s memory (NULL: the host's); dst[k],
+ * host memory, has room for the whole tensor. */
+static cl_status tp_assemble(cl_trainer *t, const cl_model_desc *d, int i, const float *const src[3], cl_device *const sdev[3],
+                             float *const dst[3]) {
     const cl_param_spec *ls = &d->params[i];
     size_t bytes = (size_t)ls->numel * sizeof(float);
     cl_comm *tp = t->tp > 1 ? t->cfg.groups->tp : NULL;
@@ -57,7 +61,7 @@ static cl_status tp_assemble(cl_trainer *t, const cl_model_desc *d, int i, const
         for (int k = 0; k < 3 && ls->split != CL_SPLIT_NONE; k++) CL_TRY(cl_comm_send(tp, src[k], bytes, 0, CKPT_TAG));
         return CL_OK;
     }
-    for (int k = 0; k < 3; k++) unslice(ls, 0, src[k], dst[k]);
+    for (int k = 0; k < 3; k++) unslice(sdev[k], ls, 0, src[k], dst[k]);
     if (ls->split == CL_SPLIT_NONE || !tp) return CL_OK;
     float *buf = malloc(bytes ? bytes : 1);
     if (!buf) return cl_error(CL_ERR_OOM, "cannot allocate a slice of %s", ls->name);
@@ -65,7 +69,7 @@ static cl_status tp_assemble(cl_trainer *t, const cl_model_desc *d, int i, const
     for (int q = 1; !s && q < t->tp; q++)
         for (int k = 0; !s && k < 3; k++) {
             s = cl_comm_recv(tp, buf, bytes, q, CKPT_TAG);
-            if (!s) unslice(ls, q, buf, dst[k]);
+            if (!s) unslice(NULL, ls, q, buf, dst[k]);
         }
     free(buf);
     return s;
@@ -118,10 +122,12 @@ static cl_status pp_gather(cl_trainer *t, float **host, int *writer, int *opt_t)
         size_t n = (size_t)f->params[i].numel, bytes = n * sizeof(float);
         if (ch) {
             const float *src[3] = {ch->m->p[i], ch->opt.m + ch->m->loc[i], ch->opt.v + ch->m->loc[i]};
+            cl_device *sdev[3] = {ch->m->dev, ch->opt.dev, ch->opt.dev};
             float *whole = mom[ch - pp->ch];
             if (whole) {
                 src[1] = whole + ch->m->loc[i];
                 src[2] = whole + ch->m->sizes.alloc + ch->m->loc[i];
+                sdev[1] = sdev[2] = NULL;
             }
             float *dst[3];
             if (!lead && t->tp_rank == 0) {
@@ -133,7 +139,7 @@ static cl_status pp_gather(cl_trainer *t, float **host, int *writer, int *opt_t)
                 }
             }
             for (int k = 0; k < 3; k++) dst[k] = lead ? cl_param_f32(h + k * f->nfloats, &f->params[i]) : tmp ? tmp + k * n : NULL;
-            s = tp_assemble(t, d, i, src, dst);
+            s = tp_assemble(t, d, i, src, sdev, dst);
             for (int k = 0; k < 3 && !s && !lead && t->tp_rank == 0; k++) s = cl_comm_send(pp->comm, dst[k], bytes, 0, CKPT_TAG);
         } else if (lead) {
             for (int k = 0; k < 3 && !s; k++)
@@ -174,13 +180,14 @@ static cl_status pp_load(cl_trainer *t, const float *p, const float *m, const fl
             int64_t off = cl_param_elem(&f->params[i]);
             const float *src[3] = {p + off, m + off, v + off};
             float *dst[3] = {ch->m->p[i], ch->opt.m + ch->m->loc[i], ch->opt.v + ch->m->loc[i]};
+            cl_device *ddev[3] = {ch->m->dev, ch->opt.dev, ch->opt.dev};
             for (int k = 0; k < 3; k++) {
                 if (k && whole_first) {
                     float *whole = zbuf ? zbuf + (k - 1) * ch->m->sizes.alloc : NULL;
-                    if (whole) slice_copy(ls, t->tp_rank, whole + ch->m->loc[i], (float *)src[k], 0);
+                    if (whole) slice_copy(NULL, ls, t->tp_rank, whole + ch->m->loc[i], (float *)src[k], 0);
                     continue;
                 }
-                slice_copy(ls, t->tp_rank, dst[k], (float *)src[k], 0); /* padded rows stay zero */
+                slice_copy(ddev[k], ls, t->tp_rank, dst[k], (float *)src[k], 0); /* padded rows stay zero */
             }
         }
         if (zbuf) {

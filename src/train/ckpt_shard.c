@@ -230,10 +230,10 @@ static cl_status write_shard(const char *path, const cl_trainer *t, int rank, en
         cl_hasher_reset(bh, 0);
         for (int64_t r = 0; r < e->b.nr && !s; r++) {
             const float *row = e->src + e->off + e->b.l0 + r * e->lc;
-            cl_hasher_feed(bh, row, (size_t)e->b.nc * sizeof(float));
             for (int64_t c = 0; c < e->b.nc && !s;) {
                 size_t take = (size_t)cl_shard_min(e->b.nc - c, (int64_t)(cap - fill));
-                memcpy(buf + fill, row + c, take * sizeof(float));
+                cl_device_copy_to_host(t->dev, buf + fill, row + c, take * sizeof(float));
+                cl_hasher_feed(bh, buf + fill, take * sizeof(float)); /* the row's bytes in order: the same sum as at once */
                 fill += take;
                 c += (int64_t)take;
                 if (fill == cap) {
@@ -696,7 +696,7 @@ static cl_status check_finite(const cl_shard_index *ix, const char *name, int k,
 static cl_status load_reads(cl_trainer *t, cl_shard_index *ix, cl_model *m, cl_optimizer *o, float **own) {
     const cl_model_desc *d = m->desc;
     int p3 = params_sharded(m);
-    if (p3) memset(m->params, 0, (size_t)m->sizes.params * sizeof(float)); /* ZeRO 3: the shard, its padding zero */
+    if (p3) cl_device_fill(m->dev, m->params, 0, (size_t)m->sizes.params * sizeof(float)); /* ZeRO 3: the shard, its padding zero */
     for (int i = 0; i < d->nparams; i++) {
         if (!cl_model_holds_param(m, i)) continue; /* the head's wte copy too: it equals the embedding's */
         const cl_param_spec *ls = &d->params[i];
@@ -706,7 +706,7 @@ static cl_status load_reads(cl_trainer *t, cl_shard_index *ix, cl_model *m, cl_o
             CL_TRY(fill(ix, i, CL_K_PARAM, ls, t->tp_rank, a, b, m->params, m->loc[i] - m->sizes.shard_lo));
             continue;
         }
-        memset(m->p[i], 0, (size_t)ls->numel * sizeof(float)); /* padded vocabulary rows are zero */
+        cl_device_fill(m->dev, m->p[i], 0, (size_t)ls->numel * sizeof(float)); /* padded vocabulary rows are zero */
         CL_TRY(fill(ix, i, CL_K_PARAM, ls, t->tp_rank, a, b, m->p[i], 0));
     }
     size_t nf = (size_t)o->nfloats;
@@ -714,8 +714,8 @@ static cl_status load_reads(cl_trainer *t, cl_shard_index *ix, cl_model *m, cl_o
     if (o->fd >= 0 && !*own) return cl_error(CL_ERR_OOM, "cannot allocate the optimizer state's load buffer");
     float *mv[2] = {*own ? *own : o->m, *own ? *own + nf : o->v};
     if (!*own) {
-        memset(mv[0], 0, nf * sizeof(float)); /* the padding between parameters stays zero */
-        memset(mv[1], 0, nf * sizeof(float));
+        cl_device_fill(o->dev, mv[0], 0, nf * sizeof(float)); /* the padding between parameters stays zero */
+        cl_device_fill(o->dev, mv[1], 0, nf * sizeof(float));
     }
     for (int i = 0; i < d->nparams; i++) {
         if (!cl_model_holds_param(m, i)) continue;
@@ -835,7 +835,7 @@ cl_status cl_shard_load_model(const char *dir, cl_model *m) {
     for (int f = 0; f < ix.nfiles && !s && ix.m; f++) s = open_file(&ix, f);
     for (int i = 0; i < d->nparams && !s; i++) {
         if (!cl_model_holds_param(m, i)) continue;
-        memset(m->p[i], 0, (size_t)d->params[i].numel * sizeof(float));
+        cl_device_fill(m->dev, m->p[i], 0, (size_t)d->params[i].numel * sizeof(float));
         s = fill(&ix, i, CL_K_PARAM, &d->params[i], 0, 0, d->params[i].numel, m->p[i], 0);
     }
     if (!s) s = flush_read(&ix);

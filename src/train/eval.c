@@ -46,9 +46,10 @@ static cl_status pp_logits(void *ctx, const int32_t *tokens, int T, float *logit
     const cl_model_desc *d = t->desc;
     pp_slot *sl = &pp->ch[0].slots[0];
     int Tp = d->tpl.sp ? (T + t->tp - 1) / t->tp * t->tp : T;
-    memcpy(sl->tokens, tokens, (size_t)T * sizeof(int32_t));
-    memset(sl->tokens + T, 0, (size_t)(Tp - T) * sizeof(int32_t));
-    memset(sl->targets, 0, (size_t)Tp * sizeof(int32_t));
+    cl_device *dev = t->dev; /* the slots' */
+    cl_device_copy_from_host(dev, sl->tokens, tokens, (size_t)T * sizeof(int32_t));
+    cl_device_fill(dev, sl->tokens + T, 0, (size_t)(Tp - T) * sizeof(int32_t));
+    cl_device_fill(dev, sl->targets, 0, (size_t)Tp * sizeof(int32_t));
     cl_microbatch mb = {.B = 1, .T = Tp, .tokens = sl->tokens, .targets = sl->targets};
     double unused = 0;
     CL_TRY(cl_pp_eval_batch(t, &mb, &unused));
@@ -58,12 +59,12 @@ static cl_status pp_logits(void *ctx, const int32_t *tokens, int T, float *logit
         pp_chunk *ch = &pp->ch[pp->v - 1];
         const float *lg = cl_acts_logits(ch->m, &ch->slots[0].acts, ch->m->u1 - 1, &mb) + (size_t)(T - 1) * Vl;
         if (t->tp == 1 && Vl == V) {
-            memcpy(logits, lg, (size_t)V * sizeof(float));
+            cl_device_copy_to_host(ch->m->dev, logits, lg, (size_t)V * sizeof(float));
         } else {
             float *row = malloc((size_t)d->vocab_padded * sizeof *row);
             if (!row) return cl_error(CL_ERR_OOM, "cannot allocate a row of logits");
             s = t->tp > 1 ? cl_comm_allgather_n(t->cfg.groups->tp, lg, row, (size_t)Vl, CL_F32)
-                          : (memcpy(row, lg, (size_t)Vl * sizeof(float)), CL_OK);
+                          : (cl_device_copy_to_host(ch->m->dev, row, lg, (size_t)Vl * sizeof(float)), CL_OK);
             if (!s) memcpy(logits, row, (size_t)V * sizeof(float));
             free(row);
         }

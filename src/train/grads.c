@@ -6,7 +6,7 @@
  * check after the update. Every sum is in a fixed order, so every rank ends
  * with the same bits (pipeline.c says why they equal one device's). */
 #include "cleave/comm.h"
-#include "cleave/kernels.h"
+#include "cleave/backend.h"
 #include "cleave/train.h"
 
 #include <stdlib.h>
@@ -37,14 +37,14 @@ static cl_status tie_grads(cl_trainer *t, struct cl_pp *pp) {
         cl_status s2 = cl_comm_wait(pp->comm, req);
         CL_TRY(s);
         CL_TRY(s2);
-        cl_add_inplace(me->g[w], pp->tie_buf, (int64_t)n);
+        cl_device_kernels(me->dev)->add_inplace(me->g[w], pp->tie_buf, (int64_t)n);
     } else if (mh) {
         CL_TRY(cl_comm_isend_n(pp->comm, mh->head_wte_g, n, CL_F32, re, TIE_TAG, &req));
         cl_status s = cl_comm_recv_n(pp->comm, mh->g[w], n, CL_F32, re, TIE_TAG);
         cl_status s2 = cl_comm_wait(pp->comm, req);
         CL_TRY(s);
         CL_TRY(s2);
-        cl_add_inplace(mh->g[w], mh->head_wte_g, (int64_t)n);
+        cl_device_kernels(mh->dev)->add_inplace(mh->g[w], mh->head_wte_g, (int64_t)n);
     }
     return CL_OK;
 }
@@ -69,13 +69,13 @@ static cl_status sum_partial_grads(cl_trainer *t, cl_model *m) {
     float *buf = m->scratch;
     for (int i = 0, at = 0; i < d->nparams; i++)
         if (d->params[i].tp_partial && cl_model_owns_param(m, i)) {
-            memcpy(buf + at, m->g[i], (size_t)d->params[i].numel * sizeof(float));
+            cl_device_copy(m->dev, buf + at, m->g[i], (size_t)d->params[i].numel * sizeof(float));
             at += (int)d->params[i].numel;
         }
     CL_TRY(cl_comm_allreduce(tp, buf, (size_t)n, CL_F32, CL_RED_SUM));
     for (int i = 0, at = 0; i < d->nparams; i++)
         if (d->params[i].tp_partial && cl_model_owns_param(m, i)) {
-            memcpy(m->g[i], buf + at, (size_t)d->params[i].numel * sizeof(float));
+            cl_device_copy(m->dev, m->g[i], buf + at, (size_t)d->params[i].numel * sizeof(float));
             at += (int)d->params[i].numel;
         }
     return CL_OK;

@@ -95,14 +95,22 @@ static void shape_text(char *out, size_t n, int ndim, const int64_t *sh) {
     if (at < n) snprintf(out + at, n - at, "]");
 }
 
-/* Elements [at, at + n) of entry e as F32 into dst: F32 copied, BF16
- * widened (exactly); non-finite values refused. */
-static cl_status to_f32(const char *path, const cl_st_entry *e, int64_t at, int64_t n, float *dst) {
+/* Elements [at, at + n) of entry e (mapped host memory) as F32 into dst
+ * on dev: F32 copied, BF16 widened (exactly) on the host, a piece at a
+ * time, then copied; non-finite values refused. */
+static cl_status to_f32(const char *path, const cl_st_entry *e, int64_t at, int64_t n, cl_device *dev, float *dst) {
     const unsigned char *src = e->data;
     if (e->dtype == CL_F32) {
-        memcpy(dst, src + 4 * at, (size_t)n * sizeof(float));
-    } else if (e->dtype == CL_BF16) { /* the one widening (src/core/format.c); its 16-bit loads may be unaligned */
-        CL_TRY(cl_dtype_convert(dst, CL_F32, src + 2 * at, CL_BF16, (size_t)n));
+        cl_device_copy_from_host(dev, dst, src + 4 * at, (size_t)n * sizeof(float));
+    } else if (e->dtype == CL_BF16) { /* widened on the host a piece at a time by the one conversion
+                                       * (src/core/format.c: its 16-bit loads may be unaligned), then copied */
+        src += 2 * at;
+        float wide[1024];
+        for (int64_t j0 = 0; j0 < n; j0 += 1024) {
+            int64_t k = n - j0 < 1024 ? n - j0 : 1024;
+            CL_TRY(cl_dtype_convert(wide, CL_F32, src + 2 * j0, CL_BF16, (size_t)k));
+            cl_device_copy_from_host(dev, dst + j0, wide, (size_t)k * sizeof(float));
+        }
     } else {
         return cl_error(CL_ERR_UNSUPPORTED, "%s: tensor '%s' is %s: cleave imports F32 and BF16", path, e->name,
                         cl_dtype_name(e->dtype));
@@ -196,24 +204,24 @@ static cl_status hf_open(hf_file *h, const char *dir, const cl_model_desc *d) {
     return s;
 }
 
-cl_status cl_hf_read_params(const char *dir, const cl_model_desc *d, float *const *ptrs) {
+cl_status cl_hf_read_params(const char *dir, const cl_model_desc *d, cl_device *dev, float *const *ptrs) {
     hf_file h;
     CL_TRY(hf_open(&h, dir, d));
     cl_status s = CL_OK;
-    for (int i = 0; ptrs && i < d->nparams && !s; i++) s = to_f32(h.path, h.entry[i], 0, d->params[i].numel, ptrs[i]);
+    for (int i = 0; ptrs && i < d->nparams && !s; i++) s = to_f32(h.path, h.entry[i], 0, d->params[i].numel, dev, ptrs[i]);
     hf_close(&h);
     return s;
 }
 
 /* This rank's slice of parameter i (local spec ls) from its whole tensor e. */
-static cl_status read_slice(const hf_file *h, const cl_st_entry *e, const cl_param_spec *ls, int tp_rank, float *dst) {
+static cl_status read_slice(const hf_file *h, const cl_st_entry *e, const cl_param_spec *ls, int tp_rank, cl_device *dev, float *dst) {
     cl_box bx[9];
-    memset(dst, 0, (size_t)ls->numel * sizeof *dst); /* padded vocabulary rows are zero */
+    cl_device_fill(dev, dst, 0, (size_t)ls->numel * sizeof *dst); /* padded vocabulary rows are zero */
     int nb = cl_shard_slice_boxes(ls, tp_rank, 0, ls->numel, bx);
     int64_t lc = cl_shard_local_cols(ls), wc = cl_shard_whole_cols(ls);
     for (int b = 0; b < nb; b++)
         for (int64_t r = 0; r < bx[b].nr; r++)
-            CL_TRY(to_f32(h->path, e, (bx[b].r0 + r) * wc + bx[b].c0, bx[b].nc, dst + bx[b].l0 + r * lc));
+            CL_TRY(to_f32(h->path, e, (bx[b].r0 + r) * wc + bx[b].c0, bx[b].nc, dev, dst + bx[b].l0 + r * lc));
     return CL_OK;
 }
 
@@ -235,13 +243,13 @@ cl_status cl_hf_resume(cl_trainer *t, const char *dir) {
         /* each rank copies only its slices (ZeRO 3: into the part's whole parameters, then keeps its shard) */
         s = cl_model_z3_whole(m, 0);
         for (int i = 0; i < m->desc->nparams && !s; i++)
-            if (cl_model_holds_param(m, i)) s = read_slice(&h, h.entry[i], &m->desc->params[i], t->tp_rank, m->p[i]);
+            if (cl_model_holds_param(m, i)) s = read_slice(&h, h.entry[i], &m->desc->params[i], t->tp_rank, m->dev, m->p[i]);
         cl_model_z3_end_whole(m, !s);
         /* the moments zero, the optimizer at step 0 */
         size_t nf = (size_t)o->nfloats;
         if (!s && o->fd < 0) {
-            memset(o->m, 0, nf * sizeof(float));
-            memset(o->v, 0, nf * sizeof(float));
+            cl_device_fill(o->dev, o->m, 0, nf * sizeof(float));
+            cl_device_fill(o->dev, o->v, 0, nf * sizeof(float));
         } else if (!s) {
             float *zero = calloc(nf ? nf : 1, sizeof *zero);
             s = zero ? cl_optimizer_set_moments(o, zero, zero) : cl_error(CL_ERR_OOM, "cannot allocate the optimizer state's zeros");

@@ -144,7 +144,7 @@ cl_status cl_shard_load_model(const char *dir, cl_model *m);
 int cl_ckpt_has(const char *dir, const char *name);
 int cl_hf_foreign(const char *dir);
 cl_status cl_hf_read_config(const char *dir, cl_model_config *c, char *tok, size_t tn);
-cl_status cl_hf_read_params(const char *dir, const cl_model_desc *d, float *const *ptrs);
+cl_status cl_hf_read_params(const char *dir, const cl_model_desc *d, cl_device *dev, float *const *ptrs);
 cl_status cl_hf_resume(cl_trainer *t, const char *dir);
 
 /* Integrity (ckpt_verify.c; docs/ARCHITECTURE.md, "Checkpoint integrity"): the marker's manifest (version

@@ -1,6 +1,6 @@
 /* AdamW over a model's flat parameters, global-norm clipping, and the
  * warm-up + cosine learning-rate schedule (see train.h). */
-#include "cleave/kernels.h"
+#include "cleave/backend.h"
 #include "cleave/train.h"
 
 #include <errno.h>
@@ -110,8 +110,8 @@ static cl_status tile_io(const cl_optimizer *o, int write, int b, int64_t t0, in
 
 cl_status cl_optimizer_get_moments(const cl_optimizer *o, float *m, float *v) {
     if (o->fd < 0) {
-        memcpy(m, o->m, (size_t)o->nfloats * sizeof(float));
-        memcpy(v, o->v, (size_t)o->nfloats * sizeof(float));
+        cl_device_copy_to_host(o->dev, m, o->m, (size_t)o->nfloats * sizeof(float));
+        cl_device_copy_to_host(o->dev, v, o->v, (size_t)o->nfloats * sizeof(float));
         return CL_OK;
     }
     CL_TRY(file_io(o->fd, 0, 0, o->nfloats, 0, m, o->nfloats));
@@ -120,8 +120,8 @@ cl_status cl_optimizer_get_moments(const cl_optimizer *o, float *m, float *v) {
 
 cl_status cl_optimizer_set_moments(cl_optimizer *o, const float *m, const float *v) {
     if (o->fd < 0) {
-        memcpy(o->m, m, (size_t)o->nfloats * sizeof(float));
-        memcpy(o->v, v, (size_t)o->nfloats * sizeof(float));
+        cl_device_copy_from_host(o->dev, o->m, m, (size_t)o->nfloats * sizeof(float));
+        cl_device_copy_from_host(o->dev, o->v, v, (size_t)o->nfloats * sizeof(float));
         return CL_OK;
     }
     CL_TRY(file_io(o->fd, 1, 0, o->nfloats, 0, (float *)m, o->nfloats));
@@ -155,7 +155,7 @@ static float *grad_at(const cl_model *m, int64_t a) {
 
 void cl_grad_sumsq(const cl_model *m, double *per_param) {
     for (int i = 0; i < m->desc->nparams; i++)
-        if (cl_model_owns_param(m, i)) per_param[i] = cl_sumsq(m->g[i], m->desc->params[i].numel);
+        if (cl_model_owns_param(m, i)) per_param[i] = cl_device_kernels(m->dev)->sumsq(m->g[i], m->desc->params[i].numel);
 }
 
 double cl_grad_norm_of(const double *per_param, int n) {
@@ -167,7 +167,7 @@ double cl_grad_norm_of(const double *per_param, int n) {
 double cl_grad_norm(const cl_model *m) {
     double s = 0;
     for (int i = 0; i < m->desc->nparams; i++)
-        if (cl_model_owns_param(m, i)) s += cl_sumsq(m->g[i], m->desc->params[i].numel);
+        if (cl_model_owns_param(m, i)) s += cl_device_kernels(m->dev)->sumsq(m->g[i], m->desc->params[i].numel);
     return sqrt(s);
 }
 
@@ -182,7 +182,7 @@ void cl_grad_clip(cl_model *m, double norm, float clip) {
     float coef = cl_grad_clip_coef(norm, clip);
     if (coef == 1.0f) return;
     for (int i = 0; i < m->desc->nparams; i++)
-        if (m->g[i]) cl_scale(m->g[i], coef, m->desc->params[i].numel);
+        if (m->g[i]) cl_device_kernels(m->dev)->scale(m->g[i], coef, m->desc->params[i].numel);
 }
 
 void cl_optimizer_step(cl_optimizer *o, cl_model *m, float lr) { cl_optimizer_step_scaled(o, m, lr, 1.0f); }
@@ -199,7 +199,7 @@ static void update_range(cl_optimizer *o, cl_model *m, float lr, float gscale, i
         int64_t len = cl_zero_overlap(m->loc[i], m->loc[i] + ps->numel, base + t0, n, &a);
         if (!len) continue;
         int64_t mo = a - base - t0;
-        cl_adamw_update(cl_model_param_at(m, a), grad_at(m, a), mm + mo, mv + mo, len, lr, o->o.beta1, o->o.beta2, o->o.eps,
+        cl_device_kernels(m->dev)->adamw_update(cl_model_param_at(m, a), grad_at(m, a), mm + mo, mv + mo, len, lr, o->o.beta1, o->o.beta2, o->o.eps,
                         ps->decay ? o->o.weight_decay : 0.0f, o->t, gscale);
     }
 }

@@ -216,8 +216,8 @@ void cl_trainer_fill_batch(cl_trainer *t, int64_t k0, int B, int32_t *tokens, in
             int which;
             const int32_t *src = cl_dataset_train_window(&t->ds, k0 + b, t->win, &which);
             if (t->data_log) fprintf(t->data_log, "%" PRId64 " %d\n", k0 + b, which);
-            memcpy(tokens + (size_t)b * T, src, (size_t)T * sizeof(int32_t));
-            memcpy(targets + (size_t)b * T, src + 1, (size_t)T * sizeof(int32_t));
+            cl_device_copy_from_host(t->dev, tokens + (size_t)b * T, src, (size_t)T * sizeof(int32_t));
+            cl_device_copy_from_host(t->dev, targets + (size_t)b * T, src + 1, (size_t)T * sizeof(int32_t));
         }
         mb->T = T;
         mb->tokens = tokens;
@@ -225,8 +225,8 @@ void cl_trainer_fill_batch(cl_trainer *t, int64_t k0, int B, int32_t *tokens, in
         for (int b = 0; b < B; b++) {
             int i = t->perm[(k0 + b) % t->ndtrain];
             size_t px = (size_t)t->digits.pixels;
-            memcpy(x + (size_t)b * px, t->digits.images + (size_t)i * px, px * sizeof(float));
-            targets[b] = t->digits.labels[i];
+            cl_device_copy_from_host(t->dev, x + (size_t)b * px, t->digits.images + (size_t)i * px, px * sizeof(float));
+            cl_device_copy_from_host(t->dev, targets + b, &t->digits.labels[i], sizeof *targets);
         }
         mb->T = 1;
         mb->x = x;
@@ -308,8 +308,8 @@ static cl_status token_windows(const int32_t *tok, size_t n, int T, eval_set *e)
 }
 
 /* Fills batches of up to B samples of e, in order, into tokens and targets
- * (B * T each) or x (B * pixels) and targets (B), and runs fwd on each. */
-static cl_status eval_loop(const eval_set *e, int B, int32_t *tokens, int32_t *targets, float *x, cl_eval_batch_fn fwd,
+ * (B * T each) or x (B * pixels) and targets (B) of dev, and runs fwd on each. */
+static cl_status eval_loop(const eval_set *e, cl_device *dev, int B, int32_t *tokens, int32_t *targets, float *x, cl_eval_batch_fn fwd,
                            void *ctx, double *sum) {
     for (size_t k = 0; k < e->n; k += (size_t)B) {
         int nb = (int)(e->n - k < (size_t)B ? e->n - k : (size_t)B);
@@ -319,15 +319,15 @@ static cl_status eval_loop(const eval_set *e, int B, int32_t *tokens, int32_t *t
             for (int b = 0; b < nb; b++) {
                 const int32_t *src = e->ds ? cl_dataset_window(e->ds, e->part, k + (size_t)b, e->win)
                                            : e->tok + (k + (size_t)b) * ((size_t)T + 1);
-                memcpy(tokens + (size_t)b * T, src, (size_t)T * sizeof *tokens);
-                memcpy(targets + (size_t)b * T, src + 1, (size_t)T * sizeof *targets);
+                cl_device_copy_from_host(dev, tokens + (size_t)b * T, src, (size_t)T * sizeof *tokens);
+                cl_device_copy_from_host(dev, targets + (size_t)b * T, src + 1, (size_t)T * sizeof *targets);
             }
             mb.T = T;
             mb.tokens = tokens;
         } else {
             for (int b = 0; b < nb; b++) {
-                memcpy(x + (size_t)b * e->pixels, e->images + (k + (size_t)b) * e->pixels, e->pixels * sizeof *x);
-                targets[b] = e->labels[k + (size_t)b];
+                cl_device_copy_from_host(dev, x + (size_t)b * e->pixels, e->images + (k + (size_t)b) * e->pixels, e->pixels * sizeof *x);
+                cl_device_copy_from_host(dev, targets + b, &e->labels[k + (size_t)b], sizeof *targets);
             }
             mb.T = 1;
             mb.x = x;
@@ -370,7 +370,7 @@ cl_status cl_eval_tokens(cl_model *m, cl_acts *a, const int32_t *tok, size_t n, 
     }
     model_eval me = {m, a};
     double sum = 0;
-    s = eval_loop(&e, B, in, tg, NULL, model_eval_batch, &me, &sum);
+    s = eval_loop(&e, m->dev, B, in, tg, NULL, model_eval_batch, &me, &sum);
     free(in);
     free(tg);
     if (!s) *loss = eval_mean(&e, sum);
@@ -390,7 +390,7 @@ cl_status cl_trainer_eval(cl_trainer *t, double *loss) {
     }
     /* the batches go through the stages; only the last stage's rank adds to sum */
     double sum = 0;
-    CL_TRY(eval_loop(&e, t->cfg.micro_batch, t->mb_tokens, t->mb_targets, t->mb_x, cl_pp_eval_batch, t, &sum));
+    CL_TRY(eval_loop(&e, t->dev, t->cfg.micro_batch, t->mb_tokens, t->mb_targets, t->mb_x, cl_pp_eval_batch, t, &sum));
     if (t->tp > 1) CL_TRY(cl_comm_allreduce(t->cfg.groups->mp, &sum, 1, CL_F64, CL_RED_SUM)); /* tp rank 0's */
     else if (t->pp_size > 1) CL_TRY(cl_comm_allreduce(t->cfg.groups->pp, &sum, 1, CL_F64, CL_RED_SUM));
     *loss = eval_mean(&e, sum);
@@ -440,7 +440,7 @@ cl_status cl_eval_dataset(cl_model *m, cl_acts *a, cl_dataset *d, int part, doub
     if (!in || !tg || !e.win) s = cl_error(CL_ERR_OOM, "cannot allocate evaluation buffers");
     model_eval me = {m, a};
     double sum = 0;
-    if (!s) s = eval_loop(&e, B, in, tg, NULL, model_eval_batch, &me, &sum);
+    if (!s) s = eval_loop(&e, m->dev, B, in, tg, NULL, model_eval_batch, &me, &sum);
     free(in);
     free(tg);
     free(e.win);

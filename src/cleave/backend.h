@@ -1,0 +1,107 @@
+/* The kernel table a device backend fills (internal to cleave).
+ *
+ * A cl_device is a backend: its ops (include/cleave/device.h) allocate,
+ * fill, copy and convert its memory, and its kernel table, below, runs the
+ * computations the units, data parallelism and the optimizer ask of it.
+ * Code outside a backend reaches device memory only through these two
+ * tables (cl_device_fill / cl_device_copy / ..., cl_device_kernels(dev)->f),
+ * never with memset, memcpy or a kernel function of its own, so a GPU
+ * backend can replace the CPU one without touching the units.
+ *
+ * The CPU backend (src/kernels/cpu.c) fills every entry with the functions
+ * of src/cleave/kernels.h, whose comments state each kernel's contract
+ * (outputs first, backward kernels add into their outputs, size letters).
+ * Every tensor an entry takes is F32 but the GEMM's operands, which name
+ * their format; `gemm_formats` says which formats this backend's GEMM takes
+ * (the CPU: F32 only). Invariant: every entry of a backend's table is
+ * non-NULL (tests/test_device.c checks the CPU's). */
+#ifndef CLEAVE_BACKEND_H
+#define CLEAVE_BACKEND_H
+
+#include "cleave/device.h"
+#include "cleave/tensor.h"
+
+#include <stdint.h>
+
+/* Host-side shape arithmetic, the same for every backend (src/kernels/). */
+typedef struct { int B, IC, H, W, OC, KH, KW, stride, pad, OH, OW; } cl_conv2d_shape;
+/* Fills OH/OW; returns 0 on success, -1 if the shape is impossible. */
+int cl_conv2d_shape_init(cl_conv2d_shape *s, int B, int IC, int H, int W,
+                         int OC, int KH, int KW, int stride, int pad);
+int64_t cl_conv2d_col_floats(const cl_conv2d_shape *s);
+/* The share of the T x T score products the attention kernels compute (the planner's price). */
+double cl_attention_share(int T);
+/* The sum of squares is cut into blocks of this many floats (see sumsq_block). */
+#define CL_SUMSQ_BLOCK 16384
+
+struct cl_kernels {
+    const char *name;
+    unsigned gemm_formats; /* bit (1u << cl_dtype) per format gemm's operands may have */
+    /* C[M,N] = alpha op(A) op(B) + beta C, row-major, each operand in its format (cl_gemm) */
+    void (*gemm)(int ta, int tb, int M, int N, int K, float alpha, const void *A, cl_dtype fa, int lda,
+                 const void *B, cl_dtype fb, int ldb, float beta, void *C, cl_dtype fc, int ldc);
+    void (*linear_forward)(float *out, const float *in, const float *w, const float *b, int N, int IC, int OC);
+    void (*linear_backward_input)(float *din, const float *dout, const float *w, int N, int IC, int OC);
+    void (*linear_backward_weight)(float *dw, float *db, const float *dout, const float *in, int N, int IC, int OC);
+    void (*add_bias)(float *x, const float *bias, int64_t rows, int64_t C);
+    void (*embedding_forward)(float *out, const int32_t *tokens, const float *wte, const float *wpe, int B, int T, int C);
+    void (*embedding_backward_weight)(float *dwte, float *dwpe, const float *dout, const int32_t *tokens, int B, int T,
+                                      int C);
+    void (*embedding_lookup)(float *out, const int32_t *tokens, const float *wte, int64_t N, int64_t C, int64_t v0,
+                             int64_t Vl);
+    void (*embedding_add_positions)(float *out, const float *wpe, int64_t Ns, int64_t row0, int64_t T, int64_t C);
+    void (*embedding_backward_slice)(float *dwte, float *dwpe, const float *dout, const int32_t *tokens, int64_t N,
+                                     int64_t T, int64_t C, int64_t v0, int64_t Vl);
+    void (*layernorm_forward)(float *out, float *mean, float *rstd, const float *in, const float *w, const float *b,
+                              int N, int C);
+    void (*residual_layernorm_forward)(float *res, float *out, float *mean, float *rstd, const float *a, const float *r,
+                                       const float *w, const float *b, int N, int C);
+    void (*layernorm_backward_input)(float *din, const float *dout, const float *in, const float *w, const float *mean,
+                                     const float *rstd, int N, int C);
+    void (*layernorm_backward_weight)(float *dw, float *db, const float *dout, const float *in, const float *mean,
+                                      const float *rstd, int N, int C);
+    void (*attention_forward)(float *out, float *att, const float *qkv, int B, int T, int C, int NH);
+    void (*attention_backward)(float *dqkv, float *scratch, const float *dout, const float *qkv, const float *att, int B,
+                               int T, int C, int NH);
+    void (*gelu_forward)(float *out, const float *in, int64_t n);
+    void (*gelu_backward)(float *din, const float *dout, const float *in, int64_t n);
+    void (*gelu_backward_set)(float *din, const float *dout, const float *in, int64_t n);
+    void (*bias_gelu_forward)(float *out, float *pre, const float *bias, int N, int C);
+    void (*relu_forward)(float *out, const float *in, int64_t n);
+    void (*relu_backward)(float *din, const float *dout, const float *out, int64_t n);
+    void (*residual_forward)(float *out, const float *a, const float *b, int64_t n);
+    void (*add_inplace)(float *dst, const float *src, int64_t n);
+    void (*xent_forward)(float *losses, float *lse, const float *logits, const int32_t *targets, int N, int V);
+    void (*xent_backward)(float *dlogits, const float *logits, const float *lse, const int32_t *targets, float dloss,
+                          int N, int V);
+    void (*xent_vp_max)(float *mx, const float *logits, int N, int Vl, int valid);
+    void (*xent_vp_sum)(double *sum, double *tlogit, const float *logits, const float *mx, const int32_t *targets,
+                        int v0, int N, int Vl, int valid);
+    void (*xent_vp_backward)(float *dlogits, const float *logits, const float *lse, const int32_t *targets, int v0,
+                             float dloss, int N, int Vl, int valid);
+    void (*conv2d_forward)(float *out, float *col, const float *in, const float *w, const float *b,
+                           const cl_conv2d_shape *s);
+    void (*conv2d_backward_input)(float *din, float *col, const float *dout, const float *w, const cl_conv2d_shape *s);
+    void (*conv2d_backward_weight)(float *dw, float *db, float *col, const float *dout, const float *in,
+                                   const cl_conv2d_shape *s);
+    void (*maxpool_forward)(float *out, int32_t *idx, const float *in, int B, int C, int H, int W, int K, int S);
+    void (*maxpool_backward)(float *din, const float *dout, const int32_t *idx, int B, int C, int H, int W, int K,
+                             int S);
+    void (*adamw_update)(float *p, const float *g, float *m, float *v, int64_t n, float lr, float b1, float b2,
+                         float eps, float wd, int t, float gscale);
+    double (*sum)(const float *x, int64_t n);
+    double (*sumsq)(const float *x, int64_t n);
+    double (*sumsq_block)(const float *x, int64_t n);
+    void (*scale)(float *x, float s, int64_t n);
+};
+
+/* The CPU backend's table (src/kernels/cpu.c). */
+extern const cl_kernels cl_cpu_kernels;
+
+/* An F32 GEMM through a table: cl_gemm's arguments, every operand F32. */
+static inline void cl_sgemm(const cl_kernels *k, int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
+                            const float *B, int ldb, float beta, float *C, int ldc) {
+    k->gemm(ta, tb, M, N, K, alpha, A, CL_F32, lda, B, CL_F32, ldb, beta, C, CL_F32, ldc);
+}
+
+#endif
