@@ -424,6 +424,10 @@ float *cl_model_param_at(const cl_model *m, int64_t a);
 /* 1 if this part holds parameter i (the tied wte counts on both the
  * embedding's and the LM head's part). */
 int cl_model_holds_param(const cl_model *m, int i);
+/* ZeRO 2: the gradients of the held parameters placed in [lo, hi) of the
+ * part's buffer, but for the whole-kept ones (cl_model_grad_whole), aimed
+ * into buf (a bucket's working buffer, float lo at buf[0]); cleave/dp.h. */
+void cl_model_aim_grads(cl_model *m, float *buf, int64_t lo, int64_t hi);
 /* 1 if this part is the one that owns parameter i for sums over the whole
  * model (norms, checkpoints): the part of the unit that declares it. */
 int cl_model_owns_param(const cl_model *m, int i);

@@ -515,7 +515,8 @@ cl_status cl_tokenizer_gpt2(cl_tokenizer **out, const char *dir)
     *out = t;
     return CL_OK;
 fail:
-    if (t) cl_tokenizer_free(t);
+    if (t) cl_gpt2_release(t); /* not cl_tokenizer_free: the dispatch (tokenizer_byte.c) calls this file, not back */
+    free(t);
     free(enc);
     free(bpe);
     return st;

@@ -36,12 +36,6 @@ static int64_t unit_act_floats(const cl_model_desc *d, int u, int B, int recompu
 
 static int64_t align16(int64_t n) { return (n + 15) & ~(int64_t)15; }
 
-int64_t cl_zero_overlap(int64_t a, int64_t b, int64_t lo, int64_t len, int64_t *start) {
-    int64_t s = a > lo ? a : lo, e = b < lo + len ? b : lo + len;
-    *start = s;
-    return e > s ? e - s : 0;
-}
-
 /* The tied weight (the embedding's wte, d->tied_wte): whether the part of
  * units [u0, u1) holds the unit that owns it, and a unit whose kind reads
  * it too (the LM head). */
@@ -105,18 +99,6 @@ int cl_model_buckets(const cl_model_desc *d, int u0, int u1, int64_t part_lo, si
         }
     }
     return n;
-}
-
-int64_t cl_model_unit_range(const cl_model_desc *d, int u, int64_t *lo, int *wte) {
-    int64_t a = -1, b = 0;
-    for (int i = 0; i < d->nparams; i++) {
-        if (d->params[i].unit != u) continue;
-        if (a < 0) a = cl_param_elem(&d->params[i]);
-        b = cl_param_elem(&d->params[i]) + align16(d->params[i].numel);
-    }
-    *lo = a < 0 ? 0 : a;
-    *wte = uses_tied(d, u);
-    return (a < 0 ? 0 : b - a) + (*wte ? align16(d->params[d->tied_wte].numel) : 0);
 }
 
 void cl_model_part_sizes(const cl_model_desc *d, int u0, int u1, int B, int recompute, const cl_zero *zero, cl_part_sizes *z) {
@@ -294,6 +276,12 @@ cl_status cl_model_create_zero(cl_model **out, const cl_model_desc *d, cl_device
 }
 
 int cl_model_holds_param(const cl_model *m, int i) { return i >= 0 && i < m->desc->nparams && m->loc[i] >= 0; }
+
+void cl_model_aim_grads(cl_model *m, float *buf, int64_t lo, int64_t hi) {
+    const cl_model_desc *d = m->desc;
+    for (int i = 0; i < d->nparams; i++)
+        if (m->loc[i] >= lo && m->loc[i] < hi && !cl_model_grad_whole(d, m->u0, m->u1, m->zero.split, i)) m->g[i] = buf + (m->loc[i] - lo);
+}
 
 int cl_model_owns_param(const cl_model *m, int i) {
     if (i < 0 || i >= m->desc->nparams) return 0;

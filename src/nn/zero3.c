@@ -1,6 +1,8 @@
 /* ZeRO stage 3: a part's parameters sharded over the data-parallel
  * replicas, each unit's gathered into a working buffer just before it runs
- * (see cleave/model.h and docs/ARCHITECTURE.md, "ZeRO"). */
+ * (see cleave/model.h and docs/ARCHITECTURE.md, "ZeRO"); and the two range
+ * queries ZeRO's shards are cut by (cl_zero_overlap, cl_model_unit_range),
+ * here and not in units.c so that units.c calls this file and not back. */
 #include "cleave/model.h"
 #include "nn/kind.h"
 
@@ -21,6 +23,27 @@ struct cl_z3 {
     float *whole;       /* cl_model_z3_whole's buffer */
     double wait;        /* seconds waited for gathers (cl_model_z3_take_wait) */
 };
+
+int64_t cl_zero_overlap(int64_t a, int64_t b, int64_t lo, int64_t len, int64_t *start) {
+    int64_t s = a > lo ? a : lo, e = b < lo + len ? b : lo + len;
+    *start = s;
+    return e > s ? e - s : 0;
+}
+
+/* 16-aligned like every parameter's place in the flat buffers (units.c). */
+static int64_t align16(int64_t n) { return (n + 15) & ~(int64_t)15; }
+
+int64_t cl_model_unit_range(const cl_model_desc *d, int u, int64_t *lo, int *wte) {
+    int64_t a = -1, b = 0;
+    for (int i = 0; i < d->nparams; i++) {
+        if (d->params[i].unit != u) continue;
+        if (a < 0) a = cl_param_elem(&d->params[i]);
+        b = cl_param_elem(&d->params[i]) + align16(d->params[i].numel);
+    }
+    *lo = a < 0 ? 0 : a;
+    *wte = d->tied_wte >= 0 && cl_kind_of(d->units[u].kind)->uses_tied; /* the LM head reads the tied wte */
+    return (a < 0 ? 0 : b - a) + (*wte ? align16(d->params[d->tied_wte].numel) : 0);
+}
 
 double cl_model_z3_take_wait(cl_model *m) {
     if (!m->z3) return 0;
@@ -76,7 +99,7 @@ cl_status cl_model_set_zero3(cl_model *m, cl_comm *dp) {
         int64_t lo;
         int wte;
         int64_t w = cl_model_unit_range(d, u, &lo, &wte);
-        if (wte && !cl_model_holds_param(m, d->tied_wte)) {
+        if (wte && m->loc[d->tied_wte] < 0) { /* not held (cl_model_holds_param) */
             cl_model_z3_destroy(m);
             return cl_error(CL_ERR_INTERNAL, "ZeRO 3: the LM head's part does not hold the tied wte");
         }

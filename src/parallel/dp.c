@@ -98,15 +98,12 @@ static cl_status complete(cl_dp *dp, int b) {
 static cl_status prepare(cl_dp *dp, int k) {
     if (k >= dp->n || dp->bk[k].hi <= dp->bk[k].lo) return CL_OK;
     cl_model *m = dp->m;
-    const cl_model_desc *d = m->desc;
     const cl_bucket *bk = &dp->bk[k];
     int b = dp->turn;
     CL_TRY(complete(dp, b));
     if (dp->nbuf > 1) dp->turn ^= 1;
     cl_device_fill(m->dev, m->gbuf[b], 0, (size_t)(bk->hi - bk->lo) * sizeof(float));
-    for (int i = 0; i < d->nparams; i++)
-        if (m->loc[i] >= bk->lo && m->loc[i] < bk->hi && !cl_model_grad_whole(d, m->u0, m->u1, m->zero.split, i))
-            m->g[i] = m->gbuf[b] + (m->loc[i] - bk->lo);
+    cl_model_aim_grads(m, m->gbuf[b], bk->lo, bk->hi);
     dp->cur = b;
     return CL_OK;
 }

@@ -1,4 +1,7 @@
-/* Checkpoints: save, resume, and load-for-inference (see train.h).
+/* Checkpoints: save, resume, load-for-inference and verify (see train.h):
+ * the single-file format, and the entry points that pick the format a
+ * directory holds (sharded: ckpt_shard.c, Hugging Face: hf_import.c). The
+ * directory handling every format shares is ckpt_dir.c's.
  *
  * A checkpoint is a directory: model.safetensors (Hugging Face GPT-2 names
  * and layouts), config.json (HF GPT-2 keys plus cleave's own), optimizer
@@ -29,48 +32,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-void cl_ckpt_config_json(cl_strbuf *b, const cl_model_config *c, const char *tokenizer) {
-    cl_sb_printf(b, "{\n");
-    if (c->kind == CL_MODEL_GPT) {
-        cl_sb_printf(b, "  \"model_type\": \"gpt2\",\n  \"architectures\": [\"GPT2LMHeadModel\"],\n");
-        cl_sb_printf(b, "  \"n_layer\": %d,\n  \"n_head\": %d,\n  \"n_embd\": %d,\n  \"n_positions\": %d,\n  \"n_ctx\": %d,\n",
-                     c->layers, c->heads, c->channels, c->seq_len, c->seq_len);
-        cl_sb_printf(b, "  \"vocab_size\": %d,\n  \"layer_norm_epsilon\": 1e-05,\n  \"activation_function\": \"gelu_new\",\n", c->vocab);
-        cl_sb_printf(b, "  \"tie_word_embeddings\": true,\n");
-        if (c->mlp_width) cl_sb_printf(b, "  \"n_inner\": %d,\n", c->mlp_width);
-    } else if (c->kind == CL_MODEL_MLP) {
-        cl_sb_printf(b, "  \"widths\": [");
-        for (int i = 0; i < c->nwidths; i++) cl_sb_printf(b, "%s%d", i ? ", " : "", c->widths[i]);
-        cl_sb_printf(b, "],\n");
-    } else {
-        cl_sb_printf(b, "  \"in_channels\": %d,\n  \"height\": %d,\n  \"width\": %d,\n  \"conv_channels\": %d,\n", c->in_channels, c->height,
-                     c->width, c->conv_channels);
-        cl_sb_printf(b, "  \"conv_kernel\": %d,\n  \"conv_stride\": %d,\n  \"conv_pad\": %d,\n  \"pool\": %d,\n", c->conv_kernel,
-                     c->conv_stride, c->conv_pad, c->pool);
-        cl_sb_printf(b, "  \"hidden\": %d,\n  \"hidden2\": %d,\n  \"classes\": %d,\n", c->hidden, c->hidden2, c->classes);
-    }
-    cl_sb_printf(b, "  \"cleave_model\": \"%s\",\n  \"cleave_preset\": ", cl_model_family_of(c)->name);
-    cl_sb_json_string(b, c->name, strlen(c->name));
-    cl_sb_printf(b, ",\n  \"tokenizer\": ");
-    cl_sb_json_string(b, tokenizer, strlen(tokenizer));
-    cl_sb_printf(b, "\n}\n");
-}
-
-static cl_status write_text_file(const char *path, const char *text, size_t len) {
-    char tmp[4400];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *f = fopen(tmp, "wb");
-    if (!f) return cl_error(CL_ERR_IO, "%s: %s", tmp, strerror(errno));
-    int ok = fwrite(text, 1, len, f) == len && fflush(f) == 0 && fsync(fileno(f)) == 0;
-    ok = (fclose(f) == 0) && ok;
-    if (!ok || rename(tmp, path) != 0) {
-        int e = errno;
-        unlink(tmp);
-        return cl_error(CL_ERR_IO, "%s: %s", path, strerror(e));
-    }
-    return CL_OK;
-}
 
 /* Parses config.json into a model config and the tokenizer name. */
 static cl_status read_config(const char *dir, cl_model_config *c, char *tokenizer, size_t tn) {
@@ -171,111 +132,6 @@ static cl_status read_params(const char *path, const cl_model_desc *d, float *co
     return s;
 }
 
-/* The files a checkpoint directory holds; while one is written, FILE.tmp too. */
-#define CKPT_MARKER "cleave-checkpoint.json"
-static const char *const ckpt_files[] = {"model.safetensors", "optimizer.safetensors", "config.json", "trainer_state.json",
-                                         CKPT_MARKER, CL_CKPT_INDEX, CL_CKPT_RUN_CONFIG};
-#define CKPT_NFILES (sizeof ckpt_files / sizeof ckpt_files[0])
-
-static int ckpt_file_name(const char *name) {
-    for (size_t i = 0; i < CKPT_NFILES; i++) {
-        size_t n = strlen(ckpt_files[i]);
-        if (!strncmp(name, ckpt_files[i], n) && (!name[n] || !strcmp(name + n, ".tmp"))) return 1;
-    }
-    /* a sharded checkpoint's (ckpt_shard.c): rank-NNNNN.safetensors */
-    int k = 0;
-    size_t n = strlen(name);
-    if (n > 4 && !strcmp(name + n - 4, ".tmp")) n -= 4;
-    if (n < 5 + 12 || strncmp(name, "rank-", 5) || strncmp(name + n - 12, ".safetensors", 12)) return 0;
-    for (size_t i = 5; i < n - 12; i++, k++)
-        if (name[i] < '0' || name[i] > '9') return 0;
-    return k >= 5 && k <= 9;
-}
-
-/* Removes a checkpoint directory that cleave wrote: its known files only,
- * then the directory if that left it empty. */
-static void remove_ckpt_dir(const char *dir) {
-    char path[4200];
-    DIR *dp = opendir(dir);
-    struct dirent *e;
-    while (dp && (e = readdir(dp)))
-        if (ckpt_file_name(e->d_name)) {
-            snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-            unlink(path);
-        }
-    if (dp) closedir(dp);
-    rmdir(dir);
-}
-
-/* dir without trailing slashes, checked for length. */
-static cl_status ckpt_path(const char *dir, char *out) {
-    size_t n = strlen(dir);
-    if (n == 0) return cl_error(CL_ERR_INVALID, "the checkpoint path is empty");
-    if (n > CL_PATH_MAX)
-        return cl_error(CL_ERR_INVALID, "the checkpoint path is %zu bytes long, over the limit of %d", n, CL_PATH_MAX);
-    memcpy(out, dir, n + 1);
-    while (n > 1 && out[n - 1] == '/') out[--n] = 0;
-    return CL_OK;
-}
-
-typedef enum { TARGET_NONE, TARGET_EMPTY, TARGET_CKPT } target_kind;
-
-/* What is at a save's path (normalized by ckpt_path), refusing what a save
- * must not replace. */
-static cl_status classify_target(const char *dir, target_kind *kind) {
-    static const char *const why = "a save replaces only a missing path, an empty directory or a cleave checkpoint";
-    struct stat sb;
-    if (lstat(dir, &sb) != 0) {
-        if (errno == ENOENT) {
-            *kind = TARGET_NONE;
-            return CL_OK;
-        }
-        return cl_error(CL_ERR_IO, "%s: %s", dir, strerror(errno));
-    }
-    if (S_ISLNK(sb.st_mode)) return cl_error(CL_ERR_INVALID, "%s is a symbolic link (%s; give the directory itself)", dir, why);
-    if (!S_ISDIR(sb.st_mode)) return cl_error(CL_ERR_INVALID, "%s is a file, not a checkpoint directory (%s)", dir, why);
-    DIR *dp = opendir(dir);
-    if (!dp) return cl_error(CL_ERR_IO, "%s: cannot list: %s", dir, strerror(errno));
-    int n = 0, marker = 0;
-    char stranger[256] = "";
-    struct dirent *e;
-    while ((e = readdir(dp))) {
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-        n++;
-        struct stat es;
-        int regular = fstatat(dirfd(dp), e->d_name, &es, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(es.st_mode);
-        if (regular && !strcmp(e->d_name, CKPT_MARKER)) marker = 1;
-        if ((!regular || !ckpt_file_name(e->d_name)) && !stranger[0]) snprintf(stranger, sizeof stranger, "%s", e->d_name);
-    }
-    closedir(dp);
-    if (n == 0) *kind = TARGET_EMPTY;
-    else if (stranger[0])
-        return cl_error(CL_ERR_INVALID, "%s holds '%s', which is not a file cleave writes (%s)", dir, stranger, why);
-    else if (!marker)
-        return cl_error(CL_ERR_INVALID, "%s has no %s, so it is not a checkpoint cleave wrote (%s)", dir, CKPT_MARKER, why);
-    else *kind = TARGET_CKPT;
-    return CL_OK;
-}
-
-cl_status cl_checkpoint_check_target(const char *dir) {
-    char norm[4096], parent[4200];
-    target_kind kind;
-    CL_TRY(ckpt_path(dir, norm));
-    CL_TRY(classify_target(norm, &kind));
-    cl_parent_dir(norm, parent, sizeof parent);
-    return cl_check_dir_writable(parent, dir);
-}
-
-void cl_ckpt_fsync_parent(const char *dir) {
-    char parent[4200];
-    cl_parent_dir(dir, parent, sizeof parent);
-    int fd = open(parent, O_RDONLY | O_DIRECTORY);
-    if (fd >= 0) {
-        fsync(fd);
-        close(fd);
-    }
-}
-
 static cl_status save_arrays(cl_trainer *t, const char *dir, float *const *params, float *const *mp, float *const *vp,
                              int opt_t);
 
@@ -301,107 +157,6 @@ cl_status cl_trainer_save(cl_trainer *t, const char *dir) {
     free(host);
     free(pp);
     return s;
-}
-
-/* Removes what killed saves left beside target: TARGET.tmp.PID.N of a PID
- * that no longer runs (on this host; a live or unknown one is left), by
- * remove_ckpt_dir, so only the files cleave writes, and the directory only
- * when that empties it. */
-static void remove_stale_tmp(const char *target) {
-    char parent[4200], path[8400];
-    cl_parent_dir(target, parent, sizeof parent);
-    const char *slash = strrchr(target, '/'), *base = slash ? slash + 1 : target;
-    size_t bn = strlen(base);
-    DIR *dp = opendir(parent);
-    struct dirent *e;
-    while (dp && (e = readdir(dp))) {
-        const char *n = e->d_name;
-        char *end;
-        if (strncmp(n, base, bn) || strncmp(n + bn, ".tmp.", 5) || n[bn + 5] < '1' || n[bn + 5] > '9') continue;
-        long pid = strtol(n + bn + 5, &end, 10);
-        if (*end != '.' || !end[1] || strspn(end + 1, "0123456789") != strlen(end + 1)) continue;
-        if (pid <= 0 || pid == (long)getpid() || pid != (long)(pid_t)pid || kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue;
-        struct stat sb;
-        snprintf(path, sizeof path, "%s/%s", parent, n);
-        if (lstat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) remove_ckpt_dir(path); /* never through a link */
-    }
-    if (dp) closedir(dp);
-}
-
-cl_status cl_ckpt_begin(const char *dir, char *target, char *tmp) {
-    target_kind kind;
-    cl_status s = ckpt_path(dir, target);
-    if (!s) s = classify_target(target, &kind);
-    if (s) return cl_error_context(s, "saving checkpoint");
-    remove_stale_tmp(target);
-    /* a fresh directory beside the target: never one that was there before */
-    static unsigned seq;
-    int made = 0;
-    for (int i = 0; i < 100 && !made; i++) {
-        snprintf(tmp, 4200, "%s.tmp.%ld.%u", target, (long)getpid(), __atomic_fetch_add(&seq, 1, __ATOMIC_RELAXED));
-        made = mkdir(tmp, 0755) == 0;
-        if (!made && errno != EEXIST) break;
-    }
-    if (!made) return cl_error(CL_ERR_IO, "saving checkpoint %s: cannot create %s: %s", dir, tmp, strerror(errno));
-    return CL_OK;
-}
-
-void cl_ckpt_abort(const char *tmp) { remove_ckpt_dir(tmp); }
-
-void cl_ckpt_state_json(cl_strbuf *st, const cl_trainer *t, int opt_t) {
-    const cl_train_config *c = &t->cfg;
-    cl_sb_printf(st, "{\n  \"step\": %d,\n  \"optimizer_step\": %d,\n  \"seq_len\": %d,\n  \"global_batch\": %d,\n", t->step,
-                 opt_t, t->full->T, c->global_batch);
-    cl_sb_printf(st, "  \"micro_batch\": %d,\n  \"seed\": \"%" PRIu64 "\",\n  \"samples_seen\": %" PRId64 ",\n", c->micro_batch,
-                 c->seed, (int64_t)t->step * c->global_batch);
-    cl_sb_printf(st, "  \"run_id\": \"%s\",\n  \"data\": ", t->run_id);
-    cl_sb_json_string(st, c->data, strlen(c->data));
-    if (c->data_key) { /* recorded where given: a resume reads the same data */
-        cl_sb_printf(st, ",\n  \"data_key\": ");
-        cl_sb_json_string(st, c->data_key, strlen(c->data_key));
-    }
-    if (c->split) {
-        cl_sb_printf(st, ",\n  \"split\": ");
-        cl_sb_json_string(st, c->split, strlen(c->split));
-    }
-    cl_sb_printf(st, "\n}\n");
-}
-
-cl_status cl_ckpt_write_text(const char *tmp, const char *name, const cl_strbuf *b) {
-    char path[4300];
-    snprintf(path, sizeof path, "%s/%s", tmp, name);
-    return b->failed ? cl_error(CL_ERR_OOM, "%s", name) : write_text_file(path, b->buf, b->len);
-}
-
-cl_status cl_ckpt_commit(const char *dir, const char *target, const char *tmp, cl_status s, const cl_ckpt_manifest *m) {
-    target_kind kind;
-    if (!s) { /* the marker, last: the run, the step and every other file's size and content hash */
-        cl_strbuf b = {0};
-        cl_ckpt_marker_json(&b, m);
-        s = cl_ckpt_write_text(tmp, CKPT_MARKER, &b);
-        cl_sb_free(&b);
-    }
-    /* what is at the target now (it may have changed while this one was written) */
-    if (!s) s = classify_target(target, &kind);
-    if (s) {
-        remove_ckpt_dir(tmp);
-        return cl_error_context(s, "saving checkpoint %s", dir);
-    }
-    cl_ckpt_fsync_parent(tmp);
-    /* a missing target must stay missing until the rename; an empty directory
-     * is replaced by rename, which fails if it has gained an entry; a
-     * checkpoint is swapped, and its known files removed from the old name */
-    int rc = kind == TARGET_NONE    ? renameat2(AT_FDCWD, tmp, AT_FDCWD, target, RENAME_NOREPLACE)
-             : kind == TARGET_EMPTY ? rename(tmp, target)
-                                    : renameat2(AT_FDCWD, tmp, AT_FDCWD, target, RENAME_EXCHANGE);
-    if (rc != 0) {
-        int e = errno;
-        remove_ckpt_dir(tmp);
-        return cl_error(CL_ERR_IO, "saving checkpoint %s: cannot move the new one into place: %s", dir, strerror(e));
-    }
-    if (kind == TARGET_CKPT) remove_ckpt_dir(tmp); /* now the old checkpoint */
-    cl_ckpt_fsync_parent(target);
-    return CL_OK;
 }
 
 static cl_status save_arrays(cl_trainer *t, const char *dir, float *const *params, float *const *mp, float *const *vp,
@@ -462,40 +217,6 @@ static cl_status read_state(const char *dir, int *step, int *opt_t, int *T, int 
     if (!s) s = cl_ckpt_run_id_parse(cl_json_root(doc), path, run_id);
     cl_json_free(doc);
     return s;
-}
-
-cl_status cl_ckpt_check_match(const cl_trainer *t, const char *dir, const cl_model_config *c, const char *tok, int T, int gb,
-                              uint64_t seed) {
-    char field[32];
-    int theirs, mine;
-    const cl_model_config *my = &t->desc->cfg;
-    if (cl_model_config_diff(c, my, field, sizeof field, &theirs, &mine))
-        return c->kind != my->kind
-                   ? cl_error(CL_ERR_INVALID, "--resume %s: the checkpoint holds a %s model, this run a %s", dir,
-                              cl_model_family_of(c)->name, cl_model_family_of(my)->name)
-                   : cl_error(CL_ERR_INVALID, "--resume %s: the checkpoint's model has %s %d, this run's %d", dir, field, theirs, mine);
-    const char *mytok = t->tok ? cl_tokenizer_name(t->tok) : "none";
-    if (strcmp(tok, mytok))
-        return cl_error(CL_ERR_INVALID, "--resume %s: the checkpoint used the %s tokenizer, this run %s", dir, tok, mytok);
-    const struct {
-        const char *flag;
-        int theirs, mine;
-    } run[] = {{"--seq-len", T, t->desc->T}, {"--global-batch-size", gb, t->cfg.global_batch}};
-    for (size_t i = 0; i < sizeof run / sizeof run[0]; i++)
-        if (run[i].theirs != run[i].mine)
-            return cl_error(CL_ERR_INVALID, "--resume %s: the checkpoint was trained with %s %d, this run has %d", dir, run[i].flag,
-                            run[i].theirs, run[i].mine);
-    if (seed != t->cfg.seed)
-        return cl_error(CL_ERR_INVALID, "--resume %s: the checkpoint was trained with --seed %" PRIu64 ", this run has %" PRIu64, dir,
-                        seed, t->cfg.seed);
-    return CL_OK;
-}
-
-int cl_ckpt_has(const char *dir, const char *name) {
-    char path[4300];
-    struct stat sb;
-    snprintf(path, sizeof path, "%s/%s", dir, name);
-    return stat(path, &sb) == 0;
 }
 
 /* A sharded checkpoint (ckpt_shard.c) is the directory that holds an index. */
@@ -603,4 +324,31 @@ void cl_loaded_free(cl_loaded *l) {
     cl_model_desc_free(l->desc);
     cl_tokenizer_free(l->tok);
     memset(l, 0, sizeof *l);
+}
+
+cl_status cl_checkpoint_verify(const char *given, char *summary, size_t n) {
+    char dir[4096];
+    CL_TRY(cl_ckpt_resolve("checkpoint verify", given, dir, sizeof dir)); /* DIR/latest followed */
+    if (!cl_ckpt_has(dir, CL_CKPT_MARKER))
+        return cl_error(CL_ERR_FORMAT, "%s: no %s: %s", dir, CL_CKPT_MARKER,
+                        cl_hf_foreign(dir) ? "a Hugging Face checkpoint carries no cleave content hashes to verify"
+                                           : "not a checkpoint cleave wrote");
+    cl_ckpt_manifest m;
+    CL_TRY(cl_ckpt_manifest_read(dir, &m));
+    cl_status s = CL_OK;
+    if (m.version < 2)
+        s = cl_error(CL_ERR_FORMAT, "%s: written before cleave recorded content hashes (%s version 1): nothing to verify it against", dir,
+                     CL_CKPT_MARKER);
+    else if (cl_ckpt_has(dir, CL_CKPT_INDEX)) s = cl_shard_verify(dir, &m, summary, n);
+    else {
+        cl_ckpt_manifest_free(&m);
+        s = cl_ckpt_verify_single(dir, &m, 1);
+        int64_t total = 0;
+        for (int i = 0; !s && i < m.n; i++) total += m.f[i].bytes;
+        if (!s)
+            snprintf(summary, n, "%s: intact: single-file checkpoint of step %d, run %s: %d files (%" PRId64 " bytes), every hash matches",
+                     dir, m.step, m.run_id, m.n, total);
+    }
+    cl_ckpt_manifest_free(&m);
+    return s;
 }

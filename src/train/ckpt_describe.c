@@ -1,9 +1,7 @@
 /* What a checkpoint directory holds, read without loading it (see train.h,
  * cl_checkpoint_describe): cleave's single file (config.json and
  * trainer_state.json), the sharded format (the index's "config" and
- * "state") or a Hugging Face GPT-2 (config.json only: no state); and
- * cl_model_config_diff, which names the first field where a checkpoint's
- * model and a run's differ (resume's refusals, the library's and the CLI's). */
+ * "state") or a Hugging Face GPT-2 (config.json only: no state). */
 #include "cleave/data.h"
 #include "cleave/json.h"
 #include "train/ckpt_json.h"
@@ -62,44 +60,3 @@ cl_status cl_checkpoint_describe(const char *given, cl_checkpoint_info *out) {
     return s;
 }
 
-int cl_model_config_diff(const cl_model_config *a, const cl_model_config *b, char *field, size_t n, int *va, int *vb) {
-#define DIFF(name, x, y)                                                                                                         \
-    do {                                                                                                                         \
-        if ((x) != (y)) {                                                                                                        \
-            snprintf(field, n, "%s", name);                                                                                      \
-            *va = (x), *vb = (y);                                                                                                \
-            return 1;                                                                                                            \
-        }                                                                                                                        \
-    } while (0)
-    DIFF("kind", (int)a->kind, (int)b->kind);
-    if (a->kind == CL_MODEL_GPT) {
-        DIFF("layers", a->layers, b->layers);
-        DIFF("heads", a->heads, b->heads);
-        DIFF("channels", a->channels, b->channels);
-        DIFF("vocab", a->vocab, b->vocab);
-        DIFF("context", a->seq_len, b->seq_len);
-        DIFF("mlp-width", (int)cl_model_mlp_width(a), (int)cl_model_mlp_width(b));
-        DIFF("kv-heads", cl_model_kv_heads(a), cl_model_kv_heads(b));
-    } else if (a->kind == CL_MODEL_MLP) {
-        DIFF("widths (their number)", a->nwidths, b->nwidths);
-        for (int i = 0; i < a->nwidths; i++) {
-            char w[32];
-            snprintf(w, sizeof w, "widths[%d]", i);
-            DIFF(w, a->widths[i], b->widths[i]);
-        }
-    } else {
-        DIFF("in_channels", a->in_channels, b->in_channels);
-        DIFF("height", a->height, b->height);
-        DIFF("width", a->width, b->width);
-        DIFF("conv_channels", a->conv_channels, b->conv_channels);
-        DIFF("conv_kernel", a->conv_kernel, b->conv_kernel);
-        DIFF("conv_stride", a->conv_stride, b->conv_stride);
-        DIFF("conv_pad", a->conv_pad, b->conv_pad);
-        DIFF("pool", a->pool, b->pool);
-        DIFF("hidden", a->hidden, b->hidden);
-        DIFF("hidden2", a->hidden2, b->hidden2);
-        DIFF("classes", a->classes, b->classes);
-    }
-#undef DIFF
-    return 0;
-}

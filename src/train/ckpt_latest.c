@@ -15,7 +15,7 @@
  * which deletes them right after the run's first save has moved latest.
  * K = 0 (a kept directory given to --save without --save-keep) prunes none.
  * Readers (resume, eval, generate, convert) pass their directory through
- * cl_ckpt_resolve, which follows DIR/latest where there is one. */
+ * cl_ckpt_resolve (ckpt_dir.c), which follows DIR/latest where there is one. */
 #include "train/internal.h"
 
 #include <dirent.h>
@@ -26,39 +26,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#define LATEST "latest"
-#define STEP_DIGITS 8
-
-/* The step of a name step-NNNNNNNN (exactly 8 digits), or -1. */
-static long step_of(const char *name) {
-    if (strncmp(name, "step-", 5) || strlen(name) != 5 + STEP_DIGITS || strspn(name + 5, "0123456789") != STEP_DIGITS) return -1;
-    return strtol(name + 5, NULL, 10);
-}
-
-cl_status cl_ckpt_resolve(const char *flag, const char *dir, char *out, size_t n) {
-    struct stat sb;
-    if (!*dir) return cl_error(CL_ERR_INVALID, "%s: empty path", flag);
-    if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) return cl_error(CL_ERR_INVALID, "%s %s: no such directory", flag, dir);
-    char path[4200], name[64];
-    if ((size_t)snprintf(path, sizeof path, "%s/" LATEST, dir) >= sizeof path)
-        return cl_error(CL_ERR_INVALID, "%s %s: the path is too long", flag, dir);
-    if (lstat(path, &sb) != 0) { /* no pointer: dir is the checkpoint */
-        if ((size_t)snprintf(out, n, "%s", dir) >= n) return cl_error(CL_ERR_INVALID, "%s %s: the path is too long", flag, dir);
-        return CL_OK;
-    }
-    FILE *f = S_ISREG(sb.st_mode) ? fopen(path, "r") : NULL;
-    if (!f) return cl_error(CL_ERR_INVALID, "%s: cannot read it (not a regular file, or %s)", path, strerror(errno));
-    size_t k = fread(name, 1, sizeof name - 1, f);
-    fclose(f);
-    name[k] = 0;
-    while (k > 0 && (name[k - 1] == '\n' || name[k - 1] == '\r' || name[k - 1] == ' ')) name[--k] = 0;
-    if (step_of(name) < 0 || strlen(name) != k)
-        return cl_error(CL_ERR_INVALID, "%s: does not hold a step directory's name (step-NNNNNNNN, 8 digits)", path);
-    if ((size_t)snprintf(out, n, "%s/%s", dir, name) >= n) return cl_error(CL_ERR_INVALID, "%s %s: the path is too long", flag, dir);
-    if (lstat(out, &sb) != 0 || !S_ISDIR(sb.st_mode))
-        return cl_error(CL_ERR_INVALID, "%s: names %s, which is not a directory there", path, name);
-    return CL_OK;
-}
+#define LATEST CL_CKPT_LATEST
+#define STEP_DIGITS CL_CKPT_STEP_DIGITS
 
 cl_status cl_checkpoint_check_kept_target(const char *dir) {
     struct stat sb;
@@ -93,7 +62,7 @@ static cl_status list_steps(const char *dir, long **steps, size_t *n) {
     struct dirent *e;
     cl_status s = CL_OK;
     while (!s && (e = readdir(dp))) {
-        long st = step_of(e->d_name);
+        long st = cl_ckpt_step_of(e->d_name);
         struct stat sb;
         if (st < 0 || fstatat(dirfd(dp), e->d_name, &sb, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISDIR(sb.st_mode)) continue;
         if (*n == cap) {

@@ -1,6 +1,7 @@
 /* Checkpoint integrity (docs/ARCHITECTURE.md, "Checkpoint integrity"): the
- * marker's manifest, the checks a load makes against it, and `cleave
- * checkpoint verify`.
+ * marker's manifest, the checks a load makes against it, and a single
+ * file's whole check for `cleave checkpoint verify` (cl_checkpoint_verify,
+ * checkpoint.c, which hands a sharded one to ckpt_shard.c).
  *
  * Why: nothing else proves a checkpoint's bytes are the ones written. The
  * marker (cleave-checkpoint.json, written last) records the run id, the
@@ -48,16 +49,6 @@ cl_status cl_ckpt_hash_file(const char *path, int64_t *bytes, uint64_t *hash) {
     free(buf);
     close(fd);
     return s;
-}
-
-void cl_ckpt_marker_json(cl_strbuf *b, const cl_ckpt_manifest *m) {
-    cl_sb_printf(b, "{\n  \"format\": \"cleave checkpoint\",\n  \"version\": %d,\n  \"run_id\": \"%s\",\n  \"step\": %d,\n",
-                 CL_CKPT_MARKER_VERSION, m->run_id, m->step);
-    cl_sb_printf(b, "  \"hash\": \"" CL_CKPT_HASH_NAME "\",\n  \"files\": [");
-    for (int i = 0; i < m->n; i++)
-        cl_sb_printf(b, "%s\n    {\"name\": \"%s\", \"bytes\": %" PRId64 ", \"hash\": \"%016" PRIx64 "\"}", i ? "," : "", m->f[i].name,
-                     m->f[i].bytes, m->f[i].hash);
-    cl_sb_printf(b, "\n  ]\n}\n");
 }
 
 cl_status cl_ckpt_manifest_add(cl_ckpt_manifest *m, const char *dir, const char *name) {
@@ -272,29 +263,3 @@ cl_status cl_ckpt_verify_single(const char *dir, cl_ckpt_manifest *m, int hash_a
     return s;
 }
 
-cl_status cl_checkpoint_verify(const char *given, char *summary, size_t n) {
-    char dir[4096];
-    CL_TRY(cl_ckpt_resolve("checkpoint verify", given, dir, sizeof dir)); /* DIR/latest followed */
-    if (!cl_ckpt_has(dir, CL_CKPT_MARKER))
-        return cl_error(CL_ERR_FORMAT, "%s: no %s: %s", dir, CL_CKPT_MARKER,
-                        cl_hf_foreign(dir) ? "a Hugging Face checkpoint carries no cleave content hashes to verify"
-                                           : "not a checkpoint cleave wrote");
-    cl_ckpt_manifest m;
-    CL_TRY(cl_ckpt_manifest_read(dir, &m));
-    cl_status s = CL_OK;
-    if (m.version < 2)
-        s = cl_error(CL_ERR_FORMAT, "%s: written before cleave recorded content hashes (%s version 1): nothing to verify it against", dir,
-                     CL_CKPT_MARKER);
-    else if (cl_ckpt_has(dir, CL_CKPT_INDEX)) s = cl_shard_verify(dir, &m, summary, n);
-    else {
-        cl_ckpt_manifest_free(&m);
-        s = cl_ckpt_verify_single(dir, &m, 1);
-        int64_t total = 0;
-        for (int i = 0; !s && i < m.n; i++) total += m.f[i].bytes;
-        if (!s)
-            snprintf(summary, n, "%s: intact: single-file checkpoint of step %d, run %s: %d files (%" PRId64 " bytes), every hash matches",
-                     dir, m.step, m.run_id, m.n, total);
-    }
-    cl_ckpt_manifest_free(&m);
-    return s;
-}

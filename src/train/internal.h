@@ -37,7 +37,7 @@ struct cl_trainer {
     struct cl_pp *pp;          /* the step engine (pipeline.c), one device or many */
 };
 
-/* Global samples [k0, k0 + B) into the given buffers (B * T tokens and
+/* Global samples [k0, k0 + B) into the given buffers (batch.c; B * T tokens and
  * targets, or B * pixels (the model's input floats) and B labels). */
 void cl_trainer_fill_batch(cl_trainer *t, int64_t k0, int B, int32_t *tokens, int32_t *targets, float *x, cl_microbatch *mb);
 
@@ -87,7 +87,7 @@ void cl_pp_init(cl_trainer *t, uint64_t seed);
  * global norm, clipping, AdamW. Fills the loss sum (over the global batch),
  * the norm and the bubble figures. */
 cl_status cl_pp_step(cl_trainer *t, float lr, double *loss_sum, double *norm, cl_step_stats *st);
-/* Before the optimizer applies step (1-based): CL_ERR_NUMERIC "step N: loss
+/* Before the optimizer applies step (1-based; optim_step.c): CL_ERR_NUMERIC "step N: loss
  * is nan" (or the gradient norm) unless both global values are finite. */
 cl_status cl_step_check_finite(int step, double loss, double norm);
 /* Forward of one evaluation batch, adding the sum of its losses to *sum;
@@ -110,7 +110,7 @@ double cl_pp_z3_wait(cl_trainer *t);
 /* This rank's chunks (ckpt_gather.c): their parts and optimizers; returns how many. */
 int cl_pp_chunks(cl_trainer *t, cl_model **m, cl_optimizer **o);
 
-/* Checkpoint directories (checkpoint.c), shared by both formats: begin
+/* Checkpoint directories (ckpt_dir.c), shared by both formats: begin
  * makes a fresh temporary directory beside the normalized target (target
  * 4096, tmp 4200 bytes); commit writes the marker, then swaps it into
  * place (or, given a failed s, removes it and returns s). */
@@ -121,9 +121,14 @@ cl_status cl_ckpt_commit(const char *dir, const char *target, const char *tmp, c
 void cl_ckpt_abort(const char *tmp); /* also removes a kept step directory (ckpt_latest.c) */
 void cl_ckpt_fsync_parent(const char *path);
 /* A checkpoint directory to read (flag names the option that gave it): dir
- * itself, or where dir/latest points (ckpt_latest.c); out n bytes. A missing
+ * itself, or where dir/latest points (ckpt_dir.c); out n bytes. A missing
  * dir, or a latest that names no step directory there: CL_ERR_INVALID. */
 cl_status cl_ckpt_resolve(const char *flag, const char *dir, char *out, size_t n);
+/* DIR/latest and the step directories it names (step-NNNNNNNN, 8 digits): the
+ * step of such a name, or -1 (ckpt_dir.c). */
+#define CL_CKPT_LATEST "latest"
+#define CL_CKPT_STEP_DIGITS 8
+long cl_ckpt_step_of(const char *name);
 cl_status cl_ckpt_write_text(const char *tmp, const char *name, const cl_strbuf *b);
 void cl_ckpt_config_json(cl_strbuf *b, const cl_model_config *c, const char *tokenizer);
 void cl_ckpt_state_json(cl_strbuf *b, const cl_trainer *t, int opt_t);

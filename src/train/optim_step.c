@@ -7,10 +7,19 @@
 #include "cleave/prof.h"
 #include "cleave/train.h"
 
+#include <math.h>
 #include <string.h>
 #include <sys/stat.h>
 
 #include "train/pp.h"
+
+cl_status cl_step_check_finite(int step, double loss, double norm) {
+    const char *what = !isfinite(loss) ? "loss" : !isfinite(norm) ? "gradient norm" : NULL;
+    if (!what) return CL_OK;
+    double v = !isfinite(loss) ? loss : norm;
+    return cl_error(CL_ERR_NUMERIC, "step %d: %s is %s; stopped before the optimizer step, nothing saved (lower --lr?)", step,
+                    what, isnan(v) ? "nan" : v < 0 ? "-inf" : "inf");
+}
 
 size_t cl_trainer_offload_file_bytes(const cl_trainer *t) {
     size_t n = 0;

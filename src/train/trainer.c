@@ -46,24 +46,6 @@ void cl_train_config_default(cl_train_config *c) {
     c->vocab_divisible_by = 128;
 }
 
-cl_status cl_train_describe(const cl_train_config *cfg, int tp_rank, cl_model_desc **out) {
-    int tp = cfg->tp > 1 ? cfg->tp : 1;
-    if (cfg->zero < CL_ZERO_NONE || cfg->zero > CL_ZERO_PARAMS) return cl_error(CL_ERR_INVALID, "--zero must be 0, 1, 2 or 3 (got %d)", cfg->zero);
-    if (cfg->offload_optimizer < CL_OFFLOAD_NONE || cfg->offload_optimizer > CL_OFFLOAD_DISK)
-        return cl_error(CL_ERR_INVALID, "--offload-optimizer must be none, host or disk");
-    if ((cfg->offload_optimizer == CL_OFFLOAD_DISK) != (cfg->offload_dir != NULL))
-        return cl_error(CL_ERR_INVALID, cfg->offload_dir ? "--offload-dir needs --offload-optimizer disk"
-                                                         : "--offload-optimizer disk needs --offload-dir DIR");
-    if (cfg->offload_dir) CL_TRY(cl_check_dir_writable(cfg->offload_dir, "--offload-dir"));
-    if (cfg->zero3_prefetch < 0) return cl_error(CL_ERR_INVALID, "--zero3-prefetch must be 0 or more (got %d)", cfg->zero3_prefetch);
-    if (cfg->sequence_parallel && tp < 2)
-        return cl_error(CL_ERR_INVALID, "--sequence-parallel needs tensor parallelism (--tp 2 or more)");
-    if (cfg->vocab_divisible_by < 1)
-        return cl_error(CL_ERR_INVALID, "--make-vocab-size-divisible-by must be positive (got %d)", cfg->vocab_divisible_by);
-    cl_tp_layout tl = {tp, tp_rank, cfg->sequence_parallel, cfg->vocab_divisible_by};
-    return cl_model_describe_tp(&cfg->model, cfg->seq_len, &tl, out);
-}
-
 static cl_status load_data(cl_trainer *t) {
     const cl_model_config *mc = &t->cfg.model;
     if (!t->cfg.data) {
@@ -203,43 +185,6 @@ void cl_trainer_destroy(cl_trainer *t) {
     cl_digits_free(&t->digits);
     free(t->perm);
     free(t);
-}
-
-void cl_trainer_fill_batch(cl_trainer *t, int64_t k0, int B, int32_t *tokens, int32_t *targets, float *x, cl_microbatch *mb) {
-    memset(mb, 0, sizeof *mb);
-    mb->B = B;
-    if (cl_model_family_of(&t->desc->cfg)->tokens) {
-        int T = t->desc->T;
-        int64_t gb = t->cfg.global_batch;
-        cl_blend_mark(&t->ds.train, k0 / gb * gb); /* this step's samples are all at or after its first */
-        for (int b = 0; b < B; b++) {
-            int which;
-            const int32_t *src = cl_dataset_train_window(&t->ds, k0 + b, t->win, &which);
-            if (t->data_log) fprintf(t->data_log, "%" PRId64 " %d\n", k0 + b, which);
-            cl_device_copy_from_host(t->dev, tokens + (size_t)b * T, src, (size_t)T * sizeof(int32_t));
-            cl_device_copy_from_host(t->dev, targets + (size_t)b * T, src + 1, (size_t)T * sizeof(int32_t));
-        }
-        mb->T = T;
-        mb->tokens = tokens;
-    } else {
-        for (int b = 0; b < B; b++) {
-            int i = t->perm[(k0 + b) % t->ndtrain];
-            size_t px = (size_t)t->digits.pixels;
-            cl_device_copy_from_host(t->dev, x + (size_t)b * px, t->digits.images + (size_t)i * px, px * sizeof(float));
-            cl_device_copy_from_host(t->dev, targets + b, &t->digits.labels[i], sizeof *targets);
-        }
-        mb->T = 1;
-        mb->x = x;
-    }
-    mb->targets = targets;
-}
-
-cl_status cl_step_check_finite(int step, double loss, double norm) {
-    const char *what = !isfinite(loss) ? "loss" : !isfinite(norm) ? "gradient norm" : NULL;
-    if (!what) return CL_OK;
-    double v = !isfinite(loss) ? loss : norm;
-    return cl_error(CL_ERR_NUMERIC, "step %d: %s is %s; stopped before the optimizer step, nothing saved (lower --lr?)", step,
-                    what, isnan(v) ? "nan" : v < 0 ? "-inf" : "inf");
 }
 
 static cl_status step_stats(cl_trainer *t, cl_step_stats *st, double t0, double loss_sum, double norm, float lr, int local) {
