@@ -43,9 +43,6 @@ static int gpt_preset(const char *name, cl_model_config *cfg) {
     return 0;
 }
 
-int cl_model_kv_heads(const cl_model_config *c) { return c->kv_heads ? c->kv_heads : c->heads; }
-int64_t cl_model_mlp_width(const cl_model_config *c) { return c->mlp_width ? c->mlp_width : 4 * (int64_t)c->channels; }
-
 static cl_status gpt_check(const cl_model_config *c) {
 #define POS(field, what) \
     if (c->field <= 0) return cl_error(CL_ERR_INVALID, "%s must be positive (got %d)", what, c->field)
