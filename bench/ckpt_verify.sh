@@ -21,8 +21,8 @@ c=(--model "$model" --data "$d/text.txt" --seq-len 16 --micro-batch-size 1 --glo
    --eval-batches 1)
 "$CLEAVE" train "${c[@]}" --save "$d/one" > /dev/null
 "$CLEAVE" convert "${c[@]}" --from "$d/one" --to "$d/sh" --save-format sharded > /dev/null 2>&1
-# Since the hashing happens inside the reads (cl_pread_hashed), the "of which verification" figure counts
-# only what is left after them; the cost is the load's time with checks less its time without, the two
+# The "of which verification" figure counts only the post-pass (hashing done inside reads would not show
+# there); the cost is the load's time with checks less its time without, the two
 # alternating ROUNDS times (default 3) so that a change in the machine's load hits both alike.
 for f in ${FORMATS:-one sh}; do
     echo "$f ($(du -sb "$d/$f" | cut -f1) bytes):"
