@@ -70,7 +70,9 @@ static void add_param_tp(cl_desc_builder *b, const char *name, int ndim, const i
     if (split == CL_SPLIT_HEADS3) p->shape[ndim - 1] = sum(b, part, prod(b, 2, part_kv));
     for (int i = 0; i < ndim; i++) p->numel = prod(b, p->numel, p->shape[i]);
     p->dtype = CL_F32;
-    p->byte_offset = prod(b, d->nfloats, (int64_t)sizeof(float)); /* nfloats is a multiple of 16: CL_PARAM_ALIGN bytes */
+    /* nfloats is a multiple of 16 (CL_PARAM_ALIGN bytes) and at most CL_DESC_MAX_FLOATS, so its bytes fit an
+     * int64; the sizer bounds floats, not bytes (a 310B model has 1.2e12 bytes of parameters) */
+    p->byte_offset = d->nfloats * (int64_t)sizeof(float);
     d->nfloats = sum(b, d->nfloats, (p->numel + 15) & ~(int64_t)15);
     d->nparams_total = sum(b, d->nparams_total, p->numel);
     p->decay = decay;
