@@ -61,4 +61,10 @@ extern const cl_family cl_family_gpt, cl_family_mlp, cl_family_cnn;
 /* The family of kind k, NULL when unknown (family.c ... describe.c: the one list). */
 const cl_family *cl_family_of(cl_model_kind k);
 
+/* A family's check of one configuration field c->field: positive, or at most max; the message names it by what. */
+#define CL_FAMILY_POS(c, field, what) \
+    if ((c)->field <= 0) return cl_error(CL_ERR_INVALID, "%s must be positive (got %d)", what, (c)->field)
+#define CL_FAMILY_MAX(c, field, what, max) \
+    if ((c)->field > (max)) return cl_error(CL_ERR_INVALID, "%s %d is too large (at most %d)", what, (c)->field, (max))
+
 #endif

@@ -30,40 +30,34 @@ static int cnn_preset(const char *name, cl_model_config *cfg) {
 }
 
 static cl_status cnn_check(const cl_model_config *c) {
-#define POS(field, what) \
-    if (c->field <= 0) return cl_error(CL_ERR_INVALID, "%s must be positive (got %d)", what, c->field)
-#define MAX(field, what, max) \
-    if (c->field > (max)) return cl_error(CL_ERR_INVALID, "%s %d is too large (at most %d)", what, c->field, (max))
-    POS(in_channels, "CNN input channels");
-    POS(height, "CNN input height");
-    POS(width, "CNN input width");
-    POS(conv_channels, "CNN conv channels");
-    POS(conv_kernel, "CNN conv kernel");
-    POS(conv_stride, "CNN conv stride");
-    POS(pool, "CNN pool");
-    POS(hidden, "CNN hidden");
-    POS(hidden2, "CNN hidden2");
-    POS(classes, "CNN classes");
+    CL_FAMILY_POS(c, in_channels, "CNN input channels");
+    CL_FAMILY_POS(c, height, "CNN input height");
+    CL_FAMILY_POS(c, width, "CNN input width");
+    CL_FAMILY_POS(c, conv_channels, "CNN conv channels");
+    CL_FAMILY_POS(c, conv_kernel, "CNN conv kernel");
+    CL_FAMILY_POS(c, conv_stride, "CNN conv stride");
+    CL_FAMILY_POS(c, pool, "CNN pool");
+    CL_FAMILY_POS(c, hidden, "CNN hidden");
+    CL_FAMILY_POS(c, hidden2, "CNN hidden2");
+    CL_FAMILY_POS(c, classes, "CNN classes");
     if (c->conv_pad < 0) return cl_error(CL_ERR_INVALID, "CNN conv padding must be >= 0");
-    MAX(in_channels, "CNN input channels", CL_DESC_DIM_MAX);
-    MAX(height, "CNN input height", CL_DESC_DIM_MAX);
-    MAX(width, "CNN input width", CL_DESC_DIM_MAX);
-    MAX(conv_channels, "CNN conv channels", CL_DESC_DIM_MAX);
-    MAX(conv_kernel, "CNN conv kernel", CL_DESC_DIM_MAX);
-    MAX(conv_stride, "CNN conv stride", CL_DESC_DIM_MAX);
-    MAX(conv_pad, "CNN conv padding", CL_DESC_DIM_MAX);
-    MAX(pool, "CNN pool", CL_DESC_DIM_MAX);
-    MAX(hidden, "CNN hidden", CL_DESC_WIDTH_MAX);
-    MAX(hidden2, "CNN hidden2", CL_DESC_WIDTH_MAX);
-    MAX(classes, "CNN classes", CL_DESC_WIDTH_MAX);
+    CL_FAMILY_MAX(c, in_channels, "CNN input channels", CL_DESC_DIM_MAX);
+    CL_FAMILY_MAX(c, height, "CNN input height", CL_DESC_DIM_MAX);
+    CL_FAMILY_MAX(c, width, "CNN input width", CL_DESC_DIM_MAX);
+    CL_FAMILY_MAX(c, conv_channels, "CNN conv channels", CL_DESC_DIM_MAX);
+    CL_FAMILY_MAX(c, conv_kernel, "CNN conv kernel", CL_DESC_DIM_MAX);
+    CL_FAMILY_MAX(c, conv_stride, "CNN conv stride", CL_DESC_DIM_MAX);
+    CL_FAMILY_MAX(c, conv_pad, "CNN conv padding", CL_DESC_DIM_MAX);
+    CL_FAMILY_MAX(c, pool, "CNN pool", CL_DESC_DIM_MAX);
+    CL_FAMILY_MAX(c, hidden, "CNN hidden", CL_DESC_WIDTH_MAX);
+    CL_FAMILY_MAX(c, hidden2, "CNN hidden2", CL_DESC_WIDTH_MAX);
+    CL_FAMILY_MAX(c, classes, "CNN classes", CL_DESC_WIDTH_MAX);
     int oh = conv_out(c->height, c->conv_kernel, c->conv_stride, c->conv_pad);
     int ow = conv_out(c->width, c->conv_kernel, c->conv_stride, c->conv_pad);
     if (c->height + 2 * c->conv_pad < c->conv_kernel || c->width + 2 * c->conv_pad < c->conv_kernel || oh < c->pool || ow < c->pool)
         return cl_error(CL_ERR_INVALID, "CNN: a %dx%d input does not fit conv kernel %d (pad %d) and pool %d", c->height, c->width,
                         c->conv_kernel, c->conv_pad, c->pool);
     return CL_OK;
-#undef POS
-#undef MAX
 }
 
 static cl_status cnn_check_tp(const cl_model_config *c, int T, const cl_tp_layout *tl) {

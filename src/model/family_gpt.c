@@ -44,17 +44,13 @@ static int gpt_preset(const char *name, cl_model_config *cfg) {
 }
 
 static cl_status gpt_check(const cl_model_config *c) {
-#define POS(field, what) \
-    if (c->field <= 0) return cl_error(CL_ERR_INVALID, "%s must be positive (got %d)", what, c->field)
-#define MAX(field, what, max) \
-    if (c->field > (max)) return cl_error(CL_ERR_INVALID, "%s %d is too large (at most %d)", what, c->field, (max))
-    POS(layers, "--layers");
-    POS(channels, "--channels");
-    POS(heads, "--heads");
-    POS(seq_len, "--seq-len");
-    POS(vocab, "--vocab");
-    MAX(layers, "--layers", LAYERS_MAX);
-    MAX(seq_len, "the context (n_positions)", CL_DESC_DIM_MAX);
+    CL_FAMILY_POS(c, layers, "--layers");
+    CL_FAMILY_POS(c, channels, "--channels");
+    CL_FAMILY_POS(c, heads, "--heads");
+    CL_FAMILY_POS(c, seq_len, "--seq-len");
+    CL_FAMILY_POS(c, vocab, "--vocab");
+    CL_FAMILY_MAX(c, layers, "--layers", LAYERS_MAX);
+    CL_FAMILY_MAX(c, seq_len, "the context (n_positions)", CL_DESC_DIM_MAX);
     if (c->channels % c->heads)
         return cl_error(CL_ERR_INVALID, "--heads (%d) must divide --channels (%d)", c->heads, c->channels);
     if (c->vocab > (1 << 30)) return cl_error(CL_ERR_INVALID, "--vocab %d is too large", c->vocab);
@@ -62,11 +58,9 @@ static cl_status gpt_check(const cl_model_config *c) {
     if (c->kv_heads < 0 || (c->kv_heads && c->heads % c->kv_heads))
         return cl_error(CL_ERR_INVALID, "--kv-heads %d must divide --heads (%d)", c->kv_heads, c->heads);
     if (c->mlp_width < 0) return cl_error(CL_ERR_INVALID, "--mlp-width must be positive (got %d)", c->mlp_width);
-    MAX(mlp_width, "--mlp-width", CL_DESC_WIDTH_MAX);
+    CL_FAMILY_MAX(c, mlp_width, "--mlp-width", CL_DESC_WIDTH_MAX);
     if (c->norm != CL_NORM_LAYER && c->norm != CL_NORM_RMS) return cl_error(CL_ERR_INVALID, "unknown norm %d", (int)c->norm);
     return CL_OK;
-#undef POS
-#undef MAX
 }
 
 /* What kind_embed.c, kind_block.c and kind_head.c compute today. */
