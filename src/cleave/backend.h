@@ -93,7 +93,39 @@ struct cl_kernels {
     double (*sumsq)(const float *x, int64_t n);
     double (*sumsq_block)(const float *x, int64_t n);
     void (*scale)(float *x, float s, int64_t n);
+    /* Llama's kernels (rmsnorm.c, rope.c, swiglu.c; grouped-query attention in attention.c) */
+    void (*rmsnorm_forward)(float *out, float *rstd, const float *in, const float *w, float eps, int N, int C);
+    void (*residual_rmsnorm_forward)(float *res, float *out, float *rstd, const float *a, const float *r, const float *w,
+                                     float eps, int N, int C);
+    void (*rmsnorm_backward_input)(float *din, const float *dout, const float *in, const float *w, const float *rstd,
+                                   int N, int C);
+    void (*rmsnorm_backward_weight)(float *dw, const float *dout, const float *in, const float *rstd, int N, int C);
+    void (*rope_forward)(float *out, const float *in, const float *cos_t, const float *sin_t, int N, int T, int pos0,
+                         int heads, int hd, int64_t ld);
+    void (*rope_backward)(float *din, const float *dout, const float *cos_t, const float *sin_t, int N, int T, int pos0,
+                          int heads, int hd, int64_t ld);
+    void (*rope_backward_set)(float *din, const float *dout, const float *cos_t, const float *sin_t, int N, int T,
+                              int pos0, int heads, int hd, int64_t ld);
+    void (*swiglu_forward)(float *out, const float *gate, const float *up, int64_t n);
+    void (*swiglu_backward)(float *dgate, float *dup, const float *dout, const float *gate, const float *up, int64_t n);
+    void (*attention_gqa_forward)(float *out, float *att, const float *qkv, int B, int T, int NH, int KV, int hd);
+    void (*attention_gqa_backward)(float *dqkv, float *scratch, const float *dout, const float *qkv, const float *att,
+                                   int B, int T, int NH, int KV, int hd);
 };
+
+/* Rotary embeddings' tables, host arithmetic the same for every backend
+ * (src/kernels/rope.c): cos_t and sin_t [P, hd/2], positions [0, P), as
+ * Hugging Face's LlamaRotaryEmbedding computes them in F32 (rope_theta;
+ * rope_scaling of type "llama3" with its four fields, or none: sc NULL or
+ * CL_ROPE_DEFAULT). A backend copies them to its memory once. CL_ERR_INVALID
+ * for an odd hd, theta <= 1 or a bad scaling field, named. */
+typedef enum { CL_ROPE_DEFAULT = 0, CL_ROPE_LLAMA3 = 1 } cl_rope_type;
+typedef struct {
+    cl_rope_type type;
+    double factor, low_freq_factor, high_freq_factor;
+    int original_max_position_embeddings;
+} cl_rope_scaling;
+cl_status cl_rope_table(float *cos_t, float *sin_t, int P, int hd, double theta, const cl_rope_scaling *sc);
 
 /* The CPU backend's table (src/kernels/cpu.c). */
 extern const cl_kernels cl_cpu_kernels;

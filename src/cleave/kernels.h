@@ -218,4 +218,47 @@ double cl_sumsq(const float *x, int64_t n);
 double cl_sumsq_block(const float *x, int64_t n);
 void cl_scale(float *x, float s, int64_t n);
 
+/* ---- Llama: RMSNorm, rotary embeddings, SwiGLU, grouped-query attention -- */
+/* RMSNorm as HF's LlamaRMSNorm in F32 (rmsnorm.c): out[N,C] = w * (x * rstd),
+ * rstd = 1 / sqrt(mean(x^2) + eps), saved as rstd[N] for the backward. */
+void cl_rmsnorm_forward(float *out, float *rstd, const float *in, const float *w, float eps, int N, int C);
+/* Fused residual + RMSNorm: res = a + r (res may be a: in place), then
+ * out = RMSNorm(res), one pass over each row. Same bits as cl_add_inplace
+ * then cl_rmsnorm_forward. */
+void cl_residual_rmsnorm_forward(float *res, float *out, float *rstd, const float *a, const float *r, const float *w,
+                                 float eps, int N, int C);
+void cl_rmsnorm_backward_input(float *din, const float *dout, const float *in, const float *w, const float *rstd,
+                               int N, int C);
+/* dw[C] += sum over rows of dout * x * rstd */
+void cl_rmsnorm_backward_weight(float *dw, const float *dout, const float *in, const float *rstd, int N, int C);
+
+/* Rotary embeddings, HF's rotate-half layout (rope.c): the first heads * hd
+ * values of each row of a [N, ld] array (ld the row stride of in and out
+ * alike), `heads` heads of hd (even) values; row n at position pos0 + n % T;
+ * cos_t, sin_t the tables of cl_rope_table (backend.h) holding at least
+ * positions [0, pos0 + T). out may be in (in place). */
+void cl_rope_forward(float *out, const float *in, const float *cos_t, const float *sin_t, int N, int T, int pos0,
+                     int heads, int hd, int64_t ld);
+/* din += R^T dout (the transpose rotation); din must not overlap dout. */
+void cl_rope_backward(float *din, const float *dout, const float *cos_t, const float *sin_t, int N, int T, int pos0,
+                      int heads, int hd, int64_t ld);
+/* din = R^T dout, assigned (din may be dout: in place, the attention's dq and dk). */
+void cl_rope_backward_set(float *din, const float *dout, const float *cos_t, const float *sin_t, int N, int T,
+                          int pos0, int heads, int hd, int64_t ld);
+
+/* SwiGLU (swiglu.c): out = silu(gate) * up over n values (gate, up: [N, F],
+ * two arrays); dgate += dout * up * silu'(gate), dup += dout * silu(gate). */
+void cl_swiglu_forward(float *out, const float *gate, const float *up, int64_t n);
+void cl_swiglu_backward(float *dgate, float *dup, const float *dout, const float *gate, const float *up, int64_t n);
+
+/* Causal attention with grouped-query heads (attention.c): qkv[B,T,L], L =
+ * (NH + 2 KV) hd, a row holding NH query heads, KV key heads, KV value heads
+ * (KV divides NH; query head h reads key/value head h / (NH / KV); KV = 1
+ * is multi-query); att[B,NH,T,T], out[B,T,NH hd], scale 1/sqrt(hd).
+ * cl_attention_forward / backward are KV = NH, hd = C / NH: the same code. */
+void cl_attention_gqa_forward(float *out, float *att, const float *qkv, int B, int T, int NH, int KV, int hd);
+/* dqkv[B,T,L] += gradient. scratch: B*NH*T*T floats, overwritten. */
+void cl_attention_gqa_backward(float *dqkv, float *scratch, const float *dout, const float *qkv, const float *att,
+                               int B, int T, int NH, int KV, int hd);
+
 #endif

@@ -1,9 +1,13 @@
 /* Causal multi-head self-attention core (the part between c_attn and
- * c_proj in GPT-2).
+ * c_proj in GPT-2; between the rotated q, k, v and o_proj in Llama).
  *
- * For each sample b and head h, with q, k, v read straight out of
- * qkv[B,T,3C] through a row stride of 3C (no copies):
- *   att = softmax_causal(q k^T / sqrt(hs)),  out = att v.
+ * Grouped-query heads: a row of qkv holds NH query heads, then KV key heads,
+ * then KV value heads, each hd wide (row stride L = (NH + 2 KV) hd); query
+ * head h reads key and value head h / (NH / KV). GPT-2's layout [q | k | v],
+ * 3C wide, is KV = NH, hd = C / NH, and runs the same code (the same bits).
+ * For each sample b and head h, with q, k, v read straight out of qkv
+ * through the row stride L (no copies):
+ *   att = softmax_causal(q k^T / sqrt(hd)),  out = att v.
  * Rows go in blocks of ATT_BLOCK: the block of rows [r0, r1) needs scores
  * only for columns [0, r1), so the products skip the masked upper triangle
  * but for the diagonal blocks (about half the work at long T). Every product
@@ -12,7 +16,10 @@
  * count. Saved att holds exact zeros above the diagonal. The softmax
  * subtracts the row maximum and sums in double; the AVX2 path takes its exp
  * from cl_exp8 (simd.h).
- * Backward adds into dqkv; scratch[B,NH,T,T] holds d(scores) per (b,h). */
+ * Backward adds into dqkv; scratch[B,NH,T,T] holds d(scores) per (b,h).
+ * The backward runs each (b, key head) group on one thread, its query heads
+ * in order, since they all add into the group's dk and dv; with KV = NH a
+ * group is one head, as before. */
 #include "cleave/kernels.h"
 #include "kernels/simd.h"
 
@@ -66,9 +73,10 @@ CL_AVX2 static void softmax_avx2(float *row, int n) {
 }
 #endif
 
-static void head_forward(float *o, float *a, const float *q, int T, int C, int hs, float scale, int vec) {
-    int C3 = 3 * C;
-    const float *k = q + C, *v = q + 2 * C;
+/* One (b, h): q, k, v the head's first row's columns in qkv (row stride C3),
+ * o the output's (row stride C). */
+static void head_forward(float *o, float *a, const float *q, const float *k, const float *v, int T, int C, int C3,
+                         int hs, float scale, int vec) {
     (void)vec;
     for (int r0 = 0; r0 < T; r0 += ATT_BLOCK) {
         int r1 = r0 + ATT_BLOCK < T ? r0 + ATT_BLOCK : T;
@@ -96,25 +104,30 @@ double cl_attention_share(int T) {
     return n / ((double)T * T);
 }
 
-void cl_attention_forward(float *out, float *att, const float *qkv,
-                          int B, int T, int C, int NH) {
-    CL_ASSERT(NH > 0 && C % NH == 0);
-    int hs = C / NH;
-    float scale = (float)(1.0 / sqrt((double)hs));
+void cl_attention_gqa_forward(float *out, float *att, const float *qkv, int B, int T, int NH, int KV, int hd) {
+    CL_ASSERT(NH > 0 && KV > 0 && NH % KV == 0 && hd > 0);
+    int C = NH * hd, L = (NH + 2 * KV) * hd, G = NH / KV;
+    float scale = (float)(1.0 / sqrt((double)hd));
     int vec = cl_simd();
 #pragma omp parallel for schedule(static)
     for (int bh = 0; bh < B * NH; bh++) {
-        int b = bh / NH, h = bh % NH;
-        const float *q = qkv + (int64_t)b * T * 3 * C + (int64_t)h * hs;
-        head_forward(out + (int64_t)b * T * C + (int64_t)h * hs, att + (int64_t)bh * T * T, q, T, C, hs, scale, vec);
+        int b = bh / NH, h = bh % NH, g = h / G;
+        const float *row = qkv + (int64_t)b * T * L;
+        head_forward(out + (int64_t)b * T * C + (int64_t)h * hd, att + (int64_t)bh * T * T, row + (int64_t)h * hd,
+                     row + C + (int64_t)g * hd, row + C + (int64_t)(KV + g) * hd, T, C, L, hd, scale, vec);
     }
 }
 
-static void head_backward(float *dq, float *ds, const float *d, const float *q, const float *a, int T, int C, int hs,
-                          float scale) {
-    int C3 = 3 * C;
-    const float *k = q + C, *v = q + 2 * C;
-    float *dk = dq + C, *dv = dq + 2 * C;
+void cl_attention_forward(float *out, float *att, const float *qkv,
+                          int B, int T, int C, int NH) {
+    CL_ASSERT(NH > 0 && C % NH == 0);
+    cl_attention_gqa_forward(out, att, qkv, B, T, NH, NH, C / NH);
+}
+
+/* One (b, h): dq, dk, dv the head's columns in dqkv (row stride C3), d the
+ * output gradient's (row stride C). */
+static void head_backward(float *dq, float *dk, float *dv, float *ds, const float *d, const float *q, const float *k,
+                          const float *v, const float *a, int T, int C, int C3, int hs, float scale) {
     for (int r0 = 0; r0 < T; r0 += ATT_BLOCK) {
         int r1 = r0 + ATT_BLOCK < T ? r0 + ATT_BLOCK : T;
         /* datt = dout v^T on the rows' causal columns */
@@ -141,17 +154,27 @@ static void head_backward(float *dq, float *ds, const float *d, const float *q, 
     }
 }
 
+void cl_attention_gqa_backward(float *dqkv, float *scratch, const float *dout, const float *qkv, const float *att,
+                               int B, int T, int NH, int KV, int hd) {
+    CL_ASSERT(NH > 0 && KV > 0 && NH % KV == 0 && hd > 0);
+    int C = NH * hd, L = (NH + 2 * KV) * hd, G = NH / KV;
+    float scale = (float)(1.0 / sqrt((double)hd));
+#pragma omp parallel for schedule(static)
+    for (int bg = 0; bg < B * KV; bg++) {
+        int b = bg / KV, g = bg % KV;
+        int64_t row = (int64_t)b * T * L, koff = row + C + (int64_t)g * hd, voff = row + C + (int64_t)(KV + g) * hd;
+        for (int h = g * G; h < (g + 1) * G; h++) {
+            int64_t qoff = row + (int64_t)h * hd, bh = (int64_t)b * NH + h;
+            head_backward(dqkv + qoff, dqkv + koff, dqkv + voff, scratch + bh * T * T,
+                          dout + (int64_t)b * T * C + (int64_t)h * hd, qkv + qoff, qkv + koff, qkv + voff,
+                          att + bh * T * T, T, C, L, hd, scale);
+        }
+    }
+}
+
 void cl_attention_backward(float *dqkv, float *scratch, const float *dout,
                            const float *qkv, const float *att,
                            int B, int T, int C, int NH) {
     CL_ASSERT(NH > 0 && C % NH == 0);
-    int hs = C / NH;
-    float scale = (float)(1.0 / sqrt((double)hs));
-#pragma omp parallel for schedule(static)
-    for (int bh = 0; bh < B * NH; bh++) {
-        int b = bh / NH, h = bh % NH;
-        int64_t qoff = (int64_t)b * T * 3 * C + (int64_t)h * hs;
-        head_backward(dqkv + qoff, scratch + (int64_t)bh * T * T, dout + (int64_t)b * T * C + (int64_t)h * hs, qkv + qoff,
-                      att + (int64_t)bh * T * T, T, C, hs, scale);
-    }
+    cl_attention_gqa_backward(dqkv, scratch, dout, qkv, att, B, T, NH, NH, C / NH);
 }

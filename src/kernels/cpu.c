@@ -100,6 +100,17 @@ const cl_kernels cl_cpu_kernels = {
     .sumsq = cl_sumsq,
     .sumsq_block = cl_sumsq_block,
     .scale = cl_scale,
+    .rmsnorm_forward = cl_rmsnorm_forward,
+    .residual_rmsnorm_forward = cl_residual_rmsnorm_forward,
+    .rmsnorm_backward_input = cl_rmsnorm_backward_input,
+    .rmsnorm_backward_weight = cl_rmsnorm_backward_weight,
+    .rope_forward = cl_rope_forward,
+    .rope_backward = cl_rope_backward,
+    .rope_backward_set = cl_rope_backward_set,
+    .swiglu_forward = cl_swiglu_forward,
+    .swiglu_backward = cl_swiglu_backward,
+    .attention_gqa_forward = cl_attention_gqa_forward,
+    .attention_gqa_backward = cl_attention_gqa_backward,
 };
 
 static const cl_device_ops cpu_ops = {
