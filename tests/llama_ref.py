@@ -18,7 +18,7 @@ F32 tensors, the shapes in the metadata); REF gets, as F32 tensors, what
                                     _compute_llama3_parameters), theta 5e5
 
 written from Hugging Face's equations, not imported from transformers (the
-header by hand: no safetensors package)."""
+files' headers by hand: no safetensors package)."""
 import json
 import math
 import struct
@@ -26,6 +26,8 @@ import sys
 
 import torch
 import torch.nn.functional as F
+
+from format_ref import write_st  # tests/format_ref.py: the safetensors header by hand
 
 
 def read_st(path):
@@ -40,19 +42,6 @@ def read_st(path):
         b, end = e["data_offsets"]
         out[name] = torch.frombuffer(bytearray(data[b:end]), dtype=torch.float32).reshape(e["shape"])
     return out, meta
-
-
-def write_st(path, tensors):
-    head, blob, at = {}, b"", 0
-    for name, t in tensors:
-        raw = t.detach().contiguous().reshape(-1).to(torch.float32).numpy().tobytes()
-        head[name] = {"dtype": "F32", "shape": [t.numel()], "data_offsets": [at, at + len(raw)]}
-        blob += raw
-        at += len(raw)
-    h = json.dumps(head).encode()
-    h += b" " * ((8 - (8 + len(h)) % 8) % 8)
-    with open(path, "wb") as fp:
-        fp.write(struct.pack("<Q", len(h)) + h + blob)
 
 
 def inv_freq_default(theta, dim):
@@ -141,7 +130,7 @@ def main():
     res += [("rope.cos", cos[:, : THD // 2]), ("rope.sin", sin[:, : THD // 2])]
     cos, sin = cos_sin(inv_freq_llama3(l3theta, L3HD, factor, low, high, old), torch.arange(L3P))
     res += [("rope3.cos", cos[:, : L3HD // 2]), ("rope3.sin", sin[:, : L3HD // 2])]
-    write_st(sys.argv[2], res)
+    write_st(sys.argv[2], [(name, "F32", v.detach().reshape(-1).contiguous()) for name, v in res])
 
 
 if __name__ == "__main__":
