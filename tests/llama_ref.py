@@ -13,9 +13,10 @@ F32 tensors, the shapes in the metadata); REF gets, as F32 tensors, what
     att.qkv_rot att.out att.dqkv    rotate-half RoPE at positions pos0.. on q and k, causal
     att1.*                          softmax attention with repeat_interleave for the KV heads
                                     (KV heads AKV, then 1: multi-query), gradients by autograd
-    rope.cos rope.sin               HF's LlamaRotaryEmbedding tables (theta 1e4), positions [0, TP)
-    rope3.cos rope3.sin             the same with rope_scaling type llama3 (HF's
+    rope.freq rope.cos rope.sin     HF's LlamaRotaryEmbedding inv_freq and tables (theta 1e4), positions [0, TP)
+    rope3.freq rope3.cos rope3.sin  the same with rope_scaling type llama3 (HF's
                                     _compute_llama3_parameters), theta 5e5
+    rope31.freq                     inv_freq of Llama 3.1's own rope_scaling (hd 128)
 
 written from Hugging Face's equations, not imported from transformers (the
 files' headers by hand: no safetensors package)."""
@@ -126,10 +127,14 @@ def main():
         rot, out, dqkv = attention(t[pre + ".qkv"], t[pre + ".dout"], AB, AT, AH, kv, AHD, APOS0)
         res += [(pre + ".qkv_rot", rot), (pre + ".out", out), (pre + ".dqkv", dqkv)]
 
-    cos, sin = cos_sin(inv_freq_default(10000.0, THD), torch.arange(TP))
-    res += [("rope.cos", cos[:, : THD // 2]), ("rope.sin", sin[:, : THD // 2])]
-    cos, sin = cos_sin(inv_freq_llama3(l3theta, L3HD, factor, low, high, old), torch.arange(L3P))
-    res += [("rope3.cos", cos[:, : L3HD // 2]), ("rope3.sin", sin[:, : L3HD // 2])]
+    f = inv_freq_default(10000.0, THD)
+    cos, sin = cos_sin(f, torch.arange(TP))
+    res += [("rope.freq", f), ("rope.cos", cos[:, : THD // 2]), ("rope.sin", sin[:, : THD // 2])]
+    f = inv_freq_llama3(l3theta, L3HD, factor, low, high, old)
+    cos, sin = cos_sin(f, torch.arange(L3P))
+    res += [("rope3.freq", f), ("rope3.cos", cos[:, : L3HD // 2]), ("rope3.sin", sin[:, : L3HD // 2])]
+    # Llama 3.1's own rope_scaling (config.json): head width 128, theta 5e5, factor 8, 1, 4, 8192
+    res += [("rope31.freq", inv_freq_llama3(500000.0, 128, 8.0, 1.0, 4.0, 8192))]
     write_st(sys.argv[2], [(name, "F32", v.detach().reshape(-1).contiguous()) for name, v in res])
 
 

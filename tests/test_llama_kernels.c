@@ -13,7 +13,8 @@
  *   test_llama_kernels --torch IN REF     the kernels on IN against REF,
  *       what llama_ref.py computed with torch's own ops: outputs and
  *       gradients within 1e-5 relative (max |got - want| / max |want|),
- *       and the rotary tables' bits against HF's F32 computation.
+ *       the rotary frequencies bit for bit as HF's F32 computation, the
+ *       tables within 2 ulp (torch's F32 cos and sin are not correctly rounded).
  * tests/cli_llama_kernels.sh runs the three. Shapes are tiny. */
 #include "cleave/core.h"
 #include "cleave/kernels.h"
@@ -485,7 +486,7 @@ static void table_vs_torch(const cl_st_file *ref, const char *name, const float 
         worst = u > worst ? u : worst;
     }
     printf("  torch %-46s %ld of %ld values differ, at most %d ulp\n", name, nd, n, (int)worst);
-    /* within 2 ulp at every position: a frequency an ulp off would drift by far more at position 4095 */
+    /* within 2 ulp at every position (the angles are HF's bits; the cos and sin roundings differ) */
     CHECK(worst <= 2, "%s: %d ulp from HF's table", name, (int)worst);
     free(want);
 }
@@ -551,6 +552,22 @@ static void torch_compare(const char *in_path, const char *ref_path) {
     table_vs_torch(ref, "rope.sin", sn, n);
     table_vs_torch(ref, "rope3.cos", c3, n3);
     table_vs_torch(ref, "rope3.sin", s3, n3);
+    /* the frequencies: HF's F32 operations, bit for bit */
+    float *f1 = newf(THD / 2), *f3 = newf(L3HD / 2);
+    CHECK_OK(cl_rope_freqs(f1, THD, THETA, NULL));
+    CHECK_OK(cl_rope_freqs(f3, L3HD, L3THETA, &L3));
+    float *w1 = st_get(ref, "rope.freq", THD / 2), *w3 = st_get(ref, "rope3.freq", L3HD / 2);
+    CHECK(differ(f1, w1, THD / 2) == 0, "inv_freq: %ld of %d differ from HF's", differ(f1, w1, THD / 2), THD / 2);
+    CHECK(differ(f3, w3, L3HD / 2) == 0, "llama3 inv_freq: %ld of %d differ from HF's", differ(f3, w3, L3HD / 2),
+          L3HD / 2);
+    printf("  torch rope.freq, rope3.freq (llama3): %ld and %ld values differ\n", differ(f1, w1, THD / 2),
+           differ(f3, w3, L3HD / 2));
+    /* Llama 3.1's own configuration (llama_ref.py states it too) */
+    const cl_rope_scaling l31 = {CL_ROPE_LLAMA3, 8.0, 1.0, 4.0, 8192};
+    float f31[64], *w31 = st_get(ref, "rope31.freq", 64);
+    CHECK_OK(cl_rope_freqs(f31, 128, 500000.0, &l31));
+    CHECK(differ(f31, w31, 64) == 0, "Llama 3.1's inv_freq: %ld of 64 differ from HF's", differ(f31, w31, 64));
+    free(f1); free(f3); free(w1); free(w3); free(w31);
     free(cs); free(sn); free(c3); free(s3);
     cl_st_close(in);
     cl_st_close(ref);

@@ -126,6 +126,8 @@ typedef struct {
     int original_max_position_embeddings;
 } cl_rope_scaling;
 cl_status cl_rope_table(float *cos_t, float *sin_t, int P, int hd, double theta, const cl_rope_scaling *sc);
+/* The frequencies alone, inv_freq[hd/2] (the tables' angles are inv_freq[i] * p in f32). */
+cl_status cl_rope_freqs(float *inv_freq, int hd, double theta, const cl_rope_scaling *sc);
 
 /* The CPU backend's table (src/kernels/cpu.c). */
 extern const cl_kernels cl_cpu_kernels;

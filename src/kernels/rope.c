@@ -25,9 +25,8 @@
 
 #include <math.h>
 
-cl_status cl_rope_table(float *cos_t, float *sin_t, int P, int hd, double theta, const cl_rope_scaling *sc) {
+static cl_status rope_check(int hd, double theta, const cl_rope_scaling *sc) {
     if (hd <= 0 || hd % 2) return cl_error(CL_ERR_INVALID, "rope: head width %d must be even and positive", hd);
-    if (P < 0) return cl_error(CL_ERR_INVALID, "rope: %d positions", P);
     if (!(theta > 1.0) || !isfinite(theta)) return cl_error(CL_ERR_INVALID, "rope: theta %g must be above 1", theta);
     if (sc && sc->type == CL_ROPE_LLAMA3) {
         if (!(sc->factor >= 1.0) || !isfinite(sc->factor))
@@ -42,26 +41,40 @@ cl_status cl_rope_table(float *cos_t, float *sin_t, int P, int hd, double theta,
     } else if (sc && sc->type != CL_ROPE_DEFAULT) {
         return cl_error(CL_ERR_INVALID, "rope_scaling: unknown type %d", sc->type);
     }
+    return CL_OK;
+}
+
+/* Frequency i < hd/2 of a checked configuration. */
+static float rope_freq(int i, int hd, double theta, const cl_rope_scaling *sc) {
+    /* HF: 1.0 / (base ** (arange(0, dim, 2).float() / dim)), each step in f32 */
+    float e = (float)(2 * i) / (float)hd;
+    float f = 1.0f / (float)pow((double)(float)theta, (double)e);
+    if (!sc || sc->type != CL_ROPE_LLAMA3) return f;
+    /* HF's _compute_llama3_parameters, its tensor operations in f32 (a
+     * Python scalar meets an f32 tensor as an f32; `s / t` is
+     * reciprocal(t) * s); the wavelength bounds are Python's doubles */
+    float factor = (float)sc->factor, old = (float)sc->original_max_position_embeddings;
+    float low_wl = (float)(sc->original_max_position_embeddings / sc->low_freq_factor);
+    float high_wl = (float)(sc->original_max_position_embeddings / sc->high_freq_factor);
+    float wavelen = (1.0f / f) * (float)(2 * M_PI);
+    float fl = wavelen > low_wl ? f / factor : f;
+    float smooth = ((1.0f / wavelen) * old - (float)sc->low_freq_factor) / (float)(sc->high_freq_factor - sc->low_freq_factor);
+    float smoothed = (1.0f - smooth) * fl / factor + smooth * fl;
+    return !(wavelen < high_wl) && !(wavelen > low_wl) ? smoothed : fl;
+}
+
+cl_status cl_rope_freqs(float *inv_freq, int hd, double theta, const cl_rope_scaling *sc) {
+    CL_TRY(rope_check(hd, theta, sc));
+    for (int i = 0; i < hd / 2; i++) inv_freq[i] = rope_freq(i, hd, theta, sc);
+    return CL_OK;
+}
+
+cl_status cl_rope_table(float *cos_t, float *sin_t, int P, int hd, double theta, const cl_rope_scaling *sc) {
+    CL_TRY(rope_check(hd, theta, sc));
+    if (P < 0) return cl_error(CL_ERR_INVALID, "rope: %d positions", P);
     int half = hd / 2;
-    float base = (float)theta;
     for (int i = 0; i < half; i++) {
-        /* HF: 1.0 / (base ** (arange(0, dim, 2).float() / dim)), each step in f32 */
-        float e = (float)(2 * i) / (float)hd;
-        float f = 1.0f / (float)pow((double)base, (double)e);
-        if (sc && sc->type == CL_ROPE_LLAMA3) {
-            /* HF's _compute_llama3_parameters, its tensor operations in f32
-             * (a Python scalar meets an f32 tensor as an f32; `s / t` is
-             * reciprocal(t) * s) */
-            float factor = (float)sc->factor, old = (float)sc->original_max_position_embeddings;
-            float low_wl = (float)(sc->original_max_position_embeddings / sc->low_freq_factor);
-            float high_wl = (float)(sc->original_max_position_embeddings / sc->high_freq_factor);
-            float wavelen = (1.0f / f) * (float)(2 * M_PI);
-            float fl = wavelen > low_wl ? f / factor : f;
-            float smooth = ((1.0f / wavelen) * old - (float)sc->low_freq_factor) /
-                           (float)(sc->high_freq_factor - sc->low_freq_factor);
-            float smoothed = (1.0f - smooth) * fl / factor + smooth * fl;
-            f = !(wavelen < high_wl) && !(wavelen > low_wl) ? smoothed : fl;
-        }
+        float f = rope_freq(i, hd, theta, sc);
         for (int p = 0; p < P; p++) {
             float a = f * (float)p; /* HF's F32 product inv_freq @ position_ids */
             cos_t[(int64_t)p * half + i] = (float)cos((double)a);
