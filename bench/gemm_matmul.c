@@ -11,6 +11,7 @@
  */
 #include "cleave/core.h"
 #include "cleave/kernels.h"
+#include "../cli/bench.h" /* the step's shapes, as `cleave bench gemm` lists them */
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,29 +25,18 @@ int main(int argc, char **argv) {
     }
     cl_set_threads(threads);
     int C = 768, V = 50304;
-    struct {
-        const char *name;
-        int ta, tb, M, N, K;
-    } sh[] = {
-        {"qkv fwd", 0, 0, Nr, 3 * C, C},          {"qkv bwd input", 0, 1, Nr, C, 3 * C},
-        {"qkv bwd weight", 1, 0, C, 3 * C, Nr},   {"attn proj fwd", 0, 0, Nr, C, C},
-        {"attn proj bwd input", 0, 1, Nr, C, C},  {"attn proj bwd weight", 1, 0, C, C, Nr},
-        {"fc fwd", 0, 0, Nr, 4 * C, C},           {"fc bwd input", 0, 1, Nr, C, 4 * C},
-        {"fc bwd weight", 1, 0, C, 4 * C, Nr},    {"fc proj fwd", 0, 0, Nr, C, 4 * C},
-        {"fc proj bwd input", 0, 1, Nr, 4 * C, C}, {"fc proj bwd weight", 1, 0, 4 * C, C, Nr},
-        {"logits fwd", 0, 1, Nr, V, C},           {"logits bwd input", 0, 0, Nr, C, V},
-        {"logits bwd weight", 1, 0, V, C, Nr},
-    };
+    gemm_shape sh[GEMM_STEP_SHAPES];
+    gemm_step_shapes(sh, Nr, C, V);
     printf("f32 sgemm vs matmul primitive: %s, %d threads, best of %d, alternating\n", cl_gemm_build(), threads, repeat);
     printf("%-22s %-3s %10s %10s %7s %s\n", "product", "op", "sgemm", "matmul", "ratio", "bits");
     double ts = 0, tm = 0;
-    for (size_t i = 0; i < sizeof sh / sizeof sh[0]; i++) {
+    for (int i = 0; i < GEMM_STEP_SHAPES; i++) {
         int ta = sh[i].ta, tb = sh[i].tb, M = sh[i].M, N = sh[i].N, K = sh[i].K;
         size_t na = (size_t)M * K, nb = (size_t)K * N, nc = (size_t)M * N;
         float *A = malloc(na * 4), *B = malloc(nb * 4), *C1 = malloc(nc * 4), *C2 = malloc(nc * 4);
         if (!A || !B || !C1 || !C2) return 1;
         cl_rng r;
-        cl_rng_seed(&r, i);
+        cl_rng_seed(&r, (uint64_t)i);
         for (size_t k = 0; k < na; k++) A[k] = cl_rng_normal(&r);
         for (size_t k = 0; k < nb; k++) B[k] = cl_rng_normal(&r);
         int lda = ta ? M : K, ldb = tb ? K : N;

@@ -40,6 +40,15 @@ static void sink(const float *v, int n) {
     peak_sink = t;
 }
 
+/* The sum of n accumulators into peak_sink. */
+__attribute__((target("avx512f"))) static inline void sink512(const __m512 *acc, int n) {
+    __m512 s = acc[0];
+    for (int i = 1; i < n; i++) s = _mm512_add_ps(s, acc[i]);
+    float out[16];
+    _mm512_storeu_ps(out, s);
+    sink(out, 16);
+}
+
 __attribute__((target("avx512f"))) static double fma_loop_avx512(int64_t iters) {
     __m512 acc[PEAK_CHAINS];
     __m512 a = _mm512_set1_ps(0.999999f), b = _mm512_set1_ps(1e-7f);
@@ -48,11 +57,7 @@ __attribute__((target("avx512f"))) static double fma_loop_avx512(int64_t iters) 
 #pragma GCC unroll 10
         for (int i = 0; i < PEAK_CHAINS; i++) acc[i] = _mm512_fmadd_ps(acc[i], a, b);
     }
-    __m512 s = acc[0];
-    for (int i = 1; i < PEAK_CHAINS; i++) s = _mm512_add_ps(s, acc[i]);
-    float out[16];
-    _mm512_storeu_ps(out, s);
-    sink(out, 16);
+    sink512(acc, PEAK_CHAINS);
     return (double)iters * PEAK_CHAINS * 16 * 2;
 }
 
@@ -85,11 +90,7 @@ __attribute__((target("avx512f,avx512bf16"))) static double dp_loop_bf16(int64_t
 #pragma GCC unroll 12
         for (int i = 0; i < PEAK_BF16_CHAINS; i++) acc[i] = _mm512_dpbf16_ps(acc[i], a, b);
     }
-    __m512 s = acc[0];
-    for (int i = 1; i < PEAK_BF16_CHAINS; i++) s = _mm512_add_ps(s, acc[i]);
-    float out[16];
-    _mm512_storeu_ps(out, s);
-    sink(out, 16);
+    sink512(acc, PEAK_BF16_CHAINS);
     return (double)iters * PEAK_BF16_CHAINS * 16 * 2 * 2;
 }
 
@@ -287,10 +288,6 @@ static int parse_step_opts(int argc, char **argv, const char *usage, step_opts *
 
 /* ---- gemm ------------------------------------------------------------------ */
 
-typedef struct {
-    const char *name;
-    int ta, tb, M, N, K;
-} gemm_shape;
 
 /* Best of `repeat` products of g with A and B rounded to BF16 (cl_gemm_ex) into *best (s); -1 out of memory. */
 static int time_bf16(const gemm_shape *g, const float *A, const float *B, float *C, int repeat, double *best) {
@@ -325,21 +322,12 @@ static int bench_gemm(int argc, char **argv) {
                             &o);
     if (r) return r < 0 ? 0 : r;
     int Nr = o.B * o.T, C = o.mc.channels, V = o.mc.vocab;
-    /* out = in @ w (w is [in, out]); backward input dout @ w^T, weight in^T @ dout; the head uses wte [V, C] */
-    gemm_shape sh[] = {
-        {"qkv fwd", 0, 0, Nr, 3 * C, C},        {"qkv bwd input", 0, 1, Nr, C, 3 * C},
-        {"qkv bwd weight", 1, 0, C, 3 * C, Nr}, {"attn proj fwd", 0, 0, Nr, C, C},
-        {"attn proj bwd input", 0, 1, Nr, C, C}, {"attn proj bwd weight", 1, 0, C, C, Nr},
-        {"fc fwd", 0, 0, Nr, 4 * C, C},         {"fc bwd input", 0, 1, Nr, C, 4 * C},
-        {"fc bwd weight", 1, 0, C, 4 * C, Nr},  {"fc proj fwd", 0, 0, Nr, C, 4 * C},
-        {"fc proj bwd input", 0, 1, Nr, 4 * C, C}, {"fc proj bwd weight", 1, 0, 4 * C, C, Nr},
-        {"logits fwd", 0, 1, Nr, V, C},         {"logits bwd input", 0, 0, Nr, C, V},
-        {"logits bwd weight", 1, 0, V, C, Nr},
-    };
-    int n = (int)(sizeof sh / sizeof sh[0]);
+    gemm_shape sh[GEMM_STEP_SHAPES];
+    gemm_step_shapes(sh, Nr, C, V);
+    int n = GEMM_STEP_SHAPES;
     printf("gemm: %s, %d threads; peak %.1f GFLOP/s; N = B*T = %d, C = %d, V = %d\n", cl_gemm_backend(), o.threads, o.peak, Nr, C, V);
     printf("%-22s %-3s %6s %6s %6s %10s %10s %7s\n", "product", "op", "M", "N", "K", "ms", "GFLOP/s", "% peak");
-    double tot_flop = 0, tot_s = 0, f32_s[sizeof sh / sizeof sh[0]], bf_s[sizeof sh / sizeof sh[0]];
+    double tot_flop = 0, tot_s = 0, f32_s[GEMM_STEP_SHAPES], bf_s[GEMM_STEP_SHAPES];
     for (int i = 0; i < n; i++) {
         gemm_shape g = sh[i];
         size_t na = (size_t)g.M * g.K, nb = (size_t)g.K * g.N, nc = (size_t)g.M * g.N;
