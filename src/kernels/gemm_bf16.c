@@ -110,13 +110,22 @@ static void thread_free(void *p) {
     free(t);
 }
 
+/* At exit. A primitive still running on another thread (exit() called while
+ * a rank thread computes) is left to the process's end, and so is the engine
+ * then: freeing them under it would turn an exit into a crash. */
 static void cache_free_all(void) {
+    int busy = 0;
     pthread_mutex_lock(&g_mu);
     for (int i = 0; i < CACHE_CAP; i++) {
+        if (g_cache[i].refs) {
+            busy = 1;
+            continue;
+        }
         if (g_cache[i].prim) dnnl_primitive_destroy(g_cache[i].prim);
         memset(&g_cache[i], 0, sizeof g_cache[i]);
     }
     pthread_mutex_unlock(&g_mu);
+    if (busy) return;
     /* the exiting thread's own stream and scratch (other threads' go when they exit) */
     thread_free(pthread_getspecific(g_tls));
     pthread_setspecific(g_tls, NULL);
