@@ -12,4 +12,27 @@ double cli_bench_peak(int threads, int repeat);
 /* memcpy of `bytes` in GB/s (read + write), best of repeat; *read_gbs: a read pass. */
 double cli_bench_copy(size_t bytes, int repeat, double *read_gbs);
 
+/* The matrix products of one GPT training step (N = B*T rows, width C,
+ * vocabulary V): out = in @ w (w is [in, out]); backward input dout @ w^T,
+ * weight in^T @ dout; the head uses wte [V, C]. `cleave bench gemm` and
+ * bench/gemm_matmul.c time the same list. */
+typedef struct {
+    const char *name;
+    int ta, tb, M, N, K;
+} gemm_shape;
+enum { GEMM_STEP_SHAPES = 15 };
+static inline void gemm_step_shapes(gemm_shape sh[GEMM_STEP_SHAPES], int Nr, int C, int V) {
+    const gemm_shape s[GEMM_STEP_SHAPES] = {
+        {"qkv fwd", 0, 0, Nr, 3 * C, C},          {"qkv bwd input", 0, 1, Nr, C, 3 * C},
+        {"qkv bwd weight", 1, 0, C, 3 * C, Nr},   {"attn proj fwd", 0, 0, Nr, C, C},
+        {"attn proj bwd input", 0, 1, Nr, C, C},  {"attn proj bwd weight", 1, 0, C, C, Nr},
+        {"fc fwd", 0, 0, Nr, 4 * C, C},           {"fc bwd input", 0, 1, Nr, C, 4 * C},
+        {"fc bwd weight", 1, 0, C, 4 * C, Nr},    {"fc proj fwd", 0, 0, Nr, C, 4 * C},
+        {"fc proj bwd input", 0, 1, Nr, 4 * C, C}, {"fc proj bwd weight", 1, 0, 4 * C, C, Nr},
+        {"logits fwd", 0, 1, Nr, V, C},           {"logits bwd input", 0, 0, Nr, C, V},
+        {"logits bwd weight", 1, 0, V, C, Nr},
+    };
+    for (int i = 0; i < GEMM_STEP_SHAPES; i++) sh[i] = s[i];
+}
+
 #endif

@@ -112,6 +112,7 @@ bad "nothing to draw" trace render --out "$tmp/x.svg"
 bad "required" trace render --schedule 1f1b --pp 2 --micro-batches 2
 bad "needs one of peak, gemm, step" bench frobnicate
 bad "must be positive" bench gemm --threads 0
+bad "--peak-bf16 must be between" bench gemm --peak-bf16 0
 
 # ---- output paths -------------------------------------------------------------
 bad "directory" "${T[@]}" --log-file "$tmp"

@@ -62,7 +62,7 @@ char *cl_format_bytes(size_t bytes, char *buf, size_t n);
 /* x86 features of this CPU (0 elsewhere), read once: CL_CPU_* bits. Every
  * run-time choice of a vector path (the comm fold, the kernels, bench peak)
  * asks here. */
-enum { CL_CPU_AVX2 = 1, CL_CPU_FMA = 2, CL_CPU_AVX512F = 4 };
+enum { CL_CPU_AVX2 = 1, CL_CPU_FMA = 2, CL_CPU_AVX512F = 4, CL_CPU_AVX512BF16 = 8 };
 unsigned cl_cpu_features(void);
 
 /* Paths cleave writes: at most CL_PATH_MAX characters (buffers hold 4096). */

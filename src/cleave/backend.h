@@ -13,7 +13,7 @@
  * (outputs first, backward kernels add into their outputs, size letters).
  * Every tensor an entry takes is F32 but the GEMM's operands, which name
  * their format; `gemm_formats` says which formats this backend's GEMM takes
- * (the CPU: F32 only). Invariant: every entry of a backend's table is
+ * (the CPU: F32 and BF16 for A and B, C in F32). Invariant: every entry of a backend's table is
  * non-NULL (tests/test_device.c checks the CPU's). */
 #ifndef CLEAVE_BACKEND_H
 #define CLEAVE_BACKEND_H

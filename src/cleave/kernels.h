@@ -42,6 +42,25 @@ const char *cl_gemm_backend(void); /* "onednn" or "reference" */
 const char *cl_gemm_build(void);
 /* Forces cl_gemm onto cl_gemm_ref (tests); returns the previous setting. */
 int cl_gemm_force_reference(int on);
+/* The same product with A and B each F32 or BF16 and C F32, accumulating in
+ * F32 (src/kernels/gemm_bf16.c). Both F32: cl_gemm, bit for bit. Both BF16:
+ * oneDNN's matmul primitive (created once per shape, transposes, leading
+ * dimensions, formats, alpha and beta, kept in a bounded thread-safe cache)
+ * where the CPU runs it (AVX-512 core and up), else the operands widened to
+ * F32 in a scratch and cl_gemm (exact widening, slower). */
+void cl_gemm_ex(int ta, int tb, int M, int N, int K, float alpha, const void *A, cl_dtype fa, int lda, const void *B,
+                cl_dtype fb, int ldb, float beta, float *C, int ldc);
+/* cl_gemm_ex's product through the matmul primitive only (F32 or BF16 A, B):
+ * 0 when it ran, -1 when it cannot here (no oneDNN, K <= 0, only oneDNN's
+ * reference loops; C untouched). Benchmarks compare it with cl_gemm. */
+int cl_gemm_matmul(int ta, int tb, int M, int N, int K, float alpha, const void *A, cl_dtype fa, int lda, const void *B,
+                   cl_dtype fb, int ldb, float beta, float *C, int ldc);
+/* Where cl_gemm_ex sends BF16 operands: "onednn matmul" or "widened to f32". */
+const char *cl_gemm_bf16_path(void);
+/* Forces cl_gemm_ex's BF16 products onto the widening path (tests); returns the previous setting. */
+int cl_gemm_force_widen(int on);
+/* Primitives the cache holds now (at most 128). */
+int cl_gemm_cache_count(void);
 /* Threads the calling thread's GEMMs and kernels may use (its OpenMP team). The
  * setting belongs to the calling thread, so each rank thread sets its own.
  * The count changes how a product is blocked and so its last bits: ranks

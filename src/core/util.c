@@ -49,7 +49,8 @@ unsigned cl_cpu_features(void) {
     if (k < 0) {
         __builtin_cpu_init();
         k = (__builtin_cpu_supports("avx2") ? CL_CPU_AVX2 : 0) | (__builtin_cpu_supports("fma") ? CL_CPU_FMA : 0) |
-            (__builtin_cpu_supports("avx512f") ? CL_CPU_AVX512F : 0);
+            (__builtin_cpu_supports("avx512f") ? CL_CPU_AVX512F : 0) |
+            (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bf16") ? CL_CPU_AVX512BF16 : 0);
         known = k;
     }
     return (unsigned)k;

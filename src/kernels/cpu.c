@@ -50,17 +50,20 @@ static int cpu_convert(void *impl, void *dst, cl_dtype dt, const void *src, cl_d
     return cl_dtype_convert(dst, dt, src, st, n) == CL_OK ? 0 : -1;
 }
 
-/* The GEMM takes F32 operands (gemm_formats); the caller checks the formats
- * against the table, so another here is a bug in cleave. */
+/* The GEMM takes F32 or BF16 A and B and an F32 C (gemm_formats names the
+ * operand formats; C is F32 on the CPU); the caller checks the formats
+ * against the table, so another here is a bug in cleave. All F32 runs
+ * cl_gemm itself (the same bits as a direct call); BF16 goes to cl_gemm_ex. */
 static void cpu_gemm(int ta, int tb, int M, int N, int K, float alpha, const void *A, cl_dtype fa, int lda, const void *B,
                      cl_dtype fb, int ldb, float beta, void *C, cl_dtype fc, int ldc) {
-    CL_ASSERT(fa == CL_F32 && fb == CL_F32 && fc == CL_F32);
-    cl_gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    CL_ASSERT((fa == CL_F32 || fa == CL_BF16) && (fb == CL_F32 || fb == CL_BF16) && fc == CL_F32);
+    if (fa == CL_F32 && fb == CL_F32) cl_gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    else cl_gemm_ex(ta, tb, M, N, K, alpha, A, fa, lda, B, fb, ldb, beta, C, ldc);
 }
 
 const cl_kernels cl_cpu_kernels = {
     .name = "cpu",
-    .gemm_formats = 1u << CL_F32,
+    .gemm_formats = 1u << CL_F32 | 1u << CL_BF16,
     .gemm = cpu_gemm,
     .linear_forward = cl_linear_forward,
     .linear_backward_input = cl_linear_backward_input,

@@ -1,0 +1,342 @@
+/* GEMM with BF16 operands: oneDNN's matmul primitive, cached, and the
+ * widening fallback (the F32 GEMM itself is gemm.c's cl_gemm).
+ *
+ * cl_gemm_ex computes C = alpha op(A) op(B) + beta C with A and B each F32
+ * or BF16 and C F32, accumulating in F32. Both F32: cl_gemm (dnnl_sgemm, its
+ * bits unchanged). Both BF16: cl_gemm_matmul, oneDNN's matmul primitive with
+ * BF16 source and weights and an F32 destination (transposes as strides,
+ * leading dimensions as row strides, alpha as an output scale, beta as a sum
+ * post-op); where that cannot run (no oneDNN, no AVX-512 core, oneDNN only
+ * offers its reference loops, cl_gemm_force_widen), the BF16 operands are
+ * widened to F32 (exact) in a scratch and the F32 path computes the product:
+ * the same answer within rounding, slower. One BF16 and one F32 operand:
+ * the BF16 one is widened.
+ *
+ * Primitives are created once per key (transposes, M, N, K, leading
+ * dimensions, formats, alpha and beta) and kept in a cache of CACHE_CAP
+ * entries under one mutex, the least recently used evicted; a primitive in
+ * use by another thread (refs > 0) is never evicted, and when every entry is
+ * in use a primitive is made for the one call and destroyed after it. A key
+ * whose primitive cannot be made is cached too (prim NULL: widen), so the
+ * attempt is not repeated. Each thread executes with its own stream and its
+ * own scratchpad (user-managed), freed when the thread exits; the cache and
+ * the engine are freed at process exit. Invariants: beta == 0 never reads C
+ * (no sum post-op), M or N == 0 touches nothing, K == 0 gives C = beta C. */
+#include "cleave/kernels.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef CL_HAVE_DNNL
+#include <oneapi/dnnl/dnnl.h>
+#endif
+
+static atomic_int g_force_widen;
+
+int cl_gemm_force_widen(int on) { return atomic_exchange(&g_force_widen, on ? 1 : 0); }
+
+/* ---- the widening fallback ------------------------------------------------ */
+
+/* The stored matrix behind op(X) (rows x cols, row stride ld) as dense F32; *own is the buffer to free. */
+static const float *widen(const void *X, cl_dtype f, int rows, int cols, int ld, int *ld_out, float **own) {
+    *own = NULL;
+    if (f == CL_F32) {
+        *ld_out = ld;
+        return X;
+    }
+    float *w = malloc((size_t)rows * (size_t)cols * sizeof *w + 1);
+    if (!w) return NULL;
+    const uint16_t *x = X;
+    for (int r = 0; r < rows; r++) cl_dtype_convert(w + (size_t)r * cols, CL_F32, x + (int64_t)r * ld, CL_BF16, (size_t)cols);
+    *own = w;
+    *ld_out = cols;
+    return w;
+}
+
+static void gemm_widened(int ta, int tb, int M, int N, int K, float alpha, const void *A, cl_dtype fa, int lda, const void *B,
+                         cl_dtype fb, int ldb, float beta, float *C, int ldc) {
+    float *fa_buf, *fb_buf;
+    int la, lb;
+    const float *a = widen(A, fa, ta ? K : M, ta ? M : K, lda, &la, &fa_buf);
+    const float *b = widen(B, fb, tb ? N : K, tb ? K : N, ldb, &lb, &fb_buf);
+    CL_ASSERT(a && b); /* out of host memory for a scratch: cl_gemm returns void */
+    cl_gemm(ta, tb, M, N, K, alpha, a, la, b, lb, beta, C, ldc);
+    free(fa_buf);
+    free(fb_buf);
+}
+
+#ifdef CL_HAVE_DNNL
+/* ---- the primitive cache ---------------------------------------------------- */
+
+enum { CACHE_CAP = 128 };
+
+typedef struct {
+    int ta, tb, M, N, K, lda, ldb, ldc;
+    int fa, fb;
+    float alpha, beta;
+} mm_key;
+
+typedef struct {
+    mm_key key;
+    int used;               /* slot holds a key */
+    int refs;               /* executions in flight */
+    unsigned long long tick; /* last use, for LRU */
+    dnnl_primitive_t prim;  /* NULL: this key cannot run as a matmul (widen) */
+    dnnl_memory_desc_t md_a, md_b, md_c, md_s;
+    size_t scratch;
+} mm_entry;
+
+static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+static dnnl_engine_t g_engine;
+static int g_engine_ok;
+static pthread_key_t g_tls;
+static mm_entry g_cache[CACHE_CAP];
+static unsigned long long g_tick;
+
+typedef struct {
+    dnnl_stream_t stream;
+    void *scratch;
+    size_t cap;
+} mm_thread;
+
+static void thread_free(void *p) {
+    mm_thread *t = p;
+    if (!t) return;
+    if (t->stream) dnnl_stream_destroy(t->stream);
+    free(t->scratch);
+    free(t);
+}
+
+/* At exit. A primitive still running on another thread (exit() called while
+ * a rank thread computes) is left to the process's end, and so is the engine
+ * then: freeing them under it would turn an exit into a crash. */
+static void cache_free_all(void) {
+    int busy = 0;
+    pthread_mutex_lock(&g_mu);
+    for (int i = 0; i < CACHE_CAP; i++) {
+        if (g_cache[i].refs) {
+            busy = 1;
+            continue;
+        }
+        if (g_cache[i].prim) dnnl_primitive_destroy(g_cache[i].prim);
+        memset(&g_cache[i], 0, sizeof g_cache[i]);
+    }
+    pthread_mutex_unlock(&g_mu);
+    if (busy) return;
+    /* the exiting thread's own stream and scratch (other threads' go when they exit) */
+    thread_free(pthread_getspecific(g_tls));
+    pthread_setspecific(g_tls, NULL);
+    if (g_engine) dnnl_engine_destroy(g_engine);
+    g_engine = NULL;
+    g_engine_ok = 0;
+}
+
+static void init_once(void) {
+    if (pthread_key_create(&g_tls, thread_free)) return;
+    if (dnnl_engine_create(&g_engine, dnnl_cpu, 0) != dnnl_success) return;
+    g_engine_ok = 1;
+    atexit(cache_free_all);
+}
+
+static int key_eq(const mm_key *a, const mm_key *b) {
+    return a->ta == b->ta && a->tb == b->tb && a->M == b->M && a->N == b->N && a->K == b->K && a->lda == b->lda &&
+           a->ldb == b->ldb && a->ldc == b->ldc && a->fa == b->fa && a->fb == b->fb &&
+           !memcmp(&a->alpha, &b->alpha, sizeof a->alpha) && !memcmp(&a->beta, &b->beta, sizeof a->beta);
+}
+
+static dnnl_data_type_t dnnl_type(int f) { return f == CL_BF16 ? dnnl_bf16 : dnnl_f32; }
+
+/* Makes the primitive of k into e (e->prim NULL when oneDNN cannot, or offers only its reference loops). */
+static void make_primitive(const mm_key *k, mm_entry *e) {
+    memset(e, 0, sizeof *e);
+    e->key = *k;
+    dnnl_dims_t da = {k->M, k->K}, db = {k->K, k->N}, dc = {k->M, k->N};
+    dnnl_dims_t sa = {k->ta ? 1 : k->lda, k->ta ? k->lda : 1}, sb = {k->tb ? 1 : k->ldb, k->tb ? k->ldb : 1},
+                sc = {k->ldc, 1};
+    if (dnnl_memory_desc_init_by_strides(&e->md_a, 2, da, dnnl_type(k->fa), sa) ||
+        dnnl_memory_desc_init_by_strides(&e->md_b, 2, db, dnnl_type(k->fb), sb) ||
+        dnnl_memory_desc_init_by_strides(&e->md_c, 2, dc, dnnl_f32, sc))
+        return;
+    dnnl_matmul_desc_t desc;
+    if (dnnl_matmul_desc_init(&desc, &e->md_a, &e->md_b, NULL, &e->md_c)) return;
+    dnnl_primitive_attr_t attr = NULL;
+    dnnl_post_ops_t po = NULL;
+    dnnl_primitive_desc_t pd = NULL;
+    int ok = dnnl_primitive_attr_create(&attr) == dnnl_success &&
+             dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user) == dnnl_success;
+    if (ok && k->alpha != 1.0f) ok = dnnl_primitive_attr_set_output_scales(attr, 1, 0, &k->alpha) == dnnl_success;
+    if (ok && k->beta != 0.0f)
+        ok = dnnl_post_ops_create(&po) == dnnl_success && dnnl_post_ops_append_sum(po, k->beta) == dnnl_success &&
+             dnnl_primitive_attr_set_post_ops(attr, po) == dnnl_success;
+    if (ok) ok = dnnl_primitive_desc_create(&pd, &desc, attr, g_engine, NULL) == dnnl_success;
+    if (ok) {
+        const char *impl = NULL;
+        ok = dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) == dnnl_success && impl &&
+             strncmp(impl, "ref", 3) != 0;
+    }
+    if (ok) {
+        const dnnl_memory_desc_t *s = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+        if (s) e->md_s = *s;
+        e->scratch = s ? dnnl_memory_desc_get_size(s) : 0;
+        if (dnnl_primitive_create(&e->prim, pd) != dnnl_success) e->prim = NULL;
+    }
+    if (pd) dnnl_primitive_desc_destroy(pd);
+    if (po) dnnl_post_ops_destroy(po);
+    if (attr) dnnl_primitive_attr_destroy(attr);
+}
+
+/* The cache slot of k, made if absent, with refs taken (-1: not cached, *tmp made for this call). */
+static int cache_get(const mm_key *k, mm_entry *tmp) {
+    pthread_mutex_lock(&g_mu);
+    for (int i = 0; i < CACHE_CAP; i++)
+        if (g_cache[i].used && key_eq(&g_cache[i].key, k)) {
+            g_cache[i].refs++;
+            g_cache[i].tick = ++g_tick;
+            pthread_mutex_unlock(&g_mu);
+            return i;
+        }
+    pthread_mutex_unlock(&g_mu);
+    make_primitive(k, tmp); /* outside the lock: creation takes milliseconds */
+    pthread_mutex_lock(&g_mu);
+    int slot = -1;
+    for (int i = 0; i < CACHE_CAP; i++)
+        if (g_cache[i].used && key_eq(&g_cache[i].key, k)) { /* another thread made it meanwhile */
+            if (tmp->prim) dnnl_primitive_destroy(tmp->prim);
+            g_cache[i].refs++;
+            g_cache[i].tick = ++g_tick;
+            pthread_mutex_unlock(&g_mu);
+            return i;
+        }
+    for (int i = 0; i < CACHE_CAP; i++)
+        if (!g_cache[i].used) {
+            slot = i;
+            break;
+        }
+    if (slot < 0)
+        for (int i = 0; i < CACHE_CAP; i++)
+            if (!g_cache[i].refs && (slot < 0 || g_cache[i].tick < g_cache[slot].tick)) slot = i;
+    if (slot >= 0) {
+        if (g_cache[slot].prim) dnnl_primitive_destroy(g_cache[slot].prim);
+        g_cache[slot] = *tmp;
+        g_cache[slot].used = 1;
+        g_cache[slot].refs = 1;
+        g_cache[slot].tick = ++g_tick;
+    }
+    pthread_mutex_unlock(&g_mu);
+    return slot;
+}
+
+static void cache_put(int slot) {
+    if (slot < 0) return;
+    pthread_mutex_lock(&g_mu);
+    g_cache[slot].refs--;
+    pthread_mutex_unlock(&g_mu);
+}
+
+int cl_gemm_cache_count(void) {
+    int n = 0;
+    pthread_mutex_lock(&g_mu);
+    for (int i = 0; i < CACHE_CAP; i++) n += g_cache[i].used;
+    pthread_mutex_unlock(&g_mu);
+    return n;
+}
+
+static mm_thread *thread_state(void) {
+    mm_thread *t = pthread_getspecific(g_tls);
+    if (t) return t;
+    t = calloc(1, sizeof *t);
+    if (!t) return NULL;
+    if (dnnl_stream_create(&t->stream, g_engine, dnnl_stream_default_flags) != dnnl_success ||
+        pthread_setspecific(g_tls, t)) {
+        thread_free(t);
+        return NULL;
+    }
+    return t;
+}
+
+/* Runs e on this thread; 0 on success. */
+static int execute(const mm_entry *e, const void *A, const void *B, float *C) {
+    mm_thread *t = thread_state();
+    if (!t) return -1;
+    if (e->scratch > t->cap) {
+        void *p = aligned_alloc(64, (e->scratch + 63) & ~(size_t)63);
+        if (!p) return -1;
+        free(t->scratch);
+        t->scratch = p;
+        t->cap = e->scratch;
+    }
+    dnnl_memory_t m[4] = {NULL, NULL, NULL, NULL};
+    int ok = dnnl_memory_create(&m[0], &e->md_a, g_engine, (void *)A) == dnnl_success &&
+             dnnl_memory_create(&m[1], &e->md_b, g_engine, (void *)B) == dnnl_success &&
+             dnnl_memory_create(&m[2], &e->md_c, g_engine, C) == dnnl_success &&
+             (!e->scratch || dnnl_memory_create(&m[3], &e->md_s, g_engine, t->scratch) == dnnl_success);
+    if (ok) {
+        dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, m[0]}, {DNNL_ARG_WEIGHTS, m[1]}, {DNNL_ARG_DST, m[2]},
+                                   {DNNL_ARG_SCRATCHPAD, m[3]}};
+        ok = dnnl_primitive_execute(e->prim, t->stream, e->scratch ? 4 : 3, args) == dnnl_success &&
+             dnnl_stream_wait(t->stream) == dnnl_success;
+    }
+    for (int i = 0; i < 4; i++)
+        if (m[i]) dnnl_memory_destroy(m[i]);
+    return ok ? 0 : -1;
+}
+
+/* oneDNN runs BF16 matmuls natively from AVX-512 core up (its bf16 instructions or their emulation). */
+static int isa_has_avx512_core(void) {
+    return ((unsigned)dnnl_get_effective_cpu_isa() & (unsigned)dnnl_cpu_isa_avx512_core) == (unsigned)dnnl_cpu_isa_avx512_core;
+}
+#endif
+
+int cl_gemm_matmul(int ta, int tb, int M, int N, int K, float alpha, const void *A, cl_dtype fa, int lda, const void *B,
+                   cl_dtype fb, int ldb, float beta, float *C, int ldc) {
+#ifdef CL_HAVE_DNNL
+    if (M <= 0 || N <= 0 || K <= 0) return -1;
+    if ((fa != CL_F32 && fa != CL_BF16) || (fb != CL_F32 && fb != CL_BF16)) return -1;
+    pthread_once(&g_once, init_once);
+    if (!g_engine_ok) return -1;
+    mm_key k = {ta != 0, tb != 0, M, N, K, lda, ldb, ldc, (int)fa, (int)fb, alpha, beta};
+    mm_entry tmp;
+    int slot = cache_get(&k, &tmp);
+    const mm_entry *e = slot >= 0 ? &g_cache[slot] : &tmp; /* the slot is not evicted while refs > 0 */
+    int rc = e->prim ? execute(e, A, B, C) : -1;
+    if (slot >= 0) cache_put(slot);
+    else if (tmp.prim) dnnl_primitive_destroy(tmp.prim);
+    return rc;
+#else
+    (void)ta, (void)tb, (void)M, (void)N, (void)K, (void)alpha, (void)A, (void)fa, (void)lda, (void)B, (void)fb, (void)ldb,
+        (void)beta, (void)C, (void)ldc;
+    return -1;
+#endif
+}
+
+const char *cl_gemm_bf16_path(void) {
+#ifdef CL_HAVE_DNNL
+    if (!atomic_load(&g_force_widen) && strcmp(cl_gemm_backend(), "onednn") == 0 && isa_has_avx512_core())
+        return "onednn matmul";
+#endif
+    return "widened to f32";
+}
+
+void cl_gemm_ex(int ta, int tb, int M, int N, int K, float alpha, const void *A, cl_dtype fa, int lda, const void *B,
+                cl_dtype fb, int ldb, float beta, float *C, int ldc) {
+    if (M <= 0 || N <= 0) return;
+    if (fa == CL_F32 && fb == CL_F32) {
+        cl_gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+        return;
+    }
+    if (K <= 0) { /* C = beta C; beta 0 overwrites (NaN in C does not survive) */
+        for (int i = 0; i < M; i++)
+            for (int j = 0; j < N; j++) {
+                float *c = C + (int64_t)i * ldc + j;
+                *c = beta == 0.0f ? 0.0f : beta * *c;
+            }
+        return;
+    }
+    if (fa == CL_BF16 && fb == CL_BF16 && !strcmp(cl_gemm_bf16_path(), "onednn matmul") &&
+        cl_gemm_matmul(ta, tb, M, N, K, alpha, A, fa, lda, B, fb, ldb, beta, C, ldc) == 0)
+        return;
+    gemm_widened(ta, tb, M, N, K, alpha, A, fa, lda, B, fb, ldb, beta, C, ldc);
+}
