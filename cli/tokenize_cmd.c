@@ -231,14 +231,10 @@ static cl_status run_batch(run *r, doc *docs, size_t nd) {
         size_t at = 0;
         do {
             size_t end = cl_tokenizer_cut(r->tok, docs[d].text, docs[d].len, at + r->piece_bytes);
-            if (np == cap) {
-                cap = cap ? 2 * cap : 64;
-                piece *p = realloc(ps, cap * sizeof *p);
-                if (!p) {
-                    free(ps);
-                    return cl_error(CL_ERR_OOM, "out of host memory");
-                }
-                ps = p;
+            cl_status s = cl_grow(&ps, sizeof *ps, np, &cap, 64, "the batch's pieces");
+            if (s) {
+                free(ps);
+                return s;
             }
             ps[np++] = (piece){.doc = d, .off = at, .len = end - at};
             at = end;
@@ -358,15 +354,9 @@ static cl_status tokenize_all(run *r, input *ins, int nin, const char *key) {
                 continue;
             }
             if (s) break;
-            if (nd == cap) {
-                doc *p = realloc(docs, 2 * cap * sizeof *p);
-                if (!p) {
-                    free(d.owned);
-                    s = cl_error(CL_ERR_OOM, "out of host memory");
-                    break;
-                }
-                docs = p;
-                cap *= 2;
+            if ((s = cl_grow(&docs, sizeof *docs, nd, &cap, 1024, "the batch's documents"))) {
+                free(d.owned);
+                break;
             }
             docs[nd++] = d;
             bytes += next - at;

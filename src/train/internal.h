@@ -168,7 +168,8 @@ typedef struct {
 struct cl_ckpt_manifest {
     int version; /* 1: written before hashes, nothing else is set */
     char run_id[CL_RUN_ID_LEN + 1];
-    int step, n, cap;
+    int step, n;
+    size_t cap;
     cl_ckpt_fsum *f;
 };
 int cl_ckpt_hex_parse(const char *s, uint64_t *out); /* 16 lowercase hex digits */
