@@ -47,9 +47,8 @@ static cl_status write_text_file(const char *path, const char *text, size_t len)
 }
 
 /* The files a checkpoint directory holds; while one is written, FILE.tmp too. */
-#define CKPT_MARKER "cleave-checkpoint.json"
 static const char *const ckpt_files[] = {"model.safetensors", "optimizer.safetensors", "config.json", "trainer_state.json",
-                                         CKPT_MARKER, CL_CKPT_INDEX, CL_CKPT_RUN_CONFIG};
+                                         CL_CKPT_MARKER, CL_CKPT_INDEX, CL_CKPT_RUN_CONFIG};
 #define CKPT_NFILES (sizeof ckpt_files / sizeof ckpt_files[0])
 
 static int ckpt_file_name(const char *name) {
@@ -119,7 +118,7 @@ static cl_status classify_target(const char *dir, target_kind *kind) {
         n++;
         struct stat es;
         int regular = fstatat(dirfd(dp), e->d_name, &es, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(es.st_mode);
-        if (regular && !strcmp(e->d_name, CKPT_MARKER)) marker = 1;
+        if (regular && !strcmp(e->d_name, CL_CKPT_MARKER)) marker = 1;
         if ((!regular || !ckpt_file_name(e->d_name)) && !stranger[0]) snprintf(stranger, sizeof stranger, "%s", e->d_name);
     }
     closedir(dp);
@@ -127,7 +126,7 @@ static cl_status classify_target(const char *dir, target_kind *kind) {
     else if (stranger[0])
         return cl_error(CL_ERR_INVALID, "%s holds '%s', which is not a file cleave writes (%s)", dir, stranger, why);
     else if (!marker)
-        return cl_error(CL_ERR_INVALID, "%s has no %s, so it is not a checkpoint cleave wrote (%s)", dir, CKPT_MARKER, why);
+        return cl_error(CL_ERR_INVALID, "%s has no %s, so it is not a checkpoint cleave wrote (%s)", dir, CL_CKPT_MARKER, why);
     else *kind = TARGET_CKPT;
     return CL_OK;
 }
@@ -226,7 +225,7 @@ cl_status cl_ckpt_commit(const char *dir, const char *target, const char *tmp, c
     if (!s) { /* the marker, last: the run, the step and every other file's size and content hash */
         cl_strbuf b = {0};
         cl_ckpt_marker_json(&b, m);
-        s = cl_ckpt_write_text(tmp, CKPT_MARKER, &b);
+        s = cl_ckpt_write_text(tmp, CL_CKPT_MARKER, &b);
         cl_sb_free(&b);
     }
     /* what is at the target now (it may have changed while this one was written) */
