@@ -1,6 +1,7 @@
 /* `cleave tokenize INPUT... --out PREFIX`: text files (one document each)
  * and JSONL files (.jsonl, .ndjson, .json: one document per line, the
- * string field --data-key) tokenized once into a Megatron-LM indexed
+ * string field --data-key, blank lines skipped: read by --data's reader,
+ * cl_jsonl_next, so both find the same documents) tokenized once into a Megatron-LM indexed
  * dataset, PREFIX.bin and PREFIX.idx, as preprocess_data.py --append-eod
  * writes it without sentence splitting: one sequence per document ending in
  * the end-of-document token, an empty document a document index entry and
@@ -35,6 +36,7 @@
 
 #include "args.h"
 #include "cleave/data.h"
+#include "cleave/dataset.h"
 #include "cleave/json.h"
 
 static const cli_flag tok_flags[] = {
@@ -231,14 +233,10 @@ static cl_status run_batch(run *r, doc *docs, size_t nd) {
         size_t at = 0;
         do {
             size_t end = cl_tokenizer_cut(r->tok, docs[d].text, docs[d].len, at + r->piece_bytes);
-            if (np == cap) {
-                cap = cap ? 2 * cap : 64;
-                piece *p = realloc(ps, cap * sizeof *p);
-                if (!p) {
-                    free(ps);
-                    return cl_error(CL_ERR_OOM, "out of host memory");
-                }
-                ps = p;
+            cl_status s = cl_grow(&ps, sizeof *ps, np, &cap, 64, "the batch's pieces");
+            if (s) {
+                free(ps);
+                return s;
             }
             ps[np++] = (piece){.doc = d, .off = at, .len = end - at};
             at = end;
@@ -297,86 +295,70 @@ static cl_status run_batch(run *r, doc *docs, size_t nd) {
 
 /* ---- inputs --------------------------------------------------------------- */
 
-/* A JSONL line's document: the string field key, or a message naming the line. */
-static cl_status jsonl_doc(const input *in, size_t lineno, const char *line, size_t len, const char *key, doc *out) {
-    cl_json_doc *j = NULL;
-    size_t w = 0;
-    while (w < len && (line[w] == ' ' || line[w] == '\t' || line[w] == '\r')) w++;
-    if (w == len) return cl_error(CL_ERR_FORMAT, "%s:%zu: an empty line, not a JSON object", in->path, lineno);
-    if (cl_json_parse(&j, line, len)) {
-        char why[300];
-        snprintf(why, sizeof why, "%s", cl_last_error());
-        return cl_error(CL_ERR_FORMAT, "%s:%zu: not JSON (%s)", in->path, lineno, why);
-    }
-    const cl_json *root = cl_json_root(j), *v = cl_json_get(root, key);
-    cl_status s = CL_OK;
-    if (!root || root->type != CL_JSON_OBJECT) s = cl_error(CL_ERR_FORMAT, "%s:%zu: not a JSON object", in->path, lineno);
-    else if (!v) s = cl_error(CL_ERR_FORMAT, "%s:%zu: no \"%s\" field (--data-key)", in->path, lineno, key);
-    else if (v->type != CL_JSON_STRING) s = cl_error(CL_ERR_FORMAT, "%s:%zu: the \"%s\" field is not a string", in->path, lineno, key);
-    else {
-        out->owned = malloc(v->string_len + 1);
-        if (!out->owned) s = cl_error(CL_ERR_OOM, "out of host memory");
-        else {
-            memcpy(out->owned, v->string, v->string_len);
-            out->text = out->owned;
-            out->len = v->string_len;
-        }
-    }
-    cl_json_free(j);
-    return s;
-}
-
 static void free_docs(doc *d, size_t n) {
     for (size_t i = 0; i < n; i++) free(d[i].owned);
+}
+
+/* The next document of input in from *at (a text file: the whole of it, once; a JSONL file: its next line's,
+ * read by --data's own reader, cl_jsonl_next); 0 at the end. A JSONL document's string is copied into owned. */
+static cl_status next_doc(const input *in, const char *key, size_t *at, size_t *line, doc *d, int *got) {
+    *got = 0;
+    if (!in->jsonl) {
+        if (*line) return CL_OK;
+        *line = 1;
+        *at = in->size;
+        *d = (doc){.text = in->data ? in->data : "", .len = in->size};
+        *got = 1;
+        return CL_OK;
+    }
+    cl_json_doc *j;
+    const char *str;
+    size_t n;
+    CL_TRY(cl_jsonl_next(in->path, in->data, in->size, key, at, line, &j, &str, &n));
+    if (!j) return CL_OK;
+    char *owned = malloc(n + 1);
+    if (owned) memcpy(owned, str, n);
+    cl_json_free(j);
+    if (!owned) return cl_error(CL_ERR_OOM, "out of host memory");
+    *d = (doc){.text = owned, .len = n, .owned = owned};
+    *got = 1;
+    return CL_OK;
 }
 
 /* Every document of every input in order; documents before r->docs (done
  * by an earlier run) are counted, not encoded. */
 static cl_status tokenize_all(run *r, input *ins, int nin, const char *key) {
-    size_t cap = 1024, nd = 0, bytes = 0;
+    size_t cap = 0, nd = 0, bytes = 0;
     uint64_t consumed = 0; /* input bytes up to the current document */
-    doc *docs = malloc(cap * sizeof *docs);
-    if (!docs) return cl_error(CL_ERR_OOM, "out of host memory");
+    doc *docs = NULL;
     uint64_t index = 0, skip = r->docs;
     cl_status s = CL_OK;
     for (int i = 0; i < nin && !s; i++) {
-        const input *in = &ins[i];
-        size_t at = 0, lineno = 0;
-        while (!s && (in->jsonl ? at < in->size : lineno == 0)) {
-            doc d = {.text = in->data ? in->data : "", .len = in->size};
-            size_t next = in->size;
-            lineno++;
-            if (in->jsonl) {
-                const char *nl = memchr(in->data + at, '\n', in->size - at);
-                next = nl ? (size_t)(nl - in->data) + 1 : in->size;
-                if (index >= skip) s = jsonl_doc(in, lineno, in->data + at, (nl ? next - 1 : next) - at, key, &d);
-            }
-            consumed += next - at;
+        size_t at = 0, line = 0;
+        for (;;) {
+            size_t from = at;
+            doc d;
+            int got;
+            if ((s = next_doc(&ins[i], key, &at, &line, &d, &got)) || !got) break;
+            consumed += at - from;
             if (index++ < skip) {
                 r->done_in = r->skipped_in = consumed;
-                at = next;
+                free(d.owned);
                 continue;
             }
-            if (s) break;
-            if (nd == cap) {
-                doc *p = realloc(docs, 2 * cap * sizeof *p);
-                if (!p) {
-                    free(d.owned);
-                    s = cl_error(CL_ERR_OOM, "out of host memory");
-                    break;
-                }
-                docs = p;
-                cap *= 2;
+            if ((s = cl_grow(&docs, sizeof *docs, nd, &cap, 1024, "the batch's documents"))) {
+                free(d.owned);
+                break;
             }
             docs[nd++] = d;
-            bytes += next - at;
-            at = next;
+            bytes += at - from;
             if (bytes >= r->batch_bytes) {
                 s = run_batch(r, docs, nd);
                 r->done_in = consumed; /* the pieces counted text bytes; now the input's */
                 free_docs(docs, nd);
                 nd = 0;
                 bytes = 0;
+                if (s) break;
             }
         }
     }
@@ -434,7 +416,7 @@ static int tokenize_cmd(int argc, char **argv, char **flags, input *ins) {
     if (cli_get(&a, "help")) {
         cli_print_help("usage: cleave tokenize INPUT... --out PREFIX [--tokenizer byte|gpt2] [--data-key text]\n\n"
                        "Tokenizes text files (each one document) and JSONL files (.jsonl, .ndjson, .json: each line one\n"
-                       "document, its --data-key string) once into a Megatron-LM indexed dataset, PREFIX.bin and PREFIX.idx,\n"
+                       "document, its --data-key string; blank lines skipped) once into a Megatron-LM indexed dataset, PREFIX.bin and PREFIX.idx,\n"
                        "as preprocess_data.py --append-eod writes it: a sequence per document ending in the end-of-document\n"
                        "token (gpt2: <|endoftext|>, 50256; byte: 0), uint16 tokens below 65500 ids, else int32.\n"
                        "`cleave train --data PREFIX` trains on it memory-mapped. An interrupted run resumes from\n"

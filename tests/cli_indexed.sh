@@ -89,17 +89,25 @@ check '[ $_rc -eq 2 ] && [ $(wc -l < "$tmp/o.out") -eq 1 ] && grep -q "finished 
 _rc=$?
 check '[ $_rc -eq 0 ] && cmp -s "$tmp/c.bin" "$tmp/m.bin"' "--overwrite failed or changed the output ($_rc): $(tail -1 "$tmp/o.out")"
 
-# bad JSONL: the file and line named, exit 2, nothing finished
+# bad JSONL: the file and line named, as --data's reader (the same one) names them, exit 2, nothing finished
 printf '{"text": "a"}\n{"text": nope}\n' > "$tmp/bad1.jsonl"
 printf '{"text": "a"}\n{"body": "b"}\n' > "$tmp/bad2.jsonl"
-printf '{"text": "a"}\n\n' > "$tmp/bad3.jsonl"
-for b in "bad1.jsonl:2: not JSON" "bad2.jsonl:2: no \"text\" field" "bad3.jsonl:2: an empty line"; do
-    f=${b%%:*}
+printf '{"text": "a"}\n\n[1]\n' > "$tmp/bad3.jsonl"
+for b in "bad1.jsonl line 2: not JSON" "bad2.jsonl line 2: no field \"text\"" "bad3.jsonl line 3: not a JSON object"; do
+    f=${b%% *}
     "$CLEAVE" tokenize "$tmp/$f" --out "$tmp/x_$f" > "$tmp/bad.out" 2>&1
     _rc=$?
     check '[ $_rc -eq 2 ] && [ $(wc -l < "$tmp/bad.out") -eq 1 ] && grep -qF "$b" "$tmp/bad.out" && [ ! -e "$tmp/x_$f.idx" ]' \
         "tokenize $f: want exit 2 and '$b', got $_rc: $(cat "$tmp/bad.out")"
 done
+# a blank line holds no document, for tokenize as for --data (one reader): the same dataset as without them
+printf '{"text": "a b"}\n\n  \r\n{"text": "c"}\n\n' > "$tmp/blank.jsonl"
+printf '{"text": "a b"}\n{"text": "c"}\n' > "$tmp/noblank.jsonl"
+"$CLEAVE" tokenize "$tmp/blank.jsonl" --out "$tmp/bl" > "$tmp/bl.out" 2>&1
+_rc=$?
+"$CLEAVE" tokenize "$tmp/noblank.jsonl" --out "$tmp/nb" > /dev/null 2>&1
+check '[ $_rc -eq 0 ] && cmp -s "$tmp/bl.bin" "$tmp/nb.bin" && cmp -s "$tmp/bl.idx" "$tmp/nb.idx"' \
+    "blank JSONL lines were not skipped by tokenize ($_rc): $(cat "$tmp/bl.out")"
 
 # training on the script's dataset equals training on cleave's own
 run=(--tokenizer gpt2 --seq-len 16 --micro-batch-size 2 --steps 3 --sample-tokens 0 --eval-batches 1)

@@ -59,6 +59,13 @@ cl_status cl_parse_bytes(const char *s, size_t *out);
 /* "123.4 MiB" into buf (n >= 16). Returns buf. */
 char *cl_format_bytes(size_t bytes, char *buf, size_t n);
 
+/* A growing array: *array (a pointer to elem-byte elements, passed by its
+ * address) with room for element n. When n reaches *cap it is reallocated
+ * to twice *cap elements (first when *cap is 0); CL_ERR_OOM "cannot
+ * allocate WHAT" when that fails or the size overflows, the array then
+ * as it was (the caller frees it). */
+cl_status cl_grow(void *array, size_t elem, size_t n, size_t *cap, size_t first, const char *what);
+
 /* x86 features of this CPU (0 elsewhere), read once: CL_CPU_* bits. Every
  * run-time choice of a vector path (the comm fold, the kernels, bench peak)
  * asks here. */

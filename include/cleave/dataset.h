@@ -131,6 +131,17 @@ size_t cl_dataset_tokens(const cl_dataset *d, int part);
  * ever; every other document ends with cl_tokenizer_eod. */
 cl_status cl_dataset_load_tokens(const char *path, const char *key, const cl_tokenizer *tok, cl_tokens *out);
 
+/* A JSONL text's documents (text[0..len), read from path), one a line, blank
+ * lines (spaces, tabs, a \r) holding none; the one reader of --data's .jsonl
+ * files and of `cleave tokenize`. From text[*at]: the next document, the
+ * string field key of its line's object, at *str (*n bytes, in *doc, which
+ * the caller frees with cl_json_free); *doc NULL at the end of the text.
+ * *at is then past the line, *line its number (1-based; start both at 0).
+ * CL_ERR_FORMAT "PATH line N: ..." for a line not JSON, not an object,
+ * without the field, or with one not a string. */
+cl_status cl_jsonl_next(const char *path, const char *text, size_t len, const char *key, size_t *at, size_t *line,
+                        cl_json_doc **doc, const char **str, size_t *n);
+
 #ifdef __cplusplus
 }
 #endif

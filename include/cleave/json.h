@@ -39,6 +39,8 @@ cl_status cl_json_parse(cl_json_doc **out, const char *text, size_t len);
 const cl_json *cl_json_root(const cl_json_doc *d);
 void cl_json_free(cl_json_doc *d);
 const cl_json *cl_json_get(const cl_json *obj, const char *key); /* NULL if absent or not an object */
+/* 1 and *out set if obj's key is an integer in int range, else 0 (*out untouched). */
+int cl_json_get_int(const cl_json *obj, const char *key, int *out);
 /* 1 if s[0..len) is valid UTF-8 (no overlong forms, surrogates or code
  * points past U+10FFFF), else 0. */
 int cl_json_utf8_valid(const char *s, size_t len);

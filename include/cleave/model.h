@@ -18,6 +18,7 @@
 
 #include "cleave/core.h"
 #include "cleave/device.h"
+#include "cleave/json.h"
 #include "cleave/tp.h"
 
 #ifdef __cplusplus
@@ -77,9 +78,30 @@ typedef struct {
                              * parallelism, blocks to recompute); else one input vector and a class label */
     const char *data;       /* the default data file (cl_data_find) */
     const char *sample;     /* a sample in messages: "" for tokens, " images" for the others */
+    const char *model_type; /* the Hugging Face config.json "model_type" it imports ("gpt2"); NULL: none */
 } cl_model_family;
 /* The family of cfg->kind (an unknown kind: an entry named "unknown" that can do nothing). */
 const cl_model_family *cl_model_family_of(const cl_model_config *cfg);
+/* The family whose Hugging Face model_type is type; NULL when none. known (n bytes) lists the types there are. */
+const cl_model_family *cl_model_family_hf(const char *type, char *known, size_t n);
+
+/* A configuration in a checkpoint's config.json (src/model/config_json.c, each family's fields from its table):
+ * the family's fields appended to b as lines "  \"key\": value,\n" (the caller opens the object and adds
+ * "cleave_model", the family's name, after them); and read back: c zeroed, then its family (r's
+ * "cleave_model"; absent, the family whose model_type r's "model_type" is, else GPT, what checkpoints written
+ * before they named a family hold) and that family's fields, name left "" for the caller. 1, or 0 for an
+ * unknown family or a field missing or not an integer in range (not yet checked: cl_model_config_check). */
+void cl_model_config_json(cl_strbuf *b, const cl_model_config *c);
+int cl_model_config_from_json(const cl_json *r, cl_model_config *c);
+/* Whether model configs a and b differ: 0 when they describe the same model;
+ * otherwise 1, with the first field that differs written to field (n bytes:
+ * "kind" (values: cl_model_kind), then the family's: GPT's "layers", "heads",
+ * "channels", "vocab", "context", "mlp-width", "kv-heads"; MLP's "widths
+ * (their number)", "widths[i]"; CNN's config names, "in_channels" ...
+ * "classes") and its values in *va, *vb. */
+int cl_model_config_diff(const cl_model_config *a, const cl_model_config *b, char *field, size_t n, int *va, int *vb);
+/* A classifier's classes (its last layer's outputs); 0 for a family that is not one (GPT). */
+int64_t cl_model_classes(const cl_model_config *cfg);
 /* Integer inputs per sample (GPT: T tokens) and float inputs (MLP/CNN). */
 
 typedef enum { CL_INIT_ZEROS = 0, CL_INIT_ONES, CL_INIT_NORMAL, CL_INIT_UNIFORM } cl_init_kind;

@@ -309,12 +309,7 @@ typedef struct {
     char run_id[CL_RUN_ID_LEN + 1]; /* "" when not recorded (Hugging Face, or saved before run ids) */
 } cl_checkpoint_info;
 cl_status cl_checkpoint_describe(const char *dir, cl_checkpoint_info *out);
-/* Whether model configs a and b differ: 0 when they describe the same model;
- * otherwise 1, with the first field that differs written to field (n bytes:
- * "kind" (values: cl_model_kind), GPT's "layers", "heads", "channels",
- * "vocab", "context"; MLP's "widths (their number)", "widths[i]"; CNN's
- * config names, "in_channels" ... "classes") and its values in *va, *vb. */
-int cl_model_config_diff(const cl_model_config *a, const cl_model_config *b, char *field, size_t n, int *va, int *vb);
+/* cl_model_config_diff (a checkpoint's model against a run's) is in model.h. */
 /* Checks a checkpoint directory (DIR/latest followed) without loading a
  * model: every file read, every size, content hash, run id and step against
  * what it records (docs/ARCHITECTURE.md, "Checkpoint integrity"). CL_OK with

@@ -1,9 +1,10 @@
-/* Byte sizes, clocks and the deterministic RNG (see core.h). */
+/* Byte sizes, clocks, growing arrays and the deterministic RNG (see core.h). */
 #include "cleave/core.h"
 
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,6 +41,18 @@ char *cl_format_bytes(size_t bytes, char *buf, size_t n) {
     if (u == 0) snprintf(buf, n, "%zu B", bytes);
     else snprintf(buf, n, "%.1f %s", v, units[u]);
     return buf;
+}
+
+cl_status cl_grow(void *array, size_t elem, size_t n, size_t *cap, size_t first, const char *what) {
+    if (n < *cap) return CL_OK;
+    size_t nc = *cap ? 2 * *cap : first;
+    if (nc <= n) nc = n + 1;
+    void *p;
+    memcpy(&p, array, sizeof p); /* the caller's pointer, whatever its element type */
+    if (!elem || nc > SIZE_MAX / elem || !(p = realloc(p, nc * elem))) return cl_error(CL_ERR_OOM, "cannot allocate %s", what);
+    memcpy(array, &p, sizeof p);
+    *cap = nc;
+    return CL_OK;
 }
 
 unsigned cl_cpu_features(void) {

@@ -212,35 +212,54 @@ static cl_status add_document(tok_buf *b, const cl_tokenizer *tok, int32_t eod, 
     return s;
 }
 
+cl_status cl_jsonl_next(const char *path, const char *text, size_t len, const char *key, size_t *at, size_t *line,
+                        cl_json_doc **doc, const char **str, size_t *n) {
+    *doc = NULL;
+    while (*at < len) {
+        const char *nl = memchr(text + *at, '\n', len - *at);
+        size_t end = nl ? (size_t)(nl - text) : len;
+        ++*line;
+        size_t a = *at, e = end;
+        while (a < e && strchr(" \t\r", text[a])) a++;
+        while (e > a && strchr(" \t\r", text[e - 1])) e--;
+        *at = nl ? end + 1 : len;
+        if (a == e) continue; /* a blank line holds no document */
+        cl_json_doc *d;
+        if (cl_json_parse(&d, text + a, e - a)) {
+            char why[512]; /* the parser's message, copied before cl_error rewrites it */
+            snprintf(why, sizeof why, "%s", cl_last_error());
+            return cl_error(CL_ERR_FORMAT, "%s line %zu: not JSON: %s", path, *line, why);
+        }
+        const cl_json *v = cl_json_get(cl_json_root(d), key);
+        cl_status s = CL_OK;
+        if (cl_json_root(d)->type != CL_JSON_OBJECT) s = cl_error(CL_ERR_FORMAT, "%s line %zu: not a JSON object", path, *line);
+        else if (!v) s = cl_error(CL_ERR_FORMAT, "%s line %zu: no field \"%s\" (--data-key)", path, *line, key);
+        else if (v->type != CL_JSON_STRING) s = cl_error(CL_ERR_FORMAT, "%s line %zu: the field \"%s\" is not a string", path, *line, key);
+        if (s) {
+            cl_json_free(d);
+            return s;
+        }
+        *doc = d;
+        *str = v->string;
+        *n = v->string_len;
+        return CL_OK;
+    }
+    return CL_OK;
+}
+
 /* Every line of a JSONL file's text a document: its field key, a string. */
 static cl_status add_jsonl(tok_buf *b, const cl_tokenizer *tok, int32_t eod, const char *path, const char *text, size_t len,
                            const char *key) {
-    size_t line = 0;
-    for (size_t at = 0; at < len;) {
-        const char *nl = memchr(text + at, '\n', len - at);
-        size_t end = nl ? (size_t)(nl - text) : len;
-        line++;
-        size_t a = at, e = end;
-        while (a < e && strchr(" \t\r", text[a])) a++;
-        while (e > a && strchr(" \t\r", text[e - 1])) e--;
-        at = end + 1;
-        if (a == e) continue; /* a blank line holds no document */
-        cl_json_doc *doc;
-        if (cl_json_parse(&doc, text + a, e - a)) {
-            char why[512]; /* the parser's message, copied before cl_error rewrites it */
-            snprintf(why, sizeof why, "%s", cl_last_error());
-            return cl_error(CL_ERR_FORMAT, "%s line %zu: not JSON: %s", path, line, why);
-        }
-        const cl_json *v = cl_json_get(cl_json_root(doc), key);
-        cl_status s = CL_OK;
-        if (cl_json_root(doc)->type != CL_JSON_OBJECT) s = cl_error(CL_ERR_FORMAT, "%s line %zu: not a JSON object", path, line);
-        else if (!v) s = cl_error(CL_ERR_FORMAT, "%s line %zu: no field \"%s\" (--data-key)", path, line, key);
-        else if (v->type != CL_JSON_STRING) s = cl_error(CL_ERR_FORMAT, "%s line %zu: the field \"%s\" is not a string", path, line, key);
-        else s = add_document(b, tok, eod, v->string, v->string_len);
+    size_t at = 0, line = 0, n;
+    const char *str;
+    cl_json_doc *doc;
+    for (;;) {
+        CL_TRY(cl_jsonl_next(path, text, len, key, &at, &line, &doc, &str, &n));
+        if (!doc) return CL_OK;
+        cl_status s = add_document(b, tok, eod, str, n);
         cl_json_free(doc);
         if (s) return s;
     }
-    return CL_OK;
 }
 
 static int name_cmp(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }

@@ -457,6 +457,13 @@ const cl_json *cl_json_get(const cl_json *obj, const char *key) {
     return NULL;
 }
 
+int cl_json_get_int(const cl_json *obj, const char *key, int *out) {
+    const cl_json *v = cl_json_get(obj, key);
+    if (!v || v->type != CL_JSON_NUMBER || !v->number_is_int || v->integer < INT32_MIN || v->integer > INT32_MAX) return 0;
+    *out = (int)v->integer;
+    return 1;
+}
+
 /* ---- string buffer ---- */
 
 static int sb_reserve(cl_strbuf *b, size_t extra) {

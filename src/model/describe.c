@@ -24,8 +24,27 @@ const cl_family *cl_family_of(cl_model_kind k) {
     return NULL;
 }
 
+const cl_family *cl_family_named(const char *name) {
+    for (int i = 0; i < NFAMILIES; i++)
+        if (!strcmp(families[i]->pub.name, name)) return families[i];
+    return NULL;
+}
+
+const cl_model_family *cl_model_family_hf(const char *type, char *known, size_t n) {
+    const cl_model_family *f = NULL;
+    if (n) known[0] = 0;
+    for (int i = 0; i < NFAMILIES; i++) {
+        const char *t = families[i]->pub.model_type;
+        if (!t) continue;
+        if (!strcmp(t, type)) f = &families[i]->pub;
+        size_t at = strlen(known);
+        if (at < n) snprintf(known + at, n - at, "%s%s", at ? ", " : "", t);
+    }
+    return f;
+}
+
 const cl_model_family *cl_model_family_of(const cl_model_config *cfg) {
-    static const cl_model_family unknown = {"unknown", 0, "", ""};
+    static const cl_model_family unknown = {"unknown", 0, "", "", NULL};
     const cl_family *f = cl_family_of(cfg->kind);
     return f ? &f->pub : &unknown;
 }

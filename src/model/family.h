@@ -6,6 +6,8 @@
  * nn/kind.h). describe.c holds the builder the families share and asks the
  * table; a new family (Llama: grouped-query attention, RMSNorm, rotary
  * positions, no biases) is one more file and one more line in family_of.
+ * A family also says its checkpoint config.json fields (written, read,
+ * compared for a resume) and its classes, so src/train names no family.
  *
  * Invariants: a family's describe adds units in model order and completes
  * each from its kind's table (cl_desc_add_kind), so parameters come in
@@ -13,6 +15,7 @@
 #ifndef CLEAVE_MODEL_FAMILY_H
 #define CLEAVE_MODEL_FAMILY_H
 
+#include "cleave/json.h"
 #include "cleave/model.h"
 #include "nn/kind.h"
 
@@ -54,17 +57,39 @@ typedef struct cl_family {
     void (*describe)(cl_desc_builder *b);
     /* floats of one sample's input (NULL: 0, token ids) */
     int64_t (*input_floats)(const cl_model_config *c);
+    /* config.json (checkpoints, config_json.c): its own fields written as lines "  \"key\": value,\n" (the
+     * family's name, preset and tokenizer follow them); read back from the object r into c (zeroed, its kind set;
+     * 1, or 0 when a field is missing or not an integer in range: the caller's message); and the first of them
+     * where a and b (both of this family) differ, so that a checkpoint cannot resume another model (as
+     * cl_model_config_diff, through CL_FAMILY_DIFF) */
+    void (*write_config)(cl_strbuf *b, const cl_model_config *c);
+    int (*read_config)(const cl_json *r, cl_model_config *c);
+    int (*config_diff)(const cl_model_config *a, const cl_model_config *b, char *field, size_t n, int *va, int *vb);
+    /* the classes a classifier's last layer has (NULL: not a classifier, 0) */
+    int64_t (*classes)(const cl_model_config *c);
 } cl_family;
 
 extern const cl_family cl_family_gpt, cl_family_mlp, cl_family_cnn;
 
 /* The family of kind k, NULL when unknown (family.c ... describe.c: the one list). */
 const cl_family *cl_family_of(cl_model_kind k);
+/* The family named name (its pub.name: checkpoints' "cleave_model"), NULL when none. */
+const cl_family *cl_family_named(const char *name);
 
 /* A family's check of one configuration field c->field: positive, or at most max; the message names it by what. */
 #define CL_FAMILY_POS(c, field, what) \
     if ((c)->field <= 0) return cl_error(CL_ERR_INVALID, "%s must be positive (got %d)", what, (c)->field)
 #define CL_FAMILY_MAX(c, field, what, max) \
     if ((c)->field > (max)) return cl_error(CL_ERR_INVALID, "%s %d is too large (at most %d)", what, (c)->field, (max))
+
+/* In a config_diff (parameters field, n, va, vb): returns 1 naming the field if x and y differ. */
+#define CL_FAMILY_DIFF(name, x, y)           \
+    do {                                     \
+        if ((x) != (y)) {                    \
+            snprintf(field, n, "%s", name);  \
+            *va = (x), *vb = (y);            \
+            return 1;                        \
+        }                                    \
+    } while (0)
 
 #endif

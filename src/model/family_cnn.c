@@ -105,6 +105,32 @@ static void cnn_describe(cl_desc_builder *b) {
 }
 
 static int64_t cnn_input_floats(const cl_model_config *c) { return (int64_t)c->in_channels * c->height * c->width; }
+static int64_t cnn_classes(const cl_model_config *c) { return c->classes; }
+
+/* config.json's fields, named as cl_model_config names them, in that order. */
+#define CNN_FIELDS(X)                                                                                                         \
+    X(in_channels) X(height) X(width) X(conv_channels) X(conv_kernel) X(conv_stride) X(conv_pad) X(pool) X(hidden) X(hidden2) \
+    X(classes)
+
+static void cnn_write_config(cl_strbuf *b, const cl_model_config *c) {
+#define WRITE(f) cl_sb_printf(b, "  \"" #f "\": %d,\n", c->f);
+    CNN_FIELDS(WRITE)
+#undef WRITE
+}
+
+static int cnn_read_config(const cl_json *r, cl_model_config *c) {
+#define READ(f) if (!cl_json_get_int(r, #f, &c->f)) return 0;
+    CNN_FIELDS(READ)
+#undef READ
+    return 1;
+}
+
+static int cnn_config_diff(const cl_model_config *a, const cl_model_config *b, char *field, size_t n, int *va, int *vb) {
+#define DIFF(f) CL_FAMILY_DIFF(#f, a->f, b->f);
+    CNN_FIELDS(DIFF)
+#undef DIFF
+    return 0;
+}
 
 const cl_family cl_family_cnn = {
     .pub = {.name = "cnn", .tokens = 0, .data = "digits.csv.gz", .sample = " images"},
@@ -115,4 +141,8 @@ const cl_family cl_family_cnn = {
     .check_tp = cnn_check_tp,
     .describe = cnn_describe,
     .input_floats = cnn_input_floats,
+    .write_config = cnn_write_config,
+    .read_config = cnn_read_config,
+    .config_diff = cnn_config_diff,
+    .classes = cnn_classes,
 };

@@ -123,8 +123,40 @@ static void gpt_describe(cl_desc_builder *b) {
     cl_desc_add_kind(b);
 }
 
+/* Hugging Face GPT-2's config.json, which cleave's checkpoints keep so that their transformers can load them. */
+static void gpt_write_config(cl_strbuf *b, const cl_model_config *c) {
+    cl_sb_printf(b, "  \"model_type\": \"gpt2\",\n  \"architectures\": [\"GPT2LMHeadModel\"],\n");
+    cl_sb_printf(b, "  \"n_layer\": %d,\n  \"n_head\": %d,\n  \"n_embd\": %d,\n  \"n_positions\": %d,\n  \"n_ctx\": %d,\n",
+                 c->layers, c->heads, c->channels, c->seq_len, c->seq_len);
+    cl_sb_printf(b, "  \"vocab_size\": %d,\n  \"layer_norm_epsilon\": 1e-05,\n  \"activation_function\": \"gelu_new\",\n", c->vocab);
+    cl_sb_printf(b, "  \"tie_word_embeddings\": true,\n");
+    if (c->mlp_width) cl_sb_printf(b, "  \"n_inner\": %d,\n", c->mlp_width);
+}
+
+static int gpt_read_config(const cl_json *r, cl_model_config *c) {
+    int ok = cl_json_get_int(r, "n_layer", &c->layers) && cl_json_get_int(r, "n_head", &c->heads) &&
+             cl_json_get_int(r, "n_embd", &c->channels) && cl_json_get_int(r, "n_positions", &c->seq_len) &&
+             cl_json_get_int(r, "vocab_size", &c->vocab);
+    /* the MLP's width (Hugging Face GPT-2's n_inner: absent or null is 4 x n_embd, kept as 0, the default) */
+    const cl_json *fi = cl_json_get(r, "n_inner");
+    if (ok && fi && fi->type != CL_JSON_NULL) ok = cl_json_get_int(r, "n_inner", &c->mlp_width);
+    if (ok && (int64_t)c->mlp_width == 4 * (int64_t)c->channels) c->mlp_width = 0;
+    return ok;
+}
+
+static int gpt_config_diff(const cl_model_config *a, const cl_model_config *b, char *field, size_t n, int *va, int *vb) {
+    CL_FAMILY_DIFF("layers", a->layers, b->layers);
+    CL_FAMILY_DIFF("heads", a->heads, b->heads);
+    CL_FAMILY_DIFF("channels", a->channels, b->channels);
+    CL_FAMILY_DIFF("vocab", a->vocab, b->vocab);
+    CL_FAMILY_DIFF("context", a->seq_len, b->seq_len);
+    CL_FAMILY_DIFF("mlp-width", (int)cl_model_mlp_width(a), (int)cl_model_mlp_width(b));
+    CL_FAMILY_DIFF("kv-heads", cl_model_kv_heads(a), cl_model_kv_heads(b));
+    return 0;
+}
+
 const cl_family cl_family_gpt = {
-    .pub = {.name = "gpt", .tokens = 1, .data = "kjv.txt", .sample = ""},
+    .pub = {.name = "gpt", .tokens = 1, .data = "kjv.txt", .sample = "", .model_type = "gpt2"},
     .kind = CL_MODEL_GPT,
     .presets = "gpt2-tiny, gpt2-mini, gpt2-small or gpt2, gpt2-medium, gpt2-large, gpt2-xl",
     .preset = gpt_preset,
@@ -133,4 +165,7 @@ const cl_family cl_family_gpt = {
     .check_tp = gpt_check_tp,
     .setup = gpt_setup,
     .describe = gpt_describe,
+    .write_config = gpt_write_config,
+    .read_config = gpt_read_config,
+    .config_diff = gpt_config_diff,
 };

@@ -57,6 +57,35 @@ static void mlp_describe(cl_desc_builder *b) {
 }
 
 static int64_t mlp_input_floats(const cl_model_config *c) { return c->widths[0]; }
+static int64_t mlp_classes(const cl_model_config *c) { return c->widths[c->nwidths - 1]; }
+
+static void mlp_write_config(cl_strbuf *b, const cl_model_config *c) {
+    cl_sb_printf(b, "  \"widths\": [");
+    for (int i = 0; i < c->nwidths; i++) cl_sb_printf(b, "%s%d", i ? ", " : "", c->widths[i]);
+    cl_sb_printf(b, "],\n");
+}
+
+static int mlp_read_config(const cl_json *r, cl_model_config *c) {
+    const cl_json *w = cl_json_get(r, "widths");
+    int ok = w && w->type == CL_JSON_ARRAY && w->count >= 2 && w->count <= CL_MLP_MAX_WIDTHS;
+    int i = 0;
+    for (const cl_json *e = ok ? w->child : NULL; e; e = e->next, i++) {
+        if (e->type != CL_JSON_NUMBER || !e->number_is_int || e->integer < 1 || e->integer > INT32_MAX) ok = 0;
+        else c->widths[i] = (int)e->integer;
+    }
+    c->nwidths = i;
+    return ok;
+}
+
+static int mlp_config_diff(const cl_model_config *a, const cl_model_config *b, char *field, size_t n, int *va, int *vb) {
+    CL_FAMILY_DIFF("widths (their number)", a->nwidths, b->nwidths);
+    for (int i = 0; i < a->nwidths; i++) {
+        char w[32];
+        snprintf(w, sizeof w, "widths[%d]", i);
+        CL_FAMILY_DIFF(w, a->widths[i], b->widths[i]);
+    }
+    return 0;
+}
 
 const cl_family cl_family_mlp = {
     .pub = {.name = "mlp", .tokens = 0, .data = "digits.csv.gz", .sample = " images"},
@@ -67,4 +96,8 @@ const cl_family cl_family_mlp = {
     .check_tp = mlp_check_tp,
     .describe = mlp_describe,
     .input_floats = mlp_input_floats,
+    .write_config = mlp_write_config,
+    .read_config = mlp_read_config,
+    .config_diff = mlp_config_diff,
+    .classes = mlp_classes,
 };

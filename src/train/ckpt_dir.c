@@ -23,24 +23,7 @@
 
 void cl_ckpt_config_json(cl_strbuf *b, const cl_model_config *c, const char *tokenizer) {
     cl_sb_printf(b, "{\n");
-    if (c->kind == CL_MODEL_GPT) {
-        cl_sb_printf(b, "  \"model_type\": \"gpt2\",\n  \"architectures\": [\"GPT2LMHeadModel\"],\n");
-        cl_sb_printf(b, "  \"n_layer\": %d,\n  \"n_head\": %d,\n  \"n_embd\": %d,\n  \"n_positions\": %d,\n  \"n_ctx\": %d,\n",
-                     c->layers, c->heads, c->channels, c->seq_len, c->seq_len);
-        cl_sb_printf(b, "  \"vocab_size\": %d,\n  \"layer_norm_epsilon\": 1e-05,\n  \"activation_function\": \"gelu_new\",\n", c->vocab);
-        cl_sb_printf(b, "  \"tie_word_embeddings\": true,\n");
-        if (c->mlp_width) cl_sb_printf(b, "  \"n_inner\": %d,\n", c->mlp_width);
-    } else if (c->kind == CL_MODEL_MLP) {
-        cl_sb_printf(b, "  \"widths\": [");
-        for (int i = 0; i < c->nwidths; i++) cl_sb_printf(b, "%s%d", i ? ", " : "", c->widths[i]);
-        cl_sb_printf(b, "],\n");
-    } else {
-        cl_sb_printf(b, "  \"in_channels\": %d,\n  \"height\": %d,\n  \"width\": %d,\n  \"conv_channels\": %d,\n", c->in_channels, c->height,
-                     c->width, c->conv_channels);
-        cl_sb_printf(b, "  \"conv_kernel\": %d,\n  \"conv_stride\": %d,\n  \"conv_pad\": %d,\n  \"pool\": %d,\n", c->conv_kernel,
-                     c->conv_stride, c->conv_pad, c->pool);
-        cl_sb_printf(b, "  \"hidden\": %d,\n  \"hidden2\": %d,\n  \"classes\": %d,\n", c->hidden, c->hidden2, c->classes);
-    }
+    cl_model_config_json(b, c); /* the family's own fields (its table's write_config) */
     cl_sb_printf(b, "  \"cleave_model\": \"%s\",\n  \"cleave_preset\": ", cl_model_family_of(c)->name);
     cl_sb_json_string(b, c->name, strlen(c->name));
     cl_sb_printf(b, ",\n  \"tokenizer\": ");
@@ -64,9 +47,8 @@ static cl_status write_text_file(const char *path, const char *text, size_t len)
 }
 
 /* The files a checkpoint directory holds; while one is written, FILE.tmp too. */
-#define CKPT_MARKER "cleave-checkpoint.json"
 static const char *const ckpt_files[] = {"model.safetensors", "optimizer.safetensors", "config.json", "trainer_state.json",
-                                         CKPT_MARKER, CL_CKPT_INDEX, CL_CKPT_RUN_CONFIG};
+                                         CL_CKPT_MARKER, CL_CKPT_INDEX, CL_CKPT_RUN_CONFIG};
 #define CKPT_NFILES (sizeof ckpt_files / sizeof ckpt_files[0])
 
 static int ckpt_file_name(const char *name) {
@@ -136,7 +118,7 @@ static cl_status classify_target(const char *dir, target_kind *kind) {
         n++;
         struct stat es;
         int regular = fstatat(dirfd(dp), e->d_name, &es, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(es.st_mode);
-        if (regular && !strcmp(e->d_name, CKPT_MARKER)) marker = 1;
+        if (regular && !strcmp(e->d_name, CL_CKPT_MARKER)) marker = 1;
         if ((!regular || !ckpt_file_name(e->d_name)) && !stranger[0]) snprintf(stranger, sizeof stranger, "%s", e->d_name);
     }
     closedir(dp);
@@ -144,7 +126,7 @@ static cl_status classify_target(const char *dir, target_kind *kind) {
     else if (stranger[0])
         return cl_error(CL_ERR_INVALID, "%s holds '%s', which is not a file cleave writes (%s)", dir, stranger, why);
     else if (!marker)
-        return cl_error(CL_ERR_INVALID, "%s has no %s, so it is not a checkpoint cleave wrote (%s)", dir, CKPT_MARKER, why);
+        return cl_error(CL_ERR_INVALID, "%s has no %s, so it is not a checkpoint cleave wrote (%s)", dir, CL_CKPT_MARKER, why);
     else *kind = TARGET_CKPT;
     return CL_OK;
 }
@@ -243,7 +225,7 @@ cl_status cl_ckpt_commit(const char *dir, const char *target, const char *tmp, c
     if (!s) { /* the marker, last: the run, the step and every other file's size and content hash */
         cl_strbuf b = {0};
         cl_ckpt_marker_json(&b, m);
-        s = cl_ckpt_write_text(tmp, CKPT_MARKER, &b);
+        s = cl_ckpt_write_text(tmp, CL_CKPT_MARKER, &b);
         cl_sb_free(&b);
     }
     /* what is at the target now (it may have changed while this one was written) */
@@ -301,50 +283,6 @@ int cl_ckpt_has(const char *dir, const char *name) {
     struct stat sb;
     snprintf(path, sizeof path, "%s/%s", dir, name);
     return stat(path, &sb) == 0;
-}
-
-/* The first field where a checkpoint's model and a run's differ (resume's
- * refusals, the library's and the CLI's; train.h). */
-int cl_model_config_diff(const cl_model_config *a, const cl_model_config *b, char *field, size_t n, int *va, int *vb) {
-#define DIFF(name, x, y)                                                                                                         \
-    do {                                                                                                                         \
-        if ((x) != (y)) {                                                                                                        \
-            snprintf(field, n, "%s", name);                                                                                      \
-            *va = (x), *vb = (y);                                                                                                \
-            return 1;                                                                                                            \
-        }                                                                                                                        \
-    } while (0)
-    DIFF("kind", (int)a->kind, (int)b->kind);
-    if (a->kind == CL_MODEL_GPT) {
-        DIFF("layers", a->layers, b->layers);
-        DIFF("heads", a->heads, b->heads);
-        DIFF("channels", a->channels, b->channels);
-        DIFF("vocab", a->vocab, b->vocab);
-        DIFF("context", a->seq_len, b->seq_len);
-        DIFF("mlp-width", (int)cl_model_mlp_width(a), (int)cl_model_mlp_width(b));
-        DIFF("kv-heads", cl_model_kv_heads(a), cl_model_kv_heads(b));
-    } else if (a->kind == CL_MODEL_MLP) {
-        DIFF("widths (their number)", a->nwidths, b->nwidths);
-        for (int i = 0; i < a->nwidths; i++) {
-            char w[32];
-            snprintf(w, sizeof w, "widths[%d]", i);
-            DIFF(w, a->widths[i], b->widths[i]);
-        }
-    } else {
-        DIFF("in_channels", a->in_channels, b->in_channels);
-        DIFF("height", a->height, b->height);
-        DIFF("width", a->width, b->width);
-        DIFF("conv_channels", a->conv_channels, b->conv_channels);
-        DIFF("conv_kernel", a->conv_kernel, b->conv_kernel);
-        DIFF("conv_stride", a->conv_stride, b->conv_stride);
-        DIFF("conv_pad", a->conv_pad, b->conv_pad);
-        DIFF("pool", a->pool, b->pool);
-        DIFF("hidden", a->hidden, b->hidden);
-        DIFF("hidden2", a->hidden2, b->hidden2);
-        DIFF("classes", a->classes, b->classes);
-    }
-#undef DIFF
-    return 0;
 }
 
 void cl_ckpt_marker_json(cl_strbuf *b, const cl_ckpt_manifest *m) {

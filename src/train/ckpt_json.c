@@ -10,48 +10,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int get_int(const cl_json *o, const char *key, int *out) {
-    const cl_json *v = cl_json_get(o, key);
-    if (!v || v->type != CL_JSON_NUMBER || !v->number_is_int || v->integer < INT32_MIN || v->integer > INT32_MAX) return 0;
-    *out = (int)v->integer;
-    return 1;
-}
-
 cl_status cl_ckpt_config_parse(const cl_json *r, const char *path, cl_model_config *c, char *tokenizer, size_t tn) {
-    memset(c, 0, sizeof *c);
-    const cl_json *kind = cl_json_get(r, "cleave_model"), *preset = cl_json_get(r, "cleave_preset"),
-                  *tok = cl_json_get(r, "tokenizer");
-    const char *k = kind && kind->type == CL_JSON_STRING ? kind->string : "gpt";
+    const cl_json *preset = cl_json_get(r, "cleave_preset"), *tok = cl_json_get(r, "tokenizer");
+    /* the family and its fields: the family's table reads them (cl_model_config_from_json) */
+    int ok = cl_model_config_from_json(r, c);
     snprintf(tokenizer, tn, "%s", tok && tok->type == CL_JSON_STRING ? tok->string : "byte");
     snprintf(c->name, sizeof c->name, "%s", preset && preset->type == CL_JSON_STRING ? preset->string : "custom");
-    int ok = 1;
-    if (!strcmp(k, "gpt")) {
-        c->kind = CL_MODEL_GPT;
-        ok = get_int(r, "n_layer", &c->layers) && get_int(r, "n_head", &c->heads) && get_int(r, "n_embd", &c->channels) &&
-             get_int(r, "n_positions", &c->seq_len) && get_int(r, "vocab_size", &c->vocab);
-        /* the MLP's width (Hugging Face GPT-2's n_inner: absent or null is 4 x n_embd, kept as 0, the default) */
-        const cl_json *fi = cl_json_get(r, "n_inner");
-        if (ok && fi && fi->type != CL_JSON_NULL) ok = get_int(r, "n_inner", &c->mlp_width);
-        if (ok && (int64_t)c->mlp_width == 4 * (int64_t)c->channels) c->mlp_width = 0;
-    } else if (!strcmp(k, "mlp")) {
-        c->kind = CL_MODEL_MLP;
-        const cl_json *w = cl_json_get(r, "widths");
-        ok = w && w->type == CL_JSON_ARRAY && w->count >= 2 && w->count <= CL_MLP_MAX_WIDTHS;
-        int i = 0;
-        for (const cl_json *e = ok ? w->child : NULL; e; e = e->next, i++) {
-            if (e->type != CL_JSON_NUMBER || !e->number_is_int || e->integer < 1 || e->integer > INT32_MAX) ok = 0;
-            else c->widths[i] = (int)e->integer;
-        }
-        c->nwidths = i;
-    } else if (!strcmp(k, "cnn")) {
-        c->kind = CL_MODEL_CNN;
-        ok = get_int(r, "in_channels", &c->in_channels) && get_int(r, "height", &c->height) && get_int(r, "width", &c->width) &&
-             get_int(r, "conv_channels", &c->conv_channels) && get_int(r, "conv_kernel", &c->conv_kernel) &&
-             get_int(r, "conv_stride", &c->conv_stride) && get_int(r, "conv_pad", &c->conv_pad) && get_int(r, "pool", &c->pool) &&
-             get_int(r, "hidden", &c->hidden) && get_int(r, "hidden2", &c->hidden2) && get_int(r, "classes", &c->classes);
-    } else {
-        ok = 0;
-    }
     if (!ok) return cl_error(CL_ERR_FORMAT, "%s: missing or invalid model fields", path);
     /* the shape decides, not the name: a preset name recorded beside another
      * shape (gpt2-small was 4 layers of 128 channels before it took GPT-2
@@ -67,8 +31,8 @@ cl_status cl_ckpt_config_parse(const cl_json *r, const char *path, cl_model_conf
 
 cl_status cl_ckpt_state_parse(const cl_json *r, const char *path, int *step, int *opt_t, int *T, int *gb, uint64_t *seed) {
     const cl_json *sd = cl_json_get(r, "seed");
-    int ok = get_int(r, "step", step) && get_int(r, "optimizer_step", opt_t) && get_int(r, "seq_len", T) &&
-             get_int(r, "global_batch", gb) && sd && sd->type == CL_JSON_STRING;
+    int ok = cl_json_get_int(r, "step", step) && cl_json_get_int(r, "optimizer_step", opt_t) && cl_json_get_int(r, "seq_len", T) &&
+             cl_json_get_int(r, "global_batch", gb) && sd && sd->type == CL_JSON_STRING;
     if (ok) {
         char *end;
         errno = 0;

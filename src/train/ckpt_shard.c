@@ -101,7 +101,8 @@ typedef struct {
 
 typedef struct {
     entry *e;
-    int n, cap;
+    int n;
+    size_t cap;
     float *own[CL_PP_MAX_CHUNKS]; /* moments read out of a disk offload */
 } entries;
 
@@ -110,13 +111,7 @@ static cl_status add_boxes(entries *es, const cl_param_spec *ls, int tp_rank, in
     cl_box bx[9];
     int nb = cl_shard_slice_boxes(ls, tp_rank, a, b, bx);
     for (int j = 0; j < nb; j++) {
-        if (es->n == es->cap) {
-            int nc = es->cap ? 2 * es->cap : 256;
-            entry *ne = realloc(es->e, (size_t)nc * sizeof *ne);
-            if (!ne) return cl_error(CL_ERR_OOM, "cannot allocate the checkpoint's box list");
-            es->e = ne;
-            es->cap = nc;
-        }
+        CL_TRY(cl_grow(&es->e, sizeof *es->e, (size_t)es->n, &es->cap, 256, "the checkpoint's box list"));
         es->e[es->n++] = (entry){i, k, bx[j], src, off, cl_shard_local_cols(ls), 0, 0, 0};
     }
     return CL_OK;
@@ -500,13 +495,7 @@ static cl_status open_file(cl_shard_index *ix, int f) {
 
 static cl_status flush_read(cl_shard_index *ix) {
     if (ix->plen > 0 && ix->m) { /* remembered for the verification */
-        if (ix->nseg == ix->segcap) {
-            int nc = ix->segcap ? 2 * ix->segcap : 1024;
-            cl_sseg *ns = realloc(ix->seg, (size_t)nc * sizeof *ns);
-            if (!ns) return cl_error(CL_ERR_OOM, "cannot allocate the load's read list");
-            ix->seg = ns;
-            ix->segcap = nc;
-        }
+        CL_TRY(cl_grow(&ix->seg, sizeof *ix->seg, (size_t)ix->nseg, &ix->segcap, 1024, "the load's read list"));
         ix->seg[ix->nseg++] = (cl_sseg){ix->pfile, ix->poff, ix->plen, ix->pdst};
     }
     while (ix->plen > 0) {

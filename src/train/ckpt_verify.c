@@ -61,13 +61,7 @@ cl_status cl_ckpt_manifest_add(cl_ckpt_manifest *m, const char *dir, const char 
 }
 
 cl_status cl_ckpt_manifest_put(cl_ckpt_manifest *m, const char *name, int64_t bytes, uint64_t hash) {
-    if (m->n == m->cap) {
-        int nc = m->cap ? 2 * m->cap : 8;
-        cl_ckpt_fsum *nf = realloc(m->f, (size_t)nc * sizeof *nf);
-        if (!nf) return cl_error(CL_ERR_OOM, "cannot allocate the checkpoint's manifest");
-        m->f = nf;
-        m->cap = nc;
-    }
+    CL_TRY(cl_grow(&m->f, sizeof *m->f, (size_t)m->n, &m->cap, 8, "the checkpoint's manifest"));
     cl_ckpt_fsum *f = &m->f[m->n++];
     snprintf(f->name, sizeof f->name, "%s", name);
     f->bytes = bytes;

@@ -65,14 +65,18 @@ cl_status cl_hf_read_config(const char *dir, cl_model_config *c, char *tok, size
     CL_TRY(cl_json_parse_file(&doc, path));
     const cl_json *r = cl_json_root(doc), *mt = cl_json_get(r, "model_type");
     cl_status s = CL_OK;
+    const cl_model_family *fam = NULL; /* the family that imports this model_type */
+    char known[128];
     if (!mt || mt->type != CL_JSON_STRING)
         s = cl_error(CL_ERR_FORMAT, "%s: no \"model_type\" (and no %s beside it): not a Hugging Face or cleave checkpoint", path,
                      CL_CKPT_MARKER);
-    else if (strcmp(mt->string, "gpt2"))
-        s = cl_error(CL_ERR_UNSUPPORTED, "%s: model_type '%s': cleave imports Hugging Face GPT-2 (gpt2) checkpoints only", path,
-                     mt->string);
+    else if (!(fam = cl_model_family_hf(mt->string, known, sizeof known)))
+        s = cl_error(CL_ERR_UNSUPPORTED, "%s: model_type '%s': cleave imports Hugging Face checkpoints of model_type %s only", path,
+                     mt->string, known);
     if (!s) s = cl_ckpt_config_parse(r, path, c, tok, tn);
-    if (!s && c->kind != CL_MODEL_GPT) s = cl_error(CL_ERR_FORMAT, "%s: model_type gpt2 with cleave_model not gpt", path);
+    if (!s && cl_model_family_of(c) != fam)
+        s = cl_error(CL_ERR_FORMAT, "%s: model_type %s with cleave_model %s, not %s", path, mt->string, cl_model_family_of(c)->name,
+                     fam->name);
     if (!s) s = check_settings(r, path);
     /* Hugging Face's config names no tokenizer: GPT-2's vocabulary means GPT-2's BPE, a smaller one bytes */
     if (!s && !cl_json_get(r, "tokenizer")) snprintf(tok, tn, "%s", c->vocab >= 50257 ? "gpt2" : "byte");

@@ -1,4 +1,11 @@
-/* The trainer's state, shared by trainer.c and checkpoint.c only. */
+/* src/train's internal header: the trainer's state (struct cl_trainer) and
+ * what the train files share beside the public train.h: the batch filler
+ * (batch.c), the pipeline's shape (memory.c) and the step engine's entry
+ * points (pipeline.c and the files beside it, train/pp.h), and the
+ * checkpoint files' common ground: the directory (ckpt_dir.c), the sharded
+ * and Hugging Face formats, the marker's manifest and the integrity checks
+ * (ckpt_verify.c). Included by src/train's files only, never by a lower
+ * module or cli/. */
 #ifndef CLEAVE_TRAIN_INTERNAL_H
 #define CLEAVE_TRAIN_INTERNAL_H
 
@@ -168,7 +175,8 @@ typedef struct {
 struct cl_ckpt_manifest {
     int version; /* 1: written before hashes, nothing else is set */
     char run_id[CL_RUN_ID_LEN + 1];
-    int step, n, cap;
+    int step, n;
+    size_t cap;
     cl_ckpt_fsum *f;
 };
 int cl_ckpt_hex_parse(const char *s, uint64_t *out); /* 16 lowercase hex digits */

@@ -82,7 +82,8 @@ typedef struct {
     int step;
     int64_t bytes_read, bytes_head, bytes_verify, bytes_hashed; /* all read; shard headers; read only to verify; hashed */
     cl_sseg *seg; /* what this load read, for the verification */
-    int nseg, segcap;
+    int nseg;
+    size_t segcap;
     int pfile;    /* the pending read */
     int64_t poff, plen;
     char *pdst;

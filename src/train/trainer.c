@@ -78,8 +78,8 @@ static cl_status load_data(cl_trainer *t) {
     if (in != t->digits.pixels)
         return cl_error(CL_ERR_INVALID, "%s: the images have %d pixels but the model takes %lld inputs", t->cfg.data,
                         t->digits.pixels, (long long)in);
-    int classes = mc->kind == CL_MODEL_MLP ? mc->widths[mc->nwidths - 1] : mc->classes;
-    if (classes < 10) return cl_error(CL_ERR_INVALID, "the digits have 10 classes but the model has %d outputs", classes);
+    int64_t classes = cl_model_classes(mc);
+    if (classes < 10) return cl_error(CL_ERR_INVALID, "the digits have 10 classes but the model has %lld outputs", (long long)classes);
     t->ndval = t->digits.n / 6;
     t->ndtrain = t->digits.n - t->ndval;
     if (t->ndtrain < 1 || t->ndval < 1) return cl_error(CL_ERR_INVALID, "%s: too few images (%d)", t->cfg.data, t->digits.n);
