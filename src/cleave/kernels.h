@@ -115,6 +115,15 @@ void cl_attention_backward(float *dqkv, float *scratch, const float *dout,
                            const float *qkv, const float *att,
                            int B, int T, int C, int NH);
 
+/* ---- the same attention, blockwise with an online softmax (flash.c) -------
+ * No T x T buffer: lse[B,NH,T] saves each score row's log-sum-exp (natural
+ * log, of the scaled, masked scores), out[B,T,C] as cl_attention_forward's.
+ * The backward recomputes the scores from qkv and lse; scratch holds
+ * cl_flash_scratch_floats(B, T, C, NH) floats, overwritten. dqkv += gradient. */
+void cl_flash_forward(float *out, float *lse, const float *qkv, int B, int T, int C, int NH);
+void cl_flash_backward(float *dqkv, float *scratch, const float *dout, const float *qkv, const float *out,
+                       const float *lse, int B, int T, int C, int NH);
+
 /* ---- GELU, GPT-2's tanh approximation ------------------------------------
  * out = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
 void cl_gelu_forward(float *out, const float *in, int64_t n);

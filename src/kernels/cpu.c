@@ -100,6 +100,8 @@ const cl_kernels cl_cpu_kernels = {
     .sumsq = cl_sumsq,
     .sumsq_block = cl_sumsq_block,
     .scale = cl_scale,
+    .flash_forward = cl_flash_forward,
+    .flash_backward = cl_flash_backward,
 };
 
 static const cl_device_ops cpu_ops = {

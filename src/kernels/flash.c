@@ -1,0 +1,274 @@
+/* Blockwise causal attention with an online softmax (FlashAttention's
+ * algorithm: Dao et al. 2022, and FlashAttention-2's loop order), for CPUs.
+ *
+ * Same contract as cl_attention_forward/backward (attention.c: qkv[B,T,3C],
+ * head h on channels [h*hs, (h+1)*hs) of q, k and v, out[B,T,C]) but without
+ * the B x NH x T x T buffer: the forward keeps, besides out, only the
+ * log-sum-exp of each score row, lse[B,NH,T]; the backward recomputes the
+ * scores block by block from q, k and lse, with D_t = sum_i dout[t,i] out[t,i]
+ * standing in for the softmax backward's row sums. Blocks above the causal
+ * diagonal are never touched.
+ *
+ * Blocks: BR = 64 query rows x BC = 128 key columns. At hs = 64 one step's
+ * operands (a q block, a k and a v block, the 32 KiB score tile, the output
+ * rows) take 112 KiB: in L2 (1 MiB on Zen 4, 256 KiB and more on AVX2 parts),
+ * the score tile alone in L1. Every product is a cl_gemm on tiles
+ * (single-threaded inside the parallel loop, as attention.c's are); the
+ * softmax rows run through cl_exp8 on the AVX2 path. Measured on the Zen 4
+ * (bench/flash_attention, one thread, T = 1024, today / blockwise): 64 x 64
+ * 0.84-0.87 (oneDNN's per-call cost on small tiles shows), 64 x 128 1.00,
+ * 128 x 64 0.95-0.97, 128 x 128 0.99-1.10, 64 x 256 1.03-1.08, all within
+ * the shared machine's noise but 64 x 64; 64 x 128 keeps the tile in L1 and
+ * the most query tasks. FLASH_BR / FLASH_BC override them (benchmarks).
+ * Threads and bits: the forward spreads (b, h, query block) tasks over the
+ * team, the backward (b, h) tasks (a head's key gradients gather from all its
+ * query blocks); each task runs on one thread in a fixed order, so the bits
+ * do not depend on the thread count. Backward adds into dqkv.
+ *
+ * Extension points, kept in flash_head (one head's problem: separate q, k, v
+ * pointers and strides, Tq query rows, Tk key rows, an offset qoff):
+ *  - grouped-query heads (NKV dividing NH, qkv rows [Q | K | V] of C + 2 Ckv):
+ *    head h reads k and v of kv head h / (NH / NKV), ldkv = C + 2 Ckv; the
+ *    backward's tasks become (b, kv head), running the group's query heads in
+ *    order inside the task so that their dk, dv sums stay on one thread.
+ *  - context parallelism: query t sees key j iff j <= t + qoff (qoff = the
+ *    query chunk's first position minus the key chunk's); q and k, v may come
+ *    from different buffers (a received ring chunk). A key chunk wholly in the
+ *    future gives no blocks; the rows' (out, lse) of several key chunks merge
+ *    by lse = logaddexp(lse1, lse2), out = out1 e^(lse1-lse) + out2 e^(lse2-lse).
+ * Entries with the qkv layout of today fill flash_head with qoff = 0. */
+#include "cleave/kernels.h"
+#include "kernels/simd.h"
+
+#include "cleave/core.h"
+
+#include <math.h>
+#include <string.h>
+
+#ifndef FLASH_BR
+#define FLASH_BR 64
+#define FLASH_BC 128
+#endif
+enum { BR = FLASH_BR, BC = FLASH_BC };
+
+typedef struct {
+    const float *q, *k, *v; /* row 0 of this head's q, k and v */
+    int ldq, ldkv;          /* row strides of q and of k, v */
+    float *o;               /* row 0 of the output (forward) */
+    const float *out, *dout; /* row 0 of the output and its gradient (backward), stride ldo */
+    float *dq, *dk, *dv;    /* gradients, strides ldq and ldkv (backward) */
+    int ldo;
+    float *lse;             /* Tq floats (forward: written) */
+    const float *lse_in;    /* the same (backward: read) */
+    int Tq, Tk, qoff, hs;
+    float scale;
+} flash_head;
+
+int64_t cl_flash_scratch_floats(int B, int T, int C, int NH) {
+    (void)T;
+    (void)C;
+    return (int64_t)B * NH * 2 * BR * BC;
+}
+
+/* Keys visible to query row t: [0, kend(t)), clamped to [0, Tk]. */
+static int kend(const flash_head *f, int t) {
+    int64_t e = (int64_t)t + f->qoff + 1;
+    return e < 0 ? 0 : e > f->Tk ? f->Tk : (int)e;
+}
+
+/* p[0..n) = exp(s[0..n) - m) (n may be 0); returns their sum. */
+static double exp_row(float *p, const float *s, int n, float m) {
+    double sum = 0;
+    for (int j = 0; j < n; j++) sum += (p[j] = expf(s[j] - m));
+    return sum;
+}
+#ifdef CL_SIMD_X86
+CL_AVX2 static double exp_row_avx2(float *p, const float *s, int n, float m) {
+    __m256 vm = _mm256_set1_ps(m), acc = _mm256_setzero_ps();
+    int j = 0;
+    for (; j + 8 <= n; j += 8) {
+        __m256 e = cl_exp8(_mm256_sub_ps(_mm256_loadu_ps(s + j), vm));
+        _mm256_storeu_ps(p + j, e);
+        acc = _mm256_add_ps(acc, e);
+    }
+    double sum = cl_hsum8(acc);
+    for (; j < n; j++) sum += (p[j] = expf(s[j] - m));
+    return sum;
+}
+CL_AVX2 static float max_row_avx2(const float *s, int n, float m) {
+    int j = 0;
+    if (n >= 8) {
+        __m256 vm = _mm256_loadu_ps(s);
+        for (j = 8; j + 8 <= n; j += 8) vm = _mm256_max_ps(vm, _mm256_loadu_ps(s + j));
+        float h = cl_hmax8(vm);
+        m = h > m ? h : m;
+    }
+    for (; j < n; j++) m = s[j] > m ? s[j] : m;
+    return m;
+}
+#endif
+static float max_row(const float *s, int n, float m, int vec) {
+#ifdef CL_SIMD_X86
+    if (vec == CL_SIMD_AVX2) return max_row_avx2(s, n, m);
+#endif
+    (void)vec;
+    for (int j = 0; j < n; j++) m = s[j] > m ? s[j] : m;
+    return m;
+}
+static double exp_row_v(float *p, const float *s, int n, float m, int vec) {
+#ifdef CL_SIMD_X86
+    if (vec == CL_SIMD_AVX2) return exp_row_avx2(p, s, n, m);
+#endif
+    (void)vec;
+    return exp_row(p, s, n, m);
+}
+
+/* Query rows [r0, r1) of one head: out rows and lse, the online softmax over
+ * the visible key blocks. The output rows accumulate in place. */
+static void block_forward(const flash_head *f, int r0, int r1, int vec) {
+    float s[BR * BC];
+    float m[BR];
+    double l[BR];
+    int nr = r1 - r0, ke = kend(f, r1 - 1), hs = f->hs;
+    for (int i = 0; i < nr; i++) {
+        m[i] = -INFINITY;
+        l[i] = 0;
+        memset(f->o + (int64_t)(r0 + i) * f->ldo, 0, (size_t)hs * sizeof(float));
+    }
+    for (int c0 = 0; c0 < ke; c0 += BC) {
+        int nc = ke - c0 < BC ? ke - c0 : BC;
+        cl_gemm(0, 1, nr, nc, hs, f->scale, f->q + (int64_t)r0 * f->ldq, f->ldq, f->k + (int64_t)c0 * f->ldkv, f->ldkv,
+                0.0f, s, BC);
+        for (int i = 0; i < nr; i++) {
+            float *row = s + i * BC;
+            int n = kend(f, r0 + i) - c0;
+            n = n < 0 ? 0 : n > nc ? nc : n;
+            float mx = max_row(row, n, m[i], vec);
+            if (mx == -INFINITY) { /* nothing visible yet */
+                memset(row, 0, (size_t)nc * sizeof *row);
+                continue;
+            }
+            double sum = exp_row_v(row, row, n, mx, vec);
+            memset(row + n, 0, (size_t)(nc - n) * sizeof *row);
+            if (mx != m[i]) {
+                float corr = expf(m[i] - mx);
+                float *o = f->o + (int64_t)(r0 + i) * f->ldo;
+                for (int c = 0; c < hs; c++) o[c] *= corr;
+                l[i] *= corr;
+                m[i] = mx;
+            }
+            l[i] += sum;
+        }
+        cl_gemm(0, 0, nr, hs, nc, 1.0f, s, BC, f->v + (int64_t)c0 * f->ldkv, f->ldkv, 1.0f, f->o + (int64_t)r0 * f->ldo,
+                f->ldo);
+    }
+    for (int i = 0; i < nr; i++) {
+        float *o = f->o + (int64_t)(r0 + i) * f->ldo;
+        if (l[i] > 0) {
+            float inv = (float)(1.0 / l[i]);
+            for (int c = 0; c < hs; c++) o[c] *= inv;
+            f->lse[r0 + i] = (float)((double)m[i] + log(l[i]));
+        } else {
+            f->lse[r0 + i] = -INFINITY; /* no visible key: out 0 */
+        }
+    }
+}
+
+/* One head's backward, query blocks in order; p and ds are BR x BC tiles. */
+static void head_backward(const flash_head *f, float *p, float *ds, int vec) {
+    int hs = f->hs;
+    for (int r0 = 0; r0 < f->Tq; r0 += BR) {
+        int r1 = r0 + BR < f->Tq ? r0 + BR : f->Tq, nr = r1 - r0, ke = kend(f, r1 - 1);
+        float D[BR];
+        for (int i = 0; i < nr; i++) {
+            const float *d = f->dout + (int64_t)(r0 + i) * f->ldo, *o = f->out + (int64_t)(r0 + i) * f->ldo;
+            double dot = 0;
+            for (int c = 0; c < hs; c++) dot += (double)d[c] * o[c];
+            D[i] = (float)dot;
+        }
+        const float *q = f->q + (int64_t)r0 * f->ldq, *dO = f->dout + (int64_t)r0 * f->ldo;
+        float *dq = f->dq + (int64_t)r0 * f->ldq;
+        for (int c0 = 0; c0 < ke; c0 += BC) {
+            int nc = ke - c0 < BC ? ke - c0 : BC;
+            const float *k = f->k + (int64_t)c0 * f->ldkv, *v = f->v + (int64_t)c0 * f->ldkv;
+            /* p = exp(scale q k^T - lse), 0 where masked */
+            cl_gemm(0, 1, nr, nc, hs, f->scale, q, f->ldq, k, f->ldkv, 0.0f, p, BC);
+            for (int i = 0; i < nr; i++) {
+                float *row = p + i * BC;
+                int n = kend(f, r0 + i) - c0;
+                n = n < 0 ? 0 : n > nc ? nc : n;
+                float lse = f->lse_in[r0 + i];
+                if (lse == -INFINITY) n = 0;
+                exp_row_v(row, row, n, lse, vec);
+                memset(row + n, 0, (size_t)(nc - n) * sizeof *row);
+            }
+            /* dv += p^T dout */
+            cl_gemm(1, 0, nc, hs, nr, 1.0f, p, BC, dO, f->ldo, 1.0f, f->dv + (int64_t)c0 * f->ldkv, f->ldkv);
+            /* ds = p (dout v^T - D) */
+            cl_gemm(0, 1, nr, nc, hs, 1.0f, dO, f->ldo, v, f->ldkv, 0.0f, ds, BC);
+            for (int i = 0; i < nr; i++) {
+                float *dr = ds + i * BC;
+                const float *pr = p + i * BC;
+                float Di = D[i];
+                for (int j = 0; j < nc; j++) dr[j] = pr[j] * (dr[j] - Di);
+            }
+            /* scores = scale q k^T: dq += scale ds k, dk += scale ds^T q */
+            cl_gemm(0, 0, nr, hs, nc, f->scale, ds, BC, k, f->ldkv, 1.0f, dq, f->ldq);
+            cl_gemm(1, 0, nc, hs, nr, f->scale, ds, BC, q, f->ldq, 1.0f, f->dk + (int64_t)c0 * f->ldkv, f->ldkv);
+        }
+    }
+}
+
+/* Head (b, h) of the qkv[B,T,3C] layout. */
+static flash_head head_at(const float *qkv, int b, int h, int T, int C, int NH) {
+    int hs = C / NH;
+    int64_t off = (int64_t)b * T * 3 * C + (int64_t)h * hs;
+    flash_head f = {0};
+    f.q = qkv + off;
+    f.k = f.q + C;
+    f.v = f.q + 2 * C;
+    f.ldq = f.ldkv = 3 * C;
+    f.ldo = C;
+    f.Tq = f.Tk = T;
+    f.qoff = 0;
+    f.hs = hs;
+    f.scale = (float)(1.0 / sqrt((double)hs));
+    return f;
+}
+
+void cl_flash_forward(float *out, float *lse, const float *qkv, int B, int T, int C, int NH) {
+    CL_ASSERT(NH > 0 && C % NH == 0);
+    int nq = (T + BR - 1) / BR, vec = cl_simd();
+    int64_t tasks = (int64_t)B * NH * nq;
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int64_t task = 0; task < tasks; task++) {
+        /* the longest query blocks (last) first: better balance under the causal triangle */
+        int qb = nq - 1 - (int)(task % nq);
+        int bh = (int)(task / nq), b = bh / NH, h = bh % NH;
+        flash_head f = head_at(qkv, b, h, T, C, NH);
+        f.o = out + (int64_t)b * T * C + (int64_t)h * f.hs;
+        f.lse = lse + (int64_t)bh * T;
+        int r0 = qb * BR, r1 = r0 + BR < T ? r0 + BR : T;
+        block_forward(&f, r0, r1, vec);
+    }
+}
+
+void cl_flash_backward(float *dqkv, float *scratch, const float *dout, const float *qkv, const float *out,
+                       const float *lse, int B, int T, int C, int NH) {
+    CL_ASSERT(NH > 0 && C % NH == 0);
+    int vec = cl_simd();
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int bh = 0; bh < B * NH; bh++) {
+        int b = bh / NH, h = bh % NH;
+        flash_head f = head_at(qkv, b, h, T, C, NH);
+        int64_t qoff = (int64_t)b * T * 3 * C + (int64_t)h * f.hs, ooff = (int64_t)b * T * C + (int64_t)h * f.hs;
+        f.out = out + ooff;
+        f.dout = dout + ooff;
+        f.dq = dqkv + qoff;
+        f.dk = f.dq + C;
+        f.dv = f.dq + 2 * C;
+        f.lse_in = lse + (int64_t)bh * T;
+        float *p = scratch + (int64_t)bh * 2 * BR * BC;
+        head_backward(&f, p, p + BR * BC, vec);
+    }
+}
