@@ -9,17 +9,21 @@
  * standing in for the softmax backward's row sums. Blocks above the causal
  * diagonal are never touched.
  *
- * Blocks: BR = 64 query rows x BC = 128 key columns. At hs = 64 one step's
- * operands (a q block, a k and a v block, the 32 KiB score tile, the output
- * rows) take 112 KiB: in L2 (1 MiB on Zen 4, 256 KiB and more on AVX2 parts),
- * the score tile alone in L1. Every product is a cl_gemm on tiles
- * (single-threaded inside the parallel loop, as attention.c's are); the
- * softmax rows run through cl_exp8 on the AVX2 path. Measured on the Zen 4
- * (bench/flash_attention, one thread, T = 1024, today / blockwise): 64 x 64
- * 0.84-0.87 (oneDNN's per-call cost on small tiles shows), 64 x 128 1.00,
- * 128 x 64 0.95-0.97, 128 x 128 0.99-1.10, 64 x 256 1.03-1.08, all within
- * the shared machine's noise but 64 x 64; 64 x 128 keeps the tile in L1 and
- * the most query tasks. FLASH_BR / FLASH_BC override them (benchmarks).
+ * Blocks: BR = 64 query rows x BC = 128 key columns in the backward, x FBC =
+ * 256 in the forward (its one score tile, 64 KiB, on the stack). At hs = 64 a
+ * backward step's operands (a q block, a k and a v block, two 32 KiB tiles,
+ * the gradient rows) take about 150 KiB: in L2 (1 MiB on Zen 4, 256 KiB and
+ * more on AVX2 parts), one tile at a time in L1. Every product is a cl_gemm
+ * on tiles (single-threaded inside the parallel loop, as attention.c's are);
+ * the softmax rows run through cl_exp8 on the AVX2 path. Measured on the Zen
+ * 4 (bench/flash_attention, one thread, T = 1024, today / blockwise, forward
+ * + backward, 2-4 rounds each under load 8-11): 64 x 64 0.84-0.87 (oneDNN's
+ * per-call cost on small tiles shows), 64 x 128 1.00, 128 x 64 0.95-0.97,
+ * 128 x 128 0.99-1.10, 64 x 256 1.03-1.08; the forward alone at 64 x 256
+ * 1.06-1.08 against 0.97-1.00 at 64 x 128, the backward best at 64 x 128.
+ * About 70% of the time is in the GEMMs, 12% in exp. FLASH_BR, FLASH_BC and
+ * FLASH_FBC override the sizes (benchmarks).
+ *
  * Threads and bits: the forward spreads (b, h, query block) tasks over the
  * team, the backward (b, h) tasks (a head's key gradients gather from all its
  * query blocks); each task runs on one thread in a fixed order, so the bits
@@ -47,9 +51,14 @@
 
 #ifndef FLASH_BR
 #define FLASH_BR 64
+#endif
+#ifndef FLASH_BC
 #define FLASH_BC 128
 #endif
-enum { BR = FLASH_BR, BC = FLASH_BC };
+#ifndef FLASH_FBC
+#define FLASH_FBC 256
+#endif
+enum { BR = FLASH_BR, BC = FLASH_BC, FBC = FLASH_FBC };
 
 typedef struct {
     const float *q, *k, *v; /* row 0 of this head's q, k and v */
@@ -126,7 +135,7 @@ static double exp_row_v(float *p, const float *s, int n, float m, int vec) {
 /* Query rows [r0, r1) of one head: out rows and lse, the online softmax over
  * the visible key blocks. The output rows accumulate in place. */
 static void block_forward(const flash_head *f, int r0, int r1, int vec) {
-    float s[BR * BC];
+    float s[BR * FBC];
     float m[BR];
     double l[BR];
     int nr = r1 - r0, ke = kend(f, r1 - 1), hs = f->hs;
@@ -135,12 +144,12 @@ static void block_forward(const flash_head *f, int r0, int r1, int vec) {
         l[i] = 0;
         memset(f->o + (int64_t)(r0 + i) * f->ldo, 0, (size_t)hs * sizeof(float));
     }
-    for (int c0 = 0; c0 < ke; c0 += BC) {
-        int nc = ke - c0 < BC ? ke - c0 : BC;
+    for (int c0 = 0; c0 < ke; c0 += FBC) {
+        int nc = ke - c0 < FBC ? ke - c0 : FBC;
         cl_gemm(0, 1, nr, nc, hs, f->scale, f->q + (int64_t)r0 * f->ldq, f->ldq, f->k + (int64_t)c0 * f->ldkv, f->ldkv,
-                0.0f, s, BC);
+                0.0f, s, FBC);
         for (int i = 0; i < nr; i++) {
-            float *row = s + i * BC;
+            float *row = s + i * FBC;
             int n = kend(f, r0 + i) - c0;
             n = n < 0 ? 0 : n > nc ? nc : n;
             float mx = max_row(row, n, m[i], vec);
@@ -159,7 +168,7 @@ static void block_forward(const flash_head *f, int r0, int r1, int vec) {
             }
             l[i] += sum;
         }
-        cl_gemm(0, 0, nr, hs, nc, 1.0f, s, BC, f->v + (int64_t)c0 * f->ldkv, f->ldkv, 1.0f, f->o + (int64_t)r0 * f->ldo,
+        cl_gemm(0, 0, nr, hs, nc, 1.0f, s, FBC, f->v + (int64_t)c0 * f->ldkv, f->ldkv, 1.0f, f->o + (int64_t)r0 * f->ldo,
                 f->ldo);
     }
     for (int i = 0; i < nr; i++) {
