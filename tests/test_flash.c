@@ -10,7 +10,9 @@
  * backward adds into dqkv (prefilled, the prefill subtracted), reads nothing
  * of its scratch before writing it (NaN prefill) and writes nothing past
  * cl_flash_scratch_floats (a guard). The bits do not depend on the thread
- * count, and the AVX2 path is within 1e-6 of the plain one. */
+ * count, and the AVX2 path is within 1e-6 of the plain one. The chunk
+ * entries (context parallelism) over two chunks equal the whole sequence's
+ * within 1e-5. */
 #include "cleave/core.h"
 #include "cleave/kernels.h"
 #include "common/check.h"
@@ -156,6 +158,63 @@ static void flash_fd(int B, int T, int C, int NH) {
     free(qkv); free(R); free(o); free(lse); free(sc); free(d); free(x); free(Rd); free(want);
 }
 
+/* Rows [r0, r0 + n) of x[B, T, W] as a [B, n, W] copy, and back. */
+static float *rows_of(const float *x, int B, int T, int W, int r0, int n) {
+    float *y = fvec((long)B * n * W);
+    for (int b = 0; b < B; b++) memcpy(y + (long)b * n * W, x + ((long)b * T + r0) * W, (size_t)n * W * sizeof(float));
+    return y;
+}
+static void rows_to(float *x, const float *y, int B, int T, int W, int r0, int n) {
+    for (int b = 0; b < B; b++) memcpy(x + ((long)b * T + r0) * W, y + (long)b * n * W, (size_t)n * W * sizeof(float));
+}
+
+/* Context parallelism's pieces: the sequence cut into two chunks [0, T0) and
+ * [T0, T); each query chunk's forward over the key chunks (the future one
+ * first for chunk 0: no visible key, then the rest with accumulate) and
+ * every chunk pair's backward equal the whole sequence's within 1e-5. */
+static void flash_chunks(int B, int T, int T0, int C, int NH) {
+    long nq = (long)B * T * 3 * C, no = (long)B * T * C;
+    float *qkv = frandn(nq, 1.0f), *dout = frandn(no, 1.0f);
+    float *o = fvec(no), *lse = fvec((long)B * NH * T), *d = fvec(nq);
+    float *sc = fvec(cl_flash_scratch_floats(B, T, C, NH));
+    cl_flash_forward(o, lse, qkv, B, T, C, NH);
+    cl_flash_backward(d, sc, dout, qkv, o, lse, B, T, C, NH);
+    const int start[2] = {0, T0}, len[2] = {T0, T - T0};
+    float *cq[2], *co[2], *cl[2], *cd[2], *cdo[2];
+    for (int i = 0; i < 2; i++) {
+        cq[i] = rows_of(qkv, B, T, 3 * C, start[i], len[i]);
+        cdo[i] = rows_of(dout, B, T, C, start[i], len[i]);
+        co[i] = fvec((long)B * len[i] * C);
+        cl[i] = fvec((long)B * NH * len[i]);
+        cd[i] = fvec((long)B * len[i] * 3 * C);
+    }
+    for (int i = 0; i < 2; i++)
+        for (int k = 0; k < 2; k++) {
+            int j = (i + 1 + k) % 2; /* the other chunk first, then the diagonal one */
+            cl_flash_forward_chunk(co[i], cl[i], cq[i], cq[j], B, len[i], len[j], start[i] - start[j], C, NH, k);
+        }
+    for (int i = 0; i < 2; i++)
+        for (int j = 0; j < 2; j++)
+            cl_flash_backward_chunk(cd[i], cd[j], sc, cdo[i], cq[i], cq[j], co[i], cl[i], B, len[i], len[j],
+                                    start[i] - start[j], C, NH);
+    float *go = fvec(no), *gd = fvec(nq), *gl = fvec((long)B * NH * T);
+    for (int i = 0; i < 2; i++) {
+        rows_to(go, co[i], B, T, C, start[i], len[i]);
+        rows_to(gd, cd[i], B, T, 3 * C, start[i], len[i]);
+        for (int bh = 0; bh < B * NH; bh++)
+            memcpy(gl + (long)bh * T + start[i], cl[i] + (long)bh * len[i], (size_t)len[i] * sizeof(float));
+    }
+    double eo = rel(go, o, no), el = rel(gl, lse, (long)B * NH * T), ed = rel(gd, d, nq);
+    CHECK(eo <= 1e-5 && el <= 1e-5, "flash chunks B%d T%d at %d: out %.3g, lse %.3g from the whole sequence's (1e-5)", B,
+          T, T0, eo, el);
+    CHECK(ed <= 1e-5, "flash chunks B%d T%d at %d: dqkv %.3g from the whole sequence's (1e-5)", B, T, T0, ed);
+    printf("flash chunks B%d T%d at %d: out %.2g, lse %.2g, dqkv %.2g\n", B, T, T0, eo, el, ed);
+    for (int i = 0; i < 2; i++) {
+        free(cq[i]); free(co[i]); free(cl[i]); free(cd[i]); free(cdo[i]);
+    }
+    free(qkv); free(dout); free(o); free(lse); free(d); free(sc); free(go); free(gd); free(gl);
+}
+
 /* Same bits on 1 and 2 threads; the plain path within 1e-6 of the vector one. */
 static void flash_paths(int B, int T, int C, int NH) {
     long nq = (long)B * T * 3 * C, no = (long)B * T * C, nl = (long)B * NH * T;
@@ -197,6 +256,8 @@ int main(void) {
     flash_fd(1, 3, 8, 2);
     flash_fd(1, 2, 4, 1);
     flash_paths(2, 150, 32, 2);
+    flash_chunks(2, 200, 90, 32, 2);
+    flash_chunks(1, 300, 256, 128, 2);
     printf("flash: %.2f s\n", cl_now() - t0);
     return cl_test_report("test_flash");
 }

@@ -35,12 +35,17 @@
  *    head h reads k and v of kv head h / (NH / NKV), ldkv = C + 2 Ckv; the
  *    backward's tasks become (b, kv head), running the group's query heads in
  *    order inside the task so that their dk, dv sums stay on one thread.
- *  - context parallelism: query t sees key j iff j <= t + qoff (qoff = the
- *    query chunk's first position minus the key chunk's); q and k, v may come
- *    from different buffers (a received ring chunk). A key chunk wholly in the
- *    future gives no blocks; the rows' (out, lse) of several key chunks merge
- *    by lse = logaddexp(lse1, lse2), out = out1 e^(lse1-lse) + out2 e^(lse2-lse).
- * Entries with the qkv layout of today fill flash_head with qoff = 0. */
+ *  - context parallelism: cl_flash_forward_chunk / cl_flash_backward_chunk
+ *    (kernels.h) take the query chunk and the key/value chunk from different
+ *    buffers and a causal offset qoff (query t sees key j iff j <= t + qoff:
+ *    the query chunk's first position minus the key chunk's). A key chunk
+ *    wholly in the future gives no blocks. The forward with accumulate starts
+ *    each row from the (out, lse) there, as the softmax state (max = lse,
+ *    sum = 1, out), so the key chunks of a ring go through one after the
+ *    other; each chunk pair's backward, given the final out and lse, adds its
+ *    own share of dq, dk, dv (nothing to merge).
+ * cl_flash_forward / cl_flash_backward are the chunk entries with one qkv and
+ * qoff = 0. */
 #include "cleave/kernels.h"
 #include "kernels/simd.h"
 
@@ -133,16 +138,19 @@ static double exp_row_v(float *p, const float *s, int n, float m, int vec) {
 }
 
 /* Query rows [r0, r1) of one head: out rows and lse, the online softmax over
- * the visible key blocks. The output rows accumulate in place. */
-static void block_forward(const flash_head *f, int r0, int r1, int vec) {
+ * the visible key blocks. The output rows accumulate in place. accumulate:
+ * the rows start from the (out, lse) already there, the softmax state
+ * (max lse, sum 1, out), so the result is that of all keys seen so far. */
+static void block_forward(const flash_head *f, int r0, int r1, int accumulate, int vec) {
     float s[BR * FBC];
     float m[BR];
     double l[BR];
     int nr = r1 - r0, ke = kend(f, r1 - 1), hs = f->hs;
     for (int i = 0; i < nr; i++) {
-        m[i] = -INFINITY;
-        l[i] = 0;
-        memset(f->o + (int64_t)(r0 + i) * f->ldo, 0, (size_t)hs * sizeof(float));
+        int keep = accumulate && f->lse[r0 + i] != -INFINITY;
+        m[i] = keep ? f->lse[r0 + i] : -INFINITY;
+        l[i] = keep ? 1.0 : 0.0;
+        if (!keep) memset(f->o + (int64_t)(r0 + i) * f->ldo, 0, (size_t)hs * sizeof(float));
     }
     for (int c0 = 0; c0 < ke; c0 += FBC) {
         int nc = ke - c0 < FBC ? ke - c0 : FBC;
@@ -228,56 +236,69 @@ static void head_backward(const flash_head *f, float *p, float *ds, int vec) {
     }
 }
 
-/* Head (b, h) of the qkv[B,T,3C] layout. */
-static flash_head head_at(const float *qkv, int b, int h, int T, int C, int NH) {
+/* Head (b, h) of queries from qkv_q[B,Tq,3C] against keys and values from
+ * qkv_kv[B,Tk,3C], query t seeing key j iff j <= t + qoff. */
+static flash_head head_at(const float *qkv_q, const float *qkv_kv, int b, int h, int Tq, int Tk, int qoff, int C,
+                          int NH) {
     int hs = C / NH;
-    int64_t off = (int64_t)b * T * 3 * C + (int64_t)h * hs;
     flash_head f = {0};
-    f.q = qkv + off;
-    f.k = f.q + C;
-    f.v = f.q + 2 * C;
+    f.q = qkv_q + (int64_t)b * Tq * 3 * C + (int64_t)h * hs;
+    f.k = qkv_kv + (int64_t)b * Tk * 3 * C + C + (int64_t)h * hs;
+    f.v = f.k + C;
     f.ldq = f.ldkv = 3 * C;
     f.ldo = C;
-    f.Tq = f.Tk = T;
-    f.qoff = 0;
+    f.Tq = Tq;
+    f.Tk = Tk;
+    f.qoff = qoff;
     f.hs = hs;
     f.scale = (float)(1.0 / sqrt((double)hs));
     return f;
 }
 
-void cl_flash_forward(float *out, float *lse, const float *qkv, int B, int T, int C, int NH) {
-    CL_ASSERT(NH > 0 && C % NH == 0);
-    int nq = (T + BR - 1) / BR, vec = cl_simd();
+void cl_flash_forward_chunk(float *out, float *lse, const float *qkv_q, const float *qkv_kv, int B, int Tq, int Tk,
+                            int qoff, int C, int NH, int accumulate) {
+    CL_ASSERT(NH > 0 && C % NH == 0 && Tq >= 0 && Tk >= 0);
+    int nq = (Tq + BR - 1) / BR, vec = cl_simd();
     int64_t tasks = (int64_t)B * NH * nq;
 #pragma omp parallel for schedule(dynamic, 1)
     for (int64_t task = 0; task < tasks; task++) {
         /* the longest query blocks (last) first: better balance under the causal triangle */
         int qb = nq - 1 - (int)(task % nq);
         int bh = (int)(task / nq), b = bh / NH, h = bh % NH;
-        flash_head f = head_at(qkv, b, h, T, C, NH);
-        f.o = out + (int64_t)b * T * C + (int64_t)h * f.hs;
-        f.lse = lse + (int64_t)bh * T;
-        int r0 = qb * BR, r1 = r0 + BR < T ? r0 + BR : T;
-        block_forward(&f, r0, r1, vec);
+        flash_head f = head_at(qkv_q, qkv_kv, b, h, Tq, Tk, qoff, C, NH);
+        f.o = out + (int64_t)b * Tq * C + (int64_t)h * f.hs;
+        f.lse = lse + (int64_t)bh * Tq;
+        int r0 = qb * BR, r1 = r0 + BR < Tq ? r0 + BR : Tq;
+        block_forward(&f, r0, r1, accumulate, vec);
     }
 }
 
-void cl_flash_backward(float *dqkv, float *scratch, const float *dout, const float *qkv, const float *out,
-                       const float *lse, int B, int T, int C, int NH) {
-    CL_ASSERT(NH > 0 && C % NH == 0);
+void cl_flash_backward_chunk(float *dqkv_q, float *dqkv_kv, float *scratch, const float *dout, const float *qkv_q,
+                             const float *qkv_kv, const float *out, const float *lse, int B, int Tq, int Tk, int qoff,
+                             int C, int NH) {
+    CL_ASSERT(NH > 0 && C % NH == 0 && Tq >= 0 && Tk >= 0);
     int vec = cl_simd();
 #pragma omp parallel for schedule(dynamic, 1)
     for (int bh = 0; bh < B * NH; bh++) {
         int b = bh / NH, h = bh % NH;
-        flash_head f = head_at(qkv, b, h, T, C, NH);
-        int64_t qoff = (int64_t)b * T * 3 * C + (int64_t)h * f.hs, ooff = (int64_t)b * T * C + (int64_t)h * f.hs;
+        flash_head f = head_at(qkv_q, qkv_kv, b, h, Tq, Tk, qoff, C, NH);
+        int64_t ooff = (int64_t)b * Tq * C + (int64_t)h * f.hs;
         f.out = out + ooff;
         f.dout = dout + ooff;
-        f.dq = dqkv + qoff;
-        f.dk = f.dq + C;
-        f.dv = f.dq + 2 * C;
-        f.lse_in = lse + (int64_t)bh * T;
+        f.dq = dqkv_q + (int64_t)b * Tq * 3 * C + (int64_t)h * f.hs;
+        f.dk = dqkv_kv + (int64_t)b * Tk * 3 * C + C + (int64_t)h * f.hs;
+        f.dv = f.dk + C;
+        f.lse_in = lse + (int64_t)bh * Tq;
         float *p = scratch + (int64_t)bh * 2 * BR * BC;
         head_backward(&f, p, p + BR * BC, vec);
     }
+}
+
+void cl_flash_forward(float *out, float *lse, const float *qkv, int B, int T, int C, int NH) {
+    cl_flash_forward_chunk(out, lse, qkv, qkv, B, T, T, 0, C, NH, 0);
+}
+
+void cl_flash_backward(float *dqkv, float *scratch, const float *dout, const float *qkv, const float *out,
+                       const float *lse, int B, int T, int C, int NH) {
+    cl_flash_backward_chunk(dqkv, dqkv, scratch, dout, qkv, qkv, out, lse, B, T, T, 0, C, NH);
 }
