@@ -12,11 +12,11 @@
  * Blocks: BR = 64 query rows x BC = 128 key columns in the backward, x FBC =
  * 256 in the forward (its one score tile, 64 KiB, on the stack). At hs = 64 a
  * backward step's operands (a q block, a k and a v block, two 32 KiB tiles,
- * the gradient rows) take about 150 KiB: in L2 (1 MiB on Zen 4, 256 KiB and
- * more on AVX2 parts), one tile at a time in L1. Every product is a cl_gemm
+ * the gradient rows) take about 150 KiB: in L2 (1 MiB a core on this Zen 5,
+ * 256 KiB and more on AVX2 parts), one tile at a time in L1 (48 KiB). Every product is a cl_gemm
  * on tiles (single-threaded inside the parallel loop, as attention.c's are);
  * the softmax rows run through cl_exp8 on the AVX2 path. Measured on the Zen
- * 4 (bench/flash_attention, one thread, T = 1024, today / blockwise, forward
+ * 5 (bench/flash_attention, one thread, T = 1024, today / blockwise, forward
  * + backward, 2-4 rounds each under load 8-11): 64 x 64 0.84-0.87 (oneDNN's
  * per-call cost on small tiles shows), 64 x 128 1.00, 128 x 64 0.95-0.97,
  * 128 x 128 0.99-1.10, 64 x 256 1.03-1.08; the forward alone at 64 x 256
