@@ -12,7 +12,8 @@
  * cl_flash_scratch_floats (a guard). The bits do not depend on the thread
  * count, and the AVX2 path is within 1e-6 of the plain one. The chunk
  * entries (context parallelism) over two chunks equal the whole sequence's
- * within 1e-5. */
+ * within 1e-5, and so do grouped-query heads against today's kernel on the
+ * kv heads repeated. */
 #include "cleave/core.h"
 #include "cleave/kernels.h"
 #include "common/check.h"
@@ -191,12 +192,12 @@ static void flash_chunks(int B, int T, int T0, int C, int NH) {
     for (int i = 0; i < 2; i++)
         for (int k = 0; k < 2; k++) {
             int j = (i + 1 + k) % 2; /* the other chunk first, then the diagonal one */
-            cl_flash_forward_chunk(co[i], cl[i], cq[i], cq[j], B, len[i], len[j], start[i] - start[j], C, NH, k);
+            cl_flash_forward_chunk(co[i], cl[i], cq[i], cq[j], B, len[i], len[j], start[i] - start[j], C, NH, NH, k);
         }
     for (int i = 0; i < 2; i++)
         for (int j = 0; j < 2; j++)
             cl_flash_backward_chunk(cd[i], cd[j], sc, cdo[i], cq[i], cq[j], co[i], cl[i], B, len[i], len[j],
-                                    start[i] - start[j], C, NH);
+                                    start[i] - start[j], C, NH, NH);
     float *go = fvec(no), *gd = fvec(nq), *gl = fvec((long)B * NH * T);
     for (int i = 0; i < 2; i++) {
         rows_to(go, co[i], B, T, C, start[i], len[i]);
@@ -213,6 +214,44 @@ static void flash_chunks(int B, int T, int T0, int C, int NH) {
         free(cq[i]); free(co[i]); free(cl[i]); free(cd[i]); free(cdo[i]);
     }
     free(qkv); free(dout); free(o); free(lse); free(d); free(sc); free(go); free(gd); free(gl);
+}
+
+/* Grouped-query heads: qkv rows [q (C) | k (Ckv) | v (Ckv)] against today's
+ * kernel on the same heads with each kv head repeated for its group (the
+ * expanded [B,T,3C] qkv); the expanded k, v gradients summed over each
+ * group are the kv heads' gradients. Within 1e-5. */
+static void flash_gqa(int B, int T, int C, int NH, int NKV) {
+    int hs = C / NH, Ckv = NKV * hs, W = C + 2 * Ckv, G = NH / NKV;
+    long nw = (long)B * T * W, nq = (long)B * T * 3 * C, no = (long)B * T * C, na = (long)B * NH * T * T;
+    float *qkv = frandn(nw, 1.0f), *dout = frandn(no, 1.0f), *x = fvec(nq);
+    for (long r = 0; r < (long)B * T; r++)
+        for (int h = 0; h < NH; h++)
+            for (int i = 0; i < hs; i++) {
+                int g = h / G;
+                x[r * 3 * C + h * hs + i] = qkv[r * W + h * hs + i];
+                x[r * 3 * C + C + h * hs + i] = qkv[r * W + C + g * hs + i];
+                x[r * 3 * C + 2 * C + h * hs + i] = qkv[r * W + C + Ckv + g * hs + i];
+            }
+    float *o_ref = fvec(no), *att = fvec(na), *sc_ref = fvec(na), *dx = fvec(nq), *want = fvec(nw);
+    cl_attention_forward(o_ref, att, x, B, T, C, NH);
+    cl_attention_backward(dx, sc_ref, dout, x, att, B, T, C, NH);
+    for (long r = 0; r < (long)B * T; r++)
+        for (int h = 0; h < NH; h++)
+            for (int i = 0; i < hs; i++) {
+                int g = h / G;
+                want[r * W + h * hs + i] = dx[r * 3 * C + h * hs + i];
+                want[r * W + C + g * hs + i] += dx[r * 3 * C + C + h * hs + i];
+                want[r * W + C + Ckv + g * hs + i] += dx[r * 3 * C + 2 * C + h * hs + i];
+            }
+    float *o = fvec(no), *lse = fvec((long)B * NH * T), *d = fvec(nw), *sc = fvec(cl_flash_scratch_floats(B, T, C, NH));
+    cl_flash_forward_chunk(o, lse, qkv, qkv, B, T, T, 0, C, NH, NKV, 0);
+    cl_flash_backward_chunk(d, d, sc, dout, qkv, qkv, o, lse, B, T, T, 0, C, NH, NKV);
+    double eo = rel(o, o_ref, no), ed = rel(d, want, nw);
+    CHECK(eo <= 1e-5 && ed <= 1e-5, "flash gqa B%d T%d C%d NH%d NKV%d: out %.3g, dqkv %.3g from attention's (1e-5)", B, T,
+          C, NH, NKV, eo, ed);
+    printf("flash gqa B%d T%d C%d NH%d NKV%d: out %.2g, dqkv %.2g\n", B, T, C, NH, NKV, eo, ed);
+    free(qkv); free(dout); free(x); free(o_ref); free(att); free(sc_ref); free(dx); free(want);
+    free(o); free(lse); free(d); free(sc);
 }
 
 /* Same bits on 1 and 2 threads; the plain path within 1e-6 of the vector one. */
@@ -258,6 +297,8 @@ int main(void) {
     flash_paths(2, 150, 32, 2);
     flash_chunks(2, 200, 90, 32, 2);
     flash_chunks(1, 300, 256, 128, 2);
+    flash_gqa(2, 150, 48, 6, 2);
+    flash_gqa(1, 70, 32, 4, 1);
     printf("flash: %.2f s\n", cl_now() - t0);
     return cl_test_report("test_flash");
 }

@@ -25,16 +25,18 @@
  * FLASH_FBC override the sizes (benchmarks).
  *
  * Threads and bits: the forward spreads (b, h, query block) tasks over the
- * team, the backward (b, h) tasks (a head's key gradients gather from all its
- * query blocks); each task runs on one thread in a fixed order, so the bits
+ * team, the backward (b, kv head) tasks (a head's key gradients gather from
+ * all its query blocks); each task runs on one thread in a fixed order, so the bits
  * do not depend on the thread count. Backward adds into dqkv.
  *
  * Extension points, kept in flash_head (one head's problem: separate q, k, v
  * pointers and strides, Tq query rows, Tk key rows, an offset qoff):
- *  - grouped-query heads (NKV dividing NH, qkv rows [Q | K | V] of C + 2 Ckv):
- *    head h reads k and v of kv head h / (NH / NKV), ldkv = C + 2 Ckv; the
- *    backward's tasks become (b, kv head), running the group's query heads in
- *    order inside the task so that their dk, dv sums stay on one thread.
+ *  - grouped-query heads: the chunk entries take NKV kv heads dividing NH,
+ *    qkv rows [Q | K | V] of C + 2 Ckv (Ckv = NKV hs, the block's layout);
+ *    head h reads k and v of kv head h / (NH / NKV); the backward's tasks are
+ *    (b, kv head), running the group's query heads in order inside the task
+ *    so that their dk, dv sums stay on one thread. The qkv[B,T,3C] entries
+ *    are NKV = NH.
  *  - context parallelism: cl_flash_forward_chunk / cl_flash_backward_chunk
  *    (kernels.h) take the query chunk and the key/value chunk from different
  *    buffers and a causal offset qoff (query t sees key j iff j <= t + qoff:
@@ -236,16 +238,17 @@ static void head_backward(const flash_head *f, float *p, float *ds, int vec) {
     }
 }
 
-/* Head (b, h) of queries from qkv_q[B,Tq,3C] against keys and values from
- * qkv_kv[B,Tk,3C], query t seeing key j iff j <= t + qoff. */
+/* Head (b, h) of queries from qkv_q[B,Tq,W] against keys and values of kv
+ * head h / (NH / NKV) from qkv_kv[B,Tk,W], W = C + 2 Ckv, query t seeing key
+ * j iff j <= t + qoff. */
 static flash_head head_at(const float *qkv_q, const float *qkv_kv, int b, int h, int Tq, int Tk, int qoff, int C,
-                          int NH) {
-    int hs = C / NH;
+                          int NH, int NKV) {
+    int hs = C / NH, Ckv = NKV * hs, W = C + 2 * Ckv, g = h / (NH / NKV);
     flash_head f = {0};
-    f.q = qkv_q + (int64_t)b * Tq * 3 * C + (int64_t)h * hs;
-    f.k = qkv_kv + (int64_t)b * Tk * 3 * C + C + (int64_t)h * hs;
-    f.v = f.k + C;
-    f.ldq = f.ldkv = 3 * C;
+    f.q = qkv_q + (int64_t)b * Tq * W + (int64_t)h * hs;
+    f.k = qkv_kv + (int64_t)b * Tk * W + C + (int64_t)g * hs;
+    f.v = f.k + Ckv;
+    f.ldq = f.ldkv = W;
     f.ldo = C;
     f.Tq = Tq;
     f.Tk = Tk;
@@ -256,8 +259,8 @@ static flash_head head_at(const float *qkv_q, const float *qkv_kv, int b, int h,
 }
 
 void cl_flash_forward_chunk(float *out, float *lse, const float *qkv_q, const float *qkv_kv, int B, int Tq, int Tk,
-                            int qoff, int C, int NH, int accumulate) {
-    CL_ASSERT(NH > 0 && C % NH == 0 && Tq >= 0 && Tk >= 0);
+                            int qoff, int C, int NH, int NKV, int accumulate) {
+    CL_ASSERT(NH > 0 && C % NH == 0 && NKV > 0 && NH % NKV == 0 && Tq >= 0 && Tk >= 0);
     int nq = (Tq + BR - 1) / BR, vec = cl_simd();
     int64_t tasks = (int64_t)B * NH * nq;
 #pragma omp parallel for schedule(dynamic, 1)
@@ -265,7 +268,7 @@ void cl_flash_forward_chunk(float *out, float *lse, const float *qkv_q, const fl
         /* the longest query blocks (last) first: better balance under the causal triangle */
         int qb = nq - 1 - (int)(task % nq);
         int bh = (int)(task / nq), b = bh / NH, h = bh % NH;
-        flash_head f = head_at(qkv_q, qkv_kv, b, h, Tq, Tk, qoff, C, NH);
+        flash_head f = head_at(qkv_q, qkv_kv, b, h, Tq, Tk, qoff, C, NH, NKV);
         f.o = out + (int64_t)b * Tq * C + (int64_t)h * f.hs;
         f.lse = lse + (int64_t)bh * Tq;
         int r0 = qb * BR, r1 = r0 + BR < Tq ? r0 + BR : Tq;
@@ -275,30 +278,33 @@ void cl_flash_forward_chunk(float *out, float *lse, const float *qkv_q, const fl
 
 void cl_flash_backward_chunk(float *dqkv_q, float *dqkv_kv, float *scratch, const float *dout, const float *qkv_q,
                              const float *qkv_kv, const float *out, const float *lse, int B, int Tq, int Tk, int qoff,
-                             int C, int NH) {
-    CL_ASSERT(NH > 0 && C % NH == 0 && Tq >= 0 && Tk >= 0);
-    int vec = cl_simd();
+                             int C, int NH, int NKV) {
+    CL_ASSERT(NH > 0 && C % NH == 0 && NKV > 0 && NH % NKV == 0 && Tq >= 0 && Tk >= 0);
+    int vec = cl_simd(), G = NH / NKV;
+    /* tasks (b, kv head): the group's query heads in order on one thread, their dk and dv sums with them */
 #pragma omp parallel for schedule(dynamic, 1)
-    for (int bh = 0; bh < B * NH; bh++) {
-        int b = bh / NH, h = bh % NH;
-        flash_head f = head_at(qkv_q, qkv_kv, b, h, Tq, Tk, qoff, C, NH);
-        int64_t ooff = (int64_t)b * Tq * C + (int64_t)h * f.hs;
-        f.out = out + ooff;
-        f.dout = dout + ooff;
-        f.dq = dqkv_q + (int64_t)b * Tq * 3 * C + (int64_t)h * f.hs;
-        f.dk = dqkv_kv + (int64_t)b * Tk * 3 * C + C + (int64_t)h * f.hs;
-        f.dv = f.dk + C;
-        f.lse_in = lse + (int64_t)bh * Tq;
-        float *p = scratch + (int64_t)bh * 2 * BR * BC;
-        head_backward(&f, p, p + BR * BC, vec);
+    for (int bg = 0; bg < B * NKV; bg++) {
+        int b = bg / NKV, g = bg % NKV;
+        float *p = scratch + (int64_t)bg * 2 * BR * BC;
+        for (int h = g * G; h < (g + 1) * G; h++) {
+            flash_head f = head_at(qkv_q, qkv_kv, b, h, Tq, Tk, qoff, C, NH, NKV);
+            int64_t ooff = (int64_t)b * Tq * C + (int64_t)h * f.hs;
+            f.out = out + ooff;
+            f.dout = dout + ooff;
+            f.dq = dqkv_q + (f.q - qkv_q);
+            f.dk = dqkv_kv + (f.k - qkv_kv);
+            f.dv = dqkv_kv + (f.v - qkv_kv);
+            f.lse_in = lse + ((int64_t)b * NH + h) * Tq;
+            head_backward(&f, p, p + BR * BC, vec);
+        }
     }
 }
 
 void cl_flash_forward(float *out, float *lse, const float *qkv, int B, int T, int C, int NH) {
-    cl_flash_forward_chunk(out, lse, qkv, qkv, B, T, T, 0, C, NH, 0);
+    cl_flash_forward_chunk(out, lse, qkv, qkv, B, T, T, 0, C, NH, NH, 0);
 }
 
 void cl_flash_backward(float *dqkv, float *scratch, const float *dout, const float *qkv, const float *out,
                        const float *lse, int B, int T, int C, int NH) {
-    cl_flash_backward_chunk(dqkv, dqkv, scratch, dout, qkv, qkv, out, lse, B, T, T, 0, C, NH);
+    cl_flash_backward_chunk(dqkv, dqkv, scratch, dout, qkv, qkv, out, lse, B, T, T, 0, C, NH, NH);
 }
