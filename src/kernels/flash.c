@@ -9,45 +9,45 @@
  * standing in for the softmax backward's row sums. Blocks above the causal
  * diagonal are never touched.
  *
- * Blocks: BR = 64 query rows x BC = 128 key columns in the backward, x FBC =
- * 256 in the forward (its one score tile, 64 KiB, on the stack). At hs = 64 a
- * backward step's operands (a q block, a k and a v block, two 32 KiB tiles,
- * the gradient rows) take about 150 KiB: in L2 (1 MiB a core on this Zen 5,
- * 256 KiB and more on AVX2 parts), one tile at a time in L1 (48 KiB). Every product is a cl_gemm
- * on tiles (single-threaded inside the parallel loop, as attention.c's are);
- * the softmax rows run through cl_exp8 on the AVX2 path. Measured on the Zen
- * 5 (bench/flash_attention, one thread, T = 1024, today / blockwise, forward
- * + backward, 2-4 rounds each under load 8-11): 64 x 64 0.84-0.87 (oneDNN's
- * per-call cost on small tiles shows), 64 x 128 1.00, 128 x 64 0.95-0.97,
- * 128 x 128 0.99-1.10, 64 x 256 1.03-1.08; the forward alone at 64 x 256
- * 1.06-1.08 against 0.97-1.00 at 64 x 128, the backward best at 64 x 128.
- * About 70% of the time is in the GEMMs, 12% in exp. FLASH_BR, FLASH_BC and
- * FLASH_FBC override the sizes (benchmarks).
+ * Blocks: BR = 64 query rows x BC = 128 key columns in the backward, x
+ * FBC = 256 in the forward (its one score tile, 64 KiB, on the stack). At
+ * hs = 64 a backward step's operands (a q block, a k and a v block, two
+ * 32 KiB tiles, the gradient rows) take about 150 KiB: in L2 (1 MiB a core
+ * on this Zen 5, 256 KiB and more on AVX2 parts), one tile at a time in L1
+ * (48 KiB). Every product is a cl_gemm on tiles (single-threaded inside the
+ * parallel loop, as attention.c's are); the softmax rows run through cl_exp8
+ * on the AVX2 path. Measured on the Zen 5 (bench/flash_attention, one
+ * thread, T = 1024, today / blockwise, forward + backward, 2-4 rounds each
+ * under load 8-11): 64 x 64 0.84-0.87 (oneDNN's per-call cost on small tiles
+ * shows), 64 x 128 1.00, 128 x 64 0.95-0.97, 128 x 128 0.99-1.10, 64 x 256
+ * 1.03-1.08; the forward alone at 64 x 256 1.06-1.08 against 0.97-1.00 at
+ * 64 x 128, the backward best at 64 x 128. About 70% of the time is in the
+ * GEMMs, 12% in exp. FLASH_BR, FLASH_BC and FLASH_FBC override the sizes
+ * (benchmarks).
  *
  * Threads and bits: the forward spreads (b, h, query block) tasks over the
  * team, the backward (b, kv head) tasks (a head's key gradients gather from
- * all its query blocks); each task runs on one thread in a fixed order, so the bits
- * do not depend on the thread count. Backward adds into dqkv.
+ * all its query blocks); each task runs on one thread in a fixed order, so
+ * the bits do not depend on the thread count. Backward adds into dqkv.
  *
- * Extension points, kept in flash_head (one head's problem: separate q, k, v
- * pointers and strides, Tq query rows, Tk key rows, an offset qoff):
- *  - grouped-query heads: the chunk entries take NKV kv heads dividing NH,
- *    qkv rows [Q | K | V] of C + 2 Ckv (Ckv = NKV hs, the block's layout);
- *    head h reads k and v of kv head h / (NH / NKV); the backward's tasks are
- *    (b, kv head), running the group's query heads in order inside the task
- *    so that their dk, dv sums stay on one thread. The qkv[B,T,3C] entries
- *    are NKV = NH.
- *  - context parallelism: cl_flash_forward_chunk / cl_flash_backward_chunk
- *    (kernels.h) take the query chunk and the key/value chunk from different
- *    buffers and a causal offset qoff (query t sees key j iff j <= t + qoff:
- *    the query chunk's first position minus the key chunk's). A key chunk
- *    wholly in the future gives no blocks. The forward with accumulate starts
- *    each row from the (out, lse) there, as the softmax state (max = lse,
- *    sum = 1, out), so the key chunks of a ring go through one after the
- *    other; each chunk pair's backward, given the final out and lse, adds its
- *    own share of dq, dk, dv (nothing to merge).
- * cl_flash_forward / cl_flash_backward are the chunk entries with one qkv and
- * qoff = 0. */
+ * One head's problem is a flash_head: q, k, v pointers and strides, Tq query
+ * rows, Tk key rows, an offset qoff. The chunk entries (kernels.h) build it
+ * for
+ *  - grouped-query heads: NKV kv heads dividing NH, qkv rows [q | k | v] of
+ *    C + 2 Ckv (Ckv = NKV hs, the block's layout); head h reads k and v of kv
+ *    head h / (NH / NKV); the backward's tasks are (b, kv head), the group's
+ *    query heads in order inside the task, so that their dk, dv sums stay on
+ *    one thread;
+ *  - context parallelism: the query chunk and the key/value chunk from
+ *    different buffers with a causal offset qoff (query t sees key j iff
+ *    j <= t + qoff: the query chunk's first position minus the key chunk's).
+ *    A key chunk wholly in the future gives no blocks. The forward with
+ *    accumulate starts each row from the (out, lse) there, as the softmax
+ *    state (max = lse, sum = 1, out), so the key chunks of a ring go through
+ *    one after the other; each chunk pair's backward, given the final out and
+ *    lse, adds its own share of dq, dk, dv (nothing to merge).
+ * cl_flash_forward / cl_flash_backward are the chunk entries with one qkv
+ * [B,T,3C], NKV = NH and qoff = 0. */
 #include "cleave/kernels.h"
 #include "kernels/simd.h"
 
