@@ -31,6 +31,8 @@ int cl_conv2d_shape_init(cl_conv2d_shape *s, int B, int IC, int H, int W,
 int64_t cl_conv2d_col_floats(const cl_conv2d_shape *s);
 /* The share of the T x T score products the attention kernels compute (the planner's price). */
 double cl_attention_share(int T);
+/* Floats of scratch the blockwise attention's backward takes (flash.c): B NH 2 64 128, whatever T. */
+int64_t cl_flash_scratch_floats(int B, int T, int C, int NH);
 /* The sum of squares is cut into blocks of this many floats (see sumsq_block). */
 #define CL_SUMSQ_BLOCK 16384
 
@@ -111,6 +113,10 @@ struct cl_kernels {
     void (*attention_gqa_forward)(float *out, float *att, const float *qkv, int B, int T, int NH, int KV, int hd);
     void (*attention_gqa_backward)(float *dqkv, float *scratch, const float *dout, const float *qkv, const float *att,
                                    int B, int T, int NH, int KV, int hd);
+    /* blockwise attention, no T x T buffer (cl_flash_forward / cl_flash_backward) */
+    void (*flash_forward)(float *out, float *lse, const float *qkv, int B, int T, int C, int NH);
+    void (*flash_backward)(float *dqkv, float *scratch, const float *dout, const float *qkv, const float *out,
+                           const float *lse, int B, int T, int C, int NH);
 };
 
 /* Rotary embeddings' tables, host arithmetic the same for every backend

@@ -134,6 +134,34 @@ void cl_attention_backward(float *dqkv, float *scratch, const float *dout,
                            const float *qkv, const float *att,
                            int B, int T, int C, int NH);
 
+/* ---- the same attention, blockwise with an online softmax (flash.c) -------
+ * No T x T buffer: lse[B,NH,T] saves each score row's log-sum-exp (natural
+ * log, of the scaled, masked scores), out[B,T,C] as cl_attention_forward's.
+ * The backward recomputes the scores from qkv and lse; scratch holds
+ * cl_flash_scratch_floats(B, T, C, NH) floats, overwritten. dqkv += gradient. */
+void cl_flash_forward(float *out, float *lse, const float *qkv, int B, int T, int C, int NH);
+void cl_flash_backward(float *dqkv, float *scratch, const float *dout, const float *qkv, const float *out,
+                       const float *lse, int B, int T, int C, int NH);
+/* The same for a query chunk against a key/value chunk (context
+ * parallelism) and NKV kv heads dividing NH (grouped-query attention):
+ * rows of qkv_q[B,Tq,W] and qkv_kv[B,Tk,W] are [q (C) | k (Ckv) | v (Ckv)],
+ * W = C + 2 Ckv, Ckv = NKV C / NH; head h takes its queries from qkv_q and
+ * the keys and values of kv head h / (NH / NKV) from qkv_kv, query t seeing
+ * key j iff j <= t + qoff; out[B,Tq,C], lse[B,NH,Tq]. accumulate: 0
+ * overwrites out and lse; 1 combines the chunk with the keys already in
+ * (out, lse) (lse -INFINITY: none yet; a row that sees no key keeps its
+ * state, or gets out 0, lse -INFINITY), so chunks in any order give the
+ * whole row's softmax. The backward, with the final out and lse, adds the
+ * chunk pair's share into dqkv_q (the q columns) and dqkv_kv (the k and v
+ * columns); they may be the same buffer. scratch as above (it uses B NKV of
+ * the B NH tiles). cl_flash_forward is (qkv, qkv, T, T, qoff 0, NKV = NH,
+ * accumulate 0). */
+void cl_flash_forward_chunk(float *out, float *lse, const float *qkv_q, const float *qkv_kv, int B, int Tq, int Tk,
+                            int qoff, int C, int NH, int NKV, int accumulate);
+void cl_flash_backward_chunk(float *dqkv_q, float *dqkv_kv, float *scratch, const float *dout, const float *qkv_q,
+                             const float *qkv_kv, const float *out, const float *lse, int B, int Tq, int Tk, int qoff,
+                             int C, int NH, int NKV);
+
 /* ---- GELU, GPT-2's tanh approximation ------------------------------------
  * out = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
 void cl_gelu_forward(float *out, const float *in, int64_t n);

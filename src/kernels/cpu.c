@@ -114,6 +114,8 @@ const cl_kernels cl_cpu_kernels = {
     .swiglu_backward = cl_swiglu_backward,
     .attention_gqa_forward = cl_attention_gqa_forward,
     .attention_gqa_backward = cl_attention_gqa_backward,
+    .flash_forward = cl_flash_forward,
+    .flash_backward = cl_flash_backward,
 };
 
 static const cl_device_ops cpu_ops = {
