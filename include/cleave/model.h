@@ -327,38 +327,11 @@ typedef struct {
 void cl_model_part_sizes(const cl_model_desc *d, int u0, int u1, int B, int recompute, const cl_zero *zero, cl_part_sizes *out);
 
 /* One rank's part of a model: its units [u0, u1), their parameters and
- * gradients on a device, and the workspace their passes use. Its fields
- * are src/nn's own; everything else reads it and reaches its buffers
- * through the calls below, and asks it to do the jobs on its buffers
- * (ZeRO 2's buckets, the tied wte's sum) that need more. */
-typedef struct cl_model {
-    const cl_model_desc *desc;
-    cl_device *dev;
-    int u0, u1;
-    int B;                  /* micro-batch capacity in samples */
-    int64_t nfloats;        /* floats in params (and grads) on this rank */
-    float *params, *grads;  /* flat, nfloats each (ZeRO 2: grads is the shard's, sizes.grads floats) */
-    float *gwhole;          /* ZeRO 2: the whole-kept gradients (sizes.whole floats) */
-    float *gbuf[2];         /* ZeRO 2: bucket working buffers (sizes.nbuf of sizes.bucket floats) */
-    float *ghalo;           /* ZeRO 2: the norm's buffer (sizes.halo floats) */
-    float **pwork;          /* ZeRO 3: parameter working buffers (sizes.npwork of sizes.pwork floats) */
-    struct cl_z3 *z3;       /* ZeRO 3: the gathers in flight (cl_model_set_zero3); NULL otherwise */
-    float **p, **g;         /* per parameter: pointer into params/grads, NULL if not held (ZeRO 2: into
-                             * gwhole, or into a working buffer while its bucket is being back-propagated) */
-    int64_t *loc;           /* per parameter: offset into params (-1 if not held) */
-    float *head_wte_g;      /* see cl_model_split_tied; NULL otherwise */
-    int recompute;          /* cl_recompute (cl_model_set_recompute) */
-    float *rc_buf;          /* recompute: one block's attention (selective) or all its activations (full) */
-    float *scratch;         /* backward workspace */
-    float *dbuf[2];         /* ping-pong activation gradients */
-    int64_t max_io_floats;  /* per micro-batch, max over units of in/out */
-    cl_part_sizes sizes;    /* what it holds (cl_model_part_sizes, recompute as set) */
-    cl_tp tp;               /* the tensor-parallel group its slice belongs to (cl_model_set_tp; size 1: none) */
-    cl_zero zero;           /* how its buffers are sharded over the data-parallel ranks (cl_model_create_zero) */
-    float *tp_keep;         /* set by cl_model_stage_backward(_weight) around a unit's split backward: where
-                             * the input pass keeps the results of its tensor-parallel collectives for the
-                             * weight pass, which must not run them again (cl_unit_keep_floats) */
-} cl_model;
+ * gradients on a device, and the workspace their passes use. Opaque: its
+ * fields are src/nn's own (src/nn/model_impl.h); everything else reads it
+ * and reaches its buffers through the calls below, and asks it to do the
+ * jobs on its buffers (ZeRO 2's buckets, the tied wte's sum) that need more. */
+typedef struct cl_model cl_model;
 
 /* What it is (read-only): the description, the device, units [u0, u1),
  * the micro-batch capacity B in samples, its buffers' sizes, its ZeRO. */

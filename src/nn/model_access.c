@@ -1,12 +1,12 @@
 /* What the outside of src/nn may do with a cl_model (cleave/model.h): read
  * what it is, reach the buffers it must fill or read, and have the part do
- * the jobs on its own buffers that ZeRO 2's buckets need, so that no file
- * outside src/nn depends on its fields.
+ * the jobs on its own buffers that ZeRO 2's buckets need. The struct stays
+ * in nn/model_impl.h, so no file outside src/nn depends on its fields.
  *
  * Invariant: these calls only read fields or do what the data-parallel
  * code did with them before (same kernels, same order), so no result moves
  * by a bit. */
-#include "nn/kind.h"
+#include "nn/model_impl.h"
 
 const cl_model_desc *cl_model_desc_of(const cl_model *m) { return m->desc; }
 cl_device *cl_model_device(const cl_model *m) { return m->dev; }

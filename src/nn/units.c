@@ -11,6 +11,7 @@
  * interior, so a weight-only call recomputes that chain from dout (correct,
  * not yet cheap: the zero-bubble schedule will keep it per micro-batch). */
 #include "nn/kind.h"
+#include "nn/model_impl.h"
 #include "cleave/prof.h"
 
 #include <math.h>
