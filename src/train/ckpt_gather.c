@@ -204,7 +204,8 @@ static cl_status pp_load(cl_trainer *t, const float *p, const float *m, const fl
 }
 
 cl_status cl_pp_gather(cl_trainer *t, float **host, int *writer, int *opt_t) {
-    cl_status s = cl_pp_z3_whole(t->pp, 1);
+    cl_status s = cl_device_sync(t->dev); /* the step's updates done before the host reads them */
+    if (!s) s = cl_pp_z3_whole(t->pp, 1);
     if (!s) s = pp_gather(t, host, writer, opt_t);
     cl_pp_z3_end_whole(t->pp, 0);
     return s;

@@ -360,7 +360,8 @@ cl_status cl_trainer_save_sharded(cl_trainer *t, const char *dir) {
     report rep;
     memset(&rep, 0, sizeof rep);
     int64_t opt_t = t->opt->t;
-    s = collect(t, &es);
+    s = cl_device_sync(t->dev); /* the step's updates done before the writer reads them */
+    if (!s) s = collect(t, &es);
     if (!s && es.n) {
         snprintf(path, sizeof path, "%s/rank-%05d.safetensors", tmp, me);
         s = write_shard(path, t, me, &es, &rep.bytes, &rep.hash);

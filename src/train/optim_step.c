@@ -43,6 +43,7 @@ cl_status cl_pp_opt_step(cl_trainer *t, struct cl_pp *pp, float lr, double loss_
         else cl_grad_sumsq(pp->ch[c].m, pp->norm_parts);
     });
     CL_TRY(ns);
+    CL_TRY(cl_device_sync(t->dev)); /* the sums and the loss, written by kernels, read on the host from here */
     /* a replicated parameter counts once (tensor-parallel rank 0's), a split one over its slices; the
      * loss is the same on every tensor-parallel rank */
     for (int i = 0; t->tp_rank > 0 && i < n; i++)

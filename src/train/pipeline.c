@@ -410,6 +410,7 @@ cl_status cl_pp_step(cl_trainer *t, float lr, double *loss_sum, double *norm, cl
             return cl_error_context(s, "pipeline rank %d, stage %d, step %d, %s of micro-batch %d", pp->r,
                                     a->chunk * pp->p + pp->r, t->step + 1, cl_act_kind_name(a->kind), a->mb);
         }
+        CL_TRY(cl_device_sync(t->dev)); /* the action's time covers its kernels (cl_pp_record) */
         double a1 = cl_now();
         if (cl_act_is_compute(a->kind)) {
             busy += a1 - a0;

@@ -225,6 +225,7 @@ cl_status cl_trainer_step(cl_trainer *t, cl_step_stats *st) {
         cl_comm_counts_get(g->pp, &st->comm_pp);
     }
     t->step++;
+    CL_TRY(cl_device_sync(t->dev)); /* the step's time covers its last kernels */
     return step_stats(t, st, t0, loss_sum, norm, lr, c->global_batch / t->dp);
 }
 
