@@ -178,7 +178,7 @@ static cl_status log_failed(const char *path, int step) {
 static void print_header(cl_trainer *t) {
     const cl_train_config *c = cl_trainer_config(t);
     cl_model *m = cl_trainer_model(t);
-    const cl_model_desc *d = m->desc;
+    const cl_model_desc *d = cl_model_desc_of(m);
     const cl_model_config *mc = &d->cfg;
     char mem[512];
     /* the whole model's count (the whole tensors, the vocabulary unpadded),

@@ -197,14 +197,14 @@ static cl_status clip_and_step(part *p, const setup *S, int step, double norm) {
 /* Copies a part's parameters into (or compares them with) the whole
  * model's flat layout; returns the number of differing parameters. */
 static int params_io(const cl_model *m, float *whole, int compare) {
-    const cl_model_desc *d = m->desc;
+    const cl_model_desc *d = cl_model_desc_of(m);
     int differ = 0;
     for (int i = 0; i < d->nparams; i++) {
         if (!cl_model_owns_param(m, i)) continue;
         float *w = cl_param_f32(whole, &d->params[i]);
         size_t bytes = (size_t)d->params[i].numel * sizeof(float);
-        if (!compare) memcpy(w, m->p[i], bytes);
-        else differ += memcmp(w, m->p[i], bytes) != 0;
+        if (!compare) memcpy(w, cl_model_param(m, i), bytes);
+        else differ += memcmp(w, cl_model_param(m, i), bytes) != 0;
     }
     return differ;
 }
@@ -324,7 +324,7 @@ static cl_status split_rank(cl_comm *w, void *arg) {
     int u0 = r == 0 ? 0 : S->cut, u1 = r == 0 ? S->cut : S->desc->nunits;
     part p;
     CL_TRY(part_create(&p, S, r, u0, u1, B, M));
-    if (r == 1 && S->o.perturb) p.m->p[S->desc->units[S->cut].first_param][0] += 1e-3f;
+    if (r == 1 && S->o.perturb) cl_model_param(p.m, S->desc->units[S->cut].first_param)[0] += 1e-3f;
     /* rank 0: input images and one gradient buffer; rank 1: labels, M received
      * activations and M input gradients being sent */
     int nio = r == 0 ? 1 : 2 * M;

@@ -3,7 +3,7 @@
 # C++ with only include/ on the path (so none needs an internal header from
 # src/), cleave.h includes every one of them, a C++ program links libcleave
 # through them (extern "C"), and cleave.h opens with its worked example,
-# which make builds and which runs.
+# which make builds and which runs; cl_model is opaque outside src/nn.
 source tests/lib.sh
 CXX=${CXX:-g++}
 hdrs=(include/cleave/*.h)
@@ -21,6 +21,12 @@ done
 for internal in kernels prof; do
     check '[ ! -e include/cleave/$internal.h ] && [ -e src/cleave/$internal.h ]' "$internal.h should be internal (src/cleave/)"
 done
+# cl_model is opaque outside src/nn: a field does not compile through the public
+# headers, and no file outside src/nn includes the struct (nn/model_impl.h)
+out=$(printf '#include <cleave/model.h>\nint f(cl_model *m) { return m->B; }\n' | cc -std=c11 -Iinclude -x c -c - -o "$tmp/o.o" 2>&1)
+_rc=$?; check '[ $_rc -ne 0 ] && printf "%s\n" "$out" | grep -q incomplete' "a field of cl_model compiles outside src/nn"
+users=$(grep -rl 'nn/model_impl\.h' src cli tests bench examples | grep -v '^src/nn/' | grep -v '^tests/cli_headers\.sh$')
+check '[ -z "$users" ]' "files outside src/nn include nn/model_impl.h: $users"
 cat > "$tmp/use.cpp" <<'CPP'
 #include <cleave/cleave.h>
 #include <cstdio>

@@ -24,7 +24,7 @@
 static void test_tables(cl_device *d) {
     const cl_device_ops *o = cl_device_backend(d);
     CHECK(o->name && o->alloc && o->free && o->fill && o->copy && o->copy_to_host && o->copy_from_host && o->convert &&
-              o->kernels,
+              o->sync && o->kernels,
           "a memory op of the cpu backend is NULL");
     const cl_kernels *k = cl_device_kernels(d);
     CHECK(k == &cl_cpu_kernels && k->name && strcmp(k->name, "cpu") == 0, "the cpu device's kernel table");
@@ -39,6 +39,25 @@ static void test_tables(cl_device *d) {
         holes += f == NULL;
     }
     CHECK(holes == 0 && n >= 39, "%d of %d kernel entries NULL", holes, n);
+}
+
+/* sync: a no-op on the cpu; a backend whose issued work failed is reported
+ * by cl_device_sync naming the device (the cpu's ops with a failing sync). */
+static int failing_sync(void *impl) {
+    (void)impl;
+    return -1;
+}
+
+static void test_sync(cl_device *d) {
+    CHECK_OK(cl_device_sync(d));
+    cl_device_ops bad = *cl_device_backend(d);
+    bad.sync = failing_sync;
+    cl_device *b;
+    CHECK_OK(cl_device_create(&b, &bad, NULL, 0, 7));
+    cl_status s = cl_device_sync(b);
+    CHECK(s == CL_ERR_INTERNAL && strstr(cl_last_error(), "device cpu:7"), "a failed sync: status %d, '%s'", (int)s,
+          cl_last_error());
+    cl_device_destroy(b);
 }
 
 static void test_memory(cl_device *d) {
@@ -191,6 +210,7 @@ int main(void) {
     CHECK_OK(cl_device_create_cpu(&d, 1 << 20, 0));
     CHECK(strcmp(cl_device_name(d), "cpu") == 0, "name %s", cl_device_name(d));
     test_tables(d);
+    test_sync(d);
     test_memory(d);
     test_convert(d);
     test_embedding_slices(d);

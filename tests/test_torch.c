@@ -97,7 +97,7 @@ static int write_input(const char *root) {
         cl_st_item *items = calloc((size_t)n + 2, sizeof *items);
         for (int i = 0; i < n; i++) {
             items[i].name = s.d->params[i].name;
-            items[i].t = cl_tensor_make(s.m->p[i], CL_F32, s.d->params[i].ndim, s.d->params[i].shape);
+            items[i].t = cl_tensor_make(cl_model_param(s.m, i), CL_F32, s.d->params[i].ndim, s.d->params[i].shape);
         }
         char config[512], adamw[256];
         if (c->kind == CL_MODEL_GPT) {
@@ -163,7 +163,7 @@ static void compare_fixture(const fixture *f) {
     if (!in || !ref) goto done;
     const cl_model_desc *d = s.d;
     for (int i = 0; i < d->nparams; i++)
-        CHECK_OK(cl_st_read_tensor(in, d->params[i].name, CL_F32, d->params[i].ndim, d->params[i].shape, s.m->p[i]));
+        CHECK_OK(cl_st_read_tensor(in, d->params[i].name, CL_F32, d->params[i].ndim, d->params[i].shape, cl_model_param(s.m, i)));
     int64_t sh[2] = {f->B, f->T};
     if (d->cfg.kind == CL_MODEL_GPT) {
         CHECK_OK(cl_st_read_tensor(in, "tokens", CL_I32, 2, sh, s.tokens));
@@ -206,12 +206,12 @@ static void compare_fixture(const fixture *f) {
         CHECK(rg != NULL, "%s: %s missing", f->name, name);
         if (!rg) continue;
         long w;
-        double e = cl_test_rel_err(s.m->g[i], rg, (long)d->params[i].numel, &w);
+        double e = cl_test_rel_err(cl_model_grad(s.m, i), rg, (long)d->params[i].numel, &w);
         if (e > worst) {
             worst = e;
             worst_name = d->params[i].name;
         }
-        CHECK(e <= 1e-5, "%s %s: rel err %.3g at %ld (%g vs %g)", f->name, name, e, w, s.m->g[i][w], rg[w]);
+        CHECK(e <= 1e-5, "%s %s: rel err %.3g at %ld (%g vs %g)", f->name, name, e, w, cl_model_grad(s.m, i)[w], rg[w]);
     }
     printf("%s: gradients max rel err %.3g (%s)\n", f->name, worst, worst_name);
     /* 10 AdamW steps on the same batch */

@@ -319,7 +319,7 @@ static void test_padded_vocab(void) {
     CHECK_OK(cl_trainer_create(&t, &c));
     if (!t) return;
     const cl_model *m = cl_trainer_model(t);
-    const cl_model_desc *d = m->desc;
+    const cl_model_desc *d = cl_model_desc_of(m);
     int V = c.model.vocab, C = c.model.channels;
     CHECK(d->vocab_padded == 300 && d->vocab_local == 300, "vocabulary %d padded to %d (%d local), expected 300", V,
           d->vocab_padded, d->vocab_local);
@@ -328,7 +328,7 @@ static void test_padded_vocab(void) {
         CHECK_OK(cl_trainer_step(t, &st));
         b[k] = st.loss;
     }
-    const float *wte = m->p[d->tied_wte];
+    const float *wte = cl_model_param(m, d->tied_wte);
     long nonzero = 0;
     for (long i = (long)V * C; i < (long)d->vocab_local * C; i++) nonzero += wte[i] != 0.0f;
     CHECK(nonzero == 0, "%ld of the padded wte rows' floats are not 0 after 5 steps", nonzero);
@@ -363,9 +363,9 @@ static cl_status tp_rank_main(cl_comm *world, void *arg) {
     TCHECK(s == CL_OK, "rank %d: trainer at tp %d: %s", r, n, cl_last_error());
     if (s) { cl_groups_free(&g); return s; }
     const cl_model *m = cl_trainer_model(t);
-    const cl_model_desc *d = m->desc;
+    const cl_model_desc *d = cl_model_desc_of(m);
     if (j->ref) { /* every slice is its part of the tp = 1 tensor, bitwise; padding 0; every element once */
-        const cl_model_desc *rd = j->ref->desc;
+        const cl_model_desc *rd = cl_model_desc_of(j->ref);
         TCHECK(d->nparams == rd->nparams, "rank %d: %d parameters, tp 1 has %d", r, d->nparams, rd->nparams);
         long differ = 0, badpad = 0, miss = 0;
         const char *first = NULL;
@@ -373,7 +373,7 @@ static cl_status tp_rank_main(cl_comm *world, void *arg) {
             const cl_param_spec *p = &d->params[i], *q = &rd->params[i];
             TCHECK(!strcmp(p->name, q->name) && p->full_numel == q->numel, "rank %d: parameter %d is %s (%lld), tp 1's %s (%lld)",
                    r, i, p->name, (long long)p->full_numel, q->name, (long long)q->numel);
-            const float *mine = m->p[i], *whole = j->ref->p[i];
+            const float *mine = cl_model_param(m, i), *whole = cl_model_param(j->ref, i);
             char *hit = calloc((size_t)p->numel, 1);
             for (int64_t e = 0; e < q->numel && e < p->full_numel; e++) {
                 int64_t li = cl_param_local_index(p, r, e);
@@ -396,7 +396,7 @@ static cl_status tp_rank_main(cl_comm *world, void *arg) {
     } else { /* replicas: perturb a replicated layernorm weight on rank 1 only; the step's check must fail */
         int i = cl_model_find_param(d, "h.0.ln_1.weight");
         TCHECK(i >= 0 && d->params[i].split == CL_SPLIT_NONE, "h.0.ln_1.weight is not a replicated parameter");
-        if (i >= 0 && j->perturb && r == 1) m->p[i][3] += 0.25f;
+        if (i >= 0 && j->perturb && r == 1) cl_model_param(m, i)[3] += 0.25f;
         for (int k = 0; k < 2; k++) {
             s = cl_trainer_step(t, NULL);
             if (s) break;

@@ -59,6 +59,10 @@ typedef struct {
      * (dst and src do not overlap unless the formats are equal and dst ==
      * src); 0 when done, -1 when the backend cannot convert st to dt. */
     int (*convert)(void *impl, void *dst, cl_dtype dt, const void *src, cl_dtype st, size_t n);
+    /* Waits until every kernel and copy issued on the device has finished;
+     * 0, or -1 when one of them failed. A no-op on the CPU, whose kernels
+     * and copies are done when they return. */
+    int (*sync)(void *impl);
     const cl_kernels *kernels;
 } cl_device_ops;
 
@@ -87,6 +91,11 @@ void cl_device_copy_from_host(cl_device *d, void *dst, const void *host, size_t 
  * NaN kept quiet) and any format to itself; CL_ERR_INVALID naming both
  * formats when the backend cannot. */
 cl_status cl_device_convert(cl_device *d, void *dst, cl_dtype dt, const void *src, cl_dtype st, size_t n);
+/* The backend's sync: called before the host reads device memory it did
+ * not copy itself (the step's loss and gradient-norm sums, a checkpoint
+ * save) and before a time is taken; CL_ERR_INTERNAL naming the device when
+ * work issued on it failed. */
+cl_status cl_device_sync(cl_device *d);
 /* The backend's kernel table (src/cleave/backend.h). */
 const cl_kernels *cl_device_kernels(const cl_device *d);
 const cl_device_ops *cl_device_backend(const cl_device *d);

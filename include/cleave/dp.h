@@ -19,7 +19,7 @@
  * before the embedding's bucket leaves when the part holds both, summed over
  * the replicas on its own when the part holds only the head.
  *
- * ZeRO 2 (m->zero.stage 2): every combined backward, not only the last,
+ * ZeRO 2 (cl_model_zero(m)->stage 2): every combined backward, not only the last,
  * runs with the hook; before it, the first bucket gets one of the part's
  * (one or two) working buffers, zeroed, and its parameters' gradient
  * pointers are aimed into it; when the hook has seen a bucket's lowest unit
@@ -27,7 +27,7 @@
  * (cl_comm_ireduce_scatter_v: its pieces in each replica's shard) and the
  * next bucket takes the other buffer, first waiting for the reduce-scatter
  * still in flight from it and adding that replica's piece into the shard's
- * gradients (m->grads). Gradients kept whole (cl_model_grad_whole) are left
+ * gradients (cl_model_grads). Gradients kept whole (cl_model_grad_whole) are left
  * out of the buckets' ends (zeros inside a range travel as zeros) and summed
  * over the replicas in cl_dp_finish, as at stage 0. */
 #ifndef CLEAVE_DP_H
@@ -70,7 +70,7 @@ int cl_dp_sharded(const cl_dp *dp);
  * shards: each replica sums the squares of the CL_SUMSQ_BLOCK blocks of
  * every parameter (cut from the parameter's start, as cl_sumsq cuts them)
  * that start in its shard, a block that runs into the next shards read from
- * their first floats (all-gathered, into m->ghalo); the blocks' sums are
+ * their first floats (all-gathered, into cl_model_grads_halo); the blocks' sums are
  * all-gathered and added in cl_sumsq's order on every replica. */
 cl_status cl_dp_grad_sumsq(cl_dp *dp, double *per_param);
 /* Buckets, and the launch time (cl_now) of bucket k in the last step. */

@@ -269,7 +269,7 @@ int cl_model_find_param(const cl_model_desc *d, const char *name); /* -1 if abse
 /* Stage 3 also keeps only this rank's shard of the parameters: each unit's
  * parameters are all-gathered into a working buffer just before its forward
  * and its backward (prefetch: that many units of the same pass ahead) and
- * the units reach them there through m->p[i] (cl_model_set_zero3). */
+ * the units reach them there through cl_model_param (cl_model_set_zero3). */
 /* The stages, each sharding what the one before does and one thing more;
  * the predicates say what a stage shards (stage: a cl_zero_stage). */
 typedef enum {
@@ -348,34 +348,44 @@ typedef struct {
 } cl_part_sizes;
 void cl_model_part_sizes(const cl_model_desc *d, int u0, int u1, int B, int recompute, const cl_zero *zero, cl_part_sizes *out);
 
-typedef struct {
-    const cl_model_desc *desc;
-    cl_device *dev;
-    int u0, u1;
-    int B;                  /* micro-batch capacity in samples */
-    int64_t nfloats;        /* floats in params (and grads) on this rank */
-    float *params, *grads;  /* flat, nfloats each (ZeRO 2: grads is the shard's, sizes.grads floats) */
-    float *gwhole;          /* ZeRO 2: the whole-kept gradients (sizes.whole floats) */
-    float *gbuf[2];         /* ZeRO 2: bucket working buffers (sizes.nbuf of sizes.bucket floats) */
-    float *ghalo;           /* ZeRO 2: the norm's buffer (sizes.halo floats) */
-    float **pwork;          /* ZeRO 3: parameter working buffers (sizes.npwork of sizes.pwork floats) */
-    struct cl_z3 *z3;       /* ZeRO 3: the gathers in flight (cl_model_set_zero3); NULL otherwise */
-    float **p, **g;         /* per parameter: pointer into params/grads, NULL if not held (ZeRO 2: into
-                             * gwhole, or into a working buffer while its bucket is being back-propagated) */
-    int64_t *loc;           /* per parameter: offset into params (-1 if not held) */
-    float *head_wte_g;      /* see cl_model_split_tied; NULL otherwise */
-    int recompute;          /* cl_recompute (cl_model_set_recompute) */
-    float *rc_buf;          /* recompute: one block's attention (selective) or all its activations (full) */
-    float *scratch;         /* backward workspace */
-    float *dbuf[2];         /* ping-pong activation gradients */
-    int64_t max_io_floats;  /* per micro-batch, max over units of in/out */
-    cl_part_sizes sizes;    /* what it holds (cl_model_part_sizes, recompute as set) */
-    cl_tp tp;               /* the tensor-parallel group its slice belongs to (cl_model_set_tp; size 1: none) */
-    cl_zero zero;           /* how its buffers are sharded over the data-parallel ranks (cl_model_create_zero) */
-    float *tp_keep;         /* set by cl_model_stage_backward(_weight) around a unit's split backward: where
-                             * the input pass keeps the results of its tensor-parallel collectives for the
-                             * weight pass, which must not run them again (cl_unit_keep_floats) */
-} cl_model;
+/* One rank's part of a model: its units [u0, u1), their parameters and
+ * gradients on a device, and the workspace their passes use. Opaque: its
+ * fields are src/nn's own (src/nn/model_impl.h); everything else reads it
+ * and reaches its buffers through the calls below, and asks it to do the
+ * jobs on its buffers (ZeRO 2's buckets, the tied wte's sum) that need more. */
+typedef struct cl_model cl_model;
+
+/* What it is (read-only): the description, the device, units [u0, u1),
+ * the micro-batch capacity B in samples, its buffers' sizes, its ZeRO. */
+const cl_model_desc *cl_model_desc_of(const cl_model *m);
+cl_device *cl_model_device(const cl_model *m);
+void cl_model_units(const cl_model *m, int *u0, int *u1);
+int cl_model_batch(const cl_model *m);
+const cl_part_sizes *cl_model_sizes(const cl_model *m);
+const cl_zero *cl_model_zero(const cl_model *m);
+
+/* Its data, on the device, for those who fill or read it (initialisation,
+ * checkpoints, HF import, the optimizer, the collectives):
+ *   cl_model_params   the flat parameter buffer (sizes.params floats: the shard under ZeRO 3);
+ *   cl_model_grads    the flat gradient buffer (sizes.grads floats: the shard under ZeRO 2);
+ *   cl_model_param    parameter i's floats (NULL if not held; ZeRO 3: only while aimed,
+ *                     see cl_model_z3_whole); cl_model_param_ptrs: all of them, by index;
+ *   cl_model_grad     parameter i's gradient (NULL if not held; ZeRO 2: valid for the whole-kept
+ *                     ones, cl_model_grad_whole, and after cl_model_whole_to_shard for none else);
+ *   cl_model_param_offset  parameter i's float offset in the part's buffer (-1 if not held);
+ *   cl_model_grad_at  float a of the part's gradient buffer (ZeRO 2: it must lie in the shard);
+ *   cl_model_head_wte_grad  the LM head's own wte gradient (cl_model_split_tied; NULL if none). */
+float *cl_model_params(const cl_model *m);
+float *cl_model_grads(const cl_model *m);
+float *cl_model_param(const cl_model *m, int i);
+float *const *cl_model_param_ptrs(const cl_model *m);
+float *cl_model_grad(const cl_model *m, int i);
+int64_t cl_model_param_offset(const cl_model *m, int i);
+float *cl_model_grad_at(const cl_model *m, int64_t a);
+float *cl_model_head_wte_grad(const cl_model *m);
+/* The part's backward workspace lent while no pass runs (GRAD_SYNC packs
+ * the partial gradients there): NULL if it holds fewer than floats. */
+float *cl_model_workspace(const cl_model *m, int64_t floats);
 
 /* Attaches the tensor-parallel group of a part cut by cl_model_describe_tp:
  * its size and this rank's place in it must be the description's
@@ -414,9 +424,9 @@ cl_status cl_model_create_zero(cl_model **out, const cl_model_desc *d, cl_device
                                const cl_zero *zero);
 /* ZeRO 3 (the part created with stage 3 over n > 1 replicas): attaches
  * the data-parallel group its parameters are gathered over. Until then,
- * and outside a unit's forward or backward, m->p[i] is not valid. */
+ * and outside a unit's forward or backward, cl_model_param(m, i) is not valid. */
 cl_status cl_model_set_zero3(cl_model *m, cl_comm *dp);
-/* ZeRO 3: the part's parameters whole in host memory, m->p[i] aimed into
+/* ZeRO 3: the part's parameters whole in host memory, cl_model_param aimed into
  * them (gather: all-gathered from the shards, a collective over the group;
  * else zeros), for initialisation, checkpoints and loads; the end copies
  * this replica's shard back (keep) and releases them. No-op without ZeRO 3. */
@@ -424,7 +434,7 @@ cl_status cl_model_z3_whole(cl_model *m, int gather);
 void cl_model_z3_end_whole(cl_model *m, int keep);
 /* ZeRO 3, used by the passes: a pass over the part's units starts, and
  * unit u is about to run: its parameters gathered (later ones issued
- * ahead), m->p[i] aimed at them. A pass gathers the units that read their
+ * ahead), cl_model_param aimed at them. A pass gathers the units that read their
  * parameters in it, in the order it runs them (see cl_z3_pass_kind). */
 typedef enum {
     CL_Z3_FORWARD = 0, /* first unit to last */
@@ -446,15 +456,26 @@ float *cl_model_param_at(const cl_model *m, int64_t a);
 /* 1 if this part holds parameter i (the tied wte counts on both the
  * embedding's and the LM head's part). */
 int cl_model_holds_param(const cl_model *m, int i);
-/* ZeRO 2: the gradients of the held parameters placed in [lo, hi) of the
- * part's buffer, but for the whole-kept ones (cl_model_grad_whole), aimed
- * into buf (a bucket's working buffer, float lo at buf[0]); cleave/dp.h. */
-void cl_model_aim_grads(cl_model *m, float *buf, int64_t lo, int64_t hi);
+/* ZeRO 2's gradient buffers (cleave/dp.h), the part's own jobs on them:
+ * cl_model_bucket_begin zeroes working buffer b (of sizes.nbuf) for the
+ * bucket [lo, hi) of the part's buffer, aims the gradients of the held
+ * parameters placed there, but for the whole-kept ones
+ * (cl_model_grad_whole), into it (float lo at its [0]) and returns it;
+ * cl_model_bucket_end adds this replica's piece of it (its overlap with the
+ * shard) into the shard's gradients. cl_model_grads_whole: the whole-kept
+ * gradients (sizes.whole floats); cl_model_grads_halo: the norm's buffer
+ * (sizes.halo floats); cl_model_whole_to_shard copies the whole-kept
+ * gradients' overlap with the shard into it. */
+float *cl_model_bucket_begin(cl_model *m, int b, int64_t lo, int64_t hi);
+void cl_model_bucket_end(cl_model *m, int b, int64_t lo, int64_t hi);
+float *cl_model_grads_whole(const cl_model *m);
+float *cl_model_grads_halo(const cl_model *m);
+void cl_model_whole_to_shard(cl_model *m);
 /* 1 if this part is the one that owns parameter i for sums over the whole
  * model (norms, checkpoints): the part of the unit that declares it. */
 int cl_model_owns_param(const cl_model *m, int i);
 /* Tied embeddings, kept apart: after this, the LM head adds its gradient of
- * the tied wte into m->head_wte_g (allocated here, CL_MEM_GRADS, zeroed by
+ * the tied wte into cl_model_head_wte_grad (allocated here, CL_MEM_GRADS, zeroed by
  * cl_model_zero_grads) instead of the wte gradient; cl_model_tie_grads adds
  * it in. A trainer does this so that one device and a pipeline whose first
  * and last stages sum their two wte gradients once per step give the same
@@ -511,7 +532,7 @@ cl_status cl_unit_forward(cl_model *m, int u, const cl_microbatch *mb,
 enum { CL_BWD_INPUT = 1, CL_BWD_WEIGHT = 2, CL_BWD_ALL = 3 };
 /* Backward of unit u. dout: gradient of its output (ignored for loss units,
  * which use mb->dloss). din: ADDED to (may be NULL for the first unit or with
- * only CL_BWD_WEIGHT). Param gradients are ADDED into m->g. May overwrite the
+ * only CL_BWD_WEIGHT). Param gradients are ADDED into cl_model_grad. May overwrite the
  * unit's saved activations (they are dead after backward). */
 cl_status cl_unit_backward(cl_model *m, int u, const cl_microbatch *mb,
                            const float *in, cl_acts *a, const float *dout,

@@ -173,6 +173,11 @@ cl_status cl_device_convert(cl_device *d, void *dst, cl_dtype dt, const void *sr
     return CL_OK;
 }
 
+cl_status cl_device_sync(cl_device *d) {
+    if (d->ops->sync(d->impl)) return cl_error(CL_ERR_INTERNAL, "device %s:%d: work issued on it failed", d->ops->name, d->id);
+    return CL_OK;
+}
+
 const cl_kernels *cl_device_kernels(const cl_device *d) { return d->ops->kernels; }
 const cl_device_ops *cl_device_backend(const cl_device *d) { return d->ops; }
 

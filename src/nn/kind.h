@@ -133,8 +133,7 @@ const cl_kind *cl_kind_of(cl_unit_kind k);
 
 /* ---- what the kinds share (split.c) ---- */
 
-/* The kernel table of the model's device: cl_kern(m)->layernorm_forward(...). */
-static inline const cl_kernels *cl_kern(const cl_model *m) { return cl_device_kernels(m->dev); }
+/* cl_kern(m), the kernel table of the model's device: nn/model_impl.h. */
 
 /* Aims the named pointers of a kind's weights struct w at p[0 .. nparams). */
 void cl_kind_bind(const cl_kind *k, float *const *p, void *w);

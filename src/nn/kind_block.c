@@ -11,6 +11,7 @@
  * Weights by name (block_weights, bound from the table below); saved
  * activations laid out from the actual B and T (block_layout_at). */
 #include "nn/kind.h"
+#include "nn/model_impl.h"
 
 #include "cleave/prof.h"
 

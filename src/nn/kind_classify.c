@@ -2,6 +2,7 @@
  * each sample's c logits (the previous unit's output) against its label.
  * It keeps the loss and the log-sum-exp of each sample. No parameters. */
 #include "nn/kind.h"
+#include "nn/model_impl.h"
 
 
 /* Per sample: c logits in, one loss out; kept: the loss and the log-sum-exp. */

@@ -2,6 +2,7 @@
  * through im2col and a GEMM (the column buffer in the part's scratch).
  * Not split by tensor parallelism (the description refuses a CNN under tp). */
 #include "nn/kind.h"
+#include "nn/model_impl.h"
 
 
 #include <math.h>

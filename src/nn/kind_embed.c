@@ -6,6 +6,7 @@
  * holds every row and its sum is the identity: the same adds, the same
  * bits as a plain lookup. */
 #include "nn/kind.h"
+#include "nn/model_impl.h"
 
 #include "cleave/prof.h"
 

@@ -2,6 +2,7 @@
  * shape ([c, h, w] -> [c h w]) between the convolutional and the linear
  * units. No parameters. */
 #include "nn/kind.h"
+#include "nn/model_impl.h"
 
 
 #include <string.h>

@@ -8,6 +8,7 @@
  * the one special case, one rank with an unpadded vocabulary, stays inside
  * head_forward and head_backward (see there). */
 #include "nn/kind.h"
+#include "nn/model_impl.h"
 
 #include "cleave/prof.h"
 

@@ -7,6 +7,7 @@
  * once. Whole and column-parallel are one path (the same kernels; tp = 1
  * is the whole layer). */
 #include "nn/kind.h"
+#include "nn/model_impl.h"
 
 
 #include <math.h>

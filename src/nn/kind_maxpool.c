@@ -2,6 +2,7 @@
  * of k at stride; it keeps its output and, after it, the argmax of each
  * window (int32) for the backward. No parameters. */
 #include "nn/kind.h"
+#include "nn/model_impl.h"
 
 
 /* Per sample: [c, h, w] -> [oc, oh, ow]; kept: the output and the argmax indices. */

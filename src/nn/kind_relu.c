@@ -1,6 +1,7 @@
 /* ReLU as a unit kind (kind.h): elementwise, no parameters; it keeps its
  * output, which its backward reads. */
 #include "nn/kind.h"
+#include "nn/model_impl.h"
 
 
 /* Per sample: in_floats (the description's) in and out, the output kept. */

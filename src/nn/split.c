@@ -4,6 +4,7 @@
  * of a row-parallel one (Megatron-LM's split). On one rank each is the
  * plain layer: the collectives are the identity. */
 #include "nn/kind.h"
+#include "nn/model_impl.h"
 
 #include "cleave/prof.h"
 

@@ -11,6 +11,7 @@
  * interior, so a weight-only call recomputes that chain from dout (correct,
  * not yet cheap: the zero-bubble schedule will keep it per micro-batch). */
 #include "nn/kind.h"
+#include "nn/model_impl.h"
 #include "cleave/prof.h"
 
 #include <math.h>
@@ -276,12 +277,6 @@ cl_status cl_model_create_zero(cl_model **out, const cl_model_desc *d, cl_device
 }
 
 int cl_model_holds_param(const cl_model *m, int i) { return i >= 0 && i < m->desc->nparams && m->loc[i] >= 0; }
-
-void cl_model_aim_grads(cl_model *m, float *buf, int64_t lo, int64_t hi) {
-    const cl_model_desc *d = m->desc;
-    for (int i = 0; i < d->nparams; i++)
-        if (m->loc[i] >= lo && m->loc[i] < hi && !cl_model_grad_whole(d, m->u0, m->u1, m->zero.split, i)) m->g[i] = buf + (m->loc[i] - lo);
-}
 
 int cl_model_owns_param(const cl_model *m, int i) {
     if (i < 0 || i >= m->desc->nparams) return 0;

@@ -5,6 +5,7 @@
  * here and not in units.c so that units.c calls this file and not back. */
 #include "cleave/model.h"
 #include "nn/kind.h"
+#include "nn/model_impl.h"
 
 #include <stdlib.h>
 #include <string.h>

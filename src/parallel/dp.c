@@ -21,6 +21,7 @@ struct cl_dp {
     /* ZeRO 2: working buffers, each free (-1) or holding the bucket whose reduce-scatter is in flight from it */
     int z2, nbuf, turn, cur;
     int buf_of[2];
+    float *buf[2];       /* the part's working buffers (cl_model_bucket_begin) */
     cl_request *breq[2];
     size_t *counts;      /* [dp size] the pieces of a bucket in each replica's shard; the norm's blocks of each */
     double *bsum;        /* [nblocks] the norm: the sum of squares of each CL_SUMSQ_BLOCK block of the part's parameters */
@@ -31,11 +32,15 @@ cl_status cl_dp_create(cl_dp **out, cl_comm *comm, cl_model *m, size_t bucket_by
     *out = NULL;
     cl_dp *dp = calloc(1, sizeof *dp);
     if (!dp) return cl_error(CL_ERR_OOM, "cannot allocate the gradient buckets");
-    int cap = m->u1 - m->u0 + 1;
+    const cl_model_desc *d = cl_model_desc_of(m);
+    const cl_part_sizes *z = cl_model_sizes(m);
+    int u0, u1;
+    cl_model_units(m, &u0, &u1);
+    int cap = u1 - u0 + 1;
     dp->comm = comm && cl_comm_size(comm) > 1 ? comm : NULL;
     dp->m = m;
-    dp->z2 = cl_zero_shards_grads(m->zero.stage);
-    dp->nbuf = m->sizes.nbuf;
+    dp->z2 = cl_zero_shards_grads(cl_model_zero(m)->stage);
+    dp->nbuf = z->nbuf;
     dp->cur = -1;
     dp->buf_of[0] = dp->buf_of[1] = -1;
     dp->bk = calloc((size_t)cap, sizeof *dp->bk);
@@ -46,14 +51,14 @@ cl_status cl_dp_create(cl_dp **out, cl_comm *comm, cl_model *m, size_t bucket_by
         cl_dp_destroy(dp);
         return cl_error(CL_ERR_OOM, "cannot allocate the gradient buckets");
     }
-    dp->n = cl_model_buckets(m->desc, m->u0, m->u1, m->sizes.lo, bucket_bytes, dp->z2, m->zero.split, dp->bk);
-    for (int i = 0; dp->z2 && i < m->desc->nparams; i++)
-        if (cl_model_owns_param(m, i)) dp->nblocks += (m->desc->params[i].numel + CL_SUMSQ_BLOCK - 1) / CL_SUMSQ_BLOCK;
+    dp->n = cl_model_buckets(d, u0, u1, z->lo, bucket_bytes, dp->z2, cl_model_zero(m)->split, dp->bk);
+    for (int i = 0; dp->z2 && i < d->nparams; i++)
+        if (cl_model_owns_param(m, i)) dp->nblocks += (d->params[i].numel + CL_SUMSQ_BLOCK - 1) / CL_SUMSQ_BLOCK;
     if (dp->nblocks && !(dp->bsum = calloc((size_t)dp->nblocks, sizeof *dp->bsum))) {
         cl_dp_destroy(dp);
         return cl_error(CL_ERR_OOM, "cannot allocate the gradient norm's blocks");
     }
-    dp->embed_tie = m->head_wte_g && cl_model_owns_param(m, m->desc->tied_wte); /* the part of the tied weight's unit */
+    dp->embed_tie = cl_model_head_wte_grad(m) && cl_model_owns_param(m, d->tied_wte); /* the part of the tied weight's unit */
     *out = dp;
     return CL_OK;
 }
@@ -83,27 +88,23 @@ static void tie(cl_dp *dp) {
  * replica's piece of its bucket added into the shard's gradients. */
 static cl_status complete(cl_dp *dp, int b) {
     if (dp->buf_of[b] < 0) return CL_OK;
-    cl_model *m = dp->m;
     const cl_bucket *k = &dp->bk[dp->buf_of[b]];
     cl_status s = cl_comm_wait(dp->comm, dp->breq[b]);
     dp->breq[b] = NULL;
     dp->buf_of[b] = -1;
     CL_TRY(s);
-    int64_t a, len = cl_zero_overlap(k->lo, k->hi, m->sizes.shard_lo, m->sizes.shard, &a);
-    if (len) cl_device_kernels(m->dev)->add_inplace(m->grads + (a - m->sizes.shard_lo), m->gbuf[b] + (a - k->lo), len);
+    cl_model_bucket_end(dp->m, b, k->lo, k->hi);
     return CL_OK;
 }
 
 /* ZeRO 2: a working buffer for bucket k, zeroed, its parameters' gradients pointed into it. */
 static cl_status prepare(cl_dp *dp, int k) {
     if (k >= dp->n || dp->bk[k].hi <= dp->bk[k].lo) return CL_OK;
-    cl_model *m = dp->m;
     const cl_bucket *bk = &dp->bk[k];
     int b = dp->turn;
     CL_TRY(complete(dp, b));
     if (dp->nbuf > 1) dp->turn ^= 1;
-    cl_device_fill(m->dev, m->gbuf[b], 0, (size_t)(bk->hi - bk->lo) * sizeof(float));
-    cl_model_aim_grads(m, m->gbuf[b], bk->lo, bk->hi);
+    dp->buf[b] = cl_model_bucket_begin(dp->m, b, bk->lo, bk->hi);
     dp->cur = b;
     return CL_OK;
 }
@@ -113,17 +114,18 @@ static cl_status launch(cl_dp *dp, int k) {
     const cl_bucket *bk = &dp->bk[k];
     dp->t0[k] = cl_now();
     if (!dp->z2) {
-        float *buf = bk->hi < 0 ? m->head_wte_g : m->grads + bk->lo;
-        size_t n = bk->hi < 0 ? (size_t)m->sizes.head_wte : (size_t)(bk->hi - bk->lo);
+        float *buf = bk->hi < 0 ? cl_model_head_wte_grad(m) : cl_model_grads(m) + bk->lo;
+        size_t n = bk->hi < 0 ? (size_t)cl_model_sizes(m)->head_wte : (size_t)(bk->hi - bk->lo);
         return cl_comm_iallreduce(dp->comm, buf, n, CL_F32, CL_RED_SUM, &dp->req[k]);
     }
     if (bk->hi <= bk->lo) return CL_OK; /* all of it kept whole */
     /* in place: each replica's piece (its shard's part of the bucket) at its own place in the buffer */
     int nr = cl_comm_size(dp->comm), me = cl_comm_rank(dp->comm);
     int64_t at = 0, start;
-    float *buf = m->gbuf[dp->cur];
+    float *buf = dp->buf[dp->cur];
+    int64_t S = cl_model_sizes(m)->shard;
     for (int r = 0; r < nr; r++) {
-        dp->counts[r] = (size_t)cl_zero_overlap(bk->lo, bk->hi, (int64_t)r * m->sizes.shard, m->sizes.shard, &start);
+        dp->counts[r] = (size_t)cl_zero_overlap(bk->lo, bk->hi, (int64_t)r * S, S, &start);
         if (r < me) at += (int64_t)dp->counts[r];
     }
     dp->buf_of[dp->cur] = k;
@@ -147,7 +149,7 @@ cl_status cl_dp_begin_backward(cl_dp *dp, int last, int *armed) {
 cl_status cl_dp_unit_done(void *ctx, int u) {
     cl_dp *dp = ctx;
     if (!dp || !dp->comm || !dp->armed) return CL_OK;
-    const cl_model_desc *d = dp->m->desc;
+    const cl_model_desc *d = cl_model_desc_of(dp->m);
     /* the wte gradient is complete once the embedding is: add the head's part before it is sent */
     if (dp->last && dp->embed_tie && u == d->params[d->tied_wte].unit) tie(dp);
     int launched = 0;
@@ -195,20 +197,16 @@ cl_status cl_dp_finish(cl_dp *dp) {
     if (!dp->z2) return CL_OK;
     /* the whole-kept gradients, accumulated over the micro-batches, summed over the replicas as stage 0 does */
     cl_model *m = dp->m;
-    if (m->sizes.whole) CL_TRY(cl_comm_allreduce(dp->comm, m->gwhole, (size_t)m->sizes.whole, CL_F32, CL_RED_SUM));
-    if (m->head_wte_g && !dp->embed_tie) CL_TRY(cl_comm_allreduce(dp->comm, m->head_wte_g, (size_t)m->sizes.head_wte, CL_F32, CL_RED_SUM));
+    const cl_part_sizes *z = cl_model_sizes(m);
+    float *hw = cl_model_head_wte_grad(m);
+    if (z->whole) CL_TRY(cl_comm_allreduce(dp->comm, cl_model_grads_whole(m), (size_t)z->whole, CL_F32, CL_RED_SUM));
+    if (hw && !dp->embed_tie) CL_TRY(cl_comm_allreduce(dp->comm, hw, (size_t)z->head_wte, CL_F32, CL_RED_SUM));
     return CL_OK;
 }
 
 void cl_dp_whole_to_shard(cl_dp *dp) {
     if (!dp || !dp->comm || !dp->z2) return;
-    cl_model *m = dp->m;
-    const cl_model_desc *d = m->desc;
-    for (int i = 0; i < d->nparams; i++) {
-        if (m->loc[i] < 0 || !cl_model_grad_whole(d, m->u0, m->u1, m->zero.split, i)) continue;
-        int64_t a, len = cl_zero_overlap(m->loc[i], m->loc[i] + d->params[i].numel, m->sizes.shard_lo, m->sizes.shard, &a);
-        if (len) cl_device_copy(m->dev, m->grads + (a - m->sizes.shard_lo), m->g[i] + (a - m->loc[i]), (size_t)len * sizeof(float));
-    }
+    cl_model_whole_to_shard(dp->m);
 }
 
 /* Block b (cl_sumsq's cut: CL_SUMSQ_BLOCK floats from the parameter's
@@ -217,14 +215,16 @@ void cl_dp_whole_to_shard(cl_dp *dp) {
  * the halo buffer with the next replicas' heads where it runs past it. */
 static const float *block_floats(const cl_dp *dp, const float *heads, int64_t start, int64_t len) {
     const cl_model *m = dp->m;
-    int64_t lo = m->sizes.shard_lo, S = m->sizes.shard, H = S < CL_SUMSQ_BLOCK ? S : CL_SUMSQ_BLOCK;
-    if (start + len <= lo + S) return m->grads + (start - lo);
-    float *tmp = m->ghalo + (int64_t)cl_comm_size(dp->comm) * H;
+    cl_device *dev = cl_model_device(m);
+    float *grads = cl_model_grads(m);
+    int64_t lo = cl_model_sizes(m)->shard_lo, S = cl_model_sizes(m)->shard, H = S < CL_SUMSQ_BLOCK ? S : CL_SUMSQ_BLOCK;
+    if (start + len <= lo + S) return grads + (start - lo);
+    float *tmp = cl_model_grads_halo(m) + (int64_t)cl_comm_size(dp->comm) * H;
     int64_t at = lo + S - start;
-    cl_device_copy(m->dev, tmp, m->grads + (start - lo), (size_t)at * sizeof(float));
+    cl_device_copy(dev, tmp, grads + (start - lo), (size_t)at * sizeof(float));
     for (int q = cl_comm_rank(dp->comm) + 1; at < len; q++) {
         int64_t take = len - at < H ? len - at : H;
-        cl_device_copy(m->dev, tmp + at, heads + (int64_t)q * H, (size_t)take * sizeof(float));
+        cl_device_copy(dev, tmp + at, heads + (int64_t)q * H, (size_t)take * sizeof(float));
         at += take;
     }
     return tmp;
@@ -232,21 +232,23 @@ static const float *block_floats(const cl_dp *dp, const float *heads, int64_t st
 
 cl_status cl_dp_grad_sumsq(cl_dp *dp, double *per_param) {
     cl_model *m = dp->m;
-    const cl_model_desc *d = m->desc;
+    const cl_model_desc *d = cl_model_desc_of(m);
+    const cl_kernels *kern = cl_device_kernels(cl_model_device(m));
+    float *halo = cl_model_grads_halo(m);
     int nr = cl_comm_size(dp->comm), me = cl_comm_rank(dp->comm);
-    int64_t S = m->sizes.shard, H = S < CL_SUMSQ_BLOCK ? S : CL_SUMSQ_BLOCK;
+    int64_t S = cl_model_sizes(m)->shard, H = S < CL_SUMSQ_BLOCK ? S : CL_SUMSQ_BLOCK;
     /* every replica's first H floats: a block that starts in this shard ends in them */
-    CL_TRY(cl_comm_allgather_n(dp->comm, m->grads, m->ghalo, (size_t)H, CL_F32));
+    CL_TRY(cl_comm_allgather_n(dp->comm, cl_model_grads(m), halo, (size_t)H, CL_F32));
     memset(dp->counts, 0, (size_t)nr * sizeof *dp->counts);
     int64_t k = 0;
     for (int i = 0; i < d->nparams; i++) {
         if (!cl_model_owns_param(m, i)) continue;
         for (int64_t b = 0; b < d->params[i].numel; b += CL_SUMSQ_BLOCK, k++) {
-            int64_t start = m->loc[i] + b, len = d->params[i].numel - b < CL_SUMSQ_BLOCK ? d->params[i].numel - b : CL_SUMSQ_BLOCK;
+            int64_t start = cl_model_param_offset(m, i) + b, len = d->params[i].numel - b < CL_SUMSQ_BLOCK ? d->params[i].numel - b : CL_SUMSQ_BLOCK;
             int owner = (int)(start / S);
             dp->counts[owner] += sizeof(double);
             if (owner != me) continue;
-            dp->bsum[k] = cl_device_kernels(m->dev)->sumsq_block(block_floats(dp, m->ghalo, start, len), len);
+            dp->bsum[k] = kern->sumsq_block(block_floats(dp, halo, start, len), len);
         }
     }
     /* blocks in parameter order start further on: their owners do not decrease, so this replica's are one run */

@@ -301,8 +301,8 @@ cl_status cl_checkpoint_load(const char *given, const char *tokenizer_dir, size_
     if (!s) s = cl_model_create(&out->model, out->desc, out->dev, B);
     if (!s) s = cl_acts_create(out->model, B, &out->acts);
     if (!s) s = sharded ? cl_shard_load_model(dir, out->model)
-                : hf    ? cl_hf_read_params(dir, out->desc, out->model->dev, out->model->p)
-                        : copy_params(f, path, out->desc, out->model->p, "", 0);
+                : hf    ? cl_hf_read_params(dir, out->desc, cl_model_device(out->model), cl_model_param_ptrs(out->model))
+                        : copy_params(f, path, out->desc, cl_model_param_ptrs(out->model), "", 0);
     cl_st_close(f);
     if (!s && cl_model_family_of(&c)->tokens) {
         if (!strcmp(tok, "gpt2")) s = cl_tokenizer_gpt2(&out->tok, tokenizer_dir);

@@ -89,7 +89,7 @@ static cl_status pp_gather(cl_trainer *t, float **host, int *writer, int *opt_t)
     for (int c = 0; c < pp->v && !s && (sharded || t->cfg.offload_optimizer == CL_OFFLOAD_DISK); c++) {
         const cl_model *m = pp->ch[c].m;
         const cl_optimizer *o = &pp->ch[c].opt;
-        size_t n = (size_t)m->sizes.alloc, sh = (size_t)m->sizes.moments;
+        size_t n = (size_t)cl_model_sizes(m)->alloc, sh = (size_t)cl_model_sizes(m)->moments;
         mom[c] = malloc(2 * n * sizeof(float));
         float *own = o->fd >= 0 ? malloc(2 * sh * sizeof(float)) : NULL;
         if (!mom[c] || (o->fd >= 0 && !own)) s = cl_error(CL_ERR_OOM, "cannot allocate the optimizer state's gather buffer");
@@ -121,12 +121,13 @@ static cl_status pp_gather(cl_trainer *t, float **host, int *writer, int *opt_t)
         pp_chunk *ch = owner_of(pp, d, i, &owner);
         size_t n = (size_t)f->params[i].numel, bytes = n * sizeof(float);
         if (ch) {
-            const float *src[3] = {ch->m->p[i], ch->opt.m + ch->m->loc[i], ch->opt.v + ch->m->loc[i]};
-            cl_device *sdev[3] = {ch->m->dev, ch->opt.dev, ch->opt.dev};
+            int64_t loc = cl_model_param_offset(ch->m, i);
+            const float *src[3] = {cl_model_param(ch->m, i), ch->opt.m + loc, ch->opt.v + loc};
+            cl_device *sdev[3] = {cl_model_device(ch->m), ch->opt.dev, ch->opt.dev};
             float *whole = mom[ch - pp->ch];
             if (whole) {
-                src[1] = whole + ch->m->loc[i];
-                src[2] = whole + ch->m->sizes.alloc + ch->m->loc[i];
+                src[1] = whole + loc;
+                src[2] = whole + cl_model_sizes(ch->m)->alloc + loc;
                 sdev[1] = sdev[2] = NULL;
             }
             float *dst[3];
@@ -171,27 +172,28 @@ static cl_status pp_load(cl_trainer *t, const float *p, const float *m, const fl
     for (int c = 0; c < pp->v; c++) {
         pp_chunk *ch = &pp->ch[c];
         /* sharded (ZeRO) or in a file (disk): the part's moments whole first, then what this replica keeps */
-        int whole_first = cl_zero_shards_optim(ch->m->zero.stage) || ch->opt.fd >= 0;
-        float *zbuf = whole_first ? calloc(2 * (size_t)ch->m->sizes.alloc, sizeof(float)) : NULL;
+        const cl_part_sizes *z = cl_model_sizes(ch->m);
+        int whole_first = cl_zero_shards_optim(cl_model_zero(ch->m)->stage) || ch->opt.fd >= 0;
+        float *zbuf = whole_first ? calloc(2 * (size_t)z->alloc, sizeof(float)) : NULL;
         if (whole_first && !zbuf) return cl_error(CL_ERR_OOM, "cannot allocate the optimizer state's load buffer");
         for (int i = 0; i < d->nparams; i++) {
             if (!cl_model_holds_param(ch->m, i)) continue; /* the head's wte copy too: it equals the embedding's */
             const cl_param_spec *ls = &d->params[i];
             int64_t off = cl_param_elem(&f->params[i]);
             const float *src[3] = {p + off, m + off, v + off};
-            float *dst[3] = {ch->m->p[i], ch->opt.m + ch->m->loc[i], ch->opt.v + ch->m->loc[i]};
-            cl_device *ddev[3] = {ch->m->dev, ch->opt.dev, ch->opt.dev};
+            int64_t loc = cl_model_param_offset(ch->m, i);
+            float *dst[3] = {cl_model_param(ch->m, i), ch->opt.m + loc, ch->opt.v + loc};
+            cl_device *ddev[3] = {cl_model_device(ch->m), ch->opt.dev, ch->opt.dev};
             for (int k = 0; k < 3; k++) {
                 if (k && whole_first) {
-                    float *whole = zbuf ? zbuf + (k - 1) * ch->m->sizes.alloc : NULL;
-                    if (whole) slice_copy(NULL, ls, t->tp_rank, whole + ch->m->loc[i], (float *)src[k], 0);
+                    float *whole = zbuf ? zbuf + (k - 1) * z->alloc : NULL;
+                    if (whole) slice_copy(NULL, ls, t->tp_rank, whole + loc, (float *)src[k], 0);
                     continue;
                 }
                 slice_copy(ddev[k], ls, t->tp_rank, dst[k], (float *)src[k], 0); /* padded rows stay zero */
             }
         }
         if (zbuf) {
-            const cl_part_sizes *z = &ch->m->sizes;
             cl_status s = cl_optimizer_set_moments(&ch->opt, zbuf + z->shard_lo, zbuf + z->alloc + z->shard_lo);
             free(zbuf);
             CL_TRY(s);
@@ -202,7 +204,8 @@ static cl_status pp_load(cl_trainer *t, const float *p, const float *m, const fl
 }
 
 cl_status cl_pp_gather(cl_trainer *t, float **host, int *writer, int *opt_t) {
-    cl_status s = cl_pp_z3_whole(t->pp, 1);
+    cl_status s = cl_device_sync(t->dev); /* the step's updates done before the host reads them */
+    if (!s) s = cl_pp_z3_whole(t->pp, 1);
     if (!s) s = pp_gather(t, host, writer, opt_t);
     cl_pp_z3_end_whole(t->pp, 0);
     return s;

@@ -38,13 +38,15 @@
  * floats: the ZeRO shard, or all), or under ZeRO 3 the parameters (n the
  * shard). Element L of it is at buffer[loc - shard_lo + L]. */
 static void shard_range(const cl_model *m, int64_t n, int i, int64_t *a, int64_t *b) {
-    cl_shard_zero_range(m->loc[i], m->desc->params[i].numel, m->sizes.shard_lo, n, a, b);
+    cl_shard_zero_range(cl_model_param_offset(m, i), cl_model_desc_of(m)->params[i].numel, cl_model_sizes(m)->shard_lo, n, a, b);
 }
 #define moment_range(m, o, i, a, b) shard_range(m, (o)->nfloats, i, a, b)
+/* Where parameter i's floats start in a shard's buffer (may be negative: it starts in an earlier shard). */
+static int64_t shard_off(const cl_model *m, int i) { return cl_model_param_offset(m, i) - cl_model_sizes(m)->shard_lo; }
 
 /* ZeRO 3: the part's buffer holds only this replica's shard of the
- * parameters (cl_model_param_at); m->p[i] is aimed into gather buffers. */
-static int params_sharded(const cl_model *m) { return cl_zero_shards_params(m->zero.stage); }
+ * parameters (cl_model_param_at); cl_model_param is aimed into gather buffers. */
+static int params_sharded(const cl_model *m) { return cl_zero_shards_params(cl_model_zero(m)->stage); }
 
 /* Every rank ends with the same status: the first failed rank's, with its message. */
 static cl_status agree(cl_comm *world, cl_status s) {
@@ -135,20 +137,20 @@ static cl_status collect(cl_trainer *t, entries *es) {
             mom[0] = es->own[c];
             mom[1] = es->own[c] + o->nfloats;
         }
-        int sharded = cl_zero_shards_optim(m->zero.stage) && m->zero.n > 1;
-        for (int i = 0; i < m->desc->nparams; i++) {
-            const cl_param_spec *ls = &m->desc->params[i];
+        int sharded = cl_zero_shards_optim(cl_model_zero(m)->stage) && cl_model_zero(m)->n > 1;
+        for (int i = 0; i < cl_model_desc_of(m)->nparams; i++) {
+            const cl_param_spec *ls = &cl_model_desc_of(m)->params[i];
             if (!cl_model_owns_param(m, i) || (ls->split == CL_SPLIT_NONE && t->tp_rank != 0)) continue;
             int64_t a, b;
             if (params_sharded(m)) { /* every replica its shard's part, as the moments */
-                shard_range(m, m->sizes.shard, i, &a, &b);
-                CL_TRY(add_boxes(es, ls, t->tp_rank, i, CL_K_PARAM, a, b, m->params, m->loc[i] - m->sizes.shard_lo));
+                shard_range(m, cl_model_sizes(m)->shard, i, &a, &b);
+                CL_TRY(add_boxes(es, ls, t->tp_rank, i, CL_K_PARAM, a, b, cl_model_params(m), shard_off(m, i)));
             } else if (t->dp_rank == 0)
-                CL_TRY(add_boxes(es, ls, t->tp_rank, i, CL_K_PARAM, 0, ls->numel, m->p[i], 0));
+                CL_TRY(add_boxes(es, ls, t->tp_rank, i, CL_K_PARAM, 0, ls->numel, cl_model_param(m, i), 0));
             if (!sharded && t->dp_rank != 0) continue;
             moment_range(m, o, i, &a, &b);
             for (int k = 1; k < CL_NKINDS; k++)
-                CL_TRY(add_boxes(es, ls, t->tp_rank, i, k, a, b, mom[k - 1], m->loc[i] - m->sizes.shard_lo));
+                CL_TRY(add_boxes(es, ls, t->tp_rank, i, k, a, b, mom[k - 1], shard_off(m, i)));
         }
     }
     return CL_OK;
@@ -353,7 +355,8 @@ cl_status cl_trainer_save_sharded(cl_trainer *t, const char *dir) {
     report rep;
     memset(&rep, 0, sizeof rep);
     int64_t opt_t = t->opt->t;
-    s = collect(t, &es);
+    s = cl_device_sync(t->dev); /* the step's updates done before the writer reads them */
+    if (!s) s = collect(t, &es);
     if (!s && es.n) {
         snprintf(path, sizeof path, "%s/rank-%05d.safetensors", tmp, me);
         s = write_shard(path, t, me, &es, &rep.bytes, &rep.hash);
@@ -370,9 +373,9 @@ cl_status cl_trainer_save_sharded(cl_trainer *t, const char *dir) {
         rep.nparts = nc;
         for (int c = 0; c < nc; c++) {
             rep.parts[c][0] = c * t->pp_size + pr;
-            rep.parts[c][1] = ms[c]->sizes.alloc;
-            rep.parts[c][2] = ms[c]->sizes.shard;
-            rep.parts[c][3] = ms[c]->sizes.shard_lo;
+            rep.parts[c][1] = cl_model_sizes(ms[c])->alloc;
+            rep.parts[c][2] = cl_model_sizes(ms[c])->shard;
+            rep.parts[c][3] = cl_model_sizes(ms[c])->shard_lo;
         }
         mine = malloc((size_t)(es.n ? es.n : 1) * NBOX * sizeof *mine);
         if (!mine) s = cl_error(CL_ERR_OOM, "cannot allocate the checkpoint's box list");
@@ -683,20 +686,20 @@ static cl_status check_finite(const cl_shard_index *ix, const char *name, int k,
  * into the optimizer's memory, or into *own (a host copy of the shard) when
  * they live in a file (disk offload). */
 static cl_status load_reads(cl_trainer *t, cl_shard_index *ix, cl_model *m, cl_optimizer *o, float **own) {
-    const cl_model_desc *d = m->desc;
+    const cl_model_desc *d = cl_model_desc_of(m);
     int p3 = params_sharded(m);
-    if (p3) cl_device_fill(m->dev, m->params, 0, (size_t)m->sizes.params * sizeof(float)); /* ZeRO 3: the shard, its padding zero */
+    if (p3) cl_device_fill(cl_model_device(m), cl_model_params(m), 0, (size_t)cl_model_sizes(m)->params * sizeof(float)); /* ZeRO 3: the shard, its padding zero */
     for (int i = 0; i < d->nparams; i++) {
         if (!cl_model_holds_param(m, i)) continue; /* the head's wte copy too: it equals the embedding's */
         const cl_param_spec *ls = &d->params[i];
         int64_t a = 0, b = ls->numel;
         if (p3) {
-            shard_range(m, m->sizes.shard, i, &a, &b);
-            CL_TRY(fill(ix, i, CL_K_PARAM, ls, t->tp_rank, a, b, m->params, m->loc[i] - m->sizes.shard_lo));
+            shard_range(m, cl_model_sizes(m)->shard, i, &a, &b);
+            CL_TRY(fill(ix, i, CL_K_PARAM, ls, t->tp_rank, a, b, cl_model_params(m), shard_off(m, i)));
             continue;
         }
-        cl_device_fill(m->dev, m->p[i], 0, (size_t)ls->numel * sizeof(float)); /* padded vocabulary rows are zero */
-        CL_TRY(fill(ix, i, CL_K_PARAM, ls, t->tp_rank, a, b, m->p[i], 0));
+        cl_device_fill(cl_model_device(m), cl_model_param(m, i), 0, (size_t)ls->numel * sizeof(float)); /* padded vocabulary rows are zero */
+        CL_TRY(fill(ix, i, CL_K_PARAM, ls, t->tp_rank, a, b, cl_model_param(m, i), 0));
     }
     size_t nf = (size_t)o->nfloats;
     *own = o->fd >= 0 ? calloc(2 * (nf ? nf : 1), sizeof **own) : NULL;
@@ -710,7 +713,7 @@ static cl_status load_reads(cl_trainer *t, cl_shard_index *ix, cl_model *m, cl_o
         if (!cl_model_holds_param(m, i)) continue;
         int64_t a, b;
         moment_range(m, o, i, &a, &b);
-        for (int k = 1; k < CL_NKINDS; k++) CL_TRY(fill(ix, i, k, &d->params[i], t->tp_rank, a, b, mv[k - 1], m->loc[i] - m->sizes.shard_lo));
+        for (int k = 1; k < CL_NKINDS; k++) CL_TRY(fill(ix, i, k, &d->params[i], t->tp_rank, a, b, mv[k - 1], shard_off(m, i)));
     }
     return flush_read(ix);
 }
@@ -718,7 +721,7 @@ static cl_status load_reads(cl_trainer *t, cl_shard_index *ix, cl_model *m, cl_o
 /* After the verification: the values finite (second moments not negative),
  * and a disk offload's moments handed to it. */
 static cl_status load_finish(cl_shard_index *ix, cl_model *m, cl_optimizer *o, const float *own) {
-    const cl_model_desc *d = m->desc;
+    const cl_model_desc *d = cl_model_desc_of(m);
     int p3 = params_sharded(m);
     size_t nf = (size_t)o->nfloats;
     const float *mv[2] = {own ? own : o->m, own ? own + nf : o->v};
@@ -726,12 +729,12 @@ static cl_status load_finish(cl_shard_index *ix, cl_model *m, cl_optimizer *o, c
     for (int i = 0; i < d->nparams && !s; i++) {
         if (!cl_model_holds_param(m, i)) continue;
         int64_t a = 0, b = d->params[i].numel;
-        if (p3) shard_range(m, m->sizes.shard, i, &a, &b);
-        const float *p = p3 ? m->params + (m->loc[i] - m->sizes.shard_lo) : m->p[i];
+        if (p3) shard_range(m, cl_model_sizes(m)->shard, i, &a, &b);
+        const float *p = p3 ? cl_model_params(m) + shard_off(m, i) : cl_model_param(m, i);
         s = check_finite(ix, d->params[i].name, CL_K_PARAM, p + a, b - a);
         moment_range(m, o, i, &a, &b);
         for (int k = 1; k < CL_NKINDS && !s; k++)
-            s = check_finite(ix, d->params[i].name, k, mv[k - 1] + m->loc[i] - m->sizes.shard_lo + a, b - a);
+            s = check_finite(ix, d->params[i].name, k, mv[k - 1] + shard_off(m, i) + a, b - a);
     }
     if (!s && own) s = cl_optimizer_set_moments(o, own, own + nf);
     return s;
@@ -814,7 +817,7 @@ cl_status cl_shard_load_model(const char *dir, cl_model *m) {
     const cl_json *state;
     cl_model_config c;
     char tok[64];
-    const cl_model_desc *d = m->desc;
+    const cl_model_desc *d = cl_model_desc_of(m);
     cl_ckpt_manifest mf;
     cl_status s = cl_ckpt_manifest_load(dir, &mf);
     if (!s) s = open_index(&ix, dir, d, &c, tok, sizeof tok, &state, &doc);
@@ -824,15 +827,15 @@ cl_status cl_shard_load_model(const char *dir, cl_model *m) {
     for (int f = 0; f < ix.nfiles && !s && ix.m; f++) s = open_file(&ix, f);
     for (int i = 0; i < d->nparams && !s; i++) {
         if (!cl_model_holds_param(m, i)) continue;
-        cl_device_fill(m->dev, m->p[i], 0, (size_t)d->params[i].numel * sizeof(float));
-        s = fill(&ix, i, CL_K_PARAM, &d->params[i], 0, 0, d->params[i].numel, m->p[i], 0);
+        cl_device_fill(cl_model_device(m), cl_model_param(m, i), 0, (size_t)d->params[i].numel * sizeof(float));
+        s = fill(&ix, i, CL_K_PARAM, &d->params[i], 0, 0, d->params[i].numel, cl_model_param(m, i), 0);
     }
     if (!s) s = flush_read(&ix);
     double tv = cl_now();
     if (!s && ix.m) s = verify_boxes(&ix, NULL, 1 << CL_K_PARAM); /* the parameters: what this load reads */
     tv = cl_now() - tv;
     for (int i = 0; i < d->nparams && !s; i++)
-        if (cl_model_holds_param(m, i)) s = check_finite(&ix, d->params[i].name, CL_K_PARAM, m->p[i], d->params[i].numel);
+        if (cl_model_holds_param(m, i)) s = check_finite(&ix, d->params[i].name, CL_K_PARAM, cl_model_param(m, i), d->params[i].numel);
     if (!s) report_load(&ix, 0, t0, tv);
     cl_shard_index_free(&ix);
     cl_ckpt_manifest_free(&mf);

@@ -24,11 +24,13 @@ cl_status cl_pp_eval_batch(void *ctx, const cl_microbatch *mb, double *sum) {
             CL_TRY(msg_tag(pp, 0, s, 0, &tag));
             CL_TRY(cl_comm_recv(pp->comm, sl->in, in_bytes, rank_of_stage(pp, s - 1), tag));
         }
+        int u1;
+        cl_model_units(ch->m, NULL, &u1);
         CL_TRY(cl_model_stage_forward(ch->m, mb, ch->first ? mb->x : sl->in, &sl->acts));
-        if (ch->last && t->tp_rank == 0) *sum += cl_acts_loss_sum(ch->m, &sl->acts, ch->m->u1 - 1, mb);
+        if (ch->last && t->tp_rank == 0) *sum += cl_acts_loss_sum(ch->m, &sl->acts, u1 - 1, mb);
         else if (!ch->last) {
             CL_TRY(msg_tag(pp, 0, s + 1, 0, &tag));
-            CL_TRY(cl_comm_send(pp->comm, cl_acts_output_mb(ch->m, &sl->acts, ch->m->u1 - 1, mb), out_bytes,
+            CL_TRY(cl_comm_send(pp->comm, cl_acts_output_mb(ch->m, &sl->acts, u1 - 1, mb), out_bytes,
                                 rank_of_stage(pp, s + 1), tag));
         }
     }
@@ -57,14 +59,16 @@ static cl_status pp_logits(void *ctx, const int32_t *tokens, int T, float *logit
     cl_status s = CL_OK;
     if (pp->r == last) {
         pp_chunk *ch = &pp->ch[pp->v - 1];
-        const float *lg = cl_acts_logits(ch->m, &ch->slots[0].acts, ch->m->u1 - 1, &mb) + (size_t)(T - 1) * Vl;
+        int u1;
+        cl_model_units(ch->m, NULL, &u1);
+        const float *lg = cl_acts_logits(ch->m, &ch->slots[0].acts, u1 - 1, &mb) + (size_t)(T - 1) * Vl;
         if (t->tp == 1 && Vl == V) {
-            cl_device_copy_to_host(ch->m->dev, logits, lg, (size_t)V * sizeof(float));
+            cl_device_copy_to_host(cl_model_device(ch->m), logits, lg, (size_t)V * sizeof(float));
         } else {
             float *row = malloc((size_t)d->vocab_padded * sizeof *row);
             if (!row) return cl_error(CL_ERR_OOM, "cannot allocate a row of logits");
             s = t->tp > 1 ? cl_comm_allgather_n(t->cfg.groups->tp, lg, row, (size_t)Vl, CL_F32)
-                          : (cl_device_copy_to_host(ch->m->dev, row, lg, (size_t)Vl * sizeof(float)), CL_OK);
+                          : (cl_device_copy_to_host(cl_model_device(ch->m), row, lg, (size_t)Vl * sizeof(float)), CL_OK);
             if (!s) memcpy(logits, row, (size_t)V * sizeof(float));
             free(row);
         }

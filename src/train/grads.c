@@ -32,19 +32,19 @@ static cl_status tie_grads(cl_trainer *t, struct cl_pp *pp) {
     }
     cl_request *req = NULL;
     if (me) {
-        CL_TRY(cl_comm_isend_n(pp->comm, me->g[w], n, CL_F32, rh, TIE_TAG, &req));
+        CL_TRY(cl_comm_isend_n(pp->comm, cl_model_grad(me, w), n, CL_F32, rh, TIE_TAG, &req));
         cl_status s = cl_comm_recv_n(pp->comm, pp->tie_buf, n, CL_F32, rh, TIE_TAG);
         cl_status s2 = cl_comm_wait(pp->comm, req);
         CL_TRY(s);
         CL_TRY(s2);
-        cl_device_kernels(me->dev)->add_inplace(me->g[w], pp->tie_buf, (int64_t)n);
+        cl_device_kernels(cl_model_device(me))->add_inplace(cl_model_grad(me, w), pp->tie_buf, (int64_t)n);
     } else if (mh) {
-        CL_TRY(cl_comm_isend_n(pp->comm, mh->head_wte_g, n, CL_F32, re, TIE_TAG, &req));
-        cl_status s = cl_comm_recv_n(pp->comm, mh->g[w], n, CL_F32, re, TIE_TAG);
+        CL_TRY(cl_comm_isend_n(pp->comm, cl_model_head_wte_grad(mh), n, CL_F32, re, TIE_TAG, &req));
+        cl_status s = cl_comm_recv_n(pp->comm, cl_model_grad(mh, w), n, CL_F32, re, TIE_TAG);
         cl_status s2 = cl_comm_wait(pp->comm, req);
         CL_TRY(s);
         CL_TRY(s2);
-        cl_device_kernels(mh->dev)->add_inplace(mh->g[w], mh->head_wte_g, (int64_t)n);
+        cl_device_kernels(cl_model_device(mh))->add_inplace(cl_model_grad(mh, w), cl_model_head_wte_grad(mh), (int64_t)n);
     }
     return CL_OK;
 }
@@ -60,22 +60,23 @@ static cl_status sum_partial_grads(cl_trainer *t, cl_model *m) {
     for (int i = 0; i < d->nparams; i++)
         if (d->params[i].tp_partial && cl_model_owns_param(m, i)) n += d->params[i].numel;
     if (!n) return CL_OK;
-    if (n > m->sizes.scratch) {
+    float *buf = cl_model_workspace(m, n);
+    if (!buf) {
         for (int i = 0; i < d->nparams; i++)
             if (d->params[i].tp_partial && cl_model_owns_param(m, i))
-                CL_TRY(cl_comm_allreduce(tp, m->g[i], (size_t)d->params[i].numel, CL_F32, CL_RED_SUM));
+                CL_TRY(cl_comm_allreduce(tp, cl_model_grad(m, i), (size_t)d->params[i].numel, CL_F32, CL_RED_SUM));
         return CL_OK;
     }
-    float *buf = m->scratch;
+    cl_device *dev = cl_model_device(m);
     for (int i = 0, at = 0; i < d->nparams; i++)
         if (d->params[i].tp_partial && cl_model_owns_param(m, i)) {
-            cl_device_copy(m->dev, buf + at, m->g[i], (size_t)d->params[i].numel * sizeof(float));
+            cl_device_copy(dev, buf + at, cl_model_grad(m, i), (size_t)d->params[i].numel * sizeof(float));
             at += (int)d->params[i].numel;
         }
     CL_TRY(cl_comm_allreduce(tp, buf, (size_t)n, CL_F32, CL_RED_SUM));
     for (int i = 0, at = 0; i < d->nparams; i++)
         if (d->params[i].tp_partial && cl_model_owns_param(m, i)) {
-            cl_device_copy(m->dev, m->g[i], buf + at, (size_t)d->params[i].numel * sizeof(float));
+            cl_device_copy(dev, cl_model_grad(m, i), buf + at, (size_t)d->params[i].numel * sizeof(float));
             at += (int)d->params[i].numel;
         }
     return CL_OK;
@@ -109,7 +110,7 @@ cl_status cl_pp_check_replicas(cl_trainer *t, struct cl_pp *pp) {
     for (int c = 0; c < pp->v; c++)
         for (int i = 0; i < d->nparams; i++)
             if (d->params[i].split == CL_SPLIT_NONE && cl_model_owns_param(pp->ch[c].m, i))
-                h[i] = cl_hash64(pp->ch[c].m->p[i], (size_t)d->params[i].numel * sizeof(float), 1) | 1;
+                h[i] = cl_hash64(cl_model_param(pp->ch[c].m, i), (size_t)d->params[i].numel * sizeof(float), 1) | 1;
     uint64_t *all = h + d->nparams;
     cl_status s = cl_comm_allgather(tp, h, all, (size_t)d->nparams * sizeof *h);
     for (int i = 0; !s && i < d->nparams; i++)

@@ -246,8 +246,9 @@ cl_status cl_hf_resume(cl_trainer *t, const char *dir) {
         cl_optimizer *o = os[k];
         /* each rank copies only its slices (ZeRO 3: into the part's whole parameters, then keeps its shard) */
         s = cl_model_z3_whole(m, 0);
-        for (int i = 0; i < m->desc->nparams && !s; i++)
-            if (cl_model_holds_param(m, i)) s = read_slice(&h, h.entry[i], &m->desc->params[i], t->tp_rank, m->dev, m->p[i]);
+        const cl_model_desc *md = cl_model_desc_of(m);
+        for (int i = 0; i < md->nparams && !s; i++)
+            if (cl_model_holds_param(m, i)) s = read_slice(&h, h.entry[i], &md->params[i], t->tp_rank, cl_model_device(m), cl_model_param(m, i));
         cl_model_z3_end_whole(m, !s);
         /* the moments zero, the optimizer at step 0 */
         size_t nf = (size_t)o->nfloats;

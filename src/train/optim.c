@@ -22,7 +22,7 @@ float cl_lr_at(const cl_lr_schedule *s, int step) {
 }
 
 cl_status cl_optimizer_create(cl_optimizer *o, cl_model *m, const cl_adamw_opts *opts) {
-    return cl_optimizer_create_on(o, m, m->dev, opts);
+    return cl_optimizer_create_on(o, m, cl_model_device(m), opts);
 }
 
 cl_status cl_optimizer_create_on(cl_optimizer *o, cl_model *m, cl_device *dev, const cl_adamw_opts *opts) {
@@ -30,9 +30,9 @@ cl_status cl_optimizer_create_on(cl_optimizer *o, cl_model *m, cl_device *dev, c
     o->o = *opts;
     o->dev = dev;
     o->fd = -1;
-    o->nfloats = m->sizes.moments;
-    CL_TRY(cl_device_alloc_f32(dev, CL_MEM_OPTIM, (size_t)m->sizes.moments, &o->m));
-    cl_status s = cl_device_alloc_f32(dev, CL_MEM_OPTIM, (size_t)m->sizes.moments, &o->v);
+    o->nfloats = cl_model_sizes(m)->moments;
+    CL_TRY(cl_device_alloc_f32(dev, CL_MEM_OPTIM, (size_t)o->nfloats, &o->m));
+    cl_status s = cl_device_alloc_f32(dev, CL_MEM_OPTIM, (size_t)o->nfloats, &o->v);
     if (s) {
         cl_device_free(dev, o->m);
         o->m = NULL;
@@ -41,7 +41,7 @@ cl_status cl_optimizer_create_on(cl_optimizer *o, cl_model *m, cl_device *dev, c
 }
 
 void cl_optimizer_destroy(cl_optimizer *o, cl_model *m) {
-    cl_device *dev = o->dev ? o->dev : m->dev;
+    cl_device *dev = o->dev ? o->dev : cl_model_device(m);
     cl_device_free(dev, o->m);
     cl_device_free(dev, o->v);
     o->m = o->v = NULL;
@@ -65,7 +65,7 @@ cl_status cl_optimizer_create_disk(cl_optimizer *o, cl_model *m, cl_device *dev,
     memset(o, 0, sizeof *o);
     o->o = *opts;
     o->dev = dev;
-    o->nfloats = m->sizes.moments;
+    o->nfloats = cl_model_sizes(m)->moments;
     o->tile_floats = cl_offload_tile_floats(o->nfloats);
     char path[CL_PATH_MAX + 64];
     snprintf(path, sizeof path, "%s/cleave-adamw-XXXXXX", dir);
@@ -147,15 +147,11 @@ static void *tile_worker(void *p) {
     return NULL;
 }
 
-/* The gradient of float a of the part's buffer: under ZeRO 2 only the
- * shard's are held, in m->grads from shard_lo. */
-static float *grad_at(const cl_model *m, int64_t a) {
-    return cl_zero_shards_grads(m->zero.stage) ? m->grads + (a - m->sizes.shard_lo) : m->grads + a;
-}
-
 void cl_grad_sumsq(const cl_model *m, double *per_param) {
-    for (int i = 0; i < m->desc->nparams; i++)
-        if (cl_model_owns_param(m, i)) per_param[i] = cl_device_kernels(m->dev)->sumsq(m->g[i], m->desc->params[i].numel);
+    const cl_model_desc *d = cl_model_desc_of(m);
+    const cl_kernels *k = cl_device_kernels(cl_model_device(m));
+    for (int i = 0; i < d->nparams; i++)
+        if (cl_model_owns_param(m, i)) per_param[i] = k->sumsq(cl_model_grad(m, i), d->params[i].numel);
 }
 
 double cl_grad_norm_of(const double *per_param, int n) {
@@ -165,9 +161,11 @@ double cl_grad_norm_of(const double *per_param, int n) {
 }
 
 double cl_grad_norm(const cl_model *m) {
+    const cl_model_desc *d = cl_model_desc_of(m);
+    const cl_kernels *k = cl_device_kernels(cl_model_device(m));
     double s = 0;
-    for (int i = 0; i < m->desc->nparams; i++)
-        if (cl_model_owns_param(m, i)) s += cl_device_kernels(m->dev)->sumsq(m->g[i], m->desc->params[i].numel);
+    for (int i = 0; i < d->nparams; i++)
+        if (cl_model_owns_param(m, i)) s += k->sumsq(cl_model_grad(m, i), d->params[i].numel);
     return sqrt(s);
 }
 
@@ -181,8 +179,10 @@ float cl_grad_clip_coef(double norm, float clip) {
 void cl_grad_clip(cl_model *m, double norm, float clip) {
     float coef = cl_grad_clip_coef(norm, clip);
     if (coef == 1.0f) return;
-    for (int i = 0; i < m->desc->nparams; i++)
-        if (m->g[i]) cl_device_kernels(m->dev)->scale(m->g[i], coef, m->desc->params[i].numel);
+    const cl_model_desc *d = cl_model_desc_of(m);
+    const cl_kernels *k = cl_device_kernels(cl_model_device(m));
+    for (int i = 0; i < d->nparams; i++)
+        if (cl_model_grad(m, i)) k->scale(cl_model_grad(m, i), coef, d->params[i].numel);
 }
 
 void cl_optimizer_step(cl_optimizer *o, cl_model *m, float lr) { cl_optimizer_step_scaled(o, m, lr, 1.0f); }
@@ -190,16 +190,19 @@ void cl_optimizer_step(cl_optimizer *o, cl_model *m, float lr) { cl_optimizer_st
 /* AdamW over the moment floats [t0, t0 + n) of this part (the shard's,
  * under ZeRO), its moments at mm, mv: each parameter's piece inside it. */
 static void update_range(cl_optimizer *o, cl_model *m, float lr, float gscale, int64_t t0, int64_t n, float *mm, float *mv) {
-    const cl_part_sizes *z = &m->sizes;
-    int64_t base = cl_zero_shards_optim(m->zero.stage) ? z->shard_lo : 0; /* moment float j is buffer float base + j */
-    for (int i = 0; i < m->desc->nparams; i++) {
-        const cl_param_spec *ps = &m->desc->params[i];
-        if (m->loc[i] < 0) continue;
+    const cl_part_sizes *z = cl_model_sizes(m);
+    const cl_model_desc *d = cl_model_desc_of(m);
+    const cl_kernels *k = cl_device_kernels(cl_model_device(m));
+    int64_t base = cl_zero_shards_optim(cl_model_zero(m)->stage) ? z->shard_lo : 0; /* moment float j is buffer float base + j */
+    for (int i = 0; i < d->nparams; i++) {
+        const cl_param_spec *ps = &d->params[i];
+        int64_t loc = cl_model_param_offset(m, i);
+        if (loc < 0) continue;
         int64_t a;
-        int64_t len = cl_zero_overlap(m->loc[i], m->loc[i] + ps->numel, base + t0, n, &a);
+        int64_t len = cl_zero_overlap(loc, loc + ps->numel, base + t0, n, &a);
         if (!len) continue;
         int64_t mo = a - base - t0;
-        cl_device_kernels(m->dev)->adamw_update(cl_model_param_at(m, a), grad_at(m, a), mm + mo, mv + mo, len, lr, o->o.beta1, o->o.beta2, o->o.eps,
+        k->adamw_update(cl_model_param_at(m, a), cl_model_grad_at(m, a), mm + mo, mv + mo, len, lr, o->o.beta1, o->o.beta2, o->o.eps,
                         ps->decay ? o->o.weight_decay : 0.0f, o->t, gscale);
     }
 }

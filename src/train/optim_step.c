@@ -43,6 +43,7 @@ cl_status cl_pp_opt_step(cl_trainer *t, struct cl_pp *pp, float lr, double loss_
         else cl_grad_sumsq(pp->ch[c].m, pp->norm_parts);
     });
     CL_TRY(ns);
+    CL_TRY(cl_device_sync(t->dev)); /* the sums and the loss, written by kernels, read on the host from here */
     /* a replicated parameter counts once (tensor-parallel rank 0's), a split one over its slices; the
      * loss is the same on every tensor-parallel rank */
     for (int i = 0; t->tp_rank > 0 && i < n; i++)
@@ -63,9 +64,11 @@ cl_status cl_pp_opt_step(cl_trainer *t, struct cl_pp *pp, float lr, double loss_
     /* ZeRO: each replica updated its shard; every replica gets every shard */
     for (int c = 0; c < pp->v; c++) {
         cl_model *m = pp->ch[c].m;
-        if (m->zero.stage == CL_ZERO_OPTIM || m->zero.stage == CL_ZERO_GRADS) /* ZeRO 3 keeps the shard only */
-            CL_TRY(cl_comm_allgather_n(t->cfg.groups->dp, m->params + m->sizes.shard_lo, m->params,
-                                       (size_t)m->sizes.shard, CL_F32));
+        int stage = cl_model_zero(m)->stage;
+        float *params = cl_model_params(m);
+        if (stage == CL_ZERO_OPTIM || stage == CL_ZERO_GRADS) /* ZeRO 3 keeps the shard only */
+            CL_TRY(cl_comm_allgather_n(t->cfg.groups->dp, params + cl_model_sizes(m)->shard_lo, params,
+                                       (size_t)cl_model_sizes(m)->shard, CL_F32));
     }
     if (!t->cfg.check_replicas || t->tp < 2) return CL_OK;
     cl_status s = cl_pp_z3_whole(pp, 1); /* ZeRO 3: the parameters whole to hash them */

@@ -68,18 +68,20 @@ static cl_status slot_create(cl_trainer *t, pp_chunk *c, pp_slot *sl, int zb) {
     const cl_model_desc *d = t->desc;
     sl->mb = -1;
     cl_pp_slot_bytes z;
-    cl_pp_slot_sizes(d, m->u0, m->u1, B, zb, &z);
+    int u0, u1;
+    cl_model_units(m, &u0, &u1);
+    cl_pp_slot_sizes(d, u0, u1, B, zb, &z);
     CL_TRY(cl_acts_create(m, B, &sl->acts));
     if (z.in) CL_TRY(cl_device_alloc(dev, CL_MEM_ACTS, z.in, (void **)&sl->in));
     CL_TRY(cl_device_alloc(dev, CL_MEM_WORKSPACE, z.ids, (void **)&sl->tokens));
     CL_TRY(cl_device_alloc(dev, CL_MEM_WORKSPACE, z.ids, (void **)&sl->targets));
     if (z.x) CL_TRY(cl_device_alloc(dev, CL_MEM_WORKSPACE, z.x, (void **)&sl->x));
     if (zb) {
-        int n = m->u1 - m->u0;
+        int n = u1 - u0;
         sl->udout = calloc((size_t)n, sizeof *sl->udout);
         if (!sl->udout) return cl_error(CL_ERR_OOM, "cannot allocate the weight-pass table");
-        for (int u = m->u0; u < m->u1; u++)
-            CL_TRY(cl_device_alloc_f32(dev, CL_MEM_ACTS, (size_t)cl_pp_udout_floats(d, u, B), &sl->udout[u - m->u0]));
+        for (int u = u0; u < u1; u++)
+            CL_TRY(cl_device_alloc_f32(dev, CL_MEM_ACTS, (size_t)cl_pp_udout_floats(d, u, B), &sl->udout[u - u0]));
     }
     return CL_OK;
 }
@@ -92,7 +94,9 @@ static void slot_destroy(cl_trainer *t, pp_chunk *c, pp_slot *sl) {
     cl_device_free(dev, sl->targets);
     cl_device_free(dev, sl->x);
     if (sl->udout) {
-        for (int u = 0; c->m && u < c->m->u1 - c->m->u0; u++) cl_device_free(dev, sl->udout[u]);
+        int u0 = 0, u1 = 0;
+        if (c->m) cl_model_units(c->m, &u0, &u1);
+        for (int u = 0; u < u1 - u0; u++) cl_device_free(dev, sl->udout[u]);
         free(sl->udout);
     }
 }
@@ -304,6 +308,13 @@ static cl_status wait_sends(struct cl_pp *pp) {
     return CL_OK;
 }
 
+/* The part's last unit: the loss unit on the last stage, the one whose output is sent on the others. */
+static int last_unit(const cl_model *m) {
+    int u1;
+    cl_model_units(m, NULL, &u1);
+    return u1 - 1;
+}
+
 static cl_status run_action(cl_trainer *t, struct cl_pp *pp, const cl_action *a, int i, float lr, double *loss_sum,
                             double *norm) {
     pp_chunk *ch = &pp->ch[a->chunk];
@@ -318,7 +329,7 @@ static cl_status run_action(cl_trainer *t, struct cl_pp *pp, const cl_action *a,
     switch (a->kind) {
     case CL_ACT_FWD:
         CL_TRY(cl_model_stage_forward(m, &sl->mbd, ch->first ? sl->mbd.x : sl->in, &sl->acts));
-        if (ch->last) *loss_sum += cl_acts_loss_sum(m, &sl->acts, m->u1 - 1, &sl->mbd);
+        if (ch->last) *loss_sum += cl_acts_loss_sum(m, &sl->acts, last_unit(m), &sl->mbd);
         return CL_OK;
     case CL_ACT_BWD:
     case CL_ACT_BWD_INPUT: {
@@ -350,7 +361,7 @@ static cl_status run_action(cl_trainer *t, struct cl_pp *pp, const cl_action *a,
     }
     case CL_ACT_SEND_ACT:
         CL_TRY(msg_tag(pp, a->mb, s + 1, 0, &tag));
-        return cl_comm_isend(pp->comm, cl_acts_output_mb(m, &sl->acts, m->u1 - 1, &sl->mbd), ch->out_bytes, next, tag,
+        return cl_comm_isend(pp->comm, cl_acts_output_mb(m, &sl->acts, last_unit(m), &sl->mbd), ch->out_bytes, next, tag,
                              &sl->send_req);
     case CL_ACT_RECV_ACT:
         CL_TRY(msg_tag(pp, a->mb, s, 0, &tag));
@@ -399,6 +410,7 @@ cl_status cl_pp_step(cl_trainer *t, float lr, double *loss_sum, double *norm, cl
             return cl_error_context(s, "pipeline rank %d, stage %d, step %d, %s of micro-batch %d", pp->r,
                                     a->chunk * pp->p + pp->r, t->step + 1, cl_act_kind_name(a->kind), a->mb);
         }
+        CL_TRY(cl_device_sync(t->dev)); /* the action's time covers its kernels (cl_pp_record) */
         double a1 = cl_now();
         if (cl_act_is_compute(a->kind)) {
             busy += a1 - a0;

@@ -225,6 +225,7 @@ cl_status cl_trainer_step(cl_trainer *t, cl_step_stats *st) {
         cl_comm_counts_get(g->pp, &st->comm_pp);
     }
     t->step++;
+    CL_TRY(cl_device_sync(t->dev)); /* the step's time covers its last kernels */
     return step_stats(t, st, t0, loss_sum, norm, lr, c->global_batch / t->dp);
 }
 
@@ -302,7 +303,7 @@ static cl_status model_eval_batch(void *ctx, const cl_microbatch *mb, double *su
 }
 
 cl_status cl_eval_tokens(cl_model *m, cl_acts *a, const int32_t *tok, size_t n, double *loss, size_t *windows) {
-    int T = m->desc->T, B = a->B < m->B ? a->B : m->B;
+    int T = cl_model_desc_of(m)->T, B = a->B < cl_model_batch(m) ? a->B : cl_model_batch(m);
     eval_set e;
     cl_status s = token_windows(tok, n, T, &e);
     if (windows) *windows = e.n;
@@ -315,7 +316,7 @@ cl_status cl_eval_tokens(cl_model *m, cl_acts *a, const int32_t *tok, size_t n, 
     }
     model_eval me = {m, a};
     double sum = 0;
-    s = eval_loop(&e, m->dev, B, in, tg, NULL, model_eval_batch, &me, &sum);
+    s = eval_loop(&e, cl_model_device(m), B, in, tg, NULL, model_eval_batch, &me, &sum);
     free(in);
     free(tg);
     if (!s) *loss = eval_mean(&e, sum);
@@ -372,7 +373,7 @@ double cl_trainer_unigram_loss(const cl_trainer *t) {
 
 /* The windows of one part of a dataset (cleave eval --data). */
 cl_status cl_eval_dataset(cl_model *m, cl_acts *a, cl_dataset *d, int part, double *loss, size_t *windows) {
-    int T = m->desc->T, B = a->B < m->B ? a->B : m->B;
+    int T = cl_model_desc_of(m)->T, B = a->B < cl_model_batch(m) ? a->B : cl_model_batch(m);
     static const char *names[] = {"train", "validation", "test"};
     eval_set e = {.ds = d, .part = part, .T = T, .n = cl_dataset_windows(d, part)};
     if (windows) *windows = e.n;
@@ -385,7 +386,7 @@ cl_status cl_eval_dataset(cl_model *m, cl_acts *a, cl_dataset *d, int part, doub
     if (!in || !tg || !e.win) s = cl_error(CL_ERR_OOM, "cannot allocate evaluation buffers");
     model_eval me = {m, a};
     double sum = 0;
-    if (!s) s = eval_loop(&e, m->dev, B, in, tg, NULL, model_eval_batch, &me, &sum);
+    if (!s) s = eval_loop(&e, cl_model_device(m), B, in, tg, NULL, model_eval_batch, &me, &sum);
     free(in);
     free(tg);
     free(e.win);
