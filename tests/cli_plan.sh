@@ -3,7 +3,7 @@
 # per configuration with its flags, fits, step_s, tokens_per_s,
 # model_tflops_per_device, bubble, peak_bytes and bytes by category; a fully
 # fixed configuration prints only itself; the 1T-parameter search on 3072
-# A100s finishes in under 10 s; calibrate writes a description that
+# A100s answers with its three fastest (its time: bench/plan_search.sh); calibrate writes a description that
 # --hardware this reads and whose memory is the exact predictor's (cleave
 # memory's bytes); bad input (hardware file with a missing or negative field,
 # a device count nothing divides, a model that fits nothing, bf16 on this
@@ -27,13 +27,10 @@ out=$($CLEAVE plan --model gpt2-xl --devices 64 --global-batch-size 512 --seq-le
       --schedule 1f1b --zero 1 --recompute full --no-sequence-parallel --precision bf16 --json 2>&1)
 check '[ "$(printf "%s\n" "$out" | wc -l)" -eq 1 ] && printf "%s" "$out" | grep -q "\"dp\": 16, \"tp\": 1, \"pp\": 4"' \
     "fixed configuration$(excerpt 3 "$out")"
-# search time: 1T parameters (Narayanan et al.'s largest row) on 3072 A100s
-t0=$(date +%s.%N)
+# 1T parameters (Narayanan et al.'s largest row) on 3072 A100s: three rows (how fast: bench/plan_search.sh)
 out=$($CLEAVE plan --layers 128 --channels 25600 --heads 160 --vocab 51200 --context 2048 --devices 3072 \
       --global-batch-size 3072 --top 3 2>&1); rc=$?
-t=$(echo "$(date +%s.%N) - $t0" | bc)
-check '[ $rc -eq 0 ] && [ "$(echo "$t < 10" | bc)" -eq 1 ]' "1T on 3072 devices: rc $rc in $t s$(excerpt 6 "$out")"
-echo "  1T search: $t s"
+check '[ $rc -eq 0 ] && [ "$(printf "%s\n" "$out" | grep -c "^ *[0-9]\+ ")" -eq 3 ]' "1T on 3072 devices: three rows (rc $rc)$(excerpt 8 "$out")"
 # this machine: calibrate, then the exact predictor's bytes
 CLEAVE_HW="$tmp/this.json" $CLEAVE plan calibrate --repeat 1 > "$tmp/cal" 2>&1
 check '[ -s "$tmp/this.json" ] && grep -q "\"exact_memory\": true" "$tmp/this.json"' "calibrate wrote a description$(excerpt 3 "$(cat "$tmp/cal")")"
