@@ -38,7 +38,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             for (int i = 0; i < d->nparams; i++) {
                 const cl_param_spec *p = &d->params[i];
                 int64_t R = cl_shard_whole_rows(p), C = cl_shard_whole_cols(p);
-                unsigned char *seen = R * C <= 4096 ? calloc((size_t)(R * C ? R * C : 1), 1) : NULL;
+                unsigned char *seen = R * C <= 4096 ? calloc((size_t)(R * C > 0 ? R * C : 1), 1) : NULL;
                 for (int k = 0; k < CL_NKINDS; k++) {
                     if (seen) memset(seen, 0, (size_t)(R * C));
                     for (int j = 0; j < ix.nbx[i * CL_NKINDS + k]; j++) {
