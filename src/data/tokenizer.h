@@ -50,6 +50,9 @@ struct cl_tokenizer {
 cl_status cl_gpt2_encode(const cl_tokenizer *t, const char *text, size_t len,
                          int32_t **out, size_t *n);
 void cl_gpt2_release(cl_tokenizer *t);
+/* GPT-2's byte-level alphabet inverted (tokenizer_gpt2.c): u2b[code point] is
+ * its byte, -1 for code points outside the 256 characters. */
+void cl_byte_unicode_inverse(int u2b[324]);
 cl_status cl_hf_encode(const cl_tokenizer *t, const char *text, size_t len,
                        int32_t **out, size_t *n);
 void cl_hf_release(cl_tokenizer *t);

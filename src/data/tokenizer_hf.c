@@ -134,18 +134,6 @@ void cl_hf_release(cl_tokenizer *t)
 
 /* ---- loading --------------------------------------------------------------- */
 
-/* byte-level alphabet: unicode code point -> byte, -1 outside */
-static void byte_unicode_inverse(int u2b[324])
-{
-    for (int i = 0; i < 324; i++) u2b[i] = -1;
-    int n = 0;
-    for (int b = 0; b < 256; b++) {
-        int printable = (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE);
-        if (printable) u2b[b] = b;
-        else u2b[256 + n++] = b;
-    }
-}
-
 /* Byte-level string s (valid UTF-8, from the JSON reader) to raw bytes in
  * out (room for n bytes); returns the byte count, or -1 when a character is
  * outside the byte-level alphabet. */
@@ -230,7 +218,7 @@ static cl_status load(cl_tokenizer *t, const char *path, const char *text, size_
     const cl_json *r = cl_json_root(doc);
     struct cl_hf *h = t->hf;
     int u2b[324];
-    byte_unicode_inverse(u2b);
+    cl_byte_unicode_inverse(u2b);
     unsigned char *tmp = NULL;
     const char *re = NULL;
 #define BAD(...) do { st = cl_error(CL_ERR_FORMAT, __VA_ARGS__); goto done; } while (0)
