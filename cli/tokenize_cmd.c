@@ -42,8 +42,8 @@
 static const cli_flag tok_flags[] = {
     {"help", "h", 0, "show this help"},
     {"out", "o", 1, "output prefix: writes PREFIX.bin and PREFIX.idx (required)"},
-    {"tokenizer", "", 1, "byte (default) or gpt2"},
-    {"tokenizer-dir", "", 1, "directory with encoder.json and vocab.bpe (default: gpt2/ in cleave's data)"},
+    {"tokenizer", "", 1, "byte (default), gpt2 or hf (a Hugging Face tokenizer.json in --tokenizer-dir)"},
+    {"tokenizer-dir", "", 1, "directory with encoder.json and vocab.bpe (default: gpt2/ in cleave's data); for hf, with tokenizer.json (default: llama3/)"},
     {"data-key", "", 1, "the JSON field holding a JSONL line's text (default text)"},
     {"threads", "", 1, "threads to encode on (default: OpenMP's, the machine's cores)"},
     {"overwrite", "", 0, "replace a finished dataset at PREFIX"},

@@ -206,8 +206,12 @@ fi
 
 # the CLI: cleave tokenize --tokenizer hf, and the token cache's tokenizer hash
 printf 'In the beginning God created the heaven and the earth.\n' >"$tmp/gen.txt"
-"$cleave" tokenize --tokenizer hf --tokenizer-dir "$l3" --out "$tmp/gen" "$tmp/gen.txt" >"$tmp/tok.out" 2>&1; _rc=$?
-check '[ $_rc -eq 0 ]' "cleave tokenize --tokenizer hf runs (rc $_rc: $(head -c 300 "$tmp/tok.out"))"
+CLEAVE_DATA=$data "$cleave" tokenize --tokenizer hf --out "$tmp/gen" "$tmp/gen.txt" >"$tmp/tok.out" 2>&1; _rc=$?
+# its ids: the encoder's, then <|end_of_text|> (128001 in Llama 3's added_tokens), int32
+{ "$tmp/enc" --hf "$l3" "$tmp/gen.txt"; echo 128001; } >"$tmp/gen.want"
+od -An -td4 -v "$tmp/gen.bin" 2>/dev/null | tr -s ' ' '\n' | sed '/^$/d' >"$tmp/gen.got"
+check '[ $_rc -eq 0 ] && [ -s "$tmp/gen.want" ] && cmp -s "$tmp/gen.want" "$tmp/gen.got"' \
+    "cleave tokenize --tokenizer hf (llama3/ by default) writes the encoder's ids and <|end_of_text|> as int32 (rc $_rc: $(head -c 300 "$tmp/tok.out"))"
 # training keeps a token cache keyed on tokenizer.json's bytes: the same file
 # reuses it, a changed one (a trailing newline, the same tokens) rebuilds it
 head -c 3000 "$kjv" >"$tmp/small.txt"

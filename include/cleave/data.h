@@ -32,7 +32,8 @@ cl_status cl_tokenizer_byte(cl_tokenizer **out);
 /* dir holds encoder.json and vocab.bpe */
 cl_status cl_tokenizer_gpt2(cl_tokenizer **out, const char *dir);
 /* dir holds a Hugging Face tokenizer.json (byte-level BPE; src/data/tokenizer_hf.c
- * says what is read). Needs PCRE2 (CL_ERR_UNSUPPORTED without it). */
+ * says what is read); NULL: llama3/ in cleave's data (cl_data_find). Needs
+ * PCRE2 (CL_ERR_UNSUPPORTED without it). */
 cl_status cl_tokenizer_hf(cl_tokenizer **out, const char *dir);
 void cl_tokenizer_free(cl_tokenizer *t);
 const char *cl_tokenizer_name(const cl_tokenizer *t); /* "byte", "gpt2" or "hf" */
@@ -154,7 +155,7 @@ cl_status cl_json_parse_file_as(cl_json_doc **out, const char *path, cl_file_kin
 cl_status cl_json_parse_file(cl_json_doc **out, const char *path);
 
 /* cleave's prepared data (scripts/setup.sh: "kjv.txt", "digits.csv.gz" and
- * the directory "gpt2"), found from any working directory: the path of
+ * the directories "gpt2" and "llama3"), found from any working directory: the path of
  * `name` in the first of $CLEAVE_DATA; the checkout's data/ beside the
  * running program (one or two directories up, as build/cleave and
  * build/examples/x sit); BIN/../share/cleave beside an installed program;

@@ -383,7 +383,12 @@ done:
 cl_status cl_tokenizer_hf(cl_tokenizer **out, const char *dir)
 {
     *out = NULL;
-    if (!dir || !*dir) return cl_error(CL_ERR_INVALID, "hf tokenizer: no directory given (--tokenizer-dir DIR, holding tokenizer.json)");
+    char found[4096];
+    if (!dir) { /* Llama 3's, as scripts/setup.sh prepares it */
+        CL_TRY(cl_data_find("llama3", found, sizeof found));
+        dir = found;
+    }
+    if (!*dir) return cl_error(CL_ERR_INVALID, "hf tokenizer: no directory given (--tokenizer-dir DIR, holding tokenizer.json)");
     size_t n = strlen(dir) + 16;
     char *path = malloc(n);
     cl_tokenizer *t = calloc(1, sizeof *t);
