@@ -34,6 +34,7 @@ LDLIBS  = -lxxhash -lm -pthread -fopenmp
 have = $(shell printf '#include <$(1)>\nint main(void){return 0;}\n' | $(CC) -x c - -o /dev/null $(2) 2>/dev/null && echo yes || echo no)
 HAVE_DNNL := $(call have,oneapi/dnnl/dnnl.h,-ldnnl)
 HAVE_ZLIB := $(call have,zlib.h,-lz)
+HAVE_PCRE2 := $(call have,pcre2.h,-DPCRE2_CODE_UNIT_WIDTH=8 -lpcre2-8)
 # MPI (OpenMPI's mpicc --showme); `make MPI=0` builds without it.
 ifeq ($(MPI),0)
 HAVE_MPI  := no
@@ -48,6 +49,10 @@ endif
 ifeq ($(HAVE_ZLIB),yes)
 CFLAGS += -DCL_HAVE_ZLIB
 LDLIBS += -lz
+endif
+ifeq ($(HAVE_PCRE2),yes)
+CFLAGS += -DCL_HAVE_PCRE2
+LDLIBS += -lpcre2-8
 endif
 ifeq ($(HAVE_MPI),yes)
 CFLAGS += -DCL_HAVE_MPI $(shell mpicc --showme:compile)
@@ -82,7 +87,7 @@ DATA_FILES := kjv.txt digits.csv.gz gpt2/encoder.json gpt2/vocab.bpe
 all: config $(BUILD)/cleave $(BUILD)/$(SONAME) $(BUILD)/cleave.pc $(MAN_OUT) $(TEST_BIN) $(EX_BIN) $(BENCH_BIN)
 
 config:
-	@echo "cleave build ($(BUILD)): oneDNN: $(HAVE_DNNL), zlib: $(HAVE_ZLIB), MPI: $(HAVE_MPI), sanitizers: $(if $(filter 1,$(SAN)),yes,no)"
+	@echo "cleave build ($(BUILD)): oneDNN: $(HAVE_DNNL), zlib: $(HAVE_ZLIB), PCRE2: $(HAVE_PCRE2), MPI: $(HAVE_MPI), sanitizers: $(if $(filter 1,$(SAN)),yes,no)"
 
 $(BUILD)/obj/%.o: src/%.c $(HDRS) Makefile
 	@mkdir -p $(dir $@)

@@ -62,8 +62,8 @@ static const cli_flag train_flags[] = {
     {"data", "", 1, "training text (GPT; default kjv.txt) or digits csv(.gz) (MLP/CNN; default digits.csv.gz) from cleave's data: $CLEAVE_DATA, the checkout's data/, PREFIX/share/cleave. GPT also: a Megatron indexed dataset PREFIX (PREFIX.idx + PREFIX.bin, from cleave tokenize; memory-mapped), a .jsonl file (a document per line), a directory of .txt and .jsonl files, or a blend \"0.7 PATH 0.3 PATH\""},
     {"data-key", "", 1, "the field of each JSONL line that holds its text (default text)"},
     {"split", "", 1, "train,validation,test fractions of each dataset, e.g. 949,50,1 (default 9,1,0)"},
-    {"tokenizer", "", 1, "byte (default) or gpt2"},
-    {"tokenizer-dir", "", 1, "directory with encoder.json and vocab.bpe (default: gpt2/ in cleave's data, as for --data)"},
+    {"tokenizer", "", 1, "byte (default), gpt2 or hf (a Hugging Face tokenizer.json in --tokenizer-dir)"},
+    {"tokenizer-dir", "", 1, "directory with encoder.json and vocab.bpe (default: gpt2/ in cleave's data, as for --data); for hf, with tokenizer.json (default: llama3/)"},
     {"device-memory", "", 1, "cap on this rank's device memory, e.g. 512MiB (B, KiB, MiB, GiB)"},
     {"eval-every", "", 1, "report validation loss every N steps (default: at the end only)"},
     {"eval-batches", "", 1, "validation windows per evaluation (default 16, 0 = all)"},
@@ -1545,7 +1545,7 @@ static const cli_flag eval_flags[] = {
     {"data-key", "", 1, "the field of each JSONL line that holds its text (default text)"},
     {"split", "", 1, "train,validation,test fractions of each dataset, as cleave train --split (default 9,1,0)"},
     {"split-part", "", 1, "the part of --data to evaluate: train, validation or test (default: test when --split gives it a share, else validation)"},
-    {"tokenizer-dir", "", 1, "directory with encoder.json and vocab.bpe (default: gpt2/ in cleave's data, as for --data)"},
+    {"tokenizer-dir", "", 1, "directory with encoder.json and vocab.bpe (default: gpt2/ in cleave's data, as for --data); for hf, with tokenizer.json (default: llama3/)"},
     {"micro-batch-size", "", 1, "windows evaluated at once (default 8)"},
     {"device-memory", "", 1, "cap on device memory, e.g. 512MiB"},
 };
@@ -1621,7 +1621,7 @@ static const cli_flag gen_flags[] = {
     {"temperature", "", 1, "sampling temperature; 0 = greedy (default 0.8)"},
     {"top-k", "", 1, "sample from the k most likely tokens (default 40, 0 = all)"},
     {"seed", "", 1, "sampling seed (default 1337)"},
-    {"tokenizer-dir", "", 1, "directory with encoder.json and vocab.bpe (default: gpt2/ in cleave's data, as for --data)"},
+    {"tokenizer-dir", "", 1, "directory with encoder.json and vocab.bpe (default: gpt2/ in cleave's data, as for --data); for hf, with tokenizer.json (default: llama3/)"},
     {"device-memory", "", 1, "cap on device memory, e.g. 512MiB"},
 };
 

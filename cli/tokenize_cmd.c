@@ -42,8 +42,8 @@
 static const cli_flag tok_flags[] = {
     {"help", "h", 0, "show this help"},
     {"out", "o", 1, "output prefix: writes PREFIX.bin and PREFIX.idx (required)"},
-    {"tokenizer", "", 1, "byte (default) or gpt2"},
-    {"tokenizer-dir", "", 1, "directory with encoder.json and vocab.bpe (default: gpt2/ in cleave's data)"},
+    {"tokenizer", "", 1, "byte (default), gpt2 or hf (a Hugging Face tokenizer.json in --tokenizer-dir)"},
+    {"tokenizer-dir", "", 1, "directory with encoder.json and vocab.bpe (default: gpt2/ in cleave's data); for hf, with tokenizer.json (default: llama3/)"},
     {"data-key", "", 1, "the JSON field holding a JSONL line's text (default text)"},
     {"threads", "", 1, "threads to encode on (default: OpenMP's, the machine's cores)"},
     {"overwrite", "", 0, "replace a finished dataset at PREFIX"},
@@ -414,11 +414,11 @@ static int tokenize_cmd(int argc, char **argv, char **flags, input *ins) {
     cl_status s = cli_parse(&a, tok_flags, NFLAGS(tok_flags), nf, flags, 2);
     if (s) return cli_fail(s);
     if (cli_get(&a, "help")) {
-        cli_print_help("usage: cleave tokenize INPUT... --out PREFIX [--tokenizer byte|gpt2] [--data-key text]\n\n"
+        cli_print_help("usage: cleave tokenize INPUT... --out PREFIX [--tokenizer byte|gpt2|hf] [--data-key text]\n\n"
                        "Tokenizes text files (each one document) and JSONL files (.jsonl, .ndjson, .json: each line one\n"
                        "document, its --data-key string; blank lines skipped) once into a Megatron-LM indexed dataset, PREFIX.bin and PREFIX.idx,\n"
                        "as preprocess_data.py --append-eod writes it: a sequence per document ending in the end-of-document\n"
-                       "token (gpt2: <|endoftext|>, 50256; byte: 0), uint16 tokens below 65500 ids, else int32.\n"
+                       "token (gpt2: <|endoftext|>, 50256; hf: <|end_of_text|>; byte: 0), uint16 tokens below 65500 ids, else int32.\n"
                        "`cleave train --data PREFIX` trains on it memory-mapped. An interrupted run resumes from\n"
                        "PREFIX.tokenize; a finished dataset is refused unless --overwrite.",
                        tok_flags, NFLAGS(tok_flags));
@@ -433,7 +433,8 @@ static int tokenize_cmd(int argc, char **argv, char **flags, input *ins) {
     cl_tokenizer *tok = NULL;
     if (!strcmp(tname, "byte")) s = cl_tokenizer_byte(&tok);
     else if (!strcmp(tname, "gpt2")) s = cl_tokenizer_gpt2(&tok, cli_get(&a, "tokenizer-dir"));
-    else s = cl_error(CL_ERR_INVALID, "unknown --tokenizer '%s' (byte or gpt2)", tname);
+    else if (!strcmp(tname, "hf")) s = cl_tokenizer_hf(&tok, cli_get(&a, "tokenizer-dir"));
+    else s = cl_error(CL_ERR_INVALID, "unknown --tokenizer '%s' (byte, gpt2 or hf)", tname);
     if (s) return cli_fail(s);
     if (cl_tokenizer_eod(tok) < 0) {
         cl_tokenizer_free(tok);

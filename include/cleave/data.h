@@ -7,6 +7,9 @@
  *           package's encode() on the same text: the same pre-tokenizer
  *           pattern ('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+),
  *           the same byte-to-unicode map, the same merge ranks.
+ *   "hf":   a Hugging Face tokenizer.json's byte-level BPE (Llama 3's and
+ *           the like): its own pre-tokenizer regex run by PCRE2, added and
+ *           special tokens matched first; ids equal @lenml/tokenizers'.
  *
  * Token files: a binary file made once from a text file, so training does
  * not re-tokenize: header "CLTOK2\0\0", u32 vocab size, u32 bytes per token
@@ -28,11 +31,15 @@ typedef struct cl_tokenizer cl_tokenizer;
 cl_status cl_tokenizer_byte(cl_tokenizer **out);
 /* dir holds encoder.json and vocab.bpe */
 cl_status cl_tokenizer_gpt2(cl_tokenizer **out, const char *dir);
+/* dir holds a Hugging Face tokenizer.json (byte-level BPE; src/data/tokenizer_hf.c
+ * says what is read); NULL: llama3/ in cleave's data (cl_data_find). Needs
+ * PCRE2 (CL_ERR_UNSUPPORTED without it). */
+cl_status cl_tokenizer_hf(cl_tokenizer **out, const char *dir);
 void cl_tokenizer_free(cl_tokenizer *t);
-const char *cl_tokenizer_name(const cl_tokenizer *t); /* "byte" or "gpt2" */
+const char *cl_tokenizer_name(const cl_tokenizer *t); /* "byte", "gpt2" or "hf" */
 int cl_tokenizer_vocab(const cl_tokenizer *t);         /* 256 or 50257 */
 /* What the tokenizer was made from, as a 64-bit hash: for gpt2 the bytes of
- * encoder.json and vocab.bpe, for byte a fixed value. Token caches record it. */
+ * encoder.json and vocab.bpe, for hf those of tokenizer.json, for byte a fixed value. Token caches record it. */
 uint64_t cl_tokenizer_hash(const cl_tokenizer *t);
 /* Encodes len bytes of text. *out is malloc'ed (caller frees), *n its count. */
 cl_status cl_tokenizer_encode(const cl_tokenizer *t, const char *text, size_t len,
@@ -148,7 +155,7 @@ cl_status cl_json_parse_file_as(cl_json_doc **out, const char *path, cl_file_kin
 cl_status cl_json_parse_file(cl_json_doc **out, const char *path);
 
 /* cleave's prepared data (scripts/setup.sh: "kjv.txt", "digits.csv.gz" and
- * the directory "gpt2"), found from any working directory: the path of
+ * the directories "gpt2" and "llama3"), found from any working directory: the path of
  * `name` in the first of $CLEAVE_DATA; the checkout's data/ beside the
  * running program (one or two directories up, as build/cleave and
  * build/examples/x sit); BIN/../share/cleave beside an installed program;

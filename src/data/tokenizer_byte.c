@@ -26,12 +26,13 @@ void cl_tokenizer_free(cl_tokenizer *t)
 {
     if (!t) return;
     if (t->kind == CL_TOK_GPT2) cl_gpt2_release(t);
+    if (t->kind == CL_TOK_HF) cl_hf_release(t);
     free(t);
 }
 
 const char *cl_tokenizer_name(const cl_tokenizer *t)
 {
-    return t->kind == CL_TOK_GPT2 ? "gpt2" : "byte";
+    return t->kind == CL_TOK_GPT2 ? "gpt2" : t->kind == CL_TOK_HF ? "hf" : "byte";
 }
 
 int cl_tokenizer_vocab(const cl_tokenizer *t) { return t->vocab; }
@@ -45,6 +46,7 @@ cl_status cl_tokenizer_encode(const cl_tokenizer *t, const char *text, size_t le
     *n = 0;
     if (!text && len > 0) return cl_error(CL_ERR_INVALID, "tokenizer encode: text is NULL but length is %zu", len);
     if (t->kind == CL_TOK_GPT2) return cl_gpt2_encode(t, text, len, out, n);
+    if (t->kind == CL_TOK_HF) return cl_hf_encode(t, text, len, out, n);
     int32_t *ids = malloc((len ? len : 1) * sizeof *ids);
     if (!ids) return cl_error(CL_ERR_OOM, "byte tokenizer: no host memory for %zu tokens", len);
     for (size_t i = 0; i < len; i++) ids[i] = (unsigned char)text[i];
@@ -55,7 +57,7 @@ cl_status cl_tokenizer_encode(const cl_tokenizer *t, const char *text, size_t le
 
 int32_t cl_tokenizer_eod(const cl_tokenizer *t)
 {
-    return t->kind == CL_TOK_GPT2 ? t->eod : 0;
+    return t->kind == CL_TOK_BYTE ? 0 : t->eod;
 }
 
 /* GPT-2: the pattern's only lookahead is in its whitespace alternatives, and
@@ -63,11 +65,13 @@ int32_t cl_tokenizer_eod(const cl_tokenizer *t)
  * follows a printable ASCII character and precedes an ASCII letter falls on
  * a pre-token boundary, and the pre-token ending there ends there whether or
  * not the text goes on (a run of letters, numbers or others stops at the
- * space, a contraction is fixed). The byte tokenizer cuts anywhere. */
+ * space, a contraction is fixed). The byte tokenizer cuts anywhere; hf
+ * (any regex) nowhere. */
 size_t cl_tokenizer_cut(const cl_tokenizer *t, const char *text, size_t len, size_t at)
 {
     if (at >= len) return len;
-    if (t->kind != CL_TOK_GPT2) return at;
+    if (t->kind == CL_TOK_BYTE) return at;
+    if (t->kind == CL_TOK_HF) return len; /* the file's regex is not known to have safe cuts */
     const unsigned char *s = (const unsigned char *)text;
     for (size_t b = at > 0 ? at : 1; b + 1 < len; b++) {
         if (s[b] != ' ') continue;

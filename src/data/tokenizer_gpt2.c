@@ -33,7 +33,7 @@
 
 /* Printable Latin-1 bytes map to themselves; the other 68 bytes, in order,
  * to U+0100.. . Fills u2b[0..324) with byte or -1. */
-static void byte_unicode_inverse(int u2b[324])
+void cl_byte_unicode_inverse(int u2b[324])
 {
     for (int i = 0; i < 324; i++) u2b[i] = -1;
     int n = 0;
@@ -233,7 +233,7 @@ static cl_status load_encoder(cl_tokenizer *t, const char *path)
     CL_TRY(cl_read_file(path, CL_FILE_TOKENIZER, &s, &n));
     t->files_hash = cl_hash64(s, n, 0);
     int u2b[324];
-    byte_unicode_inverse(u2b);
+    cl_byte_unicode_inverse(u2b);
     bytes_t pool = {0};
     size_t nent = 0, capent = 0;
     struct ent { size_t off, len; int64_t id; } *ents = NULL;
@@ -371,7 +371,7 @@ static cl_status load_merges(cl_tokenizer *t, const char *path)
     CL_TRY(cl_read_file(path, CL_FILE_TOKENIZER, &s, &n));
     t->files_hash = cl_hash64(s, n, t->files_hash); /* after encoder.json's */
     int u2b[324];
-    byte_unicode_inverse(u2b);
+    cl_byte_unicode_inverse(u2b);
     cl_status st = CL_OK;
     bytes_t pool = {0};
     size_t nm = 0, cap = 0;

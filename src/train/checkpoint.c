@@ -307,6 +307,7 @@ cl_status cl_checkpoint_load(const char *given, const char *tokenizer_dir, size_
     if (!s && cl_model_family_of(&c)->tokens) {
         if (!strcmp(tok, "gpt2")) s = cl_tokenizer_gpt2(&out->tok, tokenizer_dir);
         else if (!strcmp(tok, "byte")) s = cl_tokenizer_byte(&out->tok);
+        else if (!strcmp(tok, "hf")) s = cl_tokenizer_hf(&out->tok, tokenizer_dir);
         else s = cl_error(CL_ERR_FORMAT, "%s/config.json: unknown tokenizer '%s'", dir, tok);
         if (!s && cl_tokenizer_vocab(out->tok) > c.vocab)
             s = cl_error(CL_ERR_FORMAT, "%s: tokenizer %s does not fit the vocabulary %d", dir, tok, c.vocab);

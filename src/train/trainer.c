@@ -55,7 +55,8 @@ static cl_status load_data(cl_trainer *t) {
     if (cl_model_family_of(mc)->tokens) {
         if (!strcmp(t->cfg.tokenizer, "byte")) CL_TRY(cl_tokenizer_byte(&t->tok));
         else if (!strcmp(t->cfg.tokenizer, "gpt2")) CL_TRY(cl_tokenizer_gpt2(&t->tok, t->cfg.tokenizer_dir));
-        else return cl_error(CL_ERR_INVALID, "unknown --tokenizer '%s' (byte or gpt2)", t->cfg.tokenizer);
+        else if (!strcmp(t->cfg.tokenizer, "hf")) CL_TRY(cl_tokenizer_hf(&t->tok, t->cfg.tokenizer_dir));
+        else return cl_error(CL_ERR_INVALID, "unknown --tokenizer '%s' (byte, gpt2 or hf)", t->cfg.tokenizer);
         if (cl_tokenizer_vocab(t->tok) > mc->vocab)
             return cl_error(CL_ERR_INVALID, "the %s tokenizer has %d tokens but the model's vocabulary is %d (set --vocab)",
                             cl_tokenizer_name(t->tok), cl_tokenizer_vocab(t->tok), mc->vocab);

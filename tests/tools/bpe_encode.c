@@ -1,7 +1,8 @@
 /* bpe_encode: prints cleave's GPT-2 token ids for a file, one per line, for
- * tests/cli_bpe_node.sh to compare with the gpt-3-encoder npm package.
+ * tests/cli_bpe_node.sh to compare with the gpt-3-encoder npm package (with
+ * --hf, a Hugging Face tokenizer.json's, for tests/cli_hf_tokenizer.sh).
  * It also checks that decoding the ids gives back the file's bytes.
- * Usage: bpe_encode GPT2_DIR FILE   (exit 0 on success, 1 on any failure) */
+ * Usage: bpe_encode [--hf] DIR FILE   (exit 0 on success, 1 on any failure) */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,15 +11,17 @@
 
 int main(int argc, char **argv)
 {
-    if (argc != 3) {
-        fprintf(stderr, "usage: %s GPT2_DIR FILE\n", argv[0]);
+    int hf = argc == 4 && !strcmp(argv[1], "--hf");
+    if (argc != 3 + hf) {
+        fprintf(stderr, "usage: %s [--hf] DIR FILE\n", argv[0]);
         return 2;
     }
+    argv += hf;
     cl_tokenizer *t;
     char *text;
     size_t len, n;
     int32_t *ids;
-    if (cl_tokenizer_gpt2(&t, argv[1]) != CL_OK || cl_read_file(argv[2], CL_FILE_TEXT, &text, &len) != CL_OK ||
+    if ((hf ? cl_tokenizer_hf(&t, argv[1]) : cl_tokenizer_gpt2(&t, argv[1])) != CL_OK || cl_read_file(argv[2], CL_FILE_TEXT, &text, &len) != CL_OK ||
         cl_tokenizer_encode(t, text, len, &ids, &n) != CL_OK) {
         fprintf(stderr, "bpe_encode: %s\n", cl_last_error());
         return 1;
