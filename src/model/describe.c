@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const cl_family *const families[] = {&cl_family_gpt, &cl_family_mlp, &cl_family_cnn};
+static const cl_family *const families[] = {&cl_family_gpt, &cl_family_mlp, &cl_family_cnn, &cl_family_llama};
 enum { NFAMILIES = sizeof families / sizeof families[0] };
 
 const cl_family *cl_family_of(cl_model_kind k) {
@@ -53,7 +53,7 @@ cl_status cl_model_preset(const char *name, cl_model_config *cfg) {
     memset(cfg, 0, sizeof *cfg);
     for (int i = 0; i < NFAMILIES; i++)
         if (families[i]->preset(name, cfg)) return CL_OK;
-    char known[256] = "";
+    char known[640] = "";
     for (int i = 0; i < NFAMILIES; i++)
         snprintf(known + strlen(known), sizeof known - strlen(known), "%s%s", i ? ", " : "", families[i]->presets);
     return cl_error(CL_ERR_INVALID, "unknown model '%s' (known: %s)", name, known);

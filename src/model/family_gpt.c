@@ -90,8 +90,8 @@ static cl_status gpt_check_tp(const cl_model_config *c, int T, const cl_tp_layou
     return CL_OK;
 }
 
-/* The vocabulary padded to a multiple of vocab_div x tp, and this rank's heads, columns and rows. */
-static cl_status gpt_setup(cl_model_desc *d) {
+/* The vocabulary padded to a multiple of vocab_div x tp, and this rank's heads, columns and rows (family.h). */
+cl_status cl_family_tokens_setup(cl_model_desc *d) {
     const cl_model_config *c = &d->cfg;
     const cl_tp_layout *tl = &d->tpl;
     int64_t mult = (int64_t)tl->vocab_div * tl->tp, vp = (c->vocab + mult - 1) / mult * mult;
@@ -163,7 +163,7 @@ const cl_family cl_family_gpt = {
     .check = gpt_check,
     .runs = gpt_runs,
     .check_tp = gpt_check_tp,
-    .setup = gpt_setup,
+    .setup = cl_family_tokens_setup,
     .describe = gpt_describe,
     .write_config = gpt_write_config,
     .read_config = gpt_read_config,
