@@ -35,6 +35,17 @@ check '[ $_rc -eq 0 ]' "llama-tiny --tp 2 not described (exit $_rc)$(excerpt 2 "
 "$CLEAVE" memory --model llama --rope-theta 1 > "$tmp/o" 2>&1; _rc=$?
 check '[ $_rc -eq 2 ] && grep -q "rope-theta" "$tmp/o"' "--rope-theta 1 not refused (exit $_rc)"
 
+# llama-3.1-405b at its whole context (131072): 128 heads' T x T scores pass the description's bound, said with the remedy
+"$CLEAVE" memory --model llama-3.1-405b > "$tmp/o" 2>&1; _rc=$?
+check '[ $_rc -eq 2 ] && grep -q "too large at sequence length 131072.*shorter --seq-len" "$tmp/o"' "405b at 131072 (exit $_rc)$(excerpt 2 "$(cat "$tmp/o")")"
+"$CLEAVE" memory --model llama-3.1-405b --seq-len 8192 --tp 8 > "$tmp/o" 2>&1; _rc=$?
+check '[ $_rc -eq 0 ]' "405b at 8192, tp 8 (exit $_rc)$(excerpt 2 "$(cat "$tmp/o")")"
+
+# the planner costs the Llama kinds from their tables (layouts past the 8 key-value heads left out)
+"$CLEAVE" plan --model llama-3-70b --devices 64 --hardware h100 > "$tmp/o" 2>&1; _rc=$?
+check '[ $_rc -eq 0 ] && grep -q "^ *1 " "$tmp/o" && ! grep -Eq "^ *[0-9]+ +[0-9]+ +(16|32|64) " "$tmp/o"' \
+    "cleave plan --model llama-3-70b --devices 64 (exit $_rc)$(excerpt 4 "$(cat "$tmp/o")")"
+
 printf 'In the beginning God created the heaven and the earth.\n%.0s' $(seq 200) > "$tmp/text.txt"
 "$CLEAVE" train --model llama-tiny --data "$tmp/text.txt" --steps 2 > "$tmp/o" 2>&1; _rc=$?
 check '[ $_rc -eq 2 ] && grep -q "Llama unit kinds. forward and backward are not built yet" "$tmp/o" && [ "$(wc -l < "$tmp/o")" -eq 1 ]' \
