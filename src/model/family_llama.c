@@ -18,7 +18,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#define LAYERS_MAX (1 << 14)
+#define LAYERS_MAX (1 << 14) /* as cl_family_tokens_check bounds --layers */
 
 /* rope_scaling of type llama3 (Llama 3.1, 3.2) is not described yet: those presets run the plain rotary table */
 static const struct {
@@ -61,24 +61,10 @@ static int llama_preset(const char *name, cl_model_config *cfg) {
 }
 
 static cl_status llama_check(const cl_model_config *c) {
-    CL_FAMILY_POS(c, layers, "--layers");
-    CL_FAMILY_POS(c, channels, "--channels");
-    CL_FAMILY_POS(c, heads, "--heads");
-    CL_FAMILY_POS(c, seq_len, "--context");
-    CL_FAMILY_POS(c, vocab, "--vocab");
-    CL_FAMILY_MAX(c, layers, "--layers", LAYERS_MAX);
-    CL_FAMILY_MAX(c, seq_len, "the context (max_position_embeddings)", CL_DESC_DIM_MAX);
-    if (c->channels % c->heads)
-        return cl_error(CL_ERR_INVALID, "--heads (%d) must divide --channels (%d)", c->heads, c->channels);
+    CL_TRY(cl_family_tokens_check(c, "--context", "the context (max_position_embeddings)", "--ffn-channels"));
     if ((c->channels / c->heads) % 2)
         return cl_error(CL_ERR_INVALID, "the head width --channels / --heads = %d must be even (rotary positions rotate pairs)",
                         c->channels / c->heads);
-    if (c->vocab > (1 << 30)) return cl_error(CL_ERR_INVALID, "--vocab %d is too large", c->vocab);
-    if ((int64_t)c->channels * 4 > (1 << 28)) return cl_error(CL_ERR_INVALID, "--channels %d is too large", c->channels);
-    if (c->kv_heads < 0 || (c->kv_heads && c->heads % c->kv_heads))
-        return cl_error(CL_ERR_INVALID, "--kv-heads %d must divide --heads (%d)", c->kv_heads, c->heads);
-    if (c->mlp_width < 0) return cl_error(CL_ERR_INVALID, "--ffn-channels must be positive (got %d)", c->mlp_width);
-    CL_FAMILY_MAX(c, mlp_width, "--ffn-channels", CL_DESC_WIDTH_MAX);
     if (!(c->rope_theta > 1 && c->rope_theta <= 1e9))
         return cl_error(CL_ERR_INVALID, "--rope-theta %g must be in (1, 1e9]", c->rope_theta);
     if (!(c->rms_norm_eps > 0 && c->rms_norm_eps < 1))
