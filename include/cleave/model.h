@@ -58,7 +58,7 @@ typedef struct {
     int hidden, hidden2, classes;
 } cl_model_config;
 
-/* gpt2-tiny, gpt2, gpt2-medium, gpt2-large, gpt2-xl, mlp, cnn */
+/* gpt2-tiny, gpt2, gpt2-medium, gpt2-large, gpt2-xl, mlp, cnn, llama-tiny, llama, smollm2-135m, ... llama-3.1-405b */
 cl_status cl_model_preset(const char *name, cl_model_config *cfg);
 /* Checks every size (positive, heads divide channels, shapes that fit). */
 cl_status cl_model_config_check(const cl_model_config *cfg);
