@@ -145,11 +145,14 @@ cl_status cli_parse_model_from(const cli_args *a, const cl_model_config *base, c
     if (base && !name) *mc = *base;
     else CL_TRY(cl_model_preset(name ? name : "gpt2-tiny", mc));
     int custom = 0;
-    const char *shape[] = {"layers", "channels", "heads", "vocab", "context", "kv-heads", "mlp-width", "norm"};
-    for (int i = 0; i < 8; i++)
+    const char *shape[] = {"layers", "channels", "heads", "vocab", "context", "kv-heads", "mlp-width", "norm",
+                           "ffn-channels", "rope-theta", "tie-embeddings"};
+    for (int i = 0; i < 11; i++)
         if (cli_get(a, shape[i])) {
             custom = 1;
             if (!cl_model_family_of(mc)->tokens) return cl_error(CL_ERR_INVALID, "--%s applies to GPT models, not %s", shape[i], mc->name);
+            if (i >= 8 && strcmp(cl_model_family_of(mc)->name, "llama"))
+                return cl_error(CL_ERR_INVALID, "--%s applies to Llama models (--model llama, llama-tiny, ...), not %s", shape[i], mc->name);
         }
     const cl_model_config named = *mc;
     CL_TRY(cli_int(a, "layers", &mc->layers, 1, 1 << 20));
@@ -159,6 +162,14 @@ cl_status cli_parse_model_from(const cli_args *a, const cl_model_config *base, c
     CL_TRY(cli_int(a, "context", &mc->seq_len, 1, 1 << 20));
     CL_TRY(cli_int(a, "kv-heads", &mc->kv_heads, 1, 1 << 20));
     CL_TRY(cli_int(a, "mlp-width", &mc->mlp_width, 1, 1 << 28));
+    /* Llama's (checked above to be one): the MLP's width by its Hugging Face meaning, the rotary base, a tied head */
+    CL_TRY(cli_int(a, "ffn-channels", &mc->mlp_width, 1, 1 << 28));
+    float theta = (float)mc->rope_theta;
+    CL_TRY(cli_float(a, "rope-theta", &theta, 1, 1e9));
+    if (cli_get(a, "rope-theta")) mc->rope_theta = theta;
+    int tie = !mc->untied;
+    CL_TRY(cli_int(a, "tie-embeddings", &tie, 0, 1));
+    if (cli_get(a, "tie-embeddings")) mc->untied = !tie;
     const char *norm = cli_get(a, "norm");
     if (norm && !strcmp(norm, "layernorm")) mc->norm = CL_NORM_LAYER;
     else if (norm && !strcmp(norm, "rmsnorm")) mc->norm = CL_NORM_RMS;
@@ -172,7 +183,8 @@ cl_status cli_parse_model_from(const cli_args *a, const cl_model_config *base, c
         if (!cli_get(a, "context") && *seq_len > mc->seq_len) mc->seq_len = *seq_len;
         /* the preset's name stays when the shape flags only repeat its values (a resolved configuration gives them all) */
         if (mc->layers != named.layers || mc->channels != named.channels || mc->heads != named.heads || mc->vocab != named.vocab ||
-            mc->seq_len != named.seq_len || mc->kv_heads != named.kv_heads || mc->mlp_width != named.mlp_width || mc->norm != named.norm)
+            mc->seq_len != named.seq_len || mc->kv_heads != named.kv_heads || mc->mlp_width != named.mlp_width || mc->norm != named.norm ||
+            mc->rope_theta != named.rope_theta || mc->untied != named.untied)
             snprintf(mc->name, sizeof mc->name, "custom");
     }
     CL_TRY(cl_model_config_check(mc));

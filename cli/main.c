@@ -36,7 +36,7 @@ static const cli_flag train_flags[] = {
     {"help", "h", 0, "show this help"},
     {"config", "", 1, "read settings from this JSON file (keys: the long flag names, at top level or in their section; see above); flags given win"},
     {"print-config", "", 0, "print the resolved settings as JSON (what --config reads) and stop without running"},
-    {"model", "m", 1, "preset: gpt2-tiny (default: 2 layers, 64 channels), gpt2-mini (4 layers, 128 channels), gpt2-small or gpt2 (GPT-2 small, 124M), gpt2-medium (355M), gpt2-large (774M), gpt2-xl (1.5B), mlp, cnn"},
+    {"model", "m", 1, "preset: gpt2-tiny (default: 2 layers, 64 channels), gpt2-mini (4 layers, 128 channels), gpt2-small or gpt2 (GPT-2 small, 124M), gpt2-medium (355M), gpt2-large (774M), gpt2-xl (1.5B), mlp, cnn; Llama (described, not trained yet): llama-tiny, llama (with the flags), smollm2-135m, tinyllama-1.1b, llama-3.2-1b, llama-3-8b, llama-2-70b, llama-3-70b, llama-3.1-405b"},
     {"layers", "", 1, "GPT: number of transformer blocks (overrides the preset)"},
     {"channels", "", 1, "GPT: embedding width C"},
     {"heads", "", 1, "GPT: attention heads (must divide --channels)"},
@@ -45,6 +45,9 @@ static const cli_flag train_flags[] = {
     {"kv-heads", "", 1, "GPT: key-value heads (grouped-query attention; default --heads; the GPT block trains only --heads)"},
     {"mlp-width", "", 1, "GPT: the MLP's hidden width (default 4 x --channels)"},
     {"norm", "", 1, "GPT: layernorm (default) or rmsnorm (described, not trained yet)"},
+    {"ffn-channels", "", 1, "Llama: the MLP's width (intermediate_size; the preset's)"},
+    {"rope-theta", "", 1, "Llama: the rotary positions' base (rope_theta; the preset's)"},
+    {"tie-embeddings", "", 1, "Llama: 1 ties the LM head to the embedding, 0 gives it its own lm_head.weight"},
     {"seq-len", "", 1, "GPT: tokens per training sample (default: the context)"},
     {"steps", "", 1, "training steps (default 100)"},
     {"stop-after", "", 1, "stop after this step (the schedule still spans --steps), as an interrupted run would"},
@@ -1017,7 +1020,7 @@ static void ckpt_micro_batch(train_job *j) {
  * A flag added to train's table is a top-level key at once; listing it here
  * also lets it sit in its section. */
 static const cli_section train_sections[] = {
-    {"model", "model layers channels heads vocab context seq-len kv-heads mlp-width norm"},
+    {"model", "model layers channels heads vocab context seq-len kv-heads mlp-width norm ffn-channels rope-theta tie-embeddings"},
     {"data", "data data-key split tokenizer tokenizer-dir seed"},
     {"batch", "micro-batch-size global-batch-size"},
     {"optimizer", "steps stop-after lr min-lr warmup weight-decay beta1 beta2 eps grad-clip"},
@@ -1338,6 +1341,7 @@ static void resolve_values(const train_cli *tc, const train_job *j, resolved *r)
     const cl_train_config *c = &j->c;
     const cl_model_config *mc = &c->model;
     int gpt = cl_model_family_of(mc)->tokens, mpi = !strcmp(j->comm_name, "mpi");
+    int llama = !strcmp(cl_model_family_of(mc)->name, "llama");
     rput(r, a, "model", 0, cli_get(a, "model") ? cli_get(a, "model") : j->resume ? NULL : "gpt2-tiny");
     const struct {
         const char *name;
@@ -1349,6 +1353,8 @@ static void resolve_values(const train_cli *tc, const train_job *j, resolved *r)
     mc->kv_heads && gpt ? rnum(r, a, "kv-heads", mc->kv_heads) : rput(r, a, "kv-heads", 0, NULL);
     mc->mlp_width && gpt ? rnum(r, a, "mlp-width", mc->mlp_width) : rput(r, a, "mlp-width", 0, NULL);
     rput(r, a, "norm", 0, mc->norm == CL_NORM_RMS && gpt ? "rmsnorm" : NULL);
+    llama ? rfloat(r, a, "rope-theta", mc->rope_theta) : rput(r, a, "rope-theta", 0, NULL);
+    llama ? rnum(r, a, "tie-embeddings", !mc->untied) : rput(r, a, "tie-embeddings", 0, NULL);
     rnum(r, a, "steps", j->steps);
     j->end < j->steps ? rnum(r, a, "stop-after", j->end) : rput(r, a, "stop-after", 0, NULL);
     rfloat(r, a, "lr", c->lr.lr);

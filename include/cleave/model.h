@@ -25,7 +25,7 @@
 extern "C" {
 #endif
 
-typedef enum { CL_MODEL_GPT = 0, CL_MODEL_MLP, CL_MODEL_CNN } cl_model_kind;
+typedef enum { CL_MODEL_GPT = 0, CL_MODEL_MLP, CL_MODEL_CNN, CL_MODEL_LLAMA } cl_model_kind;
 
 #define CL_MLP_MAX_WIDTHS 16
 
@@ -45,6 +45,8 @@ typedef struct {
     cl_norm_kind norm;
     int no_bias;            /* 1: the linear layers and norms have no biases */
     int untied;             /* 1: the LM head has its own weight, not the embedding's */
+    /* Llama (src/model/family_llama.c; 0 for the other families): rotary positions' base and RMSNorm's epsilon */
+    double rope_theta, rms_norm_eps;
     /* MLP: widths[0] inputs ... widths[n-1] classes */
     int nwidths;
     int widths[CL_MLP_MAX_WIDTHS];
@@ -56,7 +58,7 @@ typedef struct {
     int hidden, hidden2, classes;
 } cl_model_config;
 
-/* gpt2-tiny, gpt2, gpt2-medium, gpt2-large, gpt2-xl, mlp, cnn */
+/* gpt2-tiny, gpt2, gpt2-medium, gpt2-large, gpt2-xl, mlp, cnn, llama-tiny, llama, smollm2-135m, ... llama-3.1-405b */
 cl_status cl_model_preset(const char *name, cl_model_config *cfg);
 /* Checks every size (positive, heads divide channels, shapes that fit). */
 cl_status cl_model_config_check(const cl_model_config *cfg);
@@ -163,7 +165,11 @@ typedef enum {
     CL_UNIT_MAXPOOL,
     CL_UNIT_FLATTEN,    /* identity on the data, a shape change */
     CL_UNIT_LINEAR,     /* [IC] -> [OC] */
-    CL_UNIT_CLASSIFY    /* logits[K] -> loss[1]; softmax xent against a label */
+    CL_UNIT_CLASSIFY,   /* logits[K] -> loss[1]; softmax xent against a label */
+    CL_UNIT_TOKEN_EMBED,      /* Llama: tokens -> x[T,C]; embed_tokens, no learned positions (kind_embed.c) */
+    CL_UNIT_LLAMA_BLOCK,      /* Llama: x[T,C] -> x[T,C]; RMSNorm, rotary GQA attention, SwiGLU MLP */
+    CL_UNIT_LLAMA_HEAD,       /* Llama: x[T,C] -> losses[T]; model.norm (RMSNorm), the tied embedding, softmax xent */
+    CL_UNIT_LLAMA_HEAD_UNTIED /* the same with its own lm_head.weight */
 } cl_unit_kind;
 
 /* How a LINEAR unit (and a GPT block's linear layers) is split under tensor

@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const cl_family *const families[] = {&cl_family_gpt, &cl_family_mlp, &cl_family_cnn};
+static const cl_family *const families[] = {&cl_family_gpt, &cl_family_mlp, &cl_family_cnn, &cl_family_llama};
 enum { NFAMILIES = sizeof families / sizeof families[0] };
 
 const cl_family *cl_family_of(cl_model_kind k) {
@@ -53,7 +53,7 @@ cl_status cl_model_preset(const char *name, cl_model_config *cfg) {
     memset(cfg, 0, sizeof *cfg);
     for (int i = 0; i < NFAMILIES; i++)
         if (families[i]->preset(name, cfg)) return CL_OK;
-    char known[256] = "";
+    char known[640] = "";
     for (int i = 0; i < NFAMILIES; i++)
         snprintf(known + strlen(known), sizeof known - strlen(known), "%s%s", i ? ", " : "", families[i]->presets);
     return cl_error(CL_ERR_INVALID, "unknown model '%s' (known: %s)", name, known);
@@ -122,6 +122,9 @@ cl_status cl_model_describe_tp(const cl_model_config *cfg, int T, const cl_tp_la
     if (b.failed || b.z.too_large) {
         cl_model_desc_free(d);
         if (b.failed) return cl_error(CL_ERR_OOM, "cannot allocate a model description");
+        if (f->pub.tokens) /* the attention's T x T scores grow with the square of the sequence length */
+            return cl_error(CL_ERR_INVALID, "the model is too large at sequence length %d: one of its tensors or buffers passes 2^40 "
+                                            "floats (a shorter --seq-len shrinks the attention's T x T scores)", T);
         return cl_error(CL_ERR_INVALID, "the model is too large: one of its tensors or buffers passes 2^40 floats");
     }
     *out = d;

@@ -69,7 +69,15 @@ typedef struct cl_family {
     int64_t (*classes)(const cl_model_config *c);
 } cl_family;
 
-extern const cl_family cl_family_gpt, cl_family_mlp, cl_family_cnn;
+extern const cl_family cl_family_gpt, cl_family_mlp, cl_family_cnn, cl_family_llama;
+
+/* The token families' (GPT, Llama) setup: the vocabulary padded to a multiple of vocab_div x tp, and this
+ * tensor-parallel rank's heads, channels, key-value heads and columns, MLP width and vocabulary rows. */
+cl_status cl_family_tokens_setup(cl_model_desc *d);
+/* Their shared checks (GPT's and Llama's), each naming its flag: sizes positive and in range (len_flag the
+ * sequence length's, context the context's words in the too-large message), heads divide channels, kv_heads
+ * divide heads, the MLP width (width_flag) in range. */
+cl_status cl_family_tokens_check(const cl_model_config *c, const char *len_flag, const char *context, const char *width_flag);
 
 /* The family of kind k, NULL when unknown (family.c ... describe.c: the one list). */
 const cl_family *cl_family_of(cl_model_kind k);

@@ -13,7 +13,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#define LAYERS_MAX (1 << 14) /* each block adds 12 parameter entries to the description */
+#define LAYERS_MAX (1 << 14) /* each block adds 12 parameter entries to the description (a Llama block 9) */
 
 static const struct {
     const char *name;
@@ -43,22 +43,28 @@ static int gpt_preset(const char *name, cl_model_config *cfg) {
     return 0;
 }
 
-static cl_status gpt_check(const cl_model_config *c) {
+/* The shape checks the token families share (family.h). */
+cl_status cl_family_tokens_check(const cl_model_config *c, const char *len_flag, const char *context, const char *width_flag) {
     CL_FAMILY_POS(c, layers, "--layers");
     CL_FAMILY_POS(c, channels, "--channels");
     CL_FAMILY_POS(c, heads, "--heads");
-    CL_FAMILY_POS(c, seq_len, "--seq-len");
+    CL_FAMILY_POS(c, seq_len, len_flag);
     CL_FAMILY_POS(c, vocab, "--vocab");
     CL_FAMILY_MAX(c, layers, "--layers", LAYERS_MAX);
-    CL_FAMILY_MAX(c, seq_len, "the context (n_positions)", CL_DESC_DIM_MAX);
+    CL_FAMILY_MAX(c, seq_len, context, CL_DESC_DIM_MAX);
     if (c->channels % c->heads)
         return cl_error(CL_ERR_INVALID, "--heads (%d) must divide --channels (%d)", c->heads, c->channels);
     if (c->vocab > (1 << 30)) return cl_error(CL_ERR_INVALID, "--vocab %d is too large", c->vocab);
     if ((int64_t)c->channels * 4 > (1 << 28)) return cl_error(CL_ERR_INVALID, "--channels %d is too large", c->channels);
     if (c->kv_heads < 0 || (c->kv_heads && c->heads % c->kv_heads))
         return cl_error(CL_ERR_INVALID, "--kv-heads %d must divide --heads (%d)", c->kv_heads, c->heads);
-    if (c->mlp_width < 0) return cl_error(CL_ERR_INVALID, "--mlp-width must be positive (got %d)", c->mlp_width);
-    CL_FAMILY_MAX(c, mlp_width, "--mlp-width", CL_DESC_WIDTH_MAX);
+    if (c->mlp_width < 0) return cl_error(CL_ERR_INVALID, "%s must be positive (got %d)", width_flag, c->mlp_width);
+    CL_FAMILY_MAX(c, mlp_width, width_flag, CL_DESC_WIDTH_MAX);
+    return CL_OK;
+}
+
+static cl_status gpt_check(const cl_model_config *c) {
+    CL_TRY(cl_family_tokens_check(c, "--seq-len", "the context (n_positions)", "--mlp-width"));
     if (c->norm != CL_NORM_LAYER && c->norm != CL_NORM_RMS) return cl_error(CL_ERR_INVALID, "unknown norm %d", (int)c->norm);
     return CL_OK;
 }
@@ -90,8 +96,8 @@ static cl_status gpt_check_tp(const cl_model_config *c, int T, const cl_tp_layou
     return CL_OK;
 }
 
-/* The vocabulary padded to a multiple of vocab_div x tp, and this rank's heads, columns and rows. */
-static cl_status gpt_setup(cl_model_desc *d) {
+/* The vocabulary padded to a multiple of vocab_div x tp, and this rank's heads, columns and rows (family.h). */
+cl_status cl_family_tokens_setup(cl_model_desc *d) {
     const cl_model_config *c = &d->cfg;
     const cl_tp_layout *tl = &d->tpl;
     int64_t mult = (int64_t)tl->vocab_div * tl->tp, vp = (c->vocab + mult - 1) / mult * mult;
@@ -163,7 +169,7 @@ const cl_family cl_family_gpt = {
     .check = gpt_check,
     .runs = gpt_runs,
     .check_tp = gpt_check_tp,
-    .setup = gpt_setup,
+    .setup = cl_family_tokens_setup,
     .describe = gpt_describe,
     .write_config = gpt_write_config,
     .read_config = gpt_read_config,

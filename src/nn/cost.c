@@ -30,6 +30,19 @@ void cl_cost_coll(cl_pass_cost *c, cl_coll_kind kind, double bytes, int tp) {
     else c->rs_bytes += bytes, c->rs_calls++;
 }
 
+void cl_cost_block_pairs(cl_pass_cost *c, double act, int tp, int sp) {
+    if (sp) cl_cost_coll(c, CL_COLL_ALLGATHER, act, tp), cl_cost_coll(c, CL_COLL_REDUCE_SCATTER, act, tp),
+            cl_cost_coll(c, CL_COLL_ALLGATHER, act, tp), cl_cost_coll(c, CL_COLL_REDUCE_SCATTER, act, tp);
+    else cl_cost_coll(c, CL_COLL_ALLREDUCE, act, tp), cl_cost_coll(c, CL_COLL_ALLREDUCE, act, tp);
+}
+
+void cl_cost_attention_redo(cl_pass_cost *rf, double T, double hd, double count, double att, double tri, double scores, double e) {
+    cl_cost_gemm_part(rf, T, T, hd, count, CL_GEMM_NT, att);
+    cl_cost_gemm_part(rf, T, hd, T, count, CL_GEMM_NN, att);
+    rf->bytes = e * 2 * tri * scores;
+    rf->stream = e * (1 - tri) * scores;
+}
+
 void cl_kind_elementwise_cost(const cl_model_desc *d, const cl_unit *un, int B, double e, int recompute, int causal,
                               cl_unit_cost *o) {
     (void)d, (void)recompute, (void)causal;

@@ -57,6 +57,13 @@ void cl_cost_gemm_part(cl_pass_cost *c, double m, double n, double k, double cou
 void cl_cost_gemm(cl_pass_cost *c, double m, double n, double k, double count, int layout);
 /* a tensor-parallel collective of bytes over tp ranks (none at tp 1) */
 void cl_cost_coll(cl_pass_cost *c, cl_coll_kind kind, double bytes, int tp);
+/* A transformer block's two split pairs (a column-parallel layer, then a row-parallel one: attention's and the
+ * MLP's) in one pass: under sequence parallelism an all-gather before each and a reduce-scatter after, else
+ * one all-reduce after each; act the bytes of the pass's activation rows */
+void cl_cost_block_pairs(cl_pass_cost *c, double act, int tp, int sp);
+/* Selective recompute's redo of the attention: the scores and their product with v of count = B heads
+ * (T x T x hd each, the causal share att of the work), the softmax over tri of the scores, the rest zeroed */
+void cl_cost_attention_redo(cl_pass_cost *rf, double T, double hd, double count, double att, double tri, double scores, double e);
 /* The cost of a unit a kind's table gives (cl_kind's cost): unit un of description d at micro-batch B, e
  * bytes an activation element, a recompute mode, causal: the attention kernels skip the blocks past the
  * diagonal. o is zeroed by the caller. */

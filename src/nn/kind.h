@@ -126,7 +126,8 @@ enum { CL_KIND_LOSS_TOKEN = 1, CL_KIND_LOSS_SAMPLE = 2 };
 #define CL_KIND_READS_ALL (CL_KIND_READS(CL_Z3_FORWARD) | CL_KIND_READS(CL_Z3_BACKWARD) | CL_KIND_READS(CL_Z3_WEIGHT))
 
 extern const cl_kind cl_kind_embed, cl_kind_block, cl_kind_lmhead, cl_kind_conv, cl_kind_relu, cl_kind_maxpool,
-    cl_kind_flatten, cl_kind_linear, cl_kind_classify;
+    cl_kind_flatten, cl_kind_linear, cl_kind_classify, cl_kind_token_embed, cl_kind_llama_block, cl_kind_llama_head,
+    cl_kind_llama_head_untied;
 
 /* The table of a kind (kinds.c, the one list of them). */
 const cl_kind *cl_kind_of(cl_unit_kind k);

@@ -342,9 +342,7 @@ static void block_cost(const cl_model_desc *d, const cl_unit *un, int B, double 
     double scores = (double)B * H * T * T, rowbias = tp > 1 ? 2 : 1;
     f->bytes = e * (2 * Rs * C + R * Q + 2 * tri * scores + rowbias * Rs * C + 4 * Rs * C + 2 * R * Fl + rowbias * Rs * C);
     f->stream = e * (3 * Rs * C + (1 - tri) * scores);
-    if (sp) cl_cost_coll(f, CL_COLL_ALLGATHER, act, tp), cl_cost_coll(f, CL_COLL_REDUCE_SCATTER, act, tp),
-            cl_cost_coll(f, CL_COLL_ALLGATHER, act, tp), cl_cost_coll(f, CL_COLL_REDUCE_SCATTER, act, tp);
-    else cl_cost_coll(f, CL_COLL_ALLREDUCE, act, tp), cl_cost_coll(f, CL_COLL_ALLREDUCE, act, tp);
+    cl_cost_block_pairs(f, act, tp, sp);
     /* backward-input: each linear's input gradient, the four products of attention */
     cl_cost_gemm(b, R, C, Q, 1, CL_GEMM_NT);
     cl_cost_gemm_part(b, T, hd, T, B * H, CL_GEMM_NN, att); /* dq = ds k */
@@ -359,9 +357,7 @@ static void block_cost(const cl_model_desc *d, const cl_unit *un, int B, double 
      * write 1); streams: dqkv zeroed, the residual gradient copied, the two added */
     b->bytes = e * (3 * R * Fl + 3 * tri * scores + 4 * Rs * C + 3 * Rs * C);
     b->stream = e * (R * Q + 2 * Rs * C + 3 * Rs * C + (att - tri) * scores);
-    if (sp) cl_cost_coll(b, CL_COLL_ALLGATHER, act, tp), cl_cost_coll(b, CL_COLL_REDUCE_SCATTER, act, tp),
-            cl_cost_coll(b, CL_COLL_ALLGATHER, act, tp), cl_cost_coll(b, CL_COLL_REDUCE_SCATTER, act, tp);
-    else cl_cost_coll(b, CL_COLL_ALLREDUCE, act, tp), cl_cost_coll(b, CL_COLL_ALLREDUCE, act, tp);
+    cl_cost_block_pairs(b, act, tp, sp);
     /* backward-weight: dW = x^T dy of the four linears, bias and layernorm gradients (read dy, x) */
     cl_cost_gemm(w, C, Q, R, 1, CL_GEMM_TN);
     cl_cost_gemm(w, Cl, C, R, 1, CL_GEMM_TN);
@@ -370,12 +366,7 @@ static void block_cost(const cl_model_desc *d, const cl_unit *un, int B, double 
     w->bytes = e * (R * (Q + Fl) + 2 * Rs * C + 2 * 2 * Rs * C);
     if (sp) cl_cost_coll(w, CL_COLL_ALLGATHER, act, tp), cl_cost_coll(w, CL_COLL_ALLGATHER, act, tp); /* the layernorm outputs gathered again */
     if (recompute == CL_RECOMPUTE_FULL) *rf = *f;
-    else if (recompute == CL_RECOMPUTE_SELECTIVE) {
-        cl_cost_gemm_part(rf, T, T, hd, B * H, CL_GEMM_NT, att);
-        cl_cost_gemm_part(rf, T, hd, T, B * H, CL_GEMM_NN, att);
-        rf->bytes = e * 2 * tri * scores;
-        rf->stream = e * (1 - tri) * scores;
-    }
+    else if (recompute == CL_RECOMPUTE_SELECTIVE) cl_cost_attention_redo(rf, T, hd, B * H, att, tri, scores, e);
 }
 
 const cl_kind cl_kind_block = {

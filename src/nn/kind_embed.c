@@ -4,7 +4,12 @@
  * tensor-parallel group (each position is nonzero on one rank only, so the
  * sum is exact), then the positions of this rank's token rows. One rank
  * holds every row and its sum is the identity: the same adds, the same
- * bits as a plain lookup. */
+ * bits as a plain lookup.
+ *
+ * The Llama embedding (cl_kind_token_embed) is the same unit without
+ * learned positions: one parameter, model.embed_tokens.weight [vocab, C],
+ * the same sizes and cost less the positions' reads; its passes wait for
+ * the Llama kinds' (the family refuses to train until then). */
 #include "nn/kind.h"
 #include "nn/model_impl.h"
 
@@ -30,11 +35,15 @@ static void embed_sizes(const cl_model_desc *d, cl_unit *un, cl_sizer *z) {
     un->scratch_floats = d->tpl.sp ? cl_size_mul(z, T, C) : 0;
 }
 
-/* wte [vocab, C], wpe [context, C]: normal(0, 0.02) */
+static const cl_kind_param token_embed_params[] = {
+    {"model.embed_tokens.weight", F(wte), CL_TPS_VOCAB, 1, CL_INIT_NORMAL, 1},
+};
+
+/* wte [vocab, C], wpe [context, C]: normal(0, 0.02) (the token embedding: its wte only) */
 static void embed_param(const cl_model_desc *d, const cl_unit *un, int i, cl_param_shape *o) {
-    (void)un;
     o->ndim = 2;
-    o->shape[0] = embed_params[i].field == F(wte) ? d->cfg.vocab : d->cfg.seq_len;
+    (void)un;
+    o->shape[0] = i == 0 ? d->cfg.vocab : d->cfg.seq_len; /* wte first in both tables */
     o->shape[1] = d->cfg.channels;
     o->scale = 0.02f;
 }
@@ -80,11 +89,11 @@ static cl_status embed_backward(cl_model *m, const cl_unit *un, const cl_microba
 
 /* The planner's cost (nn/cost.h). */
 static void embed_cost(const cl_model_desc *d, const cl_unit *un, int B, double e, int recompute, int causal, cl_unit_cost *o) {
-    (void)un, (void)recompute, (void)causal;
-    double R = (double)B * d->T, C = d->cfg.channels;
+    (void)recompute, (void)causal;
+    double R = (double)B * d->T, C = d->cfg.channels, positions = un->kind == CL_UNIT_EMBED;
     int tp = d->tpl.tp, sp = d->tpl.sp;
-    /* lookup of the rank's rows + positions: read 2, write 1 per element */
-    o->pass[CL_PASS_F].bytes = e * 3 * R * C;
+    /* lookup of the rank's rows (+ positions: read 2, write 1 per element) */
+    o->pass[CL_PASS_F].bytes = e * (2 + positions) * R * C;
     cl_cost_coll(&o->pass[CL_PASS_F], sp ? CL_COLL_REDUCE_SCATTER : CL_COLL_ALLREDUCE, R * C * e, tp);
     /* the gradient's scatter-add into wte's and wpe's rows: read dy, read and write the rows */
     o->pass[CL_PASS_W].bytes = e * 4 * R * C;
@@ -101,4 +110,14 @@ const cl_kind cl_kind_embed = {
     .z3_reads = CL_KIND_READS(CL_Z3_FORWARD), /* its backward reads only tokens and gradients */
     .forward = embed_forward,
     .backward = embed_backward,
+};
+
+const cl_kind cl_kind_token_embed = {
+    .name = "token_embed",
+    .nparams = 1,
+    .params = token_embed_params,
+    .sizes = embed_sizes,
+    .param = embed_param,
+    .cost = embed_cost,
+    .z3_reads = CL_KIND_READS(CL_Z3_FORWARD),
 };

@@ -1,0 +1,186 @@
+/* The Llama family (Hugging Face's LlamaForCausalLM): a token embedding
+ * without learned positions, blocks of RMSNorm -> rotary grouped-query
+ * attention -> RMSNorm -> SwiGLU MLP, no biases, a final RMSNorm and an LM
+ * head tied to the embedding or its own. Its presets are llama-tiny (for
+ * tests) and the shapes people train (SmolLM2, TinyLlama, Llama 2 and 3);
+ * parameter names are Hugging Face's (model.layers.N.self_attn.q_proj...),
+ * linear weights stored as cleave stores GPT's, [in, out] (Hugging Face's
+ * nn.Linear stores [out, in]: a transposition at the format boundary); the
+ * embedding and lm_head are [vocab, C], as Hugging Face's.
+ *
+ * Invariants: kv_heads divide heads, heads divide channels; norm is RMSNorm
+ * and no_bias is set for every Llama config (the kinds have no biases and
+ * no layernorm); the description's local sizes are set by the tokens
+ * families' shared setup (cl_family_tokens_setup) before any unit. */
+#include "model/family.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#define LAYERS_MAX (1 << 14) /* as cl_family_tokens_check bounds --layers */
+
+/* rope_scaling of type llama3 (Llama 3.1, 3.2) is not described yet: those presets run the plain rotary table */
+static const struct {
+    const char *name;
+    int layers, channels, heads, kv_heads, ffn, vocab, context, tied;
+    double theta;
+} presets[] = {
+    /* 4 x 64 x 2/3 = 170.7, rounded up to a multiple of 4 (so tp 2 and 4 divide it) */
+    {"llama-tiny", 2, 64, 4, 2, 172, 256, 64, 0, 10000},
+    {"llama", 2, 64, 4, 2, 172, 256, 64, 0, 10000}, /* the base --model llama's flags change */
+    {"smollm2-135m", 30, 576, 9, 3, 1536, 49152, 8192, 1, 100000},
+    {"tinyllama-1.1b", 22, 2048, 32, 4, 5632, 32000, 2048, 0, 10000},
+    {"llama-3.2-1b", 16, 2048, 32, 8, 8192, 128256, 131072, 1, 500000},
+    {"llama-3-8b", 32, 4096, 32, 8, 14336, 128256, 8192, 0, 500000},
+    {"llama-2-70b", 80, 8192, 64, 8, 28672, 32000, 4096, 0, 10000},
+    {"llama-3-70b", 80, 8192, 64, 8, 28672, 128256, 8192, 0, 500000},
+    {"llama-3.1-405b", 126, 16384, 128, 8, 53248, 128256, 131072, 0, 500000},
+};
+
+static int llama_preset(const char *name, cl_model_config *cfg) {
+    for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++) {
+        if (strcmp(name, presets[i].name)) continue;
+        cfg->kind = CL_MODEL_LLAMA;
+        snprintf(cfg->name, sizeof cfg->name, "%s", presets[i].name);
+        cfg->layers = presets[i].layers;
+        cfg->channels = presets[i].channels;
+        cfg->heads = presets[i].heads;
+        cfg->kv_heads = presets[i].kv_heads;
+        cfg->mlp_width = presets[i].ffn;
+        cfg->vocab = presets[i].vocab;
+        cfg->seq_len = presets[i].context;
+        cfg->untied = !presets[i].tied;
+        cfg->rope_theta = presets[i].theta;
+        cfg->rms_norm_eps = 1e-5;
+        cfg->norm = CL_NORM_RMS;
+        cfg->no_bias = 1;
+        return 1;
+    }
+    return 0;
+}
+
+static cl_status llama_check(const cl_model_config *c) {
+    CL_TRY(cl_family_tokens_check(c, "--context", "the context (max_position_embeddings)", "--ffn-channels"));
+    if ((c->channels / c->heads) % 2)
+        return cl_error(CL_ERR_INVALID, "the head width --channels / --heads = %d must be even (rotary positions rotate pairs)",
+                        c->channels / c->heads);
+    if (!(c->rope_theta > 1 && c->rope_theta <= 1e9))
+        return cl_error(CL_ERR_INVALID, "--rope-theta %g must be in (1, 1e9]", c->rope_theta);
+    if (!(c->rms_norm_eps > 0 && c->rms_norm_eps < 1))
+        return cl_error(CL_ERR_INVALID, "rms_norm_eps %g must be in (0, 1)", c->rms_norm_eps);
+    if (c->norm != CL_NORM_RMS) return cl_error(CL_ERR_INVALID, "--norm: a Llama model runs rmsnorm only");
+    if (!c->no_bias) return cl_error(CL_ERR_INVALID, "bias: a Llama model has no biases");
+    return CL_OK;
+}
+
+/* The kinds' tables describe the model (sizes, parameters, memory, costs); their passes are not written yet. */
+static cl_status llama_runs(const cl_model_config *c) {
+    (void)c;
+    return cl_error(CL_ERR_UNSUPPORTED, "the Llama unit kinds' forward and backward are not built yet: --model %s can be described "
+                                        "(cleave memory, plan) but not trained or run", c->name);
+}
+
+static cl_status llama_check_tp(const cl_model_config *c, int T, const cl_tp_layout *tl) {
+    int tp = tl->tp, kv = cl_model_kv_heads(c);
+    if (c->heads % tp)
+        return cl_error(CL_ERR_INVALID, "--tp %d must divide the %d attention heads (each rank computes whole heads)", tp, c->heads);
+    if (tp > kv)
+        return cl_error(CL_ERR_UNSUPPORTED, "--tp %d exceeds the %d key-value heads (replicating a key-value head on several ranks is not built yet)",
+                        tp, kv);
+    if (kv % tp) return cl_error(CL_ERR_INVALID, "--tp %d must divide the %d key-value heads", tp, kv);
+    if (cl_model_mlp_width(c) % tp)
+        return cl_error(CL_ERR_INVALID, "--tp %d must divide the MLP's %lld columns (--ffn-channels)", tp, (long long)cl_model_mlp_width(c));
+    if (tl->sp && T % tp) return cl_error(CL_ERR_INVALID, "--sequence-parallel: --tp %d must divide the sequence length %d", tp, T);
+    return CL_OK;
+}
+
+/* model.embed_tokens, the blocks model.layers.0 .. L-1, the final norm with the head (tied or its own lm_head) */
+static void llama_describe(cl_desc_builder *b) {
+    cl_model_desc *d = b->d;
+    if (!cl_desc_add_unit(b, CL_UNIT_TOKEN_EMBED, 'E', 0, "model.embed_tokens")) return;
+    cl_desc_add_kind(b);
+    for (int l = 0; l < d->cfg.layers && !b->failed; l++) {
+        char label[24];
+        snprintf(label, sizeof label, "model.layers.%d", l & (LAYERS_MAX - 1)); /* l < LAYERS_MAX: 5 digits at most */
+        if (!cl_desc_add_unit(b, CL_UNIT_LLAMA_BLOCK, 't', l, label)) return;
+        cl_desc_add_kind(b);
+    }
+    if (!cl_desc_add_unit(b, d->cfg.untied ? CL_UNIT_LLAMA_HEAD_UNTIED : CL_UNIT_LLAMA_HEAD, 'L', 0, "lm_head")) return;
+    cl_desc_add_kind(b);
+    if (d->cfg.untied) d->tied_wte = -1; /* the embedding's table marks its weight tied; an untied head does not read it */
+}
+
+/* Hugging Face LlamaForCausalLM's config.json keys */
+static void llama_write_config(cl_strbuf *b, const cl_model_config *c) {
+    cl_sb_printf(b, "  \"model_type\": \"llama\",\n  \"architectures\": [\"LlamaForCausalLM\"],\n");
+    cl_sb_printf(b, "  \"num_hidden_layers\": %d,\n  \"hidden_size\": %d,\n  \"num_attention_heads\": %d,\n", c->layers, c->channels, c->heads);
+    cl_sb_printf(b, "  \"num_key_value_heads\": %d,\n  \"intermediate_size\": %lld,\n", cl_model_kv_heads(c), (long long)cl_model_mlp_width(c));
+    cl_sb_printf(b, "  \"vocab_size\": %d,\n  \"max_position_embeddings\": %d,\n", c->vocab, c->seq_len);
+    cl_sb_printf(b, "  \"rope_theta\": %.17g,\n  \"rms_norm_eps\": %.17g,\n", c->rope_theta, c->rms_norm_eps);
+    cl_sb_printf(b, "  \"tie_word_embeddings\": %s,\n  \"hidden_act\": \"silu\",\n  \"attention_bias\": false,\n  \"mlp_bias\": false,\n",
+                 c->untied ? "false" : "true");
+}
+
+static int get_num(const cl_json *r, const char *key, double *out) {
+    const cl_json *v = cl_json_get(r, key);
+    if (!v || v->type != CL_JSON_NUMBER) return 0;
+    *out = v->number;
+    return 1;
+}
+
+static int llama_read_config(const cl_json *r, cl_model_config *c) {
+    int ok = cl_json_get_int(r, "num_hidden_layers", &c->layers) && cl_json_get_int(r, "hidden_size", &c->channels) &&
+             cl_json_get_int(r, "num_attention_heads", &c->heads) && cl_json_get_int(r, "vocab_size", &c->vocab) &&
+             cl_json_get_int(r, "max_position_embeddings", &c->seq_len) && cl_json_get_int(r, "intermediate_size", &c->mlp_width) &&
+             get_num(r, "rope_theta", &c->rope_theta) && get_num(r, "rms_norm_eps", &c->rms_norm_eps);
+    /* num_key_value_heads absent: as many as heads (Hugging Face's default) */
+    if (ok && cl_json_get(r, "num_key_value_heads")) ok = cl_json_get_int(r, "num_key_value_heads", &c->kv_heads);
+    const cl_json *t = cl_json_get(r, "tie_word_embeddings"); /* absent: false, Hugging Face LlamaConfig's default */
+    if (t && t->type != CL_JSON_BOOL) ok = 0;
+    c->untied = !(t && t->boolean);
+    if (ok && c->kv_heads == c->heads) c->kv_heads = 0;
+    if (ok && (int64_t)c->mlp_width == 4 * (int64_t)c->channels) c->mlp_width = 0;
+    c->norm = CL_NORM_RMS;
+    c->no_bias = 1;
+    return ok;
+}
+
+static int llama_config_diff(const cl_model_config *a, const cl_model_config *b, char *field, size_t n, int *va, int *vb) {
+    CL_FAMILY_DIFF("layers", a->layers, b->layers);
+    CL_FAMILY_DIFF("heads", a->heads, b->heads);
+    CL_FAMILY_DIFF("channels", a->channels, b->channels);
+    CL_FAMILY_DIFF("vocab", a->vocab, b->vocab);
+    CL_FAMILY_DIFF("context", a->seq_len, b->seq_len);
+    CL_FAMILY_DIFF("ffn-channels", (int)cl_model_mlp_width(a), (int)cl_model_mlp_width(b));
+    CL_FAMILY_DIFF("kv-heads", cl_model_kv_heads(a), cl_model_kv_heads(b));
+    CL_FAMILY_DIFF("tie-embeddings", !a->untied, !b->untied);
+    /* the two reals, compared exactly, reported rounded (rope_theta to an integer, the epsilon in units of 1e-9) */
+    if (a->rope_theta != b->rope_theta) {
+        snprintf(field, n, "rope-theta");
+        *va = (int)lround(a->rope_theta), *vb = (int)lround(b->rope_theta);
+        return 1;
+    }
+    if (a->rms_norm_eps != b->rms_norm_eps) {
+        snprintf(field, n, "rms_norm_eps (x 1e-9)");
+        *va = (int)lround(a->rms_norm_eps * 1e9), *vb = (int)lround(b->rms_norm_eps * 1e9);
+        return 1;
+    }
+    return 0;
+}
+
+const cl_family cl_family_llama = {
+    .pub = {.name = "llama", .tokens = 1, .data = "kjv.txt", .sample = "", .model_type = NULL},
+    .kind = CL_MODEL_LLAMA,
+    .presets = "llama-tiny, llama (flags: --kv-heads --ffn-channels --rope-theta --tie-embeddings), smollm2-135m, tinyllama-1.1b, "
+               "llama-3.2-1b, llama-3-8b, llama-2-70b, llama-3-70b, llama-3.1-405b",
+    .preset = llama_preset,
+    .check = llama_check,
+    .runs = llama_runs,
+    .check_tp = llama_check_tp,
+    .setup = cl_family_tokens_setup,
+    .describe = llama_describe,
+    .write_config = llama_write_config,
+    .read_config = llama_read_config,
+    .config_diff = llama_config_diff,
+};
