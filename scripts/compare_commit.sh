@@ -108,11 +108,13 @@ done
 echo "$((n - bad)) of $n runs identical"
 
 if [ -n "${TIME:-}" ]; then
-    # One rank's step on GPT-2 124M, old and new alternating, so drift in the machine's speed hits both alike
+    # One rank's step on GPT-2 124M, old and new alternating (old first in odd rounds, new first in even
+    # ones), so drift in the machine's speed hits both alike
     step=(bench step --layers 12 --channels 768 --heads 12 --context 1024 --vocab 50304 --seq-len 128 --micro-batch-size 4 --threads 1)
     : > "$tmp/times"
     for ((r = 1; r <= TIME; r++)); do
-        for side in old new; do
+        order="old new"; [ $((r % 2)) -eq 0 ] && order="new old"   # neither side always runs first
+        for side in $order; do
             bin=$OLDBIN; [ $side = new ] && bin=$NEWBIN
             ms=$("$bin" "${step[@]}" 2>&1 | sed -n 's/^step: \([0-9.]*\) ms.*/\1/p')
             [ -n "$ms" ] || { echo "FAIL: bench step ($side) printed no step time"; bad=$((bad + 1)); break 2; }
