@@ -78,6 +78,10 @@ cl_status cl_family_tokens_setup(cl_model_desc *d);
  * sequence length's, context the context's words in the too-large message), heads divide channels, kv_heads
  * divide heads, the MLP width (width_flag) in range. */
 cl_status cl_family_tokens_check(const cl_model_config *c, const char *len_flag, const char *context, const char *width_flag);
+/* The config_diff the token families share: layers, heads, channels, vocab, context, the MLP width (named
+ * width_name in the message) and the key-value heads, in that order; a family compares its own fields after. */
+int cl_family_tokens_diff(const cl_model_config *a, const cl_model_config *b, const char *width_name, char *field,
+                          size_t n, int *va, int *vb);
 
 /* The family of kind k, NULL when unknown (family.c ... describe.c: the one list). */
 const cl_family *cl_family_of(cl_model_kind k);

@@ -150,15 +150,21 @@ static int gpt_read_config(const cl_json *r, cl_model_config *c) {
     return ok;
 }
 
-static int gpt_config_diff(const cl_model_config *a, const cl_model_config *b, char *field, size_t n, int *va, int *vb) {
+/* The resume match the token families share (family.h), in this order. */
+int cl_family_tokens_diff(const cl_model_config *a, const cl_model_config *b, const char *width_name, char *field,
+                          size_t n, int *va, int *vb) {
     CL_FAMILY_DIFF("layers", a->layers, b->layers);
     CL_FAMILY_DIFF("heads", a->heads, b->heads);
     CL_FAMILY_DIFF("channels", a->channels, b->channels);
     CL_FAMILY_DIFF("vocab", a->vocab, b->vocab);
     CL_FAMILY_DIFF("context", a->seq_len, b->seq_len);
-    CL_FAMILY_DIFF("mlp-width", (int)cl_model_mlp_width(a), (int)cl_model_mlp_width(b));
+    CL_FAMILY_DIFF(width_name, (int)cl_model_mlp_width(a), (int)cl_model_mlp_width(b));
     CL_FAMILY_DIFF("kv-heads", cl_model_kv_heads(a), cl_model_kv_heads(b));
     return 0;
+}
+
+static int gpt_config_diff(const cl_model_config *a, const cl_model_config *b, char *field, size_t n, int *va, int *vb) {
+    return cl_family_tokens_diff(a, b, "mlp-width", field, n, va, vb);
 }
 
 const cl_family cl_family_gpt = {

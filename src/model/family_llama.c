@@ -147,13 +147,7 @@ static int llama_read_config(const cl_json *r, cl_model_config *c) {
 }
 
 static int llama_config_diff(const cl_model_config *a, const cl_model_config *b, char *field, size_t n, int *va, int *vb) {
-    CL_FAMILY_DIFF("layers", a->layers, b->layers);
-    CL_FAMILY_DIFF("heads", a->heads, b->heads);
-    CL_FAMILY_DIFF("channels", a->channels, b->channels);
-    CL_FAMILY_DIFF("vocab", a->vocab, b->vocab);
-    CL_FAMILY_DIFF("context", a->seq_len, b->seq_len);
-    CL_FAMILY_DIFF("ffn-channels", (int)cl_model_mlp_width(a), (int)cl_model_mlp_width(b));
-    CL_FAMILY_DIFF("kv-heads", cl_model_kv_heads(a), cl_model_kv_heads(b));
+    if (cl_family_tokens_diff(a, b, "ffn-channels", field, n, va, vb)) return 1;
     CL_FAMILY_DIFF("tie-embeddings", !a->untied, !b->untied);
     /* the two reals, compared exactly, reported rounded (rope_theta to an integer, the epsilon in units of 1e-9) */
     if (a->rope_theta != b->rope_theta) {
