@@ -82,7 +82,7 @@ MAN_PAGES := cleave cleave-train cleave-memory cleave-convert cleave-tokenize cl
 MAN_OUT  := $(patsubst %,$(BUILD)/man/%.1,$(MAN_PAGES))
 PUB_HDRS := $(sort $(wildcard include/cleave/*.h))
 # The prepared data (scripts/setup.sh) that is installed under share/cleave.
-DATA_FILES := kjv.txt digits.csv.gz gpt2/encoder.json gpt2/vocab.bpe
+DATA_FILES := kjv.txt digits.csv.gz gpt2/encoder.json gpt2/vocab.bpe llama3/tokenizer.json
 
 all: config $(BUILD)/cleave $(BUILD)/$(SONAME) $(BUILD)/cleave.pc $(MAN_OUT) $(TEST_BIN) $(EX_BIN) $(BENCH_BIN)
 
@@ -134,7 +134,7 @@ $(BUILD)/man/%.1: $(BUILD)/cleave
 
 install: all
 	install -d $(DESTDIR)$(bindir) $(DESTDIR)$(libdir)/pkgconfig $(DESTDIR)$(includedir)/cleave \
-	    $(DESTDIR)$(mandir)/man1 $(DESTDIR)$(datadir)/gpt2
+	    $(DESTDIR)$(mandir)/man1 $(DESTDIR)$(datadir)/gpt2 $(DESTDIR)$(datadir)/llama3
 	install -m 755 $(BUILD)/cleave $(DESTDIR)$(bindir)/cleave
 	install -m 644 $(BUILD)/libcleave.a $(DESTDIR)$(libdir)/libcleave.a
 	install -m 755 $(BUILD)/libcleave.so.$(VERSION) $(DESTDIR)$(libdir)/libcleave.so.$(VERSION)
@@ -154,7 +154,7 @@ uninstall:
 	    $(patsubst include/cleave/%,$(DESTDIR)$(includedir)/cleave/%,$(PUB_HDRS)) \
 	    $(patsubst %,$(DESTDIR)$(mandir)/man1/%.1,$(MAN_PAGES)) $(patsubst %,$(DESTDIR)$(datadir)/%,$(DATA_FILES)) \
 	    $(DESTDIR)$(datadir)/*.tok
-	-rmdir $(DESTDIR)$(includedir)/cleave $(DESTDIR)$(datadir)/gpt2 $(DESTDIR)$(datadir) 2>/dev/null
+	-rmdir $(DESTDIR)$(includedir)/cleave $(DESTDIR)$(datadir)/gpt2 $(DESTDIR)$(datadir)/llama3 $(DESTDIR)$(datadir) 2>/dev/null
 
 $(BUILD)/tests/%: tests/%.c $(TEST_COMMON) $(BUILD)/libcleave.a $(HDRS)
 	@mkdir -p $(dir $@)

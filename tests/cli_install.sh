@@ -2,7 +2,8 @@
 # make install / uninstall into a DESTDIR: the header's worked example built
 # against the installed files with pkg-config alone (shared and static) and
 # run; the installed cleave trains from another directory with CLEAVE_DATA
-# unset and set, and says where it looked when no data is found; every
+# unset and set, and says where it looked when no data is found; its
+# --tokenizer hf reads the installed llama3/tokenizer.json; every
 # installed man page renders without warnings; uninstall leaves nothing.
 source tests/lib.sh
 san=0
@@ -14,7 +15,7 @@ inst=$(make -s install BUILD="$BUILD" SAN=$san DESTDIR="$root" PREFIX=$prefix 2>
 _rc=$?; check '[ $_rc -eq 0 ] && [ -x "$top/bin/cleave" ]' "make install failed$(excerpt 10 "$inst")"
 for f in lib/libcleave.a lib/libcleave.so lib/libcleave.so.0 lib/pkgconfig/cleave.pc include/cleave/cleave.h \
          share/man/man1/cleave.1 share/man/man1/cleave-train.1 share/cleave/kjv.txt share/cleave/digits.csv.gz \
-         share/cleave/gpt2/encoder.json share/cleave/gpt2/vocab.bpe; do
+         share/cleave/gpt2/encoder.json share/cleave/gpt2/vocab.bpe share/cleave/llama3/tokenizer.json; do
     check '[ -e "$top/$f" ]' "make install wrote no $prefix/$f"
 done
 check 'readelf -d "$top/lib/libcleave.so" | grep -q "Library soname: \[libcleave.so.0\]"' \
@@ -53,6 +54,15 @@ _rc=$?; check '[ $_rc -eq 0 ] && printf "%s\n" "$out" | grep -q "^data $top/shar
 out=$(cd "$tmp/elsewhere" && CLEAVE_DATA="$tmp/mydata" "$top/bin/cleave" "${run[@]}" 2>&1)
 _rc=$?; check '[ $_rc -eq 0 ] && printf "%s\n" "$out" | grep -q "^data $tmp/mydata/kjv.txt: " && printf "%s\n" "$out" | grep -q "^step *2/2"' \
     "installed cleave train with CLEAVE_DATA set$(excerpt 8 "$out")"
+# the installed Llama 3 tokenizer.json is --tokenizer hf's default directory
+printf 'In the beginning God created the heaven and the earth.\n' > "$tmp/elsewhere/gen.txt"
+out=$(cd "$tmp/elsewhere" && env -u CLEAVE_DATA "$top/bin/cleave" tokenize --tokenizer hf --out gen gen.txt 2>&1)
+_rc=$?
+if printf '%s' "$out" | grep -q 'needs PCRE2'; then
+    skip "installed --tokenizer hf: this build has no PCRE2"
+else
+    check '[ $_rc -eq 0 ] && [ -s "$tmp/elsewhere/gen.bin" ]' "installed cleave tokenize --tokenizer hf (share/cleave/llama3)$(excerpt 6 "$out")"
+fi
 # a cleave with no data anywhere: exit 2, one line naming where it looked and how to prepare the data
 mkdir -p "$tmp/lone/bin"
 cp "$BUILD/cleave" "$tmp/lone/bin/cleave"
