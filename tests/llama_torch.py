@@ -5,6 +5,7 @@ grouped-query attention, the SwiGLU LlamaMLP, a tied or own lm_head, the mean
 cross-entropy of the next tokens), for tests/cli_llama_train.sh.
 
     llama_torch.py IN OUT
+    llama_torch.py --eval DIR TEXT
 
 IN: the weights cleave wrote (build/tests/test_llama_torch --write-input),
 under Hugging Face's names with linear weights [in, out] as cleave stores
@@ -13,7 +14,14 @@ targets, as floats) and the configuration (metadata "config", Hugging
 Face's keys). OUT: "loss" (F64, the mean over the batch's tokens) and
 "grad.<name>" for every weight, F32, from autograd in float32. No
 transformers library: the equations are written here; safetensors files
-are read and written by hand (tests/llama_ref.py, tests/format_ref.py)."""
+are read and written by hand (tests/llama_ref.py, tests/format_ref.py).
+
+--eval scores a checkpoint cleave saved (DIR/model.safetensors, Hugging
+Face's names, linear weights [in, out]; DIR/config.json, Hugging Face's
+keys, byte tokenizer) on TEXT as `cleave eval --checkpoint DIR --text TEXT`
+does: consecutive non-overlapping windows of max_position_embeddings + 1
+bytes (the remainder dropped), the mean next-token cross-entropy printed as
+'eval loss: X'."""
 import json
 import math
 import os
@@ -84,9 +92,33 @@ def forward(w, tokens, targets, cfg):
     return F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.reshape(-1))
 
 
+def evaluate(d, text):
+    cfg = json.load(open(os.path.join(d, "config.json")))
+    if cfg.get("tokenizer", "byte") != "byte":
+        print(f"llama_torch.py: {d}: only the byte tokenizer", file=sys.stderr)
+        return 2
+    w, _ = read_st(os.path.join(d, "model.safetensors"))
+    ids = torch.tensor(list(open(text, "rb").read()), dtype=torch.int64)
+    W = cfg["max_position_embeddings"] + 1
+    n = ids.numel() // W
+    if n < 1:
+        print(f"llama_torch.py: {text}: shorter than one window of {W} bytes", file=sys.stderr)
+        return 2
+    win = ids[: n * W].view(n, W)
+    total = 0.0
+    with torch.no_grad():
+        for b in range(0, n, 8):
+            x = win[b : b + 8]
+            total += forward(w, x[:, :-1], x[:, 1:], cfg).double().item() * x.shape[0]
+    print(f"eval loss: {total / n:.9f}")
+    return 0
+
+
 def main():
+    if len(sys.argv) == 4 and sys.argv[1] == "--eval":
+        return evaluate(sys.argv[2], sys.argv[3])
     if len(sys.argv) != 3:
-        print("usage: llama_torch.py IN OUT", file=sys.stderr)
+        print("usage: llama_torch.py IN OUT | --eval DIR TEXT", file=sys.stderr)
         return 2
     t, meta = read_st(sys.argv[1])
     cfg = json.loads(meta["config"])
