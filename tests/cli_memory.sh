@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # cleave memory: the prediction of every rank's device bytes equals what the
 # device measures, to the byte, category by category, over a grid of models
-# (gpt2-tiny shapes, one with a vocabulary not a multiple of 16, the CNN and
-# the MLP), meshes (1 rank, dp 2, pp 2 and 4 under every schedule, m < p and
+# (gpt2-tiny shapes, one with a vocabulary not a multiple of 16, the CNN,
+# the MLP and llama-tiny), meshes (1 rank, dp 2, pp 2 and 4 under every schedule, m < p and
 # m not a multiple of p), recompute modes and micro-batch sizes; and the cap
 # is a promise: capped at exactly the predicted peak a run trains three
 # steps; one byte less is refused before anything is allocated (status 2,
@@ -79,6 +79,12 @@ point --pp 2 --schedule zb-h1 --recompute full --micro-batch-size 1 --global-bat
 point --pp 2 --dp 2 --schedule 1f1b --micro-batch-size 1 --global-batch-size 6
 point --pp 2 --model cnn --schedule zb-h1 --micro-batch-size 2 --global-batch-size 8
 point --pp 2 --model mlp --schedule gpipe --micro-batch-size 4 --global-batch-size 8
+# Llama (llama-tiny: its rotary tables counted): one rank under each recompute mode, pp 2, dp 2 ZeRO 3, tp 2 with
+# sequence parallelism under zb-h1 (the split backward's kept collectives)
+for rc in none selective full; do point --model llama-tiny --micro-batch-size 2 --recompute $rc; done
+point --model llama-tiny --pp 2 --schedule 1f1b --micro-batch-size 2 --global-batch-size 4
+point --model llama-tiny --dp 2 --zero 3 --micro-batch-size 2 --global-batch-size 4
+point --model llama-tiny --tp 2 --sequence-parallel --pp 2 --schedule zb-h1 --micro-batch-size 1 --global-batch-size 4
 
 # the zb-h1 runs of the issue: they train or are refused up front
 for cap in 3.3MiB 3.4MiB; do

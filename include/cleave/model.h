@@ -350,6 +350,8 @@ typedef struct {
     int64_t scratch;     /* backward workspace (conv's im2col included), at least 16 */
     int64_t io;          /* each of the two activation-gradient buffers, at least 16 */
     int64_t rc;          /* the recompute buffer of one block (cl_model_set_recompute), 0 if none */
+    int64_t tables;      /* constant tables its units read, built once (the rotary cos and sin, T x head width
+                          * together, when a unit's kind rotates: cl_kind's rope); 0 if none */
     int64_t acts;        /* one micro-batch's saved activations (cl_acts_create) */
 } cl_part_sizes;
 void cl_model_part_sizes(const cl_model_desc *d, int u0, int u1, int B, int recompute, const cl_zero *zero, cl_part_sizes *out);

@@ -99,7 +99,7 @@ void cl_embedding_lookup(float *out, const int32_t *tokens, const float *wte, in
 /* out[i] += wpe[(row0 + i) % T] for Ns token rows (T positions a sample). */
 void cl_embedding_add_positions(float *out, const float *wpe, int64_t Ns, int64_t row0, int64_t T, int64_t C);
 /* Row by row i < N: dwte[the slice's row of token i] (when it holds it) and
- * dwpe[i % T] += dout[i]. */
+ * dwpe[i % T] += dout[i]; dwpe NULL: no positions (Llama's embedding). */
 void cl_embedding_backward_slice(float *dwte, float *dwpe, const float *dout, const int32_t *tokens, int64_t N,
                                  int64_t T, int64_t C, int64_t v0, int64_t Vl);
 
@@ -180,7 +180,7 @@ void cl_relu_backward(float *din, const float *dout, const float *out, int64_t n
 /* ---- residual: out = a + b; backward adds dout to da and db ------------- */
 void cl_residual_forward(float *out, const float *a, const float *b, int64_t n);
 void cl_add_inplace(float *dst, const float *src, int64_t n); /* dst += src */
-/* x[rows,C] += bias[C], row by row (a row-parallel layer's bias after its sum) */
+/* x[rows,C] += bias[C], row by row (a row-parallel layer's bias after its sum); bias NULL: nothing */
 void cl_add_bias(float *x, const float *bias, int64_t rows, int64_t C);
 
 /* ---- fused softmax + cross-entropy ---------------------------------------

@@ -154,6 +154,7 @@ void cl_add_inplace(float *dst, const float *src, int64_t n) {
 }
 
 void cl_add_bias(float *x, const float *bias, int64_t rows, int64_t C) {
+    if (!bias) return; /* a layer without biases (Llama's) */
     for (int64_t i = 0; i < rows; i++)
         for (int64_t j = 0; j < C; j++) x[i * C + j] += bias[j];
 }

@@ -70,6 +70,11 @@ void cl_embedding_backward_slice(float *dwte, float *dwpe, const float *dout, co
     for (int64_t i = 0; i < N; i++) {
         int64_t r = tokens[i] - v0;
         const float *dd = dout + i * C;
+        if (!dwpe) { /* no learned positions (Llama's token embedding) */
+            if (r >= 0 && r < Vl)
+                for (int64_t c = 0; c < C; c++) dwte[r * C + c] += dout[i * C + c];
+            continue;
+        }
         float *pos = dwpe + (i % T) * C;
         if (r >= 0 && r < Vl) {
             float *e = dwte + r * C;

@@ -74,13 +74,6 @@ static cl_status llama_check(const cl_model_config *c) {
     return CL_OK;
 }
 
-/* The kinds' tables describe the model (sizes, parameters, memory, costs); their passes are not written yet. */
-static cl_status llama_runs(const cl_model_config *c) {
-    (void)c;
-    return cl_error(CL_ERR_UNSUPPORTED, "the Llama unit kinds' forward and backward are not built yet: --model %s can be described "
-                                        "(cleave memory, plan) but not trained or run", c->name);
-}
-
 static cl_status llama_check_tp(const cl_model_config *c, int T, const cl_tp_layout *tl) {
     int tp = tl->tp, kv = cl_model_kv_heads(c);
     if (c->heads % tp)
@@ -170,7 +163,6 @@ const cl_family cl_family_llama = {
                "llama-3.2-1b, llama-3-8b, llama-2-70b, llama-3-70b, llama-3.1-405b",
     .preset = llama_preset,
     .check = llama_check,
-    .runs = llama_runs,
     .check_tp = llama_check_tp,
     .setup = cl_family_tokens_setup,
     .describe = llama_describe,

@@ -107,6 +107,7 @@ typedef struct cl_kind {
     int weight_redo;               /* a split backward's weight pass re-derives its interior gradients from its output
                                     * gradient (the input pass's work again): the planner times zb-h1's W as B + W */
     int uses_tied;                 /* reads the tied weight too (the description's tied_wte: the LM head) */
+    int rope;                      /* reads the rotary tables (the part builds them once: m->rope, sizes.tables) */
     int loss;                      /* 0; or its output is a loss per token (CL_KIND_LOSS_TOKEN) or per sample */
     unsigned z3_reads;             /* bit CL_Z3_*: the passes that read its parameters (ZeRO 3 gathers them) */
     /* its output in its saved activations at base (NULL: base) */
@@ -147,5 +148,41 @@ cl_status cl_nn_col_input(const cl_model *m, const float *rows, float *buf, int6
 /* A row-parallel layer's output out = x w + bias (x: N x K, w: K x C), summed over the group. */
 cl_status cl_nn_row_linear(const cl_model *m, const char *what, double flops, const float *x, const float *w, const float *bias,
                            float *out, int64_t N, int64_t K);
+
+/* A tensor-parallel collective's result in a split backward (cl_nn_kept): computed (and kept in *keep when
+ * the input pass of a split backward keeps it), or, in the weight pass, read back from *keep instead of
+ * running the collective again. keep advances by n either way. keep NULL: the backward is not split. */
+typedef struct {
+    float *keep;
+    int wonly;     /* the weight pass */
+    cl_device *dev;
+} cl_nn_keep;
+const float *cl_nn_kept(cl_nn_keep *k, const float *computed, int64_t n, int computing);
+/* In a backward: a row-parallel layer's output gradient on every token row (under sequence parallelism the
+ * transpose of the forward's reduce-scatter, gathered into buf (N x C) and kept; else dout itself). run: run
+ * the collectives (not the weight pass of a split backward). */
+cl_status cl_nn_row_dout(const cl_model *m, cl_nn_keep *k, int run, const float *dout, float *buf, int64_t Ns, const float **out);
+/* A column-parallel layer's input gradient, partial sums in part (N x C), summed over the group (under
+ * sequence parallelism scattered to this rank's rows in shard) and kept; *out is this rank's rows. */
+cl_status cl_nn_col_dinput(const cl_model *m, cl_nn_keep *k, int run, float *part, float *shard, int64_t Ns, const float **out);
+
+/* ---- the LM heads' path after their norm (kind_head.c; GPT's and Llama's heads) ---- */
+
+/* A head's saved activations at base for N token rows: losses (its output), lnf (every row, gathered under
+ * sequence parallelism), mean (a layernorm's, when `mean`; NULL for an RMSNorm) and rstd (this rank's rows),
+ * lse, logits (this rank's vocabulary columns). */
+typedef struct { float *lnf, *mean, *rstd, *logits, *lse, *losses; } cl_head_acts;
+cl_head_acts cl_nn_head_layout(const cl_model_desc *d, float *base, int64_t N, int mean);
+/* CL_ERR_INVALID naming a target outside the vocabulary. */
+cl_status cl_nn_head_targets(const cl_model *m, const cl_microbatch *mb);
+/* Where this rank's normalized rows go in h->lnf (its share under sequence parallelism). */
+float *cl_nn_head_mine(const cl_model *m, const cl_head_acts *h, int64_t N);
+/* After the norm wrote this rank's rows: gather them (sequence parallelism), logits against wv [Vl, C] (this
+ * rank's vocabulary rows), softmax cross-entropy into h->losses and h->lse. */
+cl_status cl_nn_head_loss_forward(cl_model *m, const cl_microbatch *mb, const cl_head_acts *h, const float *wv);
+/* Its backward: dlogits (in place of the logits), dwv += dlogits^T lnf when ww, *dl = the gradient of this
+ * rank's normalized rows (in the part's scratch), for the norm's backward. */
+cl_status cl_nn_head_loss_backward(cl_model *m, const cl_microbatch *mb, const cl_head_acts *h, const float *wv, float *dwv, int ww,
+                                   const float **dl);
 
 #endif

@@ -8,8 +8,9 @@
  *
  * The Llama embedding (cl_kind_token_embed) is the same unit without
  * learned positions: one parameter, model.embed_tokens.weight [vocab, C],
- * the same sizes and cost less the positions' reads; its passes wait for
- * the Llama kinds' (the family refuses to train until then). */
+ * the same sizes and cost less the positions' reads, and the same passes
+ * (embed_forward and embed_backward skip the positions when the unit's
+ * table has none: wpe NULL). */
 #include "nn/kind.h"
 #include "nn/model_impl.h"
 
@@ -50,34 +51,34 @@ static void embed_param(const cl_model_desc *d, const cl_unit *un, int i, cl_par
 
 static cl_status embed_forward(cl_model *m, const cl_unit *un, const cl_microbatch *mb, const float *in, float *out,
                                float *const *p) {
-    (void)un, (void)in;
+    (void)in;
     const cl_model_desc *d = m->desc;
     int64_t N = (int64_t)mb->B * mb->T, Ns = cl_nn_rows_here(d, N), C = d->cfg.channels;
     int V = d->cfg.vocab;
     for (int64_t i = 0; i < N; i++)
         if (mb->tokens[i] < 0 || mb->tokens[i] >= V)
             return cl_error(CL_ERR_INVALID, "token %d at position %lld is outside the vocabulary (%d)", mb->tokens[i], (long long)i, V);
-    embed_weights w;
-    cl_kind_bind(&cl_kind_embed, p, &w);
+    embed_weights w = {0};
+    cl_kind_bind(cl_kind_of(un->kind), p, &w);
     float *full = d->tpl.sp ? m->scratch : out;
     CL_PROF("fwd embedding", 0, cl_kern(m)->embedding_lookup(full, mb->tokens, w.wte, N, C, d->vocab_start, d->vocab_local));
     if (d->tpl.sp) CL_TRY(cl_tp_forward(&m->tp, CL_TP_SCATTER, full, out, (size_t)(Ns * C)));
     else CL_TRY(cl_tp_forward(&m->tp, CL_TP_REDUCE, out, out, (size_t)(N * C)));
-    CL_PROF("fwd embedding", 0, cl_kern(m)->embedding_add_positions(out, w.wpe, Ns, d->tpl.sp ? Ns * m->tp.rank : 0, mb->T, C));
+    if (w.wpe) CL_PROF("fwd embedding", 0, cl_kern(m)->embedding_add_positions(out, w.wpe, Ns, d->tpl.sp ? Ns * m->tp.rank : 0, mb->T, C));
     return CL_OK;
 }
 
 /* The weight gradient: every token row's output gradient (gathered under
- * sequence parallelism), into this rank's wte rows and into wpe. There is
+ * sequence parallelism), into this rank's wte rows and into wpe (if any). There is
  * no input gradient. */
 static cl_status embed_backward(cl_model *m, const cl_unit *un, const cl_microbatch *mb, const float *in, float *base,
                                 float *const *p, float *const *g, const float *dout, float *din, int what) {
-    (void)un, (void)in, (void)base, (void)p, (void)din;
+    (void)in, (void)base, (void)p, (void)din;
     if (!(what & CL_BWD_WEIGHT)) return CL_OK;
     const cl_model_desc *d = m->desc;
     int64_t N = (int64_t)mb->B * mb->T, C = d->cfg.channels, v0 = d->vocab_start, Vl = d->vocab_local;
-    embed_weights gw;
-    cl_kind_bind(&cl_kind_embed, g, &gw);
+    embed_weights gw = {0};
+    cl_kind_bind(cl_kind_of(un->kind), g, &gw);
     const float *df = dout;
     if (d->tpl.sp) {
         CL_TRY(cl_tp_backward(&m->tp, CL_TP_SCATTER, dout, m->scratch, (size_t)(cl_nn_rows_here(d, N) * C)));
@@ -120,4 +121,6 @@ const cl_kind cl_kind_token_embed = {
     .param = embed_param,
     .cost = embed_cost,
     .z3_reads = CL_KIND_READS(CL_Z3_FORWARD),
+    .forward = embed_forward,
+    .backward = embed_backward,
 };

@@ -6,7 +6,9 @@
  *
  * Written once for a vocabulary slice (Megatron's VocabParallelCrossEntropy);
  * the one special case, one rank with an unpadded vocabulary, stays inside
- * head_forward and head_backward (see there). */
+ * cl_nn_head_loss_forward and _backward (see there). The path after the norm
+ * (gather, logits, loss and their backward) is shared with Llama's head
+ * (kind_llama_head.c) through those two and cl_nn_head_layout (kind.h). */
 #include "nn/kind.h"
 #include "nn/model_impl.h"
 
@@ -25,7 +27,7 @@ static const cl_kind_param head_params[] = {
     {"ln_f.bias", F(lnf_b), CL_TPS_NORM, 0, CL_INIT_ZEROS, 0},
 };
 
-/* the vocabulary-parallel path (see head_forward) */
+/* the vocabulary-parallel path (see cl_nn_head_loss_forward) */
 static int head_vp(const cl_model_desc *d) { return d->tpl.tp > 1 || d->vocab_padded != d->cfg.vocab; }
 
 /* Per sample: the input and the loss of each token row. Saved: losses,
@@ -50,17 +52,16 @@ static void head_param(const cl_model_desc *d, const cl_unit *un, int i, cl_para
     o->scale = 0;
 }
 
-typedef struct { float *lnf, *mean, *rstd, *logits, *lse, *losses; } head_acts;
-
-/* lnf holds every token row (gathered under sequence parallelism), mean and
- * rstd this rank's rows, logits this rank's Vl vocabulary columns. */
-static head_acts head_layout(const cl_model_desc *d, float *base, int64_t N) {
+/* lnf holds every token row (gathered under sequence parallelism), mean
+ * (a layernorm's; none for an RMSNorm) and rstd this rank's rows, logits
+ * this rank's Vl vocabulary columns. */
+cl_head_acts cl_nn_head_layout(const cl_model_desc *d, float *base, int64_t N, int mean) {
     int64_t C = d->cfg.channels, Ns = cl_nn_rows_here(d, N);
-    head_acts h;
+    cl_head_acts h;
     float *p = base;
     h.losses = p; p += N; /* the output first, so cl_acts_output is the base */
     h.lnf = p; p += N * C;
-    h.mean = p; p += Ns;
+    h.mean = mean ? p : NULL; p += mean ? Ns : 0;
     h.rstd = p; p += Ns;
     h.lse = p; p += N;
     h.logits = p;
@@ -78,36 +79,34 @@ static int head_valid(const cl_model_desc *d) {
     return (int)(v < 0 ? 0 : v > d->vocab_local ? d->vocab_local : v);
 }
 
-static cl_status head_forward(cl_model *m, const cl_unit *un, const cl_microbatch *mb, const float *in, float *base,
-                              float *const *p) {
-    (void)un;
-    const cl_model_desc *d = m->desc;
-    int V = d->cfg.vocab;
+cl_status cl_nn_head_targets(const cl_model *m, const cl_microbatch *mb) {
+    int V = m->desc->cfg.vocab;
     for (int64_t i = 0; i < (int64_t)mb->B * mb->T; i++)
         if (mb->targets[i] < -1 || mb->targets[i] >= V)
             return cl_error(CL_ERR_INVALID, "target %d at position %lld is outside the vocabulary (%d)", mb->targets[i], (long long)i, V);
-    head_weights w;
-    cl_kind_bind(&cl_kind_lmhead, p, &w);
+    return CL_OK;
+}
+
+float *cl_nn_head_mine(const cl_model *m, const cl_head_acts *h, int64_t N) {
+    int64_t Ns = cl_nn_rows_here(m->desc, N);
+    return h->lnf + (m->desc->tpl.sp ? Ns * m->tp.rank * m->desc->cfg.channels : 0);
+}
+
+/* One rank, vocabulary not padded: the plain one-pass softmax cross-entropy. The split path below would give
+ * the same losses but takes two more passes over the logits (the max, then the sums) and scratch the plain
+ * path does not (5T + 2 floats a sample, which every such run would then predict and hold), so the special
+ * case stays, here inside the one function. */
+cl_status cl_nn_head_loss_forward(cl_model *m, const cl_microbatch *mb, const cl_head_acts *h, const float *wv) {
+    const cl_model_desc *d = m->desc;
     int64_t N = (int64_t)mb->B * mb->T, Ns = cl_nn_rows_here(d, N), C = d->cfg.channels, Vl = d->vocab_local;
-    head_acts acts = head_layout(d, base, N);
-    const head_acts *h = &acts;
-    const float *wte = m->p[d->tied_wte];
     double fl = 2.0 * N * C * Vl;
-    /* one rank, vocabulary not padded: the plain one-pass softmax cross-entropy. The split path below
-     * would give the same losses but takes two more passes over the logits (the max, then the sums) and
-     * scratch the plain path does not (5T + 2 floats a sample, which every such run would then predict
-     * and hold), so the special case stays, here inside the one function. */
     if (!head_vp(d)) {
-        CL_PROF("fwd layernorm", 0, cl_kern(m)->layernorm_forward(h->lnf, h->mean, h->rstd, in, w.lnf_w, w.lnf_b, (int)N, (int)C));
-        CL_PROF("fwd logits", fl, cl_sgemm(cl_kern(m), 0, 1, (int)N, (int)Vl, (int)C, 1.0f, h->lnf, (int)C, wte, (int)C, 0.0f, h->logits, (int)Vl));
+        CL_PROF("fwd logits", fl, cl_sgemm(cl_kern(m), 0, 1, (int)N, (int)Vl, (int)C, 1.0f, h->lnf, (int)C, wv, (int)C, 0.0f, h->logits, (int)Vl));
         CL_PROF("fwd softmax xent", 0, cl_kern(m)->xent_forward(h->losses, h->lse, h->logits, mb->targets, (int)N, (int)Vl));
         return CL_OK;
     }
-    /* under sequence parallelism this rank normalizes its rows in place in lnf, then all are gathered */
-    float *mine = h->lnf + (d->tpl.sp ? Ns * m->tp.rank * C : 0);
-    CL_PROF("fwd layernorm", 0, cl_kern(m)->layernorm_forward(mine, h->mean, h->rstd, in, w.lnf_w, w.lnf_b, (int)Ns, (int)C));
-    if (d->tpl.sp) CL_TRY(cl_tp_forward(&m->tp, CL_TP_GATHER, mine, h->lnf, (size_t)(Ns * C)));
-    CL_PROF("fwd logits", fl, cl_sgemm(cl_kern(m), 0, 1, (int)N, (int)Vl, (int)C, 1.0f, h->lnf, (int)C, wte, (int)C, 0.0f, h->logits, (int)Vl));
+    if (d->tpl.sp) CL_TRY(cl_tp_forward(&m->tp, CL_TP_GATHER, cl_nn_head_mine(m, h, N), h->lnf, (size_t)(Ns * C)));
+    CL_PROF("fwd logits", fl, cl_sgemm(cl_kern(m), 0, 1, (int)N, (int)Vl, (int)C, 1.0f, h->lnf, (int)C, wv, (int)C, 0.0f, h->logits, (int)Vl));
     int valid = head_valid(d);
     /* after dlnf (and its shard): the row max, then (8-byte aligned) the sums of exp and the target's logit */
     int64_t at = N * C + (d->tpl.sp ? Ns * C : 0);
@@ -125,20 +124,25 @@ static cl_status head_forward(cl_model *m, const cl_unit *un, const cl_microbatc
     return CL_OK;
 }
 
-static cl_status head_backward(cl_model *m, const cl_unit *un, const cl_microbatch *mb, const float *in, float *base,
-                               float *const *p, float *const *g, const float *dout, float *din, int what) {
-    (void)un, (void)dout; /* the loss's own gradient is mb->dloss */
-    const cl_model_desc *d = m->desc;
-    int ww = what & CL_BWD_WEIGHT;
-    head_weights w, gw;
+static cl_status head_forward(cl_model *m, const cl_unit *un, const cl_microbatch *mb, const float *in, float *base,
+                              float *const *p) {
+    (void)un;
+    CL_TRY(cl_nn_head_targets(m, mb));
+    head_weights w;
     cl_kind_bind(&cl_kind_lmhead, p, &w);
-    cl_kind_bind(&cl_kind_lmhead, g, &gw);
+    int64_t N = (int64_t)mb->B * mb->T, Ns = cl_nn_rows_here(m->desc, N);
+    cl_head_acts h = cl_nn_head_layout(m->desc, base, N, 1);
+    /* under sequence parallelism this rank normalizes its rows in place in lnf, then all are gathered */
+    CL_PROF("fwd layernorm", 0,
+            cl_kern(m)->layernorm_forward(cl_nn_head_mine(m, &h, N), h.mean, h.rstd, in, w.lnf_w, w.lnf_b, (int)Ns, (int)m->desc->cfg.channels));
+    return cl_nn_head_loss_forward(m, mb, &h, m->p[m->desc->tied_wte]);
+}
+
+cl_status cl_nn_head_loss_backward(cl_model *m, const cl_microbatch *mb, const cl_head_acts *h, const float *wv, float *dwv, int ww,
+                                   const float **dl) {
+    const cl_model_desc *d = m->desc;
     int64_t N = (int64_t)mb->B * mb->T, Ns = cl_nn_rows_here(d, N), C = d->cfg.channels, Vl = d->vocab_local;
     int iN = (int)N, iC = (int)C, iVl = (int)Vl;
-    head_acts acts = head_layout(d, base, N);
-    const head_acts *h = &acts;
-    const float *wte = m->p[d->tied_wte];
-    float *dwte = m->head_wte_g ? m->head_wte_g : m->g[d->tied_wte];
     float *dlnf = m->scratch;
     double fl = 2.0 * N * C * Vl;
     /* dlogits replaces logits in place: the logits are dead after this */
@@ -147,22 +151,38 @@ static cl_status head_backward(cl_model *m, const cl_unit *un, const cl_microbat
                 cl_kern(m)->xent_vp_backward(h->logits, h->logits, h->lse, mb->targets, d->vocab_start, mb->dloss, iN, iVl, head_valid(d)));
     else
         CL_PROF("bwd softmax xent", 0, cl_kern(m)->xent_backward(h->logits, h->logits, h->lse, mb->targets, mb->dloss, iN, iVl));
-    if (ww) CL_PROF("bwd logits w", fl, cl_sgemm(cl_kern(m), 1, 0, iVl, iC, iN, 1.0f, h->logits, iVl, h->lnf, iC, 1.0f, dwte, iC));
-    CL_PROF("bwd logits", fl, cl_sgemm(cl_kern(m), 0, 0, iN, iC, iVl, 1.0f, h->logits, iVl, wte, iC, 0.0f, dlnf, iC));
-    const float *dl = dlnf;
+    if (ww) CL_PROF("bwd logits w", fl, cl_sgemm(cl_kern(m), 1, 0, iVl, iC, iN, 1.0f, h->logits, iVl, h->lnf, iC, 1.0f, dwv, iC));
+    CL_PROF("bwd logits", fl, cl_sgemm(cl_kern(m), 0, 0, iN, iC, iVl, 1.0f, h->logits, iVl, wv, iC, 0.0f, dlnf, iC));
+    *dl = dlnf;
     if (d->tpl.sp) {
         CL_TRY(cl_tp_backward(&m->tp, CL_TP_GATHER, dlnf, dlnf + N * C, (size_t)(Ns * C)));
-        dl = dlnf + N * C;
+        *dl = dlnf + N * C;
     } else if (m->tp.size > 1) {
         CL_TRY(cl_tp_backward(&m->tp, CL_TP_COPY, dlnf, dlnf, (size_t)(N * C)));
     }
-    if (ww) CL_PROF("bwd layernorm w", 0, cl_kern(m)->layernorm_backward_weight(gw.lnf_w, gw.lnf_b, dl, in, h->mean, h->rstd, (int)Ns, iC));
-    if (din) CL_PROF("bwd layernorm", 0, cl_kern(m)->layernorm_backward_input(din, dl, in, w.lnf_w, h->mean, h->rstd, (int)Ns, iC));
+    return CL_OK;
+}
+
+static cl_status head_backward(cl_model *m, const cl_unit *un, const cl_microbatch *mb, const float *in, float *base,
+                               float *const *p, float *const *g, const float *dout, float *din, int what) {
+    (void)un, (void)dout; /* the loss's own gradient is mb->dloss */
+    const cl_model_desc *d = m->desc;
+    int ww = what & CL_BWD_WEIGHT;
+    head_weights w, gw;
+    cl_kind_bind(&cl_kind_lmhead, p, &w);
+    cl_kind_bind(&cl_kind_lmhead, g, &gw);
+    int64_t N = (int64_t)mb->B * mb->T, Ns = cl_nn_rows_here(d, N);
+    int iC = (int)d->cfg.channels;
+    cl_head_acts h = cl_nn_head_layout(d, base, N, 1);
+    const float *dl;
+    CL_TRY(cl_nn_head_loss_backward(m, mb, &h, m->p[d->tied_wte], m->head_wte_g ? m->head_wte_g : m->g[d->tied_wte], ww, &dl));
+    if (ww) CL_PROF("bwd layernorm w", 0, cl_kern(m)->layernorm_backward_weight(gw.lnf_w, gw.lnf_b, dl, in, h.mean, h.rstd, (int)Ns, iC));
+    if (din) CL_PROF("bwd layernorm", 0, cl_kern(m)->layernorm_backward_input(din, dl, in, w.lnf_w, h.mean, h.rstd, (int)Ns, iC));
     return CL_OK;
 }
 
 static const float *head_logits(const cl_model *m, const cl_acts *a, int u, int B, int T) {
-    return head_layout(m->desc, a->base + a->off[u - m->u0], (int64_t)B * T).logits;
+    return cl_nn_head_layout(m->desc, a->base + a->off[u - m->u0], (int64_t)B * T, 1).logits;
 }
 
 /* The planner's cost (nn/cost.h). */

@@ -9,8 +9,12 @@
  *
  * The table describes the block (parameters, sizes, saved activations,
  * scratch, cost) for the description, the memory predictor and the
- * planner. Its forward and backward are not written yet: the family's runs
- * refuses to build a Llama model, so they are never called.
+ * planner; its forward and backward follow GPT's block (kind_block.c) with
+ * Llama's kernels: q, k and v are three products written into the columns
+ * of one [q | k | v] row (the grouped-query attention's layout), q and k
+ * rotated in place at positions 0 .. T-1 from the part's tables (m->rope).
+ * Recomputation (selective: the scores; full: everything but the output)
+ * re-runs the forward's own kernels, so the bits do not change.
  *
  * Invariants: parameters in checkpoint order under Hugging Face's names,
  * linear weights [in, out] as cleave stores GPT's; the saved activations
@@ -19,6 +23,9 @@
  * rows T of this rank's columns (qkv after the rotation: Cl + 2 Kl; atty:
  * Cl; gate, up and their SwiGLU product: Fl each) and this rank's scores. */
 #include "nn/kind.h"
+#include "nn/model_impl.h"
+
+#include "cleave/prof.h"
 
 #include <math.h>
 #include <stddef.h>
@@ -59,6 +66,207 @@ static void llama_block_param(const cl_model_desc *d, const cl_unit *un, int i, 
 }
 
 static int64_t llama_block_scores(const cl_model_desc *d, int B) { return (int64_t)B * d->heads_local * d->T * d->T; }
+
+typedef struct {
+    float *ln1, *rstd1, *qkv, *att, *atty, *res2, *ln2, *rstd2, *gate, *up, *h, *out;
+} llama_acts;
+
+/* The saved activations from base for the actual B and T, in llama_block_sizes' order: rows Ns of C (ln1,
+ * then its rstd; res2, ln2, rstd2; out) and N rows of this rank's columns (qkv: Cl + 2 Kl, atty: Cl; gate,
+ * up, h: Fl each), the scores after qkv. att_apart: the scores live elsewhere (selective recompute). */
+static llama_acts llama_layout_at(const cl_model_desc *d, float *base, int64_t B, int64_t T, float *att_apart) {
+    int64_t N = B * T, Ns = cl_nn_rows_here(d, N), C = d->cfg.channels, Cl = d->channels_local, Kl = d->kv_channels_local,
+            Fl = d->mlp_local;
+    llama_acts a;
+    float *p = base;
+    a.ln1 = p; p += Ns * C;
+    a.rstd1 = p; p += Ns;
+    a.qkv = p; p += N * (Cl + 2 * Kl);
+    if (att_apart) a.att = att_apart;
+    else a.att = p, p += llama_block_scores(d, (int)B);
+    a.atty = p; p += N * Cl;
+    a.res2 = p; p += Ns * C;
+    a.ln2 = p; p += Ns * C;
+    a.rstd2 = p; p += Ns;
+    a.gate = p; p += N * Fl;
+    a.up = p; p += N * Fl;
+    a.h = p; p += N * Fl;
+    a.out = p;
+    return a;
+}
+
+static llama_acts llama_acts_of(const cl_model *m, float *base, int64_t B, int64_t T) {
+    const cl_model_desc *d = m->desc;
+    if (m->recompute == CL_RECOMPUTE_SELECTIVE) return llama_layout_at(d, base, B, T, m->rc_buf);
+    if (m->recompute == CL_RECOMPUTE_FULL) {
+        llama_acts a = llama_layout_at(d, m->rc_buf, B, T, NULL);
+        a.out = base; /* the one thing kept */
+        return a;
+    }
+    return llama_layout_at(d, base, B, T, NULL);
+}
+
+static float *llama_output(const cl_model *m, float *base, int B, int T) { return llama_acts_of(m, base, B, T).out; }
+
+/* this rank's query and key-value heads, and the head width */
+static void llama_heads(const cl_model_desc *d, int *NH, int *KV, int *hd) {
+    *hd = d->cfg.channels / d->cfg.heads;
+    *NH = d->heads_local;
+    *KV = d->kv_channels_local / *hd;
+}
+
+/* The forward (Megatron-LM's split, written once): q, k, v column-parallel by heads, o_proj row-parallel;
+ * gate and up column-parallel, down_proj row-parallel. The temporaries (gathered rows, partial sums) live in
+ * the part's scratch. */
+static cl_status llama_pass(const cl_model *m, const llama_acts *s, const float *in, const llama_block_weights *w, int B, int T) {
+    const cl_model_desc *d = m->desc;
+    int64_t N = (int64_t)B * T, Ns = cl_nn_rows_here(d, N), C = d->cfg.channels, Cl = d->channels_local, Kl = d->kv_channels_local,
+            Fl = d->mlp_local, Q = Cl + 2 * Kl;
+    int NH, KV, hd, iN = (int)N, iC = (int)C, iQ = (int)Q;
+    llama_heads(d, &NH, &KV, &hd);
+    float eps = (float)d->cfg.rms_norm_eps, *G = m->scratch;
+    const float *cos_t = m->rope, *sin_t = m->rope + m->sizes.tables / 2;
+    double fq = 2.0 * (double)N * C * Q, fl = 2.0 * (double)N * C * Cl, ff = 2.0 * (double)N * C * Fl, att = 4.0 * (double)B * T * T * Cl;
+    const float *x;
+    CL_PROF("fwd rmsnorm", 0, cl_kern(m)->rmsnorm_forward(s->ln1, s->rstd1, in, w->ln1_w, eps, (int)Ns, iC));
+    CL_TRY(cl_nn_col_input(m, s->ln1, G, Ns, C, &x));
+    CL_PROF("fwd qkv", fq, (cl_sgemm(cl_kern(m), 0, 0, iN, (int)Cl, iC, 1.0f, x, iC, w->q_w, (int)Cl, 0.0f, s->qkv, iQ),
+                            cl_sgemm(cl_kern(m), 0, 0, iN, (int)Kl, iC, 1.0f, x, iC, w->k_w, (int)Kl, 0.0f, s->qkv + Cl, iQ),
+                            cl_sgemm(cl_kern(m), 0, 0, iN, (int)Kl, iC, 1.0f, x, iC, w->v_w, (int)Kl, 0.0f, s->qkv + Cl + Kl, iQ)));
+    CL_PROF("fwd rope", 0, cl_kern(m)->rope_forward(s->qkv, s->qkv, cos_t, sin_t, iN, T, 0, NH + KV, hd, Q));
+    CL_PROF("fwd attention", att, cl_kern(m)->attention_gqa_forward(s->atty, s->att, s->qkv, B, T, NH, KV, hd));
+    CL_TRY(cl_nn_row_linear(m, "fwd o_proj", fl, s->atty, w->o_w, NULL, s->res2, N, Cl));
+    CL_PROF("fwd residual rmsnorm", 0, cl_kern(m)->residual_rmsnorm_forward(s->res2, s->ln2, s->rstd2, s->res2, in, w->ln2_w, eps, (int)Ns, iC));
+    CL_TRY(cl_nn_col_input(m, s->ln2, G, Ns, C, &x));
+    CL_PROF("fwd gate up", 2 * ff, (cl_sgemm(cl_kern(m), 0, 0, iN, (int)Fl, iC, 1.0f, x, iC, w->gate_w, (int)Fl, 0.0f, s->gate, (int)Fl),
+                                     cl_sgemm(cl_kern(m), 0, 0, iN, (int)Fl, iC, 1.0f, x, iC, w->up_w, (int)Fl, 0.0f, s->up, (int)Fl)));
+    CL_PROF("fwd swiglu", 0, cl_kern(m)->swiglu_forward(s->h, s->gate, s->up, N * Fl));
+    CL_TRY(cl_nn_row_linear(m, "fwd down_proj", ff, s->h, w->down_w, NULL, s->out, N, Fl));
+    CL_PROF("fwd residual", 0, cl_kern(m)->add_inplace(s->out, s->res2, Ns * C));
+    return CL_OK;
+}
+
+/* What a split backward's input pass keeps for its weight pass: as GPT's block. */
+static int64_t llama_block_keep(const cl_model_desc *d, const cl_unit *un, int B) {
+    (void)un;
+    if (d->tpl.tp == 1) return 0;
+    int64_t N = (int64_t)B * d->T, Ns = cl_nn_rows_here(d, N), C = d->cfg.channels;
+    return d->tpl.sp ? 2 * N * C + 2 * Ns * C : 2 * N * C;
+}
+
+/* The backward (the forward's split, written once; a split group's weight pass reads the input pass's
+ * collective results back, one rank computes its input gradients again). The scratch gradients are assigned
+ * where first written (beta 0), but dgate and dup (SwiGLU's backward adds) and dqkv (attention's) start at 0. */
+static cl_status llama_backward_pass(cl_model *m, const llama_acts *s, const float *in, const llama_block_weights *w,
+                                     const llama_block_weights *gw, const float *dout, float *din, int wi, int ww, int B, int T) {
+    const cl_model_desc *d = m->desc;
+    int sp = d->tpl.sp, split = d->tpl.tp > 1;
+    int64_t N = (int64_t)B * T, Ns = cl_nn_rows_here(d, N), C = d->cfg.channels, Cl = d->channels_local, Kl = d->kv_channels_local,
+            Fl = d->mlp_local, Q = Cl + 2 * Kl;
+    int NH, KV, hd, iN = (int)N, iNs = (int)Ns, iC = (int)C, iCl = (int)Cl, iKl = (int)Kl, iFl = (int)Fl, iQ = (int)Q;
+    llama_heads(d, &NH, &KV, &hd);
+    const cl_kernels *K = cl_kern(m);
+    cl_nn_keep k = {split ? m->tp_keep : NULL, ww && !wi && split, m->dev};
+    if (k.wonly && !k.keep) return cl_error(CL_ERR_INTERNAL, "a tensor-parallel weight pass without the input pass's results");
+    int run = !k.wonly;
+    float *ws = m->scratch;
+    float *dres2 = ws; ws += Ns * C;
+    float *dgate = ws; ws += N * Fl;
+    float *dup = ws; ws += N * Fl;
+    float *dh = ws; ws += N * Fl;
+    float *dln2 = ws; ws += N * C;
+    float *datty = ws; ws += N * Cl;
+    float *dqkv = ws; ws += N * Q;
+    float *dln1 = ws; ws += N * C;
+    float *dof = NULL, *dr2f = NULL, *G = NULL, *dln2s = NULL, *dln1s = NULL;
+    if (sp) {
+        dof = ws; ws += N * C;
+        dr2f = ws; ws += N * C;
+        G = ws; ws += N * C;
+        dln2s = ws; ws += Ns * C;
+        dln1s = ws; ws += Ns * C;
+    }
+    float *attscratch = ws;
+    CL_ASSERT(attscratch + llama_block_scores(d, B) <= m->scratch + m->sizes.scratch);
+    const float *cos_t = m->rope, *sin_t = m->rope + m->sizes.tables / 2;
+    double fq = 2.0 * (double)N * C * Q, fl = 2.0 * (double)N * C * Cl, ff = 2.0 * (double)N * C * Fl, att = 4.0 * (double)B * T * T * Cl;
+    const float *x;
+    CL_PROF("bwd zero", 0, (cl_device_fill(m->dev, dgate, 0, (size_t)(2 * N * Fl) * sizeof(float)),
+                            cl_device_fill(m->dev, dqkv, 0, (size_t)(N * Q) * sizeof(float))));
+    CL_PROF("bwd residual", 0, cl_device_copy(m->dev, dres2, dout, (size_t)(Ns * C) * sizeof(float)));
+    /* down_proj, row-parallel */
+    const float *dO;
+    CL_TRY(cl_nn_row_dout(m, &k, run, dout, dof, Ns, &dO));
+    CL_PROF("bwd down_proj", ff, cl_sgemm(K, 0, 1, iN, iFl, iC, 1.0f, dO, iC, w->down_w, iC, 0.0f, dh, iFl));
+    if (ww) CL_PROF("bwd down_proj w", ff, cl_sgemm(K, 1, 0, iFl, iC, iN, 1.0f, s->h, iFl, dO, iC, 1.0f, gw->down_w, iC));
+    CL_PROF("bwd swiglu", 0, K->swiglu_backward(dgate, dup, dh, s->gate, s->up, N * Fl));
+    /* gate and up, column-parallel: the input gradient is a partial sum over the ranks' columns */
+    if (run)
+        CL_PROF("bwd gate up", 2 * ff, (cl_sgemm(K, 0, 1, iN, iC, iFl, 1.0f, dgate, iFl, w->gate_w, iFl, 0.0f, dln2, iC),
+                                         cl_sgemm(K, 0, 1, iN, iC, iFl, 1.0f, dup, iFl, w->up_w, iFl, 1.0f, dln2, iC)));
+    const float *dl2;
+    CL_TRY(cl_nn_col_dinput(m, &k, run, dln2, dln2s, Ns, &dl2));
+    if (ww) {
+        CL_TRY(cl_nn_col_input(m, s->ln2, G, Ns, C, &x)); /* sequence-parallel: gathered again, not kept */
+        CL_PROF("bwd gate up w", 2 * ff, (cl_sgemm(K, 1, 0, iC, iFl, iN, 1.0f, x, iC, dgate, iFl, 1.0f, gw->gate_w, iFl),
+                                           cl_sgemm(K, 1, 0, iC, iFl, iN, 1.0f, x, iC, dup, iFl, 1.0f, gw->up_w, iFl)));
+    }
+    CL_PROF("bwd rmsnorm", 0, K->rmsnorm_backward_input(dres2, dl2, s->res2, w->ln2_w, s->rstd2, iNs, iC));
+    if (ww) CL_PROF("bwd rmsnorm w", 0, K->rmsnorm_backward_weight(gw->ln2_w, dl2, s->res2, s->rstd2, iNs, iC));
+    /* o_proj, row-parallel */
+    const float *dR;
+    CL_TRY(cl_nn_row_dout(m, &k, run, dres2, dr2f, Ns, &dR));
+    CL_PROF("bwd o_proj", fl, cl_sgemm(K, 0, 1, iN, iCl, iC, 1.0f, dR, iC, w->o_w, iC, 0.0f, datty, iCl));
+    if (ww) CL_PROF("bwd o_proj w", fl, cl_sgemm(K, 1, 0, iCl, iC, iN, 1.0f, s->atty, iCl, dR, iC, 1.0f, gw->o_w, iC));
+    CL_PROF("bwd attention", 2 * att, K->attention_gqa_backward(dqkv, attscratch, datty, s->qkv, s->att, B, T, NH, KV, hd));
+    /* the gradients of q and k before their rotation, in place */
+    CL_PROF("bwd rope", 0, K->rope_backward_set(dqkv, dqkv, cos_t, sin_t, iN, T, 0, NH + KV, hd, Q));
+    if (ww) {
+        CL_TRY(cl_nn_col_input(m, s->ln1, G, Ns, C, &x));
+        CL_PROF("bwd qkv w", fq, (cl_sgemm(K, 1, 0, iC, iCl, iN, 1.0f, x, iC, dqkv, iQ, 1.0f, gw->q_w, iCl),
+                                  cl_sgemm(K, 1, 0, iC, iKl, iN, 1.0f, x, iC, dqkv + Cl, iQ, 1.0f, gw->k_w, iKl),
+                                  cl_sgemm(K, 1, 0, iC, iKl, iN, 1.0f, x, iC, dqkv + Cl + Kl, iQ, 1.0f, gw->v_w, iKl)));
+    }
+    /* q, k, v, column-parallel by heads */
+    if (run)
+        CL_PROF("bwd qkv", fq, (cl_sgemm(K, 0, 1, iN, iC, iCl, 1.0f, dqkv, iQ, w->q_w, iCl, 0.0f, dln1, iC),
+                                cl_sgemm(K, 0, 1, iN, iC, iKl, 1.0f, dqkv + Cl, iQ, w->k_w, iKl, 1.0f, dln1, iC),
+                                cl_sgemm(K, 0, 1, iN, iC, iKl, 1.0f, dqkv + Cl + Kl, iQ, w->v_w, iKl, 1.0f, dln1, iC)));
+    const float *dl1;
+    CL_TRY(cl_nn_col_dinput(m, &k, run, dln1, dln1s, Ns, &dl1));
+    if (ww) CL_PROF("bwd rmsnorm w", 0, K->rmsnorm_backward_weight(gw->ln1_w, dl1, in, s->rstd1, iNs, iC));
+    if (din) {
+        CL_PROF("bwd rmsnorm", 0, K->rmsnorm_backward_input(din, dl1, in, w->ln1_w, s->rstd1, iNs, iC));
+        CL_PROF("bwd residual", 0, K->add_inplace(din, dres2, Ns * C));
+    }
+    return CL_OK;
+}
+
+static cl_status llama_block_forward(cl_model *m, const cl_unit *un, const cl_microbatch *mb, const float *in, float *base,
+                                     float *const *p) {
+    (void)un;
+    llama_block_weights w;
+    cl_kind_bind(&cl_kind_llama_block, p, &w);
+    llama_acts s = llama_acts_of(m, base, mb->B, mb->T);
+    return llama_pass(m, &s, in, &w, mb->B, mb->T);
+}
+
+static cl_status llama_block_backward(cl_model *m, const cl_unit *un, const cl_microbatch *mb, const float *in, float *base,
+                                      float *const *p, float *const *g, const float *dout, float *din, int what) {
+    (void)un;
+    llama_block_weights w, gw;
+    cl_kind_bind(&cl_kind_llama_block, p, &w);
+    cl_kind_bind(&cl_kind_llama_block, g, &gw);
+    int B = mb->B, T = mb->T, NH, KV, hd;
+    llama_acts s = llama_acts_of(m, base, B, T);
+    /* what the forward did not keep, recomputed bit for bit (the output it writes again is the same) */
+    if (m->recompute == CL_RECOMPUTE_FULL) CL_TRY(llama_pass(m, &s, in, &w, B, T));
+    else if (m->recompute == CL_RECOMPUTE_SELECTIVE) {
+        llama_heads(m->desc, &NH, &KV, &hd);
+        cl_kern(m)->attention_gqa_forward(s.atty, s.att, s.qkv, B, T, NH, KV, hd);
+    }
+    return llama_backward_pass(m, &s, in, &w, &gw, dout, din, what & CL_BWD_INPUT, what & CL_BWD_WEIGHT, B, T);
+}
 
 /* Per sample: input and output Ts x C; saved as the header says; the backward's workspace: the output
  * gradient's rows (3 C: dres2, the norm's gradient, a gathered input), datty, dqkv, dgate, dup, dh and
@@ -148,5 +356,10 @@ const cl_kind cl_kind_llama_block = {
     .cost = llama_block_cost,
     .repeated = 1,
     .weight_redo = 1,
+    .keep_floats = llama_block_keep,
     .z3_reads = CL_KIND_READS_ALL,
+    .rope = 1,
+    .output = llama_output,
+    .forward = llama_block_forward,
+    .backward = llama_block_backward,
 };

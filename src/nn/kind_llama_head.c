@@ -5,12 +5,17 @@
  * its own lm_head.weight (cl_kind_llama_head_untied), split by vocabulary
  * rows as the embedding is. Its sizes and cost are the GPT head's
  * (kind_head.c, reached through its table), less the layernorm's mean: an
- * RMSNorm keeps one statistic per row. Its forward and backward are not
- * written yet (the family refuses to build the model).
+ * RMSNorm keeps one statistic per row. Its passes are the RMSNorm's, then
+ * the GPT head's path after its norm (cl_nn_head_loss_forward, _backward:
+ * gather, logits, softmax cross-entropy; kind_head.c), so the loss is
+ * computed by the same code.
  *
  * Invariants: parameters in checkpoint order (model.norm.weight, then
  * lm_head.weight when untied), Hugging Face's names and shapes. */
 #include "nn/kind.h"
+#include "nn/model_impl.h"
+
+#include "cleave/prof.h"
 
 #include <stddef.h>
 
@@ -40,6 +45,44 @@ static void llama_head_param(const cl_model_desc *d, const cl_unit *un, int i, c
     o->ndim = 2, o->shape[0] = d->cfg.vocab, o->shape[1] = d->cfg.channels, o->scale = 0.02f;
 }
 
+static cl_status llama_head_forward(cl_model *m, const cl_unit *un, const cl_microbatch *mb, const float *in, float *base,
+                                    float *const *p) {
+    const cl_model_desc *d = m->desc;
+    CL_TRY(cl_nn_head_targets(m, mb));
+    llama_head_weights w = {0};
+    cl_kind_bind(cl_kind_of(un->kind), p, &w);
+    int64_t N = (int64_t)mb->B * mb->T, Ns = cl_nn_rows_here(d, N);
+    cl_head_acts h = cl_nn_head_layout(d, base, N, 0);
+    CL_PROF("fwd rmsnorm", 0,
+            cl_kern(m)->rmsnorm_forward(cl_nn_head_mine(m, &h, N), h.rstd, in, w.norm_w, (float)d->cfg.rms_norm_eps, (int)Ns, (int)d->cfg.channels));
+    return cl_nn_head_loss_forward(m, mb, &h, w.head_w ? w.head_w : m->p[d->tied_wte]);
+}
+
+/* The tied weight's gradient as GPT's head takes it (its own under cl_model_split_tied), or lm_head's own. */
+static cl_status llama_head_backward(cl_model *m, const cl_unit *un, const cl_microbatch *mb, const float *in, float *base,
+                                     float *const *p, float *const *g, const float *dout, float *din, int what) {
+    (void)dout; /* the loss's own gradient is mb->dloss */
+    const cl_model_desc *d = m->desc;
+    int ww = what & CL_BWD_WEIGHT;
+    llama_head_weights w = {0}, gw = {0};
+    cl_kind_bind(cl_kind_of(un->kind), p, &w);
+    cl_kind_bind(cl_kind_of(un->kind), g, &gw);
+    int64_t N = (int64_t)mb->B * mb->T, Ns = cl_nn_rows_here(d, N);
+    int iC = (int)d->cfg.channels;
+    cl_head_acts h = cl_nn_head_layout(d, base, N, 0);
+    const float *wv = w.head_w ? w.head_w : m->p[d->tied_wte];
+    float *dwv = w.head_w ? gw.head_w : m->head_wte_g ? m->head_wte_g : m->g[d->tied_wte];
+    const float *dl;
+    CL_TRY(cl_nn_head_loss_backward(m, mb, &h, wv, dwv, ww, &dl));
+    if (ww) CL_PROF("bwd rmsnorm w", 0, cl_kern(m)->rmsnorm_backward_weight(gw.norm_w, dl, in, h.rstd, (int)Ns, iC));
+    if (din) CL_PROF("bwd rmsnorm", 0, cl_kern(m)->rmsnorm_backward_input(din, dl, in, w.norm_w, h.rstd, (int)Ns, iC));
+    return CL_OK;
+}
+
+static const float *llama_head_logits(const cl_model *m, const cl_acts *a, int u, int B, int T) {
+    return cl_nn_head_layout(m->desc, a->base + a->off[u - m->u0], (int64_t)B * T, 0).logits;
+}
+
 static void llama_head_cost(const cl_model_desc *d, const cl_unit *un, int B, double e, int recompute, int causal, cl_unit_cost *o) {
     cl_kind_lmhead.cost(d, un, B, e, recompute, causal, o);
 }
@@ -54,6 +97,9 @@ const cl_kind cl_kind_llama_head = {
     .cost = llama_head_cost,
     .loss = CL_KIND_LOSS_TOKEN,
     .z3_reads = CL_KIND_READS(CL_Z3_FORWARD) | CL_KIND_READS(CL_Z3_BACKWARD),
+    .logits = llama_head_logits,
+    .forward = llama_head_forward,
+    .backward = llama_head_backward,
 };
 
 const cl_kind cl_kind_llama_head_untied = {
@@ -65,4 +111,7 @@ const cl_kind cl_kind_llama_head_untied = {
     .cost = llama_head_cost,
     .loss = CL_KIND_LOSS_TOKEN,
     .z3_reads = CL_KIND_READS(CL_Z3_FORWARD) | CL_KIND_READS(CL_Z3_BACKWARD),
+    .logits = llama_head_logits,
+    .forward = llama_head_forward,
+    .backward = llama_head_backward,
 };

@@ -25,6 +25,7 @@ struct cl_model {
     float *head_wte_g;      /* see cl_model_split_tied; NULL otherwise */
     int recompute;          /* cl_recompute (cl_model_set_recompute) */
     float *rc_buf;          /* recompute: one block's attention (selective) or all its activations (full) */
+    float *rope;            /* the rotary tables (sizes.tables floats): cos [T, hd/2], then sin; NULL if none */
     float *scratch;         /* backward workspace */
     float *dbuf[2];         /* ping-pong activation gradients */
     int64_t max_io_floats;  /* per micro-batch, max over units of in/out */

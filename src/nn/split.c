@@ -1,7 +1,9 @@
 /* What the unit kinds share (kind.h): binding a kind's named weights, and
  * for the tensor-parallel layers which token rows a rank holds under
  * sequence parallelism, the input of a column-parallel layer and the output
- * of a row-parallel one (Megatron-LM's split). On one rank each is the
+ * of a row-parallel one (Megatron-LM's split), and a split backward's kept
+ * collective results (cl_nn_kept; Llama's block: GPT's keeps its own copy
+ * in kind_block.c until its attention rework lands). On one rank each is the
  * plain layer: the collectives are the identity. */
 #include "nn/kind.h"
 #include "nn/model_impl.h"
@@ -49,4 +51,36 @@ cl_status cl_nn_row_linear(const cl_model *m, const char *what, double flops, co
     float *part = d->tpl.sp ? m->scratch + N * C : out;
     CL_PROF(what, flops, cl_sgemm(cl_kern(m), 0, 0, (int)N, (int)C, (int)K, 1.0f, x, (int)K, w, (int)C, 0.0f, part, (int)C));
     return row_output(m, part, out, bias, N, cl_nn_rows_here(d, N), C);
+}
+
+const float *cl_nn_kept(cl_nn_keep *k, const float *computed, int64_t n, int computing) {
+    const float *r = computed;
+    if (k->keep) {
+        if (!computing) r = k->keep;
+        else cl_device_copy(k->dev, k->keep, computed, (size_t)n * sizeof(float));
+        k->keep += n;
+    }
+    return r;
+}
+
+cl_status cl_nn_row_dout(const cl_model *m, cl_nn_keep *k, int run, const float *dout, float *buf, int64_t Ns, const float **out) {
+    const cl_model_desc *d = m->desc;
+    *out = dout;
+    if (!d->tpl.sp) return CL_OK;
+    int64_t C = d->cfg.channels;
+    if (run) CL_TRY(cl_tp_backward(&m->tp, CL_TP_SCATTER, dout, buf, (size_t)(Ns * C)));
+    *out = cl_nn_kept(k, buf, Ns * d->tpl.tp * C, run);
+    return CL_OK;
+}
+
+cl_status cl_nn_col_dinput(const cl_model *m, cl_nn_keep *k, int run, float *part, float *shard, int64_t Ns, const float **out) {
+    const cl_model_desc *d = m->desc;
+    int sp = d->tpl.sp;
+    int64_t C = d->cfg.channels;
+    if (run) {
+        if (sp) CL_TRY(cl_tp_backward(&m->tp, CL_TP_GATHER, part, shard, (size_t)(Ns * C)));
+        else CL_TRY(cl_tp_backward(&m->tp, CL_TP_COPY, part, part, (size_t)(Ns * C)));
+    }
+    *out = cl_nn_kept(k, sp ? shard : part, Ns * C, run);
+    return CL_OK;
 }

@@ -128,6 +128,7 @@ void cl_model_part_sizes(const cl_model_desc *d, int u0, int u1, int B, int reco
         const cl_kind *k = kind_of(d, u);
         int64_t n = k->rc_floats ? k->rc_floats(d, un, B, recompute) : 0;
         if (n > z->rc) z->rc = n;
+        if (k->rope) z->tables = (int64_t)d->T * (d->cfg.channels / d->cfg.heads); /* cos and sin, T x hd/2 each */
     }
     if (d->tied_wte >= 0 && head) {
         int64_t wte = align16(d->params[d->tied_wte].numel);
@@ -206,6 +207,19 @@ cl_status cl_model_set_recompute(cl_model *m, cl_recompute mode) {
     return CL_OK;
 }
 
+/* The rotary tables of positions [0, T) (cl_rope_table: host arithmetic), built once and copied to the device. */
+static cl_status rope_tables(cl_model *m) {
+    const cl_model_desc *d = m->desc;
+    int64_t n = m->sizes.tables, half = n / 2;
+    float *host = malloc((size_t)n * sizeof *host);
+    if (!host) return cl_error(CL_ERR_OOM, "cannot allocate the rotary tables");
+    cl_status s = cl_rope_table(host, host + half, d->T, d->cfg.channels / d->cfg.heads, d->cfg.rope_theta, NULL);
+    if (!s) s = cl_device_alloc_f32(m->dev, CL_MEM_WORKSPACE, (size_t)n, &m->rope);
+    if (!s) cl_device_copy_from_host(m->dev, m->rope, host, (size_t)n * sizeof(float));
+    free(host);
+    return s;
+}
+
 cl_status cl_model_create(cl_model **out, const cl_model_desc *d, cl_device *dev, int B) {
     return cl_model_create_part(out, d, dev, B, 0, d->nunits);
 }
@@ -255,6 +269,7 @@ cl_status cl_model_create_zero(cl_model **out, const cl_model_desc *d, cl_device
     if (!s) s = cl_device_alloc_f32(dev, CL_MEM_WORKSPACE, (size_t)z->scratch, &m->scratch);
     if (!s) s = cl_device_alloc_f32(dev, CL_MEM_WORKSPACE, (size_t)z->io, &m->dbuf[0]);
     if (!s) s = cl_device_alloc_f32(dev, CL_MEM_WORKSPACE, (size_t)z->io, &m->dbuf[1]);
+    if (!s && z->tables) s = rope_tables(m);
     if (s) {
         cl_model_destroy(m);
         return s;
@@ -316,6 +331,7 @@ void cl_model_destroy(cl_model *m) {
     cl_device_free(m->dev, m->dbuf[1]);
     cl_device_free(m->dev, m->head_wte_g);
     cl_device_free(m->dev, m->rc_buf);
+    cl_device_free(m->dev, m->rope);
     free(m->loc);
     free(m->p);
     free(m->g);

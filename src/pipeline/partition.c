@@ -35,7 +35,7 @@ cl_pp_stage_cost cl_pp_stage_predict(const cl_model_desc *d, int u0, int u1, con
     c.host_bytes = o->offload == CL_OFFLOAD_HOST ? 2 * (size_t)z.moments * f : o->offload == CL_OFFLOAD_DISK ? 4 * (size_t)cl_offload_tile_floats(z.moments) * f : 0;
     c.disk_bytes = o->offload == CL_OFFLOAD_DISK ? 2 * (size_t)z.moments * f : 0;
     c.bytes[CL_MEM_ACTS] = live * ((size_t)z.acts * f + sb.in + sb.udout) + (size_t)o->ndout * sb.dout;
-    c.bytes[CL_MEM_WORKSPACE] = (size_t)(z.scratch + 2 * z.io + z.rc) * f + live * (2 * sb.ids + sb.x) +
+    c.bytes[CL_MEM_WORKSPACE] = (size_t)(z.scratch + 2 * z.io + z.rc + z.tables) * f + live * (2 * sb.ids + sb.x) +
                                 (size_t)o->ngb * sb.in;
     c.param_bytes = c.bytes[CL_MEM_PARAMS] + c.bytes[CL_MEM_GRADS] + c.bytes[CL_MEM_OPTIM];
     c.act_bytes = c.bytes[CL_MEM_ACTS];

@@ -1,0 +1,138 @@
+"""An independent Llama in PyTorch, written from Hugging Face's
+LlamaForCausalLM equations (transformers' modeling_llama: LlamaRMSNorm,
+LlamaRotaryEmbedding with rope_theta and rotate_half, repeat_kv for
+grouped-query attention, the SwiGLU LlamaMLP, a tied or own lm_head, the mean
+cross-entropy of the next tokens), for tests/cli_llama_train.sh.
+
+    llama_torch.py IN OUT
+    llama_torch.py --eval DIR TEXT
+
+IN: the weights cleave wrote (build/tests/test_llama_torch --write-input),
+under Hugging Face's names with linear weights [in, out] as cleave stores
+them (so x @ W here is nn.Linear's x @ W^T there), the batch (tokens and
+targets, as floats) and the configuration (metadata "config", Hugging
+Face's keys). OUT: "loss" (F64, the mean over the batch's tokens) and
+"grad.<name>" for every weight, F32, from autograd in float32. No
+transformers library: the equations are written here; safetensors files
+are read and written by hand (tests/llama_ref.py, tests/format_ref.py).
+
+--eval scores a checkpoint cleave saved (DIR/model.safetensors, Hugging
+Face's names, linear weights [in, out]; DIR/config.json, Hugging Face's
+keys, byte tokenizer) on TEXT as `cleave eval --checkpoint DIR --text TEXT`
+does: consecutive non-overlapping windows of max_position_embeddings + 1
+bytes (the remainder dropped), the mean next-token cross-entropy printed as
+'eval loss: X'."""
+import json
+import math
+import os
+import sys
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from format_ref import write_st  # noqa: E402
+from llama_ref import read_st  # noqa: E402
+
+
+def rms_norm(x, w, eps):
+    # LlamaRMSNorm: weight * (x * rsqrt(mean(x^2) + eps)), in float32
+    variance = x.pow(2).mean(-1, keepdim=True)
+    return w * (x * torch.rsqrt(variance + eps))
+
+
+def rotate_half(x):
+    h = x.shape[-1] // 2
+    return torch.cat((-x[..., h:], x[..., :h]), dim=-1)
+
+
+def rotary(T, hd, theta):
+    # LlamaRotaryEmbedding (default rope type): inv_freq, positions 0 .. T-1, emb = cat(freqs, freqs)
+    inv_freq = 1.0 / (theta ** (torch.arange(0, hd, 2, dtype=torch.int64).float() / hd))
+    pos = torch.arange(T, dtype=torch.int64).float()
+    freqs = pos[:, None] @ inv_freq[None, :]
+    emb = torch.cat((freqs, freqs), dim=-1)
+    return emb.cos(), emb.sin()
+
+
+def repeat_kv(x, n_rep):
+    # [B, KV, T, hd] -> [B, KV * n_rep, T, hd], each key-value head n_rep times in a row
+    B, KV, T, hd = x.shape
+    if n_rep == 1:
+        return x
+    return x[:, :, None, :, :].expand(B, KV, n_rep, T, hd).reshape(B, KV * n_rep, T, hd)
+
+
+def forward(w, tokens, targets, cfg):
+    L, C, H = cfg["num_hidden_layers"], cfg["hidden_size"], cfg["num_attention_heads"]
+    KV, eps, theta = cfg["num_key_value_heads"], cfg["rms_norm_eps"], cfg["rope_theta"]
+    hd = C // H
+    B, T = tokens.shape
+    cos, sin = rotary(T, hd, theta)
+    mask = torch.full((T, T), float("-inf")).triu(1)
+    x = w["model.embed_tokens.weight"][tokens]
+    for layer in range(L):
+        p = lambda n: w[f"model.layers.{layer}.{n}.weight"]  # noqa: E731
+        h = rms_norm(x, p("input_layernorm"), eps)
+        q = (h @ p("self_attn.q_proj")).view(B, T, H, hd).transpose(1, 2)
+        k = (h @ p("self_attn.k_proj")).view(B, T, KV, hd).transpose(1, 2)
+        v = (h @ p("self_attn.v_proj")).view(B, T, KV, hd).transpose(1, 2)
+        q = q * cos + rotate_half(q) * sin
+        k = k * cos + rotate_half(k) * sin
+        k, v = repeat_kv(k, H // KV), repeat_kv(v, H // KV)
+        att = (q @ k.transpose(2, 3)) / math.sqrt(hd) + mask
+        att = F.softmax(att, dim=-1, dtype=torch.float32)
+        y = (att @ v).transpose(1, 2).reshape(B, T, C)
+        x = x + y @ p("self_attn.o_proj")
+        h = rms_norm(x, p("post_attention_layernorm"), eps)
+        x = x + (F.silu(h @ p("mlp.gate_proj")) * (h @ p("mlp.up_proj"))) @ p("mlp.down_proj")
+    x = rms_norm(x, w["model.norm.weight"], eps)
+    head = w["model.embed_tokens.weight"] if cfg["tie_word_embeddings"] else w["lm_head.weight"]
+    logits = x @ head.t()
+    return F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.reshape(-1))
+
+
+def evaluate(d, text):
+    cfg = json.load(open(os.path.join(d, "config.json")))
+    if cfg.get("tokenizer", "byte") != "byte":
+        print(f"llama_torch.py: {d}: only the byte tokenizer", file=sys.stderr)
+        return 2
+    w, _ = read_st(os.path.join(d, "model.safetensors"))
+    ids = torch.tensor(list(open(text, "rb").read()), dtype=torch.int64)
+    W = cfg["max_position_embeddings"] + 1
+    n = ids.numel() // W
+    if n < 1:
+        print(f"llama_torch.py: {text}: shorter than one window of {W} bytes", file=sys.stderr)
+        return 2
+    win = ids[: n * W].view(n, W)
+    total = 0.0
+    with torch.no_grad():
+        for b in range(0, n, 8):
+            x = win[b : b + 8]
+            total += forward(w, x[:, :-1], x[:, 1:], cfg).double().item() * x.shape[0]
+    print(f"eval loss: {total / n:.9f}")
+    return 0
+
+
+def main():
+    if len(sys.argv) == 4 and sys.argv[1] == "--eval":
+        return evaluate(sys.argv[2], sys.argv[3])
+    if len(sys.argv) != 3:
+        print("usage: llama_torch.py IN OUT | --eval DIR TEXT", file=sys.stderr)
+        return 2
+    t, meta = read_st(sys.argv[1])
+    cfg = json.loads(meta["config"])
+    tokens = t.pop("tokens").long()
+    targets = t.pop("targets").long()
+    w = {n: v.clone().requires_grad_(True) for n, v in t.items()}
+    loss = forward(w, tokens, targets, cfg)
+    loss.backward()
+    out = [("loss", "F64", torch.tensor([loss.item()], dtype=torch.float64))]
+    out += [("grad." + n, "F32", v.grad.reshape(-1)) for n, v in w.items()]
+    write_st(sys.argv[2], out)
+    print(f"llama_torch.py: loss {loss.item():.9f}, {len(w)} gradients")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
