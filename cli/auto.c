@@ -21,7 +21,7 @@ static void hw_note(char *b, size_t n, int calibrated) {
 static cl_plan_cfg cfg_of(const cl_train_config *c, int dp, int tp, int pp) {
     int v = pp > 1 && c->schedule == CL_SCHED_INTERLEAVED ? (c->virtual_stages > 1 ? c->virtual_stages : 2) : 1;
     return (cl_plan_cfg){dp, tp, pp, v, c->micro_batch, pp > 1 ? c->schedule : CL_SCHED_1F1B, c->zero, c->recompute,
-                         c->sequence_parallel, 0, c->offload_optimizer};
+                         c->sequence_parallel, 0, c->offload_optimizer, 0};
 }
 
 static void shortfall(char *b, size_t n, const cl_plan_list *l) {

@@ -112,7 +112,7 @@ static const cli_flag train_flags[] = {
     {"data-parallel-size", "", 1, "same as --dp"},
     {"tensor-model-parallel-size", "", 1, "same as --tp"},
     {"pipeline-model-parallel-size", "", 1, "same as --pp"},
-    {"bucket-size", "", 1, "gradient all-reduce bucket, e.g. 25MiB (default 25MiB)"},
+    {"bucket-size", "", 1, "gradient all-reduce bucket, e.g. 25MiB (default 25MiB; under --zero 2 and 3 a quarter of the shard, 64KiB to 25MiB)"},
     {"comm-timeout", "", 1, "seconds a rank waits for a peer before the run fails (default 300)"},
     {"schedule", "", 1, "pipeline schedule: gpipe, 1f1b (default), interleaved or zb-h1"},
     {"virtual-stages", "", 1, "model chunks per pipeline rank (interleaved only; default 2 there)"},
@@ -458,7 +458,7 @@ static cl_status agree_job(cl_comm *world, const train_job *j) {
     put(l, "--dp", "%d", j->mesh.dp);
     put(l, "--tp", "%d", j->mesh.tp);
     put(l, "--pp", "%d", j->mesh.pp);
-    put(l, "--bucket-size", "%zu", c->bucket_bytes);
+    c->bucket_bytes ? put(l, "--bucket-size", "%zu", c->bucket_bytes) : put(l, "--bucket-size", "%s", "default");
     put(l, "--schedule", "%s", cl_sched_kind_name((cl_sched_kind)c->schedule));
     put(l, "--virtual-stages", "%d", c->virtual_stages);
     put(l, "--pp-layout", "%s", S(c->pp_layout));
@@ -1403,7 +1403,7 @@ static void resolve_values(const train_cli *tc, const train_job *j, resolved *r)
     rput(r, a, "offload-dir", 0, c->offload_dir);
     rnum(r, a, "zero", c->zero);
     rnum(r, a, "zero3-prefetch", c->zero3_prefetch);
-    rnum(r, a, "bucket-size", (long long)c->bucket_bytes);
+    c->bucket_bytes ? rnum(r, a, "bucket-size", (long long)c->bucket_bytes) : rput(r, a, "bucket-size", 0, NULL);
     rfloat(r, a, "comm-timeout", tc->timeout);
     /* the pipeline's settings only where there is a pipeline (check_pipeline refuses them without) */
     rput(r, a, "schedule", 0, j->mesh.pp > 1 || j->schedule_given ? cl_sched_kind_name((cl_sched_kind)c->schedule) : NULL);

@@ -327,10 +327,10 @@ static void print_json(const cl_plan_result *r) {
     printf("{\"dp\": %d, \"tp\": %d, \"pp\": %d, \"virtual_stages\": %d, \"micro_batch_size\": %d, \"schedule\": \"%s\", \"zero\": %d, "
            "\"offload_optimizer\": \"%s\", \"recompute\": \"%s\", \"sequence_parallel\": %s, \"precision\": \"%s\", \"fits\": %s, \"step_s\": %.6g, "
            "\"tokens_per_s\": %.6g, \"model_tflops_per_device\": %.6g, \"tflops_per_device\": %.6g, \"peak_share\": %.4f, "
-           "\"bubble\": %.4f, \"comm_share\": %.4f, \"simulated\": %s, \"peak_bytes\": %.0f, \"peak_rank\": %d, \"bytes\": {",
+           "\"bubble\": %.4f, \"comm_share\": %.4f, \"simulated\": %s, \"lean\": %s, \"peak_bytes\": %.0f, \"peak_rank\": %d, \"bytes\": {",
            c->dp, c->tp, c->pp, c->v, c->mb, cl_sched_kind_name((cl_sched_kind)c->schedule), c->zero,
            c->offload == CL_OFFLOAD_DISK ? "disk" : c->offload == CL_OFFLOAD_HOST ? "host" : "none", rc_name(c->recompute), c->sp ? "true" : "false", c->bf16 ? "bf16" : "fp32", r->fits ? "true" : "false", r->step_s, r->tokens_per_s,
-           r->model_tflops, r->hw_tflops, r->peak_share, r->bubble, r->comm_share, r->simulated ? "true" : "false", r->peak_bytes,
+           r->model_tflops, r->hw_tflops, r->peak_share, r->bubble, r->comm_share, r->simulated ? "true" : "false", c->lean ? "true" : "false", r->peak_bytes,
            r->full_rank);
     for (int k = 0; k < CL_MEM_NCAT; k++) printf("%s\"%s\": %.0f", k ? ", " : "", cl_mem_cat_name((cl_mem_cat)k), r->cat_bytes[k]);
     printf("}}\n");
@@ -346,11 +346,12 @@ static void print_table(const cl_plan_list *l, int top) {
         char cat[5][16], pk[16];
         for (int k = 0; k < 5; k++) gib(cat[k], sizeof cat[k], r->cat_bytes[k]);
         gib(pk, sizeof pk, r->peak_bytes);
-        printf("  %4d %4d %3d %3d %2d %3d %-11s %4d %-9s %2s | %9.4g %10.4g %7.3g %4.0f%% %6.3f %5.3f | %8s (%s %s %s %s %s)%s%s\n", i + 1,
+        printf("  %4d %4d %3d %3d %2d %3d %-11s %4d %-9s %2s | %9.4g %10.4g %7.3g %4.0f%% %6.3f %5.3f | %8s (%s %s %s %s %s)%s%s%s\n", i + 1,
                c->dp, c->tp, c->pp, c->v, c->mb, cl_sched_kind_name((cl_sched_kind)c->schedule), c->zero, rc_name(c->recompute),
                c->sp ? "y" : "n", r->step_s, r->tokens_per_s, r->model_tflops, 100 * r->peak_share, r->bubble, r->comm_share, pk,
                cat[0], cat[1], cat[2], cat[3], cat[4], r->simulated ? "" : " *",
-               c->offload == CL_OFFLOAD_DISK ? " offload disk" : c->offload == CL_OFFLOAD_HOST ? " offload host" : "");
+               c->offload == CL_OFFLOAD_DISK ? " offload disk" : c->offload == CL_OFFLOAD_HOST ? " offload host" : "",
+               !c->lean ? "" : c->zero == CL_ZERO_PARAMS ? " --bucket-size 1 --zero3-prefetch 0" : " --bucket-size 1");
     }
 }
 
@@ -372,7 +373,7 @@ int cleave_cmd_plan(int argc, char **argv) {
     }
     cl_plan_query q;
     memset(&q, 0, sizeof q);
-    q.fix = (cl_plan_cfg){-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1};
+    q.fix = (cl_plan_cfg){-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1};
     int seq = 0;
     if ((s = cli_parse_model(&a, &q.model, &seq))) return cli_fail(s);
     q.T = cl_model_family_of(&q.model)->tokens ? (seq ? seq : q.model.seq_len) : 1;

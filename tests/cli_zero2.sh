@@ -59,7 +59,7 @@ pair() { # name args...: name-z0 and name-z2
 }
 
 # ---- one micro-batch per replica: losses and grad norms bitwise ------------------
-pair dp2 "${base[@]}" --global-batch-size 4 --dp 2
+pair dp2 "${base[@]}" --global-batch-size 4 --dp 2 --bucket-size 25MiB # one bucket: the byte counts below
 pair dp4 "${base[@]}" --global-batch-size 8 --dp 4
 clipped dp2-z0
 same dp2-z2 dp2-z0
@@ -82,7 +82,7 @@ mkdir -p "$tmp/off"
 train dp2-z2-disk "${base[@]}" --global-batch-size 4 --dp 2 --zero 2 --offload-optimizer disk --offload-dir "$tmp/off"
 same dp2-z2-host dp2-z0
 same dp2-z2-disk dp2-z0
-# one bucket (the default 25 MiB holds gpt2-tiny): the reduce-scatter and the
+# one bucket (25 MiB holds gpt2-tiny; the default under --zero 2 is 64 KiB here): the reduce-scatter and the
 # all-gather each move half of the 120576 floats; together zero 0's all-reduce.
 # The norm's all-gathers: 16384 floats (65536 B) of rank 0's shard, and 8 B for
 # each of the 13 blocks starting in it (wte, wpe and h.0's 11 tensors up to
@@ -107,10 +107,10 @@ close pp2dp2il-z2 pp2dp2il-z0 1e-6 20
 pair tp2pp2dp2 "${base[@]}" --global-batch-size 16 --dp 2 --pp 2 --tp 2 --sequence-parallel --schedule 1f1b --check-replicas
 close tp2pp2dp2-z2 tp2pp2dp2-z0 1e-6 20
 check 'grep -q "ranks: 8 (threads backend)" "$tmp/tp2pp2dp2-z2.out"' "tp 2 x pp 2 x dp 2 does not run 8 ranks"
-pair pp2dp2zb "${base[@]}" --global-batch-size 16 --dp 2 --pp 2 --schedule zb-h1 # tp 2 x pp 2 x dp 2: tests/cli_zero3.sh
+pair pp2dp2zb "${base[@]}" --global-batch-size 16 --dp 2 --pp 2 --schedule zb-h1 --bucket-size 25MiB # tp 2 x pp 2 x dp 2: tests/cli_zero3.sh
 close pp2dp2zb-z2 pp2dp2zb-z0 1e-6 20
 clipped pp2dp2zb-z0
-# each micro-batch's W pass reduce-scatters the stage's one bucket (4 a step), none in B
+# each micro-batch's W pass reduce-scatters the stage's one (25 MiB) bucket (4 a step), none in B
 bad=$(grep '"loss"' "$tmp/pp2dp2zb-z2.jsonl" | grep -vc '"reduce_scatter": \[4, ')
 check '[ "$bad" -eq 0 ]' "pp2dp2zb-z2: $bad steps without 4 reduce-scatters$(excerpt 1 "$(grep -m1 '"loss"' "$tmp/pp2dp2zb-z2.jsonl")")"
 

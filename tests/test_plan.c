@@ -324,14 +324,14 @@ static void row_query(const mrow *r, cl_plan_query *q) {
     snprintf(q->model.name, sizeof q->model.name, "custom");
     q->T = 2048, q->devices = r->gpus, q->global_batch = r->batch, q->vocab_div = 128;
     cl_hw_builtin("a100", &q->hw);
-    q->fix = (cl_plan_cfg){-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1};
+    q->fix = (cl_plan_cfg){-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1};
 }
 
 static cl_plan_cfg row_cfg(const mrow *r) {
     int v = 1, per = r->layers / r->p;
     if (r->p > 1)
         for (v = 2; per % v; v++) {}
-    cl_plan_cfg c = {r->gpus / (r->t * r->p), r->t, r->p, v, 1, v > 1 ? CL_SCHED_INTERLEAVED : CL_SCHED_1F1B, 0, CL_RECOMPUTE_FULL, 0, 1, 0};
+    cl_plan_cfg c = {r->gpus / (r->t * r->p), r->t, r->p, v, 1, v > 1 ? CL_SCHED_INTERLEAVED : CL_SCHED_1F1B, 0, CL_RECOMPUTE_FULL, 0, 1, 0, 0};
     return c;
 }
 

@@ -614,6 +614,10 @@ static void zero2_part(const cl_model_desc *d, int u0, int u1, size_t bucket, in
     cl_part_sizes z;
     cl_zero zero = {2, 4, 1, bucket, 0, split};
     cl_model_part_sizes(d, u0, u1, 1, CL_RECOMPUTE_NONE, &zero, &z);
+    /* bucket 0: the default from the shard, which the sizes resolve */
+    CHECK(z.bucket_bytes == (bucket ? bucket : cl_zero_bucket_default(2, 4, z.shard)), "part [%d, %d) bucket %zu: the sizes cut at %zu",
+          u0, u1, bucket, z.bucket_bytes);
+    bucket = z.bucket_bytes;
     int n0 = cl_model_buckets(d, u0, u1, z.lo, bucket, 0, split, bk);
     int64_t top = -1, whole = 0, biggest = 0;
     for (int k = 0; k < n0; k++) {
@@ -673,6 +677,14 @@ static void test_zero2_buckets(void) {
     CHECK_OK(cl_model_describe(&mlp, 0, &dm));
     CHECK_OK(cl_model_describe_tp(&gpt, 32, &tl, &dg));
     if (!dm || !dg) return;
+    /* the default bucket: a quarter of a ZeRO 2 or 3 shard's bytes, a power of two from 64 KiB to 25 MiB */
+    const struct { int stage, n; int64_t shard; size_t want; } defs[] = {
+        {2, 4, 105120, 64 << 10}, {3, 4, 16, 64 << 10}, {2, 2, 1 << 20, 1 << 20}, {3, 8, (1 << 20) - 1, 512 << 10},
+        {3, 64, (int64_t)1 << 30, 25 << 20}, {1, 4, 1 << 20, 25 << 20}, {3, 1, 1 << 20, 25 << 20}};
+    for (size_t i = 0; i < sizeof defs / sizeof defs[0]; i++)
+        CHECK(cl_zero_bucket_default(defs[i].stage, defs[i].n, defs[i].shard) == defs[i].want,
+              "cl_zero_bucket_default(%d, %d, %lld) = %zu, want %zu", defs[i].stage, defs[i].n, (long long)defs[i].shard,
+              cl_zero_bucket_default(defs[i].stage, defs[i].n, defs[i].shard), defs[i].want);
     const size_t buckets[] = {0, 1, 4096, (size_t)1 << 30};
     int nchecked = 0, whole_parts = 0;
     for (int b = 0; b < 8; b++) {

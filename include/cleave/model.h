@@ -289,11 +289,23 @@ static inline int cl_zero_shards_grads(int stage) { return stage >= CL_ZERO_GRAD
 static inline int cl_zero_shards_params(int stage) { return stage >= CL_ZERO_PARAMS; }
 typedef struct {
     int stage, n, rank; /* stage: a cl_zero_stage */
-    size_t bucket_bytes;
+    size_t bucket_bytes; /* 0: the default, cl_zero_bucket_default of the part's shard */
     int prefetch;        /* ZeRO 3: units gathered ahead (0: none) */
     int split;           /* the backward runs split in input and weight passes (zb-h1): under stage 2 the
                           * loss units' gradients, which come in the input pass, are kept whole */
 } cl_zero;
+/* The default gradient bucket of a part whose data-parallel shard is
+ * shard_floats under ZeRO stage on n replicas: stages 0 and 1 cut the
+ * gradient buffer itself into buckets (no memory of their own), so
+ * CL_BUCKET_DEFAULT (25 MiB, DeepSpeed's and PyTorch DDP's figure); stages 2
+ * and 3 keep two bucket-sized working buffers beside the shard, so a
+ * quarter of the shard's bytes rounded down to a power of two, from
+ * CL_BUCKET_MIN (64 KiB) to CL_BUCKET_DEFAULT: the buffers then hold at most
+ * half the shard's gradient bytes, and each bucket still moves at least
+ * 64 KiB a collective (a bucket is also at least one unit's parameters). */
+#define CL_BUCKET_DEFAULT ((size_t)25 << 20)
+#define CL_BUCKET_MIN ((size_t)64 << 10)
+size_t cl_zero_bucket_default(int stage, int n, int64_t shard_floats);
 /* The part of floats [a, b) of a part's buffer inside shard [lo, lo +
  * len): its length (0 if none) and *start its first float. */
 int64_t cl_zero_overlap(int64_t a, int64_t b, int64_t lo, int64_t len, int64_t *start);
@@ -340,6 +352,7 @@ typedef struct {
     int64_t whole;       /* ZeRO 2: the whole-kept gradients (cl_model_grad_whole), 16-aligned each; else 0 */
     int64_t bucket;      /* ZeRO 2: floats of each bucket working buffer (the largest bucket); else 0 */
     int nbuf;            /* ZeRO 2: bucket working buffers (2, 1 with one non-empty bucket); else 0 */
+    size_t bucket_bytes; /* the bucket cut's limit: zero's bucket_bytes, or when 0 (or no zero) cl_zero_bucket_default */
     int64_t halo;        /* ZeRO 2: the norm's buffer: the first min(shard, 16384) floats of every replica's
                           * shard and one 16384-float block (cl_dp_grad_sumsq); else 0 */
     int64_t params;      /* floats of the parameter buffer: alloc, or the shard under ZeRO stage 3 */

@@ -121,7 +121,7 @@ typedef struct {
      * micro-batch's backward has finished its units, so communication
      * overlaps the rest of the backward pass. */
     const cl_groups *groups;
-    size_t bucket_bytes;    /* default 25 MiB */
+    size_t bucket_bytes;    /* 0 (the default): each part's cl_zero_bucket_default (25 MiB, or under ZeRO 2 and 3 from the shard) */
     /* Pipeline parallelism: groups->pp, the pipeline group (size 1: no
      * pipeline). Its p ranks each hold virtual_stages chunks of the
      * model (stage s = chunk * p + rank, S = p * virtual_stages stages) cut

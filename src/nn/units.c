@@ -73,6 +73,14 @@ static void bucket_range(const cl_model_desc *d, int u0, int u1, int64_t part_lo
     else bucket_range(d, u0, u1, part_lo, pa, pb, 0, 0, b);
 }
 
+size_t cl_zero_bucket_default(int stage, int n, int64_t shard_floats) {
+    if (!cl_zero_shards_grads(stage) || n < 2) return CL_BUCKET_DEFAULT;
+    size_t want = (size_t)shard_floats * sizeof(float) / 4, b = CL_BUCKET_MIN;
+    if (want >= CL_BUCKET_DEFAULT) return CL_BUCKET_DEFAULT;
+    while (b * 2 <= want) b *= 2;
+    return b;
+}
+
 int cl_model_buckets(const cl_model_desc *d, int u0, int u1, int64_t part_lo, size_t bucket_bytes, int stage2,
                      int split, cl_bucket *out) {
     size_t limit = bucket_bytes ? bucket_bytes : 1, bytes = 0;
@@ -148,6 +156,8 @@ void cl_model_part_sizes(const cl_model_desc *d, int u0, int u1, int B, int reco
         z->moments = z->shard;
     }
     z->grads = z->alloc;
+    z->bucket_bytes = zero && zero->bucket_bytes ? zero->bucket_bytes
+                                                 : zero ? cl_zero_bucket_default(zero->stage, zero->n, z->shard) : CL_BUCKET_DEFAULT;
     if (zero && cl_zero_shards_grads(zero->stage) && zero->n > 1) {
         z->grads = z->shard;
         for (int i = 0; i < d->nparams; i++) {
@@ -157,7 +167,7 @@ void cl_model_part_sizes(const cl_model_desc *d, int u0, int u1, int B, int reco
         }
         cl_bucket *bk = malloc((size_t)(u1 - u0 + 1) * sizeof *bk);
         CL_ASSERT(bk != NULL);
-        int nb = cl_model_buckets(d, u0, u1, lo, zero->bucket_bytes, 1, zero->split, bk), used = 0;
+        int nb = cl_model_buckets(d, u0, u1, lo, z->bucket_bytes, 1, zero->split, bk), used = 0;
         for (int k = 0; k < nb; k++) {
             if (bk[k].hi - bk[k].lo > z->bucket) z->bucket = bk[k].hi - bk[k].lo;
             used += bk[k].hi > bk[k].lo;

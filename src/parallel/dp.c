@@ -51,7 +51,7 @@ cl_status cl_dp_create(cl_dp **out, cl_comm *comm, cl_model *m, size_t bucket_by
         cl_dp_destroy(dp);
         return cl_error(CL_ERR_OOM, "cannot allocate the gradient buckets");
     }
-    dp->n = cl_model_buckets(d, u0, u1, z->lo, bucket_bytes, dp->z2, cl_model_zero(m)->split, dp->bk);
+    dp->n = cl_model_buckets(d, u0, u1, z->lo, bucket_bytes ? bucket_bytes : z->bucket_bytes, dp->z2, cl_model_zero(m)->split, dp->bk);
     for (int i = 0; dp->z2 && i < d->nparams; i++)
         if (cl_model_owns_param(m, i)) dp->nblocks += (d->params[i].numel + CL_SUMSQ_BLOCK - 1) / CL_SUMSQ_BLOCK;
     if (dp->nblocks && !(dp->bsum = calloc((size_t)dp->nblocks, sizeof *dp->bsum))) {

@@ -75,6 +75,8 @@ void cl_plan_cfg_to_train(const cl_plan_cfg *c, cl_train_config *tc) {
     tc->zero = c->zero;
     tc->recompute = c->recompute;
     tc->offload_optimizer = c->offload; /* disk: chosen only where the run gave --offload-dir */
+    if (c->lean && cl_zero_shards_grads(c->zero)) tc->bucket_bytes = 1;
+    if (c->lean && cl_zero_shards_params(c->zero)) tc->zero3_prefetch = 0;
 }
 
 void cl_plan_cfg_flags(const cl_plan_cfg *c, char *buf, size_t n) {
@@ -86,6 +88,8 @@ void cl_plan_cfg_flags(const cl_plan_cfg *c, char *buf, size_t n) {
     if (k >= 0 && (size_t)k < n && c->pp > 1 && c->schedule == CL_SCHED_INTERLEAVED)
         k += snprintf(buf + k, n - (size_t)k, " --virtual-stages %d", c->v);
     if (k >= 0 && (size_t)k < n && c->sp) k += snprintf(buf + k, n - (size_t)k, " --sequence-parallel");
+    if (k >= 0 && (size_t)k < n && c->lean && cl_zero_shards_grads(c->zero))
+        k += snprintf(buf + k, n - (size_t)k, cl_zero_shards_params(c->zero) ? " --bucket-size 1 --zero3-prefetch 0" : " --bucket-size 1");
     if (k >= 0 && (size_t)k < n && c->offload != CL_OFFLOAD_NONE)
         snprintf(buf + k, n - (size_t)k, c->offload == CL_OFFLOAD_DISK ? " --offload-optimizer disk --offload-dir DIR" : " --offload-optimizer host");
 }
@@ -93,5 +97,5 @@ void cl_plan_cfg_flags(const cl_plan_cfg *c, char *buf, size_t n) {
 int cl_plan_cfg_distance(const cl_plan_cfg *c, const cl_plan_cfg *ref) {
     int sched = c->pp > 1 || ref->pp > 1 ? c->schedule != ref->schedule || (c->schedule == CL_SCHED_INTERLEAVED && c->v != ref->v) : 0;
     return (c->dp != ref->dp) + (c->tp != ref->tp) + (c->pp != ref->pp) + (c->mb != ref->mb) + sched + (c->zero != ref->zero) +
-           (c->recompute != ref->recompute) + (c->sp != ref->sp) + (c->offload != ref->offload);
+           (c->recompute != ref->recompute) + (c->sp != ref->sp) + (c->offload != ref->offload) + (c->lean != ref->lean);
 }

@@ -166,16 +166,22 @@ static double pass_time(const plan_ctx *x, const cl_pass_cost *pc, double peak, 
  * the first gather is exposed, each later one hides under the unit before
  * it; g_1 + sum_i (c_i + g_(i+1)) where the collectives run on the devices'
  * own cores (collectives_on_cores: the copies take the core the unit would
- * use). Replaces the stage's F, B and W times. */
-static double gathered_pass(const double *c, const double *g, const int *on, int u0, int u1, int dir, int serial) {
+ * use). In the pass that makes the weight gradients (the combined backward,
+ * zb-h1's W) each unit's reduce-scatter r_i leaves after the unit, on the
+ * link the next gather takes: g_n + sum_i max(c_i, g_(i-1) + r_(i+1)) + r_1
+ * (ZeRO's 3 Psi a step: two gathers and a reduce-scatter on each device's
+ * link). Replaces the stage's F, B and W times. */
+static double gathered_pass(const double *c, const double *g, const int *on, const double *rs, int u0, int u1, int dir,
+                            int serial) {
     int first = dir > 0 ? u0 : u1 - 1, end = dir > 0 ? u1 : u0 - 1;
-    double t = on[first] ? g[first] : 0;
+    double t = on[first] ? g[first] : 0, prev = 0;
     for (int u = first; u != end; u += dir) {
         int nx = u + dir;
-        double next = nx != end && on[nx] ? g[nx] : 0;
-        t += serial ? c[u] + next : c[u] > next ? c[u] : next;
+        double link = (nx != end && on[nx] ? g[nx] : 0) + prev; /* the next gather and the last unit's reduce-scatter */
+        t += serial ? c[u] + link : c[u] > link ? c[u] : link;
+        prev = rs ? rs[u] : 0;
     }
-    return t;
+    return t + prev; /* the pass's last reduce-scatter */
 }
 
 static cl_status zero3_passes(plan_ctx *x, prep *P, const cl_model_desc *d, int eb, double peak, int inter) {
@@ -184,13 +190,13 @@ static cl_status zero3_passes(plan_ctx *x, prep *P, const cl_model_desc *d, int 
     int zb = P->kind == CL_SCHED_ZB_H1, n = d->nunits;
     double wte = d->tied_wte >= 0 ? (double)d->params[d->tied_wte].numel : 0;
     int wte_unit = d->tied_wte >= 0 ? d->params[d->tied_wte].unit : -1;
-    double *t = malloc(4 * (size_t)n * sizeof *t);
+    double *t = malloc(5 * (size_t)n * sizeof *t);
     int *on = malloc(3 * (size_t)n * sizeof *on);
     if (!t || !on) {
         free(t), free(on);
         return cl_error(CL_ERR_OOM, "cannot time the ZeRO 3 gathers");
     }
-    double *cf = t, *cb = t + n, *cw = t + 2 * n, *g = t + 3 * n;
+    double *cf = t, *cb = t + n, *cw = t + 2 * n, *g = t + 3 * n, *rs = t + 4 * n;
     int *onf = on, *onb = on + n, *onw = on + 2 * n;
     cl_unit_cost uc;
     for (int u = 0; u < n; u++) {
@@ -208,15 +214,20 @@ static cl_status zero3_passes(plan_ctx *x, prep *P, const cl_model_desc *d, int 
         if (!zb) cb[u] += cw[u], cw[u] = 0;
         double np = x->up[u] + (k->uses_tied && wte_unit != u ? wte : 0);
         g[u] = cl_hw_coll(hw, CL_COLL_ALLGATHER, np * eb, c->dp, inter);
+        rs[u] = x->up[u] > 0 ? cl_hw_coll(hw, CL_COLL_REDUCE_SCATTER, x->up[u] * eb, c->dp, inter) : 0;
         onf[u] = np > 0;
         onb[u] = np > 0 && (k->z3_reads & CL_KIND_READS(CL_Z3_BACKWARD)); /* the passes that gather it */
         onw[u] = np > 0 && (k->z3_reads & CL_KIND_READS(CL_Z3_WEIGHT));
     }
+    int serial = hw->coll_on_cores || c->lean; /* lean: --zero3-prefetch 0, each gather issued before its own unit */
+    /* the gradients' reduce-scatters share the link with the backward's gathers (GRAD_SYNC then finds them
+     * hidden); where the collectives run on the cores GRAD_SYNC adds them whole, as before */
+    const double *r = hw->coll_on_cores ? NULL : rs;
     for (int s = 0; s < P->S; s++) {
         int u0 = P->u0[s], u1 = P->u1[s];
-        P->f[s] = gathered_pass(cf, g, onf, u0, u1, 1, hw->coll_on_cores);
-        double b = gathered_pass(cb, g, onb, u0, u1, -1, hw->coll_on_cores);
-        if (zb) P->b[s] = b, P->w[s] = gathered_pass(cw, g, onw, u0, u1, -1, hw->coll_on_cores);
+        P->f[s] = gathered_pass(cf, g, onf, NULL, u0, u1, 1, serial);
+        double b = gathered_pass(cb, g, onb, zb ? NULL : r, u0, u1, -1, serial);
+        if (zb) P->b[s] = b, P->w[s] = gathered_pass(cw, g, onw, r, u0, u1, -1, serial);
         else P->b[s] = b - P->w[s]; /* the stage's B + W is the combined pass */
     }
     free(t), free(on);
@@ -394,6 +405,8 @@ static cl_status memory(plan_ctx *x, const prep *P, const cl_model_desc *d, cl_p
         tc.recompute = c->recompute;
         tc.zero = c->zero;
         tc.offload_optimizer = c->offload;
+        if (c->lean && cl_zero_shards_grads(c->zero)) tc.bucket_bytes = 1; /* as cl_plan_cfg_to_train sets them */
+        if (c->lean && cl_zero_shards_params(c->zero)) tc.zero3_prefetch = 0;
         if (c->offload == CL_OFFLOAD_DISK) { /* the file's directory does not change a byte: any writable one */
             const char *tmp = getenv("TMPDIR");
             tc.offload_dir = tmp && *tmp ? tmp : "/tmp";
@@ -463,11 +476,11 @@ static cl_status memory(plan_ctx *x, const prep *P, const cl_model_desc *d, cl_p
                 cat[k] += b * scale[k];
             }
         }
-        if (cl_zero_shards_params(c->zero) && c->dp > 1) { /* the gathered parameters of the largest unit, twice (prefetch) */
+        if (cl_zero_shards_params(c->zero) && c->dp > 1) { /* the gathered parameters of the largest unit, twice (prefetch; lean: once) */
             double big = 0;
             for (int u = 0; u < d->nunits; u++)
                 if (x->up[u] > big) big = x->up[u];
-            cat[CL_MEM_WORKSPACE] += 2 * big * 2;
+            cat[CL_MEM_WORKSPACE] += (c->lean ? 1 : 2) * big * 2;
         }
         double tot = 0;
         for (int k = 0; k < CL_MEM_NCAT; k++) tot += cat[k];
@@ -705,13 +718,16 @@ cl_status cl_plan_search(const cl_plan_query *q, cl_plan_list *out) {
                         int sps[2], ns = opts_of(fx->sp, 0, tp > 1 && tokens ? 1 : 0, sps), fit0 = 0;
                         for (int zi = 0; zi < nz && !st; zi++) {
                             if (dp == 1 && cl_zero_shards_optim(zs[zi]) && fx->zero < 0) continue;
+                            /* lean buckets and gathers: a memory option of ZeRO 2 and 3 at dp > 1, as offload */
+                            int nl = dp > 1 && cl_zero_shards_grads(zs[zi]) ? 2 : 1;
                             for (int ri = 0; ri < nr && !st; ri++)
-                                for (int si = 0; si < ns * no && !st; si++) {
-                                    /* offload last: it is a memory option (host: the same time, disk: slower), tried
-                                     * only where the moments on the device do not fit, unless fixed */
-                                    if (si % no == 0) fit0 = 0;
-                                    else if (fit0 && fx->offload < 0) continue;
-                                    cl_plan_cfg c = {dp, tp, pp, v, mb, kind, zs[zi], rs[ri], sps[si / no], bf16, os[si % no]};
+                                for (int si = 0; si < ns * no * nl && !st; si++) {
+                                    /* offload and lean last: memory options (host: the same time, disk and lean:
+                                     * slower), tried only where the plain configuration does not fit, unless fixed */
+                                    int oi = si / nl % no, li = si % nl;
+                                    if (si % (no * nl) == 0) fit0 = 0;
+                                    else if (fit0 && (fx->offload < 0 || oi == 0)) continue;
+                                    cl_plan_cfg c = {dp, tp, pp, v, mb, kind, zs[zi], rs[ri], sps[si / (no * nl)], bf16, os[oi], li};
                                     cand cd;
                                     cl_status e = eval_ctx(&x, &c, 0, &cd.r, &cd.lower);
                                     if (e == CL_ERR_INVALID || e == CL_ERR_UNSUPPORTED) {
@@ -724,7 +740,7 @@ cl_status cl_plan_search(const cl_plan_query *q, cl_plan_list *out) {
                                         break;
                                     }
                                     out->considered++;
-                                    if (si % no == 0) fit0 = cd.r.fits;
+                                    if (si % (no * nl) == 0) fit0 = cd.r.fits;
                                     if (!cd.r.fits) {
                                         if (!out->have_nearest || cd.r.over_bytes < out->nearest.over_bytes) {
                                             out->nearest = cd.r;

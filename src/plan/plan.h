@@ -71,6 +71,9 @@ double cl_hw_p2p(const cl_hw *hw, double bytes, int inter);
 typedef struct {
     int dp, tp, pp, v, mb, schedule, zero, recompute, sp, bf16;
     int offload;                 /* the AdamW moments: a cl_offload (disk: this machine only) */
+    int lean;                    /* ZeRO 2 and 3 at dp > 1, a memory option like offload: 1 runs --bucket-size 1 (a
+                                  * bucket a unit) and under ZeRO 3 --zero3-prefetch 0 (no gather ahead, each one
+                                  * exposed); 0 the run's (the defaults) */
 } cl_plan_cfg;
 
 typedef struct {

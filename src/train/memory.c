@@ -193,6 +193,21 @@ static size_t run_peak(const cl_train_config *cfg, int dp, int pp, cl_mem_rank *
     return peak;
 }
 
+/* ZeRO 2 and 3's largest bucket below cfg's under which the run fits cap:
+ * powers of two from 16 MiB down to CL_BUCKET_MIN, then 1 (a bucket a
+ * unit); 0 when none fits. */
+static size_t smaller_bucket(const cl_train_config *cfg, int dp, int pp, cl_mem_rank *buf, size_t avail, size_t cap) {
+    cl_train_config c = *cfg;
+    size_t from = cfg->bucket_bytes ? cfg->bucket_bytes : CL_BUCKET_DEFAULT;
+    for (size_t b = (size_t)16 << 20; b >= 1; b = b > CL_BUCKET_MIN ? b / 2 : b == CL_BUCKET_MIN ? 1 : 0) {
+        if (b >= from) continue;
+        c.bucket_bytes = b;
+        size_t pk = run_peak(&c, dp, pp, buf, avail);
+        if (pk && pk <= cap) return b;
+    }
+    return 0;
+}
+
 cl_status cl_memory_check(const cl_train_config *cfg, int dp, int pp) {
     size_t cap = cfg->device_memory;
     if (!cap) return CL_OK;
@@ -225,12 +240,25 @@ cl_status cl_memory_check(const cl_train_config *cfg, int dp, int pp) {
     size_t used = 0;
     int nfit = 0;
     static const char *const rc_names[] = {"none", "selective", "full"};
-    /* k: -2 and -1, then each recompute mode, each halving of the micro-batch, each schedule, the layout */
+    /* k: -4 to -1, then each recompute mode, each halving of the micro-batch, each schedule, the layout */
     enum { NRC = CL_RECOMPUTE_FULL + 1, NHALF = 16, NSCHED = CL_SCHED_NKINDS };
-    for (int k = -2; k < NRC + NHALF + NSCHED + 1 && nfit < 3; k++) {
+    for (int k = -4; k < NRC + NHALF + NSCHED + 1 && nfit < 3; k++) {
         cl_train_config c = *cfg;
         char what[96];
-        if (k == -2) { /* the optimizer state sharded over the replicas */
+        if (k == -4) { /* ZeRO 2 and 3: smaller gradient buckets, the largest that fits */
+            if (dp < 2 || !cl_zero_shards_grads(cfg->zero) || !(c.bucket_bytes = smaller_bucket(cfg, dp, pp, tmp, avail, cap)))
+                continue;
+            if (c.bucket_bytes == 1) snprintf(what, sizeof what, "--bucket-size 1");
+            else snprintf(what, sizeof what, "--bucket-size %zuKiB", c.bucket_bytes >> 10);
+        } else if (k == -3) { /* ZeRO 3: fewer units gathered ahead, the most that fits */
+            if (dp < 2 || !cl_zero_shards_params(cfg->zero)) continue;
+            for (c.zero3_prefetch = cfg->zero3_prefetch - 1; c.zero3_prefetch >= 0; c.zero3_prefetch--) {
+                size_t pk = run_peak(&c, dp, pp, tmp, avail);
+                if (pk && pk <= cap) break;
+            }
+            if (c.zero3_prefetch < 0) continue;
+            snprintf(what, sizeof what, "--zero3-prefetch %d", c.zero3_prefetch);
+        } else if (k == -2) { /* the optimizer state sharded over the replicas */
             if (dp < 2 || cl_zero_shards_optim(cfg->zero)) continue;
             c.zero = CL_ZERO_OPTIM;
             snprintf(what, sizeof what, "--zero 1");

@@ -39,7 +39,7 @@ void cl_train_config_default(cl_train_config *c) {
     c->adamw.grad_clip = 1.0f;
     c->tokenizer = "byte";
     c->eval_batches = 16;
-    c->bucket_bytes = 25u << 20;
+    c->bucket_bytes = 0; /* each part's default (cl_zero_bucket_default) */
     c->zero3_prefetch = 1;
     c->schedule = CL_SCHED_1F1B;
     c->tp = 1;
