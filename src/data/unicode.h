@@ -20,9 +20,4 @@ extern const int cl_unicode_nranges;
 /* Class of one code point (CL_UCLASS_*). */
 int cl_unicode_class(uint32_t cp);
 
-/* Decodes one strict UTF-8 sequence at s[0..n) (n >= 1): no overlongs, no
- * surrogates, nothing above U+10FFFF. Returns its length (1..4) and sets *cp;
- * returns 0 when s[0] does not start a valid sequence. */
-int cl_utf8_decode(const unsigned char *s, size_t n, uint32_t *cp);
-
 #endif
