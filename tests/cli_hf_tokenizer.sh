@@ -82,6 +82,8 @@ bad wordpiece '{"model":{"type":"WordPiece","vocab":{}},'"$B"'}' 'model\.type'
 bad nomodel '{'"$B"'}' 'field model'
 bad premeta '{"model":{"type":"BPE","vocab":'"$V"',"merges":["a b"]},"added_tokens":[],"normalizer":null,"pre_tokenizer":{"type":"Metaspace"}}' 'pre_tokenizer\.type'
 bad badregex '{"model":{"type":"BPE","vocab":'"$V"',"merges":[]},"added_tokens":[],"normalizer":null,"pre_tokenizer":{"type":"Sequence","pretokenizers":[{"type":"Split","pattern":{"Regex":"(\\p{L}+"},"behavior":"Isolated","invert":false},{"type":"ByteLevel","add_prefix_space":false,"use_regex":false}]}}' 'Regex'
+# \S inside a class: JavaScript's \S cannot be spelled there for PCRE2 (src/data/pretok.c)
+bad classnots '{"model":{"type":"BPE","vocab":'"$V"',"merges":[]},"added_tokens":[],"normalizer":null,"pre_tokenizer":{"type":"Sequence","pretokenizers":[{"type":"Split","pattern":{"Regex":"[\\S\\d]+"},"behavior":"Isolated","invert":false},{"type":"ByteLevel","add_prefix_space":false,"use_regex":false}]}}' 'Regex.*inside a character class'
 bad badmerge '{"model":{"type":"BPE","vocab":'"$V"',"merges":["a"]},'"$B"'}' 'model\.merges\[0\]'
 bad mergeoov '{"model":{"type":"BPE","vocab":'"$V"',"merges":["a c"]},'"$B"'}' 'model\.merges\[0\]'
 bad badid '{"model":{"type":"BPE","vocab":{"a":-3},"merges":[]},'"$B"'}' 'model\.vocab'
