@@ -13,15 +13,10 @@ BUILD=${BUILD:-build}
 command -v node >/dev/null 2>&1 || { echo "unicode_classes: node is not installed"; exit 2; }
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/cleave-ucls.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
-san=""
-sanmake=()
-case "$BUILD" in *san*) san="-fsanitize=address,undefined -fno-omit-frame-pointer"; sanmake=(SAN=1) ;; esac
-make -s "${sanmake[@]}" BUILD="$BUILD" "$BUILD/libcleave.a" "$BUILD/cleave.pc" >/dev/null
-libs=$(sed -n 's/^Libs.private: //p' "$BUILD/cleave.pc")
-grep -q -- -lpcre2-8 <<<"$libs" || { echo "unicode_classes: this build has no PCRE2"; exit 2; }
-# shellcheck disable=SC2086
-cc -std=c11 -O1 -g -Wall -Wextra -Werror -D_GNU_SOURCE -Iinclude -Isrc $san tests/tools/unicode_classes.c \
-    "$BUILD/libcleave.a" $libs -o "$tmp/classes"
+source tests/tools/driver.sh
+driver_make "$BUILD"
+grep -q -- -lpcre2-8 <<<"$driver_libs" || { echo "unicode_classes: this build has no PCRE2"; exit 2; }
+driver_link "$BUILD" tests/tools/unicode_classes.c "$tmp/classes"
 "$tmp/classes" --raw >"$tmp/pcre2.txt"
 "$tmp/classes" >"$tmp/cleave.txt"
 node -e '

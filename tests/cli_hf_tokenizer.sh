@@ -36,11 +36,9 @@ tmp=$(mktemp -d "${TMPDIR:-/tmp}/cleave-hf.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 
 # ---- the driver (tests/tools/bpe_encode.c --hf) -----------------------------
-san=""
-sanmake=()
-case "$BUILD" in *san*) san="-fsanitize=address,undefined -fno-omit-frame-pointer"; sanmake=(SAN=1) ;; esac
-make -s "${sanmake[@]}" BUILD="$BUILD" "$BUILD/libcleave.a" "$BUILD/cleave.pc" "$cleave" >/dev/null
-libs=$(sed -n 's/^Libs.private: //p' "$BUILD/cleave.pc")
+source tests/tools/driver.sh
+driver_make "$BUILD" "$cleave"
+libs=$driver_libs
 if ! grep -q -- -lpcre2-8 <<<"$libs"; then
     # without PCRE2 the tokenizer is refused with a message
     "$cleave" tokenize --tokenizer hf --tokenizer-dir "$tmp" --out "$tmp/x" "$tmp" >"$tmp/out" 2>&1; _rc=$?
@@ -49,9 +47,7 @@ if ! grep -q -- -lpcre2-8 <<<"$libs"; then
     finish cli_hf_tokenizer
     exit
 fi
-# shellcheck disable=SC2086
-cc -std=c11 -O1 -g -Wall -Wextra -Werror -D_GNU_SOURCE -Iinclude -Isrc $san tests/tools/bpe_encode.c \
-    "$BUILD/libcleave.a" $libs -o "$tmp/enc"
+driver_link "$BUILD" tests/tools/bpe_encode.c "$tmp/enc"
 
 # ---- bad tokenizer.json files --------------------------------------------------
 bad() { # name json field_regex (check evaluates in its own scope: globals)
