@@ -381,7 +381,11 @@ cl_status cl_tokenizer_hf(cl_tokenizer **out, const char *dir)
     t->kind = CL_TOK_HF;
     t->hf = h;
     if ((st = cl_read_file(path, CL_FILE_TOKENIZER, &text, &len))) goto fail;
-    t->files_hash = cl_hash64(text, len, 0x68667470ull);
+    /* the seed names the encoding rules: 0x68667471 since the pre-tokenizer's
+     * classes became JavaScript's (pretok.c), which changed ids of texts with
+     * U+FEFF, U+0085, U+180E or Unicode 16-17 letters, so older FILE.hf.tok
+     * caches are rebuilt */
+    t->files_hash = cl_hash64(text, len, 0x68667471ull);
     if ((st = load(t, path, text, len))) goto fail;
     free(text);
     free(path);
