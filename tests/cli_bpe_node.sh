@@ -28,15 +28,9 @@ tmp=$(mktemp -d "${TMPDIR:-/tmp}/cleave-bpe.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 
 # ---- build the driver ------------------------------------------------------
-san=""
-sanmake=()
-case "$BUILD" in *san*) san="-fsanitize=address,undefined -fno-omit-frame-pointer"; sanmake=(SAN=1) ;; esac
-make -s "${sanmake[@]}" BUILD="$BUILD" "$BUILD/libcleave.a" "$BUILD/cleave.pc" >/dev/null
-# what libcleave.a needs, as the build linked it (cleave.pc's Libs.private: xxhash, OpenMP, oneDNN, zlib, MPI)
-libs=$(sed -n 's/^Libs.private: //p' "$BUILD/cleave.pc")
-# shellcheck disable=SC2086
-cc -std=c11 -O1 -g -Wall -Wextra -Werror -D_GNU_SOURCE -Iinclude -Isrc $san tests/tools/bpe_encode.c \
-    "$BUILD/libcleave.a" $libs -o "$tmp/bpe_encode"
+source tests/tools/driver.sh
+driver_make "$BUILD"
+driver_link "$BUILD" tests/tools/bpe_encode.c "$tmp/bpe_encode"
 
 # ---- the node side ----------------------------------------------------------
 # The package's encode() grows its result with Array.concat, which is

@@ -1,6 +1,7 @@
 /* cleave data (internal): the tokenizer object shared by the byte tokenizer
  * (tokenizer_byte.c, which also holds the public dispatch) and GPT-2's BPE
- * (tokenizer_gpt2.c) and Hugging Face tokenizer.json BPE (tokenizer_hf.c).
+ * (tokenizer_gpt2.c) and Hugging Face tokenizer.json BPE (tokenizer_hf.c);
+ * both pre-tokenize through pretok.c (PCRE2).
  *
  * Invariants: vocab > 0; for gpt2, token id i has the raw bytes
  * tok_pool[tok_off[i] .. tok_off[i+1]), ids are dense 0..vocab-1, and both
@@ -9,6 +10,7 @@
 #define CLEAVE_DATA_TOKENIZER_H
 
 #include "cleave/data.h"
+#include "data/pretok.h"
 
 enum { CL_TOK_BYTE = 1, CL_TOK_GPT2 = 2, CL_TOK_HF = 3 };
 
@@ -43,6 +45,7 @@ struct cl_tokenizer {
     cl_strmap merges;         /* "first,second" raw bytes -> rank, keys in merge_pool */
     int32_t byte_id[256];     /* id of each single-byte token */
     int32_t eod;              /* <|endoftext|>'s id (hf: <|end_of_text|>'s first), -1 when the vocabulary lacks it */
+    cl_pretok *pretok;        /* gpt2 and hf: the pre-tokenizer's compiled regex (pretok.c) */
     /* hf only (tok_pool, tok_off, byte_id, eod shared with gpt2) */
     struct cl_hf *hf;
 };

@@ -1,9 +1,10 @@
 /* cleave data: GPT-2's byte-level BPE, equal to the npm package
  * gpt-3-encoder's encode() on the same text.
  *
- * How: the text is cut into pre-tokens by the pattern
+ * How: the text is cut into pre-tokens by the package's pattern
  *   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
- * (hand-compiled below, classes from unicode_tables.c), and each pre-token's
+ * run by PCRE2 with JavaScript's classes (pretok.c, cl_pretok_gpt2; a build
+ * without PCRE2 refuses this tokenizer), and each pre-token's
  * bytes are merged by rank the way that package's bpe() does: each round takes
  * the lowest rank among adjacent pairs, the pair holding it at the rightmost
  * position names the merge, and every occurrence of exactly that pair is
@@ -16,9 +17,10 @@
  * joined keys compare exactly as the JavaScript strings do.
  *
  * Invalid UTF-8: node would first replace such bytes by U+FFFD; here each
- * invalid byte is kept as itself and classed like U+FFFD (neither letter,
- * number nor space), so decode(encode(x)) == x for any bytes. Only valid
- * UTF-8 is guaranteed to match the JavaScript encoder.
+ * invalid byte is kept as itself and matched as one character that is
+ * neither letter, number nor space, as U+FFFD is (CL_PRETOK_INVALID_OTHER),
+ * so decode(encode(x)) == x for any bytes. Only valid UTF-8 is guaranteed to
+ * match the JavaScript encoder.
  *
  * Invariants: the tokenizer is read-only after loading; encode keeps all its
  * scratch state on the call's own heap, so it is safe on many threads. */
@@ -27,7 +29,7 @@
 #include <string.h>
 
 #include "data/tokenizer.h"
-#include "data/unicode.h"
+#include "data/pretok.h"
 
 /* ---- GPT-2's byte <-> unicode map ------------------------------------ */
 
@@ -479,6 +481,7 @@ void cl_gpt2_release(cl_tokenizer *t)
     free(t->tokens.slots);
     free(t->merge_pool);
     free(t->merges.slots);
+    cl_pretok_free(t->pretok);
 }
 
 static char *join_path(const char *dir, const char *name)
@@ -492,6 +495,9 @@ static char *join_path(const char *dir, const char *name)
 cl_status cl_tokenizer_gpt2(cl_tokenizer **out, const char *dir)
 {
     *out = NULL;
+#ifndef CL_HAVE_PCRE2
+    return cl_error(CL_ERR_UNSUPPORTED, "--tokenizer gpt2 needs PCRE2, and this build has none (install libpcre2-dev and rebuild)");
+#endif
     char found[4096];
     if (!dir) {
         CL_TRY(cl_data_find("gpt2", found, sizeof found));
@@ -505,6 +511,7 @@ cl_status cl_tokenizer_gpt2(cl_tokenizer **out, const char *dir)
     t->kind = CL_TOK_GPT2;
     if ((st = load_encoder(t, enc)) != CL_OK) goto fail;
     if ((st = load_merges(t, bpe)) != CL_OK) goto fail;
+    if ((st = cl_pretok_compile(&t->pretok, cl_pretok_gpt2, "gpt2 tokenizer: its pattern")) != CL_OK) goto fail;
     for (int b = 0; b < 256; b++) {
         unsigned char c = (unsigned char)b;
         t->byte_id[b] = map_get_parts(&t->tokens, &c, 1, 0, NULL, 0);
@@ -520,71 +527,6 @@ fail:
     free(enc);
     free(bpe);
     return st;
-}
-
-/* ---- pre-tokenizer -------------------------------------------------------- */
-
-/* Length and class of the character at s[i]; an invalid UTF-8 byte is one
- * character of class other. */
-static size_t char_at(const unsigned char *s, size_t n, size_t i, int *cls)
-{
-    uint32_t cp;
-    if (s[i] < 0x80) {
-        *cls = cl_unicode_class(s[i]);
-        return 1;
-    }
-    int k = cl_utf8_decode(s + i, n - i, &cp);
-    if (!k) {
-        *cls = CL_UCLASS_OTHER;
-        return 1;
-    }
-    *cls = cl_unicode_class(cp);
-    return (size_t)k;
-}
-
-/* End of the pattern's match starting at i (< n). Alternatives in the
- * pattern's order: contractions; an optional space then a run of letters,
- * of numbers, or of others; whitespace not followed by non-whitespace;
- * whitespace. */
-static size_t pretoken_end(const unsigned char *s, size_t n, size_t i)
-{
-    if (s[i] == '\'' && i + 1 < n) {
-        unsigned char a = s[i + 1];
-        if (a == 's' || a == 't' || a == 'm' || a == 'd') return i + 2;
-        if (i + 2 < n) {
-            unsigned char b = s[i + 2];
-            if ((a == 'r' && b == 'e') || (a == 'v' && b == 'e') || (a == 'l' && b == 'l')) return i + 3;
-        }
-    }
-    int cls;
-    size_t l = char_at(s, n, i, &cls);
-    size_t j = i;
-    if (s[i] == ' ' && i + 1 < n) {
-        int c1;
-        char_at(s, n, i + 1, &c1);
-        if (c1 != CL_UCLASS_SPACE) { j = i + 1; cls = c1; }
-    }
-    if (cls != CL_UCLASS_SPACE) {
-        size_t k = j;
-        while (k < n) {
-            int c;
-            size_t m = char_at(s, n, k, &c);
-            if (c != cls) break;
-            k += m;
-        }
-        return k;
-    }
-    size_t k = i + l, last = i;
-    int count = 1;
-    while (k < n) {
-        int c;
-        size_t m = char_at(s, n, k, &c);
-        if (c != CL_UCLASS_SPACE) break;
-        last = k;
-        k += m;
-        count++;
-    }
-    return (k == n || count == 1) ? k : last;
 }
 
 /* ---- BPE of one pre-token --------------------------------------------------- */
@@ -758,83 +700,94 @@ static cl_status bpe_word(const cl_tokenizer *t, bpe_state *S, const unsigned ch
 
 enum { CACHE_MAX_LEN = 64, CACHE_MAX_ENTRIES = 1 << 20 };
 
+/* One encode call's state: the BPE scratch and output, and a cache of the
+ * ids of short pre-tokens already merged (keys point into the text). */
+typedef struct {
+    const cl_tokenizer *t;
+    bpe_state S;
+    map_t cache;                /* pre-token bytes -> index into cpos */
+    uint32_t *cpos;             /* per cached pre-token: start in cids, then count */
+    int32_t *cids;
+    size_t ncache, capcache, ncids, capcids;
+    cl_status st;
+} encode_state;
+
+/* cl_pretok_split's piece: appends the ids of pre-token w[0..m) */
+static int encode_piece(void *ctx, const unsigned char *w, size_t m)
+{
+    encode_state *E = ctx;
+    bpe_state *S = &E->S;
+    if (m == 1) {
+        if (!ids_push(S, E->t->byte_id[w[0]])) { E->st = OOM_ENCODE(); return 0; }
+        return 1;
+    }
+    map_slot *slot = NULL;
+    uint32_t h = 0;
+    if (m <= CACHE_MAX_LEN) {
+        h = hash_parts(w, m, 0, NULL, 0);
+        slot = map_find(&E->cache, h, w, m, 0, NULL, 0);
+        if (slot->hash) {
+            uint32_t a = E->cpos[2 * slot->value], c = E->cpos[2 * slot->value + 1];
+            for (uint32_t k = 0; k < c; k++)
+                if (!ids_push(S, E->cids[a + k])) { E->st = OOM_ENCODE(); return 0; }
+            return 1;
+        }
+    }
+    size_t before = S->nids;
+    if ((E->st = bpe_word(E->t, S, w, m)) != CL_OK) return 0;
+    if (slot && E->ncache < CACHE_MAX_ENTRIES) {
+        size_t c = S->nids - before;
+        if (E->ncache == E->capcache) {
+            E->capcache = E->capcache ? E->capcache * 2 : 4096;
+            uint32_t *p = realloc(E->cpos, 2 * E->capcache * sizeof *p);
+            if (!p) { E->st = OOM_ENCODE(); return 0; }
+            E->cpos = p;
+        }
+        if (E->ncids + c > E->capcids) {
+            size_t cc = E->capcids ? E->capcids : 16384;
+            while (cc < E->ncids + c) cc *= 2;
+            int32_t *p = realloc(E->cids, cc * sizeof *p);
+            if (!p) { E->st = OOM_ENCODE(); return 0; }
+            E->cids = p;
+            E->capcids = cc;
+        }
+        memcpy(E->cids + E->ncids, S->ids + before, c * sizeof *E->cids);
+        E->cpos[2 * E->ncache] = (uint32_t)E->ncids;
+        E->cpos[2 * E->ncache + 1] = (uint32_t)c;
+        slot->key = w;
+        slot->len = (uint32_t)m;
+        slot->hash = h;
+        slot->value = (int32_t)E->ncache;
+        E->ncache++;
+        E->ncids += c;
+        E->cache.n++;
+        if (E->cache.n * 2 >= E->cache.cap && (E->st = map_grow(&E->cache)) != CL_OK) return 0;
+    }
+    return 1;
+}
+
 cl_status cl_gpt2_encode(const cl_tokenizer *t, const char *text, size_t len,
                          int32_t **out, size_t *n)
 {
-    const unsigned char *s = (const unsigned char *)text;
-    bpe_state S = {0};
-    map_t cache = {0};          /* pre-token bytes (in text) -> index into cpos */
-    uint32_t *cpos = NULL;      /* per cached pre-token: start in cids, then count */
-    int32_t *cids = NULL;
-    size_t ncache = 0, capcache = 0, ncids = 0, capcids = 0;
-    cl_status st = CL_OK;
-    if ((st = map_init(&cache, 4096)) != CL_OK) goto done;
-    S.capids = len / 3 + 16;
-    S.ids = malloc(S.capids * sizeof *S.ids);
-    if (!S.ids) { st = OOM_ENCODE(); goto done; }
-    size_t i = 0;
-    while (i < len) {
-        size_t e = pretoken_end(s, len, i);
-        size_t m = e - i;
-        if (m == 1) {
-            if (!ids_push(&S, t->byte_id[s[i]])) { st = OOM_ENCODE(); goto done; }
-            i = e;
-            continue;
-        }
-        map_slot *slot = NULL;
-        uint32_t h = 0;
-        if (m <= CACHE_MAX_LEN) {
-            h = hash_parts(s + i, m, 0, NULL, 0);
-            slot = map_find(&cache, h, s + i, m, 0, NULL, 0);
-            if (slot->hash) {
-                uint32_t a = cpos[2 * slot->value], c = cpos[2 * slot->value + 1];
-                for (uint32_t k = 0; k < c; k++)
-                    if (!ids_push(&S, cids[a + k])) { st = OOM_ENCODE(); goto done; }
-                i = e;
-                continue;
-            }
-        }
-        size_t before = S.nids;
-        if ((st = bpe_word(t, &S, s + i, m)) != CL_OK) goto done;
-        if (slot && ncache < CACHE_MAX_ENTRIES) {
-            size_t c = S.nids - before;
-            if (ncache == capcache) {
-                capcache = capcache ? capcache * 2 : 4096;
-                uint32_t *p = realloc(cpos, 2 * capcache * sizeof *p);
-                if (!p) { st = OOM_ENCODE(); goto done; }
-                cpos = p;
-            }
-            if (ncids + c > capcids) {
-                size_t cc = capcids ? capcids : 16384;
-                while (cc < ncids + c) cc *= 2;
-                int32_t *p = realloc(cids, cc * sizeof *p);
-                if (!p) { st = OOM_ENCODE(); goto done; }
-                cids = p;
-                capcids = cc;
-            }
-            memcpy(cids + ncids, S.ids + before, c * sizeof *cids);
-            cpos[2 * ncache] = (uint32_t)ncids;
-            cpos[2 * ncache + 1] = (uint32_t)c;
-            slot->key = s + i;
-            slot->len = (uint32_t)m;
-            slot->hash = h;
-            slot->value = (int32_t)ncache;
-            ncache++;
-            ncids += c;
-            cache.n++;
-            if (cache.n * 2 >= cache.cap && (st = map_grow(&cache)) != CL_OK) goto done;
-        }
-        i = e;
-    }
-    *out = S.ids;
-    *n = S.nids;
-    S.ids = NULL;
+    encode_state E = {0};
+    E.t = t;
+    bpe_state *S = &E.S;
+    if ((E.st = map_init(&E.cache, 4096)) != CL_OK) goto done;
+    S->capids = len / 3 + 16;
+    S->ids = malloc(S->capids * sizeof *S->ids);
+    if (!S->ids) { E.st = OOM_ENCODE(); goto done; }
+    int rc = cl_pretok_split(t->pretok, CL_PRETOK_INVALID_OTHER, (const unsigned char *)text, len, encode_piece, &E);
+    if (rc < 0) { E.st = cl_error(CL_ERR_INVALID, "gpt2 tokenizer: the pre-tokenizer's regex failed to match (PCRE2 error or no memory)"); goto done; }
+    if (rc == 0) goto done; /* E.st says why */
+    *out = S->ids;
+    *n = S->nids;
+    S->ids = NULL;
 done:
-    free(S.ids);
-    free(S.len); free(S.prev); free(S.next); free(S.ver);
-    free(S.heap); free(S.round);
-    free(cache.slots);
-    free(cpos);
-    free(cids);
-    return st;
+    free(S->ids);
+    free(S->len); free(S->prev); free(S->next); free(S->ver);
+    free(S->heap); free(S->round);
+    free(E.cache.slots);
+    free(E.cpos);
+    free(E.cids);
+    return E.st;
 }

@@ -3,9 +3,9 @@
  * 3, GPT-2 and their kin).
  *
  * Why: Llama-family checkpoints carry their tokenizer as one tokenizer.json
- * whose pre-tokenizer is a regex; running that regex with PCRE2 (UTF and
- * Unicode properties, JIT when the library has it) follows each file instead
- * of hand-writing each model's pattern.
+ * whose pre-tokenizer is a regex; running that regex with PCRE2 (pretok.c:
+ * JavaScript's classes, as @lenml/tokenizers has them; JIT when the library
+ * has it) follows each file instead of hand-writing each model's pattern.
  *
  * What is read: "model" of type BPE ("vocab" string -> id; "merges" as "a b"
  * strings or as [a, b] pairs; "ignore_merges"); "pre_tokenizer" either a
@@ -24,7 +24,7 @@
  * Hugging Face's BPE does).
  *
  * Invariants: after loading everything is read-only (encode keeps its scratch
- * on the call's own heap and its own PCRE2 match data, so it is safe on many
+ * on the call's own heap, pretok.c its own PCRE2 match data, so it is safe on many
  * threads); token id i decodes to tok_pool[tok_off[i] .. tok_off[i+1]) (ids
  * the file does not name decode to nothing); every byte has a one-byte
  * token; every merge's parts and result are in the vocabulary. */
@@ -49,12 +49,6 @@ cl_status cl_hf_encode(const cl_tokenizer *t, const char *text, size_t len, int3
 }
 void cl_hf_release(cl_tokenizer *t) { (void)t; }
 #else
-#define PCRE2_CODE_UNIT_WIDTH 8
-#include <pcre2.h>
-
-/* GPT-2's pattern, which a ByteLevel pre-tokenizer with use_regex applies */
-static const char gpt2_regex[] =
-    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
 
 typedef struct {
     uint64_t key;    /* left id << 32 | right id; 0 marks an empty slot (ids are shifted by one) */
@@ -72,7 +66,6 @@ typedef struct {
 } added_tok;
 
 struct cl_hf {
-    void *re;              /* pcre2_code * */
     merge_slot *merges;
     size_t mcap;
     tok_slot *toks;
@@ -123,8 +116,8 @@ void cl_hf_release(cl_tokenizer *t)
 {
     free(t->tok_pool);
     free(t->tok_off);
+    cl_pretok_free(t->pretok);
     if (t->hf) {
-        if (t->hf->re) pcre2_code_free((pcre2_code *)t->hf->re);
         free(t->hf->merges);
         free(t->hf->toks);
         free(t->hf->added);
@@ -168,7 +161,7 @@ static cl_status pre_tokenizer_regex(const char *path, const cl_json *pt, const 
         const cl_json *u = cl_json_get(pt, "use_regex");
         if (u && !is_true(u))
             return cl_error(CL_ERR_FORMAT, "%s: field pre_tokenizer: a ByteLevel without use_regex splits nothing; not supported", path);
-        *re = gpt2_regex;
+        *re = cl_pretok_gpt2;
         return CL_OK;
     }
     if (!is_str(type, "Sequence"))
@@ -188,21 +181,6 @@ static cl_status pre_tokenizer_regex(const char *path, const cl_json *pt, const 
     if (!pat || pat->type != CL_JSON_STRING)
         return cl_error(CL_ERR_FORMAT, "%s: field pre_tokenizer.pretokenizers[0].pattern.Regex: missing or not a string", path);
     *re = pat->string;
-    return CL_OK;
-}
-
-static cl_status compile_regex(const char *path, const char *re, struct cl_hf *h)
-{
-    int err;
-    PCRE2_SIZE at;
-    pcre2_code *code = pcre2_compile((PCRE2_SPTR)re, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP, &err, &at, NULL);
-    if (!code) {
-        PCRE2_UCHAR msg[256];
-        pcre2_get_error_message(err, msg, sizeof msg);
-        return cl_error(CL_ERR_FORMAT, "%s: field pre_tokenizer's Regex: %s at offset %zu", path, (const char *)msg, (size_t)at);
-    }
-    (void)pcre2_jit_compile(code, PCRE2_JIT_COMPLETE); /* the interpreter runs the same pattern when JIT is unavailable */
-    h->re = code;
     return CL_OK;
 }
 
@@ -372,7 +350,9 @@ static cl_status load(cl_tokenizer *t, const char *path, const char *text, size_
         while (h->merges[i].key && h->merges[i].key != k) i = (i + 1) & (h->mcap - 1);
         h->merges[i] = (merge_slot){k, rank, m};
     }
-    st = compile_regex(path, re, h);
+    char what[4200];
+    snprintf(what, sizeof what, "%s: field pre_tokenizer's Regex", path);
+    st = cl_pretok_compile(&t->pretok, re, what);
 done:
 #undef BAD
     free(tmp);
@@ -401,7 +381,11 @@ cl_status cl_tokenizer_hf(cl_tokenizer **out, const char *dir)
     t->kind = CL_TOK_HF;
     t->hf = h;
     if ((st = cl_read_file(path, CL_FILE_TOKENIZER, &text, &len))) goto fail;
-    t->files_hash = cl_hash64(text, len, 0x68667470ull);
+    /* the seed names the encoding rules: 0x68667471 since the pre-tokenizer's
+     * classes became JavaScript's (pretok.c), which changed ids of texts with
+     * U+FEFF, U+0085, U+180E or Unicode 16-17 letters, so older FILE.hf.tok
+     * caches are rebuilt */
+    t->files_hash = cl_hash64(text, len, 0x68667471ull);
     if ((st = load(t, path, text, len))) goto fail;
     free(text);
     free(path);
@@ -418,6 +402,7 @@ fail:
 /* ---- encoding ---------------------------------------------------------------- */
 
 typedef struct {
+    const cl_tokenizer *t;
     int32_t *ids;
     size_t n, cap;
     int32_t *sym;   /* one word's symbols */
@@ -472,64 +457,18 @@ static int bpe_word(const cl_tokenizer *t, enc_state *S, const unsigned char *w,
     return 1;
 }
 
-/* length of the valid UTF-8 prefix of s[0..n) */
-static size_t utf8_valid_prefix(const unsigned char *s, size_t n)
+/* cl_pretok_split's piece */
+static int encode_piece(void *ctx, const unsigned char *w, size_t m)
 {
-    size_t i = 0;
-    while (i < n) {
-        unsigned char c = s[i];
-        size_t k;
-        uint32_t cp;
-        if (c < 0x80) { i++; continue; }
-        else if (c >= 0xC2 && c <= 0xDF) { k = 1; cp = c & 0x1F; }
-        else if (c >= 0xE0 && c <= 0xEF) { k = 2; cp = c & 0x0F; }
-        else if (c >= 0xF0 && c <= 0xF4) { k = 3; cp = c & 0x07; }
-        else return i;
-        for (size_t j = 1; j <= k; j++) {
-            if (i + j >= n || (s[i + j] & 0xC0) != 0x80) return i;
-            cp = (cp << 6) | (s[i + j] & 0x3F);
-        }
-        if ((k == 2 && (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF))) || (k == 3 && (cp < 0x10000 || cp > 0x10FFFF))) return i;
-        i += k + 1;
-    }
-    return n;
+    enc_state *S = ctx;
+    return bpe_word(S->t, S, w, m);
 }
 
-/* pre-tokenizes and encodes s[0..n), which holds no added token */
-static int encode_plain(const cl_tokenizer *t, enc_state *S, pcre2_match_data *md, const unsigned char *s, size_t n)
+/* pre-tokenizes and encodes s[0..n), which holds no added token: 1, 0 out
+ * of memory, -1 a PCRE2 failure */
+static int encode_plain(const cl_tokenizer *t, enc_state *S, const unsigned char *s, size_t n)
 {
-    const pcre2_code *re = t->hf->re;
-    size_t i = 0;
-    while (i < n) {
-        size_t v = utf8_valid_prefix(s + i, n - i);
-        if (v == 0) { /* an invalid byte: a pre-token of its own */
-            if (!bpe_word(t, S, s + i, 1)) return 0;
-            i++;
-            continue;
-        }
-        const unsigned char *r = s + i;
-        size_t pos = 0, gap = 0;
-        while (pos < v) {
-            int rc = pcre2_match(re, r, v, pos, PCRE2_NO_UTF_CHECK, md, NULL);
-            if (rc < 0) {
-                if (rc == PCRE2_ERROR_NOMATCH) break;
-                return -1;
-            }
-            PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
-            size_t a = ov[0], b = ov[1];
-            if (b == a) { /* an empty match: step over one character */
-                pos = a + 1;
-                while (pos < v && (r[pos] & 0xC0) == 0x80) pos++;
-                continue;
-            }
-            if (a > gap && !bpe_word(t, S, r + gap, a - gap)) return 0;
-            if (!bpe_word(t, S, r + a, b - a)) return 0;
-            gap = pos = b;
-        }
-        if (v > gap && !bpe_word(t, S, r + gap, v - gap)) return 0;
-        i += v;
-    }
-    return 1;
+    return cl_pretok_split(t->pretok, CL_PRETOK_INVALID_ALONE, s, n, encode_piece, S);
 }
 
 cl_status cl_hf_encode(const cl_tokenizer *t, const char *text, size_t len, int32_t **out, size_t *n)
@@ -537,8 +476,8 @@ cl_status cl_hf_encode(const cl_tokenizer *t, const char *text, size_t len, int3
     const struct cl_hf *h = t->hf;
     const unsigned char *s = (const unsigned char *)text;
     enc_state S = {0};
-    pcre2_match_data *md = pcre2_match_data_create_from_pattern(h->re, NULL);
-    int ok = md != NULL;
+    S.t = t;
+    int ok = 1;
     size_t start = 0;
     for (size_t i = 0; ok && i < len; i++) {
         if (!h->first[s[i]]) continue;
@@ -548,13 +487,12 @@ cl_status cl_hf_encode(const cl_tokenizer *t, const char *text, size_t len, int3
             if (a->len <= len - i && (!best || a->len > best->len) && !memcmp(t->tok_pool + a->off, s + i, a->len)) best = a;
         }
         if (!best) continue;
-        ok = encode_plain(t, &S, md, s + start, i - start);
+        ok = encode_plain(t, &S, s + start, i - start);
         if (ok == 1) ok = push_id(&S, best->id);
         i += best->len - 1;
         start = i + 1;
     }
-    if (ok == 1 && start < len) ok = encode_plain(t, &S, md, s + start, len - start);
-    pcre2_match_data_free(md);
+    if (ok == 1 && start < len) ok = encode_plain(t, &S, s + start, len - start);
     if (ok != 1) {
         free(S.ids);
         free(S.sym);
