@@ -3,7 +3,9 @@
 # working tree as it is) and trains the same runs with both, then compares
 # every step's loss and gradient norm and every validation loss as printed
 # with 17 digits (--log-file), byte for byte. A refactor that promises the
-# same bits proves it with this script.
+# same bits proves it with this script. GPT runs' bits changed at 41a58df
+# (blockwise attention, another summation order): an OLD before it reports
+# the GPT layouts as differing, by design.
 #
 #   bash scripts/compare_commit.sh OLD [NEW]        the layouts below, 20 steps each
 #   TIME=N bash scripts/compare_commit.sh OLD [NEW] also one rank's step time on GPT-2 124M

@@ -153,7 +153,7 @@ bad "unknown --recompute 'most'" --recompute most
 # a pipeline over its cap: refused before allocating (the device's message no
 # longer comes from inside a step), the context joined by one ": "
 out=$(timeout 60 "$CLEAVE" train --data "$tmp/text.txt" --threads 1 --pp 2 --schedule zb-h1 --micro-batch-size 2 \
-    --global-batch-size 16 --device-memory 3.4MiB --steps 2 --sample-tokens 0 2>&1 >/dev/null); rc=$?
+    --global-batch-size 16 --device-memory 3.2MiB --steps 2 --sample-tokens 0 2>&1 >/dev/null); rc=$?
 check '[ $rc -eq 2 ] && printf "%s" "$out" | grep -q "refused before allocating" && ! printf "%s" "$out" | grep -q ": :"' \
     "pipeline out of memory: status $rc: $out"
 out=$(timeout 60 "$CLEAVE" train --model cnn --pp 10 --micro-batch-size 2 --global-batch-size 20 --steps 1 2>&1 >/dev/null); rc=$?

@@ -27,6 +27,8 @@ int main(void) {
     cl_model_config c;
     CHECK(cl_model_preset("gpt2-tiny", &c) == CL_OK, "preset");
     const int64_t L = 2, C = 64, H = 4, V = 256, P = 64, KV = 2, F = 96, K = KV * (C / H), T = 64;
+    /* the blockwise attention's backward tiles a sample: H pairs of min(64, T) x min(128, T) (flash.c) */
+    const int64_t tiles = H * 2 * T * T;
     c.kv_heads = (int)KV;
     c.mlp_width = (int)F;
     CHECK(cl_model_kv_heads(&c) == KV && cl_model_mlp_width(&c) == F, "the accessors");
@@ -42,10 +44,10 @@ int main(void) {
     int64_t blk = 4 * C + C * (C + 2 * K) + (C + 2 * K) + C * C + C + C * F + F + F * C + C;
     CHECK(d->nparams_total == V * C + P * C + 2 * C + L * blk, "parameters %lld, the formula %lld", (long long)d->nparams_total,
           (long long)(V * C + P * C + 2 * C + L * blk));
-    CHECK(d->units[1].act_floats == T * (4 * C + 4) + T * (2 * C + 2 * K + 2 * F) + H * T * T, "block activations %lld",
+    CHECK(d->units[1].act_floats == T * (4 * C + 4) + T * (2 * C + 2 * K + 2 * F) + H * T, "block activations %lld",
           (long long)d->units[1].act_floats);
-    CHECK(d->units[1].scratch_floats == T * (3 * C + C + (C + 2 * K) + F) + H * T * T, "block scratch %lld (dres2, dln2, dln1; "
-          "datty, dqkv, dfc; the scores)", (long long)d->units[1].scratch_floats);
+    CHECK(d->units[1].scratch_floats == T * (3 * C + C + (C + 2 * K) + F) + tiles, "block scratch %lld (dres2, dln2, dln1; "
+          "datty, dqkv, dfc; the attention's tiles)", (long long)d->units[1].scratch_floats);
     CHECK(d->units[1].flops == 2.0 * T * (2 * C + 2 * K + 2 * F) * C + 4.0 * T * T * C, "block FLOPs %g", d->units[1].flops);
     /* refused for training, by name; described all the same */
     CHECK(cl_model_config_runs(&c) == CL_ERR_UNSUPPORTED && strstr(cl_last_error(), "n_kv_heads 2"), "runs: %s", cl_last_error());
@@ -83,9 +85,9 @@ int main(void) {
         same = d0->units[u].act_floats == d1->units[u].act_floats && d0->units[u].scratch_floats == d1->units[u].scratch_floats &&
                d0->units[u].flops == d1->units[u].flops;
     CHECK(same, "kv_heads = heads and mlp_width = 4C describe as the defaults");
-    /* and as GPT-2's block always has: kept T (4C + 4) + 12 T C + H T^2, scratch T (3C + 8C) + H T^2, FLOPs 24 T C^2 + 4 T^2 C */
-    CHECK(d0 && d0->units[1].act_floats == T * (4 * C + 4) + 12 * T * C + H * T * T &&
-              d0->units[1].scratch_floats == T * 11 * C + H * T * T && d0->units[1].flops == 24.0 * T * C * C + 4.0 * T * T * C,
+    /* and as GPT-2's block has: kept T (4C + 4) + 12 T C + H T (the lse), scratch T (3C + 8C) + the tiles, FLOPs 24 T C^2 + 4 T^2 C */
+    CHECK(d0 && d0->units[1].act_floats == T * (4 * C + 4) + 12 * T * C + H * T &&
+              d0->units[1].scratch_floats == T * 11 * C + tiles && d0->units[1].flops == 24.0 * T * C * C + 4.0 * T * T * C,
           "GPT-2's block sizes");
     cl_model_desc_free(d0);
     cl_model_desc_free(d1);

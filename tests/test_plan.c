@@ -39,24 +39,28 @@ static cl_model_desc *gpt(int L, int C, int H, int T, int V, int tp, int sp) {
 
 /* Megatron's counts: a block's forward 24 B T C^2 + 4 B T^2 C (over tp), its backward twice
  * that (B: input gradients and attention's four products; W: the four weight gradients); the
- * head's forward 2 B T C V, its backward twice that; full recompute adds one forward. */
+ * head's forward 2 B T C V, its backward twice that; full recompute adds one forward, selective
+ * the attention's; priced blockwise (causal, cleave's kernels) every mode re-forwards the
+ * scores q k^T the backward recomputes, 2 B T^2 C, not the model's FLOPs. */
 static void test_costs(void) {
     int B = 3, T = 32, C = 64, H = 4, V = 512;
     for (int tp = 1; tp <= 4; tp *= 2)
         for (int sp = 0; sp <= (tp > 1); sp++)
-            for (int rc = 0; rc <= 2; rc++) {
+            for (int rc = 0; rc <= 5; rc++) {
+                int causal = rc > 2;
                 cl_model_desc *d = gpt(2, C, H, T, V, tp, sp);
                 if (!d) return;
                 cl_unit_cost uc;
-                cl_unit_cost_of(d, 1, B, 4, rc, 0, &uc);
+                cl_unit_cost_of(d, 1, B, 4, rc % 3, causal, &uc);
                 double fwd = (24.0 * B * T * C * C + 4.0 * B * T * T * C) / tp;
                 CHECK(uc.pass[CL_PASS_F].flops == fwd, "tp %d: block F %g, want %g", tp, uc.pass[CL_PASS_F].flops, fwd);
                 CHECK(uc.pass[CL_PASS_F].flops == d->units[1].flops * B, "F equals the description's count");
                 double bi = 24.0 * B * T * C * C / tp + 8.0 * B * T * T * C / tp, bw = 24.0 * B * T * C * C / tp;
                 CHECK(uc.pass[CL_PASS_B].flops == bi, "block B %g, want %g", uc.pass[CL_PASS_B].flops, bi);
                 CHECK(uc.pass[CL_PASS_W].flops == bw, "block W %g, want %g", uc.pass[CL_PASS_W].flops, bw);
-                double rf = rc == 2 ? fwd : rc == 1 ? 4.0 * B * T * T * C / tp : 0;
-                CHECK(uc.pass[CL_PASS_RF].flops == rf, "rc %d: re-forward %g, want %g", rc, uc.pass[CL_PASS_RF].flops, rf);
+                double rf = (rc % 3 == 2 ? fwd : rc % 3 == 1 ? 4.0 * B * T * T * C / tp : 0) + (causal ? 2.0 * B * T * T * C / tp : 0);
+                CHECK(uc.pass[CL_PASS_RF].flops == rf, "rc %d causal %d: re-forward %g, want %g", rc % 3, causal,
+                      uc.pass[CL_PASS_RF].flops, rf);
                 /* tensor-parallel traffic: 2 all-reduces of B T C each way, or sp's gathers and scatters */
                 double act = (double)B * T * C * 4;
                 if (tp > 1 && !sp) CHECK(uc.pass[CL_PASS_F].ar_calls == 2 && uc.pass[CL_PASS_F].ar_bytes == 2 * act, "F all-reduces");
@@ -64,12 +68,12 @@ static void test_costs(void) {
                               "sp gathers");
                 if (tp == 1) CHECK(uc.pass[CL_PASS_F].ar_calls + uc.pass[CL_PASS_F].ag_calls == 0, "no collectives at tp 1");
                 int hu = d->nunits - 1;
-                cl_unit_cost_of(d, hu, B, 4, rc, 0, &uc);
+                cl_unit_cost_of(d, hu, B, 4, rc % 3, causal, &uc);
                 double hf = 2.0 * B * T * C * d->vocab_local;
                 CHECK(uc.pass[CL_PASS_F].flops == hf && uc.pass[CL_PASS_B].flops == 2 * hf && uc.pass[CL_PASS_W].flops == 0,
                       "head F %g B %g W %g, want %g, %g, 0", uc.pass[CL_PASS_F].flops, uc.pass[CL_PASS_B].flops,
                       uc.pass[CL_PASS_W].flops, hf, 2 * hf);
-                cl_unit_cost_of(d, 0, B, 4, rc, 0, &uc);
+                cl_unit_cost_of(d, 0, B, 4, rc % 3, causal, &uc);
                 CHECK(uc.pass[CL_PASS_F].flops == 0 && uc.pass[CL_PASS_F].bytes == 3.0 * B * T * C * 4, "embedding: a lookup");
                 cl_model_desc_free(d);
             }
@@ -88,8 +92,8 @@ static void test_costs(void) {
     cl_model_desc_free(d);
 }
 
-/* The causal attention's share (src/kernels/attention.c: rows in blocks of
- * 64, each block's scores up to its last row): nb blocks of 64 compute
+/* The causal attention's share (src/kernels/attention.c and flash.c: rows in
+ * blocks of 64, each block's scores up to its last row): nb blocks of 64 compute
  * (nb + 1) / (2 nb) of the T x T products; one block (T <= 64) all of them.
  * With causal pricing the FLOPs stay the model's and the shapes carry the
  * work: the attention products' counts times the share, the rest as before. */
@@ -113,12 +117,12 @@ static void test_causal_share(void) {
             double want = a->gemm[g].count * (attn ? 0.75 : 1);
             CHECK(b->gemm[g].count == want, "pass %d product %d: work %g, want %g", p, g, b->gemm[g].count, want);
         }
-        /* the softmax: on the causal entries (129/256 of each row at T 128), the rest zeroed as a stream */
-        double sc = 3.0 * 4 * 128 * 128 * 4, tri = 129.0 / 256, k = p == CL_PASS_F ? 2 : 3;
-        double dstream = p == CL_PASS_F ? (1 - tri) * sc : (0.75 - tri) * sc;
-        CHECK(fabs(b->bytes - (a->bytes - k * (1 - tri) * sc)) < 1e-6 && fabs(b->stream - (a->stream + dstream)) < 1e-6,
-              "pass %d: softmax bytes %g + stream %g, want %g + %g", p, b->bytes, b->stream, a->bytes - k * (1 - tri) * sc,
-              a->stream + dstream);
+        /* the T x T path's softmax reads and writes the scores (2 forward, 3 backward); the blockwise
+         * path keeps them in tiles: the lse written (forward), read with y and dy for D (backward) */
+        double sc = 3.0 * 4 * 128 * 128 * 4, lse = 3.0 * 4 * 128 * 4, y = 3.0 * 128 * 64 * 4, k = p == CL_PASS_F ? 2 : 3;
+        double want = a->bytes - k * sc + lse + (p == CL_PASS_F ? 0 : 2 * y);
+        CHECK(fabs(b->bytes - want) < 1e-6 && b->stream == a->stream, "pass %d: bytes %g + stream %g, want %g + %g", p,
+              b->bytes, b->stream, want, a->stream);
     }
     cl_model_desc_free(d);
 }

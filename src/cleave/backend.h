@@ -31,7 +31,8 @@ int cl_conv2d_shape_init(cl_conv2d_shape *s, int B, int IC, int H, int W,
 int64_t cl_conv2d_col_floats(const cl_conv2d_shape *s);
 /* The share of the T x T score products the attention kernels compute (the planner's price). */
 double cl_attention_share(int T);
-/* Floats of scratch the blockwise attention's backward takes (flash.c): B NH 2 64 128, whatever T. */
+/* Floats of scratch the blockwise attention's backward takes (flash.c): B NH 2 min(64, T) min(128, T)
+ * (two tiles a task; for chunks, T the longer of the query and key chunks). */
 int64_t cl_flash_scratch_floats(int B, int T, int C, int NH);
 /* The sum of squares is cut into blocks of this many floats (see sumsq_block). */
 #define CL_SUMSQ_BLOCK 16384

@@ -153,9 +153,9 @@ void cl_flash_backward(float *dqkv, float *scratch, const float *dout, const flo
  * state, or gets out 0, lse -INFINITY), so chunks in any order give the
  * whole row's softmax. The backward, with the final out and lse, adds the
  * chunk pair's share into dqkv_q (the q columns) and dqkv_kv (the k and v
- * columns); they may be the same buffer. scratch as above (it uses B NKV of
- * the B NH tiles). cl_flash_forward is (qkv, qkv, T, T, qoff 0, NKV = NH,
- * accumulate 0). */
+ * columns); they may be the same buffer. scratch as above with T the
+ * longer of Tq and Tk (it uses B NKV of the B NH tile pairs).
+ * cl_flash_forward is (qkv, qkv, T, T, qoff 0, NKV = NH, accumulate 0). */
 void cl_flash_forward_chunk(float *out, float *lse, const float *qkv_q, const float *qkv_kv, int B, int Tq, int Tk,
                             int qoff, int C, int NH, int NKV, int accumulate);
 void cl_flash_backward_chunk(float *dqkv_q, float *dqkv_kv, float *scratch, const float *dout, const float *qkv_q,

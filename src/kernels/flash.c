@@ -80,10 +80,14 @@ typedef struct {
     float scale;
 } flash_head;
 
+/* The backward's two tiles: rows min(BR, Tq), columns (the leading
+ * dimension) min(BC, Tk), so a short sequence takes short tiles. */
+static int tile_rows(int Tq) { return Tq < BR ? Tq : BR; }
+static int tile_cols(int Tk) { return Tk < BC ? Tk : BC; }
+
 int64_t cl_flash_scratch_floats(int B, int T, int C, int NH) {
-    (void)T;
     (void)C;
-    return (int64_t)B * NH * 2 * BR * BC;
+    return (int64_t)B * NH * 2 * tile_rows(T) * tile_cols(T);
 }
 
 /* Keys visible to query row t: [0, kend(t)), clamped to [0, Tk]. */
@@ -193,8 +197,9 @@ static void block_forward(const flash_head *f, int r0, int r1, int accumulate, i
     }
 }
 
-/* One head's backward, query blocks in order; p and ds are BR x BC tiles. */
-static void head_backward(const flash_head *f, float *p, float *ds, int vec) {
+/* One head's backward, query blocks in order; p and ds are tiles of
+ * tile_rows(Tq) rows and ldp = tile_cols(Tk) columns. */
+static void head_backward(const flash_head *f, float *p, float *ds, int ldp, int vec) {
     int hs = f->hs;
     for (int r0 = 0; r0 < f->Tq; r0 += BR) {
         int r1 = r0 + BR < f->Tq ? r0 + BR : f->Tq, nr = r1 - r0, ke = kend(f, r1 - 1);
@@ -211,9 +216,9 @@ static void head_backward(const flash_head *f, float *p, float *ds, int vec) {
             int nc = ke - c0 < BC ? ke - c0 : BC;
             const float *k = f->k + (int64_t)c0 * f->ldkv, *v = f->v + (int64_t)c0 * f->ldkv;
             /* p = exp(scale q k^T - lse), 0 where masked */
-            cl_gemm(0, 1, nr, nc, hs, f->scale, q, f->ldq, k, f->ldkv, 0.0f, p, BC);
+            cl_gemm(0, 1, nr, nc, hs, f->scale, q, f->ldq, k, f->ldkv, 0.0f, p, ldp);
             for (int i = 0; i < nr; i++) {
-                float *row = p + i * BC;
+                float *row = p + i * ldp;
                 int n = kend(f, r0 + i) - c0;
                 n = n < 0 ? 0 : n > nc ? nc : n;
                 float lse = f->lse_in[r0 + i];
@@ -222,18 +227,18 @@ static void head_backward(const flash_head *f, float *p, float *ds, int vec) {
                 memset(row + n, 0, (size_t)(nc - n) * sizeof *row);
             }
             /* dv += p^T dout */
-            cl_gemm(1, 0, nc, hs, nr, 1.0f, p, BC, dO, f->ldo, 1.0f, f->dv + (int64_t)c0 * f->ldkv, f->ldkv);
+            cl_gemm(1, 0, nc, hs, nr, 1.0f, p, ldp, dO, f->ldo, 1.0f, f->dv + (int64_t)c0 * f->ldkv, f->ldkv);
             /* ds = p (dout v^T - D) */
-            cl_gemm(0, 1, nr, nc, hs, 1.0f, dO, f->ldo, v, f->ldkv, 0.0f, ds, BC);
+            cl_gemm(0, 1, nr, nc, hs, 1.0f, dO, f->ldo, v, f->ldkv, 0.0f, ds, ldp);
             for (int i = 0; i < nr; i++) {
-                float *dr = ds + i * BC;
-                const float *pr = p + i * BC;
+                float *dr = ds + i * ldp;
+                const float *pr = p + i * ldp;
                 float Di = D[i];
                 for (int j = 0; j < nc; j++) dr[j] = pr[j] * (dr[j] - Di);
             }
             /* scores = scale q k^T: dq += scale ds k, dk += scale ds^T q */
-            cl_gemm(0, 0, nr, hs, nc, f->scale, ds, BC, k, f->ldkv, 1.0f, dq, f->ldq);
-            cl_gemm(1, 0, nc, hs, nr, f->scale, ds, BC, q, f->ldq, 1.0f, f->dk + (int64_t)c0 * f->ldkv, f->ldkv);
+            cl_gemm(0, 0, nr, hs, nc, f->scale, ds, ldp, k, f->ldkv, 1.0f, dq, f->ldq);
+            cl_gemm(1, 0, nc, hs, nr, f->scale, ds, ldp, q, f->ldq, 1.0f, f->dk + (int64_t)c0 * f->ldkv, f->ldkv);
         }
     }
 }
@@ -280,12 +285,13 @@ void cl_flash_backward_chunk(float *dqkv_q, float *dqkv_kv, float *scratch, cons
                              const float *qkv_kv, const float *out, const float *lse, int B, int Tq, int Tk, int qoff,
                              int C, int NH, int NKV) {
     CL_ASSERT(NH > 0 && C % NH == 0 && NKV > 0 && NH % NKV == 0 && Tq >= 0 && Tk >= 0);
-    int vec = cl_simd(), G = NH / NKV;
+    int vec = cl_simd(), G = NH / NKV, ldp = tile_cols(Tk);
+    int64_t tile = (int64_t)tile_rows(Tq) * ldp;
     /* tasks (b, kv head): the group's query heads in order on one thread, their dk and dv sums with them */
 #pragma omp parallel for schedule(dynamic, 1)
     for (int bg = 0; bg < B * NKV; bg++) {
         int b = bg / NKV, g = bg % NKV;
-        float *p = scratch + (int64_t)bg * 2 * BR * BC;
+        float *p = scratch + (int64_t)bg * 2 * tile;
         for (int h = g * G; h < (g + 1) * G; h++) {
             flash_head f = head_at(qkv_q, qkv_kv, b, h, Tq, Tk, qoff, C, NH, NKV);
             int64_t ooff = (int64_t)b * Tq * C + (int64_t)h * f.hs;
@@ -295,7 +301,7 @@ void cl_flash_backward_chunk(float *dqkv_q, float *dqkv_kv, float *scratch, cons
             f.dk = dqkv_kv + (f.k - qkv_kv);
             f.dv = dqkv_kv + (f.v - qkv_kv);
             f.lse_in = lse + ((int64_t)b * NH + h) * Tq;
-            head_backward(&f, p, p + BR * BC, vec);
+            head_backward(&f, p, p + tile, ldp, vec);
         }
     }
 }

@@ -4,9 +4,13 @@
  * identity): c_attn column-parallel by heads, attention on this rank's
  * heads, attn.c_proj row-parallel; c_fc column-parallel, mlp.c_proj
  * row-parallel; under sequence parallelism the layernorms and residuals
- * hold 1/tp of the token rows. Recomputation (selective: the scores; full:
- * everything but the output) re-runs the forward's own kernels, so the
- * bits do not change.
+ * hold 1/tp of the token rows. Attention is blockwise (flash.c): the block
+ * keeps its output and each score row's log-sum-exp, never the T x T
+ * scores, and its backward recomputes the score tiles. Recomputation
+ * (selective: the attention's lse, from the saved qkv, as Megatron-LM's
+ * core-attention recompute keeps only the attention's inputs and output;
+ * full: everything but the output) re-runs the forward's own kernels, so
+ * the bits do not change.
  *
  * Weights by name (block_weights, bound from the table below); saved
  * activations laid out from the actual B and T (block_layout_at). */
@@ -56,19 +60,20 @@ static void block_param(const cl_model_desc *d, const cl_unit *un, int i, cl_par
     o->scale = !weight ? 0 : f == F(attn_proj_w) || f == F(fc_proj_w) ? 0.02f / sqrtf(2.0f * (float)d->cfg.layers) : 0.02f;
 }
 
-/* One block's attention scores at micro-batch B: this rank's heads. */
-static int64_t block_scores(const cl_model_desc *d, int B) { return (int64_t)B * d->heads_local * d->T * d->T; }
+/* What selective recompute drops and redoes at micro-batch B: the
+ * attention's lse, B NHl T (its output, c_proj's input, stays saved). */
+static int64_t block_lse_floats(const cl_model_desc *d, int B) { return (int64_t)B * d->heads_local * d->T; }
 
 typedef struct {
-    float *ln1, *ln1_mean, *ln1_rstd, *qkv, *att, *atty, *res2, *ln2, *ln2_mean, *ln2_rstd, *fch, *fch_gelu, *out;
+    float *ln1, *ln1_mean, *ln1_rstd, *qkv, *atty, *lse, *res2, *ln2, *ln2_mean, *ln2_rstd, *fch, *fch_gelu, *out;
 } block_acts;
 
 /* A block's saved activations from base, for the actual B and T: rows Ns of
  * C (token rows: ln1, res2, ln2, out and the layernorm statistics) and N
  * rows of this rank's columns (qkv: Cl + 2 Kl, atty: Cl, fch and fch_gelu:
- * Fl). att_apart: the scores live elsewhere (selective recompute), not in
- * base. */
-static block_acts block_layout_at(const cl_model_desc *d, float *base, int64_t B, int64_t T, float *att_apart) {
+ * Fl), and the attention's lse (B NHl T). lse_apart: the lse lives there
+ * (selective recompute), not in base. */
+static block_acts block_layout_at(const cl_model_desc *d, float *base, int64_t B, int64_t T, float *lse_apart) {
     int64_t N = B * T, Ns = cl_nn_rows_here(d, N), C = d->cfg.channels, Cl = d->channels_local, Kl = d->kv_channels_local,
             Fl = d->mlp_local;
     block_acts b;
@@ -77,9 +82,9 @@ static block_acts block_layout_at(const cl_model_desc *d, float *base, int64_t B
     b.ln1_mean = p; p += Ns;
     b.ln1_rstd = p; p += Ns;
     b.qkv = p; p += N * (Cl + 2 * Kl);
-    if (att_apart) b.att = att_apart;
-    else b.att = p, p += block_scores(d, (int)B);
     b.atty = p; p += N * Cl;
+    if (lse_apart) b.lse = lse_apart;
+    else b.lse = p, p += B * d->heads_local * T;
     b.res2 = p; p += Ns * C;
     b.ln2 = p; p += Ns * C;
     b.ln2_mean = p; p += Ns;
@@ -118,7 +123,7 @@ static cl_status block_pass(const cl_model *m, const block_acts *s, const float 
     CL_PROF("fwd layernorm", 0, cl_kern(m)->layernorm_forward(s->ln1, s->ln1_mean, s->ln1_rstd, in, w->ln1_w, w->ln1_b, (int)Ns, (int)C));
     CL_TRY(cl_nn_col_input(m, s->ln1, G, Ns, C, &x));
     CL_PROF("fwd qkv", fq, cl_kern(m)->linear_forward(s->qkv, x, w->qkv_w, w->qkv_b, (int)N, (int)C, (int)Q));
-    CL_PROF("fwd attention", att, cl_kern(m)->attention_forward(s->atty, s->att, s->qkv, B, T, (int)Cl, d->heads_local));
+    CL_PROF("fwd attention", att, cl_kern(m)->flash_forward(s->atty, s->lse, s->qkv, B, T, (int)Cl, d->heads_local));
     CL_TRY(cl_nn_row_linear(m, "fwd attn proj", fl, s->atty, w->attn_proj_w, w->attn_proj_b, s->res2, N, Cl));
     CL_PROF("fwd residual layernorm", 0,
             cl_kern(m)->residual_layernorm_forward(s->res2, s->ln2, s->ln2_mean, s->ln2_rstd, s->res2, in, w->ln2_w, w->ln2_b, (int)Ns, (int)C));
@@ -192,7 +197,7 @@ static cl_status block_backward_pass(cl_model *m, const block_acts *s, const flo
         dln1s = ws; ws += Ns * C;
     }
     float *attscratch = ws;
-    CL_ASSERT(attscratch + block_scores(d, B) <= m->scratch + m->sizes.scratch);
+    CL_ASSERT(attscratch + cl_flash_scratch_floats(B, T, iCl, d->heads_local) <= m->scratch + m->sizes.scratch);
     double fl = 2.0 * (double)N * C * Cl, flf = 2.0 * (double)N * C * Fl, fq = 2.0 * (double)N * C * Q, att = 4.0 * (double)B * T * T * Cl;
     const float *x;
     CL_PROF("bwd zero", 0, cl_device_fill(m->dev, dqkv, 0, (size_t)(N * Q) * sizeof(float)));
@@ -229,7 +234,9 @@ static cl_status block_backward_pass(cl_model *m, const block_acts *s, const flo
     }
     CL_PROF("bwd attn proj", fl, cl_sgemm(cl_kern(m), 0, 1, iN, iCl, iC, 1.0f, dR, iC, w->attn_proj_w, iC, 0.0f, datty, iCl));
     if (ww) CL_PROF("bwd attn proj w", fl, cl_kern(m)->linear_backward_weight(gw->attn_proj_w, gw->attn_proj_b, dR, s->atty, iN, iCl, iC));
-    CL_PROF("bwd attention", 2 * att, cl_kern(m)->attention_backward(dqkv, attscratch, datty, s->qkv, s->att, B, T, iCl, d->heads_local));
+    /* the score tiles recomputed (q k^T, a third product) besides the four of the gradients */
+    CL_PROF("bwd attention", 2.5 * att,
+            cl_kern(m)->flash_backward(dqkv, attscratch, datty, s->qkv, s->atty, s->lse, B, T, iCl, d->heads_local));
     if (ww) {
         CL_TRY(cl_nn_col_input(m, s->ln1, G, Ns, C, &x));
         CL_PROF("bwd qkv w", fq, cl_kern(m)->linear_backward_weight(gw->qkv_w, gw->qkv_b, dqkv, x, iN, iC, iQ));
@@ -254,11 +261,13 @@ static cl_status block_backward_pass(cl_model *m, const block_acts *s, const flo
  * = K/tp key-value columns, Fl = F/tp MLP columns; Ts = T/tp token rows
  * under sequence parallelism, else T). Saved: ln1, res2, ln2, out (token
  * rows) and their 2 x 2 means and rstds; qkv (Cl + 2 Kl), atty (Cl), fch
- * (Fl), fch_gelu (Fl) (columns: 12 Cl for GPT-2); the scores
- * (block_layout_at). Backward workspace (block_backward_pass): dres2, dfc
- * (Fl), dln2, datty, dqkv (Cl + 2 Kl), dln1 (3 C + 8 Cl for GPT-2);
- * sequence parallelism adds the gathered dout, dres2 and layernorm output
- * and the three scattered shards; then attention's scratch (scores). */
+ * (Fl), fch_gelu (Fl) (columns: 12 Cl for GPT-2); the attention's lse,
+ * NHl per token (block_layout_at). Backward workspace
+ * (block_backward_pass): dres2, dfc (Fl), dln2, datty, dqkv (Cl + 2 Kl),
+ * dln1 (3 C + 8 Cl for GPT-2); sequence parallelism adds the gathered
+ * dout, dres2 and layernorm output and the three scattered shards; then the
+ * blockwise attention's tiles (cl_flash_scratch_floats: NHl 2 64 128 a
+ * sample from T = 128 on, whatever T). */
 static void block_sizes(const cl_model_desc *d, cl_unit *un, cl_sizer *z) {
     int tp = d->tpl.tp, sp = d->tpl.sp;
     int64_t T = d->T, C = d->cfg.channels, Cl = C / tp, NHl = d->cfg.heads / tp, Ts = sp ? T / tp : T;
@@ -266,11 +275,11 @@ static void block_sizes(const cl_model_desc *d, cl_unit *un, cl_sizer *z) {
     int64_t K = (int64_t)cl_model_kv_heads(&d->cfg) * (C / d->cfg.heads);
     un->in_floats = cl_size_mul(z, Ts, C);
     un->out_floats = un->in_floats;
-    int64_t scores = cl_size_mul(z, cl_size_mul(z, NHl, T), T);
-    un->act_floats = cl_size_add(z, cl_size_add(z, cl_size_mul(z, Ts, 4 * C + 4), cl_size_mul(z, T, cols)), scores);
+    int64_t lse = cl_size_mul(z, NHl, T);
+    un->act_floats = cl_size_add(z, cl_size_add(z, cl_size_mul(z, Ts, 4 * C + 4), cl_size_mul(z, T, cols)), lse);
     int64_t wcols = Cl + (Cl + 2 * Kl) + Fl; /* datty, dqkv, dfc: 8 Cl for GPT-2 */
     int64_t ws = sp ? cl_size_add(z, cl_size_mul(z, T, 5 * C + wcols), cl_size_mul(z, Ts, 3 * C)) : cl_size_mul(z, T, 3 * C + wcols);
-    un->scratch_floats = cl_size_add(z, ws, scores);
+    un->scratch_floats = cl_size_add(z, ws, cl_flash_scratch_floats(1, (int)T, (int)Cl, (int)NHl));
     /* c_attn C (C + 2K), attn.c_proj C^2, the MLP's two 2 C F: 12 C^2 for GPT-2, written so its figure stays */
     double lin = (double)(2 * C + 2 * K + 2 * Fw) * (double)C;
     un->flops = (2.0 * (double)T * lin + 4.0 * (double)T * (double)T * (double)C) / tp;
@@ -279,11 +288,11 @@ static void block_sizes(const cl_model_desc *d, cl_unit *un, cl_sizer *z) {
 static int64_t block_act_floats(const cl_model_desc *d, const cl_unit *un, int B, int recompute) {
     if (recompute == CL_RECOMPUTE_FULL) return un->out_floats * B;
     int64_t n = un->act_floats * B;
-    return recompute == CL_RECOMPUTE_SELECTIVE ? n - block_scores(d, B) : n;
+    return recompute == CL_RECOMPUTE_SELECTIVE ? n - block_lse_floats(d, B) : n;
 }
 
 static int64_t block_rc_floats(const cl_model_desc *d, const cl_unit *un, int B, int recompute) {
-    return recompute == CL_RECOMPUTE_FULL ? un->act_floats * B : recompute == CL_RECOMPUTE_SELECTIVE ? block_scores(d, B) : 0;
+    return recompute == CL_RECOMPUTE_FULL ? un->act_floats * B : recompute == CL_RECOMPUTE_SELECTIVE ? block_lse_floats(d, B) : 0;
 }
 
 static float *block_output(const cl_model *m, float *base, int B, int T) { return block_acts_of(m, base, B, T).out; }
@@ -307,25 +316,29 @@ static cl_status block_backward(cl_model *m, const cl_unit *un, const cl_microba
     block_acts s = block_acts_of(m, base, B, T);
     /* what the forward did not keep, recomputed bit for bit (the output it writes again is the same) */
     if (m->recompute == CL_RECOMPUTE_FULL) CL_TRY(block_pass(m, &s, in, &w, B, T));
-    else if (m->recompute == CL_RECOMPUTE_SELECTIVE)
-        cl_kern(m)->attention_forward(s.atty, s.att, s.qkv, B, T, m->desc->channels_local, m->desc->heads_local);
+    else if (m->recompute == CL_RECOMPUTE_SELECTIVE) /* the lse from the kept qkv (the kept output written again, the same bits) */
+        cl_kern(m)->flash_forward(s.atty, s.lse, s.qkv, B, T, m->desc->channels_local, m->desc->heads_local);
     return block_backward_pass(m, &s, in, &w, &gw, dout, din, what & CL_BWD_INPUT, what & CL_BWD_WEIGHT, B, T);
 }
 
 /* The planner's cost (nn/cost.h): ln_1, c_attn (columns of this rank's heads),
- * attention (scores, softmax, product with v), attn.c_proj (rows), residual,
- * ln_2, c_fc (columns), GELU, mlp.c_proj (rows), residual. R token rows
- * (B T), Rs of them between the split layers (sequence parallelism: R/tp). */
+ * attention (blockwise: scores, softmax, product with v tile by tile),
+ * attn.c_proj (rows), residual, ln_2, c_fc (columns), GELU, mlp.c_proj
+ * (rows), residual. R token rows (B T), Rs of them between the split layers
+ * (sequence parallelism: R/tp). */
 static void block_cost(const cl_model_desc *d, const cl_unit *un, int B, double e, int recompute, int causal, cl_unit_cost *o) {
     (void)un;
     double T = d->T, C = d->cfg.channels, Cl = d->channels_local, H = d->heads_local, hd = C / d->cfg.heads;
     double Q = Cl + 2.0 * d->kv_channels_local, Fl = d->mlp_local; /* c_attn's and c_fc's columns here (3 Cl, 4 Cl for GPT-2) */
     int tp = d->tpl.tp, sp = d->tpl.sp;
     double R = (double)B * T, Rs = sp ? R / tp : R, act = R * C * e;
-    /* causal: attention's products skip the blocks past the diagonal (cleave's kernels); its softmax
-     * runs on the t + 1 causal entries of row t (tri) and zeroes the rest of the row (forward) or of
-     * the row block (backward). Otherwise the whole T x T, masked (Megatron-LM's fused softmax) */
-    double att = causal ? cl_attention_share((int)T) : 1, tri = causal ? (T + 1) / (2 * T) : 1;
+    /* causal: cleave's blockwise attention (flash.c): the products skip the tiles past the diagonal,
+     * the scores live in tiles, never in memory; its bytes are the lse (B H T) and, in the backward,
+     * D = rowsum(dy y) (reads y and dy); the backward recomputes the scores q k^T (re-forward work).
+     * Otherwise the whole T x T scores, masked and kept (Megatron-LM's fused softmax, the built-in GPU
+     * descriptions): the softmax reads and writes them (forward 2, backward 3) */
+    double att = causal ? cl_attention_share((int)T) : 1, lse = (double)B * H * T, scores = (double)B * H * T * T;
+    double attf = causal ? e * lse : e * 2 * scores, attb = causal ? e * (2 * R * Cl + lse) : e * 3 * scores;
     cl_pass_cost *f = &o->pass[CL_PASS_F], *b = &o->pass[CL_PASS_B], *w = &o->pass[CL_PASS_W], *rf = &o->pass[CL_PASS_RF];
     /* forward: c_attn, q k^T, softmax(.) v, c_proj, c_fc, mlp.c_proj */
     cl_cost_gemm(f, R, Q, C, 1, CL_GEMM_NN);
@@ -339,9 +352,9 @@ static void block_cost(const cl_model_desc *d, const cl_unit *un, int B, double 
      * (written before the product at tp 1, added after the reduction at tp > 1: read, write);
      * residual + ln_2 in one pass (read 2, write 2); bias + GELU in one pass (read, write);
      * mlp.c_proj's bias as c_proj's; and the last residual add (read 2, write 1), a stream */
-    double scores = (double)B * H * T * T, rowbias = tp > 1 ? 2 : 1;
-    f->bytes = e * (2 * Rs * C + R * Q + 2 * tri * scores + rowbias * Rs * C + 4 * Rs * C + 2 * R * Fl + rowbias * Rs * C);
-    f->stream = e * (3 * Rs * C + (1 - tri) * scores);
+    double rowbias = tp > 1 ? 2 : 1;
+    f->bytes = e * (2 * Rs * C + R * Q + rowbias * Rs * C + 4 * Rs * C + 2 * R * Fl + rowbias * Rs * C) + attf;
+    f->stream = e * 3 * Rs * C;
     cl_cost_block_pairs(f, act, tp, sp);
     /* backward-input: each linear's input gradient, the four products of attention */
     cl_cost_gemm(b, R, C, Q, 1, CL_GEMM_NT);
@@ -352,11 +365,11 @@ static void block_cost(const cl_model_desc *d, const cl_unit *un, int B, double 
     cl_cost_gemm(b, R, Cl, C, 1, CL_GEMM_NT);
     cl_cost_gemm(b, R, C, Fl, 1, CL_GEMM_NT);
     cl_cost_gemm(b, R, Fl, C, 1, CL_GEMM_NT);
-    /* GELU and softmax backward read their input and the gradient and write one; ln_2's
-     * input gradient adds into the residual's (read 3, write 1), ln_1's is written (read 2,
-     * write 1); streams: dqkv zeroed, the residual gradient copied, the two added */
-    b->bytes = e * (3 * R * Fl + 3 * tri * scores + 4 * Rs * C + 3 * Rs * C);
-    b->stream = e * (R * Q + 2 * Rs * C + 3 * Rs * C + (att - tri) * scores);
+    /* GELU's backward reads its input and the gradient and writes one; attention's as above; ln_2's
+     * input gradient adds into the residual's (read 3, write 1), ln_1's is written (read 2, write 1);
+     * streams: dqkv zeroed, the residual gradient copied, the two added */
+    b->bytes = e * (3 * R * Fl + 4 * Rs * C + 3 * Rs * C) + attb;
+    b->stream = e * (R * Q + 2 * Rs * C + 3 * Rs * C);
     cl_cost_block_pairs(b, act, tp, sp);
     /* backward-weight: dW = x^T dy of the four linears, bias and layernorm gradients (read dy, x) */
     cl_cost_gemm(w, C, Q, R, 1, CL_GEMM_TN);
@@ -365,8 +378,17 @@ static void block_cost(const cl_model_desc *d, const cl_unit *un, int B, double 
     cl_cost_gemm(w, Fl, C, R, 1, CL_GEMM_TN);
     w->bytes = e * (R * (Q + Fl) + 2 * Rs * C + 2 * 2 * Rs * C);
     if (sp) cl_cost_coll(w, CL_COLL_ALLGATHER, act, tp), cl_cost_coll(w, CL_COLL_ALLGATHER, act, tp); /* the layernorm outputs gathered again */
+    /* re-forward: the block's forward under full, the attention's under selective (for the lse, or the
+     * scores); blockwise, in every mode the backward's recomputed scores q k^T (hardware work, not the
+     * model's FLOPs) */
     if (recompute == CL_RECOMPUTE_FULL) *rf = *f;
-    else if (recompute == CL_RECOMPUTE_SELECTIVE) cl_cost_attention_redo(rf, T, hd, B * H, att, tri, scores, e);
+    else if (recompute == CL_RECOMPUTE_SELECTIVE && !causal) cl_cost_attention_redo(rf, T, hd, B * H, 1, 1, scores, e);
+    else if (recompute == CL_RECOMPUTE_SELECTIVE) {
+        cl_cost_gemm_part(rf, T, T, hd, B * H, CL_GEMM_NT, att);
+        cl_cost_gemm_part(rf, T, hd, T, B * H, CL_GEMM_NN, att);
+        rf->bytes = attf;
+    }
+    if (causal) cl_cost_gemm_part(rf, T, T, hd, B * H, CL_GEMM_NT, att);
 }
 
 const cl_kind cl_kind_block = {

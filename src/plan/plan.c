@@ -504,7 +504,7 @@ void cl_plan_step_flops(const cl_plan_query *q, int recompute, double *model, do
     }
     cl_unit_cost uc;
     for (int u = 0; u < d->nunits; u++) {
-        cl_unit_cost_of(d, u, 1, 4, recompute, 0, &uc);
+        cl_unit_cost_of(d, u, 1, 4, recompute, q->hw.attn_causal, &uc); /* the blockwise backward's recomputed scores: run FLOPs */
         double f = uc.pass[CL_PASS_F].flops + uc.pass[CL_PASS_B].flops + uc.pass[CL_PASS_W].flops;
         *model += f * q->global_batch;
         *run += (f + uc.pass[CL_PASS_RF].flops) * q->global_batch;
