@@ -14,7 +14,8 @@
 # - damaged directories (a missing tensor, a wrong shape, an unknown dtype,
 #   an index naming a missing file, a config whose shape disagrees, a missing
 #   key, rope_scaling, a bias): one line naming the file and the tensor or
-#   key, exit 2, nothing written.
+#   key, exit 2, nothing written; an export whose write fails part way leaves
+#   no directory, not even its temporary one.
 # Without torch: a skip (a failure under CI=true).
 set -u
 source "$(dirname "$0")/lib.sh"
@@ -74,15 +75,7 @@ $H make "$tmp/f16" --dtype f16 --seed 9
 conv f16 --from "$tmp/f16" --to "$tmp/f16-hf" --save-format hf
 same "$tmp/f16" "$tmp/f16-hf" "F16 imported, written as F32"
 
-bad() { # pattern args...: exit 2, one line on stderr matching pattern, nothing written
-    rm -rf "$tmp/no"
-    "$CLEAVE" "${@:2}" > /dev/null 2> "$tmp/err"
-    local rc=$? n pat=$1
-    n=$(grep -v '^cleave: note:' "$tmp/err" | wc -l)
-    check '[ $rc -eq 2 ] && [ "$n" -eq 1 ] && grep -q -- "$pat" "$tmp/err" && [ ! -e "$tmp/no" ]' \
-        "cleave ${*:2}: exit $rc, expected 2 with one line matching '$1':$(excerpt 3 "$(cat "$tmp/err")")"
-    grep -v '^cleave: note:' "$tmp/err" | sed 's/^/  refused: /'
-}
+bad() { refused "$@"; } # (tests/lib.sh)
 mk() { rm -rf "${tmp:?}/$1"; $H make "$tmp/$1" "${@:2}"; }
 mk gone --drop model.layers.1.mlp.up_proj.weight
 bad "model.safetensors: no tensor 'model.layers.1.mlp.up_proj.weight'" convert --from "$tmp/gone" --to "$tmp/no"
@@ -93,7 +86,7 @@ bad "model.safetensors: tensor 'model.norm.weight' is F64" convert --from "$tmp/
 mk odd
 $PY - "$tmp/odd/model.safetensors" << 'PYEOF'
 import sys
-p = sys.argv[1]; b = open(p, "rb").read().replace(b'"dtype": "F32"', b'"dtype": "Q4X"', 1); open(p, "wb").write(b)
+p = sys.argv[1]; b = open(p, "rb").read().replace(b'"F32"', b'"Q4X"', 1); open(p, "wb").write(b)
 PYEOF
 bad "model.safetensors.*Q4X" convert --from "$tmp/odd" --to "$tmp/no"
 mk lost --shards 3
@@ -124,5 +117,11 @@ bad "lm_head.weight differs from model.embed_tokens.weight" convert --from "$tmp
 bad "\-\-dtype needs --save-format hf" convert --from "$tmp/f32" --to "$tmp/no" --dtype bf16
 bad "\-\-max-shard-size 'lots'" convert --from "$tmp/f32" --to "$tmp/no" --save-format hf --max-shard-size lots
 bad "unknown --dtype 'f8'" convert --from "$tmp/f32" --to "$tmp/no" --save-format hf --dtype f8
+# a write that fails part way (files limited to 40 blocks, SIGXFSZ ignored so the write returns EFBIG): exit 2,
+# and neither the directory nor its temporary sibling is left
+(trap '' XFSZ; ulimit -f 40; "$CLEAVE" convert --from "$tmp/f32" --to "$tmp/big" --save-format hf --max-shard-size 30KB) > /dev/null 2> "$tmp/err"
+rc=$?
+check '[ $rc -eq 2 ] && grep -q "File too large" "$tmp/err" && [ -z "$(ls -d "$tmp"/big* 2> /dev/null)" ]' \
+    "an export that fails part way: exit $rc, left $(ls -d "$tmp"/big* 2> /dev/null):$(excerpt 2 "$(cat "$tmp/err")")"
 
 finish cli_hf_llama

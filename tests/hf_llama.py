@@ -23,6 +23,9 @@ import sys
 
 import torch
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import hf_make  # noqa: E402  (its safetensors writer and --set)
+
 DT = {"f32": (torch.float32, "F32", "float32"), "bf16": (torch.bfloat16, "BF16", "bfloat16"),
       "f16": (torch.float16, "F16", "float16")}
 BY_ST = {v[1]: v[0] for v in DT.values()}
@@ -39,16 +42,7 @@ def raw(t):
 
 def write_st(path, tensors, dtypes):
     """tensors: name -> torch tensor; dtypes: name -> safetensors dtype string."""
-    header, off, blobs = {"__metadata__": {"format": "pt"}}, 0, []
-    for name, t in tensors.items():
-        b = raw(t)
-        header[name] = {"dtype": dtypes[name], "shape": list(t.shape), "data_offsets": [off, off + len(b)]}
-        off += len(b)
-        blobs.append(b)
-    h = json.dumps(header).encode()
-    h += b" " * (-len(h) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+    hf_make.write_safetensors(path, [(n, dtypes[n], t.shape, raw(t)) for n, t in tensors.items()], {"format": "pt"})
 
 
 def read_st(path):
@@ -135,12 +129,7 @@ def make(argv):
            "torch_dtype": name, "rope_scaling": None, "hidden_act": "silu", "attention_bias": False, "mlp_bias": False,
            "initializer_range": 0.02, "bos_token_id": 1, "eos_token_id": 2, "pretraining_tp": 1,
            "transformers_version": "4.44.0", "use_cache": True}
-    for kv in a.set:
-        k, v = kv.split("=", 1)
-        if v == "DELETE":
-            cfg.pop(k, None)
-        else:
-            cfg[k] = json.loads(v)
+    hf_make.apply_sets(cfg, a.set)
     os.makedirs(a.dir, exist_ok=True)
     json.dump(cfg, open(os.path.join(a.dir, "config.json"), "w"), indent=2)
     if a.shards == 1:

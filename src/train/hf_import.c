@@ -109,30 +109,58 @@ static void shape_text(char *out, size_t n, int ndim, const int64_t *sh) {
     if (at < n) snprintf(out + at, n - at, "]");
 }
 
-/* n elements of entry e (mapped host memory), from element at with the given stride, as F32 into dst on dev:
- * F32 copied, BF16 and F16 widened (exactly) on the host a piece at a time by the one conversion
- * (src/core/format.c: its 16-bit loads may be unaligned), then copied; non-finite values refused. */
-static cl_status to_f32(const char *path, const cl_st_entry *e, int64_t at, int64_t stride, int64_t n, cl_device *dev, float *dst) {
+/* Elements [at, at + n) of entry e (mapped host memory) as F32 into dst on dev: F32 copied, BF16 and F16
+ * widened (exactly) on the host a piece at a time by the one conversion (src/core/format.c: its 16-bit loads
+ * may be unaligned), then copied; non-finite values refused. */
+static cl_status to_f32(const char *path, const cl_st_entry *e, int64_t at, int64_t n, cl_device *dev, float *dst) {
     const unsigned char *src = e->data;
     size_t es = cl_dtype_size(e->dtype);
-    if (e->dtype == CL_F32 && stride == 1) {
+    if (e->dtype == CL_F32) {
         cl_device_copy_from_host(dev, dst, src + 4 * at, (size_t)n * sizeof(float));
     } else {
         float wide[1024];
         for (int64_t j0 = 0; j0 < n; j0 += 1024) {
             int64_t k = n - j0 < 1024 ? n - j0 : 1024;
-            if (stride == 1) CL_TRY(cl_dtype_convert(wide, CL_F32, src + es * (size_t)(at + j0), e->dtype, (size_t)k));
-            else
-                for (int64_t j = 0; j < k; j++)
-                    CL_TRY(cl_dtype_convert(wide + j, CL_F32, src + es * (size_t)(at + (j0 + j) * stride), e->dtype, 1));
+            CL_TRY(cl_dtype_convert(wide, CL_F32, src + es * (size_t)(at + j0), e->dtype, (size_t)k));
             cl_device_copy_from_host(dev, dst + j0, wide, (size_t)k * sizeof(float));
         }
     }
     for (int64_t j = 0; j < n; j++)
         if (!isfinite(dst[j]))
             return cl_error(CL_ERR_FORMAT, "%s: tensor '%s' holds a non-finite value (%g) at index %" PRId64, path, e->name,
-                            (double)dst[j], at + j * stride);
+                            (double)dst[j], at + j);
     return CL_OK;
+}
+
+/* The same for a tensor stored [out, in] (wr columns: cleave's rows): cleave's rows [r0, r0 + nr) and columns
+ * [c0, c0 + nc) into dst (row pitch lc). A tile of TC stored rows (cleave's columns) is read as TR contiguous
+ * values each, widened, turned in host memory and copied a row at a time, so the mapped file is read in runs. */
+enum { TC = 64, TR = 256 };
+static cl_status to_f32_turned(const char *path, const cl_st_entry *e, int64_t r0, int64_t nr, int64_t c0, int64_t nc, int64_t wr,
+                               cl_device *dev, float *dst, int64_t lc) {
+    const unsigned char *src = e->data;
+    size_t es = cl_dtype_size(e->dtype);
+    float *in = malloc(2 * TC * TR * sizeof *in), *out = in + TC * TR;
+    if (!in) return cl_error(CL_ERR_OOM, "cannot allocate the transposition's tile");
+    cl_status s = CL_OK;
+    for (int64_t cb = 0; cb < nc && !s; cb += TC)
+        for (int64_t rb = 0; rb < nr && !s; rb += TR) {
+            int64_t cn = nc - cb < TC ? nc - cb : TC, rn = nr - rb < TR ? nr - rb : TR;
+            for (int64_t k = 0; k < cn && !s; k++) {
+                int64_t at = (c0 + cb + k) * wr + r0 + rb;
+                s = cl_dtype_convert(in + k * TR, CL_F32, src + es * (size_t)at, e->dtype, (size_t)rn);
+                for (int64_t j = 0; j < rn && !s; j++)
+                    if (!isfinite(in[k * TR + j]))
+                        s = cl_error(CL_ERR_FORMAT, "%s: tensor '%s' holds a non-finite value (%g) at index %" PRId64, path, e->name,
+                                     (double)in[k * TR + j], at + j);
+            }
+            for (int64_t r = 0; r < rn && !s; r++) {
+                for (int64_t k = 0; k < cn; k++) out[k] = in[k * TR + r];
+                cl_device_copy_from_host(dev, dst + (rb + r) * lc + cb, out, (size_t)cn * sizeof *out);
+            }
+        }
+    free(in);
+    return s;
 }
 
 /* One safetensors file mapped (read-only: a rank's reads touch only the pages of its slices, and ranks in one
@@ -307,14 +335,13 @@ static cl_status hf_open(hf_file *h, const char *dir, const cl_model_desc *d) {
 }
 
 /* Rows [r0, r0 + nr) and columns [c0, c0 + nc) of parameter i's whole tensor (cleave's layout: wc columns,
- * wr rows) into dst (row pitch lc) on dev: a transposed tensor read down its columns. */
+ * wr rows) into dst (row pitch lc) on dev: a transposed tensor a tile at a time. */
 static cl_status read_box(const hf_file *h, int i, int64_t r0, int64_t nr, int64_t c0, int64_t nc, int64_t wr, int64_t wc,
                           cl_device *dev, float *dst, int64_t lc) {
     const cl_st_entry *e = h->entry[i];
     const char *path = h->part[h->epart[i]].path;
-    for (int64_t r = 0; r < nr; r++)
-        CL_TRY(h->trans[i] ? to_f32(path, e, c0 * wr + r0 + r, wr, nc, dev, dst + r * lc)
-                           : to_f32(path, e, (r0 + r) * wc + c0, 1, nc, dev, dst + r * lc));
+    if (h->trans[i]) return to_f32_turned(path, e, r0, nr, c0, nc, wr, dev, dst, lc);
+    for (int64_t r = 0; r < nr; r++) CL_TRY(to_f32(path, e, (r0 + r) * wc + c0, nc, dev, dst + r * lc));
     return CL_OK;
 }
 
