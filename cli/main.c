@@ -301,6 +301,9 @@ typedef struct {
     int kept;          /* saves go to DIR/step-NNNNNNNN and DIR/latest (--save-keep, or DIR already holds them); 0: DIR itself */
     int discard;       /* --discard-newer-checkpoints: DIR's steps beyond the resume point go at the first save */
     int convert;       /* cleave convert: resume, save, stop */
+    int hf;            /* convert --save-format hf: a Hugging Face directory, its --dtype and --max-shard-size (0: one file) */
+    cl_dtype hf_dtype;
+    int64_t max_shard;
     int mb_fit;        /* the micro-batch is the checkpoint's (or the default), cut to the mesh: ckpt_micro_batch */
 } train_job;
 
@@ -312,6 +315,7 @@ static cl_status save_ckpt(cl_trainer *t, const train_job *j, long *discard) {
         if (!s && discard) *discard = -1;
         return s;
     }
+    if (j->hf) return cl_trainer_save_hf(t, j->save, j->hf_dtype, j->max_shard);
     return j->sharded ? cl_trainer_save_sharded(t, j->save) : cl_trainer_save(t, j->save);
 }
 
@@ -550,7 +554,7 @@ static cl_status rank_build(rank_run *r, int *done) {
         double t1 = cl_now();
         if (!s) s = save_ckpt(r->t, j, NULL);
         if (!s && r->lead) printf("converted %s (step %d) to %s (%s): loaded in %.3f s, saved in %.3f s (rank 0)\n", j->resume,
-                                  cl_trainer_steps_done(r->t), j->save, j->sharded ? "sharded" : "single file", t1 - t0, cl_now() - t1);
+                                  cl_trainer_steps_done(r->t), j->save, j->hf ? "Hugging Face" : j->sharded ? "sharded" : "single file", t1 - t0, cl_now() - t1);
         *done = 1;
         return s;
     }
@@ -855,13 +859,16 @@ static const char *const train_only[] = {
 };
 
 /* cleave convert takes train's flags (the model's and the new layout's) and these. */
-static cli_flag convert_flags[NFLAGS(train_flags) + 3];
+static cli_flag convert_flags[NFLAGS(train_flags) + 5];
 static const cli_flag convert_extra[] = {
     {"from", "", 1, "checkpoint to read (either format)"},
     {"to", "", 1, "checkpoint to write, at the layout the flags give, in --save-format (default single); a new or empty "
                   "directory unless --overwrite"},
     {"overwrite", "", 0, "replace the checkpoint at --to (only a checkpoint cleave wrote is replaced, never --from or a "
                          "directory it is in)"},
+    {"dtype", "", 1, "--save-format hf: the tensors' number format, f32 (default), bf16 or f16 (rounded to nearest even)"},
+    {"max-shard-size", "", 1, "--save-format hf: files of at most this size (bytes, or 500MB, 5GB, 2GiB) named by "
+                              "model.safetensors.index.json, as Hugging Face shards; default one model.safetensors"},
 };
 
 /* Whether path a is path b or beneath it (both resolved). */
@@ -956,7 +963,7 @@ static cl_status ckpt_source(const cli_args *a, train_job *j, const char *flag) 
     c->model = *m;
     c->tokenizer = in->tokenizer;
     if (!in->has_state) { /* Hugging Face's: the run's flags (or their defaults) start it */
-        fprintf(stderr, "cleave: note: %s %s is a Hugging Face GPT-2 checkpoint: its parameters are imported; the optimizer "
+        fprintf(stderr, "cleave: note: %s %s is a Hugging Face checkpoint: its parameters are imported; the optimizer "
                         "moments start at zero and the step at 0\n", flag, dir);
         return CL_OK;
     }
@@ -1085,12 +1092,14 @@ static void train_help(const train_cli *tc) {
                        "train's other flags (--steps, --lr, --save, ...) are accepted; only --measure's two steps read them.",
                        shown, nshown);
     } else if (tc->convert) {
-        cli_print_help("usage: cleave convert --from DIR --to DIR2 [--save-format single|sharded] [train's layout flags]\n\n"
+        cli_print_help("usage: cleave convert --from DIR --to DIR2 [--save-format single|sharded|hf] [train's layout flags]\n\n"
                        "Reads a checkpoint into the layout the flags give (--dp, --tp, --pp, --zero, ...) and writes it again,\n"
                        "without a step. The model, tokenizer, sequence length, batch sizes, seed and data come from the\n"
                        "checkpoint (a model flag given must agree with it). DIR may be cleave's single file or sharded\n"
-                       "checkpoint, or a Hugging Face GPT-2 (config.json with model_type gpt2 and model.safetensors, F32 or\n"
-                       "BF16): its parameters are imported, the optimizer moments start at zero and the step at 0.",
+                       "checkpoint, or a Hugging Face GPT-2 or Llama (config.json with model_type gpt2 or llama and\n"
+                       "model.safetensors or HF's shards with model.safetensors.index.json; F32, BF16, Llama's F16 too): its\n"
+                       "parameters are imported, the optimizer moments start at zero and the step at 0. --save-format hf\n"
+                       "writes a Hugging Face directory (config.json, the tensors under HF's names; --dtype, --max-shard-size).",
                        flags, nflags);
     } else {
         cli_print_help_sections("usage: cleave train [--model M] [--steps N] [--lr X] [--data FILE] [flags]\n"
@@ -1204,6 +1213,23 @@ static cl_status parse_schedule_data(train_cli *tc, train_job *j) {
     return CL_OK;
 }
 
+/* convert --save-format hf's --dtype and --max-shard-size (refused with another format). */
+static cl_status parse_hf_format(train_cli *tc, train_job *j, const char *fmt) {
+    const cli_args *a = &tc->a;
+    const char *dt = tc->convert ? cli_get(a, "dtype") : NULL, *ms = tc->convert ? cli_get(a, "max-shard-size") : NULL;
+    j->hf = fmt && !strcmp(fmt, "hf");
+    if (!j->hf && (dt || ms)) return cl_error(CL_ERR_INVALID, "%s needs --save-format hf", dt ? "--dtype" : "--max-shard-size");
+    j->hf_dtype = CL_F32;
+    if (dt && !strcmp(dt, "bf16")) j->hf_dtype = CL_BF16;
+    else if (dt && !strcmp(dt, "f16")) j->hf_dtype = CL_F16;
+    else if (dt && strcmp(dt, "f32")) return cl_error(CL_ERR_INVALID, "unknown --dtype '%s' (f32, bf16 or f16)", dt);
+    j->max_shard = 0;
+    if (ms) CL_TRY(cl_hf_parse_size(ms, &j->max_shard));
+    if (j->hf && cli_get(a, "overwrite"))
+        return cl_error(CL_ERR_INVALID, "--overwrite: --save-format hf writes only to a new path or an empty directory");
+    return CL_OK;
+}
+
 /* Saving, resuming (the checkpoint's run filling what the flags leave out)
  * and convert's --from/--to; a save that would fail, or replace what is not
  * a checkpoint, refused before any step. */
@@ -1212,9 +1238,10 @@ static cl_status parse_checkpoints(train_cli *tc, train_job *j) {
     j->save = cli_get(a, "save");
     j->resume = cli_get(a, "resume");
     const char *fmt = cli_get(a, "save-format");
-    if (fmt && strcmp(fmt, "single") && strcmp(fmt, "sharded"))
-        return cl_error(CL_ERR_INVALID, "unknown --save-format '%s' (single or sharded)", fmt);
+    if (fmt && strcmp(fmt, "single") && strcmp(fmt, "sharded") && (strcmp(fmt, "hf") || !tc->convert))
+        return cl_error(CL_ERR_INVALID, "unknown --save-format '%s' (single or sharded%s)", fmt, tc->convert ? ", or hf" : "");
     j->sharded = fmt && !strcmp(fmt, "sharded");
+    CL_TRY(parse_hf_format(tc, j, fmt));
     if (tc->convert) {
         if (j->save || j->resume) return cl_error(CL_ERR_INVALID, "cleave convert takes --from and --to, not --save or --resume");
         j->resume = cli_get(a, "from");
@@ -1249,7 +1276,8 @@ static cl_status resolve_job(train_cli *tc, train_job *j) {
     if (src) CL_TRY(cl_error_context(cl_checkpoint_describe(src, &ckpt_info), "%s", tc->src_flag));
     CL_TRY(cli_parse_model_from(a, src ? &ckpt_info.model : NULL, &c->model, &c->seq_len));
     /* a configuration the unit kinds cannot train yet is refused before anything starts (memory predicts it) */
-    if (!tc->memory && !cli_get(a, "print-config")) CL_TRY(cl_model_config_runs(&c->model));
+    if (!tc->memory && !tc->convert && !cli_get(a, "print-config")) CL_TRY(cl_model_config_runs(&c->model));
+    c->params_only = tc->convert; /* convert only moves parameters: a model the kinds cannot run yet converts */
     tc->gb_given = j->gb_given = cli_get(a, "global-batch-size") != NULL;
     CL_TRY(parse_numbers(tc, j));
     CL_TRY(parse_layout(a, j));

@@ -109,15 +109,7 @@ run s1 convert --from "$tmp/ck" --to "$tmp/s1" --tp 2 --dp 2 --zero 1 --save-for
 run s2 convert --from "$tmp/s1" --to "$tmp/s2" --pp 2
 check 'cmp -s "$tmp/s2/model.safetensors" "$tmp/ck/model.safetensors" && cmp -s "$tmp/s2/optimizer.safetensors" "$tmp/ck/optimizer.safetensors" &&
        cmp -s "$tmp/s2/trainer_state.json" "$tmp/ck/trainer_state.json"' "a flagless convert there and back changed the checkpoint"
-bad() { # pattern args...: exit 2, one line on stderr matching pattern, nothing written
-    rm -rf "$tmp/no"
-    "$CLEAVE" "${@:2}" > /dev/null 2> "$tmp/err"
-    local rc=$? n pat=$1
-    n=$(grep -v '^cleave: note:' "$tmp/err" | wc -l)
-    check '[ $rc -eq 2 ] && [ "$n" -eq 1 ] && grep -q -- "$pat" "$tmp/err" && [ ! -e "$tmp/no" ]' \
-        "cleave ${*:2}: exit $rc, expected 2 with one line matching '$1':$(excerpt 3 "$(cat "$tmp/err")")"
-    grep -v '^cleave: note:' "$tmp/err" | sed 's/^/  refused: /'
-}
+bad() { refused "$@"; } # (tests/lib.sh): exit 2, one line on stderr matching pattern, nothing written
 bad "\-\-layers 4" convert --from "$tmp/s1" --to "$tmp/no" --layers 4
 bad "\-\-vocab 256" convert --from "$tmp/s1" --to "$tmp/no" --vocab 256
 bad "\-\-model gpt2-mini" convert --from "$tmp/ck" --to "$tmp/no" --model gpt2-mini

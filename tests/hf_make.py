@@ -80,6 +80,17 @@ def write_safetensors(path, items, meta=None):
         f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
 
 
+def apply_sets(cfg, sets):
+    """cfg with each KEY=JSON of sets applied (DELETE removes the key)."""
+    for kv in sets:
+        k, v = kv.split("=", 1)
+        if v == "DELETE":
+            cfg.pop(k, None)
+        else:
+            cfg[k] = json.loads(v)
+    return cfg
+
+
 def hf_config(L, H, C, P, V):
     return {"activation_function": "gelu_new", "architectures": ["GPT2LMHeadModel"], "attn_pdrop": 0.1, "bos_token_id": V - 1,
             "embd_pdrop": 0.1, "eos_token_id": V - 1, "initializer_range": 0.02, "layer_norm_epsilon": 1e-05,
@@ -141,13 +152,7 @@ def main():
     write_safetensors(os.path.join(dst, "model.safetensors"), items, {"format": "pt"})
     if a.want:
         write_safetensors(a.want, want, {"format": "pt"})
-    cfg = hf_config(L, H, C, P, V)
-    for kv in a.set:
-        k, v = kv.split("=", 1)
-        if v == "DELETE":
-            cfg.pop(k, None)
-        else:
-            cfg[k] = json.loads(v)
+    cfg = apply_sets(hf_config(L, H, C, P, V), a.set)
     with open(os.path.join(dst, "config.json"), "w") as f:
         json.dump(cfg, f, indent=2)
     return 0

@@ -31,6 +31,17 @@ finish() {
     echo "$1: $passed passed, $fail failed, $skipped skipped"
     [ $fail -eq 0 ]
 }
+# refused PATTERN ARGS...: cleave ARGS is bad input: exit 2, one line on stderr (notes aside) matching
+# PATTERN, and nothing at $tmp/no (where the tests point --to); the line is echoed
+refused() {
+    rm -rf "$tmp/no"
+    "$CLEAVE" "${@:2}" > /dev/null 2> "$tmp/err"
+    local rc=$? n pat=$1
+    n=$(grep -v '^cleave: note:' "$tmp/err" | wc -l)
+    check '[ $rc -eq 2 ] && [ "$n" -eq 1 ] && grep -q -- "$pat" "$tmp/err" && [ ! -e "$tmp/no" ]' \
+        "cleave ${*:2}: exit $rc, expected 2 with one line matching '$1':$(excerpt 3 "$(cat "$tmp/err")")"
+    grep -v '^cleave: note:' "$tmp/err" | sed 's/^/  refused: /'
+}
 # mpi_or_skip NAME: for a test of MPI runs. Without MPI in the build or
 # mpirun on the path: a skip (a failure under CI=true: the set-up installs
 # OpenMPI), the tally, and exit; else what

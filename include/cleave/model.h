@@ -81,6 +81,16 @@ typedef struct {
     const char *data;       /* the default data file (cl_data_find) */
     const char *sample;     /* a sample in messages: "" for tokens, " images" for the others */
     const char *model_type; /* the Hugging Face config.json "model_type" it imports ("gpt2"); NULL: none */
+    /* Its Hugging Face checkpoints (src/train/hf_import.c, hf_export.c), as data: */
+    const char *hf_arch;    /* the architecture ("GPT2LMHeadModel", "LlamaForCausalLM"), also what messages call it */
+    const char *hf_prefix;  /* a prefix the tensor names may carry ("transformer."), "" when none */
+    const char *hf_buffers; /* name suffixes of saved buffers that are no parameters, space-separated, skipped */
+    const char *hf_keys;    /* config.json keys that must be numbers, space-separated (NULL: the family's read says) */
+    const char *hf_transposed; /* a name suffix whose 2-D tensors Hugging Face stores [out, in] (nn.Linear); NULL */
+    const char *hf_tokenizer; /* the tokenizer a vocabulary of 50257 or more means ("gpt2"; a smaller one: bytes) */
+    int hf_f16;             /* F16 tensors imported (F32 and BF16 always) */
+    /* settings of its config.json the model does not have, refused naming the key (path: the file) */
+    cl_status (*hf_check)(const struct cl_json *r, const char *path);
 } cl_model_family;
 /* The family of cfg->kind (an unknown kind: an entry named "unknown" that can do nothing). */
 const cl_model_family *cl_model_family_of(const cl_model_config *cfg);
@@ -206,6 +216,8 @@ typedef struct {
     int64_t nfloats;        /* flat buffer size, alignment padding included */
     int64_t nparams_total;  /* sum of numel: the parameter count people quote */
     int tied_wte;           /* index of wte in params (GPT), else -1 */
+    int params_only;        /* a model of it holds parameters only (cleave convert): built even where the kinds
+                             * cannot run it yet (cl_model_config_runs), never run */
     cl_tp_layout tpl;       /* the tensor-parallel layout it is cut for ({1, 0, 0, 1}: the whole model) */
     int vocab_padded;       /* GPT: the vocabulary padded (cl_tp_layout), a multiple of tp */
     int vocab_local;        /* rows of wte this rank holds: vocab_padded / tp */

@@ -155,6 +155,7 @@ typedef struct {
      * unit's gathered before its passes (cl_model_z3_pass). */
     int zero;
     int zero3_prefetch;     /* ZeRO 3: units whose parameters are gathered ahead of the one running (default 1) */
+    int params_only;        /* cleave convert: the model holds parameters, runs no step (cl_model_desc's params_only) */
     /* Offload of the AdamW moments (a cl_offload): none, host: they live in a host
      * memory of their own (cl_trainer_host), outside device_memory's cap,
      * and the update reads them there (on a CPU the host's memory is the
@@ -253,6 +254,14 @@ cl_status cl_trainer_save(cl_trainer *t, const char *dir);
  * above. Every rank of the world calls it. cl_trainer_resume reads either
  * format, at any layout: each rank reads only the byte ranges it holds. */
 cl_status cl_trainer_save_sharded(cl_trainer *t, const char *dir);
+/* A Hugging Face directory (src/train/hf_export.c; cleave convert --save-format hf) of the whole parameters:
+ * config.json with the family's keys and torch_dtype, the tensors under Hugging Face's names and layouts as
+ * dtype (F32, BF16 or F16), in model.safetensors, or with max_shard > 0 in files of at most max_shard bytes
+ * (a larger tensor alone) named by model.safetensors.index.json; onto a missing path or an empty directory
+ * only, moved into place whole. Collective: every rank calls it. */
+cl_status cl_trainer_save_hf(cl_trainer *t, const char *dir, cl_dtype dtype, int64_t max_shard);
+/* --max-shard-size as Hugging Face spells it: bytes, or with B, KB, MB, GB, KiB, MiB, GiB. */
+cl_status cl_hf_parse_size(const char *text, int64_t *out);
 /* Longest checkpoint path (bytes), and the most steps a checkpoint may record. */
 #define CL_MAX_STEPS (1 << 30)
 /* Whether dir is a path a save may write (not empty, not longer than

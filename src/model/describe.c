@@ -44,7 +44,7 @@ const cl_model_family *cl_model_family_hf(const char *type, char *known, size_t 
 }
 
 const cl_model_family *cl_model_family_of(const cl_model_config *cfg) {
-    static const cl_model_family unknown = {"unknown", 0, "", "", NULL};
+    static const cl_model_family unknown = {.name = "unknown", .data = "", .sample = ""};
     const cl_family *f = cl_family_of(cfg->kind);
     return f ? &f->pub : &unknown;
 }

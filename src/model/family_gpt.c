@@ -10,6 +10,7 @@
  * vocabulary rows) are this tensor-parallel rank's, set before any unit. */
 #include "model/family.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -167,8 +168,34 @@ static int gpt_config_diff(const cl_model_config *a, const cl_model_config *b, c
     return cl_family_tokens_diff(a, b, "mlp-width", field, n, va, vb);
 }
 
+/* Hugging Face GPT-2 settings cleave's model does not have are refused, not ignored (the import's hf_check). */
+static cl_status gpt_hf_check(const cl_json *r, const char *path) {
+    const cl_json *v = cl_json_get(r, "activation_function");
+    if (v && (v->type != CL_JSON_STRING || (strcmp(v->string, "gelu_new") && strcmp(v->string, "gelu_pytorch_tanh"))))
+        return cl_error(CL_ERR_UNSUPPORTED, "%s: activation_function %s: cleave's GPT-2 uses gelu_new (tanh)", path,
+                        v->type == CL_JSON_STRING ? v->string : "(not a string)");
+    v = cl_json_get(r, "layer_norm_epsilon");
+    if (v && (v->type != CL_JSON_NUMBER || fabs(v->number - 1e-5) > 1e-12))
+        return cl_error(CL_ERR_UNSUPPORTED, "%s: layer_norm_epsilon %g: cleave's layernorm uses 1e-05", path,
+                        v->type == CL_JSON_NUMBER ? v->number : NAN);
+    /* n_inner, the MLP's width, is the configuration's (cl_ckpt_config_parse) */
+    v = cl_json_get(r, "tie_word_embeddings");
+    if (v && !(v->type == CL_JSON_BOOL && v->boolean))
+        return cl_error(CL_ERR_UNSUPPORTED, "%s: tie_word_embeddings is not true: cleave ties the LM head to wte", path);
+    v = cl_json_get(r, "scale_attn_weights");
+    if (v && !(v->type == CL_JSON_BOOL && v->boolean))
+        return cl_error(CL_ERR_UNSUPPORTED, "%s: scale_attn_weights is not true: cleave scales attention by 1/sqrt(head size)", path);
+    v = cl_json_get(r, "scale_attn_by_inverse_layer_idx");
+    if (v && !(v->type == CL_JSON_BOOL && !v->boolean))
+        return cl_error(CL_ERR_UNSUPPORTED, "%s: scale_attn_by_inverse_layer_idx is set: cleave does not scale by layer", path);
+    return CL_OK;
+}
+
 const cl_family cl_family_gpt = {
-    .pub = {.name = "gpt", .tokens = 1, .data = "kjv.txt", .sample = "", .model_type = "gpt2"},
+    /* GPT2LMHeadModel's names are GPT2Model's under "transformer."; h.N.attn.bias and .masked_bias are the causal
+     * mask buffers some versions save; Conv1D stores [in, out] as cleave does, so nothing is transposed */
+    .pub = {.name = "gpt", .tokens = 1, .data = "kjv.txt", .sample = "", .model_type = "gpt2", .hf_arch = "GPT2LMHeadModel",
+            .hf_prefix = "transformer.", .hf_buffers = ".attn.bias .attn.masked_bias", .hf_tokenizer = "gpt2", .hf_check = gpt_hf_check},
     .kind = CL_MODEL_GPT,
     .presets = "gpt2-tiny, gpt2-mini, gpt2-small or gpt2, gpt2-medium, gpt2-large, gpt2-xl",
     .preset = gpt_preset,

@@ -113,6 +113,31 @@ static void llama_write_config(cl_strbuf *b, const cl_model_config *c) {
     cl_sb_printf(b, "  \"rope_theta\": %.17g,\n  \"rms_norm_eps\": %.17g,\n", c->rope_theta, c->rms_norm_eps);
     cl_sb_printf(b, "  \"tie_word_embeddings\": %s,\n  \"hidden_act\": \"silu\",\n  \"attention_bias\": false,\n  \"mlp_bias\": false,\n",
                  c->untied ? "false" : "true");
+    cl_sb_printf(b, "  \"rope_scaling\": null,\n"); /* the plain rotary table (llama3 scaling is not described yet) */
+}
+
+/* Hugging Face LlamaConfig settings cleave's Llama does not have are refused, not ignored (the import's hf_check). */
+static cl_status llama_hf_check(const cl_json *r, const char *path) {
+    const cl_json *v = cl_json_get(r, "hidden_act");
+    if (v && (v->type != CL_JSON_STRING || strcmp(v->string, "silu")))
+        return cl_error(CL_ERR_UNSUPPORTED, "%s: hidden_act %s: cleave's Llama MLP uses silu (SwiGLU)", path,
+                        v->type == CL_JSON_STRING ? v->string : "(not a string)");
+    static const char *const biases[] = {"attention_bias", "mlp_bias"};
+    for (int i = 0; i < 2; i++)
+        if ((v = cl_json_get(r, biases[i])) && !(v->type == CL_JSON_BOOL && !v->boolean))
+            return cl_error(CL_ERR_UNSUPPORTED, "%s: %s is not false: cleave's Llama has no biases", path, biases[i]);
+    v = cl_json_get(r, "rope_scaling");
+    if (v && v->type != CL_JSON_NULL) {
+        const cl_json *t = cl_json_get(v, "rope_type") ? cl_json_get(v, "rope_type") : cl_json_get(v, "type");
+        return cl_error(CL_ERR_UNSUPPORTED, "%s: rope_scaling of type %s: cleave's rotary table has no scaling yet (null only)", path,
+                        t && t->type == CL_JSON_STRING ? t->string : "(none given)");
+    }
+    int hd, C, H;
+    if (cl_json_get(r, "head_dim") && cl_json_get_int(r, "head_dim", &hd) && cl_json_get_int(r, "hidden_size", &C) &&
+        cl_json_get_int(r, "num_attention_heads", &H) && H > 0 && hd != C / H)
+        return cl_error(CL_ERR_UNSUPPORTED, "%s: head_dim %d is not hidden_size / num_attention_heads = %d: cleave's heads split the width",
+                        path, hd, C / H);
+    return CL_OK;
 }
 
 static int get_num(const cl_json *r, const char *key, double *out) {
@@ -157,7 +182,13 @@ static int llama_config_diff(const cl_model_config *a, const cl_model_config *b,
 }
 
 const cl_family cl_family_llama = {
-    .pub = {.name = "llama", .tokens = 1, .data = "kjv.txt", .sample = "", .model_type = NULL},
+    /* LlamaForCausalLM's names are the parameters' own; its nn.Linear weights (*_proj.weight) are stored [out, in];
+     * older versions save each layer's rotary inverse frequencies (a buffer) */
+    .pub = {.name = "llama", .tokens = 1, .data = "kjv.txt", .sample = "", .model_type = "llama", .hf_arch = "LlamaForCausalLM",
+            .hf_prefix = "", .hf_buffers = ".rotary_emb.inv_freq",
+            .hf_keys = "num_hidden_layers hidden_size num_attention_heads intermediate_size vocab_size max_position_embeddings "
+                       "rope_theta rms_norm_eps",
+            .hf_transposed = "_proj.weight", .hf_f16 = 1, .hf_tokenizer = "hf", .hf_check = llama_hf_check},
     .kind = CL_MODEL_LLAMA,
     .presets = "llama-tiny, llama (flags: --kv-heads --ffn-channels --rope-theta --tie-embeddings), smollm2-135m, tinyllama-1.1b, "
                "llama-3.2-1b, llama-3-8b, llama-2-70b, llama-3-70b, llama-3.1-405b",

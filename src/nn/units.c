@@ -241,7 +241,7 @@ cl_status cl_model_create_part(cl_model **out, const cl_model_desc *d, cl_device
 cl_status cl_model_create_zero(cl_model **out, const cl_model_desc *d, cl_device *dev, int B, int u0, int u1,
                                const cl_zero *zero) {
     *out = NULL;
-    CL_TRY(cl_model_config_runs(&d->cfg)); /* a description may be of more than the kinds run */
+    if (!d->params_only) CL_TRY(cl_model_config_runs(&d->cfg)); /* a description may be of more than the kinds run */
     if (B < 1) return cl_error(CL_ERR_INVALID, "micro-batch size must be positive (got %d)", B);
     if (u0 < 0 || u1 > d->nunits || u0 >= u1)
         return cl_error(CL_ERR_INVALID, "units %d..%d are not a range of the model's %d units", u0, u1 - 1, d->nunits);

@@ -147,10 +147,10 @@ cl_status cl_shard_resume(cl_trainer *t, const char *dir);
 /* Its model config and tokenizer; its parameters into a whole model (eval, generate). */
 cl_status cl_shard_read_config(const char *dir, cl_model_config *c, char *tok, size_t tn);
 cl_status cl_shard_load_model(const char *dir, cl_model *m);
-/* A Hugging Face GPT-2 checkpoint (hf_import.c): a directory with neither
- * the marker nor an index; its config (model_type gpt2), its parameters into
- * the whole model's tensors (ptrs[i] for d's parameter i), and a resume (the
- * moments zero, step 0). */
+/* A Hugging Face checkpoint (hf_import.c): a directory with neither the
+ * marker nor an index; its config (a family's model_type: gpt2, llama), its
+ * parameters into the whole model's tensors (ptrs[i] for d's parameter i),
+ * and a resume (the moments zero, step 0). */
 #define CL_CKPT_MARKER "cleave-checkpoint.json"
 /* 1 if DIR/NAME exists (the marker of a single-file checkpoint, a sharded one's index). */
 int cl_ckpt_has(const char *dir, const char *name);
@@ -158,6 +158,8 @@ int cl_hf_foreign(const char *dir);
 cl_status cl_hf_read_config(const char *dir, cl_model_config *c, char *tok, size_t tn);
 cl_status cl_hf_read_params(const char *dir, const cl_model_desc *d, cl_device *dev, float *const *ptrs);
 cl_status cl_hf_resume(cl_trainer *t, const char *dir);
+/* Whether Hugging Face stores p [out, in], transposed from cleave's [in, out] (the family's hf_transposed). */
+int cl_hf_transposed(const cl_model_family *fam, const cl_param_spec *p);
 
 /* Integrity (ckpt_verify.c; docs/ARCHITECTURE.md, "Checkpoint integrity"): the marker's manifest (version
  * 2: run id, step, each other file's size and cl_hash_sum), the run id and step in every safetensors file's

@@ -143,6 +143,7 @@ cl_status cl_trainer_create(cl_trainer **out, const cl_train_config *cfg) {
     t->cfg.tp = t->tp;
     if (!s) s = cl_train_describe(&t->cfg, t->tp_rank, &t->desc);
     if (!s) s = cl_model_describe(&cfg->model, cfg->seq_len, &t->full);
+    if (!s) t->desc->params_only = t->full->params_only = cfg->params_only;
     t->pp_size = cfg->groups ? cl_comm_size(cfg->groups->pp) : 1;
     /* every rank's prediction against the cap, before anything is allocated */
     if (!s) s = cl_memory_check(&t->cfg, dp, t->pp_size);
