@@ -940,6 +940,36 @@ static cl_status mp_allgather_v(cl_comm *c, const void *in, void *out, const siz
     return st;
 }
 
+/* Point-to-point with checked receives, as mp_allgather_v: this rank's own
+ * piece is copied, every other piece is one message (in pieces) per pair
+ * with a nonzero count; a receive of another size than the sender's fails
+ * naming both sizes, a sender with 0 where the receiver expects more
+ * makes the receive time out. */
+static cl_status mp_alltoallv(cl_comm *c, const void *in, void *out, const size_t *x, cl_dtype dt, const char *what) {
+    mp_comm *m = c->impl;
+    int n = c->size, me = c->rank;
+    size_t p = (size_t)n;
+    unsigned seq = m->seq++;
+    (void)dt;
+    if (x[me]) cl_copy((char *)out + x[3 * p + (size_t)me], (const char *)in + x[p + (size_t)me], x[me]);
+    if (n == 1) return CL_OK;
+    mp_checked *ck = malloc((size_t)(n - 1) * sizeof *ck);
+    if (!ck) return cl_error(CL_ERR_OOM, "rank %d: no host memory for %d receives", c->rs->world_rank, n - 1);
+    mp_batch *b = &m->b[0];
+    b->n = 0;
+    int tag = coll_tag(seq, PH_AG, 0), nck = 0;
+    cl_status st = CL_OK;
+    for (int k = 1; k < n && st == CL_OK; k++) {
+        int to = (me + k) % n, from = (me - k + n) % n; /* spread the peers */
+        size_t rb = x[2 * p + (size_t)from], sb = x[to];
+        if (rb) ck[nck++] = (mp_checked){(char *)out + x[3 * p + (size_t)from], rb, 0, from, tag};
+        if (sb) st = batch_post(c, b, m->coll, 1, (char *)in + x[p + (size_t)to], sb, to, tag, what);
+    }
+    if (st == CL_OK) st = checked_wait(c, ck, nck, b, what);
+    free(ck);
+    return st;
+}
+
 static cl_status mp_broadcast(cl_comm *c, void *buf, size_t bytes, int root) {
     mp_comm *m = c->impl;
     int n = c->size, me = c->rank;
@@ -1018,6 +1048,7 @@ static const cl_comm_ops mp_ops = {
     .allgather = mp_allgather,
     .reduce_scatter_v = mp_reduce_scatter_v,
     .allgather_v = mp_allgather_v,
+    .alltoallv = mp_alltoallv,
     .broadcast = mp_broadcast,
     .barrier = mp_barrier,
     .split = mp_split,
