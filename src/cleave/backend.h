@@ -117,6 +117,18 @@ struct cl_kernels {
     void (*flash_forward)(float *out, float *lse, const float *qkv, int B, int T, int C, int NH);
     void (*flash_backward)(float *dqkv, float *scratch, const float *dout, const float *qkv, const float *out,
                            const float *lse, int B, int T, int C, int NH);
+    /* mixture of experts (moe.c; kernels.h states each contract) */
+    void (*moe_router_forward)(float *probs, int32_t *idx, float *wts, const float *logits, int T, int E, int K);
+    float (*moe_aux_loss)(float *frac, float *pmean, const float *probs, const int32_t *idx, int T, int E, int K);
+    void (*moe_router_backward)(float *dlogits, const float *dwts, const float *probs, const int32_t *idx,
+                                const float *wts, const float *frac, float daux, int T, int E, int K);
+    int64_t (*moe_dispatch)(int32_t *perm, int32_t *row, int32_t *counts, const int32_t *idx, int T, int E, int K,
+                            int capacity);
+    void (*moe_gather)(float *xe, const float *x, const int32_t *perm, int64_t rows, int C, int K);
+    void (*moe_gather_backward)(float *dx, const float *dxe, const int32_t *row, int T, int C, int K);
+    void (*moe_combine_forward)(float *y, const float *ye, const float *wts, const int32_t *row, int T, int C, int K);
+    void (*moe_combine_backward)(float *dye, float *dwts, const float *dy, const float *ye, const float *wts,
+                                 const int32_t *row, int T, int C, int K);
 };
 
 /* Rotary embeddings' tables, host arithmetic the same for every backend

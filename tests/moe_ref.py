@@ -1,0 +1,107 @@
+#!/usr/bin/python3
+"""The mixture-of-experts kernels' reference, from the Mixtral equations
+(Hugging Face's MixtralSparseMoeBlock and load_balancing_loss_func, written
+here with torch's own ops in float32, not imported from transformers), for
+tests/cli_moe_kernels.sh:
+
+    moe_ref.py IN REF
+
+IN is what `build/tests/test_moe --write-input IN` wrote: x [T, C], the
+router weight wg [C, E] (router logits = x wg, no bias), the experts a
+[E, C, C] (expert e maps a row x to x a[e]: the kernels only move rows in
+and out of experts, so a linear expert is enough to test them), dy [T, C]
+and, in the metadata, the shapes "T C E K TT" and daux. REF gets, as F32:
+
+    probs [T, E]     softmax(x wg) in float32
+    idx [T, K]       the top-k experts, largest first, ties to the lower index
+                     (torch.sort stable; torch.topk states no tie order)
+    wts [T, K]       the top-k probabilities renormalized to sum 1 (Mixtral)
+    y [T, C]         sum over the k choices of wts * expert(x), by index_add_
+                     per expert as MixtralSparseMoeBlock does
+    aux_hf           load_balancing_loss_func: E * sum(tokens_per_expert [K, E]
+                     * router_prob_per_expert [E])
+    aux              the Switch form E * sum_e f_e P_e with f_e the fraction of
+                     the T K token-slots: aux_hf / K
+    dx dwg dye       autograd of J = sum(y * dy) + daux * aux; dye [T, E, C] the
+                     gradient of every expert's output for every token (0 where
+                     not routed)
+    tie.probs tie.idx tie.wts   the router on the logits tie.logits [TT, E],
+                     whose rows hold equal values
+"""
+import json
+import struct
+import sys
+
+import torch
+import torch.nn.functional as F
+
+from format_ref import write_st  # tests/format_ref.py: the safetensors header by hand
+
+
+def read_st(path):
+    raw = open(path, "rb").read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    head = json.loads(raw[8:8 + n])
+    meta = head.pop("__metadata__", {})
+    data = raw[8 + n:]
+    out = {}
+    for name, e in head.items():
+        assert e["dtype"] == "F32", name
+        b, end = e["data_offsets"]
+        out[name] = torch.frombuffer(bytearray(data[b:end]), dtype=torch.float32).reshape(e["shape"])
+    return out, meta
+
+
+def route(logits, k):
+    """Mixtral's router: softmax in float32, top-k, renormalized."""
+    probs = F.softmax(logits, dim=1, dtype=torch.float)
+    _, order = torch.sort(probs.detach(), dim=-1, descending=True, stable=True)
+    idx = order[:, :k]
+    wts = torch.gather(probs, 1, idx)
+    wts = wts / wts.sum(dim=-1, keepdim=True)
+    return probs, idx, wts
+
+
+def load_balancing_loss(probs, idx, num_experts):
+    """HF's load_balancing_loss_func on one layer's routing."""
+    expert_mask = F.one_hot(idx, num_experts)               # [T, K, E]
+    tokens_per_expert = torch.mean(expert_mask.float(), dim=0)  # [K, E]
+    router_prob_per_expert = torch.mean(probs, dim=0)       # [E]
+    return torch.sum(tokens_per_expert * router_prob_per_expert.unsqueeze(0)) * num_experts
+
+
+def main():
+    torch.set_num_threads(1)
+    t, meta = read_st(sys.argv[1])
+    T, C, E, K, TT = (int(v) for v in meta["shapes"].split())
+    daux = float(meta["daux"])
+    x = t["x"].reshape(T, C).clone().requires_grad_(True)
+    wg = t["wg"].reshape(C, E).clone().requires_grad_(True)
+    a = t["a"].reshape(E, C, C)
+    dy = t["dy"].reshape(T, C)
+
+    logits = x @ wg
+    probs, idx, wts = route(logits, K)
+    # with no ties torch.topk (what HF calls) chooses the same experts
+    assert torch.equal(torch.topk(probs.detach(), K, dim=-1).indices, idx), "topk and the stable sort disagree"
+    ye = torch.einsum("tc,ecd->ted", x, a)  # every expert's output for every token
+    ye.retain_grad()
+    y = torch.zeros(T, C)
+    expert_mask = F.one_hot(idx, num_classes=E).permute(2, 1, 0)  # [E, K, T]
+    for e in range(E):
+        which, top_x = torch.where(expert_mask[e])
+        y = y.index_add(0, top_x, ye[top_x, e] * wts[top_x, which, None])
+    aux_hf = load_balancing_loss(probs, idx, E)
+    aux = aux_hf / K
+    J = (y * dy).sum() + daux * aux
+    J.backward()
+    res = [("probs", probs), ("idx", idx.float()), ("wts", wts), ("y", y), ("aux", aux.reshape(1)),
+           ("aux_hf", aux_hf.reshape(1)), ("dx", x.grad), ("dwg", wg.grad), ("dye", ye.grad)]
+
+    tp, ti, tw = route(t["tie.logits"].reshape(TT, E), K)
+    res += [("tie.probs", tp), ("tie.idx", ti.float()), ("tie.wts", tw)]
+    write_st(sys.argv[2], [(name, "F32", v.detach().reshape(-1).contiguous()) for name, v in res])
+
+
+if __name__ == "__main__":
+    main()
