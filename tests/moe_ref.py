@@ -7,10 +7,10 @@ tests/cli_moe_kernels.sh:
     moe_ref.py IN REF
 
 IN is what `build/tests/test_moe --write-input IN` wrote: x [T, C], the
-router weight wg [C, E] (router logits = x wg, no bias), the experts a
-[E, C, C] (expert e maps a row x to x a[e]: the kernels only move rows in
-and out of experts, so a linear expert is enough to test them), dy [T, C]
-and, in the metadata, the shapes "T C E K TT" and daux. REF gets, as F32:
+router weight wg [C, E] (router logits = x wg, no bias), the experts' HF
+weights w1, w3 [E, F, C] and w2 [E, C, F] (MixtralBlockSparseTop2MLP:
+w2(silu(w1 x) * w3 x)), dy [T, C] and, in the metadata, the shapes
+"T C E K TT F" and daux. REF gets, as F32:
 
     probs [T, E]     softmax(x wg) in float32
     idx [T, K]       the top-k experts, largest first, ties to the lower index
@@ -22,7 +22,7 @@ and, in the metadata, the shapes "T C E K TT" and daux. REF gets, as F32:
                      * router_prob_per_expert [E])
     aux              the Switch form E * sum_e f_e P_e with f_e the fraction of
                      the T K token-slots: aux_hf / K
-    dx dwg dye       autograd of J = sum(y * dy) + daux * aux; dye [T, E, C] the
+    dx dwg dw1 dw3 dw2 dye   autograd of J = sum(y * dy) + daux * aux; dye [T, E, C] the
                      gradient of every expert's output for every token (0 where
                      not routed)
     tie.probs tie.idx tie.wts   the router on the logits tie.logits [TT, E],
@@ -73,18 +73,21 @@ def load_balancing_loss(probs, idx, num_experts):
 def main():
     torch.set_num_threads(1)
     t, meta = read_st(sys.argv[1])
-    T, C, E, K, TT = (int(v) for v in meta["shapes"].split())
+    T, C, E, K, TT, FF = (int(v) for v in meta["shapes"].split())
     daux = float(meta["daux"])
     x = t["x"].reshape(T, C).clone().requires_grad_(True)
     wg = t["wg"].reshape(C, E).clone().requires_grad_(True)
-    a = t["a"].reshape(E, C, C)
+    w1 = t["w1"].reshape(E, FF, C).clone().requires_grad_(True)
+    w3 = t["w3"].reshape(E, FF, C).clone().requires_grad_(True)
+    w2 = t["w2"].reshape(E, C, FF).clone().requires_grad_(True)
     dy = t["dy"].reshape(T, C)
 
     logits = x @ wg
     probs, idx, wts = route(logits, K)
     # with no ties torch.topk (what HF calls) chooses the same experts
     assert torch.equal(torch.topk(probs.detach(), K, dim=-1).indices, idx), "topk and the stable sort disagree"
-    ye = torch.einsum("tc,ecd->ted", x, a)  # every expert's output for every token
+    # every expert's output for every token: w2(silu(w1 x) * w3 x)
+    ye = torch.stack([F.linear(F.silu(F.linear(x, w1[e])) * F.linear(x, w3[e]), w2[e]) for e in range(E)], dim=1)
     ye.retain_grad()
     y = torch.zeros(T, C)
     expert_mask = F.one_hot(idx, num_classes=E).permute(2, 1, 0)  # [E, K, T]
@@ -96,7 +99,8 @@ def main():
     J = (y * dy).sum() + daux * aux
     J.backward()
     res = [("probs", probs), ("idx", idx.float()), ("wts", wts), ("y", y), ("aux", aux.reshape(1)),
-           ("aux_hf", aux_hf.reshape(1)), ("dx", x.grad), ("dwg", wg.grad), ("dye", ye.grad)]
+           ("aux_hf", aux_hf.reshape(1)), ("dx", x.grad), ("dwg", wg.grad), ("dye", ye.grad),
+            ("dw1", w1.grad), ("dw3", w3.grad), ("dw2", w2.grad)]
 
     tp, ti, tw = route(t["tie.logits"].reshape(TT, E), K)
     res += [("tie.probs", tp), ("tie.idx", ti.float()), ("tie.wts", tw)]

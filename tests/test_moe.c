@@ -15,9 +15,11 @@
  *       chosen experts exactly (a tie case included).
  * tests/cli_moe_kernels.sh runs the last two.
  *
- * The experts here are linear maps A_e [C, C] (ye = x A_e), which is all
- * the kernels see of them: rows in, rows out; the SwiGLU MLPs are the unit
- * kind's. */
+ * The experts are SwiGLU MLPs (cl_moe_experts_*, HF's w1, w3, w2) in the
+ * PyTorch comparison and in one finite-difference case (with their weights'
+ * gradients), linear maps A_e [C, C] (ye = x A_e) in the others: the
+ * routing kernels see only rows in and rows out. */
+#include "cleave/backend.h"
 #include "cleave/core.h"
 #include "cleave/kernels.h"
 #include "cleave/safetensors.h"
@@ -62,6 +64,10 @@ typedef struct {
     int T, C, E, K, cap;
     float daux;
     const float *x, *wg, *a, *dy; /* x[T,C], wg[C,E], a[E,C,C], dy[T,C] */
+    int F;                          /* with w1: SwiGLU experts of width F (cl_moe_experts_*), else x a[e] */
+    const float *w1, *w3, *w2;      /* [E,F,C], [E,F,C], [E,C,F] */
+    double *w1d, *w3d, *w2d;        /* the same in double, for the reference */
+    float *dw1, *dw3, *dw2;
     /* results */
     float *logits, *probs, *wts, *frac, *pmean, *y, aux;
     int32_t *idx, *perm, *row, *counts;
@@ -91,11 +97,17 @@ static void chain_run(chain *c) {
     float *xe = newf(c->rows * C), *dxe = newf(c->rows * C);
     c->ye = newf(c->rows * C);
     cl_moe_gather(xe, c->x, c->perm, c->rows, C, K);
-    long off = 0;
-    for (int e = 0; e < E; e++) { /* each expert's rows are contiguous: one GEMM each */
-        cl_gemm(0, 0, c->counts[e], C, C, 1.0f, xe + off * C, C, c->a + (long)e * C * C, C, 0.0f, c->ye + off * C, C);
-        off += c->counts[e];
-    }
+    long off = 0, F = c->F, nf = c->rows * F > 0 ? c->rows * F : 1;
+    const cl_kernels *kt = &cl_cpu_kernels;
+    float *gate = newf(nf), *up = newf(nf), *h = newf(nf);
+    if (c->w1)
+        cl_moe_experts_forward(kt, c->ye, gate, up, h, xe, c->counts, c->w1, c->w3, c->w2, E, C, c->F);
+    else
+        for (int e = 0; e < E; e++) { /* each expert's rows are contiguous: one GEMM each */
+            cl_gemm(0, 0, c->counts[e], C, C, 1.0f, xe + off * C, C, c->a + (long)e * C * C, C, 0.0f, c->ye + off * C,
+                    C);
+            off += c->counts[e];
+        }
     cl_moe_combine_forward(c->y, c->ye, c->wts, c->row, T, C, K);
     /* backward */
     c->dye = newf(c->rows * C);
@@ -105,10 +117,26 @@ static void chain_run(chain *c) {
     c->dlogits = newf((long)T * E);
     cl_moe_combine_backward(c->dye, c->dwts, c->dy, c->ye, c->wts, c->row, T, C, K);
     off = 0;
-    for (int e = 0; e < E; e++) {
-        cl_gemm(0, 1, c->counts[e], C, C, 1.0f, c->dye + off * C, C, c->a + (long)e * C * C, C, 0.0f, dxe + off * C, C);
-        off += c->counts[e];
-    }
+    if (c->w1) {
+        float *dg = newf(nf), *du = newf(nf), *dh = newf(nf);
+        long nw = (long)E * F * C;
+        c->dw1 = newf(nw);
+        c->dw3 = newf(nw);
+        c->dw2 = newf(nw);
+        cl_moe_experts_backward(kt, dxe, c->dw1, c->dw3, c->dw2, dg, du, dh, c->dye, xe, gate, up, h, c->counts, c->w1,
+                                c->w3, c->w2, E, C, c->F);
+        free(dg);
+        free(du);
+        free(dh);
+    } else
+        for (int e = 0; e < E; e++) {
+            cl_gemm(0, 1, c->counts[e], C, C, 1.0f, c->dye + off * C, C, c->a + (long)e * C * C, C, 0.0f,
+                    dxe + off * C, C);
+            off += c->counts[e];
+        }
+    free(gate);
+    free(up);
+    free(h);
     cl_moe_gather_backward(c->dx, dxe, c->row, T, C, K);
     cl_moe_router_backward(c->dlogits, c->dwts, c->probs, c->idx, c->wts, c->frac, c->daux, T, E, K);
     cl_gemm(1, 0, C, E, T, 1.0f, c->x, C, c->dlogits, E, 0.0f, c->dwg, E);
@@ -119,7 +147,7 @@ static void chain_run(chain *c) {
 
 static void chain_free(chain *c) {
     void *p[] = {c->logits, c->probs, c->wts, c->frac, c->pmean, c->y, c->idx, c->perm, c->row, c->counts,
-                 c->ye, c->dye, c->dx, c->dwg, c->dlogits, c->dwts};
+                 c->ye, c->dye, c->dx, c->dwg, c->dlogits, c->dwts, c->dw1, c->dw3, c->dw2};
     for (size_t i = 0; i < sizeof p / sizeof p[0]; i++) free(p[i]);
 }
 
@@ -170,17 +198,35 @@ static double ref_J(const chain *c, const double *x, const double *wg, const dou
             if (o) o->idx[t * K + i] = ix[i];
             if (o && o->wts) o->wts[t * K + i] = w[i];
         }
+        double v[16][64], hh[64];
+        int keep[16];
+        for (int i = 0; i < K; i++) {
+            int e = ix[i];
+            keep[i] = !(c->cap > 0 && ++kept[e] > c->cap); /* else dropped */
+            const double *xt = x + (long)t * C;
+            if (c->w1 && !ye_in)
+                for (int f = 0; f < c->F; f++) { /* w2(silu(w1 x) * w3 x) */
+                    double g = 0, u = 0;
+                    for (int j = 0; j < C; j++) {
+                        g += xt[j] * c->w1d[((long)e * c->F + f) * C + j];
+                        u += xt[j] * c->w3d[((long)e * c->F + f) * C + j];
+                    }
+                    hh[f] = g / (1 + exp(-g)) * u;
+                }
+            for (int k = 0; k < C; k++) {
+                double s = 0;
+                if (ye_in) s = ye_in[((long)t * K + i) * C + k];
+                else if (c->w1)
+                    for (int f = 0; f < c->F; f++) s += hh[f] * c->w2d[((long)e * C + k) * c->F + f];
+                else
+                    for (int j = 0; j < C; j++) s += xt[j] * c->a[((long)e * C + j) * C + k];
+                v[i][k] = s;
+            }
+        }
         for (int k = 0; k < C; k++) {
             double yv = 0;
-            for (int i = 0; i < K; i++) {
-                if (k == 0) kept[ix[i]]++;
-                if (c->cap > 0 && kept[ix[i]] > c->cap) continue; /* dropped */
-                double v = 0;
-                if (ye_in) v = ye_in[((long)t * K + i) * C + k];
-                else
-                    for (int j = 0; j < C; j++) v += x[t * C + j] * c->a[((long)ix[i] * C + j) * C + k];
-                yv += w[i] * v;
-            }
+            for (int i = 0; i < K; i++)
+                if (keep[i]) yv += w[i] * v[i][k];
             if (o && o->y) o->y[t * C + k] = yv;
             J += yv * c->dy[t * C + k];
         }
@@ -211,18 +257,25 @@ static void fd(const chain *c, double *x, double *wg, double *ye, double *v, lon
     }
 }
 
-static void chain_checks(int T, int C, int E, int K, int cap, float daux) {
-    chain c = {.T = T, .C = C, .E = E, .K = K, .cap = cap, .daux = daux};
+static void chain_checks(int T, int C, int E, int K, int cap, float daux, int F) {
+    chain c = {.T = T, .C = C, .E = E, .K = K, .cap = cap, .daux = daux, .F = F};
     float *x = randf((long)T * C, 1.0f), *wg = randf((long)C * E, 0.5f), *a = randf((long)E * C * C, 0.3f);
-    float *dy = randf((long)T * C, 1.0f);
+    float *dy = randf((long)T * C, 1.0f), *w[3] = {NULL, NULL, NULL};
     c.x = x, c.wg = wg, c.a = a, c.dy = dy;
+    long nw = (long)E * F * C;
+    if (F) {
+        for (int i = 0; i < 3; i++) w[i] = randf(nw, 0.4f);
+        c.w1 = w[0], c.w3 = w[1], c.w2 = w[2];
+        c.w1d = widen(w[0], nw), c.w3d = widen(w[1], nw), c.w2d = widen(w[2], nw);
+    }
     chain_run(&c);
     long S = (long)T * K;
     double *xd = widen(x, (long)T * C), *wgd = widen(wg, (long)C * E);
     refout o = {alloc0((long)T * E, 8), alloc0(S, 8), alloc0((long)T * C, 8), 0, {0}};
     ref_J(&c, xd, wgd, NULL, &o);
     char what[96];
-    printf("T %d C %d E %d K %d capacity %d (dropped %lld):\n", T, C, E, K, cap, (long long)c.dropped);
+    printf("T %d C %d E %d K %d capacity %d%s (dropped %lld):\n", T, C, E, K, cap, F ? ", SwiGLU experts" : "",
+           (long long)c.dropped);
     long same = 0;
     for (long s = 0; s < S; s++) same += o.idx[s] == c.idx[s];
     CHECK(same == S, "the chosen experts: %ld of %ld as the double reference's", same, S);
@@ -248,6 +301,17 @@ static void chain_checks(int T, int C, int E, int K, int cap, float daux) {
             }
     fd(&c, xd, wgd, ye, ye, S * C, gy);
     report("d expert outputs (finite differences)", relerr(dye_slot, gy, S * C), 1e-4);
+    if (F) { /* the experts' weights */
+        double *gw = alloc0(nw, 8);
+        double *wd[3] = {c.w1d, c.w3d, c.w2d};
+        const float *got[3] = {c.dw1, c.dw3, c.dw2};
+        const char *nm[3] = {"dw1 (finite differences)", "dw3 (finite differences)", "dw2 (finite differences)"};
+        for (int i = 0; i < 3; i++) {
+            fd(&c, xd, wgd, NULL, wd[i], nw, gw);
+            report(nm[i], relerr(got[i], gw, nw), 1e-4);
+        }
+        free(gw);
+    }
     /* the dispatch order: by expert, then token; counts; drops */
     long bad = 0, kept = 0;
     for (long r = 0; r < c.rows; r++) {
@@ -289,6 +353,10 @@ static void chain_checks(int T, int C, int E, int K, int cap, float daux) {
     free(wg);
     free(a);
     free(dy);
+    for (int i = 0; i < 3; i++) free(w[i]);
+    free(c.w1d);
+    free(c.w3d);
+    free(c.w2d);
 }
 
 /* Ties: equal logits go to the lower expert index, at every position. */
@@ -324,7 +392,7 @@ static void tie_checks(void) {
 
 /* ---- the PyTorch comparison ---------------------------------------------- */
 
-enum { PT = 40, PC = 32, PE = 8, PK = 2, TT = 6 };
+enum { PT = 40, PC = 32, PE = 8, PK = 2, TT = 6, PF = 24 };
 static const float DAUX = 0.37f;
 
 static float *st_get(const cl_st_file *f, const char *name, long n) {
@@ -342,24 +410,29 @@ static void tie_logits(float *l) {
 }
 
 static int write_input(const char *path) {
-    float *x = randf(PT * PC, 1.0f), *wg = randf(PC * PE, 0.5f), *a = randf((long)PE * PC * PC, 0.3f);
-    float *dy = randf(PT * PC, 1.0f), tl[TT * PE];
+    long nw = (long)PE * PF * PC;
+    float *x = randf(PT * PC, 1.0f), *wg = randf(PC * PE, 0.5f), *w1 = randf(nw, 0.3f), *w3 = randf(nw, 0.3f);
+    float *w2 = randf(nw, 0.3f), *dy = randf(PT * PC, 1.0f), tl[TT * PE];
     tie_logits(tl);
     cl_st_item it[] = {
         {"x", cl_tensor_make(x, CL_F32, 1, (int64_t[]){PT * PC})},
         {"wg", cl_tensor_make(wg, CL_F32, 1, (int64_t[]){PC * PE})},
-        {"a", cl_tensor_make(a, CL_F32, 1, (int64_t[]){(long)PE * PC * PC})},
+        {"w1", cl_tensor_make(w1, CL_F32, 1, (int64_t[]){nw})},
+        {"w3", cl_tensor_make(w3, CL_F32, 1, (int64_t[]){nw})},
+        {"w2", cl_tensor_make(w2, CL_F32, 1, (int64_t[]){nw})},
         {"dy", cl_tensor_make(dy, CL_F32, 1, (int64_t[]){PT * PC})},
         {"tie.logits", cl_tensor_make(tl, CL_F32, 1, (int64_t[]){TT * PE})},
     };
     char shapes[128], daux[32];
-    snprintf(shapes, sizeof shapes, "%d %d %d %d %d", PT, PC, PE, PK, TT);
+    snprintf(shapes, sizeof shapes, "%d %d %d %d %d %d", PT, PC, PE, PK, TT, PF);
     snprintf(daux, sizeof daux, "%.9g", (double)DAUX);
     cl_st_meta meta[] = {{"shapes", shapes}, {"daux", daux}};
-    cl_status s = cl_st_write(path, it, 5, meta, 2);
+    cl_status s = cl_st_write(path, it, 7, meta, 2);
     free(x);
     free(wg);
-    free(a);
+    free(w1);
+    free(w3);
+    free(w2);
     free(dy);
     if (s != CL_OK) fprintf(stderr, "test_moe: %s\n", cl_last_error());
     return s == CL_OK ? 0 : 1;
@@ -389,9 +462,12 @@ static void torch_compare(const char *in_path, const char *ref_path) {
     CHECK_OK(cl_st_open(&in, in_path));
     CHECK_OK(cl_st_open(&ref, ref_path));
     if (!in || !ref) return;
-    float *x = st_get(in, "x", PT * PC), *wg = st_get(in, "wg", PC * PE), *a = st_get(in, "a", (long)PE * PC * PC);
+    long nw = (long)PE * PF * PC;
+    float *x = st_get(in, "x", PT * PC), *wg = st_get(in, "wg", PC * PE), *w1 = st_get(in, "w1", nw);
+    float *w3 = st_get(in, "w3", nw), *w2 = st_get(in, "w2", nw);
     float *dy = st_get(in, "dy", PT * PC), *tl = st_get(in, "tie.logits", TT * PE);
-    chain c = {.T = PT, .C = PC, .E = PE, .K = PK, .cap = 0, .daux = DAUX, .x = x, .wg = wg, .a = a, .dy = dy};
+    chain c = {.T = PT, .C = PC, .E = PE, .K = PK, .cap = 0, .daux = DAUX, .x = x, .wg = wg, .dy = dy,
+               .F = PF, .w1 = w1, .w3 = w3, .w2 = w2};
     chain_run(&c);
     vs_torch(ref, "probs", c.probs, PT * PE);
     idx_vs_torch(ref, "idx", c.idx, PT * PK);
@@ -407,6 +483,9 @@ static void torch_compare(const char *in_path, const char *ref_path) {
     for (long s = 0; s < PT * PK; s++)
         memcpy(dense + ((s / PK) * PE + c.idx[s]) * PC, c.dye + (long)c.row[s] * PC, PC * sizeof(float));
     vs_torch(ref, "dye", dense, (long)PT * PE * PC);
+    vs_torch(ref, "dw1", c.dw1, nw);
+    vs_torch(ref, "dw3", c.dw3, nw);
+    vs_torch(ref, "dw2", c.dw2, nw);
     /* ties */
     float tp[TT * PE], tw[TT * PK];
     int32_t ti[TT * PK];
@@ -418,7 +497,9 @@ static void torch_compare(const char *in_path, const char *ref_path) {
     chain_free(&c);
     free(x);
     free(wg);
-    free(a);
+    free(w1);
+    free(w3);
+    free(w2);
     free(dy);
     free(tl);
     cl_st_close(in);
@@ -433,8 +514,9 @@ int main(int argc, char **argv) {
         return cl_test_report("test_moe --torch");
     }
     tie_checks();
-    chain_checks(16, 32, 8, 2, 0, 0.37f);
-    chain_checks(24, 16, 8, 2, 4, 1.0f); /* capacity 4 of the 6 slots an expert averages: drops */
-    chain_checks(12, 8, 4, 1, 0, 0.5f);  /* top-1 (Switch): the router learns through the aux loss alone */
+    chain_checks(16, 32, 8, 2, 0, 0.37f, 0);
+    chain_checks(24, 16, 8, 2, 4, 1.0f, 0); /* capacity 4 of the 6 slots an expert averages: drops */
+    chain_checks(12, 8, 4, 1, 0, 0.5f, 0);  /* top-1 (Switch): the router learns through the aux loss alone */
+    chain_checks(12, 8, 4, 2, 5, 0.37f, 6); /* SwiGLU experts (cl_moe_experts_*), with drops */
     return cl_test_report("test_moe");
 }

@@ -156,4 +156,19 @@ static inline void cl_sgemm(const cl_kernels *k, int ta, int tb, int M, int N, i
     k->gemm(ta, tb, M, N, K, alpha, A, CL_F32, lda, B, CL_F32, ldb, beta, C, CL_F32, ldc);
 }
 
+/* The experts of a MoE layer (src/kernels/moe.c) over the dispatch order:
+ * expert e (of E) takes the counts[e] rows after the rows of the experts
+ * before it. Weights as HF's MixtralBlockSparseTop2MLP, stacked per expert:
+ * w1, w3 [E, F, C] (gate, up), w2 [E, C, F] (down). Forward: gate, up, h
+ * [rows, F] kept for the backward (h = silu(gate) * up), ye [rows, C]
+ * assigned. Backward: dxe, dw1, dw3, dw2 += the gradients; dgate and dup
+ * [rows, F] are added into (the caller zeroes them), dh [rows, F] is scratch. */
+void cl_moe_experts_forward(const cl_kernels *k, float *ye, float *gate, float *up, float *h, const float *xe,
+                            const int32_t *counts, const float *w1, const float *w3, const float *w2, int E, int C,
+                            int F);
+void cl_moe_experts_backward(const cl_kernels *k, float *dxe, float *dw1, float *dw3, float *dw2, float *dgate,
+                             float *dup, float *dh, const float *dye, const float *xe, const float *gate,
+                             const float *up, const float *h, const int32_t *counts, const float *w1, const float *w3,
+                             const float *w2, int E, int C, int F);
+
 #endif

@@ -19,9 +19,16 @@
  * the first `capacity` tokens of an expert (in token order) are dropped:
  * their row is -1, they add nothing to y, and their gradients are 0.
  *
+ * The experts (MixtralBlockSparseTop2MLP: w2(silu(w1 x) * w3 x), HF's
+ * weights w1, w3 [F, C] and w2 [C, F] per expert) run on their contiguous
+ * rows through a kernel table (cl_moe_experts_forward / _backward, at the
+ * end): one GEMM per expert and product.
+ *
  * Invariants: every result is a function of the inputs alone (sequential
- * loops in a fixed order, no threads), so it does not depend on the thread
- * count or the run. Backward kernels add into their outputs (kernels.h). */
+ * loops in a fixed order, no threads; the experts' GEMMs as cl_gemm's), so
+ * it does not depend on the run. Backward kernels add into their outputs
+ * (kernels.h). */
+#include "cleave/backend.h"
 #include "cleave/kernels.h"
 
 #include <math.h>
@@ -160,5 +167,52 @@ void cl_moe_combine_backward(float *dye, float *dwts, const float *dy, const flo
             }
             dwts[s] += dot;
         }
+    }
+}
+
+/* ---- the experts: SwiGLU MLPs over their contiguous rows ------------------
+ * A host helper over a kernel table, not a table entry: one GEMM per expert
+ * and product on its rows (the dispatch order), the SwiGLU once over all
+ * rows. Expert e's rows are [o_e, o_e + counts[e]), o_e the sum of the
+ * counts before it; an expert with no rows runs empty GEMMs. */
+void cl_moe_experts_forward(const cl_kernels *k, float *ye, float *gate, float *up, float *h, const float *xe,
+                            const int32_t *counts, const float *w1, const float *w3, const float *w2, int E, int C,
+                            int F) {
+    int64_t o = 0, fc = (int64_t)F * C;
+    for (int e = 0; e < E; e++) {
+        int n = counts[e];
+        cl_sgemm(k, 0, 1, n, F, C, 1.0f, xe + o * C, C, w1 + e * fc, C, 0.0f, gate + o * F, F);
+        cl_sgemm(k, 0, 1, n, F, C, 1.0f, xe + o * C, C, w3 + e * fc, C, 0.0f, up + o * F, F);
+        o += n;
+    }
+    k->swiglu_forward(h, gate, up, o * F);
+    o = 0;
+    for (int e = 0; e < E; e++) {
+        int n = counts[e];
+        cl_sgemm(k, 0, 1, n, C, F, 1.0f, h + o * F, F, w2 + e * fc, F, 0.0f, ye + o * C, C);
+        o += n;
+    }
+}
+
+void cl_moe_experts_backward(const cl_kernels *k, float *dxe, float *dw1, float *dw3, float *dw2, float *dgate,
+                             float *dup, float *dh, const float *dye, const float *xe, const float *gate,
+                             const float *up, const float *h, const int32_t *counts, const float *w1, const float *w3,
+                             const float *w2, int E, int C, int F) {
+    int64_t o = 0, fc = (int64_t)F * C;
+    for (int e = 0; e < E; e++) {
+        int n = counts[e];
+        cl_sgemm(k, 0, 0, n, F, C, 1.0f, dye + o * C, C, w2 + e * fc, F, 0.0f, dh + o * F, F);
+        cl_sgemm(k, 1, 0, C, F, n, 1.0f, dye + o * C, C, h + o * F, F, 1.0f, dw2 + e * fc, F);
+        o += n;
+    }
+    k->swiglu_backward(dgate, dup, dh, gate, up, o * F);
+    o = 0;
+    for (int e = 0; e < E; e++) {
+        int n = counts[e];
+        cl_sgemm(k, 1, 0, F, C, n, 1.0f, dgate + o * F, F, xe + o * C, C, 1.0f, dw1 + e * fc, C);
+        cl_sgemm(k, 1, 0, F, C, n, 1.0f, dup + o * F, F, xe + o * C, C, 1.0f, dw3 + e * fc, C);
+        cl_sgemm(k, 0, 0, n, C, F, 1.0f, dgate + o * F, F, w1 + e * fc, C, 1.0f, dxe + o * C, C);
+        cl_sgemm(k, 0, 0, n, C, F, 1.0f, dup + o * F, F, w3 + e * fc, C, 1.0f, dxe + o * C, C);
+        o += n;
     }
 }
