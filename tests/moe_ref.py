@@ -28,28 +28,13 @@ w2(silu(w1 x) * w3 x)), dy [T, C] and, in the metadata, the shapes
     tie.probs tie.idx tie.wts   the router on the logits tie.logits [TT, E],
                      whose rows hold equal values
 """
-import json
-import struct
 import sys
 
 import torch
 import torch.nn.functional as F
 
 from format_ref import write_st  # tests/format_ref.py: the safetensors header by hand
-
-
-def read_st(path):
-    raw = open(path, "rb").read()
-    n = struct.unpack("<Q", raw[:8])[0]
-    head = json.loads(raw[8:8 + n])
-    meta = head.pop("__metadata__", {})
-    data = raw[8 + n:]
-    out = {}
-    for name, e in head.items():
-        assert e["dtype"] == "F32", name
-        b, end = e["data_offsets"]
-        out[name] = torch.frombuffer(bytearray(data[b:end]), dtype=torch.float32).reshape(e["shape"])
-    return out, meta
+from llama_ref import read_st  # tests/llama_ref.py: F32 tensors and the metadata of IN
 
 
 def route(logits, k):
