@@ -1099,6 +1099,13 @@ static cl_status a2a_bad_rank(cl_comm *w, void *p) {
     return CL_OK;
 }
 
+/* One alltoall of 2 floats a peer (for CLEAVE_FAULT by the name alltoall). */
+static cl_status a2a_once(cl_comm *w, void *p) {
+    (void)p;
+    float in[16] = {0}, out[16];
+    return cl_comm_alltoall(w, in, out, 2, CL_F32);
+}
+
 static void a2a_fail_checks(void) {
     char msg[4][400];
     memset(msg, 0, sizeof msg);
@@ -1109,6 +1116,11 @@ static void a2a_fail_checks(void) {
         CHECK(strstr(msg[r], "alltoallv: the ranks disagree: rank 0 sends 2 elements to rank 1, which expects 3"),
               "rank %d: alltoallv with disagreeing counts: %s", r, msg[r]);
     CHECK_OK(cl_launch_threads(1, a2a_bad_rank, NULL, &o));
+    setenv("CLEAVE_FAULT", "rank:1:alltoall:1", 1);
+    s = cl_launch_threads(3, a2a_once, NULL, &o);
+    unsetenv("CLEAVE_FAULT");
+    CHECK(s == CL_ERR_COMM && strstr(cl_last_error(), "rank 1 failed in alltoall: injected fault"),
+          "CLEAVE_FAULT=rank:1:alltoall:1: %s: %s", cl_status_name(s), cl_last_error());
 }
 
 /* ---- rank functions -------------------------------------------------------- */
