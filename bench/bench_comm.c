@@ -1,20 +1,20 @@
-/* Communicator benchmark: all-reduce, all-gather and reduce-scatter bus
- * bandwidth over sizes 4 KiB .. 256 MiB.
+/* Communicator benchmark: all-reduce, all-gather, reduce-scatter and
+ * all-to-all bus bandwidth over sizes 4 KiB .. 256 MiB.
  *
  *   bench_comm [--ranks 2,4,8] [--max BYTES] [--min BYTES] [--time S]
  *       threads backend, against single-thread memcpy bandwidth
  *   mpirun -np N bench_comm --mpi [--max BYTES] ...
  *       mpi backend, against MPI's own MPI_Allreduce / MPI_Allgather /
- *       MPI_Reduce_scatter_block in the same run
+ *       MPI_Reduce_scatter_block / MPI_Alltoall in the same run
  *
  * Why: the collectives are written for bandwidth (each rank moves
  * 2 (n-1)/n of an all-reduce's buffer); this shows how close they come to
  * what the memory system (threads) or MPI itself (mpi) gives.
  *
  * Definitions as in nccl-tests: size is the whole buffer (all-reduce: the
- * buffer; all-gather: the gathered output; reduce-scatter: the input);
- * algbw = size / time; busbw = algbw * 2 (n-1)/n for all-reduce and
- * algbw * (n-1)/n for all-gather and reduce-scatter. Times are the mean of
+ * buffer; all-gather: the gathered output; reduce-scatter and all-to-all:
+ * the input); algbw = size / time; busbw = algbw * 2 (n-1)/n for
+ * all-reduce and algbw * (n-1)/n for the others. Times are the mean of
  * a run of back-to-back operations after 17 warm-up ones, sized to about
  * --time seconds (0.2 by default), measured by rank 0 between barriers; of
  * --repeat such runs (3 by default) the fastest is reported, the runs of
@@ -34,13 +34,13 @@ typedef struct {
     int repeat; /* timed runs per point; the fastest is reported */
     int mpi;
     int nranks, rank;
-    /* results, written by rank 0: [collective][size index] seconds; [3] raw MPI */
-    double t[6][32];
+    /* results, written by rank 0: [collective][size index] seconds; [4..] raw MPI */
+    double t[8][32];
     double memcpy_gbs[32]; /* threads: rank 0's memcpy of the same size, timed just before */
     int nsizes;
 } bench;
 
-enum { B_AR = 0, B_AG, B_RS, B_MPI_AR, B_MPI_AG, B_MPI_RS };
+enum { B_AR = 0, B_AG, B_RS, B_A2A, B_MPI_AR, B_MPI_AG, B_MPI_RS, B_MPI_A2A, B_KINDS = B_MPI_AR };
 
 static size_t size_at(const bench *b, int i) { return b->min << (2 * i); }
 
@@ -53,6 +53,7 @@ static cl_status run_op(cl_comm *c, float *a, float *x, size_t bytes, int which)
     case B_AR: return cl_comm_allreduce(c, a, count, CL_F32, CL_RED_SUM);
     case B_AG: return cl_comm_allgather(c, x, a, bytes / (size_t)n);
     case B_RS: return cl_comm_reduce_scatter(c, a, x, count / (size_t)n, CL_F32, CL_RED_SUM);
+    case B_A2A: return cl_comm_alltoall(c, a, x, count / (size_t)n, CL_F32);
 #ifdef CL_HAVE_MPI
     case B_MPI_AR:
         return MPI_Allreduce(MPI_IN_PLACE, a, (int)count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD) == MPI_SUCCESS
@@ -68,6 +69,11 @@ static cl_status run_op(cl_comm *c, float *a, float *x, size_t bytes, int which)
                        MPI_SUCCESS
                    ? CL_OK
                    : cl_error(CL_ERR_COMM, "MPI_Reduce_scatter_block failed");
+    case B_MPI_A2A:
+        return MPI_Alltoall(a, (int)(count / (size_t)n), MPI_FLOAT, x, (int)(count / (size_t)n), MPI_FLOAT,
+                            MPI_COMM_WORLD) == MPI_SUCCESS
+                   ? CL_OK
+                   : cl_error(CL_ERR_COMM, "MPI_Alltoall failed");
 #endif
     default: break;
     }
@@ -151,7 +157,7 @@ static cl_status rank_main(cl_comm *c, void *p) {
     }
     for (size_t i = 0; i < maxb / sizeof(float); i++) a[i] = x[i] = (float)(i % 1000) * 1e-3f;
     cl_status st = CL_OK;
-    int kinds = b->mpi ? 6 : 3;
+    int kinds = b->mpi ? 2 * B_KINDS : B_KINDS;
     for (int si = 0; si < b->nsizes && st == CL_OK; si++) {
         size_t bytes = size_at(b, si);
         if (bytes % ((size_t)n * sizeof(float))) bytes -= bytes % ((size_t)n * sizeof(float));
@@ -163,7 +169,7 @@ static cl_status rank_main(cl_comm *c, void *p) {
         /* the repeats go round every collective (cleave's and MPI's) in
          * turn, so that both see the same moments of a drifting machine;
          * the fastest run of each is kept */
-        int iters[6];
+        int iters[2 * B_KINDS];
         for (int k = 0; k < kinds && st == CL_OK; k++) st = count_iters(c, b, a, x, bytes, k, &iters[k]);
         for (int r = 0; r < b->repeat && st == CL_OK; r++)
             for (int k = 0; k < kinds && st == CL_OK; k++) {
@@ -230,16 +236,16 @@ int main(int argc, char **argv) {
         int n = b.nranks;
         printf("mpi backend, %d processes: cleave's deterministic collectives against MPI's own in the same run\n", n);
         printf("busbw in GB/s (nccl-tests definition); ratio = cleave busbw / MPI busbw\n");
-        const char *names[3] = {"allreduce", "allgather", "reduce_scatter"};
-        for (int k = 0; k < 3; k++) {
+        const char *names[B_KINDS] = {"allreduce", "allgather", "reduce_scatter", "alltoall"};
+        for (int k = 0; k < B_KINDS; k++) {
             printf("\n%s\n%10s | %9s %7s | %9s %7s | %6s\n", names[k], "size", "cleave us", "busbw", "MPI us", "busbw",
                    "ratio");
             for (int si = 0; si < b.nsizes; si++) {
                 size_t bytes = size_at(&b, si);
                 fmt_size(bytes, sz, sizeof sz);
-                double tc = b.t[k][si], tm = b.t[k + 3][si];
+                double tc = b.t[k][si], tm = b.t[k + B_KINDS][si];
                 printf("%10s | %9.1f %7.2f | %9.1f %7.2f | %6.2f\n", sz, tc * 1e6, busbw(k, bytes, n, tc), tm * 1e6,
-                       busbw(k + 3, bytes, n, tm), tm / tc);
+                       busbw(k + B_KINDS, bytes, n, tm), tm / tc);
             }
         }
         return 0;
@@ -260,14 +266,14 @@ int main(int argc, char **argv) {
             return 1;
         }
         printf("%d ranks (%.1f s)\n", n, cl_now() - t0);
-        printf("%10s %8s | %9s %7s %5s | %9s %7s %5s | %9s %7s %5s\n", "size", "memcpy", "allreduce", "busbw", "%mc",
-               "allgather", "busbw", "%mc", "red_scat", "busbw", "%mc");
+        printf("%10s %8s | %9s %7s %5s | %9s %7s %5s | %9s %7s %5s | %9s %7s %5s\n", "size", "memcpy", "allreduce",
+               "busbw", "%mc", "allgather", "busbw", "%mc", "red_scat", "busbw", "%mc", "alltoall", "busbw", "%mc");
         for (int si = 0; si < b.nsizes; si++) {
             size_t bytes = size_at(&b, si);
             fmt_size(bytes, sz, sizeof sz);
             double mc = b.memcpy_gbs[si];
             printf("%10s %8.2f", sz, mc);
-            for (int k = 0; k < 3; k++) {
+            for (int k = 0; k < B_KINDS; k++) {
                 double bw = busbw(k, bytes, n, b.t[k][si]);
                 printf(" | %9.1f %7.2f %5.0f", b.t[k][si] * 1e6, bw, mc > 0 ? 100 * bw / mc : 0);
             }

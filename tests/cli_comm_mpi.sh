@@ -77,6 +77,13 @@ if [ $rc -eq 2 ] && grep -q "sent a piece of 44000 bytes where 40000 were expect
 else
     fail "allgather_v counts mismatch: status $rc: $(tail -n 3 "$tmp/mismatch.log")"
 fi
+timeout -k 5 120 mpirun --oversubscribe -np 3 "$bin" --mpi --a2a-mismatch > "$tmp/a2a_mismatch.log" 2>&1
+rc=$?
+if [ $rc -eq 2 ] && grep -q "alltoallv: rank 0 sent a piece of 44000 bytes where 40000 were expected" "$tmp/a2a_mismatch.log"; then
+    ok "alltoallv sending more than the receiver expects ended the job with status 2, naming both sizes"
+else
+    fail "alltoallv counts mismatch: status $rc: $(tail -n 3 "$tmp/a2a_mismatch.log")"
+fi
 
 # ---- a receive nothing matches times out and aborts ----
 t0=$(now)

@@ -6,7 +6,9 @@
  * out of order; split groups; non-blocking collectives that progress while
  * the caller computes; failures (a rank's error, an injected fault, recv and
  * collective timeouts, a send/send deadlock) that end every rank promptly
- * with messages naming the failed rank.
+ * with messages naming the failed rank; all-to-all (both forms, every
+ * format, zero and random counts, scattered offsets, a split group) byte
+ * for byte against what each sender put there, and its count checks.
  *
  * The same checks run under MPI (tests/cli_comm_mpi.sh):
  *   mpirun -np N test_comm --mpi [--hash FILE]   the checks; FILE gets a hash of the results
@@ -14,6 +16,8 @@
  *   mpirun ... test_comm --mpi --fault           a loop of collectives (for CLEAVE_FAULT)
  *   mpirun ... test_comm --mpi --recv-timeout    rank 1 waits for a message that never comes
  *   mpirun ... test_comm --mpi --counts-mismatch rank 1 gives allgather_v a larger count: exit 2,
+ *                                                "sent a piece of 44000 bytes where 40000 were expected"
+ *   mpirun ... test_comm --mpi --a2a-mismatch    rank 0 sends rank 1 more in alltoallv than it expects: exit 2,
  *                                                "sent a piece of 44000 bytes where 40000 were expected"
  *   mpirun ... test_comm --mpi --hang PIDFILE    ranks idle in barriers; rank 1 writes its pid
  *   test_comm --has-mpi                          prints "MPI: yes" or "MPI: no"
@@ -931,6 +935,194 @@ out:
     free(b);
 }
 
+/* ---- all-to-all ------------------------------------------------------------ */
+
+/* Elements sender i sends receiver j in pattern pat: 0 none at all; 1 random
+ * counts 0..40, about a third 0; 2 only the pairs (i, i+1 mod n); 3 large
+ * pieces (tens of KiB: mpi's pieces) with zeros; 4 one element each. */
+static size_t a2a_count(int pat, int n, int i, int j) {
+    uint64_t h = mix((uint64_t)pat * 7919u + (uint64_t)i * 131u + (uint64_t)j);
+    switch (pat) {
+    case 0: return 0;
+    case 1: return h % 3 == 0 ? 0 : (size_t)(h >> 8) % 41;
+    case 2: return j == (i + 1) % n ? 5 + (size_t)i : 0;
+    case 3: return h % 4 == 0 ? 0 : 9000 + (size_t)(h >> 8) % 9000;
+    default: return 1;
+    }
+}
+
+/* The bytes of element k of sender i's piece for j: bytes move unchanged,
+ * so any bits do (NaN patterns included). */
+static unsigned char a2a_byte(int i, int j, size_t k, size_t b) {
+    return (unsigned char)(mix(mix((uint64_t)i << 40 ^ (uint64_t)j << 32 ^ k) + b) >> 24);
+}
+
+/* cl_comm_alltoallv over every pattern and format, with packed (NULL) and
+ * scattered offsets (pieces in reverse rank order, gaps between them that
+ * must stay untouched), and cl_comm_alltoall; every received byte against
+ * what its sender put there, the byte counters against comm.h's formula.
+ * Returns h folded with a hash of what arrived. */
+static uint64_t a2a_checks(cl_comm *c, uint64_t h, int full) {
+    int n = cl_comm_size(c), me = cl_comm_rank(c);
+    const cl_dtype fmts[4] = {CL_F32, CL_BF16, CL_F16, CL_F64};
+    size_t *sc = calloc((size_t)n * 4, sizeof *sc), *so = sc + n, *rc = sc + 2 * n, *ro = sc + 3 * n;
+    TCHECK(sc != NULL, "allocation");
+    if (!sc) return h;
+    for (int pat = 0; pat < 5; pat++) {
+        if (pat == 3 && !full) continue;
+        for (int fi = 0; fi < 4; fi++)
+            for (int scatter = 0; scatter < 2; scatter++) {
+                cl_dtype dt = fmts[fi];
+                size_t es = cl_dtype_size(dt), sn = 0, rn = 0, gap = scatter ? 3 : 0;
+                for (int k = n - 1; k >= 0; k--) { /* scattered: reverse order, with gaps */
+                    int j = scatter ? k : n - 1 - k;
+                    sc[j] = a2a_count(pat, n, me, j);
+                    rc[j] = a2a_count(pat, n, j, me);
+                    so[j] = sn;
+                    ro[j] = rn;
+                    sn += sc[j] + gap;
+                    rn += rc[j] + gap;
+                }
+                unsigned char *in = malloc(sn * es + 1), *out = malloc(rn * es + 1);
+                TCHECK(in && out, "allocation");
+                if (!in || !out) {
+                    free(in);
+                    free(out);
+                    continue;
+                }
+                memset(in, 0x5A, sn * es);
+                memset(out, 0xC3, rn * es);
+                for (int j = 0; j < n; j++)
+                    for (size_t k = 0; k < sc[j] * es; k++) in[so[j] * es + k] = a2a_byte(me, j, k / es, k % es);
+                cl_comm_counts before, after;
+                cl_comm_counts_get(c, &before);
+                cl_status s = cl_comm_alltoallv(c, in, sc, scatter ? so : NULL, out, rc, scatter ? ro : NULL, dt);
+                TCHECK(s == CL_OK, "alltoallv pattern %d %s scatter %d over %d ranks: %s", pat, cl_dtype_name(dt),
+                       scatter, n, cl_last_error());
+                cl_comm_counts_get(c, &after);
+                uint64_t ws = 0, wr = 0;
+                for (int j = 0; j < n; j++)
+                    if (j != me) {
+                        ws += sc[j] * es;
+                        wr += rc[j] * es;
+                    }
+                TCHECK(after.calls[CL_COMM_KIND_ALLTOALL] == before.calls[CL_COMM_KIND_ALLTOALL] + 1 &&
+                           after.sent[CL_COMM_KIND_ALLTOALL] - before.sent[CL_COMM_KIND_ALLTOALL] == ws &&
+                           after.recvd[CL_COMM_KIND_ALLTOALL] - before.recvd[CL_COMM_KIND_ALLTOALL] == wr,
+                       "alltoallv counters: sent %llu recvd %llu, want %llu %llu",
+                       (unsigned long long)(after.sent[CL_COMM_KIND_ALLTOALL] - before.sent[CL_COMM_KIND_ALLTOALL]),
+                       (unsigned long long)(after.recvd[CL_COMM_KIND_ALLTOALL] - before.recvd[CL_COMM_KIND_ALLTOALL]),
+                       (unsigned long long)ws, (unsigned long long)wr);
+                size_t bad = 0, gapbad = 0;
+                for (int j = 0; j < n; j++) {
+                    for (size_t k = 0; k < rc[j] * es; k++) bad += out[ro[j] * es + k] != a2a_byte(j, me, k / es, k % es);
+                    if (scatter)
+                        for (size_t k = 0; k < gap * es; k++) gapbad += out[(ro[j] + rc[j]) * es + k] != 0xC3;
+                }
+                TCHECK(bad == 0 && gapbad == 0,
+                       "alltoallv pattern %d %s scatter %d, rank %d of %d: %zu bytes wrong, %zu gap bytes written",
+                       pat, cl_dtype_name(dt), scatter, me, n, bad, gapbad);
+                h = fnv(h, out, rn * es);
+                free(in);
+                free(out);
+            }
+    }
+    /* the equal-count form, against the same bytes */
+    const size_t cprs[4] = {0, 1, 7, 1000};
+    for (int t = 0; t < 4; t++) {
+        size_t cpr = cprs[t], es = 2;
+        unsigned char *in = malloc((size_t)n * cpr * es + 1), *out = malloc((size_t)n * cpr * es + 1);
+        TCHECK(in && out, "allocation");
+        if (in && out) {
+            for (int j = 0; j < n; j++)
+                for (size_t k = 0; k < cpr * es; k++) in[(size_t)j * cpr * es + k] = a2a_byte(me, j, k / es, k % es);
+            TCHECK_OK(cl_comm_alltoall(c, in, out, cpr, CL_BF16));
+            size_t bad = 0;
+            for (int j = 0; j < n; j++)
+                for (size_t k = 0; k < cpr * es; k++) bad += out[(size_t)j * cpr * es + k] != a2a_byte(j, me, k / es, k % es);
+            TCHECK(bad == 0, "alltoall of %zu per rank over %d ranks: %zu bytes wrong", cpr, n, bad);
+            h = fnv(h, out, (size_t)n * cpr * es);
+        }
+        free(in);
+        free(out);
+    }
+    free(sc);
+    return h;
+}
+
+/* alltoallv on the groups of a split (odd and even ranks; an expert-parallel
+ * group drawn from the data-parallel ranks is such a group). */
+static uint64_t a2a_split_checks(cl_comm *world, uint64_t h) {
+    cl_comm *g = NULL;
+    int me = cl_comm_rank(world);
+    TCHECK_OK(cl_comm_split(world, me % 2, me, &g));
+    if (g) h = a2a_checks(g, h, 0);
+    cl_comm_free(g);
+    return h;
+}
+
+/* Threads only: rank 1 expects one element more from rank 0 than rank 0
+ * sends it; every rank fails alike naming the pair, none copies. */
+static cl_status a2a_mismatch_rank(cl_comm *w, void *p) {
+    char (*msg)[400] = p;
+    int n = cl_comm_size(w), me = cl_comm_rank(w);
+    size_t sc[4], rc[4];
+    float in[16] = {0}, out[16];
+    for (int j = 0; j < n; j++) {
+        sc[j] = 2;
+        rc[j] = 2 + (me == 1 && j == 0);
+    }
+    cl_status s = cl_comm_alltoallv(w, in, sc, NULL, out, rc, NULL, CL_F32);
+    snprintf(msg[me], sizeof msg[me], "%s", s == CL_OK ? "ok" : cl_last_error());
+    return s == CL_ERR_INVALID ? CL_OK : CL_ERR_INTERNAL;
+}
+
+/* Bad arguments, on a world of one rank (a call refused on one rank of
+ * several would leave the others waiting). */
+static cl_status a2a_bad_rank(cl_comm *w, void *p) {
+    (void)p;
+    size_t one = 1, two = 2;
+    float a[4] = {0}, b[4];
+    TCHECK(cl_comm_alltoallv(w, a, NULL, NULL, b, &one, NULL, CL_F32) == CL_ERR_INVALID &&
+               strstr(cl_last_error(), "send_counts is NULL"),
+           "NULL send counts: %s", cl_last_error());
+    TCHECK(cl_comm_alltoallv(w, a, &one, NULL, b, &two, NULL, CL_F32) == CL_ERR_INVALID &&
+               strstr(cl_last_error(), "sends itself 1 elements but receives 2"),
+           "self counts: %s", cl_last_error());
+    TCHECK(cl_comm_alltoallv(w, a, &two, NULL, a + 1, &two, NULL, CL_F32) == CL_ERR_INVALID &&
+               strstr(cl_last_error(), "overlap"),
+           "overlap: %s", cl_last_error());
+    TCHECK(cl_comm_alltoall(w, a, b, 1, (cl_dtype)99) == CL_ERR_INVALID && strstr(cl_last_error(), "unknown format"),
+           "unknown format: %s", cl_last_error());
+    TCHECK(cl_comm_alltoallv(w, NULL, &one, NULL, b, &one, NULL, CL_F32) == CL_ERR_INVALID, "NULL in");
+    TCHECK_OK(cl_comm_alltoallv(w, NULL, &(size_t){0}, NULL, NULL, &(size_t){0}, NULL, CL_F32));
+    return CL_OK;
+}
+
+/* One alltoall of 2 floats a peer (for CLEAVE_FAULT by the name alltoall). */
+static cl_status a2a_once(cl_comm *w, void *p) {
+    (void)p;
+    float in[16] = {0}, out[16];
+    return cl_comm_alltoall(w, in, out, 2, CL_F32);
+}
+
+static void a2a_fail_checks(void) {
+    char msg[4][400];
+    memset(msg, 0, sizeof msg);
+    cl_launch_opts o = {.timeout_s = 30};
+    cl_status s = cl_launch_threads(3, a2a_mismatch_rank, msg, &o);
+    CHECK(s == CL_OK, "alltoallv mismatch: %s", cl_last_error());
+    for (int r = 0; r < 3; r++)
+        CHECK(strstr(msg[r], "alltoallv: the ranks disagree: rank 0 sends 2 elements to rank 1, which expects 3"),
+              "rank %d: alltoallv with disagreeing counts: %s", r, msg[r]);
+    CHECK_OK(cl_launch_threads(1, a2a_bad_rank, NULL, &o));
+    setenv("CLEAVE_FAULT", "rank:1:alltoall:1", 1);
+    s = cl_launch_threads(3, a2a_once, NULL, &o);
+    unsetenv("CLEAVE_FAULT");
+    CHECK(s == CL_ERR_COMM && strstr(cl_last_error(), "rank 1 failed in alltoall: injected fault"),
+          "CLEAVE_FAULT=rank:1:alltoall:1: %s: %s", cl_status_name(s), cl_last_error());
+}
+
 /* ---- rank functions -------------------------------------------------------- */
 
 typedef struct {
@@ -941,6 +1133,8 @@ typedef struct {
 static cl_status all_checks(cl_comm *world, void *p) {
     all_arg *arg = p;
     uint64_t h = coll_checks(world, 1);
+    h = a2a_checks(world, h, 1);
+    if (cl_comm_size(world) >= 2) h = a2a_split_checks(world, h);
     /* one hash over every rank's results, in rank order */
     int n = cl_comm_size(world);
     uint64_t *hs = calloc((size_t)n, sizeof *hs);
@@ -1245,6 +1439,22 @@ static cl_status mpi_counts_mismatch(cl_comm *w, void *p) {
     return s;
 }
 
+/* The same for alltoallv: rank 0 sends rank 1 more than rank 1 expects. */
+static cl_status mpi_a2a_mismatch(cl_comm *w, void *p) {
+    (void)p;
+    int n = cl_comm_size(w), me = cl_comm_rank(w);
+    size_t *sc = calloc(2 * (size_t)n, sizeof *sc), *rc = sc ? sc + n : NULL;
+    if (!sc) return CL_ERR_OOM;
+    for (int j = 0; j < n; j++) sc[j] = rc[j] = 10000;
+    if (me == 0) sc[1] = 11000;
+    unsigned char *in = calloc((size_t)n * 11000, 4), *out = malloc((size_t)n * 10000 * 4);
+    cl_status s = in && out ? cl_comm_alltoallv(w, in, sc, NULL, out, rc, NULL, CL_F32) : CL_ERR_OOM;
+    free(in);
+    free(out);
+    free(sc);
+    return s;
+}
+
 static cl_status mpi_hang(cl_comm *w, void *p) {
     const char *pidfile = p;
     CL_TRY(cl_comm_barrier(w));
@@ -1281,6 +1491,8 @@ int main(int argc, char **argv) {
             s = cl_launch_mpi(&argc, &argv, mpi_fault_loop, NULL, &o);
         } else if (argc >= 3 && !strcmp(argv[2], "--counts-mismatch")) {
             s = cl_launch_mpi(&argc, &argv, mpi_counts_mismatch, NULL, &o);
+        } else if (argc >= 3 && !strcmp(argv[2], "--a2a-mismatch")) {
+            s = cl_launch_mpi(&argc, &argv, mpi_a2a_mismatch, NULL, &o);
         } else if (argc >= 3 && !strcmp(argv[2], "--recv-timeout")) {
             cl_launch_opts one = {.timeout_s = 1};
             s = cl_launch_mpi(&argc, &argv, mpi_recv_timeout, NULL, &one);
@@ -1315,6 +1527,7 @@ int main(int argc, char **argv) {
           (unsigned long long)h2.hash);
     remove(path);
     fail_checks();
+    a2a_fail_checks();
     agree_checks();
     return cl_test_report("test_comm");
 }

@@ -70,8 +70,8 @@
  * including their i- forms and split, and sends; receives and waits are not
  * counted) with CL_ERR_COMM "injected fault (CLEAVE_FAULT=...)". In place of
  * "op" a name (send, allreduce, reduce_scatter, allgather, broadcast,
- * barrier, split) counts only operations of that kind (reduce_scatter and
- * allgather include their _v forms). An unparsable value
+ * alltoall, barrier, split) counts only operations of that kind (reduce_scatter and
+ * allgather include their _v forms, alltoall its alltoallv). An unparsable value
  * makes the launcher fail with CL_ERR_INVALID. */
 #ifndef CLEAVE_COMM_H
 #define CLEAVE_COMM_H
@@ -197,6 +197,27 @@ cl_status cl_comm_ireduce_scatter_v(cl_comm *c, const void *in, void *out, const
  * Counts as for cl_comm_reduce_scatter_v. */
 cl_status cl_comm_allgather_v(cl_comm *c, const void *in, void *out, const size_t *counts);
 cl_status cl_comm_iallgather_v(cl_comm *c, const void *in, void *out, const size_t *counts, cl_request **req);
+/* All-to-all (MPI_Alltoall), for dispatching tokens to the ranks holding
+ * their experts and back: in holds size * count_per_rank elements of
+ * format dt, piece j (elements [j * count_per_rank, (j+1) * count_per_rank))
+ * goes to rank j; out (the same size) gets rank j's piece for this rank at
+ * j * count_per_rank. Bytes move, no arithmetic: any format with a size
+ * (F32, F64, BF16, F16, I32, ...), every rank passing the same dt. in and
+ * out must not overlap. Blocking only. */
+cl_status cl_comm_alltoall(cl_comm *c, const void *in, void *out, size_t count_per_rank, cl_dtype dt);
+/* With per-peer counts (MPI_Alltoallv), in elements of dt: this rank sends
+ * send_counts[j] elements from in + send_offs[j] to rank j and receives
+ * recv_counts[j] elements from rank j into out + recv_offs[j]. Offsets NULL
+ * mean packed in rank order (prefix sums of the counts). Zero counts move
+ * nothing. recv_counts[j] on this rank must equal send_counts[me] on rank j
+ * (the threads backend checks every pair and fails every rank with
+ * CL_ERR_INVALID naming the first pair that disagrees; mpi fails the
+ * receive naming both sizes, or times out when one side has 0);
+ * send_counts[me] must equal recv_counts[me]. The pieces of out must not
+ * overlap each other, nor in overlap out. Deterministic: every element
+ * lands where the counts say, whatever the timing. */
+cl_status cl_comm_alltoallv(cl_comm *c, const void *in, const size_t *send_counts, const size_t *send_offs, void *out,
+                            const size_t *recv_counts, const size_t *recv_offs, cl_dtype dt);
 /* Every rank's buf gets root's bytes. */
 cl_status cl_comm_broadcast(cl_comm *c, void *buf, size_t bytes, int root);
 /* Returns once every rank of c has entered it. */
@@ -238,6 +259,9 @@ cl_status cl_comm_broadcast_n(cl_comm *c, void *buf, size_t count, cl_dtype dt, 
  *                   sent = (S - counts[r]) * es, recvd = (p-1) * counts[r] * es
  *   allgather_v     (kind ALLGATHER) sent = (p-1) * counts[r],
  *                   recvd = S - counts[r]
+ *   alltoall        sent = recvd = (p-1) * count_per_rank * es
+ *   alltoallv       (kind ALLTOALL) sent = sum over j != r of send_counts[j] * es,
+ *                   recvd = sum over j != r of recv_counts[j] * es
  *   broadcast       bytes < 64 KiB or p == 2: a binomial tree rooted at
  *                   root: recvd = bytes except at root, sent = bytes times
  *                   the rank's children (v = (r - root) mod p has children
@@ -258,10 +282,11 @@ typedef enum {
     CL_COMM_KIND_REDUCE_SCATTER,
     CL_COMM_KIND_ALLGATHER,
     CL_COMM_KIND_BROADCAST,
+    CL_COMM_KIND_ALLTOALL,
     CL_COMM_NKINDS
 } cl_comm_kind;
 
-/* "send", "recv", "allreduce", "reduce_scatter", "allgather", "broadcast"; "?" otherwise. */
+/* "send", "recv", "allreduce", "reduce_scatter", "allgather", "broadcast", "alltoall"; "?" otherwise. */
 const char *cl_comm_kind_name(cl_comm_kind k);
 
 typedef struct {

@@ -118,6 +118,18 @@ struct cl_kernels {
     void (*flash_forward)(float *out, float *lse, const float *qkv, int B, int T, int C, int NH);
     void (*flash_backward)(float *dqkv, float *scratch, const float *dout, const float *qkv, const float *out,
                            const float *lse, int B, int T, int C, int NH);
+    /* mixture of experts (moe.c; kernels.h states each contract) */
+    void (*moe_router_forward)(float *probs, int32_t *idx, float *wts, const float *logits, int T, int E, int K);
+    float (*moe_aux_loss)(float *frac, float *pmean, const float *probs, const int32_t *idx, int T, int E, int K);
+    void (*moe_router_backward)(float *dlogits, const float *dwts, const float *probs, const int32_t *idx,
+                                const float *wts, const float *frac, float daux, int T, int E, int K);
+    int64_t (*moe_dispatch)(int32_t *perm, int32_t *row, int32_t *counts, const int32_t *idx, int T, int E, int K,
+                            int capacity);
+    void (*moe_gather)(float *xe, const float *x, const int32_t *perm, int64_t rows, int C, int K);
+    void (*moe_gather_backward)(float *dx, const float *dxe, const int32_t *row, int T, int C, int K);
+    void (*moe_combine_forward)(float *y, const float *ye, const float *wts, const int32_t *row, int T, int C, int K);
+    void (*moe_combine_backward)(float *dye, float *dwts, const float *dy, const float *ye, const float *wts,
+                                 const int32_t *row, int T, int C, int K);
 };
 
 /* Rotary embeddings' tables, host arithmetic the same for every backend
@@ -144,5 +156,20 @@ static inline void cl_sgemm(const cl_kernels *k, int ta, int tb, int M, int N, i
                             const float *B, int ldb, float beta, float *C, int ldc) {
     k->gemm(ta, tb, M, N, K, alpha, A, CL_F32, lda, B, CL_F32, ldb, beta, C, CL_F32, ldc);
 }
+
+/* The experts of a MoE layer (src/kernels/moe.c) over the dispatch order:
+ * expert e (of E) takes the counts[e] rows after the rows of the experts
+ * before it. Weights as HF's MixtralBlockSparseTop2MLP, stacked per expert:
+ * w1, w3 [E, F, C] (gate, up), w2 [E, C, F] (down). Forward: gate, up, h
+ * [rows, F] kept for the backward (h = silu(gate) * up), ye [rows, C]
+ * assigned. Backward: dxe, dw1, dw3, dw2 += the gradients; dgate and dup
+ * [rows, F] are added into (the caller zeroes them), dh [rows, F] is scratch. */
+void cl_moe_experts_forward(const cl_kernels *k, float *ye, float *gate, float *up, float *h, const float *xe,
+                            const int32_t *counts, const float *w1, const float *w3, const float *w2, int E, int C,
+                            int F);
+void cl_moe_experts_backward(const cl_kernels *k, float *dxe, float *dw1, float *dw3, float *dw2, float *dgate,
+                             float *dup, float *dh, const float *dye, const float *xe, const float *gate,
+                             const float *up, const float *h, const int32_t *counts, const float *w1, const float *w3,
+                             const float *w2, int E, int C, int F);
 
 #endif

@@ -308,4 +308,39 @@ void cl_attention_gqa_forward(float *out, float *att, const float *qkv, int B, i
 void cl_attention_gqa_backward(float *dqkv, float *scratch, const float *dout, const float *qkv, const float *att,
                                int B, int T, int NH, int KV, int hd);
 
+/* Mixture of experts (moe.c), as HF's MixtralSparseMoeBlock: T tokens, E
+ * experts (1 <= K <= E <= CL_MOE_MAX_EXPERTS), top-K routing; slot
+ * s = t K + i is token t's i-th choice. The router logits [T, E] = x W_g
+ * are the caller's GEMM.
+ * Router: probs[T,E] = softmax(logits) in F32; idx[T,K] the K largest
+ * probabilities in descending order, ties to the lower expert index;
+ * wts[T,K] = probs[idx] / their sum (Mixtral's renormalization). */
+#define CL_MOE_MAX_EXPERTS 256
+void cl_moe_router_forward(float *probs, int32_t *idx, float *wts, const float *logits, int T, int E, int K);
+/* The load-balancing loss E * sum_e frac[e] * pmean[e] (Switch): frac[E] the
+ * fraction of the T K slots routed to e, pmean[E] the mean of probs[:, e];
+ * both written. (HF's load_balancing_loss_func is K times this.) */
+float cl_moe_aux_loss(float *frac, float *pmean, const float *probs, const int32_t *idx, int T, int E, int K);
+/* dlogits[T,E] += the gradient through the renormalized weights (dwts[T,K])
+ * and, with frac (NULL: none), through the aux loss scaled by daux (the
+ * loss's gradient times the aux coefficient); f is taken as constant. */
+void cl_moe_router_backward(float *dlogits, const float *dwts, const float *probs, const int32_t *idx,
+                            const float *wts, const float *frac, float daux, int T, int E, int K);
+/* Dispatch: counts[E] slots kept per expert; row[T K] each slot's row in the
+ * expert-grouped order (by expert, then token), -1 if dropped; perm[rows]
+ * the inverse (row -> slot), rows = sum counts. capacity > 0 keeps the first
+ * capacity tokens of each expert in token order; <= 0 is dropless. Returns
+ * the number of slots dropped. */
+int64_t cl_moe_dispatch(int32_t *perm, int32_t *row, int32_t *counts, const int32_t *idx, int T, int E, int K,
+                        int capacity);
+/* xe[r] = x[perm[r] / K] (rows of C); backward: dx[t] += dxe[row[t K + i]]
+ * over its kept slots, in i order. */
+void cl_moe_gather(float *xe, const float *x, const int32_t *perm, int64_t rows, int C, int K);
+void cl_moe_gather_backward(float *dx, const float *dxe, const int32_t *row, int T, int C, int K);
+/* y[t] = sum over kept slots i of wts[t,i] * ye[row[t K + i]], in i order
+ * (assigned); backward: dye[row[s]] += wts[s] dy[t], dwts[s] += dy[t] . ye[row[s]]. */
+void cl_moe_combine_forward(float *y, const float *ye, const float *wts, const int32_t *row, int T, int C, int K);
+void cl_moe_combine_backward(float *dye, float *dwts, const float *dy, const float *ye, const float *wts,
+                             const int32_t *row, int T, int C, int K);
+
 #endif

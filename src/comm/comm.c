@@ -35,6 +35,7 @@ const char *cl_opkind_name(cl_opkind k) {
     case CL_OP_REDUCE_SCATTER: return "reduce_scatter";
     case CL_OP_ALLGATHER: return "allgather";
     case CL_OP_BROADCAST: return "broadcast";
+    case CL_OP_ALLTOALL: return "alltoall";
     case CL_OP_BARRIER: return "barrier";
     case CL_OP_SPLIT: return "split";
     case CL_OP_WAIT: return "wait";
@@ -224,6 +225,7 @@ static cl_status bad(cl_comm *c, const char *what, const char *fmt, ...) {
 /* ---- the progress queue -------------------------------------------------- */
 
 static cl_status run_req(cl_comm *c, cl_request *r) {
+    if (r->kind == CL_OP_ALLTOALL) return c->ops->alltoallv(c, r->in, r->buf, r->a2a, r->dt, r->what);
     if (r->vcounts && r->kind == CL_OP_REDUCE_SCATTER)
         return c->ops->reduce_scatter_v(c, r->in, r->buf, r->vcounts, r->dt, r->op);
     if (r->vcounts && r->kind == CL_OP_ALLGATHER) return c->ops->allgather_v(c, r->in, r->buf, r->vcounts);
@@ -684,6 +686,92 @@ cl_status cl_comm_iallgather_v(cl_comm *c, const void *in, void *out, const size
     CHECK_COMM(c);
     if (!req) return bad(c, "allgather_v", "req is NULL");
     return allgather_v_common(c, in, out, counts, req);
+}
+
+/* ---- all-to-all ------------------------------------------------------------
+ * Both forms become one backend call with byte counts and offsets
+ * (x[0..p) send counts, x[p..2p) send offsets, x[2p..3p) receive counts,
+ * x[3p..4p) receive offsets), checked here but for what only the other
+ * ranks know (threads checks that; mpi fails or times out on it). */
+
+/* counts and offs (NULL: packed) of format es into bytes at x, and the
+ * extent they span into *end; CL_ERR_INVALID naming side on overflow. */
+static cl_status a2a_side(cl_comm *c, const char *what, const char *side, const size_t *counts, const size_t *offs,
+                          size_t es, size_t *x, size_t *end) {
+    size_t p = (size_t)c->size, at = 0, lim = SIZE_MAX / es / 2;
+    *end = 0;
+    if (!counts) return bad(c, what, "%s_counts is NULL", side);
+    for (size_t j = 0; j < p; j++) {
+        size_t o = offs ? offs[j] : at;
+        if (counts[j] > lim || o > lim - counts[j])
+            return bad(c, what, "%s_counts[%zu] = %zu at offset %zu is too large", side, j, counts[j], o);
+        x[j] = counts[j] * es;
+        x[p + j] = o * es;
+        at = o + counts[j];
+        if (counts[j] && (o + counts[j]) * es > *end) *end = (o + counts[j]) * es;
+    }
+    return CL_OK;
+}
+
+static cl_status alltoall_common(cl_comm *c, const void *in, const size_t *sc, const size_t *so, void *out,
+                                 const size_t *rc, const size_t *ro, cl_dtype dt, const char *what) {
+    cl_request r;
+    req_init(&r, c, CL_OP_ALLTOALL);
+    snprintf(r.what, sizeof r.what, "%s", what);
+    size_t es = cl_dtype_size(dt), p = (size_t)c->size, send_end, recv_end;
+    if (!es) return bad(c, what, "unknown format %d", (int)dt);
+    size_t *x = malloc(4 * p * sizeof *x);
+    if (!x) {
+        cl_error(CL_ERR_OOM, "rank %d: no host memory for %s counts", c->rs->world_rank, what);
+        return op_end(c, CL_ERR_OOM, what);
+    }
+    cl_status st = a2a_side(c, what, "send", sc, so, es, x, &send_end);
+    if (st == CL_OK) st = a2a_side(c, what, "recv", rc, ro, es, x + 2 * p, &recv_end);
+    if (st == CL_OK && sc[c->rank] != rc[c->rank])
+        st = bad(c, what, "this rank sends itself %zu elements but receives %zu", sc[c->rank], rc[c->rank]);
+    if (st == CL_OK && !in && send_end) st = bad(c, what, "in is NULL but the sends span %zu bytes", send_end);
+    if (st == CL_OK && !out && recv_end) st = bad(c, what, "out is NULL but the receives span %zu bytes", recv_end);
+    if (st == CL_OK && overlap(in, send_end, out, recv_end)) st = bad(c, what, "in and out overlap");
+    if (st == CL_OK) st = op_count(c, CL_OP_ALLTOALL, what);
+    if (st != CL_OK) {
+        free(x);
+        return op_end(c, st, what);
+    }
+    uint64_t s = 0, v = 0;
+    for (size_t j = 0; j < p; j++)
+        if ((int)j != c->rank) {
+            s += x[j];
+            v += x[2 * p + j];
+        }
+    c->counts.calls[CL_OP_ALLTOALL]++;
+    c->counts.sent[CL_OP_ALLTOALL] += s;
+    c->counts.recvd[CL_OP_ALLTOALL] += v;
+    r.in = in;
+    r.buf = out;
+    r.a2a = x;
+    r.dt = dt;
+    st = run_blocking(c, &r);
+    free(x);
+    return st;
+}
+
+cl_status cl_comm_alltoall(cl_comm *c, const void *in, void *out, size_t count_per_rank, cl_dtype dt) {
+    CHECK_COMM(c);
+    size_t p = (size_t)c->size;
+    if (count_per_rank > SIZE_MAX / 16 / p)
+        return bad(c, "alltoall", "count_per_rank %zu is too large", count_per_rank);
+    size_t *k = malloc(p * sizeof *k);
+    if (!k) return cl_error(CL_ERR_OOM, "rank %d: no host memory for alltoall counts", c->rs->world_rank);
+    for (size_t j = 0; j < p; j++) k[j] = count_per_rank;
+    cl_status st = alltoall_common(c, in, k, NULL, out, k, NULL, dt, "alltoall");
+    free(k);
+    return st;
+}
+
+cl_status cl_comm_alltoallv(cl_comm *c, const void *in, const size_t *send_counts, const size_t *send_offs, void *out,
+                            const size_t *recv_counts, const size_t *recv_offs, cl_dtype dt) {
+    CHECK_COMM(c);
+    return alltoall_common(c, in, send_counts, send_offs, out, recv_counts, recv_offs, dt, "alltoallv");
 }
 
 cl_status cl_comm_broadcast(cl_comm *c, void *buf, size_t bytes, int root) {

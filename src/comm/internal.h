@@ -32,6 +32,7 @@ typedef enum {
     CL_OP_REDUCE_SCATTER,
     CL_OP_ALLGATHER,
     CL_OP_BROADCAST,
+    CL_OP_ALLTOALL, /* and alltoallv */
     CL_OP_BARRIER,
     CL_OP_SPLIT,
     CL_OP_WAIT,
@@ -42,7 +43,7 @@ const char *cl_opkind_name(cl_opkind k); /* "send", "allreduce", ... */
 
 /* The operations that carry data are numbered as the public counter kinds. */
 _Static_assert((int)CL_OP_SEND == (int)CL_COMM_KIND_SEND && (int)CL_OP_BROADCAST == (int)CL_COMM_KIND_BROADCAST &&
-                   (int)CL_OP_BROADCAST + 1 == (int)CL_COMM_NKINDS,
+                   (int)CL_OP_ALLTOALL == (int)CL_COMM_KIND_ALLTOALL && (int)CL_OP_ALLTOALL + 1 == (int)CL_COMM_NKINDS,
                "cl_opkind and cl_comm_kind agree");
 
 /* Where the mpi backend changes algorithm; comm.c counts bytes by them. */
@@ -84,6 +85,11 @@ typedef struct {
     cl_status (*reduce_scatter_v)(cl_comm *c, const void *in, void *out, const size_t *counts, cl_dtype dt,
                                   cl_redop op);
     cl_status (*allgather_v)(cl_comm *c, const void *in, void *out, const size_t *counts);
+    /* All-to-all (both forms): x holds 4 * size byte values, the send counts,
+     * send offsets (into in), receive counts and receive offsets (into out),
+     * one a rank each; checked but for the agreement between ranks. dt only
+     * names the format (bytes move, no arithmetic). */
+    cl_status (*alltoallv)(cl_comm *c, const void *in, void *out, const size_t *x, cl_dtype dt, const char *what);
     cl_status (*broadcast)(cl_comm *c, void *buf, size_t bytes, int root);
     cl_status (*barrier)(cl_comm *c);
     cl_status (*split)(cl_comm *c, int color, int key, cl_comm **out);
@@ -102,6 +108,7 @@ struct cl_request {
     size_t count;
     const size_t *vcounts; /* per-rank counts of reduce_scatter_v / allgather_v, else NULL;
                             * a non-blocking request's own copy, stored after it */
+    const size_t *a2a; /* alltoall(v): the byte counts and offsets (blocking only) */
     cl_dtype dt;
     cl_redop op;
     int root, key;  /* broadcast root; split color (root) and key */

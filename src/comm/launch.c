@@ -46,7 +46,7 @@ bad:
     return cl_error(CL_ERR_INVALID,
                     "CLEAVE_FAULT='%s': expected rank:N:op:K (world rank N >= 0 fails its K-th operation, K >= 1; "
                     "'op' counts every send and collective, or name one of send, allreduce, reduce_scatter, "
-                    "allgather, broadcast, barrier, split)",
+                    "allgather, broadcast, alltoall, barrier, split)",
                     text);
 }
 

@@ -913,16 +913,17 @@ static cl_status mp_reduce_scatter_v(cl_comm *c, const void *in, void *out, cons
     return st;
 }
 
-/* As mp_allgather, with pieces of the caller's sizes (checked receives);
- * empty pieces move no message. */
-static cl_status mp_allgather_v(cl_comm *c, const void *in, void *out, const size_t *counts) {
+/* The exchange of the _v all-gather and the all-to-all, over point-to-point
+ * with checked receives: x holds 4 n byte values (send counts, send
+ * offsets into in, receive counts, receive offsets into out, one a peer);
+ * every other rank's piece is one message (in pieces) per pair with a
+ * nonzero count, this rank's own is left to the caller. A receive of
+ * another size than the sender's fails naming both sizes; a sender with 0
+ * where the receiver expects more makes the receive time out. */
+static cl_status exchange(cl_comm *c, unsigned seq, const void *in, void *out, const size_t *x, const char *what) {
     mp_comm *m = c->impl;
     int n = c->size, me = c->rank;
-    unsigned seq = m->seq++;
-    v_chunks(c, counts);
-    size_t mine = counts[me];
-    char *dst = (char *)out + m->lo[me];
-    if (dst != in) cl_copy(dst, in, mine);
+    size_t p = (size_t)n;
     if (n == 1) return CL_OK;
     mp_checked *ck = malloc((size_t)(n - 1) * sizeof *ck);
     if (!ck) return cl_error(CL_ERR_OOM, "rank %d: no host memory for %d receives", c->rs->world_rank, n - 1);
@@ -932,12 +933,48 @@ static cl_status mp_allgather_v(cl_comm *c, const void *in, void *out, const siz
     cl_status st = CL_OK;
     for (int k = 1; k < n && st == CL_OK; k++) {
         int to = (me + k) % n, from = (me - k + n) % n; /* spread the peers */
-        if (m->len[from]) ck[nck++] = (mp_checked){(char *)out + m->lo[from], m->len[from], 0, from, tag};
-        if (mine) st = batch_post(c, b, m->coll, 1, (void *)in, mine, to, tag, "allgather_v");
+        size_t rb = x[2 * p + (size_t)from], sb = x[to];
+        if (rb) ck[nck++] = (mp_checked){(char *)out + x[3 * p + (size_t)from], rb, 0, from, tag};
+        if (sb) st = batch_post(c, b, m->coll, 1, (char *)in + x[p + (size_t)to], sb, to, tag, what);
     }
-    if (st == CL_OK) st = checked_wait(c, ck, nck, b, "allgather_v");
+    if (st == CL_OK) st = checked_wait(c, ck, nck, b, what);
     free(ck);
     return st;
+}
+
+/* As mp_allgather, with pieces of the caller's sizes (an exchange); empty
+ * pieces move no message. */
+static cl_status mp_allgather_v(cl_comm *c, const void *in, void *out, const size_t *counts) {
+    mp_comm *m = c->impl;
+    int n = c->size, me = c->rank;
+    size_t p = (size_t)n;
+    unsigned seq = m->seq++;
+    v_chunks(c, counts);
+    size_t mine = counts[me];
+    char *dst = (char *)out + m->lo[me];
+    if (dst != in) cl_copy(dst, in, mine);
+    if (n == 1) return CL_OK;
+    size_t *x = malloc(4 * p * sizeof *x);
+    if (!x) return cl_error(CL_ERR_OOM, "rank %d: no host memory for %d counts", c->rs->world_rank, 4 * n);
+    for (size_t j = 0; j < p; j++) {
+        x[j] = mine;
+        x[p + j] = 0;
+        x[2 * p + j] = m->len[j];
+        x[3 * p + j] = m->lo[j];
+    }
+    cl_status st = exchange(c, seq, in, out, x, "allgather_v");
+    free(x);
+    return st;
+}
+
+/* This rank's own piece copied, the others an exchange. */
+static cl_status mp_alltoallv(cl_comm *c, const void *in, void *out, const size_t *x, cl_dtype dt, const char *what) {
+    mp_comm *m = c->impl;
+    size_t p = (size_t)c->size, me = (size_t)c->rank;
+    unsigned seq = m->seq++;
+    (void)dt;
+    if (x[me]) cl_copy((char *)out + x[3 * p + me], (const char *)in + x[p + me], x[me]);
+    return exchange(c, seq, in, out, x, what);
 }
 
 static cl_status mp_broadcast(cl_comm *c, void *buf, size_t bytes, int root) {
@@ -1018,6 +1055,7 @@ static const cl_comm_ops mp_ops = {
     .allgather = mp_allgather,
     .reduce_scatter_v = mp_reduce_scatter_v,
     .allgather_v = mp_allgather_v,
+    .alltoallv = mp_alltoallv,
     .broadcast = mp_broadcast,
     .barrier = mp_barrier,
     .split = mp_split,

@@ -69,6 +69,7 @@ typedef struct {
     const void *p;
     void *q;
     const size_t *v; /* a _v collective's per-rank counts (NULL for the others) */
+    const size_t *x; /* an all-to-all's byte counts and offsets (cl_comm_ops.alltoallv) */
 } th_slot;
 
 struct th_group {
@@ -417,7 +418,8 @@ static cl_status check_slots(cl_comm *c, th_group *g, const char *what) {
     char n0[64], n1[64];
     for (int r = 1; r < g->size; r++) {
         const th_slot *b = &g->slot[r];
-        int same = b->kind == a->kind && b->dt == a->dt && b->op == a->op && b->root == a->root && !b->v == !a->v;
+        int same = b->kind == a->kind && b->dt == a->dt && b->op == a->op && b->root == a->root && !b->v == !a->v &&
+                   !b->x == !a->x;
         if (same && a->v) {
             int i = 0;
             while (i < g->size && a->v[i] == b->v[i]) i++;
@@ -446,6 +448,7 @@ static void publish(th_group *g, int me, cl_opkind kind, cl_dtype dt, cl_redop o
     s->p = p;
     s->q = q;
     s->v = NULL;
+    s->x = NULL;
 }
 
 /* ---- collectives --------------------------------------------------------- */
@@ -558,6 +561,39 @@ static cl_status th_allgather_v(cl_comm *c, const void *in, void *out, const siz
         }
     }
     barrier(c, g, 0, "allgather_v");
+    return st;
+}
+
+/* Pull: rank me copies what every rank j sends it (j's in + its send
+ * offset for me) into out at its receive offset for j. Before that, every
+ * rank checks every pair (sender i's count for j against receiver j's count
+ * from i), so all ranks find the same first disagreement and none copies. */
+static cl_status th_alltoallv(cl_comm *c, const void *in, void *out, const size_t *x, cl_dtype dt, const char *what) {
+    th_comm *t = c->impl;
+    th_group *g = t->g;
+    int n = g->size, me = c->rank;
+    size_t p = (size_t)n, es = cl_dtype_size(dt);
+    publish(g, me, CL_OP_ALLTOALL, dt, CL_RED_SUM, 0, 0, in, out);
+    g->slot[me].x = x;
+    CL_TRY(barrier(c, g, 1, what));
+    cl_status st = check_slots(c, g, what);
+    for (int i = 0; i < n && st == CL_OK; i++)
+        for (int j = 0; j < n && st == CL_OK; j++) {
+            size_t sent = g->slot[i].x[j], want = g->slot[j].x[2 * p + (size_t)i];
+            char ni[64], nj[64];
+            if (sent != want)
+                st = cl_error(CL_ERR_INVALID, "%s: the ranks disagree: %s sends %zu elements to %s, which expects %zu",
+                              what, cl_comm_name_rank(c, i, ni, sizeof ni), sent / es,
+                              cl_comm_name_rank(c, j, nj, sizeof nj), want / es);
+        }
+    if (st == CL_OK)
+        for (int k = 0; k < n; k++) {
+            int j = (me + k) % n; /* spread the readers over the inputs */
+            const th_slot *sj = &g->slot[j];
+            size_t bytes = x[2 * p + (size_t)j];
+            if (bytes) cl_copy((char *)out + x[3 * p + (size_t)j], (const char *)sj->p + sj->x[p + (size_t)me], bytes);
+        }
+    barrier(c, g, 0, what);
     return st;
 }
 
@@ -813,6 +849,7 @@ static const cl_comm_ops th_ops = {
     .allgather = th_allgather,
     .reduce_scatter_v = th_reduce_scatter_v,
     .allgather_v = th_allgather_v,
+    .alltoallv = th_alltoallv,
     .broadcast = th_broadcast,
     .barrier = th_barrier,
     .split = th_split,

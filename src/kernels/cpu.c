@@ -116,6 +116,14 @@ const cl_kernels cl_cpu_kernels = {
     .attention_gqa_backward = cl_attention_gqa_backward,
     .flash_forward = cl_flash_forward,
     .flash_backward = cl_flash_backward,
+    .moe_router_forward = cl_moe_router_forward,
+    .moe_aux_loss = cl_moe_aux_loss,
+    .moe_router_backward = cl_moe_router_backward,
+    .moe_dispatch = cl_moe_dispatch,
+    .moe_gather = cl_moe_gather,
+    .moe_gather_backward = cl_moe_gather_backward,
+    .moe_combine_forward = cl_moe_combine_forward,
+    .moe_combine_backward = cl_moe_combine_backward,
 };
 
 /* Every CPU kernel and copy is done when it returns: nothing to wait for. */
