@@ -8,7 +8,9 @@
 #   (e) made-up vocabularies whose merge keys collide (see collide.js).
 # Exit 0 only when every id matches and cleave's ids decode back to the
 # input; otherwise prints the first mismatch. Skips when node or data/gpt2
-# is missing (a failure under CI=true: the set-up installs both).
+# is missing (a failure under CI=true: the set-up installs both). Its inputs
+# hold no letters or digits newer than Unicode 15.0, so they run the same
+# whatever node's Unicode (tests/cli_hf_tokenizer.sh holds those).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}

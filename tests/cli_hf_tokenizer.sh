@@ -22,6 +22,10 @@
 # src/data/pretok.c rewrites to JavaScript's: \s with U+FEFF and without
 # U+0085 and U+180E, \p{L} and \p{N} of node's newer Unicode (Hugging Face's
 # own Rust tokenizers use Unicode's White_Space: there U+FEFF is not a space).
+# Letters and digits newer than Unicode 15.0 go into (b) and (c) only when
+# node's Unicode is the one pretok.c's additions come from (CL_PRETOK_UNICODE;
+# Debian 12's own node 18 has 15.0); otherwise that part is one skip, also
+# under CI=true. CLEAVE_TEST_NODE_UNICODE=15.0 tries that path here.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 source tests/lib.sh
@@ -114,7 +118,7 @@ const alphabet = [' ', ' ', ' ', '\t', '\n', '\r', '\u00a0', '\u3000', '\u2028',
     'L', 'D', 'S', "'", "'", '"', '0', '7', '9', '.', ',', '!', '\u00e9', '\u00df', '\u0301', '\u0308', '\u65e5',
     '\u672c', '\u3042', '\ud55c', '\u0663', '\u00bd', '\u00b2', '\ud83d\ude00', '\ud83c\udffd', '\u200d', '\ud835\udd18',
     '\u0627', '\u05d0', '\u0e01', '\u0001', '\u007f', '\ufffd', '<', '|', '>', '_', '\u0130', '\u017f',
-    '\ufeff', '\ufeff', '\u0085', '\u180e', '\u1c89', '\ud884\udf50', '\ud839\udcf0'];
+    '\ufeff', '\ufeff', '\u0085', '\u180e'].concat(process.argv[3] === '1' ? ['\u1c89', '\ud884\udf50', '\ud839\udcf0'] : []);
 let s = 4242;
 const rnd = () => { s = (s * 1103515245 + 12345) % 2147483648; return s / 2147483648; };
 let t = '';
@@ -144,6 +148,9 @@ for (const tok of Object.keys(j.model.vocab)) {
 fs.writeFileSync(process.argv[3], out.join('\n'));
 EOF
 
+# letters and digits of Unicode 16 and 17 (U+1C89, U+31350, U+1E4F0 ...) only when node knows them as pretok.c does
+newer=0
+[ "$(node_unicode)" = "$(pretok_unicode)" ] && newer=1
 cp "$kjv" "$tmp/kjv.txt"
 head -c 1000000 "$kjv" >"$tmp/kjv1m.txt"
 {
@@ -160,10 +167,10 @@ head -c 1000000 "$kjv" >"$tmp/kjv1m.txt"
     printf 'fraktur \xf0\x9d\x94\x98\xf0\x9d\x94\xab gothic \xf0\x90\x8d\x88 \xc4\xb0stanbul \xc5\xbfs\n'
     printf '<|begin_of_text|>special<|eot_id|> <|start_header_id|>user<|end_header_id|>\n\n<|begin_of_text|<|end_of_text|>'
     printf 'bom\xef\xbb\xbfin \xef\xbb\xbf\xef\xbb\xbf x\xef\xbb\xbf nel\xc2\x85x \xc2\x85\xc2\x85 mvs\xe1\xa0\x8ey \xe1\xa0\x8e\n'
-    printf 'Unicode 16-17 letters \xe1\xb2\x89\xe1\xb2\x8a \xf0\xb1\x8d\x90\xf0\xb1\x8d\x91 \xf0\x96\x84\x80x numbers \xf0\x9e\x93\xb0\xf0\x9e\x93\xb1 \xf0\x9d\x8b\x80 7\n'
+    [ "$newer" = 1 ] && printf 'Unicode 16-17 letters \xe1\xb2\x89\xe1\xb2\x8a \xf0\xb1\x8d\x90\xf0\xb1\x8d\x91 \xf0\x96\x84\x80x numbers \xf0\x9e\x93\xb0\xf0\x9e\x93\xb1 \xf0\x9d\x8b\x80 7\n'
     printf '    \n  \t  '
 } >"$tmp/tricky.txt"
-node "$tmp/random.js" "$tmp/random.txt"
+node "$tmp/random.js" "$tmp/random.txt" "$newer"
 node "$tmp/vocab.js" "$l3/tokenizer.json" "$tmp/vocab.txt"
 # (d): the same vocabulary, merges as pairs
 node -e 'const fs=require("fs");const j=JSON.parse(fs.readFileSync(process.argv[1]));j.model.merges=j.model.merges.map(m=>m.split(" "));fs.mkdirSync(process.argv[2]);fs.writeFileSync(process.argv[2]+"/tokenizer.json",JSON.stringify(j))' \
@@ -197,6 +204,7 @@ compare random "$l3" "$tmp/random.txt" "$tmp/random.node"
 compare vocab "$l3" "$tmp/vocab.txt" "$tmp/vocab.node"
 check 'grep -qx 128000 "$tmp/tricky.cleave" && grep -qx 128009 "$tmp/tricky.cleave"' "special tokens in the text are their own ids (<|begin_of_text|> 128000, <|eot_id|> 128009)"
 compare pairs "$tmp/pairs" "$tmp/tricky.txt" "$tmp/tricky.node"
+[ "$newer" = 1 ] || skip "letters and digits of Unicode 16-17 left out of (b) and (c): node's Unicode $(node_unicode) is not pretok.c's $(pretok_unicode)"
 if [ -d "$tmp/gpt2" ]; then
     node "$tmp/encode.js" "$js" "$tmp/gpt2/tokenizer.json" "$cfg" "$tmp/tricky.txt" "$tmp/gpt2.node" "$tmp/kjv1m.txt" "$tmp/gpt2kjv.node"
     compare gpt2-hf "$tmp/gpt2" "$tmp/tricky.txt" "$tmp/gpt2.node"

@@ -21,6 +21,12 @@ typedef struct cl_pretok cl_pretok;
  * Its \s, \S, \p{L} and \p{N} are JavaScript's once compiled (pretok.c). */
 extern const char cl_pretok_gpt2[];
 
+/* The Unicode version whose letters and numbers pretok.c adds to PCRE2's
+ * \p{L} and \p{N} (node v20's; PCRE2 10.42 has 15.0). The tests that
+ * compare with node (tests/cli_unicode_classes.sh, cli_hf_tokenizer.sh) hold
+ * the added code points to node only when node's Unicode is this one. */
+#define CL_PRETOK_UNICODE "17.0"
+
 /* What an invalid UTF-8 byte is to the pattern: a piece of its own (the hf
  * path), or one character that is neither letter, number nor space, as
  * U+FFFD (what gpt-3-encoder's node sees after decoding) is. */

@@ -5,7 +5,8 @@
  *   unicode_classes          cleave's classes: the patterns through
  *                            src/data/pretok.c (rewritten, then PCRE2)
  *   unicode_classes --raw    PCRE2's own (PCRE2_UTF | PCRE2_UCP), what the
- *                            rewriting corrects
+ *                            rewriting corrects, and \p{Cn} (8): code points
+ *                            PCRE2's Unicode has not assigned
  * Exit 0, or 1 when a pattern does not compile. */
 #include <stdio.h>
 #include <string.h>
@@ -32,11 +33,12 @@ static int enc(uint32_t cp, unsigned char *b)
 int main(int argc, char **argv)
 {
     int raw = argc > 1 && !strcmp(argv[1], "--raw");
-    const char *pats[3] = {"\\p{L}", "\\p{N}", "\\s"};
-    cl_pretok *p[3] = {0};
-    pcre2_code *r[3] = {0};
+    const char *pats[4] = {"\\p{L}", "\\p{N}", "\\s", "\\p{Cn}"};
+    int npat = raw ? 4 : 3;
+    cl_pretok *p[4] = {0};
+    pcre2_code *r[4] = {0};
     pcre2_match_data *md = pcre2_match_data_create(4, NULL);
-    for (int k = 0; k < 3; k++) {
+    for (int k = 0; k < npat; k++) {
         if (raw) {
             char re[32];
             snprintf(re, sizeof re, "^%s$", pats[k]);
@@ -53,13 +55,13 @@ int main(int argc, char **argv)
         if (cp >= 0xD800 && cp <= 0xDFFF) continue;
         unsigned char b[4];
         int n = enc(cp, b), sum = 0;
-        for (int k = 0; k < 3; k++) {
+        for (int k = 0; k < npat; k++) {
             int in = raw ? pcre2_match(r[k], b, (size_t)n, 0, 0, md, NULL) >= 0 : cl_pretok_whole(p[k], b, (size_t)n);
             if (in) sum |= 1 << k;
         }
         if (sum) printf("%X %d\n", (unsigned)cp, sum);
     }
-    for (int k = 0; k < 3; k++) {
+    for (int k = 0; k < npat; k++) {
         cl_pretok_free(p[k]);
         pcre2_code_free(r[k]);
     }
