@@ -15,7 +15,10 @@
 #   an index naming a missing file, a config whose shape disagrees, a missing
 #   key, rope_scaling, a bias): one line naming the file and the tensor or
 #   key, exit 2, nothing written; an export whose write fails part way leaves
-#   no directory, not even its temporary one.
+#   no directory, not even its temporary one;
+# - the same loss on both sides (1e-5 relative): cleave eval and the PyTorch
+#   Llama of tests/llama_torch.py --eval-hf on directories PyTorch wrote, and
+#   on cleave's export of a model it trained two steps from one (--resume).
 # Without torch: a skip (a failure under CI=true).
 set -u
 source "$(dirname "$0")/lib.sh"
@@ -117,6 +120,26 @@ bad "lm_head.weight differs from model.embed_tokens.weight" convert --from "$tmp
 bad "\-\-dtype needs --save-format hf" convert --from "$tmp/f32" --to "$tmp/no" --dtype bf16
 bad "\-\-max-shard-size 'lots'" convert --from "$tmp/f32" --to "$tmp/no" --save-format hf --max-shard-size lots
 bad "unknown --dtype 'f8'" convert --from "$tmp/f32" --to "$tmp/no" --save-format hf --dtype f8
+# the loss both sides give (issue 30 item 4): a directory PyTorch wrote, scored by cleave eval and by
+# tests/llama_torch.py --eval-hf (HF's equations); then trained two steps by cleave from that directory
+# (--resume), exported, and the export scored by PyTorch as cleave scores its own checkpoint (1e-5 relative)
+head -c 20000 data/kjv.txt > "$tmp/score.txt"
+score() { # what cleave-dir torch-dir
+    local ours theirs
+    ours=$(timeout 300 "$CLEAVE" eval --checkpoint "$2" --text "$tmp/score.txt" 2>&1 | sed -n 's/^eval loss: //p')
+    theirs=$(timeout 300 $PY "$(dirname "$0")/llama_torch.py" --eval-hf "$3" "$tmp/score.txt" 2>&1 | sed -n 's/^eval loss: //p')
+    check '[ -n "$ours" ] && [ -n "$theirs" ] && awk -v a="$ours" -v b="$theirs" "BEGIN{d=a-b; if(d<0)d=-d; exit !(d <= 1e-5*b)}"' \
+        "$1: cleave eval loss '$ours', PyTorch '$theirs'"
+}
+score "a PyTorch-written F32 directory" "$tmp/f32" "$tmp/f32"
+score "a PyTorch-written BF16 sharded, tied, multi-query directory" "$tmp/bf16shards" "$tmp/bf16shards"
+timeout 300 "$CLEAVE" train --resume "$tmp/f32" --steps 2 --micro-batch-size 2 --seq-len 64 --sample-tokens 0 \
+    --eval-batches 1 --save "$tmp/trained" > "$tmp/trained.out" 2>&1
+rc=$?
+check '[ $rc -eq 0 ] && grep -q "^step *2/2" "$tmp/trained.out"' "cleave train --resume from an HF Llama directory$(excerpt 4 "$(cat "$tmp/trained.out")")"
+conv trained-hf --from "$tmp/trained" --to "$tmp/trained-hf" --save-format hf
+score "cleave's trained checkpoint and its HF export" "$tmp/trained" "$tmp/trained-hf"
+
 # a write that fails part way (files limited to 40 blocks, SIGXFSZ ignored so the write returns EFBIG): exit 2,
 # and neither the directory nor its temporary sibling is left
 (trap '' XFSZ; ulimit -f 40; "$CLEAVE" convert --from "$tmp/f32" --to "$tmp/big" --save-format hf --max-shard-size 30KB) > /dev/null 2> "$tmp/err"

@@ -6,6 +6,7 @@ cross-entropy of the next tokens), for tests/cli_llama_train.sh.
 
     llama_torch.py IN OUT
     llama_torch.py --eval DIR TEXT
+    llama_torch.py --eval-hf DIR TEXT
 
 IN: the weights cleave wrote (build/tests/test_llama_torch --write-input),
 under Hugging Face's names with linear weights [in, out] as cleave stores
@@ -21,7 +22,13 @@ Face's names, linear weights [in, out]; DIR/config.json, Hugging Face's
 keys, byte tokenizer) on TEXT as `cleave eval --checkpoint DIR --text TEXT`
 does: consecutive non-overlapping windows of max_position_embeddings + 1
 bytes (the remainder dropped), the mean next-token cross-entropy printed as
-'eval loss: X'."""
+'eval loss: X'.
+
+--eval-hf scores a Hugging Face LlamaForCausalLM directory the same way
+(one model.safetensors or the shards model.safetensors.index.json names;
+F32, BF16 or F16, widened to F32; linear weights [out, in] as nn.Linear
+keeps them, turned to [in, out] here), so a checkpoint PyTorch wrote is
+scored by both sides (tests/cli_hf_llama.sh)."""
 import json
 import math
 import os
@@ -92,12 +99,24 @@ def forward(w, tokens, targets, cfg):
     return F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.reshape(-1))
 
 
-def evaluate(d, text):
+def hf_weights(d):
+    # Hugging Face's layout: nn.Linear's [out, in] turned to cleave's [in, out]; every tensor widened to F32
+    import hf_llama
+    w = {}
+    for n, (_, t) in hf_llama.read_dir(d).items():
+        if n.endswith("rotary_emb.inv_freq"):
+            continue
+        t = t.float()
+        w[n] = t.t().contiguous() if n.endswith("_proj.weight") else t
+    return w
+
+
+def evaluate(d, text, hf=False):
     cfg = json.load(open(os.path.join(d, "config.json")))
     if cfg.get("tokenizer", "byte") != "byte":
         print(f"llama_torch.py: {d}: only the byte tokenizer", file=sys.stderr)
         return 2
-    w, _ = read_st(os.path.join(d, "model.safetensors"))
+    w = hf_weights(d) if hf else read_st(os.path.join(d, "model.safetensors"))[0]
     ids = torch.tensor(list(open(text, "rb").read()), dtype=torch.int64)
     W = cfg["max_position_embeddings"] + 1
     n = ids.numel() // W
@@ -115,10 +134,10 @@ def evaluate(d, text):
 
 
 def main():
-    if len(sys.argv) == 4 and sys.argv[1] == "--eval":
-        return evaluate(sys.argv[2], sys.argv[3])
+    if len(sys.argv) == 4 and sys.argv[1] in ("--eval", "--eval-hf"):
+        return evaluate(sys.argv[2], sys.argv[3], sys.argv[1] == "--eval-hf")
     if len(sys.argv) != 3:
-        print("usage: llama_torch.py IN OUT | --eval DIR TEXT", file=sys.stderr)
+        print("usage: llama_torch.py IN OUT | --eval DIR TEXT | --eval-hf DIR TEXT", file=sys.stderr)
         return 2
     t, meta = read_st(sys.argv[1])
     cfg = json.loads(meta["config"])
