@@ -58,9 +58,9 @@ static void run(int T, int threads) {
         double t1 = now();
         cl_attention_backward(dqkv, ascr, dout, qkv, att, B, T, C, NH);
         double t2 = now();
-        cl_flash_forward(out, lse, qkv, B, T, C, NH);
+        cl_flash_forward(out, lse, qkv, B, T, C, NH, NH);
         double t3 = now();
-        cl_flash_backward(dqkv, fscr, dout, qkv, out, lse, B, T, C, NH);
+        cl_flash_backward(dqkv, fscr, dout, qkv, out, lse, B, T, C, NH, NH);
         double t4 = now();
         if (r == 0) continue;
         double t[2][2] = {{t1 - t0, t2 - t1}, {t3 - t2, t4 - t3}};

@@ -72,9 +72,9 @@ static void flash_case(int B, int T, int C, int NH, float qscale) {
     for (long i = 0; i < no; i++) o[i] = NAN; /* overwritten, never read */
     cl_attention_forward(o_ref, att, qkv, B, T, C, NH);
     cl_attention_backward(d_ref, sc_ref, dout, qkv, att, B, T, C, NH);
-    cl_flash_forward(o, lse, qkv, B, T, C, NH);
+    cl_flash_forward(o, lse, qkv, B, T, C, NH, NH);
     memcpy(d, pre, (size_t)nq * sizeof *d);
-    cl_flash_backward(d, sc, dout, qkv, o, lse, B, T, C, NH);
+    cl_flash_backward(d, sc, dout, qkv, o, lse, B, T, C, NH, NH);
     for (long i = 0; i < nq; i++) d[i] -= pre[i];
     double eo = rel(o, o_ref, no), ed = rel(d, d_ref, nq);
     CHECK(eo <= 1e-5, "flash out B%d T%d C%d NH%d: %.3g from attention's (bound 1e-5)", B, T, C, NH, eo);
@@ -151,8 +151,8 @@ static void flash_fd(int B, int T, int C, int NH) {
         x[i] = x0;
         want[i] = (float)((lp - lm) / (2 * h));
     }
-    cl_flash_forward(o, lse, qkv, B, T, C, NH);
-    cl_flash_backward(d, sc, R, qkv, o, lse, B, T, C, NH);
+    cl_flash_forward(o, lse, qkv, B, T, C, NH, NH);
+    cl_flash_backward(d, sc, R, qkv, o, lse, B, T, C, NH, NH);
     double e = rel(d, want, nq);
     CHECK(e <= 1e-4, "flash dqkv B%d T%d C%d NH%d: %.3g from finite differences (bound 1e-4)", B, T, C, NH, e);
     printf("flash B%d T%d C%d NH%d: dqkv %.2g from finite differences\n", B, T, C, NH, e);
@@ -178,8 +178,8 @@ static void flash_chunks(int B, int T, int T0, int C, int NH) {
     float *qkv = frandn(nq, 1.0f), *dout = frandn(no, 1.0f);
     float *o = fvec(no), *lse = fvec((long)B * NH * T), *d = fvec(nq);
     float *sc = fvec(cl_flash_scratch_floats(B, T, C, NH));
-    cl_flash_forward(o, lse, qkv, B, T, C, NH);
-    cl_flash_backward(d, sc, dout, qkv, o, lse, B, T, C, NH);
+    cl_flash_forward(o, lse, qkv, B, T, C, NH, NH);
+    cl_flash_backward(d, sc, dout, qkv, o, lse, B, T, C, NH, NH);
     const int start[2] = {0, T0}, len[2] = {T0, T - T0};
     float *cq[2], *co[2], *cl[2], *cd[2], *cdo[2];
     for (int i = 0; i < 2; i++) {
@@ -267,8 +267,8 @@ static void flash_paths(int B, int T, int C, int NH) {
         d[r] = fvec(nq);
         cl_set_threads(threads[r]);
         int was = cl_kernels_force_plain(plain[r]);
-        cl_flash_forward(o[r], l[r], qkv, B, T, C, NH);
-        cl_flash_backward(d[r], sc, dout, qkv, o[r], l[r], B, T, C, NH);
+        cl_flash_forward(o[r], l[r], qkv, B, T, C, NH, NH);
+        cl_flash_backward(d[r], sc, dout, qkv, o[r], l[r], B, T, C, NH, NH);
         cl_kernels_force_plain(was);
     }
     cl_set_threads(th0);

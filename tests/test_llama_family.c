@@ -83,11 +83,14 @@ int main(void) {
               n1->init == CL_INIT_ONES && !n1->decay, "embed and lm_head [V, C]; the norms [C], ones, no decay");
     CHECK(d->tied_wte == -1, "untied: no tied weight (%d)", d->tied_wte);
     CHECK(cl_model_config_runs(&c) == CL_OK, "runs: %s", cl_last_error());
-    /* a block's kept activations per sample: T (4 C + 2) + T (2 C + 2 K + 3 F) + H T T; full recompute keeps the output */
+    /* a block's kept activations per sample: T (4 C + 2) + T (2 C + 2 K + 3 F) + the lse, H T (blockwise attention, no
+     * T x T scores); its scratch: the gradients and the backward's tile pairs, one a kv head (KV 2 64 64 at T 64) */
     const cl_unit *blk = &d->units[1];
-    CHECK(blk->kind == CL_UNIT_LLAMA_BLOCK && blk->act_floats == T * (4 * C + 2) + T * (2 * C + 2 * K + 3 * F) + H * T * T,
+    const int64_t KV = K / (C / H);
+    CHECK(blk->kind == CL_UNIT_LLAMA_BLOCK && blk->act_floats == T * (4 * C + 2) + T * (2 * C + 2 * K + 3 * F) + H * T,
           "block acts %lld", (long long)blk->act_floats);
-    CHECK(blk->scratch_floats == T * (3 * C + C + C + 2 * K + 3 * F) + H * T * T, "block scratch %lld", (long long)blk->scratch_floats);
+    CHECK(blk->scratch_floats == T * (3 * C + C + C + 2 * K + 3 * F) + KV * 2 * 64 * 64, "block scratch %lld",
+          (long long)blk->scratch_floats);
     CHECK(d->units[3].kind == CL_UNIT_LLAMA_HEAD_UNTIED && d->units[3].act_floats == T * (C + V + 2) + T, "head acts %lld",
           (long long)d->units[3].act_floats);
     cl_model_desc_free(d);

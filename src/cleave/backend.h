@@ -114,10 +114,11 @@ struct cl_kernels {
     void (*attention_gqa_forward)(float *out, float *att, const float *qkv, int B, int T, int NH, int KV, int hd);
     void (*attention_gqa_backward)(float *dqkv, float *scratch, const float *dout, const float *qkv, const float *att,
                                    int B, int T, int NH, int KV, int hd);
-    /* blockwise attention, no T x T buffer (cl_flash_forward / cl_flash_backward) */
-    void (*flash_forward)(float *out, float *lse, const float *qkv, int B, int T, int C, int NH);
+    /* blockwise attention, no T x T buffer (cl_flash_forward / cl_flash_backward); NKV kv heads
+     * (grouped-query: rows [q (C) | k | v (NKV C / NH each)]; NKV = NH: GPT's [q | k | v] of 3C) */
+    void (*flash_forward)(float *out, float *lse, const float *qkv, int B, int T, int C, int NH, int NKV);
     void (*flash_backward)(float *dqkv, float *scratch, const float *dout, const float *qkv, const float *out,
-                           const float *lse, int B, int T, int C, int NH);
+                           const float *lse, int B, int T, int C, int NH, int NKV);
     /* mixture of experts (moe.c; kernels.h states each contract) */
     void (*moe_router_forward)(float *probs, int32_t *idx, float *wts, const float *logits, int T, int E, int K);
     float (*moe_aux_loss)(float *frac, float *pmean, const float *probs, const int32_t *idx, int T, int E, int K);

@@ -138,10 +138,12 @@ void cl_attention_backward(float *dqkv, float *scratch, const float *dout,
  * No T x T buffer: lse[B,NH,T] saves each score row's log-sum-exp (natural
  * log, of the scaled, masked scores), out[B,T,C] as cl_attention_forward's.
  * The backward recomputes the scores from qkv and lse; scratch holds
- * cl_flash_scratch_floats(B, T, C, NH) floats, overwritten. dqkv += gradient. */
-void cl_flash_forward(float *out, float *lse, const float *qkv, int B, int T, int C, int NH);
+ * cl_flash_scratch_floats(B, T, C, NH) floats, overwritten (B NKV of the
+ * B NH tile pairs: (B, T, C, NKV) suffice). dqkv += gradient. NKV kv heads
+ * as the chunk entries below. */
+void cl_flash_forward(float *out, float *lse, const float *qkv, int B, int T, int C, int NH, int NKV);
 void cl_flash_backward(float *dqkv, float *scratch, const float *dout, const float *qkv, const float *out,
-                       const float *lse, int B, int T, int C, int NH);
+                       const float *lse, int B, int T, int C, int NH, int NKV);
 /* The same for a query chunk against a key/value chunk (context
  * parallelism) and NKV kv heads dividing NH (grouped-query attention):
  * rows of qkv_q[B,Tq,W] and qkv_kv[B,Tk,W] are [q (C) | k (Ckv) | v (Ckv)],
@@ -155,7 +157,8 @@ void cl_flash_backward(float *dqkv, float *scratch, const float *dout, const flo
  * chunk pair's share into dqkv_q (the q columns) and dqkv_kv (the k and v
  * columns); they may be the same buffer. scratch as above with T the
  * longer of Tq and Tk (it uses B NKV of the B NH tile pairs).
- * cl_flash_forward is (qkv, qkv, T, T, qoff 0, NKV = NH, accumulate 0). */
+ * cl_flash_forward is (qkv, qkv, T, T, qoff 0, its NKV, accumulate 0): NKV =
+ * NH is the multi-head attention of qkv[B,T,3C]. */
 void cl_flash_forward_chunk(float *out, float *lse, const float *qkv_q, const float *qkv_kv, int B, int Tq, int Tk,
                             int qoff, int C, int NH, int NKV, int accumulate);
 void cl_flash_backward_chunk(float *dqkv_q, float *dqkv_kv, float *scratch, const float *dout, const float *qkv_q,

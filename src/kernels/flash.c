@@ -47,7 +47,8 @@
  *    one after the other; each chunk pair's backward, given the final out and
  *    lse, adds its own share of dq, dk, dv (nothing to merge).
  * cl_flash_forward / cl_flash_backward are the chunk entries with one qkv
- * [B,T,3C], NKV = NH and qoff = 0. */
+ * [B,T,C + 2 Ckv] and qoff = 0 (GPT's block passes NKV = NH, Llama's its
+ * kv heads). */
 #include "cleave/kernels.h"
 #include "kernels/simd.h"
 
@@ -306,11 +307,11 @@ void cl_flash_backward_chunk(float *dqkv_q, float *dqkv_kv, float *scratch, cons
     }
 }
 
-void cl_flash_forward(float *out, float *lse, const float *qkv, int B, int T, int C, int NH) {
-    cl_flash_forward_chunk(out, lse, qkv, qkv, B, T, T, 0, C, NH, NH, 0);
+void cl_flash_forward(float *out, float *lse, const float *qkv, int B, int T, int C, int NH, int NKV) {
+    cl_flash_forward_chunk(out, lse, qkv, qkv, B, T, T, 0, C, NH, NKV, 0);
 }
 
 void cl_flash_backward(float *dqkv, float *scratch, const float *dout, const float *qkv, const float *out,
-                       const float *lse, int B, int T, int C, int NH) {
-    cl_flash_backward_chunk(dqkv, dqkv, scratch, dout, qkv, qkv, out, lse, B, T, T, 0, C, NH, NH);
+                       const float *lse, int B, int T, int C, int NH, int NKV) {
+    cl_flash_backward_chunk(dqkv, dqkv, scratch, dout, qkv, qkv, out, lse, B, T, T, 0, C, NH, NKV);
 }

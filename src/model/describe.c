@@ -122,9 +122,9 @@ cl_status cl_model_describe_tp(const cl_model_config *cfg, int T, const cl_tp_la
     if (b.failed || b.z.too_large) {
         cl_model_desc_free(d);
         if (b.failed) return cl_error(CL_ERR_OOM, "cannot allocate a model description");
-        if (f->pub.tokens) /* the attention's T x T scores grow with the square of the sequence length */
+        if (f->pub.tokens) /* the activations grow with the sequence length */
             return cl_error(CL_ERR_INVALID, "the model is too large at sequence length %d: one of its tensors or buffers passes 2^40 "
-                                            "floats (a shorter --seq-len shrinks the attention's T x T scores)", T);
+                                            "floats (a shorter --seq-len shrinks the activations)", T);
         return cl_error(CL_ERR_INVALID, "the model is too large: one of its tensors or buffers passes 2^40 floats");
     }
     *out = d;

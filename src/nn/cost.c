@@ -36,11 +36,20 @@ void cl_cost_block_pairs(cl_pass_cost *c, double act, int tp, int sp) {
     else cl_cost_coll(c, CL_COLL_ALLREDUCE, act, tp), cl_cost_coll(c, CL_COLL_ALLREDUCE, act, tp);
 }
 
-void cl_cost_attention_redo(cl_pass_cost *rf, double T, double hd, double count, double att, double tri, double scores, double e) {
-    cl_cost_gemm_part(rf, T, T, hd, count, CL_GEMM_NT, att);
-    cl_cost_gemm_part(rf, T, hd, T, count, CL_GEMM_NN, att);
-    rf->bytes = e * 2 * tri * scores;
-    rf->stream = e * (1 - tri) * scores;
+void cl_cost_attention_bytes(int causal, double e, double lse, double scores, double R, double Cl, double *fwd, double *bwd) {
+    *fwd = causal ? e * lse : e * 2 * scores;
+    *bwd = causal ? e * (2 * R * Cl + lse) : e * 3 * scores;
+}
+
+void cl_cost_attention_rf(cl_pass_cost *rf, const cl_pass_cost *f, int recompute, int causal, double T, double hd, double count,
+                          double att, double attf) {
+    if (recompute == CL_RECOMPUTE_FULL) *rf = *f;
+    else if (recompute == CL_RECOMPUTE_SELECTIVE) {
+        cl_cost_gemm_part(rf, T, T, hd, count, CL_GEMM_NT, att);
+        cl_cost_gemm_part(rf, T, hd, T, count, CL_GEMM_NN, att);
+        rf->bytes = attf;
+    }
+    if (causal) cl_cost_gemm_part(rf, T, T, hd, count, CL_GEMM_NT, att);
 }
 
 void cl_kind_elementwise_cost(const cl_model_desc *d, const cl_unit *un, int B, double e, int recompute, int causal,

@@ -61,9 +61,17 @@ void cl_cost_coll(cl_pass_cost *c, cl_coll_kind kind, double bytes, int tp);
  * MLP's) in one pass: under sequence parallelism an all-gather before each and a reduce-scatter after, else
  * one all-reduce after each; act the bytes of the pass's activation rows */
 void cl_cost_block_pairs(cl_pass_cost *c, double act, int tp, int sp);
-/* Selective recompute's redo of the attention: the scores and their product with v of count = B heads
- * (T x T x hd each, the causal share att of the work), the softmax over tri of the scores, the rest zeroed */
-void cl_cost_attention_redo(cl_pass_cost *rf, double T, double hd, double count, double att, double tri, double scores, double e);
+/* A transformer block's attention bytes besides its products (GPT's and Llama's blocks): causal, cleave's
+ * blockwise kernels (flash.c), the lse (lse = B H T floats) in the forward, the lse and D = rowsum(dy y)'s
+ * reads of y and dy (R rows of Cl) in the backward; else the T x T scores kept (Megatron-LM's fused softmax),
+ * read and written by the softmax (forward 2, backward 3). e bytes an element. */
+void cl_cost_attention_bytes(int causal, double e, double lse, double scores, double R, double Cl, double *fwd, double *bwd);
+/* Its re-forward pass rf (f: the block's forward): full recompute, the whole forward; selective, the
+ * attention's scores and their product with v of count = B H heads (T x T x hd, the causal share att),
+ * bytes attf (cl_cost_attention_bytes' forward); causal (blockwise), in every mode the backward's
+ * recomputed scores q k^T (hardware work, not the model's FLOPs). */
+void cl_cost_attention_rf(cl_pass_cost *rf, const cl_pass_cost *f, int recompute, int causal, double T, double hd, double count,
+                          double att, double attf);
 /* The cost of a unit a kind's table gives (cl_kind's cost): unit un of description d at micro-batch B, e
  * bytes an activation element, a recompute mode, causal: the attention kernels skip the blocks past the
  * diagonal. o is zeroed by the caller. */

@@ -123,7 +123,7 @@ static cl_status block_pass(const cl_model *m, const block_acts *s, const float 
     CL_PROF("fwd layernorm", 0, cl_kern(m)->layernorm_forward(s->ln1, s->ln1_mean, s->ln1_rstd, in, w->ln1_w, w->ln1_b, (int)Ns, (int)C));
     CL_TRY(cl_nn_col_input(m, s->ln1, G, Ns, C, &x));
     CL_PROF("fwd qkv", fq, cl_kern(m)->linear_forward(s->qkv, x, w->qkv_w, w->qkv_b, (int)N, (int)C, (int)Q));
-    CL_PROF("fwd attention", att, cl_kern(m)->flash_forward(s->atty, s->lse, s->qkv, B, T, (int)Cl, d->heads_local));
+    CL_PROF("fwd attention", att, cl_kern(m)->flash_forward(s->atty, s->lse, s->qkv, B, T, (int)Cl, d->heads_local, d->heads_local));
     CL_TRY(cl_nn_row_linear(m, "fwd attn proj", fl, s->atty, w->attn_proj_w, w->attn_proj_b, s->res2, N, Cl));
     CL_PROF("fwd residual layernorm", 0,
             cl_kern(m)->residual_layernorm_forward(s->res2, s->ln2, s->ln2_mean, s->ln2_rstd, s->res2, in, w->ln2_w, w->ln2_b, (int)Ns, (int)C));
@@ -145,26 +145,6 @@ static int64_t block_keep(const cl_model_desc *d, const cl_unit *un, int B) {
     return d->tpl.sp ? 2 * N * C + 2 * Ns * C : 2 * N * C;
 }
 
-/* A tensor-parallel collective's result in a backward: computed by run()
- * (and kept in *keep when the input pass of a split backward keeps it), or,
- * in the weight pass of a split backward, read back from *keep instead of
- * running the collective again. keep advances by n either way. */
-typedef struct {
-    float *keep;   /* m->tp_keep: NULL when the backward is not split */
-    int wonly;     /* the weight pass */
-    cl_device *dev;
-} keep_cursor;
-
-static const float *kept(keep_cursor *k, const float *computed, int64_t n, int computing) {
-    const float *r = computed;
-    if (k->keep) {
-        if (!computing) r = k->keep;
-        else cl_device_copy(k->dev, k->keep, computed, (size_t)n * sizeof(float));
-        k->keep += n;
-    }
-    return r;
-}
-
 /* The block's backward (the forward's split, written once). The scratch
  * gradients are assigned where first written (beta 0), so only dqkv, which
  * attention's backward adds into, starts at zero. */
@@ -178,7 +158,7 @@ static cl_status block_backward_pass(cl_model *m, const block_acts *s, const flo
     int iN = (int)N, iNs = (int)Ns, iC = (int)C, iCl = (int)Cl, iFl = (int)Fl, iQ = (int)Q;
     /* a split group's weight pass reads the input pass's collective results back (tp_keep); one rank has no
      * collective to keep and computes its input gradients again (cl_unit_keep_floats is 0 there) */
-    keep_cursor k = {split ? m->tp_keep : NULL, ww && !wi && split, m->dev};
+    cl_nn_keep k = {split ? m->tp_keep : NULL, ww && !wi && split, m->dev};
     if (k.wonly && !k.keep) return cl_error(CL_ERR_INTERNAL, "a tensor-parallel weight pass without the input pass's results");
     int run = !k.wonly; /* run the collectives (not the weight pass of a split backward) */
     float *ws = m->scratch;
@@ -207,7 +187,7 @@ static cl_status block_backward_pass(cl_model *m, const block_acts *s, const flo
     const float *dO = dout;
     if (sp) {
         if (run) CL_TRY(cl_tp_backward(tp, CL_TP_SCATTER, dout, dof, (size_t)(Ns * C)));
-        dO = kept(&k, dof, N * C, run);
+        dO = cl_nn_kept(&k, dof, N * C, run);
     }
     CL_PROF("bwd fc proj", flf, cl_sgemm(cl_kern(m), 0, 1, iN, iFl, iC, 1.0f, dO, iC, w->fc_proj_w, iC, 0.0f, dfchg, iFl));
     if (ww) CL_PROF("bwd fc proj w", flf, cl_kern(m)->linear_backward_weight(gw->fc_proj_w, gw->fc_proj_b, dO, s->fch_gelu, iN, iFl, iC));
@@ -219,7 +199,7 @@ static cl_status block_backward_pass(cl_model *m, const block_acts *s, const flo
         if (sp) CL_TRY(cl_tp_backward(tp, CL_TP_GATHER, dln2, dln2s, (size_t)(Ns * C)));
         else CL_TRY(cl_tp_backward(tp, CL_TP_COPY, dln2, dln2, (size_t)(N * C)));
     }
-    dl2 = kept(&k, sp ? dln2s : dln2, Ns * C, run);
+    dl2 = cl_nn_kept(&k, sp ? dln2s : dln2, Ns * C, run);
     if (ww) {
         CL_TRY(cl_nn_col_input(m, s->ln2, G, Ns, C, &x)); /* sequence-parallel: gathered again, not kept */
         CL_PROF("bwd fc w", flf, cl_kern(m)->linear_backward_weight(gw->fc_w, gw->fc_b, dfchg, x, iN, iC, iFl));
@@ -230,13 +210,13 @@ static cl_status block_backward_pass(cl_model *m, const block_acts *s, const flo
     const float *dR = dres2;
     if (sp) {
         if (run) CL_TRY(cl_tp_backward(tp, CL_TP_SCATTER, dres2, dr2f, (size_t)(Ns * C)));
-        dR = kept(&k, dr2f, N * C, run);
+        dR = cl_nn_kept(&k, dr2f, N * C, run);
     }
     CL_PROF("bwd attn proj", fl, cl_sgemm(cl_kern(m), 0, 1, iN, iCl, iC, 1.0f, dR, iC, w->attn_proj_w, iC, 0.0f, datty, iCl));
     if (ww) CL_PROF("bwd attn proj w", fl, cl_kern(m)->linear_backward_weight(gw->attn_proj_w, gw->attn_proj_b, dR, s->atty, iN, iCl, iC));
     /* the score tiles recomputed (q k^T, a third product) besides the four of the gradients */
     CL_PROF("bwd attention", 2.5 * att,
-            cl_kern(m)->flash_backward(dqkv, attscratch, datty, s->qkv, s->atty, s->lse, B, T, iCl, d->heads_local));
+            cl_kern(m)->flash_backward(dqkv, attscratch, datty, s->qkv, s->atty, s->lse, B, T, iCl, d->heads_local, d->heads_local));
     if (ww) {
         CL_TRY(cl_nn_col_input(m, s->ln1, G, Ns, C, &x));
         CL_PROF("bwd qkv w", fq, cl_kern(m)->linear_backward_weight(gw->qkv_w, gw->qkv_b, dqkv, x, iN, iC, iQ));
@@ -248,7 +228,7 @@ static cl_status block_backward_pass(cl_model *m, const block_acts *s, const flo
         if (sp) CL_TRY(cl_tp_backward(tp, CL_TP_GATHER, dln1, dln1s, (size_t)(Ns * C)));
         else CL_TRY(cl_tp_backward(tp, CL_TP_COPY, dln1, dln1, (size_t)(N * C)));
     }
-    dl1 = kept(&k, sp ? dln1s : dln1, Ns * C, run);
+    dl1 = cl_nn_kept(&k, sp ? dln1s : dln1, Ns * C, run);
     if (ww) CL_PROF("bwd layernorm w", 0, cl_kern(m)->layernorm_backward_weight(gw->ln1_w, gw->ln1_b, dl1, in, s->ln1_mean, s->ln1_rstd, iNs, iC));
     if (din) {
         CL_PROF("bwd layernorm", 0, cl_kern(m)->layernorm_backward_input(din, dl1, in, w->ln1_w, s->ln1_mean, s->ln1_rstd, iNs, iC));
@@ -317,7 +297,7 @@ static cl_status block_backward(cl_model *m, const cl_unit *un, const cl_microba
     /* what the forward did not keep, recomputed bit for bit (the output it writes again is the same) */
     if (m->recompute == CL_RECOMPUTE_FULL) CL_TRY(block_pass(m, &s, in, &w, B, T));
     else if (m->recompute == CL_RECOMPUTE_SELECTIVE) /* the lse from the kept qkv (the kept output written again, the same bits) */
-        cl_kern(m)->flash_forward(s.atty, s.lse, s.qkv, B, T, m->desc->channels_local, m->desc->heads_local);
+        cl_kern(m)->flash_forward(s.atty, s.lse, s.qkv, B, T, m->desc->channels_local, m->desc->heads_local, m->desc->heads_local);
     return block_backward_pass(m, &s, in, &w, &gw, dout, din, what & CL_BWD_INPUT, what & CL_BWD_WEIGHT, B, T);
 }
 
@@ -338,7 +318,8 @@ static void block_cost(const cl_model_desc *d, const cl_unit *un, int B, double 
      * Otherwise the whole T x T scores, masked and kept (Megatron-LM's fused softmax, the built-in GPU
      * descriptions): the softmax reads and writes them (forward 2, backward 3) */
     double att = causal ? cl_attention_share((int)T) : 1, lse = (double)B * H * T, scores = (double)B * H * T * T;
-    double attf = causal ? e * lse : e * 2 * scores, attb = causal ? e * (2 * R * Cl + lse) : e * 3 * scores;
+    double attf, attb;
+    cl_cost_attention_bytes(causal, e, lse, scores, R, Cl, &attf, &attb);
     cl_pass_cost *f = &o->pass[CL_PASS_F], *b = &o->pass[CL_PASS_B], *w = &o->pass[CL_PASS_W], *rf = &o->pass[CL_PASS_RF];
     /* forward: c_attn, q k^T, softmax(.) v, c_proj, c_fc, mlp.c_proj */
     cl_cost_gemm(f, R, Q, C, 1, CL_GEMM_NN);
@@ -381,14 +362,7 @@ static void block_cost(const cl_model_desc *d, const cl_unit *un, int B, double 
     /* re-forward: the block's forward under full, the attention's under selective (for the lse, or the
      * scores); blockwise, in every mode the backward's recomputed scores q k^T (hardware work, not the
      * model's FLOPs) */
-    if (recompute == CL_RECOMPUTE_FULL) *rf = *f;
-    else if (recompute == CL_RECOMPUTE_SELECTIVE && !causal) cl_cost_attention_redo(rf, T, hd, B * H, 1, 1, scores, e);
-    else if (recompute == CL_RECOMPUTE_SELECTIVE) {
-        cl_cost_gemm_part(rf, T, T, hd, B * H, CL_GEMM_NT, att);
-        cl_cost_gemm_part(rf, T, hd, T, B * H, CL_GEMM_NN, att);
-        rf->bytes = attf;
-    }
-    if (causal) cl_cost_gemm_part(rf, T, T, hd, B * H, CL_GEMM_NT, att);
+    cl_cost_attention_rf(rf, f, recompute, causal, T, hd, B * H, att, attf);
 }
 
 const cl_kind cl_kind_block = {

@@ -13,15 +13,20 @@
  * Llama's kernels: q, k and v are three products written into the columns
  * of one [q | k | v] row (the grouped-query attention's layout), q and k
  * rotated in place at positions 0 .. T-1 from the part's tables (m->rope).
- * Recomputation (selective: the scores; full: everything but the output)
- * re-runs the forward's own kernels, so the bits do not change.
+ * Attention is blockwise (flash.c, grouped-query: the table's flash entries
+ * with this rank's kv heads): the block keeps its output and each score
+ * row's log-sum-exp, never the T x T scores, and its backward recomputes the
+ * score tiles. Recomputation (selective: the attention's lse, from the saved
+ * qkv, as GPT's block; full: everything but the output) re-runs the
+ * forward's own kernels, so the bits do not change.
  *
  * Invariants: parameters in checkpoint order under Hugging Face's names,
  * linear weights [in, out] as cleave stores GPT's; the saved activations
  * per sample are the layout block_sizes counts (the forward will write
  * exactly these): rows Ts of C (ln1, res2, ln2, out) and their two rstd,
  * rows T of this rank's columns (qkv after the rotation: Cl + 2 Kl; atty:
- * Cl; gate, up and their SwiGLU product: Fl each) and this rank's scores. */
+ * Cl; gate, up and their SwiGLU product: Fl each) and the attention's lse
+ * (this rank's heads per token). */
 #include "nn/kind.h"
 #include "nn/model_impl.h"
 
@@ -65,16 +70,19 @@ static void llama_block_param(const cl_model_desc *d, const cl_unit *un, int i, 
     o->scale = f == F(o_w) || f == F(down_w) ? 0.02f / sqrtf(2.0f * (float)d->cfg.layers) : 0.02f;
 }
 
-static int64_t llama_block_scores(const cl_model_desc *d, int B) { return (int64_t)B * d->heads_local * d->T * d->T; }
+/* What selective recompute drops and redoes at micro-batch B: the attention's lse, B NHl T (its output,
+ * o_proj's input, stays saved). */
+static int64_t llama_block_lse_floats(const cl_model_desc *d, int B) { return (int64_t)B * d->heads_local * d->T; }
 
 typedef struct {
-    float *ln1, *rstd1, *qkv, *att, *atty, *res2, *ln2, *rstd2, *gate, *up, *h, *out;
+    float *ln1, *rstd1, *qkv, *atty, *lse, *res2, *ln2, *rstd2, *gate, *up, *h, *out;
 } llama_acts;
 
 /* The saved activations from base for the actual B and T, in llama_block_sizes' order: rows Ns of C (ln1,
  * then its rstd; res2, ln2, rstd2; out) and N rows of this rank's columns (qkv: Cl + 2 Kl, atty: Cl; gate,
- * up, h: Fl each), the scores after qkv. att_apart: the scores live elsewhere (selective recompute). */
-static llama_acts llama_layout_at(const cl_model_desc *d, float *base, int64_t B, int64_t T, float *att_apart) {
+ * up, h: Fl each), the attention's lse (B NHl T) after atty. lse_apart: the lse lives there (selective
+ * recompute), not in base. */
+static llama_acts llama_layout_at(const cl_model_desc *d, float *base, int64_t B, int64_t T, float *lse_apart) {
     int64_t N = B * T, Ns = cl_nn_rows_here(d, N), C = d->cfg.channels, Cl = d->channels_local, Kl = d->kv_channels_local,
             Fl = d->mlp_local;
     llama_acts a;
@@ -82,9 +90,9 @@ static llama_acts llama_layout_at(const cl_model_desc *d, float *base, int64_t B
     a.ln1 = p; p += Ns * C;
     a.rstd1 = p; p += Ns;
     a.qkv = p; p += N * (Cl + 2 * Kl);
-    if (att_apart) a.att = att_apart;
-    else a.att = p, p += llama_block_scores(d, (int)B);
     a.atty = p; p += N * Cl;
+    if (lse_apart) a.lse = lse_apart;
+    else a.lse = p, p += B * d->heads_local * T;
     a.res2 = p; p += Ns * C;
     a.ln2 = p; p += Ns * C;
     a.rstd2 = p; p += Ns;
@@ -134,7 +142,7 @@ static cl_status llama_pass(const cl_model *m, const llama_acts *s, const float 
                             cl_sgemm(cl_kern(m), 0, 0, iN, (int)Kl, iC, 1.0f, x, iC, w->k_w, (int)Kl, 0.0f, s->qkv + Cl, iQ),
                             cl_sgemm(cl_kern(m), 0, 0, iN, (int)Kl, iC, 1.0f, x, iC, w->v_w, (int)Kl, 0.0f, s->qkv + Cl + Kl, iQ)));
     CL_PROF("fwd rope", 0, cl_kern(m)->rope_forward(s->qkv, s->qkv, cos_t, sin_t, iN, T, 0, NH + KV, hd, Q));
-    CL_PROF("fwd attention", att, cl_kern(m)->attention_gqa_forward(s->atty, s->att, s->qkv, B, T, NH, KV, hd));
+    CL_PROF("fwd attention", att, cl_kern(m)->flash_forward(s->atty, s->lse, s->qkv, B, T, (int)Cl, NH, KV));
     CL_TRY(cl_nn_row_linear(m, "fwd o_proj", fl, s->atty, w->o_w, NULL, s->res2, N, Cl));
     CL_PROF("fwd residual rmsnorm", 0, cl_kern(m)->residual_rmsnorm_forward(s->res2, s->ln2, s->rstd2, s->res2, in, w->ln2_w, eps, (int)Ns, iC));
     CL_TRY(cl_nn_col_input(m, s->ln2, G, Ns, C, &x));
@@ -187,7 +195,7 @@ static cl_status llama_backward_pass(cl_model *m, const llama_acts *s, const flo
         dln1s = ws; ws += Ns * C;
     }
     float *attscratch = ws;
-    CL_ASSERT(attscratch + llama_block_scores(d, B) <= m->scratch + m->sizes.scratch);
+    CL_ASSERT(attscratch + cl_flash_scratch_floats(B, T, iCl, KV) <= m->scratch + m->sizes.scratch);
     const float *cos_t = m->rope, *sin_t = m->rope + m->sizes.tables / 2;
     double fq = 2.0 * (double)N * C * Q, fl = 2.0 * (double)N * C * Cl, ff = 2.0 * (double)N * C * Fl, att = 4.0 * (double)B * T * T * Cl;
     const float *x;
@@ -218,7 +226,8 @@ static cl_status llama_backward_pass(cl_model *m, const llama_acts *s, const flo
     CL_TRY(cl_nn_row_dout(m, &k, run, dres2, dr2f, Ns, &dR));
     CL_PROF("bwd o_proj", fl, cl_sgemm(K, 0, 1, iN, iCl, iC, 1.0f, dR, iC, w->o_w, iC, 0.0f, datty, iCl));
     if (ww) CL_PROF("bwd o_proj w", fl, cl_sgemm(K, 1, 0, iCl, iC, iN, 1.0f, s->atty, iCl, dR, iC, 1.0f, gw->o_w, iC));
-    CL_PROF("bwd attention", 2 * att, K->attention_gqa_backward(dqkv, attscratch, datty, s->qkv, s->att, B, T, NH, KV, hd));
+    /* the score tiles recomputed (q k^T, a third product) besides the four of the gradients */
+    CL_PROF("bwd attention", 2.5 * att, K->flash_backward(dqkv, attscratch, datty, s->qkv, s->atty, s->lse, B, T, iCl, NH, KV));
     /* the gradients of q and k before their rotation, in place */
     CL_PROF("bwd rope", 0, K->rope_backward_set(dqkv, dqkv, cos_t, sin_t, iN, T, 0, NH + KV, hd, Q));
     if (ww) {
@@ -261,16 +270,17 @@ static cl_status llama_block_backward(cl_model *m, const cl_unit *un, const cl_m
     llama_acts s = llama_acts_of(m, base, B, T);
     /* what the forward did not keep, recomputed bit for bit (the output it writes again is the same) */
     if (m->recompute == CL_RECOMPUTE_FULL) CL_TRY(llama_pass(m, &s, in, &w, B, T));
-    else if (m->recompute == CL_RECOMPUTE_SELECTIVE) {
+    else if (m->recompute == CL_RECOMPUTE_SELECTIVE) { /* the lse from the kept qkv (the kept output written again, the same bits) */
         llama_heads(m->desc, &NH, &KV, &hd);
-        cl_kern(m)->attention_gqa_forward(s.atty, s.att, s.qkv, B, T, NH, KV, hd);
+        cl_kern(m)->flash_forward(s.atty, s.lse, s.qkv, B, T, m->desc->channels_local, NH, KV);
     }
     return llama_backward_pass(m, &s, in, &w, &gw, dout, din, what & CL_BWD_INPUT, what & CL_BWD_WEIGHT, B, T);
 }
 
 /* Per sample: input and output Ts x C; saved as the header says; the backward's workspace: the output
  * gradient's rows (3 C: dres2, the norm's gradient, a gathered input), datty, dqkv, dgate, dup, dh and
- * the scores' gradient (sequence parallelism: the gathered rows as GPT's block). FLOPs: the seven
+ * the blockwise attention's tiles (cl_flash_scratch_floats with this rank's kv heads: its backward's
+ * tasks are (sample, kv head)); sequence parallelism: the gathered rows as GPT's block. FLOPs: the seven
  * products and the attention's two, causal or not counted whole (as GPT's). */
 static void llama_block_sizes(const cl_model_desc *d, cl_unit *un, cl_sizer *z) {
     int tp = d->tpl.tp, sp = d->tpl.sp;
@@ -279,12 +289,13 @@ static void llama_block_sizes(const cl_model_desc *d, cl_unit *un, cl_sizer *z) 
     int64_t K = (int64_t)cl_model_kv_heads(&d->cfg) * (C / d->cfg.heads);
     un->in_floats = cl_size_mul(z, Ts, C);
     un->out_floats = un->in_floats;
-    int64_t scores = cl_size_mul(z, cl_size_mul(z, d->heads_local, T), T);
+    int64_t lse = cl_size_mul(z, d->heads_local, T);
     int64_t cols = 2 * Cl + 2 * Kl + 3 * Fl;
-    un->act_floats = cl_size_add(z, cl_size_add(z, cl_size_mul(z, Ts, 4 * C + 2), cl_size_mul(z, T, cols)), scores);
+    un->act_floats = cl_size_add(z, cl_size_add(z, cl_size_mul(z, Ts, 4 * C + 2), cl_size_mul(z, T, cols)), lse);
     int64_t wcols = Cl + (Cl + 2 * Kl) + 3 * Fl;
     int64_t ws = sp ? cl_size_add(z, cl_size_mul(z, T, 5 * C + wcols), cl_size_mul(z, Ts, 3 * C)) : cl_size_mul(z, T, 3 * C + wcols);
-    un->scratch_floats = cl_size_add(z, ws, scores);
+    int KVl = (int)(Kl / (C / d->cfg.heads));
+    un->scratch_floats = cl_size_add(z, ws, cl_flash_scratch_floats(1, (int)T, (int)Cl, KVl));
     double lin = (double)(2 * C + 2 * K + 3 * Fw) * (double)C;
     un->flops = (2.0 * (double)T * lin + 4.0 * (double)T * (double)T * (double)C) / tp;
 }
@@ -292,11 +303,11 @@ static void llama_block_sizes(const cl_model_desc *d, cl_unit *un, cl_sizer *z) 
 static int64_t llama_block_act_floats(const cl_model_desc *d, const cl_unit *un, int B, int recompute) {
     if (recompute == CL_RECOMPUTE_FULL) return un->out_floats * B;
     int64_t n = un->act_floats * B;
-    return recompute == CL_RECOMPUTE_SELECTIVE ? n - llama_block_scores(d, B) : n;
+    return recompute == CL_RECOMPUTE_SELECTIVE ? n - llama_block_lse_floats(d, B) : n;
 }
 
 static int64_t llama_block_rc_floats(const cl_model_desc *d, const cl_unit *un, int B, int recompute) {
-    return recompute == CL_RECOMPUTE_FULL ? un->act_floats * B : recompute == CL_RECOMPUTE_SELECTIVE ? llama_block_scores(d, B) : 0;
+    return recompute == CL_RECOMPUTE_FULL ? un->act_floats * B : recompute == CL_RECOMPUTE_SELECTIVE ? llama_block_lse_floats(d, B) : 0;
 }
 
 /* The planner's cost (nn/cost.h): the norms, q k v (columns of this rank's heads), the rotation, attention,
@@ -308,7 +319,11 @@ static void llama_block_cost(const cl_model_desc *d, const cl_unit *un, int B, d
     double Q = Cl + 2.0 * d->kv_channels_local, Fl = d->mlp_local;
     int tp = d->tpl.tp, sp = d->tpl.sp;
     double R = (double)B * T, Rs = sp ? R / tp : R, act = R * C * e;
-    double att = causal ? cl_attention_share((int)T) : 1, tri = causal ? (T + 1) / (2 * T) : 1, scores = (double)B * H * T * T;
+    /* attention as GPT's block prices it (kind_block.c): causal, cleave's blockwise kernels (the lse's bytes, D's
+     * reads in the backward, the recomputed q k^T as re-forward work); else the T x T scores kept and masked */
+    double att = causal ? cl_attention_share((int)T) : 1, lse = (double)B * H * T, scores = (double)B * H * T * T;
+    double attf, attb;
+    cl_cost_attention_bytes(causal, e, lse, scores, R, Cl, &attf, &attb);
     cl_pass_cost *f = &o->pass[CL_PASS_F], *b = &o->pass[CL_PASS_B], *w = &o->pass[CL_PASS_W], *rf = &o->pass[CL_PASS_RF];
     cl_cost_gemm(f, R, Q, C, 1, CL_GEMM_NN);
     cl_cost_gemm_part(f, T, T, hd, B * H, CL_GEMM_NT, att);
@@ -316,11 +331,11 @@ static void llama_block_cost(const cl_model_desc *d, const cl_unit *un, int B, d
     cl_cost_gemm(f, R, C, Cl, 1, CL_GEMM_NN);
     cl_cost_gemm(f, R, 2 * Fl, C, 1, CL_GEMM_NN);
     cl_cost_gemm(f, R, C, Fl, 1, CL_GEMM_NN);
-    /* RMSNorm (read, write), the rotation of q and k (read, write), the softmax (read, write), residual +
+    /* RMSNorm (read, write), the rotation of q and k (read, write), attention's as above, residual +
      * RMSNorm (read 2, write 2), SwiGLU (read 2, write 1), the last residual (read 2, write 1) */
     double qk = R * (Q - d->kv_channels_local);
-    f->bytes = e * (2 * Rs * C + 2 * qk + 2 * tri * scores + 4 * Rs * C + 3 * R * Fl + 3 * Rs * C);
-    f->stream = e * (1 - tri) * scores;
+    f->bytes = e * (2 * Rs * C + 2 * qk + 4 * Rs * C + 3 * R * Fl + 3 * Rs * C) + attf;
+    f->stream = 0;
     cl_cost_block_pairs(f, act, tp, sp);
     cl_cost_gemm(b, R, C, Q, 1, CL_GEMM_NT);
     cl_cost_gemm_part(b, T, hd, T, B * H, CL_GEMM_NN, att);
@@ -330,9 +345,9 @@ static void llama_block_cost(const cl_model_desc *d, const cl_unit *un, int B, d
     cl_cost_gemm(b, R, Cl, C, 1, CL_GEMM_NT);
     cl_cost_gemm(b, R, C, 2 * Fl, 1, CL_GEMM_NT);
     cl_cost_gemm(b, R, Fl, C, 1, CL_GEMM_NT);
-    /* SwiGLU backward (read 3, write 2), the rotation back, softmax backward, the two norms' input gradients */
-    b->bytes = e * (5 * R * Fl + 2 * qk + 3 * tri * scores + 4 * Rs * C + 3 * Rs * C);
-    b->stream = e * (R * Q + 2 * Rs * C + (att - tri) * scores);
+    /* SwiGLU backward (read 3, write 2), the rotation back, attention's as above, the two norms' input gradients */
+    b->bytes = e * (5 * R * Fl + 2 * qk + 4 * Rs * C + 3 * Rs * C) + attb;
+    b->stream = e * (R * Q + 2 * Rs * C);
     cl_cost_block_pairs(b, act, tp, sp);
     cl_cost_gemm(w, C, Q, R, 1, CL_GEMM_TN);
     cl_cost_gemm(w, Cl, C, R, 1, CL_GEMM_TN);
@@ -340,8 +355,7 @@ static void llama_block_cost(const cl_model_desc *d, const cl_unit *un, int B, d
     cl_cost_gemm(w, Fl, C, R, 1, CL_GEMM_TN);
     w->bytes = e * (R * (Q + 2 * Fl) + 2 * Rs * C + 2 * 2 * Rs * C);
     if (sp) cl_cost_coll(w, CL_COLL_ALLGATHER, act, tp), cl_cost_coll(w, CL_COLL_ALLGATHER, act, tp);
-    if (recompute == CL_RECOMPUTE_FULL) *rf = *f;
-    else if (recompute == CL_RECOMPUTE_SELECTIVE) cl_cost_attention_redo(rf, T, hd, B * H, att, tri, scores, e);
+    cl_cost_attention_rf(rf, f, recompute, causal, T, hd, B * H, att, attf);
 }
 
 const cl_kind cl_kind_llama_block = {

@@ -2,8 +2,7 @@
  * for the tensor-parallel layers which token rows a rank holds under
  * sequence parallelism, the input of a column-parallel layer and the output
  * of a row-parallel one (Megatron-LM's split), and a split backward's kept
- * collective results (cl_nn_kept; Llama's block: GPT's keeps its own copy
- * in kind_block.c until its attention rework lands). On one rank each is the
+ * collective results (cl_nn_kept; GPT's and Llama's blocks). On one rank each is the
  * plain layer: the collectives are the identity. */
 #include "nn/kind.h"
 #include "nn/model_impl.h"
