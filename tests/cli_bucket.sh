@@ -14,6 +14,10 @@
 #   --zero3-prefetch that fits, and the run with it trains under that cap;
 # - the planner's nearest configurations (printed after the refusal) offer
 #   --bucket-size 1 --zero3-prefetch 0, and that run fits the cap too.
+# The caps are not fixed sizes: each lies halfway between two of `cleave
+# memory`'s predicted peaks for the same runs (the one that must be refused,
+# the one that must fit), so the assertions keep their meaning when the
+# activations' or any other category's bytes change.
 set -u
 source "$(dirname "$0")/lib.sh"
 printf 'In the beginning God created the heaven and the earth.\n%.0s' $(seq 2000) > "$tmp/text.txt"
@@ -61,22 +65,40 @@ for z in 3 2; do
 done
 
 # ---- the refusal proposes a bucket or a prefetch that fits ----------------------------------
+peak() { # ARGS...: the largest rank's predicted total, bytes
+    "$CLEAVE" memory --json "${Z3[@]}" "$@" 2> /dev/null | python3 -c 'import json,sys; print(max(json.loads(l)["predicted"]["total"] for l in sys.stdin))' 2> /dev/null
+}
+between() { python3 -c 'import sys; a, b = int(sys.argv[1]), int(sys.argv[2]); print((a + b) // 2 if a < b else "")' "$1" "$2"; }
 fits() { # CAP ARGS...: trains 2 steps under --device-memory CAP
     local cap=$1; shift
     timeout 120 "$CLEAVE" train "${Z3[@]}" "$@" --steps 2 --sample-tokens 0 --device-memory "$cap" > "$tmp/fit.out" 2>&1
 }
-out=$(timeout 60 "$CLEAVE" train "${Z3[@]}" --bucket-size 25MiB --device-memory 6MiB --steps 1 2>&1); rc=$?
+p_25=$(peak --bucket-size 25MiB) p_def=$(peak) p_b1=$(peak --bucket-size 1) p_pf0=$(peak --zero3-prefetch 0) p_lean=$(peak --bucket-size 1 --zero3-prefetch 0)
+echo "predicted peaks: 25 MiB buckets $p_25 B, default $p_def B, --bucket-size 1 $p_b1 B, --zero3-prefetch 0 $p_pf0 B, both $p_lean B"
+# cap A: over 25 MiB buckets' peak, under the default bucket's
+capA=$(between "${p_def:-0}" "${p_25:-0}")
+check '[ -n "$capA" ]' "no cap separates the default bucket's peak ${p_def:-?} B from 25 MiB buckets' ${p_25:-?} B"
+out=$(timeout 60 "$CLEAVE" train "${Z3[@]}" --bucket-size 25MiB --device-memory "${capA:-1}" --steps 1 2>&1); rc=$?
 prop=$(printf '%s' "$out" | head -1 | grep -o 'Fits with --bucket-size [0-9]*KiB' | grep -o '[0-9]*KiB')
-check '[ $rc -eq 2 ] && [ -n "$prop" ]' "25 MiB buckets over a 6 MiB cap: no --bucket-size proposed$(excerpt 2 "$out")"
-fits 6MiB --bucket-size "${prop:-0}"
-_rc=$?; check '[ $_rc -eq 0 ] && grep -q "step *2/2" "$tmp/fit.out"' "--bucket-size $prop under 6 MiB does not train$(excerpt 3 "$(tail -3 "$tmp/fit.out")")"
-out=$(timeout 60 "$CLEAVE" train "${Z3[@]}" --device-memory 5.55MiB --steps 1 2>&1); rc=$?
-check '[ $rc -eq 2 ] && printf "%s" "$out" | head -1 | grep -q "Fits with --zero3-prefetch 0: peak"' "prefetch 1 over a 5.55 MiB cap: no --zero3-prefetch 0 proposed$(excerpt 2 "$out")"
-fits 5.55MiB --zero3-prefetch 0
-_rc=$?; check '[ $_rc -eq 0 ] && grep -q "step *2/2" "$tmp/fit.out"' "--zero3-prefetch 0 under 5.55 MiB does not train$(excerpt 3 "$(tail -3 "$tmp/fit.out")")"
+check '[ $rc -eq 2 ] && [ -n "$prop" ]' "25 MiB buckets over a ${capA:-?} B cap: no --bucket-size proposed$(excerpt 2 "$out")"
+fits "${capA:-1}" --bucket-size "${prop:-0}"
+_rc=$?; check '[ $_rc -eq 0 ] && grep -q "step *2/2" "$tmp/fit.out"' "--bucket-size $prop under ${capA:-?} B does not train$(excerpt 3 "$(tail -3 "$tmp/fit.out")")"
+# cap B: over the default run's peak and over one unit a bucket's (so the
+# refusal's first proposal is the prefetch, not a smaller bucket), under
+# --zero3-prefetch 0's; the lean pair (both) then fits too, and the plain
+# configuration does not, so the planner searches lean
+hiB=$p_b1
+[ -n "$p_def" ] && [ -n "$p_b1" ] && [ "$p_def" -lt "$p_b1" ] && hiB=$p_def
+capB=$(between "${p_pf0:-0}" "${hiB:-0}")
+check '[ -n "$capB" ] && [ -n "$p_lean" ] && [ "$p_lean" -le "$capB" ]' \
+    "no cap lies under the default's and one-unit buckets' peaks (${p_def:-?}, ${p_b1:-?} B) and over --zero3-prefetch 0's (${p_pf0:-?} B) and the lean pair's (${p_lean:-?} B)"
+out=$(timeout 60 "$CLEAVE" train "${Z3[@]}" --device-memory "${capB:-1}" --steps 1 2>&1); rc=$?
+check '[ $rc -eq 2 ] && printf "%s" "$out" | head -1 | grep -q "Fits with --zero3-prefetch 0: peak"' "prefetch 1 over a ${capB:-?} B cap: no --zero3-prefetch 0 proposed$(excerpt 2 "$out")"
+fits "${capB:-1}" --zero3-prefetch 0
+_rc=$?; check '[ $_rc -eq 0 ] && grep -q "step *2/2" "$tmp/fit.out"' "--zero3-prefetch 0 under ${capB:-?} B does not train$(excerpt 3 "$(tail -3 "$tmp/fit.out")")"
 # the planner's list after the refusal: the lean buckets and gathers, which fit
 check 'printf "%s" "$out" | grep -q -- "--dp 4 --tp 1 --pp 1 --micro-batch-size 1 --zero 3 --recompute none --bucket-size 1 --zero3-prefetch 0: peak"' \
-    "the planner does not offer --bucket-size 1 --zero3-prefetch 0$(excerpt 6 "$out")"
-fits 5.55MiB --bucket-size 1 --zero3-prefetch 0
-_rc=$?; check '[ $_rc -eq 0 ] && grep -q "step *2/2" "$tmp/fit.out"' "the planner's lean run under 5.55 MiB does not train$(excerpt 3 "$(tail -3 "$tmp/fit.out")")"
+    "the planner does not offer --bucket-size 1 --zero3-prefetch 0 under ${capB:-?} B$(excerpt 6 "$out")"
+fits "${capB:-1}" --bucket-size 1 --zero3-prefetch 0
+_rc=$?; check '[ $_rc -eq 0 ] && grep -q "step *2/2" "$tmp/fit.out"' "the planner's lean run under ${capB:-?} B does not train$(excerpt 3 "$(tail -3 "$tmp/fit.out")")"
 finish cli_bucket

@@ -16,6 +16,8 @@
 #    [0.8, 1.4]. Before the backward's reduce-scatters shared the link with
 #    its gathers the planner predicted 1.74x, 1.92x, 1.60x and 1.83x on
 #    four of these rows (docs/PERFORMANCE.md, Planner: ZeRO 3 at scale).
+#    The 529.6B row on 640 GPUs is checked apart (below): it is not in that
+#    band, for a reason stated, not tuned away.
 # 2. Zhao et al. 2023, "PyTorch FSDP: Experiences on Scaling Fully Sharded
 #    Data Parallel" (VLDB), Section 5.4 and Figure 7(b): minGPT-175B
 #    (vocabulary 50000, block 2048), full sharding, activation checkpointing,
@@ -29,21 +31,41 @@ set -u
 source "$(dirname "$0")/lib.sh"
 G175=(--layers 96 --channels 12288 --heads 96 --context 2048)
 G530=(--layers 105 --channels 20480 --heads 128 --context 2048)
-tflops() { # PUBLISHED LO HI ARGS...: checks predicted / published in [LO, HI]
+tflops() { # PUBLISHED LO HI ARGS...: checks predicted / published in [LO, HI] (LO -: a figure, no band)
     local pub=$1 lo=$2 hi=$3; shift 3
     local out
     out=$("$CLEAVE" plan --hardware a100 --precision bf16 --tp 1 --pp 1 --zero 3 --recompute full --json "$@" 2>&1)
     local got
     got=$(printf '%s\n' "$out" | python3 -c 'import json,sys; print("%.1f" % json.loads(sys.stdin.readline())["tflops_per_device"])' 2> /dev/null)
-    check '[ -n "$got" ] && python3 -c "import sys; r = float(sys.argv[1]) / float(sys.argv[2]); sys.exit(not (float(sys.argv[3]) <= r <= float(sys.argv[4])))" "$got" "$pub" "$lo" "$hi"' \
-        "$* : predicted ${got:-nothing} TFLOP/s against the published $pub, outside [$lo, $hi] x$(excerpt 2 "$out")"
+    lean=$(printf '%s\n' "$out" | python3 -c 'import json,sys; print(str(json.loads(sys.stdin.readline())["lean"]).lower())' 2> /dev/null)
+    ratio=$(python3 -c 'import sys; print("%.3f" % (float(sys.argv[1]) / float(sys.argv[2])))' "${got:-0}" "$pub")
+    if [ "$lo" = - ]; then
+        check '[ -n "$got" ] && [ -n "$lean" ]' "$* : no prediction$(excerpt 2 "$out")"
+    else
+        check '[ -n "$got" ] && python3 -c "import sys; r = float(sys.argv[1]) / float(sys.argv[2]); sys.exit(not (float(sys.argv[3]) <= r <= float(sys.argv[4])))" "$got" "$pub" "$lo" "$hi"' \
+            "$* : predicted ${got:-nothing} TFLOP/s against the published $pub, outside [$lo, $hi] x$(excerpt 2 "$out")"
+    fi
     echo "$*: predicted ${got:-?} TFLOP/s, published $pub"
 }
 # 1. Narayanan et al. 2021, Table 2, ZeRO-3 rows
 tflops 144 0.8 1.4 "${G175[@]}" --vocab 51200 --devices 384 --dp 384 --global-batch-size 1536 --micro-batch-size 4
+r384=$ratio
 tflops 88 0.8 1.4 "${G175[@]}" --vocab 51200 --devices 768 --dp 768 --global-batch-size 1536 --micro-batch-size 2
 tflops 44 0.8 1.4 "${G175[@]}" --vocab 51200 --devices 1536 --dp 1536 --global-batch-size 1536 --micro-batch-size 1
-tflops 138 0.8 1.4 "${G530[@]}" --vocab 51200 --devices 640 --dp 640 --global-batch-size 2560 --micro-batch-size 4
+# 529.6B on 640 GPUs, micro-batch 4. The 2021 system ran full recompute with
+# the T x T attention scores in memory (no blockwise attention then): with
+# them (cleave before its GPT block went blockwise, commit 41a58df) two
+# gathered 5 GB blocks beside micro-batch 4's activations did not fit 80 GiB,
+# the planner took `lean` (one block, gathers exposed) and predicted 0.82x.
+# cleave's blockwise attention holds the lse, not the scores, so the plain
+# configuration fits (74.4 GiB) without the lean option the paper's system
+# would have needed, and cleave is predicted faster than that system: 1.46x.
+# Checked: not lean, and its error is the model's error on the row of the
+# same shape (174.6B on 384 GPUs: one micro-batch of 4 a GPU, gathers hidden
+# under the compute) within 10%, not the Table 2 band.
+tflops 138 - - "${G530[@]}" --vocab 51200 --devices 640 --dp 640 --global-batch-size 2560 --micro-batch-size 4
+check '[ "$lean" = false ] && python3 -c "import sys; sys.exit(not abs(float(sys.argv[1]) / float(sys.argv[2]) - 1) <= 0.1)" "$ratio" "$r384"' \
+    "529.6B on 640 GPUs: lean ${lean:-?}, predicted / published $ratio against the 174.6B row's $r384 (expected not lean, within 10%)"
 tflops 98 0.8 1.4 "${G530[@]}" --vocab 51200 --devices 1120 --dp 1120 --global-batch-size 2240 --micro-batch-size 2
 tflops 48 0.8 1.4 "${G530[@]}" --vocab 51200 --devices 2240 --dp 2240 --global-batch-size 2240 --micro-batch-size 1
 # 2. Zhao et al. 2023 (FSDP), Section 5.4 / Figure 7(b), at both ends of 128-512 GPUs
