@@ -65,6 +65,8 @@ CLI_SRC  := $(sort $(wildcard cli/*.c))
 CLI_OBJ  := $(patsubst cli/%.c,$(BUILD)/obj/cli/%.o,$(CLI_SRC))
 TEST_SRC := $(sort $(wildcard tests/test_*.c))
 TEST_BIN := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
+# Drivers a shell test runs with arguments (not run alone by tests/run.sh, which runs test_*).
+DRIVER_BIN := $(BUILD)/tests/llama_torch_driver
 TEST_COMMON := $(wildcard tests/common/*.c)
 EX_SRC   := $(sort $(wildcard examples/*.c))
 EX_BIN   := $(patsubst examples/%.c,$(BUILD)/examples/%,$(EX_SRC)) $(BUILD)/examples/quickstart
@@ -84,7 +86,7 @@ PUB_HDRS := $(sort $(wildcard include/cleave/*.h))
 # The prepared data (scripts/setup.sh) that is installed under share/cleave.
 DATA_FILES := kjv.txt digits.csv.gz gpt2/encoder.json gpt2/vocab.bpe llama3/tokenizer.json
 
-all: config $(BUILD)/cleave $(BUILD)/$(SONAME) $(BUILD)/cleave.pc $(MAN_OUT) $(TEST_BIN) $(EX_BIN) $(BENCH_BIN)
+all: config $(BUILD)/cleave $(BUILD)/$(SONAME) $(BUILD)/cleave.pc $(MAN_OUT) $(TEST_BIN) $(DRIVER_BIN) $(EX_BIN) $(BENCH_BIN)
 
 config:
 	@echo "cleave build ($(BUILD)): oneDNN: $(HAVE_DNNL), zlib: $(HAVE_ZLIB), PCRE2: $(HAVE_PCRE2), MPI: $(HAVE_MPI), sanitizers: $(if $(filter 1,$(SAN)),yes,no)"

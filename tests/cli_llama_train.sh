@@ -2,7 +2,7 @@
 # cleave's Llama against an independent PyTorch Llama (issue 30): tests/llama_torch.py,
 # written from Hugging Face's LlamaForCausalLM equations, computes the loss and every
 # gradient of one forward and backward on the weights and batch that
-# build/tests/test_llama_torch --write-input wrote; test_llama_torch --torch compares
+# build/tests/llama_torch_driver --write-input wrote; llama_torch_driver --torch compares
 # (the loss within 1e-5 relative; each gradient max |a - b| / max |torch| <= 1e-5).
 # Two shapes: llama-tiny (2 of 4 key-value heads, its own lm_head) and multi-query
 # (one key-value head) with the embedding tied. Then the checkpoint cleave saves after
@@ -17,13 +17,13 @@ if ! $PY -c 'import torch' 2>/dev/null; then
 else
     for shape in "2 0" "1 1"; do
         set -- $shape
-        "$BUILD/tests/test_llama_torch" $1 $2 --write-input "$tmp/in$1.safetensors" > /dev/null
+        "$BUILD/tests/llama_torch_driver" $1 $2 --write-input "$tmp/in$1.safetensors" > /dev/null
         rc=$?
-        check '[ $rc -eq 0 ]' "test_llama_torch $1 $2 --write-input failed (status $rc)"
+        check '[ $rc -eq 0 ]' "llama_torch_driver $1 $2 --write-input failed (status $rc)"
         out=$(timeout 300 $PY "$(dirname "$0")/llama_torch.py" "$tmp/in$1.safetensors" "$tmp/ref$1.safetensors" 2>&1)
         rc=$?
         check '[ $rc -eq 0 ]' "llama_torch.py failed (status $rc): $(tail -3 <<<"$out")"
-        out=$("$BUILD/tests/test_llama_torch" $1 $2 --torch "$tmp/in$1.safetensors" "$tmp/ref$1.safetensors" 2>&1)
+        out=$("$BUILD/tests/llama_torch_driver" $1 $2 --torch "$tmp/in$1.safetensors" "$tmp/ref$1.safetensors" 2>&1)
         rc=$?
         echo "$out"
         check '[ $rc -eq 0 ] && grep -q "gradients, max rel err" <<<"$out"' "kv $1 tied $2 against torch: $(tail -4 <<<"$out")"

@@ -8,7 +8,7 @@ cross-entropy of the next tokens), for tests/cli_llama_train.sh.
     llama_torch.py --eval DIR TEXT
     llama_torch.py --eval-hf DIR TEXT
 
-IN: the weights cleave wrote (build/tests/test_llama_torch --write-input),
+IN: the weights cleave wrote (build/tests/llama_torch_driver --write-input),
 under Hugging Face's names with linear weights [in, out] as cleave stores
 them (so x @ W here is nn.Linear's x @ W^T there), the batch (tokens and
 targets, as floats) and the configuration (metadata "config", Hugging

@@ -49,6 +49,11 @@ static void embed_param(const cl_model_desc *d, const cl_unit *un, int i, cl_par
     o->scale = 0.02f;
 }
 
+/* This unit's table, of the two in this file: asked here, not through kinds.c, which calls into this file. */
+static const cl_kind *embed_table(const cl_unit *un) {
+    return un->kind == CL_UNIT_TOKEN_EMBED ? &cl_kind_token_embed : &cl_kind_embed;
+}
+
 static cl_status embed_forward(cl_model *m, const cl_unit *un, const cl_microbatch *mb, const float *in, float *out,
                                float *const *p) {
     (void)in;
@@ -59,7 +64,7 @@ static cl_status embed_forward(cl_model *m, const cl_unit *un, const cl_microbat
         if (mb->tokens[i] < 0 || mb->tokens[i] >= V)
             return cl_error(CL_ERR_INVALID, "token %d at position %lld is outside the vocabulary (%d)", mb->tokens[i], (long long)i, V);
     embed_weights w = {0};
-    cl_kind_bind(cl_kind_of(un->kind), p, &w);
+    cl_kind_bind(embed_table(un), p, &w);
     float *full = d->tpl.sp ? m->scratch : out;
     CL_PROF("fwd embedding", 0, cl_kern(m)->embedding_lookup(full, mb->tokens, w.wte, N, C, d->vocab_start, d->vocab_local));
     if (d->tpl.sp) CL_TRY(cl_tp_forward(&m->tp, CL_TP_SCATTER, full, out, (size_t)(Ns * C)));
@@ -78,7 +83,7 @@ static cl_status embed_backward(cl_model *m, const cl_unit *un, const cl_microba
     const cl_model_desc *d = m->desc;
     int64_t N = (int64_t)mb->B * mb->T, C = d->cfg.channels, v0 = d->vocab_start, Vl = d->vocab_local;
     embed_weights gw = {0};
-    cl_kind_bind(cl_kind_of(un->kind), g, &gw);
+    cl_kind_bind(embed_table(un), g, &gw);
     const float *df = dout;
     if (d->tpl.sp) {
         CL_TRY(cl_tp_backward(&m->tp, CL_TP_SCATTER, dout, m->scratch, (size_t)(cl_nn_rows_here(d, N) * C)));

@@ -45,12 +45,17 @@ static void llama_head_param(const cl_model_desc *d, const cl_unit *un, int i, c
     o->ndim = 2, o->shape[0] = d->cfg.vocab, o->shape[1] = d->cfg.channels, o->scale = 0.02f;
 }
 
+/* This unit's table, of the two in this file: asked here, not through kinds.c, which calls into this file. */
+static const cl_kind *llama_head_table(const cl_unit *un) {
+    return un->kind == CL_UNIT_LLAMA_HEAD_UNTIED ? &cl_kind_llama_head_untied : &cl_kind_llama_head;
+}
+
 static cl_status llama_head_forward(cl_model *m, const cl_unit *un, const cl_microbatch *mb, const float *in, float *base,
                                     float *const *p) {
     const cl_model_desc *d = m->desc;
     CL_TRY(cl_nn_head_targets(m, mb));
     llama_head_weights w = {0};
-    cl_kind_bind(cl_kind_of(un->kind), p, &w);
+    cl_kind_bind(llama_head_table(un), p, &w);
     int64_t N = (int64_t)mb->B * mb->T, Ns = cl_nn_rows_here(d, N);
     cl_head_acts h = cl_nn_head_layout(d, base, N, 0);
     CL_PROF("fwd rmsnorm", 0,
@@ -65,8 +70,8 @@ static cl_status llama_head_backward(cl_model *m, const cl_unit *un, const cl_mi
     const cl_model_desc *d = m->desc;
     int ww = what & CL_BWD_WEIGHT;
     llama_head_weights w = {0}, gw = {0};
-    cl_kind_bind(cl_kind_of(un->kind), p, &w);
-    cl_kind_bind(cl_kind_of(un->kind), g, &gw);
+    cl_kind_bind(llama_head_table(un), p, &w);
+    cl_kind_bind(llama_head_table(un), g, &gw);
     int64_t N = (int64_t)mb->B * mb->T, Ns = cl_nn_rows_here(d, N);
     int iC = (int)d->cfg.channels;
     cl_head_acts h = cl_nn_head_layout(d, base, N, 0);

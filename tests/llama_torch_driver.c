@@ -2,13 +2,13 @@
  * written from Hugging Face's LlamaForCausalLM equations): the loss and
  * every parameter gradient of one forward and backward on one batch.
  *
- *   test_llama_torch KV TIED --write-input IN   the llama-tiny shape with KV
+ *   llama_torch_driver KV TIED --write-input IN   the llama-tiny shape with KV
  *       key-value heads and a tied (1) or own (0) lm_head, initialised as
  *       training initialises it: its weights under their Hugging Face names
  *       (linear weights [in, out], as cleave stores them), the batch (tokens
  *       and the next tokens as targets, as floats) and the configuration in
  *       the file's metadata
- *   test_llama_torch KV TIED --torch IN REF     the same model and batch read
+ *   llama_torch_driver KV TIED --torch IN REF     the same model and batch read
  *       back from IN; the loss (mean over the batch's tokens) and each
  *       gradient against REF's "loss" and "grad.<name>": max |a - b| over
  *       max |b| (the largest-magnitude norm) at most 1e-5 each.
@@ -166,9 +166,9 @@ int main(int argc, char **argv) {
         if (argc == 5 && !strcmp(argv[3], "--write-input")) return write_input(kv, tied, argv[4]);
         if (argc == 6 && !strcmp(argv[3], "--torch")) {
             compare(kv, tied, argv[4], argv[5]);
-            return cl_test_report("test_llama_torch");
+            return cl_test_report("llama_torch_driver");
         }
     }
-    fprintf(stderr, "usage: test_llama_torch KV TIED --write-input IN | --torch IN REF\n");
+    fprintf(stderr, "usage: llama_torch_driver KV TIED --write-input IN | --torch IN REF\n");
     return 2;
 }
