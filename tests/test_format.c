@@ -3,12 +3,16 @@
  * Without arguments: values checked by hand (ties to even, overflow to
  * infinity, subnormals, signed zeros, NaNs kept quiet with their sign),
  * every BF16 and F16 value widened and narrowed back to itself, and
- * cl_dtype_convert's pairs and refusals.
+ * cl_dtype_convert's pairs and refusals; the vector array conversions
+ * (cl_bf16_pack / cl_bf16_unpack, src/kernels/convert.c) on every path this
+ * CPU has, against the scalar ones, over every input class and 2^21 random
+ * bit patterns.
  *
  *   test_format --ref FILE   compares with PyTorch's conversions, FILE as
  *                            tests/format_ref.py writes it (tests/cli_format.sh):
  *                            lines "n F32 BF16 F16" (narrowing) and "w H F32BF F32H"
  *                            (widening), hexadecimal bits; NaNs compare as NaNs. */
+#include "cleave/kernels.h"
 #include "cleave/tensor.h"
 
 #include "common/check.h"
@@ -119,6 +123,91 @@ static void arrays(void) {
     CHECK(cl_dtype_size(CL_F16) == 2 && !strcmp(cl_dtype_name(CL_F16), "F16"), "F16's size and name");
 }
 
+/* A tiny generator, so the set is the same on every run. */
+static uint32_t next_u32(uint64_t *st) {
+    *st = *st * 6364136223846793005ull + 1442695040888963407ull;
+    return (uint32_t)(*st >> 32);
+}
+
+/* The array conversions on every vector path (levels up to this CPU's: the
+ * cap is clamped by the CPU) give the scalar conversions' bits: every
+ * special (zeros, subnormals including ones that round up into the normals,
+ * ties to even both ways, the overflow boundary, infinities, signalling and
+ * quiet NaNs of both signs with low and high payloads), every BF16 value's
+ * F32 image and its neighbours one ulp away and at the tie, 2^21 random
+ * patterns; subnormals both alone and inside a group of normal values (the
+ * AVX512_BF16 instruction reads them as zero); lengths and offsets that
+ * leave tails and cross a parallel block. Widening: every BF16 value. */
+static void array_paths(void) {
+    enum { NRAND = 1 << 21 };
+    int64_t n = 0, cap = NRAND + 65536 * 4 + 64;
+    uint32_t *u = malloc((size_t)cap * 4);
+    uint16_t *got = malloc((size_t)cap * 2);
+    float *wide = malloc(65536 * 4);
+    uint16_t *all = malloc(65536 * 2);
+    CHECK(u && got && wide && all, "out of memory");
+    if (!u || !got || !wide || !all) return;
+    static const uint32_t special[] = {0x00000000u, 0x80000000u, 0x00000001u, 0x80000001u, 0x00007fffu, 0x00008000u,
+                                       0x00018000u, 0x00008001u, 0x007fffffu, 0x807fffffu, 0x007f8000u, 0x007f7fffu,
+                                       0x00800000u, 0x3f808000u, 0x3f818000u, 0x3f807fffu, 0x3f808001u, 0x7f7f7fffu,
+                                       0x7f7f8000u, 0x7f7fffffu, 0xff7fffffu, 0x7f800000u, 0xff800000u, 0x7f800001u,
+                                       0xff800001u, 0x7fa00000u, 0xffa00000u, 0x7fc00000u, 0xffc00000u, 0x7fffffffu,
+                                       0xffffffffu, 0x7fbfffffu, 0x3dcccccdu, 0xbeaaaaabu};
+    for (size_t i = 0; i < sizeof special / sizeof special[0]; i++) u[n++] = special[i];
+    for (uint32_t h = 0; h < 65536; h++) {
+        uint32_t f = h << 16;
+        u[n++] = f;
+        u[n++] = f | 0x7fffu;
+        u[n++] = f | 0x8000u;
+        u[n++] = f | 0x8001u;
+    }
+    uint64_t st = 29;
+    for (int i = 0; i < NRAND; i++) u[n++] = next_u32(&st);
+    for (uint32_t h = 0; h < 65536; h++) all[h] = (uint16_t)h;
+    static const int64_t off[] = {0, 1, 7, 31};
+    for (int level = 0; level <= 3; level++) {
+        cl_kernels_max_isa(level);
+        const char *isa = cl_kernels_isa();
+        long bad = 0;
+        for (size_t o = 0; o < sizeof off / sizeof off[0]; o++) {
+            int64_t len = n - off[o] - (int64_t)o * 5;
+            memset(got, 0, (size_t)cap * 2);
+            CHECK_OK(cl_dtype_convert(got, CL_BF16, (const float *)(u + off[o]), CL_F32, (size_t)len));
+            for (int64_t i = 0; i < len; i++) {
+                uint16_t want = cl_bf16_from_f32(f_of(u[off[o] + i]));
+                if (got[i] != want && bad++ < 5)
+                    fprintf(stderr, "%s: F32 0x%08x packed to 0x%04x, the scalar gives 0x%04x\n", isa, u[off[o] + i],
+                            got[i], want);
+            }
+        }
+        CHECK(bad == 0, "%s: %ld array narrowings differ from cl_bf16_from_f32", isa, bad);
+        /* a single subnormal in a run of normals, at every position of a group of 32 */
+        float grp[64];
+        uint16_t gb[64];
+        int gbad = 0;
+        for (int p = 0; p < 64; p++) {
+            for (int j = 0; j < 64; j++) grp[j] = 1.0f + (float)j;
+            grp[p] = f_of(p & 1 ? 0x807f8123u : 0x00018000u);
+            cl_bf16_pack(gb, grp, 64);
+            for (int j = 0; j < 64; j++) gbad += gb[j] != cl_bf16_from_f32(grp[j]);
+        }
+        CHECK(gbad == 0, "%s: %d values wrong around a subnormal among normals", isa, gbad);
+        long wbad = 0;
+        for (int64_t o = 0; o < 3; o++) {
+            memset(wide, 0, 65536 * 4);
+            CHECK_OK(cl_dtype_convert(wide, CL_F32, all + o, CL_BF16, (size_t)(65536 - o)));
+            for (int64_t i = 0; i < 65536 - o; i++) wbad += u_of(wide[i]) != (uint32_t)all[o + i] << 16;
+        }
+        CHECK(wbad == 0, "%s: %ld array widenings differ from cl_bf16_to_f32", isa, wbad);
+        printf("  %s: %lld values narrowed at 4 offsets, 65536 widened at 3\n", isa, (long long)n);
+    }
+    cl_kernels_max_isa(3);
+    free(u);
+    free(got);
+    free(wide);
+    free(all);
+}
+
 /* PyTorch's conversions, as tests/format_ref.py wrote them. */
 static int against_ref(const char *path) {
     FILE *fp = fopen(path, "r");
@@ -159,5 +248,6 @@ int main(int argc, char **argv) {
     hand_checked();
     round_trips();
     arrays();
+    array_paths();
     return cl_test_report("test_format");
 }

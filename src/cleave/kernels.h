@@ -67,10 +67,20 @@ int cl_gemm_cache_count(void);
  * that must agree bitwise (threads vs MPI) run with the same count. */
 void cl_set_threads(int n);
 int cl_threads(void);
-/* Vector paths (AVX2 + FMA, picked at run time; kernels/simd.h): "avx2" or
- * "plain". Forcing the plain loops (tests) returns the previous setting. */
+/* Vector paths (AVX2 + FMA, AVX-512, AVX512_BF16, picked at run time;
+ * kernels/simd.h): "avx512_bf16", "avx512", "avx2" or "plain". Forcing the
+ * plain loops, or capping the path at a level (0 plain, 1 AVX2, 2 AVX-512,
+ * 3 AVX512_BF16: tests and benches compare the paths), returns the previous
+ * setting. */
 const char *cl_kernels_isa(void);
 int cl_kernels_force_plain(int on);
+int cl_kernels_max_isa(int level);
+
+/* ---- F32 <-> BF16 over arrays (convert.c): cl_bf16_pack rounds n floats
+ * into BF16, cl_bf16_unpack widens n BF16 values; the bits of the scalar
+ * cl_bf16_from_f32 / cl_bf16_to_f32 on every path (tensor.h) ---- */
+void cl_bf16_pack(uint16_t *dst, const float *src, int64_t n);
+void cl_bf16_unpack(float *dst, const uint16_t *src, int64_t n);
 /* Cores this process may run on (its CPU affinity mask), at least 1. */
 int cl_cores_available(void);
 
@@ -112,6 +122,14 @@ void cl_layernorm_forward(float *out, float *mean, float *rstd, const float *in,
  * and ln_2. Same bits as cl_add_inplace then cl_layernorm_forward. */
 void cl_residual_layernorm_forward(float *res, float *out, float *mean, float *rstd, const float *a,
                                    const float *r, const float *w, const float *b, int N, int C);
+/* bf16 mixed precision: the forward above writing out_bf (BF16, each value
+ * cl_bf16_from_f32 of the F32 kernel's) and, when out is not NULL, out (F32)
+ * too; mean, rstd and res F32 as above. */
+void cl_layernorm_forward_bf16(uint16_t *out_bf, float *out, float *mean, float *rstd, const float *in,
+                               const float *w, const float *b, int N, int C);
+void cl_residual_layernorm_forward_bf16(float *res, uint16_t *out_bf, float *out, float *mean, float *rstd,
+                                        const float *a, const float *r, const float *w, const float *b, int N,
+                                        int C);
 void cl_layernorm_backward_input(float *din, const float *dout, const float *in,
                                  const float *w, const float *mean, const float *rstd,
                                  int N, int C);
@@ -174,6 +192,10 @@ void cl_gelu_backward_set(float *din, const float *dout, const float *in, int64_
 /* Fused bias + GELU after a bias-less product: pre[N,C] += bias[C] (pre is
  * kept for the backward), out = GELU(pre). One pass over the rows. */
 void cl_bias_gelu_forward(float *out, float *pre, const float *bias, int N, int C);
+/* bf16 mixed precision: the two forwards writing out as BF16, each value
+ * cl_bf16_from_f32 of the F32 kernel's (pre F32 as above). */
+void cl_gelu_forward_bf16(uint16_t *out, const float *in, int64_t n);
+void cl_bias_gelu_forward_bf16(uint16_t *out, float *pre, const float *bias, int N, int C);
 
 /* ---- ReLU ---------------------------------------------------------------- */
 void cl_relu_forward(float *out, const float *in, int64_t n);
@@ -256,6 +278,10 @@ void cl_maxpool_backward(float *din, const float *dout, const int32_t *idx,
  * g is read as g * gscale (1: as is): clipping by a coefficient, fused. */
 void cl_adamw_update(float *p, const float *g, float *m, float *v, int64_t n,
                      float lr, float b1, float b2, float eps, float wd, int t, float gscale);
+/* bf16 mixed precision: cl_adamw_update that also writes pbf[i] =
+ * cl_bf16_from_f32(new p[i]), fused (each block rounded while in cache). */
+void cl_adamw_update_bf16(float *p, uint16_t *pbf, const float *g, float *m, float *v, int64_t n, float lr, float b1,
+                          float b2, float eps, float wd, int t, float gscale);
 /* sum of x in double, in order, one thread (a micro-batch's losses) */
 double cl_sum(const float *x, int64_t n);
 /* sum of squares in double, for global-norm clipping */

@@ -9,7 +9,10 @@
  * Invariants: to a 16-bit format, a finite value rounds once to nearest
  * even, a value past the largest finite one (after rounding) becomes an
  * infinity of its sign, a NaN stays a quiet NaN with its sign (and the top
- * bits of its payload); widening is exact (subnormals included). */
+ * bits of its payload); widening is exact (subnormals included).
+ * Arrays of F32 <-> BF16 go through cl_bf16_pack / cl_bf16_unpack
+ * (src/kernels/convert.c): vector paths with these very bits. */
+#include "cleave/kernels.h"
 #include "cleave/tensor.h"
 
 #include <string.h>
@@ -93,6 +96,8 @@ cl_status cl_dtype_convert(void *dst, cl_dtype df, const void *src, cl_dtype sf,
         const double *s = src;
         float *d = dst;
         for (size_t i = 0; i < n; i++) d[i] = (float)s[i];
+    } else if (df == CL_F32 && sf == CL_BF16) {
+        cl_bf16_unpack(dst, src, (int64_t)n);
     } else if (df == CL_F32) {
         float *d = dst;
         for (size_t i = 0; i < n; i++) d[i] = load_f32(src, i, sf);
@@ -100,7 +105,7 @@ cl_status cl_dtype_convert(void *dst, cl_dtype df, const void *src, cl_dtype sf,
         const float *s = src;
         uint16_t *d = dst;
         if (df == CL_BF16)
-            for (size_t i = 0; i < n; i++) d[i] = cl_bf16_from_f32(s[i]);
+            cl_bf16_pack(d, s, (int64_t)n);
         else
             for (size_t i = 0; i < n; i++) d[i] = cl_f16_from_f32(s[i]);
     }

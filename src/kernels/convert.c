@@ -1,0 +1,144 @@
+/* F32 <-> BF16 over arrays, vectorized: cl_bf16_pack rounds n floats to
+ * BF16, cl_bf16_unpack widens n BF16 values to F32. cl_dtype_convert
+ * (src/core/format.c) runs them, and so does every caller of it (the
+ * device's convert, collectives, safetensors); the bf16 kernels use them to
+ * write their BF16 outputs.
+ *
+ * Invariant: every path gives the bits of the scalar cl_bf16_from_f32 /
+ * cl_bf16_to_f32 (round to nearest, ties to even; past the largest finite
+ * value an infinity of the sign; a NaN quiet with its sign and the top of its
+ * payload; subnormals rounded, not flushed), whatever the CPU or its modes.
+ * Paths: AVX512_BF16's vcvtne2ps2bf16 (two vectors of 16 into one of 32),
+ * which does the same rounding and NaN quieting but reads subnormal inputs
+ * as zero (it ignores MXCSR: DAZ always), so a group of 32 with a subnormal
+ * takes the integer path instead; the integer rounding of format.c on
+ * AVX-512 (32 lanes, one word permute to pack) and AVX2 (16 lanes); the
+ * scalar function. Widening is
+ * a shift by 16 on every path. tests/test_format.c checks every path on
+ * every input class against the scalar function.
+ * Blocks of CL_SIMD_BLOCK go to the thread team; each value is converted
+ * alone, so the bits do not depend on threads or path. */
+#include "cleave/kernels.h"
+#include "cleave/tensor.h"
+#include "kernels/simd.h"
+
+static void pack_plain(uint16_t *d, const float *s, int64_t n) {
+    for (int64_t i = 0; i < n; i++) d[i] = cl_bf16_from_f32(s[i]);
+}
+
+static void unpack_plain(float *d, const uint16_t *s, int64_t n) {
+    for (int64_t i = 0; i < n; i++) d[i] = cl_bf16_to_f32(s[i]);
+}
+
+#ifdef CL_SIMD_X86
+/* 8 floats rounded as format.c rounds them, each in the low half of a lane. */
+CL_AVX2 static __m256i round8(__m256i u) {
+    const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff), inf = _mm256_set1_epi32(0x7f800000);
+    __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, abs_mask), inf); /* both sides < 2^31: signed compare is right */
+    __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+    __m256i r = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), lsb), 16);
+    __m256i q = _mm256_or_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(0x40));
+    return _mm256_blendv_epi8(r, q, nan);
+}
+
+CL_AVX2 static void pack_avx2(uint16_t *d, const float *s, int64_t n) {
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m256i a = round8(_mm256_loadu_si256((const __m256i *)(s + i)));
+        __m256i b = round8(_mm256_loadu_si256((const __m256i *)(s + i + 8)));
+        /* packus interleaves the 128-bit lanes: a0-3 b0-3 a4-7 b4-7; the permute puts them in order */
+        __m256i p = _mm256_permute4x64_epi64(_mm256_packus_epi32(a, b), 0xd8);
+        _mm256_storeu_si256((__m256i *)(d + i), p);
+    }
+    pack_plain(d + i, s + i, n - i);
+}
+
+CL_AVX2 static void unpack_avx2(float *d, const uint16_t *s, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(s + i)));
+        _mm256_storeu_si256((__m256i *)(d + i), _mm256_slli_epi32(w, 16));
+    }
+    unpack_plain(d + i, s + i, n - i);
+}
+
+/* 16 floats rounded as format.c rounds them, each in the low half of a lane. */
+CL_AVX512 static __m512i round16(__m512i u) {
+    __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
+    __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+    __m512i r = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), lsb), 16);
+    __m512i q = _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
+    return _mm512_mask_blend_epi32(nan, r, q);
+}
+
+/* 32 floats: the low halves of two rounded vectors picked in order by one word permute. */
+CL_AVX512 static void pack32(uint16_t *d, __m512i lo, __m512i hi) {
+    const __m512i even = _mm512_set_epi16(62, 60, 58, 56, 54, 52, 50, 48, 46, 44, 42, 40, 38, 36, 34, 32, 30, 28, 26,
+                                          24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+    _mm512_storeu_si512(d, _mm512_permutex2var_epi16(round16(lo), even, round16(hi)));
+}
+
+CL_AVX512 static void pack_avx512(uint16_t *d, const float *s, int64_t n) {
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) pack32(d + i, _mm512_loadu_si512(s + i), _mm512_loadu_si512(s + i + 16));
+    pack_plain(d + i, s + i, n - i);
+}
+
+CL_AVX512 static void unpack_avx512(float *d, const uint16_t *s, int64_t n) {
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(s + i)));
+        _mm512_storeu_si512(d + i, _mm512_slli_epi32(w, 16));
+    }
+    unpack_plain(d + i, s + i, n - i);
+}
+
+/* Lanes holding a nonzero subnormal: |u| - 1 < 0x007fffff. */
+CL_AVX512 static __mmask16 subnormal16(__m512i u) {
+    __m512i a = _mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff));
+    return _mm512_cmplt_epu32_mask(_mm512_sub_epi32(a, _mm512_set1_epi32(1)), _mm512_set1_epi32(0x007fffff));
+}
+
+CL_AVX512BF16 static void pack_avx512bf16(uint16_t *d, const float *s, int64_t n) {
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        __m512 lo = _mm512_loadu_ps(s + i), hi = _mm512_loadu_ps(s + i + 16);
+        if (subnormal16(_mm512_castps_si512(lo)) | subnormal16(_mm512_castps_si512(hi))) {
+            pack32(d + i, _mm512_castps_si512(lo), _mm512_castps_si512(hi));
+        } else {
+            __m512bh b = _mm512_cvtne2ps_pbh(hi, lo); /* lo into the low 16 */
+            _mm512_storeu_si512(d + i, (__m512i)b);
+        }
+    }
+    pack_avx512(d + i, s + i, n - i);
+}
+#endif
+
+void cl_bf16_pack_serial(uint16_t *dst, const float *src, int64_t n, int v) {
+#ifdef CL_SIMD_X86
+    if (v >= CL_ISA_AVX512BF16) pack_avx512bf16(dst, src, n);
+    else if (v == CL_ISA_AVX512) pack_avx512(dst, src, n);
+    else if (v == CL_ISA_AVX2) pack_avx2(dst, src, n);
+    else
+#endif
+        pack_plain(dst, src, n);
+    (void)v;
+}
+
+void cl_bf16_pack(uint16_t *dst, const float *src, int64_t n) {
+    int v = cl_simd_level();
+    CL_FOR_BLOCKS(n, lo, len, cl_bf16_pack_serial(dst + lo, src + lo, len, v));
+}
+
+void cl_bf16_unpack(float *dst, const uint16_t *src, int64_t n) {
+    int v = cl_simd_level();
+    (void)v;
+    CL_FOR_BLOCKS(n, lo, len, {
+#ifdef CL_SIMD_X86
+        if (v >= CL_ISA_AVX512) unpack_avx512(dst + lo, src + lo, len);
+        else if (v == CL_ISA_AVX2) unpack_avx2(dst + lo, src + lo, len);
+        else
+#endif
+            unpack_plain(dst + lo, src + lo, len);
+    });
+}
