@@ -38,8 +38,8 @@ int main(int argc, char **argv) {
     printf("bf16 conversions, %d thread(s), GB/s (bytes read + written), best of %d\n", threads, REPS);
     for (int s = 0; s < ns; s++) {
         long n = sizes[s];
-        float *f = malloc((size_t)n * 4), *back = malloc((size_t)n * 4);
-        uint16_t *h = malloc((size_t)n * 2);
+        float *f = aligned_alloc(64, ((size_t)n * 4 + 63) & ~(size_t)63), *back = aligned_alloc(64, ((size_t)n * 4 + 63) & ~(size_t)63);
+        uint16_t *h = aligned_alloc(64, ((size_t)n * 2 + 63) & ~(size_t)63);
         if (!f || !back || !h) return 1;
         for (long i = 0; i < n; i++) f[i] = (float)((i * 2654435761u) % 100003) * 1e-3f - 50.0f;
         int reps_inner = n < 1000000 ? (int)(50000000 / n) : 1;

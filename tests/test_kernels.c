@@ -1149,6 +1149,62 @@ static void test_residual_layernorm(kstat *k) {
     free(res2); free(out2); free(mean2); free(rstd2);
 }
 
+/* The AVX-512 bodies do the AVX2 bodies' operations in the same order: the
+ * same bits, element for element (GPT's training bits do not change with
+ * the width). Lengths leave 16-, 8- and 1-wide tails and cross blocks; bias
+ * rows of C = 13 (tails inside every row) and 3072. */
+static void test_simd_avx512(kstat *k) {
+    cl_kernels_max_isa(2);
+    int has512 = !strcmp(cl_kernels_isa(), "avx512");
+    cl_kernels_max_isa(3);
+    if (!has512) {
+        cl_test_skip("test_kernels: AVX-512 paths (no AVX-512 on this CPU)", 0);
+        return;
+    }
+    const long lens[] = {5, 23, 1000, 16384 + 13, 3 * 16384 + 9};
+    char what[96];
+    for (int li = 0; li < 5; li++) {
+        long n = lens[li];
+        float *x = frandn(n, 4.0f), *d = frandn(n, 1.0f), *g0 = frandn(n, 1.0f);
+        float *y2 = fvec(n), *y5 = fvec(n), *b2 = fcopy(g0, n), *b5 = fcopy(g0, n), *s2 = fcopy(d, n), *s5 = fcopy(d, n);
+        float *p2 = frandn(n, 1.0f), *m2 = frandn(n, 0.01f), *v2 = frandn(n, 0.001f);
+        for (long i = 0; i < n; i++) v2[i] = fabsf(v2[i]);
+        float *p5 = fcopy(p2, n), *m5 = fcopy(m2, n), *v5 = fcopy(v2, n);
+        cl_kernels_max_isa(1);
+        cl_gelu_forward(y2, x, n);
+        cl_gelu_backward(b2, d, x, n);
+        cl_gelu_backward_set(s2, s2, x, n);
+        cl_adamw_update(p2, d, m2, v2, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 2, 0.5f);
+        cl_kernels_max_isa(2);
+        cl_gelu_forward(y5, x, n);
+        cl_gelu_backward(b5, d, x, n);
+        cl_gelu_backward_set(s5, s5, x, n);
+        cl_adamw_update(p5, d, m5, v5, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 2, 0.5f);
+        cl_kernels_max_isa(3);
+        snprintf(what, sizeof what, "avx512 = avx2 bits: gelu forward, backward, set, n %ld", n);
+        expect(k, what, (double)(count_ne(y2, y5, n) + count_ne(b2, b5, n) + count_ne(s2, s5, n)), 0);
+        snprintf(what, sizeof what, "avx512 = avx2 bits: adamw p, m, v, n %ld", n);
+        expect(k, what, (double)(count_ne(p2, p5, n) + count_ne(m2, m5, n) + count_ne(v2, v5, n)), 0);
+        free(x); free(d); free(g0); free(y2); free(y5); free(b2); free(b5); free(s2); free(s5);
+        free(p2); free(m2); free(v2); free(p5); free(m5); free(v5);
+    }
+    const int shapes[][2] = {{7, 13}, {9, 3072}};
+    for (int si = 0; si < 2; si++) {
+        int N = shapes[si][0], C = shapes[si][1];
+        long n = (long)N * C;
+        float *x = frandn(n, 3.0f), *b = frandn(C, 1.0f), *pre2 = fcopy(x, n), *pre5 = fcopy(x, n);
+        float *o2 = fvec(n), *o5 = fvec(n);
+        cl_kernels_max_isa(1);
+        cl_bias_gelu_forward(o2, pre2, b, N, C);
+        cl_kernels_max_isa(2);
+        cl_bias_gelu_forward(o5, pre5, b, N, C);
+        cl_kernels_max_isa(3);
+        snprintf(what, sizeof what, "avx512 = avx2 bits: bias+gelu, %dx%d", N, C);
+        expect(k, what, (double)(count_ne(o2, o5, n) + count_ne(pre2, pre5, n)), 0);
+        free(x); free(b); free(pre2); free(pre5); free(o2); free(o5);
+    }
+}
+
 static void test_simd(void) {
     kstat k = {"simd", 0};
     printf("  vector path: %s\n", cl_kernels_isa());
@@ -1158,6 +1214,7 @@ static void test_simd(void) {
     test_xent_vp(&k);
     test_simd_attention(&k);
     test_simd_adamw(&k);
+    test_simd_avx512(&k);
     test_residual_layernorm(&k);
     cl_set_threads(1);
     kdone(&k);

@@ -131,6 +131,16 @@ struct cl_kernels {
     void (*moe_combine_forward)(float *y, const float *ye, const float *wts, const int32_t *row, int T, int C, int K);
     void (*moe_combine_backward)(float *dye, float *dwts, const float *dy, const float *ye, const float *wts,
                                  const int32_t *row, int T, int C, int K);
+    /* bf16 mixed precision: F32 math, a BF16 output (kernels.h; each BF16 value the F32 kernel's, rounded once) */
+    void (*layernorm_forward_bf16)(uint16_t *out_bf, float *out, float *mean, float *rstd, const float *in,
+                                   const float *w, const float *b, int N, int C);
+    void (*residual_layernorm_forward_bf16)(float *res, uint16_t *out_bf, float *out, float *mean, float *rstd,
+                                            const float *a, const float *r, const float *w, const float *b, int N,
+                                            int C);
+    void (*gelu_forward_bf16)(uint16_t *out, const float *in, int64_t n);
+    void (*bias_gelu_forward_bf16)(uint16_t *out, float *pre, const float *bias, int N, int C);
+    void (*adamw_update_bf16)(float *p, uint16_t *pbf, const float *g, float *m, float *v, int64_t n, float lr,
+                              float b1, float b2, float eps, float wd, int t, float gscale);
 };
 
 /* Rotary embeddings' tables, host arithmetic the same for every backend

@@ -93,17 +93,12 @@ CL_AVX512 static void unpack_avx512(float *d, const uint16_t *s, int64_t n) {
     unpack_plain(d + i, s + i, n - i);
 }
 
-/* Lanes holding a nonzero subnormal: |u| - 1 < 0x007fffff. */
-CL_AVX512 static __mmask16 subnormal16(__m512i u) {
-    __m512i a = _mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff));
-    return _mm512_cmplt_epu32_mask(_mm512_sub_epi32(a, _mm512_set1_epi32(1)), _mm512_set1_epi32(0x007fffff));
-}
-
 CL_AVX512BF16 static void pack_avx512bf16(uint16_t *d, const float *s, int64_t n) {
     int64_t i = 0;
     for (; i + 32 <= n; i += 32) {
         __m512 lo = _mm512_loadu_ps(s + i), hi = _mm512_loadu_ps(s + i + 16);
-        if (subnormal16(_mm512_castps_si512(lo)) | subnormal16(_mm512_castps_si512(hi))) {
+        /* fpclass 0x20: the subnormal lanes (zeros are not) */
+        if (_mm512_fpclass_ps_mask(lo, 0x20) | _mm512_fpclass_ps_mask(hi, 0x20)) {
             pack32(d + i, _mm512_castps_si512(lo), _mm512_castps_si512(hi));
         } else {
             __m512bh b = _mm512_cvtne2ps_pbh(hi, lo); /* lo into the low 16 */

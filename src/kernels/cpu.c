@@ -124,6 +124,11 @@ const cl_kernels cl_cpu_kernels = {
     .moe_gather_backward = cl_moe_gather_backward,
     .moe_combine_forward = cl_moe_combine_forward,
     .moe_combine_backward = cl_moe_combine_backward,
+    .layernorm_forward_bf16 = cl_layernorm_forward_bf16,
+    .residual_layernorm_forward_bf16 = cl_residual_layernorm_forward_bf16,
+    .gelu_forward_bf16 = cl_gelu_forward_bf16,
+    .bias_gelu_forward_bf16 = cl_bias_gelu_forward_bf16,
+    .adamw_update_bf16 = cl_adamw_update_bf16,
 };
 
 /* Every CPU kernel and copy is done when it returns: nothing to wait for. */

@@ -6,8 +6,13 @@
  * from them instead of keeping it. Backward kernels add into outputs.
  * Rows are spread over the thread team (the weight gradients by column
  * ranges, each column's sum over rows in row order on one thread), so the
- * bits do not depend on the thread count. */
+ * bits do not depend on the thread count.
+ * The _bf16 forms (bf16 mixed precision: the normalized row feeds a GEMM
+ * with BF16 operands) write the output as BF16, and as F32 too when out is
+ * given; each BF16 value is cl_bf16_from_f32 of the F32 kernel's value (the
+ * same expression, then one rounding), mean and rstd F32 as always. */
 #include "cleave/kernels.h"
+#include "kernels/simd.h"
 
 #include <math.h>
 #include <stddef.h>
@@ -17,14 +22,8 @@
 /* Split only when there is enough work to pay for waking the team. */
 #define LN_PAR(N, C) ((int64_t)(N) * (C) >= 65536)
 
-/* One row: out = LN(x); x is res = a + r first when r is given (res may be a). */
-static void ln_row(float *o, float *mean, float *rstd, float *res, const float *a, const float *r_in,
-                   const float *w, const float *b, int C) {
-    const float *x = a;
-    if (r_in) {
-        for (int c = 0; c < C; c++) res[c] = a[c] + r_in[c];
-        x = res;
-    }
+/* A row's mean and rstd: double sums, two passes. */
+static void ln_stats(float *mean, float *rstd, const float *x, int C) {
     double s = 0.0;
     for (int c = 0; c < C; c++) s += x[c];
     double mu = C > 0 ? s / C : 0.0;
@@ -34,11 +33,25 @@ static void ln_row(float *o, float *mean, float *rstd, float *res, const float *
         ss += d * d;
     }
     double var = C > 0 ? ss / C : 0.0;
-    float m = (float)mu;
-    float r = (float)(1.0 / sqrt(var + CL_LAYERNORM_EPS));
-    for (int c = 0; c < C; c++) o[c] = (x[c] - m) * r * w[c] + b[c];
-    *mean = m;
-    *rstd = r;
+    *mean = (float)mu;
+    *rstd = (float)(1.0 / sqrt(var + CL_LAYERNORM_EPS));
+}
+
+/* Columns [c0, c1) of a normalized row, written from o[0]. */
+static void ln_norm(float *o, const float *x, float m, float r, const float *w, const float *b, int c0, int c1) {
+    for (int c = c0; c < c1; c++) o[c - c0] = (x[c] - m) * r * w[c] + b[c];
+}
+
+/* One row: out = LN(x); x is res = a + r first when r is given (res may be a). */
+static void ln_row(float *o, float *mean, float *rstd, float *res, const float *a, const float *r_in,
+                   const float *w, const float *b, int C) {
+    const float *x = a;
+    if (r_in) {
+        for (int c = 0; c < C; c++) res[c] = a[c] + r_in[c];
+        x = res;
+    }
+    ln_stats(mean, rstd, x, C);
+    ln_norm(o, x, *mean, *rstd, w, b, 0, C);
 }
 
 void cl_layernorm_forward(float *out, float *mean, float *rstd, const float *in,
@@ -99,5 +112,49 @@ void cl_layernorm_backward_weight(float *dw, float *db, const float *dout, const
                 db[c] += d[c];
             }
         }
+    }
+}
+
+/* The row as ln_row, the output rounded to BF16 (and kept in F32 in o when o is given). */
+static void ln_row_bf16(uint16_t *obf, float *o, float *mean, float *rstd, float *res, const float *a,
+                        const float *r_in, const float *w, const float *b, int C, int v) {
+    if (o) {
+        ln_row(o, mean, rstd, res, a, r_in, w, b, C);
+        cl_bf16_pack_serial(obf, o, C, v);
+        return;
+    }
+    const float *x = a;
+    if (r_in) {
+        for (int c = 0; c < C; c++) res[c] = a[c] + r_in[c];
+        x = res;
+    }
+    ln_stats(mean, rstd, x, C);
+    enum { CHUNK = 512 };
+    float tmp[CHUNK];
+    for (int c0 = 0; c0 < C; c0 += CHUNK) {
+        int c1 = C - c0 < CHUNK ? C : c0 + CHUNK;
+        ln_norm(tmp, x, *mean, *rstd, w, b, c0, c1);
+        cl_bf16_pack_serial(obf + c0, tmp, c1 - c0, v);
+    }
+}
+
+void cl_layernorm_forward_bf16(uint16_t *out_bf, float *out, float *mean, float *rstd, const float *in,
+                               const float *w, const float *b, int N, int C) {
+    int v = cl_simd_level();
+#pragma omp parallel for schedule(static) if (LN_PAR(N, C))
+    for (int n = 0; n < N; n++) {
+        int64_t o = (int64_t)n * C;
+        ln_row_bf16(out_bf + o, out ? out + o : NULL, mean + n, rstd + n, NULL, in + o, NULL, w, b, C, v);
+    }
+}
+
+void cl_residual_layernorm_forward_bf16(float *res, uint16_t *out_bf, float *out, float *mean, float *rstd,
+                                        const float *a, const float *r, const float *w, const float *b, int N,
+                                        int C) {
+    int v = cl_simd_level();
+#pragma omp parallel for schedule(static) if (LN_PAR(N, C))
+    for (int n = 0; n < N; n++) {
+        int64_t o = (int64_t)n * C;
+        ln_row_bf16(out_bf + o, out ? out + o : NULL, mean + n, rstd + n, res + o, a + o, r + o, w, b, C, v);
     }
 }

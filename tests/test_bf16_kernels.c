@@ -1,0 +1,150 @@
+/* Tests of the bf16 mixed-precision kernels (src/kernels: layernorm.c,
+ * activations.c, adamw.c; the kernel table's *_bf16 entries): each BF16
+ * output must be, bit for bit, the F32 kernel's output rounded by
+ * cl_bf16_from_f32, and every F32 output (mean, rstd, res, pre, the
+ * optimizer's weights and moments) the F32 kernel's own bits. Checked on
+ * every vector path this CPU has (cl_kernels_max_isa), on shapes whose rows
+ * are not multiples of 8 or 16, that cross a parallel block, and GPT-2's
+ * width; through the CPU device's kernel table as well. */
+#include "cleave/backend.h"
+#include "cleave/kernels.h"
+#include "cleave/tensor.h"
+
+#include "common/check.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static uint64_t g_rng = 88172645463325252ull;
+
+static float uniform(void) {
+    g_rng ^= g_rng << 13;
+    g_rng ^= g_rng >> 7;
+    g_rng ^= g_rng << 17;
+    return (float)((g_rng >> 40) * (1.0 / 16777216.0)) * 2.0f - 1.0f;
+}
+
+static float *rnd(int64_t n, float scale) {
+    float *x = malloc((size_t)n * 4);
+    if (!x) exit(1);
+    for (int64_t i = 0; i < n; i++) x[i] = uniform() * scale;
+    return x;
+}
+
+static float *dup(const float *x, int64_t n) {
+    float *y = malloc((size_t)n * 4);
+    if (!y) exit(1);
+    memcpy(y, x, (size_t)n * 4);
+    return y;
+}
+
+/* Values of got that are not the rounding of want. */
+static int64_t bf16_misses(const uint16_t *got, const float *want, int64_t n) {
+    int64_t bad = 0;
+    for (int64_t i = 0; i < n; i++) bad += got[i] != cl_bf16_from_f32(want[i]);
+    return bad;
+}
+
+static int same(const float *a, const float *b, int64_t n) { return !memcmp(a, b, (size_t)n * 4); }
+
+static const cl_kernels *K;
+
+static void layernorm_case(int N, int C, const char *isa) {
+    int64_t n = (int64_t)N * C;
+    float *x = rnd(n, 3.0f), *r = rnd(n, 1.0f), *w = rnd(C, 1.0f), *b = rnd(C, 0.5f);
+    float *out = malloc((size_t)n * 4), *out2 = malloc((size_t)n * 4), *res = malloc((size_t)n * 4),
+          *res2 = malloc((size_t)n * 4);
+    float *mean = malloc((size_t)N * 4), *rstd = malloc((size_t)N * 4), *mean2 = malloc((size_t)N * 4),
+          *rstd2 = malloc((size_t)N * 4);
+    uint16_t *obf = malloc((size_t)n * 2);
+    if (!out || !out2 || !res || !res2 || !mean || !rstd || !mean2 || !rstd2 || !obf) exit(1);
+    cl_layernorm_forward(out, mean, rstd, x, w, b, N, C);
+    /* only BF16 out */
+    memset(obf, 0xff, (size_t)n * 2);
+    K->layernorm_forward_bf16(obf, NULL, mean2, rstd2, x, w, b, N, C);
+    CHECK(bf16_misses(obf, out, n) == 0 && same(mean, mean2, N) && same(rstd, rstd2, N),
+          "%s layernorm_forward_bf16 N %d C %d (BF16 only): %lld values differ from the F32 kernel's rounded", isa, N, C,
+          (long long)bf16_misses(obf, out, n));
+    /* both */
+    memset(obf, 0xff, (size_t)n * 2);
+    K->layernorm_forward_bf16(obf, out2, mean2, rstd2, x, w, b, N, C);
+    CHECK(bf16_misses(obf, out, n) == 0 && same(out, out2, n), "%s layernorm_forward_bf16 N %d C %d (BF16 and F32)", isa,
+          N, C);
+    /* the residual form */
+    cl_residual_layernorm_forward(res, out, mean, rstd, x, r, w, b, N, C);
+    memset(obf, 0xff, (size_t)n * 2);
+    K->residual_layernorm_forward_bf16(res2, obf, NULL, mean2, rstd2, x, r, w, b, N, C);
+    CHECK(bf16_misses(obf, out, n) == 0 && same(res, res2, n) && same(mean, mean2, N) && same(rstd, rstd2, N),
+          "%s residual_layernorm_forward_bf16 N %d C %d (BF16 only)", isa, N, C);
+    memset(obf, 0xff, (size_t)n * 2);
+    K->residual_layernorm_forward_bf16(res2, obf, out2, mean2, rstd2, x, r, w, b, N, C);
+    CHECK(bf16_misses(obf, out, n) == 0 && same(out, out2, n), "%s residual_layernorm_forward_bf16 N %d C %d (both)",
+          isa, N, C);
+    free(x), free(r), free(w), free(b), free(out), free(out2), free(res), free(res2);
+    free(mean), free(rstd), free(mean2), free(rstd2), free(obf);
+}
+
+static void gelu_case(int N, int C, const char *isa) {
+    int64_t n = (int64_t)N * C;
+    float *x = rnd(n, 6.0f), *bias = rnd(C, 1.0f), *out = malloc((size_t)n * 4);
+    float *pre = dup(x, n), *pre2 = dup(x, n);
+    uint16_t *obf = malloc((size_t)n * 2);
+    if (!out || !obf) exit(1);
+    x[0] = 0.0f, x[1] = -0.0f, x[2] = 20.0f, x[3] = -20.0f; /* the tails: 0, x, and underflow to -0 */
+    cl_gelu_forward(out, x, n);
+    memset(obf, 0xff, (size_t)n * 2);
+    K->gelu_forward_bf16(obf, x, n);
+    CHECK(bf16_misses(obf, out, n) == 0, "%s gelu_forward_bf16 n %lld: %lld values differ", isa, (long long)n,
+          (long long)bf16_misses(obf, out, n));
+    cl_bias_gelu_forward(out, pre, bias, N, C);
+    memset(obf, 0xff, (size_t)n * 2);
+    K->bias_gelu_forward_bf16(obf, pre2, bias, N, C);
+    CHECK(bf16_misses(obf, out, n) == 0 && same(pre, pre2, n), "%s bias_gelu_forward_bf16 N %d C %d: %lld values differ",
+          isa, N, C, (long long)bf16_misses(obf, out, n));
+    free(x), free(bias), free(out), free(pre), free(pre2), free(obf);
+}
+
+static void adamw_case(int64_t n, float gscale, const char *isa) {
+    float *p = rnd(n, 1.0f), *g = rnd(n, 0.1f), *m = rnd(n, 0.01f), *v = rnd(n, 0.001f);
+    for (int64_t i = 0; i < n; i++) v[i] = fabsf(v[i]);
+    p[0] = 1e-39f; /* a subnormal weight: its copy must round, not flush */
+    float *p2 = dup(p, n), *m2 = dup(m, n), *v2 = dup(v, n);
+    uint16_t *pbf = malloc((size_t)n * 2);
+    if (!pbf) exit(1);
+    for (int t = 1; t <= 3; t++) {
+        cl_adamw_update(p, g, m, v, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, t, gscale);
+        memset(pbf, 0xff, (size_t)n * 2);
+        K->adamw_update_bf16(p2, pbf, g, m2, v2, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, t, gscale);
+    }
+    CHECK(same(p, p2, n) && same(m, m2, n) && same(v, v2, n), "%s adamw_update_bf16 n %lld gscale %g: F32 state differs",
+          isa, (long long)n, (double)gscale);
+    CHECK(bf16_misses(pbf, p, n) == 0, "%s adamw_update_bf16 n %lld: %lld BF16 copies are not the new weights rounded", isa,
+          (long long)n, (long long)bf16_misses(pbf, p, n));
+    free(p), free(g), free(m), free(v), free(p2), free(m2), free(v2), free(pbf);
+}
+
+int main(void) {
+    K = &cl_cpu_kernels;
+    CHECK(K->layernorm_forward_bf16 && K->residual_layernorm_forward_bf16 && K->gelu_forward_bf16 &&
+              K->bias_gelu_forward_bf16 && K->adamw_update_bf16,
+          "the CPU table has every bf16 entry");
+    static const char *name[] = {"plain", "avx2", "avx512", "avx512_bf16"};
+    for (int level = 0; level <= 3; level++) {
+        cl_kernels_max_isa(level);
+        const char *isa = cl_kernels_isa();
+        if (strcmp(isa, name[level])) continue; /* this CPU stops below the level */
+        printf("  path %s\n", isa);
+        layernorm_case(37, 77, isa);
+        layernorm_case(64, 768, isa);
+        layernorm_case(3, 1500, isa); /* rows longer than the 512-column chunk, not a multiple of it */
+        gelu_case(37, 77, isa);
+        gelu_case(23, 3072, isa); /* 70656 values: crosses four parallel blocks */
+        gelu_case(1, 5, isa);
+        adamw_case(3 * 16384 + 45, 1.0f, isa);
+        adamw_case(1000, 0.37f, isa);
+    }
+    cl_kernels_max_isa(3);
+    return cl_test_report("test_bf16_kernels");
+}
