@@ -509,6 +509,10 @@ static cl_status print_memory(FILE *f, const cl_train_config *c, const cl_mesh *
     if (!pred) return cl_error(CL_ERR_OOM, "no host memory for the memory table");
     cl_status s = cl_memory_predict(c, mesh->dp, mesh->pp, pred);
     if (!s) cli_memory_print(f, pred, n, measured, json, cap);
+    if (!s && !json && c->model.experts && c->model.moe_capacity_factor > 0) /* the MoE blocks' expert rows, as assumed */
+        fprintf(f, "MoE blocks: expert rows at capacity factor %g (exact)\n", c->model.moe_capacity_factor);
+    else if (!s && !json && c->model.experts)
+        fprintf(f, "MoE blocks: dropless, expert rows sized for the worst case (every token-slot on one expert)\n");
     fflush(f);
     free(pred);
     return s;
