@@ -38,43 +38,20 @@ static const struct {
     {"llama-2-70b", 80, 8192, 64, 8, 28672, 32000, 4096, 0, 10000},
     {"llama-3-70b", 80, 8192, 64, 8, 28672, 128256, 8192, 0, 500000},
     {"llama-3.1-405b", 126, 16384, 128, 8, 53248, 128256, 131072, 0, 500000},
+    /* Mixtral's shapes (their experts below): mixtral-tiny, for tests, llama-tiny's attention with F = 128 and
+     * the byte vocabulary; mixtral-8x7b, Mistral AI's published shape (46,702,792,704 parameters) */
+    {"mixtral-tiny", 2, 64, 4, 2, 128, 256, 64, 0, 10000},
+    {"mixtral-8x7b", 32, 4096, 32, 8, 14336, 32000, 32768, 0, 1000000},
 };
 
-/* Mixtral (MixtralForCausalLM): Llama's shape with an MoE MLP in every block. mixtral-tiny, for tests: llama-tiny's
- * attention (2 layers, 64 channels, 4 heads, 2 kv heads), 8 experts of F = 128, top-2, the byte vocabulary (256),
- * untied; mixtral-8x7b: Mistral AI's published shape (46,702,792,704 parameters). */
+/* Mixtral (MixtralForCausalLM): the shape above with an MoE MLP in every block, E experts top-K, aux coefficient
+ * 0.01 (MixtralConfig's router_aux_loss_coef), dropless */
 static const struct {
     const char *name;
-    int layers, channels, heads, kv_heads, ffn, vocab, context, experts, topk;
-    double theta;
-} moe_presets[] = {
-    {"mixtral-tiny", 2, 64, 4, 2, 128, 256, 64, 8, 2, 10000},
-    {"mixtral-8x7b", 32, 4096, 32, 8, 14336, 32000, 32768, 8, 2, 1000000},
-};
+    int experts, topk;
+} moe_presets[] = {{"mixtral-tiny", 8, 2}, {"mixtral-8x7b", 8, 2}};
 
 static int llama_preset(const char *name, cl_model_config *cfg) {
-    for (size_t i = 0; i < sizeof moe_presets / sizeof moe_presets[0]; i++) {
-        if (strcmp(name, moe_presets[i].name)) continue;
-        memset(cfg, 0, sizeof *cfg);
-        cfg->kind = CL_MODEL_LLAMA;
-        snprintf(cfg->name, sizeof cfg->name, "%s", moe_presets[i].name);
-        cfg->layers = moe_presets[i].layers;
-        cfg->channels = moe_presets[i].channels;
-        cfg->heads = moe_presets[i].heads;
-        cfg->kv_heads = moe_presets[i].kv_heads;
-        cfg->mlp_width = moe_presets[i].ffn;
-        cfg->vocab = moe_presets[i].vocab;
-        cfg->seq_len = moe_presets[i].context;
-        cfg->untied = 1;
-        cfg->rope_theta = moe_presets[i].theta;
-        cfg->rms_norm_eps = 1e-5;
-        cfg->norm = CL_NORM_RMS;
-        cfg->no_bias = 1;
-        cfg->experts = moe_presets[i].experts;
-        cfg->experts_per_token = moe_presets[i].topk;
-        cfg->moe_aux_coeff = 0.01;
-        return 1;
-    }
     for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++) {
         if (strcmp(name, presets[i].name)) continue;
         cfg->kind = CL_MODEL_LLAMA;
@@ -91,6 +68,9 @@ static int llama_preset(const char *name, cl_model_config *cfg) {
         cfg->rms_norm_eps = 1e-5;
         cfg->norm = CL_NORM_RMS;
         cfg->no_bias = 1;
+        for (size_t j = 0; j < sizeof moe_presets / sizeof moe_presets[0]; j++)
+            if (!strcmp(name, moe_presets[j].name))
+                cfg->experts = moe_presets[j].experts, cfg->experts_per_token = moe_presets[j].topk, cfg->moe_aux_coeff = 0.01;
         return 1;
     }
     return 0;
