@@ -36,7 +36,7 @@ import torch.nn.functional as F
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from format_ref import write_st  # noqa: E402
 from llama_ref import read_st  # noqa: E402
-from llama_torch import repeat_kv, rms_norm, rotary, rotate_half  # noqa: E402
+from llama_torch import attention_half, rms_norm, rotary  # noqa: E402
 
 
 def hf_load_balancing(probs, top, E, K):
@@ -87,28 +87,16 @@ def moe(h, p, E, K, cf, stats):
 
 def forward(w, tokens, targets, cfg, stats):
     L, C, H = cfg["num_hidden_layers"], cfg["hidden_size"], cfg["num_attention_heads"]
-    KV, eps, theta = cfg["num_key_value_heads"], cfg["rms_norm_eps"], cfg["rope_theta"]
+    eps, theta = cfg["rms_norm_eps"], cfg["rope_theta"]
     E, K, cf = cfg["num_local_experts"], cfg["num_experts_per_tok"], cfg.get("moe_capacity_factor", 0)
-    hd = C // H
     B, T = tokens.shape
-    cos, sin = rotary(T, hd, theta)
+    cos, sin = rotary(T, C // H, theta)
     mask = torch.full((T, T), float("-inf")).triu(1)
     x = w["model.embed_tokens.weight"][tokens]
     aux = 0
     for layer in range(L):
         p = lambda n: w[f"model.layers.{layer}.{n}.weight"]  # noqa: E731
-        h = rms_norm(x, p("input_layernorm"), eps)
-        q = (h @ p("self_attn.q_proj")).view(B, T, H, hd).transpose(1, 2)
-        k = (h @ p("self_attn.k_proj")).view(B, T, KV, hd).transpose(1, 2)
-        v = (h @ p("self_attn.v_proj")).view(B, T, KV, hd).transpose(1, 2)
-        q = q * cos + rotate_half(q) * sin
-        k = k * cos + rotate_half(k) * sin
-        k, v = repeat_kv(k, H // KV), repeat_kv(v, H // KV)
-        att = (q @ k.transpose(2, 3)) / math.sqrt(hd) + mask
-        att = F.softmax(att, dim=-1, dtype=torch.float32)
-        y = (att @ v).transpose(1, 2).reshape(B, T, C)
-        x = x + y @ p("self_attn.o_proj")
-        h = rms_norm(x, p("post_attention_layernorm"), eps)
+        x, h = attention_half(x, p, cfg, cos, sin, mask)  # llama_torch.py's, Llama's equations
         y, a = moe(h.reshape(B * T, C), p, E, K, cf, stats)
         x = x + y.view(B, T, C)
         aux = aux + a
