@@ -146,8 +146,9 @@ cl_status cli_parse_model_from(const cli_args *a, const cl_model_config *base, c
     else CL_TRY(cl_model_preset(name ? name : "gpt2-tiny", mc));
     int custom = 0;
     const char *shape[] = {"layers", "channels", "heads", "vocab", "context", "kv-heads", "mlp-width", "norm",
-                           "ffn-channels", "rope-theta", "tie-embeddings"};
-    for (int i = 0; i < 11; i++)
+                           "ffn-channels", "rope-theta", "tie-embeddings", "experts", "experts-per-token", "moe-every",
+                           "moe-aux-loss-coeff", "moe-capacity-factor"};
+    for (int i = 0; i < 16; i++)
         if (cli_get(a, shape[i])) {
             custom = 1;
             if (!cl_model_family_of(mc)->tokens) return cl_error(CL_ERR_INVALID, "--%s applies to GPT models, not %s", shape[i], mc->name);
@@ -170,6 +171,17 @@ cl_status cli_parse_model_from(const cli_args *a, const cl_model_config *base, c
     int tie = !mc->untied;
     CL_TRY(cli_int(a, "tie-embeddings", &tie, 0, 1));
     if (cli_get(a, "tie-embeddings")) mc->untied = !tie;
+    /* Llama's mixture of experts (the family checks them together, naming the config.json keys) */
+    CL_TRY(cli_int(a, "experts", &mc->experts, 0, 1 << 20));
+    CL_TRY(cli_int(a, "experts-per-token", &mc->experts_per_token, 1, 1 << 20));
+    CL_TRY(cli_int(a, "moe-every", &mc->moe_every, 0, 1 << 20));
+    if (cli_get(a, "experts") && !named.experts && !cli_get(a, "moe-aux-loss-coeff")) mc->moe_aux_coeff = 0.01;
+    if (!mc->experts && !cli_get(a, "experts-per-token")) mc->experts_per_token = 0;
+    float coef = (float)mc->moe_aux_coeff, capf = (float)mc->moe_capacity_factor;
+    CL_TRY(cli_float(a, "moe-aux-loss-coeff", &coef, 0, 1e3));
+    CL_TRY(cli_float(a, "moe-capacity-factor", &capf, 0, 1e3));
+    if (cli_get(a, "moe-aux-loss-coeff")) mc->moe_aux_coeff = coef;
+    if (cli_get(a, "moe-capacity-factor")) mc->moe_capacity_factor = capf;
     const char *norm = cli_get(a, "norm");
     if (norm && !strcmp(norm, "layernorm")) mc->norm = CL_NORM_LAYER;
     else if (norm && !strcmp(norm, "rmsnorm")) mc->norm = CL_NORM_RMS;
@@ -184,7 +196,9 @@ cl_status cli_parse_model_from(const cli_args *a, const cl_model_config *base, c
         /* the preset's name stays when the shape flags only repeat its values (a resolved configuration gives them all) */
         if (mc->layers != named.layers || mc->channels != named.channels || mc->heads != named.heads || mc->vocab != named.vocab ||
             mc->seq_len != named.seq_len || mc->kv_heads != named.kv_heads || mc->mlp_width != named.mlp_width || mc->norm != named.norm ||
-            mc->rope_theta != named.rope_theta || mc->untied != named.untied)
+            mc->rope_theta != named.rope_theta || mc->untied != named.untied || mc->experts != named.experts ||
+            mc->experts_per_token != named.experts_per_token || mc->moe_every != named.moe_every ||
+            mc->moe_capacity_factor != named.moe_capacity_factor)
             snprintf(mc->name, sizeof mc->name, "custom");
     }
     CL_TRY(cl_model_config_check(mc));

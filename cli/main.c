@@ -48,6 +48,11 @@ static const cli_flag train_flags[] = {
     {"ffn-channels", "", 1, "Llama: the MLP's width (intermediate_size; the preset's)"},
     {"rope-theta", "", 1, "Llama: the rotary positions' base (rope_theta; the preset's)"},
     {"tie-embeddings", "", 1, "Llama: 1 ties the LM head to the embedding, 0 gives it its own lm_head.weight"},
+    {"experts", "", 1, "Llama: E experts in the MoE blocks (num_local_experts; 0: dense; mixtral presets: 8)"},
+    {"experts-per-token", "", 1, "Llama MoE: top-K experts per token (num_experts_per_tok), 1 <= K <= E"},
+    {"moe-every", "", 1, "Llama MoE: every N-th block is an MoE block (blocks N-1, 2N-1, ...), the others dense (default 1: every block)"},
+    {"moe-aux-loss-coeff", "", 1, "Llama MoE: the load-balancing loss's coefficient (router_aux_loss_coef; default 0.01)"},
+    {"moe-capacity-factor", "", 1, "Llama MoE: each expert keeps ceil(F x tokens x K / E) token-slots, the rest dropped and counted (default 0: dropless)"},
     {"seq-len", "", 1, "GPT: tokens per training sample (default: the context)"},
     {"steps", "", 1, "training steps (default 100)"},
     {"stop-after", "", 1, "stop after this step (the schedule still spans --steps), as an interrupted run would"},
@@ -132,6 +137,13 @@ static int json_line(FILE *f, const cl_step_stats *st) {
     fprintf(f, "{\"step\": %d, \"loss\": %.17g, \"lr\": %.9g, \"grad_norm\": %.17g, \"ms\": %.3f, \"tokens_per_s\": %.1f, \"peak_bytes\": %zu, \"act_bytes\": %zu",
             st->step, st->loss, st->lr, st->grad_norm, st->seconds * 1e3, st->tokens_per_s, st->peak_bytes, st->act_bytes);
     if (st->z3_wait > 0) fprintf(f, ", \"zero3_wait_ms\": %.3f", st->z3_wait * 1e3);
+    if (st->moe_experts) { /* the load-balancing loss, dropped token-slots, each expert's share of the slots run */
+        int64_t n = 0;
+        for (int e = 0; e < st->moe_experts; e++) n += st->moe_slots[e];
+        fprintf(f, ", \"moe_aux\": %.17g, \"moe_dropped\": %lld, \"expert_share\": [", st->moe_aux, (long long)st->moe_dropped);
+        for (int e = 0; e < st->moe_experts; e++) fprintf(f, "%s%.6f", e ? ", " : "", n ? (double)st->moe_slots[e] / (double)n : 0.0);
+        fprintf(f, "]");
+    }
     if (st->bubble > 0 || st->bubble_sim > 0)
         fprintf(f, ", \"bubble\": %.6f, \"bubble_max\": %.6f, \"bubble_sim\": %.6f", st->bubble, st->bubble_max, st->bubble_sim);
     /* this rank's traffic per group and collective kind: [calls, bytes sent, bytes received] */
@@ -265,9 +277,17 @@ static void progress(const cl_step_stats *st, int total, double gflops, int tty,
     char peak[32];
     cl_format_bytes(st->peak_bytes, peak, sizeof peak);
     if (tty) fputs(LIVE_CLEAR, stdout);
-    char bubble[96] = "";
+    char bubble[192] = "";
     if (st->bubble > 0 || st->bubble_sim > 0)
         snprintf(bubble, sizeof bubble, " | bubble %.3f (worst rank %.3f, simulated %.3f)", st->bubble, st->bubble_max, st->bubble_sim);
+    if (st->moe_experts) { /* after the bubble: the MoE blocks' aux loss, dropped slots, the busiest and idlest expert's share */
+        int64_t n = 0, lo = INT64_MAX, hi = 0;
+        for (int e = 0; e < st->moe_experts; e++) n += st->moe_slots[e], lo = st->moe_slots[e] < lo ? st->moe_slots[e] : lo,
+                                                  hi = st->moe_slots[e] > hi ? st->moe_slots[e] : hi;
+        double mean = n ? (double)n / st->moe_experts : 1;
+        snprintf(bubble + strlen(bubble), sizeof bubble - strlen(bubble), " | aux %.4f | dropped %lld | experts %.2f-%.2fx mean",
+                 st->moe_aux, (long long)st->moe_dropped, (double)lo / mean, (double)hi / mean);
+    }
     if (logged)
         printf("step %5d/%d | loss %.4f | lr %.2e | norm %.3f | %.1f ms | %.0f tok/s | %.2f GFLOP/s | peak %s%s\n", st->step, total,
                st->loss, st->lr, st->grad_norm, st->seconds * 1e3, st->tokens_per_s, gflops, peak, bubble);
@@ -489,6 +509,10 @@ static cl_status print_memory(FILE *f, const cl_train_config *c, const cl_mesh *
     if (!pred) return cl_error(CL_ERR_OOM, "no host memory for the memory table");
     cl_status s = cl_memory_predict(c, mesh->dp, mesh->pp, pred);
     if (!s) cli_memory_print(f, pred, n, measured, json, cap);
+    if (!s && !json && c->model.experts && c->model.moe_capacity_factor > 0) /* the MoE blocks' expert rows, as assumed */
+        fprintf(f, "MoE blocks: expert rows at capacity factor %g (exact)\n", c->model.moe_capacity_factor);
+    else if (!s && !json && c->model.experts)
+        fprintf(f, "MoE blocks: dropless, expert rows sized for the worst case (every token-slot on one expert)\n");
     fflush(f);
     free(pred);
     return s;
@@ -1027,7 +1051,8 @@ static void ckpt_micro_batch(train_job *j) {
  * A flag added to train's table is a top-level key at once; listing it here
  * also lets it sit in its section. */
 static const cli_section train_sections[] = {
-    {"model", "model layers channels heads vocab context seq-len kv-heads mlp-width norm ffn-channels rope-theta tie-embeddings"},
+    {"model", "model layers channels heads vocab context seq-len kv-heads mlp-width norm ffn-channels rope-theta tie-embeddings "
+              "experts experts-per-token moe-every moe-aux-loss-coeff moe-capacity-factor"},
     {"data", "data data-key split tokenizer tokenizer-dir seed"},
     {"batch", "micro-batch-size global-batch-size"},
     {"optimizer", "steps stop-after lr min-lr warmup weight-decay beta1 beta2 eps grad-clip"},
@@ -1383,6 +1408,12 @@ static void resolve_values(const train_cli *tc, const train_job *j, resolved *r)
     rput(r, a, "norm", 0, mc->norm == CL_NORM_RMS && gpt ? "rmsnorm" : NULL);
     llama ? rfloat(r, a, "rope-theta", mc->rope_theta) : rput(r, a, "rope-theta", 0, NULL);
     llama ? rnum(r, a, "tie-embeddings", !mc->untied) : rput(r, a, "tie-embeddings", 0, NULL);
+    int moe = llama && mc->experts; /* the mixture of experts' settings, a Llama model with experts only */
+    moe ? rnum(r, a, "experts", mc->experts) : rput(r, a, "experts", 0, NULL);
+    moe ? rnum(r, a, "experts-per-token", mc->experts_per_token) : rput(r, a, "experts-per-token", 0, NULL);
+    moe ? rnum(r, a, "moe-every", mc->moe_every) : rput(r, a, "moe-every", 0, NULL);
+    moe ? rfloat(r, a, "moe-aux-loss-coeff", (float)mc->moe_aux_coeff) : rput(r, a, "moe-aux-loss-coeff", 0, NULL);
+    moe ? rfloat(r, a, "moe-capacity-factor", (float)mc->moe_capacity_factor) : rput(r, a, "moe-capacity-factor", 0, NULL);
     rnum(r, a, "steps", j->steps);
     j->end < j->steps ? rnum(r, a, "stop-after", j->end) : rput(r, a, "stop-after", 0, NULL);
     rfloat(r, a, "lr", c->lr.lr);

@@ -96,5 +96,15 @@ done
 # a refusal proposes what fits
 out=$(timeout 60 "$CLEAVE" train "${G[@]}" "${D[@]}" --micro-batch-size 8 --device-memory 6MiB --steps 1 2>&1); rc=$?
 check '[ $rc -eq 2 ] && printf "%s" "$out" | grep -q "Fits with .*--micro-batch-size 4: peak"' "no proposal: $out"
+# Mixtral (mixtral-tiny's MoE blocks): dropless sized for the worst case (and said so), a capacity factor exact,
+# recompute selective / full, pp 2, dp 2 ZeRO 3; mixtral-8x7b's F32 weights 4 x 46,702,792,704 bytes
+for rc in none selective full; do point --model mixtral-tiny --micro-batch-size 2 --recompute $rc; done
+point --model mixtral-tiny --micro-batch-size 2 --moe-capacity-factor 0.5
+point --model mixtral-tiny --pp 2 --schedule 1f1b --micro-batch-size 2 --global-batch-size 4
+point --model mixtral-tiny --dp 2 --zero 3 --micro-batch-size 2 --global-batch-size 4
+out=$(timeout 60 "$CLEAVE" memory "${D[@]}" --model mixtral-tiny 2>&1)
+check 'grep -q "dropless, expert rows sized for the worst case" <<<"$out"' "mixtral-tiny: the worst case not stated: $(tail -2 <<<"$out")"
+_p=$(timeout 60 "$CLEAVE" memory --json --model mixtral-8x7b --seq-len 4096 --micro-batch-size 1 2>&1 | sed -n 's/.*"params": \([0-9]*\).*/\1/p')
+check '[ "$_p" = 186811170816 ]' "mixtral-8x7b's F32 weights: '$_p' bytes, not 4 x 46702792704"
 echo "cli_memory: $points grid points"
 finish cli_memory

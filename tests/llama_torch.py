@@ -70,9 +70,28 @@ def repeat_kv(x, n_rep):
     return x[:, :, None, :, :].expand(B, KV, n_rep, T, hd).reshape(B, KV * n_rep, T, hd)
 
 
+def attention_half(x, p, cfg, cos, sin, mask):
+    # a decoder layer's first half: x + o_proj(attention(input_layernorm(x))); and post_attention_layernorm of that
+    C, H, KV, eps = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["rms_norm_eps"]
+    hd = C // H
+    B, T, _ = x.shape
+    h = rms_norm(x, p("input_layernorm"), eps)
+    q = (h @ p("self_attn.q_proj")).view(B, T, H, hd).transpose(1, 2)
+    k = (h @ p("self_attn.k_proj")).view(B, T, KV, hd).transpose(1, 2)
+    v = (h @ p("self_attn.v_proj")).view(B, T, KV, hd).transpose(1, 2)
+    q = q * cos + rotate_half(q) * sin
+    k = k * cos + rotate_half(k) * sin
+    k, v = repeat_kv(k, H // KV), repeat_kv(v, H // KV)
+    att = (q @ k.transpose(2, 3)) / math.sqrt(hd) + mask
+    att = F.softmax(att, dim=-1, dtype=torch.float32)
+    y = (att @ v).transpose(1, 2).reshape(B, T, C)
+    x = x + y @ p("self_attn.o_proj")
+    return x, rms_norm(x, p("post_attention_layernorm"), eps)
+
+
 def forward(w, tokens, targets, cfg):
     L, C, H = cfg["num_hidden_layers"], cfg["hidden_size"], cfg["num_attention_heads"]
-    KV, eps, theta = cfg["num_key_value_heads"], cfg["rms_norm_eps"], cfg["rope_theta"]
+    eps, theta = cfg["rms_norm_eps"], cfg["rope_theta"]
     hd = C // H
     B, T = tokens.shape
     cos, sin = rotary(T, hd, theta)
@@ -80,18 +99,7 @@ def forward(w, tokens, targets, cfg):
     x = w["model.embed_tokens.weight"][tokens]
     for layer in range(L):
         p = lambda n: w[f"model.layers.{layer}.{n}.weight"]  # noqa: E731
-        h = rms_norm(x, p("input_layernorm"), eps)
-        q = (h @ p("self_attn.q_proj")).view(B, T, H, hd).transpose(1, 2)
-        k = (h @ p("self_attn.k_proj")).view(B, T, KV, hd).transpose(1, 2)
-        v = (h @ p("self_attn.v_proj")).view(B, T, KV, hd).transpose(1, 2)
-        q = q * cos + rotate_half(q) * sin
-        k = k * cos + rotate_half(k) * sin
-        k, v = repeat_kv(k, H // KV), repeat_kv(v, H // KV)
-        att = (q @ k.transpose(2, 3)) / math.sqrt(hd) + mask
-        att = F.softmax(att, dim=-1, dtype=torch.float32)
-        y = (att @ v).transpose(1, 2).reshape(B, T, C)
-        x = x + y @ p("self_attn.o_proj")
-        h = rms_norm(x, p("post_attention_layernorm"), eps)
+        x, h = attention_half(x, p, cfg, cos, sin, mask)
         x = x + (F.silu(h @ p("mlp.gate_proj")) * (h @ p("mlp.up_proj"))) @ p("mlp.down_proj")
     x = rms_norm(x, w["model.norm.weight"], eps)
     head = w["model.embed_tokens.weight"] if cfg["tie_word_embeddings"] else w["lm_head.weight"]

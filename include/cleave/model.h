@@ -47,6 +47,11 @@ typedef struct {
     int untied;             /* 1: the LM head has its own weight, not the embedding's */
     /* Llama (src/model/family_llama.c; 0 for the other families): rotary positions' base and RMSNorm's epsilon */
     double rope_theta, rms_norm_eps;
+    /* Llama's mixture of experts (kind_moe_block.c; 0 experts: dense): E experts, top-K per token, every
+     * moe_every-th block an MoE block (0 or 1: every block), the aux loss coefficient, the capacity factor
+     * (0: dropless) */
+    int experts, experts_per_token, moe_every;
+    double moe_aux_coeff, moe_capacity_factor;
     /* MLP: widths[0] inputs ... widths[n-1] classes */
     int nwidths;
     int widths[CL_MLP_MAX_WIDTHS];
@@ -179,7 +184,8 @@ typedef enum {
     CL_UNIT_TOKEN_EMBED,      /* Llama: tokens -> x[T,C]; embed_tokens, no learned positions (kind_embed.c) */
     CL_UNIT_LLAMA_BLOCK,      /* Llama: x[T,C] -> x[T,C]; RMSNorm, rotary GQA attention, SwiGLU MLP */
     CL_UNIT_LLAMA_HEAD,       /* Llama: x[T,C] -> losses[T]; model.norm (RMSNorm), the tied embedding, softmax xent */
-    CL_UNIT_LLAMA_HEAD_UNTIED /* the same with its own lm_head.weight */
+    CL_UNIT_LLAMA_HEAD_UNTIED, /* the same with its own lm_head.weight */
+    CL_UNIT_MOE_BLOCK         /* Llama with a Mixtral MoE MLP: x[T,C] -> x[T,C] (kind_moe_block.c) */
 } cl_unit_kind;
 
 /* How a LINEAR unit (and a GPT block's linear layers) is split under tensor
@@ -525,6 +531,11 @@ void cl_model_destroy(cl_model *m);
  * seed, so a run is reproducible. */
 void cl_model_init(cl_model *m, uint64_t seed);
 void cl_model_zero_grads(cl_model *m);
+/* The MoE blocks' figures since the last call, then reset (all 0 without MoE blocks): *aux the load-balancing
+ * loss (each training micro-batch's sum over the part's MoE blocks of E sum_e f_e P_e, weighted by its share of
+ * the step, dloss B T), *dropped the token-slots over capacity, slots[0 .. experts) the token-slots each expert
+ * ran (dropped ones not counted), summed over the blocks (slots may be NULL). */
+void cl_model_moe_take(cl_model *m, double *aux, int64_t *dropped, int64_t *slots);
 
 /* One micro-batch's inputs. */
 typedef struct {

@@ -196,6 +196,12 @@ typedef struct {
     /* this rank's traffic in the step, by group (comm.h's counts; zero without groups) */
     cl_comm_counts comm_tp, comm_dp, comm_pp;
     double z3_wait;         /* ZeRO 3: seconds this rank waited for parameter gathers (not hidden by prefetch) */
+    /* a model with MoE blocks (moe_experts > 0; cl_model_moe_take), over the whole step, every rank the same: */
+    int moe_experts;
+    double moe_aux;         /* the mean over micro-batches of the sum over MoE blocks of E sum f P (the trained loss is
+                             * loss + moe_aux_coeff x moe_aux) */
+    int64_t moe_dropped;    /* token-slots over capacity, summed over blocks and micro-batches */
+    int64_t moe_slots[256]; /* token-slots each expert ran, summed over blocks and micro-batches */
 } cl_step_stats;
 
 typedef struct cl_trainer cl_trainer;

@@ -150,8 +150,12 @@ void cl_desc_add_kind(cl_desc_builder *b) {
     const cl_kind *k = cl_kind_of(un->kind);
     int tp = d->tpl.tp;
     k->sizes(d, un, &b->z);
-    for (int i = 0; i < k->nparams && !b->failed; i++) {
-        const cl_kind_param *kp = &k->params[i];
+    int np = k->param_list ? k->param_list(d, un, -1, NULL, NULL, 0) : k->nparams;
+    for (int i = 0; i < np && !b->failed; i++) {
+        const cl_kind_param *kp = k->param_list ? NULL : &k->params[i];
+        cl_kind_param listed;
+        char own[48];
+        if (!kp) k->param_list(d, un, i, &listed, own, sizeof own), listed.name = own, kp = &listed;
         cl_param_shape sh;
         memset(&sh, 0, sizeof sh);
         k->param(d, un, i, &sh);

@@ -14,6 +14,8 @@
  * families' shared setup (cl_family_tokens_setup) before any unit. */
 #include "model/family.h"
 
+#include "cleave/kernels.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -36,7 +38,18 @@ static const struct {
     {"llama-2-70b", 80, 8192, 64, 8, 28672, 32000, 4096, 0, 10000},
     {"llama-3-70b", 80, 8192, 64, 8, 28672, 128256, 8192, 0, 500000},
     {"llama-3.1-405b", 126, 16384, 128, 8, 53248, 128256, 131072, 0, 500000},
+    /* Mixtral's shapes (their experts below): mixtral-tiny, for tests, llama-tiny's attention with F = 128 and
+     * the byte vocabulary; mixtral-8x7b, Mistral AI's published shape (46,702,792,704 parameters) */
+    {"mixtral-tiny", 2, 64, 4, 2, 128, 256, 64, 0, 10000},
+    {"mixtral-8x7b", 32, 4096, 32, 8, 14336, 32000, 32768, 0, 1000000},
 };
+
+/* Mixtral (MixtralForCausalLM): the shape above with an MoE MLP in every block, E experts top-K, aux coefficient
+ * 0.01 (MixtralConfig's router_aux_loss_coef), dropless */
+static const struct {
+    const char *name;
+    int experts, topk;
+} moe_presets[] = {{"mixtral-tiny", 8, 2}, {"mixtral-8x7b", 8, 2}};
 
 static int llama_preset(const char *name, cl_model_config *cfg) {
     for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++) {
@@ -55,9 +68,40 @@ static int llama_preset(const char *name, cl_model_config *cfg) {
         cfg->rms_norm_eps = 1e-5;
         cfg->norm = CL_NORM_RMS;
         cfg->no_bias = 1;
+        for (size_t j = 0; j < sizeof moe_presets / sizeof moe_presets[0]; j++)
+            if (!strcmp(name, moe_presets[j].name))
+                cfg->experts = moe_presets[j].experts, cfg->experts_per_token = moe_presets[j].topk, cfg->moe_aux_coeff = 0.01;
         return 1;
     }
     return 0;
+}
+
+/* The mixture of experts' settings, each named by its flag and its config.json key. */
+static cl_status llama_check_moe(const cl_model_config *c) {
+    if (c->experts < 0 || c->experts > CL_MOE_MAX_EXPERTS)
+        return cl_error(CL_ERR_INVALID, "--experts (num_local_experts) %d must be in [0, %d] (0: a dense MLP)", c->experts, CL_MOE_MAX_EXPERTS);
+    if (!c->experts) {
+        if (c->experts_per_token) return cl_error(CL_ERR_INVALID, "--experts-per-token (num_experts_per_tok) %d needs --experts", c->experts_per_token);
+        if (c->moe_every || c->moe_capacity_factor)
+            return cl_error(CL_ERR_INVALID, "--moe-every and --moe-capacity-factor need --experts (a dense model has no MoE blocks)");
+        return CL_OK;
+    }
+    if (c->experts_per_token < 1 || c->experts_per_token > c->experts)
+        return cl_error(CL_ERR_INVALID, "--experts-per-token (num_experts_per_tok) %d must be in [1, --experts %d]", c->experts_per_token,
+                        c->experts);
+    if (c->moe_every < 0 || c->moe_every > c->layers)
+        return cl_error(CL_ERR_INVALID, "--moe-every %d must be in [0, --layers %d] (0 or 1: every block)", c->moe_every, c->layers);
+    if (!(c->moe_aux_coeff >= 0 && c->moe_aux_coeff <= 1e3))
+        return cl_error(CL_ERR_INVALID, "--moe-aux-loss-coeff (router_aux_loss_coef) %g must be in [0, 1000]", c->moe_aux_coeff);
+    if (!(c->moe_capacity_factor >= 0 && c->moe_capacity_factor <= 1e3))
+        return cl_error(CL_ERR_INVALID, "--moe-capacity-factor %g must be in [0, 1000] (0: dropless)", c->moe_capacity_factor);
+    return CL_OK;
+}
+
+/* Block l is an MoE block: experts set and (l + 1) a multiple of moe_every (Qwen2-MoE's decoder_sparse_step rule). */
+static int llama_is_moe(const cl_model_config *c, int l) {
+    int every = c->moe_every > 1 ? c->moe_every : 1;
+    return c->experts > 0 && (l + 1) % every == 0;
 }
 
 static cl_status llama_check(const cl_model_config *c) {
@@ -71,7 +115,7 @@ static cl_status llama_check(const cl_model_config *c) {
         return cl_error(CL_ERR_INVALID, "rms_norm_eps %g must be in (0, 1)", c->rms_norm_eps);
     if (c->norm != CL_NORM_RMS) return cl_error(CL_ERR_INVALID, "--norm: a Llama model runs rmsnorm only");
     if (!c->no_bias) return cl_error(CL_ERR_INVALID, "bias: a Llama model has no biases");
-    return CL_OK;
+    return llama_check_moe(c);
 }
 
 static cl_status llama_check_tp(const cl_model_config *c, int T, const cl_tp_layout *tl) {
@@ -85,6 +129,8 @@ static cl_status llama_check_tp(const cl_model_config *c, int T, const cl_tp_lay
     if (cl_model_mlp_width(c) % tp)
         return cl_error(CL_ERR_INVALID, "--tp %d must divide the MLP's %lld columns (--ffn-channels)", tp, (long long)cl_model_mlp_width(c));
     if (tl->sp && T % tp) return cl_error(CL_ERR_INVALID, "--sequence-parallel: --tp %d must divide the sequence length %d", tp, T);
+    if (tp > 1 && c->experts)
+        return cl_error(CL_ERR_UNSUPPORTED, "--tp %d with --experts: the MoE block's tensor parallelism is not built yet (tp 1 only)", tp);
     return CL_OK;
 }
 
@@ -96,7 +142,7 @@ static void llama_describe(cl_desc_builder *b) {
     for (int l = 0; l < d->cfg.layers && !b->failed; l++) {
         char label[24];
         snprintf(label, sizeof label, "model.layers.%d", l & (LAYERS_MAX - 1)); /* l < LAYERS_MAX: 5 digits at most */
-        if (!cl_desc_add_unit(b, CL_UNIT_LLAMA_BLOCK, 't', l, label)) return;
+        if (!cl_desc_add_unit(b, llama_is_moe(&d->cfg, l) ? CL_UNIT_MOE_BLOCK : CL_UNIT_LLAMA_BLOCK, 't', l, label)) return;
         cl_desc_add_kind(b);
     }
     if (!cl_desc_add_unit(b, d->cfg.untied ? CL_UNIT_LLAMA_HEAD_UNTIED : CL_UNIT_LLAMA_HEAD, 'L', 0, "lm_head")) return;
@@ -114,6 +160,10 @@ static void llama_write_config(cl_strbuf *b, const cl_model_config *c) {
     cl_sb_printf(b, "  \"tie_word_embeddings\": %s,\n  \"hidden_act\": \"silu\",\n  \"attention_bias\": false,\n  \"mlp_bias\": false,\n",
                  c->untied ? "false" : "true");
     cl_sb_printf(b, "  \"rope_scaling\": null,\n"); /* the plain rotary table (llama3 scaling is not described yet) */
+    if (c->experts) /* MixtralConfig's keys, then cleave's own two (absent: every block, dropless) */
+        cl_sb_printf(b, "  \"num_local_experts\": %d,\n  \"num_experts_per_tok\": %d,\n  \"router_aux_loss_coef\": %.17g,\n"
+                        "  \"moe_every\": %d,\n  \"moe_capacity_factor\": %.17g,\n",
+                     c->experts, c->experts_per_token, c->moe_aux_coeff, c->moe_every, c->moe_capacity_factor);
 }
 
 /* Hugging Face LlamaConfig settings cleave's Llama does not have are refused, not ignored (the import's hf_check). */
@@ -161,12 +211,28 @@ static int llama_read_config(const cl_json *r, cl_model_config *c) {
     if (ok && (int64_t)c->mlp_width == 4 * (int64_t)c->channels) c->mlp_width = 0;
     c->norm = CL_NORM_RMS;
     c->no_bias = 1;
+    if (ok && cl_json_get(r, "num_local_experts")) {
+        double coef = 0.01; /* MixtralConfig's default */
+        ok = cl_json_get_int(r, "num_local_experts", &c->experts) && cl_json_get_int(r, "num_experts_per_tok", &c->experts_per_token) &&
+             (!cl_json_get(r, "router_aux_loss_coef") || get_num(r, "router_aux_loss_coef", &coef)) &&
+             (!cl_json_get(r, "moe_every") || cl_json_get_int(r, "moe_every", &c->moe_every)) &&
+             (!cl_json_get(r, "moe_capacity_factor") || get_num(r, "moe_capacity_factor", &c->moe_capacity_factor));
+        c->moe_aux_coeff = coef;
+    }
     return ok;
 }
 
 static int llama_config_diff(const cl_model_config *a, const cl_model_config *b, char *field, size_t n, int *va, int *vb) {
     if (cl_family_tokens_diff(a, b, "ffn-channels", field, n, va, vb)) return 1;
     CL_FAMILY_DIFF("tie-embeddings", !a->untied, !b->untied);
+    CL_FAMILY_DIFF("experts", a->experts, b->experts);
+    CL_FAMILY_DIFF("experts-per-token", a->experts_per_token, b->experts_per_token);
+    CL_FAMILY_DIFF("moe-every", a->moe_every, b->moe_every);
+    if (a->moe_capacity_factor != b->moe_capacity_factor) { /* the aux coefficient is a training setting: it may change */
+        snprintf(field, n, "moe-capacity-factor (x 1000)");
+        *va = (int)lround(a->moe_capacity_factor * 1e3), *vb = (int)lround(b->moe_capacity_factor * 1e3);
+        return 1;
+    }
     /* the two reals, compared exactly, reported rounded (rope_theta to an integer, the epsilon in units of 1e-9) */
     if (a->rope_theta != b->rope_theta) {
         snprintf(field, n, "rope-theta");
@@ -190,8 +256,9 @@ const cl_family cl_family_llama = {
                        "rope_theta rms_norm_eps",
             .hf_transposed = "_proj.weight", .hf_f16 = 1, .hf_tokenizer = "hf", .hf_check = llama_hf_check},
     .kind = CL_MODEL_LLAMA,
-    .presets = "llama-tiny, llama (flags: --kv-heads --ffn-channels --rope-theta --tie-embeddings), smollm2-135m, tinyllama-1.1b, "
-               "llama-3.2-1b, llama-3-8b, llama-2-70b, llama-3-70b, llama-3.1-405b",
+    .presets = "llama-tiny, llama (flags: --kv-heads --ffn-channels --rope-theta --tie-embeddings --experts --experts-per-token "
+               "--moe-every --moe-aux-loss-coeff --moe-capacity-factor), smollm2-135m, tinyllama-1.1b, "
+               "llama-3.2-1b, llama-3-8b, llama-2-70b, llama-3-70b, llama-3.1-405b, mixtral-tiny, mixtral-8x7b",
     .preset = llama_preset,
     .check = llama_check,
     .check_tp = llama_check_tp,

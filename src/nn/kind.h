@@ -120,6 +120,9 @@ typedef struct cl_kind {
     /* din NULL: no input gradient; ww: add the weight gradients into g */
     cl_status (*backward)(cl_model *m, const cl_unit *un, const cl_microbatch *mb, const float *in, float *base,
                           float *const *p, float *const *g, const float *dout, float *din, int ww);
+    /* a parameter list that depends on the description (the MoE block's E experts; NULL: nparams and params):
+     * the unit's count, and (i >= 0) parameter i's entry with its name (before the label) in name[cap] */
+    int (*param_list)(const cl_model_desc *d, const cl_unit *un, int i, cl_kind_param *kp, char *name, size_t cap);
 } cl_kind;
 
 enum { CL_KIND_LOSS_TOKEN = 1, CL_KIND_LOSS_SAMPLE = 2 };
@@ -128,7 +131,7 @@ enum { CL_KIND_LOSS_TOKEN = 1, CL_KIND_LOSS_SAMPLE = 2 };
 
 extern const cl_kind cl_kind_embed, cl_kind_block, cl_kind_lmhead, cl_kind_conv, cl_kind_relu, cl_kind_maxpool,
     cl_kind_flatten, cl_kind_linear, cl_kind_classify, cl_kind_token_embed, cl_kind_llama_block, cl_kind_llama_head,
-    cl_kind_llama_head_untied;
+    cl_kind_llama_head_untied, cl_kind_moe_block;
 
 /* The table of a kind (kinds.c, the one list of them). */
 const cl_kind *cl_kind_of(cl_unit_kind k);

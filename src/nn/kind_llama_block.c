@@ -26,8 +26,11 @@
  * exactly these): rows Ts of C (ln1, res2, ln2, out) and their two rstd,
  * rows T of this rank's columns (qkv after the rotation: Cl + 2 Kl; atty:
  * Cl; gate, up and their SwiGLU product: Fl each) and the attention's lse
- * (this rank's heads per token). */
+ * (this rank's heads per token). The attention half (llama_attn.c) is
+ * shared with the MoE block: its activations and weights are this block's
+ * first ones. */
 #include "nn/kind.h"
+#include "nn/llama_attn.h"
 #include "nn/model_impl.h"
 
 #include "cleave/prof.h"
@@ -36,17 +39,18 @@
 #include <stddef.h>
 
 typedef struct {
-    float *ln1_w, *q_w, *k_w, *v_w, *o_w, *ln2_w, *gate_w, *up_w, *down_w;
+    cl_llama_attn_weights at; /* the attention half's, first */
+    float *gate_w, *up_w, *down_w;
 } llama_block_weights;
 
 #define F(x) offsetof(llama_block_weights, x)
 static const cl_kind_param llama_block_params[] = {
-    {"input_layernorm.weight", F(ln1_w), CL_TPS_NORM, 0, CL_INIT_ONES, 0},
-    {"self_attn.q_proj.weight", F(q_w), CL_TPS_COLUMNS, 1, CL_INIT_NORMAL, 0},
-    {"self_attn.k_proj.weight", F(k_w), CL_TPS_COLUMNS, 1, CL_INIT_NORMAL, 0},
-    {"self_attn.v_proj.weight", F(v_w), CL_TPS_COLUMNS, 1, CL_INIT_NORMAL, 0},
-    {"self_attn.o_proj.weight", F(o_w), CL_TPS_ROWS, 1, CL_INIT_NORMAL, 0},
-    {"post_attention_layernorm.weight", F(ln2_w), CL_TPS_NORM, 0, CL_INIT_ONES, 0},
+    {"input_layernorm.weight", F(at.ln1_w), CL_TPS_NORM, 0, CL_INIT_ONES, 0},
+    {"self_attn.q_proj.weight", F(at.q_w), CL_TPS_COLUMNS, 1, CL_INIT_NORMAL, 0},
+    {"self_attn.k_proj.weight", F(at.k_w), CL_TPS_COLUMNS, 1, CL_INIT_NORMAL, 0},
+    {"self_attn.v_proj.weight", F(at.v_w), CL_TPS_COLUMNS, 1, CL_INIT_NORMAL, 0},
+    {"self_attn.o_proj.weight", F(at.o_w), CL_TPS_ROWS, 1, CL_INIT_NORMAL, 0},
+    {"post_attention_layernorm.weight", F(at.ln2_w), CL_TPS_NORM, 0, CL_INIT_ONES, 0},
     {"mlp.gate_proj.weight", F(gate_w), CL_TPS_COLUMNS, 1, CL_INIT_NORMAL, 0},
     {"mlp.up_proj.weight", F(up_w), CL_TPS_COLUMNS, 1, CL_INIT_NORMAL, 0},
     {"mlp.down_proj.weight", F(down_w), CL_TPS_ROWS, 1, CL_INIT_NORMAL, 0},
@@ -60,14 +64,14 @@ static void llama_block_param(const cl_model_desc *d, const cl_unit *un, int i, 
     (void)un;
     int64_t C = d->cfg.channels, K = (int64_t)cl_model_kv_heads(&d->cfg) * (C / d->cfg.heads), Fw = cl_model_mlp_width(&d->cfg);
     size_t f = llama_block_params[i].field;
-    if (f == F(ln1_w) || f == F(ln2_w)) {
+    if (f == F(at.ln1_w) || f == F(at.ln2_w)) {
         o->ndim = 1, o->shape[0] = C, o->scale = 0;
         return;
     }
     o->ndim = 2;
     o->shape[0] = f == F(down_w) ? Fw : C;
-    o->shape[1] = f == F(k_w) || f == F(v_w) ? K : f == F(gate_w) || f == F(up_w) ? Fw : C;
-    o->scale = f == F(o_w) || f == F(down_w) ? 0.02f / sqrtf(2.0f * (float)d->cfg.layers) : 0.02f;
+    o->shape[1] = f == F(at.k_w) || f == F(at.v_w) ? K : f == F(gate_w) || f == F(up_w) ? Fw : C;
+    o->scale = f == F(at.o_w) || f == F(down_w) ? 0.02f / sqrtf(2.0f * (float)d->cfg.layers) : 0.02f;
 }
 
 /* What selective recompute drops and redoes at micro-batch B: the attention's lse, B NHl T (its output,
@@ -75,7 +79,8 @@ static void llama_block_param(const cl_model_desc *d, const cl_unit *un, int i, 
 static int64_t llama_block_lse_floats(const cl_model_desc *d, int B) { return (int64_t)B * d->heads_local * d->T; }
 
 typedef struct {
-    float *ln1, *rstd1, *qkv, *atty, *lse, *res2, *ln2, *rstd2, *gate, *up, *h, *out;
+    cl_llama_attn_acts at; /* the attention half's, first */
+    float *gate, *up, *h, *out;
 } llama_acts;
 
 /* The saved activations from base for the actual B and T, in llama_block_sizes' order: rows Ns of C (ln1,
@@ -83,19 +88,9 @@ typedef struct {
  * up, h: Fl each), the attention's lse (B NHl T) after atty. lse_apart: the lse lives there (selective
  * recompute), not in base. */
 static llama_acts llama_layout_at(const cl_model_desc *d, float *base, int64_t B, int64_t T, float *lse_apart) {
-    int64_t N = B * T, Ns = cl_nn_rows_here(d, N), C = d->cfg.channels, Cl = d->channels_local, Kl = d->kv_channels_local,
-            Fl = d->mlp_local;
+    int64_t N = B * T, Fl = d->mlp_local;
     llama_acts a;
-    float *p = base;
-    a.ln1 = p; p += Ns * C;
-    a.rstd1 = p; p += Ns;
-    a.qkv = p; p += N * (Cl + 2 * Kl);
-    a.atty = p; p += N * Cl;
-    if (lse_apart) a.lse = lse_apart;
-    else a.lse = p, p += B * d->heads_local * T;
-    a.res2 = p; p += Ns * C;
-    a.ln2 = p; p += Ns * C;
-    a.rstd2 = p; p += Ns;
+    float *p = cl_llama_attn_layout(d, base, B, T, lse_apart, &a.at);
     a.gate = p; p += N * Fl;
     a.up = p; p += N * Fl;
     a.h = p; p += N * Fl;
@@ -116,41 +111,23 @@ static llama_acts llama_acts_of(const cl_model *m, float *base, int64_t B, int64
 
 static float *llama_output(const cl_model *m, float *base, int B, int T) { return llama_acts_of(m, base, B, T).out; }
 
-/* this rank's query and key-value heads, and the head width */
-static void llama_heads(const cl_model_desc *d, int *NH, int *KV, int *hd) {
-    *hd = d->cfg.channels / d->cfg.heads;
-    *NH = d->heads_local;
-    *KV = d->kv_channels_local / *hd;
-}
-
 /* The forward (Megatron-LM's split, written once): q, k, v column-parallel by heads, o_proj row-parallel;
  * gate and up column-parallel, down_proj row-parallel. The temporaries (gathered rows, partial sums) live in
  * the part's scratch. */
 static cl_status llama_pass(const cl_model *m, const llama_acts *s, const float *in, const llama_block_weights *w, int B, int T) {
     const cl_model_desc *d = m->desc;
-    int64_t N = (int64_t)B * T, Ns = cl_nn_rows_here(d, N), C = d->cfg.channels, Cl = d->channels_local, Kl = d->kv_channels_local,
-            Fl = d->mlp_local, Q = Cl + 2 * Kl;
-    int NH, KV, hd, iN = (int)N, iC = (int)C, iQ = (int)Q;
-    llama_heads(d, &NH, &KV, &hd);
-    float eps = (float)d->cfg.rms_norm_eps, *G = m->scratch;
-    const float *cos_t = m->rope, *sin_t = m->rope + m->sizes.tables / 2;
-    double fq = 2.0 * (double)N * C * Q, fl = 2.0 * (double)N * C * Cl, ff = 2.0 * (double)N * C * Fl, att = 4.0 * (double)B * T * T * Cl;
+    int64_t N = (int64_t)B * T, Ns = cl_nn_rows_here(d, N), C = d->cfg.channels, Fl = d->mlp_local;
+    int iN = (int)N, iC = (int)C;
+    float *G = m->scratch;
+    double ff = 2.0 * (double)N * C * Fl;
     const float *x;
-    CL_PROF("fwd rmsnorm", 0, cl_kern(m)->rmsnorm_forward(s->ln1, s->rstd1, in, w->ln1_w, eps, (int)Ns, iC));
-    CL_TRY(cl_nn_col_input(m, s->ln1, G, Ns, C, &x));
-    CL_PROF("fwd qkv", fq, (cl_sgemm(cl_kern(m), 0, 0, iN, (int)Cl, iC, 1.0f, x, iC, w->q_w, (int)Cl, 0.0f, s->qkv, iQ),
-                            cl_sgemm(cl_kern(m), 0, 0, iN, (int)Kl, iC, 1.0f, x, iC, w->k_w, (int)Kl, 0.0f, s->qkv + Cl, iQ),
-                            cl_sgemm(cl_kern(m), 0, 0, iN, (int)Kl, iC, 1.0f, x, iC, w->v_w, (int)Kl, 0.0f, s->qkv + Cl + Kl, iQ)));
-    CL_PROF("fwd rope", 0, cl_kern(m)->rope_forward(s->qkv, s->qkv, cos_t, sin_t, iN, T, 0, NH + KV, hd, Q));
-    CL_PROF("fwd attention", att, cl_kern(m)->flash_forward(s->atty, s->lse, s->qkv, B, T, (int)Cl, NH, KV));
-    CL_TRY(cl_nn_row_linear(m, "fwd o_proj", fl, s->atty, w->o_w, NULL, s->res2, N, Cl));
-    CL_PROF("fwd residual rmsnorm", 0, cl_kern(m)->residual_rmsnorm_forward(s->res2, s->ln2, s->rstd2, s->res2, in, w->ln2_w, eps, (int)Ns, iC));
-    CL_TRY(cl_nn_col_input(m, s->ln2, G, Ns, C, &x));
+    CL_TRY(cl_llama_attn_forward(m, &s->at, in, &w->at, B, T));
+    CL_TRY(cl_nn_col_input(m, s->at.ln2, G, Ns, C, &x));
     CL_PROF("fwd gate up", 2 * ff, (cl_sgemm(cl_kern(m), 0, 0, iN, (int)Fl, iC, 1.0f, x, iC, w->gate_w, (int)Fl, 0.0f, s->gate, (int)Fl),
                                      cl_sgemm(cl_kern(m), 0, 0, iN, (int)Fl, iC, 1.0f, x, iC, w->up_w, (int)Fl, 0.0f, s->up, (int)Fl)));
     CL_PROF("fwd swiglu", 0, cl_kern(m)->swiglu_forward(s->h, s->gate, s->up, N * Fl));
     CL_TRY(cl_nn_row_linear(m, "fwd down_proj", ff, s->h, w->down_w, NULL, s->out, N, Fl));
-    CL_PROF("fwd residual", 0, cl_kern(m)->add_inplace(s->out, s->res2, Ns * C));
+    CL_PROF("fwd residual", 0, cl_kern(m)->add_inplace(s->out, s->at.res2, Ns * C));
     return CL_OK;
 }
 
@@ -169,10 +146,8 @@ static cl_status llama_backward_pass(cl_model *m, const llama_acts *s, const flo
                                      const llama_block_weights *gw, const float *dout, float *din, int wi, int ww, int B, int T) {
     const cl_model_desc *d = m->desc;
     int sp = d->tpl.sp, split = d->tpl.tp > 1;
-    int64_t N = (int64_t)B * T, Ns = cl_nn_rows_here(d, N), C = d->cfg.channels, Cl = d->channels_local, Kl = d->kv_channels_local,
-            Fl = d->mlp_local, Q = Cl + 2 * Kl;
-    int NH, KV, hd, iN = (int)N, iNs = (int)Ns, iC = (int)C, iCl = (int)Cl, iKl = (int)Kl, iFl = (int)Fl, iQ = (int)Q;
-    llama_heads(d, &NH, &KV, &hd);
+    int64_t N = (int64_t)B * T, Ns = cl_nn_rows_here(d, N), C = d->cfg.channels, Fl = d->mlp_local;
+    int iN = (int)N, iC = (int)C, iFl = (int)Fl;
     const cl_kernels *K = cl_kern(m);
     cl_nn_keep k = {split ? m->tp_keep : NULL, ww && !wi && split, m->dev};
     if (k.wonly && !k.keep) return cl_error(CL_ERR_INTERNAL, "a tensor-parallel weight pass without the input pass's results");
@@ -183,24 +158,15 @@ static cl_status llama_backward_pass(cl_model *m, const llama_acts *s, const flo
     float *dup = ws; ws += N * Fl;
     float *dh = ws; ws += N * Fl;
     float *dln2 = ws; ws += N * C;
-    float *datty = ws; ws += N * Cl;
-    float *dqkv = ws; ws += N * Q;
-    float *dln1 = ws; ws += N * C;
-    float *dof = NULL, *dr2f = NULL, *G = NULL, *dln2s = NULL, *dln1s = NULL;
+    float *dof = NULL, *G = NULL, *dln2s = NULL;
     if (sp) {
         dof = ws; ws += N * C;
-        dr2f = ws; ws += N * C;
         G = ws; ws += N * C;
         dln2s = ws; ws += Ns * C;
-        dln1s = ws; ws += Ns * C;
     }
-    float *attscratch = ws;
-    CL_ASSERT(attscratch + cl_flash_scratch_floats(B, T, iCl, KV) <= m->scratch + m->sizes.scratch);
-    const float *cos_t = m->rope, *sin_t = m->rope + m->sizes.tables / 2;
-    double fq = 2.0 * (double)N * C * Q, fl = 2.0 * (double)N * C * Cl, ff = 2.0 * (double)N * C * Fl, att = 4.0 * (double)B * T * T * Cl;
+    double ff = 2.0 * (double)N * C * Fl;
     const float *x;
-    CL_PROF("bwd zero", 0, (cl_device_fill(m->dev, dgate, 0, (size_t)(2 * N * Fl) * sizeof(float)),
-                            cl_device_fill(m->dev, dqkv, 0, (size_t)(N * Q) * sizeof(float))));
+    CL_PROF("bwd zero", 0, cl_device_fill(m->dev, dgate, 0, (size_t)(2 * N * Fl) * sizeof(float)));
     CL_PROF("bwd residual", 0, cl_device_copy(m->dev, dres2, dout, (size_t)(Ns * C) * sizeof(float)));
     /* down_proj, row-parallel */
     const float *dO;
@@ -215,40 +181,11 @@ static cl_status llama_backward_pass(cl_model *m, const llama_acts *s, const flo
     const float *dl2;
     CL_TRY(cl_nn_col_dinput(m, &k, run, dln2, dln2s, Ns, &dl2));
     if (ww) {
-        CL_TRY(cl_nn_col_input(m, s->ln2, G, Ns, C, &x)); /* sequence-parallel: gathered again, not kept */
+        CL_TRY(cl_nn_col_input(m, s->at.ln2, G, Ns, C, &x)); /* sequence-parallel: gathered again, not kept */
         CL_PROF("bwd gate up w", 2 * ff, (cl_sgemm(K, 1, 0, iC, iFl, iN, 1.0f, x, iC, dgate, iFl, 1.0f, gw->gate_w, iFl),
                                            cl_sgemm(K, 1, 0, iC, iFl, iN, 1.0f, x, iC, dup, iFl, 1.0f, gw->up_w, iFl)));
     }
-    CL_PROF("bwd rmsnorm", 0, K->rmsnorm_backward_input(dres2, dl2, s->res2, w->ln2_w, s->rstd2, iNs, iC));
-    if (ww) CL_PROF("bwd rmsnorm w", 0, K->rmsnorm_backward_weight(gw->ln2_w, dl2, s->res2, s->rstd2, iNs, iC));
-    /* o_proj, row-parallel */
-    const float *dR;
-    CL_TRY(cl_nn_row_dout(m, &k, run, dres2, dr2f, Ns, &dR));
-    CL_PROF("bwd o_proj", fl, cl_sgemm(K, 0, 1, iN, iCl, iC, 1.0f, dR, iC, w->o_w, iC, 0.0f, datty, iCl));
-    if (ww) CL_PROF("bwd o_proj w", fl, cl_sgemm(K, 1, 0, iCl, iC, iN, 1.0f, s->atty, iCl, dR, iC, 1.0f, gw->o_w, iC));
-    /* the score tiles recomputed (q k^T, a third product) besides the four of the gradients */
-    CL_PROF("bwd attention", 2.5 * att, K->flash_backward(dqkv, attscratch, datty, s->qkv, s->atty, s->lse, B, T, iCl, NH, KV));
-    /* the gradients of q and k before their rotation, in place */
-    CL_PROF("bwd rope", 0, K->rope_backward_set(dqkv, dqkv, cos_t, sin_t, iN, T, 0, NH + KV, hd, Q));
-    if (ww) {
-        CL_TRY(cl_nn_col_input(m, s->ln1, G, Ns, C, &x));
-        CL_PROF("bwd qkv w", fq, (cl_sgemm(K, 1, 0, iC, iCl, iN, 1.0f, x, iC, dqkv, iQ, 1.0f, gw->q_w, iCl),
-                                  cl_sgemm(K, 1, 0, iC, iKl, iN, 1.0f, x, iC, dqkv + Cl, iQ, 1.0f, gw->k_w, iKl),
-                                  cl_sgemm(K, 1, 0, iC, iKl, iN, 1.0f, x, iC, dqkv + Cl + Kl, iQ, 1.0f, gw->v_w, iKl)));
-    }
-    /* q, k, v, column-parallel by heads */
-    if (run)
-        CL_PROF("bwd qkv", fq, (cl_sgemm(K, 0, 1, iN, iC, iCl, 1.0f, dqkv, iQ, w->q_w, iCl, 0.0f, dln1, iC),
-                                cl_sgemm(K, 0, 1, iN, iC, iKl, 1.0f, dqkv + Cl, iQ, w->k_w, iKl, 1.0f, dln1, iC),
-                                cl_sgemm(K, 0, 1, iN, iC, iKl, 1.0f, dqkv + Cl + Kl, iQ, w->v_w, iKl, 1.0f, dln1, iC)));
-    const float *dl1;
-    CL_TRY(cl_nn_col_dinput(m, &k, run, dln1, dln1s, Ns, &dl1));
-    if (ww) CL_PROF("bwd rmsnorm w", 0, K->rmsnorm_backward_weight(gw->ln1_w, dl1, in, s->rstd1, iNs, iC));
-    if (din) {
-        CL_PROF("bwd rmsnorm", 0, K->rmsnorm_backward_input(din, dl1, in, w->ln1_w, s->rstd1, iNs, iC));
-        CL_PROF("bwd residual", 0, K->add_inplace(din, dres2, Ns * C));
-    }
-    return CL_OK;
+    return cl_llama_attn_backward(m, &k, &s->at, in, &w->at, &gw->at, dres2, dl2, din, G, ws, ww, B, T);
 }
 
 static cl_status llama_block_forward(cl_model *m, const cl_unit *un, const cl_microbatch *mb, const float *in, float *base,
@@ -266,14 +203,11 @@ static cl_status llama_block_backward(cl_model *m, const cl_unit *un, const cl_m
     llama_block_weights w, gw;
     cl_kind_bind(&cl_kind_llama_block, p, &w);
     cl_kind_bind(&cl_kind_llama_block, g, &gw);
-    int B = mb->B, T = mb->T, NH, KV, hd;
+    int B = mb->B, T = mb->T;
     llama_acts s = llama_acts_of(m, base, B, T);
     /* what the forward did not keep, recomputed bit for bit (the output it writes again is the same) */
     if (m->recompute == CL_RECOMPUTE_FULL) CL_TRY(llama_pass(m, &s, in, &w, B, T));
-    else if (m->recompute == CL_RECOMPUTE_SELECTIVE) { /* the lse from the kept qkv (the kept output written again, the same bits) */
-        llama_heads(m->desc, &NH, &KV, &hd);
-        cl_kern(m)->flash_forward(s.atty, s.lse, s.qkv, B, T, m->desc->channels_local, NH, KV);
-    }
+    else if (m->recompute == CL_RECOMPUTE_SELECTIVE) cl_llama_attn_relse(m, &s.at, B, T); /* the lse from the kept qkv */
     return llama_backward_pass(m, &s, in, &w, &gw, dout, din, what & CL_BWD_INPUT, what & CL_BWD_WEIGHT, B, T);
 }
 

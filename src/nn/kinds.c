@@ -12,6 +12,7 @@ static const cl_kind *const kinds[] = {
     [CL_UNIT_FLATTEN] = &cl_kind_flatten, [CL_UNIT_LINEAR] = &cl_kind_linear,   [CL_UNIT_CLASSIFY] = &cl_kind_classify,
     [CL_UNIT_TOKEN_EMBED] = &cl_kind_token_embed, [CL_UNIT_LLAMA_BLOCK] = &cl_kind_llama_block,
     [CL_UNIT_LLAMA_HEAD] = &cl_kind_llama_head,   [CL_UNIT_LLAMA_HEAD_UNTIED] = &cl_kind_llama_head_untied,
+    [CL_UNIT_MOE_BLOCK] = &cl_kind_moe_block,
 };
 
 const cl_kind *cl_kind_of(cl_unit_kind k) {

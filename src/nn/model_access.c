@@ -8,6 +8,8 @@
  * by a bit. */
 #include "nn/model_impl.h"
 
+#include <string.h>
+
 const cl_model_desc *cl_model_desc_of(const cl_model *m) { return m->desc; }
 cl_device *cl_model_device(const cl_model *m) { return m->dev; }
 void cl_model_units(const cl_model *m, int *u0, int *u1) {
@@ -54,4 +56,11 @@ void cl_model_whole_to_shard(cl_model *m) {
         int64_t a, len = cl_zero_overlap(m->loc[i], m->loc[i] + d->params[i].numel, m->sizes.shard_lo, m->sizes.shard, &a);
         if (len) cl_device_copy(m->dev, m->grads + (a - m->sizes.shard_lo), m->g[i] + (a - m->loc[i]), (size_t)len * sizeof(float));
     }
+}
+
+void cl_model_moe_take(cl_model *m, double *aux, int64_t *dropped, int64_t *slots) {
+    *aux = m->moe_aux, *dropped = m->moe_dropped;
+    for (int e = 0; slots && e < m->desc->cfg.experts; e++) slots[e] = m->moe_slots[e];
+    m->moe_aux = 0, m->moe_dropped = 0;
+    memset(m->moe_slots, 0, sizeof m->moe_slots);
 }

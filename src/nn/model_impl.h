@@ -5,10 +5,15 @@
 #define CL_NN_MODEL_IMPL_H
 
 #include "cleave/backend.h"
+#include "cleave/kernels.h"
 #include "cleave/model.h"
 
 struct cl_model {
     const cl_model_desc *desc;
+    /* the MoE blocks' figures since cl_model_moe_take: the aux loss (each micro-batch's sum over the part's MoE
+     * blocks, weighted by its share of the step), dropped token-slots, token-slots per expert (summed over blocks) */
+    double moe_aux;
+    int64_t moe_dropped, moe_slots[CL_MOE_MAX_EXPERTS];
     cl_device *dev;
     int u0, u1;
     int B;                  /* micro-batch capacity in samples */

@@ -113,6 +113,8 @@ cl_status cl_pp_gather(cl_trainer *t, float **host, int *writer, int *opt_t);
 cl_status cl_pp_load(cl_trainer *t, const float *p, const float *m, const float *v, int opt_t);
 /* ZeRO 3: seconds this rank's parts waited for parameter gathers since the last call. */
 double cl_pp_z3_wait(cl_trainer *t);
+/* The step's MoE figures into st (moe_stats.c): each chunk's, summed over the pipeline and the replicas. */
+cl_status cl_pp_moe_stats(cl_trainer *t, cl_step_stats *st);
 
 /* This rank's chunks (ckpt_gather.c): their parts and optimizers; returns how many. */
 int cl_pp_chunks(cl_trainer *t, cl_model **m, cl_optimizer **o);

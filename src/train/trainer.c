@@ -220,6 +220,7 @@ cl_status cl_trainer_step(cl_trainer *t, cl_step_stats *st) {
     }
     (void)cl_pp_z3_wait(t); /* an evaluation's waits are not the step's */
     CL_TRY(cl_pp_step(t, lr, &loss_sum, &norm, st));
+    if (t->desc->cfg.experts) CL_TRY(cl_pp_moe_stats(t, st));
     st->z3_wait = cl_pp_z3_wait(t);
     if (g) {
         cl_comm_counts_get(g->tp, &st->comm_tp);

@@ -1,0 +1,353 @@
+/* The Mixtral block (Hugging Face's MixtralDecoderLayer) as a unit kind
+ * (kind.h): the Llama block's attention half (llama_attn.c, shared), then
+ * instead of the dense SwiGLU MLP the sparse one (MixtralSparseMoeBlock):
+ *
+ *   logits = ln2 W_g                 W_g [C, E] (block_sparse_moe.gate)
+ *   p = softmax(logits) in F32, top-K per token (ties to the lower expert),
+ *   the K weights renormalized; each token-slot's row through its expert
+ *   e: w2_e(silu(w1_e x) * w3_e x), w1/w3 [C, F], w2 [F, C] ([in, out], as
+ *   cleave stores linear weights; HF's nn.Linear is [out, in]);
+ *   out = res2 + sum_i w_i expert_{e_i}(ln2)
+ *
+ * and the load-balancing loss aux = E sum_e f_e P_e of the micro-batch
+ * (moe.c's per-slot form: f_e the share of the N K token-slots routed to e,
+ * P_e the mean probability; HF's load_balancing_loss_func is K times it and
+ * pools every layer before the product: cleave sums per-block terms, as
+ * Switch and Megatron-LM do). The step's loss gets moe_aux_coeff x the
+ * per-micro-batch sums averaged as the LM loss is (weight dloss B T per
+ * micro-batch); its gradient goes into the router only (f is piecewise
+ * constant). A capacity factor cf keeps the first ceil(cf N K / E) slots of
+ * each expert in token order (the rest dropped: no output, no gradient,
+ * counted); 0 is dropless.
+ *
+ * The saved activations are sized for the worst case, R = N K expert rows
+ * (every slot on one expert) when dropless, or min(N K, E cap) with a
+ * capacity: the memory predictor then holds whatever the routing does.
+ * Tensor and expert parallelism are not built (the family refuses tp > 1
+ * for MoE blocks); pp and dp need nothing of the kind.
+ *
+ * Invariants: parameters in checkpoint order (the attention half's six, the
+ * router, then experts 0..E-1 each w1, w2, w3) under HF Mixtral's names;
+ * the integer arrays (top-k indices, slot rows, dispatch order, counts) live
+ * in float-sized slots of the activations; every result depends on the
+ * inputs alone (moe.c's kernels and the GEMMs in expert order). */
+#include "nn/kind.h"
+#include "nn/llama_attn.h"
+#include "nn/model_impl.h"
+
+#include "cleave/kernels.h"
+#include "cleave/prof.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+enum { NATT = 6 }; /* input_layernorm, q, k, v, o, post_attention_layernorm: llama_attn.h's weights, in order */
+
+static const char *const att_names[NATT] = {"input_layernorm.weight", "self_attn.q_proj.weight", "self_attn.k_proj.weight",
+                                            "self_attn.v_proj.weight", "self_attn.o_proj.weight", "post_attention_layernorm.weight"};
+
+static int moe_param_list(const cl_model_desc *d, const cl_unit *un, int i, cl_kind_param *kp, char *name, size_t cap) {
+    (void)un;
+    int E = d->cfg.experts;
+    if (i < 0) return NATT + 1 + 3 * E;
+    memset(kp, 0, sizeof *kp);
+    kp->decay = 1;
+    kp->init = CL_INIT_NORMAL;
+    kp->tp = CL_TPS_REPLICATED;
+    if (i < NATT) {
+        snprintf(name, cap, "%s", att_names[i]);
+        int norm = i == 0 || i == NATT - 1;
+        kp->tp = norm ? CL_TPS_NORM : i == 4 ? CL_TPS_ROWS : CL_TPS_COLUMNS;
+        kp->decay = !norm;
+        kp->init = norm ? CL_INIT_ONES : CL_INIT_NORMAL;
+    } else if (i == NATT) {
+        snprintf(name, cap, "block_sparse_moe.gate.weight");
+    } else {
+        int e = (i - NATT - 1) / 3, w = (i - NATT - 1) % 3;
+        snprintf(name, cap, "block_sparse_moe.experts.%d.w%d.weight", e, w + 1);
+    }
+    return NATT + 1 + 3 * E;
+}
+
+/* Whole shapes, [in, out]: the attention half's as the Llama block's; the router C x E; w1, w3 C x F, w2 F x C;
+ * normal(0, 0.02), o and w2 scaled by 1/sqrt(2 x layers) as the Llama block's residual projections. */
+static void moe_param(const cl_model_desc *d, const cl_unit *un, int i, cl_param_shape *o) {
+    (void)un;
+    int64_t C = d->cfg.channels, K = (int64_t)cl_model_kv_heads(&d->cfg) * (C / d->cfg.heads), Fw = cl_model_mlp_width(&d->cfg);
+    float res = 0.02f / sqrtf(2.0f * (float)d->cfg.layers);
+    o->ndim = 2;
+    o->scale = 0.02f;
+    if (i == 0 || i == NATT - 1) {
+        o->ndim = 1, o->shape[0] = C, o->scale = 0;
+    } else if (i < NATT) {
+        o->shape[0] = C;
+        o->shape[1] = i == 2 || i == 3 ? K : C;
+        if (i == 4) o->scale = res;
+    } else if (i == NATT) {
+        o->shape[0] = C, o->shape[1] = d->cfg.experts;
+    } else {
+        int w = (i - NATT - 1) % 3; /* 0: w1, 1: w2, 2: w3 */
+        o->shape[0] = w == 1 ? Fw : C;
+        o->shape[1] = w == 1 ? C : Fw;
+        if (w == 1) o->scale = res;
+    }
+}
+
+/* Expert rows a micro-batch of N tokens can occupy: N K dropless (the worst case), else min(N K, E cap). */
+static int64_t moe_capacity(const cl_model_desc *d, int64_t N) {
+    int64_t E = d->cfg.experts, K = d->cfg.experts_per_token;
+    double cf = d->cfg.moe_capacity_factor;
+    if (!(cf > 0)) return 0;
+    return (int64_t)ceil(cf * (double)(N * K) / (double)E);
+}
+static int64_t moe_rows(const cl_model_desc *d, int64_t N) {
+    int64_t NK = N * d->cfg.experts_per_token, cap = moe_capacity(d, N), ecap = cap * d->cfg.experts;
+    return cap > 0 && ecap < NK ? ecap : NK;
+}
+
+typedef struct {
+    cl_llama_attn_acts at;
+    float *probs, *wts, *frac, *xe, *gate, *up, *h, *ye, *out;
+    int32_t *idx, *row, *perm, *counts;
+} moe_acts;
+
+/* From base, after the attention half: probs N E, wts, idx, row N K each, perm R, counts E, frac E, xe R C,
+ * gate, up, h R F each, ye R C, out N C. */
+static moe_acts moe_layout_at(const cl_model_desc *d, float *base, int64_t B, int64_t T, float *lse_apart) {
+    int64_t N = B * T, E = d->cfg.experts, K = d->cfg.experts_per_token, C = d->cfg.channels, Fw = cl_model_mlp_width(&d->cfg);
+    int64_t R = moe_rows(d, N);
+    moe_acts a;
+    float *p = cl_llama_attn_layout(d, base, B, T, lse_apart, &a.at);
+    a.probs = p; p += N * E;
+    a.wts = p; p += N * K;
+    a.idx = (int32_t *)p; p += N * K;
+    a.row = (int32_t *)p; p += N * K;
+    a.perm = (int32_t *)p; p += R;
+    a.counts = (int32_t *)p; p += E;
+    a.frac = p; p += E;
+    a.xe = p; p += R * C;
+    a.gate = p; p += R * Fw;
+    a.up = p; p += R * Fw;
+    a.h = p; p += R * Fw;
+    a.ye = p; p += R * C;
+    a.out = p;
+    return a;
+}
+
+/* the floats moe_layout_at lays out for B x T, the attention's lse included, out included */
+static int64_t moe_floats(const cl_model_desc *d, int64_t B, cl_sizer *z) {
+    int64_t N = B * d->T, E = d->cfg.experts, K = d->cfg.experts_per_token, C = d->cfg.channels, Fw = cl_model_mlp_width(&d->cfg);
+    int64_t R = moe_rows(d, N);
+    int64_t att = cl_size_mul(z, B, cl_llama_attn_act_floats(d, z));
+    int64_t tok = cl_size_mul(z, N, E + 3 * K + C), rows = cl_size_mul(z, R, 2 * C + 3 * Fw + 1);
+    return cl_size_add(z, cl_size_add(z, att, tok), cl_size_add(z, rows, 2 * E));
+}
+
+static moe_acts moe_acts_of(const cl_model *m, float *base, int64_t B, int64_t T) {
+    const cl_model_desc *d = m->desc;
+    if (m->recompute == CL_RECOMPUTE_SELECTIVE) return moe_layout_at(d, base, B, T, m->rc_buf);
+    if (m->recompute == CL_RECOMPUTE_FULL) {
+        moe_acts a = moe_layout_at(d, m->rc_buf, B, T, NULL);
+        a.out = base; /* the one thing kept */
+        return a;
+    }
+    return moe_layout_at(d, base, B, T, NULL);
+}
+
+static float *moe_output(const cl_model *m, float *base, int B, int T) { return moe_acts_of(m, base, B, T).out; }
+
+typedef struct {
+    cl_llama_attn_weights at;
+    float *gate;        /* the router, [C, E] */
+    float *const *ex;   /* expert e: ex[3 e] w1 [C, F], ex[3 e + 1] w2 [F, C], ex[3 e + 2] w3 [C, F] */
+} moe_weights;
+
+static moe_weights moe_bind(float *const *p) {
+    moe_weights w;
+    w.at = (cl_llama_attn_weights){p[0], p[1], p[2], p[3], p[4], p[5]};
+    w.gate = p[NATT];
+    w.ex = p + NATT + 1;
+    return w;
+}
+
+/* The forward; *aux, *dropped: the micro-batch's aux loss and dropped slots. */
+static cl_status moe_pass(const cl_model *m, const moe_acts *s, const float *in, const moe_weights *w, int B, int T, float *aux,
+                          int64_t *dropped) {
+    const cl_model_desc *d = m->desc;
+    const cl_kernels *Kn = cl_kern(m);
+    int64_t N = (int64_t)B * T, C = d->cfg.channels, Fw = cl_model_mlp_width(&d->cfg);
+    int E = d->cfg.experts, K = d->cfg.experts_per_token, iN = (int)N, iC = (int)C, iF = (int)Fw;
+    CL_TRY(cl_llama_attn_forward(m, &s->at, in, &w->at, B, T));
+    float *logits = m->scratch, *pmean = m->scratch + N * E;
+    CL_PROF("fwd router", 2.0 * (double)N * C * E, cl_sgemm(Kn, 0, 0, iN, E, iC, 1.0f, s->at.ln2, iC, w->gate, E, 0.0f, logits, E));
+    CL_PROF("fwd topk", 0, Kn->moe_router_forward(s->probs, s->idx, s->wts, logits, iN, E, K));
+    *aux = Kn->moe_aux_loss(s->frac, pmean, s->probs, s->idx, iN, E, K);
+    *dropped = Kn->moe_dispatch(s->perm, s->row, s->counts, s->idx, iN, E, K, (int)moe_capacity(d, N));
+    int64_t rows = N * K - *dropped;
+    CL_PROF("fwd dispatch", 0, Kn->moe_gather(s->xe, s->at.ln2, s->perm, rows, iC, K));
+    int64_t o = 0;
+    for (int e = 0; e < E; e++) {
+        int n = s->counts[e];
+        float *const *x = w->ex + 3 * e;
+        double fl = 2.0 * n * (double)C * Fw;
+        CL_PROF("fwd experts w1 w3", 2 * fl, (cl_sgemm(Kn, 0, 0, n, iF, iC, 1.0f, s->xe + o * C, iC, x[0], iF, 0.0f, s->gate + o * Fw, iF),
+                                              cl_sgemm(Kn, 0, 0, n, iF, iC, 1.0f, s->xe + o * C, iC, x[2], iF, 0.0f, s->up + o * Fw, iF)));
+        o += n;
+    }
+    CL_PROF("fwd swiglu", 0, Kn->swiglu_forward(s->h, s->gate, s->up, rows * Fw));
+    o = 0;
+    for (int e = 0; e < E; e++) {
+        int n = s->counts[e];
+        CL_PROF("fwd experts w2", 2.0 * n * (double)C * Fw,
+                cl_sgemm(Kn, 0, 0, n, iC, iF, 1.0f, s->h + o * Fw, iF, w->ex[3 * e + 1], iC, 0.0f, s->ye + o * C, iC));
+        o += n;
+    }
+    CL_PROF("fwd combine", 0, Kn->moe_combine_forward(s->out, s->ye, s->wts, s->row, iN, iC, K));
+    CL_PROF("fwd residual", 0, Kn->add_inplace(s->out, s->at.res2, N * C));
+    return CL_OK;
+}
+
+static cl_status moe_forward(cl_model *m, const cl_unit *un, const cl_microbatch *mb, const float *in, float *base, float *const *p) {
+    (void)un;
+    moe_weights w = moe_bind(p);
+    moe_acts s = moe_acts_of(m, base, mb->B, mb->T);
+    float aux;
+    int64_t dropped;
+    CL_TRY(moe_pass(m, &s, in, &w, mb->B, mb->T, &aux, &dropped));
+    if (!(mb->dloss > 0)) return CL_OK; /* an evaluation: not the step's */
+    m->moe_aux += (double)aux * mb->dloss * mb->B * mb->T; /* the micro-batch's share of the step (0 in evaluation) */
+    m->moe_dropped += dropped;
+    for (int e = 0; e < m->desc->cfg.experts; e++) m->moe_slots[e] += s.counts[e];
+    return CL_OK;
+}
+
+/* The backward workspace from m->scratch at B: dres2, dln2 (N C each), dlogits (N E), dwts (N K), dye, dxe
+ * (R C each), dgate, dup, dh (R F each), then the attention half's (cl_llama_attn_scratch_floats) and the
+ * blockwise attention's tiles. */
+static int64_t moe_scratch(const cl_model_desc *d, const cl_unit *un, int B) {
+    (void)un;
+    cl_sizer z = {0};
+    int64_t N = (int64_t)B * d->T, C = d->cfg.channels, R = moe_rows(d, N), Fw = cl_model_mlp_width(&d->cfg);
+    int hd = d->cfg.channels / d->cfg.heads, KVl = (int)(d->kv_channels_local / hd);
+    int64_t n = N * (2 * C + d->cfg.experts + d->cfg.experts_per_token) + R * (2 * C + 3 * Fw);
+    n += (int64_t)B * cl_llama_attn_scratch_floats(d, &z);
+    return n + cl_flash_scratch_floats(B, (int)d->T, (int)d->channels_local, KVl);
+}
+
+static cl_status moe_backward(cl_model *m, const cl_unit *un, const cl_microbatch *mb, const float *in, float *base, float *const *p,
+                              float *const *g, const float *dout, float *din, int what) {
+    (void)un;
+    const cl_model_desc *d = m->desc;
+    const cl_kernels *Kn = cl_kern(m);
+    moe_weights w = moe_bind(p), gw = moe_bind(g);
+    int B = mb->B, T = mb->T, ww = (what & CL_BWD_WEIGHT) != 0;
+    int64_t N = (int64_t)B * T, C = d->cfg.channels, Fw = cl_model_mlp_width(&d->cfg), R = moe_rows(d, N);
+    int E = d->cfg.experts, K = d->cfg.experts_per_token, iN = (int)N, iC = (int)C, iF = (int)Fw;
+    moe_acts s = moe_acts_of(m, base, B, T);
+    if (m->recompute == CL_RECOMPUTE_FULL) { /* everything again, the same bits */
+        float aux;
+        int64_t dropped;
+        CL_TRY(moe_pass(m, &s, in, &w, B, T, &aux, &dropped));
+    } else if (m->recompute == CL_RECOMPUTE_SELECTIVE) {
+        cl_llama_attn_relse(m, &s.at, B, T);
+    }
+    float *ws = m->scratch;
+    float *dres2 = ws; ws += N * C;
+    float *dln2 = ws; ws += N * C;
+    float *dlogits = ws; ws += N * E;
+    float *dwts = ws; ws += N * K;
+    float *dye = ws; ws += R * C;
+    float *dxe = ws; ws += R * C;
+    float *dgate = ws; ws += R * Fw;
+    float *dup = ws; ws += R * Fw;
+    float *dh = ws; ws += R * Fw;
+    int64_t rows = 0;
+    for (int e = 0; e < E; e++) rows += s.counts[e];
+    CL_PROF("bwd zero", 0, (cl_device_fill(m->dev, dln2, 0, (size_t)(N * (C + E + K) + R * C) * sizeof(float)),
+                            cl_device_fill(m->dev, dgate, 0, (size_t)(2 * R * Fw) * sizeof(float))));
+    CL_PROF("bwd residual", 0, cl_device_copy(m->dev, dres2, dout, (size_t)(N * C) * sizeof(float)));
+    CL_PROF("bwd combine", 0, Kn->moe_combine_backward(dye, dwts, dout, s.ye, s.wts, s.row, iN, iC, K));
+    int64_t o = 0;
+    for (int e = 0; e < E; e++) {
+        int n = s.counts[e];
+        double fl = 2.0 * n * (double)C * Fw;
+        CL_PROF("bwd experts w2", fl, cl_sgemm(Kn, 0, 1, n, iF, iC, 1.0f, dye + o * C, iC, w.ex[3 * e + 1], iC, 0.0f, dh + o * Fw, iF));
+        if (ww) CL_PROF("bwd experts w2 w", fl, cl_sgemm(Kn, 1, 0, iF, iC, n, 1.0f, s.h + o * Fw, iF, dye + o * C, iC, 1.0f, gw.ex[3 * e + 1], iC));
+        o += n;
+    }
+    CL_PROF("bwd swiglu", 0, Kn->swiglu_backward(dgate, dup, dh, s.gate, s.up, rows * Fw));
+    o = 0;
+    for (int e = 0; e < E; e++) {
+        int n = s.counts[e];
+        double fl = 2.0 * n * (double)C * Fw;
+        const float *xe = s.xe + o * C, *dg = dgate + o * Fw, *du = dup + o * Fw;
+        CL_PROF("bwd experts w1 w3", 2 * fl, (cl_sgemm(Kn, 0, 1, n, iC, iF, 1.0f, dg, iF, w.ex[3 * e], iF, 0.0f, dxe + o * C, iC),
+                                              cl_sgemm(Kn, 0, 1, n, iC, iF, 1.0f, du, iF, w.ex[3 * e + 2], iF, 1.0f, dxe + o * C, iC)));
+        if (ww)
+            CL_PROF("bwd experts w1 w3 w", 2 * fl, (cl_sgemm(Kn, 1, 0, iC, iF, n, 1.0f, xe, iC, dg, iF, 1.0f, gw.ex[3 * e], iF),
+                                                    cl_sgemm(Kn, 1, 0, iC, iF, n, 1.0f, xe, iC, du, iF, 1.0f, gw.ex[3 * e + 2], iF)));
+        o += n;
+    }
+    CL_PROF("bwd dispatch", 0, Kn->moe_gather_backward(dln2, dxe, s.row, iN, iC, K));
+    /* the router: the weights' gradient, and the aux loss's at its weight in the step */
+    float daux = (float)(d->cfg.moe_aux_coeff * mb->dloss * B * T);
+    CL_PROF("bwd router", 0, Kn->moe_router_backward(dlogits, dwts, s.probs, s.idx, s.wts, s.frac, daux, iN, E, K));
+    CL_PROF("bwd router gemm", 2.0 * (double)N * C * E, cl_sgemm(Kn, 0, 1, iN, iC, E, 1.0f, dlogits, E, w.gate, E, 1.0f, dln2, iC));
+    if (ww) CL_PROF("bwd router w", 2.0 * (double)N * C * E, cl_sgemm(Kn, 1, 0, iC, E, iN, 1.0f, s.at.ln2, iC, dlogits, E, 1.0f, gw.gate, E));
+    cl_nn_keep k = {NULL, 0, m->dev};
+    return cl_llama_attn_backward(m, &k, &s.at, in, &w.at, &gw.at, dres2, dln2, din, NULL, ws, ww, B, T);
+}
+
+/* Per sample (B = 1; the functions below are exact at any B): in and out T x C; saved and workspace as laid out
+ * above; FLOPs: the attention half's and the router's, K experts' SwiGLU per token (the active work). */
+static void moe_sizes(const cl_model_desc *d, cl_unit *un, cl_sizer *z) {
+    int64_t T = d->T, C = d->cfg.channels, Fw = cl_model_mlp_width(&d->cfg);
+    int64_t Kv = (int64_t)cl_model_kv_heads(&d->cfg) * (C / d->cfg.heads);
+    un->in_floats = cl_size_mul(z, T, C);
+    un->out_floats = un->in_floats;
+    un->act_floats = moe_floats(d, 1, z);
+    un->scratch_floats = moe_scratch(d, un, 1);
+    double lin = (double)(2 * C + 2 * Kv + d->cfg.experts) * (double)C + 3.0 * d->cfg.experts_per_token * (double)Fw * (double)C;
+    un->flops = 2.0 * (double)T * lin + 4.0 * (double)T * (double)T * (double)C;
+}
+
+static int64_t moe_act_floats(const cl_model_desc *d, const cl_unit *un, int B, int recompute) {
+    if (recompute == CL_RECOMPUTE_FULL) return un->out_floats * B;
+    cl_sizer z = {0};
+    int64_t n = moe_floats(d, B, &z);
+    return recompute == CL_RECOMPUTE_SELECTIVE ? n - (int64_t)B * d->heads_local * d->T : n;
+}
+
+static int64_t moe_rc_floats(const cl_model_desc *d, const cl_unit *un, int B, int recompute) {
+    (void)un;
+    cl_sizer z = {0};
+    return recompute == CL_RECOMPUTE_FULL ? moe_floats(d, B, &z) : recompute == CL_RECOMPUTE_SELECTIVE ? (int64_t)B * d->heads_local * d->T : 0;
+}
+
+/* The planner's cost: the dense Llama block's with the MLP's width (one expert's; the K active experts and the
+ * router are not priced yet: the planner's MoE is issue 33 item 5's). */
+static void moe_cost(const cl_model_desc *d, const cl_unit *un, int B, double e, int recompute, int causal, cl_unit_cost *o) {
+    cl_kind_llama_block.cost(d, un, B, e, recompute, causal, o);
+}
+
+const cl_kind cl_kind_moe_block = {
+    .name = "llama_moe_block",
+    .prefixed = 1,
+    .nparams = 0,
+    .params = NULL,
+    .param_list = moe_param_list,
+    .sizes = moe_sizes,
+    .param = moe_param,
+    .act_floats = moe_act_floats,
+    .scratch_floats = moe_scratch,
+    .rc_floats = moe_rc_floats,
+    .cost = moe_cost,
+    .repeated = 1,
+    .weight_redo = 1,
+    .z3_reads = CL_KIND_READS_ALL,
+    .rope = 1,
+    .output = moe_output,
+    .forward = moe_forward,
+    .backward = moe_backward,
+};

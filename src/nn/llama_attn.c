@@ -1,0 +1,133 @@
+/* The attention half of the Llama family's blocks (llama_attn.h): written
+ * once for a tensor-parallel slice (Megatron-LM's split: q, k, v by columns
+ * of this rank's query and key-value heads, o_proj by rows; the norms
+ * replicated), called by the dense Llama block and the MoE block.
+ *
+ * Invariants: the code is the dense block's as it was (the same kernels in
+ * the same order on the same buffers), so moving it here changed no bits;
+ * temporaries live in the part's scratch (forward) or the workspace the
+ * caller hands over (backward). */
+#include "nn/llama_attn.h"
+#include "nn/model_impl.h"
+
+#include "cleave/prof.h"
+
+#include <stddef.h>
+
+float *cl_llama_attn_layout(const cl_model_desc *d, float *base, int64_t B, int64_t T, float *lse_apart, cl_llama_attn_acts *a) {
+    int64_t N = B * T, Ns = cl_nn_rows_here(d, N), C = d->cfg.channels, Cl = d->channels_local, Kl = d->kv_channels_local;
+    float *p = base;
+    a->ln1 = p; p += Ns * C;
+    a->rstd1 = p; p += Ns;
+    a->qkv = p; p += N * (Cl + 2 * Kl);
+    a->atty = p; p += N * Cl;
+    if (lse_apart) a->lse = lse_apart;
+    else a->lse = p, p += B * d->heads_local * T;
+    a->res2 = p; p += Ns * C;
+    a->ln2 = p; p += Ns * C;
+    a->rstd2 = p; p += Ns;
+    return p;
+}
+
+int64_t cl_llama_attn_act_floats(const cl_model_desc *d, cl_sizer *z) {
+    int64_t T = d->T, C = d->cfg.channels, Ts = d->tpl.sp ? T / d->tpl.tp : T;
+    int64_t cols = 2 * (int64_t)d->channels_local + 2 * (int64_t)d->kv_channels_local;
+    return cl_size_add(z, cl_size_add(z, cl_size_mul(z, Ts, 3 * C + 2), cl_size_mul(z, T, cols)), cl_size_mul(z, d->heads_local, T));
+}
+
+void cl_llama_heads(const cl_model_desc *d, int *NH, int *KV, int *hd) {
+    *hd = d->cfg.channels / d->cfg.heads;
+    *NH = d->heads_local;
+    *KV = d->kv_channels_local / *hd;
+}
+
+cl_status cl_llama_attn_forward(const cl_model *m, const cl_llama_attn_acts *s, const float *in, const cl_llama_attn_weights *w,
+                                int B, int T) {
+    const cl_model_desc *d = m->desc;
+    int64_t N = (int64_t)B * T, Ns = cl_nn_rows_here(d, N), C = d->cfg.channels, Cl = d->channels_local, Kl = d->kv_channels_local,
+            Q = Cl + 2 * Kl;
+    int NH, KV, hd, iN = (int)N, iC = (int)C, iQ = (int)Q;
+    cl_llama_heads(d, &NH, &KV, &hd);
+    float eps = (float)d->cfg.rms_norm_eps, *G = m->scratch;
+    const float *cos_t = m->rope, *sin_t = m->rope + m->sizes.tables / 2;
+    double fq = 2.0 * (double)N * C * Q, fl = 2.0 * (double)N * C * Cl, att = 4.0 * (double)B * T * T * Cl;
+    const float *x;
+    CL_PROF("fwd rmsnorm", 0, cl_kern(m)->rmsnorm_forward(s->ln1, s->rstd1, in, w->ln1_w, eps, (int)Ns, iC));
+    CL_TRY(cl_nn_col_input(m, s->ln1, G, Ns, C, &x));
+    CL_PROF("fwd qkv", fq, (cl_sgemm(cl_kern(m), 0, 0, iN, (int)Cl, iC, 1.0f, x, iC, w->q_w, (int)Cl, 0.0f, s->qkv, iQ),
+                            cl_sgemm(cl_kern(m), 0, 0, iN, (int)Kl, iC, 1.0f, x, iC, w->k_w, (int)Kl, 0.0f, s->qkv + Cl, iQ),
+                            cl_sgemm(cl_kern(m), 0, 0, iN, (int)Kl, iC, 1.0f, x, iC, w->v_w, (int)Kl, 0.0f, s->qkv + Cl + Kl, iQ)));
+    CL_PROF("fwd rope", 0, cl_kern(m)->rope_forward(s->qkv, s->qkv, cos_t, sin_t, iN, T, 0, NH + KV, hd, Q));
+    CL_PROF("fwd attention", att, cl_kern(m)->flash_forward(s->atty, s->lse, s->qkv, B, T, (int)Cl, NH, KV));
+    CL_TRY(cl_nn_row_linear(m, "fwd o_proj", fl, s->atty, w->o_w, NULL, s->res2, N, Cl));
+    CL_PROF("fwd residual rmsnorm", 0, cl_kern(m)->residual_rmsnorm_forward(s->res2, s->ln2, s->rstd2, s->res2, in, w->ln2_w, eps, (int)Ns, iC));
+    return CL_OK;
+}
+
+int64_t cl_llama_attn_scratch_floats(const cl_model_desc *d, cl_sizer *z) {
+    int64_t T = d->T, C = d->cfg.channels, Cl = d->channels_local, Kl = d->kv_channels_local, Ts = d->tpl.sp ? T / d->tpl.tp : T;
+    int64_t n = cl_size_mul(z, T, Cl + (Cl + 2 * Kl) + C);
+    return d->tpl.sp ? cl_size_add(z, n, cl_size_add(z, cl_size_mul(z, T, C), cl_size_mul(z, Ts, C))) : n;
+}
+
+cl_status cl_llama_attn_backward(cl_model *m, cl_nn_keep *k, const cl_llama_attn_acts *s, const float *in,
+                                 const cl_llama_attn_weights *w, const cl_llama_attn_weights *gw, float *dres2, const float *dl2,
+                                 float *din, float *G, float *ws, int ww, int B, int T) {
+    const cl_model_desc *d = m->desc;
+    int sp = d->tpl.sp, run = !k->wonly;
+    int64_t N = (int64_t)B * T, Ns = cl_nn_rows_here(d, N), C = d->cfg.channels, Cl = d->channels_local, Kl = d->kv_channels_local,
+            Q = Cl + 2 * Kl;
+    int NH, KV, hd, iN = (int)N, iNs = (int)Ns, iC = (int)C, iCl = (int)Cl, iKl = (int)Kl, iQ = (int)Q;
+    cl_llama_heads(d, &NH, &KV, &hd);
+    const cl_kernels *K = cl_kern(m);
+    float *datty = ws; ws += N * Cl;
+    float *dqkv = ws; ws += N * Q;
+    float *dln1 = ws; ws += N * C;
+    float *dr2f = NULL, *dln1s = NULL;
+    if (sp) {
+        dr2f = ws; ws += N * C;
+        dln1s = ws; ws += Ns * C;
+    }
+    float *attscratch = ws;
+    CL_ASSERT(attscratch + cl_flash_scratch_floats(B, T, iCl, KV) <= m->scratch + m->sizes.scratch);
+    const float *cos_t = m->rope, *sin_t = m->rope + m->sizes.tables / 2;
+    double fq = 2.0 * (double)N * C * Q, fl = 2.0 * (double)N * C * Cl, att = 4.0 * (double)B * T * T * Cl;
+    const float *x;
+    CL_PROF("bwd zero", 0, cl_device_fill(m->dev, dqkv, 0, (size_t)(N * Q) * sizeof(float)));
+    CL_PROF("bwd rmsnorm", 0, K->rmsnorm_backward_input(dres2, dl2, s->res2, w->ln2_w, s->rstd2, iNs, iC));
+    if (ww) CL_PROF("bwd rmsnorm w", 0, K->rmsnorm_backward_weight(gw->ln2_w, dl2, s->res2, s->rstd2, iNs, iC));
+    /* o_proj, row-parallel */
+    const float *dR;
+    CL_TRY(cl_nn_row_dout(m, k, run, dres2, dr2f, Ns, &dR));
+    CL_PROF("bwd o_proj", fl, cl_sgemm(K, 0, 1, iN, iCl, iC, 1.0f, dR, iC, w->o_w, iC, 0.0f, datty, iCl));
+    if (ww) CL_PROF("bwd o_proj w", fl, cl_sgemm(K, 1, 0, iCl, iC, iN, 1.0f, s->atty, iCl, dR, iC, 1.0f, gw->o_w, iC));
+    /* the score tiles recomputed (q k^T, a third product) besides the four of the gradients */
+    CL_PROF("bwd attention", 2.5 * att, K->flash_backward(dqkv, attscratch, datty, s->qkv, s->atty, s->lse, B, T, iCl, NH, KV));
+    /* the gradients of q and k before their rotation, in place */
+    CL_PROF("bwd rope", 0, K->rope_backward_set(dqkv, dqkv, cos_t, sin_t, iN, T, 0, NH + KV, hd, Q));
+    if (ww) {
+        CL_TRY(cl_nn_col_input(m, s->ln1, G, Ns, C, &x));
+        CL_PROF("bwd qkv w", fq, (cl_sgemm(K, 1, 0, iC, iCl, iN, 1.0f, x, iC, dqkv, iQ, 1.0f, gw->q_w, iCl),
+                                  cl_sgemm(K, 1, 0, iC, iKl, iN, 1.0f, x, iC, dqkv + Cl, iQ, 1.0f, gw->k_w, iKl),
+                                  cl_sgemm(K, 1, 0, iC, iKl, iN, 1.0f, x, iC, dqkv + Cl + Kl, iQ, 1.0f, gw->v_w, iKl)));
+    }
+    /* q, k, v, column-parallel by heads */
+    if (run)
+        CL_PROF("bwd qkv", fq, (cl_sgemm(K, 0, 1, iN, iC, iCl, 1.0f, dqkv, iQ, w->q_w, iCl, 0.0f, dln1, iC),
+                                cl_sgemm(K, 0, 1, iN, iC, iKl, 1.0f, dqkv + Cl, iQ, w->k_w, iKl, 1.0f, dln1, iC),
+                                cl_sgemm(K, 0, 1, iN, iC, iKl, 1.0f, dqkv + Cl + Kl, iQ, w->v_w, iKl, 1.0f, dln1, iC)));
+    const float *dl1;
+    CL_TRY(cl_nn_col_dinput(m, k, run, dln1, dln1s, Ns, &dl1));
+    if (ww) CL_PROF("bwd rmsnorm w", 0, K->rmsnorm_backward_weight(gw->ln1_w, dl1, in, s->rstd1, iNs, iC));
+    if (din) {
+        CL_PROF("bwd rmsnorm", 0, K->rmsnorm_backward_input(din, dl1, in, w->ln1_w, s->rstd1, iNs, iC));
+        CL_PROF("bwd residual", 0, K->add_inplace(din, dres2, Ns * C));
+    }
+    return CL_OK;
+}
+
+void cl_llama_attn_relse(const cl_model *m, const cl_llama_attn_acts *s, int B, int T) {
+    int NH, KV, hd;
+    cl_llama_heads(m->desc, &NH, &KV, &hd);
+    cl_kern(m)->flash_forward(s->atty, s->lse, s->qkv, B, T, m->desc->channels_local, NH, KV);
+}
