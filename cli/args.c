@@ -138,6 +138,23 @@ cl_status cli_offload(const cli_args *a, int *out) {
     return CL_OK;
 }
 
+/* --rope-scaling none | llama3:FACTOR,LOW_FREQ_FACTOR,HIGH_FREQ_FACTOR,ORIGINAL_CONTEXT (Llama 3.1's rope_scaling; checked by the family) */
+static cl_status cli_rope_scaling(const cli_args *a, cl_model_config *mc) {
+    const char *v = cli_get(a, "rope-scaling");
+    if (!v) return CL_OK;
+    if (!strcmp(v, "none")) {
+        mc->rope_factor = mc->rope_low_freq = mc->rope_high_freq = 0, mc->rope_original_context = 0;
+        return CL_OK;
+    }
+    double f, lo, hi;
+    int orig, end = 0;
+    if (sscanf(v, "llama3:%lf,%lf,%lf,%d%n", &f, &lo, &hi, &orig, &end) != 4 || v[end])
+        return cl_error(CL_ERR_INVALID, "--rope-scaling '%s': none, or llama3:FACTOR,LOW_FREQ_FACTOR,HIGH_FREQ_FACTOR,ORIGINAL_CONTEXT "
+                                        "(Llama 3.1's: llama3:8,1,4,8192)", v);
+    mc->rope_factor = f, mc->rope_low_freq = lo, mc->rope_high_freq = hi, mc->rope_original_context = orig;
+    return CL_OK;
+}
+
 cl_status cli_parse_model(const cli_args *a, cl_model_config *mc, int *seq_len) { return cli_parse_model_from(a, NULL, mc, seq_len); }
 
 cl_status cli_parse_model_from(const cli_args *a, const cl_model_config *base, cl_model_config *mc, int *seq_len) {
@@ -146,8 +163,8 @@ cl_status cli_parse_model_from(const cli_args *a, const cl_model_config *base, c
     else CL_TRY(cl_model_preset(name ? name : "gpt2-tiny", mc));
     int custom = 0;
     const char *shape[] = {"layers", "channels", "heads", "vocab", "context", "kv-heads", "mlp-width", "norm",
-                           "ffn-channels", "rope-theta", "tie-embeddings"};
-    for (int i = 0; i < 11; i++)
+                           "ffn-channels", "rope-theta", "tie-embeddings", "rope-scaling"};
+    for (int i = 0; i < 12; i++)
         if (cli_get(a, shape[i])) {
             custom = 1;
             if (!cl_model_family_of(mc)->tokens) return cl_error(CL_ERR_INVALID, "--%s applies to GPT models, not %s", shape[i], mc->name);
@@ -170,6 +187,7 @@ cl_status cli_parse_model_from(const cli_args *a, const cl_model_config *base, c
     int tie = !mc->untied;
     CL_TRY(cli_int(a, "tie-embeddings", &tie, 0, 1));
     if (cli_get(a, "tie-embeddings")) mc->untied = !tie;
+    CL_TRY(cli_rope_scaling(a, mc));
     const char *norm = cli_get(a, "norm");
     if (norm && !strcmp(norm, "layernorm")) mc->norm = CL_NORM_LAYER;
     else if (norm && !strcmp(norm, "rmsnorm")) mc->norm = CL_NORM_RMS;
@@ -184,7 +202,9 @@ cl_status cli_parse_model_from(const cli_args *a, const cl_model_config *base, c
         /* the preset's name stays when the shape flags only repeat its values (a resolved configuration gives them all) */
         if (mc->layers != named.layers || mc->channels != named.channels || mc->heads != named.heads || mc->vocab != named.vocab ||
             mc->seq_len != named.seq_len || mc->kv_heads != named.kv_heads || mc->mlp_width != named.mlp_width || mc->norm != named.norm ||
-            mc->rope_theta != named.rope_theta || mc->untied != named.untied)
+            mc->rope_theta != named.rope_theta || mc->untied != named.untied || mc->rope_factor != named.rope_factor ||
+            mc->rope_low_freq != named.rope_low_freq || mc->rope_high_freq != named.rope_high_freq ||
+            mc->rope_original_context != named.rope_original_context)
             snprintf(mc->name, sizeof mc->name, "custom");
     }
     CL_TRY(cl_model_config_check(mc));

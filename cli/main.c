@@ -48,6 +48,7 @@ static const cli_flag train_flags[] = {
     {"ffn-channels", "", 1, "Llama: the MLP's width (intermediate_size; the preset's)"},
     {"rope-theta", "", 1, "Llama: the rotary positions' base (rope_theta; the preset's)"},
     {"tie-embeddings", "", 1, "Llama: 1 ties the LM head to the embedding, 0 gives it its own lm_head.weight"},
+    {"rope-scaling", "", 1, "Llama: none, or llama3:FACTOR,LOW,HIGH,ORIGINAL_CONTEXT (Llama 3.1's rope_scaling, e.g. llama3:8,1,4,8192; the preset's)"},
     {"seq-len", "", 1, "GPT: tokens per training sample (default: the context)"},
     {"steps", "", 1, "training steps (default 100)"},
     {"stop-after", "", 1, "stop after this step (the schedule still spans --steps), as an interrupted run would"},
@@ -1027,7 +1028,7 @@ static void ckpt_micro_batch(train_job *j) {
  * A flag added to train's table is a top-level key at once; listing it here
  * also lets it sit in its section. */
 static const cli_section train_sections[] = {
-    {"model", "model layers channels heads vocab context seq-len kv-heads mlp-width norm ffn-channels rope-theta tie-embeddings"},
+    {"model", "model layers channels heads vocab context seq-len kv-heads mlp-width norm ffn-channels rope-theta tie-embeddings rope-scaling"},
     {"data", "data data-key split tokenizer tokenizer-dir seed"},
     {"batch", "micro-batch-size global-batch-size"},
     {"optimizer", "steps stop-after lr min-lr warmup weight-decay beta1 beta2 eps grad-clip"},
@@ -1383,6 +1384,12 @@ static void resolve_values(const train_cli *tc, const train_job *j, resolved *r)
     rput(r, a, "norm", 0, mc->norm == CL_NORM_RMS && gpt ? "rmsnorm" : NULL);
     llama ? rfloat(r, a, "rope-theta", mc->rope_theta) : rput(r, a, "rope-theta", 0, NULL);
     llama ? rnum(r, a, "tie-embeddings", !mc->untied) : rput(r, a, "tie-embeddings", 0, NULL);
+    static char scaling[112]; /* the text rput keeps (a string, not a number) */
+    snprintf(scaling, sizeof scaling, "none");
+    if (mc->rope_factor)
+        snprintf(scaling, sizeof scaling, "llama3:%.17g,%.17g,%.17g,%d", mc->rope_factor, mc->rope_low_freq, mc->rope_high_freq,
+                 mc->rope_original_context);
+    rput(r, a, "rope-scaling", 0, llama ? scaling : NULL);
     rnum(r, a, "steps", j->steps);
     j->end < j->steps ? rnum(r, a, "stop-after", j->end) : rput(r, a, "stop-after", 0, NULL);
     rfloat(r, a, "lr", c->lr.lr);

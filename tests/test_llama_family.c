@@ -157,5 +157,36 @@ int main(void) {
     CHECK(cl_model_config_diff(&w, &r, field, sizeof field, &va, &vb) && !strcmp(field, "tie-embeddings"), "diff names %s", field);
     cl_json_free(doc);
     cl_sb_free(&sb);
+
+    /* rope_scaling llama3: the presets that have it (Llama 3.1, 3.2), written as Llama 3.1's config.json, read back, compared */
+    cl_model_config s3;
+    CHECK(cl_model_preset("llama-3.1-405b", &s3) == CL_OK && s3.rope_factor == 8 && s3.rope_low_freq == 1 && s3.rope_high_freq == 4 &&
+              s3.rope_original_context == 8192, "llama-3.1-405b's rope_scaling");
+    CHECK(cl_model_preset("llama-3.2-1b", &w) == CL_OK && w.rope_factor == 32 && w.rope_original_context == 8192, "llama-3.2-1b's");
+    CHECK(cl_model_preset("llama-3-8b", &w) == CL_OK && w.rope_factor == 0, "llama-3-8b has none");
+    cl_strbuf sb3 = {0};
+    cl_sb_printf(&sb3, "{\n");
+    cl_model_config_json(&sb3, &s3);
+    cl_sb_printf(&sb3, "  \"cleave_model\": \"llama\"\n}\n");
+    CHECK(!sb3.failed && strstr(sb3.buf, "\"rope_scaling\": {\"factor\": 8.0, \"low_freq_factor\": 1.0, \"high_freq_factor\": 4.0, "
+                                         "\"original_max_position_embeddings\": 8192, \"rope_type\": \"llama3\"}"),
+          "rope_scaling written:\n%s", sb3.buf);
+    doc = NULL;
+    CHECK(cl_json_parse(&doc, sb3.buf, sb3.len) == CL_OK && cl_model_config_from_json(cl_json_root(doc), &r) &&
+              !cl_model_config_diff(&s3, &r, field, sizeof field, &va, &vb) && r.rope_factor == 8 && r.rope_original_context == 8192,
+          "rope_scaling read back");
+    r.rope_high_freq = 2;
+    CHECK(cl_model_config_diff(&s3, &r, field, sizeof field, &va, &vb) && strstr(field, "high_freq") && va == 4000 && vb == 2000,
+          "diff names %s", field);
+    r = s3, r.rope_factor = 0, r.rope_low_freq = 0, r.rope_high_freq = 0, r.rope_original_context = 0;
+    CHECK(cl_model_config_diff(&s3, &r, field, sizeof field, &va, &vb) && strstr(field, "rope factor"), "none differs: %s", field);
+    bad = s3, bad.rope_high_freq = 0.5;
+    CHECK(cl_model_config_check(&bad) == CL_ERR_INVALID && strstr(cl_last_error(), "high_freq_factor 0.5 must exceed"), "%s",
+          cl_last_error());
+    bad = s3, bad.rope_original_context = 0;
+    CHECK(cl_model_config_check(&bad) == CL_ERR_INVALID && strstr(cl_last_error(), "original_max_position_embeddings 0"), "%s",
+          cl_last_error());
+    cl_json_free(doc);
+    cl_sb_free(&sb3);
     return cl_test_report("test_llama_family");
 }

@@ -47,6 +47,10 @@ typedef struct {
     int untied;             /* 1: the LM head has its own weight, not the embedding's */
     /* Llama (src/model/family_llama.c; 0 for the other families): rotary positions' base and RMSNorm's epsilon */
     double rope_theta, rms_norm_eps;
+    /* Llama 3.1's rope_scaling of type "llama3" (HF's factor, low_freq_factor, high_freq_factor,
+     * original_max_position_embeddings); rope_factor 0: none (the plain rotary table) */
+    double rope_factor, rope_low_freq, rope_high_freq;
+    int rope_original_context;
     /* MLP: widths[0] inputs ... widths[n-1] classes */
     int nwidths;
     int widths[CL_MLP_MAX_WIDTHS];

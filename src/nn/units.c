@@ -223,7 +223,10 @@ static cl_status rope_tables(cl_model *m) {
     int64_t n = m->sizes.tables, half = n / 2;
     float *host = malloc((size_t)n * sizeof *host);
     if (!host) return cl_error(CL_ERR_OOM, "cannot allocate the rotary tables");
-    cl_status s = cl_rope_table(host, host + half, d->T, d->cfg.channels / d->cfg.heads, d->cfg.rope_theta, NULL);
+    const cl_model_config *c = &d->cfg; /* rope_scaling llama3, or none (factor 0) */
+    const cl_rope_scaling sc = {c->rope_factor ? CL_ROPE_LLAMA3 : CL_ROPE_DEFAULT, c->rope_factor, c->rope_low_freq, c->rope_high_freq,
+                                c->rope_original_context};
+    cl_status s = cl_rope_table(host, host + half, d->T, c->channels / c->heads, c->rope_theta, &sc);
     if (!s) s = cl_device_alloc_f32(m->dev, CL_MEM_WORKSPACE, (size_t)n, &m->rope);
     if (!s) cl_device_copy_from_host(m->dev, m->rope, host, (size_t)n * sizeof(float));
     free(host);
