@@ -30,6 +30,7 @@ static const struct {
     const char *name;
     long long published;
 } counts[] = {
+    /* confirmed in public text quoting the Hub's figures (docs/ARCHITECTURE.md, after "Adding a family, worked") */
     {"smollm2-135m", 134515008LL},      {"tinyllama-1.1b", 1100048384LL}, {"llama-3.2-1b", 1235814400LL},
     {"llama-3-8b", 8030261248LL},       {"llama-2-70b", 68976648192LL},   {"llama-3-70b", 70553706496LL},
     {"llama-3.1-405b", 405853388800LL},
