@@ -64,9 +64,9 @@ for c in "${cases[@]}"; do
             "$name: --max-shard-size wrote $n shards: $(ls "$tmp/$name-hf" | tr '\n' ' ')";;
     esac
 done
-# through tp 2 x pp 2 (a sharded cleave checkpoint) and back (kv 1 cannot split by 2)
-for name in bf16 shards; do
-    ex=; [ "$name" = bf16 ] && ex="--dtype bf16"
+# through tp 2 x pp 2 (a sharded cleave checkpoint) and back (bf16shards' one key-value head replicated on both ranks)
+for name in bf16 shards bf16shards; do
+    ex=; [ "$name" != shards ] && ex="--dtype bf16"
     conv "$name-tp" --from "$tmp/$name" --to "$tmp/$name-tp" --tp 2 --pp 2 --save-format sharded
     # shellcheck disable=SC2086
     conv "$name-tpout" --from "$tmp/$name-tp" --to "$tmp/$name-tphf" --save-format hf $ex

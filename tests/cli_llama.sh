@@ -4,7 +4,7 @@
 # 68,976,648,192 parameters, to the byte), the flags of --model llama
 # (--kv-heads --ffn-channels --rope-theta --rope-scaling --tie-embeddings) changing the
 # description, Llama-only flags refused on GPT, tp past the key-value heads
-# refused naming them; llama-tiny trains (its loss falls) and recomputing
+# described (replicated) where a multiple of them, else refused naming both; llama-tiny trains (its loss falls) and recomputing
 # (selective, full) gives the same losses bit for bit.
 source "$(dirname "$0")/lib.sh"
 
@@ -29,7 +29,10 @@ check '[ $_rc -eq 2 ] && grep -q "rope-theta applies to Llama models" "$tmp/o"' 
 "$CLEAVE" memory --model llama --kv-heads 3 > "$tmp/o" 2>&1; _rc=$?
 check '[ $_rc -eq 2 ] && grep -q "kv-heads 3 must divide --heads (4)" "$tmp/o"' "--kv-heads 3 of 4 not refused (exit $_rc)"
 "$CLEAVE" memory --model llama-tiny --tp 4 > "$tmp/o" 2>&1; _rc=$?
-check '[ $_rc -eq 2 ] && grep -q "tp 4 exceeds the 2 key-value heads" "$tmp/o"' "--tp 4 past 2 key-value heads not refused (exit $_rc)$(excerpt 2 "$(cat "$tmp/o")")"
+check '[ $_rc -eq 0 ]' "--tp 4 past 2 key-value heads (replicated) not described (exit $_rc)$(excerpt 2 "$(cat "$tmp/o")")"
+"$CLEAVE" memory --model llama --heads 6 --channels 96 --kv-heads 2 --ffn-channels 192 --tp 3 > "$tmp/o" 2>&1; _rc=$?
+check '[ $_rc -eq 2 ] && grep -q "tp 3 must be a multiple of the 2 key-value heads, or divide them" "$tmp/o"' \
+    "--tp 3 of 2 key-value heads not refused (exit $_rc)$(excerpt 2 "$(cat "$tmp/o")")"
 "$CLEAVE" memory --model llama-tiny --tp 2 > "$tmp/o" 2>&1; _rc=$?
 check '[ $_rc -eq 0 ]' "llama-tiny --tp 2 not described (exit $_rc)$(excerpt 2 "$(cat "$tmp/o")")"
 "$CLEAVE" memory --model llama --rope-theta 1 > "$tmp/o" 2>&1; _rc=$?

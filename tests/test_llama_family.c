@@ -117,9 +117,31 @@ int main(void) {
         CHECK(d->heads_local == 2 && d->kv_heads_local == 1 && d->kv_channels_local == 16, "local heads");
         cl_model_desc_free(d);
     }
-    cl_tp_layout t4 = {4, 0, 0, 1};
-    CHECK(cl_model_describe_tp(&c, 0, &t4, &d) != CL_OK && strstr(cl_last_error(), "exceeds the 2 key-value heads"), "tp 4: %s",
-          cl_last_error());
+    /* tp 4 past the 2 key-value heads: each replicated on 2 ranks (rank 3 holds head 1's columns, as rank 2) */
+    cl_tp_layout t4 = {4, 3, 0, 1};
+    CHECK(cl_model_describe_tp(&c, 0, &t4, &d) == CL_OK, "tp 4: %s", cl_last_error());
+    if (d) {
+        k = find(d, "model.layers.0.self_attn.k_proj.weight"), q = find(d, "model.layers.0.self_attn.q_proj.weight");
+        cl_param_run run[3];
+        CHECK(k->split == CL_SPLIT_COLS && k->shape[1] == K / 2 && k->tp_rep == 2 && q->tp_rep == 0 && q->shape[1] == C / 4 &&
+                  cl_param_row_runs(k, 3, 0, run) == 1 && run[0].col == K / 2 && cl_param_local_index(k, 3, 0) == -1 &&
+                  cl_param_local_index(k, 2, K / 2) == 0,
+              "k by replicated key-value heads");
+        CHECK(d->heads_local == 1 && d->kv_heads_local == 1 && d->kv_channels_local == 16, "local heads at tp 4");
+        cl_model_desc_free(d);
+    }
+    /* tp 6: a multiple of 3 key-value heads (replicated twice) is described; of 4, refused naming both */
+    cl_model_config six = c;
+    six.heads = 12, six.kv_heads = 3, six.channels = 96, six.mlp_width = 192;
+    cl_tp_layout t6 = {6, 0, 0, 1};
+    d = NULL;
+    CHECK(cl_model_describe_tp(&six, 0, &t6, &d) == CL_OK, "tp 6 of 3 kv heads: %s", cl_last_error());
+    cl_model_desc_free(d);
+    six.heads = 24, six.kv_heads = 4, six.channels = 192, six.mlp_width = 384;
+    d = NULL;
+    CHECK(cl_model_describe_tp(&six, 0, &t6, &d) != CL_OK &&
+              strstr(cl_last_error(), "--tp 6 must be a multiple of the 4 key-value heads, or divide them"),
+          "tp 6 of 4: %s", cl_last_error());
 
     /* the checks name their field */
     cl_model_config bad = c;

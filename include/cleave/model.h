@@ -157,7 +157,13 @@ typedef struct {
     int64_t full_numel;
     int tp_partial;         /* replicated, but sequence parallelism leaves each rank's gradient a partial sum
                              * (the layernorms, which see only the rank's token rows): summed over the group */
+    int tp_rep;             /* CL_SPLIT_COLS over fewer slices than ranks (Llama's key-value heads when tp exceeds
+                             * them, replicated as Megatron does): tp_rep consecutive ranks hold the same slice,
+                             * rank r slice r / tp_rep, each gradient a partial sum over them; 0 or 1: none */
 } cl_param_spec;
+
+/* The slice tensor-parallel rank r holds of p (r itself but where replicas share one: tp_rep). */
+static inline int cl_param_slice_of(const cl_param_spec *p, int r) { return p->tp_rep > 1 ? r / p->tp_rep : r; }
 
 /* The tensor-parallel layout a description is cut for. tp = 1 is the whole
  * model (cl_model_describe). The vocabulary is padded to a multiple of

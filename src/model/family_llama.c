@@ -103,10 +103,10 @@ static cl_status llama_check_tp(const cl_model_config *c, int T, const cl_tp_lay
     int tp = tl->tp, kv = cl_model_kv_heads(c);
     if (c->heads % tp)
         return cl_error(CL_ERR_INVALID, "--tp %d must divide the %d attention heads (each rank computes whole heads)", tp, c->heads);
-    if (tp > kv)
-        return cl_error(CL_ERR_UNSUPPORTED, "--tp %d exceeds the %d key-value heads (replicating a key-value head on several ranks is not built yet)",
-                        tp, kv);
-    if (kv % tp) return cl_error(CL_ERR_INVALID, "--tp %d must divide the %d key-value heads", tp, kv);
+    /* past the key-value heads each is replicated on tp / kv ranks (Megatron's), so one must divide the other */
+    if (tp > kv && tp % kv)
+        return cl_error(CL_ERR_INVALID, "--tp %d must be a multiple of the %d key-value heads, or divide them", tp, kv);
+    if (tp <= kv && kv % tp) return cl_error(CL_ERR_INVALID, "--tp %d must divide the %d key-value heads, or be a multiple of them", tp, kv);
     if (cl_model_mlp_width(c) % tp)
         return cl_error(CL_ERR_INVALID, "--tp %d must divide the MLP's %lld columns (--ffn-channels)", tp, (long long)cl_model_mlp_width(c));
     if (tl->sp && T % tp) return cl_error(CL_ERR_INVALID, "--sequence-parallel: --tp %d must divide the sequence length %d", tp, T);

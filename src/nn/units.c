@@ -55,7 +55,7 @@ static int part_uses_tied(const cl_model_desc *d, int u0, int u1) {
 }
 
 int cl_model_grad_whole(const cl_model_desc *d, int u0, int u1, int split, int i) {
-    if (d->params[i].tp_partial) return 1;
+    if (d->params[i].tp_partial || d->params[i].tp_rep > 1) return 1;
     if (split && cl_unit_is_loss(&d->units[d->params[i].unit])) return 1;
     if (i != d->tied_wte) return 0;
     return part_owns_tied(d, u0, u1) != part_uses_tied(d, u0, u1);
