@@ -138,6 +138,23 @@ cl_status cli_offload(const cli_args *a, int *out) {
     return CL_OK;
 }
 
+/* --rope-scaling none | llama3:FACTOR,LOW_FREQ_FACTOR,HIGH_FREQ_FACTOR,ORIGINAL_CONTEXT (Llama 3.1's rope_scaling; checked by the family) */
+static cl_status cli_rope_scaling(const cli_args *a, cl_model_config *mc) {
+    const char *v = cli_get(a, "rope-scaling");
+    if (!v) return CL_OK;
+    if (!strcmp(v, "none")) {
+        mc->rope_factor = mc->rope_low_freq = mc->rope_high_freq = 0, mc->rope_original_context = 0;
+        return CL_OK;
+    }
+    double f, lo, hi;
+    int orig, end = 0;
+    if (sscanf(v, "llama3:%lf,%lf,%lf,%d%n", &f, &lo, &hi, &orig, &end) != 4 || v[end])
+        return cl_error(CL_ERR_INVALID, "--rope-scaling '%s': none, or llama3:FACTOR,LOW_FREQ_FACTOR,HIGH_FREQ_FACTOR,ORIGINAL_CONTEXT "
+                                        "(Llama 3.1's: llama3:8,1,4,8192)", v);
+    mc->rope_factor = f, mc->rope_low_freq = lo, mc->rope_high_freq = hi, mc->rope_original_context = orig;
+    return CL_OK;
+}
+
 cl_status cli_parse_model(const cli_args *a, cl_model_config *mc, int *seq_len) { return cli_parse_model_from(a, NULL, mc, seq_len); }
 
 cl_status cli_parse_model_from(const cli_args *a, const cl_model_config *base, cl_model_config *mc, int *seq_len) {
@@ -147,8 +164,8 @@ cl_status cli_parse_model_from(const cli_args *a, const cl_model_config *base, c
     int custom = 0;
     const char *shape[] = {"layers", "channels", "heads", "vocab", "context", "kv-heads", "mlp-width", "norm",
                            "ffn-channels", "rope-theta", "tie-embeddings", "experts", "experts-per-token", "moe-every",
-                           "moe-aux-loss-coeff", "moe-capacity-factor"};
-    for (int i = 0; i < 16; i++)
+                           "moe-aux-loss-coeff", "moe-capacity-factor", "rope-scaling"};
+    for (int i = 0; i < 17; i++)
         if (cli_get(a, shape[i])) {
             custom = 1;
             if (!cl_model_family_of(mc)->tokens) return cl_error(CL_ERR_INVALID, "--%s applies to GPT models, not %s", shape[i], mc->name);
@@ -182,6 +199,7 @@ cl_status cli_parse_model_from(const cli_args *a, const cl_model_config *base, c
     CL_TRY(cli_float(a, "moe-capacity-factor", &capf, 0, 1e3));
     if (cli_get(a, "moe-aux-loss-coeff")) mc->moe_aux_coeff = coef;
     if (cli_get(a, "moe-capacity-factor")) mc->moe_capacity_factor = capf;
+    CL_TRY(cli_rope_scaling(a, mc));
     const char *norm = cli_get(a, "norm");
     if (norm && !strcmp(norm, "layernorm")) mc->norm = CL_NORM_LAYER;
     else if (norm && !strcmp(norm, "rmsnorm")) mc->norm = CL_NORM_RMS;
@@ -198,7 +216,9 @@ cl_status cli_parse_model_from(const cli_args *a, const cl_model_config *base, c
             mc->seq_len != named.seq_len || mc->kv_heads != named.kv_heads || mc->mlp_width != named.mlp_width || mc->norm != named.norm ||
             mc->rope_theta != named.rope_theta || mc->untied != named.untied || mc->experts != named.experts ||
             mc->experts_per_token != named.experts_per_token || mc->moe_every != named.moe_every ||
-            mc->moe_capacity_factor != named.moe_capacity_factor)
+            mc->moe_capacity_factor != named.moe_capacity_factor || mc->rope_factor != named.rope_factor ||
+            mc->rope_low_freq != named.rope_low_freq || mc->rope_high_freq != named.rope_high_freq ||
+            mc->rope_original_context != named.rope_original_context)
             snprintf(mc->name, sizeof mc->name, "custom");
     }
     CL_TRY(cl_model_config_check(mc));

@@ -53,6 +53,7 @@ static const cli_flag train_flags[] = {
     {"moe-every", "", 1, "Llama MoE: every N-th block is an MoE block (blocks N-1, 2N-1, ...), the others dense (default 1: every block)"},
     {"moe-aux-loss-coeff", "", 1, "Llama MoE: the load-balancing loss's coefficient (router_aux_loss_coef; default 0.01)"},
     {"moe-capacity-factor", "", 1, "Llama MoE: each expert keeps ceil(F x tokens x K / E) token-slots, the rest dropped and counted (default 0: dropless)"},
+    {"rope-scaling", "", 1, "Llama: none, or llama3:FACTOR,LOW,HIGH,ORIGINAL_CONTEXT (Llama 3.1's rope_scaling, e.g. llama3:8,1,4,8192; the preset's)"},
     {"seq-len", "", 1, "GPT: tokens per training sample (default: the context)"},
     {"steps", "", 1, "training steps (default 100)"},
     {"stop-after", "", 1, "stop after this step (the schedule still spans --steps), as an interrupted run would"},
@@ -1052,7 +1053,7 @@ static void ckpt_micro_batch(train_job *j) {
  * also lets it sit in its section. */
 static const cli_section train_sections[] = {
     {"model", "model layers channels heads vocab context seq-len kv-heads mlp-width norm ffn-channels rope-theta tie-embeddings "
-              "experts experts-per-token moe-every moe-aux-loss-coeff moe-capacity-factor"},
+              "rope-scaling experts experts-per-token moe-every moe-aux-loss-coeff moe-capacity-factor"},
     {"data", "data data-key split tokenizer tokenizer-dir seed"},
     {"batch", "micro-batch-size global-batch-size"},
     {"optimizer", "steps stop-after lr min-lr warmup weight-decay beta1 beta2 eps grad-clip"},
@@ -1414,6 +1415,12 @@ static void resolve_values(const train_cli *tc, const train_job *j, resolved *r)
     moe ? rnum(r, a, "moe-every", mc->moe_every) : rput(r, a, "moe-every", 0, NULL);
     moe ? rfloat(r, a, "moe-aux-loss-coeff", (float)mc->moe_aux_coeff) : rput(r, a, "moe-aux-loss-coeff", 0, NULL);
     moe ? rfloat(r, a, "moe-capacity-factor", (float)mc->moe_capacity_factor) : rput(r, a, "moe-capacity-factor", 0, NULL);
+    static char scaling[112]; /* the text rput keeps (a string, not a number) */
+    snprintf(scaling, sizeof scaling, "none");
+    if (mc->rope_factor)
+        snprintf(scaling, sizeof scaling, "llama3:%.17g,%.17g,%.17g,%d", mc->rope_factor, mc->rope_low_freq, mc->rope_high_freq,
+                 mc->rope_original_context);
+    rput(r, a, "rope-scaling", 0, llama ? scaling : NULL);
     rnum(r, a, "steps", j->steps);
     j->end < j->steps ? rnum(r, a, "stop-after", j->end) : rput(r, a, "stop-after", 0, NULL);
     rfloat(r, a, "lr", c->lr.lr);

@@ -13,12 +13,14 @@
 # - an F16 directory imported and written as F32: exact (F16 widens exactly);
 # - damaged directories (a missing tensor, a wrong shape, an unknown dtype,
 #   an index naming a missing file, a config whose shape disagrees, a missing
-#   key, rope_scaling, a bias): one line naming the file and the tensor or
+#   key, rope_scaling of another type or missing a field, a bias): one line naming the file and the tensor or
 #   key, exit 2, nothing written; an export whose write fails part way leaves
 #   no directory, not even its temporary one;
 # - the same loss on both sides (1e-5 relative): cleave eval and the PyTorch
 #   Llama of tests/llama_torch.py --eval-hf on directories PyTorch wrote, and
 #   on cleave's export of a model it trained two steps from one (--resume).
+# - rope_scaling llama3: scored the same by both sides (and not as the plain table), trained two
+#   steps, exported as HF writes it, re-imported and exported bit for bit.
 # Without torch: a skip (a failure under CI=true).
 set -u
 source "$(dirname "$0")/lib.sh"
@@ -62,9 +64,9 @@ for c in "${cases[@]}"; do
             "$name: --max-shard-size wrote $n shards: $(ls "$tmp/$name-hf" | tr '\n' ' ')";;
     esac
 done
-# through tp 2 x pp 2 (a sharded cleave checkpoint) and back (kv 1 cannot split by 2)
-for name in bf16 shards; do
-    ex=; [ "$name" = bf16 ] && ex="--dtype bf16"
+# through tp 2 x pp 2 (a sharded cleave checkpoint) and back (bf16shards' one key-value head replicated on both ranks)
+for name in bf16 shards bf16shards; do
+    ex=; [ "$name" != shards ] && ex="--dtype bf16"
     conv "$name-tp" --from "$tmp/$name" --to "$tmp/$name-tp" --tp 2 --pp 2 --save-format sharded
     # shellcheck disable=SC2086
     conv "$name-tpout" --from "$tmp/$name-tp" --to "$tmp/$name-tphf" --save-format hf $ex
@@ -105,8 +107,12 @@ mk deep --set num_hidden_layers=3
 bad "no tensor 'model.layers.2" convert --from "$tmp/deep" --to "$tmp/no"
 mk nokey --set rms_norm_eps=DELETE
 bad "config.json: model_type 'llama' needs the number \"rms_norm_eps\"" convert --from "$tmp/nokey" --to "$tmp/no"
+mk yarn --set 'rope_scaling={"rope_type": "yarn", "factor": 8.0}'
+bad "config.json: rope_scaling of type yarn: cleave's rotary table scales by type llama3 only" convert --from "$tmp/yarn" --to "$tmp/no"
 mk scaled --set 'rope_scaling={"rope_type": "llama3", "factor": 8.0}'
-bad "config.json: rope_scaling of type llama3" convert --from "$tmp/scaled" --to "$tmp/no"
+bad "config.json: rope_scaling of type llama3 needs the number \"low_freq_factor\"" convert --from "$tmp/scaled" --to "$tmp/no"
+mk lowhigh --set 'rope_scaling={"type": "llama3", "factor": 8.0, "low_freq_factor": 4, "high_freq_factor": 1, "original_max_position_embeddings": 64}'
+bad "config.json.*high_freq_factor 1 must exceed its low_freq_factor 4" convert --from "$tmp/lowhigh" --to "$tmp/no"
 mk biased --set attention_bias=true
 bad "config.json: attention_bias" convert --from "$tmp/biased" --to "$tmp/no"
 mk tiedhead --tied
@@ -139,6 +145,31 @@ rc=$?
 check '[ $rc -eq 0 ] && grep -q "^step *2/2" "$tmp/trained.out"' "cleave train --resume from an HF Llama directory$(excerpt 4 "$(cat "$tmp/trained.out")")"
 conv trained-hf --from "$tmp/trained" --to "$tmp/trained-hf" --save-format hf
 score "cleave's trained checkpoint and its HF export" "$tmp/trained" "$tmp/trained-hf"
+
+# rope_scaling of type llama3 (Llama 3.1's): original_max_position_embeddings 64 puts the head's 8
+# frequencies in all three bands (wavelengths under 16 kept, over 64 divided by 8, between blended).
+# A PyTorch-written directory carrying it is scored the same by both sides, and not as the plain table
+# scores it; cleave trains it two steps, exports it (rope_scaling written back as HF writes it), and
+# the export re-imports bit for bit and scores as cleave's checkpoint does
+rs='{"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 64, "rope_type": "llama3"}'
+mk rope --seed 6 --set "rope_scaling=$rs"
+score "a PyTorch-written directory with rope_scaling llama3" "$tmp/rope" "$tmp/rope"
+mk ropeplain --seed 6
+a=$(timeout 300 "$CLEAVE" eval --checkpoint "$tmp/rope" --text "$tmp/score.txt" 2>&1 | sed -n 's/^eval loss: //p')
+b=$(timeout 300 "$CLEAVE" eval --checkpoint "$tmp/ropeplain" --text "$tmp/score.txt" 2>&1 | sed -n 's/^eval loss: //p')
+check '[ -n "$a" ] && [ -n "$b" ] && [ "$a" != "$b" ]' "rope_scaling changes the loss: scaled '$a', plain '$b'"
+timeout 300 "$CLEAVE" train --resume "$tmp/rope" --steps 2 --micro-batch-size 2 --seq-len 64 --sample-tokens 0 \
+    --eval-batches 1 --save "$tmp/ropetrained" > "$tmp/ropetrained.out" 2>&1
+rc=$?
+check '[ $rc -eq 0 ] && grep -q "^step *2/2" "$tmp/ropetrained.out" && grep -q "\"rope_type\": \"llama3\"" "$tmp/ropetrained/config.json"' \
+    "cleave train --resume from a rope_scaling directory, its checkpoint keeping it$(excerpt 4 "$(cat "$tmp/ropetrained.out")")"
+conv ropetrained-hf --from "$tmp/ropetrained" --to "$tmp/ropetrained-hf" --save-format hf
+check 'grep -q "\"rope_scaling\": {\"factor\": 8.0, \"low_freq_factor\": 1.0, \"high_freq_factor\": 4.0, \"original_max_position_embeddings\": 64, \"rope_type\": \"llama3\"}" "$tmp/ropetrained-hf/config.json"' \
+    "the export's rope_scaling as Hugging Face writes it: $(grep rope_scaling "$tmp/ropetrained-hf/config.json")"
+score "a rope_scaling checkpoint cleave trained and its HF export" "$tmp/ropetrained" "$tmp/ropetrained-hf"
+conv ropeback --from "$tmp/ropetrained-hf" --to "$tmp/ropeback"
+conv ropeback-hf --from "$tmp/ropeback" --to "$tmp/ropeback-hf" --save-format hf
+same "$tmp/ropetrained-hf" "$tmp/ropeback-hf" "rope_scaling llama3 exported, re-imported and exported again"
 
 # a write that fails part way (files limited to 40 blocks, SIGXFSZ ignored so the write returns EFBIG): exit 2,
 # and neither the directory nor its temporary sibling is left

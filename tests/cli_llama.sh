@@ -2,9 +2,9 @@
 # The Llama family from the command line (issue 30, items 1-2): the presets
 # described (cleave memory --model llama-2-70b: the F32 weights of its
 # 68,976,648,192 parameters, to the byte), the flags of --model llama
-# (--kv-heads --ffn-channels --rope-theta --tie-embeddings) changing the
+# (--kv-heads --ffn-channels --rope-theta --rope-scaling --tie-embeddings) changing the
 # description, Llama-only flags refused on GPT, tp past the key-value heads
-# refused naming them; llama-tiny trains (its loss falls) and recomputing
+# described (replicated) where a multiple of them, else refused naming both; llama-tiny trains (its loss falls) and recomputing
 # (selective, full) gives the same losses bit for bit.
 source "$(dirname "$0")/lib.sh"
 
@@ -29,11 +29,25 @@ check '[ $_rc -eq 2 ] && grep -q "rope-theta applies to Llama models" "$tmp/o"' 
 "$CLEAVE" memory --model llama --kv-heads 3 > "$tmp/o" 2>&1; _rc=$?
 check '[ $_rc -eq 2 ] && grep -q "kv-heads 3 must divide --heads (4)" "$tmp/o"' "--kv-heads 3 of 4 not refused (exit $_rc)"
 "$CLEAVE" memory --model llama-tiny --tp 4 > "$tmp/o" 2>&1; _rc=$?
-check '[ $_rc -eq 2 ] && grep -q "tp 4 exceeds the 2 key-value heads" "$tmp/o"' "--tp 4 past 2 key-value heads not refused (exit $_rc)$(excerpt 2 "$(cat "$tmp/o")")"
+check '[ $_rc -eq 0 ]' "--tp 4 past 2 key-value heads (replicated) not described (exit $_rc)$(excerpt 2 "$(cat "$tmp/o")")"
+"$CLEAVE" memory --model llama --heads 6 --channels 96 --kv-heads 2 --ffn-channels 192 --tp 3 > "$tmp/o" 2>&1; _rc=$?
+check '[ $_rc -eq 2 ] && grep -q "tp 3 must be a multiple of the 2 key-value heads, or divide them" "$tmp/o"' \
+    "--tp 3 of 2 key-value heads not refused (exit $_rc)$(excerpt 2 "$(cat "$tmp/o")")"
 "$CLEAVE" memory --model llama-tiny --tp 2 > "$tmp/o" 2>&1; _rc=$?
 check '[ $_rc -eq 0 ]' "llama-tiny --tp 2 not described (exit $_rc)$(excerpt 2 "$(cat "$tmp/o")")"
 "$CLEAVE" memory --model llama --rope-theta 1 > "$tmp/o" 2>&1; _rc=$?
 check '[ $_rc -eq 2 ] && grep -q "rope-theta" "$tmp/o"' "--rope-theta 1 not refused (exit $_rc)"
+# --rope-scaling (Llama 3.1's rope_scaling llama3): the presets' own in the resolved settings, a bad one refused naming the field
+_o=$("$CLEAVE" train --model llama-3.1-405b --print-config 2>&1 | grep rope-scaling)
+check '[ "$(echo $_o)" = "\"rope-scaling\": \"llama3:8,1,4,8192\"," ]' "llama-3.1-405b's rope scaling: $_o"
+_o=$("$CLEAVE" train --model llama-3-8b --print-config 2>&1 | grep rope-scaling)
+check '[ "$(echo $_o)" = "\"rope-scaling\": \"none\"," ]' "llama-3-8b's rope scaling: $_o"
+"$CLEAVE" memory --model llama --rope-scaling llama3:8,1 > "$tmp/o" 2>&1; _rc=$?
+check '[ $_rc -eq 2 ] && grep -q "rope-scaling .llama3:8,1.: none, or llama3:FACTOR" "$tmp/o"' "--rope-scaling llama3:8,1 (exit $_rc)$(excerpt 2 "$(cat "$tmp/o")")"
+"$CLEAVE" memory --model llama --rope-scaling llama3:0.5,1,4,64 > "$tmp/o" 2>&1; _rc=$?
+check '[ $_rc -eq 2 ] && grep -q "factor 0.5 must be in" "$tmp/o"' "--rope-scaling factor 0.5 (exit $_rc)$(excerpt 2 "$(cat "$tmp/o")")"
+"$CLEAVE" memory --model gpt2-tiny --rope-scaling none > "$tmp/o" 2>&1; _rc=$?
+check '[ $_rc -eq 2 ] && grep -q "rope-scaling applies to Llama models" "$tmp/o"' "--rope-scaling on GPT (exit $_rc)"
 
 # llama-3.1-405b at its whole context (131072): described, the blockwise attention keeping each head's lse, not its
 # T x T scores (128 heads' of those passed the description's 2^40-float bound)

@@ -5,7 +5,9 @@
 #   device (the pipeline invariant);
 # - dp 2 under ZeRO 1, 2 and 3, tp 2 (with and without sequence parallelism, and with
 #   pp 2 under zb-h1: the split backward's kept collectives): within 1e-6 relative;
-# - an MQA shape (--kv-heads 1, tied) under pp 2 1f1b: bitwise again.
+# - an MQA shape (--kv-heads 1, tied) under pp 2 1f1b: bitwise again;
+# - tp past the key-value heads (--kv-heads 1 at tp 2 and 4, 2 at tp 4): within 1e-6; saved at
+#   tp 4, resumed at tp 1 and 2: steps 11-20 within 1e-6 of one device.
 set -u
 source "$(dirname "$0")/lib.sh"
 head -c 300000 data/kjv.txt > "$tmp/text.txt"
@@ -42,5 +44,27 @@ for shape in "tiny --model llama-tiny" "mqa --model llama --kv-heads 1 --tie-emb
         echo "$s $*: $out"
         check '[ $_rc -eq 0 ]' "$s $*: not within 1e-6 of one device: $out"
     done
+done
+# tp past the key-value heads (each replicated on tp / kv ranks, its gradient summed over them): --kv-heads 1 at
+# tp 2 and 4, llama-tiny's 2 at tp 4, within 1e-6 of one device; a checkpoint saved at tp 4 resumed at tp 1 and tp 2
+run kv1-one --model llama --kv-heads 1
+for lay in "kv1-tp2 --model llama --kv-heads 1 --tp 2" "kv1-tp4 --model llama --kv-heads 1 --tp 4" "tiny-tp4 --model llama-tiny --tp 4"; do
+    set -- $lay
+    n=$1; shift
+    run "$n" "$@"
+    ref=$tmp/kv1-one.jsonl; [ $n = tiny-tp4 ] && ref=$tmp/tiny-one.jsonl
+    out=$(close "$tmp/$n.jsonl" "$ref" 1e-6); _rc=$?
+    echo "$*: $out"
+    check '[ $_rc -eq 0 ]' "$*: not within 1e-6 of one device: $out"
+done
+run kv1-tp4-half --model llama --kv-heads 1 --tp 4 --stop-after 10 --save "$tmp/kv1-ck"
+for tp in 1 2; do
+    "$CLEAVE" train "${common[@]}" --resume "$tmp/kv1-ck" --tp $tp --log-file "$tmp/kv1-res$tp.jsonl" > "$tmp/kv1-res$tp.out" 2>&1
+    _rc=$?; check '[ $_rc -eq 0 ]' "resume at tp $tp failed: $(tail -3 "$tmp/kv1-res$tp.out")"
+    want=$(figures "$tmp/kv1-one.jsonl" | sed -n 11,20p); got=$(figures "$tmp/kv1-res$tp.jsonl")
+    out=$(paste <(echo "$want") <(echo "$got") | awk '{ for (i = 1; i <= 2; i++) { d = $i - $(i + 2); if (d < 0) d = -d; r = d / $i; if (r > w) w = r } n++ }
+        END { printf "%d steps, max rel diff %.3g", n, w; exit !(n == 10 && w <= 1e-6) }'); _rc=$?
+    echo "kv 1 saved at tp 4, resumed at tp $tp: $out"
+    check '[ $_rc -eq 0 ]' "kv 1 saved at tp 4, resumed at tp $tp: steps 11-20 not within 1e-6 of one device: $out"
 done
 finish cli_llama_layouts

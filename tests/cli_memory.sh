@@ -85,6 +85,8 @@ for rc in none selective full; do point --model llama-tiny --micro-batch-size 2 
 point --model llama-tiny --pp 2 --schedule 1f1b --micro-batch-size 2 --global-batch-size 4
 point --model llama-tiny --dp 2 --zero 3 --micro-batch-size 2 --global-batch-size 4
 point --model llama-tiny --tp 2 --sequence-parallel --pp 2 --schedule zb-h1 --micro-batch-size 1 --global-batch-size 4
+# key-value heads replicated past tp = kv (--kv-heads 1 at tp 2: each rank the one head; its gradient summed over both)
+point --model llama --kv-heads 1 --tp 2 --micro-batch-size 2 --global-batch-size 4
 
 # the zb-h1 runs of the issue: they train or are refused up front
 for cap in 3.3MiB 3.4MiB; do

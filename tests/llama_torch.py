@@ -1,6 +1,6 @@
 """An independent Llama in PyTorch, written from Hugging Face's
 LlamaForCausalLM equations (transformers' modeling_llama: LlamaRMSNorm,
-LlamaRotaryEmbedding with rope_theta and rotate_half, repeat_kv for
+LlamaRotaryEmbedding with rope_theta (and rope_scaling of type llama3) and rotate_half, repeat_kv for
 grouped-query attention, the SwiGLU LlamaMLP, a tied or own lm_head, the mean
 cross-entropy of the next tokens), for tests/cli_llama_train.sh.
 
@@ -53,9 +53,29 @@ def rotate_half(x):
     return torch.cat((-x[..., h:], x[..., :h]), dim=-1)
 
 
-def rotary(T, hd, theta):
-    # LlamaRotaryEmbedding (default rope type): inv_freq, positions 0 .. T-1, emb = cat(freqs, freqs)
+def llama3_inv_freq(inv_freq, sc):
+    # rope_scaling of type llama3 (transformers' _compute_llama3_parameters): long wavelengths divided by
+    # factor, short ones kept, those between original_max_position_embeddings / high_freq_factor and
+    # / low_freq_factor blended smoothly
+    factor, low, high = sc["factor"], sc["low_freq_factor"], sc["high_freq_factor"]
+    old = sc["original_max_position_embeddings"]
+    low_wavelen, high_wavelen = old / low, old / high
+    wavelen = 2 * math.pi / inv_freq
+    scaled = torch.where(wavelen > low_wavelen, inv_freq / factor, inv_freq)
+    smooth = (old / wavelen - low) / (high - low)
+    smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+    medium = ~(wavelen < high_wavelen) * ~(wavelen > low_wavelen)
+    return torch.where(medium, smoothed, scaled)
+
+
+def rotary(T, hd, theta, scaling=None):
+    # LlamaRotaryEmbedding (default rope type, or llama3 scaling): inv_freq, positions 0 .. T-1, emb = cat(freqs, freqs)
     inv_freq = 1.0 / (theta ** (torch.arange(0, hd, 2, dtype=torch.int64).float() / hd))
+    if scaling is not None:
+        kind = scaling.get("rope_type", scaling.get("type"))
+        if kind != "llama3":
+            raise SystemExit(f"llama_torch.py: rope_scaling of type {kind}: llama3 only")
+        inv_freq = llama3_inv_freq(inv_freq, scaling)
     pos = torch.arange(T, dtype=torch.int64).float()
     freqs = pos[:, None] @ inv_freq[None, :]
     emb = torch.cat((freqs, freqs), dim=-1)
@@ -94,7 +114,7 @@ def forward(w, tokens, targets, cfg):
     eps, theta = cfg["rms_norm_eps"], cfg["rope_theta"]
     hd = C // H
     B, T = tokens.shape
-    cos, sin = rotary(T, hd, theta)
+    cos, sin = rotary(T, hd, theta, cfg.get("rope_scaling"))
     mask = torch.full((T, T), float("-inf")).triu(1)
     x = w["model.embed_tokens.weight"][tokens]
     for layer in range(L):

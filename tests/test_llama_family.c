@@ -30,6 +30,7 @@ static const struct {
     const char *name;
     long long published;
 } counts[] = {
+    /* confirmed in public text quoting the Hub's figures (docs/ARCHITECTURE.md, after "Adding a family, worked") */
     {"smollm2-135m", 134515008LL},      {"tinyllama-1.1b", 1100048384LL}, {"llama-3.2-1b", 1235814400LL},
     {"llama-3-8b", 8030261248LL},       {"llama-2-70b", 68976648192LL},   {"llama-3-70b", 70553706496LL},
     {"llama-3.1-405b", 405853388800LL},
@@ -116,9 +117,31 @@ int main(void) {
         CHECK(d->heads_local == 2 && d->kv_heads_local == 1 && d->kv_channels_local == 16, "local heads");
         cl_model_desc_free(d);
     }
-    cl_tp_layout t4 = {4, 0, 0, 1};
-    CHECK(cl_model_describe_tp(&c, 0, &t4, &d) != CL_OK && strstr(cl_last_error(), "exceeds the 2 key-value heads"), "tp 4: %s",
-          cl_last_error());
+    /* tp 4 past the 2 key-value heads: each replicated on 2 ranks (rank 3 holds head 1's columns, as rank 2) */
+    cl_tp_layout t4 = {4, 3, 0, 1};
+    CHECK(cl_model_describe_tp(&c, 0, &t4, &d) == CL_OK, "tp 4: %s", cl_last_error());
+    if (d) {
+        k = find(d, "model.layers.0.self_attn.k_proj.weight"), q = find(d, "model.layers.0.self_attn.q_proj.weight");
+        cl_param_run run[3];
+        CHECK(k->split == CL_SPLIT_COLS && k->shape[1] == K / 2 && k->tp_rep == 2 && q->tp_rep == 0 && q->shape[1] == C / 4 &&
+                  cl_param_row_runs(k, 3, 0, run) == 1 && run[0].col == K / 2 && cl_param_local_index(k, 3, 0) == -1 &&
+                  cl_param_local_index(k, 2, K / 2) == 0,
+              "k by replicated key-value heads");
+        CHECK(d->heads_local == 1 && d->kv_heads_local == 1 && d->kv_channels_local == 16, "local heads at tp 4");
+        cl_model_desc_free(d);
+    }
+    /* tp 6: a multiple of 3 key-value heads (replicated twice) is described; of 4, refused naming both */
+    cl_model_config six = c;
+    six.heads = 12, six.kv_heads = 3, six.channels = 96, six.mlp_width = 192;
+    cl_tp_layout t6 = {6, 0, 0, 1};
+    d = NULL;
+    CHECK(cl_model_describe_tp(&six, 0, &t6, &d) == CL_OK, "tp 6 of 3 kv heads: %s", cl_last_error());
+    cl_model_desc_free(d);
+    six.heads = 24, six.kv_heads = 4, six.channels = 192, six.mlp_width = 384;
+    d = NULL;
+    CHECK(cl_model_describe_tp(&six, 0, &t6, &d) != CL_OK &&
+              strstr(cl_last_error(), "--tp 6 must be a multiple of the 4 key-value heads, or divide them"),
+          "tp 6 of 4: %s", cl_last_error());
 
     /* the checks name their field */
     cl_model_config bad = c;
@@ -157,5 +180,36 @@ int main(void) {
     CHECK(cl_model_config_diff(&w, &r, field, sizeof field, &va, &vb) && !strcmp(field, "tie-embeddings"), "diff names %s", field);
     cl_json_free(doc);
     cl_sb_free(&sb);
+
+    /* rope_scaling llama3: the presets that have it (Llama 3.1, 3.2), written as Llama 3.1's config.json, read back, compared */
+    cl_model_config s3;
+    CHECK(cl_model_preset("llama-3.1-405b", &s3) == CL_OK && s3.rope_factor == 8 && s3.rope_low_freq == 1 && s3.rope_high_freq == 4 &&
+              s3.rope_original_context == 8192, "llama-3.1-405b's rope_scaling");
+    CHECK(cl_model_preset("llama-3.2-1b", &w) == CL_OK && w.rope_factor == 32 && w.rope_original_context == 8192, "llama-3.2-1b's");
+    CHECK(cl_model_preset("llama-3-8b", &w) == CL_OK && w.rope_factor == 0, "llama-3-8b has none");
+    cl_strbuf sb3 = {0};
+    cl_sb_printf(&sb3, "{\n");
+    cl_model_config_json(&sb3, &s3);
+    cl_sb_printf(&sb3, "  \"cleave_model\": \"llama\"\n}\n");
+    CHECK(!sb3.failed && strstr(sb3.buf, "\"rope_scaling\": {\"factor\": 8.0, \"low_freq_factor\": 1.0, \"high_freq_factor\": 4.0, "
+                                         "\"original_max_position_embeddings\": 8192, \"rope_type\": \"llama3\"}"),
+          "rope_scaling written:\n%s", sb3.buf);
+    doc = NULL;
+    CHECK(cl_json_parse(&doc, sb3.buf, sb3.len) == CL_OK && cl_model_config_from_json(cl_json_root(doc), &r) &&
+              !cl_model_config_diff(&s3, &r, field, sizeof field, &va, &vb) && r.rope_factor == 8 && r.rope_original_context == 8192,
+          "rope_scaling read back");
+    r.rope_high_freq = 2;
+    CHECK(cl_model_config_diff(&s3, &r, field, sizeof field, &va, &vb) && strstr(field, "high_freq") && va == 4000 && vb == 2000,
+          "diff names %s", field);
+    r = s3, r.rope_factor = 0, r.rope_low_freq = 0, r.rope_high_freq = 0, r.rope_original_context = 0;
+    CHECK(cl_model_config_diff(&s3, &r, field, sizeof field, &va, &vb) && strstr(field, "rope factor"), "none differs: %s", field);
+    bad = s3, bad.rope_high_freq = 0.5;
+    CHECK(cl_model_config_check(&bad) == CL_ERR_INVALID && strstr(cl_last_error(), "high_freq_factor 0.5 must exceed"), "%s",
+          cl_last_error());
+    bad = s3, bad.rope_original_context = 0;
+    CHECK(cl_model_config_check(&bad) == CL_ERR_INVALID && strstr(cl_last_error(), "original_max_position_embeddings 0"), "%s",
+          cl_last_error());
+    cl_json_free(doc);
+    cl_sb_free(&sb3);
     return cl_test_report("test_llama_family");
 }

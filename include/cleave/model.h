@@ -52,6 +52,10 @@ typedef struct {
      * (0: dropless) */
     int experts, experts_per_token, moe_every;
     double moe_aux_coeff, moe_capacity_factor;
+    /* Llama 3.1's rope_scaling of type "llama3" (HF's factor, low_freq_factor, high_freq_factor,
+     * original_max_position_embeddings); rope_factor 0: none (the plain rotary table) */
+    double rope_factor, rope_low_freq, rope_high_freq;
+    int rope_original_context;
     /* MLP: widths[0] inputs ... widths[n-1] classes */
     int nwidths;
     int widths[CL_MLP_MAX_WIDTHS];
@@ -158,7 +162,13 @@ typedef struct {
     int64_t full_numel;
     int tp_partial;         /* replicated, but sequence parallelism leaves each rank's gradient a partial sum
                              * (the layernorms, which see only the rank's token rows): summed over the group */
+    int tp_rep;             /* CL_SPLIT_COLS over fewer slices than ranks (Llama's key-value heads when tp exceeds
+                             * them, replicated as Megatron does): tp_rep consecutive ranks hold the same slice,
+                             * rank r slice r / tp_rep, each gradient a partial sum over them; 0 or 1: none */
 } cl_param_spec;
+
+/* The slice tensor-parallel rank r holds of p (r itself but where replicas share one: tp_rep). */
+static inline int cl_param_slice_of(const cl_param_spec *p, int r) { return p->tp_rep > 1 ? r / p->tp_rep : r; }
 
 /* The tensor-parallel layout a description is cut for. tp = 1 is the whole
  * model (cl_model_describe). The vocabulary is padded to a multiple of

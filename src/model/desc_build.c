@@ -88,7 +88,7 @@ int64_t cl_param_row_len(const cl_param_spec *p) {
 }
 
 int cl_param_row_runs(const cl_param_spec *p, int rank, int64_t row, cl_param_run runs[3]) {
-    int64_t n = cl_param_row_len(p), r = (int64_t)rank * p->part;
+    int64_t n = cl_param_row_len(p), r = (int64_t)cl_param_slice_of(p, rank) * p->part;
     switch (p->split) {
     case CL_SPLIT_NONE: runs[0] = (cl_param_run){0, row * n, n}; return 1;
     case CL_SPLIT_ROWS:
@@ -126,7 +126,7 @@ int64_t cl_param_local_index(const cl_param_spec *p, int rank, int64_t full) {
         return r < 0 || r >= p->part ? -1 : r * rowlen + full % rowlen;
     }
     case CL_SPLIT_COLS: {
-        int64_t c = col - (int64_t)rank * p->part;
+        int64_t c = col - (int64_t)cl_param_slice_of(p, rank) * p->part;
         return c < 0 || c >= p->part ? -1 : row * p->part + c;
     }
     case CL_SPLIT_HEADS3: {
@@ -172,8 +172,11 @@ void cl_desc_add_kind(cl_desc_builder *b) {
         else if (tp > 1 && how == CL_TPS_COLUMNS) split = CL_SPLIT_COLS, part = last / tp;
         else if (tp > 1 && how == CL_TPS_HEADS) split = CL_SPLIT_HEADS3, part = d->channels_local; /* and d->kv_channels_local */
         else if (tp > 1 && how == CL_TPS_ROWS) split = CL_SPLIT_ROWS, part = sh.shape[0] / tp;
+        int kvh = cl_model_kv_heads(&d->cfg), rep = tp > kvh ? tp / kvh : 1; /* key-value heads replicated past tp = kv */
+        if (tp > 1 && how == CL_TPS_KV) split = CL_SPLIT_COLS, part = last / (tp / rep);
         add_param_tp(b, name, sh.ndim, sh.shape, split, part, d->kv_channels_local, kp->decay, kp->init, sh.scale);
         if (b->failed) return;
+        if (tp > 1 && how == CL_TPS_KV && rep > 1) d->params[d->nparams - 1].tp_rep = rep;
         if (how == CL_TPS_NORM) d->params[d->nparams - 1].tp_partial = d->tpl.sp;
         if (kp->tied) d->tied_wte = d->nparams - 1;
     }

@@ -109,7 +109,8 @@ cl_status cl_family_tokens_setup(cl_model_desc *d) {
     d->vocab_start = tl->rank * d->vocab_local;
     d->heads_local = c->heads / tl->tp;
     d->channels_local = c->channels / tl->tp;
-    d->kv_heads_local = cl_model_kv_heads(c) / tl->tp;
+    /* past tp = kv heads (Llama), each rank holds the one key-value head its query heads read (replicated) */
+    d->kv_heads_local = cl_model_kv_heads(c) >= tl->tp ? cl_model_kv_heads(c) / tl->tp : 1;
     d->kv_channels_local = d->kv_heads_local * (c->channels / c->heads);
     d->mlp_local = (int)(cl_model_mlp_width(c) / tl->tp);
     return CL_OK;

@@ -22,26 +22,28 @@
 
 #define LAYERS_MAX (1 << 14) /* as cl_family_tokens_check bounds --layers */
 
-/* rope_scaling of type llama3 (Llama 3.1, 3.2) is not described yet: those presets run the plain rotary table */
+/* rope_scaling of type llama3 (Llama 3.1, 3.2: their config.json's factor, low/high_freq_factor,
+ * original_max_position_embeddings); factor 0: none */
 static const struct {
     const char *name;
     int layers, channels, heads, kv_heads, ffn, vocab, context, tied;
-    double theta;
+    double theta, factor, low, high;
+    int original;
 } presets[] = {
     /* 4 x 64 x 2/3 = 170.7, rounded up to a multiple of 4 (so tp 2 and 4 divide it) */
-    {"llama-tiny", 2, 64, 4, 2, 172, 256, 64, 0, 10000},
-    {"llama", 2, 64, 4, 2, 172, 256, 64, 0, 10000}, /* the base --model llama's flags change */
-    {"smollm2-135m", 30, 576, 9, 3, 1536, 49152, 8192, 1, 100000},
-    {"tinyllama-1.1b", 22, 2048, 32, 4, 5632, 32000, 2048, 0, 10000},
-    {"llama-3.2-1b", 16, 2048, 32, 8, 8192, 128256, 131072, 1, 500000},
-    {"llama-3-8b", 32, 4096, 32, 8, 14336, 128256, 8192, 0, 500000},
-    {"llama-2-70b", 80, 8192, 64, 8, 28672, 32000, 4096, 0, 10000},
-    {"llama-3-70b", 80, 8192, 64, 8, 28672, 128256, 8192, 0, 500000},
-    {"llama-3.1-405b", 126, 16384, 128, 8, 53248, 128256, 131072, 0, 500000},
+    {"llama-tiny", 2, 64, 4, 2, 172, 256, 64, 0, 10000, 0, 0, 0, 0},
+    {"llama", 2, 64, 4, 2, 172, 256, 64, 0, 10000, 0, 0, 0, 0}, /* the base --model llama's flags change */
+    {"smollm2-135m", 30, 576, 9, 3, 1536, 49152, 8192, 1, 100000, 0, 0, 0, 0},
+    {"tinyllama-1.1b", 22, 2048, 32, 4, 5632, 32000, 2048, 0, 10000, 0, 0, 0, 0},
+    {"llama-3.2-1b", 16, 2048, 32, 8, 8192, 128256, 131072, 1, 500000, 32, 1, 4, 8192},
+    {"llama-3-8b", 32, 4096, 32, 8, 14336, 128256, 8192, 0, 500000, 0, 0, 0, 0},
+    {"llama-2-70b", 80, 8192, 64, 8, 28672, 32000, 4096, 0, 10000, 0, 0, 0, 0},
+    {"llama-3-70b", 80, 8192, 64, 8, 28672, 128256, 8192, 0, 500000, 0, 0, 0, 0},
+    {"llama-3.1-405b", 126, 16384, 128, 8, 53248, 128256, 131072, 0, 500000, 8, 1, 4, 8192},
     /* Mixtral's shapes (their experts below): mixtral-tiny, for tests, llama-tiny's attention with F = 128 and
      * the byte vocabulary; mixtral-8x7b, Mistral AI's published shape (46,702,792,704 parameters) */
-    {"mixtral-tiny", 2, 64, 4, 2, 128, 256, 64, 0, 10000},
-    {"mixtral-8x7b", 32, 4096, 32, 8, 14336, 32000, 32768, 0, 1000000},
+    {"mixtral-tiny", 2, 64, 4, 2, 128, 256, 64, 0, 10000, 0, 0, 0, 0},
+    {"mixtral-8x7b", 32, 4096, 32, 8, 14336, 32000, 32768, 0, 1000000, 0, 0, 0, 0},
 };
 
 /* Mixtral (MixtralForCausalLM): the shape above with an MoE MLP in every block, E experts top-K, aux coefficient
@@ -65,6 +67,8 @@ static int llama_preset(const char *name, cl_model_config *cfg) {
         cfg->seq_len = presets[i].context;
         cfg->untied = !presets[i].tied;
         cfg->rope_theta = presets[i].theta;
+        cfg->rope_factor = presets[i].factor, cfg->rope_low_freq = presets[i].low, cfg->rope_high_freq = presets[i].high;
+        cfg->rope_original_context = presets[i].original;
         cfg->rms_norm_eps = 1e-5;
         cfg->norm = CL_NORM_RMS;
         cfg->no_bias = 1;
@@ -104,6 +108,26 @@ static int llama_is_moe(const cl_model_config *c, int l) {
     return c->experts > 0 && (l + 1) % every == 0;
 }
 
+/* rope_scaling llama3's fields, as cl_rope_table takes them (rope.c), with finite bounds */
+static cl_status rope_scaling_check(const cl_model_config *c) {
+    if (c->rope_factor == 0 && c->rope_low_freq == 0 && c->rope_high_freq == 0 && c->rope_original_context == 0) return CL_OK;
+    if (!(c->rope_factor >= 1 && c->rope_factor <= 1e6))
+        return cl_error(CL_ERR_INVALID, "--rope-scaling: llama3's factor %g must be in [1, 1e6]", c->rope_factor);
+    if (!(c->rope_low_freq > 0 && c->rope_high_freq > c->rope_low_freq && c->rope_high_freq <= 1e6))
+        return cl_error(CL_ERR_INVALID, "--rope-scaling: llama3's high_freq_factor %g must exceed its low_freq_factor %g > 0 (at most 1e6)",
+                        c->rope_high_freq, c->rope_low_freq);
+    if (c->rope_original_context <= 0)
+        return cl_error(CL_ERR_INVALID, "--rope-scaling: llama3's original_max_position_embeddings %d must be positive",
+                        c->rope_original_context);
+    return CL_OK;
+}
+
+/* A real as Python's json writes a float: 8.0, not 8 */
+static void put_real(cl_strbuf *b, double v) {
+    if (v == floor(v) && fabs(v) < 1e15) cl_sb_printf(b, "%.1f", v);
+    else cl_sb_printf(b, "%.17g", v);
+}
+
 static cl_status llama_check(const cl_model_config *c) {
     CL_TRY(cl_family_tokens_check(c, "--context", "the context (max_position_embeddings)", "--ffn-channels"));
     if ((c->channels / c->heads) % 2)
@@ -113,6 +137,7 @@ static cl_status llama_check(const cl_model_config *c) {
         return cl_error(CL_ERR_INVALID, "--rope-theta %g must be in (1, 1e9]", c->rope_theta);
     if (!(c->rms_norm_eps > 0 && c->rms_norm_eps < 1))
         return cl_error(CL_ERR_INVALID, "rms_norm_eps %g must be in (0, 1)", c->rms_norm_eps);
+    CL_TRY(rope_scaling_check(c));
     if (c->norm != CL_NORM_RMS) return cl_error(CL_ERR_INVALID, "--norm: a Llama model runs rmsnorm only");
     if (!c->no_bias) return cl_error(CL_ERR_INVALID, "bias: a Llama model has no biases");
     return llama_check_moe(c);
@@ -122,10 +147,10 @@ static cl_status llama_check_tp(const cl_model_config *c, int T, const cl_tp_lay
     int tp = tl->tp, kv = cl_model_kv_heads(c);
     if (c->heads % tp)
         return cl_error(CL_ERR_INVALID, "--tp %d must divide the %d attention heads (each rank computes whole heads)", tp, c->heads);
-    if (tp > kv)
-        return cl_error(CL_ERR_UNSUPPORTED, "--tp %d exceeds the %d key-value heads (replicating a key-value head on several ranks is not built yet)",
-                        tp, kv);
-    if (kv % tp) return cl_error(CL_ERR_INVALID, "--tp %d must divide the %d key-value heads", tp, kv);
+    /* past the key-value heads each is replicated on tp / kv ranks (Megatron's), so one must divide the other */
+    if (tp > kv && tp % kv)
+        return cl_error(CL_ERR_INVALID, "--tp %d must be a multiple of the %d key-value heads, or divide them", tp, kv);
+    if (tp <= kv && kv % tp) return cl_error(CL_ERR_INVALID, "--tp %d must divide the %d key-value heads, or be a multiple of them", tp, kv);
     if (cl_model_mlp_width(c) % tp)
         return cl_error(CL_ERR_INVALID, "--tp %d must divide the MLP's %lld columns (--ffn-channels)", tp, (long long)cl_model_mlp_width(c));
     if (tl->sp && T % tp) return cl_error(CL_ERR_INVALID, "--sequence-parallel: --tp %d must divide the sequence length %d", tp, T);
@@ -159,12 +184,25 @@ static void llama_write_config(cl_strbuf *b, const cl_model_config *c) {
     cl_sb_printf(b, "  \"rope_theta\": %.17g,\n  \"rms_norm_eps\": %.17g,\n", c->rope_theta, c->rms_norm_eps);
     cl_sb_printf(b, "  \"tie_word_embeddings\": %s,\n  \"hidden_act\": \"silu\",\n  \"attention_bias\": false,\n  \"mlp_bias\": false,\n",
                  c->untied ? "false" : "true");
-    cl_sb_printf(b, "  \"rope_scaling\": null,\n"); /* the plain rotary table (llama3 scaling is not described yet) */
+    if (!c->rope_factor) {
+        cl_sb_printf(b, "  \"rope_scaling\": null,\n"); /* the plain rotary table */
+    } else { /* as Llama 3.1's config.json has it */
+        cl_sb_printf(b, "  \"rope_scaling\": {\"factor\": ");
+        put_real(b, c->rope_factor);
+        cl_sb_printf(b, ", \"low_freq_factor\": ");
+        put_real(b, c->rope_low_freq);
+        cl_sb_printf(b, ", \"high_freq_factor\": ");
+        put_real(b, c->rope_high_freq);
+        cl_sb_printf(b, ", \"original_max_position_embeddings\": %d, \"rope_type\": \"llama3\"},\n", c->rope_original_context);
+    }
     if (c->experts) /* MixtralConfig's keys, then cleave's own two (absent: every block, dropless) */
         cl_sb_printf(b, "  \"num_local_experts\": %d,\n  \"num_experts_per_tok\": %d,\n  \"router_aux_loss_coef\": %.17g,\n"
                         "  \"moe_every\": %d,\n  \"moe_capacity_factor\": %.17g,\n",
                      c->experts, c->experts_per_token, c->moe_aux_coeff, c->moe_every, c->moe_capacity_factor);
 }
+
+/* rope_scaling's type: "rope_type", or "type" as older configs spell it */
+static const cl_json *rope_type(const cl_json *v) { return cl_json_get(v, "rope_type") ? cl_json_get(v, "rope_type") : cl_json_get(v, "type"); }
 
 /* Hugging Face LlamaConfig settings cleave's Llama does not have are refused, not ignored (the import's hf_check). */
 static cl_status llama_hf_check(const cl_json *r, const char *path) {
@@ -178,9 +216,16 @@ static cl_status llama_hf_check(const cl_json *r, const char *path) {
             return cl_error(CL_ERR_UNSUPPORTED, "%s: %s is not false: cleave's Llama has no biases", path, biases[i]);
     v = cl_json_get(r, "rope_scaling");
     if (v && v->type != CL_JSON_NULL) {
-        const cl_json *t = cl_json_get(v, "rope_type") ? cl_json_get(v, "rope_type") : cl_json_get(v, "type");
-        return cl_error(CL_ERR_UNSUPPORTED, "%s: rope_scaling of type %s: cleave's rotary table has no scaling yet (null only)", path,
-                        t && t->type == CL_JSON_STRING ? t->string : "(none given)");
+        const cl_json *t = v->type == CL_JSON_OBJECT ? rope_type(v) : NULL;
+        if (!t || t->type != CL_JSON_STRING || strcmp(t->string, "llama3"))
+            return cl_error(CL_ERR_UNSUPPORTED, "%s: rope_scaling of type %s: cleave's rotary table scales by type llama3 only (or null)",
+                            path, t && t->type == CL_JSON_STRING ? t->string : "(none given)");
+        static const char *const keys[] = {"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"};
+        for (int i = 0; i < 4; i++) {
+            const cl_json *k = cl_json_get(v, keys[i]);
+            if (!k || k->type != CL_JSON_NUMBER)
+                return cl_error(CL_ERR_FORMAT, "%s: rope_scaling of type llama3 needs the number \"%s\"", path, keys[i]);
+        }
     }
     int hd, C, H;
     if (cl_json_get(r, "head_dim") && cl_json_get_int(r, "head_dim", &hd) && cl_json_get_int(r, "hidden_size", &C) &&
@@ -208,6 +253,14 @@ static int llama_read_config(const cl_json *r, cl_model_config *c) {
     if (t && t->type != CL_JSON_BOOL) ok = 0;
     c->untied = !(t && t->boolean);
     if (ok && c->kv_heads == c->heads) c->kv_heads = 0;
+    /* rope_scaling: null or absent, or llama3's four numbers */
+    const cl_json *sc = cl_json_get(r, "rope_scaling");
+    if (ok && sc && sc->type != CL_JSON_NULL) {
+        const cl_json *t = sc->type == CL_JSON_OBJECT ? rope_type(sc) : NULL;
+        ok = t && t->type == CL_JSON_STRING && !strcmp(t->string, "llama3") && get_num(sc, "factor", &c->rope_factor) &&
+             get_num(sc, "low_freq_factor", &c->rope_low_freq) && get_num(sc, "high_freq_factor", &c->rope_high_freq) &&
+             cl_json_get_int(sc, "original_max_position_embeddings", &c->rope_original_context);
+    }
     if (ok && (int64_t)c->mlp_width == 4 * (int64_t)c->channels) c->mlp_width = 0;
     c->norm = CL_NORM_RMS;
     c->no_bias = 1;
@@ -239,6 +292,16 @@ static int llama_config_diff(const cl_model_config *a, const cl_model_config *b,
         *va = (int)lround(a->rope_theta), *vb = (int)lround(b->rope_theta);
         return 1;
     }
+    /* rope_scaling's reals, compared exactly, reported in thousandths */
+    const double ra[3] = {a->rope_factor, a->rope_low_freq, a->rope_high_freq}, rb[3] = {b->rope_factor, b->rope_low_freq, b->rope_high_freq};
+    static const char *const rn[3] = {"rope factor (x 1e-3)", "rope low_freq (x 1e-3)", "rope high_freq (x 1e-3)"};
+    for (int i = 0; i < 3; i++)
+        if (ra[i] != rb[i]) {
+            snprintf(field, n, "%s", rn[i]);
+            *va = (int)lround(ra[i] * 1e3), *vb = (int)lround(rb[i] * 1e3);
+            return 1;
+        }
+    CL_FAMILY_DIFF("rope original context", a->rope_original_context, b->rope_original_context);
     if (a->rms_norm_eps != b->rms_norm_eps) {
         snprintf(field, n, "rms_norm_eps (x 1e-9)");
         *va = (int)lround(a->rms_norm_eps * 1e9), *vb = (int)lround(b->rms_norm_eps * 1e9);
@@ -256,8 +319,8 @@ const cl_family cl_family_llama = {
                        "rope_theta rms_norm_eps",
             .hf_transposed = "_proj.weight", .hf_f16 = 1, .hf_tokenizer = "hf", .hf_check = llama_hf_check},
     .kind = CL_MODEL_LLAMA,
-    .presets = "llama-tiny, llama (flags: --kv-heads --ffn-channels --rope-theta --tie-embeddings --experts --experts-per-token "
-               "--moe-every --moe-aux-loss-coeff --moe-capacity-factor), smollm2-135m, tinyllama-1.1b, "
+    .presets = "llama-tiny, llama (flags: --kv-heads --ffn-channels --rope-theta --rope-scaling --tie-embeddings --experts "
+               "--experts-per-token --moe-every --moe-aux-loss-coeff --moe-capacity-factor), smollm2-135m, tinyllama-1.1b, "
                "llama-3.2-1b, llama-3-8b, llama-2-70b, llama-3-70b, llama-3.1-405b, mixtral-tiny, mixtral-8x7b",
     .preset = llama_preset,
     .check = llama_check,

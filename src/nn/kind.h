@@ -37,6 +37,8 @@ typedef enum {
     CL_TPS_ROWS,           /* row-parallel: by the first (input) dimension */
     CL_TPS_VOCAB,          /* by vocabulary rows of the padded vocabulary, at every tp (one rank: all rows) */
     CL_TPS_LINEAR,         /* a linear unit's weight or bias: as the unit's tp_mode (whole, column or row) */
+    CL_TPS_KV,             /* column-parallel by key-value heads; when tp exceeds them, each head's columns on
+                            * tp / kv_heads ranks (cl_param_spec's tp_rep) */
 } cl_tp_split;
 
 /* One parameter as a kind lists it. The shape and the initial scale are

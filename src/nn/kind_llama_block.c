@@ -4,7 +4,9 @@
  * post_attention_layernorm(.); RMSNorm, grouped-query causal attention
  * (query head h reads key-value head h / (heads / kv_heads)), no biases.
  * Megatron-LM's split, as data: q, k, v by columns of this rank's query and
- * key-value heads, gate and up by columns, o_proj and down_proj by rows;
+ * key-value heads (past tp = kv heads, the one key-value head its query
+ * heads read, replicated on tp / kv ranks: CL_TPS_KV, its gradient summed
+ * over them by the trainer), gate and up by columns, o_proj and down_proj by rows;
  * the norms replicated (a partial gradient under sequence parallelism).
  *
  * The table describes the block (parameters, sizes, saved activations,
@@ -47,8 +49,8 @@ typedef struct {
 static const cl_kind_param llama_block_params[] = {
     {"input_layernorm.weight", F(at.ln1_w), CL_TPS_NORM, 0, CL_INIT_ONES, 0},
     {"self_attn.q_proj.weight", F(at.q_w), CL_TPS_COLUMNS, 1, CL_INIT_NORMAL, 0},
-    {"self_attn.k_proj.weight", F(at.k_w), CL_TPS_COLUMNS, 1, CL_INIT_NORMAL, 0},
-    {"self_attn.v_proj.weight", F(at.v_w), CL_TPS_COLUMNS, 1, CL_INIT_NORMAL, 0},
+    {"self_attn.k_proj.weight", F(at.k_w), CL_TPS_KV, 1, CL_INIT_NORMAL, 0},
+    {"self_attn.v_proj.weight", F(at.v_w), CL_TPS_KV, 1, CL_INIT_NORMAL, 0},
     {"self_attn.o_proj.weight", F(at.o_w), CL_TPS_ROWS, 1, CL_INIT_NORMAL, 0},
     {"post_attention_layernorm.weight", F(at.ln2_w), CL_TPS_NORM, 0, CL_INIT_ONES, 0},
     {"mlp.gate_proj.weight", F(gate_w), CL_TPS_COLUMNS, 1, CL_INIT_NORMAL, 0},

@@ -58,7 +58,7 @@ static int moe_param_list(const cl_model_desc *d, const cl_unit *un, int i, cl_k
     if (i < NATT) {
         snprintf(name, cap, "%s", att_names[i]);
         int norm = i == 0 || i == NATT - 1;
-        kp->tp = norm ? CL_TPS_NORM : i == 4 ? CL_TPS_ROWS : CL_TPS_COLUMNS;
+        kp->tp = norm ? CL_TPS_NORM : i == 4 ? CL_TPS_ROWS : i == 2 || i == 3 ? CL_TPS_KV : CL_TPS_COLUMNS;
         kp->decay = !norm;
         kp->init = norm ? CL_INIT_ONES : CL_INIT_NORMAL;
     } else if (i == NATT) {

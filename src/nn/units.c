@@ -55,7 +55,7 @@ static int part_uses_tied(const cl_model_desc *d, int u0, int u1) {
 }
 
 int cl_model_grad_whole(const cl_model_desc *d, int u0, int u1, int split, int i) {
-    if (d->params[i].tp_partial) return 1;
+    if (d->params[i].tp_partial || d->params[i].tp_rep > 1) return 1;
     if (split && cl_unit_is_loss(&d->units[d->params[i].unit])) return 1;
     if (i != d->tied_wte) return 0;
     return part_owns_tied(d, u0, u1) != part_uses_tied(d, u0, u1);
@@ -223,7 +223,10 @@ static cl_status rope_tables(cl_model *m) {
     int64_t n = m->sizes.tables, half = n / 2;
     float *host = malloc((size_t)n * sizeof *host);
     if (!host) return cl_error(CL_ERR_OOM, "cannot allocate the rotary tables");
-    cl_status s = cl_rope_table(host, host + half, d->T, d->cfg.channels / d->cfg.heads, d->cfg.rope_theta, NULL);
+    const cl_model_config *c = &d->cfg; /* rope_scaling llama3, or none (factor 0) */
+    const cl_rope_scaling sc = {c->rope_factor ? CL_ROPE_LLAMA3 : CL_ROPE_DEFAULT, c->rope_factor, c->rope_low_freq, c->rope_high_freq,
+                                c->rope_original_context};
+    cl_status s = cl_rope_table(host, host + half, d->T, c->channels / c->heads, c->rope_theta, &sc);
     if (!s) s = cl_device_alloc_f32(m->dev, CL_MEM_WORKSPACE, (size_t)n, &m->rope);
     if (!s) cl_device_copy_from_host(m->dev, m->rope, host, (size_t)n * sizeof(float));
     free(host);

@@ -141,6 +141,7 @@ static cl_status collect(cl_trainer *t, entries *es) {
         for (int i = 0; i < cl_model_desc_of(m)->nparams; i++) {
             const cl_param_spec *ls = &cl_model_desc_of(m)->params[i];
             if (!cl_model_owns_param(m, i) || (ls->split == CL_SPLIT_NONE && t->tp_rank != 0)) continue;
+            if (ls->tp_rep > 1 && t->tp_rank % ls->tp_rep) continue; /* a replicated slice written once */
             int64_t a, b;
             if (params_sharded(m)) { /* every replica its shard's part, as the moments */
                 shard_range(m, cl_model_sizes(m)->shard, i, &a, &b);

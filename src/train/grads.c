@@ -82,6 +82,36 @@ static cl_status sum_partial_grads(cl_trainer *t, cl_model *m) {
     return CL_OK;
 }
 
+/* Key-value heads replicated past tp = kv (tp_rep): each rank's gradient of
+ * its slice is a partial sum over the tp_rep ranks holding that slice.
+ * Each rank puts its gradient at its slice's place in a zeroed [slices x
+ * numel] buffer (the part's backward workspace, idle here, or one
+ * allocated when it does not fit) and one all-reduce over the tp group
+ * sums each slice over its replicas alone (adding zeros is exact), so the
+ * replicas get the same sum and stay equal. */
+static cl_status sum_replica_grads(cl_trainer *t, cl_model *m) {
+    const cl_model_desc *d = t->desc;
+    cl_device *dev = cl_model_device(m);
+    for (int i = 0; i < d->nparams; i++) {
+        const cl_param_spec *p = &d->params[i];
+        if (p->tp_rep <= 1 || !cl_model_owns_param(m, i)) continue;
+        int64_t n = p->numel, slices = t->tp / p->tp_rep;
+        float *buf = cl_model_workspace(m, n * slices), *own = NULL;
+        if (!buf) {
+            CL_TRY(cl_device_alloc_f32(dev, CL_MEM_WORKSPACE, (size_t)(n * slices), &own));
+            buf = own;
+        }
+        float *at = buf + (int64_t)cl_param_slice_of(p, t->tp_rank) * n;
+        cl_device_fill(dev, buf, 0, (size_t)(n * slices) * sizeof(float));
+        cl_device_copy(dev, at, cl_model_grad(m, i), (size_t)n * sizeof(float));
+        cl_status s = cl_comm_allreduce(t->cfg.groups->tp, buf, (size_t)(n * slices), CL_F32, CL_RED_SUM);
+        if (!s) cl_device_copy(dev, cl_model_grad(m, i), at, (size_t)n * sizeof(float));
+        cl_device_free(dev, own);
+        CL_TRY(s);
+    }
+    return CL_OK;
+}
+
 cl_status cl_pp_grad_sync(cl_trainer *t, struct cl_pp *pp) {
     /* the buckets left during each chunk's last backward; wait for them (cleave/dp.h) */
     for (int c = 0; c < pp->v; c++) {
@@ -93,6 +123,7 @@ cl_status cl_pp_grad_sync(cl_trainer *t, struct cl_pp *pp) {
         }
     }
     for (int c = 0; t->tp > 1 && c < pp->v; c++) CL_TRY(sum_partial_grads(t, pp->ch[c].m));
+    for (int c = 0; t->tp > 1 && c < pp->v; c++) CL_TRY(sum_replica_grads(t, pp->ch[c].m));
     CL_TRY(tie_grads(t, pp));
     for (int c = 0; c < pp->v; c++) cl_dp_whole_to_shard(pp->ch[c].dp); /* ZeRO 2 */
     return CL_OK;

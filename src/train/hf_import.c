@@ -76,11 +76,11 @@ cl_status cl_hf_read_config(const char *dir, cl_model_config *c, char *tok, size
         s = cl_error(CL_ERR_UNSUPPORTED, "%s: model_type '%s': cleave imports Hugging Face checkpoints of model_type %s only", path,
                      mt->string, known);
     if (!s) s = check_keys(r, path, mt->string, fam);
+    if (!s && fam->hf_check) s = fam->hf_check(r, path); /* before the parse, so a refused setting is named */
     if (!s) s = cl_ckpt_config_parse(r, path, c, tok, tn);
     if (!s && cl_model_family_of(c) != fam)
         s = cl_error(CL_ERR_FORMAT, "%s: model_type %s with cleave_model %s, not %s", path, mt->string, cl_model_family_of(c)->name,
                      fam->name);
-    if (!s && fam->hf_check) s = fam->hf_check(r, path);
     /* Hugging Face's config names no tokenizer: a large vocabulary means the family's, a smaller one bytes */
     if (!s && !cl_json_get(r, "tokenizer")) snprintf(tok, tn, "%s", c->vocab >= 50257 && fam->hf_tokenizer ? fam->hf_tokenizer : "byte");
     cl_json_free(doc);

@@ -47,7 +47,8 @@ cl_status cl_pp_opt_step(cl_trainer *t, struct cl_pp *pp, float lr, double loss_
     /* a replicated parameter counts once (tensor-parallel rank 0's), a split one over its slices; the
      * loss is the same on every tensor-parallel rank */
     for (int i = 0; t->tp_rank > 0 && i < n; i++)
-        if (d->params[i].split == CL_SPLIT_NONE) pp->norm_parts[i] = 0;
+        if (d->params[i].split == CL_SPLIT_NONE || (d->params[i].tp_rep > 1 && t->tp_rank % d->params[i].tp_rep))
+            pp->norm_parts[i] = 0; /* a replicated slice (tp_rep) counts once too, its first rank's */
     pp->norm_parts[n] = t->tp_rank == 0 ? loss_sum : 0; /* 0 but on the last stage */
     if (t->tp > 1) CL_TRY(cl_comm_allreduce(t->cfg.groups->mp, pp->norm_parts, (size_t)n + 1, CL_F64, CL_RED_SUM));
     else if (pp->p > 1) CL_TRY(cl_comm_allreduce(pp->comm, pp->norm_parts, (size_t)n + 1, CL_F64, CL_RED_SUM));

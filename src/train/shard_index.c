@@ -26,7 +26,7 @@ int cl_shard_slice_boxes(const cl_param_spec *p, int r, int64_t a, int64_t b, cl
         a += k * lc;
     }
     if (a < b) lb[nl++] = (cl_box){a / lc, 0, 1, b - a, 0};
-    int64_t part = p->part, off = (int64_t)r * part;
+    int64_t part = p->part, off = (int64_t)cl_param_slice_of(p, r) * part;
     int heads = p->split == CL_SPLIT_HEADS3;
     for (int i = 0; i < nl; i++)
         for (int g = 0; g < (heads ? 3 : 1); g++) {
