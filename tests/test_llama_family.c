@@ -103,7 +103,7 @@ int main(void) {
     cl_model_desc_free(d);
 
     /* tp 2: q and gate by columns, k by its key-value heads' columns, o and down by rows, lm_head by vocabulary rows */
-    cl_tp_layout tl = {2, 1, 0, 1};
+    cl_tp_layout tl = {2, 1, 0, 1, CL_F32};
     CHECK(cl_model_describe_tp(&c, 0, &tl, &d) == CL_OK, "tp 2: %s", cl_last_error());
     if (d) {
         q = find(d, "model.layers.0.self_attn.q_proj.weight"), k = find(d, "model.layers.0.self_attn.v_proj.weight");
@@ -116,7 +116,7 @@ int main(void) {
         CHECK(d->heads_local == 2 && d->kv_heads_local == 1 && d->kv_channels_local == 16, "local heads");
         cl_model_desc_free(d);
     }
-    cl_tp_layout t4 = {4, 0, 0, 1};
+    cl_tp_layout t4 = {4, 0, 0, 1, CL_F32};
     CHECK(cl_model_describe_tp(&c, 0, &t4, &d) != CL_OK && strstr(cl_last_error(), "exceeds the 2 key-value heads"), "tp 4: %s",
           cl_last_error());
 
