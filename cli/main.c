@@ -1039,7 +1039,7 @@ static const cli_section train_sections[] = {
     {"parallel", "ranks auto threads comm dp tp pp data-parallel-size tensor-model-parallel-size pipeline-model-parallel-size "
                  "sequence-parallel make-vocab-size-divisible-by zero zero3-prefetch check-replicas bucket-size comm-timeout "
                  "schedule virtual-stages pp-layout"},
-    {"memory", "device-memory offload-optimizer offload-dir recompute"},
+    {"memory", "device-memory offload-optimizer offload-dir recompute dtype"},
     {NULL, NULL},
 };
 

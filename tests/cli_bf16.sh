@@ -80,6 +80,16 @@ refused "the cnn family is not yet supported" train --model cnn --dtype bf16 --s
 refused "unknown --dtype 'f16' (fp32 or bf16)" train "${common[@]}" --dtype f16
 refused "tensor parallelism is not yet supported in bf16" memory --model gpt2-tiny --dtype bf16 --tp 2
 
+# the resolved settings name it (fp32 runs' are unchanged: no key), a --config file sets it, bench step takes it
+out=$("$CLEAVE" train --dtype bf16 --print-config 2>&1)
+check 'grep -q "\"dtype\": \"bf16\"" <<<"$out"' "--print-config does not show dtype bf16: $(head -3 <<<"$out")"
+check '! "$CLEAVE" train --print-config 2>&1 | grep -q "\"dtype\": \"bf16\""' "an fp32 run's resolved settings name bf16"
+echo '{"memory": {"dtype": "bf16"}}' > "$tmp/c.json"
+out=$("$CLEAVE" memory --config "$tmp/c.json" --json --model gpt2-tiny 2>&1)
+check 'grep -q "\"params\": 723456" <<<"$out"' "memory --config {dtype: bf16}: $(head -3 <<<"$out")"
+out=$("$CLEAVE" bench step --model gpt2-tiny --seq-len 64 --steps 1 --warmup 0 --peak 100 --threads 1 --dtype bf16 2>&1); _rc=$?
+check '[ $_rc -eq 0 ] && grep -q "; bf16$" <<<"$out" && grep -q "^bwd qkv w" <<<"$out"' "bench step --dtype bf16: $(tail -3 <<<"$out")"
+
 # a short run on the whole King James Bible: bf16 ends within 2% of fp32's validation loss
 for dt in fp32 bf16; do
     "$CLEAVE" train --steps 100 --dtype $dt --sample-tokens 0 --eval-batches 20 > "$tmp/k$dt.out" 2>&1
