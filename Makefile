@@ -66,7 +66,7 @@ CLI_OBJ  := $(patsubst cli/%.c,$(BUILD)/obj/cli/%.o,$(CLI_SRC))
 TEST_SRC := $(sort $(wildcard tests/test_*.c))
 TEST_BIN := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
 # Drivers a shell test runs with arguments (not run alone by tests/run.sh, which runs test_*).
-DRIVER_BIN := $(BUILD)/tests/llama_torch_driver $(BUILD)/tests/moe_torch_driver
+DRIVER_BIN := $(BUILD)/tests/llama_torch_driver $(BUILD)/tests/moe_torch_driver $(BUILD)/tests/bf16_torch_driver
 TEST_COMMON := $(wildcard tests/common/*.c)
 EX_SRC   := $(sort $(wildcard examples/*.c))
 EX_BIN   := $(patsubst examples/%.c,$(BUILD)/examples/%,$(EX_SRC)) $(BUILD)/examples/quickstart

@@ -238,6 +238,7 @@ static const cli_flag step_flags[] = {
     {"repeat", "", 1, "gemm: best of this many runs per shape (default 3)"},
     {"offload-optimizer", "", 1, "step: where the AdamW moments live, none (default), host or disk (as for train)"},
     {"offload-dir", "", 1, "step: directory of --offload-optimizer disk's file"},
+    {"dtype", "", 1, "step: fp32 (default) or bf16, mixed precision (as for train)"},
 };
 
 typedef struct {
@@ -245,6 +246,7 @@ typedef struct {
     int T, B, threads, steps, warmup, repeat, offload;
     double peak, peak_bf16;
     const char *data, *offload_dir;
+    cl_dtype dtype;
 } step_opts;
 
 static int parse_step_opts(int argc, char **argv, const char *usage, step_opts *o) {
@@ -271,6 +273,9 @@ static int parse_step_opts(int argc, char **argv, const char *usage, step_opts *
     o->data = cli_get(&a, "data");
     o->offload_dir = cli_get(&a, "offload-dir");
     if ((s = cli_offload(&a, &o->offload))) return cli_fail(s);
+    const char *dt = cli_get(&a, "dtype");
+    if (dt && strcmp(dt, "fp32") && strcmp(dt, "bf16")) return cli_fail(cl_error(CL_ERR_INVALID, "unknown --dtype '%s' (fp32 or bf16)", dt));
+    o->dtype = dt && !strcmp(dt, "bf16") ? CL_BF16 : CL_F32;
     if ((s = cli_int(&a, "micro-batch-size", &o->B, 1, 1 << 20)) || (s = cli_int(&a, "threads", &o->threads, 1, 256)) ||
         (s = cli_int(&a, "steps", &o->steps, 1, 1 << 20)) || (s = cli_int(&a, "warmup", &o->warmup, 0, 1 << 20)) ||
         (s = cli_int(&a, "repeat", &o->repeat, 1, 1000)) || (s = cli_float(&a, "peak", &peak, 1e-3, 1e9)) ||
@@ -398,7 +403,7 @@ static int bench_step(int argc, char **argv) {
     step_opts o;
     int r = parse_step_opts(argc, argv,
                             "usage: cleave bench step [--model M] [--seq-len T] [--micro-batch-size B] [--threads N] [--steps K]\n"
-                            "                         [--offload-optimizer none|host|disk [--offload-dir DIR]]\n\n"
+                            "                         [--offload-optimizer none|host|disk [--offload-dir DIR]] [--dtype fp32|bf16]\n\n"
                             "Trains one rank for --warmup + --steps steps and prints the timed steps by operation.",
                             &o);
     if (r) return r < 0 ? 0 : r;
@@ -414,6 +419,7 @@ static int bench_step(int argc, char **argv) {
     c.eval_batches = 1;
     c.offload_optimizer = o.offload;
     c.offload_dir = o.offload_dir;
+    c.dtype = o.dtype;
     cl_trainer *t;
     cl_status s = cl_trainer_create(&t, &c);
     if (s) return cli_fail(s);
@@ -435,8 +441,8 @@ static int bench_step(int argc, char **argv) {
     double per = secs / o.steps, gfs = flop / secs / 1e9;
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
-    printf("model: %d layers, %d channels, %d heads, vocab %d; micro-batch %d x seq %d; %d threads; gemm %s\n", o.mc.layers,
-           o.mc.channels, o.mc.heads, o.mc.vocab, o.B, o.T, o.threads, cl_gemm_backend());
+    printf("model: %d layers, %d channels, %d heads, vocab %d; micro-batch %d x seq %d; %d threads; gemm %s%s\n", o.mc.layers,
+           o.mc.channels, o.mc.heads, o.mc.vocab, o.B, o.T, o.threads, cl_gemm_backend(), o.dtype == CL_BF16 ? "; bf16" : "");
     printf("%-20s %10s %7s %10s %8s\n", "operation", "ms/step", "%", "GFLOP/s", "calls");
     double covered = 0;
     for (int i = 0; i < prof.n; i++) {

@@ -124,6 +124,9 @@ static const cli_flag train_flags[] = {
     {"virtual-stages", "", 1, "model chunks per pipeline rank (interleaved only; default 2 there)"},
     {"trace-steps", "", 1, "steps the trace keeps: the last N (default 20, 0 = all)"},
     {"recompute", "", 1, "activation recomputation: none (default), selective (attention scores) or full (whole blocks)"},
+    {"dtype", "", 1, "number format: fp32 (default) or bf16, mixed precision (F32 master weights, moments and gradients; "
+                     "BF16 weight copies and GEMM inputs, F32 accumulation; the GPT family on one rank, pipelines, dp "
+                     "with ZeRO 0-2)"},
     {"trace", "", 1, "write a Chrome trace (Perfetto) of every pipeline action to this file"},
     {"pp-layout", "", 1, "explicit stages, e.g. \"E,t*3|t*4|t*3,L\" (E embedding, t block, L head; default: balanced)"},
 };
@@ -884,14 +887,13 @@ static const char *const train_only[] = {
 };
 
 /* cleave convert takes train's flags (the model's and the new layout's) and these. */
-static cli_flag convert_flags[NFLAGS(train_flags) + 5];
+static cli_flag convert_flags[NFLAGS(train_flags) + 4];
 static const cli_flag convert_extra[] = {
     {"from", "", 1, "checkpoint to read (either format)"},
     {"to", "", 1, "checkpoint to write, at the layout the flags give, in --save-format (default single); a new or empty "
                   "directory unless --overwrite"},
     {"overwrite", "", 0, "replace the checkpoint at --to (only a checkpoint cleave wrote is replaced, never --from or a "
                          "directory it is in)"},
-    {"dtype", "", 1, "--save-format hf: the tensors' number format, f32 (default), bf16 or f16 (rounded to nearest even)"},
     {"max-shard-size", "", 1, "--save-format hf: files of at most this size (bytes, or 500MB, 5GB, 2GiB) named by "
                               "model.safetensors.index.json, as Hugging Face shards; default one model.safetensors"},
 };
@@ -1063,7 +1065,7 @@ static const cli_section train_sections[] = {
     {"parallel", "ranks auto threads comm dp tp pp data-parallel-size tensor-model-parallel-size pipeline-model-parallel-size "
                  "sequence-parallel make-vocab-size-divisible-by zero zero3-prefetch check-replicas bucket-size comm-timeout "
                  "schedule virtual-stages pp-layout"},
-    {"memory", "device-memory offload-optimizer offload-dir recompute"},
+    {"memory", "device-memory offload-optimizer offload-dir recompute dtype"},
     {NULL, NULL},
 };
 
@@ -1091,6 +1093,10 @@ static int train_table(const char *cmd, const cli_flag **flags) {
         if (!convert_flags[0].name) {
             memcpy(convert_flags, train_flags, sizeof train_flags);
             memcpy(convert_flags + NFLAGS(train_flags), convert_extra, sizeof convert_extra);
+            for (int i = 0; i < NFLAGS(train_flags); i++) /* train's --dtype is the run's; convert's its export's */
+                if (!strcmp(convert_flags[i].name, "dtype"))
+                    convert_flags[i] = (cli_flag){"dtype", "", 1, "--save-format hf: the tensors' number format, f32 (default), bf16 "
+                                                                  "or f16 (rounded to nearest even)"};
         }
         *flags = convert_flags;
         return NFLAGS(convert_flags);
@@ -1207,6 +1213,9 @@ static cl_status parse_layout(const cli_args *a, train_job *j) {
     c->pp_layout = cli_get(a, "pp-layout");
     j->trace_path = cli_get(a, "trace");
     CL_TRY(cli_int(a, "trace-steps", &j->trace_steps, 0, 1 << 30));
+    const char *dt = c->params_only ? NULL : cli_get(a, "dtype"); /* convert's --dtype is its export's (parse_hf_format) */
+    if (dt && strcmp(dt, "fp32") && strcmp(dt, "bf16")) return cl_error(CL_ERR_INVALID, "unknown --dtype '%s' (fp32 or bf16)", dt);
+    c->dtype = dt && !strcmp(dt, "bf16") ? CL_BF16 : CL_F32;
     if (cli_get(a, "recompute")) {
         cl_recompute rc;
         CL_TRY(cl_recompute_parse(cli_get(a, "recompute"), &rc));
@@ -1477,6 +1486,7 @@ static void resolve_values(const train_cli *tc, const train_job *j, resolved *r)
     rput(r, a, "pp-layout", 0, c->pp_layout);
     rnum(r, a, "trace-steps", j->trace_steps);
     rput(r, a, "recompute", 0, recompute[c->recompute]);
+    if (c->dtype == CL_BF16) rput(r, a, "dtype", 0, "bf16"); /* fp32 left out: the resolved settings of fp32 runs unchanged */
     rput(r, a, "trace", 0, j->trace_path);
 }
 

@@ -87,6 +87,18 @@ point --model llama-tiny --dp 2 --zero 3 --micro-batch-size 2 --global-batch-siz
 point --model llama-tiny --tp 2 --sequence-parallel --pp 2 --schedule zb-h1 --micro-batch-size 1 --global-batch-size 4
 # key-value heads replicated past tp = kv (--kv-heads 1 at tp 2: each rank the one head; its gradient summed over both)
 point --model llama --kv-heads 1 --tp 2 --micro-batch-size 2 --global-batch-size 4
+# bf16 mixed precision (issue 29): the BF16 weight copy beside the F32 master (params 1.5 x fp32's), the GEMM
+# inputs saved as BF16 (ln_1, ln_2, GELU and ln_f outputs), the backward's BF16 operands in the workspace
+for rc in none full; do point --dtype bf16 --micro-batch-size 2 --recompute $rc; done
+point --dtype bf16 --pp 2 --schedule zb-h1 --micro-batch-size 2 --global-batch-size 8
+point --dtype bf16 --dp 2 --zero 2 --micro-batch-size 2 --global-batch-size 8
+f32=$("$CLEAVE" memory --json --model gpt2-tiny); b16=$("$CLEAVE" memory --json --model gpt2-tiny --dtype bf16)
+cat_of() { python3 -c 'import json,sys; print(json.loads(sys.argv[1])["predicted"][sys.argv[2]])' "$1" "$2"; }
+pf=$(cat_of "$f32" params); pb=$(cat_of "$b16" params); af=$(cat_of "$f32" activations); ab=$(cat_of "$b16" activations)
+echo "gpt2-tiny: params fp32 $pf B, bf16 $pb B; activations fp32 $af B, bf16 $ab B"
+# 3C floats a token a block (ln_1 and ln_2 C/2 each, GELU's 4C -> 2C) and the head's C/2, at B 8, T 64, C 64, 2 blocks
+check '[ $((pf * 3)) -eq $((pb * 2)) ] && [ $((af - ab)) -eq $(((2 * 3 * 64 + 32) * 512 * 4)) ]' \
+    "bf16 params should be 1.5 x fp32's and the activations 3C a token a block + C/2 smaller: $pf/$pb, $af/$ab"
 
 # the zb-h1 runs of the issue: they train or are refused up front
 for cap in 3.3MiB 3.4MiB; do

@@ -179,6 +179,9 @@ static inline int cl_param_slice_of(const cl_param_spec *p, int r) { return p->t
  * 1/tp of a micro-batch's B*T token rows (T a multiple of tp). */
 typedef struct {
     int tp, rank, sp, vocab_div;
+    cl_dtype dtype;         /* the compute format it is cut for: CL_F32 (0, the default), or CL_BF16: bf16 mixed
+                             * precision (F32 master weights, a BF16 copy the passes read, BF16 GEMM inputs saved;
+                             * docs/ARCHITECTURE.md "bf16 mixed precision") */
 } cl_tp_layout;
 
 typedef enum {
@@ -384,6 +387,7 @@ typedef struct {
     int64_t halo;        /* ZeRO 2: the norm's buffer: the first min(shard, 16384) floats of every replica's
                           * shard and one 16384-float block (cl_dp_grad_sumsq); else 0 */
     int64_t params;      /* floats of the parameter buffer: alloc, or the shard under ZeRO stage 3 */
+    int64_t wlow;        /* bf16 (tpl.dtype): floats of the BF16 copy of the parameter buffer (params / 2); else 0 */
     int64_t pwork;       /* ZeRO 3: floats of each parameter working buffer (the largest unit's gather: its
                           * parameters, and the tied wte for the LM head); else 0 */
     int npwork;          /* ZeRO 3: parameter working buffers (prefetch + 1, at most the units with parameters) */
@@ -432,6 +436,10 @@ float *cl_model_grad(const cl_model *m, int i);
 int64_t cl_model_param_offset(const cl_model *m, int i);
 float *cl_model_grad_at(const cl_model *m, int64_t a);
 float *cl_model_head_wte_grad(const cl_model *m);
+/* bf16 mixed precision: the BF16 copy of the parameters the passes read, rounded from the F32 master (call it
+ * after the master changes and before the next forward: the trainer does before every step and evaluation).
+ * CL_OK doing nothing for an F32 description. */
+cl_status cl_model_refresh_low(cl_model *m);
 /* The part's backward workspace lent while no pass runs (GRAD_SYNC packs
  * the partial gradients there): NULL if it holds fewer than floats. */
 float *cl_model_workspace(const cl_model *m, int64_t floats);

@@ -166,6 +166,10 @@ typedef struct {
      * settings, cleave train --print-config), written as run_config.json into
      * every checkpoint and listed in its marker; NULL: none written. */
     const char *run_config;
+    /* The compute format: CL_F32 (the default) or CL_BF16, bf16 mixed precision (F32 master weights, moments and
+     * gradients; BF16 weight copies and GEMM inputs; docs/ARCHITECTURE.md "bf16 mixed precision"): the GPT family
+     * on one rank, pipelines and dp with ZeRO 0-2 (cl_train_describe refuses the rest). */
+    cl_dtype dtype;
 } cl_train_config;
 
 /* Defaults: gpt2-tiny, tp 1, vocabulary padded to a multiple of 128, micro 8, global 8, 100 steps, lr 1e-3 to 1e-4 with 10%

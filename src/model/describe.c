@@ -77,7 +77,7 @@ int64_t cl_model_input_floats(const cl_model_config *cfg) {
 }
 
 cl_status cl_model_describe(const cl_model_config *cfg, int T, cl_model_desc **out) {
-    cl_tp_layout whole = {1, 0, 0, 1};
+    cl_tp_layout whole = {1, 0, 0, 1, CL_F32};
     return cl_model_describe_tp(cfg, T, &whole, out);
 }
 
@@ -88,6 +88,8 @@ static cl_status check_tp(const cl_family *f, const cl_model_config *c, int T, c
         return cl_error(CL_ERR_INVALID, "tensor-parallel rank %d of %d is out of range", tl->rank, tp);
     if (tl->vocab_div < 0) return cl_error(CL_ERR_INVALID, "--make-vocab-size-divisible-by must be positive (got %d)", tl->vocab_div);
     if (tl->sp && !f->pub.tokens) return cl_error(CL_ERR_INVALID, "--sequence-parallel needs a GPT model");
+    if (tl->dtype == CL_BF16 && c->kind != CL_MODEL_GPT) /* the GPT kinds have the bf16 path (docs/ARCHITECTURE.md) */
+        return cl_error(CL_ERR_UNSUPPORTED, "--dtype bf16: the %s family is not yet supported (the gpt family is)", f->pub.name);
     if (tp == 1) return CL_OK;
     return f->check_tp(c, T, tl);
 }

@@ -190,4 +190,29 @@ cl_status cl_nn_head_loss_forward(cl_model *m, const cl_microbatch *mb, const cl
 cl_status cl_nn_head_loss_backward(cl_model *m, const cl_microbatch *mb, const cl_head_acts *h, const float *wv, float *dwv, int ww,
                                    const float **dl);
 
+
+/* ---- bf16 mixed precision (bf16.c; docs/ARCHITECTURE.md "bf16 mixed precision") ---- */
+
+/* The description is cut for --dtype bf16 (tpl.dtype). */
+int cl_nn_bf16(const cl_model_desc *d);
+/* Floats that n BF16 values take in a float buffer: (n + 1)/2. */
+int64_t cl_nn_bf16_floats(int64_t n);
+/* Floats of a saved GEMM input of n values: n in F32, cl_nn_bf16_floats(n) in bf16. */
+int64_t cl_nn_gemm_in_floats(const cl_model_desc *d, int64_t n);
+/* The BF16 copy (m->wlow) of a held parameter's F32 data w. */
+const uint16_t *cl_nn_wlo(const cl_model *m, const float *w);
+/* dst (BF16) = src (F32) rounded to nearest even, n values, on the model's device. */
+cl_status cl_nn_narrow(const cl_model *m, void *dst, const float *src, int64_t n);
+/* C (F32) = op(A) op(B) + beta C, A and B BF16 (the device's gemm with formats, F32 accumulation). */
+void cl_nn_gemm_lo(const cl_model *m, int ta, int tb, int M, int N, int K, const void *A, int lda, const void *B, int ldb, float beta,
+                   float *C, int ldc);
+/* out = x w (+ bias): x BF16 [N, IC], w a parameter's F32 data [IC, OC] read as its BF16 copy, out F32. */
+void cl_nn_linear_lo(const cl_model *m, float *out, const void *x, const float *w, const float *bias, int64_t N, int64_t IC, int64_t OC);
+/* A linear layer's weight gradient dw [IC, OC] += x^T dout (x [N, IC] and dout_lo BF16), and db += the column sums
+ * of dout (its F32 form) when db. */
+void cl_nn_linear_dweight_lo(const cl_model *m, float *dw, float *db, const float *dout, const void *dout_lo, const void *x,
+                             int64_t N, int64_t IC, int64_t OC);
+/* db += the column sums of dout [N, OC] (F32). */
+void cl_nn_bias_grad(const cl_model *m, float *db, const float *dout, int64_t N, int64_t OC);
+
 #endif

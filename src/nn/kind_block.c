@@ -78,7 +78,8 @@ static block_acts block_layout_at(const cl_model_desc *d, float *base, int64_t B
             Fl = d->mlp_local;
     block_acts b;
     float *p = base;
-    b.ln1 = p; p += Ns * C;
+    int64_t lnC = cl_nn_gemm_in_floats(d, Ns * C); /* ln1, ln2 and fch_gelu: BF16 in bf16 (GEMM inputs only) */
+    b.ln1 = p; p += lnC;
     b.ln1_mean = p; p += Ns;
     b.ln1_rstd = p; p += Ns;
     b.qkv = p; p += N * (Cl + 2 * Kl);
@@ -86,11 +87,11 @@ static block_acts block_layout_at(const cl_model_desc *d, float *base, int64_t B
     if (lse_apart) b.lse = lse_apart;
     else b.lse = p, p += B * d->heads_local * T;
     b.res2 = p; p += Ns * C;
-    b.ln2 = p; p += Ns * C;
+    b.ln2 = p; p += lnC;
     b.ln2_mean = p; p += Ns;
     b.ln2_rstd = p; p += Ns;
     b.fch = p; p += N * Fl;
-    b.fch_gelu = p; p += N * Fl;
+    b.fch_gelu = p; p += cl_nn_gemm_in_floats(d, N * Fl);
     b.out = p;
     return b;
 }
@@ -120,17 +121,31 @@ static cl_status block_pass(const cl_model *m, const block_acts *s, const float 
     float *G = m->scratch;
     double fl = 2.0 * (double)N * C * Cl, flf = 2.0 * (double)N * C * Fl, fq = 2.0 * (double)N * C * Q, att = 4.0 * (double)B * T * T * Cl;
     const float *x;
-    CL_PROF("fwd layernorm", 0, cl_kern(m)->layernorm_forward(s->ln1, s->ln1_mean, s->ln1_rstd, in, w->ln1_w, w->ln1_b, (int)Ns, (int)C));
+    /* bf16 (one rank): ln_1's, ln_2's and GELU's F32 outputs in the scratch, narrowed into their saved slots; c_proj's
+     * input narrowed there; the GEMMs read BF16 (cl_nn_linear_lo, cl_nn_row_linear) */
+    int lo = cl_nn_bf16(d);
+    float *f32 = m->scratch;
+    const float *ay = s->atty;
+    CL_PROF("fwd layernorm", 0, cl_kern(m)->layernorm_forward(lo ? f32 : s->ln1, s->ln1_mean, s->ln1_rstd, in, w->ln1_w, w->ln1_b, (int)Ns, (int)C));
+    if (lo) CL_TRY(cl_nn_narrow(m, s->ln1, f32, Ns * C));
     CL_TRY(cl_nn_col_input(m, s->ln1, G, Ns, C, &x));
-    CL_PROF("fwd qkv", fq, cl_kern(m)->linear_forward(s->qkv, x, w->qkv_w, w->qkv_b, (int)N, (int)C, (int)Q));
+    CL_PROF("fwd qkv", fq, lo ? cl_nn_linear_lo(m, s->qkv, x, w->qkv_w, w->qkv_b, N, C, Q)
+                              : cl_kern(m)->linear_forward(s->qkv, x, w->qkv_w, w->qkv_b, (int)N, (int)C, (int)Q));
     CL_PROF("fwd attention", att, cl_kern(m)->flash_forward(s->atty, s->lse, s->qkv, B, T, (int)Cl, d->heads_local, d->heads_local));
-    CL_TRY(cl_nn_row_linear(m, "fwd attn proj", fl, s->atty, w->attn_proj_w, w->attn_proj_b, s->res2, N, Cl));
+    if (lo) {
+        CL_TRY(cl_nn_narrow(m, f32, s->atty, N * Cl));
+        ay = f32;
+    }
+    CL_TRY(cl_nn_row_linear(m, "fwd attn proj", fl, ay, w->attn_proj_w, w->attn_proj_b, s->res2, N, Cl));
     CL_PROF("fwd residual layernorm", 0,
-            cl_kern(m)->residual_layernorm_forward(s->res2, s->ln2, s->ln2_mean, s->ln2_rstd, s->res2, in, w->ln2_w, w->ln2_b, (int)Ns, (int)C));
+            cl_kern(m)->residual_layernorm_forward(s->res2, lo ? f32 : s->ln2, s->ln2_mean, s->ln2_rstd, s->res2, in, w->ln2_w, w->ln2_b, (int)Ns, (int)C));
+    if (lo) CL_TRY(cl_nn_narrow(m, s->ln2, f32, Ns * C));
     CL_TRY(cl_nn_col_input(m, s->ln2, G, Ns, C, &x));
     /* c_fc without its bias, then bias + GELU in one pass */
-    CL_PROF("fwd fc", flf, cl_sgemm(cl_kern(m), 0, 0, (int)N, (int)Fl, (int)C, 1.0f, x, (int)C, w->fc_w, (int)Fl, 0.0f, s->fch, (int)Fl));
-    CL_PROF("fwd bias gelu", 0, cl_kern(m)->bias_gelu_forward(s->fch_gelu, s->fch, w->fc_b, (int)N, (int)Fl));
+    CL_PROF("fwd fc", flf, lo ? cl_nn_linear_lo(m, s->fch, x, w->fc_w, NULL, N, C, Fl)
+                              : cl_sgemm(cl_kern(m), 0, 0, (int)N, (int)Fl, (int)C, 1.0f, x, (int)C, w->fc_w, (int)Fl, 0.0f, s->fch, (int)Fl));
+    CL_PROF("fwd bias gelu", 0, cl_kern(m)->bias_gelu_forward(lo ? f32 : s->fch_gelu, s->fch, w->fc_b, (int)N, (int)Fl));
+    if (lo) CL_TRY(cl_nn_narrow(m, s->fch_gelu, f32, N * Fl));
     CL_TRY(cl_nn_row_linear(m, "fwd fc proj", flf, s->fch_gelu, w->fc_proj_w, w->fc_proj_b, s->out, N, Fl));
     CL_PROF("fwd residual", 0, cl_kern(m)->add_inplace(s->out, s->res2, Ns * C));
     return CL_OK;
@@ -177,7 +192,12 @@ static cl_status block_backward_pass(cl_model *m, const block_acts *s, const flo
         dln1s = ws; ws += Ns * C;
     }
     float *attscratch = ws;
-    CL_ASSERT(attscratch + cl_flash_scratch_floats(B, T, iCl, d->heads_local) <= m->scratch + m->sizes.scratch);
+    /* bf16 (one rank): at the workspace's end, the BF16 form of the gradient the next GEMMs read (L1) and of c_proj's
+     * input (L2); the GEMMs read them and the weights' BF16 copy, the bias gradients the F32 gradient */
+    int lo = cl_nn_bf16(d);
+    int64_t wide = C > Fl ? (C > Q ? C : Q) : (Fl > Q ? Fl : Q);
+    float *L2 = m->scratch + m->sizes.scratch - (lo ? cl_nn_bf16_floats(N * Cl) : 0), *L1 = L2 - (lo ? cl_nn_bf16_floats(N * wide) : 0);
+    CL_ASSERT(attscratch + cl_flash_scratch_floats(B, T, iCl, d->heads_local) <= L1);
     double fl = 2.0 * (double)N * C * Cl, flf = 2.0 * (double)N * C * Fl, fq = 2.0 * (double)N * C * Q, att = 4.0 * (double)B * T * T * Cl;
     const float *x;
     CL_PROF("bwd zero", 0, cl_device_fill(m->dev, dqkv, 0, (size_t)(N * Q) * sizeof(float)));
@@ -189,20 +209,26 @@ static cl_status block_backward_pass(cl_model *m, const block_acts *s, const flo
         if (run) CL_TRY(cl_tp_backward(tp, CL_TP_SCATTER, dout, dof, (size_t)(Ns * C)));
         dO = cl_nn_kept(&k, dof, N * C, run);
     }
-    CL_PROF("bwd fc proj", flf, cl_sgemm(cl_kern(m), 0, 1, iN, iFl, iC, 1.0f, dO, iC, w->fc_proj_w, iC, 0.0f, dfchg, iFl));
-    if (ww) CL_PROF("bwd fc proj w", flf, cl_kern(m)->linear_backward_weight(gw->fc_proj_w, gw->fc_proj_b, dO, s->fch_gelu, iN, iFl, iC));
+    if (lo) CL_TRY(cl_nn_narrow(m, L1, dO, N * C));
+    CL_PROF("bwd fc proj", flf, lo ? cl_nn_gemm_lo(m, 0, 1, iN, iFl, iC, L1, iC, cl_nn_wlo(m, w->fc_proj_w), iC, 0.0f, dfchg, iFl)
+                                   : cl_sgemm(cl_kern(m), 0, 1, iN, iFl, iC, 1.0f, dO, iC, w->fc_proj_w, iC, 0.0f, dfchg, iFl));
+    if (ww) CL_PROF("bwd fc proj w", flf, lo ? cl_nn_linear_dweight_lo(m, gw->fc_proj_w, gw->fc_proj_b, dO, L1, s->fch_gelu, N, Fl, C)
+                                             : cl_kern(m)->linear_backward_weight(gw->fc_proj_w, gw->fc_proj_b, dO, s->fch_gelu, iN, iFl, iC));
     CL_PROF("bwd gelu", 0, cl_kern(m)->gelu_backward_set(dfchg, dfchg, s->fch, N * Fl));
     /* c_fc, column-parallel: the input gradient is a partial sum over the ranks' columns */
     const float *dl2 = NULL;
+    if (lo) CL_TRY(cl_nn_narrow(m, L1, dfchg, N * Fl));
     if (run) {
-        CL_PROF("bwd fc", flf, cl_sgemm(cl_kern(m), 0, 1, iN, iC, iFl, 1.0f, dfchg, iFl, w->fc_w, iFl, 0.0f, dln2, iC));
+        CL_PROF("bwd fc", flf, lo ? cl_nn_gemm_lo(m, 0, 1, iN, iC, iFl, L1, iFl, cl_nn_wlo(m, w->fc_w), iFl, 0.0f, dln2, iC)
+                                  : cl_sgemm(cl_kern(m), 0, 1, iN, iC, iFl, 1.0f, dfchg, iFl, w->fc_w, iFl, 0.0f, dln2, iC));
         if (sp) CL_TRY(cl_tp_backward(tp, CL_TP_GATHER, dln2, dln2s, (size_t)(Ns * C)));
         else CL_TRY(cl_tp_backward(tp, CL_TP_COPY, dln2, dln2, (size_t)(N * C)));
     }
     dl2 = cl_nn_kept(&k, sp ? dln2s : dln2, Ns * C, run);
     if (ww) {
         CL_TRY(cl_nn_col_input(m, s->ln2, G, Ns, C, &x)); /* sequence-parallel: gathered again, not kept */
-        CL_PROF("bwd fc w", flf, cl_kern(m)->linear_backward_weight(gw->fc_w, gw->fc_b, dfchg, x, iN, iC, iFl));
+        CL_PROF("bwd fc w", flf, lo ? cl_nn_linear_dweight_lo(m, gw->fc_w, gw->fc_b, dfchg, L1, x, N, C, Fl)
+                                    : cl_kern(m)->linear_backward_weight(gw->fc_w, gw->fc_b, dfchg, x, iN, iC, iFl));
     }
     CL_PROF("bwd layernorm", 0, cl_kern(m)->layernorm_backward_input(dres2, dl2, s->res2, w->ln2_w, s->ln2_mean, s->ln2_rstd, iNs, iC));
     if (ww) CL_PROF("bwd layernorm w", 0, cl_kern(m)->layernorm_backward_weight(gw->ln2_w, gw->ln2_b, dl2, s->res2, s->ln2_mean, s->ln2_rstd, iNs, iC));
@@ -212,19 +238,26 @@ static cl_status block_backward_pass(cl_model *m, const block_acts *s, const flo
         if (run) CL_TRY(cl_tp_backward(tp, CL_TP_SCATTER, dres2, dr2f, (size_t)(Ns * C)));
         dR = cl_nn_kept(&k, dr2f, N * C, run);
     }
-    CL_PROF("bwd attn proj", fl, cl_sgemm(cl_kern(m), 0, 1, iN, iCl, iC, 1.0f, dR, iC, w->attn_proj_w, iC, 0.0f, datty, iCl));
-    if (ww) CL_PROF("bwd attn proj w", fl, cl_kern(m)->linear_backward_weight(gw->attn_proj_w, gw->attn_proj_b, dR, s->atty, iN, iCl, iC));
+    if (lo) CL_TRY(cl_nn_narrow(m, L1, dR, N * C));
+    if (lo && ww) CL_TRY(cl_nn_narrow(m, L2, s->atty, N * Cl));
+    CL_PROF("bwd attn proj", fl, lo ? cl_nn_gemm_lo(m, 0, 1, iN, iCl, iC, L1, iC, cl_nn_wlo(m, w->attn_proj_w), iC, 0.0f, datty, iCl)
+                                    : cl_sgemm(cl_kern(m), 0, 1, iN, iCl, iC, 1.0f, dR, iC, w->attn_proj_w, iC, 0.0f, datty, iCl));
+    if (ww) CL_PROF("bwd attn proj w", fl, lo ? cl_nn_linear_dweight_lo(m, gw->attn_proj_w, gw->attn_proj_b, dR, L1, L2, N, Cl, C)
+                                              : cl_kern(m)->linear_backward_weight(gw->attn_proj_w, gw->attn_proj_b, dR, s->atty, iN, iCl, iC));
     /* the score tiles recomputed (q k^T, a third product) besides the four of the gradients */
     CL_PROF("bwd attention", 2.5 * att,
             cl_kern(m)->flash_backward(dqkv, attscratch, datty, s->qkv, s->atty, s->lse, B, T, iCl, d->heads_local, d->heads_local));
+    if (lo) CL_TRY(cl_nn_narrow(m, L1, dqkv, N * Q));
     if (ww) {
         CL_TRY(cl_nn_col_input(m, s->ln1, G, Ns, C, &x));
-        CL_PROF("bwd qkv w", fq, cl_kern(m)->linear_backward_weight(gw->qkv_w, gw->qkv_b, dqkv, x, iN, iC, iQ));
+        CL_PROF("bwd qkv w", fq, lo ? cl_nn_linear_dweight_lo(m, gw->qkv_w, gw->qkv_b, dqkv, L1, x, N, C, Q)
+                                    : cl_kern(m)->linear_backward_weight(gw->qkv_w, gw->qkv_b, dqkv, x, iN, iC, iQ));
     }
     /* c_attn, column-parallel by heads */
     const float *dl1 = NULL;
     if (run) {
-        CL_PROF("bwd qkv", fq, cl_sgemm(cl_kern(m), 0, 1, iN, iC, iQ, 1.0f, dqkv, iQ, w->qkv_w, iQ, 0.0f, dln1, iC));
+        CL_PROF("bwd qkv", fq, lo ? cl_nn_gemm_lo(m, 0, 1, iN, iC, iQ, L1, iQ, cl_nn_wlo(m, w->qkv_w), iQ, 0.0f, dln1, iC)
+                                  : cl_sgemm(cl_kern(m), 0, 1, iN, iC, iQ, 1.0f, dqkv, iQ, w->qkv_w, iQ, 0.0f, dln1, iC));
         if (sp) CL_TRY(cl_tp_backward(tp, CL_TP_GATHER, dln1, dln1s, (size_t)(Ns * C)));
         else CL_TRY(cl_tp_backward(tp, CL_TP_COPY, dln1, dln1, (size_t)(N * C)));
     }
@@ -256,10 +289,18 @@ static void block_sizes(const cl_model_desc *d, cl_unit *un, cl_sizer *z) {
     un->in_floats = cl_size_mul(z, Ts, C);
     un->out_floats = un->in_floats;
     int64_t lse = cl_size_mul(z, NHl, T);
-    un->act_floats = cl_size_add(z, cl_size_add(z, cl_size_mul(z, Ts, 4 * C + 4), cl_size_mul(z, T, cols)), lse);
+    /* ln1 and ln2 (Ts C each) and fch_gelu (T Fl) are BF16 in bf16 (block_layout_at) */
+    int64_t lnC = cl_nn_gemm_in_floats(d, cl_size_mul(z, Ts, C)), gel = cl_nn_gemm_in_floats(d, cl_size_mul(z, T, Fl));
+    int64_t rest = cl_size_add(z, cl_size_mul(z, Ts, 2 * C + 4), cl_size_mul(z, T, cols - Fl));
+    un->act_floats = cl_size_add(z, cl_size_add(z, cl_size_add(z, rest, 2 * lnC), gel), lse);
     int64_t wcols = Cl + (Cl + 2 * Kl) + Fl; /* datty, dqkv, dfc: 8 Cl for GPT-2 */
     int64_t ws = sp ? cl_size_add(z, cl_size_mul(z, T, 5 * C + wcols), cl_size_mul(z, Ts, 3 * C)) : cl_size_mul(z, T, 3 * C + wcols);
     un->scratch_floats = cl_size_add(z, ws, cl_flash_scratch_floats(1, (int)T, (int)Cl, (int)NHl));
+    if (cl_nn_bf16(d)) { /* the backward's BF16 gradient and c_proj input (L1, L2 in block_backward_pass) */
+        int64_t wide = C > Fl ? (C > Cl + 2 * Kl ? C : Cl + 2 * Kl) : (Fl > Cl + 2 * Kl ? Fl : Cl + 2 * Kl);
+        un->scratch_floats = cl_size_add(z, un->scratch_floats,
+                                         cl_nn_bf16_floats(cl_size_mul(z, T, wide)) + cl_nn_bf16_floats(cl_size_mul(z, T, Cl)));
+    }
     /* c_attn C (C + 2K), attn.c_proj C^2, the MLP's two 2 C F: 12 C^2 for GPT-2, written so its figure stays */
     double lin = (double)(2 * C + 2 * K + 2 * Fw) * (double)C;
     un->flops = (2.0 * (double)T * lin + 4.0 * (double)T * (double)T * (double)C) / tp;

@@ -39,9 +39,11 @@ static void head_sizes(const cl_model_desc *d, cl_unit *un, cl_sizer *z) {
     int64_t T = d->T, C = d->cfg.channels, Vl = d->vocab_local, Ts = sp ? T / tp : T;
     un->in_floats = cl_size_mul(z, Ts, C);
     un->out_floats = T;
-    un->act_floats = cl_size_add(z, cl_size_mul(z, T, C + Vl + 2), 2 * Ts);
+    /* lnf BF16 in bf16 (a GEMM input only); there the backward narrows dlogits' first row through the scratch's end */
+    un->act_floats = cl_size_add(z, cl_size_add(z, cl_size_mul(z, T, Vl + 2), cl_nn_gemm_in_floats(d, cl_size_mul(z, T, C))), 2 * Ts);
     un->scratch_floats = cl_size_add(z, cl_size_add(z, cl_size_mul(z, T, C), sp ? cl_size_mul(z, Ts, C) : 0),
                                      head_vp(d) ? cl_size_mul(z, T, 5) + 2 : 0);
+    if (cl_nn_bf16(d)) un->scratch_floats = cl_size_add(z, un->scratch_floats, cl_nn_bf16_floats(Vl));
     un->flops = 2.0 * (double)T * (double)C * (double)Vl;
 }
 
@@ -60,7 +62,7 @@ cl_head_acts cl_nn_head_layout(const cl_model_desc *d, float *base, int64_t N, i
     cl_head_acts h;
     float *p = base;
     h.losses = p; p += N; /* the output first, so cl_acts_output is the base */
-    h.lnf = p; p += N * C;
+    h.lnf = p; p += cl_nn_gemm_in_floats(d, N * C); /* BF16 in bf16 */
     h.mean = mean ? p : NULL; p += mean ? Ns : 0;
     h.rstd = p; p += Ns;
     h.lse = p; p += N;
@@ -92,6 +94,12 @@ float *cl_nn_head_mine(const cl_model *m, const cl_head_acts *h, int64_t N) {
     return h->lnf + (m->desc->tpl.sp ? Ns * m->tp.rank * m->desc->cfg.channels : 0);
 }
 
+/* logits = lnf wv^T (F32 products, or in bf16 BF16 lnf against wv's BF16 copy). */
+static void head_logits_gemm(const cl_model *m, const cl_head_acts *h, const float *wv, int64_t N, int64_t Vl, int64_t C) {
+    if (cl_nn_bf16(m->desc)) cl_nn_gemm_lo(m, 0, 1, (int)N, (int)Vl, (int)C, h->lnf, (int)C, cl_nn_wlo(m, wv), (int)C, 0.0f, h->logits, (int)Vl);
+    else cl_sgemm(cl_kern(m), 0, 1, (int)N, (int)Vl, (int)C, 1.0f, h->lnf, (int)C, wv, (int)C, 0.0f, h->logits, (int)Vl);
+}
+
 /* One rank, vocabulary not padded: the plain one-pass softmax cross-entropy. The split path below would give
  * the same losses but takes two more passes over the logits (the max, then the sums) and scratch the plain
  * path does not (5T + 2 floats a sample, which every such run would then predict and hold), so the special
@@ -101,12 +109,12 @@ cl_status cl_nn_head_loss_forward(cl_model *m, const cl_microbatch *mb, const cl
     int64_t N = (int64_t)mb->B * mb->T, Ns = cl_nn_rows_here(d, N), C = d->cfg.channels, Vl = d->vocab_local;
     double fl = 2.0 * N * C * Vl;
     if (!head_vp(d)) {
-        CL_PROF("fwd logits", fl, cl_sgemm(cl_kern(m), 0, 1, (int)N, (int)Vl, (int)C, 1.0f, h->lnf, (int)C, wv, (int)C, 0.0f, h->logits, (int)Vl));
+        CL_PROF("fwd logits", fl, head_logits_gemm(m, h, wv, N, Vl, C));
         CL_PROF("fwd softmax xent", 0, cl_kern(m)->xent_forward(h->losses, h->lse, h->logits, mb->targets, (int)N, (int)Vl));
         return CL_OK;
     }
     if (d->tpl.sp) CL_TRY(cl_tp_forward(&m->tp, CL_TP_GATHER, cl_nn_head_mine(m, h, N), h->lnf, (size_t)(Ns * C)));
-    CL_PROF("fwd logits", fl, cl_sgemm(cl_kern(m), 0, 1, (int)N, (int)Vl, (int)C, 1.0f, h->lnf, (int)C, wv, (int)C, 0.0f, h->logits, (int)Vl));
+    CL_PROF("fwd logits", fl, head_logits_gemm(m, h, wv, N, Vl, C));
     int valid = head_valid(d);
     /* after dlnf (and its shard): the row max, then (8-byte aligned) the sums of exp and the target's logit */
     int64_t at = N * C + (d->tpl.sp ? Ns * C : 0);
@@ -132,10 +140,24 @@ static cl_status head_forward(cl_model *m, const cl_unit *un, const cl_microbatc
     cl_kind_bind(&cl_kind_lmhead, p, &w);
     int64_t N = (int64_t)mb->B * mb->T, Ns = cl_nn_rows_here(m->desc, N);
     cl_head_acts h = cl_nn_head_layout(m->desc, base, N, 1);
-    /* under sequence parallelism this rank normalizes its rows in place in lnf, then all are gathered */
+    /* under sequence parallelism this rank normalizes its rows in place in lnf, then all are gathered; bf16 (one
+     * rank): into the scratch, narrowed into lnf */
+    int lo = cl_nn_bf16(m->desc);
     CL_PROF("fwd layernorm", 0,
-            cl_kern(m)->layernorm_forward(cl_nn_head_mine(m, &h, N), h.mean, h.rstd, in, w.lnf_w, w.lnf_b, (int)Ns, (int)m->desc->cfg.channels));
+            cl_kern(m)->layernorm_forward(lo ? m->scratch : cl_nn_head_mine(m, &h, N), h.mean, h.rstd, in, w.lnf_w, w.lnf_b, (int)Ns, (int)m->desc->cfg.channels));
+    if (lo) CL_TRY(cl_nn_narrow(m, h.lnf, m->scratch, Ns * m->desc->cfg.channels));
     return cl_nn_head_loss_forward(m, mb, &h, m->p[m->desc->tied_wte]);
+}
+
+/* bf16: the F32 dlogits [N, Vl] narrowed in place to BF16 rows of Vl values (row i at BF16 element i Vl): row
+ * i >= 1 lands in bytes the F32 rows before it held (2 i Vl + 2 Vl <= 4 i Vl), row 0 goes through the scratch's
+ * last BF16 Vl values (the head's sizes count them) and is copied in last. */
+static cl_status head_dlogits_narrow(const cl_model *m, float *logits, int64_t N, int64_t Vl) {
+    uint16_t *lo = (uint16_t *)logits, *row0 = (uint16_t *)(m->scratch + m->sizes.scratch - cl_nn_bf16_floats(Vl));
+    CL_TRY(cl_nn_narrow(m, row0, logits, Vl));
+    for (int64_t i = 1; i < N; i++) CL_TRY(cl_nn_narrow(m, lo + i * Vl, logits + i * Vl, Vl));
+    cl_device_copy(m->dev, lo, row0, (size_t)Vl * sizeof *lo);
+    return CL_OK;
 }
 
 cl_status cl_nn_head_loss_backward(cl_model *m, const cl_microbatch *mb, const cl_head_acts *h, const float *wv, float *dwv, int ww,
@@ -151,8 +173,14 @@ cl_status cl_nn_head_loss_backward(cl_model *m, const cl_microbatch *mb, const c
                 cl_kern(m)->xent_vp_backward(h->logits, h->logits, h->lse, mb->targets, d->vocab_start, mb->dloss, iN, iVl, head_valid(d)));
     else
         CL_PROF("bwd softmax xent", 0, cl_kern(m)->xent_backward(h->logits, h->logits, h->lse, mb->targets, mb->dloss, iN, iVl));
-    if (ww) CL_PROF("bwd logits w", fl, cl_sgemm(cl_kern(m), 1, 0, iVl, iC, iN, 1.0f, h->logits, iVl, h->lnf, iC, 1.0f, dwv, iC));
-    CL_PROF("bwd logits", fl, cl_sgemm(cl_kern(m), 0, 0, iN, iC, iVl, 1.0f, h->logits, iVl, wv, iC, 0.0f, dlnf, iC));
+    if (cl_nn_bf16(d)) { /* the products read dlogits as BF16, narrowed in place */
+        CL_TRY(head_dlogits_narrow(m, h->logits, N, Vl));
+        if (ww) CL_PROF("bwd logits w", fl, cl_nn_gemm_lo(m, 1, 0, iVl, iC, iN, h->logits, iVl, h->lnf, iC, 1.0f, dwv, iC));
+        CL_PROF("bwd logits", fl, cl_nn_gemm_lo(m, 0, 0, iN, iC, iVl, h->logits, iVl, cl_nn_wlo(m, wv), iC, 0.0f, dlnf, iC));
+    } else {
+        if (ww) CL_PROF("bwd logits w", fl, cl_sgemm(cl_kern(m), 1, 0, iVl, iC, iN, 1.0f, h->logits, iVl, h->lnf, iC, 1.0f, dwv, iC));
+        CL_PROF("bwd logits", fl, cl_sgemm(cl_kern(m), 0, 0, iN, iC, iVl, 1.0f, h->logits, iVl, wv, iC, 0.0f, dlnf, iC));
+    }
     *dl = dlnf;
     if (d->tpl.sp) {
         CL_TRY(cl_tp_backward(&m->tp, CL_TP_GATHER, dlnf, dlnf + N * C, (size_t)(Ns * C)));

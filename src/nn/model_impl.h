@@ -19,6 +19,7 @@ struct cl_model {
     int B;                  /* micro-batch capacity in samples */
     int64_t nfloats;        /* floats in params (and grads) on this rank */
     float *params, *grads;  /* flat, nfloats each (ZeRO 2: grads is the shard's, sizes.grads floats) */
+    uint16_t *wlow;         /* bf16: the BF16 copy of params (sizes.wlow floats; cl_model_refresh_low); NULL in F32 */
     float *gwhole;          /* ZeRO 2: the whole-kept gradients (sizes.whole floats) */
     float *gbuf[2];         /* ZeRO 2: bucket working buffers (sizes.nbuf of sizes.bucket floats) */
     float *ghalo;           /* ZeRO 2: the norm's buffer (sizes.halo floats) */

@@ -43,8 +43,8 @@ cl_status cl_nn_row_linear(const cl_model *m, const char *what, double flops, co
                            float *out, int64_t N, int64_t K) {
     const cl_model_desc *d = m->desc;
     int64_t C = d->cfg.channels;
-    if (d->tpl.tp == 1) {
-        CL_PROF(what, flops, cl_kern(m)->linear_forward(out, x, w, bias, (int)N, (int)K, (int)C));
+    if (d->tpl.tp == 1) { /* bf16: x is BF16 (tensor parallelism does not run in bf16) */
+        CL_PROF(what, flops, cl_nn_bf16(d) ? cl_nn_linear_lo(m, out, x, w, bias, N, K, C) : cl_kern(m)->linear_forward(out, x, w, bias, (int)N, (int)K, (int)C));
         return CL_OK;
     }
     float *part = d->tpl.sp ? m->scratch + N * C : out;

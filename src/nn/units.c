@@ -190,6 +190,7 @@ void cl_model_part_sizes(const cl_model_desc *d, int u0, int u1, int B, int reco
         int k = (zero->prefetch > 0 ? zero->prefetch : 0) + 1;
         z->npwork = k < events ? k : events;
     }
+    if (cl_nn_bf16(d)) z->wlow = cl_nn_bf16_floats(z->params); /* the BF16 copy the passes read */
     z->acts = cl_model_act_floats(d, u0, u1, B, recompute);
 }
 
@@ -274,6 +275,9 @@ cl_status cl_model_create_zero(cl_model **out, const cl_model_desc *d, cl_device
     if (!s && z->npwork && !(m->pwork = calloc((size_t)z->npwork, sizeof *m->pwork)))
         s = cl_error(CL_ERR_OOM, "cannot allocate parameter tables");
     for (int k = 0; !s && k < z->npwork; k++) s = cl_device_alloc_f32(dev, CL_MEM_PARAMS, (size_t)z->pwork, &m->pwork[k]);
+    float *wlow = NULL;
+    if (!s && z->wlow) s = cl_device_alloc_f32(dev, CL_MEM_PARAMS, (size_t)z->wlow, &wlow);
+    m->wlow = (uint16_t *)wlow;
     if (!s) s = cl_device_alloc_f32(dev, CL_MEM_GRADS, (size_t)z->grads, &m->grads);
     if (!s && z->whole) s = cl_device_alloc_f32(dev, CL_MEM_GRADS, (size_t)z->whole, &m->gwhole);
     for (int k = 0; !s && k < z->nbuf; k++) s = cl_device_alloc_f32(dev, CL_MEM_GRADS, (size_t)z->bucket, &m->gbuf[k]);
@@ -331,6 +335,7 @@ void cl_model_tie_grads(cl_model *m) {
 void cl_model_destroy(cl_model *m) {
     if (!m) return;
     cl_device_free(m->dev, m->params);
+    cl_device_free(m->dev, m->wlow);
     cl_device_free(m->dev, m->grads);
     cl_device_free(m->dev, m->gwhole);
     cl_device_free(m->dev, m->gbuf[0]);

@@ -187,7 +187,7 @@ static cl_status save_arrays(cl_trainer *t, const char *dir, float *const *param
     }
     if (!s) {
         cl_strbuf b = {0};
-        cl_ckpt_config_json(&b, &d->cfg, t->tok ? cl_tokenizer_name(t->tok) : "none");
+        cl_ckpt_config_json(&b, &d->cfg, t->tok ? cl_tokenizer_name(t->tok) : "none", t->cfg.dtype);
         s = cl_ckpt_write_text(tmp, "config.json", &b);
         cl_sb_free(&b);
     }

@@ -7,6 +7,7 @@
  * every one of them, the integrity checks (ckpt_verify.c), the Hugging
  * Face import and the kept checkpoints call these, and these call none of
  * them back. */
+#include "cleave/data.h"
 #include "cleave/json.h"
 #include "train/internal.h"
 
@@ -21,9 +22,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-void cl_ckpt_config_json(cl_strbuf *b, const cl_model_config *c, const char *tokenizer) {
+void cl_ckpt_config_json(cl_strbuf *b, const cl_model_config *c, const char *tokenizer, cl_dtype dtype) {
     cl_sb_printf(b, "{\n");
     cl_model_config_json(b, c); /* the family's own fields (its table's write_config) */
+    if (dtype == CL_BF16) cl_sb_printf(b, "  \"cleave_dtype\": \"bf16\",\n"); /* absent: fp32 (every checkpoint before bf16) */
     cl_sb_printf(b, "  \"cleave_model\": \"%s\",\n  \"cleave_preset\": ", cl_model_family_of(c)->name);
     cl_sb_json_string(b, c->name, strlen(c->name));
     cl_sb_printf(b, ",\n  \"tokenizer\": ");
@@ -251,6 +253,25 @@ cl_status cl_ckpt_commit(const char *dir, const char *target, const char *tmp, c
     return CL_OK;
 }
 
+/* A resume keeps the run's number format (config.json's "cleave_dtype", absent: fp32): the checkpoint holds F32
+ * master weights and moments either way, but another format would silently change the run. A directory that is
+ * not cleave's (no "cleave_model": a Hugging Face import) starts a run at any format. */
+static cl_status check_dtype(const cl_trainer *t, const char *dir) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    cl_json_doc *doc;
+    if (cl_json_parse_file(&doc, path)) return CL_OK; /* no config.json here (the checks before named what is missing) */
+    const cl_json *r = cl_json_root(doc), *v = cl_json_get(r, "cleave_dtype");
+    int ours = cl_json_get(r, "cleave_model") != NULL;
+    const char *theirs = v && v->type == CL_JSON_STRING ? v->string : v ? "?" : "fp32", *mine = t->cfg.dtype == CL_BF16 ? "bf16" : "fp32";
+    cl_status s = ours && strcmp(theirs, mine)
+                      ? cl_error(CL_ERR_INVALID, "--resume %s: the checkpoint was trained with --dtype %s, this run has --dtype %s", dir,
+                                 theirs, mine)
+                      : CL_OK;
+    cl_json_free(doc);
+    return s;
+}
+
 cl_status cl_ckpt_check_match(const cl_trainer *t, const char *dir, const cl_model_config *c, const char *tok, int T, int gb,
                               uint64_t seed) {
     char field[32];
@@ -261,6 +282,7 @@ cl_status cl_ckpt_check_match(const cl_trainer *t, const char *dir, const cl_mod
                    ? cl_error(CL_ERR_INVALID, "--resume %s: the checkpoint holds a %s model, this run a %s", dir,
                               cl_model_family_of(c)->name, cl_model_family_of(my)->name)
                    : cl_error(CL_ERR_INVALID, "--resume %s: the checkpoint's model has %s %d, this run's %d", dir, field, theirs, mine);
+    CL_TRY(check_dtype(t, dir));
     const char *mytok = t->tok ? cl_tokenizer_name(t->tok) : "none";
     if (strcmp(tok, mytok))
         return cl_error(CL_ERR_INVALID, "--resume %s: the checkpoint used the %s tokenizer, this run %s", dir, tok, mytok);

@@ -294,7 +294,7 @@ static cl_status write_index(cl_trainer *t, const char *tmp, int W, const report
     cl_strbuf b = {0};
     const cl_mesh *mesh = c->groups ? &c->groups->mesh : NULL;
     cl_sb_printf(&b, "{\n\"format\": \"" CL_SHARD_FORMAT "\",\n\"version\": %d,\n\"config\": ", CL_SHARD_VERSION);
-    cl_ckpt_config_json(&b, &f->cfg, t->tok ? cl_tokenizer_name(t->tok) : "none");
+    cl_ckpt_config_json(&b, &f->cfg, t->tok ? cl_tokenizer_name(t->tok) : "none", t->cfg.dtype);
     cl_sb_printf(&b, ",\n\"state\": ");
     cl_ckpt_state_json(&b, t, opt_t);
     cl_sb_printf(&b,

@@ -20,6 +20,11 @@ cl_status cl_train_describe(const cl_train_config *cfg, int tp_rank, cl_model_de
         return cl_error(CL_ERR_INVALID, "--sequence-parallel needs tensor parallelism (--tp 2 or more)");
     if (cfg->vocab_divisible_by < 1)
         return cl_error(CL_ERR_INVALID, "--make-vocab-size-divisible-by must be positive (got %d)", cfg->vocab_divisible_by);
-    cl_tp_layout tl = {tp, tp_rank, cfg->sequence_parallel, cfg->vocab_divisible_by};
+    if (cfg->dtype != CL_F32 && cfg->dtype != CL_BF16) return cl_error(CL_ERR_INVALID, "--dtype must be fp32 or bf16");
+    if (cfg->dtype == CL_BF16 && tp > 1)
+        return cl_error(CL_ERR_UNSUPPORTED, "--dtype bf16 with --tp %d: tensor parallelism is not yet supported in bf16", tp);
+    if (cfg->dtype == CL_BF16 && cfg->zero == CL_ZERO_PARAMS)
+        return cl_error(CL_ERR_UNSUPPORTED, "--dtype bf16 with --zero 3: not yet supported in bf16 (ZeRO 0, 1 and 2 are)");
+    cl_tp_layout tl = {tp, tp_rank, cfg->sequence_parallel, cfg->vocab_divisible_by, cfg->dtype};
     return cl_model_describe_tp(&cfg->model, cfg->seq_len, &tl, out);
 }

@@ -30,6 +30,7 @@ static cl_status one_device_logits(void *ctx, const int32_t *tokens, int T, floa
 cl_status cl_generate(cl_model *m, cl_acts *a, const int32_t *prompt, int nprompt, int n, float temperature, int top_k,
                       uint64_t seed, int32_t *out) {
     if (!cl_model_family_of(&cl_model_desc_of(m)->cfg)->tokens) return cl_error(CL_ERR_INVALID, "generation needs a GPT model");
+    CL_TRY(cl_model_refresh_low(m)); /* bf16: the weights' BF16 copy */
     one_device o = {m, a};
     return cl_generate_with(one_device_logits, &o, cl_model_desc_of(m)->cfg.vocab, cl_model_desc_of(m)->T, prompt, nprompt, n, temperature, top_k,
                             seed, out);

@@ -139,7 +139,7 @@ cl_status cl_ckpt_resolve(const char *flag, const char *dir, char *out, size_t n
 #define CL_CKPT_STEP_DIGITS 8
 long cl_ckpt_step_of(const char *name);
 cl_status cl_ckpt_write_text(const char *tmp, const char *name, const cl_strbuf *b);
-void cl_ckpt_config_json(cl_strbuf *b, const cl_model_config *c, const char *tokenizer);
+void cl_ckpt_config_json(cl_strbuf *b, const cl_model_config *c, const char *tokenizer, cl_dtype dtype);
 void cl_ckpt_state_json(cl_strbuf *b, const cl_trainer *t, int opt_t);
 /* A resume's checkpoint against this run: model, tokenizer, T, batch, seed. */
 cl_status cl_ckpt_check_match(const cl_trainer *t, const char *dir, const cl_model_config *c, const char *tok, int T, int gb,

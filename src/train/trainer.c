@@ -204,6 +204,16 @@ static cl_status step_stats(cl_trainer *t, cl_step_stats *st, double t0, double 
     return CL_OK;
 }
 
+/* bf16: every chunk's BF16 weight copy from its F32 master (after the last optimizer step, init, resume or load
+ * alike); nothing in F32. */
+static cl_status refresh_low(cl_trainer *t) {
+    cl_model *ms[CL_PP_MAX_CHUNKS];
+    cl_optimizer *os[CL_PP_MAX_CHUNKS];
+    int nc = cl_pp_chunks(t, ms, os);
+    for (int c = 0; c < nc; c++) CL_TRY(cl_model_refresh_low(ms[c]));
+    return CL_OK;
+}
+
 cl_status cl_trainer_step(cl_trainer *t, cl_step_stats *st) {
     double t0 = cl_now();
     const cl_train_config *c = &t->cfg;
@@ -219,6 +229,7 @@ cl_status cl_trainer_step(cl_trainer *t, cl_step_stats *st) {
         cl_comm_counts_reset(g->pp);
     }
     (void)cl_pp_z3_wait(t); /* an evaluation's waits are not the step's */
+    CL_TRY(refresh_low(t));
     CL_TRY(cl_pp_step(t, lr, &loss_sum, &norm, st));
     if (t->desc->cfg.experts) CL_TRY(cl_pp_moe_stats(t, st));
     st->z3_wait = cl_pp_z3_wait(t);
@@ -308,6 +319,7 @@ static cl_status model_eval_batch(void *ctx, const cl_microbatch *mb, double *su
 cl_status cl_eval_tokens(cl_model *m, cl_acts *a, const int32_t *tok, size_t n, double *loss, size_t *windows) {
     int T = cl_model_desc_of(m)->T, B = a->B < cl_model_batch(m) ? a->B : cl_model_batch(m);
     eval_set e;
+    CL_TRY(cl_model_refresh_low(m));
     cl_status s = token_windows(tok, n, T, &e);
     if (windows) *windows = e.n;
     if (s) return s;
@@ -328,6 +340,7 @@ cl_status cl_eval_tokens(cl_model *m, cl_acts *a, const int32_t *tok, size_t n, 
 
 cl_status cl_trainer_eval(cl_trainer *t, double *loss) {
     eval_set e;
+    CL_TRY(refresh_low(t));
     if (cl_model_family_of(&t->desc->cfg)->tokens) {
         size_t n = cl_dataset_windows(&t->ds, CL_PART_VALID);
         if (t->cfg.eval_batches > 0 && n > (size_t)t->cfg.eval_batches) n = (size_t)t->cfg.eval_batches;
@@ -379,6 +392,7 @@ cl_status cl_eval_dataset(cl_model *m, cl_acts *a, cl_dataset *d, int part, doub
     int T = cl_model_desc_of(m)->T, B = a->B < cl_model_batch(m) ? a->B : cl_model_batch(m);
     static const char *names[] = {"train", "validation", "test"};
     eval_set e = {.ds = d, .part = part, .T = T, .n = cl_dataset_windows(d, part)};
+    CL_TRY(cl_model_refresh_low(m));
     if (windows) *windows = e.n;
     if (e.n == 0)
         return cl_error(CL_ERR_INVALID, "the %s part holds %zu tokens: fewer than one window of %d", names[part],
