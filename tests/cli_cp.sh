@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# Context parallelism (issue 32, items 2-5), gpt2-tiny on the King James Bible,
-# 20 steps, --threads 1:
+# Context parallelism (issue 32, items 2-5), gpt2-tiny and llama-tiny on the King
+# James Bible, T 16, 20 steps, --threads 1:
 # - `cleave mesh --cp`: the dp x cp x tp x pp order (tp fastest, then cp, then dp,
 #   then pp) and the context and data-context groups, as printed;
 # - cp 2 and cp 4 (each sequence cut into 2 cp chunks, rank i holding chunks i and
-#   2cp-1-i), cp 2 with tp 2, with pp 2, and with dp 2 under ZeRO 1: losses and
-#   gradient norms within 1e-6 relative of one device;
+#   2cp-1-i), cp 2 with tp 2, with pp 2, with dp 2 under ZeRO 1, and under selective
+#   and full recompute: losses and gradient norms within 1e-6 relative of one device;
+#   llama-tiny (RoPE, grouped-query attention) at cp 2, cp 4, cp 2 x tp 2, cp 2 x pp 2
+#   the same;
 # - a checkpoint saved at cp 2 resumes at cp 1 and one saved at cp 1 resumes at
 #   cp 2, the resumed steps within 1e-6 of the uninterrupted run;
 # - refusals before the run (exit 2, one line): a --seq-len that does not cut into
@@ -48,13 +50,24 @@ check '[ "$line" = "rank 6: dp 1, cp 1, tp 0, pp 0 | groups: tp 3, cp 2, dp 2, p
 
 # ---- losses against one device ----------------------------------------------
 run one
-for lay in "cp2 --cp 2" "cp4 --cp 4" "cp2tp2 --cp 2 --tp 2" "cp2pp2 --cp 2 --pp 2" "cp2dp2z1 --cp 2 --dp 2 --zero 1"; do
+for lay in "cp2 --cp 2" "cp4 --cp 4" "cp2tp2 --cp 2 --tp 2" "cp2pp2 --cp 2 --pp 2" "cp2dp2z1 --cp 2 --dp 2 --zero 1" \
+           "cp2sel --cp 2 --recompute selective" "cp2full --cp 2 --recompute full"; do
     set -- $lay
     n=$1; shift
     run "$n" "$@"
     out=$(close "$tmp/$n.jsonl" "$tmp/one.jsonl" 1e-6 20); _rc=$?
     echo "$*: $out"
     check '[ $_rc -eq 0 ]' "$*: not within 1e-6 of one device: $out"
+done
+# Llama: RoPE at each token's place in the whole sequence, grouped-query attention (2 of 4 kv heads)
+run lone --model llama-tiny
+for lay in "lcp2 --cp 2" "lcp4 --cp 4" "lcp2tp2 --cp 2 --tp 2" "lcp2pp2 --cp 2 --pp 2"; do
+    set -- $lay
+    n=$1; shift
+    run "$n" --model llama-tiny "$@"
+    out=$(close "$tmp/$n.jsonl" "$tmp/lone.jsonl" 1e-6 20); _rc=$?
+    echo "llama-tiny $*: $out"
+    check '[ $_rc -eq 0 ]' "llama-tiny $*: not within 1e-6 of one device: $out"
 done
 vl1=$(grep 'validation loss' "$tmp/one.out" | tail -1); vl2=$(grep 'validation loss' "$tmp/cp2.out" | tail -1)
 check '[ -n "$vl1" ] && [ "$vl1" = "$vl2" ]' "validation at cp 2 ($vl2) differs from one device ($vl1)"

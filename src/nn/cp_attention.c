@@ -12,6 +12,10 @@
  * addressing in src/train/batch.c gives it those tokens and targets). The
  * model part is sized for Tl = 2c tokens.
  *
+ * Positions: GPT's wpe rows are added at each token's place in the whole
+ * sequence; Llama's rotary tables are rebuilt by cl_model_set_cp so that
+ * local row t holds the rotation of its place (RoPE then runs as at cp 1).
+ *
  * Attention, first version (all-gather): the forward all-gathers every
  * rank's qkv rows [B, Tl, W] (W = this rank's query, key and value columns)
  * over the context group, then each local query chunk (global index jq)
@@ -48,7 +52,43 @@ struct cl_nn_cp {
     int64_t n;   /* floats of one rank's [B, Tl, W] at capacity */
 };
 
+/* Global chunk of local half h (0: rows [0, c), 1: rows [c, 2c)) of context rank r of n. */
+static int chunk_of(int r, int n, int h) { return h ? 2 * n - 1 - r : r; }
+
+/* Where global chunk j lives: its rank and local half. */
+static void owner_of(int j, int n, int *r, int *h) {
+    *h = j >= n;
+    *r = *h ? 2 * n - 1 - j : j;
+}
+
 int cl_nn_cp_size(const cl_model *m) { return m->cp ? m->cp->size : 1; }
+
+int64_t cl_nn_cp_position(const cl_model *m, int64_t t, int Tl) {
+    if (!m->cp) return t;
+    int c = Tl / 2, h = (int)(t / c);
+    return (int64_t)chunk_of(m->cp->rank, m->cp->size, h) * c + t % c;
+}
+
+/* Llama: the part's rotary tables rebuilt so that local row t holds the
+ * rotation of its place in the whole sequence (rope_forward then runs at
+ * pos0 0 as before). Each row is cl_rope_table's own for that position. */
+static cl_status cp_rope_tables(cl_model *m) {
+    const cl_model_desc *d = m->desc;
+    int Tl = d->T, T = Tl * m->cp->size, hd = d->cfg.channels / d->cfg.heads, half = hd / 2;
+    CL_ASSERT(m->sizes.tables == (int64_t)Tl * hd);
+    float *whole = malloc((size_t)2 * T * half * sizeof *whole), *loc = malloc((size_t)2 * Tl * half * sizeof *loc);
+    cl_status s = whole && loc ? CL_OK : cl_error(CL_ERR_OOM, "cannot allocate the rotary tables");
+    if (!s) s = cl_rope_table(whole, whole + (size_t)T * half, T, hd, d->cfg.rope_theta, NULL);
+    for (int t = 0; !s && t < Tl; t++) {
+        int64_t p = cl_nn_cp_position(m, t, Tl);
+        memcpy(loc + (size_t)t * half, whole + p * half, (size_t)half * sizeof *loc);
+        memcpy(loc + ((size_t)Tl + t) * half, whole + ((int64_t)T + p) * half, (size_t)half * sizeof *loc);
+    }
+    if (!s) cl_device_copy_from_host(m->dev, m->rope, loc, (size_t)2 * Tl * half * sizeof *loc);
+    free(whole);
+    free(loc);
+    return s;
+}
 
 cl_status cl_model_set_cp(cl_model *m, cl_comm *comm) {
     const cl_model_desc *d = m->desc;
@@ -67,6 +107,7 @@ cl_status cl_model_set_cp(cl_model *m, cl_comm *comm) {
     if (!s) s = cl_device_alloc_f32(m->dev, CL_MEM_WORKSPACE, (size_t)(cp->n * n), &cp->dkv);
     if (!s) s = cl_device_alloc_f32(m->dev, CL_MEM_WORKSPACE, (size_t)d->heads_local * (d->T / 2), &cp->lse);
     m->cp = cp;
+    if (!s && m->rope) s = cp_rope_tables(m);
     if (s) cl_nn_cp_free(m);
     return s;
 }
@@ -78,21 +119,6 @@ void cl_nn_cp_free(cl_model *m) {
     cl_device_free(m->dev, m->cp->lse);
     free(m->cp);
     m->cp = NULL;
-}
-
-/* Global chunk of local half h (0: rows [0, c), 1: rows [c, 2c)) of context rank r of n. */
-static int chunk_of(int r, int n, int h) { return h ? 2 * n - 1 - r : r; }
-
-/* Where global chunk j lives: its rank and local half. */
-static void owner_of(int j, int n, int *r, int *h) {
-    *h = j >= n;
-    *r = *h ? 2 * n - 1 - j : j;
-}
-
-int64_t cl_nn_cp_position(const cl_model *m, int64_t t, int Tl) {
-    if (!m->cp) return t;
-    int c = Tl / 2, h = (int)(t / c);
-    return (int64_t)chunk_of(m->cp->rank, m->cp->size, h) * c + t % c;
 }
 
 void cl_nn_cp_positions_forward(const cl_model *m, float *out, const float *wpe, int B, int Tl, int64_t C) {

@@ -27,6 +27,7 @@
  * rows T of this rank's columns (qkv after the rotation: Cl + 2 Kl; atty:
  * Cl; gate, up and their SwiGLU product: Fl each) and the attention's lse
  * (this rank's heads per token). */
+#include "nn/cp.h"
 #include "nn/kind.h"
 #include "nn/model_impl.h"
 
@@ -142,7 +143,7 @@ static cl_status llama_pass(const cl_model *m, const llama_acts *s, const float 
                             cl_sgemm(cl_kern(m), 0, 0, iN, (int)Kl, iC, 1.0f, x, iC, w->k_w, (int)Kl, 0.0f, s->qkv + Cl, iQ),
                             cl_sgemm(cl_kern(m), 0, 0, iN, (int)Kl, iC, 1.0f, x, iC, w->v_w, (int)Kl, 0.0f, s->qkv + Cl + Kl, iQ)));
     CL_PROF("fwd rope", 0, cl_kern(m)->rope_forward(s->qkv, s->qkv, cos_t, sin_t, iN, T, 0, NH + KV, hd, Q));
-    CL_PROF("fwd attention", att, cl_kern(m)->flash_forward(s->atty, s->lse, s->qkv, B, T, (int)Cl, NH, KV));
+    CL_PROF("fwd attention", att, CL_TRY(cl_nn_attention_forward(m, s->atty, s->lse, s->qkv, B, T, (int)Cl, NH, KV)));
     CL_TRY(cl_nn_row_linear(m, "fwd o_proj", fl, s->atty, w->o_w, NULL, s->res2, N, Cl));
     CL_PROF("fwd residual rmsnorm", 0, cl_kern(m)->residual_rmsnorm_forward(s->res2, s->ln2, s->rstd2, s->res2, in, w->ln2_w, eps, (int)Ns, iC));
     CL_TRY(cl_nn_col_input(m, s->ln2, G, Ns, C, &x));
@@ -227,7 +228,7 @@ static cl_status llama_backward_pass(cl_model *m, const llama_acts *s, const flo
     CL_PROF("bwd o_proj", fl, cl_sgemm(K, 0, 1, iN, iCl, iC, 1.0f, dR, iC, w->o_w, iC, 0.0f, datty, iCl));
     if (ww) CL_PROF("bwd o_proj w", fl, cl_sgemm(K, 1, 0, iCl, iC, iN, 1.0f, s->atty, iCl, dR, iC, 1.0f, gw->o_w, iC));
     /* the score tiles recomputed (q k^T, a third product) besides the four of the gradients */
-    CL_PROF("bwd attention", 2.5 * att, K->flash_backward(dqkv, attscratch, datty, s->qkv, s->atty, s->lse, B, T, iCl, NH, KV));
+    CL_PROF("bwd attention", 2.5 * att, CL_TRY(cl_nn_attention_backward(m, dqkv, attscratch, datty, s->qkv, s->atty, s->lse, B, T, iCl, NH, KV)));
     /* the gradients of q and k before their rotation, in place */
     CL_PROF("bwd rope", 0, K->rope_backward_set(dqkv, dqkv, cos_t, sin_t, iN, T, 0, NH + KV, hd, Q));
     if (ww) {
@@ -272,7 +273,7 @@ static cl_status llama_block_backward(cl_model *m, const cl_unit *un, const cl_m
     if (m->recompute == CL_RECOMPUTE_FULL) CL_TRY(llama_pass(m, &s, in, &w, B, T));
     else if (m->recompute == CL_RECOMPUTE_SELECTIVE) { /* the lse from the kept qkv (the kept output written again, the same bits) */
         llama_heads(m->desc, &NH, &KV, &hd);
-        cl_kern(m)->flash_forward(s.atty, s.lse, s.qkv, B, T, m->desc->channels_local, NH, KV);
+        CL_TRY(cl_nn_attention_forward(m, s.atty, s.lse, s.qkv, B, T, m->desc->channels_local, NH, KV));
     }
     return llama_backward_pass(m, &s, in, &w, &gw, dout, din, what & CL_BWD_INPUT, what & CL_BWD_WEIGHT, B, T);
 }

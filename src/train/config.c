@@ -12,7 +12,6 @@
  * then sized for a context rank's T / cp tokens. */
 #include "cleave/train.h"
 
-#include <string.h>
 
 /* The refusals of context parallelism (see above), before anything starts. */
 static cl_status check_cp(const cl_train_config *cfg, int T) {
@@ -23,8 +22,6 @@ static cl_status check_cp(const cl_train_config *cfg, int T) {
     if (!f->tokens)
         return cl_error(CL_ERR_INVALID, "--cp %d: the %s family has no sequence to split (context parallelism needs a token model)", cp,
                         f->name);
-    if (strcmp(f->name, "gpt"))
-        return cl_error(CL_ERR_UNSUPPORTED, "--cp %d: context parallelism runs the gpt family only so far, not %s", cp, f->name);
     if (cfg->sequence_parallel) return cl_error(CL_ERR_UNSUPPORTED, "--cp %d with --sequence-parallel is not supported yet", cp);
     int q = 2 * cp;
     if (T % q) {
