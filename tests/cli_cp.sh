@@ -10,6 +10,7 @@
 #   the same;
 # - a checkpoint saved at cp 2 resumes at cp 1 and one saved at cp 1 resumes at
 #   cp 2, the resumed steps within 1e-6 of the uninterrupted run;
+# - under mpirun -np 2, cp 2 within 1e-6 of one device too;
 # - refusals before the run (exit 2, one line): a --seq-len that does not cut into
 #   2 cp equal chunks (the nearest valid values named), a family without
 #   sequences, --cp not dividing the ranks.
@@ -97,4 +98,12 @@ refused "use --seq-len 24 or 30, or --cp 2 or 7" --cp 3 --seq-len 28
 "$CLEAVE" train --model mlp --cp 2 --steps 1 > "$tmp/ref.out" 2>&1
 _rc=$?; check '[ $_rc -eq 2 ] && grep -q "the mlp family has no sequence to split" "$tmp/ref.out"' "mlp --cp 2: $_rc $(head -2 "$tmp/ref.out")"
 refused "--cp 2 does not divide the world of 3 ranks" --cp 2 --ranks 3
+
+# ---- MPI: the ring's group as processes ------------------------------------
+mpi_or_skip cli_cp
+timeout -k 5 180 mpirun --oversubscribe -np 2 "$CLEAVE" train --comm mpi "${common[@]}" --cp 2 --log-file "$tmp/mpi.jsonl" > "$tmp/mpi.out" 2>&1
+_rc=$?; check '[ $_rc -eq 0 ]' "mpirun -np 2 --cp 2 failed ($_rc): $(tail -3 "$tmp/mpi.out")"
+out=$(close "$tmp/mpi.jsonl" "$tmp/one.jsonl" 1e-6 20); _rc=$?
+echo "mpi --cp 2: $out"
+check '[ $_rc -eq 0 ]' "mpi --cp 2: not within 1e-6 of one device: $out"
 finish cli_cp
