@@ -487,7 +487,7 @@ static cl_status agree_job(cl_comm *world, const train_job *j) {
  * table or JSON lines beside the measured peaks when given, against cap
  * (0: none) when given. */
 static cl_status print_memory(FILE *f, const cl_train_config *c, const cl_mesh *mesh, const double *measured, int json, size_t cap) {
-    int n = mesh->dp * mesh->tp * mesh->pp;
+    int n = cl_memory_ranks(c, mesh->dp, mesh->pp);
     cl_mem_rank *pred = malloc((size_t)n * sizeof *pred);
     if (!pred) return cl_error(CL_ERR_OOM, "no host memory for the memory table");
     cl_status s = cl_memory_predict(c, mesh->dp, mesh->pp, pred);
