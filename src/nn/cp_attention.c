@@ -16,25 +16,21 @@
  * sequence; Llama's rotary tables are rebuilt by cl_model_set_cp so that
  * local row t holds the rotation of its place (RoPE then runs as at cp 1).
  *
- * Attention, first version (all-gather): the forward all-gathers every
- * rank's qkv rows [B, Tl, W] (W = this rank's query, key and value columns)
- * over the context group, then each local query chunk (global index jq)
- * attends to the key chunks j = 0 .. jq in order through the chunk kernels
- * (flash.c: cl_flash_forward_chunk with the causal offset (jq - j) c,
- * accumulating the online softmax from the second chunk on); the lse rows of
- * a chunk are gathered in a small buffer of NHl x c and written into the
- * block's [B, NHl, Tl] lse. The backward gathers the qkv rows again (the
- * buffer is shared by all blocks), runs each chunk pair's backward (dq into
- * the local dqkv, dk and dv into a gathered gradient buffer at the key
- * chunk's owner), reduce-scatters that buffer over the group (each owner
- * gets the sum of its rows, in rank order) and adds it into dqkv. Not yet:
- * the ring (K and V passed with isend/irecv overlapped with the chunk at
- * hand) and the all-to-all variant.
+ * Attention, a ring of N = cp steps: at step s a rank holds the qkv rows
+ * of rank (rank - s) mod N, and while the next rows travel (isend to the
+ * next rank, irecv from the previous) each local query chunk jq attends to
+ * that rank's chunks j <= jq through the chunk kernels (flash.c, causal
+ * offset (jq - j) c), the online softmax carried over the steps (the lse
+ * state moved between the block's [B, NHl, Tl] and one chunk's [NHl, c]).
+ * The backward passes the rows round again with the running sums of their
+ * key and value gradients; after N steps every owner holds its own sums
+ * and adds them into dqkv (dq is added locally as it goes).
  *
- * Invariants: the gathered buffers live on the part's device as workspace
- * (CL_MEM_WORKSPACE), 2 cp B Tl W floats plus NHl c, for the part's
- * capacity B; every context rank calls the collectives in the same order
- * (same units, same micro-batches), so they match up. */
+ * Invariants: the ring's buffers live on the part's device as workspace
+ * (CL_MEM_WORKSPACE), 4 B Tl W floats plus NHl c, for the part's capacity
+ * B (cl_rank_extra_bytes counts the same); every context rank runs the
+ * same units on the same micro-batches, so the ring's messages (tag 0 rows,
+ * 1 gradient sums, in order per pair) match up. */
 #include "nn/cp.h"
 #include "nn/model_impl.h"
 
@@ -46,20 +42,14 @@
 struct cl_nn_cp {
     cl_comm *comm;
     int rank, size;
-    float *kv;   /* gathered qkv rows: size x [B, Tl, W] */
-    float *dkv;  /* their gradients, the same shape */
+    float *kv;   /* two [B, Tl, W] buffers of qkv rows: the ring's receive and the rows in use */
+    float *dkv;  /* two of their key and value gradients' running sums */
     float *lse;  /* one chunk's lse: NHl x c */
     int64_t n;   /* floats of one rank's [B, Tl, W] at capacity */
 };
 
 /* Global chunk of local half h (0: rows [0, c), 1: rows [c, 2c)) of context rank r of n. */
 static int chunk_of(int r, int n, int h) { return h ? 2 * n - 1 - r : r; }
-
-/* Where global chunk j lives: its rank and local half. */
-static void owner_of(int j, int n, int *r, int *h) {
-    *h = j >= n;
-    *r = *h ? 2 * n - 1 - j : j;
-}
 
 int cl_nn_cp_size(const cl_model *m) { return m->cp ? m->cp->size : 1; }
 
@@ -103,8 +93,8 @@ cl_status cl_model_set_cp(cl_model *m, cl_comm *comm) {
     cp->size = n;
     int64_t W = d->channels_local + 2 * (int64_t)d->kv_channels_local;
     cp->n = (int64_t)m->B * d->T * W;
-    cl_status s = cl_device_alloc_f32(m->dev, CL_MEM_WORKSPACE, (size_t)(cp->n * n), &cp->kv);
-    if (!s) s = cl_device_alloc_f32(m->dev, CL_MEM_WORKSPACE, (size_t)(cp->n * n), &cp->dkv);
+    cl_status s = cl_device_alloc_f32(m->dev, CL_MEM_WORKSPACE, (size_t)(cp->n * 2), &cp->kv);
+    if (!s) s = cl_device_alloc_f32(m->dev, CL_MEM_WORKSPACE, (size_t)(cp->n * 2), &cp->dkv);
     if (!s) s = cl_device_alloc_f32(m->dev, CL_MEM_WORKSPACE, (size_t)d->heads_local * (d->T / 2), &cp->lse);
     m->cp = cp;
     if (!s && m->rope) s = cp_rope_tables(m);
@@ -139,12 +129,31 @@ void cl_nn_cp_positions_backward(const cl_model *m, float *dwpe, const float *do
         }
 }
 
-/* This rank's qkv rows [B, Tl, W] gathered from every context rank into cp->kv. */
-static cl_status gather_qkv(const cl_model *m, const float *qkv, int B, int Tl, int W) {
-    struct cl_nn_cp *cp = m->cp;
-    size_t n = (size_t)B * Tl * W;
-    CL_ASSERT((int64_t)n <= cp->n);
-    return cl_comm_allgather_n(cp->comm, qkv, cp->kv, n, CL_F32);
+/* One ring exchange: buf (count floats) to the next rank, into rbuf from the previous one (tag: 0 rows, 1 gradients). */
+static cl_status ring_post(struct cl_nn_cp *cp, const float *buf, float *rbuf, size_t count, int tag, cl_request **rq) {
+    int next = (cp->rank + 1) % cp->size, prev = (cp->rank + cp->size - 1) % cp->size;
+    CL_TRY(cl_comm_isend_n(cp->comm, buf, count, CL_F32, next, tag, &rq[0]));
+    return cl_comm_irecv_n(cp->comm, rbuf, count, CL_F32, prev, tag, &rq[1]);
+}
+
+/* The receive first: on MPI a receive is matched only in its test or wait, and a large send completes only
+ * once the peer's receive is matched, so two ranks each waiting on its send first would wait forever. */
+static cl_status ring_wait(struct cl_nn_cp *cp, cl_request **rq) {
+    cl_status r = cl_comm_wait(cp->comm, rq[1]), s = cl_comm_wait(cp->comm, rq[0]);
+    rq[0] = rq[1] = NULL;
+    return r ? r : s;
+}
+
+/* The lse rows of (b, local half hq): from the block's [B, NH, T] into the kernel's one chunk [NH, c], and back. */
+static void lse_to_chunk(float *chunk, const float *lse, int b, int hq, int NH, int T) {
+    int c = T / 2;
+    for (int h = 0; h < NH; h++)
+        memcpy(chunk + (int64_t)h * c, lse + ((int64_t)b * NH + h) * T + (int64_t)hq * c, (size_t)c * sizeof(float));
+}
+static void lse_from_chunk(float *lse, const float *chunk, int b, int hq, int NH, int T) {
+    int c = T / 2;
+    for (int h = 0; h < NH; h++)
+        memcpy(lse + ((int64_t)b * NH + h) * T + (int64_t)hq * c, chunk + (int64_t)h * c, (size_t)c * sizeof(float));
 }
 
 cl_status cl_nn_attention_forward(const cl_model *m, float *out, float *lse, const float *qkv, int B, int T, int C, int NH, int NKV) {
@@ -154,22 +163,35 @@ cl_status cl_nn_attention_forward(const cl_model *m, float *out, float *lse, con
     }
     struct cl_nn_cp *cp = m->cp;
     int n = cp->size, c = T / 2, hs = C / NH, W = C + 2 * NKV * hs;
-    CL_TRY(gather_qkv(m, qkv, B, T, W));
-    for (int b = 0; b < B; b++)
-        for (int hq = 0; hq < 2; hq++) {
-            int jq = chunk_of(cp->rank, n, hq);
-            const float *q = qkv + ((int64_t)b * T + (int64_t)hq * c) * W;
-            float *o = out + ((int64_t)b * T + (int64_t)hq * c) * C;
-            for (int j = 0; j <= jq; j++) {
-                int r, h;
-                owner_of(j, n, &r, &h);
-                const float *kv = cp->kv + (((int64_t)r * B + b) * T + (int64_t)h * c) * W;
-                cl_flash_forward_chunk(o, cp->lse, q, kv, 1, c, c, (jq - j) * c, C, NH, NKV, j > 0);
+    size_t local = (size_t)B * T * W;
+    CL_ASSERT((int64_t)local <= cp->n);
+    float *bufs[2] = {cp->kv, cp->kv + cp->n};
+    const float *cur = qkv; /* step s: the rows of rank (rank - s) mod n */
+    cl_request *rq[2] = {NULL, NULL};
+    cl_status s = CL_OK;
+    for (int st = 0; st < n && !s; st++) {
+        int src = (cp->rank - st + n) % n;
+        if (st + 1 < n) s = ring_post(cp, cur, bufs[st % 2], local, 0, rq); /* the next rows travel while these are used */
+        for (int b = 0; b < B && !s; b++)
+            for (int hq = 0; hq < 2; hq++) {
+                int jq = chunk_of(cp->rank, n, hq);
+                const float *q = qkv + ((int64_t)b * T + (int64_t)hq * c) * W;
+                float *o = out + ((int64_t)b * T + (int64_t)hq * c) * C;
+                for (int hk = 0; hk < 2; hk++) {
+                    int j = chunk_of(src, n, hk), acc = !(st == 0 && hk == 0); /* own first chunk starts every row */
+                    if (j > jq) continue;
+                    if (acc) lse_to_chunk(cp->lse, lse, b, hq, NH, T);
+                    cl_flash_forward_chunk(o, cp->lse, q, cur + ((int64_t)b * T + (int64_t)hk * c) * W, 1, c, c, (jq - j) * c, C, NH, NKV, acc);
+                    lse_from_chunk(lse, cp->lse, b, hq, NH, T);
+                }
             }
-            for (int hh = 0; hh < NH; hh++)
-                memcpy(lse + ((int64_t)b * NH + hh) * T + (int64_t)hq * c, cp->lse + (int64_t)hh * c, (size_t)c * sizeof(float));
+        if (st + 1 < n) {
+            cl_status w = ring_wait(cp, rq);
+            if (!s) s = w;
+            cur = bufs[st % 2];
         }
-    return CL_OK;
+    }
+    return s;
 }
 
 cl_status cl_nn_attention_backward(const cl_model *m, float *dqkv, float *scratch, const float *dout, const float *qkv, const float *out,
@@ -181,24 +203,40 @@ cl_status cl_nn_attention_backward(const cl_model *m, float *dqkv, float *scratc
     struct cl_nn_cp *cp = m->cp;
     int n = cp->size, c = T / 2, hs = C / NH, W = C + 2 * NKV * hs;
     size_t local = (size_t)B * T * W;
-    CL_TRY(gather_qkv(m, qkv, B, T, W));
-    memset(cp->dkv, 0, local * (size_t)n * sizeof(float));
-    for (int b = 0; b < B; b++)
-        for (int hq = 0; hq < 2; hq++) {
-            int jq = chunk_of(cp->rank, n, hq);
-            int64_t row = (int64_t)b * T + (int64_t)hq * c;
-            for (int hh = 0; hh < NH; hh++)
-                memcpy(cp->lse + (int64_t)hh * c, lse + ((int64_t)b * NH + hh) * T + (int64_t)hq * c, (size_t)c * sizeof(float));
-            for (int j = 0; j <= jq; j++) {
-                int r, h;
-                owner_of(j, n, &r, &h);
-                int64_t at = (((int64_t)r * B + b) * T + (int64_t)h * c) * W;
-                cl_flash_backward_chunk(dqkv + row * W, cp->dkv + at, scratch, dout + row * C, qkv + row * W, cp->kv + at, out + row * C,
-                                        cp->lse, 1, c, c, (jq - j) * c, C, NH, NKV);
+    CL_ASSERT((int64_t)local <= cp->n);
+    float *bufs[2] = {cp->kv, cp->kv + cp->n}, *dbufs[2] = {cp->dkv, cp->dkv + cp->n};
+    const float *cur = qkv;
+    cl_request *rq[2] = {NULL, NULL}, *dq[2] = {NULL, NULL};
+    memset(dbufs[0], 0, local * sizeof(float));
+    cl_status s = CL_OK;
+    for (int st = 0; st < n && !s; st++) {
+        int src = (cp->rank - st + n) % n;
+        float *dcur = dbufs[st % 2]; /* the key and value gradients of rank src's rows, summed so far */
+        if (st + 1 < n) s = ring_post(cp, cur, bufs[st % 2], local, 0, rq);
+        for (int b = 0; b < B && !s; b++)
+            for (int hq = 0; hq < 2; hq++) {
+                int jq = chunk_of(cp->rank, n, hq);
+                int64_t row = (int64_t)b * T + (int64_t)hq * c;
+                lse_to_chunk(cp->lse, lse, b, hq, NH, T);
+                for (int hk = 0; hk < 2; hk++) {
+                    int j = chunk_of(src, n, hk);
+                    if (j > jq) continue;
+                    int64_t at = ((int64_t)b * T + (int64_t)hk * c) * W;
+                    cl_flash_backward_chunk(dqkv + row * W, dcur + at, scratch, dout + row * C, qkv + row * W, cur + at, out + row * C, cp->lse,
+                                            1, c, c, (jq - j) * c, C, NH, NKV);
+                }
             }
+        /* the sums go on to the next rank; after n steps each owner has its own back */
+        if (!s) s = ring_post(cp, dcur, dbufs[(st + 1) % 2], local, 1, dq);
+        cl_status w = ring_wait(cp, dq);
+        if (!s) s = w;
+        if (st + 1 < n) {
+            w = ring_wait(cp, rq);
+            if (!s) s = w;
+            cur = bufs[st % 2];
         }
-    /* every owner gets the sum of its rows' key and value gradients (the query columns there are 0) */
-    CL_TRY(cl_comm_reduce_scatter(cp->comm, cp->dkv, cp->kv, local, CL_F32, CL_RED_SUM));
-    cl_kern(m)->add_inplace(dqkv, cp->kv, (int64_t)local);
-    return CL_OK;
+    }
+    /* the query columns of the returned sums are 0 */
+    if (!s) cl_kern(m)->add_inplace(dqkv, dbufs[n % 2], (int64_t)local);
+    return s;
 }
