@@ -107,6 +107,8 @@ static const cli_flag train_flags[] = {
     {"comm", "", 1, "communicator backend: threads (default) or mpi (start with mpirun -np N)"},
     {"dp", "", 1, "data-parallel replicas (default: world / (tp * pp))"},
     {"tp", "", 1, "tensor-parallel ranks: each layer split Megatron-style (attention by heads, MLP by columns then rows, vocabulary by rows) (default 1)"},
+    {"cp", "", 1, "context-parallel ranks: each sequence cut into 2 x cp chunks, rank i holding chunks i and 2cp-1-i, attention across them (default 1)"},
+    {"context-parallel-size", "", 1, "same as --cp"},
     {"sequence-parallel", "", 0, "with --tp: shard the token rows between the split layers too (layernorms, residuals, block inputs and outputs)"},
     {"make-vocab-size-divisible-by", "", 1, "pad the vocabulary to a multiple of this times --tp; padded rows are masked out (default 128)"},
     {"offload-optimizer", "", 1, "where the AdamW moments live: none (default, on the device), host (host memory, outside --device-memory's cap) or disk (a file in --offload-dir, streamed through tiles)"},
@@ -132,9 +134,9 @@ static const cli_flag train_flags[] = {
 };
 
 /* The mesh of a run. */
-static cl_status check_mesh(cl_mesh *m, int world, int dp, int tp, int pp) {
-    /* tp and pp default to 1; dp, when not given, takes the rest of the world */
-    return cl_mesh_init(m, world, dp, tp ? tp : 1, pp ? pp : 1);
+static cl_status check_mesh(cl_mesh *m, int world, int dp, int cp, int tp, int pp) {
+    /* cp, tp and pp default to 1; dp, when not given, takes the rest of the world */
+    return cl_mesh_init_cp(m, world, dp, cp ? cp : 1, tp ? tp : 1, pp ? pp : 1);
 }
 
 static int json_line(FILE *f, const cl_step_stats *st) {
@@ -485,6 +487,7 @@ static cl_status agree_job(cl_comm *world, const train_job *j) {
     put(l, "--top-k", "%d", j->topk);
     put(l, "--dp", "%d", j->mesh.dp);
     put(l, "--tp", "%d", j->mesh.tp);
+    put(l, "--cp", "%d", j->c.cp > 1 ? j->c.cp : 1);
     put(l, "--pp", "%d", j->mesh.pp);
     c->bucket_bytes ? put(l, "--bucket-size", "%zu", c->bucket_bytes) : put(l, "--bucket-size", "%s", "default");
     put(l, "--schedule", "%s", cl_sched_kind_name((cl_sched_kind)c->schedule));
@@ -508,7 +511,7 @@ static cl_status agree_job(cl_comm *world, const train_job *j) {
  * table or JSON lines beside the measured peaks when given, against cap
  * (0: none) when given. */
 static cl_status print_memory(FILE *f, const cl_train_config *c, const cl_mesh *mesh, const double *measured, int json, size_t cap) {
-    int n = mesh->dp * mesh->tp * mesh->pp;
+    int n = cl_memory_ranks(c, mesh->dp, mesh->pp);
     cl_mem_rank *pred = malloc((size_t)n * sizeof *pred);
     if (!pred) return cl_error(CL_ERR_OOM, "no host memory for the memory table");
     cl_status s = cl_memory_predict(c, mesh->dp, mesh->pp, pred);
@@ -657,9 +660,10 @@ static cl_status rank_loop(rank_run *r) {
         }
         /* a model split over ranks evaluates, and gathers its checkpoint, on all of them */
         double vl;
-        if (eval && r->split) s = cl_trainer_eval(r->t, &vl);
+        if (eval && (r->split || j->c.cp > 1)) s = cl_trainer_eval(r->t, &vl); /* context ranks: each its tokens */
         /* under ZeRO the replicas hold shards of the optimizer state: all of them gather */
-        if (!s && save && (j->sharded || r->split || (cl_zero_shards_optim(r->c.zero) && j->mesh.dp > 1))) s = save_ckpt(r->t, j, &r->discard);
+        if (!s && save && (j->sharded || r->split || (cl_zero_shards_optim(r->c.zero) && j->mesh.dp * (j->c.cp > 1 ? j->c.cp : 1) > 1)))
+            s = save_ckpt(r->t, j, &r->discard);
     }
     if (r->tty) fputs(LIVE_CLEAR, stdout);
     return s;
@@ -691,7 +695,9 @@ static cl_status rank_report(rank_run *r) {
     }
     if (!s && j->measure) s = gather_measured(r->world, t, j, &r->c);
     /* a split model samples on all its ranks; otherwise rank 0 alone */
-    if (!s && (r->lead || r->split) && j->sample_tokens > 0 && cl_model_family_of(&r->c.model)->tokens) {
+    if (!s && r->lead && j->sample_tokens > 0 && j->c.cp > 1)
+        printf("sample: skipped (generation does not run under --cp yet)\n");
+    else if (!s && (r->lead || r->split) && j->sample_tokens > 0 && cl_model_family_of(&r->c.model)->tokens) {
         if (r->lead) printf("sample:\n");
         s = print_sample(t, NULL, NULL, cl_trainer_tokenizer(t), j->prompt, j->sample_tokens, j->temperature, j->topk, r->c.seed,
                          r->lead);
@@ -713,7 +719,7 @@ static cl_status train_rank(cl_comm *world, void *arg) {
     const train_job *j = arg;
     rank_run r = {.j = j, .world = world, .c = j->c, .discard = -1};
     r.lead = !world || cl_comm_rank(world) == 0;
-    r.split = j->mesh.pp > 1 || j->mesh.tp > 1 || (cl_zero_shards_params(j->c.zero) && j->mesh.dp > 1); /* ZeRO 3: parameters in shards */
+    r.split = j->mesh.pp > 1 || j->mesh.tp > 1 || (cl_zero_shards_params(j->c.zero) && j->mesh.dp * (j->c.cp > 1 ? j->c.cp : 1) > 1); /* ZeRO 3: parameters in shards */
     cl_set_threads(j->threads);
     int done;
     cl_status s = rank_build(&r, &done);
@@ -816,7 +822,7 @@ static cl_status train_rank_mpi(cl_comm *world, void *arg) {
     }
     CL_TRY(agree_job(world, j));
     /* the ranks agree on the flags, so these checks fail on all of them alike */
-    CL_TRY(cl_comm_fail_together(world, check_mesh(&j->mesh, cl_comm_size(world), j->mesh.dp, j->mesh.tp, j->mesh.pp)));
+    CL_TRY(cl_comm_fail_together(world, check_mesh(&j->mesh, cl_comm_size(world), j->mesh.dp, j->c.cp, j->mesh.tp, j->mesh.pp)));
     ckpt_micro_batch(j);
     CL_TRY(cl_comm_fail_together(world, check_pipeline(j)));
     if (!j->gb_given) j->c.global_batch = j->c.micro_batch * j->mesh.dp;
@@ -1062,7 +1068,7 @@ static const cli_section train_sections[] = {
     {"eval", "eval-every eval-batches sample-tokens prompt temperature top-k"},
     {"log", "log-file log-every plot tensorboard trace trace-steps"},
     {"checkpoint", "save save-every save-keep discard-newer-checkpoints resume save-format"},
-    {"parallel", "ranks auto threads comm dp tp pp data-parallel-size tensor-model-parallel-size pipeline-model-parallel-size "
+    {"parallel", "ranks auto threads comm dp cp context-parallel-size tp pp data-parallel-size tensor-model-parallel-size pipeline-model-parallel-size "
                  "sequence-parallel make-vocab-size-divisible-by zero zero3-prefetch check-replicas bucket-size comm-timeout "
                  "schedule virtual-stages pp-layout"},
     {"memory", "device-memory offload-optimizer offload-dir recompute dtype"},
@@ -1182,7 +1188,8 @@ static cl_status parse_numbers(train_cli *tc, train_job *j) {
         (s = cli_float(a, "temperature", &j->temperature, 0, 100)) || (s = cli_int(a, "ranks", &tc->ranks, 1, 4096)) ||
         (s = cli_int(a, "dp", &tc->dp, 1, 4096)) || (s = cli_int(a, "tp", &tc->tp, 1, 4096)) || (s = cli_int(a, "pp", &tc->pp, 1, 4096)) ||
         (s = cli_int(a, "data-parallel-size", &tc->dp, 1, 4096)) || (s = cli_int(a, "tensor-model-parallel-size", &tc->tp, 1, 4096)) ||
-        (s = cli_int(a, "pipeline-model-parallel-size", &tc->pp, 1, 4096)) ||
+        (s = cli_int(a, "pipeline-model-parallel-size", &tc->pp, 1, 4096)) || (s = cli_int(a, "cp", &c->cp, 1, 4096)) ||
+        (s = cli_int(a, "context-parallel-size", &c->cp, 1, 4096)) ||
         (s = cli_bytes(a, "bucket-size", &c->bucket_bytes)) || (s = cli_float(a, "comm-timeout", &tc->timeout, 0.1, 1e7)) ||
         (s = cli_int(a, "threads", &j->threads, 1, 4096)))
         return s;
@@ -1570,8 +1577,9 @@ static int launch_mpi(train_cli *tc, train_job *j, int argc, char **argv) {
 /* As threads: the mesh and the remaining checks here, then the ranks. */
 static int launch_threads(train_cli *tc, train_job *j) {
     cl_status s;
-    int ranks = tc->ranks ? tc->ranks : (tc->dp ? tc->dp : 1) * (tc->tp ? tc->tp : 1) * (tc->pp ? tc->pp : 1);
-    if ((s = check_mesh(&j->mesh, ranks, tc->dp, tc->tp, tc->pp))) return cli_fail(s);
+    int cp = j->c.cp > 1 ? j->c.cp : 1;
+    int ranks = tc->ranks ? tc->ranks : (tc->dp ? tc->dp : 1) * cp * (tc->tp ? tc->tp : 1) * (tc->pp ? tc->pp : 1);
+    if ((s = check_mesh(&j->mesh, ranks, tc->dp, cp, tc->tp, tc->pp))) return cli_fail(s);
     if (!tc->gb_given) j->c.global_batch = j->c.micro_batch * j->mesh.dp;
     ckpt_micro_batch(j);
     if ((s = check_pipeline(j))) return cli_fail(s);

@@ -1,4 +1,4 @@
-/* `cleave mesh`: prints how a world of ranks is arranged as dp x tp x pp and
+/* `cleave mesh`: prints how a world of ranks is arranged as dp x cp x tp x pp and
  * every communication group, as Megatron-LM's documentation lists them, so a
  * layout can be checked before a run. Pure arithmetic over cl_mesh; starts
  * no ranks.
@@ -6,6 +6,7 @@
  * Sizes left out: with --ranks, the first of --dp, --tp, --pp left out is
  * derived and the others are 1 (so `--ranks 8 --tp 2` gives dp 4, pp 1);
  * without --ranks, sizes left out are 1 and the world is their product.
+ * --cp is never derived (default 1); with cp 1 the output is dp x tp x pp's.
  * Errors exit 2 with one line (cli_fail). */
 #include "args.h"
 #include "cleave/mesh.h"
@@ -21,6 +22,8 @@ static const cli_flag mesh_flags[] = {
     {"dp", "", 1, "data-parallel size: model replicas"},
     {"tp", "", 1, "tensor-parallel size: shards of each layer"},
     {"pp", "", 1, "pipeline-parallel size: stages"},
+    {"cp", "", 1, "context-parallel size: ranks sharing each sequence (default 1)"},
+    {"context-parallel-size", "", 1, "same as --cp"},
     {"data-parallel-size", "", 1, "same as --dp"},
     {"tensor-model-parallel-size", "", 1, "same as --tp"},
     {"pipeline-model-parallel-size", "", 1, "same as --pp"},
@@ -52,15 +55,16 @@ int cleave_cmd_mesh(int argc, char **argv) {
     cl_status s = cli_parse(&a, mesh_flags, NFLAGS(mesh_flags), argc, argv, 2);
     if (s) return cli_fail(s);
     if (cli_get(&a, "help")) {
-        cli_print_help("usage: cleave mesh [--ranks N] [--dp D] [--tp T] [--pp P]\n\n"
-                       "Prints how N ranks are arranged as dp x tp x pp and every communication group.\n"
-                       "Ranks are numbered as Megatron-LM does, tp fastest, then dp, then pp:\n"
-                       "rank = tp_i + tp * (dp_i + dp * pp_i).\n\n"
+        cli_print_help("usage: cleave mesh [--ranks N] [--dp D] [--cp C] [--tp T] [--pp P]\n\n"
+                       "Prints how N ranks are arranged as dp x cp x tp x pp and every communication group.\n"
+                       "Ranks are numbered as Megatron-LM does, tp fastest, then cp, then dp, then pp:\n"
+                       "rank = tp_i + tp * (cp_i + cp * (dp_i + dp * pp_i)).\n\n"
                        "With --ranks, the first of --dp, --tp, --pp left out is derived from it and the\n"
                        "others left out are 1 (--ranks 8 --tp 2 gives dp 4, pp 1); without --ranks, sizes\n"
                        "left out are 1 and the world is their product. Embedding groups join the first and\n"
                        "last pipeline stage of each (dp, tp) pair; model-parallel groups hold the tp x pp\n"
-                       "ranks of one model replica.",
+                       "ranks of one model replica. With --cp, context-parallel groups share one sequence\n"
+                       "(--cp is never derived) and data-context groups (dp x cp) sum the gradients.",
                        mesh_flags, NFLAGS(mesh_flags));
         return 0;
     }
@@ -69,6 +73,8 @@ int cleave_cmd_mesh(int argc, char **argv) {
     int size[3] = {1, 1, 1}, given[3], world = 0;
     for (int i = 0; i < 3; i++)
         if ((s = get_size(&a, names[i][0], names[i][1], &size[i], &given[i]))) return cli_fail(s);
+    int cp = 1, cp_given;
+    if ((s = get_size(&a, "cp", "context-parallel-size", &cp, &cp_given))) return cli_fail(s);
     if ((s = cli_int(&a, "ranks", &world, 1, MESH_MAX_RANKS))) return cli_fail(s);
     if (cli_get(&a, "ranks")) {
         for (int i = 0; i < 3; i++)
@@ -77,30 +83,40 @@ int cleave_cmd_mesh(int argc, char **argv) {
                 break;
             }
     } else {
-        long long p = (long long)size[0] * size[1] * size[2];
+        long long p = (long long)size[0] * size[1] * size[2] * cp;
         if (p > MESH_MAX_RANKS)
             return cli_fail(cl_error(CL_ERR_INVALID, "--dp %d x --tp %d x --pp %d = %lld ranks; at most %d", size[0], size[1], size[2], p,
                                      MESH_MAX_RANKS));
         world = (int)p;
     }
     cl_mesh m;
-    if ((s = cl_mesh_init(&m, world, size[0], size[1], size[2]))) return cli_fail(s);
+    if ((s = cl_mesh_init_cp(&m, world, size[0], cp, size[1], size[2]))) return cli_fail(s);
     int *mem = malloc((size_t)m.world * sizeof *mem);
     if (!mem) return cli_fail(cl_error(CL_ERR_OOM, "cannot allocate %d ranks", m.world));
 
-    printf("mesh: %d rank%s = dp %d x tp %d x pp %d (tp fastest, then dp, then pp)\n", m.world, m.world == 1 ? "" : "s", m.dp, m.tp,
-           m.pp);
-    static const cl_axis order[] = {CL_AXIS_TP, CL_AXIS_DP, CL_AXIS_PP, CL_AXIS_EMBED, CL_AXIS_MP};
-    for (int i = 0; i < 5; i++) print_groups(&m, order[i], mem);
+    if (m.cp > 1)
+        printf("mesh: %d ranks = dp %d x cp %d x tp %d x pp %d (tp fastest, then cp, then dp, then pp)\n", m.world, m.dp, m.cp, m.tp, m.pp);
+    else
+        printf("mesh: %d rank%s = dp %d x tp %d x pp %d (tp fastest, then dp, then pp)\n", m.world, m.world == 1 ? "" : "s", m.dp, m.tp,
+               m.pp);
+    static const cl_axis order[] = {CL_AXIS_TP, CL_AXIS_CP, CL_AXIS_DP, CL_AXIS_PP, CL_AXIS_EMBED, CL_AXIS_MP, CL_AXIS_DPCP};
+    for (int i = 0; i < 7; i++)
+        if (m.cp > 1 || (order[i] != CL_AXIS_CP && order[i] != CL_AXIS_DPCP)) print_groups(&m, order[i], mem);
     for (int r = 0; r < m.world; r++) {
         cl_coord c = cl_mesh_coord(&m, r);
         int e = cl_mesh_group_index(&m, CL_AXIS_EMBED, r);
         char emb[16];
         if (e < 0) snprintf(emb, sizeof emb, "-");
         else snprintf(emb, sizeof emb, "%d", e);
-        printf("rank %d: dp %d, tp %d, pp %d | groups: tp %d, dp %d, pp %d, embedding %s, mp %d\n", r, c.dp, c.tp, c.pp,
-               cl_mesh_group_index(&m, CL_AXIS_TP, r), cl_mesh_group_index(&m, CL_AXIS_DP, r), cl_mesh_group_index(&m, CL_AXIS_PP, r),
-               emb, cl_mesh_group_index(&m, CL_AXIS_MP, r));
+        if (m.cp > 1)
+            printf("rank %d: dp %d, cp %d, tp %d, pp %d | groups: tp %d, cp %d, dp %d, pp %d, embedding %s, mp %d, data-context %d\n", r,
+                   c.dp, c.cp, c.tp, c.pp, cl_mesh_group_index(&m, CL_AXIS_TP, r), cl_mesh_group_index(&m, CL_AXIS_CP, r),
+                   cl_mesh_group_index(&m, CL_AXIS_DP, r), cl_mesh_group_index(&m, CL_AXIS_PP, r), emb, cl_mesh_group_index(&m, CL_AXIS_MP, r),
+                   cl_mesh_group_index(&m, CL_AXIS_DPCP, r));
+        else
+            printf("rank %d: dp %d, tp %d, pp %d | groups: tp %d, dp %d, pp %d, embedding %s, mp %d\n", r, c.dp, c.tp, c.pp,
+                   cl_mesh_group_index(&m, CL_AXIS_TP, r), cl_mesh_group_index(&m, CL_AXIS_DP, r), cl_mesh_group_index(&m, CL_AXIS_PP, r),
+                   emb, cl_mesh_group_index(&m, CL_AXIS_MP, r));
     }
     free(mem);
     return 0;

@@ -3,7 +3,7 @@
 # device measures, to the byte, category by category, over a grid of models
 # (gpt2-tiny shapes, one with a vocabulary not a multiple of 16, the CNN,
 # the MLP and llama-tiny), meshes (1 rank, dp 2, pp 2 and 4 under every schedule, m < p and
-# m not a multiple of p), recompute modes and micro-batch sizes; and the cap
+# m not a multiple of p, context parallelism: cp 2 and 4, with dp 2 ZeRO 3, pp 2, tp 2), recompute modes and micro-batch sizes; and the cap
 # is a promise: capped at exactly the predicted peak a run trains three
 # steps; one byte less is refused before anything is allocated (status 2,
 # the message names rank, cap and what would fit, no step trained), unless
@@ -99,6 +99,16 @@ echo "gpt2-tiny: params fp32 $pf B, bf16 $pb B; activations fp32 $af B, bf16 $ab
 # 3C floats a token a block (ln_1 and ln_2 C/2 each, GELU's 4C -> 2C) and the head's C/2, at B 8, T 64, C 64, 2 blocks
 check '[ $((pf * 3)) -eq $((pb * 2)) ] && [ $((af - ab)) -eq $(((2 * 3 * 64 + 32) * 512 * 4)) ]' \
     "bf16 params should be 1.5 x fp32's and the activations 3C a token a block + C/2 smaller: $pf/$pb, $af/$ab"
+# context parallelism (--cp): each rank's activations for its T / cp tokens, the gathered qkv rows, their gradients and
+# one chunk's lse per chunk counted as workspace; ZeRO's shards over dp x cp
+point --cp 2 --micro-batch-size 2
+point --cp 4 --seq-len 32 --micro-batch-size 1 --global-batch-size 2
+point --cp 2 --dp 2 --zero 3 --micro-batch-size 2 --global-batch-size 4
+point --cp 2 --pp 2 --schedule 1f1b --micro-batch-size 2 --global-batch-size 4
+point --model llama-tiny --cp 2 --tp 2 --recompute selective --micro-batch-size 2
+acts() { "$CLEAVE" memory --json "${G[@]}" "${D[@]}" --micro-batch-size 2 --seq-len 64 "$@" | head -1 | python3 -c 'import json,sys; print(json.loads(sys.stdin.readline())["predicted"]["activations"])'; }
+a1=$(acts); a2=$(acts --cp 2); a4=$(acts --cp 4)
+check '[ -n "$a1" ] && [ $((a2 * 2)) -eq "$a1" ] && [ $((a4 * 4)) -eq "$a1" ]' "activations per rank at T 64: cp 1 $a1, cp 2 $a2, cp 4 $a4 (want 1/cp)"
 
 # the zb-h1 runs of the issue: they train or are refused up front
 for cap in 3.3MiB 3.4MiB; do

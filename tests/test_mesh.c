@@ -67,8 +67,24 @@ static void test_hand_written(void) {
                  "[0, 4, 8, 12] [1, 5, 9, 13] [2, 6, 10, 14] [3, 7, 11, 15]", "[0, 12] [1, 13] [2, 14] [3, 15]",
                  "[0, 1, 4, 5, 8, 9, 12, 13] [2, 3, 6, 7, 10, 11, 14, 15]");
     expect_shape(1, 1, 1, 1, "[0]", "[0]", "[0]", "[0]", "[0]");
+    /* context parallelism: dp 2 x cp 2 x tp 2, rank = tp_i + 2 (cp_i + 2 dp_i) (tp fastest, then cp, then dp) */
+    cl_mesh m; /* also reused below */
+    CHECK_OK(cl_mesh_init_cp(&m, 8, 2, 2, 2, 1));
+    expect_groups(&m, CL_AXIS_TP, "[0, 1] [2, 3] [4, 5] [6, 7]");
+    expect_groups(&m, CL_AXIS_CP, "[0, 2] [1, 3] [4, 6] [5, 7]");
+    expect_groups(&m, CL_AXIS_DP, "[0, 4] [1, 5] [2, 6] [3, 7]");
+    expect_groups(&m, CL_AXIS_DPCP, "[0, 2, 4, 6] [1, 3, 5, 7]");
+    expect_groups(&m, CL_AXIS_MP, "[0, 1] [2, 3] [4, 5] [6, 7]");
+    cl_coord c5 = cl_mesh_coord(&m, 5);
+    CHECK(c5.tp == 1 && c5.cp == 0 && c5.dp == 1 && c5.pp == 0 && cl_mesh_group_index(&m, CL_AXIS_CP, 5) == 3, "rank 5 coordinates");
+    CHECK_OK(cl_mesh_init_cp(&m, 8, 0, 4, 1, 2)); /* dp derived: 8 / (4 x 2) */
+    CHECK(m.dp == 1 && m.cp == 4, "derived dp %d", m.dp);
+    expect_groups(&m, CL_AXIS_CP, "[0, 1, 2, 3] [4, 5, 6, 7]");
+    expect_groups(&m, CL_AXIS_PP, "[0, 4] [1, 5] [2, 6] [3, 7]");
+    CHECK(cl_mesh_init_cp(&m, 6, 0, 4, 1, 1) == CL_ERR_INVALID && strstr(cl_last_error(), "--cp 4 does not divide the world of 6"),
+          "cp not dividing the world: %s", cl_last_error());
 
-    cl_mesh m;
+
     CHECK_OK(cl_mesh_init(&m, 16, 0, 2, 4));
     CHECK(m.dp == 2, "derived dp %d, want 2", m.dp);
     cl_coord c = cl_mesh_coord(&m, 6);
@@ -103,7 +119,7 @@ static void test_hand_written(void) {
 
 /* The coordinate a rank's position in its group along axis must equal. */
 static int axis_coord(cl_coord c, cl_axis axis) {
-    return axis == CL_AXIS_TP ? c.tp : axis == CL_AXIS_DP ? c.dp : c.pp;
+    return axis == CL_AXIS_TP ? c.tp : axis == CL_AXIS_DP ? c.dp : axis == CL_AXIS_CP ? c.cp : axis == CL_AXIS_DPCP ? c.dp : c.pp;
 }
 
 static int same_group(const cl_mesh *m, cl_axis axis, cl_coord a, cl_coord b) {
@@ -113,6 +129,8 @@ static int same_group(const cl_mesh *m, cl_axis axis, cl_coord a, cl_coord b) {
     case CL_AXIS_PP: return a.tp == b.tp && a.dp == b.dp;
     case CL_AXIS_EMBED:
         return a.tp == b.tp && a.dp == b.dp && (a.pp == 0 || a.pp == m->pp - 1) && (b.pp == 0 || b.pp == m->pp - 1);
+    case CL_AXIS_CP: return a.tp == b.tp && a.dp == b.dp && a.pp == b.pp;
+    case CL_AXIS_DPCP: return a.tp == b.tp && a.pp == b.pp;
     default: return a.dp == b.dp;
     }
 }
@@ -153,7 +171,8 @@ static void test_properties_of(int world, int dp, int tp, int pp) {
     }
     for (int axis = 0; axis < CL_AXIS_COUNT && !bad; axis++) {
         int ng = cl_mesh_ngroups(&m, axis);
-        int want_size = axis == CL_AXIS_TP ? tp : axis == CL_AXIS_DP ? dp : axis == CL_AXIS_PP ? pp : axis == CL_AXIS_EMBED ? (pp > 1 ? 2 : 1) : tp * pp;
+        int want_size = axis == CL_AXIS_TP ? tp : axis == CL_AXIS_DP || axis == CL_AXIS_DPCP ? dp : axis == CL_AXIS_PP ? pp
+                        : axis == CL_AXIS_EMBED ? (pp > 1 ? 2 : 1) : axis == CL_AXIS_CP ? 1 : tp * pp; /* cp 1 here */
         CHECK(ng * (axis == CL_AXIS_EMBED ? pp : want_size) == world, "%d x %d x %d: %s: %d groups", dp, tp, pp, cl_axis_name(axis), ng);
         memset(seen, 0, (size_t)world * sizeof *seen);
         int prev_first = -1;
@@ -206,7 +225,7 @@ static void test_properties(void) {
 }
 
 static void expect_error(int world, int dp, int tp, int pp, const char *want) {
-    cl_mesh m = {-7, -7, -7, -7};
+    cl_mesh m = {-7, -7, -7, -7, -7};
     cl_status s = cl_mesh_init(&m, world, dp, tp, pp);
     CHECK(s == CL_ERR_INVALID, "init(%d, %d, %d, %d) -> %s, want invalid", world, dp, tp, pp, cl_status_name(s));
     CHECK(strstr(cl_last_error(), want) != NULL, "init(%d, %d, %d, %d): message '%s' lacks '%s'", world, dp, tp, pp, cl_last_error(),
@@ -250,6 +269,8 @@ static cl_comm *group_of(const cl_groups *g, cl_axis axis) {
     case CL_AXIS_PP: return g->pp;
     case CL_AXIS_EMBED: return g->embd;
     case CL_AXIS_MP: return g->mp;
+    case CL_AXIS_CP: return g->cp;
+    case CL_AXIS_DPCP: return g->dpcp;
     default: return NULL;
     }
 }
@@ -291,7 +312,7 @@ static cl_status groups_rank(cl_comm *world, void *arg) {
     free(want);
     free(got);
     cl_groups_free(&g);
-    TCHECK(!g.tp && !g.dp && !g.pp && !g.embd && !g.mp, "rank %d: cl_groups_free left a communicator", me);
+    TCHECK(!g.tp && !g.dp && !g.pp && !g.embd && !g.mp && !g.cp && !g.dpcp, "rank %d: cl_groups_free left a communicator", me);
     cl_groups_free(&g); /* again: a no-op */
     return s;
 }

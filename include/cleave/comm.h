@@ -330,31 +330,36 @@ cl_status cl_comm_split(cl_comm *c, int color, int key, cl_comm **out);
 void cl_comm_free(cl_comm *c);
 
 /* ---- the process groups of a mesh ----------------------------------------
- * Every communicator a rank of a dp x tp x pp mesh (mesh.h) takes part in,
+ * Every communicator a rank of a dp x cp x tp x pp mesh (mesh.h) takes part in,
  * made once and passed around as one value. Each is a real communicator,
  * groups of one rank included, so no caller tests for NULL; a rank's rank
  * in each is its coordinate along the axis (in mp: tp_i + tp * pp_i), its
  * members those of cl_mesh_group.
  *
  *   world  the communicator the groups were split from (not owned)
- *   tp     same (dp, pp): the shards of one layer          CL_AXIS_TP
- *   dp     same (tp, pp): replicas that sum gradients      CL_AXIS_DP
- *   pp     same (dp, tp): the stages of one pipeline       CL_AXIS_PP
+ *   tp     same (dp, cp, pp): the shards of one layer      CL_AXIS_TP
+ *   dp     same (tp, cp, pp): replicas (other samples)     CL_AXIS_DP
+ *   pp     same (dp, cp, tp): the stages of one pipeline   CL_AXIS_PP
  *   embd   first and last stage of one pipeline, which      CL_AXIS_EMBED
  *          hold the tied embedding (pp == 1: the rank alone). A middle
  *          stage belongs to no embedding group: its embd is a group of
  *          itself alone, so a sum over it changes nothing.
- *   mp     same dp: the tp x pp ranks holding one model     CL_AXIS_MP
+ *   mp     same (dp, cp): the tp x pp ranks of one model   CL_AXIS_MP
+ *   cp     same (dp, tp, pp): the ranks of one sequence     CL_AXIS_CP
+ *          (context parallelism: they pass keys and values)
+ *   dpcp   same (tp, pp): dp x cp ranks that sum gradients  CL_AXIS_DPCP
+ *          and hold ZeRO's shards (cp 1: the dp group's members)
  */
 typedef struct cl_groups {
     cl_mesh mesh;
     cl_comm *world;
     cl_comm *tp, *dp, *pp, *embd, *mp;
+    cl_comm *cp, *dpcp;
 } cl_groups;
 
 /* Collective over world, whose size must be mesh->world (else
  * CL_ERR_INVALID, nothing split); world rank r takes mesh rank r. Splits in
- * one order on every rank (tp, dp, pp, embd, mp) with the group numbers of
+ * one order on every rank (tp, dp, pp, embd, mp, cp, dpcp) with the group numbers of
  * cl_mesh_group_index as colors. On error *out holds no communicator. */
 cl_status cl_groups_create(cl_comm *world, const cl_mesh *mesh, cl_groups *out);
 /* Local. Frees the split communicators (not world) and clears them; a

@@ -32,6 +32,10 @@ typedef struct {
  * not its communicators. Errors: the model or the pipeline cannot be built
  * (the messages cl_trainer_create would give). */
 cl_status cl_memory_predict(const cl_train_config *cfg, int dp, int pp, cl_mem_rank *out);
+/* Ranks of the prediction: dp x cfg->cp x cfg->tp x pp (out's length; under
+ * context parallelism the order is tp fastest, then cp, then dp, then pp, and
+ * the dp argument counts the replicas, each of cp ranks). */
+int cl_memory_ranks(const cl_train_config *cfg, int dp, int pp);
 
 /* The host memory the n ranks of a prediction on one host take when some
  * rank offloads its optimizer state (host, or disk's tiles): a CPU rank's

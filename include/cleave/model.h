@@ -448,6 +448,12 @@ float *cl_model_workspace(const cl_model *m, int64_t floats);
  * its size and this rank's place in it must be the description's
  * (CL_ERR_INVALID otherwise). Without it a part of tp > 1 cannot run. */
 cl_status cl_model_set_tp(cl_model *m, cl_comm *tp);
+/* Context parallelism: the ranks of comm share each sequence (the part is
+ * described for its T / size tokens: chunks rank and 2 size - 1 - rank of
+ * the 2 size chunks); attention gathers keys and values over it and the
+ * positions follow the tokens' places in the whole sequence. Allocates the
+ * gathered buffers (CL_MEM_WORKSPACE). A group of one: no-op. */
+cl_status cl_model_set_cp(cl_model *m, cl_comm *comm);
 /* Floats a split backward (zb-h1) keeps per micro-batch for unit u's weight
  * pass beyond its output gradient: the results of the input pass's
  * tensor-parallel collectives (0 at tp = 1). */

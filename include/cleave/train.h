@@ -145,6 +145,12 @@ typedef struct {
      * that differs). */
     int tp;
     int sequence_parallel;
+    /* Context parallelism: groups->cp, the ranks that share each sample's
+     * sequence (0 or 1: none; its size must be the group's). The sequence
+     * is cut into 2 cp chunks, rank i holding chunks i and 2 cp - 1 - i;
+     * the model is described for those T / cp tokens (cl_train_describe);
+     * attention passes keys and values over the group (src/nn/cp_attention.c). */
+    int cp;
     int vocab_divisible_by;
     int check_replicas;
     /* ZeRO over the data-parallel group (model.h's cl_zero, a cl_zero_stage):
@@ -178,8 +184,9 @@ typedef struct {
 void cl_train_config_default(cl_train_config *c);
 
 /* The slice of cfg's model that tensor-parallel rank tp_rank holds
- * (cfg->tp, sequence_parallel, vocab_divisible_by): the checks a run of
- * cfg would fail on its model's split, made before anything starts. */
+ * (cfg->tp, sequence_parallel, vocab_divisible_by; with cfg->cp > 1 sized
+ * for the T / cp tokens of a context rank): the checks a run of cfg would
+ * fail on its model's split, made before anything starts. */
 cl_status cl_train_describe(const cl_train_config *cfg, int tp_rank, cl_model_desc **out);
 
 typedef struct {

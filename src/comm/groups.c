@@ -6,7 +6,7 @@
  * on their own and every rank splits in the same order.
  *
  * Invariants: every rank of world calls cl_comm_split exactly once per axis,
- * in the order of cl_axis (tp, dp, pp, embd, mp), so the collective splits
+ * in the order of cl_axis (tp, dp, pp, embd, mp, cp, dpcp), so the collective splits
  * match up on every rank; a group's color is its number along the axis and
  * the key the world rank, so group ranks follow the members' increasing
  * order. A middle stage has no embedding group (index -1): it takes a color
@@ -22,6 +22,8 @@ static cl_comm **slot(cl_groups *g, cl_axis axis) {
     case CL_AXIS_PP: return &g->pp;
     case CL_AXIS_EMBED: return &g->embd;
     case CL_AXIS_MP: return &g->mp;
+    case CL_AXIS_CP: return &g->cp;
+    case CL_AXIS_DPCP: return &g->dpcp;
     default: CL_ASSERT(!"valid axis"); return NULL;
     }
 }
@@ -31,8 +33,8 @@ cl_status cl_groups_create(cl_comm *world, const cl_mesh *mesh, cl_groups *out) 
     memset(out, 0, sizeof *out);
     int n = cl_comm_size(world), rank = cl_comm_rank(world);
     if (mesh->world != n)
-        return cl_error(CL_ERR_INVALID, "the mesh dp %d x tp %d x pp %d has %d ranks, but the communicator has %d", mesh->dp,
-                        mesh->tp, mesh->pp, mesh->world, n);
+        return cl_error(CL_ERR_INVALID, "the mesh dp %d x cp %d x tp %d x pp %d has %d ranks, but the communicator has %d", mesh->dp,
+                        mesh->cp, mesh->tp, mesh->pp, mesh->world, n);
     cl_groups g;
     memset(&g, 0, sizeof g);
     g.mesh = *mesh;

@@ -14,6 +14,7 @@
  *
  * Weights by name (block_weights, bound from the table below); saved
  * activations laid out from the actual B and T (block_layout_at). */
+#include "nn/cp.h"
 #include "nn/kind.h"
 #include "nn/model_impl.h"
 
@@ -131,7 +132,7 @@ static cl_status block_pass(const cl_model *m, const block_acts *s, const float 
     CL_TRY(cl_nn_col_input(m, s->ln1, G, Ns, C, &x));
     CL_PROF("fwd qkv", fq, lo ? cl_nn_linear_lo(m, s->qkv, x, w->qkv_w, w->qkv_b, N, C, Q)
                               : cl_kern(m)->linear_forward(s->qkv, x, w->qkv_w, w->qkv_b, (int)N, (int)C, (int)Q));
-    CL_PROF("fwd attention", att, cl_kern(m)->flash_forward(s->atty, s->lse, s->qkv, B, T, (int)Cl, d->heads_local, d->heads_local));
+    CL_PROF("fwd attention", att, CL_TRY(cl_nn_attention_forward(m, s->atty, s->lse, s->qkv, B, T, (int)Cl, d->heads_local, d->heads_local)));
     if (lo) {
         CL_TRY(cl_nn_narrow(m, f32, s->atty, N * Cl));
         ay = f32;
@@ -246,7 +247,7 @@ static cl_status block_backward_pass(cl_model *m, const block_acts *s, const flo
                                               : cl_kern(m)->linear_backward_weight(gw->attn_proj_w, gw->attn_proj_b, dR, s->atty, iN, iCl, iC));
     /* the score tiles recomputed (q k^T, a third product) besides the four of the gradients */
     CL_PROF("bwd attention", 2.5 * att,
-            cl_kern(m)->flash_backward(dqkv, attscratch, datty, s->qkv, s->atty, s->lse, B, T, iCl, d->heads_local, d->heads_local));
+            CL_TRY(cl_nn_attention_backward(m, dqkv, attscratch, datty, s->qkv, s->atty, s->lse, B, T, iCl, d->heads_local, d->heads_local)));
     if (lo) CL_TRY(cl_nn_narrow(m, L1, dqkv, N * Q));
     if (ww) {
         CL_TRY(cl_nn_col_input(m, s->ln1, G, Ns, C, &x));
@@ -338,7 +339,7 @@ static cl_status block_backward(cl_model *m, const cl_unit *un, const cl_microba
     /* what the forward did not keep, recomputed bit for bit (the output it writes again is the same) */
     if (m->recompute == CL_RECOMPUTE_FULL) CL_TRY(block_pass(m, &s, in, &w, B, T));
     else if (m->recompute == CL_RECOMPUTE_SELECTIVE) /* the lse from the kept qkv (the kept output written again, the same bits) */
-        cl_kern(m)->flash_forward(s.atty, s.lse, s.qkv, B, T, m->desc->channels_local, m->desc->heads_local, m->desc->heads_local);
+        CL_TRY(cl_nn_attention_forward(m, s.atty, s.lse, s.qkv, B, T, m->desc->channels_local, m->desc->heads_local, m->desc->heads_local));
     return block_backward_pass(m, &s, in, &w, &gw, dout, din, what & CL_BWD_INPUT, what & CL_BWD_WEIGHT, B, T);
 }
 

@@ -11,6 +11,7 @@
  * the same sizes and cost less the positions' reads, and the same passes
  * (embed_forward and embed_backward skip the positions when the unit's
  * table has none: wpe NULL). */
+#include "nn/cp.h"
 #include "nn/kind.h"
 #include "nn/model_impl.h"
 
@@ -69,7 +70,8 @@ static cl_status embed_forward(cl_model *m, const cl_unit *un, const cl_microbat
     CL_PROF("fwd embedding", 0, cl_kern(m)->embedding_lookup(full, mb->tokens, w.wte, N, C, d->vocab_start, d->vocab_local));
     if (d->tpl.sp) CL_TRY(cl_tp_forward(&m->tp, CL_TP_SCATTER, full, out, (size_t)(Ns * C)));
     else CL_TRY(cl_tp_forward(&m->tp, CL_TP_REDUCE, out, out, (size_t)(N * C)));
-    if (w.wpe) CL_PROF("fwd embedding", 0, cl_kern(m)->embedding_add_positions(out, w.wpe, Ns, d->tpl.sp ? Ns * m->tp.rank : 0, mb->T, C));
+    if (w.wpe && cl_nn_cp_size(m) > 1) CL_PROF("fwd embedding", 0, cl_nn_cp_positions_forward(m, out, w.wpe, mb->B, mb->T, C));
+    else if (w.wpe) CL_PROF("fwd embedding", 0, cl_kern(m)->embedding_add_positions(out, w.wpe, Ns, d->tpl.sp ? Ns * m->tp.rank : 0, mb->T, C));
     return CL_OK;
 }
 
@@ -89,7 +91,9 @@ static cl_status embed_backward(cl_model *m, const cl_unit *un, const cl_microba
         CL_TRY(cl_tp_backward(&m->tp, CL_TP_SCATTER, dout, m->scratch, (size_t)(cl_nn_rows_here(d, N) * C)));
         df = m->scratch;
     }
-    CL_PROF("bwd embedding", 0, cl_kern(m)->embedding_backward_slice(gw.wte, gw.wpe, df, mb->tokens, N, mb->T, C, v0, Vl));
+    int cp = cl_nn_cp_size(m) > 1; /* positions at their places in the whole sequence */
+    CL_PROF("bwd embedding", 0, cl_kern(m)->embedding_backward_slice(gw.wte, cp ? NULL : gw.wpe, df, mb->tokens, N, mb->T, C, v0, Vl));
+    if (cp && gw.wpe) CL_PROF("bwd embedding", 0, cl_nn_cp_positions_backward(m, gw.wpe, df, mb->B, mb->T, C));
     return CL_OK;
 }
 

@@ -209,7 +209,7 @@ static cl_status llama_block_backward(cl_model *m, const cl_unit *un, const cl_m
     llama_acts s = llama_acts_of(m, base, B, T);
     /* what the forward did not keep, recomputed bit for bit (the output it writes again is the same) */
     if (m->recompute == CL_RECOMPUTE_FULL) CL_TRY(llama_pass(m, &s, in, &w, B, T));
-    else if (m->recompute == CL_RECOMPUTE_SELECTIVE) cl_llama_attn_relse(m, &s.at, B, T); /* the lse from the kept qkv */
+    else if (m->recompute == CL_RECOMPUTE_SELECTIVE) CL_TRY(cl_llama_attn_relse(m, &s.at, B, T)); /* the lse from the kept qkv */
     return llama_backward_pass(m, &s, in, &w, &gw, dout, din, what & CL_BWD_INPUT, what & CL_BWD_WEIGHT, B, T);
 }
 

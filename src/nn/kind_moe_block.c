@@ -250,7 +250,7 @@ static cl_status moe_backward(cl_model *m, const cl_unit *un, const cl_microbatc
         int64_t dropped;
         CL_TRY(moe_pass(m, &s, in, &w, B, T, &aux, &dropped));
     } else if (m->recompute == CL_RECOMPUTE_SELECTIVE) {
-        cl_llama_attn_relse(m, &s.at, B, T);
+        CL_TRY(cl_llama_attn_relse(m, &s.at, B, T));
     }
     float *ws = m->scratch;
     float *dres2 = ws; ws += N * C;

@@ -7,6 +7,7 @@
  * the same order on the same buffers), so moving it here changed no bits;
  * temporaries live in the part's scratch (forward) or the workspace the
  * caller hands over (backward). */
+#include "nn/cp.h"
 #include "nn/llama_attn.h"
 #include "nn/model_impl.h"
 
@@ -58,7 +59,7 @@ cl_status cl_llama_attn_forward(const cl_model *m, const cl_llama_attn_acts *s, 
                             cl_sgemm(cl_kern(m), 0, 0, iN, (int)Kl, iC, 1.0f, x, iC, w->k_w, (int)Kl, 0.0f, s->qkv + Cl, iQ),
                             cl_sgemm(cl_kern(m), 0, 0, iN, (int)Kl, iC, 1.0f, x, iC, w->v_w, (int)Kl, 0.0f, s->qkv + Cl + Kl, iQ)));
     CL_PROF("fwd rope", 0, cl_kern(m)->rope_forward(s->qkv, s->qkv, cos_t, sin_t, iN, T, 0, NH + KV, hd, Q));
-    CL_PROF("fwd attention", att, cl_kern(m)->flash_forward(s->atty, s->lse, s->qkv, B, T, (int)Cl, NH, KV));
+    CL_PROF("fwd attention", att, CL_TRY(cl_nn_attention_forward(m, s->atty, s->lse, s->qkv, B, T, (int)Cl, NH, KV)));
     CL_TRY(cl_nn_row_linear(m, "fwd o_proj", fl, s->atty, w->o_w, NULL, s->res2, N, Cl));
     CL_PROF("fwd residual rmsnorm", 0, cl_kern(m)->residual_rmsnorm_forward(s->res2, s->ln2, s->rstd2, s->res2, in, w->ln2_w, eps, (int)Ns, iC));
     return CL_OK;
@@ -102,7 +103,7 @@ cl_status cl_llama_attn_backward(cl_model *m, cl_nn_keep *k, const cl_llama_attn
     CL_PROF("bwd o_proj", fl, cl_sgemm(K, 0, 1, iN, iCl, iC, 1.0f, dR, iC, w->o_w, iC, 0.0f, datty, iCl));
     if (ww) CL_PROF("bwd o_proj w", fl, cl_sgemm(K, 1, 0, iCl, iC, iN, 1.0f, s->atty, iCl, dR, iC, 1.0f, gw->o_w, iC));
     /* the score tiles recomputed (q k^T, a third product) besides the four of the gradients */
-    CL_PROF("bwd attention", 2.5 * att, K->flash_backward(dqkv, attscratch, datty, s->qkv, s->atty, s->lse, B, T, iCl, NH, KV));
+    CL_PROF("bwd attention", 2.5 * att, CL_TRY(cl_nn_attention_backward(m, dqkv, attscratch, datty, s->qkv, s->atty, s->lse, B, T, iCl, NH, KV)));
     /* the gradients of q and k before their rotation, in place */
     CL_PROF("bwd rope", 0, K->rope_backward_set(dqkv, dqkv, cos_t, sin_t, iN, T, 0, NH + KV, hd, Q));
     if (ww) {
@@ -126,8 +127,8 @@ cl_status cl_llama_attn_backward(cl_model *m, cl_nn_keep *k, const cl_llama_attn
     return CL_OK;
 }
 
-void cl_llama_attn_relse(const cl_model *m, const cl_llama_attn_acts *s, int B, int T) {
+cl_status cl_llama_attn_relse(const cl_model *m, const cl_llama_attn_acts *s, int B, int T) {
     int NH, KV, hd;
     cl_llama_heads(m->desc, &NH, &KV, &hd);
-    cl_kern(m)->flash_forward(s->atty, s->lse, s->qkv, B, T, m->desc->channels_local, NH, KV);
+    return cl_nn_attention_forward(m, s->atty, s->lse, s->qkv, B, T, m->desc->channels_local, NH, KV);
 }

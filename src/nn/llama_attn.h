@@ -45,6 +45,6 @@ cl_status cl_llama_attn_backward(cl_model *m, cl_nn_keep *k, const cl_llama_attn
                                  const cl_llama_attn_weights *w, const cl_llama_attn_weights *gw, float *dres2, const float *dl2,
                                  float *din, float *G, float *ws, int ww, int B, int T);
 /* The attention's lse again from the kept qkv (selective recompute; the output written again is the same bits). */
-void cl_llama_attn_relse(const cl_model *m, const cl_llama_attn_acts *s, int B, int T);
+cl_status cl_llama_attn_relse(const cl_model *m, const cl_llama_attn_acts *s, int B, int T);
 
 #endif

@@ -10,6 +10,7 @@
  * are produced; a block's weight pass needs the activation gradients of its
  * interior, so a weight-only call recomputes that chain from dout (correct,
  * not yet cheap: the zero-bubble schedule will keep it per micro-batch). */
+#include "nn/cp.h"
 #include "nn/kind.h"
 #include "nn/model_impl.h"
 #include "cleave/prof.h"
@@ -344,6 +345,7 @@ void cl_model_destroy(cl_model *m) {
     for (int k = 0; m->pwork && k < m->sizes.npwork; k++) cl_device_free(m->dev, m->pwork[k]);
     free(m->pwork);
     cl_model_z3_destroy(m);
+    cl_nn_cp_free(m);
     cl_device_free(m->dev, m->scratch);
     cl_device_free(m->dev, m->dbuf[0]);
     cl_device_free(m->dev, m->dbuf[1]);

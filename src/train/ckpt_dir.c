@@ -289,7 +289,7 @@ cl_status cl_ckpt_check_match(const cl_trainer *t, const char *dir, const cl_mod
     const struct {
         const char *flag;
         int theirs, mine;
-    } run[] = {{"--seq-len", T, t->desc->T}, {"--global-batch-size", gb, t->cfg.global_batch}};
+    } run[] = {{"--seq-len", T, t->full->T}, {"--global-batch-size", gb, t->cfg.global_batch}};
     for (size_t i = 0; i < sizeof run / sizeof run[0]; i++)
         if (run[i].theirs != run[i].mine)
             return cl_error(CL_ERR_INVALID, "--resume %s: the checkpoint was trained with %s %d, this run has %d", dir, run[i].flag,

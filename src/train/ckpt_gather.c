@@ -85,7 +85,7 @@ static cl_status pp_gather(cl_trainer *t, float **host, int *writer, int *opt_t)
      * (ZeRO: every replica sends its shard) or in a file (offload to disk): [m | v], alloc floats each */
     float *mom[CL_PP_MAX_CHUNKS] = {0};
     cl_status s = CL_OK;
-    int sharded = cl_zero_shards_optim(t->cfg.zero) && t->dp > 1;
+    int sharded = cl_zero_shards_optim(t->cfg.zero) && t->gdp > 1;
     for (int c = 0; c < pp->v && !s && (sharded || t->cfg.offload_optimizer == CL_OFFLOAD_DISK); c++) {
         const cl_model *m = pp->ch[c].m;
         const cl_optimizer *o = &pp->ch[c].opt;
@@ -98,15 +98,15 @@ static cl_status pp_gather(cl_trainer *t, float **host, int *writer, int *opt_t)
             s = cl_optimizer_get_moments(o, own, own + sh);
             om = own, ov = own + sh;
         }
-        if (!s && sharded) s = cl_comm_allgather_n(t->cfg.groups->dp, om, mom[c], sh, CL_F32);
-        if (!s && sharded) s = cl_comm_allgather_n(t->cfg.groups->dp, ov, mom[c] + n, sh, CL_F32);
+        if (!s && sharded) s = cl_comm_allgather_n(t->cfg.groups->dpcp, om, mom[c], sh, CL_F32);
+        if (!s && sharded) s = cl_comm_allgather_n(t->cfg.groups->dpcp, ov, mom[c] + n, sh, CL_F32);
         if (!s && !sharded) {
             memcpy(mom[c], om, n * sizeof(float));
             memcpy(mom[c] + n, ov, n * sizeof(float));
         }
         free(own);
     }
-    if (s || t->dp_rank != 0) { /* replicas hold the same values */
+    if (s || t->gdp_rank != 0) { /* replicas (and context ranks) hold the same values */
         for (int c = 0; c < pp->v; c++) free(mom[c]);
         return s;
     }

@@ -146,9 +146,9 @@ static cl_status collect(cl_trainer *t, entries *es) {
             if (params_sharded(m)) { /* every replica its shard's part, as the moments */
                 shard_range(m, cl_model_sizes(m)->shard, i, &a, &b);
                 CL_TRY(add_boxes(es, ls, t->tp_rank, i, CL_K_PARAM, a, b, cl_model_params(m), shard_off(m, i)));
-            } else if (t->dp_rank == 0)
+            } else if (t->gdp_rank == 0)
                 CL_TRY(add_boxes(es, ls, t->tp_rank, i, CL_K_PARAM, 0, ls->numel, cl_model_param(m, i), 0));
-            if (!sharded && t->dp_rank != 0) continue;
+            if (!sharded && t->gdp_rank != 0) continue;
             moment_range(m, o, i, &a, &b);
             for (int k = 1; k < CL_NKINDS; k++)
                 CL_TRY(add_boxes(es, ls, t->tp_rank, i, k, a, b, mom[k - 1], shard_off(m, i)));
@@ -300,7 +300,7 @@ static cl_status write_index(cl_trainer *t, const char *tmp, int W, const report
     cl_sb_printf(&b,
                  ",\n\"written_with\": {\"world\": %d, \"dp\": %d, \"tp\": %d, \"pp\": %d, \"virtual_stages\": %d, \"zero\": %d, "
                  "\"sequence_parallel\": %d, \"vocab_divisible_by\": %d, \"vocab_padded\": %d, \"comm\": \"%s\"},\n",
-                 W, t->dp, t->tp, t->pp_size, t->cfg.virtual_stages ? t->cfg.virtual_stages : 1, c->zero, c->sequence_parallel,
+                 W, t->gdp, t->tp, t->pp_size, /* dp x cp: the context ranks are replicas of the weights */ t->cfg.virtual_stages ? t->cfg.virtual_stages : 1, c->zero, c->sequence_parallel,
                  t->desc->tpl.vocab_div, t->desc->vocab_padded, mesh ? cl_comm_backend(c->groups->world) : "none");
     cl_sb_printf(&b, "\"files\": [");
     for (int r = 0, k = 0; r < W; r++) {
@@ -370,7 +370,7 @@ cl_status cl_trainer_save_sharded(cl_trainer *t, const char *dir) {
         cl_optimizer *os[CL_PP_MAX_CHUNKS];
         int nc = cl_pp_chunks(t, ms, os), pr = t->cfg.groups ? cl_comm_rank(t->cfg.groups->pp) : 0;
         rep.nboxes = es.n;
-        rep.coord[0] = t->dp_rank, rep.coord[1] = t->tp_rank, rep.coord[2] = pr;
+        rep.coord[0] = t->gdp_rank, rep.coord[1] = t->tp_rank, rep.coord[2] = pr;
         rep.nparts = nc;
         for (int c = 0; c < nc; c++) {
             rep.parts[c][0] = c * t->pp_size + pr;

@@ -3,8 +3,46 @@
  * sequence parallelism, vocabulary padding), then this tensor-parallel
  * rank's slice of the description. Apart from trainer.c because the memory
  * predictor (memory.c) describes the same model before any trainer exists,
- * and the trainer calls the predictor: one file below both. */
+ * and the trainer calls the predictor: one file below both.
+ *
+ * Context parallelism (cfg->cp > 1) is checked here too, so that a run, the
+ * predictor and `cleave memory` refuse the same input with the same line:
+ * a family with sequences, T cut into 2 cp equal chunks (the nearest valid
+ * --seq-len named), no sequence parallelism with it; the description is
+ * then sized for a context rank's T / cp tokens. */
 #include "cleave/train.h"
+
+
+/* The refusals of context parallelism (see above), before anything starts. */
+static cl_status check_cp(const cl_train_config *cfg, int T) {
+    int cp = cfg->cp;
+    if (cp < 0) return cl_error(CL_ERR_INVALID, "--cp must be positive (got %d)", cp);
+    if (cp <= 1) return CL_OK;
+    const cl_model_family *f = cl_model_family_of(&cfg->model);
+    if (!f->tokens)
+        return cl_error(CL_ERR_INVALID, "--cp %d: the %s family has no sequence to split (context parallelism needs a token model)", cp,
+                        f->name);
+    if (cfg->sequence_parallel) return cl_error(CL_ERR_UNSUPPORTED, "--cp %d with --sequence-parallel is not supported yet", cp);
+    int q = 2 * cp;
+    if (T % q) {
+        int lo = T / q * q, hi = lo + q;
+        char near[96];
+        if (lo > 0) snprintf(near, sizeof near, "--seq-len %d or %d", lo, hi);
+        else snprintf(near, sizeof near, "--seq-len %d", hi);
+        /* the context sizes that do cut this T: the divisors d of T / 2 nearest to cp */
+        int below = 0, above = 0;
+        for (int d = cp - 1; d >= 1 && !below; d--)
+            if (T % (2 * d) == 0) below = d;
+        for (int d = cp + 1; d <= T / 2 && !above; d++)
+            if (T % (2 * d) == 0) above = d;
+        char cps[64] = "";
+        if (below > 1 && above) snprintf(cps, sizeof cps, ", or --cp %d or %d", below, above);
+        else if (above) snprintf(cps, sizeof cps, ", or --cp %d", above);
+        else if (below > 1) snprintf(cps, sizeof cps, ", or --cp %d", below);
+        return cl_error(CL_ERR_INVALID, "--seq-len %d does not split into 2 x --cp %d = %d equal chunks: use %s%s", T, cp, q, near, cps);
+    }
+    return CL_OK;
+}
 
 cl_status cl_train_describe(const cl_train_config *cfg, int tp_rank, cl_model_desc **out) {
     int tp = cfg->tp > 1 ? cfg->tp : 1;
@@ -25,6 +63,8 @@ cl_status cl_train_describe(const cl_train_config *cfg, int tp_rank, cl_model_de
         return cl_error(CL_ERR_UNSUPPORTED, "--dtype bf16 with --tp %d: tensor parallelism is not yet supported in bf16", tp);
     if (cfg->dtype == CL_BF16 && cfg->zero == CL_ZERO_PARAMS)
         return cl_error(CL_ERR_UNSUPPORTED, "--dtype bf16 with --zero 3: not yet supported in bf16 (ZeRO 0, 1 and 2 are)");
+    int T = cfg->seq_len ? cfg->seq_len : cfg->model.seq_len;
+    CL_TRY(check_cp(cfg, T));
     cl_tp_layout tl = {tp, tp_rank, cfg->sequence_parallel, cfg->vocab_divisible_by, cfg->dtype};
-    return cl_model_describe_tp(&cfg->model, cfg->seq_len, &tl, out);
+    return cl_model_describe_tp(&cfg->model, cfg->cp > 1 ? T / cfg->cp : cfg->seq_len, &tl, out);
 }

@@ -27,7 +27,7 @@ static cl_status tie_grads(cl_trainer *t, struct cl_pp *pp) {
     cl_model *me = pp->r == re ? pp->ch[0].m : NULL;
     cl_model *mh = pp->r == rh ? pp->ch[pp->v - 1].m : NULL;
     if (re == rh) { /* one rank: one part holds both; with dp > 1 its bucket hook has tied them already */
-        if (t->dp == 1) cl_model_tie_grads(me);
+        if (t->gdp == 1) cl_model_tie_grads(me);
         return CL_OK;
     }
     cl_request *req = NULL;

@@ -38,11 +38,18 @@ struct cl_trainer {
     float *mb_x;
     int step;
     char run_id[CL_RUN_ID_LEN + 1]; /* this run's lineage: minted at a fresh start, taken from the checkpoint on resume */
-    int dp, dp_rank;           /* replicas and this one's index */
+    int dp, dp_rank;           /* replicas (different samples) and this one's index */
+    int cp, cp_rank;           /* context-parallel ranks of one sequence (groups->cp) and this one's index */
+    int gdp, gdp_rank;         /* the ranks that sum gradients and hold ZeRO's shards: dp x cp (groups->dpcp) */
     int pp_size;               /* pipeline ranks; 1: a single device, a one-stage pipeline */
     double step_flops_per_sample;
     struct cl_pp *pp;          /* the step engine (pipeline.c), one device or many */
 };
+
+/* One window src of T + 1 tokens into a sample's tokens and targets: all T,
+ * or under context parallelism (cp > 1) the T / cp of context rank rank,
+ * its chunks rank and 2 cp - 1 - rank of 2 cp (batch.c). */
+void cl_cp_window_copy(cl_device *dev, int32_t *tokens, int32_t *targets, const int32_t *src, int T, int cp, int rank);
 
 /* Global samples [k0, k0 + B) into the given buffers (batch.c; B * T tokens and
  * targets, or B * pixels (the model's input floats) and B labels). */

@@ -18,6 +18,11 @@ size_t cl_rank_extra_bytes(const cl_model_desc *d, const cl_train_config *cfg, c
     cl_pp_slot_bytes sb;
     cl_pp_slot_sizes(d, 0, d->nunits, cfg->micro_batch, 0, &sb);
     size_t n = 2 * sb.ids + sb.x; /* the trainer's micro-batch buffers */
+    if (cfg->cp > 1) { /* each chunk's context-parallel buffers (cl_model_set_cp): the ring's two of qkv rows, two of their
+                        * gradients' sums, one chunk's lse */
+        size_t W = (size_t)d->channels_local + 2 * (size_t)d->kv_channels_local;
+        n += (size_t)sh->v * sizeof(float) * (4 * (size_t)cfg->micro_batch * (size_t)d->T * W + (size_t)d->heads_local * (size_t)(d->T / 2));
+    }
     if (cl_pp_shape_has_tie_buf(d, sh, pp_rank)) n += (size_t)d->params[d->tied_wte].numel * sizeof(float);
     return n;
 }
@@ -28,7 +33,8 @@ int cl_pp_shape_has_tie_buf(const cl_model_desc *d, const cl_pp_shape *sh, int p
 
 cl_pp_stage_opts cl_pp_shape_opts(const cl_pp_shape *sh, const cl_train_config *cfg, int s) {
     cl_pp_stage_opts o = {.B = cfg->micro_batch, .recompute = cfg->recompute, .live = sh->live[s],
-                          .zb = sh->zb, .ngb = sh->ngb[s], .ndout = sh->ndout[s], .zero = {cfg->zero, sh->dp, 0, cfg->bucket_bytes, cfg->zero3_prefetch, sh->zb},
+                          .zb = sh->zb, .ngb = sh->ngb[s], .ndout = sh->ndout[s],
+                          .zero = {cfg->zero, sh->dp * (cfg->cp > 1 ? cfg->cp : 1), 0, cfg->bucket_bytes, cfg->zero3_prefetch, sh->zb}, /* shards over dp x cp */
                           .offload = cfg->offload_optimizer};
     return o;
 }
@@ -125,24 +131,26 @@ cl_status cl_pp_shape_make(const cl_model_desc *d, const cl_train_config *cfg, i
     return s;
 }
 
+int cl_memory_ranks(const cl_train_config *cfg, int dp, int pp) { return dp * (cfg->cp > 1 ? cfg->cp : 1) * (cfg->tp > 1 ? cfg->tp : 1) * pp; }
+
 cl_status cl_memory_predict(const cl_train_config *cfg, int dp, int pp, cl_mem_rank *out) {
-    int tp = cfg->tp > 1 ? cfg->tp : 1;
+    int tp = cfg->tp > 1 ? cfg->tp : 1, cp = cfg->cp > 1 ? cfg->cp : 1;
     if (dp < 1 || pp < 1) return cl_error(CL_ERR_INVALID, "a mesh of dp %d x pp %d", dp, pp);
     cl_model_desc *d;
     /* every tensor-parallel rank holds a slice of the same sizes: rank 0's stands for all */
     CL_TRY(cl_train_describe(cfg, 0, &d));
-    memset(out, 0, (size_t)(dp * tp * pp) * sizeof *out);
+    memset(out, 0, (size_t)(dp * cp * tp * pp) * sizeof *out);
     cl_pp_shape sh;
     cl_status s = cl_pp_shape_make(d, cfg, pp, dp, &sh);
     for (int q = 0; !s && q < pp; q++) {
-        cl_mem_rank *first = &out[q * dp * tp];
-        shape_rank(d, cfg, &sh, q, first); /* every replica of a stage holds the same */
-        for (int r = 0; r < dp * tp; r++) {
+        cl_mem_rank *first = &out[q * dp * cp * tp];
+        shape_rank(d, cfg, &sh, q, first); /* every replica (and context rank) of a stage holds the same */
+        for (int r = 0; r < dp * cp * tp; r++) {
             cl_mem_rank *m = &first[r];
             if (r) *m = *first;
-            m->rank = q * dp * tp + r;
+            m->rank = q * dp * cp * tp + r;
             m->tp_rank = r % tp;
-            m->dp_rank = r / tp;
+            m->dp_rank = r / (tp * cp);
             m->pp_rank = q;
         }
     }
@@ -187,7 +195,7 @@ static size_t run_peak(const cl_train_config *cfg, int dp, int pp, cl_mem_rank *
         cl_error_clear();
         return 0;
     }
-    int n = dp * (cfg->tp > 1 ? cfg->tp : 1) * pp;
+    int n = cl_memory_ranks(cfg, dp, pp);
     worst_rank(buf, n, (size_t)-1, &peak);
     if (avail && cl_memory_host_need(buf, n, ranks_here(n)) > avail) return 0;
     return peak;
@@ -211,7 +219,7 @@ static size_t smaller_bucket(const cl_train_config *cfg, int dp, int pp, cl_mem_
 cl_status cl_memory_check(const cl_train_config *cfg, int dp, int pp) {
     size_t cap = cfg->device_memory;
     if (!cap) return CL_OK;
-    int n = dp * (cfg->tp > 1 ? cfg->tp : 1) * pp;
+    int n = cl_memory_ranks(cfg, dp, pp);
     cl_mem_rank *r = malloc((size_t)n * sizeof *r), *tmp = malloc((size_t)n * sizeof *tmp);
     if (!r || !tmp) {
         free(r);

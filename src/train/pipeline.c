@@ -135,15 +135,16 @@ cl_status cl_pp_create(cl_trainer *t) {
         ch->first = ch->stage == 0;
         ch->last = ch->stage == pp->S - 1;
         int u0 = pp->part.u0[ch->stage], u1 = pp->part.u1[ch->stage];
-        cl_zero zero = {cfg->zero, t->dp, t->dp_rank, cfg->bucket_bytes, cfg->zero3_prefetch, kind == CL_SCHED_ZB_H1};
+        cl_zero zero = {cfg->zero, t->gdp, t->gdp_rank, cfg->bucket_bytes, cfg->zero3_prefetch, kind == CL_SCHED_ZB_H1};
         CL_TRY(cl_model_create_zero(&ch->m, d, t->dev, cfg->micro_batch, u0, u1, &zero));
-        if (t->dp > 1) CL_TRY(cl_model_set_zero3(ch->m, cfg->groups->dp)); /* ZeRO 3: no-op below it */
+        if (t->gdp > 1) CL_TRY(cl_model_set_zero3(ch->m, cfg->groups->dpcp)); /* ZeRO 3: no-op below it */
         if (t->tp > 1) CL_TRY(cl_model_set_tp(ch->m, cfg->groups->tp));
         CL_TRY(cl_model_split_tied(ch->m));
         CL_TRY(cl_model_set_recompute(ch->m, (cl_recompute)cfg->recompute));
         if (cfg->offload_optimizer == CL_OFFLOAD_DISK) CL_TRY(cl_optimizer_create_disk(&ch->opt, ch->m, t->host, cfg->offload_dir, &cfg->adamw));
         else CL_TRY(cl_optimizer_create_on(&ch->opt, ch->m, t->host ? t->host : t->dev, &cfg->adamw));
-        CL_TRY(cl_dp_create(&ch->dp, t->dp > 1 ? cfg->groups->dp : NULL, ch->m, cfg->bucket_bytes));
+        if (t->cp > 1) CL_TRY(cl_model_set_cp(ch->m, cfg->groups->cp));
+        CL_TRY(cl_dp_create(&ch->dp, t->gdp > 1 ? cfg->groups->dpcp : NULL, ch->m, cfg->bucket_bytes));
         ch->last_bwd = -1;
         for (int i = 0; i < pp->sched.len[pp->r]; i++) {
             const cl_action *a = &pp->sched.acts[pp->r][i];
@@ -234,7 +235,7 @@ static pp_slot *get_slot(cl_trainer *t, pp_chunk *ch, int mb, int step) {
         int local = c->global_batch / t->dp;
         int64_t k0 = (int64_t)step * c->global_batch + (int64_t)t->dp_rank * local + (int64_t)mb * c->micro_batch;
         cl_trainer_fill_batch(t, k0, c->micro_batch, sl->tokens, sl->targets, sl->x, &sl->mbd);
-        sl->mbd.dloss = (float)(1.0 / ((double)c->global_batch * t->desc->T)); /* T: 1 without sequences */
+        sl->mbd.dloss = (float)(1.0 / ((double)c->global_batch * t->full->T)); /* T: 1 without sequences */
         return sl;
     }
     return NULL; /* cannot happen: the pool is the schedule's peak */

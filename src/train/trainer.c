@@ -61,16 +61,17 @@ static cl_status load_data(cl_trainer *t) {
             return cl_error(CL_ERR_INVALID, "the %s tokenizer has %d tokens but the model's vocabulary is %d (set --vocab)",
                             cl_tokenizer_name(t->tok), cl_tokenizer_vocab(t->tok), mc->vocab);
         /* the sources, their split and blend (cleave/dataset.h): every rank draws sample k alike */
-        cl_dataset_opts o = {.data = t->cfg.data, .key = t->cfg.data_key, .split = t->cfg.split, .tok = t->tok, .T = t->desc->T};
+        cl_dataset_opts o = {.data = t->cfg.data, .key = t->cfg.data_key, .split = t->cfg.split, .tok = t->tok, .T = t->full->T};
         CL_TRY(cl_dataset_open(&t->ds, &o, 1 << CL_PART_TRAIN | 1 << CL_PART_VALID));
         t->ntrain = cl_dataset_tokens(&t->ds, CL_PART_TRAIN);
         t->nval = cl_dataset_tokens(&t->ds, CL_PART_VALID);
-        if (!(t->win = malloc(((size_t)t->desc->T + 1) * sizeof *t->win))) return cl_error(CL_ERR_OOM, "cannot allocate a window");
+        if (!(t->win = malloc(((size_t)t->full->T + 1) * sizeof *t->win))) return cl_error(CL_ERR_OOM, "cannot allocate a window");
         const char *log = getenv("CLEAVE_DATA_LOG"); /* tests: each rank's samples, "k dataset", in PATH.<dp rank> */
         if (log && *log && t->tp_rank == 0 && (!t->cfg.groups || cl_comm_rank(t->cfg.groups->pp) == 0)) {
             char path[4200];
             snprintf(path, sizeof path, "%s.%d", log, t->dp_rank);
-            t->data_log = fopen(path, "a");
+            if (t->cp_rank != 0) path[0] = 0; /* one log per replica: the context ranks read the same samples */
+            if (path[0]) t->data_log = fopen(path, "a");
         }
         return CL_OK;
     }
@@ -135,12 +136,19 @@ cl_status cl_trainer_create(cl_trainer **out, const cl_train_config *cfg) {
     t->cfg = *cfg;
     t->dp = dp;
     t->dp_rank = cfg->groups ? cl_comm_rank(cfg->groups->dp) : 0;
+    t->cp = cfg->groups ? cl_comm_size(cfg->groups->cp) : 1;
+    t->cp_rank = cfg->groups ? cl_comm_rank(cfg->groups->cp) : 0;
+    t->gdp = cfg->groups ? cl_comm_size(cfg->groups->dpcp) : 1;
+    t->gdp_rank = cfg->groups ? cl_comm_rank(cfg->groups->dpcp) : 0;
     t->tp = cfg->groups ? cl_comm_size(cfg->groups->tp) : 1;
     t->tp_rank = cfg->groups ? cl_comm_rank(cfg->groups->tp) : 0;
     cl_status s = CL_OK;
     if ((cfg->tp > 1 ? cfg->tp : 1) != t->tp)
         s = cl_error(CL_ERR_INVALID, "the configuration asks for --tp %d but the tensor-parallel group has %d ranks", cfg->tp, t->tp);
+    if (!s && (cfg->cp > 1 ? cfg->cp : 1) != t->cp)
+        s = cl_error(CL_ERR_INVALID, "the configuration asks for --cp %d but the context-parallel group has %d ranks", cfg->cp, t->cp);
     t->cfg.tp = t->tp;
+    t->cfg.cp = t->cp;
     if (!s) s = cl_train_describe(&t->cfg, t->tp_rank, &t->desc);
     if (!s) s = cl_model_describe(&cfg->model, cfg->seq_len, &t->full);
     if (!s) t->desc->params_only = t->full->params_only = cfg->params_only;
@@ -191,7 +199,7 @@ void cl_trainer_destroy(cl_trainer *t) {
 
 static cl_status step_stats(cl_trainer *t, cl_step_stats *st, double t0, double loss_sum, double norm, float lr, int local) {
     const cl_train_config *c = &t->cfg;
-    int T = t->desc->T; /* 1 without sequences */
+    int T = t->full->T; /* the whole sequence (1 without sequences) */
     st->step = t->step;
     st->loss = loss_sum / ((double)c->global_batch * T);
     st->lr = lr;
@@ -225,7 +233,7 @@ cl_status cl_trainer_step(cl_trainer *t, cl_step_stats *st) {
     const cl_groups *g = c->groups;
     if (g) {
         cl_comm_counts_reset(g->tp);
-        cl_comm_counts_reset(g->dp);
+        cl_comm_counts_reset(g->dpcp);
         cl_comm_counts_reset(g->pp);
     }
     (void)cl_pp_z3_wait(t); /* an evaluation's waits are not the step's */
@@ -235,7 +243,7 @@ cl_status cl_trainer_step(cl_trainer *t, cl_step_stats *st) {
     st->z3_wait = cl_pp_z3_wait(t);
     if (g) {
         cl_comm_counts_get(g->tp, &st->comm_tp);
-        cl_comm_counts_get(g->dp, &st->comm_dp);
+        cl_comm_counts_get(g->dpcp, &st->comm_dp);
         cl_comm_counts_get(g->pp, &st->comm_pp);
     }
     t->step++;
@@ -253,7 +261,8 @@ typedef struct {
     cl_dataset *ds;    /* instead of tok: the windows of part `part` (cl_dataset_window) */
     int part;
     int32_t *win;      /* a window's scratch for ds */
-    int T;
+    int T;             /* tokens of a window (the whole sequence) */
+    int cp, cp_rank;   /* context parallelism: a sample holds this rank's T / cp of them (0: all) */
     size_t pixels;
     const float *images;
     const int32_t *labels;
@@ -275,14 +284,13 @@ static cl_status eval_loop(const eval_set *e, cl_device *dev, int B, int32_t *to
         int nb = (int)(e->n - k < (size_t)B ? e->n - k : (size_t)B);
         cl_microbatch mb = {.B = nb, .targets = targets};
         if (e->tok || e->ds) {
-            int T = e->T;
+            int T = e->T, Tl = e->cp > 1 ? T / e->cp : T;
             for (int b = 0; b < nb; b++) {
                 const int32_t *src = e->ds ? cl_dataset_window(e->ds, e->part, k + (size_t)b, e->win)
                                            : e->tok + (k + (size_t)b) * ((size_t)T + 1);
-                cl_device_copy_from_host(dev, tokens + (size_t)b * T, src, (size_t)T * sizeof *tokens);
-                cl_device_copy_from_host(dev, targets + (size_t)b * T, src + 1, (size_t)T * sizeof *targets);
+                cl_cp_window_copy(dev, tokens + (size_t)b * Tl, targets + (size_t)b * Tl, src, T, e->cp, e->cp_rank);
             }
-            mb.T = T;
+            mb.T = Tl;
             mb.tokens = tokens;
         } else {
             for (int b = 0; b < nb; b++) {
@@ -344,7 +352,7 @@ cl_status cl_trainer_eval(cl_trainer *t, double *loss) {
     if (cl_model_family_of(&t->desc->cfg)->tokens) {
         size_t n = cl_dataset_windows(&t->ds, CL_PART_VALID);
         if (t->cfg.eval_batches > 0 && n > (size_t)t->cfg.eval_batches) n = (size_t)t->cfg.eval_batches;
-        e = (eval_set){.ds = &t->ds, .part = CL_PART_VALID, .win = t->win, .T = t->desc->T, .n = n};
+        e = (eval_set){.ds = &t->ds, .part = CL_PART_VALID, .win = t->win, .T = t->full->T, .cp = t->cp, .cp_rank = t->cp_rank, .n = n};
     } else {
         size_t px = (size_t)t->digits.pixels;
         e = (eval_set){.pixels = px, .images = t->digits.images + (size_t)t->ndtrain * px, .labels = t->digits.labels + t->ndtrain,
@@ -355,6 +363,7 @@ cl_status cl_trainer_eval(cl_trainer *t, double *loss) {
     CL_TRY(eval_loop(&e, t->dev, t->cfg.micro_batch, t->mb_tokens, t->mb_targets, t->mb_x, cl_pp_eval_batch, t, &sum));
     if (t->tp > 1) CL_TRY(cl_comm_allreduce(t->cfg.groups->mp, &sum, 1, CL_F64, CL_RED_SUM)); /* tp rank 0's */
     else if (t->pp_size > 1) CL_TRY(cl_comm_allreduce(t->cfg.groups->pp, &sum, 1, CL_F64, CL_RED_SUM));
+    if (t->cp > 1) CL_TRY(cl_comm_allreduce(t->cfg.groups->cp, &sum, 1, CL_F64, CL_RED_SUM)); /* each rank's positions */
     *loss = eval_mean(&e, sum);
     return CL_OK;
 }
