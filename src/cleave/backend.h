@@ -131,6 +131,11 @@ struct cl_kernels {
     void (*moe_combine_forward)(float *y, const float *ye, const float *wts, const int32_t *row, int T, int C, int K);
     void (*moe_combine_backward)(float *dye, float *dwts, const float *dy, const float *ye, const float *wts,
                                  const int32_t *row, int T, int C, int K);
+    /* generation's attention over a KV cache (decode.c; kernels.h states the contract) */
+    void (*kv_append)(float *kc, float *vc, const float *qkv, int64_t ld, int koff, int voff, int B, int n, int pos0,
+                      int KV, int hd, int Tmax);
+    void (*attention_decode)(float *out, const float *q, int64_t ldq, const float *kc, const float *vc, int B, int n,
+                             int pos0, int NH, int KV, int hd, int Tmax);
 };
 
 /* Rotary embeddings' tables, host arithmetic the same for every backend

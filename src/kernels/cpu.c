@@ -124,6 +124,8 @@ const cl_kernels cl_cpu_kernels = {
     .moe_gather_backward = cl_moe_gather_backward,
     .moe_combine_forward = cl_moe_combine_forward,
     .moe_combine_backward = cl_moe_combine_backward,
+    .kv_append = cl_kv_append,
+    .attention_decode = cl_attention_decode,
 };
 
 /* Every CPU kernel and copy is done when it returns: nothing to wait for. */
