@@ -22,6 +22,7 @@ writes the prompt and the new bytes to stdout as `cleave generate
 import json
 import os
 import sys
+import time
 
 import numpy as np
 
@@ -54,10 +55,13 @@ def generate(d, prompt, n):
     if model is None:
         return 2
     seq, T = list(prompt.encode()), cfg["n_positions"]
+    t0 = time.perf_counter()
     with torch.no_grad():
         for _ in range(n):
             x = torch.tensor([seq[-T:]], dtype=torch.int64)
             seq.append(int(model(x)[0, -1].argmax()))
+    dt = time.perf_counter() - t0
+    print(f"hf_eval.py: greedy (recomputing each window): {n} tokens in {dt:.4f} s ({n / dt if dt > 0 else 0:.1f} tokens/s)", file=sys.stderr)
     sys.stdout.buffer.write(bytes(seq) + b"\n")
     return 0
 

@@ -44,7 +44,7 @@ for model in gpt2-tiny llama-tiny; do
     ref=scripts/hf_eval.py
     [ $model = llama-tiny ] && ref=tests/llama_torch.py
     for prompt in "And the LORD spake unto Moses" "And it came to pass"; do
-        want=$(timeout 300 $PY $ref --generate "$tmp/$model" "$prompt" 32 2>&1)
+        want=$(timeout 300 $PY $ref --generate "$tmp/$model" "$prompt" 32 2> "$tmp/pyerr")
         got=$("$CLEAVE" generate --checkpoint "$tmp/$model" --prompt "$prompt" --tokens 32 --temperature 0 2>&1)
         check '[ -n "$got" ] && [ "$got" = "$want" ]' "$model '$prompt': cleave's greedy tokens differ from PyTorch's:$(excerpt 2 "$got")$(excerpt 2 "$want")"
         echo "$model greedy, cleave (KV cache) = PyTorch: $(printf '%s' "$got" | od -An -c | tr -d '\n' | tr -s ' ' | head -c 120)"

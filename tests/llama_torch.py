@@ -40,6 +40,7 @@ import json
 import math
 import os
 import sys
+import time
 
 import torch
 import torch.nn.functional as F
@@ -117,10 +118,13 @@ def generate(d, prompt, n):
         return 2
     w = read_st(os.path.join(d, "model.safetensors"))[0]
     seq, T = list(prompt.encode()), cfg["max_position_embeddings"]
+    t0 = time.perf_counter()
     with torch.no_grad():
         for _ in range(n):
             x = torch.tensor([seq[-T:]], dtype=torch.int64)
             seq.append(int(logits_of(w, x, cfg)[0, -1].argmax()))
+    dt = time.perf_counter() - t0
+    print(f"llama_torch.py: greedy (recomputing each window): {n} tokens in {dt:.4f} s ({n / dt if dt > 0 else 0:.1f} tokens/s)", file=sys.stderr)
     sys.stdout.buffer.write(bytes(seq) + b"\n")
     return 0
 

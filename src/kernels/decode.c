@@ -28,7 +28,7 @@
 #include <math.h>
 #include <string.h>
 
-enum { DBR = 32, DKC = 256 };
+enum { DBR = 32, DKC = 256, DPAR = 1 << 18 };
 
 void cl_kv_append(float *kc, float *vc, const float *qkv, int64_t ld, int koff, int voff, int B, int n, int pos0, int KV,
                   int hd, int Tmax) {
@@ -95,7 +95,9 @@ void cl_attention_decode(float *out, const float *q, int64_t ldq, const float *k
     CL_ASSERT(NH > 0 && KV > 0 && NH % KV == 0 && hd > 0 && pos0 >= 0 && n >= 0 && pos0 + n <= Tmax);
     int G = NH / KV, ldo = NH * hd;
     float scale = 1.0f / sqrtf((float)hd);
-#pragma omp parallel for schedule(dynamic, 1)
+    /* a decode step's few products are not worth waking the team (a region costs microseconds, more under load) */
+    int par = (int64_t)B * NH * n * (pos0 + n) * hd >= DPAR;
+#pragma omp parallel for schedule(dynamic, 1) if (par)
     for (int bh = 0; bh < B * NH; bh++) {
         int b = bh / NH, h = bh % NH;
         int64_t kv = (((int64_t)b * KV + h / G) * Tmax) * hd;
