@@ -1658,7 +1658,7 @@ static const cli_flag gen_flags[] = {
     {"tokenizer-dir", "", 1, "directory with encoder.json and vocab.bpe (default: gpt2/ in cleave's data, as for --data); for hf, with tokenizer.json (default: llama3/)"},
     {"device-memory", "", 1, "cap on device memory, e.g. 512MiB"},
     {"no-kv-cache", "", 0, "recompute the whole context for every new token instead of caching keys and values"},
-    {"timing", "", 0, "print the prompt's (prefill) and the new tokens' (decode) tokens/s on stderr"},
+    {"timing", "", 0, "print the prompt's (prefill) and the new tokens' (decode) tokens/s, and the KV cache's bytes, on stderr"},
 };
 
 static int cmd_generate(int argc, char **argv) {
@@ -1694,6 +1694,9 @@ static int cmd_generate(int argc, char **argv) {
                 cli_get(&a, "no-kv-cache") ? "recomputing" : "KV cache", st.prefill_tokens, st.prefill_s,
                 st.prefill_s > 0 ? st.prefill_tokens / st.prefill_s : 0.0, st.decode_tokens, st.decode_s,
                 st.decode_s > 0 ? st.decode_tokens / st.decode_s : 0.0);
+    if (!s && cli_get(&a, "timing") && !cli_get(&a, "no-kv-cache"))
+        fprintf(stderr, "generate: KV cache and workspace %lld bytes predicted, %lld measured, beside the model's %lld\n",
+                (long long)st.kv_predicted, (long long)st.kv_measured, (long long)st.held);
     cl_loaded_free(&l);
     return s ? cli_fail(s) : 0;
 }

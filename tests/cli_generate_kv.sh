@@ -6,7 +6,9 @@
 # that with its 40 new tokens runs past the context (the window slides:
 # each step runs the whole window again, as the recomputing path does) and
 # for a prompt longer than the context; the same sampled tokens (seed,
-# temperature, top-k); --timing prints prefill and decode tokens/s. And
+# temperature, top-k); --timing prints prefill and decode tokens/s and the
+# KV cache's bytes, predicted == measured, and --device-memory a byte short
+# of model + cache is refused before the cache is allocated. And
 # against PyTorch: 32 greedy tokens equal to those of the independent
 # references recomputing each window (scripts/hf_eval.py --generate for
 # GPT-2, tests/llama_torch.py --generate for Llama), for two prompts, one
@@ -37,6 +39,15 @@ for model in gpt2-tiny llama-tiny; do
     "$CLEAVE" generate --checkpoint "$tmp/$model" --prompt "And God" --tokens 8 --timing > /dev/null 2> "$tmp/err"
     check 'grep -Eq "^generate \(KV cache\): prefill [0-9]+ tokens in [0-9.]+ s \([0-9.]+ tokens/s\); decode 7 tokens" "$tmp/err"' \
         "$model: --timing printed:$(excerpt 2 "$(cat "$tmp/err")")"
+    # the decoder's bytes: predicted == measured; a cap a byte short of model + decoder refused up front
+    # (exit 2, one line), exactly enough runs, and the recomputing path runs under the short cap
+    read -r P M H < <(sed -n 's/^generate: KV cache and workspace \([0-9]*\) bytes predicted, \([0-9]*\) measured, beside the model.s \([0-9]*\)$/\1 \2 \3/p' "$tmp/err")
+    check '[ -n "$P" ] && [ "$P" -gt 0 ] && [ "$P" = "$M" ]' "$model: KV cache predicted ${P:-?} bytes, measured ${M:-?}"
+    refused "KV cache" generate --checkpoint "$tmp/$model" --prompt "And God" --tokens 8 --device-memory $((H + P - 1))
+    "$CLEAVE" generate --checkpoint "$tmp/$model" --prompt "And God" --tokens 8 --device-memory $((H + P)) > /dev/null 2>&1
+    _rc=$?; check '[ $_rc -eq 0 ]' "$model: generate under a cap of model + KV cache exactly failed"
+    "$CLEAVE" generate --checkpoint "$tmp/$model" --prompt "And God" --tokens 8 --device-memory $((H + P - 1)) --no-kv-cache > /dev/null 2>&1
+    _rc=$?; check '[ $_rc -eq 0 ]' "$model: --no-kv-cache under the short cap failed"
     if [ $torch = 0 ]; then
         skip "$model: the comparison with PyTorch (no torch for $PY)" setup
         continue

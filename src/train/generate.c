@@ -70,10 +70,25 @@ cl_status cl_generate_run(cl_model *m, cl_acts *a, int kv, const int32_t *prompt
     }
     int64_t want = (int64_t)nprompt + n - 1;
     int Tmax = want < 1 ? 1 : want < d->T ? (int)want : d->T;
+    cl_decoder_bytes need;
+    CL_TRY(cl_decoder_size(d, 1, Tmax, &need));
+    cl_device *dev = cl_model_device(m);
+    size_t cap = cl_device_cap(dev), held = cl_device_current_total(dev), total = (size_t)(need.cache + need.workspace);
+    if (cap && (held > cap || total > cap - held)) {
+        char kb[32], wb[32], cb[32], lb[32];
+        cl_format_bytes((size_t)need.cache, kb, sizeof kb), cl_format_bytes((size_t)need.workspace, wb, sizeof wb);
+        cl_format_bytes(cap, cb, sizeof cb), cl_format_bytes(held < cap ? cap - held : 0, lb, sizeof lb);
+        return cl_error(CL_ERR_INVALID,
+                        "generation's KV cache (%s for %d positions) and its workspace (%s) do not fit the %s --device-memory "
+                        "cap: %s left after the model; raise the cap, generate fewer tokens or use --no-kv-cache",
+                        kb, Tmax, wb, cb, lb);
+    }
     kv_state k = {NULL, malloc((size_t)Tmax * sizeof(int32_t)), 0};
     if (!k.cached) return cl_error(CL_ERR_OOM, "cannot allocate generation buffers");
     cl_status s = cl_decoder_create(m, 1, Tmax, &k.dc);
+    size_t took = cl_device_current_total(dev) - held;
     if (!s) s = cl_generate_timed(kv_logits, &k, d->cfg.vocab, d->T, prompt, nprompt, n, temperature, top_k, seed, out, st);
+    if (!s && st) st->kv_predicted = need.cache + need.workspace, st->kv_measured = (int64_t)took, st->held = (int64_t)held;
     cl_decoder_free(k.dc);
     free(k.cached);
     return s;
