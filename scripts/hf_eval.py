@@ -17,7 +17,8 @@ torch_reference.py's, built from stock torch.nn modules (no cleave code).
 --generate continues PROMPT (bytes) by N greedy tokens, recomputing the
 whole window (the last n_positions tokens, positions from 0) for each, and
 writes the prompt and the new bytes to stdout as `cleave generate
---temperature 0` prints them (tests/cli_generate_kv.sh).
+--temperature 0` prints them, and its time on stderr
+(tests/cli_generate_kv.sh, bench/generate.sh).
 """
 import json
 import os

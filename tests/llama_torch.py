@@ -35,7 +35,8 @@ scored by both sides (tests/cli_hf_llama.sh).
 cleave saved, recomputing the whole window (the last
 max_position_embeddings tokens, at positions from 0) for each new token,
 and writes the prompt and the new bytes to stdout as `cleave generate
---temperature 0` prints them (tests/cli_generate_kv.sh)."""
+--temperature 0` prints them, and its time on stderr
+(tests/cli_generate_kv.sh, bench/generate.sh)."""
 import json
 import math
 import os
