@@ -241,9 +241,9 @@ static void print_header(cl_trainer *t) {
 }
 
 /* Samples with the trainer's model (t, on every rank of a pipeline) or a
- * loaded one (m, acts); prints when show. */
+ * loaded one (m, acts; kv: with a KV cache, timed into st); prints when show. */
 static cl_status print_sample(cl_trainer *t, cl_model *m, cl_acts *acts, const cl_tokenizer *tok, const char *prompt, int n,
-                              float temp, int topk, uint64_t seed, int show) {
+                              float temp, int topk, uint64_t seed, int show, int kv, cl_gen_stats *st) {
     int32_t *ids;
     size_t np;
     CL_TRY(cl_tokenizer_encode(tok, prompt, strlen(prompt), &ids, &np));
@@ -257,7 +257,7 @@ static cl_status print_sample(cl_trainer *t, cl_model *m, cl_acts *acts, const c
         return cl_error(CL_ERR_OOM, "cannot allocate the sample");
     }
     cl_status s = t ? cl_trainer_generate(t, ids, (int)np, n, temp, topk, seed, out)
-                    : cl_generate(m, acts, ids, (int)np, n, temp, topk, seed, out);
+                    : cl_generate_run(m, acts, kv, ids, (int)np, n, temp, topk, seed, out, st);
     if (!s && show) {
         fputs(prompt, stdout);
         char buf[64];
@@ -700,7 +700,7 @@ static cl_status rank_report(rank_run *r) {
     else if (!s && (r->lead || r->split) && j->sample_tokens > 0 && cl_model_family_of(&r->c.model)->tokens) {
         if (r->lead) printf("sample:\n");
         s = print_sample(t, NULL, NULL, cl_trainer_tokenizer(t), j->prompt, j->sample_tokens, j->temperature, j->topk, r->c.seed,
-                         r->lead);
+                         r->lead, 0, NULL);
     }
     fflush(stdout);
     int plotted = r->plot != NULL;
@@ -1713,6 +1713,8 @@ static const cli_flag gen_flags[] = {
     {"seed", "", 1, "sampling seed (default 1337)"},
     {"tokenizer-dir", "", 1, "directory with encoder.json and vocab.bpe (default: gpt2/ in cleave's data, as for --data); for hf, with tokenizer.json (default: llama3/)"},
     {"device-memory", "", 1, "cap on device memory, e.g. 512MiB"},
+    {"no-kv-cache", "", 0, "recompute the whole context for every new token instead of caching keys and values"},
+    {"timing", "", 0, "print the prompt's (prefill) and the new tokens' (decode) tokens/s, and the KV cache's bytes, on stderr"},
 };
 
 static int cmd_generate(int argc, char **argv) {
@@ -1741,7 +1743,16 @@ static int cmd_generate(int argc, char **argv) {
         cl_loaded_free(&l);
         return cli_fail(cl_error(CL_ERR_INVALID, "cleave generate needs a GPT checkpoint"));
     }
-    s = print_sample(NULL, l.model, &l.acts, l.tok, prompt, n, temp, topk, seed, 1);
+    cl_gen_stats st;
+    s = print_sample(NULL, l.model, &l.acts, l.tok, prompt, n, temp, topk, seed, 1, !cli_get(&a, "no-kv-cache"), &st);
+    if (!s && cli_get(&a, "timing"))
+        fprintf(stderr, "generate (%s): prefill %d tokens in %.4f s (%.1f tokens/s); decode %d tokens in %.4f s (%.1f tokens/s)\n",
+                cli_get(&a, "no-kv-cache") ? "recomputing" : "KV cache", st.prefill_tokens, st.prefill_s,
+                st.prefill_s > 0 ? st.prefill_tokens / st.prefill_s : 0.0, st.decode_tokens, st.decode_s,
+                st.decode_s > 0 ? st.decode_tokens / st.decode_s : 0.0);
+    if (!s && cli_get(&a, "timing") && !cli_get(&a, "no-kv-cache"))
+        fprintf(stderr, "generate: KV cache and workspace %lld bytes predicted, %lld measured, beside the model's %lld\n",
+                (long long)st.kv_predicted, (long long)st.kv_measured, (long long)st.held);
     cl_loaded_free(&l);
     return s ? cli_fail(s) : 0;
 }

@@ -7,6 +7,7 @@ cross-entropy of the next tokens), for tests/cli_llama_train.sh.
     llama_torch.py IN OUT
     llama_torch.py --eval DIR TEXT
     llama_torch.py --eval-hf DIR TEXT
+    llama_torch.py --generate DIR PROMPT N
 
 IN: the weights cleave wrote (build/tests/llama_torch_driver --write-input),
 under Hugging Face's names with linear weights [in, out] as cleave stores
@@ -28,11 +29,19 @@ bytes (the remainder dropped), the mean next-token cross-entropy printed as
 (one model.safetensors or the shards model.safetensors.index.json names;
 F32, BF16 or F16, widened to F32; linear weights [out, in] as nn.Linear
 keeps them, turned to [in, out] here), so a checkpoint PyTorch wrote is
-scored by both sides (tests/cli_hf_llama.sh)."""
+scored by both sides (tests/cli_hf_llama.sh).
+
+--generate continues PROMPT (bytes) by N greedy tokens with a checkpoint
+cleave saved, recomputing the whole window (the last
+max_position_embeddings tokens, at positions from 0) for each new token,
+and writes the prompt and the new bytes to stdout as `cleave generate
+--temperature 0` prints them, and its time on stderr
+(tests/cli_generate_kv.sh, bench/generate.sh)."""
 import json
 import math
 import os
 import sys
+import time
 
 import torch
 import torch.nn.functional as F
@@ -109,7 +118,7 @@ def attention_half(x, p, cfg, cos, sin, mask):
     return x, rms_norm(x, p("post_attention_layernorm"), eps)
 
 
-def forward(w, tokens, targets, cfg):
+def logits_of(w, tokens, cfg):
     L, C, H = cfg["num_hidden_layers"], cfg["hidden_size"], cfg["num_attention_heads"]
     eps, theta = cfg["rms_norm_eps"], cfg["rope_theta"]
     hd = C // H
@@ -123,8 +132,30 @@ def forward(w, tokens, targets, cfg):
         x = x + (F.silu(h @ p("mlp.gate_proj")) * (h @ p("mlp.up_proj"))) @ p("mlp.down_proj")
     x = rms_norm(x, w["model.norm.weight"], eps)
     head = w["model.embed_tokens.weight"] if cfg["tie_word_embeddings"] else w["lm_head.weight"]
-    logits = x @ head.t()
+    return x @ head.t()
+
+
+def forward(w, tokens, targets, cfg):
+    logits = logits_of(w, tokens, cfg)
     return F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.reshape(-1))
+
+
+def generate(d, prompt, n):
+    cfg = json.load(open(os.path.join(d, "config.json")))
+    if cfg.get("tokenizer", "byte") != "byte":
+        print(f"llama_torch.py: {d}: only the byte tokenizer", file=sys.stderr)
+        return 2
+    w = read_st(os.path.join(d, "model.safetensors"))[0]
+    seq, T = list(prompt.encode()), cfg["max_position_embeddings"]
+    t0 = time.perf_counter()
+    with torch.no_grad():
+        for _ in range(n):
+            x = torch.tensor([seq[-T:]], dtype=torch.int64)
+            seq.append(int(logits_of(w, x, cfg)[0, -1].argmax()))
+    dt = time.perf_counter() - t0
+    print(f"llama_torch.py: greedy (recomputing each window): {n} tokens in {dt:.4f} s ({n / dt if dt > 0 else 0:.1f} tokens/s)", file=sys.stderr)
+    sys.stdout.buffer.write(bytes(seq) + b"\n")
+    return 0
 
 
 def hf_weights(d):
@@ -162,10 +193,12 @@ def evaluate(d, text, hf=False):
 
 
 def main():
+    if len(sys.argv) == 5 and sys.argv[1] == "--generate":
+        return generate(sys.argv[2], sys.argv[3], int(sys.argv[4]))
     if len(sys.argv) == 4 and sys.argv[1] in ("--eval", "--eval-hf"):
         return evaluate(sys.argv[2], sys.argv[3], sys.argv[1] == "--eval-hf")
     if len(sys.argv) != 3:
-        print("usage: llama_torch.py IN OUT | --eval DIR TEXT | --eval-hf DIR TEXT", file=sys.stderr)
+        print("usage: llama_torch.py IN OUT | --eval DIR TEXT | --eval-hf DIR TEXT | --generate DIR PROMPT N", file=sys.stderr)
         return 2
     t, meta = read_st(sys.argv[1])
     cfg = json.loads(meta["config"])

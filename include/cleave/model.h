@@ -649,6 +649,23 @@ cl_status cl_model_backward(cl_model *m, const cl_microbatch *mb, cl_acts *a, cl
 cl_status cl_model_logits_last(cl_model *m, const int32_t *tokens, int T, cl_acts *a,
                                float *logits_out);
 
+/* Generation with a KV cache (src/nn/decode.c): a decoder holds, on the
+ * model's device, each attention block's keys and values for up to Tmax
+ * positions of B samples, and the workspace of a step of B Tmax rows.
+ * cl_decoder_step runs n new tokens per sample (tokens[B n], host) at
+ * positions pos0 .. pos0 + n - 1 against the cached positions < pos0 and
+ * caches theirs; logits[B V] (host) get each sample's last row's. The model
+ * must be whole on this rank (embedding to head) and every unit's kind able
+ * to decode (GPT's and Llama's); tensor parallelism without sequence
+ * parallelism works (each rank its heads and vocabulary rows). */
+typedef struct cl_decoder cl_decoder;
+cl_status cl_decoder_create(cl_model *m, int B, int Tmax, cl_decoder **out);
+void cl_decoder_free(cl_decoder *dc);
+cl_status cl_decoder_step(cl_decoder *dc, const int32_t *tokens, int n, int pos0, float *logits);
+/* What a decoder takes on one rank: the caches and the workspace, in bytes. */
+typedef struct { int64_t cache, workspace; } cl_decoder_bytes;
+cl_status cl_decoder_size(const cl_model_desc *d, int B, int Tmax, cl_decoder_bytes *out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -370,6 +370,23 @@ cl_status cl_trainer_generate(cl_trainer *t, const int32_t *prompt, int nprompt,
 /* Appends n sampled tokens to a prompt (temperature <= 0: greedy; top_k <= 0: all). */
 cl_status cl_generate(cl_model *m, cl_acts *a, const int32_t *prompt, int nprompt, int n, float temperature,
                       int top_k, uint64_t seed, int32_t *out);
+/* How a generation went: the first call for logits (the prompt: prefill) and the others (one new token
+ * each: decode), their tokens and wall seconds; with a KV cache, the device bytes its decoder was
+ * predicted to take (cl_decoder_size) and took (the device's count before and after). */
+typedef struct {
+    int prefill_tokens, decode_tokens;
+    double prefill_s, decode_s;
+    int64_t kv_predicted, kv_measured, held; /* held: the device's bytes before the decoder (the model's) */
+} cl_gen_stats;
+/* cl_generate_with, timing each call for logits into st (NULL: none). */
+cl_status cl_generate_timed(cl_logits_fn logits_of, void *ctx, int V, int T, const int32_t *prompt, int nprompt, int n,
+                            float temperature, int top_k, uint64_t seed, int32_t *out, cl_gen_stats *st);
+/* cl_generate with a KV cache (cl_decoder, B = 1, Tmax = min(context, prompt + n - 1)): the prompt once,
+ * then one token a step; past the context each step runs the whole window again from position 0 (the
+ * recomputing path's window). The same tokens as cl_generate up to F32 rounding (greedy: tests hold them
+ * equal). kv 0: cl_generate's recomputation (a holds its activations; unused with kv). */
+cl_status cl_generate_run(cl_model *m, cl_acts *a, int kv, const int32_t *prompt, int nprompt, int n, float temperature,
+                          int top_k, uint64_t seed, int32_t *out, cl_gen_stats *st);
 
 #ifdef __cplusplus
 }

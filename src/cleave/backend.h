@@ -141,6 +141,11 @@ struct cl_kernels {
     void (*bias_gelu_forward_bf16)(uint16_t *out, float *pre, const float *bias, int N, int C);
     void (*adamw_update_bf16)(float *p, uint16_t *pbf, const float *g, float *m, float *v, int64_t n, float lr,
                               float b1, float b2, float eps, float wd, int t, float gscale);
+    /* generation's attention over a KV cache (decode.c; kernels.h states the contract) */
+    void (*kv_append)(float *kc, float *vc, const float *qkv, int64_t ld, int koff, int voff, int B, int n, int pos0,
+                      int KV, int hd, int Tmax);
+    void (*attention_decode)(float *out, const float *q, int64_t ldq, const float *kc, const float *vc, int B, int n,
+                             int pos0, int NH, int KV, int hd, int Tmax);
 };
 
 /* Rotary embeddings' tables, host arithmetic the same for every backend

@@ -337,6 +337,20 @@ void cl_attention_gqa_forward(float *out, float *att, const float *qkv, int B, i
 void cl_attention_gqa_backward(float *dqkv, float *scratch, const float *dout, const float *qkv, const float *att,
                                int B, int T, int NH, int KV, int hd);
 
+/* Attention over a KV cache for generation (decode.c): caches kc, vc
+ * [B, KV, Tmax, hd]; a step's n new rows per sample at positions
+ * pos0 .. pos0 + n - 1 (pos0 + n <= Tmax). cl_kv_append copies the k and v
+ * columns of qkv rows [B n, ld] (kv head g's k at koff + g hd, v at
+ * voff + g hd) into cache rows pos0 .. pos0 + n - 1. cl_attention_decode:
+ * out[B n, NH hd] = softmax(q k^T / sqrt(hd)) v for each new row's query
+ * (q rows [B n, ldq], head h at h hd) over cache rows 0 .. its position,
+ * query head h on kv head h / (NH / KV): the rows cl_flash_forward would
+ * give at those positions. */
+void cl_kv_append(float *kc, float *vc, const float *qkv, int64_t ld, int koff, int voff, int B, int n, int pos0, int KV,
+                  int hd, int Tmax);
+void cl_attention_decode(float *out, const float *q, int64_t ldq, const float *kc, const float *vc, int B, int n, int pos0, int NH,
+                         int KV, int hd, int Tmax);
+
 /* Mixture of experts (moe.c), as HF's MixtralSparseMoeBlock: T tokens, E
  * experts (1 <= K <= E <= CL_MOE_MAX_EXPERTS), top-K routing; slot
  * s = t K + i is token t's i-th choice. The router logits [T, E] = x W_g

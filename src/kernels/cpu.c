@@ -129,6 +129,8 @@ const cl_kernels cl_cpu_kernels = {
     .gelu_forward_bf16 = cl_gelu_forward_bf16,
     .bias_gelu_forward_bf16 = cl_bias_gelu_forward_bf16,
     .adamw_update_bf16 = cl_adamw_update_bf16,
+    .kv_append = cl_kv_append,
+    .attention_decode = cl_attention_decode,
 };
 
 /* Every CPU kernel and copy is done when it returns: nothing to wait for. */

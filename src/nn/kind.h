@@ -83,6 +83,8 @@ static inline int64_t cl_size_add(cl_sizer *z, int64_t x, int64_t y) {
     return cl_size_fits(z, o, r);
 }
 
+struct cl_decode_step; /* generation's step (below) */
+
 typedef struct cl_kind {
     const char *name;
     int prefixed;                  /* parameter names are "<label>.<name>" */
@@ -125,6 +127,10 @@ typedef struct cl_kind {
     /* a parameter list that depends on the description (the MoE block's E experts; NULL: nparams and params):
      * the unit's count, and (i >= 0) parameter i's entry with its name (before the label) in name[cap] */
     int (*param_list)(const cl_model_desc *d, const cl_unit *un, int i, cl_kind_param *kp, char *name, size_t cap);
+    /* generation (nn/decode.c): the step's new rows (cl_decode_step) from in into out; NULL: cannot decode */
+    cl_status (*decode)(cl_model *m, const cl_unit *un, const struct cl_decode_step *st, const float *in, float *out,
+                        float *const *p);
+    int kv_cache;                  /* decode keeps a KV cache (the attention blocks) */
 } cl_kind;
 
 enum { CL_KIND_LOSS_TOKEN = 1, CL_KIND_LOSS_SAMPLE = 2 };
@@ -170,6 +176,27 @@ cl_status cl_nn_row_dout(const cl_model *m, cl_nn_keep *k, int run, const float 
 /* A column-parallel layer's input gradient, partial sums in part (N x C), summed over the group (under
  * sequence parallelism scattered to this rank's rows in shard) and kept; *out is this rank's rows. */
 cl_status cl_nn_col_dinput(const cl_model *m, cl_nn_keep *k, int run, float *part, float *shard, int64_t Ns, const float **out);
+
+/* ---- generation's step (nn/decode.c) ---- */
+
+/* One step of generation through a kind's decode: n new token rows per sample (B of them) at positions
+ * pos0 .. pos0 + n - 1, rows [B n, C] between units (never sequence-parallel). */
+typedef struct cl_decode_step {
+    int B, n, pos0, Tmax;
+    const int32_t *tokens; /* device, [B n] (the embedding's) */
+    float *kc, *vc;        /* a kv_cache unit's cache, [B, KV heads here, Tmax, head width] each */
+    float *ws;             /* workspace, cl_nn_decode_ws_floats(d, B n) */
+    float *logits;         /* the head's: [B, vocab_local], each sample's last row */
+} cl_decode_step;
+/* Workspace floats a step of N rows takes (the largest kind's, GPT's and Llama's block). */
+int64_t cl_nn_decode_ws_floats(const cl_model_desc *d, int64_t N);
+/* The block's attention of a step: k, v of qkv rows [B n, Cl + 2 Kl] (after any rotation) appended to the
+ * cache, out [B n, Cl] the new rows' attention over cache rows 0 .. their positions. */
+void cl_nn_decode_attention(const cl_model *m, const cl_decode_step *st, const float *qkv, float *out);
+/* The head's last rows of each sample (in [B n, C]) copied to rows [B, C] at ws, for its norm. */
+void cl_nn_decode_last_rows(const cl_model *m, const cl_decode_step *st, const float *in, float *rows);
+/* logits [B, Vl] = rows [B, C] against wv [Vl, C]. */
+void cl_nn_decode_logits(const cl_model *m, const cl_decode_step *st, const float *rows, const float *wv);
 
 /* ---- the LM heads' path after their norm (kind_head.c; GPT's and Llama's heads) ---- */
 

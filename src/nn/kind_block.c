@@ -343,6 +343,38 @@ static cl_status block_backward(cl_model *m, const cl_unit *un, const cl_microba
     return block_backward_pass(m, &s, in, &w, &gw, dout, din, what & CL_BWD_INPUT, what & CL_BWD_WEIGHT, B, T);
 }
 
+/* Generation's step (nn/decode.c): block_pass on the step's new rows only, its attention over the KV cache
+ * (the rows in the decoder's workspace; no sequence parallelism). */
+static cl_status block_decode(cl_model *m, const cl_unit *un, const cl_decode_step *st, const float *in, float *out,
+                              float *const *p) {
+    (void)un;
+    const cl_model_desc *d = m->desc;
+    block_weights w;
+    cl_kind_bind(&cl_kind_block, p, &w);
+    int64_t N = (int64_t)st->B * st->n, C = d->cfg.channels, Cl = d->channels_local, Fl = d->mlp_local, Q = Cl + 2 * (int64_t)d->kv_channels_local;
+    float *ws = st->ws;
+    float *ln1 = ws; ws += N * C;
+    float *res2 = ws; ws += N * C;
+    float *ln2 = ws; ws += N * C;
+    float *mean = ws; ws += 2 * N;
+    float *rstd = ws; ws += 2 * N;
+    float *qkv = ws; ws += N * Q;
+    float *atty = ws; ws += N * Cl;
+    float *fch = ws; ws += N * Fl;
+    float *fchg = ws;
+    const cl_kernels *K = cl_kern(m);
+    K->layernorm_forward(ln1, mean, rstd, in, w.ln1_w, w.ln1_b, (int)N, (int)C);
+    K->linear_forward(qkv, ln1, w.qkv_w, w.qkv_b, (int)N, (int)C, (int)Q);
+    cl_nn_decode_attention(m, st, qkv, atty);
+    CL_TRY(cl_nn_row_linear(m, "dec attn proj", 0, atty, w.attn_proj_w, w.attn_proj_b, res2, N, Cl));
+    K->residual_layernorm_forward(res2, ln2, mean + N, rstd + N, res2, in, w.ln2_w, w.ln2_b, (int)N, (int)C);
+    cl_sgemm(K, 0, 0, (int)N, (int)Fl, (int)C, 1.0f, ln2, (int)C, w.fc_w, (int)Fl, 0.0f, fch, (int)Fl);
+    K->bias_gelu_forward(fchg, fch, w.fc_b, (int)N, (int)Fl);
+    CL_TRY(cl_nn_row_linear(m, "dec fc proj", 0, fchg, w.fc_proj_w, w.fc_proj_b, out, N, Fl));
+    K->add_inplace(out, res2, N * C);
+    return CL_OK;
+}
+
 /* The planner's cost (nn/cost.h): ln_1, c_attn (columns of this rank's heads),
  * attention (blockwise: scores, softmax, product with v tile by tile),
  * attn.c_proj (rows), residual, ln_2, c_fc (columns), GELU, mlp.c_proj
@@ -424,4 +456,6 @@ const cl_kind cl_kind_block = {
     .output = block_output,
     .forward = block_forward,
     .backward = block_backward,
+    .decode = block_decode,
+    .kv_cache = 1,
 };

@@ -97,6 +97,21 @@ static cl_status embed_backward(cl_model *m, const cl_unit *un, const cl_microba
     return CL_OK;
 }
 
+/* Generation's step (nn/decode.c): this rank's rows of wte for the new tokens, summed over the group, then
+ * (GPT) each sample's positions pos0 .. pos0 + n - 1. The tokens were checked by the decoder. */
+static cl_status embed_decode(cl_model *m, const cl_unit *un, const cl_decode_step *st, const float *in, float *out,
+                              float *const *p) {
+    (void)in;
+    const cl_model_desc *d = m->desc;
+    int64_t n = st->n, N = (int64_t)st->B * n, C = d->cfg.channels;
+    embed_weights w = {0};
+    cl_kind_bind(embed_table(un), p, &w);
+    cl_kern(m)->embedding_lookup(out, st->tokens, w.wte, N, C, d->vocab_start, d->vocab_local);
+    CL_TRY(cl_tp_forward(&m->tp, CL_TP_REDUCE, out, out, (size_t)(N * C)));
+    for (int b = 0; w.wpe && b < st->B; b++) cl_kern(m)->embedding_add_positions(out + b * n * C, w.wpe, n, st->pos0, st->Tmax, C);
+    return CL_OK;
+}
+
 /* The planner's cost (nn/cost.h). */
 static void embed_cost(const cl_model_desc *d, const cl_unit *un, int B, double e, int recompute, int causal, cl_unit_cost *o) {
     (void)recompute, (void)causal;
@@ -120,6 +135,7 @@ const cl_kind cl_kind_embed = {
     .z3_reads = CL_KIND_READS(CL_Z3_FORWARD), /* its backward reads only tokens and gradients */
     .forward = embed_forward,
     .backward = embed_backward,
+    .decode = embed_decode,
 };
 
 const cl_kind cl_kind_token_embed = {
@@ -132,4 +148,5 @@ const cl_kind cl_kind_token_embed = {
     .z3_reads = CL_KIND_READS(CL_Z3_FORWARD),
     .forward = embed_forward,
     .backward = embed_backward,
+    .decode = embed_decode,
 };

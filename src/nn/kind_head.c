@@ -233,6 +233,19 @@ static void head_cost(const cl_model_desc *d, const cl_unit *un, int B, double e
     cl_cost_coll(b, sp ? CL_COLL_REDUCE_SCATTER : CL_COLL_ALLREDUCE, R * C * e, tp);
 }
 
+/* Generation's step (nn/decode.c): ln_f of each sample's last row only, its logits against the tied wte. */
+static cl_status head_decode(cl_model *m, const cl_unit *un, const cl_decode_step *st, const float *in, float *out, float *const *p) {
+    (void)un, (void)out;
+    head_weights w;
+    cl_kind_bind(&cl_kind_lmhead, p, &w);
+    int C = m->desc->cfg.channels;
+    float *rows = st->ws, *lnf = rows + (int64_t)st->B * C, *mean = lnf + (int64_t)st->B * C, *rstd = mean + st->B;
+    cl_nn_decode_last_rows(m, st, in, rows);
+    cl_kern(m)->layernorm_forward(lnf, mean, rstd, rows, w.lnf_w, w.lnf_b, st->B, C);
+    cl_nn_decode_logits(m, st, lnf, m->p[m->desc->tied_wte]);
+    return CL_OK;
+}
+
 const cl_kind cl_kind_lmhead = {
     .name = "lm_head",
     .nparams = 2,
@@ -246,4 +259,5 @@ const cl_kind cl_kind_lmhead = {
     .logits = head_logits,
     .forward = head_forward,
     .backward = head_backward,
+    .decode = head_decode,
 };

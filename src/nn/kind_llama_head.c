@@ -92,6 +92,21 @@ static void llama_head_cost(const cl_model_desc *d, const cl_unit *un, int B, do
     cl_kind_lmhead.cost(d, un, B, e, recompute, causal, o);
 }
 
+/* Generation's step (nn/decode.c): model.norm of each sample's last row only, its logits. */
+static cl_status llama_head_decode(cl_model *m, const cl_unit *un, const cl_decode_step *st, const float *in, float *out,
+                                   float *const *p) {
+    (void)out;
+    const cl_model_desc *d = m->desc;
+    llama_head_weights w = {0};
+    cl_kind_bind(llama_head_table(un), p, &w);
+    int C = d->cfg.channels;
+    float *rows = st->ws, *lnf = rows + (int64_t)st->B * C, *rstd = lnf + (int64_t)st->B * C;
+    cl_nn_decode_last_rows(m, st, in, rows);
+    cl_kern(m)->rmsnorm_forward(lnf, rstd, rows, w.norm_w, (float)d->cfg.rms_norm_eps, st->B, C);
+    cl_nn_decode_logits(m, st, lnf, w.head_w ? w.head_w : m->p[d->tied_wte]);
+    return CL_OK;
+}
+
 const cl_kind cl_kind_llama_head = {
     .name = "llama_head",
     .nparams = 1,
@@ -105,6 +120,7 @@ const cl_kind cl_kind_llama_head = {
     .logits = llama_head_logits,
     .forward = llama_head_forward,
     .backward = llama_head_backward,
+    .decode = llama_head_decode,
 };
 
 const cl_kind cl_kind_llama_head_untied = {
@@ -119,4 +135,5 @@ const cl_kind cl_kind_llama_head_untied = {
     .logits = llama_head_logits,
     .forward = llama_head_forward,
     .backward = llama_head_backward,
+    .decode = llama_head_decode,
 };
