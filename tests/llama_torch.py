@@ -47,7 +47,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from format_ref import write_st  # noqa: E402
-from llama_ref import read_st  # noqa: E402
+from llama_ref import inv_freq_llama3, read_st  # noqa: E402
 
 
 def rms_norm(x, w, eps):
@@ -61,21 +61,6 @@ def rotate_half(x):
     return torch.cat((-x[..., h:], x[..., :h]), dim=-1)
 
 
-def llama3_inv_freq(inv_freq, sc):
-    # rope_scaling of type llama3 (transformers' _compute_llama3_parameters): long wavelengths divided by
-    # factor, short ones kept, those between original_max_position_embeddings / high_freq_factor and
-    # / low_freq_factor blended smoothly
-    factor, low, high = sc["factor"], sc["low_freq_factor"], sc["high_freq_factor"]
-    old = sc["original_max_position_embeddings"]
-    low_wavelen, high_wavelen = old / low, old / high
-    wavelen = 2 * math.pi / inv_freq
-    scaled = torch.where(wavelen > low_wavelen, inv_freq / factor, inv_freq)
-    smooth = (old / wavelen - low) / (high - low)
-    smoothed = (1 - smooth) * scaled / factor + smooth * scaled
-    medium = ~(wavelen < high_wavelen) * ~(wavelen > low_wavelen)
-    return torch.where(medium, smoothed, scaled)
-
-
 def rotary(T, hd, theta, scaling=None):
     # LlamaRotaryEmbedding (default rope type, or llama3 scaling): inv_freq, positions 0 .. T-1, emb = cat(freqs, freqs)
     inv_freq = 1.0 / (theta ** (torch.arange(0, hd, 2, dtype=torch.int64).float() / hd))
@@ -83,7 +68,9 @@ def rotary(T, hd, theta, scaling=None):
         kind = scaling.get("rope_type", scaling.get("type"))
         if kind != "llama3":
             raise SystemExit(f"llama_torch.py: rope_scaling of type {kind}: llama3 only")
-        inv_freq = llama3_inv_freq(inv_freq, scaling)
+        # transformers' _compute_llama3_parameters, as tests/llama_ref.py writes it (tested there against the kernels)
+        inv_freq = inv_freq_llama3(theta, hd, scaling["factor"], scaling["low_freq_factor"], scaling["high_freq_factor"],
+                                   scaling["original_max_position_embeddings"])
     pos = torch.arange(T, dtype=torch.int64).float()
     freqs = pos[:, None] @ inv_freq[None, :]
     emb = torch.cat((freqs, freqs), dim=-1)
