@@ -8,6 +8,8 @@ cross-entropy of the next tokens), for tests/cli_llama_train.sh.
     llama_torch.py --eval DIR TEXT
     llama_torch.py --eval-hf DIR TEXT
     llama_torch.py --generate DIR PROMPT N
+    llama_torch.py --time [--layers L --channels C --heads H --kv-heads KV --ffn F --vocab V
+                           --seq-len T --micro-batch-size B --threads N --steps K --warmup W --tied]
 
 IN: the weights cleave wrote (build/tests/llama_torch_driver --write-input),
 under Hugging Face's names with linear weights [in, out] as cleave stores
@@ -36,7 +38,13 @@ cleave saved, recomputing the whole window (the last
 max_position_embeddings tokens, at positions from 0) for each new token,
 and writes the prompt and the new bytes to stdout as `cleave generate
 --temperature 0` prints them, and its time on stderr
-(tests/cli_generate_kv.sh, bench/generate.sh)."""
+(tests/cli_generate_kv.sh, bench/generate.sh).
+
+--time is bench/llama_step.sh's PyTorch peer of `cleave bench step`: the
+same forward (this file's, F32) on random tokens, autograd's backward,
+gradient clipping at 1.0 and torch.optim.AdamW (betas 0.9/0.95, eps 1e-8,
+weight decay 0.1 on matrices), timed over --steps steps after --warmup;
+prints 'torch step: <ms> ms, <tokens/s> tokens/s, peak RSS <MiB> MiB'."""
 import json
 import math
 import os
@@ -48,7 +56,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from format_ref import write_st  # noqa: E402
-from llama_ref import read_st  # noqa: E402
+from llama_ref import inv_freq_llama3, read_st  # noqa: E402
 
 
 def rms_norm(x, w, eps):
@@ -62,21 +70,6 @@ def rotate_half(x):
     return torch.cat((-x[..., h:], x[..., :h]), dim=-1)
 
 
-def llama3_inv_freq(inv_freq, sc):
-    # rope_scaling of type llama3 (transformers' _compute_llama3_parameters): long wavelengths divided by
-    # factor, short ones kept, those between original_max_position_embeddings / high_freq_factor and
-    # / low_freq_factor blended smoothly
-    factor, low, high = sc["factor"], sc["low_freq_factor"], sc["high_freq_factor"]
-    old = sc["original_max_position_embeddings"]
-    low_wavelen, high_wavelen = old / low, old / high
-    wavelen = 2 * math.pi / inv_freq
-    scaled = torch.where(wavelen > low_wavelen, inv_freq / factor, inv_freq)
-    smooth = (old / wavelen - low) / (high - low)
-    smoothed = (1 - smooth) * scaled / factor + smooth * scaled
-    medium = ~(wavelen < high_wavelen) * ~(wavelen > low_wavelen)
-    return torch.where(medium, smoothed, scaled)
-
-
 def rotary(T, hd, theta, scaling=None):
     # LlamaRotaryEmbedding (default rope type, or llama3 scaling): inv_freq, positions 0 .. T-1, emb = cat(freqs, freqs)
     inv_freq = 1.0 / (theta ** (torch.arange(0, hd, 2, dtype=torch.int64).float() / hd))
@@ -84,7 +77,9 @@ def rotary(T, hd, theta, scaling=None):
         kind = scaling.get("rope_type", scaling.get("type"))
         if kind != "llama3":
             raise SystemExit(f"llama_torch.py: rope_scaling of type {kind}: llama3 only")
-        inv_freq = llama3_inv_freq(inv_freq, scaling)
+        # transformers' _compute_llama3_parameters, as tests/llama_ref.py writes it (tested there against the kernels)
+        inv_freq = inv_freq_llama3(theta, hd, scaling["factor"], scaling["low_freq_factor"], scaling["high_freq_factor"],
+                                   scaling["original_max_position_embeddings"])
     pos = torch.arange(T, dtype=torch.int64).float()
     freqs = pos[:, None] @ inv_freq[None, :]
     emb = torch.cat((freqs, freqs), dim=-1)
@@ -192,9 +187,56 @@ def evaluate(d, text, hf=False):
     return 0
 
 
+def time_steps(argv):
+    import argparse
+    import resource
+    import time
+    a = argparse.ArgumentParser(prog="llama_torch.py --time")
+    for k, v in (("layers", 30), ("channels", 576), ("heads", 9), ("kv-heads", 3), ("ffn", 1536), ("vocab", 128256),
+                 ("seq-len", 64), ("micro-batch-size", 4), ("threads", 2), ("steps", 3), ("warmup", 1)):
+        a.add_argument("--" + k, type=int, default=v)
+    a.add_argument("--tied", action="store_true")
+    a = a.parse_args(argv)
+    torch.set_num_threads(a.threads)
+    torch.manual_seed(0)
+    C, Fw, K = a.channels, a.ffn, a.kv_heads * (a.channels // a.heads)
+    cfg = {"num_hidden_layers": a.layers, "hidden_size": C, "num_attention_heads": a.heads, "num_key_value_heads": a.kv_heads,
+           "rms_norm_eps": 1e-5, "rope_theta": 100000.0, "tie_word_embeddings": a.tied}
+    shapes = {"model.embed_tokens.weight": (a.vocab, C), "model.norm.weight": (C,)}
+    if not a.tied:
+        shapes["lm_head.weight"] = (a.vocab, C)
+    for i in range(a.layers):
+        for n, sh in (("input_layernorm", (C,)), ("self_attn.q_proj", (C, C)), ("self_attn.k_proj", (C, K)),
+                      ("self_attn.v_proj", (C, K)), ("self_attn.o_proj", (C, C)), ("post_attention_layernorm", (C,)),
+                      ("mlp.gate_proj", (C, Fw)), ("mlp.up_proj", (C, Fw)), ("mlp.down_proj", (Fw, C))):
+            shapes[f"model.layers.{i}.{n}.weight"] = sh
+    w = {n: (torch.ones(sh) if len(sh) == 1 else torch.randn(sh) * 0.02).requires_grad_(True) for n, sh in shapes.items()}
+    groups = [{"params": [v for v in w.values() if v.dim() == 2], "weight_decay": 0.1},
+              {"params": [v for v in w.values() if v.dim() == 1], "weight_decay": 0.0}]
+    opt = torch.optim.AdamW(groups, lr=1e-4, betas=(0.9, 0.95), eps=1e-8)
+    B, T = a.micro_batch_size, a.seq_len
+    times = []
+    for step in range(a.warmup + a.steps):
+        x = torch.randint(0, a.vocab, (B, T + 1))
+        t0 = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        loss = forward(w, x[:, :-1], x[:, 1:], cfg)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(list(w.values()), 1.0)
+        opt.step()
+        if step >= a.warmup:
+            times.append(time.perf_counter() - t0)
+    ms = 1e3 * sum(times) / len(times)
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+    print(f"torch step: {ms:.1f} ms, {B * T / (ms / 1e3):.1f} tokens/s, peak RSS {rss:.1f} MiB")
+    return 0
+
+
 def main():
     if len(sys.argv) == 5 and sys.argv[1] == "--generate":
         return generate(sys.argv[2], sys.argv[3], int(sys.argv[4]))
+    if len(sys.argv) >= 2 and sys.argv[1] == "--time":
+        return time_steps(sys.argv[2:])
     if len(sys.argv) == 4 and sys.argv[1] in ("--eval", "--eval-hf"):
         return evaluate(sys.argv[2], sys.argv[3], sys.argv[1] == "--eval-hf")
     if len(sys.argv) != 3:

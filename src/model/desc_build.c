@@ -172,8 +172,12 @@ void cl_desc_add_kind(cl_desc_builder *b) {
         else if (tp > 1 && how == CL_TPS_COLUMNS) split = CL_SPLIT_COLS, part = last / tp;
         else if (tp > 1 && how == CL_TPS_HEADS) split = CL_SPLIT_HEADS3, part = d->channels_local; /* and d->kv_channels_local */
         else if (tp > 1 && how == CL_TPS_ROWS) split = CL_SPLIT_ROWS, part = sh.shape[0] / tp;
-        int kvh = cl_model_kv_heads(&d->cfg), rep = tp > kvh ? tp / kvh : 1; /* key-value heads replicated past tp = kv */
-        if (tp > 1 && how == CL_TPS_KV) split = CL_SPLIT_COLS, part = last / (tp / rep);
+        int rep = 1; /* key-value heads replicated past tp = kv (the families with CL_TPS_KV have kv heads) */
+        if (tp > 1 && how == CL_TPS_KV) {
+            int kvh = cl_model_kv_heads(&d->cfg);
+            rep = kvh > 0 && tp > kvh ? tp / kvh : 1;
+            split = CL_SPLIT_COLS, part = last / (tp / rep);
+        }
         add_param_tp(b, name, sh.ndim, sh.shape, split, part, d->kv_channels_local, kp->decay, kp->init, sh.scale);
         if (b->failed) return;
         if (tp > 1 && how == CL_TPS_KV && rep > 1) d->params[d->nparams - 1].tp_rep = rep;
