@@ -44,7 +44,7 @@ static cl_status check_part(const cl_model_desc *d, int u0, int u1, int B, int T
     if (d->tpl.sp) return cl_error(CL_ERR_INVALID, "generation with a KV cache does not take sequence parallelism");
     for (int u = u0; u < u1; u++)
         if (!cl_kind_of(d->units[u].kind)->decode)
-            return cl_error(CL_ERR_INVALID, "unit %s (%s) cannot run with a KV cache", d->units[u].label, cl_kind_of(d->units[u].kind)->name);
+            return cl_error(CL_ERR_INVALID, "unit %s (%s) cannot run with a KV cache yet (cleave generate --no-kv-cache recomputes instead)", d->units[u].label, cl_kind_of(d->units[u].kind)->name);
     if (B < 1 || Tmax < 1 || Tmax > d->T)
         return cl_error(CL_ERR_INVALID, "KV cache of %d samples x %d positions (the model is sized for 1..%d)", B, Tmax, d->T);
     return CL_OK;
