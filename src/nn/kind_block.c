@@ -122,13 +122,16 @@ static cl_status block_pass(const cl_model *m, const block_acts *s, const float 
     float *G = m->scratch;
     double fl = 2.0 * (double)N * C * Cl, flf = 2.0 * (double)N * C * Fl, fq = 2.0 * (double)N * C * Q, att = 4.0 * (double)B * T * T * Cl;
     const float *x;
-    /* bf16 (one rank): ln_1's, ln_2's and GELU's F32 outputs in the scratch, narrowed into their saved slots; c_proj's
-     * input narrowed there; the GEMMs read BF16 (cl_nn_linear_lo, cl_nn_row_linear) */
+    /* bf16: ln_1's, ln_2's and GELU's outputs written as BF16 into their saved slots by the kernels that compute them
+     * (each value the F32 kernel's, rounded once); c_proj's input narrowed into the scratch; the GEMMs read BF16
+     * (cl_nn_linear_lo, cl_nn_row_linear) */
     int lo = cl_nn_bf16(d);
     float *f32 = m->scratch;
     const float *ay = s->atty;
-    CL_PROF("fwd layernorm", 0, cl_kern(m)->layernorm_forward(lo ? f32 : s->ln1, s->ln1_mean, s->ln1_rstd, in, w->ln1_w, w->ln1_b, (int)Ns, (int)C));
-    if (lo) CL_TRY(cl_nn_narrow(m, s->ln1, f32, Ns * C));
+    if (lo)
+        CL_PROF("fwd layernorm", 0,
+                cl_kern(m)->layernorm_forward_bf16((uint16_t *)s->ln1, NULL, s->ln1_mean, s->ln1_rstd, in, w->ln1_w, w->ln1_b, (int)Ns, (int)C));
+    else CL_PROF("fwd layernorm", 0, cl_kern(m)->layernorm_forward(s->ln1, s->ln1_mean, s->ln1_rstd, in, w->ln1_w, w->ln1_b, (int)Ns, (int)C));
     CL_TRY(cl_nn_col_input(m, s->ln1, G, Ns, C, &x));
     CL_PROF("fwd qkv", fq, lo ? cl_nn_linear_lo(m, s->qkv, x, w->qkv_w, w->qkv_b, N, C, Q)
                               : cl_kern(m)->linear_forward(s->qkv, x, w->qkv_w, w->qkv_b, (int)N, (int)C, (int)Q));
@@ -138,15 +141,19 @@ static cl_status block_pass(const cl_model *m, const block_acts *s, const float 
         ay = f32;
     }
     CL_TRY(cl_nn_row_linear(m, "fwd attn proj", fl, ay, w->attn_proj_w, w->attn_proj_b, s->res2, N, Cl));
-    CL_PROF("fwd residual layernorm", 0,
-            cl_kern(m)->residual_layernorm_forward(s->res2, lo ? f32 : s->ln2, s->ln2_mean, s->ln2_rstd, s->res2, in, w->ln2_w, w->ln2_b, (int)Ns, (int)C));
-    if (lo) CL_TRY(cl_nn_narrow(m, s->ln2, f32, Ns * C));
+    if (lo)
+        CL_PROF("fwd residual layernorm", 0,
+                cl_kern(m)->residual_layernorm_forward_bf16(s->res2, (uint16_t *)s->ln2, NULL, s->ln2_mean, s->ln2_rstd, s->res2, in, w->ln2_w,
+                                                            w->ln2_b, (int)Ns, (int)C));
+    else
+        CL_PROF("fwd residual layernorm", 0,
+                cl_kern(m)->residual_layernorm_forward(s->res2, s->ln2, s->ln2_mean, s->ln2_rstd, s->res2, in, w->ln2_w, w->ln2_b, (int)Ns, (int)C));
     CL_TRY(cl_nn_col_input(m, s->ln2, G, Ns, C, &x));
     /* c_fc without its bias, then bias + GELU in one pass */
     CL_PROF("fwd fc", flf, lo ? cl_nn_linear_lo(m, s->fch, x, w->fc_w, NULL, N, C, Fl)
                               : cl_sgemm(cl_kern(m), 0, 0, (int)N, (int)Fl, (int)C, 1.0f, x, (int)C, w->fc_w, (int)Fl, 0.0f, s->fch, (int)Fl));
-    CL_PROF("fwd bias gelu", 0, cl_kern(m)->bias_gelu_forward(lo ? f32 : s->fch_gelu, s->fch, w->fc_b, (int)N, (int)Fl));
-    if (lo) CL_TRY(cl_nn_narrow(m, s->fch_gelu, f32, N * Fl));
+    if (lo) CL_PROF("fwd bias gelu", 0, cl_kern(m)->bias_gelu_forward_bf16((uint16_t *)s->fch_gelu, s->fch, w->fc_b, (int)N, (int)Fl));
+    else CL_PROF("fwd bias gelu", 0, cl_kern(m)->bias_gelu_forward(s->fch_gelu, s->fch, w->fc_b, (int)N, (int)Fl));
     CL_TRY(cl_nn_row_linear(m, "fwd fc proj", flf, s->fch_gelu, w->fc_proj_w, w->fc_proj_b, s->out, N, Fl));
     CL_PROF("fwd residual", 0, cl_kern(m)->add_inplace(s->out, s->res2, Ns * C));
     return CL_OK;

@@ -141,11 +141,11 @@ static cl_status head_forward(cl_model *m, const cl_unit *un, const cl_microbatc
     int64_t N = (int64_t)mb->B * mb->T, Ns = cl_nn_rows_here(m->desc, N);
     cl_head_acts h = cl_nn_head_layout(m->desc, base, N, 1);
     /* under sequence parallelism this rank normalizes its rows in place in lnf, then all are gathered; bf16 (one
-     * rank): into the scratch, narrowed into lnf */
-    int lo = cl_nn_bf16(m->desc);
-    CL_PROF("fwd layernorm", 0,
-            cl_kern(m)->layernorm_forward(lo ? m->scratch : cl_nn_head_mine(m, &h, N), h.mean, h.rstd, in, w.lnf_w, w.lnf_b, (int)Ns, (int)m->desc->cfg.channels));
-    if (lo) CL_TRY(cl_nn_narrow(m, h.lnf, m->scratch, Ns * m->desc->cfg.channels));
+     * rank): written into lnf as BF16 by the kernel (each value the F32 one's, rounded once) */
+    int C = (int)m->desc->cfg.channels;
+    if (cl_nn_bf16(m->desc))
+        CL_PROF("fwd layernorm", 0, cl_kern(m)->layernorm_forward_bf16((uint16_t *)h.lnf, NULL, h.mean, h.rstd, in, w.lnf_w, w.lnf_b, (int)Ns, C));
+    else CL_PROF("fwd layernorm", 0, cl_kern(m)->layernorm_forward(cl_nn_head_mine(m, &h, N), h.mean, h.rstd, in, w.lnf_w, w.lnf_b, (int)Ns, C));
     return cl_nn_head_loss_forward(m, mb, &h, m->p[m->desc->tied_wte]);
 }
 
