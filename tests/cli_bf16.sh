@@ -5,10 +5,10 @@
 #   cleave bf16's loss is within 1e-2 relative of torch.autocast's, every gradient's cosine > 0.99
 #   (without torch: a skip, a failure under CI=true);
 # - pp 2 under gpipe, 1f1b, zb-h1 and interleaved: losses and norms bitwise equal to one rank in
-#   bf16; dp 2 under ZeRO 0, 1 and 2 within 1e-4 relative of it; bf16 is not fp32's bits but
+#   bf16; dp 2 under ZeRO 0, 1 and 2, tp 2 and tp 2 x pp 2 within 1e-4 relative of it; bf16 is not fp32's bits but
 #   within 1% of its losses;
 # - a resume is exact (5 steps, save, 5 more = 10 straight) and one at the other dtype is refused;
-# - what bf16 does not run is refused in one line naming it (tp, ZeRO 3, the llama, mlp and cnn
+# - what bf16 does not run is refused in one line naming it (sequence parallelism, ZeRO 3, the llama, mlp and cnn
 #   families, an unknown format);
 # - 100 steps of gpt2-tiny on the King James Bible: bf16's validation loss within 2% of fp32's.
 set -u
@@ -59,6 +59,15 @@ for z in 0 1 2; do
     echo "bf16 dp 2 ZeRO $z: $out"
     check '[ $_rc -eq 0 ]' "bf16 dp 2 ZeRO $z: not within 1e-4 of one rank: $out"
 done
+# tensor parallelism: row-parallel partial sums from BF16 operands, summed in F32 (other sums than one rank's, so
+# other roundings to BF16 after them: close, not bitwise)
+for lay in "--tp 2" "--tp 2 --pp 2 --schedule 1f1b"; do
+    name=$(tr -d ' -' <<<"$lay")
+    run "$name" --dtype bf16 $lay
+    out=$(close "$tmp/$name.jsonl" "$tmp/one.jsonl" 1e-4); _rc=$?
+    echo "bf16 $lay: $out"
+    check '[ $_rc -eq 0 ]' "bf16 $lay: not within 1e-4 of one rank: $out"
+done
 
 # resume: exact at bf16, refused at fp32 (and a fp32 checkpoint refused at bf16)
 "$CLEAVE" train "${common[@]}" --dtype bf16 --steps 10 --stop-after 5 --save "$tmp/ck" > "$tmp/a.out" 2>&1
@@ -72,13 +81,13 @@ refused "trained with --dtype bf16, this run has --dtype fp32" train "${common[@
 refused "trained with --dtype fp32, this run has --dtype bf16" train "${common[@]}" --steps 10 --resume "$tmp/ck32" --dtype bf16
 check '! grep -q cleave_dtype "$tmp/ck32/config.json"' "an fp32 checkpoint's config.json names no dtype (as before bf16)"
 
-refused "tensor parallelism is not yet supported in bf16" train "${common[@]}" --dtype bf16 --tp 2
+refused "sequence parallelism is not yet supported in bf16" train "${common[@]}" --dtype bf16 --tp 2 --sequence-parallel
 refused "zero 3: not yet supported in bf16" train "${common[@]}" --dtype bf16 --dp 2 --zero 3
 refused "the llama family is not yet supported" train "${common[@]}" --dtype bf16 --model llama-tiny
 refused "the mlp family is not yet supported" train --model mlp --dtype bf16 --steps 1
 refused "the cnn family is not yet supported" train --model cnn --dtype bf16 --steps 1
 refused "unknown --dtype 'f16' (fp32 or bf16)" train "${common[@]}" --dtype f16
-refused "tensor parallelism is not yet supported in bf16" memory --model gpt2-tiny --dtype bf16 --tp 2
+refused "sequence parallelism is not yet supported in bf16" memory --model gpt2-tiny --dtype bf16 --tp 2 --sequence-parallel
 
 # the resolved settings name it (fp32 runs' are unchanged: no key), a --config file sets it, bench step takes it
 out=$("$CLEAVE" train --dtype bf16 --print-config 2>&1)

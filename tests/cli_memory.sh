@@ -92,6 +92,7 @@ point --model llama --kv-heads 1 --tp 2 --micro-batch-size 2 --global-batch-size
 for rc in none full; do point --dtype bf16 --micro-batch-size 2 --recompute $rc; done
 point --dtype bf16 --pp 2 --schedule zb-h1 --micro-batch-size 2 --global-batch-size 8
 point --dtype bf16 --dp 2 --zero 2 --micro-batch-size 2 --global-batch-size 8
+point --dtype bf16 --tp 2 --micro-batch-size 2 --global-batch-size 4
 f32=$("$CLEAVE" memory --json --model gpt2-tiny); b16=$("$CLEAVE" memory --json --model gpt2-tiny --dtype bf16)
 cat_of() { python3 -c 'import json,sys; print(json.loads(sys.argv[1])["predicted"][sys.argv[2]])' "$1" "$2"; }
 pf=$(cat_of "$f32" params); pb=$(cat_of "$b16" params); af=$(cat_of "$f32" activations); ab=$(cat_of "$b16" activations)

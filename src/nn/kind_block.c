@@ -200,7 +200,7 @@ static cl_status block_backward_pass(cl_model *m, const block_acts *s, const flo
         dln1s = ws; ws += Ns * C;
     }
     float *attscratch = ws;
-    /* bf16 (one rank): at the workspace's end, the BF16 form of the gradient the next GEMMs read (L1) and of c_proj's
+    /* bf16: at the workspace's end, the BF16 form of the gradient the next GEMMs read (L1) and of c_proj's
      * input (L2); the GEMMs read them and the weights' BF16 copy, the bias gradients the F32 gradient */
     int lo = cl_nn_bf16(d);
     int64_t wide = C > Fl ? (C > Q ? C : Q) : (Fl > Q ? Fl : Q);

@@ -43,12 +43,14 @@ cl_status cl_nn_row_linear(const cl_model *m, const char *what, double flops, co
                            float *out, int64_t N, int64_t K) {
     const cl_model_desc *d = m->desc;
     int64_t C = d->cfg.channels;
-    if (d->tpl.tp == 1) { /* bf16: x is BF16 (tensor parallelism does not run in bf16) */
+    if (d->tpl.tp == 1) { /* bf16: x is BF16 */
         CL_PROF(what, flops, cl_nn_bf16(d) ? cl_nn_linear_lo(m, out, x, w, bias, N, K, C) : cl_kern(m)->linear_forward(out, x, w, bias, (int)N, (int)K, (int)C));
         return CL_OK;
     }
     float *part = d->tpl.sp ? m->scratch + N * C : out;
-    CL_PROF(what, flops, cl_sgemm(cl_kern(m), 0, 0, (int)N, (int)C, (int)K, 1.0f, x, (int)K, w, (int)C, 0.0f, part, (int)C));
+    if (cl_nn_bf16(d)) /* x BF16 against w's BF16 copy, the partial sums F32 */
+        CL_PROF(what, flops, cl_nn_gemm_lo(m, 0, 0, (int)N, (int)C, (int)K, x, (int)K, cl_nn_wlo(m, w), (int)C, 0.0f, part, (int)C));
+    else CL_PROF(what, flops, cl_sgemm(cl_kern(m), 0, 0, (int)N, (int)C, (int)K, 1.0f, x, (int)K, w, (int)C, 0.0f, part, (int)C));
     return row_output(m, part, out, bias, N, cl_nn_rows_here(d, N), C);
 }
 
