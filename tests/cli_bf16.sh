@@ -5,7 +5,8 @@
 #   cleave bf16's loss is within 1e-2 relative of torch.autocast's, every gradient's cosine > 0.99
 #   (without torch: a skip, a failure under CI=true);
 # - pp 2 under gpipe, 1f1b, zb-h1 and interleaved: losses and norms bitwise equal to one rank in
-#   bf16; dp 2 under ZeRO 0, 1 and 2, tp 2 and tp 2 x pp 2 within 1e-4 relative of it; bf16 is not fp32's bits but
+#   bf16; dp 2 under ZeRO 0, 1 and 2, and tp 2, tp 2 x pp 2, cp 2 within
+#   1e-4 and 5e-4 relative of it; bf16 is not fp32's bits but
 #   within 1% of its losses;
 # - a resume is exact (5 steps, save, 5 more = 10 straight) and one at the other dtype is refused;
 # - what bf16 does not run is refused in one line naming it (sequence parallelism, ZeRO 3, the llama, mlp and cnn
@@ -60,13 +61,15 @@ for z in 0 1 2; do
     check '[ $_rc -eq 0 ]' "bf16 dp 2 ZeRO $z: not within 1e-4 of one rank: $out"
 done
 # tensor parallelism: row-parallel partial sums from BF16 operands, summed in F32 (other sums than one rank's, so
-# other roundings to BF16 after them: close, not bitwise)
-for lay in "--tp 2" "--tp 2 --pp 2 --schedule 1f1b"; do
+# other roundings to BF16 after them: close, not bitwise); context parallelism (the ring's F32 attention merges
+# its chunks in another order); within 5e-4, an eighth of BF16's unit roundoff (2^-8): the cp 2 run here moves
+# 8.9e-5, tp 2 2.3e-5, and reading BF16 bits as floats moved the grad norm 20x
+for lay in "--tp 2" "--tp 2 --pp 2 --schedule 1f1b" "--cp 2"; do
     name=$(tr -d ' -' <<<"$lay")
     run "$name" --dtype bf16 $lay
-    out=$(close "$tmp/$name.jsonl" "$tmp/one.jsonl" 1e-4); _rc=$?
+    out=$(close "$tmp/$name.jsonl" "$tmp/one.jsonl" 5e-4); _rc=$?
     echo "bf16 $lay: $out"
-    check '[ $_rc -eq 0 ]' "bf16 $lay: not within 1e-4 of one rank: $out"
+    check '[ $_rc -eq 0 ]' "bf16 $lay: not within 5e-4 of one rank: $out"
 done
 
 # resume: exact at bf16, refused at fp32 (and a fp32 checkpoint refused at bf16)
