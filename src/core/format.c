@@ -14,6 +14,7 @@
  * (src/kernels/convert.c): vector paths with these very bits. */
 #include "cleave/kernels.h"
 #include "cleave/tensor.h"
+#include "core/bf16_bits.h"
 
 #include <string.h>
 
@@ -29,14 +30,10 @@ static float float_of(uint32_t u) {
     return x;
 }
 
-uint16_t cl_bf16_from_f32(float x) {
-    uint32_t u = bits_of(x);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x0040u); /* NaN: quiet, sign kept */
-    u += 0x7fffu + ((u >> 16) & 1u); /* ties to even; a carry into the exponent is the right rounding, to inf too */
-    return (uint16_t)(u >> 16);
-}
+/* the bits: core/bf16_bits.h (shared with kernels/convert.c's scalar tails) */
+uint16_t cl_bf16_from_f32(float x) { return cl_bf16_round_bits(x); }
 
-float cl_bf16_to_f32(uint16_t h) { return float_of((uint32_t)h << 16); }
+float cl_bf16_to_f32(uint16_t h) { return cl_bf16_widen_bits(h); }
 
 uint16_t cl_f16_from_f32(float x) {
     uint32_t u = bits_of(x), sign = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;

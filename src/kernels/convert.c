@@ -20,14 +20,15 @@
  * alone, so the bits do not depend on threads or path. */
 #include "cleave/kernels.h"
 #include "cleave/tensor.h"
+#include "core/bf16_bits.h"
 #include "kernels/simd.h"
 
 static void pack_plain(uint16_t *d, const float *s, int64_t n) {
-    for (int64_t i = 0; i < n; i++) d[i] = cl_bf16_from_f32(s[i]);
+    for (int64_t i = 0; i < n; i++) d[i] = cl_bf16_round_bits(s[i]);
 }
 
 static void unpack_plain(float *d, const uint16_t *s, int64_t n) {
-    for (int64_t i = 0; i < n; i++) d[i] = cl_bf16_to_f32(s[i]);
+    for (int64_t i = 0; i < n; i++) d[i] = cl_bf16_widen_bits(s[i]);
 }
 
 #ifdef CL_SIMD_X86
