@@ -13,6 +13,11 @@ does per step. Prints one line a script can read:
 
     torch step: <ms> ms, <tokens/s> tokens/s, <GFLOP/s> GFLOP/s, peak RSS <MiB> MiB
 
+With --autocast bf16 the forward and the loss run under
+torch.autocast("cpu", dtype=torch.bfloat16) (PyTorch's bf16 mixed precision:
+F32 master weights, BF16 matmuls through oneDNN) and the line starts
+"torch bf16 step:" (bench/bf16_step.sh).
+
 FLOPs are the model's, counted as cleave counts them (describe.c): per
 sample 2*T*12*C^2 + 4*T^2*C per block plus 2*T*C*V for the head, forward,
 and three times that for forward + backward. Thread settings come from the
@@ -79,6 +84,8 @@ def main():
     for name, default in (("layers", 12), ("channels", 768), ("heads", 12), ("vocab", 50304), ("context", 1024), ("seq-len", 256),
                           ("micro-batch-size", 4), ("threads", 1), ("steps", 3), ("warmup", 1)):
         ap.add_argument("--" + name, type=int, default=default)
+    ap.add_argument("--autocast", choices=("none", "bf16"), default="none",
+                    help="bf16: forward and loss under torch.autocast('cpu', dtype=torch.bfloat16), F32 master weights and AdamW")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
@@ -94,7 +101,11 @@ def main():
     for step in range(a.warmup + a.steps):
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
-        loss = model(x, y)
+        if a.autocast == "bf16":
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                loss = model(x, y)
+        else:
+            loss = model(x, y)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
@@ -104,7 +115,7 @@ def main():
     per = total / a.steps
     flop = 3.0 * B * (L * (2.0 * T * 12 * C * C + 4.0 * T * T * C) + 2.0 * T * C * V)
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
-    print(f"torch step: {per * 1e3:.1f} ms, {B * T / per:.1f} tokens/s, {flop / per / 1e9:.1f} GFLOP/s, "
+    print(f"torch{' bf16' if a.autocast == 'bf16' else ''} step: {per * 1e3:.1f} ms, {B * T / per:.1f} tokens/s, {flop / per / 1e9:.1f} GFLOP/s, "
           f"peak RSS {rss:.1f} MiB (loss {loss.item():.4f})")
 
 
