@@ -109,6 +109,8 @@ static const cli_flag train_flags[] = {
     {"tp", "", 1, "tensor-parallel ranks: each layer split Megatron-style (attention by heads, MLP by columns then rows, vocabulary by rows) (default 1)"},
     {"cp", "", 1, "context-parallel ranks: each sequence cut into 2 x cp chunks, rank i holding chunks i and 2cp-1-i, attention across them (default 1)"},
     {"context-parallel-size", "", 1, "same as --cp"},
+    {"cp-comm", "", 1, "how --cp's attention exchanges: ring (default; keys and values around the ring, overlapped) or a2a (all-to-all "
+                       "to a split of the heads, DeepSpeed Ulysses; cp must divide the heads and key-value heads)"},
     {"sequence-parallel", "", 0, "with --tp: shard the token rows between the split layers too (layernorms, residuals, block inputs and outputs)"},
     {"make-vocab-size-divisible-by", "", 1, "pad the vocabulary to a multiple of this times --tp; padded rows are masked out (default 128)"},
     {"offload-optimizer", "", 1, "where the AdamW moments live: none (default, on the device), host (host memory, outside --device-memory's cap) or disk (a file in --offload-dir, streamed through tiles)"},
@@ -488,6 +490,7 @@ static cl_status agree_job(cl_comm *world, const train_job *j) {
     put(l, "--dp", "%d", j->mesh.dp);
     put(l, "--tp", "%d", j->mesh.tp);
     put(l, "--cp", "%d", j->c.cp > 1 ? j->c.cp : 1);
+    put(l, "--cp-comm", "%s", j->c.cp_comm == CL_CP_A2A ? "a2a" : "ring");
     put(l, "--pp", "%d", j->mesh.pp);
     c->bucket_bytes ? put(l, "--bucket-size", "%zu", c->bucket_bytes) : put(l, "--bucket-size", "%s", "default");
     put(l, "--schedule", "%s", cl_sched_kind_name((cl_sched_kind)c->schedule));
@@ -1068,7 +1071,7 @@ static const cli_section train_sections[] = {
     {"eval", "eval-every eval-batches sample-tokens prompt temperature top-k"},
     {"log", "log-file log-every plot tensorboard trace trace-steps"},
     {"checkpoint", "save save-every save-keep discard-newer-checkpoints resume save-format"},
-    {"parallel", "ranks auto threads comm dp cp context-parallel-size tp pp data-parallel-size tensor-model-parallel-size pipeline-model-parallel-size "
+    {"parallel", "ranks auto threads comm dp cp context-parallel-size cp-comm tp pp data-parallel-size tensor-model-parallel-size pipeline-model-parallel-size "
                  "sequence-parallel make-vocab-size-divisible-by zero zero3-prefetch check-replicas bucket-size comm-timeout "
                  "schedule virtual-stages pp-layout"},
     {"memory", "device-memory offload-optimizer offload-dir recompute dtype"},
@@ -1223,6 +1226,9 @@ static cl_status parse_layout(const cli_args *a, train_job *j) {
     const char *dt = c->params_only ? NULL : cli_get(a, "dtype"); /* convert's --dtype is its export's (parse_hf_format) */
     if (dt && strcmp(dt, "fp32") && strcmp(dt, "bf16")) return cl_error(CL_ERR_INVALID, "unknown --dtype '%s' (fp32 or bf16)", dt);
     c->dtype = dt && !strcmp(dt, "bf16") ? CL_BF16 : CL_F32;
+    const char *cc = cli_get(a, "cp-comm");
+    if (cc && strcmp(cc, "ring") && strcmp(cc, "a2a")) return cl_error(CL_ERR_INVALID, "unknown --cp-comm '%s' (ring or a2a)", cc);
+    c->cp_comm = cc && !strcmp(cc, "a2a") ? CL_CP_A2A : CL_CP_RING;
     if (cli_get(a, "recompute")) {
         cl_recompute rc;
         CL_TRY(cl_recompute_parse(cli_get(a, "recompute"), &rc));
@@ -1494,6 +1500,7 @@ static void resolve_values(const train_cli *tc, const train_job *j, resolved *r)
     rnum(r, a, "trace-steps", j->trace_steps);
     rput(r, a, "recompute", 0, recompute[c->recompute]);
     if (c->dtype == CL_BF16) rput(r, a, "dtype", 0, "bf16"); /* fp32 left out: the resolved settings of fp32 runs unchanged */
+    if (c->cp_comm == CL_CP_A2A) rput(r, a, "cp-comm", 0, "a2a"); /* ring left out, as fp32 */
     rput(r, a, "trace", 0, j->trace_path);
 }
 

@@ -11,6 +11,11 @@
 # - a checkpoint saved at cp 2 resumes at cp 1 and one saved at cp 1 resumes at
 #   cp 2, the resumed steps within 1e-6 of the uninterrupted run;
 # - under mpirun -np 2, cp 2 within 1e-6 of one device too;
+# - --cp-comm a2a (all-to-all to a split of the heads, DeepSpeed Ulysses): cp 2 and
+#   cp 4, cp 2 with tp 2, with pp 2, under full recompute, llama-tiny at cp 2, and
+#   under mpirun -np 2, within 1e-6 of one device; its first step's loss the same
+#   bits as one device's (each head's attention is the one-rank kernel's over the
+#   whole sequence); refused where cp does not divide the heads (valid sizes named);
 # - refusals before the run (exit 2, one line): a --seq-len that does not cut into
 #   2 cp equal chunks (the nearest valid values named), a family without
 #   sequences, --cp not dividing the ranks.
@@ -70,6 +75,22 @@ for lay in "lcp2 --cp 2" "lcp4 --cp 4" "lcp2tp2 --cp 2 --tp 2" "lcp2pp2 --cp 2 -
     echo "llama-tiny $*: $out"
     check '[ $_rc -eq 0 ]' "llama-tiny $*: not within 1e-6 of one device: $out"
 done
+# all-to-all: each head group's attention over the whole sequence
+for lay in "a2a2 --cp 2" "a2a4 --cp 4" "a2a2tp2 --cp 2 --tp 2" "a2a2pp2 --cp 2 --pp 2" "a2a2full --cp 2 --recompute full"; do
+    set -- $lay
+    n=$1; shift
+    run "$n" --cp-comm a2a "$@"
+    out=$(close "$tmp/$n.jsonl" "$tmp/one.jsonl" 1e-6 20); _rc=$?
+    echo "a2a $*: $out"
+    check '[ $_rc -eq 0 ]' "--cp-comm a2a $*: not within 1e-6 of one device: $out"
+done
+first() { grep -m1 '"loss"' "$1" | sed 's/.*"loss": \([^,]*\),.*/\1/'; }
+check '[ -n "$(first "$tmp/a2a2.jsonl")" ] && [ "$(first "$tmp/a2a2.jsonl")" = "$(first "$tmp/one.jsonl")" ]' \
+    "a2a cp 2's first loss $(first "$tmp/a2a2.jsonl") is not one device's $(first "$tmp/one.jsonl")"
+run la2a2 --model llama-tiny --cp 2 --cp-comm a2a
+out=$(close "$tmp/la2a2.jsonl" "$tmp/lone.jsonl" 1e-6 20); _rc=$?
+echo "llama-tiny a2a --cp 2: $out"
+check '[ $_rc -eq 0 ]' "llama-tiny --cp 2 --cp-comm a2a: not within 1e-6 of one device: $out"
 vl1=$(grep 'validation loss' "$tmp/one.out" | tail -1); vl2=$(grep 'validation loss' "$tmp/cp2.out" | tail -1)
 check '[ -n "$vl1" ] && [ "$vl1" = "$vl2" ]' "validation at cp 2 ($vl2) differs from one device ($vl1)"
 
@@ -98,6 +119,10 @@ refused "use --seq-len 24 or 30, or --cp 2 or 7" --cp 3 --seq-len 28
 "$CLEAVE" train --model mlp --cp 2 --steps 1 > "$tmp/ref.out" 2>&1
 _rc=$?; check '[ $_rc -eq 2 ] && grep -q "the mlp family has no sequence to split" "$tmp/ref.out"' "mlp --cp 2: $_rc $(head -2 "$tmp/ref.out")"
 refused "--cp 2 does not divide the world of 3 ranks" --cp 2 --ranks 3
+# llama-tiny at tp 2 holds 2 query heads and 1 key-value head a rank
+refused "the 2 query heads and 1 key-value heads of a tensor-parallel rank do not divide by 2: use --cp 1 or --cp-comm ring" \
+    --model llama-tiny --tp 2 --cp 2 --cp-comm a2a
+refused "unknown --cp-comm 'star' (ring or a2a)" --cp 2 --cp-comm star
 
 # ---- MPI: the ring's group as processes ------------------------------------
 mpi_or_skip cli_cp
@@ -106,4 +131,10 @@ _rc=$?; check '[ $_rc -eq 0 ]' "mpirun -np 2 --cp 2 failed ($_rc): $(tail -3 "$t
 out=$(close "$tmp/mpi.jsonl" "$tmp/one.jsonl" 1e-6 20); _rc=$?
 echo "mpi --cp 2: $out"
 check '[ $_rc -eq 0 ]' "mpi --cp 2: not within 1e-6 of one device: $out"
+timeout -k 5 180 mpirun --oversubscribe -np 2 "$CLEAVE" train --comm mpi "${common[@]}" --cp 2 --cp-comm a2a --log-file "$tmp/mpia.jsonl" \
+    > "$tmp/mpia.out" 2>&1
+_rc=$?; check '[ $_rc -eq 0 ]' "mpirun -np 2 --cp 2 --cp-comm a2a failed ($_rc): $(tail -3 "$tmp/mpia.out")"
+out=$(close "$tmp/mpia.jsonl" "$tmp/a2a2.jsonl" 0 20); _rc=$?
+echo "mpi --cp 2 --cp-comm a2a: $out"
+check '[ $_rc -eq 0 ]' "mpi --cp 2 --cp-comm a2a: not bit for bit the threads run: $out"
 finish cli_cp

@@ -107,6 +107,10 @@ point --cp 4 --seq-len 32 --micro-batch-size 1 --global-batch-size 2
 point --cp 2 --dp 2 --zero 3 --micro-batch-size 2 --global-batch-size 4
 point --cp 2 --pp 2 --schedule 1f1b --micro-batch-size 2 --global-batch-size 4
 point --model llama-tiny --cp 2 --tp 2 --recompute selective --micro-batch-size 2
+# --cp-comm a2a: the exchange's buffers, the gathered output and its gradient, the whole sequence's backward tiles
+point --cp 2 --cp-comm a2a --micro-batch-size 2
+point --cp 4 --cp-comm a2a --seq-len 32 --micro-batch-size 1 --global-batch-size 2
+point --model llama-tiny --cp 2 --cp-comm a2a --pp 2 --schedule 1f1b --micro-batch-size 2 --global-batch-size 4
 acts() { "$CLEAVE" memory --json "${G[@]}" "${D[@]}" --micro-batch-size 2 --seq-len 64 "$@" | head -1 | python3 -c 'import json,sys; print(json.loads(sys.stdin.readline())["predicted"]["activations"])'; }
 a1=$(acts); a2=$(acts --cp 2); a4=$(acts --cp 4)
 check '[ -n "$a1" ] && [ $((a2 * 2)) -eq "$a1" ] && [ $((a4 * 4)) -eq "$a1" ]' "activations per rank at T 64: cp 1 $a1, cp 2 $a2, cp 4 $a4 (want 1/cp)"

@@ -448,12 +448,20 @@ float *cl_model_workspace(const cl_model *m, int64_t floats);
  * its size and this rank's place in it must be the description's
  * (CL_ERR_INVALID otherwise). Without it a part of tp > 1 cannot run. */
 cl_status cl_model_set_tp(cl_model *m, cl_comm *tp);
+/* How the context group's attention exchanges (`--cp-comm`): CL_CP_RING
+ * passes keys and values around the ring (ring attention), CL_CP_A2A
+ * trades the sequence split for a head split with two all-to-alls
+ * (DeepSpeed Ulysses; the heads must divide by the group). */
+typedef enum { CL_CP_RING = 0, CL_CP_A2A = 1 } cl_cp_comm;
 /* Context parallelism: the ranks of comm share each sequence (the part is
  * described for its T / size tokens: chunks rank and 2 size - 1 - rank of
- * the 2 size chunks); attention gathers keys and values over it and the
+ * the 2 size chunks); attention runs across it as `how` says and the
  * positions follow the tokens' places in the whole sequence. Allocates the
- * gathered buffers (CL_MEM_WORKSPACE). A group of one: no-op. */
-cl_status cl_model_set_cp(cl_model *m, cl_comm *comm);
+ * exchange's buffers (CL_MEM_WORKSPACE; cl_cp_buffer_floats). A group of
+ * one: no-op. */
+cl_status cl_model_set_cp(cl_model *m, cl_comm *comm, cl_cp_comm how);
+/* Floats of those buffers for a part of B samples over a group of n. */
+int64_t cl_cp_buffer_floats(const cl_model_desc *d, int B, int n, cl_cp_comm how);
 /* Floats a split backward (zb-h1) keeps per micro-batch for unit u's weight
  * pass beyond its output gradient: the results of the input pass's
  * tensor-parallel collectives (0 at tp = 1). */

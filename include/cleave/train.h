@@ -149,8 +149,10 @@ typedef struct {
      * sequence (0 or 1: none; its size must be the group's). The sequence
      * is cut into 2 cp chunks, rank i holding chunks i and 2 cp - 1 - i;
      * the model is described for those T / cp tokens (cl_train_describe);
-     * attention passes keys and values over the group (src/nn/cp_attention.c). */
+     * attention passes keys and values over the group (src/nn/cp_attention.c),
+     * around the ring or by all-to-all as cp_comm (a cl_cp_comm) says. */
     int cp;
+    int cp_comm;
     int vocab_divisible_by;
     int check_replicas;
     /* ZeRO over the data-parallel group (model.h's cl_zero, a cl_zero_stage):

@@ -26,11 +26,29 @@
  * key and value gradients; after N steps every owner holds its own sums
  * and adds them into dqkv (dq is added locally as it goes).
  *
- * Invariants: the ring's buffers live on the part's device as workspace
- * (CL_MEM_WORKSPACE), 4 B Tl W floats plus NHl c, for the part's capacity
- * B (cl_rank_extra_bytes counts the same); every context rank runs the
- * same units on the same micro-batches, so the ring's messages (tag 0 rows,
- * 1 gradient sums, in order per pair) match up. */
+ * All-to-all (`--cp-comm a2a`, DeepSpeed Ulysses): the split of the
+ * sequence is traded for a split of the heads. One all-to-all sends rank g
+ * the columns of head group g (q's C/N, k's and v's K/N) of this rank's
+ * rows; rank g places the rows it receives at their tokens' places in the
+ * whole sequence and runs the one-rank blockwise kernel over all T tokens
+ * for its NH/N query and NKV/N key-value heads; a second all-to-all
+ * returns each rank its rows of every group's output. Each head's
+ * arithmetic is the one-rank kernel's over the whole sequence, so the
+ * attention's bits are those of cp = 1. The lse is kept in the gathered
+ * layout [B, NH/N, T] (as many floats as [B, NH, T/N]). The backward
+ * gathers qkv, the output and its gradient the same way, runs the one-rank
+ * backward and returns dqkv's columns to their rows' owners. N must divide
+ * the part's query and key-value heads (cl_train_describe refuses the
+ * rest); the data layout (chunks i and 2N-1-i) and positions are the
+ * ring's.
+ *
+ * Invariants: the buffers live on the part's device as workspace
+ * (CL_MEM_WORKSPACE), cl_cp_buffer_floats for the part's capacity B (the
+ * ring: 4 B Tl W floats plus NHl c; all-to-all: 4 B Tl W + 2 B Tl Cl plus
+ * the whole sequence's backward tiles; cl_rank_extra_bytes counts the
+ * same); every context rank runs the same units on the same
+ * micro-batches, so the messages (ring: tag 0 rows, 1 gradient sums, in
+ * order per pair; all-to-all: collectives in one order) match up. */
 #include "nn/cp.h"
 #include "nn/model_impl.h"
 
@@ -42,11 +60,26 @@
 struct cl_nn_cp {
     cl_comm *comm;
     int rank, size;
-    float *kv;   /* two [B, Tl, W] buffers of qkv rows: the ring's receive and the rows in use */
-    float *dkv;  /* two of their key and value gradients' running sums */
-    float *lse;  /* one chunk's lse: NHl x c */
+    cl_cp_comm how;
+    float *kv;   /* two [B, Tl, W] buffers: the ring's receive and the rows in use; a2a: the exchange's send and receive */
+    float *dkv;  /* two more: the ring's key and value gradients' running sums; a2a: gathered qkv and its gradient */
+    float *lse;  /* the ring: one chunk's lse, NHl x c; a2a: the gathered output and its gradient, 2 B Tl Cl, then the
+                  * whole sequence's backward tiles */
     int64_t n;   /* floats of one rank's [B, Tl, W] at capacity */
 };
+
+/* The all-to-all's extra floats (beside its 4 B Tl W): the gathered output and its gradient, the backward tiles. */
+static int64_t a2a_floats(const cl_model_desc *d, int B, int n) {
+    int NKVl = (int)(d->kv_channels_local / (d->channels_local / d->heads_local));
+    return 2 * (int64_t)B * d->T * d->channels_local +
+           cl_flash_scratch_floats(B, d->T * n, (int)(d->channels_local / n), NKVl / n);
+}
+
+int64_t cl_cp_buffer_floats(const cl_model_desc *d, int B, int n, cl_cp_comm how) {
+    if (n <= 1) return 0;
+    int64_t W = d->channels_local + 2 * d->kv_channels_local, four = 4 * (int64_t)B * d->T * W;
+    return four + (how == CL_CP_A2A ? a2a_floats(d, B, n) : (int64_t)d->heads_local * (d->T / 2));
+}
 
 /* Global chunk of local half h (0: rows [0, c), 1: rows [c, 2c)) of context rank r of n. */
 static int chunk_of(int r, int n, int h) { return h ? 2 * n - 1 - r : r; }
@@ -80,22 +113,28 @@ static cl_status cp_rope_tables(cl_model *m) {
     return s;
 }
 
-cl_status cl_model_set_cp(cl_model *m, cl_comm *comm) {
+cl_status cl_model_set_cp(cl_model *m, cl_comm *comm, cl_cp_comm how) {
     const cl_model_desc *d = m->desc;
     int n = cl_comm_size(comm);
     if (n <= 1) return CL_OK;
     if (d->T % 2) /* cl_train_describe refused the families without sequences and T not cut in 2 n chunks */
         return cl_error(CL_ERR_INVALID, "context parallelism over %d ranks needs an even local length (T = %d)", n, d->T);
+    int hs = (int)(d->channels_local / d->heads_local), NKVl = (int)(d->kv_channels_local / hs);
+    if (how == CL_CP_A2A && (d->heads_local % n || NKVl % n)) /* cl_train_describe refused it with the valid sizes */
+        return cl_error(CL_ERR_INVALID, "--cp-comm a2a over %d ranks needs heads (%d) and key-value heads (%d) that divide by it", n,
+                        d->heads_local, NKVl);
     struct cl_nn_cp *cp = calloc(1, sizeof *cp);
     if (!cp) return cl_error(CL_ERR_OOM, "cannot allocate the context-parallel state");
     cp->comm = comm;
     cp->rank = cl_comm_rank(comm);
     cp->size = n;
+    cp->how = how;
     int64_t W = d->channels_local + 2 * (int64_t)d->kv_channels_local;
     cp->n = (int64_t)m->B * d->T * W;
+    int64_t rest = cl_cp_buffer_floats(d, m->B, n, how) - 4 * cp->n;
     cl_status s = cl_device_alloc_f32(m->dev, CL_MEM_WORKSPACE, (size_t)(cp->n * 2), &cp->kv);
     if (!s) s = cl_device_alloc_f32(m->dev, CL_MEM_WORKSPACE, (size_t)(cp->n * 2), &cp->dkv);
-    if (!s) s = cl_device_alloc_f32(m->dev, CL_MEM_WORKSPACE, (size_t)d->heads_local * (d->T / 2), &cp->lse);
+    if (!s) s = cl_device_alloc_f32(m->dev, CL_MEM_WORKSPACE, (size_t)rest, &cp->lse);
     m->cp = cp;
     if (!s && m->rope) s = cp_rope_tables(m);
     if (s) cl_nn_cp_free(m);
@@ -156,11 +195,95 @@ static void lse_from_chunk(float *lse, const float *chunk, int b, int hq, int NH
         memcpy(lse + ((int64_t)b * NH + h) * T + (int64_t)hq * c, chunk + (int64_t)h * c, (size_t)c * sizeof(float));
 }
 
+/* ---- all-to-all (Ulysses) ------------------------------------------------ */
+
+/* Head group g's columns of a row [q (C) | k (K) | v (K)]: q's C/n from g C/n, k's and v's K/n (K = 0: a row of C). */
+static void group_cols(float *dst, const float *row, int g, int n, int C, int K) {
+    int cq = C / n, ck = K / n;
+    memcpy(dst, row + (int64_t)g * cq, (size_t)cq * sizeof(float));
+    if (!K) return;
+    memcpy(dst + cq, row + C + (int64_t)g * ck, (size_t)ck * sizeof(float));
+    memcpy(dst + cq + ck, row + C + K + (int64_t)g * ck, (size_t)ck * sizeof(float));
+}
+
+/* The inverse: src's columns into head group g's places of row, written or added. */
+static void group_cols_back(float *row, const float *src, int g, int n, int C, int K, int add) {
+    int cq = C / n, ck = K / n;
+    float *at[3] = {row + (int64_t)g * cq, row + C + (int64_t)g * ck, row + C + K + (int64_t)g * ck};
+    int len[3] = {cq, K ? ck : 0, K ? ck : 0};
+    for (int p = 0, o = 0; p < 3; o += len[p], p++)
+        for (int k = 0; k < len[p]; k++) at[p][k] = add ? at[p][k] + src[o + k] : src[o + k];
+}
+
+/* Row of the whole sequence of local row t (of Tl) of context rank r (of n). */
+static int64_t whole_row(int r, int n, int t, int Tl) {
+    int c = Tl / 2;
+    return (int64_t)chunk_of(r, n, t / c) * c + t % c;
+}
+
+/* This rank's rows [B, Tl, C + 2K] -> its head group's columns of every rank's rows at their places in the whole
+ * sequence, [B, n Tl, (C + 2K) / n], through send and recv (B Tl (C + 2K) floats each). */
+static cl_status to_heads(struct cl_nn_cp *cp, float *out, const float *in, int B, int Tl, int C, int K, float *send, float *recv) {
+    int n = cp->size, Wl = C + 2 * K, Wr = Wl / n, T = Tl * n;
+    int64_t piece = (int64_t)B * Tl * Wr;
+    for (int g = 0; g < n; g++)
+        for (int64_t r = 0; r < (int64_t)B * Tl; r++) group_cols(send + g * piece + r * Wr, in + r * Wl, g, n, C, K);
+    CL_TRY(cl_comm_alltoall(cp->comm, send, recv, (size_t)piece, CL_F32));
+    for (int src = 0; src < n; src++)
+        for (int b = 0; b < B; b++)
+            for (int t = 0; t < Tl; t++)
+                memcpy(out + ((int64_t)b * T + whole_row(src, n, t, Tl)) * Wr, recv + src * piece + ((int64_t)b * Tl + t) * Wr,
+                       (size_t)Wr * sizeof(float));
+    return CL_OK;
+}
+
+/* The inverse: this rank's head group's columns of the whole sequence back to each row's owner, written (add 0) or
+ * added (add 1) into its rows [B, Tl, C + 2K]. */
+static cl_status to_rows(struct cl_nn_cp *cp, float *out, const float *in, int B, int Tl, int C, int K, int add, float *send,
+                         float *recv) {
+    int n = cp->size, Wl = C + 2 * K, Wr = Wl / n, T = Tl * n;
+    int64_t piece = (int64_t)B * Tl * Wr;
+    for (int dst = 0; dst < n; dst++)
+        for (int b = 0; b < B; b++)
+            for (int t = 0; t < Tl; t++)
+                memcpy(send + dst * piece + ((int64_t)b * Tl + t) * Wr, in + ((int64_t)b * T + whole_row(dst, n, t, Tl)) * Wr,
+                       (size_t)Wr * sizeof(float));
+    CL_TRY(cl_comm_alltoall(cp->comm, send, recv, (size_t)piece, CL_F32));
+    for (int g = 0; g < n; g++)
+        for (int64_t r = 0; r < (int64_t)B * Tl; r++) group_cols_back(out + r * Wl, recv + g * piece + r * Wr, g, n, C, K, add);
+    return CL_OK;
+}
+
+static cl_status a2a_forward(const cl_model *m, float *out, float *lse, const float *qkv, int B, int T, int C, int NH, int NKV) {
+    struct cl_nn_cp *cp = m->cp;
+    int n = cp->size, K = NKV * (C / NH);
+    float *send = cp->kv, *recv = cp->kv + cp->n, *G = cp->dkv, *Og = cp->lse;
+    CL_TRY(to_heads(cp, G, qkv, B, T, C, K, send, recv));
+    cl_kern(m)->flash_forward(Og, lse, G, B, T * n, C / n, NH / n, NKV / n);
+    return to_rows(cp, out, Og, B, T, C, 0, 0, send, recv);
+}
+
+static cl_status a2a_backward(const cl_model *m, float *dqkv, const float *dout, const float *qkv, const float *out, const float *lse,
+                              int B, int T, int C, int NH, int NKV) {
+    struct cl_nn_cp *cp = m->cp;
+    int n = cp->size, K = NKV * (C / NH);
+    int64_t rows = (int64_t)B * T;
+    float *send = cp->kv, *recv = cp->kv + cp->n, *G = cp->dkv, *dG = cp->dkv + cp->n, *Og = cp->lse, *dOg = Og + rows * C,
+          *tiles = dOg + rows * C;
+    CL_TRY(to_heads(cp, G, qkv, B, T, C, K, send, recv));
+    CL_TRY(to_heads(cp, Og, out, B, T, C, 0, send, recv));
+    CL_TRY(to_heads(cp, dOg, dout, B, T, C, 0, send, recv));
+    memset(dG, 0, (size_t)(rows * (C + 2 * K)) * sizeof(float));
+    cl_kern(m)->flash_backward(dG, tiles, dOg, G, Og, lse, B, T * n, C / n, NH / n, NKV / n);
+    return to_rows(cp, dqkv, dG, B, T, C, K, 1, send, recv);
+}
+
 cl_status cl_nn_attention_forward(const cl_model *m, float *out, float *lse, const float *qkv, int B, int T, int C, int NH, int NKV) {
     if (!m->cp) {
         cl_kern(m)->flash_forward(out, lse, qkv, B, T, C, NH, NKV);
         return CL_OK;
     }
+    if (m->cp->how == CL_CP_A2A) return a2a_forward(m, out, lse, qkv, B, T, C, NH, NKV);
     struct cl_nn_cp *cp = m->cp;
     int n = cp->size, c = T / 2, hs = C / NH, W = C + 2 * NKV * hs;
     size_t local = (size_t)B * T * W;
@@ -200,6 +323,7 @@ cl_status cl_nn_attention_backward(const cl_model *m, float *dqkv, float *scratc
         cl_kern(m)->flash_backward(dqkv, scratch, dout, qkv, out, lse, B, T, C, NH, NKV);
         return CL_OK;
     }
+    if (m->cp->how == CL_CP_A2A) return a2a_backward(m, dqkv, dout, qkv, out, lse, B, T, C, NH, NKV);
     struct cl_nn_cp *cp = m->cp;
     int n = cp->size, c = T / 2, hs = C / NH, W = C + 2 * NKV * hs;
     size_t local = (size_t)B * T * W;

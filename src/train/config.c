@@ -13,6 +13,21 @@
 #include "cleave/train.h"
 
 
+/* --cp-comm a2a splits each tensor-parallel rank's heads over the context
+ * group: cp must divide its query heads and its key-value heads (one at tp
+ * past them). Refused naming the context sizes that would. */
+static cl_status check_a2a(const cl_train_config *cfg, int cp) {
+    int tp = cfg->tp > 1 ? cfg->tp : 1, nh = cfg->model.heads / tp, kv = cl_model_kv_heads(&cfg->model);
+    int nkv = kv >= tp ? kv / tp : 1;
+    if (nh % cp == 0 && nkv % cp == 0) return CL_OK;
+    char ok[96] = "";
+    for (int d = 2, at = 0; d <= nkv && at < (int)sizeof ok - 8; d++)
+        if (nh % d == 0 && nkv % d == 0) at += snprintf(ok + at, sizeof ok - (size_t)at, "%s%d", at ? ", " : "", d);
+    return cl_error(CL_ERR_INVALID,
+                    "--cp %d --cp-comm a2a: the %d query heads and %d key-value heads of a%s rank do not divide by %d: use --cp %s or "
+                    "--cp-comm ring", cp, nh, nkv, tp > 1 ? " tensor-parallel" : "", cp, ok[0] ? ok : "1");
+}
+
 /* The refusals of context parallelism (see above), before anything starts. */
 static cl_status check_cp(const cl_train_config *cfg, int T) {
     int cp = cfg->cp;
@@ -27,6 +42,8 @@ static cl_status check_cp(const cl_train_config *cfg, int T) {
         return cl_error(CL_ERR_UNSUPPORTED,
                         "--cp %d with --experts is not supported yet (the load-balancing loss's token fractions are not gathered over the "
                         "context group)", cp);
+    if (cfg->cp_comm != CL_CP_RING && cfg->cp_comm != CL_CP_A2A) return cl_error(CL_ERR_INVALID, "--cp-comm must be ring or a2a");
+    if (cfg->cp_comm == CL_CP_A2A) CL_TRY(check_a2a(cfg, cp));
     int q = 2 * cp;
     if (T % q) {
         int lo = T / q * q, hi = lo + q;

@@ -18,11 +18,8 @@ size_t cl_rank_extra_bytes(const cl_model_desc *d, const cl_train_config *cfg, c
     cl_pp_slot_bytes sb;
     cl_pp_slot_sizes(d, 0, d->nunits, cfg->micro_batch, 0, &sb);
     size_t n = 2 * sb.ids + sb.x; /* the trainer's micro-batch buffers */
-    if (cfg->cp > 1) { /* each chunk's context-parallel buffers (cl_model_set_cp): the ring's two of qkv rows, two of their
-                        * gradients' sums, one chunk's lse */
-        size_t W = (size_t)d->channels_local + 2 * (size_t)d->kv_channels_local;
-        n += (size_t)sh->v * sizeof(float) * (4 * (size_t)cfg->micro_batch * (size_t)d->T * W + (size_t)d->heads_local * (size_t)(d->T / 2));
-    }
+    if (cfg->cp > 1) /* each chunk's context-parallel buffers (cl_model_set_cp) */
+        n += (size_t)sh->v * sizeof(float) * (size_t)cl_cp_buffer_floats(d, cfg->micro_batch, cfg->cp, (cl_cp_comm)cfg->cp_comm);
     if (cl_pp_shape_has_tie_buf(d, sh, pp_rank)) n += (size_t)d->params[d->tied_wte].numel * sizeof(float);
     return n;
 }

@@ -143,7 +143,7 @@ cl_status cl_pp_create(cl_trainer *t) {
         CL_TRY(cl_model_set_recompute(ch->m, (cl_recompute)cfg->recompute));
         if (cfg->offload_optimizer == CL_OFFLOAD_DISK) CL_TRY(cl_optimizer_create_disk(&ch->opt, ch->m, t->host, cfg->offload_dir, &cfg->adamw));
         else CL_TRY(cl_optimizer_create_on(&ch->opt, ch->m, t->host ? t->host : t->dev, &cfg->adamw));
-        if (t->cp > 1) CL_TRY(cl_model_set_cp(ch->m, cfg->groups->cp));
+        if (t->cp > 1) CL_TRY(cl_model_set_cp(ch->m, cfg->groups->cp, (cl_cp_comm)cfg->cp_comm));
         CL_TRY(cl_dp_create(&ch->dp, t->gdp > 1 ? cfg->groups->dpcp : NULL, ch->m, cfg->bucket_bytes));
         ch->last_bwd = -1;
         for (int i = 0; i < pp->sched.len[pp->r]; i++) {
