@@ -89,6 +89,15 @@ int main(void) {
     CHECK(d0 && d0->units[1].act_floats == T * (4 * C + 4) + 12 * T * C + H * T &&
               d0->units[1].scratch_floats == T * 11 * C + tiles && d0->units[1].flops == 24.0 * T * C * C + 4.0 * T * T * C,
           "GPT-2's block sizes");
+    /* one of 4 context ranks: T / 4 tokens, each query row's attention over all T keys, so the ranks' FLOPs sum to one's */
+    cl_tp_layout one = {1, 0, 0, 1, CL_F32};
+    cl_model_desc *q = NULL;
+    CHECK(cl_model_describe_cp(&g0, (int)T / 4, &one, 4, &q) == CL_OK, "cp 4: %s", cl_last_error());
+    double fsum = 0, fq = 0;
+    for (int u = 0; d0 && q && u < d0->nunits; u++) fsum += d0->units[u].flops, fq += q->units[u].flops;
+    CHECK(q && q->cp == 4 && q->units[1].flops == 24.0 * (T / 4) * C * C + 4.0 * (T / 4) * T * C && 4 * fq == fsum,
+          "a context rank's FLOPs: a quarter of one device's (%g x 4 against %g)", fq, fsum);
+    cl_model_desc_free(q);
     cl_model_desc_free(d0);
     cl_model_desc_free(d1);
     /* tp 2: the grouped split, each element on one rank, local index and runs agreeing */

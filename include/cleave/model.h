@@ -244,6 +244,8 @@ typedef struct {
     int heads_local, channels_local; /* GPT: heads / tp and channels / tp */
     int kv_heads_local, kv_channels_local; /* GPT: key-value heads / tp, and their columns (x channels / heads) */
     int mlp_local;          /* GPT: the MLP's width / tp */
+    int cp;                 /* context ranks sharing each sequence (cl_model_describe_cp; 1: none): T is one rank's
+                             * T / cp tokens, its attention reads the keys of all of them (the FLOPs count those) */
 } cl_model_desc;
 
 /* T: tokens per sample for GPT (0 = the model's seq_len); ignored otherwise. */
@@ -254,6 +256,9 @@ cl_status cl_model_describe(const cl_model_config *cfg, int T, cl_model_desc **o
  * does not divide: heads, 4 x channels, an MLP's column-parallel width,
  * the sequence length with sp; a CNN cannot be split. */
 cl_status cl_model_describe_tp(const cl_model_config *cfg, int T, const cl_tp_layout *tl, cl_model_desc **out);
+/* The same for one of cp context ranks (cp 0 or 1: cl_model_describe_tp): T is the rank's T / cp tokens;
+ * only the units' FLOPs differ (each query row's attention over the whole sequence's keys). */
+cl_status cl_model_describe_cp(const cl_model_config *cfg, int T, const cl_tp_layout *tl, int cp, cl_model_desc **out);
 void cl_model_desc_free(cl_model_desc *d);
 /* Floats of one sample's input: an MLP's first width, a CNN's channels x
  * height x width (the images the trainer reads must have as many pixels);

@@ -95,6 +95,10 @@ static cl_status check_tp(const cl_family *f, const cl_model_config *c, int T, c
 }
 
 cl_status cl_model_describe_tp(const cl_model_config *cfg, int T, const cl_tp_layout *tl, cl_model_desc **out) {
+    return cl_model_describe_cp(cfg, T, tl, 1, out);
+}
+
+cl_status cl_model_describe_cp(const cl_model_config *cfg, int T, const cl_tp_layout *tl, int cp, cl_model_desc **out) {
     *out = NULL;
     CL_TRY(cl_model_config_check(cfg));
     const cl_family *f = cl_family_of(cfg->kind);
@@ -114,6 +118,7 @@ cl_status cl_model_describe_tp(const cl_model_config *cfg, int T, const cl_tp_la
     d->tied_wte = -1;
     d->tpl = *tl;
     if (d->tpl.vocab_div < 1) d->tpl.vocab_div = 1;
+    d->cp = cp > 1 ? cp : 1;
     cl_status s = f->setup ? f->setup(d) : CL_OK;
     if (s) {
         free(d);

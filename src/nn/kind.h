@@ -221,6 +221,9 @@ cl_status cl_nn_head_loss_backward(cl_model *m, const cl_microbatch *mb, const c
 /* ---- bf16 mixed precision (bf16.c; docs/ARCHITECTURE.md "bf16 mixed precision") ---- */
 
 /* The description is cut for --dtype bf16 (tpl.dtype). */
+/* Keys each query row of the description's attention may read: its T tokens, times the context ranks that share the
+ * sequence (d->cp: each rank's rows attend over the whole of it, the ring's chunks or the all-to-all's heads). */
+static inline double cl_nn_key_tokens(const cl_model_desc *d) { return (double)d->T * (d->cp > 1 ? d->cp : 1); }
 int cl_nn_bf16(const cl_model_desc *d);
 /* Floats that n BF16 values take in a float buffer: (n + 1)/2. */
 int64_t cl_nn_bf16_floats(int64_t n);

@@ -311,7 +311,7 @@ static void block_sizes(const cl_model_desc *d, cl_unit *un, cl_sizer *z) {
     }
     /* c_attn C (C + 2K), attn.c_proj C^2, the MLP's two 2 C F: 12 C^2 for GPT-2, written so its figure stays */
     double lin = (double)(2 * C + 2 * K + 2 * Fw) * (double)C;
-    un->flops = (2.0 * (double)T * lin + 4.0 * (double)T * (double)T * (double)C) / tp;
+    un->flops = (2.0 * (double)T * lin + 4.0 * (double)T * cl_nn_key_tokens(d) * (double)C) / tp;
 }
 
 static int64_t block_act_floats(const cl_model_desc *d, const cl_unit *un, int B, int recompute) {

@@ -233,7 +233,7 @@ static void llama_block_sizes(const cl_model_desc *d, cl_unit *un, cl_sizer *z) 
     int KVl = (int)(Kl / (C / d->cfg.heads));
     un->scratch_floats = cl_size_add(z, ws, cl_flash_scratch_floats(1, (int)T, (int)Cl, KVl));
     double lin = (double)(2 * C + 2 * K + 3 * Fw) * (double)C;
-    un->flops = (2.0 * (double)T * lin + 4.0 * (double)T * (double)T * (double)C) / tp;
+    un->flops = (2.0 * (double)T * lin + 4.0 * (double)T * cl_nn_key_tokens(d) * (double)C) / tp;
 }
 
 static int64_t llama_block_act_floats(const cl_model_desc *d, const cl_unit *un, int B, int recompute) {

@@ -309,7 +309,7 @@ static void moe_sizes(const cl_model_desc *d, cl_unit *un, cl_sizer *z) {
     un->act_floats = moe_floats(d, 1, z);
     un->scratch_floats = moe_scratch(d, un, 1);
     double lin = (double)(2 * C + 2 * Kv + d->cfg.experts) * (double)C + 3.0 * d->cfg.experts_per_token * (double)Fw * (double)C;
-    un->flops = 2.0 * (double)T * lin + 4.0 * (double)T * (double)T * (double)C;
+    un->flops = 2.0 * (double)T * lin + 4.0 * (double)T * cl_nn_key_tokens(d) * (double)C;
 }
 
 static int64_t moe_act_floats(const cl_model_desc *d, const cl_unit *un, int B, int recompute) {

@@ -87,5 +87,5 @@ cl_status cl_train_describe(const cl_train_config *cfg, int tp_rank, cl_model_de
     int T = cfg->seq_len ? cfg->seq_len : cfg->model.seq_len;
     CL_TRY(check_cp(cfg, T));
     cl_tp_layout tl = {tp, tp_rank, cfg->sequence_parallel, cfg->vocab_divisible_by, cfg->dtype};
-    return cl_model_describe_tp(&cfg->model, cfg->cp > 1 ? T / cfg->cp : cfg->seq_len, &tl, out);
+    return cl_model_describe_cp(&cfg->model, cfg->cp > 1 ? T / cfg->cp : cfg->seq_len, &tl, cfg->cp, out);
 }
