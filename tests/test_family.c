@@ -94,7 +94,7 @@ int main(void) {
     /* tp 2: the grouped split, each element on one rank, local index and runs agreeing */
     cl_model_desc *r[2] = {NULL, NULL};
     for (int k = 0; k < 2; k++) {
-        cl_tp_layout tl = {2, k, 0, 1, CL_F32};
+        cl_tp_layout tl = {2, k, 0, 1, CL_F32, 1};
         CHECK(cl_model_describe_tp(&c, 0, &tl, &r[k]) == CL_OK, "tp 2 rank %d: %s", k, cl_last_error());
     }
     for (int w = 0; r[0] && r[1] && w < 2; w++) {
