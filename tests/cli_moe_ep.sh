@@ -4,7 +4,7 @@
 #   the dp / ep ranks computing the same experts;
 # - ep 2 and ep 4 against ep 1 at the same dp (dp 2 ep 2, dp 4 ep 2, dp 4 ep 4; ZeRO 1 and 2; recompute full; a
 #   capacity factor): loss, grad norm and aux loss within 1e-6 relative at every step; the step log's
-#   moe_a2a_bytes present with ep, absent without;
+#   moe_a2a_bytes present with ep, absent without; --config's parallel.ep the flag's;
 # - the memory predictor equal to the measured bytes at ep 2 (dropless: the worst case, said so; with a capacity
 #   factor), the received rows counted (ep 2's activations above ep 1's);
 # - checkpoints: written at ep 2, resumed at ep 1 (single file and sharded), the resumed steps within 1e-6 of an
@@ -18,15 +18,7 @@ out=$("$CLEAVE" mesh --dp 4 --ep 2 2>&1)
 check 'grep -q "^expert-parallel groups:   \[0, 1\] \[2, 3\]$" <<<"$out" && grep -q "^expert-data groups:       \[0, 2\] \[1, 3\]$" <<<"$out"' \
     "cleave mesh --dp 4 --ep 2: $(excerpt 12 "$out")"
 
-head -c 300000 data/kjv.txt > "$tmp/text.txt"
-common=(--model mixtral-tiny --data "$tmp/text.txt" --seq-len 16 --micro-batch-size 2 --global-batch-size 8 --steps 20 --sample-tokens 0
-        --eval-batches 1 --threads 1 --comm-timeout 60)
-figures() { grep '"loss"' "$1" | sed 's/.*"loss": \([^,]*\),.*"grad_norm": \([^,]*\),.*"moe_aux": \([^,]*\),.*/\1 \2 \3/'; }
-run() { # name args...
-    local name=$1; shift
-    "$CLEAVE" train "${common[@]}" "$@" --log-file "$tmp/$name.jsonl" > "$tmp/$name.out" 2>&1
-    _rc=$?; check '[ $_rc -eq 0 ]' "$name failed: $(tail -3 "$tmp/$name.out")"
-}
+source "$(dirname "$0")/moe_lib.sh"
 # close A B [FROM]: every step's figures (from step FROM on) within 1e-6 relative; prints the steps and the largest
 close() {
     paste <(figures "$1" | tail -n +"${3:-1}") <(figures "$2" | tail -n +"${3:-1}") | awk '
@@ -60,6 +52,14 @@ compare cape2 cap 20
 check 'grep -q "\"moe_dropped\": [1-9]" "$tmp/cape2.jsonl"' "capacity 0.5 at ep 2: nothing dropped"
 check '[ "$(grep -c "\"moe_a2a_bytes\": \[[1-9][0-9]*, [1-9][0-9]*\]" "$tmp/d2e2.jsonl")" -eq 20 ] && ! grep -q moe_a2a_bytes "$tmp/d2.jsonl"' \
     "moe_a2a_bytes: $(grep -o '"moe_a2a_bytes[^]]*]' "$tmp/d2e2.jsonl" | head -2)"
+
+# --config: the parallel section's ep is the flag's
+printf '{"parallel": {"dp": 2, "ep": 2}}\n' > "$tmp/cfg.json"
+"$CLEAVE" train --config "$tmp/cfg.json" "${common[@]}" --steps 2 --log-file "$tmp/cfg.jsonl" > "$tmp/cfg.out" 2>&1
+_rc=$?
+run flags2 --dp 2 --ep 2 --steps 2
+check '[ $_rc -eq 0 ] && [ "$(grep -c moe_a2a_bytes "$tmp/cfg.jsonl")" -eq 2 ] && [ "$(figures "$tmp/cfg.jsonl")" = "$(figures "$tmp/flags2.jsonl")" ]' \
+    "--config with parallel.ep 2: status $_rc $(tail -2 "$tmp/cfg.out")"
 
 # memory: predicted == measured at ep 2, the worst case said; ep 2 keeps more rows than ep 1
 printf 'In the beginning God created the heaven and the earth.\n%.0s' $(seq 2000) > "$tmp/small.txt"
