@@ -411,7 +411,7 @@ typedef struct {
 
 static void put(flag_values *l, const char *name, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static void put(flag_values *l, const char *name, const char *fmt, ...) {
-    if (l->n == 64) return; /* not reached: agree_job puts 55 */
+    if (l->n == 64) return; /* not reached: agree_job puts 56 */
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(l->buf[l->n], sizeof l->buf[0], fmt, ap);
