@@ -111,6 +111,8 @@ static const cli_flag train_flags[] = {
     {"context-parallel-size", "", 1, "same as --cp"},
     {"cp-comm", "", 1, "how --cp's attention exchanges: ring (default; keys and values around the ring, overlapped) or a2a (all-to-all "
                        "to a split of the heads, DeepSpeed Ulysses; cp must divide the heads and key-value heads)"},
+    {"ep", "", 1, "expert-parallel ranks, drawn from the data-parallel ones: the MoE blocks' experts split over ep consecutive dp ranks, tokens sent to their experts by all-to-all (default 1)"},
+    {"expert-model-parallel-size", "", 1, "same as --ep"},
     {"sequence-parallel", "", 0, "with --tp: shard the token rows between the split layers too (layernorms, residuals, block inputs and outputs)"},
     {"make-vocab-size-divisible-by", "", 1, "pad the vocabulary to a multiple of this times --tp; padded rows are masked out (default 128)"},
     {"offload-optimizer", "", 1, "where the AdamW moments live: none (default, on the device), host (host memory, outside --device-memory's cap) or disk (a file in --offload-dir, streamed through tiles)"},
@@ -151,6 +153,9 @@ static int json_line(FILE *f, const cl_step_stats *st) {
         fprintf(f, ", \"moe_aux\": %.17g, \"moe_dropped\": %lld, \"expert_share\": [", st->moe_aux, (long long)st->moe_dropped);
         for (int e = 0; e < st->moe_experts; e++) fprintf(f, "%s%.6f", e ? ", " : "", n ? (double)st->moe_slots[e] / (double)n : 0.0);
         fprintf(f, "]");
+        if (st->comm_ep.calls[CL_COMM_KIND_ALLTOALL]) /* expert parallelism: this rank's all-to-all bytes (sent, received) */
+            fprintf(f, ", \"moe_a2a_bytes\": [%llu, %llu]", (unsigned long long)st->comm_ep.sent[CL_COMM_KIND_ALLTOALL],
+                    (unsigned long long)st->comm_ep.recvd[CL_COMM_KIND_ALLTOALL]);
     }
     if (st->bubble > 0 || st->bubble_sim > 0)
         fprintf(f, ", \"bubble\": %.6f, \"bubble_max\": %.6f, \"bubble_sim\": %.6f", st->bubble, st->bubble_max, st->bubble_sim);
@@ -408,7 +413,7 @@ typedef struct {
 
 static void put(flag_values *l, const char *name, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static void put(flag_values *l, const char *name, const char *fmt, ...) {
-    if (l->n == 64) return; /* not reached: agree_job puts 54 */
+    if (l->n == 64) return; /* not reached: agree_job puts 57 */
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(l->buf[l->n], sizeof l->buf[0], fmt, ap);
@@ -491,6 +496,7 @@ static cl_status agree_job(cl_comm *world, const train_job *j) {
     put(l, "--tp", "%d", j->mesh.tp);
     put(l, "--cp", "%d", j->c.cp > 1 ? j->c.cp : 1);
     put(l, "--cp-comm", "%s", j->c.cp_comm == CL_CP_A2A ? "a2a" : "ring");
+    put(l, "--ep", "%d", j->c.ep > 1 ? j->c.ep : 1);
     put(l, "--pp", "%d", j->mesh.pp);
     c->bucket_bytes ? put(l, "--bucket-size", "%zu", c->bucket_bytes) : put(l, "--bucket-size", "%s", "default");
     put(l, "--schedule", "%s", cl_sched_kind_name((cl_sched_kind)c->schedule));
@@ -522,7 +528,8 @@ static cl_status print_memory(FILE *f, const cl_train_config *c, const cl_mesh *
     if (!s && !json && c->model.experts && c->model.moe_capacity_factor > 0) /* the MoE blocks' expert rows, as assumed */
         fprintf(f, "MoE blocks: expert rows at capacity factor %g (exact)\n", c->model.moe_capacity_factor);
     else if (!s && !json && c->model.experts)
-        fprintf(f, "MoE blocks: dropless, expert rows sized for the worst case (every token-slot on one expert)\n");
+        fprintf(f, "MoE blocks: dropless, expert rows sized for the worst case (every token-slot%s on one expert%s)\n",
+                c->ep > 1 ? " of every expert-parallel rank" : "", c->ep > 1 ? " of this rank" : "");
     fflush(f);
     free(pred);
     return s;
@@ -575,6 +582,7 @@ static cl_status rank_build(rank_run *r, int *done) {
     if (r->world && !strcmp(j->comm_name, "threads")) CL_TRY(agree_job(r->world, j)); /* MPI: in train_rank_mpi */
     if (r->world) {
         CL_TRY(cl_groups_create(r->world, &j->mesh, &r->groups));
+        CL_TRY(cl_groups_add_ep(&r->groups, j->c.ep > 1 ? j->c.ep : 1));
         r->c.groups = &r->groups;
     }
     /* rank 0 tokenizes and caches the corpus first; the others then read the cache */
@@ -697,7 +705,7 @@ static cl_status rank_report(rank_run *r) {
         if (j->save) printf("checkpoint: %s\n", j->save);
     }
     if (!s && j->measure) s = gather_measured(r->world, t, j, &r->c);
-    /* a split model samples on all its ranks; otherwise rank 0 alone */
+    /* a split model samples on all its ranks (expert parallelism's too: every forward is the group's); otherwise rank 0 alone */
     if (!s && r->lead && j->sample_tokens > 0 && j->c.cp > 1)
         printf("sample: skipped (generation does not run under --cp yet)\n");
     else if (!s && (r->lead || r->split) && j->sample_tokens > 0 && cl_model_family_of(&r->c.model)->tokens) {
@@ -722,7 +730,7 @@ static cl_status train_rank(cl_comm *world, void *arg) {
     const train_job *j = arg;
     rank_run r = {.j = j, .world = world, .c = j->c, .discard = -1};
     r.lead = !world || cl_comm_rank(world) == 0;
-    r.split = j->mesh.pp > 1 || j->mesh.tp > 1 || (cl_zero_shards_params(j->c.zero) && j->mesh.dp * (j->c.cp > 1 ? j->c.cp : 1) > 1); /* ZeRO 3: parameters in shards */
+    r.split = j->mesh.pp > 1 || j->mesh.tp > 1 || j->c.ep > 1 || (cl_zero_shards_params(j->c.zero) && j->mesh.dp * (j->c.cp > 1 ? j->c.cp : 1) > 1); /* ZeRO 3: parameters in shards */
     cl_set_threads(j->threads);
     int done;
     cl_status s = rank_build(&r, &done);
@@ -754,6 +762,10 @@ static cl_status check_pipeline(train_job *j) {
     cl_model_desc *d;
     CL_TRY(cl_train_describe(c, 0, &d));
     cl_model_desc_free(d);
+    if (c->ep > 1) { /* the experts' model checked by cl_train_describe; the mesh's share here */
+        CL_TRY(cl_mesh_check_ep(&j->mesh, c->ep));
+        if (j->mesh.pp > 1) return cl_error(CL_ERR_UNSUPPORTED, "--ep %d with --pp %d is not supported yet", c->ep, j->mesh.pp);
+    }
     if (j->mesh.pp <= 1 && (c->pp_layout || c->virtual_stages || j->schedule_given || j->trace_path))
         return cl_error(CL_ERR_INVALID, "--schedule, --virtual-stages, --pp-layout and --trace need --pp > 1");
     if (c->virtual_stages > 1 && c->schedule != CL_SCHED_INTERLEAVED)
@@ -1071,7 +1083,8 @@ static const cli_section train_sections[] = {
     {"eval", "eval-every eval-batches sample-tokens prompt temperature top-k"},
     {"log", "log-file log-every plot tensorboard trace trace-steps"},
     {"checkpoint", "save save-every save-keep discard-newer-checkpoints resume save-format"},
-    {"parallel", "ranks auto threads comm dp cp context-parallel-size cp-comm tp pp data-parallel-size tensor-model-parallel-size pipeline-model-parallel-size "
+    {"parallel", "ranks auto threads comm dp cp context-parallel-size cp-comm ep expert-model-parallel-size tp pp data-parallel-size "
+                 "tensor-model-parallel-size pipeline-model-parallel-size "
                  "sequence-parallel make-vocab-size-divisible-by zero zero3-prefetch check-replicas bucket-size comm-timeout "
                  "schedule virtual-stages pp-layout"},
     {"memory", "device-memory offload-optimizer offload-dir recompute dtype"},
@@ -1192,7 +1205,8 @@ static cl_status parse_numbers(train_cli *tc, train_job *j) {
         (s = cli_int(a, "dp", &tc->dp, 1, 4096)) || (s = cli_int(a, "tp", &tc->tp, 1, 4096)) || (s = cli_int(a, "pp", &tc->pp, 1, 4096)) ||
         (s = cli_int(a, "data-parallel-size", &tc->dp, 1, 4096)) || (s = cli_int(a, "tensor-model-parallel-size", &tc->tp, 1, 4096)) ||
         (s = cli_int(a, "pipeline-model-parallel-size", &tc->pp, 1, 4096)) || (s = cli_int(a, "cp", &c->cp, 1, 4096)) ||
-        (s = cli_int(a, "context-parallel-size", &c->cp, 1, 4096)) ||
+        (s = cli_int(a, "context-parallel-size", &c->cp, 1, 4096)) || (s = cli_int(a, "ep", &c->ep, 1, 4096)) ||
+        (s = cli_int(a, "expert-model-parallel-size", &c->ep, 1, 4096)) ||
         (s = cli_bytes(a, "bucket-size", &c->bucket_bytes)) || (s = cli_float(a, "comm-timeout", &tc->timeout, 0.1, 1e7)) ||
         (s = cli_int(a, "threads", &j->threads, 1, 4096)))
         return s;

@@ -32,7 +32,7 @@ static cl_status make_setup(cl_dtype dt, setup *s) {
     memset(s, 0, sizeof *s);
     cl_model_config c;
     CL_TRY(cl_model_preset("gpt2-tiny", &c));
-    cl_tp_layout tl = {1, 0, 0, 1, dt};
+    cl_tp_layout tl = {1, 0, 0, 1, dt, 1};
     CL_TRY(cl_model_describe_tp(&c, T, &tl, &s->d));
     CL_TRY(cl_device_create_cpu(&s->dev, 0, 0));
     CL_TRY(cl_model_create(&s->m, s->d, s->dev, B));

@@ -29,15 +29,7 @@ else
     done
 fi
 
-head -c 300000 data/kjv.txt > "$tmp/text.txt"
-common=(--model mixtral-tiny --data "$tmp/text.txt" --seq-len 16 --micro-batch-size 2 --global-batch-size 8 --steps 20 --sample-tokens 0
-        --eval-batches 1 --threads 1 --comm-timeout 60)
-figures() { grep '"loss"' "$1" | sed 's/.*"loss": \([^,]*\),.*"grad_norm": \([^,]*\),.*"moe_aux": \([^,]*\),.*/\1 \2 \3/'; }
-run() { # name args...
-    local name=$1; shift
-    "$CLEAVE" train "${common[@]}" "$@" --log-file "$tmp/$name.jsonl" > "$tmp/$name.out" 2>&1
-    _rc=$?; check '[ $_rc -eq 0 ]' "$name failed: $(tail -3 "$tmp/$name.out")"
-}
+source "$(dirname "$0")/moe_lib.sh"
 run one
 check '[ "$(figures "$tmp/one.jsonl" | wc -l)" -eq 20 ] && grep -q "| aux [0-9.]* | dropped 0 | experts" "$tmp/one.out"' \
     "one rank: no aux loss in the log or the step line: $(tail -2 "$tmp/one.out")"

@@ -104,7 +104,7 @@ int main(void) {
     cl_model_desc_free(d);
 
     /* tp 2: q and gate by columns, k by its key-value heads' columns, o and down by rows, lm_head by vocabulary rows */
-    cl_tp_layout tl = {2, 1, 0, 1, CL_F32};
+    cl_tp_layout tl = {2, 1, 0, 1, CL_F32, 1};
     CHECK(cl_model_describe_tp(&c, 0, &tl, &d) == CL_OK, "tp 2: %s", cl_last_error());
     if (d) {
         q = find(d, "model.layers.0.self_attn.q_proj.weight"), k = find(d, "model.layers.0.self_attn.v_proj.weight");
@@ -118,7 +118,7 @@ int main(void) {
         cl_model_desc_free(d);
     }
     /* tp 4 past the 2 key-value heads: each replicated on 2 ranks (rank 3 holds head 1's columns, as rank 2) */
-    cl_tp_layout t4 = {4, 3, 0, 1, CL_F32};
+    cl_tp_layout t4 = {4, 3, 0, 1, CL_F32, 1};
     CHECK(cl_model_describe_tp(&c, 0, &t4, &d) == CL_OK, "tp 4: %s", cl_last_error());
     if (d) {
         k = find(d, "model.layers.0.self_attn.k_proj.weight"), q = find(d, "model.layers.0.self_attn.q_proj.weight");
@@ -133,7 +133,7 @@ int main(void) {
     /* tp 6: a multiple of 3 key-value heads (replicated twice) is described; of 4, refused naming both */
     cl_model_config six = c;
     six.heads = 12, six.kv_heads = 3, six.channels = 96, six.mlp_width = 192;
-    cl_tp_layout t6 = {6, 0, 0, 1, CL_F32};
+    cl_tp_layout t6 = {6, 0, 0, 1, CL_F32, 1};
     d = NULL;
     CHECK(cl_model_describe_tp(&six, 0, &t6, &d) == CL_OK, "tp 6 of 3 kv heads: %s", cl_last_error());
     cl_model_desc_free(d);

@@ -343,8 +343,42 @@ static void test_groups(void) {
     CHECK_OK(cl_launch_threads(4, groups_wrong_world, NULL, &o));
 }
 
+/* Expert parallelism's groups: for every mesh of up to 16 ranks and ep dividing dp, a rank's expert-parallel group
+ * is the ep members of its dp group with dp_i / ep equal (consecutive), its expert-data group the dp / ep with
+ * dp_i mod ep equal; the two meet in the rank alone; ep not dividing dp refused naming --ep. */
+static void test_ep(void) {
+    int mem[16], dpm[16];
+    for (int dp = 1; dp <= 8; dp++)
+        for (int tp = 1; tp <= 2; tp++)
+            for (int pp = 1; dp * tp * pp <= 16; pp++) {
+                cl_mesh m;
+                CHECK_OK(cl_mesh_init(&m, dp * tp * pp, dp, tp, pp));
+                for (int ep = 1; ep <= dp + 1; ep++) {
+                    if (dp % ep) {
+                        CHECK(cl_mesh_check_ep(&m, ep) == CL_ERR_INVALID && strstr(cl_last_error(), "--ep"), "dp %d ep %d not refused", dp, ep);
+                        continue;
+                    }
+                    CHECK_OK(cl_mesh_check_ep(&m, ep));
+                    for (int r = 0; r < m.world; r++) {
+                        int me = cl_mesh_coord(&m, r).dp, ndp = cl_mesh_group(&m, CL_AXIS_DP, r, dpm);
+                        int n = cl_mesh_ep_group(&m, ep, 0, r, mem), ok = n == ep, in = 0;
+                        for (int i = 0; i < n; i++) ok &= mem[i] == dpm[me / ep * ep + i], in |= mem[i] == r;
+                        CHECK(ok && in && ndp == dp, "dp %d tp %d pp %d ep %d: rank %d's expert-parallel group", dp, tp, pp, ep, r);
+                        int k = cl_mesh_ep_group(&m, ep, 1, r, mem), meet = 0;
+                        ok = k == dp / ep;
+                        for (int i = 0; i < k; i++) {
+                            ok &= mem[i] == dpm[me % ep + i * ep];
+                            for (int j = 0; j < ep; j++) meet += mem[i] == dpm[me / ep * ep + j];
+                        }
+                        CHECK(ok && meet == 1, "dp %d tp %d pp %d ep %d: rank %d's expert-data group", dp, tp, pp, ep, r);
+                    }
+                }
+            }
+}
+
 int main(void) {
     test_hand_written();
+    test_ep();
     test_properties();
     test_errors();
     test_groups();

@@ -31,7 +31,7 @@ static cl_model_desc *gpt(int L, int C, int H, int T, int V, int tp, int sp) {
     cl_model_config mc;
     cl_model_preset("gpt2-tiny", &mc);
     mc.layers = L, mc.channels = C, mc.heads = H, mc.seq_len = T, mc.vocab = V;
-    cl_tp_layout tl = {tp, 0, sp, 1, CL_F32};
+    cl_tp_layout tl = {tp, 0, sp, 1, CL_F32, 1};
     cl_model_desc *d = NULL;
     CHECK_OK(cl_model_describe_tp(&mc, T, &tl, &d));
     return d;

@@ -75,7 +75,7 @@ static void check_shards(const cl_model_desc *d, const cl_param_spec *p, int r, 
 static void check_model(const cl_model_config *cfg, int tp, int vocab_div, int n) {
     cl_model_desc *d[4] = {0};
     for (int r = 0; r < tp; r++) {
-        cl_tp_layout tl = {tp, r, 0, vocab_div, CL_F32};
+        cl_tp_layout tl = {tp, r, 0, vocab_div, CL_F32, 1};
         CHECK_OK(cl_model_describe_tp(cfg, 0, &tl, &d[r]));
         if (!d[r]) return;
     }

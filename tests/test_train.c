@@ -673,7 +673,7 @@ static void test_zero2_buckets(void) {
     odd_mlp(&mlp);
     CHECK_OK(cl_model_preset("gpt2-tiny", &gpt));
     cl_model_desc *dm = NULL, *dg = NULL;
-    cl_tp_layout tl = {2, 1, 1, 128, CL_F32};
+    cl_tp_layout tl = {2, 1, 1, 128, CL_F32, 1};
     CHECK_OK(cl_model_describe(&mlp, 0, &dm));
     CHECK_OK(cl_model_describe_tp(&gpt, 32, &tl, &dg));
     if (!dm || !dg) return;

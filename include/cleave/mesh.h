@@ -104,6 +104,16 @@ int cl_mesh_ngroups(const cl_mesh *m, cl_axis axis);
  * increasing order; returns the count. members has room for world ints. */
 int cl_mesh_group_members(const cl_mesh *m, cl_axis axis, int index, int *members);
 
+/* Expert parallelism (--ep N, drawn from the data-parallel ranks as Megatron-core draws its expert-model-parallel
+ * group): the expert-parallel group of a rank is N consecutive members of its data-parallel group (dp_i / N equal:
+ * for dp 4, ep 2 the dp group [a, b, c, d] gives [a, b] and [c, d]); its expert-data-parallel group the dp / N
+ * members that hold the same experts (dp_i mod N equal: [a, c] and [b, d]). A rank's place in its expert-parallel
+ * group is dp_i mod N. cl_mesh_check_ep: CL_ERR_INVALID unless N >= 1 divides dp (cp must be 1 with N > 1: the
+ * caller refuses --cp with experts). cl_mesh_ep_group: the members of rank's expert-parallel group (expert_dp 0)
+ * or expert-data-parallel group (expert_dp 1), increasing; returns the count. */
+cl_status cl_mesh_check_ep(const cl_mesh *m, int ep);
+int cl_mesh_ep_group(const cl_mesh *m, int ep, int expert_dp, int rank, int *members);
+
 #ifdef __cplusplus
 }
 #endif

@@ -182,6 +182,8 @@ typedef struct {
     cl_dtype dtype;         /* the compute format it is cut for: CL_F32 (0, the default), or CL_BF16: bf16 mixed
                              * precision (F32 master weights, a BF16 copy the passes read, BF16 GEMM inputs saved;
                              * docs/ARCHITECTURE.md "bf16 mixed precision") */
+    int ep;                 /* expert parallelism: the MoE blocks' experts computed over ep ranks (0 or 1: none);
+                             * their saved rows and workspace are sized for the tokens ep ranks send (kind_moe_block.c) */
 } cl_tp_layout;
 
 typedef enum {
@@ -467,6 +469,9 @@ typedef enum { CL_CP_RING = 0, CL_CP_A2A = 1 } cl_cp_comm;
 cl_status cl_model_set_cp(cl_model *m, cl_comm *comm, cl_cp_comm how);
 /* Floats of those buffers for a part of B samples over a group of n. */
 int64_t cl_cp_buffer_floats(const cl_model_desc *d, int B, int n, cl_cp_comm how);
+/* Expert parallelism: comm is the expert-parallel group (its size the description's tpl.ep), over which the MoE
+ * blocks send each token-slot's row to the rank computing its expert and the results back (src/nn/moe_dispatch.c). */
+cl_status cl_model_set_ep(cl_model *m, cl_comm *comm);
 /* Floats a split backward (zb-h1) keeps per micro-batch for unit u's weight
  * pass beyond its output gradient: the results of the input pass's
  * tensor-parallel collectives (0 at tp = 1). */

@@ -153,6 +153,9 @@ typedef struct {
      * around the ring or by all-to-all as cp_comm (a cl_cp_comm) says. */
     int cp;
     int cp_comm;
+    /* Expert parallelism (--ep): groups->ep, ep consecutive data-parallel ranks that compute the MoE blocks'
+     * experts between them, E / ep each, the tokens sent to them and back by all-to-all (0 or 1: none). */
+    int ep;
     int vocab_divisible_by;
     int check_replicas;
     /* ZeRO over the data-parallel group (model.h's cl_zero, a cl_zero_stage):
@@ -208,6 +211,7 @@ typedef struct {
     double bubble_rank;     /* measured, this pipeline rank's own */
     /* this rank's traffic in the step, by group (comm.h's counts; zero without groups) */
     cl_comm_counts comm_tp, comm_dp, comm_pp;
+    cl_comm_counts comm_ep; /* expert parallelism: the MoE blocks' all-to-alls (tokens out, results back) */
     double z3_wait;         /* ZeRO 3: seconds this rank waited for parameter gathers (not hidden by prefetch) */
     /* a model with MoE blocks (moe_experts > 0; cl_model_moe_take), over the whole step, every rank the same: */
     int moe_experts;

@@ -52,8 +52,18 @@ cl_status cl_groups_create(cl_comm *world, const cl_mesh *mesh, cl_groups *out) 
     return CL_OK;
 }
 
+cl_status cl_groups_add_ep(cl_groups *g, int ep) {
+    CL_ASSERT(g != NULL && g->dp != NULL && g->ep == NULL);
+    CL_TRY(cl_mesh_check_ep(&g->mesh, ep));
+    if (ep <= 1) return CL_OK;
+    int me = cl_comm_rank(g->dp);
+    return cl_comm_split(g->dp, me / ep, me, &g->ep); /* dp_i / ep: cl_mesh_ep_group's rule */
+}
+
 void cl_groups_free(cl_groups *g) {
     if (!g) return;
+    cl_comm_free(g->ep);
+    g->ep = NULL;
     for (int a = 0; a < CL_AXIS_COUNT; a++) {
         cl_comm **c = slot(g, (cl_axis)a);
         cl_comm_free(*c);

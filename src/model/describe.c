@@ -77,7 +77,7 @@ int64_t cl_model_input_floats(const cl_model_config *cfg) {
 }
 
 cl_status cl_model_describe(const cl_model_config *cfg, int T, cl_model_desc **out) {
-    cl_tp_layout whole = {1, 0, 0, 1, CL_F32};
+    cl_tp_layout whole = {1, 0, 0, 1, CL_F32, 1};
     return cl_model_describe_tp(cfg, T, &whole, out);
 }
 

@@ -23,8 +23,12 @@
  * The saved activations are sized for the worst case, R = N K expert rows
  * (every slot on one expert) when dropless, or min(N K, E cap) with a
  * capacity: the memory predictor then holds whatever the routing does.
- * Tensor and expert parallelism are not built (the family refuses tp > 1
- * for MoE blocks); pp and dp need nothing of the kind.
+ * Tensor parallelism is not built (the family refuses tp > 1 for MoE
+ * blocks); pp and dp need nothing of the kind. Expert parallelism (--ep,
+ * moe_dispatch.c): the routed rows go by all-to-all to the ranks computing
+ * their experts (E / ep each) and the results come back; the expert GEMMs
+ * run per block of received rows (source rank, then expert), and the saved
+ * rows and workspace hold the worst case of what ep ranks can send.
  *
  * Invariants: parameters in checkpoint order (the attention half's six, the
  * router, then experts 0..E-1 each w1, w2, w3) under HF Mixtral's names;
@@ -34,6 +38,7 @@
 #include "nn/kind.h"
 #include "nn/llama_attn.h"
 #include "nn/model_impl.h"
+#include "nn/moe_dispatch.h"
 
 #include "cleave/kernels.h"
 #include "cleave/prof.h"
@@ -94,29 +99,36 @@ static void moe_param(const cl_model_desc *d, const cl_unit *un, int i, cl_param
     }
 }
 
-/* Expert rows a micro-batch of N tokens can occupy: N K dropless (the worst case), else min(N K, E cap). */
 static int64_t moe_capacity(const cl_model_desc *d, int64_t N) {
     int64_t E = d->cfg.experts, K = d->cfg.experts_per_token;
     double cf = d->cfg.moe_capacity_factor;
     if (!(cf > 0)) return 0;
     return (int64_t)ceil(cf * (double)(N * K) / (double)E);
 }
-static int64_t moe_rows(const cl_model_desc *d, int64_t N) {
-    int64_t NK = N * d->cfg.experts_per_token, cap = moe_capacity(d, N), ecap = cap * d->cfg.experts;
+/* Expert rows from `senders` ranks' micro-batches of N tokens: senders N K dropless (the worst case: every slot on
+ * one expert), else min(senders N K, E cap) (a sender keeps cap slots of each expert: senders x E/ep experts x cap).
+ * moe_rows: a rank's own slots; moe_rows_in: the rows its experts can receive under expert parallelism (ep 1: the
+ * same). */
+static int moe_ep(const cl_model_desc *d) { return d->tpl.ep > 1 ? d->tpl.ep : 1; }
+static int64_t moe_rows_from(const cl_model_desc *d, int64_t N, int64_t senders) {
+    int64_t NK = senders * N * d->cfg.experts_per_token, cap = moe_capacity(d, N), ecap = cap * d->cfg.experts;
     return cap > 0 && ecap < NK ? ecap : NK;
 }
+static int64_t moe_rows(const cl_model_desc *d, int64_t N) { return moe_rows_from(d, N, 1); }
+static int64_t moe_rows_in(const cl_model_desc *d, int64_t N) { return moe_rows_from(d, N, moe_ep(d)); }
 
 typedef struct {
     cl_llama_attn_acts at;
-    float *probs, *wts, *frac, *xe, *gate, *up, *h, *ye, *out;
-    int32_t *idx, *row, *perm, *counts;
+    float *probs, *wts, *frac, *xe, *gate, *up, *h, *ye, *xr, *yr, *out;
+    int32_t *idx, *row, *perm, *counts, *rcounts;
 } moe_acts;
 
 /* From base, after the attention half: probs N E, wts, idx, row N K each, perm R, counts E, frac E, xe R C,
- * gate, up, h R F each, ye R C, out N C. */
+ * gate, up, h Rr F each, ye R C, with expert parallelism rcounts E and the received rows xr, their results yr
+ * (Rr C each; ep 1: rcounts, xr and yr are counts, xe and ye), out N C. R: moe_rows, Rr: moe_rows_in. */
 static moe_acts moe_layout_at(const cl_model_desc *d, float *base, int64_t B, int64_t T, float *lse_apart) {
     int64_t N = B * T, E = d->cfg.experts, K = d->cfg.experts_per_token, C = d->cfg.channels, Fw = cl_model_mlp_width(&d->cfg);
-    int64_t R = moe_rows(d, N);
+    int64_t R = moe_rows(d, N), Rr = moe_rows_in(d, N);
     moe_acts a;
     float *p = cl_llama_attn_layout(d, base, B, T, lse_apart, &a.at);
     a.probs = p; p += N * E;
@@ -127,10 +139,16 @@ static moe_acts moe_layout_at(const cl_model_desc *d, float *base, int64_t B, in
     a.counts = (int32_t *)p; p += E;
     a.frac = p; p += E;
     a.xe = p; p += R * C;
-    a.gate = p; p += R * Fw;
-    a.up = p; p += R * Fw;
-    a.h = p; p += R * Fw;
+    a.gate = p; p += Rr * Fw;
+    a.up = p; p += Rr * Fw;
+    a.h = p; p += Rr * Fw;
     a.ye = p; p += R * C;
+    a.rcounts = a.counts, a.xr = a.xe, a.yr = a.ye;
+    if (moe_ep(d) > 1) {
+        a.rcounts = (int32_t *)p; p += E;
+        a.xr = p; p += Rr * C;
+        a.yr = p; p += Rr * C;
+    }
     a.out = p;
     return a;
 }
@@ -138,9 +156,10 @@ static moe_acts moe_layout_at(const cl_model_desc *d, float *base, int64_t B, in
 /* the floats moe_layout_at lays out for B x T, the attention's lse included, out included */
 static int64_t moe_floats(const cl_model_desc *d, int64_t B, cl_sizer *z) {
     int64_t N = B * d->T, E = d->cfg.experts, K = d->cfg.experts_per_token, C = d->cfg.channels, Fw = cl_model_mlp_width(&d->cfg);
-    int64_t R = moe_rows(d, N);
+    int64_t R = moe_rows(d, N), Rr = moe_rows_in(d, N);
     int64_t att = cl_size_mul(z, B, cl_llama_attn_act_floats(d, z));
-    int64_t tok = cl_size_mul(z, N, E + 3 * K + C), rows = cl_size_mul(z, R, 2 * C + 3 * Fw + 1);
+    int64_t tok = cl_size_mul(z, N, E + 3 * K + C), rows = cl_size_add(z, cl_size_mul(z, R, 2 * C + 1), cl_size_mul(z, Rr, 3 * Fw));
+    if (moe_ep(d) > 1) rows = cl_size_add(z, rows, cl_size_add(z, cl_size_mul(z, Rr, 2 * C), E)); /* rcounts, xr, yr */
     return cl_size_add(z, cl_size_add(z, att, tok), cl_size_add(z, rows, 2 * E));
 }
 
@@ -178,6 +197,8 @@ static cl_status moe_pass(const cl_model *m, const moe_acts *s, const float *in,
     const cl_kernels *Kn = cl_kern(m);
     int64_t N = (int64_t)B * T, C = d->cfg.channels, Fw = cl_model_mlp_width(&d->cfg);
     int E = d->cfg.experts, K = d->cfg.experts_per_token, iN = (int)N, iC = (int)C, iF = (int)Fw;
+    if (cl_moe_ep_size(m) != moe_ep(d))
+        return cl_error(CL_ERR_INVALID, "an MoE block described for --ep %d runs without its expert-parallel group (cl_model_set_ep)", moe_ep(d));
     CL_TRY(cl_llama_attn_forward(m, &s->at, in, &w->at, B, T));
     float *logits = m->scratch, *pmean = m->scratch + N * E;
     CL_PROF("fwd router", 2.0 * (double)N * C * E, cl_sgemm(Kn, 0, 0, iN, E, iC, 1.0f, s->at.ln2, iC, w->gate, E, 0.0f, logits, E));
@@ -186,23 +207,28 @@ static cl_status moe_pass(const cl_model *m, const moe_acts *s, const float *in,
     *dropped = Kn->moe_dispatch(s->perm, s->row, s->counts, s->idx, iN, E, K, (int)moe_capacity(d, N));
     int64_t rows = N * K - *dropped;
     CL_PROF("fwd dispatch", 0, Kn->moe_gather(s->xe, s->at.ln2, s->perm, rows, iC, K));
+    /* expert parallelism: the rows to their experts' ranks (ep 1: the blocks are this rank's E experts, no copy) */
+    cl_moe_blocks bl;
+    CL_TRY(cl_moe_ep_counts(m, s->counts, s->rcounts, E, &bl));
+    CL_TRY(cl_moe_ep_rows(m, s->xe, s->xr, s->counts, s->rcounts, E, C, 0));
     int64_t o = 0;
-    for (int e = 0; e < E; e++) {
-        int n = s->counts[e];
-        float *const *x = w->ex + 3 * e;
+    for (int b = 0; b < bl.n; b++) {
+        int n = bl.rows[b];
+        float *const *x = w->ex + 3 * bl.e[b];
         double fl = 2.0 * n * (double)C * Fw;
-        CL_PROF("fwd experts w1 w3", 2 * fl, (cl_sgemm(Kn, 0, 0, n, iF, iC, 1.0f, s->xe + o * C, iC, x[0], iF, 0.0f, s->gate + o * Fw, iF),
-                                              cl_sgemm(Kn, 0, 0, n, iF, iC, 1.0f, s->xe + o * C, iC, x[2], iF, 0.0f, s->up + o * Fw, iF)));
+        CL_PROF("fwd experts w1 w3", 2 * fl, (cl_sgemm(Kn, 0, 0, n, iF, iC, 1.0f, s->xr + o * C, iC, x[0], iF, 0.0f, s->gate + o * Fw, iF),
+                                              cl_sgemm(Kn, 0, 0, n, iF, iC, 1.0f, s->xr + o * C, iC, x[2], iF, 0.0f, s->up + o * Fw, iF)));
         o += n;
     }
-    CL_PROF("fwd swiglu", 0, Kn->swiglu_forward(s->h, s->gate, s->up, rows * Fw));
+    CL_PROF("fwd swiglu", 0, Kn->swiglu_forward(s->h, s->gate, s->up, bl.total * Fw));
     o = 0;
-    for (int e = 0; e < E; e++) {
-        int n = s->counts[e];
+    for (int b = 0; b < bl.n; b++) {
+        int n = bl.rows[b];
         CL_PROF("fwd experts w2", 2.0 * n * (double)C * Fw,
-                cl_sgemm(Kn, 0, 0, n, iC, iF, 1.0f, s->h + o * Fw, iF, w->ex[3 * e + 1], iC, 0.0f, s->ye + o * C, iC));
+                cl_sgemm(Kn, 0, 0, n, iC, iF, 1.0f, s->h + o * Fw, iF, w->ex[3 * bl.e[b] + 1], iC, 0.0f, s->yr + o * C, iC));
         o += n;
     }
+    CL_TRY(cl_moe_ep_rows(m, s->yr, s->ye, s->counts, s->rcounts, E, C, 1)); /* the results back, in this rank's order */
     CL_PROF("fwd combine", 0, Kn->moe_combine_forward(s->out, s->ye, s->wts, s->row, iN, iC, K));
     CL_PROF("fwd residual", 0, Kn->add_inplace(s->out, s->at.res2, N * C));
     return CL_OK;
@@ -223,14 +249,15 @@ static cl_status moe_forward(cl_model *m, const cl_unit *un, const cl_microbatch
 }
 
 /* The backward workspace from m->scratch at B: dres2, dln2 (N C each), dlogits (N E), dwts (N K), dye, dxe
- * (R C each), dgate, dup, dh (R F each), then the attention half's (cl_llama_attn_scratch_floats) and the
- * blockwise attention's tiles. */
+ * (R C each), dgate, dup, dh (Rr F each), with expert parallelism dyr, dxr (Rr C each: the received rows'),
+ * then the attention half's (cl_llama_attn_scratch_floats) and the blockwise attention's tiles. */
 static int64_t moe_scratch(const cl_model_desc *d, const cl_unit *un, int B) {
     (void)un;
     cl_sizer z = {0};
-    int64_t N = (int64_t)B * d->T, C = d->cfg.channels, R = moe_rows(d, N), Fw = cl_model_mlp_width(&d->cfg);
+    int64_t N = (int64_t)B * d->T, C = d->cfg.channels, R = moe_rows(d, N), Rr = moe_rows_in(d, N), Fw = cl_model_mlp_width(&d->cfg);
     int hd = d->cfg.channels / d->cfg.heads, KVl = (int)(d->kv_channels_local / hd);
-    int64_t n = N * (2 * C + d->cfg.experts + d->cfg.experts_per_token) + R * (2 * C + 3 * Fw);
+    int64_t n = N * (2 * C + d->cfg.experts + d->cfg.experts_per_token) + R * 2 * C + Rr * 3 * Fw;
+    if (moe_ep(d) > 1) n += Rr * 2 * C;
     n += (int64_t)B * cl_llama_attn_scratch_floats(d, &z);
     return n + cl_flash_scratch_floats(B, (int)d->T, (int)d->channels_local, KVl);
 }
@@ -242,7 +269,7 @@ static cl_status moe_backward(cl_model *m, const cl_unit *un, const cl_microbatc
     const cl_kernels *Kn = cl_kern(m);
     moe_weights w = moe_bind(p), gw = moe_bind(g);
     int B = mb->B, T = mb->T, ww = (what & CL_BWD_WEIGHT) != 0;
-    int64_t N = (int64_t)B * T, C = d->cfg.channels, Fw = cl_model_mlp_width(&d->cfg), R = moe_rows(d, N);
+    int64_t N = (int64_t)B * T, C = d->cfg.channels, Fw = cl_model_mlp_width(&d->cfg), R = moe_rows(d, N), Rr = moe_rows_in(d, N);
     int E = d->cfg.experts, K = d->cfg.experts_per_token, iN = (int)N, iC = (int)C, iF = (int)Fw;
     moe_acts s = moe_acts_of(m, base, B, T);
     if (m->recompute == CL_RECOMPUTE_FULL) { /* everything again, the same bits */
@@ -259,36 +286,43 @@ static cl_status moe_backward(cl_model *m, const cl_unit *un, const cl_microbatc
     float *dwts = ws; ws += N * K;
     float *dye = ws; ws += R * C;
     float *dxe = ws; ws += R * C;
-    float *dgate = ws; ws += R * Fw;
-    float *dup = ws; ws += R * Fw;
-    float *dh = ws; ws += R * Fw;
-    int64_t rows = 0;
-    for (int e = 0; e < E; e++) rows += s.counts[e];
+    float *dgate = ws; ws += Rr * Fw;
+    float *dup = ws; ws += Rr * Fw;
+    float *dh = ws; ws += Rr * Fw;
+    float *dyr = dye, *dxr = dxe; /* the received rows' (expert parallelism), else this rank's own */
+    if (moe_ep(d) > 1) {
+        dyr = ws; ws += Rr * C;
+        dxr = ws; ws += Rr * C;
+    }
+    cl_moe_blocks bl;
+    cl_moe_ep_blocks(m, s.rcounts, E, &bl);
     CL_PROF("bwd zero", 0, (cl_device_fill(m->dev, dln2, 0, (size_t)(N * (C + E + K) + R * C) * sizeof(float)),
-                            cl_device_fill(m->dev, dgate, 0, (size_t)(2 * R * Fw) * sizeof(float))));
+                            cl_device_fill(m->dev, dgate, 0, (size_t)(2 * Rr * Fw) * sizeof(float))));
     CL_PROF("bwd residual", 0, cl_device_copy(m->dev, dres2, dout, (size_t)(N * C) * sizeof(float)));
     CL_PROF("bwd combine", 0, Kn->moe_combine_backward(dye, dwts, dout, s.ye, s.wts, s.row, iN, iC, K));
+    CL_TRY(cl_moe_ep_rows(m, dye, dyr, s.counts, s.rcounts, E, C, 0)); /* the outputs' gradients to the experts' ranks */
     int64_t o = 0;
-    for (int e = 0; e < E; e++) {
-        int n = s.counts[e];
+    for (int b = 0; b < bl.n; b++) {
+        int n = bl.rows[b], e = bl.e[b];
         double fl = 2.0 * n * (double)C * Fw;
-        CL_PROF("bwd experts w2", fl, cl_sgemm(Kn, 0, 1, n, iF, iC, 1.0f, dye + o * C, iC, w.ex[3 * e + 1], iC, 0.0f, dh + o * Fw, iF));
-        if (ww) CL_PROF("bwd experts w2 w", fl, cl_sgemm(Kn, 1, 0, iF, iC, n, 1.0f, s.h + o * Fw, iF, dye + o * C, iC, 1.0f, gw.ex[3 * e + 1], iC));
+        CL_PROF("bwd experts w2", fl, cl_sgemm(Kn, 0, 1, n, iF, iC, 1.0f, dyr + o * C, iC, w.ex[3 * e + 1], iC, 0.0f, dh + o * Fw, iF));
+        if (ww) CL_PROF("bwd experts w2 w", fl, cl_sgemm(Kn, 1, 0, iF, iC, n, 1.0f, s.h + o * Fw, iF, dyr + o * C, iC, 1.0f, gw.ex[3 * e + 1], iC));
         o += n;
     }
-    CL_PROF("bwd swiglu", 0, Kn->swiglu_backward(dgate, dup, dh, s.gate, s.up, rows * Fw));
+    CL_PROF("bwd swiglu", 0, Kn->swiglu_backward(dgate, dup, dh, s.gate, s.up, bl.total * Fw));
     o = 0;
-    for (int e = 0; e < E; e++) {
-        int n = s.counts[e];
+    for (int b = 0; b < bl.n; b++) {
+        int n = bl.rows[b], e = bl.e[b];
         double fl = 2.0 * n * (double)C * Fw;
-        const float *xe = s.xe + o * C, *dg = dgate + o * Fw, *du = dup + o * Fw;
-        CL_PROF("bwd experts w1 w3", 2 * fl, (cl_sgemm(Kn, 0, 1, n, iC, iF, 1.0f, dg, iF, w.ex[3 * e], iF, 0.0f, dxe + o * C, iC),
-                                              cl_sgemm(Kn, 0, 1, n, iC, iF, 1.0f, du, iF, w.ex[3 * e + 2], iF, 1.0f, dxe + o * C, iC)));
+        const float *xe = s.xr + o * C, *dg = dgate + o * Fw, *du = dup + o * Fw;
+        CL_PROF("bwd experts w1 w3", 2 * fl, (cl_sgemm(Kn, 0, 1, n, iC, iF, 1.0f, dg, iF, w.ex[3 * e], iF, 0.0f, dxr + o * C, iC),
+                                              cl_sgemm(Kn, 0, 1, n, iC, iF, 1.0f, du, iF, w.ex[3 * e + 2], iF, 1.0f, dxr + o * C, iC)));
         if (ww)
             CL_PROF("bwd experts w1 w3 w", 2 * fl, (cl_sgemm(Kn, 1, 0, iC, iF, n, 1.0f, xe, iC, dg, iF, 1.0f, gw.ex[3 * e], iF),
                                                     cl_sgemm(Kn, 1, 0, iC, iF, n, 1.0f, xe, iC, du, iF, 1.0f, gw.ex[3 * e + 2], iF)));
         o += n;
     }
+    CL_TRY(cl_moe_ep_rows(m, dxr, dxe, s.counts, s.rcounts, E, C, 1)); /* the inputs' gradients back */
     CL_PROF("bwd dispatch", 0, Kn->moe_gather_backward(dln2, dxe, s.row, iN, iC, K));
     /* the router: the weights' gradient, and the aux loss's at its weight in the step */
     float daux = (float)(d->cfg.moe_aux_coeff * mb->dloss * B * T);

@@ -37,6 +37,7 @@ struct cl_model {
     int64_t max_io_floats;  /* per micro-batch, max over units of in/out */
     cl_part_sizes sizes;    /* what it holds (cl_model_part_sizes, recompute as set) */
     cl_tp tp;               /* the tensor-parallel group its slice belongs to (cl_model_set_tp; size 1: none) */
+    cl_comm *ep;            /* the expert-parallel group (cl_model_set_ep; NULL: none), nn/moe_dispatch.c */
     struct cl_nn_cp *cp;    /* the context-parallel group and its buffers (cl_model_set_cp; NULL: none), nn/cp_attention.c */
     cl_zero zero;           /* how its buffers are sharded over the data-parallel ranks (cl_model_create_zero) */
     float *tp_keep;         /* set by cl_model_stage_backward(_weight) around a unit's split backward: where

@@ -197,3 +197,19 @@ int cl_mesh_group(const cl_mesh *m, cl_axis axis, int rank, int *members) {
     int g = cl_mesh_group_index(m, axis, rank);
     return g < 0 ? 0 : cl_mesh_group_members(m, axis, g, members);
 }
+
+cl_status cl_mesh_check_ep(const cl_mesh *m, int ep) {
+    check_mesh(m);
+    if (ep < 1) return cl_error(CL_ERR_INVALID, "--ep must be positive (got %d)", ep);
+    if (m->dp % ep)
+        return cl_error(CL_ERR_INVALID, "--ep %d must divide the %d data-parallel ranks (the experts are split over ep of them)", ep, m->dp);
+    return CL_OK;
+}
+
+int cl_mesh_ep_group(const cl_mesh *m, int ep, int expert_dp, int rank, int *members) {
+    CL_ASSERT(ep >= 1 && m->dp % ep == 0 && members != NULL);
+    int n = cl_mesh_group(m, CL_AXIS_DP, rank, members), me = cl_mesh_coord(m, rank).dp, k = 0;
+    for (int i = 0; i < n; i++) /* in place: k <= i */
+        if (expert_dp ? i % ep == me % ep : i / ep == me / ep) members[k++] = members[i];
+    return k;
+}

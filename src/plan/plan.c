@@ -67,7 +67,7 @@ typedef struct {
 static cl_status get_desc(plan_ctx *x, int tp, int sp, cl_model_desc **out) {
     for (int i = 0; i < x->ndesc; i++)
         if (x->dtp[i] == tp && x->dsp[i] == sp) return x->up = x->uparams[i], *out = x->desc[i], CL_OK;
-    cl_tp_layout tl = {tp, 0, sp, x->q->vocab_div > 0 ? x->q->vocab_div : 128, CL_F32};
+    cl_tp_layout tl = {tp, 0, sp, x->q->vocab_div > 0 ? x->q->vocab_div : 128, CL_F32, 1};
     cl_model_desc *d;
     CL_TRY(cl_model_describe_tp(&x->q->model, x->q->T, &tl, &d));
     double *up = calloc((size_t)d->nunits, sizeof *up);

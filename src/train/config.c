@@ -29,6 +29,19 @@ static cl_status check_a2a(const cl_train_config *cfg, int cp) {
 }
 
 /* The refusals of context parallelism (see above), before anything starts. */
+/* Expert parallelism: a model with experts, ep dividing them; what it does not compose with refused by name (that ep
+ * divides dp is the mesh's check, cl_mesh_check_ep). */
+static cl_status check_ep(const cl_train_config *cfg) {
+    int ep = cfg->ep, E = cfg->model.experts;
+    if (ep < 0) return cl_error(CL_ERR_INVALID, "--ep must be positive (got %d)", ep);
+    if (ep <= 1) return CL_OK;
+    if (!E) return cl_error(CL_ERR_INVALID, "--ep %d: the model has no experts (expert parallelism needs --experts or a Mixtral model)", ep);
+    if (E % ep) return cl_error(CL_ERR_INVALID, "--ep %d must divide the %d experts (each rank computes E / ep of them)", ep, E);
+    if (cfg->zero == CL_ZERO_PARAMS) return cl_error(CL_ERR_UNSUPPORTED, "--ep %d with --zero 3 is not supported (ZeRO 0, 1 and 2 are)", ep);
+    if (cfg->dtype != CL_F32) return cl_error(CL_ERR_UNSUPPORTED, "--ep %d with --dtype bf16 is not supported yet (fp32 only)", ep);
+    return CL_OK;
+}
+
 static cl_status check_cp(const cl_train_config *cfg, int T) {
     int cp = cfg->cp;
     if (cp < 0) return cl_error(CL_ERR_INVALID, "--cp must be positive (got %d)", cp);
@@ -86,6 +99,7 @@ cl_status cl_train_describe(const cl_train_config *cfg, int tp_rank, cl_model_de
         return cl_error(CL_ERR_UNSUPPORTED, "--dtype bf16 with --zero 3: not yet supported in bf16 (ZeRO 0, 1 and 2 are)");
     int T = cfg->seq_len ? cfg->seq_len : cfg->model.seq_len;
     CL_TRY(check_cp(cfg, T));
-    cl_tp_layout tl = {tp, tp_rank, cfg->sequence_parallel, cfg->vocab_divisible_by, cfg->dtype};
+    CL_TRY(check_ep(cfg));
+    cl_tp_layout tl = {tp, tp_rank, cfg->sequence_parallel, cfg->vocab_divisible_by, cfg->dtype, cfg->ep};
     return cl_model_describe_cp(&cfg->model, cfg->cp > 1 ? T / cfg->cp : cfg->seq_len, &tl, cfg->cp, out);
 }

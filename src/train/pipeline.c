@@ -144,6 +144,7 @@ cl_status cl_pp_create(cl_trainer *t) {
         if (cfg->offload_optimizer == CL_OFFLOAD_DISK) CL_TRY(cl_optimizer_create_disk(&ch->opt, ch->m, t->host, cfg->offload_dir, &cfg->adamw));
         else CL_TRY(cl_optimizer_create_on(&ch->opt, ch->m, t->host ? t->host : t->dev, &cfg->adamw));
         if (t->cp > 1) CL_TRY(cl_model_set_cp(ch->m, cfg->groups->cp, (cl_cp_comm)cfg->cp_comm));
+        if (cfg->ep > 1) CL_TRY(cl_model_set_ep(ch->m, cfg->groups->ep));
         CL_TRY(cl_dp_create(&ch->dp, t->gdp > 1 ? cfg->groups->dpcp : NULL, ch->m, cfg->bucket_bytes));
         ch->last_bwd = -1;
         for (int i = 0; i < pp->sched.len[pp->r]; i++) {

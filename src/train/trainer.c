@@ -149,6 +149,9 @@ cl_status cl_trainer_create(cl_trainer **out, const cl_train_config *cfg) {
         s = cl_error(CL_ERR_INVALID, "the configuration asks for --cp %d but the context-parallel group has %d ranks", cfg->cp, t->cp);
     t->cfg.tp = t->tp;
     t->cfg.cp = t->cp;
+    int ep = cfg->groups && cfg->groups->ep ? cl_comm_size(cfg->groups->ep) : 1;
+    if (!s && (cfg->ep > 1 ? cfg->ep : 1) != ep)
+        s = cl_error(CL_ERR_INVALID, "the configuration asks for --ep %d but the expert-parallel group has %d ranks", cfg->ep, ep);
     if (!s) s = cl_train_describe(&t->cfg, t->tp_rank, &t->desc);
     if (!s) s = cl_model_describe(&cfg->model, cfg->seq_len, &t->full);
     if (!s) t->desc->params_only = t->full->params_only = cfg->params_only;
@@ -235,6 +238,7 @@ cl_status cl_trainer_step(cl_trainer *t, cl_step_stats *st) {
         cl_comm_counts_reset(g->tp);
         cl_comm_counts_reset(g->dpcp);
         cl_comm_counts_reset(g->pp);
+        if (g->ep) cl_comm_counts_reset(g->ep);
     }
     (void)cl_pp_z3_wait(t); /* an evaluation's waits are not the step's */
     CL_TRY(refresh_low(t));
@@ -245,6 +249,7 @@ cl_status cl_trainer_step(cl_trainer *t, cl_step_stats *st) {
         cl_comm_counts_get(g->tp, &st->comm_tp);
         cl_comm_counts_get(g->dpcp, &st->comm_dp);
         cl_comm_counts_get(g->pp, &st->comm_pp);
+        if (g->ep) cl_comm_counts_get(g->ep, &st->comm_ep);
     }
     t->step++;
     CL_TRY(cl_device_sync(t->dev)); /* the step's time covers its last kernels */
