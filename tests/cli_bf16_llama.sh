@@ -6,7 +6,8 @@
 #   with cleave's product emulated (operands and output gradient rounded to bf16, float32 sums) 1e-5 and
 #   0.99999, a bound torch's own fp32 gradients miss (so it tells bf16 from fp32); without torch a skip;
 # - pp 2 under gpipe, 1f1b and zb-h1 and recompute selective and full: losses and norms bitwise equal to one
-#   rank in bf16; dp 2 under ZeRO 0, 1 and 2, tp 2, tp 4 (past the 2 key-value heads) and cp 2 over 20 steps:
+#   rank in bf16; dp 2 under ZeRO 0, 1 and 2, tp 2, tp 4 (past the 2 key-value heads), tp 2 x pp 2 under zb-h1
+#   (the split backward's weight pass) and cp 2 over 20 steps:
 #   the first step within 1e-4 relative, the losses within 1e-4, the gradient norms within 1e-3 (see near());
 #   bf16 differs from fp32 by under 1%;
 # - a resume is exact (5 steps, save, 5 more = 10 straight); `cleave generate` (KV cache, F32 on the master
@@ -76,7 +77,7 @@ near() { # file_a file_b: as above
         END { printf "%d steps, first step %.3g, losses %.3g, norms %.3g\n", n, first, wl, wg
               exit !(n == 20 && first <= 1e-4 && wl <= 1e-4 && wg <= 1e-3) }'
 }
-for lay in "--dp 2 --zero 0" "--dp 2 --zero 1" "--dp 2 --zero 2" "--tp 2" "--tp 4" "--cp 2"; do
+for lay in "--dp 2 --zero 0" "--dp 2 --zero 1" "--dp 2 --zero 2" "--tp 2" "--tp 4" "--tp 2 --pp 2 --schedule zb-h1" "--cp 2"; do
     name=$(tr -d ' -' <<<"$lay")
     run "$name" --dtype bf16 $lay
     out=$(near "$tmp/$name.jsonl" "$tmp/one.jsonl"); _rc=$?
