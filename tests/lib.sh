@@ -70,3 +70,12 @@ def part(p):
 sys.exit(part(sys.argv[1]) != part(sys.argv[2]))
 PY
 }
+# log_figures LOG: a train --log-file's "loss grad_norm" per step, one line each
+log_figures() { grep '"loss"' "$1" | sed 's/.*"loss": \([^,]*\),.*"grad_norm": \([^,]*\),.*/\1 \2/'; }
+# train_run NAME ARGS...: cleave train with the caller's common=(...) flags and ARGS, the log in $tmp/NAME.jsonl,
+# the output in $tmp/NAME.out; a failure is a failed check
+train_run() {
+    local name=$1; shift
+    "$CLEAVE" train "${common[@]}" "$@" --log-file "$tmp/$name.jsonl" > "$tmp/$name.out" 2>&1
+    _rc=$?; check '[ $_rc -eq 0 ]' "$name failed: $(tail -3 "$tmp/$name.out")"
+}
