@@ -78,12 +78,8 @@ for lay in "--dp 2 --zero 0" "--dp 2 --zero 1" "--dp 2 --zero 2" "--tp 2" "--tp 
 done
 
 # resume: exact at bf16; generation from the bf16 checkpoint (F32 decode on the master weights)
-"$CLEAVE" train "${common[@]}" --dtype bf16 --steps 10 --stop-after 5 --save "$tmp/ck" > "$tmp/a.out" 2>&1
-_rc=$?; check '[ $_rc -eq 0 ] && grep -q "\"cleave_dtype\": \"bf16\"" "$tmp/ck/config.json"' "bf16 5 steps with --save: $(tail -2 "$tmp/a.out")"
-"$CLEAVE" train "${common[@]}" --dtype bf16 --steps 10 --resume "$tmp/ck" --log-file "$tmp/res.jsonl" > "$tmp/b.out" 2>&1
-"$CLEAVE" train "${common[@]}" --dtype bf16 --steps 10 --log-file "$tmp/ten.jsonl" > "$tmp/c.out" 2>&1
-check '[ -n "$(figures "$tmp/res.jsonl")" ] && [ "$(figures "$tmp/res.jsonl")" = "$(figures "$tmp/ten.jsonl" | tail -5)" ]' \
-    "bf16 resume not exact: $(paste <(figures "$tmp/res.jsonl") <(figures "$tmp/ten.jsonl" | tail -5) | head -3)"
+resume_exact --dtype bf16
+check 'grep -q "\"cleave_dtype\": \"bf16\"" "$tmp/ck/config.json"' "the bf16 checkpoint's config.json names its dtype"
 kv=$("$CLEAVE" generate --checkpoint "$tmp/ck" --prompt "And God said" --tokens 24 --temperature 0 2>&1); _rc=$?
 re=$("$CLEAVE" generate --checkpoint "$tmp/ck" --prompt "And God said" --tokens 24 --temperature 0 --no-kv-cache 2>&1)
 check '[ $_rc -eq 0 ] && [ ${#kv} -gt 12 ] && [ "$kv" = "$re" ]' \
