@@ -131,8 +131,8 @@ static const cli_flag train_flags[] = {
     {"trace-steps", "", 1, "steps the trace keeps: the last N (default 20, 0 = all)"},
     {"recompute", "", 1, "activation recomputation: none (default), selective (attention scores) or full (whole blocks)"},
     {"dtype", "", 1, "number format: fp32 (default) or bf16, mixed precision (F32 master weights, moments and gradients; "
-                     "BF16 weight copies and GEMM inputs, F32 accumulation; the GPT family on one rank, pipelines, dp "
-                     "with ZeRO 0-2)"},
+                     "BF16 weight copies and GEMM inputs, F32 accumulation; the GPT and dense Llama families on one rank, pipelines, dp "
+                     "with ZeRO 0-2, tp without sequence parallelism)"},
     {"trace", "", 1, "write a Chrome trace (Perfetto) of every pipeline action to this file"},
     {"pp-layout", "", 1, "explicit stages, e.g. \"E,t*3|t*4|t*3,L\" (E embedding, t block, L head; default: balanced)"},
 };

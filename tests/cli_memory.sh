@@ -100,6 +100,21 @@ echo "gpt2-tiny: params fp32 $pf B, bf16 $pb B; activations fp32 $af B, bf16 $ab
 # 3C floats a token a block (ln_1 and ln_2 C/2 each, GELU's 4C -> 2C) and the head's C/2, at B 8, T 64, C 64, 2 blocks
 check '[ $((pf * 3)) -eq $((pb * 2)) ] && [ $((af - ab)) -eq $(((2 * 3 * 64 + 32) * 512 * 4)) ]' \
     "bf16 params should be 1.5 x fp32's and the activations 3C a token a block + C/2 smaller: $pf/$pb, $af/$ab"
+# the dense Llama in bf16: input_layernorm's, post_attention_layernorm's and model.norm's outputs and the SwiGLU
+# product saved as BF16, the backward's BF16 gradient and o_proj input at the workspace's end; tp 4 past llama-tiny's
+# 2 key-value heads
+for rc in none selective full; do point --model llama-tiny --dtype bf16 --micro-batch-size 2 --recompute $rc; done
+point --model llama-tiny --dtype bf16 --pp 2 --schedule zb-h1 --micro-batch-size 2 --global-batch-size 8
+point --model llama-tiny --dtype bf16 --dp 2 --zero 2 --micro-batch-size 2 --global-batch-size 8
+point --model llama-tiny --dtype bf16 --tp 4 --micro-batch-size 2 --global-batch-size 4
+point --model llama-tiny --dtype bf16 --cp 2 --micro-batch-size 2
+f32=$("$CLEAVE" memory --json --model llama-tiny); b16=$("$CLEAVE" memory --json --model llama-tiny --dtype bf16)
+pf=$(cat_of "$f32" params); pb=$(cat_of "$b16" params); af=$(cat_of "$f32" activations); ab=$(cat_of "$b16" activations)
+echo "llama-tiny: params fp32 $pf B, bf16 $pb B; activations fp32 $af B, bf16 $ab B"
+# a token a block: the two norms' C/2 each and the SwiGLU product's F/2 (C 64, F 172), and the head's C/2, at B 8,
+# T 64, 2 blocks
+check '[ $((pf * 3)) -eq $((pb * 2)) ] && [ $((af - ab)) -eq $(((2 * (64 + 86) + 32) * 512 * 4)) ]' \
+    "llama-tiny bf16 params should be 1.5 x fp32's and the activations C + F/2 a token a block + C/2 smaller: $pf/$pb, $af/$ab"
 # context parallelism (--cp): each rank's activations for its T / cp tokens, the gathered qkv rows, their gradients and
 # one chunk's lse per chunk counted as workspace; ZeRO's shards over dp x cp
 point --cp 2 --micro-batch-size 2

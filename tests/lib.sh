@@ -70,3 +70,22 @@ def part(p):
 sys.exit(part(sys.argv[1]) != part(sys.argv[2]))
 PY
 }
+# log_figures LOG: a train --log-file's "loss grad_norm" per step, one line each
+log_figures() { grep '"loss"' "$1" | sed 's/.*"loss": \([^,]*\),.*"grad_norm": \([^,]*\),.*/\1 \2/'; }
+# train_run NAME ARGS...: cleave train with the caller's common=(...) flags and ARGS, the log in $tmp/NAME.jsonl,
+# the output in $tmp/NAME.out; a failure is a failed check
+train_run() {
+    local name=$1; shift
+    "$CLEAVE" train "${common[@]}" "$@" --log-file "$tmp/$name.jsonl" > "$tmp/$name.out" 2>&1
+    _rc=$?; check '[ $_rc -eq 0 ]' "$name failed: $(tail -3 "$tmp/$name.out")"
+}
+# resume_exact ARGS...: with the caller's common=(...) flags and ARGS, 10 steps stopped after 5 and saved to $tmp/ck,
+# resumed from it to step 10: steps 6-10's losses and norms equal to 10 straight steps'
+resume_exact() {
+    "$CLEAVE" train "${common[@]}" "$@" --steps 10 --stop-after 5 --save "$tmp/ck" > "$tmp/a.out" 2>&1
+    _rc=$?; check '[ $_rc -eq 0 ]' "$* 5 steps with --save: $(tail -2 "$tmp/a.out")"
+    "$CLEAVE" train "${common[@]}" "$@" --steps 10 --resume "$tmp/ck" --log-file "$tmp/res.jsonl" > "$tmp/b.out" 2>&1
+    "$CLEAVE" train "${common[@]}" "$@" --steps 10 --log-file "$tmp/ten.jsonl" > "$tmp/c.out" 2>&1
+    check '[ -n "$(log_figures "$tmp/res.jsonl")" ] && [ "$(log_figures "$tmp/res.jsonl")" = "$(log_figures "$tmp/ten.jsonl" | tail -5)" ]' \
+        "$* resume not exact: $(paste <(log_figures "$tmp/res.jsonl") <(log_figures "$tmp/ten.jsonl" | tail -5) | head -3)"
+}

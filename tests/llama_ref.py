@@ -38,10 +38,11 @@ def read_st(path):
     meta = head.pop("__metadata__", {})
     data = raw[8 + n:]
     out = {}
+    dts = {"F32": torch.float32, "F64": torch.float64}
     for name, e in head.items():
-        assert e["dtype"] == "F32", name
+        assert e["dtype"] in dts, name
         b, end = e["data_offsets"]
-        out[name] = torch.frombuffer(bytearray(data[b:end]), dtype=torch.float32).reshape(e["shape"])
+        out[name] = torch.frombuffer(bytearray(data[b:end]), dtype=dts[e["dtype"]]).reshape(e["shape"])
     return out, meta
 
 

@@ -6,6 +6,7 @@ cross-entropy of the next tokens), for tests/cli_llama_train.sh.
 
     llama_torch.py IN OUT
     llama_torch.py --eval DIR TEXT
+    llama_torch.py --autocast IN CLEAVE_BF16
     llama_torch.py --eval-hf DIR TEXT
     llama_torch.py --generate DIR PROMPT N
     llama_torch.py --time [--layers L --channels C --heads H --kv-heads KV --ffn F --vocab V
@@ -19,6 +20,16 @@ Face's keys). OUT: "loss" (F64, the mean over the batch's tokens) and
 "grad.<name>" for every weight, F32, from autograd in float32. No
 transformers library: the equations are written here; safetensors files
 are read and written by hand (tests/llama_ref.py, tests/format_ref.py).
+
+--autocast runs IN's model and batch again with its weight products in
+bfloat16 and compares cleave's --dtype bf16 loss and gradients
+(CLEAVE_BF16: "loss" and "grad.<name>" from llama_torch_driver
+--grads-bf16): under torch.autocast("cpu", dtype=torch.bfloat16) for each
+product (its output widened back: the norms, RoPE, attention, SiLU and the
+loss in float32, as cleave keeps them), the loss within 1e-4 relative and
+every gradient's cosine >= 0.9999; and with cleave's product emulated
+(operands and the output gradient rounded to bfloat16, float32 sums and
+outputs), 1e-5 and 0.99999. Prints each figure; exits 1 on a failure.
 
 --eval scores a checkpoint cleave saved (DIR/model.safetensors, Hugging
 Face's names, linear weights [in, out]; DIR/config.json, Hugging Face's
@@ -94,26 +105,26 @@ def repeat_kv(x, n_rep):
     return x[:, :, None, :, :].expand(B, KV, n_rep, T, hd).reshape(B, KV * n_rep, T, hd)
 
 
-def attention_half(x, p, cfg, cos, sin, mask):
+def attention_half(x, p, cfg, cos, sin, mask, mm=torch.matmul):
     # a decoder layer's first half: x + o_proj(attention(input_layernorm(x))); and post_attention_layernorm of that
     C, H, KV, eps = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["rms_norm_eps"]
     hd = C // H
     B, T, _ = x.shape
     h = rms_norm(x, p("input_layernorm"), eps)
-    q = (h @ p("self_attn.q_proj")).view(B, T, H, hd).transpose(1, 2)
-    k = (h @ p("self_attn.k_proj")).view(B, T, KV, hd).transpose(1, 2)
-    v = (h @ p("self_attn.v_proj")).view(B, T, KV, hd).transpose(1, 2)
+    q = mm(h, p("self_attn.q_proj")).view(B, T, H, hd).transpose(1, 2)
+    k = mm(h, p("self_attn.k_proj")).view(B, T, KV, hd).transpose(1, 2)
+    v = mm(h, p("self_attn.v_proj")).view(B, T, KV, hd).transpose(1, 2)
     q = q * cos + rotate_half(q) * sin
     k = k * cos + rotate_half(k) * sin
     k, v = repeat_kv(k, H // KV), repeat_kv(v, H // KV)
     att = (q @ k.transpose(2, 3)) / math.sqrt(hd) + mask
     att = F.softmax(att, dim=-1, dtype=torch.float32)
     y = (att @ v).transpose(1, 2).reshape(B, T, C)
-    x = x + y @ p("self_attn.o_proj")
+    x = x + mm(y, p("self_attn.o_proj"))
     return x, rms_norm(x, p("post_attention_layernorm"), eps)
 
 
-def logits_of(w, tokens, cfg):
+def logits_of(w, tokens, cfg, mm=torch.matmul):
     L, C, H = cfg["num_hidden_layers"], cfg["hidden_size"], cfg["num_attention_heads"]
     eps, theta = cfg["rms_norm_eps"], cfg["rope_theta"]
     hd = C // H
@@ -123,16 +134,73 @@ def logits_of(w, tokens, cfg):
     x = w["model.embed_tokens.weight"][tokens]
     for layer in range(L):
         p = lambda n: w[f"model.layers.{layer}.{n}.weight"]  # noqa: E731
-        x, h = attention_half(x, p, cfg, cos, sin, mask)
-        x = x + (F.silu(h @ p("mlp.gate_proj")) * (h @ p("mlp.up_proj"))) @ p("mlp.down_proj")
+        x, h = attention_half(x, p, cfg, cos, sin, mask, mm)
+        x = x + mm(F.silu(mm(h, p("mlp.gate_proj"))) * mm(h, p("mlp.up_proj")), p("mlp.down_proj"))
     x = rms_norm(x, w["model.norm.weight"], eps)
     head = w["model.embed_tokens.weight"] if cfg["tie_word_embeddings"] else w["lm_head.weight"]
-    return x @ head.t()
+    return mm(x, head.t())
 
 
-def forward(w, tokens, targets, cfg):
-    logits = logits_of(w, tokens, cfg)
+def forward(w, tokens, targets, cfg, mm=torch.matmul):
+    logits = logits_of(w, tokens, cfg, mm)
     return F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.reshape(-1))
+
+
+def mm_autocast(a, b):
+    # a weight product under torch.autocast: BF16 operands (autocast's casts), its output widened back to float32, so
+    # that the norms, RoPE, attention, SiLU and the loss run in float32 as cleave's bf16 keeps them
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        return (a @ b).float()
+
+
+class LoMatmul(torch.autograd.Function):
+    # cleave's bf16 product (docs/ARCHITECTURE.md): operands rounded to bfloat16, float32 sums and output; the backward
+    # rounds the output gradient to bfloat16 and multiplies it by the rounded operands, float32 out
+    @staticmethod
+    def forward(ctx, a, b):
+        a, b = a.bfloat16().float(), b.bfloat16().float()
+        ctx.save_for_backward(a, b)
+        return a @ b
+
+    @staticmethod
+    def backward(ctx, g):
+        a, b = ctx.saved_tensors
+        g = g.bfloat16().float()
+        return g @ b.t(), a.reshape(-1, a.shape[-1]).t() @ g.reshape(-1, g.shape[-1])
+
+
+def autocast_check(inp, ours_path):
+    """--autocast: this Llama's loss and gradients under torch.autocast (bf16 weight products, the rest float32)
+    and with cleave's bf16 product emulated (LoMatmul) against cleave's --dtype bf16 (ours_path): prints each
+    figure; the autocast run within 1e-4 relative in the loss and every gradient's cosine >= 0.9999."""
+    t, meta = read_st(inp)
+    cfg = json.loads(meta["config"])
+    tokens = t.pop("tokens").long()
+    targets = t.pop("targets").long()
+    ours, _ = read_st(ours_path)
+    bad = []
+    for name, mm, tol, ctol in (("autocast", mm_autocast, 1e-4, 0.9999), ("emulated", LoMatmul.apply, 1e-5, 0.99999)):
+        w = {n: v.clone().requires_grad_(True) for n, v in t.items()}
+        loss = forward(w, tokens, targets, cfg, mm)
+        loss.backward()
+        cl = float(ours["loss"][0])
+        rel = abs(cl - loss.item()) / abs(loss.item())
+        print(f"bf16 {name}: loss cleave {cl:.9f}, torch {loss.item():.9f} (rel {rel:.3g})")
+        if not rel <= tol:
+            bad.append(f"{name} loss rel {rel:.3g}")
+        worst, wn = 1.0, ""
+        for n, v in w.items():
+            a, b = ours["grad." + n].reshape(v.shape).double(), v.grad.double()
+            cos = float(torch.dot(a.flatten(), b.flatten()) / (a.norm() * b.norm()))
+            if cos < worst:
+                worst, wn = cos, n
+            if not cos >= ctol:
+                bad.append(f"{name} grad.{n}: cos {cos:.7f}")
+        print(f"bf16 {name}: {len(w)} gradients, lowest cosine {worst:.7f} ({wn})")
+    if bad:
+        print("FAILED: " + "; ".join(bad))
+        return 1
+    return 0
 
 
 def generate(d, prompt, n):
@@ -239,8 +307,10 @@ def main():
         return time_steps(sys.argv[2:])
     if len(sys.argv) == 4 and sys.argv[1] in ("--eval", "--eval-hf"):
         return evaluate(sys.argv[2], sys.argv[3], sys.argv[1] == "--eval-hf")
+    if len(sys.argv) == 4 and sys.argv[1] == "--autocast":
+        return autocast_check(sys.argv[2], sys.argv[3])
     if len(sys.argv) != 3:
-        print("usage: llama_torch.py IN OUT | --eval DIR TEXT | --eval-hf DIR TEXT | --generate DIR PROMPT N", file=sys.stderr)
+        print("usage: llama_torch.py IN OUT | --autocast IN CLEAVE_BF16 | --eval DIR TEXT | --eval-hf DIR TEXT | --generate DIR PROMPT N", file=sys.stderr)
         return 2
     t, meta = read_st(sys.argv[1])
     cfg = json.loads(meta["config"])

@@ -12,7 +12,11 @@
  *       back from IN; the loss (mean over the batch's tokens) and each
  *       gradient against REF's "loss" and "grad.<name>": max |a - b| over
  *       max |b| (the largest-magnitude norm) at most 1e-5 each.
- * tests/cli_llama_train.sh runs both around the Python reference. */
+ *   llama_torch_driver KV TIED --grads-bf16 IN OUT  the same model and batch,
+ *       one forward and backward at --dtype bf16: "loss" (F64) and
+ *       "grad.<name>" (F32) into OUT, which llama_torch.py --autocast compares.
+ * tests/cli_llama_train.sh runs the first two around the Python reference,
+ * tests/cli_bf16_llama.sh the last. */
 #include "cleave/safetensors.h"
 #include "cleave/train.h"
 #include "common/check.h"
@@ -33,14 +37,15 @@ typedef struct {
     cl_microbatch mb;
 } setup;
 
-static cl_status make_setup(int kv, int tied, setup *s) {
+static cl_status make_setup(int kv, int tied, cl_dtype dt, setup *s) {
     memset(s, 0, sizeof *s);
     cl_model_config c;
     CL_TRY(cl_model_preset("llama-tiny", &c));
     c.kv_heads = kv == c.heads ? 0 : kv;
     c.untied = !tied;
     CL_TRY(cl_model_config_check(&c));
-    CL_TRY(cl_model_describe(&c, T, &s->d));
+    cl_tp_layout tl = {1, 0, 0, 1, dt};
+    CL_TRY(cl_model_describe_tp(&c, T, &tl, &s->d));
     CL_TRY(cl_device_create_cpu(&s->dev, 0, 0));
     CL_TRY(cl_model_create(&s->m, s->d, s->dev, B));
     CL_TRY(cl_acts_create(s->m, B, &s->a));
@@ -64,7 +69,7 @@ static void free_setup(setup *s) {
 
 static int write_input(int kv, int tied, const char *path) {
     setup s;
-    cl_status st = make_setup(kv, tied, &s);
+    cl_status st = make_setup(kv, tied, CL_F32, &s);
     if (st) {
         fprintf(stderr, "%s\n", cl_last_error());
         return 1;
@@ -114,24 +119,64 @@ static const float *ref_tensor(cl_st_file *ref, const char *name, int64_t numel,
     return k == numel && e->dtype == dt ? e->data : NULL;
 }
 
+/* The weights and batch of IN into s, then one forward and backward: the mean loss into *loss. */
+static cl_status run_input(setup *s, const char *inpath, double *loss) {
+    cl_st_file *in = NULL;
+    cl_status st = cl_st_open(&in, inpath);
+    const cl_model_desc *d = s->d;
+    for (int i = 0; !st && i < d->nparams; i++)
+        st = cl_st_read_tensor(in, d->params[i].name, CL_F32, d->params[i].ndim, d->params[i].shape, cl_model_param(s->m, i));
+    int64_t sh[2] = {B, T};
+    if (!st) st = cl_st_read_tensor(in, "tokens", CL_F32, 2, sh, s->tok_f);
+    if (!st) st = cl_st_read_tensor(in, "targets", CL_F32, 2, sh, s->tgt_f);
+    cl_st_close(in);
+    for (int i = 0; i < B * T; i++) s->tokens[i] = (int32_t)s->tok_f[i], s->targets[i] = (int32_t)s->tgt_f[i];
+    if (!st) st = cl_model_refresh_low(s->m); /* bf16: the weights' BF16 copy from the master just read */
+    double loss_sum = 0;
+    if (!st) {
+        cl_model_zero_grads(s->m);
+        st = cl_model_forward_backward(s->m, &s->mb, &s->a, &loss_sum, 1);
+    }
+    *loss = loss_sum / (B * T);
+    return st;
+}
+
+static int grads_bf16(int kv, int tied, const char *inpath, const char *outpath) {
+    setup s;
+    double loss = 0;
+    cl_status st = make_setup(kv, tied, CL_BF16, &s);
+    if (!st) st = run_input(&s, inpath, &loss);
+    const cl_model_desc *d = s.d;
+    int n = st ? 0 : d->nparams;
+    cl_st_item *items = calloc((size_t)n + 1, sizeof *items);
+    char (*names)[128] = calloc((size_t)n + 1, sizeof *names);
+    if (!st && (!items || !names)) st = cl_error(CL_ERR_OOM, "items");
+    for (int i = 0; !st && i < n; i++) {
+        snprintf(names[i], sizeof names[i], "grad.%s", d->params[i].name);
+        items[i] = (cl_st_item){names[i], cl_tensor_make(cl_model_grad(s.m, i), CL_F32, d->params[i].ndim, d->params[i].shape)};
+    }
+    int64_t one = 1;
+    if (!st) {
+        items[n] = (cl_st_item){"loss", cl_tensor_make(&loss, CL_F64, 1, &one)};
+        st = cl_st_write(outpath, items, n + 1, NULL, 0);
+    }
+    if (!st) printf("kv %d tied %d bf16: loss %.9f\n", kv, tied, loss);
+    else fprintf(stderr, "llama_torch_driver: %s\n", cl_last_error());
+    free(items);
+    free(names);
+    free_setup(&s);
+    return st ? 1 : 0;
+}
+
 static void compare(int kv, int tied, const char *inpath, const char *refpath) {
     setup s;
-    CHECK_OK(make_setup(kv, tied, &s));
-    cl_st_file *in = NULL, *ref = NULL;
-    CHECK_OK(cl_st_open(&in, inpath));
+    CHECK_OK(make_setup(kv, tied, CL_F32, &s));
+    cl_st_file *ref = NULL;
     CHECK_OK(cl_st_open(&ref, refpath));
-    if (cl_test_failures || !in || !ref) goto done;
+    if (cl_test_failures || !ref) goto done;
     const cl_model_desc *d = s.d;
-    for (int i = 0; i < d->nparams; i++)
-        CHECK_OK(cl_st_read_tensor(in, d->params[i].name, CL_F32, d->params[i].ndim, d->params[i].shape, cl_model_param(s.m, i)));
-    int64_t sh[2] = {B, T};
-    CHECK_OK(cl_st_read_tensor(in, "tokens", CL_F32, 2, sh, s.tok_f));
-    CHECK_OK(cl_st_read_tensor(in, "targets", CL_F32, 2, sh, s.tgt_f));
-    for (int i = 0; i < B * T; i++) s.tokens[i] = (int32_t)s.tok_f[i], s.targets[i] = (int32_t)s.tgt_f[i];
-    double loss_sum;
-    cl_model_zero_grads(s.m);
-    CHECK_OK(cl_model_forward_backward(s.m, &s.mb, &s.a, &loss_sum, 1));
-    double loss = loss_sum / (B * T);
+    double loss;
+    CHECK_OK(run_input(&s, inpath, &loss));
     const cl_st_entry *le = cl_st_find(ref, "loss");
     CHECK(le && le->dtype == CL_F64, "reference loss missing");
     if (le && le->dtype == CL_F64) {
@@ -155,7 +200,6 @@ static void compare(int kv, int tied, const char *inpath, const char *refpath) {
     }
     printf("kv %d tied %d: %d gradients, max rel err %.3g (%s)\n", kv, tied, d->nparams, worst, worst_name);
 done:
-    cl_st_close(in);
     cl_st_close(ref);
     free_setup(&s);
 }
@@ -164,11 +208,12 @@ int main(int argc, char **argv) {
     if (argc >= 5) {
         int kv = atoi(argv[1]), tied = atoi(argv[2]);
         if (argc == 5 && !strcmp(argv[3], "--write-input")) return write_input(kv, tied, argv[4]);
+        if (argc == 6 && !strcmp(argv[3], "--grads-bf16")) return grads_bf16(kv, tied, argv[4], argv[5]);
         if (argc == 6 && !strcmp(argv[3], "--torch")) {
             compare(kv, tied, argv[4], argv[5]);
             return cl_test_report("llama_torch_driver");
         }
     }
-    fprintf(stderr, "usage: llama_torch_driver KV TIED --write-input IN | --torch IN REF\n");
+    fprintf(stderr, "usage: llama_torch_driver KV TIED --write-input IN | --torch IN REF | --grads-bf16 IN OUT\n");
     return 2;
 }

@@ -1,8 +1,10 @@
 /* Tests of the bf16 mixed-precision kernels (src/kernels: layernorm.c,
- * activations.c, adamw.c; the kernel table's *_bf16 entries): each BF16
+ * activations.c, adamw.c, and Llama's rmsnorm.c, swiglu.c; the kernel
+ * table's *_bf16 entries): each BF16
  * output must be, bit for bit, the F32 kernel's output rounded by
  * cl_bf16_from_f32, and every F32 output (mean, rstd, res, pre, the
- * optimizer's weights and moments) the F32 kernel's own bits. Checked on
+ * optimizer's weights and moments, RMSNorm's rstd and res) the F32 kernel's
+ * own bits. Checked on
  * every vector path this CPU has (cl_kernels_max_isa), on shapes whose rows
  * are not multiples of 8 or 16, that cross a parallel block, and GPT-2's
  * width; through the CPU device's kernel table as well. */
@@ -106,6 +108,39 @@ static void gelu_case(int N, int C, const char *isa) {
     free(x), free(bias), free(out), free(pre), free(pre2), free(obf);
 }
 
+static void rmsnorm_case(int N, int C, const char *isa) {
+    int64_t n = (int64_t)N * C;
+    float *x = rnd(n, 3.0f), *r = rnd(n, 1.0f), *w = rnd(C, 1.0f);
+    float *out = malloc((size_t)n * 4), *res = malloc((size_t)n * 4), *res2 = malloc((size_t)n * 4);
+    float *rstd = malloc((size_t)N * 4), *rstd2 = malloc((size_t)N * 4);
+    uint16_t *obf = malloc((size_t)n * 2);
+    if (!out || !res || !res2 || !rstd || !rstd2 || !obf) exit(1);
+    cl_rmsnorm_forward(out, rstd, x, w, 1e-5f, N, C);
+    memset(obf, 0xff, (size_t)n * 2);
+    K->rmsnorm_forward_bf16(obf, rstd2, x, w, 1e-5f, N, C);
+    CHECK(bf16_misses(obf, out, n) == 0 && same(rstd, rstd2, N), "%s rmsnorm_forward_bf16 N %d C %d: %lld values differ", isa, N,
+          C, (long long)bf16_misses(obf, out, n));
+    cl_residual_rmsnorm_forward(res, out, rstd, x, r, w, 1e-6f, N, C);
+    memset(obf, 0xff, (size_t)n * 2);
+    K->residual_rmsnorm_forward_bf16(res2, obf, rstd2, x, r, w, 1e-6f, N, C);
+    CHECK(bf16_misses(obf, out, n) == 0 && same(res, res2, n) && same(rstd, rstd2, N),
+          "%s residual_rmsnorm_forward_bf16 N %d C %d: %lld values differ", isa, N, C, (long long)bf16_misses(obf, out, n));
+    free(x), free(r), free(w), free(out), free(res), free(res2), free(rstd), free(rstd2), free(obf);
+}
+
+static void swiglu_case(int64_t n, const char *isa) {
+    float *g = rnd(n, 8.0f), *u = rnd(n, 2.0f), *out = malloc((size_t)n * 4);
+    uint16_t *obf = malloc((size_t)n * 2);
+    if (!out || !obf) exit(1);
+    g[0] = 0.0f, g[n > 1] = -100.0f; /* silu's tails: 0, and exp overflowing to a -0 product */
+    cl_swiglu_forward(out, g, u, n);
+    memset(obf, 0xff, (size_t)n * 2);
+    K->swiglu_forward_bf16(obf, g, u, n);
+    CHECK(bf16_misses(obf, out, n) == 0, "%s swiglu_forward_bf16 n %lld: %lld values differ", isa, (long long)n,
+          (long long)bf16_misses(obf, out, n));
+    free(g), free(u), free(out), free(obf);
+}
+
 static void adamw_case(int64_t n, float gscale, const char *isa) {
     float *p = rnd(n, 1.0f), *g = rnd(n, 0.1f), *m = rnd(n, 0.01f), *v = rnd(n, 0.001f);
     for (int64_t i = 0; i < n; i++) v[i] = fabsf(v[i]);
@@ -128,7 +163,8 @@ static void adamw_case(int64_t n, float gscale, const char *isa) {
 int main(void) {
     K = &cl_cpu_kernels;
     CHECK(K->layernorm_forward_bf16 && K->residual_layernorm_forward_bf16 && K->gelu_forward_bf16 &&
-              K->bias_gelu_forward_bf16 && K->adamw_update_bf16,
+              K->bias_gelu_forward_bf16 && K->adamw_update_bf16 && K->rmsnorm_forward_bf16 &&
+              K->residual_rmsnorm_forward_bf16 && K->swiglu_forward_bf16,
           "the CPU table has every bf16 entry");
     static const char *name[] = {"plain", "avx2", "avx512", "avx512_bf16"};
     for (int level = 0; level <= 3; level++) {
@@ -142,6 +178,11 @@ int main(void) {
         gelu_case(37, 77, isa);
         gelu_case(23, 3072, isa); /* 70656 values: crosses four parallel blocks */
         gelu_case(1, 5, isa);
+        rmsnorm_case(37, 77, isa);
+        rmsnorm_case(3, 1500, isa); /* rows longer than the 512-column chunk */
+        rmsnorm_case(64, 1024, isa); /* enough to split over the team */
+        swiglu_case(23 * 3072 + 5, isa); /* crosses four parallel blocks */
+        swiglu_case(3, isa);
         adamw_case(3 * 16384 + 45, 1.0f, isa);
         adamw_case(1000, 0.37f, isa);
     }

@@ -305,6 +305,11 @@ void cl_residual_rmsnorm_forward(float *res, float *out, float *rstd, const floa
                                  float eps, int N, int C);
 void cl_rmsnorm_backward_input(float *din, const float *dout, const float *in, const float *w, const float *rstd,
                                int N, int C);
+/* bf16 mixed precision: the two forwards above writing out as BF16 only,
+ * each value cl_bf16_from_f32 of the F32 kernel's; rstd and res F32. */
+void cl_rmsnorm_forward_bf16(uint16_t *out, float *rstd, const float *in, const float *w, float eps, int N, int C);
+void cl_residual_rmsnorm_forward_bf16(float *res, uint16_t *out, float *rstd, const float *a, const float *r, const float *w,
+                                      float eps, int N, int C);
 /* dw[C] += sum over rows of dout * x * rstd */
 void cl_rmsnorm_backward_weight(float *dw, const float *dout, const float *in, const float *rstd, int N, int C);
 
@@ -326,6 +331,8 @@ void cl_rope_backward_set(float *din, const float *dout, const float *cos_t, con
  * two arrays); dgate += dout * up * silu'(gate), dup += dout * silu(gate). */
 void cl_swiglu_forward(float *out, const float *gate, const float *up, int64_t n);
 void cl_swiglu_backward(float *dgate, float *dup, const float *dout, const float *gate, const float *up, int64_t n);
+/* bf16 mixed precision: the forward writing out as BF16, each value cl_bf16_from_f32 of the F32 kernel's. */
+void cl_swiglu_forward_bf16(uint16_t *out, const float *gate, const float *up, int64_t n);
 
 /* Causal attention with grouped-query heads (attention.c): qkv[B,T,L], L =
  * (NH + 2 KV) hd, a row holding NH query heads, KV key heads, KV value heads

@@ -10,19 +10,37 @@
  *   dgate += dout * up * silu'(gate),  silu'(x) = s (1 + x (1 - s)), s = sigmoid(x),
  *   dup   += dout * silu(gate).
  * Backward kernels add into their outputs. Blocks of CL_SIMD_BLOCK elements
- * go to the thread team, so the bits do not depend on the thread count. */
+ * go to the thread team, so the bits do not depend on the thread count.
+ * cl_swiglu_forward_bf16 (bf16 mixed precision: the product feeds down_proj's
+ * GEMM with BF16 operands) writes out as BF16, each value cl_bf16_from_f32 of
+ * the F32 kernel's. */
 #include "cleave/kernels.h"
 #include "kernels/simd.h"
 
 #include <math.h>
 
+/* out[0 .. len) = silu(gate) * up over len values */
+static void swiglu_block(float *out, const float *gate, const float *up, int64_t len) {
+    for (int64_t i = 0; i < len; i++) {
+        float x = gate[i];
+        out[i] = x / (1.0f + expf(-x)) * up[i];
+    }
+}
+
 void cl_swiglu_forward(float *out, const float *gate, const float *up, int64_t n) {
-    CL_FOR_BLOCKS(n, lo, len, {
-        for (int64_t i = lo; i < lo + len; i++) {
-            float x = gate[i];
-            out[i] = x / (1.0f + expf(-x)) * up[i];
-        }
-    });
+    CL_FOR_BLOCKS(n, lo, len, swiglu_block(out + lo, gate + lo, up + lo, len));
+}
+
+/* One block into a stack buffer, then rounded into obf. */
+static void swiglu_block_bf16(uint16_t *obf, const float *gate, const float *up, int64_t len, int v) {
+    float tmp[CL_SIMD_BLOCK];
+    swiglu_block(tmp, gate, up, len);
+    cl_bf16_pack_serial(obf, tmp, len, v);
+}
+
+void cl_swiglu_forward_bf16(uint16_t *out, const float *gate, const float *up, int64_t n) {
+    int v = cl_simd_level();
+    CL_FOR_BLOCKS(n, lo, len, swiglu_block_bf16(out + lo, gate + lo, up + lo, len, v));
 }
 
 void cl_swiglu_backward(float *dgate, float *dup, const float *dout, const float *gate, const float *up, int64_t n) {

@@ -30,7 +30,15 @@
  * Cl; gate, up and their SwiGLU product: Fl each) and the attention's lse
  * (this rank's heads per token). The attention half (llama_attn.c) is
  * shared with the MoE block: its activations and weights are this block's
- * first ones. */
+ * first ones.
+ *
+ * bf16 (cl_nn_bf16; docs/ARCHITECTURE.md "bf16 mixed precision"), as GPT's
+ * block: the saved GEMM inputs (both RMSNorm outputs, the SwiGLU product)
+ * BF16, written so by the kernels that compute them; every product reads
+ * BF16 operands (the weights' copy m->wlow, the gradients narrowed just
+ * before into the scratch's end, cl_llama_lo) with F32 accumulation and
+ * output; RoPE, attention, the norms' statistics, SwiGLU and every
+ * backward kernel F32. */
 #include "nn/kind.h"
 #include "nn/llama_attn.h"
 #include "nn/model_impl.h"
@@ -95,7 +103,7 @@ static llama_acts llama_layout_at(const cl_model_desc *d, float *base, int64_t B
     float *p = cl_llama_attn_layout(d, base, B, T, lse_apart, &a.at);
     a.gate = p; p += N * Fl;
     a.up = p; p += N * Fl;
-    a.h = p; p += N * Fl;
+    a.h = p; p += cl_nn_gemm_in_floats(d, N * Fl); /* BF16 in bf16 (down_proj's input only) */
     a.out = p;
     return a;
 }
@@ -125,9 +133,14 @@ static cl_status llama_pass(const cl_model *m, const llama_acts *s, const float 
     const float *x;
     CL_TRY(cl_llama_attn_forward(m, &s->at, in, &w->at, B, T));
     CL_TRY(cl_nn_col_input(m, s->at.ln2, G, Ns, C, &x));
-    CL_PROF("fwd gate up", 2 * ff, (cl_sgemm(cl_kern(m), 0, 0, iN, (int)Fl, iC, 1.0f, x, iC, w->gate_w, (int)Fl, 0.0f, s->gate, (int)Fl),
-                                     cl_sgemm(cl_kern(m), 0, 0, iN, (int)Fl, iC, 1.0f, x, iC, w->up_w, (int)Fl, 0.0f, s->up, (int)Fl)));
-    CL_PROF("fwd swiglu", 0, cl_kern(m)->swiglu_forward(s->h, s->gate, s->up, N * Fl));
+    if (cl_nn_bf16(d)) { /* ln2 BF16 against the weights' copies; the SwiGLU product written as BF16 */
+        CL_PROF("fwd gate up", 2 * ff, (cl_nn_linear_lo(m, s->gate, x, w->gate_w, NULL, N, C, Fl), cl_nn_linear_lo(m, s->up, x, w->up_w, NULL, N, C, Fl)));
+        CL_PROF("fwd swiglu", 0, cl_kern(m)->swiglu_forward_bf16((uint16_t *)s->h, s->gate, s->up, N * Fl));
+    } else {
+        CL_PROF("fwd gate up", 2 * ff, (cl_sgemm(cl_kern(m), 0, 0, iN, (int)Fl, iC, 1.0f, x, iC, w->gate_w, (int)Fl, 0.0f, s->gate, (int)Fl),
+                                         cl_sgemm(cl_kern(m), 0, 0, iN, (int)Fl, iC, 1.0f, x, iC, w->up_w, (int)Fl, 0.0f, s->up, (int)Fl)));
+        CL_PROF("fwd swiglu", 0, cl_kern(m)->swiglu_forward(s->h, s->gate, s->up, N * Fl));
+    }
     CL_TRY(cl_nn_row_linear(m, "fwd down_proj", ff, s->h, w->down_w, NULL, s->out, N, Fl));
     CL_PROF("fwd residual", 0, cl_kern(m)->add_inplace(s->out, s->at.res2, Ns * C));
     return CL_OK;
@@ -168,24 +181,40 @@ static cl_status llama_backward_pass(cl_model *m, const llama_acts *s, const flo
     }
     double ff = 2.0 * (double)N * C * Fl;
     const float *x;
+    /* bf16: the gradients the products read narrowed into L1 at the scratch's end (dgate and dup side by side) */
+    int lo = cl_nn_bf16(d);
+    void *L1 = NULL, *L2 = NULL;
+    if (lo) cl_llama_lo(m, N, &L1, &L2);
+    const uint16_t *dglo = L1, *dulo = dglo ? dglo + N * Fl : NULL;
     CL_PROF("bwd zero", 0, cl_device_fill(m->dev, dgate, 0, (size_t)(2 * N * Fl) * sizeof(float)));
     CL_PROF("bwd residual", 0, cl_device_copy(m->dev, dres2, dout, (size_t)(Ns * C) * sizeof(float)));
     /* down_proj, row-parallel */
     const float *dO;
     CL_TRY(cl_nn_row_dout(m, &k, run, dout, dof, Ns, &dO));
-    CL_PROF("bwd down_proj", ff, cl_sgemm(K, 0, 1, iN, iFl, iC, 1.0f, dO, iC, w->down_w, iC, 0.0f, dh, iFl));
-    if (ww) CL_PROF("bwd down_proj w", ff, cl_sgemm(K, 1, 0, iFl, iC, iN, 1.0f, s->h, iFl, dO, iC, 1.0f, gw->down_w, iC));
+    if (lo) CL_TRY(cl_nn_narrow(m, L1, dO, N * C));
+    CL_PROF("bwd down_proj", ff, lo ? cl_nn_gemm_lo(m, 0, 1, iN, iFl, iC, L1, iC, cl_nn_wlo(m, w->down_w), iC, 0.0f, dh, iFl)
+                                    : cl_sgemm(K, 0, 1, iN, iFl, iC, 1.0f, dO, iC, w->down_w, iC, 0.0f, dh, iFl));
+    if (ww) CL_PROF("bwd down_proj w", ff, lo ? cl_nn_linear_dweight_lo(m, gw->down_w, NULL, dO, L1, s->h, N, Fl, C)
+                                              : cl_sgemm(K, 1, 0, iFl, iC, iN, 1.0f, s->h, iFl, dO, iC, 1.0f, gw->down_w, iC));
     CL_PROF("bwd swiglu", 0, K->swiglu_backward(dgate, dup, dh, s->gate, s->up, N * Fl));
+    if (lo) CL_TRY(cl_nn_narrow(m, L1, dgate, 2 * N * Fl)); /* dup follows dgate in the workspace */
     /* gate and up, column-parallel: the input gradient is a partial sum over the ranks' columns */
-    if (run)
+    if (run && lo)
+        CL_PROF("bwd gate up", 2 * ff, (cl_nn_gemm_lo(m, 0, 1, iN, iC, iFl, dglo, iFl, cl_nn_wlo(m, w->gate_w), iFl, 0.0f, dln2, iC),
+                                         cl_nn_gemm_lo(m, 0, 1, iN, iC, iFl, dulo, iFl, cl_nn_wlo(m, w->up_w), iFl, 1.0f, dln2, iC)));
+    else if (run)
         CL_PROF("bwd gate up", 2 * ff, (cl_sgemm(K, 0, 1, iN, iC, iFl, 1.0f, dgate, iFl, w->gate_w, iFl, 0.0f, dln2, iC),
                                          cl_sgemm(K, 0, 1, iN, iC, iFl, 1.0f, dup, iFl, w->up_w, iFl, 1.0f, dln2, iC)));
     const float *dl2;
     CL_TRY(cl_nn_col_dinput(m, &k, run, dln2, dln2s, Ns, &dl2));
     if (ww) {
         CL_TRY(cl_nn_col_input(m, s->at.ln2, G, Ns, C, &x)); /* sequence-parallel: gathered again, not kept */
-        CL_PROF("bwd gate up w", 2 * ff, (cl_sgemm(K, 1, 0, iC, iFl, iN, 1.0f, x, iC, dgate, iFl, 1.0f, gw->gate_w, iFl),
-                                           cl_sgemm(K, 1, 0, iC, iFl, iN, 1.0f, x, iC, dup, iFl, 1.0f, gw->up_w, iFl)));
+        if (lo)
+            CL_PROF("bwd gate up w", 2 * ff, (cl_nn_linear_dweight_lo(m, gw->gate_w, NULL, dgate, dglo, x, N, C, Fl),
+                                               cl_nn_linear_dweight_lo(m, gw->up_w, NULL, dup, dulo, x, N, C, Fl)));
+        else
+            CL_PROF("bwd gate up w", 2 * ff, (cl_sgemm(K, 1, 0, iC, iFl, iN, 1.0f, x, iC, dgate, iFl, 1.0f, gw->gate_w, iFl),
+                                               cl_sgemm(K, 1, 0, iC, iFl, iN, 1.0f, x, iC, dup, iFl, 1.0f, gw->up_w, iFl)));
     }
     return cl_llama_attn_backward(m, &k, &s->at, in, &w->at, &gw->at, dres2, dl2, din, G, ws, ww, B, T);
 }
@@ -226,12 +255,16 @@ static void llama_block_sizes(const cl_model_desc *d, cl_unit *un, cl_sizer *z) 
     un->in_floats = cl_size_mul(z, Ts, C);
     un->out_floats = un->in_floats;
     int64_t lse = cl_size_mul(z, d->heads_local, T);
-    int64_t cols = 2 * Cl + 2 * Kl + 3 * Fl;
-    un->act_floats = cl_size_add(z, cl_size_add(z, cl_size_mul(z, Ts, 4 * C + 2), cl_size_mul(z, T, cols)), lse);
+    int64_t cols = 2 * Cl + 2 * Kl + 2 * Fl;
+    /* ln1 and ln2 (Ts C each) and h (T Fl) are BF16 in bf16 (llama_layout_at) */
+    int64_t lnC = cl_nn_gemm_in_floats(d, cl_size_mul(z, Ts, C)), hF = cl_nn_gemm_in_floats(d, cl_size_mul(z, T, Fl));
+    int64_t rest = cl_size_add(z, cl_size_mul(z, Ts, 2 * C + 2), cl_size_mul(z, T, cols));
+    un->act_floats = cl_size_add(z, cl_size_add(z, cl_size_add(z, rest, 2 * lnC), hF), lse);
     int64_t wcols = Cl + (Cl + 2 * Kl) + 3 * Fl;
     int64_t ws = sp ? cl_size_add(z, cl_size_mul(z, T, 5 * C + wcols), cl_size_mul(z, Ts, 3 * C)) : cl_size_mul(z, T, 3 * C + wcols);
     int KVl = (int)(Kl / (C / d->cfg.heads));
-    un->scratch_floats = cl_size_add(z, ws, cl_flash_scratch_floats(1, (int)T, (int)Cl, KVl));
+    /* bf16: the backward's BF16 gradient and o_proj input at the scratch's end (cl_llama_lo; 0 in fp32) */
+    un->scratch_floats = cl_size_add(z, cl_size_add(z, ws, cl_flash_scratch_floats(1, (int)T, (int)Cl, KVl)), cl_llama_lo_floats(d, z));
     double lin = (double)(2 * C + 2 * K + 3 * Fw) * (double)C;
     un->flops = (2.0 * (double)T * lin + 4.0 * (double)T * cl_nn_key_tokens(d) * (double)C) / tp;
 }

@@ -6,7 +6,12 @@
  * Invariants: the code is the dense block's as it was (the same kernels in
  * the same order on the same buffers), so moving it here changed no bits;
  * temporaries live in the part's scratch (forward) or the workspace the
- * caller hands over (backward). */
+ * caller hands over (backward). bf16 (cl_nn_bf16; the dense block only, the
+ * MoE block is refused there): the two RMSNorm outputs saved as BF16 (GEMM
+ * inputs only), written so by the kernels that compute them; the products
+ * read BF16 operands (the weights' copy, the gradients narrowed at the
+ * scratch's end: cl_llama_lo); RoPE, attention and the norms' statistics
+ * and backward F32, as GPT's block. */
 #include "nn/cp.h"
 #include "nn/llama_attn.h"
 #include "nn/model_impl.h"
@@ -18,14 +23,15 @@
 float *cl_llama_attn_layout(const cl_model_desc *d, float *base, int64_t B, int64_t T, float *lse_apart, cl_llama_attn_acts *a) {
     int64_t N = B * T, Ns = cl_nn_rows_here(d, N), C = d->cfg.channels, Cl = d->channels_local, Kl = d->kv_channels_local;
     float *p = base;
-    a->ln1 = p; p += Ns * C;
+    int64_t lnC = cl_nn_gemm_in_floats(d, Ns * C); /* ln1 and ln2: BF16 in bf16 (GEMM inputs only) */
+    a->ln1 = p; p += lnC;
     a->rstd1 = p; p += Ns;
     a->qkv = p; p += N * (Cl + 2 * Kl);
     a->atty = p; p += N * Cl;
     if (lse_apart) a->lse = lse_apart;
     else a->lse = p, p += B * d->heads_local * T;
     a->res2 = p; p += Ns * C;
-    a->ln2 = p; p += Ns * C;
+    a->ln2 = p; p += lnC;
     a->rstd2 = p; p += Ns;
     return p;
 }
@@ -33,13 +39,65 @@ float *cl_llama_attn_layout(const cl_model_desc *d, float *base, int64_t B, int6
 int64_t cl_llama_attn_act_floats(const cl_model_desc *d, cl_sizer *z) {
     int64_t T = d->T, C = d->cfg.channels, Ts = d->tpl.sp ? T / d->tpl.tp : T;
     int64_t cols = 2 * (int64_t)d->channels_local + 2 * (int64_t)d->kv_channels_local;
-    return cl_size_add(z, cl_size_add(z, cl_size_mul(z, Ts, 3 * C + 2), cl_size_mul(z, T, cols)), cl_size_mul(z, d->heads_local, T));
+    int64_t lnC = cl_nn_gemm_in_floats(d, cl_size_mul(z, Ts, C)); /* ln1 and ln2 (cl_llama_attn_layout) */
+    int64_t rows = cl_size_add(z, cl_size_mul(z, Ts, C + 2), 2 * lnC);
+    return cl_size_add(z, cl_size_add(z, rows, cl_size_mul(z, T, cols)), cl_size_mul(z, d->heads_local, T));
+}
+
+int64_t cl_llama_lo_width(const cl_model_desc *d) {
+    int64_t C = d->cfg.channels, Q = d->channels_local + 2 * (int64_t)d->kv_channels_local, F2 = 2 * (int64_t)d->mlp_local;
+    int64_t w = C > Q ? C : Q;
+    return w > F2 ? w : F2;
+}
+
+int64_t cl_llama_lo_floats(const cl_model_desc *d, cl_sizer *z) {
+    if (!cl_nn_bf16(d)) return 0;
+    return cl_size_add(z, cl_nn_bf16_floats(cl_size_mul(z, d->T, cl_llama_lo_width(d))),
+                       cl_nn_bf16_floats(cl_size_mul(z, d->T, d->channels_local)));
+}
+
+void cl_llama_lo(const cl_model *m, int64_t N, void **L1, void **L2) {
+    const cl_model_desc *d = m->desc;
+    float *l2 = m->scratch + m->sizes.scratch - cl_nn_bf16_floats(N * d->channels_local);
+    *L2 = l2;
+    *L1 = l2 - cl_nn_bf16_floats(N * cl_llama_lo_width(d));
 }
 
 void cl_llama_heads(const cl_model_desc *d, int *NH, int *KV, int *hd) {
     *hd = d->cfg.channels / d->cfg.heads;
     *NH = d->heads_local;
     *KV = d->kv_channels_local / *hd;
+}
+
+/* q, k and v into their columns of qkv [N, Q] from x (BF16, [N, C]) against the weights' BF16 copies. */
+static void qkv_lo(const cl_model *m, float *qkv, const void *x, const cl_llama_attn_weights *w, int64_t N) {
+    const cl_model_desc *d = m->desc;
+    int iN = (int)N, iC = d->cfg.channels, Cl = d->channels_local, Kl = d->kv_channels_local, iQ = Cl + 2 * Kl;
+    cl_nn_gemm_lo(m, 0, 0, iN, Cl, iC, x, iC, cl_nn_wlo(m, w->q_w), Cl, 0.0f, qkv, iQ);
+    cl_nn_gemm_lo(m, 0, 0, iN, Kl, iC, x, iC, cl_nn_wlo(m, w->k_w), Kl, 0.0f, qkv + Cl, iQ);
+    cl_nn_gemm_lo(m, 0, 0, iN, Kl, iC, x, iC, cl_nn_wlo(m, w->v_w), Kl, 0.0f, qkv + Cl + Kl, iQ);
+}
+
+/* The forward in bf16 (not sequence-parallel): input_layernorm's and post_attention_layernorm's outputs written
+ * as BF16 into their saved slots by the kernels that compute them; o_proj's input narrowed into the scratch. */
+static cl_status llama_attn_forward_lo(const cl_model *m, const cl_llama_attn_acts *s, const float *in, const cl_llama_attn_weights *w,
+                                       int B, int T) {
+    const cl_model_desc *d = m->desc;
+    int64_t N = (int64_t)B * T, C = d->cfg.channels, Cl = d->channels_local, Q = Cl + 2 * (int64_t)d->kv_channels_local;
+    int NH, KV, hd, iN = (int)N, iC = (int)C;
+    cl_llama_heads(d, &NH, &KV, &hd);
+    float eps = (float)d->cfg.rms_norm_eps, *ay = m->scratch;
+    const float *cos_t = m->rope, *sin_t = m->rope + m->sizes.tables / 2;
+    double fq = 2.0 * (double)N * C * Q, fl = 2.0 * (double)N * C * Cl, att = 4.0 * (double)B * T * T * Cl;
+    CL_PROF("fwd rmsnorm", 0, cl_kern(m)->rmsnorm_forward_bf16((uint16_t *)s->ln1, s->rstd1, in, w->ln1_w, eps, iN, iC));
+    CL_PROF("fwd qkv", fq, qkv_lo(m, s->qkv, s->ln1, w, N));
+    CL_PROF("fwd rope", 0, cl_kern(m)->rope_forward(s->qkv, s->qkv, cos_t, sin_t, iN, T, 0, NH + KV, hd, Q));
+    CL_PROF("fwd attention", att, CL_TRY(cl_nn_attention_forward(m, s->atty, s->lse, s->qkv, B, T, (int)Cl, NH, KV)));
+    CL_TRY(cl_nn_narrow(m, ay, s->atty, N * Cl));
+    CL_TRY(cl_nn_row_linear(m, "fwd o_proj", fl, ay, w->o_w, NULL, s->res2, N, Cl));
+    CL_PROF("fwd residual rmsnorm", 0,
+            cl_kern(m)->residual_rmsnorm_forward_bf16(s->res2, (uint16_t *)s->ln2, s->rstd2, s->res2, in, w->ln2_w, eps, iN, iC));
+    return CL_OK;
 }
 
 cl_status cl_llama_attn_forward(const cl_model *m, const cl_llama_attn_acts *s, const float *in, const cl_llama_attn_weights *w,
@@ -53,6 +111,7 @@ cl_status cl_llama_attn_forward(const cl_model *m, const cl_llama_attn_acts *s, 
     const float *cos_t = m->rope, *sin_t = m->rope + m->sizes.tables / 2;
     double fq = 2.0 * (double)N * C * Q, fl = 2.0 * (double)N * C * Cl, att = 4.0 * (double)B * T * T * Cl;
     const float *x;
+    if (cl_nn_bf16(d)) return llama_attn_forward_lo(m, s, in, w, B, T);
     CL_PROF("fwd rmsnorm", 0, cl_kern(m)->rmsnorm_forward(s->ln1, s->rstd1, in, w->ln1_w, eps, (int)Ns, iC));
     CL_TRY(cl_nn_col_input(m, s->ln1, G, Ns, C, &x));
     CL_PROF("fwd qkv", fq, (cl_sgemm(cl_kern(m), 0, 0, iN, (int)Cl, iC, 1.0f, x, iC, w->q_w, (int)Cl, 0.0f, s->qkv, iQ),
@@ -69,6 +128,26 @@ int64_t cl_llama_attn_scratch_floats(const cl_model_desc *d, cl_sizer *z) {
     int64_t T = d->T, C = d->cfg.channels, Cl = d->channels_local, Kl = d->kv_channels_local, Ts = d->tpl.sp ? T / d->tpl.tp : T;
     int64_t n = cl_size_mul(z, T, Cl + (Cl + 2 * Kl) + C);
     return d->tpl.sp ? cl_size_add(z, n, cl_size_add(z, cl_size_mul(z, T, C), cl_size_mul(z, Ts, C))) : n;
+}
+
+/* bf16: the weight gradients of q, k and v from x (BF16 [N, C]) and dqkv narrowed to BF16 ([N, Q] at dlo). */
+static void qkv_dweight_lo(const cl_model *m, const cl_llama_attn_weights *gw, const void *x, const void *dlo, int64_t N) {
+    const cl_model_desc *d = m->desc;
+    int iN = (int)N, iC = d->cfg.channels, Cl = d->channels_local, Kl = d->kv_channels_local, iQ = Cl + 2 * Kl;
+    const uint16_t *dq = dlo;
+    cl_nn_gemm_lo(m, 1, 0, iC, Cl, iN, x, iC, dq, iQ, 1.0f, gw->q_w, Cl);
+    cl_nn_gemm_lo(m, 1, 0, iC, Kl, iN, x, iC, dq + Cl, iQ, 1.0f, gw->k_w, Kl);
+    cl_nn_gemm_lo(m, 1, 0, iC, Kl, iN, x, iC, dq + Cl + Kl, iQ, 1.0f, gw->v_w, Kl);
+}
+
+/* bf16: dln1 [N, C] = the q, k and v products' input gradient from dqkv narrowed to BF16 (dlo) and the weights' copies. */
+static void qkv_dinput_lo(const cl_model *m, float *dln1, const void *dlo, const cl_llama_attn_weights *w, int64_t N) {
+    const cl_model_desc *d = m->desc;
+    int iN = (int)N, iC = d->cfg.channels, Cl = d->channels_local, Kl = d->kv_channels_local, iQ = Cl + 2 * Kl;
+    const uint16_t *dq = dlo;
+    cl_nn_gemm_lo(m, 0, 1, iN, iC, Cl, dq, iQ, cl_nn_wlo(m, w->q_w), Cl, 0.0f, dln1, iC);
+    cl_nn_gemm_lo(m, 0, 1, iN, iC, Kl, dq + Cl, iQ, cl_nn_wlo(m, w->k_w), Kl, 1.0f, dln1, iC);
+    cl_nn_gemm_lo(m, 0, 1, iN, iC, Kl, dq + Cl + Kl, iQ, cl_nn_wlo(m, w->v_w), Kl, 1.0f, dln1, iC);
 }
 
 cl_status cl_llama_attn_backward(cl_model *m, cl_nn_keep *k, const cl_llama_attn_acts *s, const float *in,
@@ -90,7 +169,11 @@ cl_status cl_llama_attn_backward(cl_model *m, cl_nn_keep *k, const cl_llama_attn
         dln1s = ws; ws += Ns * C;
     }
     float *attscratch = ws;
-    CL_ASSERT(attscratch + cl_flash_scratch_floats(B, T, iCl, KV) <= m->scratch + m->sizes.scratch);
+    /* bf16: at the scratch's end the BF16 form of the gradient the next products read (L1) and of o_proj's input (L2) */
+    int lo = cl_nn_bf16(d);
+    void *L1 = NULL, *L2 = NULL;
+    if (lo) cl_llama_lo(m, N, &L1, &L2);
+    CL_ASSERT(attscratch + cl_flash_scratch_floats(B, T, iCl, KV) <= (lo ? (float *)L1 : m->scratch + m->sizes.scratch));
     const float *cos_t = m->rope, *sin_t = m->rope + m->sizes.tables / 2;
     double fq = 2.0 * (double)N * C * Q, fl = 2.0 * (double)N * C * Cl, att = 4.0 * (double)B * T * T * Cl;
     const float *x;
@@ -100,20 +183,28 @@ cl_status cl_llama_attn_backward(cl_model *m, cl_nn_keep *k, const cl_llama_attn
     /* o_proj, row-parallel */
     const float *dR;
     CL_TRY(cl_nn_row_dout(m, k, run, dres2, dr2f, Ns, &dR));
-    CL_PROF("bwd o_proj", fl, cl_sgemm(K, 0, 1, iN, iCl, iC, 1.0f, dR, iC, w->o_w, iC, 0.0f, datty, iCl));
-    if (ww) CL_PROF("bwd o_proj w", fl, cl_sgemm(K, 1, 0, iCl, iC, iN, 1.0f, s->atty, iCl, dR, iC, 1.0f, gw->o_w, iC));
+    if (lo) CL_TRY(cl_nn_narrow(m, L1, dR, N * C));
+    if (lo && ww) CL_TRY(cl_nn_narrow(m, L2, s->atty, N * Cl));
+    CL_PROF("bwd o_proj", fl, lo ? cl_nn_gemm_lo(m, 0, 1, iN, iCl, iC, L1, iC, cl_nn_wlo(m, w->o_w), iC, 0.0f, datty, iCl)
+                                 : cl_sgemm(K, 0, 1, iN, iCl, iC, 1.0f, dR, iC, w->o_w, iC, 0.0f, datty, iCl));
+    if (ww) CL_PROF("bwd o_proj w", fl, lo ? cl_nn_linear_dweight_lo(m, gw->o_w, NULL, dR, L1, L2, N, Cl, C)
+                                           : cl_sgemm(K, 1, 0, iCl, iC, iN, 1.0f, s->atty, iCl, dR, iC, 1.0f, gw->o_w, iC));
     /* the score tiles recomputed (q k^T, a third product) besides the four of the gradients */
     CL_PROF("bwd attention", 2.5 * att, CL_TRY(cl_nn_attention_backward(m, dqkv, attscratch, datty, s->qkv, s->atty, s->lse, B, T, iCl, NH, KV)));
     /* the gradients of q and k before their rotation, in place */
     CL_PROF("bwd rope", 0, K->rope_backward_set(dqkv, dqkv, cos_t, sin_t, iN, T, 0, NH + KV, hd, Q));
+    if (lo) CL_TRY(cl_nn_narrow(m, L1, dqkv, N * Q));
     if (ww) {
         CL_TRY(cl_nn_col_input(m, s->ln1, G, Ns, C, &x));
-        CL_PROF("bwd qkv w", fq, (cl_sgemm(K, 1, 0, iC, iCl, iN, 1.0f, x, iC, dqkv, iQ, 1.0f, gw->q_w, iCl),
-                                  cl_sgemm(K, 1, 0, iC, iKl, iN, 1.0f, x, iC, dqkv + Cl, iQ, 1.0f, gw->k_w, iKl),
-                                  cl_sgemm(K, 1, 0, iC, iKl, iN, 1.0f, x, iC, dqkv + Cl + Kl, iQ, 1.0f, gw->v_w, iKl)));
+        if (lo) CL_PROF("bwd qkv w", fq, qkv_dweight_lo(m, gw, x, L1, N));
+        else
+            CL_PROF("bwd qkv w", fq, (cl_sgemm(K, 1, 0, iC, iCl, iN, 1.0f, x, iC, dqkv, iQ, 1.0f, gw->q_w, iCl),
+                                      cl_sgemm(K, 1, 0, iC, iKl, iN, 1.0f, x, iC, dqkv + Cl, iQ, 1.0f, gw->k_w, iKl),
+                                      cl_sgemm(K, 1, 0, iC, iKl, iN, 1.0f, x, iC, dqkv + Cl + Kl, iQ, 1.0f, gw->v_w, iKl)));
     }
     /* q, k, v, column-parallel by heads */
-    if (run)
+    if (run && lo) CL_PROF("bwd qkv", fq, qkv_dinput_lo(m, dln1, L1, w, N));
+    else if (run)
         CL_PROF("bwd qkv", fq, (cl_sgemm(K, 0, 1, iN, iC, iCl, 1.0f, dqkv, iQ, w->q_w, iCl, 0.0f, dln1, iC),
                                 cl_sgemm(K, 0, 1, iN, iC, iKl, 1.0f, dqkv + Cl, iQ, w->k_w, iKl, 1.0f, dln1, iC),
                                 cl_sgemm(K, 0, 1, iN, iC, iKl, 1.0f, dqkv + Cl + Kl, iQ, w->v_w, iKl, 1.0f, dln1, iC)));

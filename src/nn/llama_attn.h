@@ -33,6 +33,14 @@ void cl_llama_heads(const cl_model_desc *d, int *NH, int *KV, int *hd);
 /* The forward from in to res2 = in + o_proj(attn(.)) and ln2 = RMSNorm(res2); temporaries in the part's scratch. */
 cl_status cl_llama_attn_forward(const cl_model *m, const cl_llama_attn_acts *s, const float *in, const cl_llama_attn_weights *w,
                                 int B, int T);
+/* bf16: the width of the backward's BF16 gradient (the widest product input gradient: C, this rank's q, k, v
+ * columns, or gate and up's 2 Fl together), and the floats per sample of the two BF16 arrays at the scratch's
+ * end (cl_llama_lo; 0 in fp32), which the block's sizes add to its scratch. */
+int64_t cl_llama_lo_width(const cl_model_desc *d);
+int64_t cl_llama_lo_floats(const cl_model_desc *d, cl_sizer *z);
+/* bf16: for N token rows, L1 (N x cl_llama_lo_width BF16 values, the gradient a product reads) and L2 (N x Cl,
+ * o_proj's input) at the end of the part's scratch. */
+void cl_llama_lo(const cl_model *m, int64_t N, void **L1, void **L2);
 /* Floats of the backward's workspace from ws per sample (datty, dqkv, dln1; sequence parallelism's gathered rows)
  * before the attention's tiles. */
 int64_t cl_llama_attn_scratch_floats(const cl_model_desc *d, cl_sizer *z);
