@@ -44,7 +44,7 @@ static cl_status make_setup(int kv, int tied, cl_dtype dt, setup *s) {
     c.kv_heads = kv == c.heads ? 0 : kv;
     c.untied = !tied;
     CL_TRY(cl_model_config_check(&c));
-    cl_tp_layout tl = {1, 0, 0, 1, dt};
+    cl_tp_layout tl = {1, 0, 0, 1, dt, 1};
     CL_TRY(cl_model_describe_tp(&c, T, &tl, &s->d));
     CL_TRY(cl_device_create_cpu(&s->dev, 0, 0));
     CL_TRY(cl_model_create(&s->m, s->d, s->dev, B));

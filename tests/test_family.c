@@ -90,7 +90,7 @@ int main(void) {
               d0->units[1].scratch_floats == T * 11 * C + tiles && d0->units[1].flops == 24.0 * T * C * C + 4.0 * T * T * C,
           "GPT-2's block sizes");
     /* one of 4 context ranks: T / 4 tokens, each query row's attention over all T keys, so the ranks' FLOPs sum to one's */
-    cl_tp_layout one = {1, 0, 0, 1, CL_F32, 0};
+    cl_tp_layout one = {1, 0, 0, 1, CL_F32, 1};
     cl_model_desc *q = NULL;
     CHECK(cl_model_describe_cp(&g0, (int)T / 4, &one, 4, &q) == CL_OK, "cp 4: %s", cl_last_error());
     double fsum = 0, fq = 0;
