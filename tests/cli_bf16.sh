@@ -30,20 +30,7 @@ else
     check '[ $rc -eq 0 ] && grep -q "bf16: 28 gradients" <<<"$out"' "against torch autocast: $(tail -3 <<<"$out")"
 fi
 
-head -c 300000 data/kjv.txt > "$tmp/text.txt"
-common=(--data "$tmp/text.txt" --seq-len 16 --micro-batch-size 2 --global-batch-size 8 --steps 20 --sample-tokens 0
-        --eval-batches 2 --threads 1 --comm-timeout 60)
-figures() { grep '"loss"' "$1" | sed 's/.*"loss": \([^,]*\),.*"grad_norm": \([^,]*\),.*/\1 \2/'; }
-close() { # file_a file_b tol: every step's loss and norm within tol relative
-    paste <(figures "$1") <(figures "$2") | awk -v tol="$3" '
-        { n++; for (i = 1; i <= 2; i++) { d = $i - $(i + 2); if (d < 0) d = -d; r = d / ($(i + 2) < 0 ? -$(i + 2) : $(i + 2)); if (r > worst) worst = r } }
-        END { printf "%d steps, max rel diff %.3g\n", n, worst; exit !(n == 20 && worst <= tol) }'
-}
-run() { # name args...
-    local name=$1; shift
-    "$CLEAVE" train "${common[@]}" "$@" --log-file "$tmp/$name.jsonl" > "$tmp/$name.out" 2>&1
-    _rc=$?; check '[ $_rc -eq 0 ]' "$name failed: $(tail -3 "$tmp/$name.out")"
-}
+source "$(dirname "$0")/runs_lib.sh"
 run one --dtype bf16
 run f32
 out=$(close "$tmp/one.jsonl" "$tmp/f32.jsonl" 1e-2); _rc=$?
