@@ -138,6 +138,15 @@ cl_status cli_offload(const cli_args *a, int *out) {
     return CL_OK;
 }
 
+cl_status cli_format(const cli_args *a, const char *name, cl_dtype *out) {
+    const char *v = cli_get(a, name);
+    if (!v) return CL_OK;
+    if (!strcmp(v, "fp32")) *out = CL_F32;
+    else if (!strcmp(v, "bf16")) *out = CL_BF16;
+    else return cl_error(CL_ERR_INVALID, "unknown %s '%s' (fp32 or bf16)", label(a, name).s, v);
+    return CL_OK;
+}
+
 /* --rope-scaling none | llama3:FACTOR,LOW_FREQ_FACTOR,HIGH_FREQ_FACTOR,ORIGINAL_CONTEXT (Llama 3.1's rope_scaling; checked by the family) */
 static cl_status cli_rope_scaling(const cli_args *a, cl_model_config *mc) {
     const char *v = cli_get(a, "rope-scaling");

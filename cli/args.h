@@ -50,6 +50,8 @@ cl_status cli_float(const cli_args *a, const char *name, float *out, double min,
 cl_status cli_bytes(const cli_args *a, const char *name, size_t *out);
 /* --offload-optimizer none|host|disk as 0, 1, 2 */
 cl_status cli_offload(const cli_args *a, int *out);
+/* a number-format flag (--dtype, --grad-reduce-dtype): fp32 or bf16 as CL_F32, CL_BF16; *out kept when absent */
+cl_status cli_format(const cli_args *a, const char *name, cl_dtype *out);
 /* Sections of a --config file (cli/config.c): name (e.g. "optimizer") and its
  * keys, long flag names separated by spaces; a list ends with {NULL, NULL}.
  * A flag in no section is a top-level key only. */

@@ -239,6 +239,7 @@ static const cli_flag step_flags[] = {
     {"offload-optimizer", "", 1, "step: where the AdamW moments live, none (default), host or disk (as for train)"},
     {"offload-dir", "", 1, "step: directory of --offload-optimizer disk's file"},
     {"dtype", "", 1, "step: fp32 (default) or bf16, mixed precision (as for train)"},
+    {"grad-reduce-dtype", "", 1, "step: fp32 (default) or bf16, as for train (one rank: no reduction to narrow)"},
 };
 
 typedef struct {
@@ -246,7 +247,7 @@ typedef struct {
     int T, B, threads, steps, warmup, repeat, offload;
     double peak, peak_bf16;
     const char *data, *offload_dir;
-    cl_dtype dtype;
+    cl_dtype dtype, grad_reduce;
 } step_opts;
 
 static int parse_step_opts(int argc, char **argv, const char *usage, step_opts *o) {
@@ -273,9 +274,8 @@ static int parse_step_opts(int argc, char **argv, const char *usage, step_opts *
     o->data = cli_get(&a, "data");
     o->offload_dir = cli_get(&a, "offload-dir");
     if ((s = cli_offload(&a, &o->offload))) return cli_fail(s);
-    const char *dt = cli_get(&a, "dtype");
-    if (dt && strcmp(dt, "fp32") && strcmp(dt, "bf16")) return cli_fail(cl_error(CL_ERR_INVALID, "unknown --dtype '%s' (fp32 or bf16)", dt));
-    o->dtype = dt && !strcmp(dt, "bf16") ? CL_BF16 : CL_F32;
+    o->dtype = o->grad_reduce = CL_F32;
+    if ((s = cli_format(&a, "dtype", &o->dtype)) || (s = cli_format(&a, "grad-reduce-dtype", &o->grad_reduce))) return cli_fail(s);
     if ((s = cli_int(&a, "micro-batch-size", &o->B, 1, 1 << 20)) || (s = cli_int(&a, "threads", &o->threads, 1, 256)) ||
         (s = cli_int(&a, "steps", &o->steps, 1, 1 << 20)) || (s = cli_int(&a, "warmup", &o->warmup, 0, 1 << 20)) ||
         (s = cli_int(&a, "repeat", &o->repeat, 1, 1000)) || (s = cli_float(&a, "peak", &peak, 1e-3, 1e9)) ||
@@ -403,7 +403,8 @@ static int bench_step(int argc, char **argv) {
     step_opts o;
     int r = parse_step_opts(argc, argv,
                             "usage: cleave bench step [--model M] [--seq-len T] [--micro-batch-size B] [--threads N] [--steps K]\n"
-                            "                         [--offload-optimizer none|host|disk [--offload-dir DIR]] [--dtype fp32|bf16]\n\n"
+                            "                         [--offload-optimizer none|host|disk [--offload-dir DIR]] [--dtype fp32|bf16]\n"
+                            "                         [--grad-reduce-dtype fp32|bf16]\n\n"
                             "Trains one rank for --warmup + --steps steps and prints the timed steps by operation.",
                             &o);
     if (r) return r < 0 ? 0 : r;
@@ -420,6 +421,7 @@ static int bench_step(int argc, char **argv) {
     c.offload_optimizer = o.offload;
     c.offload_dir = o.offload_dir;
     c.dtype = o.dtype;
+    c.grad_reduce = o.grad_reduce;
     cl_trainer *t;
     cl_status s = cl_trainer_create(&t, &c);
     if (s) return cli_fail(s);

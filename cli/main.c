@@ -132,7 +132,10 @@ static const cli_flag train_flags[] = {
     {"recompute", "", 1, "activation recomputation: none (default), selective (attention scores) or full (whole blocks)"},
     {"dtype", "", 1, "number format: fp32 (default) or bf16, mixed precision (F32 master weights, moments and gradients; "
                      "BF16 weight copies and GEMM inputs, F32 accumulation; the GPT and dense Llama families on one rank, pipelines, dp "
-                     "with ZeRO 0-2, tp without sequence parallelism)"},
+                     "with ZeRO 0-3, tp without sequence parallelism)"},
+    {"grad-reduce-dtype", "", 1, "format of the data-parallel gradient reduction: fp32 (default) or bf16 (half the bytes; "
+                                 "gradients still accumulate in F32, each bucket narrowed just before its collective and "
+                                 "widened after; with --dtype fp32 too, as FSDP's reduce_dtype)"},
     {"trace", "", 1, "write a Chrome trace (Perfetto) of every pipeline action to this file"},
     {"pp-layout", "", 1, "explicit stages, e.g. \"E,t*3|t*4|t*3,L\" (E embedding, t block, L head; default: balanced)"},
 };
@@ -507,6 +510,7 @@ static cl_status agree_job(cl_comm *world, const train_job *j) {
     put(l, "--make-vocab-size-divisible-by", "%d", c->vocab_divisible_by);
     put(l, "--check-replicas", "%d", c->check_replicas);
     put(l, "--zero", "%d", c->zero);
+    put(l, "--grad-reduce-dtype", "%d", (int)c->grad_reduce);
     put(l, "--offload-optimizer", "%d", c->offload_optimizer);
     put(l, "--trace", "%s", S(j->trace_path));
     put(l, "--trace-steps", "%d", j->trace_steps);
@@ -1087,7 +1091,7 @@ static const cli_section train_sections[] = {
                  "tensor-model-parallel-size pipeline-model-parallel-size "
                  "sequence-parallel make-vocab-size-divisible-by zero zero3-prefetch check-replicas bucket-size comm-timeout "
                  "schedule virtual-stages pp-layout"},
-    {"memory", "device-memory offload-optimizer offload-dir recompute dtype"},
+    {"memory", "device-memory offload-optimizer offload-dir recompute dtype grad-reduce-dtype"},
     {NULL, NULL},
 };
 
@@ -1237,12 +1241,12 @@ static cl_status parse_layout(const cli_args *a, train_job *j) {
     c->pp_layout = cli_get(a, "pp-layout");
     j->trace_path = cli_get(a, "trace");
     CL_TRY(cli_int(a, "trace-steps", &j->trace_steps, 0, 1 << 30));
-    const char *dt = c->params_only ? NULL : cli_get(a, "dtype"); /* convert's --dtype is its export's (parse_hf_format) */
-    if (dt && strcmp(dt, "fp32") && strcmp(dt, "bf16")) return cl_error(CL_ERR_INVALID, "unknown --dtype '%s' (fp32 or bf16)", dt);
-    c->dtype = dt && !strcmp(dt, "bf16") ? CL_BF16 : CL_F32;
     const char *cc = cli_get(a, "cp-comm");
     if (cc && strcmp(cc, "ring") && strcmp(cc, "a2a")) return cl_error(CL_ERR_INVALID, "unknown --cp-comm '%s' (ring or a2a)", cc);
     c->cp_comm = cc && !strcmp(cc, "a2a") ? CL_CP_A2A : CL_CP_RING;
+    c->dtype = c->grad_reduce = CL_F32;
+    if (!c->params_only) CL_TRY(cli_format(a, "dtype", &c->dtype)); /* convert's --dtype is its export's (parse_hf_format) */
+    CL_TRY(cli_format(a, "grad-reduce-dtype", &c->grad_reduce));
     if (cli_get(a, "recompute")) {
         cl_recompute rc;
         CL_TRY(cl_recompute_parse(cli_get(a, "recompute"), &rc));
@@ -1515,6 +1519,7 @@ static void resolve_values(const train_cli *tc, const train_job *j, resolved *r)
     rput(r, a, "recompute", 0, recompute[c->recompute]);
     if (c->dtype == CL_BF16) rput(r, a, "dtype", 0, "bf16"); /* fp32 left out: the resolved settings of fp32 runs unchanged */
     if (c->cp_comm == CL_CP_A2A) rput(r, a, "cp-comm", 0, "a2a"); /* ring left out, as fp32 */
+    if (c->grad_reduce == CL_BF16) rput(r, a, "grad-reduce-dtype", 0, "bf16");
     rput(r, a, "trace", 0, j->trace_path);
 }
 

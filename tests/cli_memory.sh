@@ -92,6 +92,16 @@ point --model llama --kv-heads 1 --tp 2 --micro-batch-size 2 --global-batch-size
 for rc in none full; do point --dtype bf16 --micro-batch-size 2 --recompute $rc; done
 point --dtype bf16 --pp 2 --schedule zb-h1 --micro-batch-size 2 --global-batch-size 8
 point --dtype bf16 --dp 2 --zero 2 --micro-batch-size 2 --global-batch-size 8
+# ZeRO 3 in bf16: the shard's BF16 copy beside the F32 shard, the working buffers as fp32's (BF16 pieces in them)
+point --dtype bf16 --dp 2 --zero 3 --micro-batch-size 2 --global-batch-size 8
+point --dtype bf16 --dp 4 --zero 3 --zero3-prefetch 2 --micro-batch-size 2 --global-batch-size 8
+point --dtype bf16 --dp 2 --pp 2 --schedule zb-h1 --zero 3 --micro-batch-size 2 --global-batch-size 8
+point --model llama-tiny --dtype bf16 --dp 2 --zero 3 --micro-batch-size 2 --global-batch-size 8
+# --grad-reduce-dtype bf16: the BF16 staging of the reduction (the gradient buffer's image at ZeRO 0-1, each
+# bucket working buffer's at ZeRO 2-3) under grads
+point --grad-reduce-dtype bf16 --dp 2 --micro-batch-size 2 --global-batch-size 8
+point --grad-reduce-dtype bf16 --dp 2 --pp 2 --zero 1 --micro-batch-size 2 --global-batch-size 8
+point --grad-reduce-dtype bf16 --dtype bf16 --dp 2 --zero 3 --micro-batch-size 2 --global-batch-size 8
 point --dtype bf16 --tp 2 --micro-batch-size 2 --global-batch-size 4
 f32=$("$CLEAVE" memory --json --model gpt2-tiny); b16=$("$CLEAVE" memory --json --model gpt2-tiny --dtype bf16)
 cat_of() { python3 -c 'import json,sys; print(json.loads(sys.argv[1])["predicted"][sys.argv[2]])' "$1" "$2"; }

@@ -535,14 +535,14 @@ static void test_zero_ranges(void) {
             if (d->params[i].unit >= u0 && d->params[i].unit < u1) held += (d->params[i].numel + 15) / 16 * 16;
         for (int n = 1; n <= 8; n++) {
             cl_part_sizes z0, zs[8];
-            cl_zero none = {0, n, 0, 0, 0, 0};
+            cl_zero none = {0, n, 0, 0, 0, 0, CL_F32};
             cl_model_part_sizes(d, u0, u1, 1, CL_RECOMPUTE_NONE, &none, &z0);
             CHECK(z0.nfloats == held && z0.alloc == held && z0.shard == held && z0.shard_lo == 0 && z0.moments == held,
                   "stage 0, part [%d, %d), n %d: nfloats %lld alloc %lld shard %lld lo %lld moments %lld, want all %lld (lo 0)",
                   u0, u1, n, (long long)z0.nfloats, (long long)z0.alloc, (long long)z0.shard, (long long)z0.shard_lo,
                   (long long)z0.moments, (long long)held);
             for (int r = 0; r < n; r++) {
-                cl_zero zero = {1, n, r, 0, 0, 0};
+                cl_zero zero = {1, n, r, 0, 0, 0, CL_F32};
                 cl_model_part_sizes(d, u0, u1, 1, CL_RECOMPUTE_NONE, &zero, &zs[r]);
             }
             const cl_part_sizes *z = &zs[0];
@@ -612,7 +612,7 @@ static void zero2_part(const cl_model_desc *d, int u0, int u1, size_t bucket, in
     cl_bucket *bk = malloc((size_t)(u1 - u0 + 1) * sizeof *bk);
     CL_ASSERT(bk);
     cl_part_sizes z;
-    cl_zero zero = {2, 4, 1, bucket, 0, split};
+    cl_zero zero = {2, 4, 1, bucket, 0, split, CL_F32};
     cl_model_part_sizes(d, u0, u1, 1, CL_RECOMPUTE_NONE, &zero, &z);
     /* bucket 0: the default from the shard, which the sizes resolve */
     CHECK(z.bucket_bytes == (bucket ? bucket : cl_zero_bucket_default(2, 4, z.shard)), "part [%d, %d) bucket %zu: the sizes cut at %zu",

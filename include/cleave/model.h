@@ -331,6 +331,8 @@ typedef struct {
     int prefetch;        /* ZeRO 3: units gathered ahead (0: none) */
     int split;           /* the backward runs split in input and weight passes (zb-h1): under stage 2 the
                           * loss units' gradients, which come in the input pass, are kept whole */
+    cl_dtype reduce;     /* the format the data-parallel gradient reduction moves (--grad-reduce-dtype): CL_F32, or
+                          * CL_BF16 (narrowed just before each collective, widened after); CL_F32 without one */
 } cl_zero;
 /* The default gradient bucket of a part whose data-parallel shard is
  * shard_floats under ZeRO stage on n replicas: stages 0 and 1 cut the
@@ -399,6 +401,9 @@ typedef struct {
                           * parameters, and the tied wte for the LM head); else 0 */
     int npwork;          /* ZeRO 3: parameter working buffers (prefetch + 1, at most the units with parameters) */
     int64_t head_wte;    /* the LM head's separate wte gradient (cl_model_split_tied), 0 if none */
+    int64_t gstage;      /* zero's reduce BF16: floats of the BF16 staging the reduction moves (cl_model_grads_stage):
+                          * stages 0-1 the gradient buffer's (grads / 2, rounded up) and the head's wte gradient's;
+                          * stages 2-3 each bucket working buffer's (nbuf x bucket / 2); else 0 */
     int64_t scratch;     /* backward workspace (conv's im2col included), at least 16 */
     int64_t io;          /* each of the two activation-gradient buffers, at least 16 */
     int64_t rc;          /* the recompute buffer of one block (cl_model_set_recompute), 0 if none */
@@ -551,6 +556,8 @@ float *cl_model_bucket_begin(cl_model *m, int b, int64_t lo, int64_t hi);
 void cl_model_bucket_end(cl_model *m, int b, int64_t lo, int64_t hi);
 float *cl_model_grads_whole(const cl_model *m);
 float *cl_model_grads_halo(const cl_model *m);
+/* --grad-reduce-dtype bf16: the BF16 staging of the reduction (sizes.gstage floats); NULL without. */
+float *cl_model_grads_stage(const cl_model *m);
 void cl_model_whole_to_shard(cl_model *m);
 /* 1 if this part is the one that owns parameter i for sums over the whole
  * model (norms, checkpoints): the part of the unit that declares it. */

@@ -179,8 +179,12 @@ typedef struct {
     const char *run_config;
     /* The compute format: CL_F32 (the default) or CL_BF16, bf16 mixed precision (F32 master weights, moments and
      * gradients; BF16 weight copies and GEMM inputs; docs/ARCHITECTURE.md "bf16 mixed precision"): the GPT family
-     * on one rank, pipelines and dp with ZeRO 0-2 (cl_train_describe refuses the rest). */
+     * on one rank, pipelines and dp with ZeRO 0-3 (cl_train_describe refuses the rest). */
     cl_dtype dtype;
+    /* The format of the data-parallel gradient reduction (--grad-reduce-dtype): CL_F32 (the default) or CL_BF16, at
+     * any dtype, as FSDP's reduce_dtype: gradients accumulate in F32, each bucket is narrowed to BF16 just before its
+     * all-reduce (ZeRO 0-1) or reduce-scatter (ZeRO 2-3) and widened after (docs/ARCHITECTURE.md, "ZeRO"). */
+    cl_dtype grad_reduce;
 } cl_train_config;
 
 /* Defaults: gpt2-tiny, tp 1, vocabulary padded to a multiple of 128, micro 8, global 8, 100 steps, lr 1e-3 to 1e-4 with 10%

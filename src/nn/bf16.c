@@ -11,7 +11,10 @@
  * Invariants: nothing here runs for an F32 description (the kinds branch
  * on cl_nn_bf16 and keep their F32 calls untouched, so F32 bits do not
  * change); a weight's BF16 copy is valid from cl_model_refresh_low to the
- * next change of the master. */
+ * next change of the master. Under ZeRO 3 m->wlow is the BF16 copy of the
+ * rank's shard, and a parameter read through cl_nn_wlo is gathered from the
+ * replicas' copies as BF16 (half the bytes of F32 gathers) into the first
+ * half of its floats in the unit's working buffer (src/nn/zero3.c). */
 #include "nn/kind.h"
 #include "nn/model_impl.h"
 
@@ -22,6 +25,12 @@ int64_t cl_nn_bf16_floats(int64_t n) { return (n + 1) / 2; }
 int64_t cl_nn_gemm_in_floats(const cl_model_desc *d, int64_t n) { return cl_nn_bf16(d) ? cl_nn_bf16_floats(n) : n; }
 
 const uint16_t *cl_nn_wlo(const cl_model *m, const float *w) {
+    if (m->z3) { /* ZeRO 3: gathered as BF16 into the first half of its floats in a working buffer (zero3.c) */
+        int in = 0;
+        for (int k = 0; k < m->sizes.npwork; k++) in |= w >= m->pwork[k] && w < m->pwork[k] + m->sizes.pwork;
+        CL_ASSERT(in);
+        return (const uint16_t *)w;
+    }
     CL_ASSERT(m->wlow && w >= m->params && w < m->params + m->sizes.params);
     return m->wlow + (w - m->params);
 }

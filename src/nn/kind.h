@@ -114,6 +114,8 @@ typedef struct cl_kind {
     int rope;                      /* reads the rotary tables (the part builds them once: m->rope, sizes.tables) */
     int loss;                      /* 0; or its output is a loss per token (CL_KIND_LOSS_TOKEN) or per sample */
     unsigned z3_reads;             /* bit CL_Z3_*: the passes that read its parameters (ZeRO 3 gathers them) */
+    unsigned wlo;                  /* bf16: CL_KIND_WLO(i): the passes read parameter i only as its BF16 copy (cl_nn_wlo:
+                                    * a GEMM's weight), CL_KIND_WLO_TIED: the tied weight too; ZeRO 3 gathers those as BF16 */
     /* its output in its saved activations at base (NULL: base) */
     float *(*output)(const cl_model *m, float *base, int B, int T);
     /* a loss unit's logits in its saved activations (NULL: none, or its input when logits_in) */
@@ -135,6 +137,8 @@ typedef struct cl_kind {
 
 enum { CL_KIND_LOSS_TOKEN = 1, CL_KIND_LOSS_SAMPLE = 2 };
 #define CL_KIND_READS(pass) (1u << (pass))
+#define CL_KIND_WLO(i) (1u << (i))
+#define CL_KIND_WLO_TIED (1u << 31)
 #define CL_KIND_READS_ALL (CL_KIND_READS(CL_Z3_FORWARD) | CL_KIND_READS(CL_Z3_BACKWARD) | CL_KIND_READS(CL_Z3_WEIGHT))
 
 extern const cl_kind cl_kind_embed, cl_kind_block, cl_kind_lmhead, cl_kind_conv, cl_kind_relu, cl_kind_maxpool,

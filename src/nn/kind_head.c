@@ -256,6 +256,7 @@ const cl_kind cl_kind_lmhead = {
     .cost = head_cost,
     .loss = CL_KIND_LOSS_TOKEN,
     .z3_reads = CL_KIND_READS(CL_Z3_FORWARD) | CL_KIND_READS(CL_Z3_BACKWARD),
+    .wlo = CL_KIND_WLO_TIED, /* the logits' weight */
     .logits = head_logits,
     .forward = head_forward,
     .backward = head_backward,

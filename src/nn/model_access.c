@@ -34,6 +34,7 @@ float *cl_model_workspace(const cl_model *m, int64_t floats) { return floats <= 
 
 float *cl_model_grads_whole(const cl_model *m) { return m->gwhole; }
 float *cl_model_grads_halo(const cl_model *m) { return m->ghalo; }
+float *cl_model_grads_stage(const cl_model *m) { return m->gstage; }
 
 float *cl_model_bucket_begin(cl_model *m, int b, int64_t lo, int64_t hi) {
     const cl_model_desc *d = m->desc;

@@ -23,6 +23,7 @@ struct cl_model {
     float *gwhole;          /* ZeRO 2: the whole-kept gradients (sizes.whole floats) */
     float *gbuf[2];         /* ZeRO 2: bucket working buffers (sizes.nbuf of sizes.bucket floats) */
     float *ghalo;           /* ZeRO 2: the norm's buffer (sizes.halo floats) */
+    float *gstage;          /* --grad-reduce-dtype bf16: the reduction's BF16 staging (sizes.gstage floats) */
     float **pwork;          /* ZeRO 3: parameter working buffers (sizes.npwork of sizes.pwork floats) */
     struct cl_z3 *z3;       /* ZeRO 3: the gathers in flight (cl_model_set_zero3); NULL otherwise */
     float **p, **g;         /* per parameter: pointer into params/grads, NULL if not held (ZeRO 2: into

@@ -192,6 +192,8 @@ void cl_model_part_sizes(const cl_model_desc *d, int u0, int u1, int B, int reco
         z->npwork = k < events ? k : events;
     }
     if (cl_nn_bf16(d)) z->wlow = cl_nn_bf16_floats(z->params); /* the BF16 copy the passes read */
+    if (zero && zero->reduce == CL_BF16) /* what the BF16 reduction moves, staged: the buckets' ranges or working buffers */
+        z->gstage = z->nbuf ? z->nbuf * cl_nn_bf16_floats(z->bucket) : cl_nn_bf16_floats(z->grads) + cl_nn_bf16_floats(z->head_wte);
     z->acts = cl_model_act_floats(d, u0, u1, B, recompute);
 }
 
@@ -258,7 +260,7 @@ cl_status cl_model_create_zero(cl_model **out, const cl_model_desc *d, cl_device
     m->u1 = u1;
     m->B = B;
     m->tp = cl_tp_of(NULL);
-    m->zero = zero && cl_zero_shards_optim(zero->stage) && zero->n > 1 ? *zero : (cl_zero){0, 1, 0, 0, 0, 0};
+    m->zero = zero && cl_zero_shards_optim(zero->stage) && zero->n > 1 ? *zero : (cl_zero){0, 1, 0, 0, 0, 0, zero ? zero->reduce : CL_F32};
     m->p = calloc((size_t)d->nparams, sizeof *m->p);
     m->g = calloc((size_t)d->nparams, sizeof *m->g);
     m->loc = malloc((size_t)(d->nparams ? d->nparams : 1) * sizeof *m->loc);
@@ -283,6 +285,7 @@ cl_status cl_model_create_zero(cl_model **out, const cl_model_desc *d, cl_device
     if (!s && z->whole) s = cl_device_alloc_f32(dev, CL_MEM_GRADS, (size_t)z->whole, &m->gwhole);
     for (int k = 0; !s && k < z->nbuf; k++) s = cl_device_alloc_f32(dev, CL_MEM_GRADS, (size_t)z->bucket, &m->gbuf[k]);
     if (!s && z->halo) s = cl_device_alloc_f32(dev, CL_MEM_GRADS, (size_t)z->halo, &m->ghalo);
+    if (!s && z->gstage) s = cl_device_alloc_f32(dev, CL_MEM_GRADS, (size_t)z->gstage, &m->gstage);
     m->max_io_floats = z->io;
     if (!s) s = cl_device_alloc_f32(dev, CL_MEM_WORKSPACE, (size_t)z->scratch, &m->scratch);
     if (!s) s = cl_device_alloc_f32(dev, CL_MEM_WORKSPACE, (size_t)z->io, &m->dbuf[0]);
@@ -342,6 +345,7 @@ void cl_model_destroy(cl_model *m) {
     cl_device_free(m->dev, m->gbuf[0]);
     cl_device_free(m->dev, m->gbuf[1]);
     cl_device_free(m->dev, m->ghalo);
+    cl_device_free(m->dev, m->gstage);
     for (int k = 0; m->pwork && k < m->sizes.npwork; k++) cl_device_free(m->dev, m->pwork[k]);
     free(m->pwork);
     cl_model_z3_destroy(m);

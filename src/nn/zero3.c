@@ -10,17 +10,28 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* One all-gather of a unit's: floats [a, a + len) of the part's buffer,
+ * landing at float dst of the working buffer, as F32 or (lo) as BF16 from
+ * the shard's BF16 copy, its len values in the first half of their floats. */
+typedef struct {
+    int64_t a, len, dst;
+    int lo;
+} z3_piece;
+
 struct cl_z3 {
     cl_comm *comm;
     int nr;
     int K;              /* working buffers: prefetch + 1 */
+    int P;              /* the most pieces a unit has */
     int *order;         /* the pass's units with parameters, in the order they run */
     int n, issued, pos; /* units in the pass, gathers issued, units reached */
     int64_t *ulo;       /* per unit (u - u0): its range's first float in the part's buffer */
     int64_t *ulen;      /* its own parameters' floats (without the tied wte) */
     int *uwte;          /* 1: its gather also takes the tied wte (the LM head) */
-    cl_request **req;   /* [K][2]: each buffer's gathers in flight (the unit's range, the wte) */
-    size_t *counts;     /* [K][2][nr] bytes of each replica's piece (live while its gather is) */
+    int *up;            /* [units + 1]: unit u's pieces are piece[up[u], up[u + 1]) */
+    z3_piece *piece;
+    cl_request **req;   /* [K][P]: each buffer's gathers in flight */
+    size_t *counts;     /* [K][P][nr] bytes of each replica's piece (live while its gather is) */
     float *whole;       /* cl_model_z3_whole's buffer */
     double wait;        /* seconds waited for gathers (cl_model_z3_take_wait) */
 };
@@ -60,17 +71,40 @@ float *cl_model_param_at(const cl_model *m, int64_t a) {
 void cl_model_z3_destroy(cl_model *m) {
     struct cl_z3 *z = m->z3;
     if (!z) return;
-    for (int k = 0; k < 2 * z->K; k++)
+    for (int k = 0; z->req && k < z->P * z->K; k++)
         if (z->req[k]) (void)cl_comm_wait(z->comm, z->req[k]);
     free(z->order);
     free(z->ulo);
     free(z->ulen);
     free(z->uwte);
+    free(z->up);
+    free(z->piece);
     free(z->req);
     free(z->counts);
     free(z->whole);
     free(z);
     m->z3 = NULL;
+}
+
+/* Unit u's pieces into out (returns past the last). F32: its range whole,
+ * then the LM head's tied wte. bf16: each parameter its kind reads only as
+ * its BF16 copy (cl_kind's wlo) alone as BF16 at its place, the runs of the
+ * others as F32, then the tied wte (BF16 when the kind reads it so). */
+static z3_piece *unit_pieces(const cl_model *m, int u, int64_t ulo, int64_t ulen, int wte, z3_piece *out) {
+    const cl_model_desc *d = m->desc;
+    const cl_kind *k = cl_kind_of(d->units[u].kind);
+    unsigned wlo = cl_nn_bf16(d) ? k->wlo : 0;
+    z3_piece *first = out;
+    if (!wlo && ulen) *out++ = (z3_piece){ulo, ulen, 0, 0};
+    for (int i = 0, j = 0; wlo && i < d->nparams; i++) {
+        if (d->params[i].unit != u) continue;
+        int lo = (wlo & CL_KIND_WLO(j++)) != 0;
+        int64_t a = m->loc[i], len = align16(d->params[i].numel);
+        if (!lo && out > first && !out[-1].lo && out[-1].a + out[-1].len == a) out[-1].len += len; /* the run goes on */
+        else *out++ = (z3_piece){a, lo ? d->params[i].numel : len, a - ulo, lo};
+    }
+    if (wte) *out++ = (z3_piece){m->loc[d->tied_wte], d->params[d->tied_wte].numel, ulen, (wlo & CL_KIND_WLO_TIED) != 0};
+    return out;
 }
 
 cl_status cl_model_set_zero3(cl_model *m, cl_comm *dp) {
@@ -87,15 +121,16 @@ cl_status cl_model_set_zero3(cl_model *m, cl_comm *dp) {
         z->ulo = calloc((size_t)nu + 1, sizeof *z->ulo);
         z->ulen = calloc((size_t)nu + 1, sizeof *z->ulen);
         z->uwte = calloc((size_t)nu + 1, sizeof *z->uwte);
-        z->req = calloc(2 * (size_t)z->K + 1, sizeof *z->req);
-        z->counts = calloc(2 * (size_t)z->K * (size_t)z->nr + 1, sizeof *z->counts);
+        z->up = calloc((size_t)nu + 1, sizeof *z->up);
+        z->piece = calloc((size_t)m->desc->nparams + 2 * (size_t)nu + 1, sizeof *z->piece);
     }
     m->z3 = z;
-    if (!z || !z->order || !z->ulo || !z->ulen || !z->uwte || !z->req || !z->counts) {
+    if (!z || !z->order || !z->ulo || !z->ulen || !z->uwte || !z->up || !z->piece) {
         cl_model_z3_destroy(m);
         return cl_error(CL_ERR_OOM, "cannot allocate the ZeRO 3 gather tables");
     }
     const cl_model_desc *d = m->desc;
+    int np = 0;
     for (int u = m->u0; u < m->u1; u++) {
         int64_t lo;
         int wte;
@@ -104,9 +139,20 @@ cl_status cl_model_set_zero3(cl_model *m, cl_comm *dp) {
             cl_model_z3_destroy(m);
             return cl_error(CL_ERR_INTERNAL, "ZeRO 3: the LM head's part does not hold the tied wte");
         }
-        z->ulo[u - m->u0] = lo - m->sizes.lo;
-        z->uwte[u - m->u0] = wte;
-        z->ulen[u - m->u0] = w - (wte ? (d->params[d->tied_wte].numel + 15) / 16 * 16 : 0);
+        int j = u - m->u0;
+        z->ulo[j] = lo - m->sizes.lo;
+        z->uwte[j] = wte;
+        z->ulen[j] = w - (wte ? align16(d->params[d->tied_wte].numel) : 0);
+        z->up[j] = np;
+        np = unit_pieces(m, u, z->ulo[j], z->ulen[j], wte, z->piece + np) - z->piece;
+        if (np - z->up[j] > z->P) z->P = np - z->up[j];
+    }
+    z->up[nu] = np;
+    z->req = calloc((size_t)z->P * (size_t)z->K + 1, sizeof *z->req);
+    z->counts = calloc((size_t)z->P * (size_t)z->K * (size_t)z->nr + 1, sizeof *z->counts);
+    if (!z->req || !z->counts) {
+        cl_model_z3_destroy(m);
+        return cl_error(CL_ERR_OOM, "cannot allocate the ZeRO 3 gather tables");
     }
     return CL_OK;
 }
@@ -134,29 +180,28 @@ cl_status cl_model_z3_pass(cl_model *m, cl_z3_pass_kind kind) {
     return CL_OK;
 }
 
-/* One all-gather of floats [a, a + len) of the part's buffer, into out:
- * each replica sends the piece of it in its shard. */
-static cl_status gather(cl_model *m, int64_t a, int64_t len, float *out, size_t *counts, cl_request **req) {
+/* One all-gather of a piece into out: each replica sends the part of it in
+ * its shard (of the F32 parameters, or of their BF16 copy). */
+static cl_status gather(cl_model *m, const z3_piece *pc, float *out, size_t *counts, cl_request **req) {
     struct cl_z3 *z = m->z3;
     int64_t S = m->sizes.shard, mine = 0, at;
+    size_t es = pc->lo ? sizeof(uint16_t) : sizeof(float);
     for (int r = 0; r < z->nr; r++) {
-        int64_t n = cl_zero_overlap(a, a + len, (int64_t)r * S, S, &at);
-        counts[r] = (size_t)n * sizeof(float);
+        int64_t n = cl_zero_overlap(pc->a, pc->a + pc->len, (int64_t)r * S, S, &at);
+        counts[r] = (size_t)n * es;
         if (r == m->zero.rank && n) mine = at - m->sizes.shard_lo;
     }
-    return cl_comm_iallgather_v(z->comm, m->params + mine, out, counts, req);
+    const void *in = pc->lo ? (const void *)(m->wlow + mine) : (const void *)(m->params + mine);
+    return cl_comm_iallgather_v(z->comm, in, out + pc->dst, counts, req);
 }
 
 /* Issue the gather of the pass's j-th unit into working buffer j mod K. */
 static cl_status issue(cl_model *m, int j) {
     struct cl_z3 *z = m->z3;
     int u = z->order[j] - m->u0, b = j % z->K;
-    size_t *c = z->counts + (size_t)2 * b * z->nr;
-    if (z->ulen[u]) CL_TRY(gather(m, z->ulo[u], z->ulen[u], m->pwork[b], c, &z->req[2 * b]));
-    if (z->uwte[u]) {
-        const cl_model_desc *d = m->desc;
-        CL_TRY(gather(m, m->loc[d->tied_wte], d->params[d->tied_wte].numel, m->pwork[b] + z->ulen[u], c + z->nr,
-                      &z->req[2 * b + 1]));
+    for (int k = z->up[u]; k < z->up[u + 1]; k++) {
+        int q = b * z->P + (k - z->up[u]);
+        CL_TRY(gather(m, &z->piece[k], m->pwork[b], z->counts + (size_t)q * z->nr, &z->req[q]));
     }
     return CL_OK;
 }
@@ -169,7 +214,7 @@ cl_status cl_model_z3_before(cl_model *m, int u) {
     int b = z->pos % z->K;
     cl_status s = CL_OK;
     double t0 = cl_now();
-    for (int k = 2 * b; k < 2 * b + 2; k++) {
+    for (int k = b * z->P; k < (b + 1) * z->P; k++) {
         cl_status w = z->req[k] ? cl_comm_wait(z->comm, z->req[k]) : CL_OK;
         z->req[k] = NULL;
         if (!s) s = w;

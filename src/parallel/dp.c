@@ -23,6 +23,8 @@ struct cl_dp {
     int buf_of[2];
     float *buf[2];       /* the part's working buffers (cl_model_bucket_begin) */
     cl_request *breq[2];
+    int64_t bat[2], bn[2]; /* bf16 reduction: where this replica's piece of each buffer's bucket lies, its count */
+    int lo;              /* --grad-reduce-dtype bf16: buckets narrowed into the model's staging (cl_model_grads_stage) */
     size_t *counts;      /* [dp size] the pieces of a bucket in each replica's shard; the norm's blocks of each */
     double *bsum;        /* [nblocks] the norm: the sum of squares of each CL_SUMSQ_BLOCK block of the part's parameters */
     int64_t nblocks;
@@ -40,6 +42,11 @@ cl_status cl_dp_create(cl_dp **out, cl_comm *comm, cl_model *m, size_t bucket_by
     dp->comm = comm && cl_comm_size(comm) > 1 ? comm : NULL;
     dp->m = m;
     dp->z2 = cl_zero_shards_grads(cl_model_zero(m)->stage);
+    dp->lo = cl_model_zero(m)->reduce == CL_BF16;
+    if (dp->comm && dp->lo && !cl_model_grads_stage(m)) {
+        cl_dp_destroy(dp);
+        return cl_error(CL_ERR_INTERNAL, "--grad-reduce-dtype bf16: the part has no staging buffer");
+    }
     dp->nbuf = z->nbuf;
     dp->cur = -1;
     dp->buf_of[0] = dp->buf_of[1] = -1;
@@ -84,6 +91,30 @@ static void tie(cl_dp *dp) {
     dp->tied = 1;
 }
 
+/* --grad-reduce-dtype bf16: the staging's BF16 image of ZeRO 2's working
+ * buffer b, and the F32 <-> BF16 conversions around a collective. */
+static uint16_t *stage_of(const cl_dp *dp, int b) {
+    return (uint16_t *)(cl_model_grads_stage(dp->m) + (int64_t)b * ((cl_model_sizes(dp->m)->bucket + 1) / 2));
+}
+static cl_status narrow(const cl_dp *dp, uint16_t *dst, const float *src, int64_t n) {
+    return cl_device_convert(cl_model_device(dp->m), dst, CL_BF16, src, CL_F32, (size_t)n);
+}
+static cl_status widen(const cl_dp *dp, float *dst, const uint16_t *src, int64_t n) {
+    return cl_device_convert(cl_model_device(dp->m), dst, CL_F32, src, CL_BF16, (size_t)n);
+}
+
+/* ZeRO 0-1: bucket k's floats (a range of the gradient buffer or the head's
+ * wte gradient), their count, and with a bf16 reduction their BF16 staging. */
+static float *bucket_floats(const cl_dp *dp, int k, size_t *n, uint16_t **lo) {
+    const cl_model *m = dp->m;
+    const cl_bucket *bk = &dp->bk[k];
+    const cl_part_sizes *z = cl_model_sizes(m);
+    float *st = cl_model_grads_stage(m);
+    *n = bk->hi < 0 ? (size_t)z->head_wte : (size_t)(bk->hi - bk->lo);
+    *lo = !dp->lo ? NULL : bk->hi < 0 ? (uint16_t *)(st + (z->grads + 1) / 2) : (uint16_t *)st + bk->lo;
+    return bk->hi < 0 ? cl_model_head_wte_grad(m) : cl_model_grads(m) + bk->lo;
+}
+
 /* ZeRO 2: the reduce-scatter in flight from working buffer b done, this
  * replica's piece of its bucket added into the shard's gradients. */
 static cl_status complete(cl_dp *dp, int b) {
@@ -93,6 +124,7 @@ static cl_status complete(cl_dp *dp, int b) {
     dp->breq[b] = NULL;
     dp->buf_of[b] = -1;
     CL_TRY(s);
+    if (dp->lo) CL_TRY(widen(dp, dp->buf[b] + dp->bat[b], stage_of(dp, b) + dp->bat[b], dp->bn[b]));
     cl_model_bucket_end(dp->m, b, k->lo, k->hi);
     return CL_OK;
 }
@@ -114,9 +146,12 @@ static cl_status launch(cl_dp *dp, int k) {
     const cl_bucket *bk = &dp->bk[k];
     dp->t0[k] = cl_now();
     if (!dp->z2) {
-        float *buf = bk->hi < 0 ? cl_model_head_wte_grad(m) : cl_model_grads(m) + bk->lo;
-        size_t n = bk->hi < 0 ? (size_t)cl_model_sizes(m)->head_wte : (size_t)(bk->hi - bk->lo);
-        return cl_comm_iallreduce(dp->comm, buf, n, CL_F32, CL_RED_SUM, &dp->req[k]);
+        size_t n;
+        uint16_t *lo;
+        float *buf = bucket_floats(dp, k, &n, &lo);
+        if (!lo) return cl_comm_iallreduce(dp->comm, buf, n, CL_F32, CL_RED_SUM, &dp->req[k]);
+        CL_TRY(narrow(dp, lo, buf, (int64_t)n)); /* widened in cl_dp_finish */
+        return cl_comm_iallreduce(dp->comm, lo, n, CL_BF16, CL_RED_SUM, &dp->req[k]);
     }
     if (bk->hi <= bk->lo) return CL_OK; /* all of it kept whole */
     /* in place: each replica's piece (its shard's part of the bucket) at its own place in the buffer */
@@ -131,7 +166,11 @@ static cl_status launch(cl_dp *dp, int k) {
     dp->buf_of[dp->cur] = k;
     int b = dp->cur;
     dp->cur = -1;
-    return cl_comm_ireduce_scatter_v(dp->comm, buf, buf + at, dp->counts, CL_F32, CL_RED_SUM, &dp->breq[b]);
+    if (!dp->lo) return cl_comm_ireduce_scatter_v(dp->comm, buf, buf + at, dp->counts, CL_F32, CL_RED_SUM, &dp->breq[b]);
+    uint16_t *lo = stage_of(dp, b);
+    dp->bat[b] = at, dp->bn[b] = (int64_t)dp->counts[me];
+    CL_TRY(narrow(dp, lo, buf, bk->hi - bk->lo)); /* this replica's piece widened in complete() */
+    return cl_comm_ireduce_scatter_v(dp->comm, lo, lo + at, dp->counts, CL_BF16, CL_RED_SUM, &dp->breq[b]);
 }
 
 cl_status cl_dp_begin_backward(cl_dp *dp, int last, int *armed) {
@@ -181,6 +220,12 @@ cl_status cl_dp_finish(cl_dp *dp) {
         if (!dp->req[k]) continue;
         cl_status w = cl_comm_wait(dp->comm, dp->req[k]);
         dp->req[k] = NULL;
+        if (!w && dp->lo) { /* the sum back into the F32 bucket */
+            size_t n;
+            uint16_t *lo;
+            float *buf = bucket_floats(dp, k, &n, &lo);
+            w = widen(dp, buf, lo, (int64_t)n);
+        }
         if (!s && w) {
             s = w;
             snprintf(first, sizeof first, "%s", cl_last_error());

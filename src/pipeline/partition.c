@@ -30,7 +30,7 @@ cl_pp_stage_cost cl_pp_stage_predict(const cl_model_desc *d, int u0, int u1, con
     cl_pp_slot_sizes(d, u0, u1, o->B, o->zb, &sb);
     size_t f = sizeof(float), live = (size_t)(o->live > 0 ? o->live : 1);
     c.bytes[CL_MEM_PARAMS] = (size_t)(z.params + z.npwork * z.pwork + z.wlow) * f;
-    c.bytes[CL_MEM_GRADS] = (size_t)(z.grads + z.whole + z.head_wte + z.nbuf * z.bucket + z.halo) * f;
+    c.bytes[CL_MEM_GRADS] = (size_t)(z.grads + z.whole + z.head_wte + z.nbuf * z.bucket + z.halo + z.gstage) * f;
     c.bytes[CL_MEM_OPTIM] = o->offload != CL_OFFLOAD_NONE ? 0 : 2 * (size_t)z.moments * f;
     c.host_bytes = o->offload == CL_OFFLOAD_HOST ? 2 * (size_t)z.moments * f : o->offload == CL_OFFLOAD_DISK ? 4 * (size_t)cl_offload_tile_floats(z.moments) * f : 0;
     c.disk_bytes = o->offload == CL_OFFLOAD_DISK ? 2 * (size_t)z.moments * f : 0;
