@@ -23,33 +23,15 @@
 set -u
 source "$(dirname "$0")/lib.sh"
 PY=/usr/bin/python3
-H="$PY $(dirname "$0")/hf_llama.py"
+HF_TORCH=mixtral_torch.py
+source "$(dirname "$0")/hf_lib.sh"
 if ! $PY -c 'import torch' 2> /dev/null; then
     skip "Hugging Face Mixtral directories made by PyTorch (no torch for $PY)" setup
     finish cli_hf_mixtral
     exit
 fi
 mk() { rm -rf "${tmp:?}/$1"; $H make "$tmp/$1" --experts 8 --topk 2 --ffn 128 "${@:2}"; }
-conv() { # name args...: cleave convert, output in $tmp/name.out
-    local name=$1; shift
-    timeout 300 "$CLEAVE" convert "$@" > "$tmp/$name.out" 2>&1
-    local rc=$?
-    check '[ $rc -eq 0 ]' "convert $name ($*) failed: $(tail -3 "$tmp/$name.out")"
-}
-same() { # want got what
-    local out
-    out=$($H same "$1" "$2" 2>&1); local rc=$?
-    check '[ $rc -eq 0 ]' "$3: $out"
-}
 head -c 20000 data/kjv.txt > "$tmp/score.txt"
-score() { # what cleave-dir torch-dir
-    local ours theirs
-    ours=$(timeout 300 "$CLEAVE" eval --checkpoint "$2" --text "$tmp/score.txt" 2>&1 | sed -n 's/^eval loss: //p')
-    theirs=$(timeout 300 $PY "$(dirname "$0")/mixtral_torch.py" --eval-hf "$3" "$tmp/score.txt" 2>&1 | sed -n 's/^eval loss: //p')
-    echo "$1: cleave $ours, PyTorch $theirs"
-    check '[ -n "$ours" ] && [ -n "$theirs" ] && awk -v a="$ours" -v b="$theirs" "BEGIN{d=a-b; if(d<0)d=-d; exit !(d <= 1e-5*b)}"' \
-        "$1: cleave eval loss '$ours', PyTorch '$theirs'"
-}
 
 # (a) F32, one file: the same loss, and there and back bit for bit (config.json's keys too)
 mk f32

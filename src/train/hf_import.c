@@ -13,8 +13,8 @@
  * attention masks, Llama's rotary inverse frequencies) are skipped. GPT-2's
  * Conv1D stores [in, out], cleave's layout; Llama's nn.Linear weights
  * ("*_proj.weight", Mixtral's router and experts' w1, w2, w3: the family's
- * hf_transposed) are [out, in] and are transposed on the way in. A tied head's "lm_head.weight", when present,
- * must equal the embedding's bytes. F32 is copied, BF16 (and F16 where the
+ * hf_transposed) are [out, in] and are transposed on the way in. A tied
+ * head's "lm_head.weight", when present, must equal the embedding's bytes. F32 is copied, BF16 (and F16 where the
  * family takes it) widened exactly; other dtypes are refused. There are no
  * optimizer moments and no step in such a checkpoint: a resume starts the
  * moments at zero, the optimizer step and the data at step 0.
