@@ -1154,9 +1154,10 @@ static void train_help(const train_cli *tc) {
                        "Reads a checkpoint into the layout the flags give (--dp, --tp, --pp, --zero, ...) and writes it again,\n"
                        "without a step. The model, tokenizer, sequence length, batch sizes, seed and data come from the\n"
                        "checkpoint (a model flag given must agree with it). DIR may be cleave's single file or sharded\n"
-                       "checkpoint, or a Hugging Face GPT-2 or Llama (config.json with model_type gpt2 or llama and\n"
-                       "model.safetensors or HF's shards with model.safetensors.index.json; F32, BF16, Llama's F16 too): its\n"
-                       "parameters are imported, the optimizer moments start at zero and the step at 0. --save-format hf\n"
+                       "checkpoint, or a Hugging Face GPT-2, Llama or Mixtral (config.json with model_type gpt2, llama or\n"
+                       "mixtral and model.safetensors or HF's shards with model.safetensors.index.json; F32, BF16, Llama's\n"
+                       "and Mixtral's F16 too): its parameters are imported, the optimizer moments start at zero and the\n"
+                       "step at 0. --save-format hf\n"
                        "writes a Hugging Face directory (config.json, the tensors under HF's names; --dtype, --max-shard-size).",
                        flags, nflags);
     } else {

@@ -25,23 +25,13 @@
 set -u
 source "$(dirname "$0")/lib.sh"
 PY=/usr/bin/python3
-H="$PY $(dirname "$0")/hf_llama.py"
+HF_TORCH=llama_torch.py
+source "$(dirname "$0")/hf_lib.sh"
 if ! $PY -c 'import torch' 2> /dev/null; then
     skip "Hugging Face Llama directories made by PyTorch (no torch for $PY)" setup
     finish cli_hf_llama
     exit
 fi
-conv() { # name args...: cleave convert, output in $tmp/name.out
-    local name=$1; shift
-    timeout 300 "$CLEAVE" convert "$@" > "$tmp/$name.out" 2>&1
-    local rc=$?
-    check '[ $rc -eq 0 ]' "convert $name ($*) failed: $(tail -3 "$tmp/$name.out")"
-}
-same() { # want got what
-    local out
-    out=$($H same "$1" "$2" 2>&1); local rc=$?
-    check '[ $rc -eq 0 ]' "$3: $out"
-}
 
 # (name: make flags | export flags)
 cases=("f32:--layers 2 --inv-freq|"
@@ -130,13 +120,6 @@ bad "unknown --dtype 'f8'" convert --from "$tmp/f32" --to "$tmp/no" --save-forma
 # tests/llama_torch.py --eval-hf (HF's equations); then trained two steps by cleave from that directory
 # (--resume), exported, and the export scored by PyTorch as cleave scores its own checkpoint (1e-5 relative)
 head -c 20000 data/kjv.txt > "$tmp/score.txt"
-score() { # what cleave-dir torch-dir
-    local ours theirs
-    ours=$(timeout 300 "$CLEAVE" eval --checkpoint "$2" --text "$tmp/score.txt" 2>&1 | sed -n 's/^eval loss: //p')
-    theirs=$(timeout 300 $PY "$(dirname "$0")/llama_torch.py" --eval-hf "$3" "$tmp/score.txt" 2>&1 | sed -n 's/^eval loss: //p')
-    check '[ -n "$ours" ] && [ -n "$theirs" ] && awk -v a="$ours" -v b="$theirs" "BEGIN{d=a-b; if(d<0)d=-d; exit !(d <= 1e-5*b)}"' \
-        "$1: cleave eval loss '$ours', PyTorch '$theirs'"
-}
 score "a PyTorch-written F32 directory" "$tmp/f32" "$tmp/f32"
 score "a PyTorch-written BF16 sharded, tied, multi-query directory" "$tmp/bf16shards" "$tmp/bf16shards"
 timeout 300 "$CLEAVE" train --resume "$tmp/f32" --steps 2 --micro-batch-size 2 --seq-len 64 --sample-tokens 0 \

@@ -63,9 +63,7 @@ done
 "$CLEAVE" train "${common[@]}" --steps 2 --save "$tmp/ck" > "$tmp/ck.out" 2>&1
 _rc=$?; check '[ $_rc -eq 0 ] && grep -q "\"num_local_experts\": 8" "$tmp/ck/config.json" && grep -q "\"num_experts_per_tok\": 2" "$tmp/ck/config.json" && grep -q "\"router_aux_loss_coef\": 0.01" "$tmp/ck/config.json"' \
     "config.json: $(grep -i expert "$tmp/ck/config.json" 2>/dev/null)"
-# the Hugging Face export of experts is not built: refused in one line, nothing written
-out=$("$CLEAVE" convert --from "$tmp/ck" --to "$tmp/hf" --save-format hf 2>&1); _rc=$?
-check '[ $_rc -eq 2 ] && [ "$(grep -c . <<<"$out")" -eq 1 ] && grep -q "not exported yet" <<<"$out" && [ ! -e "$tmp/hf" ]' "hf export: status $_rc, $out"
+# (the Hugging Face export, MixtralForCausalLM's layout: tests/cli_hf_mixtral.sh)
 "$CLEAVE" train "${common[@]}" --steps 4 --resume "$tmp/ck" > "$tmp/res.out" 2>&1
 _rc=$?; check '[ $_rc -eq 0 ] && grep -q "step *4/4" "$tmp/res.out"' "resume: $(tail -2 "$tmp/res.out")"
 

@@ -5,16 +5,20 @@
     hf_llama.py make DIR [--layers 2] [--hidden 64] [--heads 4] [--kv 2] [--ffn 96] [--vocab 256]
                          [--ctx 64] [--tied] [--dtype f32|bf16|f16] [--shards N] [--seed 1]
                          [--drop NAME] [--set KEY=JSON] [--retype NAME=F64] [--inv-freq]
+                         [--experts E --topk K]
         a LlamaForCausalLM directory: config.json with its keys, the tensors under HF's names
         ([out, in] linear weights, torch.randn) in one model.safetensors or N shards named by
         model.safetensors.index.json; tied: no lm_head.weight (as save_pretrained drops it);
         --inv-freq adds the rotary buffers older versions saved; --drop, --set (DELETE removes
-        the key), --retype damage it
+        the key), --retype damage it. With --experts a MixtralForCausalLM directory: MixtralConfig's
+        keys (num_local_experts, num_experts_per_tok, router_aux_loss_coef, sliding_window null) and,
+        instead of each layer's mlp, block_sparse_moe.gate.weight [E, C] and
+        block_sparse_moe.experts.M.w1 [F, C], w2 [C, F], w3 [F, C]
     hf_llama.py same A B
         B holds A's tensors: the same names and shapes, and values equal bit for bit (where the
         dtypes differ, both widened to float32 and compared exactly); B's config.json has
-        LlamaForCausalLM's keys with A's values, its torch_dtype B's tensors' dtype; exit 1 naming
-        the first difference
+        A's architectures and model_type and its model keys with A's values, its torch_dtype B's
+        tensors' dtype; exit 1 naming the first difference
 """
 import json
 import os
@@ -88,7 +92,7 @@ def make(argv):
     p = argparse.ArgumentParser()
     p.add_argument("dir")
     for k, v in (("layers", 2), ("hidden", 64), ("heads", 4), ("kv", 2), ("ffn", 96), ("vocab", 256), ("ctx", 64),
-                 ("shards", 1), ("seed", 1)):
+                 ("shards", 1), ("seed", 1), ("experts", 0), ("topk", 2)):
         p.add_argument("--" + k, type=int, default=v)
     p.add_argument("--tied", action="store_true")
     p.add_argument("--inv-freq", action="store_true")
@@ -105,10 +109,16 @@ def make(argv):
     for l in range(a.layers):
         pre = f"model.layers.{l}."
         shapes += [(pre + "self_attn.q_proj.weight", (C, C)), (pre + "self_attn.k_proj.weight", (K, C)),
-                   (pre + "self_attn.v_proj.weight", (K, C)), (pre + "self_attn.o_proj.weight", (C, C)),
-                   (pre + "mlp.gate_proj.weight", (F, C)), (pre + "mlp.up_proj.weight", (F, C)),
-                   (pre + "mlp.down_proj.weight", (C, F)), (pre + "input_layernorm.weight", (C,)),
-                   (pre + "post_attention_layernorm.weight", (C,))]
+                   (pre + "self_attn.v_proj.weight", (K, C)), (pre + "self_attn.o_proj.weight", (C, C))]
+        if a.experts:  # MixtralSparseMoeBlock: the router, then each expert's nn.Linear weights
+            shapes.append((pre + "block_sparse_moe.gate.weight", (a.experts, C)))
+            for e in range(a.experts):
+                x = f"{pre}block_sparse_moe.experts.{e}."
+                shapes += [(x + "w1.weight", (F, C)), (x + "w2.weight", (C, F)), (x + "w3.weight", (F, C))]
+        else:
+            shapes += [(pre + "mlp.gate_proj.weight", (F, C)), (pre + "mlp.up_proj.weight", (F, C)),
+                       (pre + "mlp.down_proj.weight", (C, F))]
+        shapes += [(pre + "input_layernorm.weight", (C,)), (pre + "post_attention_layernorm.weight", (C,))]
         if a.inv_freq:
             shapes.append((pre + "self_attn.rotary_emb.inv_freq", (hd // 2,)))
     shapes.append(("model.norm.weight", (C,)))
@@ -129,6 +139,12 @@ def make(argv):
            "torch_dtype": name, "rope_scaling": None, "hidden_act": "silu", "attention_bias": False, "mlp_bias": False,
            "initializer_range": 0.02, "bos_token_id": 1, "eos_token_id": 2, "pretraining_tp": 1,
            "transformers_version": "4.44.0", "use_cache": True}
+    if a.experts:  # MixtralConfig's keys (it has no bias settings)
+        for k in ("attention_bias", "mlp_bias", "pretraining_tp"):
+            del cfg[k]
+        cfg.update({"architectures": ["MixtralForCausalLM"], "model_type": "mixtral", "num_local_experts": a.experts,
+                    "num_experts_per_tok": a.topk, "router_aux_loss_coef": 0.02, "output_router_logits": False,
+                    "sliding_window": None, "router_jitter_noise": 0.0})
     hf_make.apply_sets(cfg, a.set)
     os.makedirs(a.dir, exist_ok=True)
     json.dump(cfg, open(os.path.join(a.dir, "config.json"), "w"), indent=2)
@@ -167,10 +183,14 @@ def same(a, b):
         if not ok:
             sys.exit(f"{b}: {n} ({db}) differs from {a}'s ({da})")
     ca, cb = json.load(open(os.path.join(a, "config.json"))), json.load(open(os.path.join(b, "config.json")))
-    if cb.get("architectures") != ["LlamaForCausalLM"] or cb.get("model_type") != "llama":
-        sys.exit(f"{b}/config.json: architectures {cb.get('architectures')}, model_type {cb.get('model_type')}")
-    for k in ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
-              "vocab_size", "max_position_embeddings", "rope_theta", "rms_norm_eps", "tie_word_embeddings", "rope_scaling"):
+    if cb.get("architectures") != ca["architectures"] or cb.get("model_type") != ca["model_type"]:
+        sys.exit(f"{b}/config.json: architectures {cb.get('architectures')}, model_type {cb.get('model_type')}, "
+                 f"not {a}'s {ca['architectures']}, {ca['model_type']}")
+    keys = ["hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+            "vocab_size", "max_position_embeddings", "rope_theta", "rms_norm_eps", "tie_word_embeddings", "rope_scaling"]
+    if ca["model_type"] == "mixtral":
+        keys += ["num_local_experts", "num_experts_per_tok", "router_aux_loss_coef", "sliding_window"]
+    for k in keys:
         if k not in cb or cb[k] != ca.get(k, cb[k]):
             sys.exit(f"{b}/config.json: {k} is {cb.get(k, '(absent)')}, {a} has {ca.get(k)}")
     want = {"F32": "float32", "BF16": "bfloat16", "F16": "float16"}[dts.pop()] if len(dts) == 1 else None

@@ -222,18 +222,19 @@ def generate(d, prompt, n):
 
 
 def hf_weights(d):
-    # Hugging Face's layout: nn.Linear's [out, in] turned to cleave's [in, out]; every tensor widened to F32
+    # Hugging Face's layout: nn.Linear's [out, in] (Llama's *_proj, Mixtral's router and experts' w1, w2, w3)
+    # turned to cleave's [in, out]; every tensor widened to F32
     import hf_llama
     w = {}
     for n, (_, t) in hf_llama.read_dir(d).items():
         if n.endswith("rotary_emb.inv_freq"):
             continue
         t = t.float()
-        w[n] = t.t().contiguous() if n.endswith("_proj.weight") else t
+        w[n] = t.t().contiguous() if n.endswith("_proj.weight") or ".block_sparse_moe." in n else t
     return w
 
 
-def evaluate(d, text, hf=False):
+def evaluate(d, text, hf=False, forward=forward):
     cfg = json.load(open(os.path.join(d, "config.json")))
     if cfg.get("tokenizer", "byte") != "byte":
         print(f"llama_torch.py: {d}: only the byte tokenizer", file=sys.stderr)

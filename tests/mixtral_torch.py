@@ -21,10 +21,18 @@ computed here, not HF's. moe_capacity_factor > 0 drops, per expert, the
 slots after its first ceil(cf N K / E) in token order (slot t K + i).
 
     mixtral_torch.py IN OUT
+    mixtral_torch.py --eval-hf DIR TEXT
 
 IN: written by build/tests/moe_torch_driver --write-input. OUT: "loss" (F64,
 the mean cross-entropy), "aux" (F64, the sum over blocks), "dropped" (F64),
-"grad.<name>" (F32) of loss + router_aux_loss_coef * aux, autograd in F32."""
+"grad.<name>" (F32) of loss + router_aux_loss_coef * aux, autograd in F32.
+
+--eval-hf scores a Hugging Face MixtralForCausalLM directory (config.json
+with MixtralConfig's keys; one model.safetensors or HF's shards; F32 or
+BF16 widened; nn.Linear's [out, in] turned to [in, out]) on TEXT as `cleave
+eval --checkpoint DIR --text TEXT` does (tests/llama_torch.py's windows),
+the mean next-token cross-entropy without the aux loss, printed as
+'eval loss: X' (tests/cli_hf_mixtral.sh)."""
 import json
 import math
 import os
@@ -36,7 +44,7 @@ import torch.nn.functional as F
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from format_ref import write_st  # noqa: E402
 from llama_ref import read_st  # noqa: E402
-from llama_torch import attention_half, rms_norm, rotary  # noqa: E402
+from llama_torch import attention_half, evaluate, rms_norm, rotary  # noqa: E402
 
 
 def hf_load_balancing(probs, top, E, K):
@@ -90,7 +98,7 @@ def forward(w, tokens, targets, cfg, stats):
     eps, theta = cfg["rms_norm_eps"], cfg["rope_theta"]
     E, K, cf = cfg["num_local_experts"], cfg["num_experts_per_tok"], cfg.get("moe_capacity_factor", 0)
     B, T = tokens.shape
-    cos, sin = rotary(T, C // H, theta)
+    cos, sin = rotary(T, C // H, theta, cfg.get("rope_scaling"))
     mask = torch.full((T, T), float("-inf")).triu(1)
     x = w["model.embed_tokens.weight"][tokens]
     aux = 0
@@ -106,9 +114,15 @@ def forward(w, tokens, targets, cfg, stats):
     return F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.reshape(-1)), aux
 
 
+def lm_loss(w, tokens, targets, cfg):
+    return forward(w, tokens, targets, cfg, {"dropped": 0})[0]
+
+
 def main():
+    if len(sys.argv) == 4 and sys.argv[1] == "--eval-hf":
+        return evaluate(sys.argv[2], sys.argv[3], True, lm_loss)
     if len(sys.argv) != 3:
-        print("usage: mixtral_torch.py IN OUT", file=sys.stderr)
+        print("usage: mixtral_torch.py IN OUT | --eval-hf DIR TEXT", file=sys.stderr)
         return 2
     t, meta = read_st(sys.argv[1])
     cfg = json.loads(meta["config"])

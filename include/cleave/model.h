@@ -92,6 +92,10 @@ typedef struct {
     const char *model_type; /* the Hugging Face config.json "model_type" it imports ("gpt2"); NULL: none */
     /* Its Hugging Face checkpoints (src/train/hf_import.c, hf_export.c), as data: */
     const char *hf_arch;    /* the architecture ("GPT2LMHeadModel", "LlamaForCausalLM"), also what messages call it */
+    /* the form of a configuration with experts (cl_model_config.experts), NULL when the family has none: its
+     * model_type ("mixtral"), architecture ("MixtralForCausalLM") and the config.json numbers it needs beside
+     * hf_keys (space-separated); the family's write_config writes it, the import takes either type */
+    const char *hf_moe_type, *hf_moe_arch, *hf_moe_keys;
     const char *hf_prefix;  /* a prefix the tensor names may carry ("transformer."), "" when none */
     const char *hf_buffers; /* name suffixes of saved buffers that are no parameters, space-separated, skipped */
     const char *hf_keys;    /* config.json keys that must be numbers, space-separated (NULL: the family's read says) */
@@ -103,8 +107,12 @@ typedef struct {
 } cl_model_family;
 /* The family of cfg->kind (an unknown kind: an entry named "unknown" that can do nothing). */
 const cl_model_family *cl_model_family_of(const cl_model_config *cfg);
-/* The family whose Hugging Face model_type is type; NULL when none. known (n bytes) lists the types there are. */
+/* The family whose Hugging Face model_type (or hf_moe_type) is type; NULL when none. known (n bytes) lists the
+ * types there are. */
 const cl_model_family *cl_model_family_hf(const char *type, char *known, size_t n);
+/* The Hugging Face architecture cfg is written as: its family's hf_moe_arch for a configuration with experts
+ * where the family has one, else hf_arch (NULL: none). */
+const char *cl_model_hf_arch(const cl_model_config *cfg);
 
 /* A configuration in a checkpoint's config.json (src/model/config_json.c, each family's fields from its table):
  * the family's fields appended to b as lines "  \"key\": value,\n" (the caller opens the object and adds

@@ -33,14 +33,20 @@ const cl_family *cl_family_named(const char *name) {
 const cl_model_family *cl_model_family_hf(const char *type, char *known, size_t n) {
     const cl_model_family *f = NULL;
     if (n) known[0] = 0;
-    for (int i = 0; i < NFAMILIES; i++) {
-        const char *t = families[i]->pub.model_type;
+    for (int i = 0; i < 2 * NFAMILIES; i++) { /* the families' types, then their forms with experts */
+        const cl_model_family *p = &families[i % NFAMILIES]->pub;
+        const char *t = i < NFAMILIES ? p->model_type : p->hf_moe_type;
         if (!t) continue;
-        if (!strcmp(t, type)) f = &families[i]->pub;
+        if (!strcmp(t, type)) f = p;
         size_t at = strlen(known);
         if (at < n) snprintf(known + at, n - at, "%s%s", at ? ", " : "", t);
     }
     return f;
+}
+
+const char *cl_model_hf_arch(const cl_model_config *cfg) {
+    const cl_model_family *f = cl_model_family_of(cfg);
+    return cfg->experts && f->hf_moe_arch ? f->hf_moe_arch : f->hf_arch;
 }
 
 const cl_model_family *cl_model_family_of(const cl_model_config *cfg) {

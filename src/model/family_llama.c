@@ -175,15 +175,18 @@ static void llama_describe(cl_desc_builder *b) {
     if (d->cfg.untied) d->tied_wte = -1; /* the embedding's table marks its weight tied; an untied head does not read it */
 }
 
-/* Hugging Face LlamaForCausalLM's config.json keys */
+/* Hugging Face LlamaForCausalLM's config.json keys; with experts MixtralForCausalLM's (no bias keys: MixtralConfig
+ * has none; sliding_window null: the attention sees the whole context) */
 static void llama_write_config(cl_strbuf *b, const cl_model_config *c) {
-    cl_sb_printf(b, "  \"model_type\": \"llama\",\n  \"architectures\": [\"LlamaForCausalLM\"],\n");
+    const cl_model_family *f = &cl_family_llama.pub;
+    cl_sb_printf(b, "  \"model_type\": \"%s\",\n  \"architectures\": [\"%s\"],\n", c->experts ? f->hf_moe_type : f->model_type,
+                 c->experts ? f->hf_moe_arch : f->hf_arch);
     cl_sb_printf(b, "  \"num_hidden_layers\": %d,\n  \"hidden_size\": %d,\n  \"num_attention_heads\": %d,\n", c->layers, c->channels, c->heads);
     cl_sb_printf(b, "  \"num_key_value_heads\": %d,\n  \"intermediate_size\": %lld,\n", cl_model_kv_heads(c), (long long)cl_model_mlp_width(c));
     cl_sb_printf(b, "  \"vocab_size\": %d,\n  \"max_position_embeddings\": %d,\n", c->vocab, c->seq_len);
     cl_sb_printf(b, "  \"rope_theta\": %.17g,\n  \"rms_norm_eps\": %.17g,\n", c->rope_theta, c->rms_norm_eps);
-    cl_sb_printf(b, "  \"tie_word_embeddings\": %s,\n  \"hidden_act\": \"silu\",\n  \"attention_bias\": false,\n  \"mlp_bias\": false,\n",
-                 c->untied ? "false" : "true");
+    cl_sb_printf(b, "  \"tie_word_embeddings\": %s,\n  \"hidden_act\": \"silu\",\n%s", c->untied ? "false" : "true",
+                 c->experts ? "  \"sliding_window\": null,\n" : "  \"attention_bias\": false,\n  \"mlp_bias\": false,\n");
     if (!c->rope_factor) {
         cl_sb_printf(b, "  \"rope_scaling\": null,\n"); /* the plain rotary table */
     } else { /* as Llama 3.1's config.json has it */
@@ -195,10 +198,12 @@ static void llama_write_config(cl_strbuf *b, const cl_model_config *c) {
         put_real(b, c->rope_high_freq);
         cl_sb_printf(b, ", \"original_max_position_embeddings\": %d, \"rope_type\": \"llama3\"},\n", c->rope_original_context);
     }
-    if (c->experts) /* MixtralConfig's keys, then cleave's own two (absent: every block, dropless) */
-        cl_sb_printf(b, "  \"num_local_experts\": %d,\n  \"num_experts_per_tok\": %d,\n  \"router_aux_loss_coef\": %.17g,\n"
-                        "  \"moe_every\": %d,\n  \"moe_capacity_factor\": %.17g,\n",
-                     c->experts, c->experts_per_token, c->moe_aux_coeff, c->moe_every, c->moe_capacity_factor);
+    if (!c->experts) return;
+    /* MixtralConfig's keys, then cleave's own two where set (absent: every block, dropless) */
+    cl_sb_printf(b, "  \"num_local_experts\": %d,\n  \"num_experts_per_tok\": %d,\n  \"router_aux_loss_coef\": %.17g,\n",
+                 c->experts, c->experts_per_token, c->moe_aux_coeff);
+    if (c->moe_every > 1) cl_sb_printf(b, "  \"moe_every\": %d,\n", c->moe_every);
+    if (c->moe_capacity_factor > 0) cl_sb_printf(b, "  \"moe_capacity_factor\": %.17g,\n", c->moe_capacity_factor);
 }
 
 /* rope_scaling's type: "rope_type", or "type" as older configs spell it */
@@ -227,6 +232,15 @@ static cl_status llama_hf_check(const cl_json *r, const char *path) {
                 return cl_error(CL_ERR_FORMAT, "%s: rope_scaling of type llama3 needs the number \"%s\"", path, keys[i]);
         }
     }
+    /* MixtralConfig's: a sliding window shorter than the context masks what cleave's attention sees; the router's
+     * jitter noise multiplies its input in training */
+    int win, ctx;
+    if ((v = cl_json_get(r, "sliding_window")) && v->type != CL_JSON_NULL &&
+        !(cl_json_get_int(r, "sliding_window", &win) && cl_json_get_int(r, "max_position_embeddings", &ctx) && win >= ctx))
+        return cl_error(CL_ERR_UNSUPPORTED, "%s: sliding_window is not null (nor at least max_position_embeddings): cleave's attention "
+                        "sees the whole context", path);
+    if ((v = cl_json_get(r, "router_jitter_noise")) && !(v->type == CL_JSON_NUMBER && v->number == 0))
+        return cl_error(CL_ERR_UNSUPPORTED, "%s: router_jitter_noise is not 0: cleave's router has no noise", path);
     int hd, C, H;
     if (cl_json_get(r, "head_dim") && cl_json_get_int(r, "head_dim", &hd) && cl_json_get_int(r, "hidden_size", &C) &&
         cl_json_get_int(r, "num_attention_heads", &H) && H > 0 && hd != C / H)
@@ -312,12 +326,15 @@ static int llama_config_diff(const cl_model_config *a, const cl_model_config *b,
 
 const cl_family cl_family_llama = {
     /* LlamaForCausalLM's names are the parameters' own; its nn.Linear weights (*_proj.weight) are stored [out, in];
-     * older versions save each layer's rotary inverse frequencies (a buffer) */
+     * older versions save each layer's rotary inverse frequencies (a buffer). With experts MixtralForCausalLM's
+     * (model_type mixtral): the router block_sparse_moe.gate and the experts' w1, w2, w3 nn.Linear too */
     .pub = {.name = "llama", .tokens = 1, .data = "kjv.txt", .sample = "", .model_type = "llama", .hf_arch = "LlamaForCausalLM",
             .hf_prefix = "", .hf_buffers = ".rotary_emb.inv_freq",
             .hf_keys = "num_hidden_layers hidden_size num_attention_heads intermediate_size vocab_size max_position_embeddings "
                        "rope_theta rms_norm_eps",
-            .hf_transposed = "_proj.weight", .hf_f16 = 1, .hf_tokenizer = "hf", .hf_check = llama_hf_check},
+            .hf_moe_type = "mixtral", .hf_moe_arch = "MixtralForCausalLM", .hf_moe_keys = "num_local_experts num_experts_per_tok",
+            .hf_transposed = "_proj.weight .block_sparse_moe.gate.weight .w1.weight .w2.weight .w3.weight", .hf_f16 = 1,
+            .hf_tokenizer = "hf", .hf_check = llama_hf_check},
     .kind = CL_MODEL_LLAMA,
     .presets = "llama-tiny, llama (flags: --kv-heads --ffn-channels --rope-theta --rope-scaling --tie-embeddings --experts "
                "--experts-per-token --moe-every --moe-aux-loss-coeff --moe-capacity-factor), smollm2-135m, tinyllama-1.1b, "

@@ -30,10 +30,14 @@ void cl_cost_coll(cl_pass_cost *c, cl_coll_kind kind, double bytes, int tp) {
     else c->rs_bytes += bytes, c->rs_calls++;
 }
 
+void cl_cost_split_pair(cl_pass_cost *c, double act, int tp, int sp) {
+    if (sp) cl_cost_coll(c, CL_COLL_ALLGATHER, act, tp), cl_cost_coll(c, CL_COLL_REDUCE_SCATTER, act, tp);
+    else cl_cost_coll(c, CL_COLL_ALLREDUCE, act, tp);
+}
+
 void cl_cost_block_pairs(cl_pass_cost *c, double act, int tp, int sp) {
-    if (sp) cl_cost_coll(c, CL_COLL_ALLGATHER, act, tp), cl_cost_coll(c, CL_COLL_REDUCE_SCATTER, act, tp),
-            cl_cost_coll(c, CL_COLL_ALLGATHER, act, tp), cl_cost_coll(c, CL_COLL_REDUCE_SCATTER, act, tp);
-    else cl_cost_coll(c, CL_COLL_ALLREDUCE, act, tp), cl_cost_coll(c, CL_COLL_ALLREDUCE, act, tp);
+    cl_cost_split_pair(c, act, tp, sp);
+    cl_cost_split_pair(c, act, tp, sp);
 }
 
 void cl_cost_attention_bytes(int causal, double e, double lse, double scores, double R, double Cl, double *fwd, double *bwd) {

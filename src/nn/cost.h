@@ -59,8 +59,9 @@ void cl_cost_gemm(cl_pass_cost *c, double m, double n, double k, double count, i
 void cl_cost_coll(cl_pass_cost *c, cl_coll_kind kind, double bytes, int tp);
 /* A transformer block's two split pairs (a column-parallel layer, then a row-parallel one: attention's and the
  * MLP's) in one pass: under sequence parallelism an all-gather before each and a reduce-scatter after, else
- * one all-reduce after each; act the bytes of the pass's activation rows */
+ * one all-reduce after each; act the bytes of the pass's activation rows. cl_cost_split_pair: one of them. */
 void cl_cost_block_pairs(cl_pass_cost *c, double act, int tp, int sp);
+void cl_cost_split_pair(cl_pass_cost *c, double act, int tp, int sp);
 /* A transformer block's attention bytes besides its products (GPT's and Llama's blocks): causal, cleave's
  * blockwise kernels (flash.c), the lse (lse = B H T floats) in the forward, the lse and D = rowsum(dy y)'s
  * reads of y and dy (R rows of Cl) in the backward; else the T x T scores kept (Megatron-LM's fused softmax),

@@ -279,52 +279,31 @@ static int64_t llama_block_rc_floats(const cl_model_desc *d, const cl_unit *un, 
     return recompute == CL_RECOMPUTE_FULL ? un->act_floats * B : recompute == CL_RECOMPUTE_SELECTIVE ? llama_block_lse_floats(d, B) : 0;
 }
 
-/* The planner's cost (nn/cost.h): the norms, q k v (columns of this rank's heads), the rotation, attention,
- * o_proj (rows), residual, gate and up (columns), SwiGLU, down (rows), residual. R token rows (B T), Rs of them
- * between the split layers (sequence parallelism: R / tp). */
-static void llama_block_cost(const cl_model_desc *d, const cl_unit *un, int B, double e, int recompute, int causal, cl_unit_cost *o) {
-    (void)un;
-    double T = d->T, C = d->cfg.channels, Cl = d->channels_local, H = d->heads_local, hd = C / d->cfg.heads;
-    double Q = Cl + 2.0 * d->kv_channels_local, Fl = d->mlp_local;
+/* The planner's cost (nn/cost.h): the attention half's (cl_llama_block_cost), then the dense MLP's: gate and up
+ * (columns), SwiGLU, down (rows), residual. R token rows (B T), Rs of them between the split layers (sequence
+ * parallelism: R / tp). */
+static void llama_mlp_cost(const cl_model_desc *d, int B, double e, cl_unit_cost *o) {
+    double C = d->cfg.channels, Fl = d->mlp_local;
     int tp = d->tpl.tp, sp = d->tpl.sp;
-    double R = (double)B * T, Rs = sp ? R / tp : R, act = R * C * e;
-    /* attention as GPT's block prices it (kind_block.c): causal, cleave's blockwise kernels (the lse's bytes, D's
-     * reads in the backward, the recomputed q k^T as re-forward work); else the T x T scores kept and masked */
-    double att = causal ? cl_attention_share((int)T) : 1, lse = (double)B * H * T, scores = (double)B * H * T * T;
-    double attf, attb;
-    cl_cost_attention_bytes(causal, e, lse, scores, R, Cl, &attf, &attb);
-    cl_pass_cost *f = &o->pass[CL_PASS_F], *b = &o->pass[CL_PASS_B], *w = &o->pass[CL_PASS_W], *rf = &o->pass[CL_PASS_RF];
-    cl_cost_gemm(f, R, Q, C, 1, CL_GEMM_NN);
-    cl_cost_gemm_part(f, T, T, hd, B * H, CL_GEMM_NT, att);
-    cl_cost_gemm_part(f, T, hd, T, B * H, CL_GEMM_NN, att);
-    cl_cost_gemm(f, R, C, Cl, 1, CL_GEMM_NN);
+    double R = (double)B * d->T, Rs = sp ? R / tp : R, act = R * C * e;
+    cl_pass_cost *f = &o->pass[CL_PASS_F], *b = &o->pass[CL_PASS_B], *w = &o->pass[CL_PASS_W];
     cl_cost_gemm(f, R, 2 * Fl, C, 1, CL_GEMM_NN);
     cl_cost_gemm(f, R, C, Fl, 1, CL_GEMM_NN);
-    /* RMSNorm (read, write), the rotation of q and k (read, write), attention's as above, residual +
-     * RMSNorm (read 2, write 2), SwiGLU (read 2, write 1), the last residual (read 2, write 1) */
-    double qk = R * (Q - d->kv_channels_local);
-    f->bytes = e * (2 * Rs * C + 2 * qk + 4 * Rs * C + 3 * R * Fl + 3 * Rs * C) + attf;
-    f->stream = 0;
-    cl_cost_block_pairs(f, act, tp, sp);
-    cl_cost_gemm(b, R, C, Q, 1, CL_GEMM_NT);
-    cl_cost_gemm_part(b, T, hd, T, B * H, CL_GEMM_NN, att);
-    cl_cost_gemm_part(b, T, hd, T, B * H, CL_GEMM_TN, att);
-    cl_cost_gemm_part(b, T, T, hd, B * H, CL_GEMM_NT, att);
-    cl_cost_gemm_part(b, T, hd, T, B * H, CL_GEMM_TN, att);
-    cl_cost_gemm(b, R, Cl, C, 1, CL_GEMM_NT);
+    f->bytes += e * (3 * R * Fl + 3 * Rs * C); /* SwiGLU (read 2, write 1), the last residual (read 2, write 1) */
+    cl_cost_split_pair(f, act, tp, sp);
     cl_cost_gemm(b, R, C, 2 * Fl, 1, CL_GEMM_NT);
     cl_cost_gemm(b, R, Fl, C, 1, CL_GEMM_NT);
-    /* SwiGLU backward (read 3, write 2), the rotation back, attention's as above, the two norms' input gradients */
-    b->bytes = e * (5 * R * Fl + 2 * qk + 4 * Rs * C + 3 * Rs * C) + attb;
-    b->stream = e * (R * Q + 2 * Rs * C);
-    cl_cost_block_pairs(b, act, tp, sp);
-    cl_cost_gemm(w, C, Q, R, 1, CL_GEMM_TN);
-    cl_cost_gemm(w, Cl, C, R, 1, CL_GEMM_TN);
+    b->bytes += e * 5 * R * Fl; /* SwiGLU backward (read 3, write 2) */
+    cl_cost_split_pair(b, act, tp, sp);
     cl_cost_gemm(w, C, 2 * Fl, R, 1, CL_GEMM_TN);
     cl_cost_gemm(w, Fl, C, R, 1, CL_GEMM_TN);
-    w->bytes = e * (R * (Q + 2 * Fl) + 2 * Rs * C + 2 * 2 * Rs * C);
-    if (sp) cl_cost_coll(w, CL_COLL_ALLGATHER, act, tp), cl_cost_coll(w, CL_COLL_ALLGATHER, act, tp);
-    cl_cost_attention_rf(rf, f, recompute, causal, T, hd, B * H, att, attf);
+    w->bytes += e * 2 * R * Fl;
+    if (sp) cl_cost_coll(w, CL_COLL_ALLGATHER, act, tp);
+}
+
+static void llama_block_cost(const cl_model_desc *d, const cl_unit *un, int B, double e, int recompute, int causal, cl_unit_cost *o) {
+    (void)un;
+    cl_llama_block_cost(d, B, e, recompute, causal, llama_mlp_cost, o);
 }
 
 /* Generation's step (nn/decode.c): llama_pass on the step's new rows only, q and k rotated at positions

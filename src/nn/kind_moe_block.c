@@ -359,10 +359,41 @@ static int64_t moe_rc_floats(const cl_model_desc *d, const cl_unit *un, int B, i
     return recompute == CL_RECOMPUTE_FULL ? moe_floats(d, B, &z) : recompute == CL_RECOMPUTE_SELECTIVE ? (int64_t)B * d->heads_local * d->T : 0;
 }
 
-/* The planner's cost: the dense Llama block's with the MLP's width (one expert's; the K active experts and the
- * router are not priced yet: the planner's MoE is issue 33 item 5's). */
+/* The planner's cost of the sparse MLP (cl_llama_block_cost's mlp), as moe_pass and moe_backward run it on N = B T
+ * tokens and S = N K token-slots (dropless: every slot; a capacity drops only what the routing overflows):
+ * the router's product [N, C] x [C, E]; the experts' at K of E active, E products each of the S / E rows an
+ * expert gets when the load is balanced (w1 and w3 [S/E, C] x [C, F], w2 [S/E, F] x [F, C]: 3 x 2 C F FLOPs a
+ * slot, Megatron-LM's count for top-K), the backward's input and weight gradients the same again each; as bytes
+ * the softmax and top-k, the aux loss's sums, the dispatch (order, slot rows, counts) and the gather of the slots'
+ * rows, SwiGLU, the weighted combine, the residual, and their backward kernels; the zeroed gradient buffers (sized
+ * for the R rows the layout holds) and the residual gradient's copy as streams. No collectives: the block is
+ * replicated (tp 1). */
+static void moe_mlp_cost(const cl_model_desc *d, int B, double e, cl_unit_cost *o) {
+    double N = (double)B * d->T, C = d->cfg.channels, Fw = (double)cl_model_mlp_width(&d->cfg), E = d->cfg.experts,
+           K = d->cfg.experts_per_token, S = N * K, R = (double)moe_rows(d, (int64_t)B * d->T);
+    cl_pass_cost *f = &o->pass[CL_PASS_F], *b = &o->pass[CL_PASS_B], *w = &o->pass[CL_PASS_W];
+    cl_cost_gemm(f, N, E, C, 1, CL_GEMM_NN);
+    cl_cost_gemm(f, S / E, Fw, C, 2 * E, CL_GEMM_NN);
+    cl_cost_gemm(f, S / E, C, Fw, E, CL_GEMM_NN);
+    double router = N * (2 * E + 2 * K), aux = N * (E + K) + 2 * E, dispatch = S + 2 * S + E, gather = 2 * S * C + S;
+    double swiglu = 3 * S * Fw, combine = S * C + 2 * S + N * C, residual = 3 * N * C;
+    f->bytes += e * (router + aux + dispatch + gather + swiglu + combine + residual);
+    cl_cost_gemm(b, S / E, Fw, C, E, CL_GEMM_NT);
+    cl_cost_gemm(b, S / E, C, Fw, 2 * E, CL_GEMM_NT);
+    cl_cost_gemm(b, N, C, E, 1, CL_GEMM_NT);
+    /* the combine's (reads dout, ye, the weights and rows; writes dye, dwts), SwiGLU's (read 3, write 2), the
+     * gather's (reads dxe and the rows, adds into dln2), the router's (dwts, p, top-k, weights, f; writes dlogits) */
+    double dcombine = N * C + 2 * S * C + 3 * S, dswiglu = 5 * S * Fw, dgather = S * C + S + 2 * N * C, drouter = 2 * N * E + 3 * S + E;
+    b->bytes += e * (dcombine + dswiglu + dgather + drouter);
+    b->stream += e * (N * (C + E + K) + R * C + 2 * R * Fw + 2 * N * C);
+    cl_cost_gemm(w, Fw, C, S / E, E, CL_GEMM_TN);
+    cl_cost_gemm(w, C, Fw, S / E, 2 * E, CL_GEMM_TN);
+    cl_cost_gemm(w, C, E, N, 1, CL_GEMM_TN);
+}
+
 static void moe_cost(const cl_model_desc *d, const cl_unit *un, int B, double e, int recompute, int causal, cl_unit_cost *o) {
-    cl_kind_llama_block.cost(d, un, B, e, recompute, causal, o);
+    (void)un;
+    cl_llama_block_cost(d, B, e, recompute, causal, moe_mlp_cost, o);
 }
 
 const cl_kind cl_kind_moe_block = {

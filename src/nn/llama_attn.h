@@ -55,4 +55,13 @@ cl_status cl_llama_attn_backward(cl_model *m, cl_nn_keep *k, const cl_llama_attn
 /* The attention's lse again from the kept qkv (selective recompute; the output written again is the same bits). */
 cl_status cl_llama_attn_relse(const cl_model *m, const cl_llama_attn_acts *s, int B, int T);
 
+/* The planner's cost of a Llama-family block (nn/cost.h, cl_kind's cost): the attention half's products, bytes
+ * and split pair (input_layernorm, q k v as columns of this rank's heads, the rotation, attention, o_proj as
+ * rows, the residual and post_attention_layernorm), then mlp's (the dense SwiGLU's or the experts': its
+ * products, its kernels' bytes, the last residual, its split pair), then the re-forward pass (full recompute:
+ * the whole forward). */
+typedef void cl_llama_mlp_cost_fn(const cl_model_desc *d, int B, double e, cl_unit_cost *o);
+void cl_llama_block_cost(const cl_model_desc *d, int B, double e, int recompute, int causal, cl_llama_mlp_cost_fn *mlp,
+                         cl_unit_cost *o);
+
 #endif

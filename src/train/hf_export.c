@@ -6,7 +6,8 @@
  * with the family's Hugging Face keys (model_type, architectures and the
  * shape, as its write_config gives them) and torch_dtype; the parameters
  * under their own names (Hugging Face's), the family's [out, in] weights
- * (Llama's *_proj.weight) transposed from cleave's [in, out], a tied head
+ * (Llama's *_proj.weight, Mixtral's router and experts) transposed from
+ * cleave's [in, out], a tied head
  * left out (save_pretrained drops it too), as F32, BF16 or F16 (rounded to
  * nearest even by the one conversion, src/core/format.c); in one
  * model.safetensors, or, given a largest shard size, in model-0000K-of-
@@ -192,8 +193,9 @@ cl_status cl_trainer_save_hf(cl_trainer *t, const char *dir, cl_dtype dt, int64_
     const cl_model_desc *d = t->full;
     const cl_model_family *fam = cl_model_family_of(&d->cfg);
     if (!fam->hf_arch) return cl_error(CL_ERR_UNSUPPORTED, "--save-format hf: a %s model has no Hugging Face form", fam->name);
-    if (d->cfg.experts) /* MixtralForCausalLM's layout (experts' [out, in] weights, its config) is issue 33 item 4's */
-        return cl_error(CL_ERR_UNSUPPORTED, "--save-format hf: a model with experts (MixtralForCausalLM) is not exported yet");
+    if (d->cfg.experts && d->cfg.moe_every > 1) /* MixtralForCausalLM's blocks all have experts (Qwen2-MoE's layout differs) */
+        return cl_error(CL_ERR_UNSUPPORTED, "--save-format hf: a model with --moe-every %d (dense and MoE blocks mixed) has no Hugging "
+                        "Face form (%s has experts in every block)", d->cfg.moe_every, cl_model_hf_arch(&d->cfg));
     if (dt != CL_F32 && dt != CL_BF16 && dt != CL_F16)
         return cl_error(CL_ERR_INVALID, "--dtype %s: a Hugging Face checkpoint is written as f32, bf16 or f16", cl_dtype_name(dt));
     float *host = NULL;

@@ -4,16 +4,17 @@
  *
  * A directory without cleave's marker (and without a sharded index) is read
  * as what Hugging Face's save_pretrained writes: config.json with the
- * family's "model_type" (gpt2, llama) and its keys, and the tensors in one
+ * family's "model_type" (gpt2, llama; mixtral, the Llama family's form with
+ * experts) and its keys, and the tensors in one
  * model.safetensors or in HF's sharded form (model-0000K-of-0000N
  * .safetensors named tensor by tensor by model.safetensors.index.json's
  * weight_map). Names are the parameters' own, or under the family's prefix
  * (GPT2LMHeadModel's "transformer."); the buffers the family lists (GPT-2's
  * attention masks, Llama's rotary inverse frequencies) are skipped. GPT-2's
  * Conv1D stores [in, out], cleave's layout; Llama's nn.Linear weights
- * ("*_proj.weight", the family's hf_transposed) are [out, in] and are
- * transposed on the way in. A tied head's "lm_head.weight", when present,
- * must equal the embedding's bytes. F32 is copied, BF16 (and F16 where the
+ * ("*_proj.weight", Mixtral's router and experts' w1, w2, w3: the family's
+ * hf_transposed) are [out, in] and are transposed on the way in. A tied
+ * head's "lm_head.weight", when present, must equal the embedding's bytes. F32 is copied, BF16 (and F16 where the
  * family takes it) widened exactly; other dtypes are refused. There are no
  * optimizer moments and no step in such a checkpoint: a resume starts the
  * moments at zero, the optimizer step and the data at step 0.
@@ -41,16 +42,16 @@
 
 int cl_hf_foreign(const char *dir) { return !cl_ckpt_has(dir, CL_CKPT_MARKER) && !cl_ckpt_has(dir, CL_CKPT_INDEX); }
 
-/* Each of the family's hf_keys (space-separated) is a number in r. */
-static cl_status check_keys(const cl_json *r, const char *path, const char *type, const cl_model_family *fam) {
-    for (const char *k = fam->hf_keys; k && *k;) {
+/* Each of keys (space-separated: the family's hf_keys, its hf_moe_keys) is a number in r; arch: the type's. */
+static cl_status check_keys(const cl_json *r, const char *path, const char *type, const char *arch, const char *keys) {
+    for (const char *k = keys; k && *k;) {
         size_t n = strcspn(k, " ");
         char key[64];
         snprintf(key, sizeof key, "%.*s", (int)(n < sizeof key ? n : sizeof key - 1), k);
         const cl_json *v = cl_json_get(r, key);
         if (!v || v->type != CL_JSON_NUMBER)
             return cl_error(CL_ERR_FORMAT, "%s: model_type '%s' needs the number \"%s\" (%s's config has it)%s", path, type, key,
-                            fam->hf_arch, v ? ": it is not a number" : "");
+                            arch, v ? ": it is not a number" : "");
         k += n;
         while (*k == ' ') k++;
     }
@@ -75,12 +76,18 @@ cl_status cl_hf_read_config(const char *dir, cl_model_config *c, char *tok, size
     else if (!(fam = cl_model_family_hf(mt->string, known, sizeof known)))
         s = cl_error(CL_ERR_UNSUPPORTED, "%s: model_type '%s': cleave imports Hugging Face checkpoints of model_type %s only", path,
                      mt->string, known);
-    if (!s) s = check_keys(r, path, mt->string, fam);
+    /* the family's type, or its form with experts (Mixtral's), which needs its own keys too */
+    int moe = !s && fam->hf_moe_type && !strcmp(mt->string, fam->hf_moe_type);
+    if (!s) s = check_keys(r, path, mt->string, moe ? fam->hf_moe_arch : fam->hf_arch, fam->hf_keys);
+    if (!s && moe) s = check_keys(r, path, mt->string, fam->hf_moe_arch, fam->hf_moe_keys);
     if (!s && fam->hf_check) s = fam->hf_check(r, path); /* before the parse, so a refused setting is named */
     if (!s) s = cl_ckpt_config_parse(r, path, c, tok, tn);
     if (!s && cl_model_family_of(c) != fam)
         s = cl_error(CL_ERR_FORMAT, "%s: model_type %s with cleave_model %s, not %s", path, mt->string, cl_model_family_of(c)->name,
                      fam->name);
+    if (!s && fam->hf_moe_type && !moe && c->experts) /* a model with experts is the other type */
+        s = cl_error(CL_ERR_FORMAT, "%s: model_type '%s' with num_local_experts %d: a model with experts is model_type '%s' (%s)", path,
+                     mt->string, c->experts, fam->hf_moe_type, fam->hf_moe_arch);
     /* Hugging Face's config names no tokenizer: a large vocabulary means the family's, a smaller one bytes */
     if (!s && !cl_json_get(r, "tokenizer")) snprintf(tok, tn, "%s", c->vocab >= 50257 && fam->hf_tokenizer ? fam->hf_tokenizer : "byte");
     cl_json_free(doc);
@@ -238,8 +245,8 @@ static cl_status map_tensors(hf_file *h, const cl_model_desc *d, const char *pre
                 if (!strcmp(d->params[j].name, n)) i = j;
             if (i < 0 && n && ends_in(n, fam->hf_buffers)) continue;
             if (i < 0)
-                return cl_error(CL_ERR_FORMAT, "%s: tensor '%s' is not a %s parameter cleave knows%s%s%s", path, e->name, fam->hf_arch,
-                                pl ? " (the file's names start with '" : "", prefix, pl ? "')" : "");
+                return cl_error(CL_ERR_FORMAT, "%s: tensor '%s' is not a %s parameter cleave knows%s%s%s", path, e->name,
+                                cl_model_hf_arch(&d->cfg), pl ? " (the file's names start with '" : "", prefix, pl ? "')" : "");
             if (h->entry[i])
                 return cl_error(CL_ERR_FORMAT, "%s: tensor '%s' is also in %s", path, e->name, h->part[h->epart[i]].path);
             if (e->dtype != CL_F32 && e->dtype != CL_BF16 && !(e->dtype == CL_F16 && fam->hf_f16))
@@ -252,20 +259,21 @@ static cl_status map_tensors(hf_file *h, const cl_model_desc *d, const char *pre
             int same = e->ndim == p->ndim;
             for (int j = 0; same && j < p->ndim; j++) same = e->shape[j] == want[j];
             if (!same) {
-                char got[96], wants[96];
+                char got[96], wants[96], ex[48] = "";
                 shape_text(got, sizeof got, e->ndim, e->shape);
                 shape_text(wants, sizeof wants, p->ndim, want);
+                if (d->cfg.experts) snprintf(ex, sizeof ex, ", num_local_experts %d", d->cfg.experts);
                 return cl_error(CL_ERR_FORMAT, "%s: tensor '%s' is %s, but config.json (layers %d, heads %d, key-value heads %d, "
-                                "width %d, MLP %lld, context %d, vocabulary %d) makes it %s", path, e->name, got, d->cfg.layers,
+                                "width %d, MLP %lld, context %d, vocabulary %d%s) makes it %s", path, e->name, got, d->cfg.layers,
                                 d->cfg.heads, cl_model_kv_heads(&d->cfg), d->cfg.channels, (long long)cl_model_mlp_width(&d->cfg),
-                                d->cfg.seq_len, d->cfg.vocab, wants);
+                                d->cfg.seq_len, d->cfg.vocab, ex, wants);
             }
             h->entry[i] = e, h->epart[i] = k, h->trans[i] = tr;
         }
     for (int i = 0; i < d->nparams; i++)
         if (!h->entry[i])
             return cl_error(CL_ERR_FORMAT, "%s: no tensor '%s%s' (a %s of config.json's shape has it)", h->path, prefix, d->params[i].name,
-                            fam->hf_arch);
+                            cl_model_hf_arch(&d->cfg));
     /* a tied head: lm_head.weight, when present, is the embedding's bytes (an untied head is another model) */
     const cl_st_entry *head = d->tied_wte >= 0 ? find_any(h, "lm_head.weight", NULL) : NULL, *wte = head ? h->entry[d->tied_wte] : NULL;
     if (head && (head->dtype != wte->dtype || head->ndim != wte->ndim || head->end - head->begin != wte->end - wte->begin ||
