@@ -25,7 +25,7 @@
 #include "plan/plan.h"
 
 static cl_model_desc *describe(const cl_model_config *c, int T) {
-    cl_tp_layout tl = {1, 0, 0, 1, CL_F32};
+    cl_tp_layout tl = {1, 0, 0, 1, CL_F32, 1};
     cl_model_desc *d = NULL;
     CHECK_OK(cl_model_describe_tp(c, T, &tl, &d));
     return d;
