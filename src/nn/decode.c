@@ -45,6 +45,9 @@ static cl_status check_part(const cl_model_desc *d, int u0, int u1, int B, int T
     for (int u = u0; u < u1; u++)
         if (!cl_kind_of(d->units[u].kind)->decode)
             return cl_error(CL_ERR_INVALID, "unit %s (%s) cannot run with a KV cache yet (cleave generate --no-kv-cache recomputes instead)", d->units[u].label, cl_kind_of(d->units[u].kind)->name);
+    if (d->cfg.experts && d->cfg.moe_capacity_factor > 0) /* a step's capacity would be its new rows', not the window's */
+        return cl_error(CL_ERR_INVALID, "generation with a KV cache does not take an MoE capacity factor (the model's %g): cleave generate --no-kv-cache recomputes instead",
+                        d->cfg.moe_capacity_factor);
     if (B < 1 || Tmax < 1 || Tmax > d->T)
         return cl_error(CL_ERR_INVALID, "KV cache of %d samples x %d positions (the model is sized for 1..%d)", B, Tmax, d->T);
     return CL_OK;
