@@ -387,6 +387,14 @@ cl_status cl_generate_timed(cl_logits_fn logits_of, void *ctx, int V, int T, con
  * equal). kv 0: cl_generate's recomputation (a holds its activations; unused with kv). */
 cl_status cl_generate_run(cl_model *m, cl_acts *a, int kv, const int32_t *prompt, int nprompt, int n, float temperature,
                           int top_k, uint64_t seed, int32_t *out, cl_gen_stats *st);
+/* cl_generate_run with the KV cache split over tp x pp ranks (threads of this process): each rank a device
+ * of cap bytes (0: none) holding its tensor-parallel slice (cl_model_describe_tp, no sequence parallelism) of
+ * its pipeline stage's units (the balanced partition), sliced from whole (the checkpoint's model, read by
+ * every rank), and their decoder (cl_decoder_set_pp); the decoder's bytes checked against what the part leaves
+ * under the cap before it is allocated (any rank's refusal is every rank's, one line). Every rank samples the
+ * same tokens (out: rank 0's); st[r] (tp pp of them, world rank r = the mesh's) its timing and bytes. */
+cl_status cl_generate_split(const cl_model *whole, int tp, int pp, size_t cap, const int32_t *prompt, int nprompt, int n,
+                            float temperature, int top_k, uint64_t seed, int32_t *out, cl_gen_stats *st);
 
 #ifdef __cplusplus
 }
