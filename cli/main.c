@@ -1725,7 +1725,32 @@ static const cli_flag gen_flags[] = {
     {"timing", "", 0, "print the prompt's (prefill) and the new tokens' (decode) tokens/s, and the KV cache's bytes, on stderr"},
     {"tp", "", 1, "tensor-parallel ranks (threads) holding the model's heads, MLP columns, vocabulary rows and their KV cache (default 1)"},
     {"pp", "", 1, "pipeline stages (threads), each holding its layers and their KV cache (default 1)"},
+    {"memory", "", 0, "print each rank's device bytes (model, KV cache, decoder workspace) for --prompt-tokens P and --tokens N, predicted from the checkpoint's config; runs nothing"},
+    {"prompt-tokens", "", 1, "with --memory: the prompt's length in tokens"},
 };
+
+/* cleave generate --memory: each rank's bytes, predicted (cl_generate_memory); what --timing measures. */
+static cl_status gen_memory(const char *dir, const gen_how *how, int P, int n) {
+    cl_checkpoint_info info;
+    CL_TRY(cl_checkpoint_describe(dir, &info));
+    cl_model_desc *wd;
+    CL_TRY(cl_model_describe(&info.model, 0, &wd));
+    int R = how->tp * how->pp;
+    cl_gen_memory *g = calloc((size_t)R, sizeof *g);
+    cl_status s = g ? cl_generate_memory(wd, how->tp, how->pp, P, n, g) : cl_error(CL_ERR_OOM, "cannot allocate the ranks' figures");
+    for (int r = 0; r < R && !s; r++) {
+        char tb[32];
+        printf("rank %d (tp %d, stage %d, units %d..%d): parameters %lld, gradient buffer %lld, model workspace %lld, activations %lld, "
+               "KV cache %lld for %d positions, decoder workspace %lld; total %lld bytes (%s)\n",
+               r, g[r].tp_rank, g[r].stage, g[r].u0, g[r].u1 - 1, (long long)g[r].params, (long long)g[r].grads,
+               (long long)g[r].model_ws, (long long)g[r].acts, (long long)g[r].cache, g[r].positions, (long long)g[r].workspace,
+               (long long)g[r].total, cl_format_bytes((size_t)g[r].total, tb, sizeof tb));
+        if (how->cap && (size_t)g[r].total > how->cap) printf("rank %d does not fit the --device-memory cap\n", r);
+    }
+    free(g);
+    cl_model_desc_free(wd);
+    return s;
+}
 
 static int cmd_generate(int argc, char **argv) {
     cli_args a;
@@ -1747,7 +1772,15 @@ static int cmd_generate(int argc, char **argv) {
         (s = cli_float(&a, "temperature", &temp, 0, 100)) || (s = cli_u64(&a, "seed", &seed)) ||
         (s = cli_bytes(&a, "device-memory", &how.cap)) || (s = cli_int(&a, "tp", &how.tp, 1, 4096)) || (s = cli_int(&a, "pp", &how.pp, 1, 256)))
         return cli_fail(s);
-    int split = how.tp * how.pp > 1;
+    int split = how.tp * how.pp > 1, P = 0;
+    if (cli_get(&a, "prompt-tokens") && !cli_get(&a, "memory"))
+        return cli_fail(cl_error(CL_ERR_INVALID, "--prompt-tokens goes with --memory (a run counts its --prompt's tokens)"));
+    if (cli_get(&a, "memory")) {
+        if (!cli_get(&a, "prompt-tokens")) return cli_fail(cl_error(CL_ERR_INVALID, "--memory needs --prompt-tokens P"));
+        if (!how.kv) return cli_fail(cl_error(CL_ERR_INVALID, "--memory predicts the KV cache's path, not --no-kv-cache"));
+        if ((s = cli_int(&a, "prompt-tokens", &P, 1, 1 << 30)) || (s = gen_memory(dir, &how, P, n))) return cli_fail(s);
+        return 0;
+    }
     if (split && !how.kv)
         return cli_fail(cl_error(CL_ERR_INVALID, "--tp and --pp generate with the KV cache: --no-kv-cache recomputes on one rank"));
     if (split && how.tp * how.pp > 4096) return cli_fail(cl_error(CL_ERR_INVALID, "--tp %d x --pp %d: more than 4096 ranks", how.tp, how.pp));

@@ -10,6 +10,8 @@
 # --timing: every rank's KV cache and workspace predicted == measured to the byte; --device-memory
 # a byte short of the largest rank's model + decoder refused up front (exit 2, one line), exactly
 # enough runs. --no-kv-cache with --tp and an MoE model at --tp 2 are refused in one line.
+# cleave generate --memory (from the checkpoint's config, nothing run): every rank's model bytes and
+# decoder bytes equal what --timing measures, at one rank and every layout above.
 set -u
 source "$(dirname "$0")/lib.sh"
 head -c 300000 data/kjv.txt > "$tmp/text.txt"
@@ -49,8 +51,21 @@ for model in gpt2-tiny llama-tiny mixtral-tiny; do
         check '[ "$nr" = "$want" ] && [ -z "$bad" ] && grep -q "^generate (KV cache, tp" "$tmp/err"' \
             "$model $lay: --timing's per-rank bytes ($nr of $want ranks, mismatches: '$bad'):$(excerpt 6 "$(cat "$tmp/err")")"
     done
-    echo "$model: $(printf '%s' "$one" | head -c 60) (one rank = ${layouts[*]})"
+    # cleave generate --memory: each rank's bytes predicted from the config = what --timing measures, to the byte
+    for lay in "" "${layouts[@]}"; do
+        # shellcheck disable=SC2086
+        "$CLEAVE" generate --checkpoint "$tmp/$model" --prompt "And God" --tokens 8 --timing $lay > /dev/null 2> "$tmp/err"
+        # shellcheck disable=SC2086
+        "$CLEAVE" generate --checkpoint "$tmp/$model" --memory --prompt-tokens 7 --tokens 8 $lay > "$tmp/mem" 2>&1
+        meas=$(sed -n 's/^generate:[ rank0-9]* KV cache and workspace [0-9]* bytes predicted, \([0-9]*\) measured, beside the model.s \([0-9]*\)$/\2 \1/p' "$tmp/err")
+        pred=$(sed -n 's/^rank [0-9]* .*KV cache \([0-9]*\) for [0-9]* positions, decoder workspace \([0-9]*\); total \([0-9]*\) bytes.*/\1 \2 \3/p' "$tmp/mem" |
+            awk '{ print $3 - $1 - $2, $1 + $2 }')
+        check '[ -n "$pred" ] && [ "$pred" = "$meas" ]' \
+            "$model ${lay:-one rank}: --memory's model and decoder bytes per rank differ from --timing's:$(excerpt 4 "$pred")$(excerpt 4 "$meas")"
+    done
+    echo "$model: $(printf '%s' "$one" | head -c 60) (one rank = ${layouts[*]}); memory: $(head -1 "$tmp/mem" | cut -c1-200)"
 done
+refused "prompt-tokens" generate --checkpoint "$tmp/llama-tiny" --memory --tokens 8
 # the cap, per rank: a byte short of the largest rank's model + decoder refused before any decoder is allocated
 "$CLEAVE" generate --checkpoint "$tmp/llama-tiny" --prompt "And God" --tokens 8 --timing --tp 2 --pp 2 > /dev/null 2> "$tmp/err"
 need=$(sed -n 's/^generate: rank [0-9]* KV cache and workspace \([0-9]*\) bytes predicted, [0-9]* measured, beside the model.s \([0-9]*\)$/\1 \2/p' "$tmp/err" | awk '{ t = $1 + $2; if (t > m) m = t } END { print m }')

@@ -132,22 +132,50 @@ typedef struct {
     cl_gen_stats *st; /* [tp pp], by world rank */
 } split_job;
 
-/* This rank's slice of the model (tensor-parallel rank tr, pipeline stage `stage`): its description and units. */
-static cl_status split_part(const split_job *j, int tr, int stage, cl_model_desc **d, int *u0, int *u1) {
-    const cl_model_desc *wd = cl_model_desc_of(j->whole);
+/* The slice of the whole model wd that tensor-parallel rank tr of tp holds (cl_model_describe_tp, no sequence
+ * parallelism), and the units [u0, u1) of stage `stage` of pp (the balanced partition). */
+static cl_status split_part(const cl_model_desc *wd, int tp, int pp, int tr, int stage, cl_model_desc **d, int *u0, int *u1) {
     cl_tp_layout tl = wd->tpl;
-    tl.tp = j->tp, tl.rank = tr, tl.sp = 0;
+    tl.tp = tp, tl.rank = tr, tl.sp = 0;
     CL_TRY(cl_model_describe_tp(&wd->cfg, wd->T, &tl, d));
     cl_pp_stage_opts o[CL_PP_MAX_STAGES] = {0};
-    for (int s = 0; s < j->pp && s < CL_PP_MAX_STAGES; s++) o[s].B = 1, o[s].live = 1;
+    for (int s = 0; s < pp && s < CL_PP_MAX_STAGES; s++) o[s].B = 1, o[s].live = 1;
     cl_pp_partition part;
-    cl_status s = cl_pp_partition_balanced(*d, j->pp, o, NULL, 0, &part);
+    cl_status s = cl_pp_partition_balanced(*d, pp, o, NULL, 0, &part);
     if (s) {
         cl_model_desc_free(*d);
         *d = NULL;
-        return cl_error_context(s, "--pp %d", j->pp);
+        return cl_error_context(s, "--pp %d", pp);
     }
     *u0 = part.u0[stage], *u1 = part.u1[stage];
+    return CL_OK;
+}
+
+cl_status cl_generate_memory(const cl_model_desc *wd, int tp, int pp, int nprompt, int n, cl_gen_memory *out) {
+    if (tp < 1 || pp < 1 || tp * pp > 4096) return cl_error(CL_ERR_INVALID, "--tp %d x --pp %d ranks", tp, pp);
+    int Tmax = kv_positions(wd, nprompt, n);
+    for (int r = 0; r < tp * pp; r++) {
+        cl_mesh mesh;
+        CL_TRY(cl_mesh_init(&mesh, tp * pp, 1, tp, pp));
+        cl_coord c = cl_mesh_coord(&mesh, r);
+        cl_model_desc *d;
+        int u0, u1;
+        CL_TRY(split_part(wd, tp, pp, c.tp, c.pp, &d, &u0, &u1));
+        cl_decoder_bytes need;
+        cl_status s = cl_decoder_size_part(d, u0, u1, 1, Tmax, &need);
+        cl_part_sizes z;
+        cl_model_part_sizes(d, u0, u1, 1, CL_RECOMPUTE_NONE, NULL, &z);
+        cl_model_desc_free(d);
+        CL_TRY(s);
+        int64_t f = (int64_t)sizeof(float);
+        cl_gen_memory *o = &out[r];
+        *o = (cl_gen_memory){.tp_rank = c.tp, .stage = c.pp, .u0 = u0, .u1 = u1, .positions = Tmax, .cache = need.cache, .workspace = need.workspace};
+        o->params = (z.params + z.npwork * z.pwork + z.wlow) * f;
+        o->grads = (z.grads + z.whole + z.nbuf * z.bucket + z.halo) * f; /* a part's, unused by generation */
+        o->model_ws = (z.scratch + 2 * z.io + z.tables) * f;
+        o->acts = tp * pp == 1 ? z.acts * f : 0; /* one rank: the loaded model's activations (cl_checkpoint_load's) */
+        o->total = o->params + o->grads + o->model_ws + o->acts + o->cache + o->workspace;
+    }
     return CL_OK;
 }
 
@@ -180,7 +208,7 @@ static cl_status split_rank(cl_comm *world, void *arg) {
     cl_decoder *dc = NULL;
     int u0 = 0, u1 = 0, Tmax = kv_positions(wd, j->nprompt, j->n);
     cl_decoder_bytes need = {0};
-    cl_status s = split_part(j, c.tp, c.pp, &d, &u0, &u1);
+    cl_status s = split_part(wd, j->tp, j->pp, c.tp, c.pp, &d, &u0, &u1);
     if (!s) s = cl_decoder_size_part(d, u0, u1, 1, Tmax, &need);
     if (!s) s = cl_device_create_cpu(&dev, j->cap, r);
     if (!s) s = cl_model_create_part(&m, d, dev, 1, u0, u1);
@@ -221,7 +249,7 @@ cl_status cl_generate_split(const cl_model *whole, int tp, int pp, size_t cap, c
     for (int tr = 0; tr < tp; tr++) {
         cl_model_desc *d;
         int u0, u1;
-        CL_TRY(split_part(&j, tr, 0, &d, &u0, &u1));
+        CL_TRY(split_part(wd, tp, pp, tr, 0, &d, &u0, &u1));
         cl_decoder_bytes need;
         cl_status s = cl_decoder_size_part(d, 0, d->nunits, 1, kv_positions(d, nprompt, n), &need);
         cl_model_desc_free(d);
