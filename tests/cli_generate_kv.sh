@@ -18,12 +18,7 @@
 # new rows', not the window's), in one line naming --no-kv-cache, which runs.
 set -u
 source "$(dirname "$0")/lib.sh"
-head -c 300000 data/kjv.txt > "$tmp/text.txt"
-common=(--data "$tmp/text.txt" --seq-len 32 --micro-batch-size 8 --global-batch-size 8 --steps 40 --lr 3e-3 --sample-tokens 0)
-PY=/usr/bin/python3
-torch=1
-$PY -c 'import torch' 2> /dev/null || torch=0
-long="In the beginning God created the heaven and the earth. And the earth was without form, and void"
+source "$(dirname "$0")/generate_lib.sh"
 for model in gpt2-tiny llama-tiny mixtral-tiny; do
     vocab=()
     [ $model = gpt2-tiny ] && vocab=(--vocab 256) # bytes, as the PyTorch reference reads them

@@ -14,12 +14,7 @@
 # decoder bytes equal what --timing measures, at one rank and every layout above.
 set -u
 source "$(dirname "$0")/lib.sh"
-head -c 300000 data/kjv.txt > "$tmp/text.txt"
-common=(--data "$tmp/text.txt" --seq-len 32 --micro-batch-size 8 --global-batch-size 8 --steps 40 --lr 3e-3 --sample-tokens 0)
-PY=/usr/bin/python3
-torch=1
-$PY -c 'import torch' 2> /dev/null || torch=0
-long="In the beginning God created the heaven and the earth. And the earth was without form"
+source "$(dirname "$0")/generate_lib.sh"
 gen() { "$CLEAVE" generate --checkpoint "$@" 2>&1; }
 for model in gpt2-tiny llama-tiny mixtral-tiny; do
     vocab=()
