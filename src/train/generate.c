@@ -213,7 +213,7 @@ static cl_status split_rank(cl_comm *world, void *arg) {
     if (!s) s = cl_device_create_cpu(&dev, j->cap, r);
     if (!s) s = cl_model_create_part(&m, d, dev, 1, u0, u1);
     if (!s && j->tp > 1) s = cl_model_set_tp(m, g.tp);
-    for (int i = 0; i < d->nparams && !s; i++) /* this rank's slice of each parameter it holds, from the whole model */
+    for (int i = 0; !s && i < d->nparams; i++) /* this rank's slice of each parameter it holds, from the whole model */
         if (cl_model_holds_param(m, i))
             cl_ckpt_slice_copy(dev, &d->params[i], c.tp, cl_model_param(m, i), cl_model_param(j->whole, i), 0);
     if (!s) s = cl_model_refresh_low(m);
