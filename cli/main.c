@@ -250,10 +250,17 @@ static void print_header(cl_trainer *t) {
     fflush(stdout);
 }
 
+/* How a loaded model generates: kv with a KV cache, split over tp x pp ranks (threads, each with a device of
+ * cap bytes; 1 x 1: on the loaded model's device). */
+typedef struct {
+    int kv, tp, pp;
+    size_t cap;
+} gen_how;
+
 /* Samples with the trainer's model (t, on every rank of a pipeline) or a
- * loaded one (m, acts; kv: with a KV cache, timed into st); prints when show. */
+ * loaded one (m, acts; as how says, timed into st: one per rank); prints when show. */
 static cl_status print_sample(cl_trainer *t, cl_model *m, cl_acts *acts, const cl_tokenizer *tok, const char *prompt, int n,
-                              float temp, int topk, uint64_t seed, int show, int kv, cl_gen_stats *st) {
+                              float temp, int topk, uint64_t seed, int show, const gen_how *how, cl_gen_stats *st) {
     int32_t *ids;
     size_t np;
     CL_TRY(cl_tokenizer_encode(tok, prompt, strlen(prompt), &ids, &np));
@@ -266,8 +273,9 @@ static cl_status print_sample(cl_trainer *t, cl_model *m, cl_acts *acts, const c
         free(ids);
         return cl_error(CL_ERR_OOM, "cannot allocate the sample");
     }
-    cl_status s = t ? cl_trainer_generate(t, ids, (int)np, n, temp, topk, seed, out)
-                    : cl_generate_run(m, acts, kv, ids, (int)np, n, temp, topk, seed, out, st);
+    cl_status s = t                          ? cl_trainer_generate(t, ids, (int)np, n, temp, topk, seed, out)
+                  : how->tp * how->pp > 1 ? cl_generate_split(m, how->tp, how->pp, how->cap, ids, (int)np, n, temp, topk, seed, out, st)
+                                          : cl_generate_run(m, acts, how->kv, ids, (int)np, n, temp, topk, seed, out, st);
     if (!s && show) {
         fputs(prompt, stdout);
         char buf[64];
@@ -715,7 +723,7 @@ static cl_status rank_report(rank_run *r) {
     else if (!s && (r->lead || r->split) && j->sample_tokens > 0 && cl_model_family_of(&r->c.model)->tokens) {
         if (r->lead) printf("sample:\n");
         s = print_sample(t, NULL, NULL, cl_trainer_tokenizer(t), j->prompt, j->sample_tokens, j->temperature, j->topk, r->c.seed,
-                         r->lead, 0, NULL);
+                         r->lead, NULL, NULL);
     }
     fflush(stdout);
     int plotted = r->plot != NULL;
@@ -1742,7 +1750,34 @@ static const cli_flag gen_flags[] = {
     {"device-memory", "", 1, "cap on device memory, e.g. 512MiB"},
     {"no-kv-cache", "", 0, "recompute the whole context for every new token instead of caching keys and values"},
     {"timing", "", 0, "print the prompt's (prefill) and the new tokens' (decode) tokens/s, and the KV cache's bytes, on stderr"},
+    {"tp", "", 1, "tensor-parallel ranks (threads) holding the model's heads, MLP columns, vocabulary rows and their KV cache (default 1)"},
+    {"pp", "", 1, "pipeline stages (threads), each holding its layers and their KV cache (default 1)"},
+    {"memory", "", 0, "print each rank's device bytes (model, KV cache, decoder workspace) for --prompt-tokens P and --tokens N, predicted from the checkpoint's config; runs nothing"},
+    {"prompt-tokens", "", 1, "with --memory: the prompt's length in tokens"},
 };
+
+/* cleave generate --memory: each rank's bytes, predicted (cl_generate_memory); what --timing measures. */
+static cl_status gen_memory(const char *dir, const gen_how *how, int P, int n) {
+    cl_checkpoint_info info;
+    CL_TRY(cl_checkpoint_describe(dir, &info));
+    cl_model_desc *wd;
+    CL_TRY(cl_model_describe(&info.model, 0, &wd));
+    int R = how->tp * how->pp;
+    cl_gen_memory *g = calloc((size_t)R, sizeof *g);
+    cl_status s = g ? cl_generate_memory(wd, how->tp, how->pp, P, n, g) : cl_error(CL_ERR_OOM, "cannot allocate the ranks' figures");
+    for (int r = 0; r < R && !s; r++) {
+        char tb[32];
+        printf("rank %d (tp %d, stage %d, units %d..%d): parameters %lld, gradient buffer %lld, model workspace %lld, activations %lld, "
+               "KV cache %lld for %d positions, decoder workspace %lld; total %lld bytes (%s)\n",
+               r, g[r].tp_rank, g[r].stage, g[r].u0, g[r].u1 - 1, (long long)g[r].params, (long long)g[r].grads,
+               (long long)g[r].model_ws, (long long)g[r].acts, (long long)g[r].cache, g[r].positions, (long long)g[r].workspace,
+               (long long)g[r].total, cl_format_bytes((size_t)g[r].total, tb, sizeof tb));
+        if (how->cap && (size_t)g[r].total > how->cap) printf("rank %d does not fit the --device-memory cap\n", r);
+    }
+    free(g);
+    cl_model_desc_free(wd);
+    return s;
+}
 
 static int cmd_generate(int argc, char **argv) {
     cli_args a;
@@ -1759,27 +1794,50 @@ static int cmd_generate(int argc, char **argv) {
     int n = 200, topk = 40;
     float temp = 0.8f;
     uint64_t seed = 1337;
-    size_t cap = 0;
+    gen_how how = {!cli_get(&a, "no-kv-cache"), 1, 1, 0};
     if ((s = cli_int(&a, "tokens", &n, 1, 1 << 20)) || (s = cli_int(&a, "top-k", &topk, 0, 1 << 30)) ||
         (s = cli_float(&a, "temperature", &temp, 0, 100)) || (s = cli_u64(&a, "seed", &seed)) ||
-        (s = cli_bytes(&a, "device-memory", &cap)))
+        (s = cli_bytes(&a, "device-memory", &how.cap)) || (s = cli_int(&a, "tp", &how.tp, 1, 4096)) || (s = cli_int(&a, "pp", &how.pp, 1, 256)))
         return cli_fail(s);
-    cl_loaded l;
-    if ((s = cl_checkpoint_load(dir, tokdir, cap, 1, &l))) return cli_fail(s);
+    int split = how.tp * how.pp > 1, P = 0;
+    if (cli_get(&a, "prompt-tokens") && !cli_get(&a, "memory"))
+        return cli_fail(cl_error(CL_ERR_INVALID, "--prompt-tokens goes with --memory (a run counts its --prompt's tokens)"));
+    if (cli_get(&a, "memory")) {
+        if (!cli_get(&a, "prompt-tokens")) return cli_fail(cl_error(CL_ERR_INVALID, "--memory needs --prompt-tokens P"));
+        if (!how.kv) return cli_fail(cl_error(CL_ERR_INVALID, "--memory predicts the KV cache's path, not --no-kv-cache"));
+        if ((s = cli_int(&a, "prompt-tokens", &P, 1, 1 << 30)) || (s = gen_memory(dir, &how, P, n))) return cli_fail(s);
+        return 0;
+    }
+    if (split && !how.kv)
+        return cli_fail(cl_error(CL_ERR_INVALID, "--tp and --pp generate with the KV cache: --no-kv-cache recomputes on one rank"));
+    if (split && how.tp * how.pp > 4096) return cli_fail(cl_error(CL_ERR_INVALID, "--tp %d x --pp %d: more than 4096 ranks", how.tp, how.pp));
+    cl_loaded l; /* split: the checkpoint whole in host memory, from which each rank takes its slice onto its capped device */
+    if ((s = cl_checkpoint_load(dir, tokdir, split ? 0 : how.cap, 1, &l))) return cli_fail(s);
     if (!cl_model_family_of(&l.desc->cfg)->tokens) {
         cl_loaded_free(&l);
         return cli_fail(cl_error(CL_ERR_INVALID, "cleave generate needs a GPT checkpoint"));
     }
-    cl_gen_stats st;
-    s = print_sample(NULL, l.model, &l.acts, l.tok, prompt, n, temp, topk, seed, 1, !cli_get(&a, "no-kv-cache"), &st);
+    int R = how.tp * how.pp;
+    cl_gen_stats *st = calloc((size_t)R, sizeof *st);
+    if (!st) {
+        cl_loaded_free(&l);
+        return cli_fail(cl_error(CL_ERR_OOM, "cannot allocate the ranks' figures"));
+    }
+    s = print_sample(NULL, l.model, &l.acts, l.tok, prompt, n, temp, topk, seed, 1, &how, st);
+    char lay[64] = "";
+    if (split) snprintf(lay, sizeof lay, ", tp %d x pp %d", how.tp, how.pp);
     if (!s && cli_get(&a, "timing"))
-        fprintf(stderr, "generate (%s): prefill %d tokens in %.4f s (%.1f tokens/s); decode %d tokens in %.4f s (%.1f tokens/s)\n",
-                cli_get(&a, "no-kv-cache") ? "recomputing" : "KV cache", st.prefill_tokens, st.prefill_s,
-                st.prefill_s > 0 ? st.prefill_tokens / st.prefill_s : 0.0, st.decode_tokens, st.decode_s,
-                st.decode_s > 0 ? st.decode_tokens / st.decode_s : 0.0);
-    if (!s && cli_get(&a, "timing") && !cli_get(&a, "no-kv-cache"))
-        fprintf(stderr, "generate: KV cache and workspace %lld bytes predicted, %lld measured, beside the model's %lld\n",
-                (long long)st.kv_predicted, (long long)st.kv_measured, (long long)st.held);
+        fprintf(stderr, "generate (%s%s): prefill %d tokens in %.4f s (%.1f tokens/s); decode %d tokens in %.4f s (%.1f tokens/s)\n",
+                how.kv ? "KV cache" : "recomputing", lay, st->prefill_tokens, st->prefill_s,
+                st->prefill_s > 0 ? st->prefill_tokens / st->prefill_s : 0.0, st->decode_tokens, st->decode_s,
+                st->decode_s > 0 ? st->decode_tokens / st->decode_s : 0.0);
+    for (int r = 0; r < R && !s && cli_get(&a, "timing") && how.kv; r++) {
+        char who[32] = "";
+        if (split) snprintf(who, sizeof who, " rank %d", r);
+        fprintf(stderr, "generate:%s KV cache and workspace %lld bytes predicted, %lld measured, beside the model's %lld\n", who,
+                (long long)st[r].kv_predicted, (long long)st[r].kv_measured, (long long)st[r].held);
+    }
+    free(st);
     cl_loaded_free(&l);
     return s ? cli_fail(s) : 0;
 }

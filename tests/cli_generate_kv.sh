@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # cleave generate with a KV cache (src/nn/decode.c) against the recomputing
-# path (--no-kv-cache) on gpt2-tiny (bytes) and llama-tiny checkpoints
-# trained 40 steps, of a 32-token context: the same greedy tokens for a
+# path (--no-kv-cache) on gpt2-tiny (bytes), llama-tiny and mixtral-tiny
+# (the MoE block's decode: 8 experts, top 2, dropless) checkpoints trained 40 steps, of a 32-token context: the same greedy tokens for a
 # short prompt, for a prompt
 # that with its 40 new tokens runs past the context (the window slides:
 # each step runs the whole window again, as the recomputing path does) and
@@ -11,17 +11,15 @@
 # of model + cache is refused before the cache is allocated. And
 # against PyTorch: 32 greedy tokens equal to those of the independent
 # references recomputing each window (scripts/hf_eval.py --generate for
-# GPT-2, tests/llama_torch.py --generate for Llama), for two prompts, one
-# running past the context (skipped without torch, a failure under CI=true).
+# GPT-2, tests/llama_torch.py --generate for Llama, tests/mixtral_torch.py
+# --generate for Mixtral), for two prompts, one running past the context
+# (skipped without torch, a failure under CI=true). An MoE model trained with
+# a capacity factor is refused with the cache (a step's capacity would be its
+# new rows', not the window's), in one line naming --no-kv-cache, which runs.
 set -u
 source "$(dirname "$0")/lib.sh"
-head -c 300000 data/kjv.txt > "$tmp/text.txt"
-common=(--data "$tmp/text.txt" --seq-len 32 --micro-batch-size 8 --global-batch-size 8 --steps 40 --lr 3e-3 --sample-tokens 0)
-PY=/usr/bin/python3
-torch=1
-$PY -c 'import torch' 2> /dev/null || torch=0
-long="In the beginning God created the heaven and the earth. And the earth was without form, and void"
-for model in gpt2-tiny llama-tiny; do
+source "$(dirname "$0")/generate_lib.sh"
+for model in gpt2-tiny llama-tiny mixtral-tiny; do
     vocab=()
     [ $model = gpt2-tiny ] && vocab=(--vocab 256) # bytes, as the PyTorch reference reads them
     "$CLEAVE" train --model "$model" "${vocab[@]}" "${common[@]}" --save "$tmp/$model" > "$tmp/train.out" 2>&1
@@ -54,6 +52,7 @@ for model in gpt2-tiny llama-tiny; do
     fi
     ref=scripts/hf_eval.py
     [ $model = llama-tiny ] && ref=tests/llama_torch.py
+    [ $model = mixtral-tiny ] && ref=tests/mixtral_torch.py
     for prompt in "And the LORD spake unto Moses" "And it came to pass"; do
         want=$(timeout 300 $PY $ref --generate "$tmp/$model" "$prompt" 32 2> "$tmp/pyerr")
         got=$("$CLEAVE" generate --checkpoint "$tmp/$model" --prompt "$prompt" --tokens 32 --temperature 0 2>&1)
@@ -61,4 +60,10 @@ for model in gpt2-tiny llama-tiny; do
         echo "$model greedy, cleave (KV cache) = PyTorch: $(printf '%s' "$got" | od -An -c | tr -d '\n' | tr -s ' ' | head -c 120)"
     done
 done
+# a capacity factor: the cache refused before it is allocated, the recomputing path runs
+"$CLEAVE" train --model mixtral-tiny --moe-capacity-factor 1.5 "${common[@]}" --steps 1 --save "$tmp/cf" > "$tmp/train.out" 2>&1
+_rc=$?; check '[ $_rc -eq 0 ]' "mixtral-tiny with a capacity factor: training failed:$(excerpt 3 "$(tail -3 "$tmp/train.out")")"
+refused "capacity factor.*--no-kv-cache" generate --checkpoint "$tmp/cf" --prompt "And God" --tokens 4
+"$CLEAVE" generate --checkpoint "$tmp/cf" --prompt "And God" --tokens 4 --no-kv-cache > /dev/null 2>&1
+_rc=$?; check '[ $_rc -eq 0 ]' "mixtral-tiny with a capacity factor: --no-kv-cache failed"
 finish cli_generate_kv

@@ -203,10 +203,11 @@ def autocast_check(inp, ours_path):
     return 0
 
 
-def generate(d, prompt, n):
+def generate(d, prompt, n, logits=logits_of, name="llama_torch.py"):
+    # logits(w, tokens [1, T], cfg) -> [1, T, V]: this file's Llama, or tests/mixtral_torch.py's Mixtral
     cfg = json.load(open(os.path.join(d, "config.json")))
     if cfg.get("tokenizer", "byte") != "byte":
-        print(f"llama_torch.py: {d}: only the byte tokenizer", file=sys.stderr)
+        print(f"{name}: {d}: only the byte tokenizer", file=sys.stderr)
         return 2
     w = read_st(os.path.join(d, "model.safetensors"))[0]
     seq, T = list(prompt.encode()), cfg["max_position_embeddings"]
@@ -214,9 +215,9 @@ def generate(d, prompt, n):
     with torch.no_grad():
         for _ in range(n):
             x = torch.tensor([seq[-T:]], dtype=torch.int64)
-            seq.append(int(logits_of(w, x, cfg)[0, -1].argmax()))
+            seq.append(int(logits(w, x, cfg)[0, -1].argmax()))
     dt = time.perf_counter() - t0
-    print(f"llama_torch.py: greedy (recomputing each window): {n} tokens in {dt:.4f} s ({n / dt if dt > 0 else 0:.1f} tokens/s)", file=sys.stderr)
+    print(f"{name}: greedy (recomputing each window): {n} tokens in {dt:.4f} s ({n / dt if dt > 0 else 0:.1f} tokens/s)", file=sys.stderr)
     sys.stdout.buffer.write(bytes(seq) + b"\n")
     return 0
 

@@ -22,6 +22,12 @@ slots after its first ceil(cf N K / E) in token order (slot t K + i).
 
     mixtral_torch.py IN OUT
     mixtral_torch.py --eval-hf DIR TEXT
+    mixtral_torch.py --generate DIR PROMPT N
+
+--generate continues PROMPT (bytes) by N greedy tokens with a checkpoint
+cleave saved, as llama_torch.py --generate does (its loop, this file's
+model: the whole window recomputed for each new token), for
+tests/cli_generate_kv.sh.
 
 IN: written by build/tests/moe_torch_driver --write-input. OUT: "loss" (F64,
 the mean cross-entropy), "aux" (F64, the sum over blocks), "dropped" (F64),
@@ -44,7 +50,7 @@ import torch.nn.functional as F
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from format_ref import write_st  # noqa: E402
 from llama_ref import read_st  # noqa: E402
-from llama_torch import attention_half, evaluate, rms_norm, rotary  # noqa: E402
+from llama_torch import attention_half, evaluate, generate, rms_norm, rotary  # noqa: E402
 
 
 def hf_load_balancing(probs, top, E, K):
@@ -93,10 +99,14 @@ def moe(h, p, E, K, cf, stats):
     return y, aux
 
 
-def forward(w, tokens, targets, cfg, stats):
+def logits_of(w, tokens, cfg, stats=None):
+    # the model's logits [B, T, V] and the blocks' summed aux loss; block l is an MoE block when (l + 1) is a
+    # multiple of moe_every (cleave's config key; absent, 0 or 1: every block), else Llama's dense MLP
     L, C, H = cfg["num_hidden_layers"], cfg["hidden_size"], cfg["num_attention_heads"]
     eps, theta = cfg["rms_norm_eps"], cfg["rope_theta"]
     E, K, cf = cfg["num_local_experts"], cfg["num_experts_per_tok"], cfg.get("moe_capacity_factor", 0)
+    every = max(cfg.get("moe_every", 1), 1)
+    stats = stats if stats is not None else {"dropped": 0}
     B, T = tokens.shape
     cos, sin = rotary(T, C // H, theta, cfg.get("rope_scaling"))
     mask = torch.full((T, T), float("-inf")).triu(1)
@@ -105,12 +115,19 @@ def forward(w, tokens, targets, cfg, stats):
     for layer in range(L):
         p = lambda n: w[f"model.layers.{layer}.{n}.weight"]  # noqa: E731
         x, h = attention_half(x, p, cfg, cos, sin, mask)  # llama_torch.py's, Llama's equations
+        if (layer + 1) % every:
+            x = x + (F.silu(h @ p("mlp.gate_proj")) * (h @ p("mlp.up_proj"))) @ p("mlp.down_proj")
+            continue
         y, a = moe(h.reshape(B * T, C), p, E, K, cf, stats)
         x = x + y.view(B, T, C)
         aux = aux + a
     x = rms_norm(x, w["model.norm.weight"], eps)
     head = w["model.embed_tokens.weight"] if cfg["tie_word_embeddings"] else w["lm_head.weight"]
-    logits = x @ head.t()
+    return x @ head.t(), aux
+
+
+def forward(w, tokens, targets, cfg, stats):
+    logits, aux = logits_of(w, tokens, cfg, stats)
     return F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.reshape(-1)), aux
 
 
@@ -121,8 +138,10 @@ def lm_loss(w, tokens, targets, cfg):
 def main():
     if len(sys.argv) == 4 and sys.argv[1] == "--eval-hf":
         return evaluate(sys.argv[2], sys.argv[3], True, lm_loss)
+    if len(sys.argv) == 5 and sys.argv[1] == "--generate":
+        return generate(sys.argv[2], sys.argv[3], int(sys.argv[4]), lambda w, x, cfg: logits_of(w, x, cfg)[0], "mixtral_torch.py")
     if len(sys.argv) != 3:
-        print("usage: mixtral_torch.py IN OUT | --eval-hf DIR TEXT", file=sys.stderr)
+        print("usage: mixtral_torch.py IN OUT | --eval-hf DIR TEXT | --generate DIR PROMPT N", file=sys.stderr)
         return 2
     t, meta = read_st(sys.argv[1])
     cfg = json.loads(meta["config"])

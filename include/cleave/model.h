@@ -687,17 +687,25 @@ cl_status cl_model_logits_last(cl_model *m, const int32_t *tokens, int T, cl_act
  * positions of B samples, and the workspace of a step of B Tmax rows.
  * cl_decoder_step runs n new tokens per sample (tokens[B n], host) at
  * positions pos0 .. pos0 + n - 1 against the cached positions < pos0 and
- * caches theirs; logits[B V] (host) get each sample's last row's. The model
- * must be whole on this rank (embedding to head) and every unit's kind able
- * to decode (GPT's and Llama's); tensor parallelism without sequence
- * parallelism works (each rank its heads and vocabulary rows). */
+ * caches theirs; logits[B V] (host) get each sample's last row's. Every
+ * unit's kind must be able to decode (GPT's, Llama's, Mixtral's without a
+ * capacity factor); tensor parallelism without sequence parallelism works
+ * (each rank its heads and vocabulary rows, the logits gathered). A part
+ * (a pipeline stage) decodes its units after cl_decoder_set_pp: the rows
+ * come from the previous stage and go to the next (on pp, whose rank is
+ * the stage), and every stage's logits are the last stage's, broadcast. */
 typedef struct cl_decoder cl_decoder;
 cl_status cl_decoder_create(cl_model *m, int B, int Tmax, cl_decoder **out);
 void cl_decoder_free(cl_decoder *dc);
+/* The pipeline's group (NULL or of one rank: the part is the whole model); CL_ERR_INVALID when the part's
+ * first or last unit does not agree with its stage. */
+cl_status cl_decoder_set_pp(cl_decoder *dc, cl_comm *pp);
 cl_status cl_decoder_step(cl_decoder *dc, const int32_t *tokens, int n, int pos0, float *logits);
-/* What a decoder takes on one rank: the caches and the workspace, in bytes. */
+/* What a decoder takes on one rank: the caches and the workspace, in bytes (the part of units [u0, u1): its
+ * caches, the logits on the head's stage, the token ids on the embedding's). */
 typedef struct { int64_t cache, workspace; } cl_decoder_bytes;
 cl_status cl_decoder_size(const cl_model_desc *d, int B, int Tmax, cl_decoder_bytes *out);
+cl_status cl_decoder_size_part(const cl_model_desc *d, int u0, int u1, int B, int Tmax, cl_decoder_bytes *out);
 
 #ifdef __cplusplus
 }

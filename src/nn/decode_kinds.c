@@ -7,10 +7,31 @@
 #include "nn/kind.h"
 #include "nn/model_impl.h"
 
+int64_t cl_nn_decode_moe_floats(const cl_model_desc *d, int64_t N) {
+    int64_t E = d->cfg.experts, K = d->cfg.experts_per_token, C = d->cfg.channels, Fw = cl_model_mlp_width(&d->cfg);
+    return E ? N * (2 * E + 3 * K) + N * K + E + N * K * (2 * C + 3 * Fw) : 0;
+}
+
 int64_t cl_nn_decode_ws_floats(const cl_model_desc *d, int64_t N) {
     int64_t C = d->cfg.channels, Cl = d->channels_local, Kl = d->kv_channels_local, Fl = d->mlp_local;
     /* a block: ln1, res2, ln2 (C each) and 4 row statistics, qkv (Cl + 2 Kl), atty (Cl), 3 MLP columns (Fl) */
-    return N * (3 * C + 4 + (Cl + 2 * Kl) + Cl + 3 * Fl);
+    int64_t mlp = 3 * N * Fl, moe = cl_nn_decode_moe_floats(d, N);
+    return N * (3 * C + 4 + (Cl + 2 * Kl) + Cl) + (moe > mlp ? moe : mlp);
+}
+
+cl_nn_decode_ws cl_nn_decode_carve(const cl_model *m, const cl_decode_step *st) {
+    const cl_model_desc *d = m->desc;
+    int64_t N = (int64_t)st->B * st->n, C = d->cfg.channels, Cl = d->channels_local, Q = Cl + 2 * (int64_t)d->kv_channels_local;
+    cl_nn_decode_ws w;
+    float *p = st->ws;
+    w.ln1 = p; p += N * C;
+    w.res2 = p; p += N * C;
+    w.ln2 = p; p += N * C;
+    w.stats = p; p += 4 * N;
+    w.qkv = p; p += N * Q;
+    w.atty = p; p += N * Cl;
+    w.mlp = p;
+    return w;
 }
 
 void cl_nn_decode_attention(const cl_model *m, const cl_decode_step *st, const float *qkv, float *out) {

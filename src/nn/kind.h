@@ -192,8 +192,17 @@ typedef struct cl_decode_step {
     float *ws;             /* workspace, cl_nn_decode_ws_floats(d, B n) */
     float *logits;         /* the head's: [B, vocab_local], each sample's last row */
 } cl_decode_step;
-/* Workspace floats a step of N rows takes (the largest kind's, GPT's and Llama's block). */
+/* Workspace floats a step of N rows takes (the largest kind's: a block's rows and columns below, then its
+ * MLP's: the dense MLP's 3 Fl columns, or an MoE block's routing and expert rows, cl_nn_decode_moe_floats). */
 int64_t cl_nn_decode_ws_floats(const cl_model_desc *d, int64_t N);
+/* A block's step workspace, carved from st->ws for its B n rows (one carving for every block kind): ln1, res2,
+ * ln2 (N C each), stats (4 N: a layernorm's two means then two rstd, or RMSNorm's two rstd), qkv (N (Cl + 2
+ * Kl)), atty (N Cl), then mlp: the rest (the MLP's columns, or an MoE block's routing and rows). */
+typedef struct { float *ln1, *res2, *ln2, *stats, *qkv, *atty, *mlp; } cl_nn_decode_ws;
+cl_nn_decode_ws cl_nn_decode_carve(const cl_model *m, const cl_decode_step *st);
+/* An MoE block's mlp floats at N rows (R = N K expert rows, dropless): logits, probs (N E each), wts, idx, row
+ * (N K each), perm (R), counts (E), xe (R C), gate, up, h (R F each), ye (R C); 0 without experts. */
+int64_t cl_nn_decode_moe_floats(const cl_model_desc *d, int64_t N);
 /* The block's attention of a step: k, v of qkv rows [B n, Cl + 2 Kl] (after any rotation) appended to the
  * cache, out [B n, Cl] the new rows' attention over cache rows 0 .. their positions. */
 void cl_nn_decode_attention(const cl_model *m, const cl_decode_step *st, const float *qkv, float *out);

@@ -306,42 +306,26 @@ static void llama_block_cost(const cl_model_desc *d, const cl_unit *un, int B, d
     cl_llama_block_cost(d, B, e, recompute, causal, llama_mlp_cost, o);
 }
 
-/* Generation's step (nn/decode.c): llama_pass on the step's new rows only, q and k rotated at positions
- * pos0 + t, the attention over the KV cache (the rows in the decoder's workspace; no sequence parallelism). */
+/* Generation's step (nn/decode.c): llama_pass on the step's new rows only: the attention half's decode
+ * (llama_attn.c: q and k rotated at positions pos0 + t, the attention over the KV cache), then the MLP on
+ * the rows in the decoder's workspace (no sequence parallelism). */
 static cl_status llama_block_decode(cl_model *m, const cl_unit *un, const cl_decode_step *st, const float *in, float *out,
                                     float *const *p) {
     (void)un;
     const cl_model_desc *d = m->desc;
     llama_block_weights w;
     cl_kind_bind(&cl_kind_llama_block, p, &w);
-    int64_t N = (int64_t)st->B * st->n, C = d->cfg.channels, Cl = d->channels_local, Kl = d->kv_channels_local, Fl = d->mlp_local,
-            Q = Cl + 2 * Kl;
-    int NH, KV, hd, iN = (int)N, iC = (int)C, iQ = (int)Q;
-    cl_llama_heads(d, &NH, &KV, &hd);
-    float eps = (float)d->cfg.rms_norm_eps, *ws = st->ws;
-    float *ln1 = ws; ws += N * C;
-    float *res2 = ws; ws += N * C;
-    float *ln2 = ws; ws += N * C;
-    float *rstd = ws; ws += 2 * N;
-    float *qkv = ws; ws += N * Q;
-    float *atty = ws; ws += N * Cl;
-    float *gate = ws; ws += N * Fl;
-    float *up = ws; ws += N * Fl;
-    float *h = ws;
+    int64_t N = (int64_t)st->B * st->n, C = d->cfg.channels, Fl = d->mlp_local;
+    int iN = (int)N, iC = (int)C;
+    cl_nn_decode_ws b = cl_nn_decode_carve(m, st);
+    float *gate = b.mlp, *up = b.mlp + N * Fl, *h = b.mlp + 2 * N * Fl;
     const cl_kernels *K = cl_kern(m);
-    K->rmsnorm_forward(ln1, rstd, in, w.at.ln1_w, eps, iN, iC);
-    cl_sgemm(K, 0, 0, iN, (int)Cl, iC, 1.0f, ln1, iC, w.at.q_w, (int)Cl, 0.0f, qkv, iQ);
-    cl_sgemm(K, 0, 0, iN, (int)Kl, iC, 1.0f, ln1, iC, w.at.k_w, (int)Kl, 0.0f, qkv + Cl, iQ);
-    cl_sgemm(K, 0, 0, iN, (int)Kl, iC, 1.0f, ln1, iC, w.at.v_w, (int)Kl, 0.0f, qkv + Cl + Kl, iQ);
-    K->rope_forward(qkv, qkv, m->rope, m->rope + m->sizes.tables / 2, iN, st->n, st->pos0, NH + KV, hd, Q);
-    cl_nn_decode_attention(m, st, qkv, atty);
-    CL_TRY(cl_nn_row_linear(m, "dec o_proj", 0, atty, w.at.o_w, NULL, res2, N, Cl));
-    K->residual_rmsnorm_forward(res2, ln2, rstd + N, res2, in, w.at.ln2_w, eps, iN, iC);
-    cl_sgemm(K, 0, 0, iN, (int)Fl, iC, 1.0f, ln2, iC, w.gate_w, (int)Fl, 0.0f, gate, (int)Fl);
-    cl_sgemm(K, 0, 0, iN, (int)Fl, iC, 1.0f, ln2, iC, w.up_w, (int)Fl, 0.0f, up, (int)Fl);
+    CL_TRY(cl_llama_attn_decode(m, st, in, &w.at, &b));
+    cl_sgemm(K, 0, 0, iN, (int)Fl, iC, 1.0f, b.ln2, iC, w.gate_w, (int)Fl, 0.0f, gate, (int)Fl);
+    cl_sgemm(K, 0, 0, iN, (int)Fl, iC, 1.0f, b.ln2, iC, w.up_w, (int)Fl, 0.0f, up, (int)Fl);
     K->swiglu_forward(h, gate, up, N * Fl);
     CL_TRY(cl_nn_row_linear(m, "dec down_proj", 0, h, w.down_w, NULL, out, N, Fl));
-    K->add_inplace(out, res2, N * C);
+    K->add_inplace(out, b.res2, N * C);
     return CL_OK;
 }
 

@@ -333,6 +333,51 @@ static cl_status moe_backward(cl_model *m, const cl_unit *un, const cl_microbatc
     return cl_llama_attn_backward(m, &k, &s.at, in, &w.at, &gw.at, dres2, dln2, din, NULL, ws, ww, B, T);
 }
 
+/* Generation's step (nn/decode.c): the attention half's decode (llama_attn.c), then moe_pass's MLP on the
+ * step's new rows, dropless (the decoder refuses a capacity factor), in the decoder's workspace laid out as
+ * cl_nn_decode_moe_floats counts it. */
+static cl_status moe_decode(cl_model *m, const cl_unit *un, const cl_decode_step *st, const float *in, float *out, float *const *p) {
+    (void)un;
+    const cl_model_desc *d = m->desc;
+    const cl_kernels *Kn = cl_kern(m);
+    moe_weights w = moe_bind(p);
+    int64_t N = (int64_t)st->B * st->n, C = d->cfg.channels, Fw = cl_model_mlp_width(&d->cfg);
+    int E = d->cfg.experts, K = d->cfg.experts_per_token, iN = (int)N, iC = (int)C, iF = (int)Fw;
+    int64_t R = N * K;
+    cl_nn_decode_ws b = cl_nn_decode_carve(m, st);
+    float *ws = b.mlp;
+    float *logits = ws; ws += N * E;
+    float *probs = ws; ws += N * E;
+    float *wts = ws; ws += N * K;
+    int32_t *idx = (int32_t *)ws; ws += N * K;
+    int32_t *row = (int32_t *)ws; ws += N * K;
+    int32_t *perm = (int32_t *)ws; ws += R;
+    int32_t *counts = (int32_t *)ws; ws += E;
+    float *xe = ws; ws += R * C;
+    float *gate = ws; ws += R * Fw;
+    float *up = ws; ws += R * Fw;
+    float *h = ws; ws += R * Fw;
+    float *ye = ws;
+    CL_TRY(cl_llama_attn_decode(m, st, in, &w.at, &b));
+    cl_sgemm(Kn, 0, 0, iN, E, iC, 1.0f, b.ln2, iC, w.gate, E, 0.0f, logits, E);
+    Kn->moe_router_forward(probs, idx, wts, logits, iN, E, K);
+    Kn->moe_dispatch(perm, row, counts, idx, iN, E, K, 0);
+    Kn->moe_gather(xe, b.ln2, perm, R, iC, K);
+    int64_t o = 0;
+    for (int e = 0; e < E; e++) {
+        int n = counts[e];
+        float *const *x = w.ex + 3 * e;
+        cl_sgemm(Kn, 0, 0, n, iF, iC, 1.0f, xe + o * C, iC, x[0], iF, 0.0f, gate + o * Fw, iF);
+        cl_sgemm(Kn, 0, 0, n, iF, iC, 1.0f, xe + o * C, iC, x[2], iF, 0.0f, up + o * Fw, iF);
+        Kn->swiglu_forward(h + o * Fw, gate + o * Fw, up + o * Fw, n * Fw);
+        cl_sgemm(Kn, 0, 0, n, iC, iF, 1.0f, h + o * Fw, iF, x[1], iC, 0.0f, ye + o * C, iC);
+        o += n;
+    }
+    Kn->moe_combine_forward(out, ye, wts, row, iN, iC, K);
+    Kn->add_inplace(out, b.res2, N * C);
+    return CL_OK;
+}
+
 /* Per sample (B = 1; the functions below are exact at any B): in and out T x C; saved and workspace as laid out
  * above; FLOPs: the attention half's and the router's, K experts' SwiGLU per token (the active work). */
 static void moe_sizes(const cl_model_desc *d, cl_unit *un, cl_sizer *z) {
@@ -415,4 +460,6 @@ const cl_kind cl_kind_moe_block = {
     .output = moe_output,
     .forward = moe_forward,
     .backward = moe_backward,
+    .decode = moe_decode,
+    .kv_cache = 1,
 };

@@ -264,3 +264,22 @@ void cl_llama_block_cost(const cl_model_desc *d, int B, double e, int recompute,
     mlp(d, B, e, o);
     cl_cost_attention_rf(rf, f, recompute, causal, T, hd, B * H, att, attf);
 }
+
+cl_status cl_llama_attn_decode(const cl_model *m, const cl_decode_step *st, const float *in, const cl_llama_attn_weights *w,
+                               const cl_nn_decode_ws *b) {
+    const cl_model_desc *d = m->desc;
+    int64_t N = (int64_t)st->B * st->n, C = d->cfg.channels, Cl = d->channels_local, Kl = d->kv_channels_local, Q = Cl + 2 * Kl;
+    int NH, KV, hd, iN = (int)N, iC = (int)C, iQ = (int)Q;
+    cl_llama_heads(d, &NH, &KV, &hd);
+    float eps = (float)d->cfg.rms_norm_eps;
+    const cl_kernels *K = cl_kern(m);
+    K->rmsnorm_forward(b->ln1, b->stats, in, w->ln1_w, eps, iN, iC);
+    cl_sgemm(K, 0, 0, iN, (int)Cl, iC, 1.0f, b->ln1, iC, w->q_w, (int)Cl, 0.0f, b->qkv, iQ);
+    cl_sgemm(K, 0, 0, iN, (int)Kl, iC, 1.0f, b->ln1, iC, w->k_w, (int)Kl, 0.0f, b->qkv + Cl, iQ);
+    cl_sgemm(K, 0, 0, iN, (int)Kl, iC, 1.0f, b->ln1, iC, w->v_w, (int)Kl, 0.0f, b->qkv + Cl + Kl, iQ);
+    K->rope_forward(b->qkv, b->qkv, m->rope, m->rope + m->sizes.tables / 2, iN, st->n, st->pos0, NH + KV, hd, Q);
+    cl_nn_decode_attention(m, st, b->qkv, b->atty);
+    CL_TRY(cl_nn_row_linear(m, "dec o_proj", 0, b->atty, w->o_w, NULL, b->res2, N, Cl));
+    K->residual_rmsnorm_forward(b->res2, b->ln2, b->stats + N, b->res2, in, w->ln2_w, eps, iN, iC);
+    return CL_OK;
+}

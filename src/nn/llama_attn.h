@@ -52,6 +52,12 @@ int64_t cl_llama_attn_scratch_floats(const cl_model_desc *d, cl_sizer *z);
 cl_status cl_llama_attn_backward(cl_model *m, cl_nn_keep *k, const cl_llama_attn_acts *s, const float *in,
                                  const cl_llama_attn_weights *w, const cl_llama_attn_weights *gw, float *dres2, const float *dl2,
                                  float *din, float *G, float *ws, int ww, int B, int T);
+/* Generation's step (nn/decode.c) of the attention half on the step's new rows (B n of them, never
+ * sequence-parallel): b->ln1, b->qkv (q and k rotated at positions pos0 + t), k and v appended to the step's
+ * cache, b->atty (the attention over cache rows 0 .. position), b->res2 = in + o_proj(atty) (row-parallel, summed
+ * over the group) and b->ln2 = RMSNorm(res2), the two rstd in b->stats. */
+cl_status cl_llama_attn_decode(const cl_model *m, const cl_decode_step *st, const float *in, const cl_llama_attn_weights *w,
+                               const cl_nn_decode_ws *b);
 /* The attention's lse again from the kept qkv (selective recompute; the output written again is the same bits). */
 cl_status cl_llama_attn_relse(const cl_model *m, const cl_llama_attn_acts *s, int B, int T);
 

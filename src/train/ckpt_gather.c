@@ -29,7 +29,7 @@ static pp_chunk *owner_of(struct cl_pp *pp, const cl_model_desc *d, int i, int *
 /* Copies between a tensor-parallel rank's slice (spec ls, of rank q) in
  * dev's memory (NULL: host memory) and the whole tensor in host memory: into
  * the whole (to_whole) or out of it. */
-static void slice_copy(cl_device *dev, const cl_param_spec *ls, int q, float *slice, float *whole, int to_whole) {
+void cl_ckpt_slice_copy(cl_device *dev, const cl_param_spec *ls, int q, float *slice, float *whole, int to_whole) {
     int64_t n = cl_param_row_len(ls), rows = n ? ls->full_numel / n : 0;
     for (int64_t k = 0; k < rows; k++) {
         cl_param_run runs[3];
@@ -45,7 +45,7 @@ static void slice_copy(cl_device *dev, const cl_param_spec *ls, int q, float *sl
 }
 
 static void unslice(cl_device *dev, const cl_param_spec *ls, int q, const float *slice, float *whole) {
-    slice_copy(dev, ls, q, (float *)slice, whole, 1);
+    cl_ckpt_slice_copy(dev, ls, q, (float *)slice, whole, 1);
 }
 
 /* Parameter i's value and both moments, whole, on tensor-parallel rank 0 of
@@ -187,10 +187,10 @@ static cl_status pp_load(cl_trainer *t, const float *p, const float *m, const fl
             for (int k = 0; k < 3; k++) {
                 if (k && whole_first) {
                     float *whole = zbuf ? zbuf + (k - 1) * z->alloc : NULL;
-                    if (whole) slice_copy(NULL, ls, t->tp_rank, whole + loc, (float *)src[k], 0);
+                    if (whole) cl_ckpt_slice_copy(NULL, ls, t->tp_rank, whole + loc, (float *)src[k], 0);
                     continue;
                 }
-                slice_copy(ddev[k], ls, t->tp_rank, dst[k], (float *)src[k], 0); /* padded rows stay zero */
+                cl_ckpt_slice_copy(ddev[k], ls, t->tp_rank, dst[k], (float *)src[k], 0); /* padded rows stay zero */
             }
         }
         if (zbuf) {

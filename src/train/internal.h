@@ -118,6 +118,10 @@ cl_status cl_pp_eval_batch(void *ctx, const cl_microbatch *mb, double *sum);
  * load: every held parameter and its moments from such arrays. */
 cl_status cl_pp_gather(cl_trainer *t, float **host, int *writer, int *opt_t);
 cl_status cl_pp_load(cl_trainer *t, const float *p, const float *m, const float *v, int opt_t);
+/* Tensor-parallel rank q's slice of parameter ls (its local spec) from the whole tensor, row-major in its
+ * checkpoint shape (to_whole 0), or back into it (to_whole 1); dev: the slice's device (NULL: host memory).
+ * Padded vocabulary rows of the slice are not touched (ckpt_gather.c; the loads and generate_split.c). */
+void cl_ckpt_slice_copy(cl_device *dev, const cl_param_spec *ls, int q, float *slice, float *whole, int to_whole);
 /* ZeRO 3: seconds this rank's parts waited for parameter gathers since the last call. */
 double cl_pp_z3_wait(cl_trainer *t);
 /* The step's MoE figures into st (moe_stats.c): each chunk's, summed over the pipeline and the replicas. */
