@@ -257,13 +257,13 @@ static void llama_block_cost(const cl_model_desc *d, const cl_unit *un, int B, d
     double R = (double)B * T, Rs = sp ? R / tp : R, act = R * C * e;
     /* attention as GPT's block prices it (kind_block.c): causal, cleave's blockwise kernels (the lse's bytes, D's
      * reads in the backward, the recomputed q k^T as re-forward work); else the T x T scores kept and masked */
-    double att = causal ? cl_attention_share((int)T) : 1, lse = (double)B * H * T, scores = (double)B * H * T * T;
+    double K = cl_nn_key_tokens(d); /* the keys each query row meets: T, or the whole sequence under context parallelism */
+    double att = causal ? cl_attention_share((int)K) : 1, lse = (double)B * H * T, scores = (double)B * H * T * K;
     double attf, attb;
     cl_cost_attention_bytes(causal, e, lse, scores, R, Cl, &attf, &attb);
     cl_pass_cost *f = &o->pass[CL_PASS_F], *b = &o->pass[CL_PASS_B], *w = &o->pass[CL_PASS_W], *rf = &o->pass[CL_PASS_RF];
     cl_cost_gemm(f, R, Q, C, 1, CL_GEMM_NN);
-    cl_cost_gemm_part(f, T, T, hd, B * H, CL_GEMM_NT, att);
-    cl_cost_gemm_part(f, T, hd, T, B * H, CL_GEMM_NN, att);
+    cl_cost_attention_products(f, NULL, T, K, hd, B * H, att);
     cl_cost_gemm(f, R, C, Cl, 1, CL_GEMM_NN);
     cl_cost_gemm(f, R, 2 * Fl, C, 1, CL_GEMM_NN);
     cl_cost_gemm(f, R, C, Fl, 1, CL_GEMM_NN);
@@ -274,10 +274,7 @@ static void llama_block_cost(const cl_model_desc *d, const cl_unit *un, int B, d
     f->stream = 0;
     cl_cost_block_pairs(f, act, tp, sp);
     cl_cost_gemm(b, R, C, Q, 1, CL_GEMM_NT);
-    cl_cost_gemm_part(b, T, hd, T, B * H, CL_GEMM_NN, att);
-    cl_cost_gemm_part(b, T, hd, T, B * H, CL_GEMM_TN, att);
-    cl_cost_gemm_part(b, T, T, hd, B * H, CL_GEMM_NT, att);
-    cl_cost_gemm_part(b, T, hd, T, B * H, CL_GEMM_TN, att);
+    cl_cost_attention_products(NULL, b, T, K, hd, B * H, att);
     cl_cost_gemm(b, R, Cl, C, 1, CL_GEMM_NT);
     cl_cost_gemm(b, R, C, 2 * Fl, 1, CL_GEMM_NT);
     cl_cost_gemm(b, R, Fl, C, 1, CL_GEMM_NT);
@@ -291,7 +288,7 @@ static void llama_block_cost(const cl_model_desc *d, const cl_unit *un, int B, d
     cl_cost_gemm(w, Fl, C, R, 1, CL_GEMM_TN);
     w->bytes = e * (R * (Q + 2 * Fl) + 2 * Rs * C + 2 * 2 * Rs * C);
     if (sp) cl_cost_coll(w, CL_COLL_ALLGATHER, act, tp), cl_cost_coll(w, CL_COLL_ALLGATHER, act, tp);
-    cl_cost_attention_rf(rf, f, recompute, causal, T, hd, B * H, att, attf);
+    cl_cost_attention_rf(rf, f, recompute, causal, T, K, hd, B * H, att, attf);
 }
 
 /* Generation's step (nn/decode.c): llama_pass on the step's new rows only, q and k rotated at positions
