@@ -49,6 +49,8 @@ typedef struct {
     const cl_plan_query *q;
     int ndesc;
     int dtp[MAX_DESC], dsp[MAX_DESC], dcp[MAX_DESC];
+    int dok[MAX_DESC];           /* context parallelism of the description checked (cp_check passed) */
+    int cur;                     /* the description get_desc gave last */
     cl_model_desc *desc[MAX_DESC];
     double *uparams[MAX_DESC];   /* parameters per unit of each description */
     const double *up;            /* those of the description get_desc gave last */
@@ -69,7 +71,7 @@ typedef struct {
 static cl_status get_desc(plan_ctx *x, int tp, int sp, int cp, cl_model_desc **out) {
     if (cp < 1) cp = 1;
     for (int i = 0; i < x->ndesc; i++)
-        if (x->dtp[i] == tp && x->dsp[i] == sp && x->dcp[i] == cp) return x->up = x->uparams[i], *out = x->desc[i], CL_OK;
+        if (x->dtp[i] == tp && x->dsp[i] == sp && x->dcp[i] == cp) return x->cur = i, x->up = x->uparams[i], *out = x->desc[i], CL_OK;
     cl_tp_layout tl = {tp, 0, sp, x->q->vocab_div > 0 ? x->q->vocab_div : 128, CL_F32};
     cl_model_desc *d;
     CL_TRY(cl_model_describe_cp(&x->q->model, x->q->T / cp, &tl, cp, &d));
@@ -87,9 +89,11 @@ static cl_status get_desc(plan_ctx *x, int tp, int sp, int cp, cl_model_desc **o
         memmove(x->dtp, x->dtp + 1, (MAX_DESC - 1) * sizeof x->dtp[0]);
         memmove(x->dsp, x->dsp + 1, (MAX_DESC - 1) * sizeof x->dsp[0]);
         memmove(x->dcp, x->dcp + 1, (MAX_DESC - 1) * sizeof x->dcp[0]);
+        memmove(x->dok, x->dok + 1, (MAX_DESC - 1) * sizeof x->dok[0]);
         x->ndesc--;
     }
     x->desc[x->ndesc] = d, x->uparams[x->ndesc] = up, x->dtp[x->ndesc] = tp, x->dsp[x->ndesc] = sp, x->dcp[x->ndesc] = cp;
+    x->dok[x->ndesc] = 0, x->cur = x->ndesc;
     x->ndesc++;
     x->up = up;
     return *out = d, CL_OK;
@@ -349,13 +353,16 @@ static cl_status prepare(plan_ctx *x, const cl_plan_cfg *c, prep *P, cl_model_de
     if (P->kind == CL_SCHED_INTERLEAVED && P->v < 2) return cl_error(CL_ERR_INVALID, "the interleaved schedule needs v >= 2");
     P->S = P->p * P->v;
     P->m = q->global_batch / (c->dp * c->mb);
-    if (cp > 1) CL_TRY(cp_check(x, P)); /* the trainer's refusals (a token family, 2 cp chunks, no sp, no experts) */
     if (P->kind == CL_SCHED_INTERLEAVED && P->m % P->p)
         return cl_error(CL_ERR_INVALID, "interleaved: %d micro-batches are not a multiple of pp %d", P->m, P->p);
     if (P->S > CL_PP_MAX_STAGES || P->p > 4096) return cl_error(CL_ERR_INVALID, "%d stages: at most %d", P->S, CL_PP_MAX_STAGES);
     cl_model_desc *d;
-    CL_TRY(get_desc(x, c->tp, c->sp, c->cp, &d));
+    CL_TRY(get_desc(x, c->tp, c->sp, cp, &d));
     *dout = d;
+    if (cp > 1 && !x->dok[x->cur]) { /* the trainer's refusals (a token family, 2 cp chunks, no sp, no experts), once a description */
+        CL_TRY(cp_check(x, P));
+        x->dok[x->cur] = 1;
+    }
     /* stages: the trainer's rule (cl_pp_partition_balanced): at most one a unit. Their units: the
      * repeated body's (the blocks, cl_kind's repeated) split evenly (the first stages take one more
      * when they do not divide), the units before it with stage 0, the ones after with the last;
