@@ -143,7 +143,7 @@ double cl_plan_model_states(double psi, int K, int zero, int n);
 typedef struct {
     cl_plan_result r;
     int p;                       /* pipeline ranks */
-    double (*cat)[CL_MEM_NCAT];  /* [p] each pipeline rank's bytes by category (the fullest of its dp x tp ranks) */
+    double (*cat)[CL_MEM_NCAT];  /* [p] each pipeline rank's bytes by category (the fullest of its dp x cp x tp ranks) */
     cl_trace trace;              /* the simulated step (cl_trace_from_sim, seconds), and on the comm track each
                                   * compute action's tensor-parallel collectives, at its end, with its kind */
 } cl_plan_detail;
