@@ -21,7 +21,7 @@ static void hw_note(char *b, size_t n, int calibrated) {
 static cl_plan_cfg cfg_of(const cl_train_config *c, int dp, int tp, int pp) {
     int v = pp > 1 && c->schedule == CL_SCHED_INTERLEAVED ? (c->virtual_stages > 1 ? c->virtual_stages : 2) : 1;
     return (cl_plan_cfg){dp, tp, pp, v, c->micro_batch, pp > 1 ? c->schedule : CL_SCHED_1F1B, c->zero, c->recompute,
-                         c->sequence_parallel, 0, c->offload_optimizer, 0};
+                         c->sequence_parallel, 0, c->offload_optimizer, 0, c->cp > 1 ? c->cp : 1};
 }
 
 static void shortfall(char *b, size_t n, const cl_plan_list *l) {
@@ -66,6 +66,7 @@ static cl_status auto_plan(FILE *f, const cli_args *a, cl_train_config *c, int g
     if (cli_get(a, "recompute")) q.fix.recompute = c->recompute;
     if (cli_get(a, "sequence-parallel")) q.fix.sp = 1;
     if (cli_get(a, "offload-optimizer")) q.fix.offload = c->offload_optimizer;
+    if (cli_get(a, "cp") || cli_get(a, "context-parallel-size")) q.fix.cp = c->cp;
     cl_plan_list l;
     CL_TRY(cl_plan_search(&q, &l));
     char capb[32], hwn[256];
@@ -74,7 +75,7 @@ static cl_status auto_plan(FILE *f, const cli_args *a, cl_train_config *c, int g
     if (!l.considered) {
         cl_plan_list_free(&l);
         return cl_error(CL_ERR_INVALID,
-                        "--auto: no configuration of %d ranks: dp x tp x pp must make %d, with dp dividing the global batch %d, tp "
+                        "--auto: no configuration of %d ranks: dp x cp x tp x pp must make %d, with dp dividing the global batch %d, tp "
                         "dividing the heads, pp no more stages than the model has units, and the flags given",
                         n, n, c->global_batch);
     }
@@ -113,8 +114,8 @@ static cl_status auto_plan(FILE *f, const cli_args *a, cl_train_config *c, int g
 
 /* A chosen configuration applied to the run, the same on every path (threads
  * or MPI, where each rank applies the one rank 0 chose): c's micro-batch,
- * tp, sequence parallelism, schedule, virtual stages, ZeRO stage, recompute
- * and offload, and the mesh's dp x tp x pp. */
+ * tp, context parallelism, sequence parallelism, schedule, virtual stages,
+ * ZeRO stage, recompute and offload, and the mesh's dp x cp x tp x pp. */
 static void auto_apply(const cl_plan_cfg *ch, cl_train_config *c, int *dp, int *tp, int *pp, int *schedule_given) {
     *dp = ch->dp, *tp = ch->tp, *pp = ch->pp;
     cl_plan_cfg_to_train(ch, c);

@@ -1527,6 +1527,7 @@ static void resolve_values(const train_cli *tc, const train_job *j, resolved *r)
     rnum(r, a, "trace-steps", j->trace_steps);
     rput(r, a, "recompute", 0, recompute[c->recompute]);
     if (c->dtype == CL_BF16) rput(r, a, "dtype", 0, "bf16"); /* fp32 left out: the resolved settings of fp32 runs unchanged */
+    if (c->cp > 1) rnum(r, a, "cp", c->cp); /* --auto's choice too (1 left out, as before) */
     if (c->cp_comm == CL_CP_A2A) rput(r, a, "cp-comm", 0, "a2a"); /* ring left out, as fp32 */
     if (c->grad_reduce == CL_BF16) rput(r, a, "grad-reduce-dtype", 0, "bf16");
     rput(r, a, "trace", 0, j->trace_path);

@@ -35,6 +35,7 @@ static const cli_flag plan_flags[] = {
     {"precision", "", 1, "fp32 or bf16 (mixed: 16-bit weights, gradients, activations; fp32 master and moments); default bf16 "
                          "where the hardware has it"},
     {"dp", "", 1, "fix the data-parallel size"},
+    {"cp", "", 1, "fix the context-parallel size (each sequence split over cp ranks, the ring's traffic timed; 1: none)"},
     {"tp", "", 1, "fix the tensor-parallel size"},
     {"pp", "", 1, "fix the pipeline size"},
     {"virtual-stages", "", 1, "fix the chunks per pipeline rank (interleaved)"},
@@ -324,11 +325,11 @@ static void gib(char *b, size_t n, double x) { snprintf(b, n, "%.3g", x / (1 << 
 
 static void print_json(const cl_plan_result *r) {
     const cl_plan_cfg *c = &r->c;
-    printf("{\"dp\": %d, \"tp\": %d, \"pp\": %d, \"virtual_stages\": %d, \"micro_batch_size\": %d, \"schedule\": \"%s\", \"zero\": %d, "
+    printf("{\"dp\": %d, \"tp\": %d, \"pp\": %d, \"cp\": %d, \"virtual_stages\": %d, \"micro_batch_size\": %d, \"schedule\": \"%s\", \"zero\": %d, "
            "\"offload_optimizer\": \"%s\", \"recompute\": \"%s\", \"sequence_parallel\": %s, \"precision\": \"%s\", \"fits\": %s, \"step_s\": %.6g, "
            "\"tokens_per_s\": %.6g, \"model_tflops_per_device\": %.6g, \"tflops_per_device\": %.6g, \"peak_share\": %.4f, "
            "\"bubble\": %.4f, \"comm_share\": %.4f, \"simulated\": %s, \"lean\": %s, \"peak_bytes\": %.0f, \"peak_rank\": %d, \"bytes\": {",
-           c->dp, c->tp, c->pp, c->v, c->mb, cl_sched_kind_name((cl_sched_kind)c->schedule), c->zero,
+           c->dp, c->tp, c->pp, c->cp > 1 ? c->cp : 1, c->v, c->mb, cl_sched_kind_name((cl_sched_kind)c->schedule), c->zero,
            c->offload == CL_OFFLOAD_DISK ? "disk" : c->offload == CL_OFFLOAD_HOST ? "host" : "none", rc_name(c->recompute), c->sp ? "true" : "false", c->bf16 ? "bf16" : "fp32", r->fits ? "true" : "false", r->step_s, r->tokens_per_s,
            r->model_tflops, r->hw_tflops, r->peak_share, r->bubble, r->comm_share, r->simulated ? "true" : "false", c->lean ? "true" : "false", r->peak_bytes,
            r->full_rank);
@@ -337,8 +338,8 @@ static void print_json(const cl_plan_result *r) {
 }
 
 static void print_table(const cl_plan_list *l, int top) {
-    printf("  %4s %4s %3s %3s %2s %3s %-11s %4s %-9s %2s | %9s %10s %7s %5s %6s %5s | %8s (GiB: params grads optim acts work)\n",
-           "rank", "dp", "tp", "pp", "v", "mb", "schedule", "zero", "recompute", "sp", "step s", "tokens/s", "TFLOP/s", "peak",
+    printf("  %4s %4s %3s %3s %3s %2s %3s %-11s %4s %-9s %2s | %9s %10s %7s %5s %6s %5s | %8s (GiB: params grads optim acts work)\n",
+           "rank", "dp", "cp", "tp", "pp", "v", "mb", "schedule", "zero", "recompute", "sp", "step s", "tokens/s", "TFLOP/s", "peak",
            "bubble", "comm", "mem GiB");
     for (int i = 0; i < l->n && i < top; i++) {
         const cl_plan_result *r = &l->r[i];
@@ -346,9 +347,9 @@ static void print_table(const cl_plan_list *l, int top) {
         char cat[5][16], pk[16];
         for (int k = 0; k < 5; k++) gib(cat[k], sizeof cat[k], r->cat_bytes[k]);
         gib(pk, sizeof pk, r->peak_bytes);
-        printf("  %4d %4d %3d %3d %2d %3d %-11s %4d %-9s %2s | %9.4g %10.4g %7.3g %4.0f%% %6.3f %5.3f | %8s (%s %s %s %s %s)%s%s%s\n", i + 1,
-               c->dp, c->tp, c->pp, c->v, c->mb, cl_sched_kind_name((cl_sched_kind)c->schedule), c->zero, rc_name(c->recompute),
-               c->sp ? "y" : "n", r->step_s, r->tokens_per_s, r->model_tflops, 100 * r->peak_share, r->bubble, r->comm_share, pk,
+        printf("  %4d %4d %3d %3d %3d %2d %3d %-11s %4d %-9s %2s | %9.4g %10.4g %7.3g %4.0f%% %6.3f %5.3f | %8s (%s %s %s %s %s)%s%s%s\n", i + 1,
+               c->dp, c->cp > 1 ? c->cp : 1, c->tp, c->pp, c->v, c->mb, cl_sched_kind_name((cl_sched_kind)c->schedule), c->zero,
+               rc_name(c->recompute), c->sp ? "y" : "n", r->step_s, r->tokens_per_s, r->model_tflops, 100 * r->peak_share, r->bubble, r->comm_share, pk,
                cat[0], cat[1], cat[2], cat[3], cat[4], r->simulated ? "" : " *",
                c->offload == CL_OFFLOAD_DISK ? " offload disk" : c->offload == CL_OFFLOAD_HOST ? " offload host" : "",
                !c->lean ? "" : c->zero == CL_ZERO_PARAMS ? " --bucket-size 1 --zero3-prefetch 0" : " --bucket-size 1");
@@ -363,7 +364,7 @@ int cleave_cmd_plan(int argc, char **argv) {
     if (cli_get(&a, "help")) {
         cli_print_help("usage: cleave plan [train's model flags] --devices N [--hardware a100|h100|this|FILE] [flags]\n"
                        "       cleave plan calibrate [--out FILE]\n\n"
-                       "Predicts, for every way to split the model over the devices (dp x tp x pp, virtual stages,\n"
+                       "Predicts, for every way to split the model over the devices (dp x cp x tp x pp, virtual stages,\n"
                        "micro-batch, schedule, ZeRO stage, recompute, sequence parallelism), each rank's memory and the\n"
                        "step time (unit costs and the hardware run through the schedule simulator), drops what does\n"
                        "not fit, and prints the fastest first. Flags for those dimensions fix them. TFLOP/s are model\n"
@@ -373,7 +374,7 @@ int cleave_cmd_plan(int argc, char **argv) {
     }
     cl_plan_query q;
     memset(&q, 0, sizeof q);
-    q.fix = (cl_plan_cfg){-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1};
+    q.fix = (cl_plan_cfg){-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1};
     int seq = 0;
     if ((s = cli_parse_model(&a, &q.model, &seq))) return cli_fail(s);
     q.T = cl_model_family_of(&q.model)->tokens ? (seq ? seq : q.model.seq_len) : 1;
@@ -385,6 +386,7 @@ int cleave_cmd_plan(int argc, char **argv) {
     if ((s = cli_int(&a, "devices", &devices, 1, 1 << 24)) || (s = cli_int(&a, "nodes", &nodes, 1, 1 << 20)) ||
         (s = cli_int(&a, "devices-per-node", &dpn, 1, 1 << 16)) || (s = cli_bytes(&a, "device-memory", &mem)) ||
         (s = cli_int(&a, "global-batch-size", &q.global_batch, 1, 1 << 30)) || (s = cli_int(&a, "dp", &q.fix.dp, 1, 1 << 24)) ||
+        (s = cli_int(&a, "cp", &q.fix.cp, 1, 4096)) ||
         (s = cli_int(&a, "tp", &q.fix.tp, 1, 1 << 16)) || (s = cli_int(&a, "pp", &q.fix.pp, 1, 4096)) ||
         (s = cli_int(&a, "virtual-stages", &q.fix.v, 1, 64)) || (s = cli_int(&a, "micro-batch-size", &q.fix.mb, 1, 1 << 20)) ||
         (s = cli_int(&a, "zero", &q.fix.zero, 0, 3)) || (s = cli_int(&a, "make-vocab-size-divisible-by", &q.vocab_div, 1, 1 << 20)) ||
@@ -431,6 +433,14 @@ int cleave_cmd_plan(int argc, char **argv) {
         if (q.fix.offload != CL_OFFLOAD_NONE && !q.hw.exact_memory)
             return cli_fail(cl_error(CL_ERR_UNSUPPORTED, "--offload-optimizer %s: modelled on this machine only (--hardware this)", off));
     }
+    if (q.fix.cp > 1) { /* the trainer's refusals of --cp (a token family, 2 cp chunks, no sp, no experts), up front */
+        cl_train_config tc;
+        cl_train_config_default(&tc);
+        tc.model = q.model, tc.seq_len = q.T, tc.cp = q.fix.cp, tc.sequence_parallel = q.fix.sp == 1, tc.tp = q.fix.tp > 0 ? q.fix.tp : 1;
+        cl_model_desc *d;
+        if ((s = cl_train_describe(&tc, 0, &d))) return cli_fail(s);
+        cl_model_desc_free(d);
+    }
     cl_plan_list l;
     double t0 = cl_now();
     if ((s = cl_plan_search(&q, &l))) return cli_fail(s);
@@ -446,8 +456,9 @@ int cleave_cmd_plan(int argc, char **argv) {
     if (!l.considered) {
         cl_plan_list_free(&l);
         return cli_fail(cl_error(CL_ERR_INVALID,
-                                 "no configuration of %d devices: dp x tp x pp must make %d, with dp dividing the global batch "
-                                 "%d, tp dividing the heads, pp no more stages than the model has units (and the fixed flags)",
+                                 "no configuration of %d devices: dp x cp x tp x pp must make %d, with dp dividing the global batch "
+                                 "%d, tp dividing the heads, pp no more stages than the model has units, 2 cp dividing the "
+                                 "sequence (and the fixed flags)",
                                  devices, devices, q.global_batch));
     }
     if (!l.n) {
@@ -456,9 +467,9 @@ int cleave_cmd_plan(int argc, char **argv) {
         cl_format_bytes((size_t)r->peak_bytes, need, sizeof need);
         cl_format_bytes((size_t)r->over_bytes, over, sizeof over);
         s = cl_error(CL_ERR_OOM,
-                     "no configuration fits %s per device: the nearest (dp %d tp %d pp %d v %d mb %d %s zero %d recompute %s%s) "
+                     "no configuration fits %s per device: the nearest (dp %d cp %d tp %d pp %d v %d mb %d %s zero %d recompute %s%s) "
                      "needs %s on pipeline rank %d, %s over; its largest category is %s",
-                     cap, r->c.dp, r->c.tp, r->c.pp, r->c.v, r->c.mb, cl_sched_kind_name((cl_sched_kind)r->c.schedule), r->c.zero,
+                     cap, r->c.dp, r->c.cp > 1 ? r->c.cp : 1, r->c.tp, r->c.pp, r->c.v, r->c.mb, cl_sched_kind_name((cl_sched_kind)r->c.schedule), r->c.zero,
                      rc_name(r->c.recompute), r->c.sp ? " sp" : "", need, r->full_rank, over, cl_mem_cat_name((cl_mem_cat)r->over_cat));
         cl_plan_list_free(&l);
         return cli_fail(s);

@@ -12,6 +12,7 @@
 # - `cleave plan --svg F`: well-formed XML (python3's xml.etree) with one
 #   memory bar and one timeline row per pipeline rank and communication
 #   strips; a path that cannot be written exits 2 with one line;
+# - context parallelism: at a long sequence under a small cap --auto chooses and runs cp 2;
 # - a description file, when there is one, is used and decides (a slow link:
 #   a pipeline; a fast one: data parallelism); one that is not this
 #   machine's (no exact_memory) exits 2.
@@ -113,4 +114,15 @@ check '[ $rc -eq 0 ] && r=$(svgcheck "$tmp/b.svg" 2)' "plan --svg, pp 2: $(svgch
 out=$($CLEAVE plan --devices 2 --pp 2 --svg "$tmp/no/such/dir/x.svg" 2>&1); rc=$?
 check '[ $rc -eq 2 ] && [ "$(printf "%s\n" "$out" | grep -c "")" -eq 1 ] && printf "%s" "$out" | grep -q -- "--svg"' \
     "plan --svg to a bad path: rc $rc$(excerpt 2 "$out")"
+# context parallelism: a long sequence for llama-tiny (T = 512) under 5.5 MiB a rank, tp fixed at 1 and no
+# recompute: cp 2 is the fastest that fits (predicted 0.036 s against --cp 1's only fit, a pipeline with the
+# moments on the host, 0.066 s); --auto runs it at cp 2 (the log's resolved configuration records "cp": 2)
+cpb=(--model llama-tiny --context 512 --data "$tmp/text.txt" --seq-len 512 --global-batch-size 1 --micro-batch-size 1 --tp 1
+     --recompute none --device-memory 5.5MiB --sample-tokens 0 --eval-batches 1 --steps 2)
+out=$($CLEAVE train --auto "${cpb[@]}" --log-file "$tmp/cp.log" 2>&1); rc=$?
+check '[ $rc -eq 0 ] && printf "%s" "$out" | grep -q "^auto: chose --dp 1 --cp 2 --tp 1 --pp 1 " && head -1 "$tmp/cp.log" | grep -q "\"cp\": 2" &&
+       [ "$(grep -c "\"loss\"" "$tmp/cp.log")" -ge 2 ]' "--auto at T = 512 under 5.5 MiB: cp 2 (rc $rc)$(excerpt 4 "$out")"
+out=$($CLEAVE train --auto "${cpb[@]}" --cp 1 --steps 1 2>&1); rc=$?
+check '[ $rc -eq 0 ] && printf "%s" "$out" | grep -q "^auto: chose --dp 1 --tp 1 --pp 2 .*--offload-optimizer host"' \
+    "--auto --cp 1 fixes it: a pipeline with the moments on the host (rc $rc)$(excerpt 3 "$out")"
 finish cli_auto

@@ -127,6 +127,97 @@ static void test_causal_share(void) {
     cl_model_desc_free(d);
 }
 
+/* Context parallelism. A context rank's description (cl_model_describe_cp: T / cp query rows, each against
+ * all T keys): its block's FLOPs and its products' work (m n k count: the causal share of the whole
+ * sequence's T x T at cleave's blocks), times cp, are one device's, in every pass. */
+static void test_cp_costs(void) {
+    cl_model_config mc;
+    cl_model_preset("llama-tiny", &mc);
+    int T = 256, B = 2;
+    mc.seq_len = T;
+    cl_tp_layout tl = {1, 0, 0, 1, CL_F32, 1};
+    cl_model_desc *one = NULL;
+    CHECK_OK(cl_model_describe_cp(&mc, T, &tl, 1, &one));
+    for (int cp = 2; one && cp <= 4; cp *= 2) {
+        cl_model_desc *d = NULL;
+        CHECK_OK(cl_model_describe_cp(&mc, T / cp, &tl, cp, &d));
+        if (!d) break;
+        int u = 1; /* the first block */
+        for (int causal = 0; causal <= 1; causal++)
+            for (int rc = CL_RECOMPUTE_NONE; rc <= CL_RECOMPUTE_FULL; rc++) {
+                cl_unit_cost a, b;
+                cl_unit_cost_of(one, u, B, 4, rc, causal, &a);
+                cl_unit_cost_of(d, u, B, 4, rc, causal, &b);
+                for (int p = 0; p < CL_NPASS; p++) {
+                    double wa = 0, wb = 0;
+                    for (int g = 0; g < a.pass[p].ngemm; g++) wa += a.pass[p].gemm[g].m * a.pass[p].gemm[g].n * a.pass[p].gemm[g].k * a.pass[p].gemm[g].count;
+                    for (int g = 0; g < b.pass[p].ngemm; g++) wb += b.pass[p].gemm[g].m * b.pass[p].gemm[g].n * b.pass[p].gemm[g].k * b.pass[p].gemm[g].count;
+                    CHECK(fabs(b.pass[p].flops * cp - a.pass[p].flops) <= 1e-12 * a.pass[p].flops,
+                          "cp %d causal %d recompute %d pass %d: FLOPs %.6g x cp = %.6g, one device %.6g", cp, causal, rc, p,
+                          b.pass[p].flops, b.pass[p].flops * cp, a.pass[p].flops);
+                    CHECK(fabs(wb * cp - wa) <= 1e-12 * wa, "cp %d causal %d recompute %d pass %d: work %.6g x cp, one device %.6g", cp,
+                          causal, rc, p, wb, wa);
+                }
+                CHECK(b.pass[CL_PASS_F].flops == d->units[u].flops * B, "cp %d: F equals the description's count", cp);
+            }
+        cl_model_desc_free(d);
+    }
+    cl_model_desc_free(one);
+}
+
+/* This machine (exact memory): a cp configuration's memory is cl_memory_predict's at that cp, category by
+ * category; and the long sequence of issue 32 (a Llama 4 x 256 at T = 16384, 4 devices of 400 MiB, no
+ * recompute): no configuration without context parallelism fits, the planner picks one with cp > 1. */
+static void test_cp_plan(void) {
+    cl_plan_query q;
+    memset(&q, 0, sizeof q);
+    cl_model_preset("llama", &q.model);
+    q.model.layers = 4, q.model.channels = 256, q.model.heads = 8, q.model.kv_heads = 4, q.model.vocab = 256;
+    q.model.mlp_width = 688, q.model.seq_len = 16384;
+    q.T = 16384;
+    q.devices = 4;
+    q.global_batch = 1;
+    q.device_memory = 400.0 * 1024 * 1024;
+    q.vocab_div = 128;
+    CHECK_OK(cl_hw_builtin("a100", &q.hw));
+    q.hw.exact_memory = 1, q.hw.coll_on_cores = 1, q.hw.attn_causal = 1, q.hw.peak_bf16 = 0;
+    q.fix = (cl_plan_cfg){-1, -1, -1, -1, -1, -1, -1, -1, -1, 0, -1, -1, -1};
+    q.fix.recompute = CL_RECOMPUTE_NONE;
+    /* the predictor's figures at cp 2 x tp 2 and cp 4 */
+    static const int shapes[][2] = {{2, 2}, {4, 1}};
+    for (int i = 0; i < 2; i++) {
+        int cp = shapes[i][0], tp = shapes[i][1];
+        cl_plan_cfg c = {1, tp, 1, 1, 1, CL_SCHED_1F1B, 0, CL_RECOMPUTE_NONE, 0, 0, 0, 0, cp};
+        cl_plan_result r;
+        CHECK_OK(cl_plan_eval(&q, &c, &r));
+        cl_train_config tc;
+        cl_train_config_default(&tc);
+        tc.model = q.model, tc.seq_len = q.T, tc.micro_batch = 1, tc.global_batch = 1, tc.tp = tp, tc.cp = cp;
+        tc.vocab_divisible_by = 128, tc.recompute = CL_RECOMPUTE_NONE, tc.device_memory = (size_t)q.device_memory;
+        cl_mem_rank mr[4];
+        CHECK_OK(cl_memory_predict(&tc, 1, 1, mr));
+        int w = 0;
+        for (int k = 1; k < 4; k++)
+            if (mr[k].total > mr[w].total) w = k;
+        printf("  cp %d tp %d: peak %.0f B\n", cp, tp, r.peak_bytes);
+        CHECK(r.peak_bytes == (double)mr[w].total, "cp %d tp %d: planner %.0f B, cl_memory_predict %zu B", cp, tp, r.peak_bytes,
+              (size_t)mr[w].total);
+        for (int k = 0; k < CL_MEM_NCAT; k++)
+            CHECK(r.cat_bytes[k] == (double)mr[w].bytes[k], "cp %d tp %d: %s %.0f, predicted %zu", cp, tp, cl_mem_cat_name((cl_mem_cat)k),
+                  r.cat_bytes[k], (size_t)mr[w].bytes[k]);
+    }
+    cl_plan_list l;
+    q.fix.cp = 1;
+    CHECK_OK(cl_plan_search(&q, &l));
+    CHECK(l.considered > 0 && l.n == 0, "cp 1: %ld configurations, %d fit 400 MiB (none should)", l.considered, l.n);
+    cl_plan_list_free(&l);
+    q.fix.cp = -1;
+    CHECK_OK(cl_plan_search(&q, &l));
+    CHECK(l.n > 0 && l.r[0].c.cp > 1, "searched: %d of %ld fit, the fastest at cp %d (nearest cp %d tp %d, %.0f B over; %s)", l.n, l.considered, l.n ? l.r[0].c.cp : 0, l.nearest.c.cp, l.nearest.c.tp, l.nearest.over_bytes, l.refused);
+    for (int i = 0; i < l.n; i++) CHECK(l.r[i].c.cp > 1, "configuration %d fits at cp %d", i, l.r[i].c.cp);
+    cl_plan_list_free(&l);
+}
+
 /* Narayanan et al.'s per-iteration count equals the costs' sum. */
 static void test_megatron_formula(void) {
     cl_plan_query q;
@@ -328,14 +419,14 @@ static void row_query(const mrow *r, cl_plan_query *q) {
     snprintf(q->model.name, sizeof q->model.name, "custom");
     q->T = 2048, q->devices = r->gpus, q->global_batch = r->batch, q->vocab_div = 128;
     cl_hw_builtin("a100", &q->hw);
-    q->fix = (cl_plan_cfg){-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1};
+    q->fix = (cl_plan_cfg){-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1};
 }
 
 static cl_plan_cfg row_cfg(const mrow *r) {
     int v = 1, per = r->layers / r->p;
     if (r->p > 1)
         for (v = 2; per % v; v++) {}
-    cl_plan_cfg c = {r->gpus / (r->t * r->p), r->t, r->p, v, 1, v > 1 ? CL_SCHED_INTERLEAVED : CL_SCHED_1F1B, 0, CL_RECOMPUTE_FULL, 0, 1, 0, 0};
+    cl_plan_cfg c = {r->gpus / (r->t * r->p), r->t, r->p, v, 1, v > 1 ? CL_SCHED_INTERLEAVED : CL_SCHED_1F1B, 0, CL_RECOMPUTE_FULL, 0, 1, 0, 0, 1};
     return c;
 }
 
@@ -390,6 +481,8 @@ static void test_megatron_table(int search) {
 int main(int argc, char **argv) {
     test_costs();
     test_causal_share();
+    test_cp_costs();
+    test_cp_plan();
     test_megatron_formula();
     test_sim_extra();
     test_hw();

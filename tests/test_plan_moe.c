@@ -93,7 +93,7 @@ static void test_mixtral_8x7b(void) {
     CHECK_OK(cl_model_preset("mixtral-8x7b", &q.model));
     q.T = 4096, q.global_batch = 256, q.devices = 64, q.vocab_div = 128;
     CHECK_OK(cl_hw_builtin("a100", &q.hw));
-    q.fix = (cl_plan_cfg){-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1};
+    q.fix = (cl_plan_cfg){-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1};
     cl_model_desc *d = describe(&q.model, q.T);
     if (!d) return;
     CHECK(d->nparams_total == 46702792704LL, "mixtral-8x7b: %lld parameters, not 46,702,792,704", (long long)d->nparams_total);

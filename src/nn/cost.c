@@ -45,15 +45,27 @@ void cl_cost_attention_bytes(int causal, double e, double lse, double scores, do
     *bwd = causal ? e * (2 * R * Cl + lse) : e * 3 * scores;
 }
 
-void cl_cost_attention_rf(cl_pass_cost *rf, const cl_pass_cost *f, int recompute, int causal, double T, double hd, double count,
-                          double att, double attf) {
+void cl_cost_attention_products(cl_pass_cost *f, cl_pass_cost *b, double T, double K, double hd, double count, double att) {
+    if (f) {
+        cl_cost_gemm_part(f, T, K, hd, count, CL_GEMM_NT, att); /* s = q k^T */
+        cl_cost_gemm_part(f, T, hd, K, count, CL_GEMM_NN, att); /* y = p v */
+    }
+    if (b) {
+        cl_cost_gemm_part(b, T, hd, K, count, CL_GEMM_NN, att); /* dq = ds k */
+        cl_cost_gemm_part(b, K, hd, T, count, CL_GEMM_TN, att); /* dk = ds^T q */
+        cl_cost_gemm_part(b, T, K, hd, count, CL_GEMM_NT, att); /* dp = dy v^T */
+        cl_cost_gemm_part(b, K, hd, T, count, CL_GEMM_TN, att); /* dv = p^T dy */
+    }
+}
+
+void cl_cost_attention_rf(cl_pass_cost *rf, const cl_pass_cost *f, int recompute, int causal, double T, double K, double hd,
+                          double count, double att, double attf) {
     if (recompute == CL_RECOMPUTE_FULL) *rf = *f;
     else if (recompute == CL_RECOMPUTE_SELECTIVE) {
-        cl_cost_gemm_part(rf, T, T, hd, count, CL_GEMM_NT, att);
-        cl_cost_gemm_part(rf, T, hd, T, count, CL_GEMM_NN, att);
+        cl_cost_attention_products(rf, NULL, T, K, hd, count, att);
         rf->bytes = attf;
     }
-    if (causal) cl_cost_gemm_part(rf, T, T, hd, count, CL_GEMM_NT, att);
+    if (causal) cl_cost_gemm_part(rf, T, K, hd, count, CL_GEMM_NT, att);
 }
 
 void cl_kind_elementwise_cost(const cl_model_desc *d, const cl_unit *un, int B, double e, int recompute, int causal,

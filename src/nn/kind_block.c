@@ -391,14 +391,14 @@ static void block_cost(const cl_model_desc *d, const cl_unit *un, int B, double 
      * D = rowsum(dy y) (reads y and dy); the backward recomputes the scores q k^T (re-forward work).
      * Otherwise the whole T x T scores, masked and kept (Megatron-LM's fused softmax, the built-in GPU
      * descriptions): the softmax reads and writes them (forward 2, backward 3) */
-    double att = causal ? cl_attention_share((int)T) : 1, lse = (double)B * H * T, scores = (double)B * H * T * T;
+    double K = cl_nn_key_tokens(d); /* the keys each query row meets: T, or the whole sequence under context parallelism */
+    double att = causal ? cl_attention_share((int)K) : 1, lse = (double)B * H * T, scores = (double)B * H * T * K;
     double attf, attb;
     cl_cost_attention_bytes(causal, e, lse, scores, R, Cl, &attf, &attb);
     cl_pass_cost *f = &o->pass[CL_PASS_F], *b = &o->pass[CL_PASS_B], *w = &o->pass[CL_PASS_W], *rf = &o->pass[CL_PASS_RF];
     /* forward: c_attn, q k^T, softmax(.) v, c_proj, c_fc, mlp.c_proj */
     cl_cost_gemm(f, R, Q, C, 1, CL_GEMM_NN);
-    cl_cost_gemm_part(f, T, T, hd, B * H, CL_GEMM_NT, att);
-    cl_cost_gemm_part(f, T, hd, T, B * H, CL_GEMM_NN, att);
+    cl_cost_attention_products(f, NULL, T, K, hd, B * H, att);
     cl_cost_gemm(f, R, C, Cl, 1, CL_GEMM_NN);
     cl_cost_gemm(f, R, Fl, C, 1, CL_GEMM_NN);
     cl_cost_gemm(f, R, C, Fl, 1, CL_GEMM_NN);
@@ -413,10 +413,7 @@ static void block_cost(const cl_model_desc *d, const cl_unit *un, int B, double 
     cl_cost_block_pairs(f, act, tp, sp);
     /* backward-input: each linear's input gradient, the four products of attention */
     cl_cost_gemm(b, R, C, Q, 1, CL_GEMM_NT);
-    cl_cost_gemm_part(b, T, hd, T, B * H, CL_GEMM_NN, att); /* dq = ds k */
-    cl_cost_gemm_part(b, T, hd, T, B * H, CL_GEMM_TN, att); /* dk = ds^T q */
-    cl_cost_gemm_part(b, T, T, hd, B * H, CL_GEMM_NT, att); /* dp = dy v^T */
-    cl_cost_gemm_part(b, T, hd, T, B * H, CL_GEMM_TN, att); /* dv = p^T dy */
+    cl_cost_attention_products(NULL, b, T, K, hd, B * H, att);
     cl_cost_gemm(b, R, Cl, C, 1, CL_GEMM_NT);
     cl_cost_gemm(b, R, C, Fl, 1, CL_GEMM_NT);
     cl_cost_gemm(b, R, Fl, C, 1, CL_GEMM_NT);
@@ -436,7 +433,7 @@ static void block_cost(const cl_model_desc *d, const cl_unit *un, int B, double 
     /* re-forward: the block's forward under full, the attention's under selective (for the lse, or the
      * scores); blockwise, in every mode the backward's recomputed scores q k^T (hardware work, not the
      * model's FLOPs) */
-    cl_cost_attention_rf(rf, f, recompute, causal, T, hd, B * H, att, attf);
+    cl_cost_attention_rf(rf, f, recompute, causal, T, K, hd, B * H, att, attf);
 }
 
 const cl_kind cl_kind_block = {

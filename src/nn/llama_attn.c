@@ -233,13 +233,13 @@ void cl_llama_block_cost(const cl_model_desc *d, int B, double e, int recompute,
     double R = (double)B * T, Rs = sp ? R / tp : R, act = R * C * e;
     /* attention as GPT's block prices it (kind_block.c): causal, cleave's blockwise kernels (the lse's bytes, D's
      * reads in the backward, the recomputed q k^T as re-forward work); else the T x T scores kept and masked */
-    double att = causal ? cl_attention_share((int)T) : 1, lse = (double)B * H * T, scores = (double)B * H * T * T;
+    double K = cl_nn_key_tokens(d); /* the keys each query row meets: T, or the whole sequence under context parallelism */
+    double att = causal ? cl_attention_share((int)K) : 1, lse = (double)B * H * T, scores = (double)B * H * T * K;
     double attf, attb;
     cl_cost_attention_bytes(causal, e, lse, scores, R, Cl, &attf, &attb);
     cl_pass_cost *f = &o->pass[CL_PASS_F], *b = &o->pass[CL_PASS_B], *w = &o->pass[CL_PASS_W], *rf = &o->pass[CL_PASS_RF];
     cl_cost_gemm(f, R, Q, C, 1, CL_GEMM_NN);
-    cl_cost_gemm_part(f, T, T, hd, B * H, CL_GEMM_NT, att);
-    cl_cost_gemm_part(f, T, hd, T, B * H, CL_GEMM_NN, att);
+    cl_cost_attention_products(f, NULL, T, K, hd, B * H, att);
     cl_cost_gemm(f, R, C, Cl, 1, CL_GEMM_NN);
     /* RMSNorm (read, write), the rotation of q and k (read, write), attention's as above, residual + RMSNorm (read 2,
      * write 2) */
@@ -247,10 +247,7 @@ void cl_llama_block_cost(const cl_model_desc *d, int B, double e, int recompute,
     f->bytes = e * (2 * Rs * C + 2 * qk + 4 * Rs * C) + attf;
     cl_cost_split_pair(f, act, tp, sp);
     cl_cost_gemm(b, R, C, Q, 1, CL_GEMM_NT);
-    cl_cost_gemm_part(b, T, hd, T, B * H, CL_GEMM_NN, att);
-    cl_cost_gemm_part(b, T, hd, T, B * H, CL_GEMM_TN, att);
-    cl_cost_gemm_part(b, T, T, hd, B * H, CL_GEMM_NT, att);
-    cl_cost_gemm_part(b, T, hd, T, B * H, CL_GEMM_TN, att);
+    cl_cost_attention_products(NULL, b, T, K, hd, B * H, att);
     cl_cost_gemm(b, R, Cl, C, 1, CL_GEMM_NT);
     /* the rotation back, attention's as above, the two norms' input gradients; dqkv's zeroing, the residual
      * gradient's copy and add */
@@ -262,7 +259,7 @@ void cl_llama_block_cost(const cl_model_desc *d, int B, double e, int recompute,
     w->bytes = e * (R * Q + 2 * Rs * C + 2 * 2 * Rs * C);
     if (sp) cl_cost_coll(w, CL_COLL_ALLGATHER, act, tp);
     mlp(d, B, e, o);
-    cl_cost_attention_rf(rf, f, recompute, causal, T, hd, B * H, att, attf);
+    cl_cost_attention_rf(rf, f, recompute, causal, T, K, hd, B * H, att, attf);
 }
 
 cl_status cl_llama_attn_decode(const cl_model *m, const cl_decode_step *st, const float *in, const cl_llama_attn_weights *w,

@@ -48,7 +48,9 @@ double cl_plan_model_states(double psi, int K, int zero, int n) {
 typedef struct {
     const cl_plan_query *q;
     int ndesc;
-    int dtp[MAX_DESC], dsp[MAX_DESC];
+    int dtp[MAX_DESC], dsp[MAX_DESC], dcp[MAX_DESC];
+    int dok[MAX_DESC];           /* context parallelism of the description checked (cp_check passed) */
+    int cur;                     /* the description get_desc gave last */
     cl_model_desc *desc[MAX_DESC];
     double *uparams[MAX_DESC];   /* parameters per unit of each description */
     const double *up;            /* those of the description get_desc gave last */
@@ -64,12 +66,15 @@ typedef struct {
     cl_trace *trace;                  /* cl_plan_detail_of: the simulated step */
 } plan_ctx;
 
-static cl_status get_desc(plan_ctx *x, int tp, int sp, cl_model_desc **out) {
+/* The description of a tensor-parallel rank (tp, sp) of context rank of cp (cl_model_describe_cp: T / cp
+ * tokens, each query row's attention over all T keys; cp 1: the whole sequence). */
+static cl_status get_desc(plan_ctx *x, int tp, int sp, int cp, cl_model_desc **out) {
+    if (cp < 1) cp = 1;
     for (int i = 0; i < x->ndesc; i++)
-        if (x->dtp[i] == tp && x->dsp[i] == sp) return x->up = x->uparams[i], *out = x->desc[i], CL_OK;
+        if (x->dtp[i] == tp && x->dsp[i] == sp && x->dcp[i] == cp) return x->cur = i, x->up = x->uparams[i], *out = x->desc[i], CL_OK;
     cl_tp_layout tl = {tp, 0, sp, x->q->vocab_div > 0 ? x->q->vocab_div : 128, CL_F32, 1};
     cl_model_desc *d;
-    CL_TRY(cl_model_describe_tp(&x->q->model, x->q->T, &tl, &d));
+    CL_TRY(cl_model_describe_cp(&x->q->model, x->q->T / cp, &tl, cp, &d));
     double *up = calloc((size_t)d->nunits, sizeof *up);
     if (!up) {
         cl_model_desc_free(d);
@@ -83,9 +88,12 @@ static cl_status get_desc(plan_ctx *x, int tp, int sp, cl_model_desc **out) {
         memmove(x->uparams, x->uparams + 1, (MAX_DESC - 1) * sizeof x->uparams[0]);
         memmove(x->dtp, x->dtp + 1, (MAX_DESC - 1) * sizeof x->dtp[0]);
         memmove(x->dsp, x->dsp + 1, (MAX_DESC - 1) * sizeof x->dsp[0]);
+        memmove(x->dcp, x->dcp + 1, (MAX_DESC - 1) * sizeof x->dcp[0]);
+        memmove(x->dok, x->dok + 1, (MAX_DESC - 1) * sizeof x->dok[0]);
         x->ndesc--;
     }
-    x->desc[x->ndesc] = d, x->uparams[x->ndesc] = up, x->dtp[x->ndesc] = tp, x->dsp[x->ndesc] = sp;
+    x->desc[x->ndesc] = d, x->uparams[x->ndesc] = up, x->dtp[x->ndesc] = tp, x->dsp[x->ndesc] = sp, x->dcp[x->ndesc] = cp;
+    x->dok[x->ndesc] = 0, x->cur = x->ndesc;
     x->ndesc++;
     x->up = up;
     return *out = d, CL_OK;
@@ -154,6 +162,48 @@ static double pass_time(const plan_ctx *x, const cl_pass_cost *pc, double peak, 
     return t + c;
 }
 
+/* Context parallelism's ring (src/nn/cp_attention.c) in unit u of d (a unit with attention: its kind keeps
+ * keys and values, kv_cache): per micro-batch of B samples, the forward passes cp - 1 messages of this rank's
+ * rows of q, k and v's key-value part, B Tl W elements (W = Cl + 2 Kl), to the next rank, the backward twice
+ * that (the rows again and their gradients' running sums), a re-forward (any recompute) the forward's again.
+ * Each send overlaps that step's attention, so only what the pass's attention products do not cover is
+ * exposed; with the collectives on the devices' own cores (CPU ranks) nothing hides. Adds the exposed
+ * seconds of the forward to *f and of the backward (with its re-forward) to *b. */
+static void ring_cost(const plan_ctx *x, const cl_model_desc *d, int u, const cl_plan_cfg *c, int eb, double peak, double *f,
+                      double *b) {
+    const cl_hw *hw = &x->q->hw;
+    int cp = c->cp;
+    if (cp < 2 || !cl_kind_of(d->units[u].kind)->kv_cache) return;
+    double W = d->channels_local + 2.0 * d->kv_channels_local, K = cl_nn_key_tokens(d), hd = (double)d->cfg.channels / d->cfg.heads;
+    double msg = cl_hw_p2p(hw, (double)c->mb * d->T * W * eb, inter_group(hw, cp * c->tp)); /* the context group spans cp x tp */
+    cl_pass_cost af = {0}, ab = {0};
+    cl_cost_attention_products(&af, &ab, d->T, K, hd, (double)c->mb * d->heads_local, hw->attn_causal ? cl_attention_share((int)K) : 1);
+    double tf = cl_hw_pass_compute(hw, &af, peak), tb = cl_hw_pass_compute(hw, &ab, peak);
+    double cf = (cp - 1) * msg, cb = 2 * (cp - 1) * msg;
+    if (c->recompute != CL_RECOMPUTE_NONE) cb += cf, tb += tf; /* the re-forward's ring, under its attention */
+    *f += hw->coll_on_cores ? cf : cf > tf ? cf - tf : 0;
+    *b += hw->coll_on_cores ? cb : cb > tb ? cb - tb : 0;
+}
+
+/* Unit u's seconds per micro-batch: t[0] F, t[1] B with the re-forward, t[2] W (zb-h1's split W of a block
+ * re-derives the block's interior gradients first: B's work plus W's, docs/ARCHITECTURE.md, Backward split),
+ * and the communication inside them: comm[0] the forward's, comm[1] the backward's (tensor-parallel
+ * collectives and the context ring's exposed part). */
+static void unit_times(const plan_ctx *x, const cl_model_desc *d, int u, const cl_plan_cfg *c, int zb, int eb, double peak,
+                       double t[3], double comm[2]) {
+    const cl_hw *hw = &x->q->hw;
+    cl_unit_cost uc;
+    cl_unit_cost_of(d, u, c->mb, eb, c->recompute, hw->attn_causal, &uc);
+    double ring_f = 0, ring_b = 0;
+    ring_cost(x, d, u, c, eb, peak, &ring_f, &ring_b);
+    comm[0] = ring_f, comm[1] = ring_b;
+    t[0] = pass_time(x, &uc.pass[CL_PASS_F], peak, c->tp, &comm[0]) + ring_f;
+    t[1] = pass_time(x, &uc.pass[CL_PASS_B], peak, c->tp, &comm[1]) + pass_time(x, &uc.pass[CL_PASS_RF], peak, c->tp, &comm[1]) + ring_b;
+    double comm_b = comm[1];
+    t[2] = pass_time(x, &uc.pass[CL_PASS_W], peak, c->tp, &comm[1]);
+    if (zb && cl_kind_of(d->units[u].kind)->weight_redo) t[2] += t[1], comm[1] += comm_b;
+}
+
 
 /* ZeRO 3 (src/nn/zero3.c): a pass all-gathers the parameters of the units
  * that read them, in the order it runs them, the next one's gather issued
@@ -184,7 +234,7 @@ static double gathered_pass(const double *c, const double *g, const int *on, con
     return t + prev; /* the pass's last reduce-scatter */
 }
 
-static cl_status zero3_passes(plan_ctx *x, prep *P, const cl_model_desc *d, int eb, double peak, int inter) {
+static cl_status zero3_passes(plan_ctx *x, prep *P, const cl_model_desc *d, int eb, double peak, int inter, int dpc) {
     const cl_hw *hw = &x->q->hw;
     const cl_plan_cfg *c = &P->c;
     int zb = P->kind == CL_SCHED_ZB_H1, n = d->nunits;
@@ -198,23 +248,19 @@ static cl_status zero3_passes(plan_ctx *x, prep *P, const cl_model_desc *d, int 
     }
     double *cf = t, *cb = t + n, *cw = t + 2 * n, *g = t + 3 * n, *rs = t + 4 * n;
     int *onf = on, *onb = on + n, *onw = on + 2 * n;
-    cl_unit_cost uc;
     for (int u = 0; u < n; u++) {
         const cl_kind *k = cl_kind_of(d->units[u].kind);
         int same = k->repeated && u > 0 && d->units[u - 1].kind == d->units[u].kind;
         if (same) cf[u] = cf[u - 1], cb[u] = cb[u - 1], cw[u] = cw[u - 1]; /* every block costs the same */
         else {
-            double none = 0;
-            cl_unit_cost_of(d, u, c->mb, eb, c->recompute, hw->attn_causal, &uc);
-            cf[u] = pass_time(x, &uc.pass[CL_PASS_F], peak, c->tp, &none);
-            cb[u] = pass_time(x, &uc.pass[CL_PASS_B], peak, c->tp, &none) + pass_time(x, &uc.pass[CL_PASS_RF], peak, c->tp, &none);
-            cw[u] = pass_time(x, &uc.pass[CL_PASS_W], peak, c->tp, &none);
-            if (zb && k->weight_redo) cw[u] += cb[u]; /* the split W re-derives the block's interior gradients (as in prepare) */
+            double ut[3], none[2];
+            unit_times(x, d, u, c, zb, eb, peak, ut, none);
+            cf[u] = ut[0], cb[u] = ut[1], cw[u] = ut[2];
         }
         if (!zb) cb[u] += cw[u], cw[u] = 0;
         double np = x->up[u] + (k->uses_tied && wte_unit != u ? wte : 0);
-        g[u] = cl_hw_coll(hw, CL_COLL_ALLGATHER, np * eb, c->dp, inter);
-        rs[u] = x->up[u] > 0 ? cl_hw_coll(hw, CL_COLL_REDUCE_SCATTER, x->up[u] * eb, c->dp, inter) : 0;
+        g[u] = cl_hw_coll(hw, CL_COLL_ALLGATHER, np * eb, dpc, inter);
+        rs[u] = x->up[u] > 0 ? cl_hw_coll(hw, CL_COLL_REDUCE_SCATTER, x->up[u] * eb, dpc, inter) : 0;
         onf[u] = np > 0;
         onb[u] = np > 0 && (k->z3_reads & CL_KIND_READS(CL_Z3_BACKWARD)); /* the passes that gather it */
         onw[u] = np > 0 && (k->z3_reads & CL_KIND_READS(CL_Z3_WEIGHT));
@@ -234,6 +280,44 @@ static cl_status zero3_passes(plan_ctx *x, prep *P, const cl_model_desc *d, int 
     return CL_OK;
 }
 
+/* The run P's configuration describes (the query's base, else the defaults, with P's settings). */
+static void train_config(const cl_plan_query *q, const prep *P, cl_train_config *tc) {
+    const cl_plan_cfg *c = &P->c;
+    if (q->base) *tc = *q->base;
+    else cl_train_config_default(tc);
+    tc->model = q->model;
+    tc->seq_len = q->T;
+    tc->micro_batch = c->mb;
+    tc->global_batch = q->global_batch;
+    tc->tp = c->tp;
+    tc->cp = c->cp > 1 ? c->cp : 1;
+    tc->sequence_parallel = c->sp;
+    tc->vocab_divisible_by = q->vocab_div > 0 ? q->vocab_div : 128;
+    tc->schedule = P->kind;
+    tc->virtual_stages = P->v;
+    tc->recompute = c->recompute;
+    tc->zero = c->zero;
+    tc->offload_optimizer = c->offload;
+    if (c->lean && cl_zero_shards_grads(c->zero)) tc->bucket_bytes = 1; /* as cl_plan_cfg_to_train sets them */
+    if (c->lean && cl_zero_shards_params(c->zero)) tc->zero3_prefetch = 0;
+    if (c->offload == CL_OFFLOAD_DISK) { /* the file's directory does not change a byte: any writable one */
+        const char *tmp = getenv("TMPDIR");
+        tc->offload_dir = tmp && *tmp ? tmp : "/tmp";
+    }
+    tc->device_memory = (size_t)(q->device_memory > 0 ? q->device_memory : 0);
+}
+
+/* Context parallelism: what the trainer refuses (cl_train_describe's checks: a token family, T cut into
+ * 2 cp equal chunks, no sequence parallelism, no experts; a2a's heads under the base's --cp-comm). */
+static cl_status cp_check(const plan_ctx *x, const prep *P) {
+    cl_train_config tc;
+    train_config(x->q, P, &tc);
+    cl_model_desc *d;
+    CL_TRY(cl_train_describe(&tc, 0, &d));
+    cl_model_desc_free(d);
+    return CL_OK;
+}
+
 /* Checks c against the query and fills the stage times. */
 static cl_status prepare(plan_ctx *x, const cl_plan_cfg *c, prep *P, cl_model_desc **dout) {
     const cl_plan_query *q = x->q;
@@ -242,8 +326,11 @@ static cl_status prepare(plan_ctx *x, const cl_plan_cfg *c, prep *P, cl_model_de
     P->c = *c;
     if (c->dp < 1 || c->tp < 1 || c->pp < 1 || c->mb < 1 || c->v < 1)
         return cl_error(CL_ERR_INVALID, "dp, tp, pp, micro-batch and virtual stages must be >= 1");
-    if ((long)c->dp * c->tp * c->pp != q->devices)
-        return cl_error(CL_ERR_INVALID, "dp %d x tp %d x pp %d is not the %d devices", c->dp, c->tp, c->pp, q->devices);
+    if (P->c.cp < 1) P->c.cp = 1;
+    c = &P->c;
+    int cp = c->cp, dpc = c->dp * cp; /* the gradients' all-reduce and ZeRO's shards span dp x cp */
+    if ((long)c->dp * cp * c->tp * c->pp != q->devices)
+        return cl_error(CL_ERR_INVALID, "dp %d x cp %d x tp %d x pp %d is not the %d devices", c->dp, cp, c->tp, c->pp, q->devices);
     if (q->global_batch % (c->dp * c->mb))
         return cl_error(CL_ERR_INVALID, "the global batch %d is not a multiple of dp %d x micro-batch %d", q->global_batch, c->dp, c->mb);
     if (c->bf16 && !(hw->peak_bf16 > 0))
@@ -270,8 +357,12 @@ static cl_status prepare(plan_ctx *x, const cl_plan_cfg *c, prep *P, cl_model_de
         return cl_error(CL_ERR_INVALID, "interleaved: %d micro-batches are not a multiple of pp %d", P->m, P->p);
     if (P->S > CL_PP_MAX_STAGES || P->p > 4096) return cl_error(CL_ERR_INVALID, "%d stages: at most %d", P->S, CL_PP_MAX_STAGES);
     cl_model_desc *d;
-    CL_TRY(get_desc(x, c->tp, c->sp, &d));
+    CL_TRY(get_desc(x, c->tp, c->sp, cp, &d));
     *dout = d;
+    if (cp > 1 && !x->dok[x->cur]) { /* the trainer's refusals (a token family, 2 cp chunks, no sp, no experts), once a description */
+        CL_TRY(cp_check(x, P));
+        x->dok[x->cur] = 1;
+    }
     /* stages: the trainer's rule (cl_pp_partition_balanced): at most one a unit. Their units: the
      * repeated body's (the blocks, cl_kind's repeated) split evenly (the first stages take one more
      * when they do not divide), the units before it with stage 0, the ones after with the last;
@@ -292,37 +383,27 @@ static cl_status prepare(plan_ctx *x, const cl_plan_cfg *c, prep *P, cl_model_de
     /* stage times */
     double peak = c->bf16 ? hw->peak_bf16 : hw->peak_fp32;
     int eb = c->bf16 ? 2 : 4;
-    cl_unit_cost uc;
     int cached_kind = -1; /* the kind of the last unit costed: a repeated kind's next unit costs the same */
-    double ut[3] = {0}, ucf = 0, ucb = 0;
+    double ut[3] = {0}, uc[2] = {0};
     for (int s = 0; s < P->S; s++) {
         for (int u = P->u0[s]; u < P->u1[s]; u++) {
             int kind = d->units[u].kind;
             if (!(cl_kind_of(kind)->repeated && kind == cached_kind)) {
-                cl_unit_cost_of(d, u, c->mb, eb, c->recompute, hw->attn_causal, &uc);
-                ucf = ucb = 0;
-                ut[0] = pass_time(x, &uc.pass[CL_PASS_F], peak, c->tp, &ucf);
-                ut[1] = pass_time(x, &uc.pass[CL_PASS_B], peak, c->tp, &ucb) + pass_time(x, &uc.pass[CL_PASS_RF], peak, c->tp, &ucb);
-                double comm_b = ucb;
-                ut[2] = pass_time(x, &uc.pass[CL_PASS_W], peak, c->tp, &ucb);
-                /* zb-h1's weight-only backward of a block re-derives the block's interior gradients from
-                 * its output gradient (and re-forwards under full recompute) before the weight products:
-                 * the engine's W is B's work plus W's (docs/ARCHITECTURE.md, Backward split) */
-                if (P->kind == CL_SCHED_ZB_H1 && cl_kind_of(kind)->weight_redo) ut[2] += ut[1], ucb += comm_b;
+                unit_times(x, d, u, c, P->kind == CL_SCHED_ZB_H1, eb, peak, ut, uc);
                 cached_kind = kind;
             }
             P->f[s] += ut[0], P->b[s] += ut[1], P->w[s] += ut[2];
-            P->comm_f[s] += ucf, P->comm_b[s] += ucb;
+            P->comm_f[s] += uc[0], P->comm_b[s] += uc[1];
         }
     }
     double pb = eb; /* bytes per 16-bit or fp32 parameter */
-    int dp_inter = inter_group(hw, c->dp * c->tp);
-    if (cl_zero_shards_params(c->zero) && c->dp > 1) CL_TRY(zero3_passes(x, P, d, eb, peak, dp_inter));
+    int dp_inter = inter_group(hw, dpc * c->tp);
+    if (cl_zero_shards_params(c->zero) && dpc > 1) CL_TRY(zero3_passes(x, P, d, eb, peak, dp_inter, dpc));
     /* activations (and their gradients) between stages: this rank's rows of a block's output */
     if (P->p > 1) {
         double bytes = (double)d->units[P->u1[0] - 1].out_floats * c->mb * eb;
-        /* the next stage is dp x tp ranks further on: in this node only when a node holds more */
-        P->p2p = cl_hw_p2p(hw, bytes, c->dp * c->tp >= hw->devices_per_node);
+        /* the next stage is dp x cp x tp ranks further on: in this node only when a node holds more */
+        P->p2p = cl_hw_p2p(hw, bytes, dpc * c->tp >= hw->devices_per_node);
     }
     /* GRAD_SYNC and OPT_STEP per pipeline rank */
     for (int r = 0; r < P->p; r++) {
@@ -333,27 +414,27 @@ static cl_status prepare(plan_ctx *x, const cl_plan_cfg *c, prep *P, cl_model_de
             if (cc == 0) last_bwd = P->b[s] + P->w[s], last_w = P->w[s];
         }
         double sync = 0;
-        if (c->dp > 1) {
+        if (dpc > 1) {
             double g = np * (c->bf16 ? 2 : 4);
             if (cl_zero_shards_grads(c->zero)) {
                 /* stage 2 keeps no whole gradient: every micro-batch's buckets are reduce-scattered
                  * during its own backward (under zb-h1 its W passes), each hiding under that pass */
-                double rs = cl_hw_coll(hw, CL_COLL_REDUCE_SCATTER, g, c->dp, dp_inter);
+                double rs = cl_hw_coll(hw, CL_COLL_REDUCE_SCATTER, g, dpc, dp_inter);
                 double pass = hw->coll_on_cores ? 0 : P->kind == CL_SCHED_ZB_H1 ? last_w : last_bwd;
                 sync = P->m * (rs > pass ? rs - pass : 0);
             } else {
-                sync = cl_hw_coll(hw, CL_COLL_ALLREDUCE, g, c->dp, dp_inter);
+                sync = cl_hw_coll(hw, CL_COLL_ALLREDUCE, g, dpc, dp_inter);
                 /* buckets leave during the chunk's last combined backward (not under a split one) */
                 if (P->kind != CL_SCHED_ZB_H1 && !hw->coll_on_cores) sync = sync > last_bwd ? sync - last_bwd : 0;
             }
-            if (c->zero == CL_ZERO_OPTIM || c->zero == CL_ZERO_GRADS) sync += cl_hw_coll(hw, CL_COLL_ALLGATHER, np * pb, c->dp, dp_inter);
+            if (c->zero == CL_ZERO_OPTIM || c->zero == CL_ZERO_GRADS) sync += cl_hw_coll(hw, CL_COLL_ALLGATHER, np * pb, dpc, dp_inter);
         }
         /* the tied embedding's gradients between the first and the last rank */
         if (P->p > 1 && (r == 0 || r == P->p - 1) && d->tied_wte >= 0)
             sync += cl_hw_p2p(hw, (double)d->params[d->tied_wte].numel * (c->bf16 ? 2 : 4), 1);
         P->sync[r] = sync;
         /* AdamW: 28 bytes per parameter of the shard (read master, grad, m, v; write master, m, v, the 16-bit copy) */
-        double shard = cl_zero_shards_optim(c->zero) && c->dp > 1 ? np / c->dp : np;
+        double shard = cl_zero_shards_optim(c->zero) && dpc > 1 ? np / dpc : np;
         P->opt[r] = shard * 28.0 / hw->mem_bw;
         /* offload: host memory is this machine's memory (the same stream); disk streams both moments
          * in and out of the file (16 bytes a parameter), a worker thread's tile I/O beside the update */
@@ -389,30 +470,11 @@ static cl_status memory(plan_ctx *x, const prep *P, const cl_model_desc *d, cl_p
     const cl_plan_cfg *c = &P->c;
     memset(out->cat_bytes, 0, sizeof out->cat_bytes);
     out->peak_bytes = 0;
+    int cp = c->cp > 1 ? c->cp : 1, dpc = c->dp * cp;
     if (q->hw.exact_memory || !c->bf16) { /* fp32 anywhere: the trainer's own statement */
         cl_train_config tc;
-        if (q->base) tc = *q->base;
-        else cl_train_config_default(&tc);
-        tc.model = q->model;
-        tc.seq_len = q->T;
-        tc.micro_batch = c->mb;
-        tc.global_batch = q->global_batch;
-        tc.tp = c->tp;
-        tc.sequence_parallel = c->sp;
-        tc.vocab_divisible_by = q->vocab_div > 0 ? q->vocab_div : 128;
-        tc.schedule = P->kind;
-        tc.virtual_stages = P->v;
-        tc.recompute = c->recompute;
-        tc.zero = c->zero;
-        tc.offload_optimizer = c->offload;
-        if (c->lean && cl_zero_shards_grads(c->zero)) tc.bucket_bytes = 1; /* as cl_plan_cfg_to_train sets them */
-        if (c->lean && cl_zero_shards_params(c->zero)) tc.zero3_prefetch = 0;
-        if (c->offload == CL_OFFLOAD_DISK) { /* the file's directory does not change a byte: any writable one */
-            const char *tmp = getenv("TMPDIR");
-            tc.offload_dir = tmp && *tmp ? tmp : "/tmp";
-        }
-        tc.device_memory = (size_t)(q->device_memory > 0 ? q->device_memory : 0);
-        int n = c->dp * c->tp * c->pp;
+        train_config(q, P, &tc);
+        int n = dpc * c->tp * c->pp;
         cl_mem_rank *mr = malloc((size_t)n * sizeof *mr);
         if (!mr) return cl_error(CL_ERR_OOM, "cannot allocate the memory prediction");
         cl_status s = cl_memory_predict(&tc, c->dp, c->pp, mr);
@@ -459,7 +521,7 @@ static cl_status memory(plan_ctx *x, const prep *P, const cl_model_desc *d, cl_p
             if (ci == ncache) {
                 /* the output-gradient pool is the same at any live count: `per` is one slot's bytes */
                 cl_pp_stage_opts o = {.B = c->mb, .recompute = c->recompute, .live = 1, .zb = P->kind == CL_SCHED_ZB_H1,
-                                      .ngb = s > 0, .ndout = ndout, .zero = {cl_zero_shards_optim(c->zero) ? CL_ZERO_OPTIM : CL_ZERO_NONE, c->dp, 0}};
+                                      .ngb = s > 0, .ndout = ndout, .zero = {cl_zero_shards_optim(c->zero) ? CL_ZERO_OPTIM : CL_ZERO_NONE, dpc, 0}};
                 cl_pp_stage_cost one = cl_pp_stage_predict(d, P->u0[s], P->u1[s], &o);
                 o.live = 2;
                 cl_pp_stage_cost two = cl_pp_stage_predict(d, P->u0[s], P->u1[s], &o);
@@ -471,12 +533,14 @@ static cl_status memory(plan_ctx *x, const prep *P, const cl_model_desc *d, cl_p
             }
             for (int k = 0; k < CL_MEM_NCAT; k++) {
                 double b = cache[ci].one[k] + (live - 1) * cache[ci].per[k];
-                if (k == CL_MEM_GRADS && cl_zero_shards_grads(c->zero)) b /= c->dp;
-                if (k == CL_MEM_PARAMS && cl_zero_shards_params(c->zero)) b /= c->dp;
+                if (k == CL_MEM_GRADS && cl_zero_shards_grads(c->zero)) b /= dpc;
+                if (k == CL_MEM_PARAMS && cl_zero_shards_params(c->zero)) b /= dpc;
                 cat[k] += b * scale[k];
             }
+            /* the context ring's buffers (cl_model_set_cp: a set per chunk, fp32 floats at 16 bits here) */
+            cat[CL_MEM_WORKSPACE] += (double)cl_cp_buffer_floats(d, c->mb, cp, CL_CP_RING) * 4 * scale[CL_MEM_WORKSPACE];
         }
-        if (cl_zero_shards_params(c->zero) && c->dp > 1) { /* the gathered parameters of the largest unit, twice (prefetch; lean: once) */
+        if (cl_zero_shards_params(c->zero) && dpc > 1) { /* the gathered parameters of the largest unit, twice (prefetch; lean: once) */
             double big = 0;
             for (int u = 0; u < d->nunits; u++)
                 if (x->up[u] > big) big = x->up[u];
@@ -498,7 +562,7 @@ void cl_plan_step_flops(const cl_plan_query *q, int recompute, double *model, do
     *model = *run = 0;
     plan_ctx x = {.q = q};
     cl_model_desc *d;
-    if (get_desc(&x, 1, 0, &d)) {
+    if (get_desc(&x, 1, 0, 1, &d)) {
         cl_error_clear();
         return;
     }
@@ -584,7 +648,7 @@ static cl_status eval_ctx(plan_ctx *x, const cl_plan_cfg *c, int sim, cl_plan_re
     memset(o, 0, sizeof *o);
     o->c = *c;
     static prep P; /* large; one at a time */
-    cl_model_desc *d;
+    cl_model_desc *d = NULL;
     CL_TRY(prepare(x, c, &P, &d));
     CL_TRY(memory(x, &P, d, o));
     double cap = device_memory(x->q);
@@ -667,7 +731,7 @@ cl_status cl_plan_search(const cl_plan_query *q, cl_plan_list *out) {
      * (sequence parallelism splits token rows) */
     int body = 0, nunits = 64, recomputable = 0, tokens = cl_model_family_of(&q->model)->tokens;
     cl_model_desc *d0;
-    if (get_desc(&x, 1, 0, &d0) == CL_OK) {
+    if (get_desc(&x, 1, 0, 1, &d0) == CL_OK) {
         nunits = d0->nunits;
         for (int u = 0; u < d0->nunits; u++) {
             const cl_kind *k = cl_kind_of(d0->units[u].kind);
@@ -685,79 +749,87 @@ cl_status cl_plan_search(const cl_plan_query *q, cl_plan_list *out) {
     }
     cl_status st = CL_OK;
     int bf16 = fx->bf16 >= 0 ? fx->bf16 : hw->peak_bf16 > 0 && !hw->exact_memory;
+    /* context parallelism: a token family's T cut into 2 cp chunks; searched only where the trainer runs it
+     * (cp_check's refusals: no experts), else only where fixed (then refused by each candidate's prepare) */
+    int experts = q->model.experts > 0;
     for (int tp = 1; tp <= q->devices && !st; tp++) {
         if (q->devices % tp || (fx->tp > 0 && tp != fx->tp) || (fx->tp <= 0 && tp > max_tp)) continue;
         for (int pp = 1; pp <= q->devices / tp && !st; pp++) {
             if ((q->devices / tp) % pp || (fx->pp > 0 && pp != fx->pp)) continue;
-            int dp = q->devices / tp / pp;
-            if ((fx->dp > 0 && dp != fx->dp) || q->global_batch % dp) continue;
-            int nb = nunits;
-            if (pp > nb) break;
-            int per = q->global_batch / dp;
-            for (int mb = 1; mb <= per && mb <= 64 && !st; mb++) {
-                if (per % mb || (fx->mb > 0 && mb != fx->mb)) continue;
-                int m = per / mb;
-                int kinds[4], nk = 0;
-                if (pp == 1) kinds[nk++] = CL_SCHED_1F1B;
-                else if (fx->schedule >= 0) kinds[nk++] = fx->schedule;
-                else kinds[nk++] = CL_SCHED_1F1B, kinds[nk++] = CL_SCHED_ZB_H1, kinds[nk++] = CL_SCHED_INTERLEAVED;
-                for (int ki = 0; ki < nk && !st; ki++) {
-                    int kind = kinds[ki];
-                    for (int v = 1; v <= 64 && !st; v++) {
-                        if (fx->v > 0 && v != fx->v && pp > 1) continue;
-                        if ((kind == CL_SCHED_INTERLEAVED) != (v > 1)) continue;
-                        if (kind == CL_SCHED_INTERLEAVED && m % pp) continue;
-                        /* chunks of unequal blocks are valid (the trainer runs them) but searched only when
-                         * --virtual-stages is fixed: they bound the search (1T on 3072: 5x the configurations) */
-                        if (kind == CL_SCHED_INTERLEAVED && body && fx->v <= 0 && body % (pp * v)) continue;
-                        if (pp * v > nb) break;
-                        int zs[4], nz = opts_of(fx->zero, CL_ZERO_NONE, CL_ZERO_PARAMS, zs);
-                        int off_hi = hw->exact_memory ? (hw->disk_bw > 0 ? CL_OFFLOAD_DISK : CL_OFFLOAD_HOST) : CL_OFFLOAD_NONE;
-                        int os[3], no = opts_of(fx->offload, CL_OFFLOAD_NONE, off_hi, os);
-                        int rs[3], nr = opts_of(fx->recompute, CL_RECOMPUTE_NONE, recomputable ? CL_RECOMPUTE_FULL : CL_RECOMPUTE_NONE, rs);
-                        int sps[2], ns = opts_of(fx->sp, 0, tp > 1 && tokens ? 1 : 0, sps), fit0 = 0;
-                        for (int zi = 0; zi < nz && !st; zi++) {
-                            if (dp == 1 && cl_zero_shards_optim(zs[zi]) && fx->zero < 0) continue;
-                            /* lean buckets and gathers: a memory option of ZeRO 2 and 3 at dp > 1, as offload */
-                            int nl = dp > 1 && cl_zero_shards_grads(zs[zi]) ? 2 : 1;
-                            for (int ri = 0; ri < nr && !st; ri++)
-                                for (int si = 0; si < ns * no * nl && !st; si++) {
-                                    /* offload and lean last: memory options (host: the same time, disk and lean:
-                                     * slower), tried only where the plain configuration does not fit, unless fixed */
-                                    int oi = si / nl % no, li = si % nl;
-                                    if (si % (no * nl) == 0) fit0 = 0;
-                                    else if (fit0 && (fx->offload < 0 || oi == 0)) continue;
-                                    cl_plan_cfg c = {dp, tp, pp, v, mb, kind, zs[zi], rs[ri], sps[si / (no * nl)], bf16, os[oi], li};
-                                    cand cd;
-                                    cl_status e = eval_ctx(&x, &c, 0, &cd.r, &cd.lower);
-                                    if (e == CL_ERR_INVALID || e == CL_ERR_UNSUPPORTED) {
-                                        if (e == CL_ERR_UNSUPPORTED) snprintf(out->refused, sizeof out->refused, "%s", cl_last_error());
-                                        cl_error_clear();
-                                        continue;
-                                    }
-                                    if (e) {
-                                        st = e;
-                                        break;
-                                    }
-                                    out->considered++;
-                                    if (si % (no * nl) == 0) fit0 = cd.r.fits;
-                                    if (!cd.r.fits) {
-                                        if (!out->have_nearest || cd.r.over_bytes < out->nearest.over_bytes) {
-                                            out->nearest = cd.r;
-                                            out->have_nearest = 1;
+            for (int cp = 1; cp <= q->devices / tp / pp && !st; cp++) {
+                if ((q->devices / tp / pp) % cp || (fx->cp > 0 && cp != fx->cp)) continue;
+                if (cp > 1 && fx->cp <= 0 && (!tokens || experts || q->T % (2 * cp))) continue;
+                int dp = q->devices / tp / pp / cp;
+                if ((fx->dp > 0 && dp != fx->dp) || q->global_batch % dp) continue;
+                int nb = nunits;
+                if (pp > nb) break;
+                int per = q->global_batch / dp;
+                for (int mb = 1; mb <= per && mb <= 64 && !st; mb++) {
+                    if (per % mb || (fx->mb > 0 && mb != fx->mb)) continue;
+                    int m = per / mb;
+                    int kinds[4], nk = 0;
+                    if (pp == 1) kinds[nk++] = CL_SCHED_1F1B;
+                    else if (fx->schedule >= 0) kinds[nk++] = fx->schedule;
+                    else kinds[nk++] = CL_SCHED_1F1B, kinds[nk++] = CL_SCHED_ZB_H1, kinds[nk++] = CL_SCHED_INTERLEAVED;
+                    for (int ki = 0; ki < nk && !st; ki++) {
+                        int kind = kinds[ki];
+                        for (int v = 1; v <= 64 && !st; v++) {
+                            if (fx->v > 0 && v != fx->v && pp > 1) continue;
+                            if ((kind == CL_SCHED_INTERLEAVED) != (v > 1)) continue;
+                            if (kind == CL_SCHED_INTERLEAVED && m % pp) continue;
+                            /* chunks of unequal blocks are valid (the trainer runs them) but searched only when
+                             * --virtual-stages is fixed: they bound the search (1T on 3072: 5x the configurations) */
+                            if (kind == CL_SCHED_INTERLEAVED && body && fx->v <= 0 && body % (pp * v)) continue;
+                            if (pp * v > nb) break;
+                            int zs[4], nz = opts_of(fx->zero, CL_ZERO_NONE, CL_ZERO_PARAMS, zs);
+                            int off_hi = hw->exact_memory ? (hw->disk_bw > 0 ? CL_OFFLOAD_DISK : CL_OFFLOAD_HOST) : CL_OFFLOAD_NONE;
+                            int os[3], no = opts_of(fx->offload, CL_OFFLOAD_NONE, off_hi, os);
+                            int rs[3], nr = opts_of(fx->recompute, CL_RECOMPUTE_NONE, recomputable ? CL_RECOMPUTE_FULL : CL_RECOMPUTE_NONE, rs);
+                            /* sequence parallelism with cp: refused by the trainer, searched only where both are fixed */
+                            int sps[2], ns = opts_of(fx->sp, 0, tp > 1 && tokens && (cp == 1 || fx->cp > 0) ? 1 : 0, sps), fit0 = 0;
+                            for (int zi = 0; zi < nz && !st; zi++) {
+                                if (dp * cp == 1 && cl_zero_shards_optim(zs[zi]) && fx->zero < 0) continue;
+                                /* lean buckets and gathers: a memory option of ZeRO 2 and 3 over dp x cp > 1, as offload */
+                                int nl = dp * cp > 1 && cl_zero_shards_grads(zs[zi]) ? 2 : 1;
+                                for (int ri = 0; ri < nr && !st; ri++)
+                                    for (int si = 0; si < ns * no * nl && !st; si++) {
+                                        /* offload and lean last: memory options (host: the same time, disk and lean:
+                                         * slower), tried only where the plain configuration does not fit, unless fixed */
+                                        int oi = si / nl % no, li = si % nl;
+                                        if (si % (no * nl) == 0) fit0 = 0;
+                                        else if (fit0 && (fx->offload < 0 || oi == 0)) continue;
+                                        cl_plan_cfg c = {dp, tp, pp, v, mb, kind, zs[zi], rs[ri], sps[si / (no * nl)], bf16, os[oi], li, cp};
+                                        cand cd;
+                                        cl_status e = eval_ctx(&x, &c, 0, &cd.r, &cd.lower);
+                                        if (e == CL_ERR_INVALID || e == CL_ERR_UNSUPPORTED) {
+                                            if (e == CL_ERR_UNSUPPORTED) snprintf(out->refused, sizeof out->refused, "%s", cl_last_error());
+                                            cl_error_clear();
+                                            continue;
                                         }
-                                        continue;
-                                    }
-                                    if (n == ncap) {
-                                        cand *nc = realloc(cs, 2 * ncap * sizeof *cs);
-                                        if (!nc) {
-                                            st = cl_error(CL_ERR_OOM, "cannot grow the search");
+                                        if (e) {
+                                            st = e;
                                             break;
                                         }
-                                        cs = nc, ncap *= 2;
+                                        out->considered++;
+                                        if (si % (no * nl) == 0) fit0 = cd.r.fits;
+                                        if (!cd.r.fits) {
+                                            if (!out->have_nearest || cd.r.over_bytes < out->nearest.over_bytes) {
+                                                out->nearest = cd.r;
+                                                out->have_nearest = 1;
+                                            }
+                                            continue;
+                                        }
+                                        if (n == ncap) {
+                                            cand *nc = realloc(cs, 2 * ncap * sizeof *cs);
+                                            if (!nc) {
+                                                st = cl_error(CL_ERR_OOM, "cannot grow the search");
+                                                break;
+                                            }
+                                            cs = nc, ncap *= 2;
+                                        }
+                                        cs[n++] = cd;
                                     }
-                                    cs[n++] = cd;
-                                }
+                            }
                         }
                     }
                 }

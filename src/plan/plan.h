@@ -1,5 +1,5 @@
 /* The planner: what one unit costs, what a machine can do, and from both
- * the step time and memory of any (dp, tp, pp, v, micro-batch, schedule,
+ * the step time and memory of any (dp, cp, tp, pp, v, micro-batch, schedule,
  * ZeRO, recompute, sequence parallelism) configuration, searched.
  * See docs/ARCHITECTURE.md, "Planner".
  *
@@ -74,6 +74,8 @@ typedef struct {
     int lean;                    /* ZeRO 2 and 3 at dp > 1, a memory option like offload: 1 runs --bucket-size 1 (a
                                   * bucket a unit) and under ZeRO 3 --zero3-prefetch 0 (no gather ahead, each one
                                   * exposed); 0 the run's (the defaults) */
+    int cp;                      /* context parallelism (0 or 1: none): the ranks sharing each sequence, the mesh
+                                  * dp x cp x tp x pp; timed as the ring (--cp-comm ring) */
 } cl_plan_cfg;
 
 typedef struct {
@@ -141,7 +143,7 @@ double cl_plan_model_states(double psi, int K, int zero, int n);
 typedef struct {
     cl_plan_result r;
     int p;                       /* pipeline ranks */
-    double (*cat)[CL_MEM_NCAT];  /* [p] each pipeline rank's bytes by category (the fullest of its dp x tp ranks) */
+    double (*cat)[CL_MEM_NCAT];  /* [p] each pipeline rank's bytes by category (the fullest of its dp x cp x tp ranks) */
     cl_trace trace;              /* the simulated step (cl_trace_from_sim, seconds), and on the comm track each
                                   * compute action's tensor-parallel collectives, at its end, with its kind */
 } cl_plan_detail;
@@ -162,10 +164,10 @@ cl_status cl_plan_this_hw(cl_hw *hw, int *calibrated);
  * hardware's), the host's available memory, base = tc; every dimension
  * searched (fix them after). */
 void cl_plan_query_for_train(const cl_train_config *tc, int ranks, const cl_hw *hw, cl_plan_query *q);
-/* c's settings into tc (micro-batch, tp, sequence parallelism, schedule,
- * virtual stages, ZeRO, recompute); the mesh is c->dp x c->tp x c->pp. */
+/* c's settings into tc (micro-batch, tp, cp, sequence parallelism, schedule,
+ * virtual stages, ZeRO, recompute); the mesh is c->dp x c->cp x c->tp x c->pp. */
 void cl_plan_cfg_to_train(const cl_plan_cfg *c, cl_train_config *tc);
-/* c as `cleave train` flags: "--dp D --tp T --pp P --micro-batch-size B
+/* c as `cleave train` flags: "--dp D [--cp C] --tp T --pp P --micro-batch-size B
  * --zero Z --recompute R", with --schedule (and --virtual-stages) when pp > 1
  * and --sequence-parallel when on. */
 void cl_plan_cfg_flags(const cl_plan_cfg *c, char *buf, size_t n);

@@ -1,5 +1,5 @@
 /* `cleave plan --svg`: one configuration drawn. Each pipeline rank's
- * memory as a bar by category (the fullest of the dp x tp ranks that share
+ * memory as a bar by category (the fullest of the dp x cp x tp ranks that share
  * that pipeline rank), and below it the simulated step through the pipeline
  * diagram's writer (src/pipeline/svg.h) with its communication. */
 #include "plan/plan.h"
@@ -48,8 +48,8 @@ cl_status cl_plan_svg(const char *path, const cl_plan_query *q, const cl_plan_de
              q->global_batch, q->T, flags);
     cl_svg_escaped(&b, title);
     cl_sb_printf(&b, "</text>\n<text x=\"8\" y=\"38\">predicted step %.4g s, %.4g tokens/s, bubble %.3f, comm share %.3f; memory per "
-                     "pipeline rank (its fullest of %d dp x tp ranks), device memory %s</text>\n",
-                 d->r.step_s, d->r.tokens_per_s, d->r.bubble, d->r.comm_share, c->dp * c->tp, capb);
+                     "pipeline rank (its fullest of %d dp x cp x tp ranks), device memory %s</text>\n",
+                 d->r.step_s, d->r.tokens_per_s, d->r.bubble, d->r.comm_share, c->dp * (c->cp > 1 ? c->cp : 1) * c->tp, capb);
     for (int r = 0; r < d->p; r++) {
         double y = 52 + r * BAR_PITCH, x = BAR_LEFT, t = 0;
         cl_sb_printf(&b, "<g class=\"membar\"><text x=\"8\" y=\"%.1f\">pp rank %d</text>\n", y + BAR_H / 2 + 4, r);
