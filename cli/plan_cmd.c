@@ -34,6 +34,7 @@ static const cli_flag plan_flags[] = {
     {"global-batch-size", "", 1, "samples per step (default 8)"},
     {"precision", "", 1, "fp32 or bf16 (mixed: 16-bit weights, gradients, activations; fp32 master and moments); default bf16 "
                          "where the hardware has it"},
+    {"dtype", "", 1, "same as --precision (the word train and memory use)"},
     {"dp", "", 1, "fix the data-parallel size"},
     {"cp", "", 1, "fix the context-parallel size (each sequence split over cp ranks, the ring's traffic timed; 1: none)"},
     {"tp", "", 1, "fix the tensor-parallel size"},
@@ -419,14 +420,18 @@ int cleave_cmd_plan(int argc, char **argv) {
     }
     if (cli_get(&a, "sequence-parallel")) q.fix.sp = 1;
     if (cli_get(&a, "no-sequence-parallel")) q.fix.sp = 0;
-    const char *prec = cli_get(&a, "precision");
+    const char *prec = cli_get(&a, "precision"), *dtype = cli_get(&a, "dtype");
+    if (prec && dtype && strcmp(prec, dtype))
+        return cli_fail(cl_error(CL_ERR_INVALID, "--precision %s and --dtype %s disagree (they are one setting)", prec, dtype));
+    if (!prec) prec = dtype;
     if (prec && strcmp(prec, "fp32") && strcmp(prec, "bf16"))
         return cli_fail(cl_error(CL_ERR_INVALID, "unknown --precision '%s' (fp32 or bf16)", prec));
     if (prec) q.fix.bf16 = !strcmp(prec, "bf16");
     if (q.fix.bf16 == 1 && !(q.hw.peak_bf16 > 0))
         return cli_fail(cl_error(CL_ERR_INVALID, "--precision bf16: the hardware %s has no bf16 peak", q.hw.name));
     if (q.fix.bf16 == 1 && q.hw.exact_memory)
-        return cli_fail(cl_error(CL_ERR_INVALID, "--precision bf16: cleave trains in fp32 on this machine"));
+        return cli_fail(cl_error(CL_ERR_INVALID, "--precision bf16: the planner's statement for this machine is fp32's "
+                                                  "(`cleave memory --dtype bf16` predicts a bf16 run here)"));
     const char *off = cli_get(&a, "offload-optimizer");
     if (off) {
         if ((s = cli_offload(&a, &q.fix.offload))) return cli_fail(s);

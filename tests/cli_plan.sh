@@ -130,4 +130,10 @@ check 'printf "%s\n" "$out" | grep -q "\"cp\": 2" && ! printf "%s\n" "$out" | gr
 expect2 "does not split into 2 x --cp 2 = 4 equal chunks" $CLEAVE plan --model llama-tiny --seq-len 30 --devices 4 --cp 2
 expect2 "cp 2 with --sequence-parallel is not supported" $CLEAVE plan --model llama-tiny --seq-len 64 --devices 4 --cp 2 --tp 2 \
     --sequence-parallel
+# --dtype: train's word for --precision (issue 30 item 7's `cleave plan ... --dtype bf16`), the same plan; both at
+# once must agree
+a=$($CLEAVE plan --model llama-tiny --devices 8 --hardware h100 --precision bf16 --json 2>&1)
+b=$($CLEAVE plan --model llama-tiny --devices 8 --hardware h100 --dtype bf16 --json 2>&1)
+check '[ -n "$a" ] && [ "$a" = "$b" ] && printf "%s\n" "$a" | grep -q "\"precision\": \"bf16\""' "plan --dtype bf16 differs from --precision bf16$(excerpt 2 "$b")"
+expect2 "precision fp32 and --dtype bf16 disagree" $CLEAVE plan --model llama-tiny --devices 2 --hardware h100 --dtype bf16 --precision fp32
 finish cli_plan

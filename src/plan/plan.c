@@ -335,7 +335,7 @@ static cl_status prepare(plan_ctx *x, const cl_plan_cfg *c, prep *P, cl_model_de
         return cl_error(CL_ERR_INVALID, "the global batch %d is not a multiple of dp %d x micro-batch %d", q->global_batch, c->dp, c->mb);
     if (c->bf16 && !(hw->peak_bf16 > 0))
         return cl_error(CL_ERR_INVALID, "--precision bf16: the hardware %s has no bf16 peak", hw->name);
-    if (hw->exact_memory && c->bf16) return cl_error(CL_ERR_INVALID, "cleave trains in fp32 on this machine");
+    if (hw->exact_memory && c->bf16) return cl_error(CL_ERR_INVALID, "the planner's statement for this machine is fp32's (cleave memory --dtype bf16 predicts a bf16 run)");
     if (c->zero < CL_ZERO_NONE || c->zero > CL_ZERO_PARAMS) return cl_error(CL_ERR_INVALID, "ZeRO stage %d (0 to 3)", c->zero);
     if (c->offload < CL_OFFLOAD_NONE || c->offload > CL_OFFLOAD_DISK) return cl_error(CL_ERR_INVALID, "offload %d (0 none, 1 host, 2 disk)", c->offload);
     if (c->offload && !hw->exact_memory)
