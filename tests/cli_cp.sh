@@ -10,7 +10,8 @@
 #   the same;
 # - a checkpoint saved at cp 2 resumes at cp 1 and one saved at cp 1 resumes at
 #   cp 2, the resumed steps within 1e-6 of the uninterrupted run;
-# - under mpirun -np 2, cp 2 within 1e-6 of one device too;
+# - under mpirun -np 2, cp 2 within 1e-6 of one device too; under mpirun -np 4, cp 4 (ring and a2a) bit for bit
+#   the threads' run;
 # - --cp-comm a2a (all-to-all to a split of the heads, DeepSpeed Ulysses): cp 2 and
 #   cp 4, cp 2 with tp 2, with pp 2, under full recompute, llama-tiny at cp 2, and
 #   under mpirun -np 2, within 1e-6 of one device; its first step's loss the same
@@ -137,4 +138,14 @@ _rc=$?; check '[ $_rc -eq 0 ]' "mpirun -np 2 --cp 2 --cp-comm a2a failed ($_rc):
 out=$(close "$tmp/mpia.jsonl" "$tmp/a2a2.jsonl" 0 20); _rc=$?
 echo "mpi --cp 2 --cp-comm a2a: $out"
 check '[ $_rc -eq 0 ]' "mpi --cp 2 --cp-comm a2a: not bit for bit the threads run: $out"
+# cp 4 as four processes, each exchange: bit for bit the threads' run
+for c in ring a2a; do
+    run "th4$c" --cp 4 --cp-comm "$c"
+    timeout -k 5 300 mpirun --oversubscribe -np 4 "$CLEAVE" train --comm mpi "${common[@]}" --cp 4 --cp-comm "$c" \
+        --log-file "$tmp/mpi4$c.jsonl" > "$tmp/mpi4$c.out" 2>&1
+    _rc=$?; check '[ $_rc -eq 0 ]' "mpirun -np 4 --cp 4 --cp-comm $c failed ($_rc): $(tail -3 "$tmp/mpi4$c.out")"
+    out=$(close "$tmp/mpi4$c.jsonl" "$tmp/th4$c.jsonl" 0 20); _rc=$?
+    echo "mpi --cp 4 --cp-comm $c: $out"
+    check '[ $_rc -eq 0 ]' "mpi --cp 4 --cp-comm $c: not bit for bit the threads' run: $out"
+done
 finish cli_cp
