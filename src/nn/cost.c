@@ -6,6 +6,9 @@
  * work is merged into the last, weighted by its size; collectives count at
  * tp > 1 only. */
 #include "nn/cost.h"
+#include "nn/kind.h"
+
+#include "cleave/backend.h"
 
 /* count products of [m, k] x [k, n] of which the kernel computes the share (the causal attention's
  * skipped blocks): the FLOPs counted are the model's (the whole products), the time the work done */
@@ -40,9 +43,13 @@ void cl_cost_block_pairs(cl_pass_cost *c, double act, int tp, int sp) {
     cl_cost_split_pair(c, act, tp, sp);
 }
 
-void cl_cost_attention_bytes(int causal, double e, double lse, double scores, double R, double Cl, double *fwd, double *bwd) {
-    *fwd = causal ? e * lse : e * 2 * scores;
-    *bwd = causal ? e * (2 * R * Cl + lse) : e * 3 * scores;
+cl_cost_att cl_cost_attention_of(const cl_model_desc *d, int B, double e, int causal) {
+    double T = d->T, H = d->heads_local, R = (double)B * T, Cl = d->channels_local, K = cl_nn_key_tokens(d);
+    double lse = (double)B * H * T, scores = (double)B * H * T * K;
+    cl_cost_att a = {K, causal ? cl_attention_share((int)K) : 1, 0, 0};
+    a.fwd = causal ? e * lse : e * 2 * scores;
+    a.bwd = causal ? e * (2 * R * Cl + lse) : e * 3 * scores;
+    return a;
 }
 
 void cl_cost_attention_products(cl_pass_cost *f, cl_pass_cost *b, double T, double K, double hd, double count, double att) {

@@ -66,14 +66,20 @@ void cl_cost_split_pair(cl_pass_cost *c, double act, int tp, int sp);
  * blockwise kernels (flash.c), the lse (lse = B H T floats) in the forward, the lse and D = rowsum(dy y)'s
  * reads of y and dy (R rows of Cl) in the backward; else the T x T scores kept (Megatron-LM's fused softmax),
  * read and written by the softmax (forward 2, backward 3). e bytes an element. */
-void cl_cost_attention_bytes(int causal, double e, double lse, double scores, double R, double Cl, double *fwd, double *bwd);
+/* Those figures for description d at micro-batch B (its local heads and columns, T query rows), with the keys
+ * each query row meets (K: cl_nn_key_tokens) and the kernels' causal share of the products (att; 1 when not
+ * causal), which cl_cost_attention_products and cl_cost_attention_rf take. */
+typedef struct {
+    double K, att, fwd, bwd;
+} cl_cost_att;
+cl_cost_att cl_cost_attention_of(const cl_model_desc *d, int B, double e, int causal);
 /* A transformer block's attention products over count = B H heads, T query rows against K keys (K = T, or
  * under context parallelism all T cp of the sequence's: cl_nn_key_tokens), head size hd, the kernels
  * computing the causal share att: the forward's two (q k^T, p v) into f, the backward's four (dq, dk, dp,
  * dv) into b (either NULL: not added). */
 void cl_cost_attention_products(cl_pass_cost *f, cl_pass_cost *b, double T, double K, double hd, double count, double att);
 /* Its re-forward pass rf (f: the block's forward): full recompute, the whole forward; selective, the
- * attention's forward products (T x K x hd, the causal share att), bytes attf (cl_cost_attention_bytes'
+ * attention's forward products (T x K x hd, the causal share att), bytes attf (cl_cost_attention_of's
  * forward); causal (blockwise), in every mode the backward's recomputed scores q k^T (hardware work, not
  * the model's FLOPs). */
 void cl_cost_attention_rf(cl_pass_cost *rf, const cl_pass_cost *f, int recompute, int causal, double T, double K, double hd,

@@ -391,10 +391,8 @@ static void block_cost(const cl_model_desc *d, const cl_unit *un, int B, double 
      * D = rowsum(dy y) (reads y and dy); the backward recomputes the scores q k^T (re-forward work).
      * Otherwise the whole T x T scores, masked and kept (Megatron-LM's fused softmax, the built-in GPU
      * descriptions): the softmax reads and writes them (forward 2, backward 3) */
-    double K = cl_nn_key_tokens(d); /* the keys each query row meets: T, or the whole sequence under context parallelism */
-    double att = causal ? cl_attention_share((int)K) : 1, lse = (double)B * H * T, scores = (double)B * H * T * K;
-    double attf, attb;
-    cl_cost_attention_bytes(causal, e, lse, scores, R, Cl, &attf, &attb);
+    cl_cost_att a = cl_cost_attention_of(d, B, e, causal);
+    double K = a.K, att = a.att, attf = a.fwd, attb = a.bwd;
     cl_pass_cost *f = &o->pass[CL_PASS_F], *b = &o->pass[CL_PASS_B], *w = &o->pass[CL_PASS_W], *rf = &o->pass[CL_PASS_RF];
     /* forward: c_attn, q k^T, softmax(.) v, c_proj, c_fc, mlp.c_proj */
     cl_cost_gemm(f, R, Q, C, 1, CL_GEMM_NN);

@@ -233,10 +233,8 @@ void cl_llama_block_cost(const cl_model_desc *d, int B, double e, int recompute,
     double R = (double)B * T, Rs = sp ? R / tp : R, act = R * C * e;
     /* attention as GPT's block prices it (kind_block.c): causal, cleave's blockwise kernels (the lse's bytes, D's
      * reads in the backward, the recomputed q k^T as re-forward work); else the T x T scores kept and masked */
-    double K = cl_nn_key_tokens(d); /* the keys each query row meets: T, or the whole sequence under context parallelism */
-    double att = causal ? cl_attention_share((int)K) : 1, lse = (double)B * H * T, scores = (double)B * H * T * K;
-    double attf, attb;
-    cl_cost_attention_bytes(causal, e, lse, scores, R, Cl, &attf, &attb);
+    cl_cost_att a = cl_cost_attention_of(d, B, e, causal);
+    double K = a.K, att = a.att, attf = a.fwd, attb = a.bwd;
     cl_pass_cost *f = &o->pass[CL_PASS_F], *b = &o->pass[CL_PASS_B], *w = &o->pass[CL_PASS_W], *rf = &o->pass[CL_PASS_RF];
     cl_cost_gemm(f, R, Q, C, 1, CL_GEMM_NN);
     cl_cost_attention_products(f, NULL, T, K, hd, B * H, att);
