@@ -26,18 +26,8 @@ WARMUP=${WARMUP:-1}
 ROUNDS=${ROUNDS:-2}
 PY=/usr/bin/python3
 
-need=()
-$PY -c "import torch" 2>/dev/null || need+=(python3-torch)
-[ -e /usr/lib/x86_64-linux-gnu/libopenblas.so.0 ] || need+=(libopenblas0)
-if [ ${#need[@]} -gt 0 ]; then
-    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-        source scripts/apt_lock.sh
-        DEBIAN_FRONTEND=noninteractive apt_get install -y -q "${need[@]}" >/dev/null
-    else
-        echo "bf16_step.sh: needs ${need[*]} (apt-get install ${need[*]})" >&2
-        exit 2
-    fi
-fi
+source bench/torch_deps.sh
+torch_deps bf16_step.sh
 make -s build/cleave >/dev/null
 
 isa=$(grep -o -w 'amx_bf16\|avx512_bf16\|avx512f\|avx2' /proc/cpuinfo | sort -u | tr '\n' ' ')

@@ -27,18 +27,8 @@ STEPS=${STEPS:-3}
 WARMUP=${WARMUP:-1}
 PY=/usr/bin/python3
 
-need=()
-$PY -c "import torch" 2>/dev/null || need+=(python3-torch)
-[ -e /usr/lib/x86_64-linux-gnu/libopenblas.so.0 ] || need+=(libopenblas0)
-if [ ${#need[@]} -gt 0 ]; then
-    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-        source scripts/apt_lock.sh # apt_get: waits, bounded, for another apt process's lock
-        DEBIAN_FRONTEND=noninteractive apt_get install -y -q "${need[@]}" >/dev/null
-    else
-        echo "torch_step.sh: needs ${need[*]} (apt-get install ${need[*]})" >&2
-        exit 2
-    fi
-fi
+source bench/torch_deps.sh
+torch_deps torch_step.sh
 [ -f data/kjv.txt ] || bash scripts/setup.sh >/dev/null
 make -s build/cleave >/dev/null
 
