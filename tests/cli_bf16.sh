@@ -15,10 +15,7 @@
 # - 100 steps of gpt2-tiny on the King James Bible: bf16's validation loss within 2% of fp32's.
 set -u
 source "$(dirname "$0")/lib.sh"
-PY=/usr/bin/python3
-if ! $PY -c 'import torch' 2>/dev/null; then
-    skip "the comparison with PyTorch autocast (no torch for $PY)" setup
-else
+if have_torch "the comparison with PyTorch autocast"; then
     D="$BUILD/tests/bf16_torch_driver"
     "$D" --write-input "$tmp/in.st" > /dev/null && "$D" --grads fp32 "$tmp/in.st" "$tmp/f.st" > /dev/null &&
         "$D" --grads bf16 "$tmp/in.st" "$tmp/b.st" > /dev/null

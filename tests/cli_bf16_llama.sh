@@ -15,10 +15,7 @@
 # - what stays refused is refused in one line: the MoE block, sequence parallelism.
 set -u
 source "$(dirname "$0")/lib.sh"
-PY=/usr/bin/python3
-if ! $PY -c 'import torch' 2>/dev/null; then
-    skip "the comparison with PyTorch autocast (no torch for $PY)" setup
-else
+if have_torch "the comparison with PyTorch autocast"; then
     D="$BUILD/tests/llama_torch_driver"
     for shape in "2 0" "1 1"; do
         set -- $shape

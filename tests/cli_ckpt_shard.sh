@@ -258,14 +258,12 @@ check '[ "$nr" -eq 4 ] && [ "$sum" -eq $((want + 4 * 8)) ] && [ "$max" -lt $((wa
 
 # the converted single file is a Hugging Face GPT-2 checkpoint: PyTorch (scripts/hf_eval.py, stock torch.nn)
 # evaluates it to the loss cleave's eval gives on the sharded one
-if /usr/bin/python3 -c "import torch" 2> /dev/null; then
-    h=$(/usr/bin/python3 scripts/hf_eval.py "$tmp/bytes1.one" "$tmp/text.txt" 2>&1 | tail -1)
+if have_torch "the PyTorch evaluation"; then
+    h=$($PY scripts/hf_eval.py "$tmp/bytes1.one" "$tmp/text.txt" 2>&1 | tail -1)
     c=$("$CLEAVE" eval --checkpoint "$tmp/L2.sh" --text "$tmp/text.txt" 2>&1 | tail -1)
     echo "PyTorch on the converted file: $h; cleave eval on the sharded checkpoint: $c"
     check 'awk -v a="${h#eval loss: }" -v b="${c#eval loss: }" "BEGIN { d = a - b; exit !(a > 0 && d < 2e-6 && d > -2e-6) }"' \
         "PyTorch's loss '$h' differs from cleave's '$c'"
-else
-    skip "the PyTorch evaluation (/usr/bin/python3 has no torch)" setup
 fi
 
 # ---- damaged checkpoints: one line, exit 2 ------------------------------------

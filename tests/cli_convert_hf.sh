@@ -20,7 +20,6 @@
 #   unknown model_type, an untied head, F16, another activation: one line, exit 2.
 set -u
 source "$(dirname "$0")/lib.sh"
-PY=/usr/bin/python3
 MAKE="$PY $(dirname "$0")/hf_make.py"
 head -c 300000 data/kjv.txt > "$tmp/text.txt"
 tail -c 16000 data/kjv.txt > "$tmp/ev.txt" # eval's text: short (an eval of 300 kB takes a minute on a loaded machine)
@@ -89,7 +88,7 @@ echo "BF16 import against the widened values: $bfcmp"
 check '[ $rc -eq 0 ]' "BF16 import: $bfcmp"
 
 # a model made by PyTorch: cleave's loss is PyTorch's
-if $PY -c "import torch" 2> /dev/null; then
+if have_torch "the PyTorch-made checkpoint"; then
     $MAKE random "$tmp/rnd" --layers 3 --heads 4 --embd 64 --positions 64 --vocab 256 --seed 7 --prefix --lm-head --masks
     h=$($PY scripts/hf_eval.py "$tmp/rnd" "$tmp/ev.txt" 2>&1 | tail -1)
     c=$(evl "$tmp/rnd")
@@ -99,8 +98,6 @@ if $PY -c "import torch" 2> /dev/null; then
     check 'awk -v a="${h#eval loss: }" -v b="${c#eval loss: }" "BEGIN { d = (a - b) / a; exit !(a > 0 && d < 1e-5 && d > -1e-5) }"' \
         "PyTorch's loss '$h' differs from cleave's '$c'"
     check '[ "$c2" = "$c" ]' "the PyTorch-made model converted to tp 2 x pp 2 evaluates to '$c2', not '$c'"
-else
-    skip "the PyTorch-made checkpoint (/usr/bin/python3 has no torch)" setup
 fi
 
 # convert takes the model, batch, seed and data from the source; disagreeing flags are refused by name

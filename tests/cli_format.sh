@@ -8,10 +8,7 @@
 # build/tests/test_safetensors --torch). Without PyTorch: a skip.
 set -u
 source "$(dirname "$0")/lib.sh"
-PY=/usr/bin/python3
-if ! $PY -c 'import torch' 2>/dev/null; then
-    skip "the comparison with PyTorch (no torch for $PY)" setup
-else
+if have_torch "the comparison with PyTorch"; then
     # compare WHAT FILE PYARGS -- TESTBIN TESTARGS: format_ref.py PYARGS, then the test binary on its output
     compare() {
         local what=$1 file=$2; shift 2

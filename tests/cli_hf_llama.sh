@@ -24,14 +24,9 @@
 # Without torch: a skip (a failure under CI=true).
 set -u
 source "$(dirname "$0")/lib.sh"
-PY=/usr/bin/python3
 HF_TORCH=llama_torch.py
 source "$(dirname "$0")/hf_lib.sh"
-if ! $PY -c 'import torch' 2> /dev/null; then
-    skip "Hugging Face Llama directories made by PyTorch (no torch for $PY)" setup
-    finish cli_hf_llama
-    exit
-fi
+have_torch "Hugging Face Llama directories made by PyTorch" || { finish cli_hf_llama; exit; }
 
 # (name: make flags | export flags)
 cases=("f32:--layers 2 --inv-freq|"

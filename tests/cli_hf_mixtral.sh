@@ -22,14 +22,9 @@
 # Without torch: a skip (a failure under CI=true).
 set -u
 source "$(dirname "$0")/lib.sh"
-PY=/usr/bin/python3
 HF_TORCH=mixtral_torch.py
 source "$(dirname "$0")/hf_lib.sh"
-if ! $PY -c 'import torch' 2> /dev/null; then
-    skip "Hugging Face Mixtral directories made by PyTorch (no torch for $PY)" setup
-    finish cli_hf_mixtral
-    exit
-fi
+have_torch "Hugging Face Mixtral directories made by PyTorch" || { finish cli_hf_mixtral; exit; }
 mk() { rm -rf "${tmp:?}/$1"; $H make "$tmp/$1" --experts 8 --topk 2 --ffn 128 "${@:2}"; }
 head -c 20000 data/kjv.txt > "$tmp/score.txt"
 

@@ -11,10 +11,7 @@
 # CI=true).
 set -u
 source "$(dirname "$0")/lib.sh"
-PY=/usr/bin/python3
-if ! $PY -c 'import torch' 2>/dev/null; then
-    skip "the comparison with PyTorch (no torch for $PY)" setup
-else
+if have_torch "the comparison with PyTorch"; then
     for shape in "2 0" "1 1"; do
         set -- $shape
         "$BUILD/tests/llama_torch_driver" $1 $2 --write-input "$tmp/in$1.safetensors" > /dev/null

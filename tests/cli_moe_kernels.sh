@@ -7,10 +7,7 @@
 # tie case included). Without PyTorch: a skip (a failure under CI=true).
 set -u
 source "$(dirname "$0")/lib.sh"
-PY=/usr/bin/python3
-if ! $PY -c 'import torch' 2>/dev/null; then
-    skip "the comparison with PyTorch (no torch for $PY)" setup
-else
+if have_torch "the comparison with PyTorch"; then
     "$BUILD/tests/test_moe" --write-input "$tmp/in.safetensors"
     rc=$?
     check '[ $rc -eq 0 ]' "test_moe --write-input failed (status $rc)"

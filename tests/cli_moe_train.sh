@@ -13,10 +13,7 @@
 #   the token-slots within 2x of the mean at the end (printed).
 set -u
 source "$(dirname "$0")/lib.sh"
-PY=/usr/bin/python3
-if ! $PY -c 'import torch' 2>/dev/null; then
-    skip "the comparison with PyTorch (no torch for $PY)" setup
-else
+if have_torch "the comparison with PyTorch"; then
     for kase in plain tie cap; do
         "$BUILD/tests/moe_torch_driver" $kase --write-input "$tmp/in-$kase.safetensors" > /dev/null
         _rc=$?; check '[ $_rc -eq 0 ]' "moe_torch_driver $kase --write-input failed (status $_rc)"

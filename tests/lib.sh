@@ -23,6 +23,11 @@ skip() {
         echo "SKIP: $1"; skipped=$((skipped + 1))
     fi
 }
+# PY: the interpreter with PyTorch (Debian's python3-torch; the python3 first on PATH may lack it).
+# have_torch WHAT: true where $PY imports torch; else WHAT is counted as a skip (a failure under CI=true,
+# where scripts/setup.sh --python-torch ran)
+PY=/usr/bin/python3
+have_torch() { $PY -c 'import torch' 2> /dev/null || { skip "$1 (no torch for $PY)" setup; return 1; }; }
 # excerpt N TEXT: TEXT's first N lines, each on a line of its own and
 # indented, to end a check's message with what a command printed
 excerpt() { printf '\n%s' "$(printf '%s\n' "$2" | head -n "$1" | sed 's/^/    /')"; }
