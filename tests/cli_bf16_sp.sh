@@ -15,9 +15,7 @@
 # - `train --auto --dtype bf16 --sequence-parallel` plans and trains tp 2 sp, its memory predicted == measured.
 set -u
 source "$(dirname "$0")/lib.sh"
-here=$(dirname "$0")
-PY=/usr/bin/python3
-[ -x $PY ] || PY=python3
+tpcomm="$(dirname "$0")/tp_comm.py" # plain Python (json, sys)
 head -c 300000 data/kjv.txt > "$tmp/text.txt"
 base=(--data "$tmp/text.txt" --seq-len 16 --micro-batch-size 2 --global-batch-size 8 --steps 20 --sample-tokens 0
       --eval-batches 2 --threads 1 --comm-timeout 60 --dtype bf16)
@@ -67,9 +65,9 @@ near_sp llamasp4 llamatp4
 common=("${base[@]}")
 run f32sp --tp 2 --sequence-parallel --dtype fp32
 echo -n "tp traffic, gpt2-tiny tp 2 sp bf16: "
-check '$PY "$here/tp_comm.py" --bf16 "$tmp/gpt2sp.jsonl" 2 16 64 2 2 1 4' "bf16 tp 2 sp: traffic differs from the formulas"
+check 'python3 "$tpcomm" --bf16 "$tmp/gpt2sp.jsonl" 2 16 64 2 2 1 4' "bf16 tp 2 sp: traffic differs from the formulas"
 echo -n "tp traffic, gpt2-tiny tp 2 sp fp32: "
-check '$PY "$here/tp_comm.py" "$tmp/f32sp.jsonl" 2 16 64 2 2 1 4' "fp32 tp 2 sp: traffic differs from the formulas"
+check 'python3 "$tpcomm" "$tmp/f32sp.jsonl" 2 16 64 2 2 1 4' "fp32 tp 2 sp: traffic differs from the formulas"
 gathered() { grep '"loss"' "$1" | tail -1 | sed 's/.*"allgather": \[[0-9]*, [0-9]*, \([0-9]*\)\].*/\1/'; }
 echo "gpt2-tiny tp 2 sp, rank 0's all-gathered bytes a step: fp32 $(gathered "$tmp/f32sp.jsonl"), bf16 $(gathered "$tmp/gpt2sp.jsonl")"
 
