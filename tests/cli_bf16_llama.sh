@@ -12,7 +12,7 @@
 #   bf16 differs from fp32 by under 1%; dp 2 ZeRO 3 (BF16 gathers of the GEMM weights) bitwise ZeRO 2, untied and tied;
 # - a resume is exact (5 steps, save, 5 more = 10 straight); `cleave generate` (KV cache, F32 on the master
 #   weights) from the bf16 checkpoint gives the greedy tokens of the recomputing path;
-# - what stays refused is refused in one line: the MoE block, sequence parallelism.
+# - what stays refused is refused in one line: the MoE block (sequence parallelism: tests/cli_bf16_sp.sh).
 set -u
 source "$(dirname "$0")/lib.sh"
 if have_torch "the comparison with PyTorch autocast"; then
@@ -92,6 +92,5 @@ check '[ $_rc -eq 0 ] && [ ${#kv} -gt 12 ] && [ "$kv" = "$re" ]' \
     "generate from a bf16 checkpoint: KV cache and recomputing differ or failed:$(excerpt 2 "$kv")$(excerpt 2 "$re")"
 
 refused "the mixture-of-experts block (--experts) is not yet supported" train "${common[@]}" --dtype bf16 --model mixtral-tiny
-refused "sequence parallelism is not yet supported in bf16" train "${common[@]}" --dtype bf16 --tp 2 --sequence-parallel
 refused "the mixture-of-experts block (--experts) is not yet supported" memory --model mixtral-tiny --dtype bf16
 finish cli_bf16_llama

@@ -118,6 +118,12 @@ point --model llama-tiny --dtype bf16 --pp 2 --schedule zb-h1 --micro-batch-size
 point --model llama-tiny --dtype bf16 --dp 2 --zero 2 --micro-batch-size 2 --global-batch-size 8
 point --model llama-tiny --dtype bf16 --tp 4 --micro-batch-size 2 --global-batch-size 4
 point --model llama-tiny --dtype bf16 --cp 2 --micro-batch-size 2
+# bf16 with sequence parallelism: the norms' BF16 outputs on each rank's T/tp rows, gathered as BF16 into the
+# workspace fp32 sizes (tests/cli_bf16_sp.sh)
+point --dtype bf16 --tp 2 --sequence-parallel --micro-batch-size 2 --global-batch-size 4
+point --dtype bf16 --tp 2 --sequence-parallel --pp 2 --schedule zb-h1 --recompute selective --micro-batch-size 2 --global-batch-size 8
+point --model llama-tiny --dtype bf16 --tp 2 --sequence-parallel --recompute selective --micro-batch-size 2 --global-batch-size 4
+point --model llama-tiny --dtype bf16 --tp 4 --sequence-parallel --dp 2 --zero 3 --micro-batch-size 2 --global-batch-size 8
 f32=$("$CLEAVE" memory --json --model llama-tiny); b16=$("$CLEAVE" memory --json --model llama-tiny --dtype bf16)
 pf=$(cat_of "$f32" params); pb=$(cat_of "$b16" params); af=$(cat_of "$f32" activations); ab=$(cat_of "$b16" activations)
 echo "llama-tiny: params fp32 $pf B, bf16 $pb B; activations fp32 $af B, bf16 $ab B"

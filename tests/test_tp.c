@@ -7,7 +7,8 @@
  * split communicator; in place where the mapping allows it; and the
  * transpose property, <fwd(x), y> == <x, bwd(y)> with each side summed
  * over the ranks (a tensor every rank holds whole, COPY's input and
- * REDUCE's output, counted once), exact with these integers. comm NULL is tp = 1: every mapping a copy. */
+ * REDUCE's output, counted once), exact with these integers. comm NULL is tp = 1: every mapping a copy.
+ * cl_tp_forward_n's GATHER of BF16 values: each rank's 16-bit patterns in place, odd counts too. */
 #include "cleave/tp.h"
 #include "common/check.h"
 
@@ -122,6 +123,29 @@ static void mapping_checks(cl_comm *c, const char *label) {
     free(in);
     free(a);
     free(b);
+    /* GATHER of BF16 rows (bf16 sequence parallelism's norm outputs): n 16-bit values a rank, odd n too, the
+     * shards packed at n values apart, as is and in place (the head's rows at their BF16 offset) */
+    for (size_t n16 = 1; n16 <= 37; n16 += 18) {
+        size_t all = (size_t)p * n16;
+        uint16_t *sh = malloc(n16 * sizeof *sh), *g = malloc((all + 1) * sizeof *g), *gi = malloc(all * sizeof *gi);
+        TCHECK(sh && g && gi, "allocation");
+        if (sh && g && gi) {
+            for (size_t i = 0; i < n16; i++) sh[i] = gi[(size_t)me * n16 + i] = (uint16_t)(0x3f80 + 97 * me + (int)i);
+            g[all] = 0xbeef;
+            TCHECK_OK(cl_tp_forward_n(&tp, CL_TP_GATHER, sh, g, n16, CL_BF16));
+            TCHECK_OK(cl_tp_forward_n(&tp, CL_TP_GATHER, gi + (size_t)me * n16, gi, n16, CL_BF16));
+            size_t bad = 0;
+            for (size_t i = 0; i < all; i++) {
+                uint16_t want = (uint16_t)(0x3f80 + 97 * (int)(i / n16) + (int)(i % n16));
+                bad += g[i] != want || gi[i] != want;
+            }
+            TCHECK(bad == 0 && g[all] == 0xbeef, "%s: rank %d of %d: BF16 gather of %zu a rank: %zu wrong (or past the end)", label, me,
+                   p, n16, bad);
+        }
+        free(sh);
+        free(g);
+        free(gi);
+    }
 }
 
 static cl_status world_rank(cl_comm *w, void *arg) {

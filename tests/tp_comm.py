@@ -2,9 +2,11 @@
 """The tensor-parallel traffic of a GPT step from the code's collectives, as
 include/cleave/comm.h counts bytes, against a --log-file's "comm" "tp" of
 every step (rank 0's counts: the log is world rank 0's).
-usage: tp_comm.py LOG B T C LAYERS TP SP MICRO_BATCHES [NPARAMS]
+usage: tp_comm.py [--bf16] LOG B T C LAYERS TP SP MICRO_BATCHES [NPARAMS]
 (NPARAMS: a run with --check-replicas, which ends each step with 1
-all-gather of an 8-byte hash per parameter of the model description)
+all-gather of an 8-byte hash per parameter of the model description;
+--bf16: a --dtype bf16 run, whose gathers of the layernorm outputs, the
+column-parallel products' inputs, move BF16: 2 bytes an element, not 4)
 Per micro-batch (N = B*T token rows, R = N/tp rows a rank holds with sp):
   not sp: forward  embedding 1 all-reduce [N*C]; per block 2 all-reduces [N*C]
                    (after attn.c_proj and mlp.c_proj); head 1 all-reduce MAX [N]
@@ -21,6 +23,9 @@ Per micro-batch (N = B*T token rows, R = N/tp rows a rank holds with sp):
           per step: 1 all-reduce [(4L+2) C] of the layernorm parameters'
                    gradients (2 per layernorm, 2 per block + ln_f) packed
                    together: the partial sums over each rank's rows
+  bf16 (sp): the 2L + 1 forward gathers and the 2L re-gathers of the layernorm
+          outputs move 2-byte elements; the gathers of the output gradients
+          and every reduction stay F32 (4 bytes)
 Bytes: all-reduce of n elements of es bytes over p ranks: (p-1) n es when
 p n es <= 64 KiB, else (n - c + (p-1) c) es, c = rank 0's chunk (16-element
 blocks, the first ranks one block more); reduce-scatter (p-1) * per-rank
@@ -44,7 +49,7 @@ def allreduce_bytes(n, es, p):
     return (n - c + (p - 1) * c) * es
 
 
-def expected(B, T, C, L, p, sp, m, nparams=0):
+def expected(B, T, C, L, p, sp, m, nparams=0, bf16=False):
     N = B * T
     calls = {"allreduce": 0, "reduce_scatter": 0, "allgather": 0}
     nbytes = dict.fromkeys(calls, 0)
@@ -66,12 +71,14 @@ def expected(B, T, C, L, p, sp, m, nparams=0):
         else:
             R = N // p
             shard = (p - 1) * R * C * 4
+            norm = (p - 1) * R * C * (2 if bf16 else 4)  # a layernorm output gathered
             add("reduce_scatter", 1, shard)   # embedding forward
-            add("allgather", 2 * L, shard)    # blocks forward
+            add("allgather", 2 * L, norm)     # blocks forward
             add("reduce_scatter", 2 * L, shard)
-            add("allgather", 1, shard)        # head forward
+            add("allgather", 1, norm)         # head forward
             add("reduce_scatter", 1, shard)   # head backward
-            add("allgather", 4 * L, shard)    # blocks backward
+            add("allgather", 2 * L, shard)    # blocks backward: the output gradients
+            add("allgather", 2 * L, norm)     # and the layernorm outputs again
             add("reduce_scatter", 2 * L, shard)
             add("allgather", 1, shard)        # embedding backward
     if sp:
@@ -82,10 +89,14 @@ def expected(B, T, C, L, p, sp, m, nparams=0):
 
 
 def main():
-    log = sys.argv[1]
-    B, T, C, L, p, sp, m = (int(x) for x in sys.argv[2:9])
-    nparams = int(sys.argv[9]) if len(sys.argv) > 9 else 0
-    want = expected(B, T, C, L, p, sp, m, nparams)
+    args = sys.argv[1:]
+    bf16 = args[0] == "--bf16"
+    if bf16:
+        args = args[1:]
+    log = args[0]
+    B, T, C, L, p, sp, m = (int(x) for x in args[1:8])
+    nparams = int(args[8]) if len(args) > 8 else 0
+    want = expected(B, T, C, L, p, sp, m, nparams, bf16)
     bad, steps = [], 0
     for line in open(log):
         r = json.loads(line)

@@ -52,6 +52,11 @@ cl_tp cl_tp_of(cl_comm *comm);
 cl_status cl_tp_forward(const cl_tp *tp, cl_tp_mapping m, const float *in, float *out, size_t n);
 cl_status cl_tp_backward(const cl_tp *tp, cl_tp_mapping m, const float *in, float *out, size_t n);
 
+/* The forward on n elements of format dt (cl_tp_forward is it at CL_F32): GATHER moves them as they are (bf16
+ * sequence parallelism gathers the BF16 norm outputs: half the bytes of F32); COPY's and SCATTER's sums are
+ * the communicator's in that format (comm.h: BF16 folded in F32, rounded once). */
+cl_status cl_tp_forward_n(const cl_tp *tp, cl_tp_mapping m, const void *in, void *out, size_t n, cl_dtype dt);
+
 #ifdef __cplusplus
 }
 #endif

@@ -158,7 +158,8 @@ void cl_kind_bind(const cl_kind *k, float *const *p, void *w);
 /* Token rows of a micro-batch of N that this rank's layernorms, residuals
  * and block inputs and outputs hold: all, or 1/tp under sequence parallelism. */
 int64_t cl_nn_rows_here(const cl_model_desc *d, int64_t N);
-/* The input of a column-parallel layer: every token row (gathered into buf under sequence parallelism). */
+/* The input of a column-parallel layer: every token row (gathered into buf under sequence parallelism; in bf16
+ * the rows are the BF16 norm output, Ns C values in the floats of rows, gathered as BF16: half F32's bytes). */
 cl_status cl_nn_col_input(const cl_model *m, const float *rows, float *buf, int64_t Ns, int64_t C, const float **out);
 /* A row-parallel layer's output out = x w + bias (x: N x K, w: K x C), summed over the group. */
 cl_status cl_nn_row_linear(const cl_model *m, const char *what, double flops, const float *x, const float *w, const float *bias,
@@ -220,8 +221,9 @@ typedef struct { float *lnf, *mean, *rstd, *logits, *lse, *losses; } cl_head_act
 cl_head_acts cl_nn_head_layout(const cl_model_desc *d, float *base, int64_t N, int mean);
 /* CL_ERR_INVALID naming a target outside the vocabulary. */
 cl_status cl_nn_head_targets(const cl_model *m, const cl_microbatch *mb);
-/* Where this rank's normalized rows go in h->lnf (its share under sequence parallelism). */
-float *cl_nn_head_mine(const cl_model *m, const cl_head_acts *h, int64_t N);
+/* Where this rank's normalized rows go in h->lnf (its share under sequence parallelism; in bf16 at its BF16
+ * element offset, lnf holding BF16 rows). */
+void *cl_nn_head_mine(const cl_model *m, const cl_head_acts *h, int64_t N);
 /* After the norm wrote this rank's rows: gather them (sequence parallelism), logits against wv [Vl, C] (this
  * rank's vocabulary rows), softmax cross-entropy into h->losses and h->lse. */
 cl_status cl_nn_head_loss_forward(cl_model *m, const cl_microbatch *mb, const cl_head_acts *h, const float *wv);

@@ -89,9 +89,9 @@ cl_status cl_nn_head_targets(const cl_model *m, const cl_microbatch *mb) {
     return CL_OK;
 }
 
-float *cl_nn_head_mine(const cl_model *m, const cl_head_acts *h, int64_t N) {
-    int64_t Ns = cl_nn_rows_here(m->desc, N);
-    return h->lnf + (m->desc->tpl.sp ? Ns * m->tp.rank * m->desc->cfg.channels : 0);
+void *cl_nn_head_mine(const cl_model *m, const cl_head_acts *h, int64_t N) {
+    int64_t Ns = cl_nn_rows_here(m->desc, N), at = m->desc->tpl.sp ? Ns * m->tp.rank * m->desc->cfg.channels : 0;
+    return cl_nn_bf16(m->desc) ? (void *)((uint16_t *)h->lnf + at) : (void *)(h->lnf + at);
 }
 
 /* logits = lnf wv^T (F32 products, or in bf16 BF16 lnf against wv's BF16 copy). */
@@ -113,7 +113,8 @@ cl_status cl_nn_head_loss_forward(cl_model *m, const cl_microbatch *mb, const cl
         CL_PROF("fwd softmax xent", 0, cl_kern(m)->xent_forward(h->losses, h->lse, h->logits, mb->targets, (int)N, (int)Vl));
         return CL_OK;
     }
-    if (d->tpl.sp) CL_TRY(cl_tp_forward(&m->tp, CL_TP_GATHER, cl_nn_head_mine(m, h, N), h->lnf, (size_t)(Ns * C)));
+    if (d->tpl.sp) /* in place; in bf16 the BF16 rows (half F32's bytes) */
+        CL_TRY(cl_tp_forward_n(&m->tp, CL_TP_GATHER, cl_nn_head_mine(m, h, N), h->lnf, (size_t)(Ns * C), cl_nn_bf16(d) ? CL_BF16 : CL_F32));
     CL_PROF("fwd logits", fl, head_logits_gemm(m, h, wv, N, Vl, C));
     int valid = head_valid(d);
     /* after dlnf (and its shard): the row max, then (8-byte aligned) the sums of exp and the target's logit */
@@ -140,11 +141,11 @@ static cl_status head_forward(cl_model *m, const cl_unit *un, const cl_microbatc
     cl_kind_bind(&cl_kind_lmhead, p, &w);
     int64_t N = (int64_t)mb->B * mb->T, Ns = cl_nn_rows_here(m->desc, N);
     cl_head_acts h = cl_nn_head_layout(m->desc, base, N, 1);
-    /* under sequence parallelism this rank normalizes its rows in place in lnf, then all are gathered; bf16 (one
-     * rank): written into lnf as BF16 by the kernel (each value the F32 one's, rounded once) */
+    /* under sequence parallelism this rank normalizes its rows in place in lnf, then all are gathered; bf16:
+     * written into lnf as BF16 by the kernel (each value the F32 one's, rounded once) */
     int C = (int)m->desc->cfg.channels;
     if (cl_nn_bf16(m->desc))
-        CL_PROF("fwd layernorm", 0, cl_kern(m)->layernorm_forward_bf16((uint16_t *)h.lnf, NULL, h.mean, h.rstd, in, w.lnf_w, w.lnf_b, (int)Ns, C));
+        CL_PROF("fwd layernorm", 0, cl_kern(m)->layernorm_forward_bf16(cl_nn_head_mine(m, &h, N), NULL, h.mean, h.rstd, in, w.lnf_w, w.lnf_b, (int)Ns, C));
     else CL_PROF("fwd layernorm", 0, cl_kern(m)->layernorm_forward(cl_nn_head_mine(m, &h, N), h.mean, h.rstd, in, w.lnf_w, w.lnf_b, (int)Ns, C));
     return cl_nn_head_loss_forward(m, mb, &h, m->p[m->desc->tied_wte]);
 }

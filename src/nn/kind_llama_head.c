@@ -59,8 +59,8 @@ static cl_status llama_head_forward(cl_model *m, const cl_unit *un, const cl_mic
     int64_t N = (int64_t)mb->B * mb->T, Ns = cl_nn_rows_here(d, N);
     cl_head_acts h = cl_nn_head_layout(d, base, N, 0);
     float eps = (float)d->cfg.rms_norm_eps;
-    if (cl_nn_bf16(d)) /* written into lnf as BF16 by the kernel (the logits' GEMM input only; not sequence-parallel) */
-        CL_PROF("fwd rmsnorm", 0, cl_kern(m)->rmsnorm_forward_bf16((uint16_t *)h.lnf, h.rstd, in, w.norm_w, eps, (int)Ns, (int)d->cfg.channels));
+    if (cl_nn_bf16(d)) /* written into lnf as BF16 by the kernel (the logits' GEMM input only) */
+        CL_PROF("fwd rmsnorm", 0, cl_kern(m)->rmsnorm_forward_bf16(cl_nn_head_mine(m, &h, N), h.rstd, in, w.norm_w, eps, (int)Ns, (int)d->cfg.channels));
     else CL_PROF("fwd rmsnorm", 0, cl_kern(m)->rmsnorm_forward(cl_nn_head_mine(m, &h, N), h.rstd, in, w.norm_w, eps, (int)Ns, (int)d->cfg.channels));
     return cl_nn_head_loss_forward(m, mb, &h, w.head_w ? w.head_w : m->p[d->tied_wte]);
 }

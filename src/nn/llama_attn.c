@@ -78,25 +78,29 @@ static void qkv_lo(const cl_model *m, float *qkv, const void *x, const cl_llama_
     cl_nn_gemm_lo(m, 0, 0, iN, Kl, iC, x, iC, cl_nn_wlo(m, w->v_w), Kl, 0.0f, qkv + Cl + Kl, iQ);
 }
 
-/* The forward in bf16 (not sequence-parallel): input_layernorm's and post_attention_layernorm's outputs written
- * as BF16 into their saved slots by the kernels that compute them; o_proj's input narrowed into the scratch. */
+/* The forward in bf16: input_layernorm's and post_attention_layernorm's outputs written as BF16 into their
+ * saved slots by the kernels that compute them (this rank's Ns rows; under sequence parallelism the q, k, v
+ * products read them gathered as BF16 into the scratch); o_proj's input narrowed into the scratch. */
 static cl_status llama_attn_forward_lo(const cl_model *m, const cl_llama_attn_acts *s, const float *in, const cl_llama_attn_weights *w,
                                        int B, int T) {
     const cl_model_desc *d = m->desc;
-    int64_t N = (int64_t)B * T, C = d->cfg.channels, Cl = d->channels_local, Q = Cl + 2 * (int64_t)d->kv_channels_local;
-    int NH, KV, hd, iN = (int)N, iC = (int)C;
+    int64_t N = (int64_t)B * T, Ns = cl_nn_rows_here(d, N), C = d->cfg.channels, Cl = d->channels_local,
+            Q = Cl + 2 * (int64_t)d->kv_channels_local;
+    int NH, KV, hd, iN = (int)N, iNs = (int)Ns, iC = (int)C;
     cl_llama_heads(d, &NH, &KV, &hd);
-    float eps = (float)d->cfg.rms_norm_eps, *ay = m->scratch;
+    float eps = (float)d->cfg.rms_norm_eps, *ay = m->scratch, *G = m->scratch;
     const float *cos_t = m->rope, *sin_t = m->rope + m->sizes.tables / 2;
     double fq = 2.0 * (double)N * C * Q, fl = 2.0 * (double)N * C * Cl, att = 4.0 * (double)B * T * T * Cl;
-    CL_PROF("fwd rmsnorm", 0, cl_kern(m)->rmsnorm_forward_bf16((uint16_t *)s->ln1, s->rstd1, in, w->ln1_w, eps, iN, iC));
-    CL_PROF("fwd qkv", fq, qkv_lo(m, s->qkv, s->ln1, w, N));
+    const float *x;
+    CL_PROF("fwd rmsnorm", 0, cl_kern(m)->rmsnorm_forward_bf16((uint16_t *)s->ln1, s->rstd1, in, w->ln1_w, eps, iNs, iC));
+    CL_TRY(cl_nn_col_input(m, s->ln1, G, Ns, C, &x));
+    CL_PROF("fwd qkv", fq, qkv_lo(m, s->qkv, x, w, N));
     CL_PROF("fwd rope", 0, cl_kern(m)->rope_forward(s->qkv, s->qkv, cos_t, sin_t, iN, T, 0, NH + KV, hd, Q));
     CL_PROF("fwd attention", att, CL_TRY(cl_nn_attention_forward(m, s->atty, s->lse, s->qkv, B, T, (int)Cl, NH, KV)));
     CL_TRY(cl_nn_narrow(m, ay, s->atty, N * Cl));
     CL_TRY(cl_nn_row_linear(m, "fwd o_proj", fl, ay, w->o_w, NULL, s->res2, N, Cl));
     CL_PROF("fwd residual rmsnorm", 0,
-            cl_kern(m)->residual_rmsnorm_forward_bf16(s->res2, (uint16_t *)s->ln2, s->rstd2, s->res2, in, w->ln2_w, eps, iN, iC));
+            cl_kern(m)->residual_rmsnorm_forward_bf16(s->res2, (uint16_t *)s->ln2, s->rstd2, s->res2, in, w->ln2_w, eps, iNs, iC));
     return CL_OK;
 }
 

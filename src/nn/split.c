@@ -21,7 +21,7 @@ cl_status cl_nn_col_input(const cl_model *m, const float *rows, float *buf, int6
         return CL_OK;
     }
     *out = buf;
-    return cl_tp_forward(&m->tp, CL_TP_GATHER, rows, buf, (size_t)(Ns * C));
+    return cl_tp_forward_n(&m->tp, CL_TP_GATHER, rows, buf, (size_t)(Ns * C), cl_nn_bf16(m->desc) ? CL_BF16 : CL_F32);
 }
 
 /* The output of a row-parallel layer: partial sums in part (N x C) summed

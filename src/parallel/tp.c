@@ -21,17 +21,17 @@ cl_tp cl_tp_of(cl_comm *comm) {
 
 typedef enum { OP_IDENTITY, OP_ALLREDUCE, OP_ALLGATHER, OP_REDUCE_SCATTER } tp_op;
 
-static cl_status run(const cl_tp *tp, tp_op op, const float *in, float *out, size_t n) {
+static cl_status run(const cl_tp *tp, tp_op op, const void *in, void *out, size_t n, cl_dtype dt) {
     if (tp->size <= 1 || op == OP_IDENTITY) {
-        if (in != out) memmove(out, in, n * sizeof *out);
+        if (in != out) memmove(out, in, n * cl_dtype_size(dt));
         return CL_OK;
     }
     switch (op) {
     case OP_ALLREDUCE:
-        if (in != out) memmove(out, in, n * sizeof *out);
-        return cl_comm_allreduce(tp->comm, out, n, CL_F32, CL_RED_SUM);
-    case OP_ALLGATHER: return cl_comm_allgather_n(tp->comm, in, out, n, CL_F32);
-    case OP_REDUCE_SCATTER: return cl_comm_reduce_scatter(tp->comm, in, out, n, CL_F32, CL_RED_SUM);
+        if (in != out) memmove(out, in, n * cl_dtype_size(dt));
+        return cl_comm_allreduce(tp->comm, out, n, dt, CL_RED_SUM);
+    case OP_ALLGATHER: return cl_comm_allgather_n(tp->comm, in, out, n, dt);
+    case OP_REDUCE_SCATTER: return cl_comm_reduce_scatter(tp->comm, in, out, n, dt, CL_RED_SUM);
     default: break;
     }
     return cl_error(CL_ERR_INTERNAL, "unknown tensor-parallel operation %d", (int)op);
@@ -45,15 +45,19 @@ static const tp_op ops[CL_TP_NMAPPINGS][2] = {
     [CL_TP_SCATTER] = {OP_REDUCE_SCATTER, OP_ALLGATHER},
 };
 
-static cl_status map(const cl_tp *tp, cl_tp_mapping m, int dir, const float *in, float *out, size_t n) {
+static cl_status map(const cl_tp *tp, cl_tp_mapping m, int dir, const void *in, void *out, size_t n, cl_dtype dt) {
     if ((unsigned)m >= CL_TP_NMAPPINGS) return cl_error(CL_ERR_INVALID, "unknown tensor-parallel mapping %d", (int)m);
-    return run(tp, ops[m][dir], in, out, n);
+    return run(tp, ops[m][dir], in, out, n, dt);
 }
 
 cl_status cl_tp_forward(const cl_tp *tp, cl_tp_mapping m, const float *in, float *out, size_t n) {
-    return map(tp, m, 0, in, out, n);
+    return map(tp, m, 0, in, out, n, CL_F32);
 }
 
 cl_status cl_tp_backward(const cl_tp *tp, cl_tp_mapping m, const float *in, float *out, size_t n) {
-    return map(tp, m, 1, in, out, n);
+    return map(tp, m, 1, in, out, n, CL_F32);
+}
+
+cl_status cl_tp_forward_n(const cl_tp *tp, cl_tp_mapping m, const void *in, void *out, size_t n, cl_dtype dt) {
+    return map(tp, m, 0, in, out, n, dt);
 }

@@ -94,8 +94,6 @@ cl_status cl_train_describe(const cl_train_config *cfg, int tp_rank, cl_model_de
         return cl_error(CL_ERR_INVALID, "--make-vocab-size-divisible-by must be positive (got %d)", cfg->vocab_divisible_by);
     if (cfg->dtype != CL_F32 && cfg->dtype != CL_BF16) return cl_error(CL_ERR_INVALID, "--dtype must be fp32 or bf16");
     if (cfg->grad_reduce != CL_F32 && cfg->grad_reduce != CL_BF16) return cl_error(CL_ERR_INVALID, "--grad-reduce-dtype must be fp32 or bf16");
-    if (cfg->dtype == CL_BF16 && tp > 1 && cfg->sequence_parallel)
-        return cl_error(CL_ERR_UNSUPPORTED, "--dtype bf16 with --tp %d --sequence-parallel: sequence parallelism is not yet supported in bf16", tp);
     int T = cfg->seq_len ? cfg->seq_len : cfg->model.seq_len;
     CL_TRY(check_cp(cfg, T));
     CL_TRY(check_ep(cfg));
