@@ -124,7 +124,7 @@ expect2 "attention_causal_blocks must be true or false" $CLEAVE plan --hardware 
 out=$($CLEAVE plan --model llama-tiny --seq-len 64 --devices 4 --hardware "$tmp/this.json" --cp 2 --top 5 2>&1); rc=$?
 rows=$(printf '%s\n' "$out" | awk '$1 ~ /^[0-9]+$/ && NF > 10')
 check '[ $rc -eq 0 ] && [ -n "$rows" ] && printf "%s\n" "$rows" | awk "{ if (\$3 != 2) bad = 1 } END { exit bad }" &&
-       printf "%s" "$out" | grep -q " cp  tp "' "plan --cp 2: every row at cp 2 (rc $rc)$(excerpt 6 "$out")"
+       printf "%s" "$out" | grep -q " cp  ep  tp "' "plan --cp 2: every row at cp 2 (rc $rc)$(excerpt 6 "$out")"
 out=$($CLEAVE plan --model llama-tiny --seq-len 64 --devices 4 --hardware "$tmp/this.json" --cp 2 --json 2>&1)
 check 'printf "%s\n" "$out" | grep -q "\"cp\": 2" && ! printf "%s\n" "$out" | grep -q "\"cp\": 1"' "plan --cp 2 --json$(excerpt 2 "$out")"
 expect2 "does not split into 2 x --cp 2 = 4 equal chunks" $CLEAVE plan --model llama-tiny --seq-len 30 --devices 4 --cp 2
