@@ -455,10 +455,11 @@ int cleave_cmd_plan(int argc, char **argv) {
         if (q.fix.offload != CL_OFFLOAD_NONE && !q.hw.exact_memory)
             return cli_fail(cl_error(CL_ERR_UNSUPPORTED, "--offload-optimizer %s: modelled on this machine only (--hardware this)", off));
     }
-    if (q.fix.cp > 1) { /* the trainer's refusals of --cp (a token family, 2 cp chunks, no sp, no experts), up front */
+    if (q.fix.cp > 1 || q.fix.ep > 1) { /* the trainer's refusals of --cp (a token family, 2 cp chunks, no sp, no experts)
+                                          * and --ep (a model with experts, ep dividing them), up front */
         cl_train_config tc;
         cl_train_config_default(&tc);
-        tc.model = q.model, tc.seq_len = q.T, tc.cp = q.fix.cp, tc.cp_comm = q.fix.cp_comm > 0 ? q.fix.cp_comm : CL_CP_RING, tc.sequence_parallel = q.fix.sp == 1, tc.tp = q.fix.tp > 0 ? q.fix.tp : 1;
+        tc.model = q.model, tc.seq_len = q.T, tc.cp = q.fix.cp > 1 ? q.fix.cp : 1, tc.ep = q.fix.ep > 1 ? q.fix.ep : 1, tc.cp_comm = q.fix.cp_comm > 0 ? q.fix.cp_comm : CL_CP_RING, tc.sequence_parallel = q.fix.sp == 1, tc.tp = q.fix.tp > 0 ? q.fix.tp : 1;
         cl_model_desc *d;
         if ((s = cl_train_describe(&tc, 0, &d))) return cli_fail(s);
         cl_model_desc_free(d);
