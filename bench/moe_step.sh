@@ -35,23 +35,12 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 head -c 2000000 data/kjv.txt > "$tmp/text.txt"
 S=(--model mixtral-tiny --layers "$L" --channels "$C" --heads 8 --kv-heads 4 --context "$T" --seq-len "$T")
-M=("${S[@]}" --micro-batch-size "$MB" --global-batch-size $((2 * MB)))
-R=(--data "$tmp/text.txt" --steps $((WARMUP + STEPS)) --sample-tokens 0 --eval-batches 1 --threads 1 --dp 2)
+P=("${S[@]}" --micro-batch-size "$MB" --global-batch-size $((2 * MB)))
+M=("${P[@]}" --data "$tmp/text.txt" --steps $((WARMUP + STEPS)) --sample-tokens 0 --eval-batches 1 --threads 1 --dp 2)
 echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), load $(cut -d' ' -f1 /proc/loadavg)"
 echo "model: $L layers, C $C, 8 heads (4 key-value), T $T, micro-batch $MB a rank; MoE: 8 experts of width $F, top-2, ep 2;"
 echo "dense: --experts 0 --ffn-channels $((2 * F)); best of $ROUNDS rounds of $STEPS timed steps after $WARMUP"
-ms() { /usr/bin/python3 -c '
-import json, sys
-w = int(sys.argv[2]); v = [json.loads(l)["ms"] for l in open(sys.argv[1]) if "\"loss\"" in l][w:]
-print(sum(v) / len(v))' "$1" "$WARMUP"; }
-declare -A best
-run() { # name args...
-    local name=$1; shift
-    ./build/cleave train "${M[@]}" "${R[@]}" "$@" --log-file "$tmp/$name.jsonl" > "$tmp/$name.out" 2>&1 || { tail -3 "$tmp/$name.out"; exit 1; }
-    local t; t=$(ms "$tmp/$name.jsonl")
-    echo "  $name: $t ms a step"
-    if [ -z "${best[$name]:-}" ] || awk -v a="$t" -v b="${best[$name]}" 'BEGIN { exit !(a < b) }'; then best[$name]=$t; fi
-}
+source bench/step_lib.sh
 for ((r = 1; r <= ROUNDS; r++)); do
     echo "round $r"
     run dense --experts 0 --ffn-channels $((2 * F))
@@ -66,7 +55,7 @@ for n in dense moe-ep2 moe-ep1; do
         'BEGIN { printf "| %s | %.1f | %.0f | %.0f%% |\n", n, t, tok * 1000 / t, 100 * o / t }'
 done
 # the all-to-all's bytes: measured (rank 0's sent and received, every step) against the cost model's
-pred=$(./build/cleave plan "${M[@]}" --ffn-channels "$F" --devices 2 --dp 2 --ep 2 --hardware a100 --precision fp32 --zero 0 \
+pred=$(./build/cleave plan "${P[@]}" --ffn-channels "$F" --devices 2 --dp 2 --ep 2 --hardware a100 --precision fp32 --zero 0 \
        --recompute none --json --top 1 | grep -o '"a2a_bytes": [0-9]*' | awk '{print $2}')
 echo
 echo "all-to-all bytes a step, rank 0 (the cost model, uniform routing: $pred sent):"
