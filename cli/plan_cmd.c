@@ -45,7 +45,7 @@ static const cli_flag plan_flags[] = {
                          "where the hardware has it"},
     {"dtype", "", 1, "same as --precision (the word train and memory use)"},
     {"dp", "", 1, "fix the data-parallel size"},
-    {"cp", "", 1, "fix the context-parallel size (each sequence split over cp ranks, the ring's traffic timed; 1: none)"},
+    {"cp", "", 1, "fix the context-parallel size (each sequence split over cp ranks, --cp-comm's traffic timed; 1: none)"},
     {"cp-comm", "", 1, "the context group's exchange timed: ring (default) or a2a (all-to-all, Ulysses)"},
     {"ep", "", 1, "fix the expert-parallel size (dividing dp and the experts; default: searched for models with experts)"},
     {"tp", "", 1, "fix the tensor-parallel size"},
@@ -379,11 +379,13 @@ int cleave_cmd_plan(int argc, char **argv) {
     if (cli_get(&a, "help")) {
         cli_print_help("usage: cleave plan [train's model flags] --devices N [--hardware a100|h100|this|FILE] [flags]\n"
                        "       cleave plan calibrate [--out FILE]\n\n"
-                       "Predicts, for every way to split the model over the devices (dp x cp x tp x pp, virtual stages,\n"
-                       "micro-batch, schedule, ZeRO stage, recompute, sequence parallelism), each rank's memory and the\n"
+                       "Predicts, for every way to split the model over the devices (dp x cp x tp x pp, expert\n"
+                       "parallelism for models with experts, virtual stages, micro-batch, schedule, ZeRO stage, recompute,\n"
+                       "sequence parallelism), each rank's memory and the\n"
                        "step time (unit costs and the hardware run through the schedule simulator), drops what does\n"
                        "not fit, and prints the fastest first. Flags for those dimensions fix them. TFLOP/s are model\n"
-                       "FLOPs (no recompute) per device; * marks a time from the closed form (not simulated).",
+                       "FLOPs (no recompute) per device; a2a s is a step's all-to-all time (the experts' dispatch, --cp-comm\n"
+                       "a2a); * marks a time from the closed form (not simulated).",
                        plan_flags, NFLAGS(plan_flags));
         return 0;
     }
