@@ -26,18 +26,7 @@ M=(--model gpt2 --context "$T" --seq-len "$T" --micro-batch-size 1 --global-batc
    --sample-tokens 0 --eval-batches 1)
 echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), load $(cut -d' ' -f1 /proc/loadavg)"
 echo "model: GPT-2 124M shape, T $T, micro-batch 1; best of $ROUNDS rounds of $STEPS timed steps after $WARMUP"
-ms() { /usr/bin/python3 -c '
-import json, sys
-w = int(sys.argv[2]); v = [json.loads(l)["ms"] for l in open(sys.argv[1]) if "\"loss\"" in l][w:]
-print(sum(v) / len(v))' "$1" "$WARMUP"; }
-declare -A best
-run() { # name args...
-    local name=$1; shift
-    ./build/cleave train "${M[@]}" "$@" --log-file "$tmp/$name.jsonl" > "$tmp/$name.out" 2>&1 || { tail -3 "$tmp/$name.out"; exit 1; }
-    local t; t=$(ms "$tmp/$name.jsonl")
-    echo "  $name: $t ms a step"
-    if [ -z "${best[$name]:-}" ] || awk -v a="$t" -v b="${best[$name]}" 'BEGIN { exit !(a < b) }'; then best[$name]=$t; fi
-}
+source bench/step_lib.sh
 for ((r = 1; r <= ROUNDS; r++)); do
     echo "round $r"
     run one --threads 2

@@ -21,7 +21,8 @@ static void hw_note(char *b, size_t n, int calibrated) {
 static cl_plan_cfg cfg_of(const cl_train_config *c, int dp, int tp, int pp) {
     int v = pp > 1 && c->schedule == CL_SCHED_INTERLEAVED ? (c->virtual_stages > 1 ? c->virtual_stages : 2) : 1;
     return (cl_plan_cfg){dp, tp, pp, v, c->micro_batch, pp > 1 ? c->schedule : CL_SCHED_1F1B, c->zero, c->recompute,
-                         c->sequence_parallel, 0, c->offload_optimizer, 0, c->cp > 1 ? c->cp : 1};
+                         c->sequence_parallel, 0, c->offload_optimizer, 0, c->cp > 1 ? c->cp : 1, c->ep > 1 ? c->ep : 1,
+                         c->cp > 1 ? c->cp_comm : 0};
 }
 
 static void shortfall(char *b, size_t n, const cl_plan_list *l) {
@@ -67,6 +68,7 @@ static cl_status auto_plan(FILE *f, const cli_args *a, cl_train_config *c, int g
     if (cli_get(a, "sequence-parallel")) q.fix.sp = 1;
     if (cli_get(a, "offload-optimizer")) q.fix.offload = c->offload_optimizer;
     if (cli_get(a, "cp") || cli_get(a, "context-parallel-size")) q.fix.cp = c->cp;
+    if (cli_get(a, "ep") || cli_get(a, "expert-model-parallel-size")) q.fix.ep = c->ep;
     cl_plan_list l;
     CL_TRY(cl_plan_search(&q, &l));
     char capb[32], hwn[256];

@@ -25,6 +25,15 @@ static const cli_flag plan_flags[] = {
     {"context", "", 1, "GPT: positions"},
     {"kv-heads", "", 1, "GPT: key-value heads (default --heads)"},
     {"mlp-width", "", 1, "GPT: the MLP's hidden width (default 4 x --channels)"},
+    {"ffn-channels", "", 1, "Llama: the MLP's width (intermediate_size; the preset's), as cleave train reads it"},
+    {"rope-theta", "", 1, "Llama: the rotary base (no effect on the plan; accepted as cleave train does)"},
+    {"rope-scaling", "", 1, "Llama: none or llama3:FACTOR,LOW,HIGH,ORIGINAL_CONTEXT (no effect on the plan)"},
+    {"tie-embeddings", "", 1, "Llama: 1 ties the LM head to the embedding, 0 gives it its own weight"},
+    {"experts", "", 1, "Llama: E experts in the MoE blocks (0: dense)"},
+    {"experts-per-token", "", 1, "Llama MoE: top-K experts per token"},
+    {"moe-every", "", 1, "Llama MoE: every N-th block an MoE block"},
+    {"moe-aux-loss-coeff", "", 1, "Llama MoE: the load-balancing loss's coefficient (no effect on the plan)"},
+    {"moe-capacity-factor", "", 1, "Llama MoE: each expert keeps ceil(F x tokens x K / E) token-slots (0: dropless, priced)"},
     {"seq-len", "", 1, "GPT: tokens per sample (default: the context)"},
     {"devices", "", 1, "devices in all (or --nodes x --devices-per-node)"},
     {"nodes", "", 1, "nodes (with --devices-per-node, default the hardware's)"},
@@ -36,7 +45,9 @@ static const cli_flag plan_flags[] = {
                          "where the hardware has it"},
     {"dtype", "", 1, "same as --precision (the word train and memory use)"},
     {"dp", "", 1, "fix the data-parallel size"},
-    {"cp", "", 1, "fix the context-parallel size (each sequence split over cp ranks, the ring's traffic timed; 1: none)"},
+    {"cp", "", 1, "fix the context-parallel size (each sequence split over cp ranks, --cp-comm's traffic timed; 1: none)"},
+    {"cp-comm", "", 1, "the context group's exchange timed: ring (default) or a2a (all-to-all, Ulysses)"},
+    {"ep", "", 1, "fix the expert-parallel size (dividing dp and the experts; default: searched for models with experts)"},
     {"tp", "", 1, "fix the tensor-parallel size"},
     {"pp", "", 1, "fix the pipeline size"},
     {"virtual-stages", "", 1, "fix the chunks per pipeline rank (interleaved)"},
@@ -326,11 +337,12 @@ static void gib(char *b, size_t n, double x) { snprintf(b, n, "%.3g", x / (1 << 
 
 static void print_json(const cl_plan_result *r) {
     const cl_plan_cfg *c = &r->c;
-    printf("{\"dp\": %d, \"tp\": %d, \"pp\": %d, \"cp\": %d, \"virtual_stages\": %d, \"micro_batch_size\": %d, \"schedule\": \"%s\", \"zero\": %d, "
+    printf("{\"dp\": %d, \"tp\": %d, \"pp\": %d, \"cp\": %d, \"cp_comm\": \"%s\", \"ep\": %d, \"a2a_s\": %.6g, \"a2a_bytes\": %.0f, \"virtual_stages\": %d, \"micro_batch_size\": %d, \"schedule\": \"%s\", \"zero\": %d, "
            "\"offload_optimizer\": \"%s\", \"recompute\": \"%s\", \"sequence_parallel\": %s, \"precision\": \"%s\", \"fits\": %s, \"step_s\": %.6g, "
            "\"tokens_per_s\": %.6g, \"model_tflops_per_device\": %.6g, \"tflops_per_device\": %.6g, \"peak_share\": %.4f, "
            "\"bubble\": %.4f, \"comm_share\": %.4f, \"simulated\": %s, \"lean\": %s, \"peak_bytes\": %.0f, \"peak_rank\": %d, \"bytes\": {",
-           c->dp, c->tp, c->pp, c->cp > 1 ? c->cp : 1, c->v, c->mb, cl_sched_kind_name((cl_sched_kind)c->schedule), c->zero,
+           c->dp, c->tp, c->pp, c->cp > 1 ? c->cp : 1, c->cp_comm == CL_CP_A2A ? "a2a" : "ring", c->ep > 1 ? c->ep : 1, r->a2a_s,
+           r->a2a_bytes, c->v, c->mb, cl_sched_kind_name((cl_sched_kind)c->schedule), c->zero,
            c->offload == CL_OFFLOAD_DISK ? "disk" : c->offload == CL_OFFLOAD_HOST ? "host" : "none", rc_name(c->recompute), c->sp ? "true" : "false", c->bf16 ? "bf16" : "fp32", r->fits ? "true" : "false", r->step_s, r->tokens_per_s,
            r->model_tflops, r->hw_tflops, r->peak_share, r->bubble, r->comm_share, r->simulated ? "true" : "false", c->lean ? "true" : "false", r->peak_bytes,
            r->full_rank);
@@ -339,19 +351,21 @@ static void print_json(const cl_plan_result *r) {
 }
 
 static void print_table(const cl_plan_list *l, int top) {
-    printf("  %4s %4s %3s %3s %3s %2s %3s %-11s %4s %-9s %2s | %9s %10s %7s %5s %6s %5s | %8s (GiB: params grads optim acts work)\n",
-           "rank", "dp", "cp", "tp", "pp", "v", "mb", "schedule", "zero", "recompute", "sp", "step s", "tokens/s", "TFLOP/s", "peak",
-           "bubble", "comm", "mem GiB");
+    printf("  %4s %4s %3s %3s %3s %3s %2s %3s %-11s %4s %-9s %2s | %9s %10s %7s %5s %6s %5s %8s | %8s (GiB: params grads optim acts "
+           "work)\n",
+           "rank", "dp", "cp", "ep", "tp", "pp", "v", "mb", "schedule", "zero", "recompute", "sp", "step s", "tokens/s", "TFLOP/s", "peak",
+           "bubble", "comm", "a2a s", "mem GiB");
     for (int i = 0; i < l->n && i < top; i++) {
         const cl_plan_result *r = &l->r[i];
         const cl_plan_cfg *c = &r->c;
         char cat[5][16], pk[16];
         for (int k = 0; k < 5; k++) gib(cat[k], sizeof cat[k], r->cat_bytes[k]);
         gib(pk, sizeof pk, r->peak_bytes);
-        printf("  %4d %4d %3d %3d %3d %2d %3d %-11s %4d %-9s %2s | %9.4g %10.4g %7.3g %4.0f%% %6.3f %5.3f | %8s (%s %s %s %s %s)%s%s%s\n", i + 1,
-               c->dp, c->cp > 1 ? c->cp : 1, c->tp, c->pp, c->v, c->mb, cl_sched_kind_name((cl_sched_kind)c->schedule), c->zero,
-               rc_name(c->recompute), c->sp ? "y" : "n", r->step_s, r->tokens_per_s, r->model_tflops, 100 * r->peak_share, r->bubble, r->comm_share, pk,
-               cat[0], cat[1], cat[2], cat[3], cat[4], r->simulated ? "" : " *",
+        printf("  %4d %4d %3d %3d %3d %3d %2d %3d %-11s %4d %-9s %2s | %9.4g %10.4g %7.3g %4.0f%% %6.3f %5.3f %8.3g | %8s (%s %s %s %s %s)%s%s%s%s\n",
+               i + 1, c->dp, c->cp > 1 ? c->cp : 1, c->ep > 1 ? c->ep : 1, c->tp, c->pp, c->v, c->mb,
+               cl_sched_kind_name((cl_sched_kind)c->schedule), c->zero, rc_name(c->recompute), c->sp ? "y" : "n", r->step_s, r->tokens_per_s,
+               r->model_tflops, 100 * r->peak_share, r->bubble, r->comm_share, r->a2a_s, pk,
+               cat[0], cat[1], cat[2], cat[3], cat[4], r->simulated ? "" : " *", c->cp > 1 && c->cp_comm == CL_CP_A2A ? " cp-comm a2a" : "",
                c->offload == CL_OFFLOAD_DISK ? " offload disk" : c->offload == CL_OFFLOAD_HOST ? " offload host" : "",
                !c->lean ? "" : c->zero == CL_ZERO_PARAMS ? " --bucket-size 1 --zero3-prefetch 0" : " --bucket-size 1");
     }
@@ -365,17 +379,19 @@ int cleave_cmd_plan(int argc, char **argv) {
     if (cli_get(&a, "help")) {
         cli_print_help("usage: cleave plan [train's model flags] --devices N [--hardware a100|h100|this|FILE] [flags]\n"
                        "       cleave plan calibrate [--out FILE]\n\n"
-                       "Predicts, for every way to split the model over the devices (dp x cp x tp x pp, virtual stages,\n"
-                       "micro-batch, schedule, ZeRO stage, recompute, sequence parallelism), each rank's memory and the\n"
+                       "Predicts, for every way to split the model over the devices (dp x cp x tp x pp, expert\n"
+                       "parallelism for models with experts, virtual stages, micro-batch, schedule, ZeRO stage, recompute,\n"
+                       "sequence parallelism), each rank's memory and the\n"
                        "step time (unit costs and the hardware run through the schedule simulator), drops what does\n"
                        "not fit, and prints the fastest first. Flags for those dimensions fix them. TFLOP/s are model\n"
-                       "FLOPs (no recompute) per device; * marks a time from the closed form (not simulated).",
+                       "FLOPs (no recompute) per device; a2a s is a step's all-to-all time (the experts' dispatch, --cp-comm\n"
+                       "a2a); * marks a time from the closed form (not simulated).",
                        plan_flags, NFLAGS(plan_flags));
         return 0;
     }
     cl_plan_query q;
     memset(&q, 0, sizeof q);
-    q.fix = (cl_plan_cfg){-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1};
+    q.fix = (cl_plan_cfg){-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1};
     int seq = 0;
     if ((s = cli_parse_model(&a, &q.model, &seq))) return cli_fail(s);
     q.T = cl_model_family_of(&q.model)->tokens ? (seq ? seq : q.model.seq_len) : 1;
@@ -387,7 +403,7 @@ int cleave_cmd_plan(int argc, char **argv) {
     if ((s = cli_int(&a, "devices", &devices, 1, 1 << 24)) || (s = cli_int(&a, "nodes", &nodes, 1, 1 << 20)) ||
         (s = cli_int(&a, "devices-per-node", &dpn, 1, 1 << 16)) || (s = cli_bytes(&a, "device-memory", &mem)) ||
         (s = cli_int(&a, "global-batch-size", &q.global_batch, 1, 1 << 30)) || (s = cli_int(&a, "dp", &q.fix.dp, 1, 1 << 24)) ||
-        (s = cli_int(&a, "cp", &q.fix.cp, 1, 4096)) ||
+        (s = cli_int(&a, "cp", &q.fix.cp, 1, 4096)) || (s = cli_int(&a, "ep", &q.fix.ep, 1, 4096)) ||
         (s = cli_int(&a, "tp", &q.fix.tp, 1, 1 << 16)) || (s = cli_int(&a, "pp", &q.fix.pp, 1, 4096)) ||
         (s = cli_int(&a, "virtual-stages", &q.fix.v, 1, 64)) || (s = cli_int(&a, "micro-batch-size", &q.fix.mb, 1, 1 << 20)) ||
         (s = cli_int(&a, "zero", &q.fix.zero, 0, 3)) || (s = cli_int(&a, "make-vocab-size-divisible-by", &q.vocab_div, 1, 1 << 20)) ||
@@ -418,6 +434,9 @@ int cleave_cmd_plan(int argc, char **argv) {
         if ((s = cl_recompute_parse(cli_get(&a, "recompute"), &rc))) return cli_fail(s);
         q.fix.recompute = (int)rc;
     }
+    const char *cc = cli_get(&a, "cp-comm");
+    if (cc && strcmp(cc, "ring") && strcmp(cc, "a2a")) return cli_fail(cl_error(CL_ERR_INVALID, "unknown --cp-comm '%s' (ring or a2a)", cc));
+    q.fix.cp_comm = cc && !strcmp(cc, "a2a") ? CL_CP_A2A : -1;
     if (cli_get(&a, "sequence-parallel")) q.fix.sp = 1;
     if (cli_get(&a, "no-sequence-parallel")) q.fix.sp = 0;
     const char *prec = cli_get(&a, "precision"), *dtype = cli_get(&a, "dtype");
@@ -438,10 +457,11 @@ int cleave_cmd_plan(int argc, char **argv) {
         if (q.fix.offload != CL_OFFLOAD_NONE && !q.hw.exact_memory)
             return cli_fail(cl_error(CL_ERR_UNSUPPORTED, "--offload-optimizer %s: modelled on this machine only (--hardware this)", off));
     }
-    if (q.fix.cp > 1) { /* the trainer's refusals of --cp (a token family, 2 cp chunks, no sp, no experts), up front */
+    if (q.fix.cp > 1 || q.fix.ep > 1) { /* the trainer's refusals of --cp (a token family, 2 cp chunks, no sp, no experts)
+                                          * and --ep (a model with experts, ep dividing them), up front */
         cl_train_config tc;
         cl_train_config_default(&tc);
-        tc.model = q.model, tc.seq_len = q.T, tc.cp = q.fix.cp, tc.sequence_parallel = q.fix.sp == 1, tc.tp = q.fix.tp > 0 ? q.fix.tp : 1;
+        tc.model = q.model, tc.seq_len = q.T, tc.cp = q.fix.cp > 1 ? q.fix.cp : 1, tc.ep = q.fix.ep > 1 ? q.fix.ep : 1, tc.cp_comm = q.fix.cp_comm > 0 ? q.fix.cp_comm : CL_CP_RING, tc.sequence_parallel = q.fix.sp == 1, tc.tp = q.fix.tp > 0 ? q.fix.tp : 1;
         cl_model_desc *d;
         if ((s = cl_train_describe(&tc, 0, &d))) return cli_fail(s);
         cl_model_desc_free(d);

@@ -124,7 +124,7 @@ expect2 "attention_causal_blocks must be true or false" $CLEAVE plan --hardware 
 out=$($CLEAVE plan --model llama-tiny --seq-len 64 --devices 4 --hardware "$tmp/this.json" --cp 2 --top 5 2>&1); rc=$?
 rows=$(printf '%s\n' "$out" | awk '$1 ~ /^[0-9]+$/ && NF > 10')
 check '[ $rc -eq 0 ] && [ -n "$rows" ] && printf "%s\n" "$rows" | awk "{ if (\$3 != 2) bad = 1 } END { exit bad }" &&
-       printf "%s" "$out" | grep -q " cp  tp "' "plan --cp 2: every row at cp 2 (rc $rc)$(excerpt 6 "$out")"
+       printf "%s" "$out" | grep -q " cp  ep  tp "' "plan --cp 2: every row at cp 2 (rc $rc)$(excerpt 6 "$out")"
 out=$($CLEAVE plan --model llama-tiny --seq-len 64 --devices 4 --hardware "$tmp/this.json" --cp 2 --json 2>&1)
 check 'printf "%s\n" "$out" | grep -q "\"cp\": 2" && ! printf "%s\n" "$out" | grep -q "\"cp\": 1"' "plan --cp 2 --json$(excerpt 2 "$out")"
 expect2 "does not split into 2 x --cp 2 = 4 equal chunks" $CLEAVE plan --model llama-tiny --seq-len 30 --devices 4 --cp 2
@@ -136,4 +136,58 @@ a=$($CLEAVE plan --model llama-tiny --devices 8 --hardware h100 --precision bf16
 b=$($CLEAVE plan --model llama-tiny --devices 8 --hardware h100 --dtype bf16 --json 2>&1)
 check '[ -n "$a" ] && [ "$a" = "$b" ] && printf "%s\n" "$a" | grep -q "\"precision\": \"bf16\""' "plan --dtype bf16 differs from --precision bf16$(excerpt 2 "$b")"
 expect2 "precision fp32 and --dtype bf16 disagree" $CLEAVE plan --model llama-tiny --devices 2 --hardware h100 --dtype bf16 --precision fp32
+# Expert parallelism (issue 33 item 5). The step's predicted all-to-all bytes equal what a run sends
+# (moe_a2a_bytes[0], this rank's) where routing fills every expert: mixtral-tiny at dp 2 ep 2 with a capacity
+# factor of 0.125 (cap = ceil(0.125 x 32 x 2 / 8) = 1 slot an expert, rank and micro-batch): every expert of every
+# rank, micro-batch and block filled exactly when the step drops 512 - 2 ranks x 2 micro-batches x 2 blocks x 8
+# = 448 of its 512 slots; such steps must equal the plan (no recompute and full), every step at most it
+head -c 300000 data/kjv.txt > "$tmp/kjv.txt"
+for rc in none full; do
+    "$CLEAVE" train --model mixtral-tiny --data "$tmp/kjv.txt" --seq-len 16 --micro-batch-size 2 --global-batch-size 8 --steps 6 \
+        --sample-tokens 0 --eval-batches 1 --threads 1 --dp 2 --ep 2 --moe-capacity-factor 0.125 --recompute $rc \
+        --log-file "$tmp/ep_$rc.jsonl" > "$tmp/ep_$rc.out" 2>&1; trc=$?
+    pred=$("$CLEAVE" plan --model mixtral-tiny --seq-len 16 --devices 2 --dp 2 --ep 2 --micro-batch-size 2 --global-batch-size 8 \
+        --moe-capacity-factor 0.125 --hardware a100 --precision fp32 --zero 0 --recompute $rc --json --top 1 2>&1 |
+        grep -o '"a2a_bytes": [0-9]*' | awk '{print $2}')
+    got=$(grep '"moe_dropped"' "$tmp/ep_$rc.jsonl" | sed 's/.*"moe_dropped": \([0-9]*\).*"moe_a2a_bytes": \[\([0-9]*\),.*/\1 \2/')
+    full=$(printf '%s\n' "$got" | awk -v p="$pred" '$1 == 448 { if ($2 == p) n++; else bad = 1 } $2 > p { bad = 1 } END { print bad ? -1 : n + 0 }')
+    echo "ep 2 recompute $rc: predicted $pred B a step; measured (dropped, bytes): $(echo $got)"
+    check '[ $trc -eq 0 ] && [ -n "$pred" ] && [ "$pred" -gt 0 ] && [ "$full" -ge 1 ]' \
+        "recompute $rc: moe_a2a_bytes (dropped, sent) $(echo $got) against the plan's $pred (rc $trc)"
+done
+# ep in the search and the table; --ep fixes it with its all-to-all time; mixtral-8x7b on 64 H100s
+out=$($CLEAVE plan --model mixtral-8x7b --devices 64 --hardware h100 --seq-len 4096 --global-batch-size 256 --top 3 2>&1); rc=$?
+check '[ $rc -eq 0 ] && printf "%s" "$out" | grep -q " cp  ep  tp .* a2a s "' "mixtral-8x7b: the ep and a2a columns$(excerpt 6 "$out")"
+out=$($CLEAVE plan --model mixtral-8x7b --devices 64 --hardware h100 --seq-len 4096 --global-batch-size 256 --ep 8 --top 3 2>&1); rc=$?
+rows=$(printf '%s\n' "$out" | awk '$1 ~ /^[0-9]+$/ && NF > 10')
+check '[ $rc -eq 0 ] && [ -n "$rows" ] && printf "%s\n" "$rows" | awk "{ if (\$4 != 8 || !(\$20 > 0)) bad = 1 } END { exit bad }"' \
+    "mixtral-8x7b --ep 8: every row at ep 8 with an all-to-all time$(excerpt 6 "$out")"
+# the memory at ep: cleave memory's bytes (fp32: the trainer's predictor)
+for cap in 0 0.25; do
+    pj=$($CLEAVE plan --model mixtral-tiny --seq-len 16 --devices 4 --dp 4 --ep 4 --micro-batch-size 2 --global-batch-size 8 \
+         --moe-capacity-factor $cap --hardware a100 --precision fp32 --zero 1 --recompute none --json 2>&1)
+    peak=$(printf '%s' "$pj" | grep -o '"peak_bytes": [0-9]*' | awk '{print $2}')
+    mem=$($CLEAVE memory --model mixtral-tiny --seq-len 16 --dp 4 --ep 4 --micro-batch-size 2 --global-batch-size 8 \
+          --moe-capacity-factor $cap --zero 1 --json 2>&1 | grep -o '"total": [0-9]*' | awk '{print $2}' | sort -n | tail -1)
+    check '[ -n "$peak" ] && [ "$peak" = "$mem" ]' "ep 4 capacity $cap: plan's peak $peak = cleave memory's $mem$(excerpt 2 "$pj")"
+done
+# --auto with --ep fixed runs it (its all-to-alls in the step log)
+CLEAVE_HW="$tmp/none.json" "$CLEAVE" train --model mixtral-tiny --data "$tmp/kjv.txt" --seq-len 16 --global-batch-size 8 --steps 2 \
+    --sample-tokens 0 --eval-batches 1 --threads 1 --auto --ranks 2 --ep 2 --log-file "$tmp/auto_ep.jsonl" > "$tmp/auto_ep.out" 2>&1; arc=$?
+check '[ $arc -eq 0 ] && grep -q "auto: chose --dp 2 --ep 2 " "$tmp/auto_ep.out" && [ "$(grep -c moe_a2a_bytes "$tmp/auto_ep.jsonl")" -eq 2 ]' \
+    "--auto --ep 2$(excerpt 3 "$(cat "$tmp/auto_ep.out")")"
+expect2 "ep 3 must divide the 8 experts" $CLEAVE plan --model mixtral-tiny --devices 4 --ep 3
+expect2 "ep 2: the model has no experts" $CLEAVE plan --model llama-tiny --devices 4 --ep 2
+expect2 "unknown --cp-comm" $CLEAVE plan --model llama-tiny --devices 4 --cp 2 --cp-comm star
+# --ffn-channels: accepted for Llama models as cleave train reads it (the plan's memory is cleave memory's at that
+# width), refused for GPT's
+pj=$($CLEAVE plan --model llama-tiny --ffn-channels 512 --seq-len 32 --devices 2 --dp 2 --micro-batch-size 2 --global-batch-size 8 \
+     --hardware a100 --precision fp32 --zero 0 --recompute none --json 2>&1)
+p0=$($CLEAVE plan --model llama-tiny --seq-len 32 --devices 2 --dp 2 --micro-batch-size 2 --global-batch-size 8 \
+     --hardware a100 --precision fp32 --zero 0 --recompute none --json 2>&1 | grep -o '"peak_bytes": [0-9]*' | awk '{print $2}')
+peak=$(printf '%s' "$pj" | grep -o '"peak_bytes": [0-9]*' | awk '{print $2}')
+mem=$($CLEAVE memory --model llama-tiny --ffn-channels 512 --seq-len 32 --dp 2 --micro-batch-size 2 --global-batch-size 8 --json 2>&1 |
+      grep -o '"total": [0-9]*' | awk '{print $2}' | sort -n | tail -1)
+check '[ -n "$peak" ] && [ "$peak" = "$mem" ] && [ "$peak" != "$p0" ]' "--ffn-channels 512: plan $peak = memory $mem (default width: $p0)$(excerpt 2 "$pj")"
+expect2 "ffn-channels applies to Llama models" $CLEAVE plan --model gpt2-tiny --ffn-channels 100 --devices 2
 finish cli_plan

@@ -181,13 +181,13 @@ static void test_cp_plan(void) {
     q.vocab_div = 128;
     CHECK_OK(cl_hw_builtin("a100", &q.hw));
     q.hw.exact_memory = 1, q.hw.coll_on_cores = 1, q.hw.attn_causal = 1, q.hw.peak_bf16 = 0;
-    q.fix = (cl_plan_cfg){-1, -1, -1, -1, -1, -1, -1, -1, -1, 0, -1, -1, -1};
+    q.fix = (cl_plan_cfg){-1, -1, -1, -1, -1, -1, -1, -1, -1, 0, -1, -1, -1, -1, -1};
     q.fix.recompute = CL_RECOMPUTE_NONE;
     /* the predictor's figures at cp 2 x tp 2 and cp 4 */
     static const int shapes[][2] = {{2, 2}, {4, 1}};
     for (int i = 0; i < 2; i++) {
         int cp = shapes[i][0], tp = shapes[i][1];
-        cl_plan_cfg c = {1, tp, 1, 1, 1, CL_SCHED_1F1B, 0, CL_RECOMPUTE_NONE, 0, 0, 0, 0, cp};
+        cl_plan_cfg c = {1, tp, 1, 1, 1, CL_SCHED_1F1B, 0, CL_RECOMPUTE_NONE, 0, 0, 0, 0, cp, 1, 0};
         cl_plan_result r;
         CHECK_OK(cl_plan_eval(&q, &c, &r));
         cl_train_config tc;
@@ -419,14 +419,14 @@ static void row_query(const mrow *r, cl_plan_query *q) {
     snprintf(q->model.name, sizeof q->model.name, "custom");
     q->T = 2048, q->devices = r->gpus, q->global_batch = r->batch, q->vocab_div = 128;
     cl_hw_builtin("a100", &q->hw);
-    q->fix = (cl_plan_cfg){-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1};
+    q->fix = (cl_plan_cfg){-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1};
 }
 
 static cl_plan_cfg row_cfg(const mrow *r) {
     int v = 1, per = r->layers / r->p;
     if (r->p > 1)
         for (v = 2; per % v; v++) {}
-    cl_plan_cfg c = {r->gpus / (r->t * r->p), r->t, r->p, v, 1, v > 1 ? CL_SCHED_INTERLEAVED : CL_SCHED_1F1B, 0, CL_RECOMPUTE_FULL, 0, 1, 0, 0, 1};
+    cl_plan_cfg c = {r->gpus / (r->t * r->p), r->t, r->p, v, 1, v > 1 ? CL_SCHED_INTERLEAVED : CL_SCHED_1F1B, 0, CL_RECOMPUTE_FULL, 0, 1, 0, 0, 1, 1, 0};
     return c;
 }
 

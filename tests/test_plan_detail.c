@@ -37,7 +37,7 @@ static void test_gpu(void) {
     CHECK_OK(cl_model_preset("gpt2", &q.model));
     q.T = 1024, q.devices = 16, q.global_batch = 32, q.vocab_div = 128;
     CHECK_OK(cl_hw_builtin("a100", &q.hw));
-    cl_plan_cfg c = {2, 2, 4, 1, 2, CL_SCHED_1F1B, 1, 0, 0, 1, 0, 0, 1};
+    cl_plan_cfg c = {2, 2, 4, 1, 2, CL_SCHED_1F1B, 1, 0, 0, 1, 0, 0, 1, 1, 0};
     cl_plan_result r;
     cl_plan_detail d;
     CHECK_OK(cl_plan_eval(&q, &c, &r));
@@ -69,7 +69,7 @@ static void test_this(void) {
     cl_plan_query q;
     cl_plan_query_for_train(&tc, 2, &hw, &q);
     CHECK(q.devices == 2 && q.global_batch == 8 && q.T == 64 && q.base == &tc && q.fix.dp == -1, "query for the run");
-    cl_plan_cfg c = {1, 1, 2, 1, 2, CL_SCHED_ZB_H1, 0, 1, 0, 0, 0, 0, 1};
+    cl_plan_cfg c = {1, 1, 2, 1, 2, CL_SCHED_ZB_H1, 0, 1, 0, 0, 0, 0, 1, 1, 0};
     cl_plan_detail d;
     CHECK_OK(cl_plan_detail_of(&q, &c, &d));
     cl_train_config run = tc;
@@ -91,11 +91,11 @@ static void test_this(void) {
 
 static void test_flags(void) {
     char b[256];
-    cl_plan_cfg c = {2, 1, 2, 2, 4, CL_SCHED_INTERLEAVED, 1, 2, 0, 0, 0, 0, 1};
+    cl_plan_cfg c = {2, 1, 2, 2, 4, CL_SCHED_INTERLEAVED, 1, 2, 0, 0, 0, 0, 1, 1, 0};
     cl_plan_cfg_flags(&c, b, sizeof b);
     CHECK(!strcmp(b, "--dp 2 --tp 1 --pp 2 --micro-batch-size 4 --zero 1 --recompute full --schedule interleaved --virtual-stages 2"),
           "%s", b);
-    cl_plan_cfg o = {1, 2, 1, 1, 8, CL_SCHED_1F1B, 0, 0, 1, 0, 0, 0, 1};
+    cl_plan_cfg o = {1, 2, 1, 1, 8, CL_SCHED_1F1B, 0, 0, 1, 0, 0, 0, 1, 1, 0};
     cl_plan_cfg_flags(&o, b, sizeof b);
     CHECK(!strcmp(b, "--dp 1 --tp 2 --pp 1 --micro-batch-size 8 --zero 0 --recompute none --sequence-parallel"), "%s", b);
     cl_plan_cfg_flags(&c, b, 20); /* truncated, terminated */

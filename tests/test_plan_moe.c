@@ -93,7 +93,7 @@ static void test_mixtral_8x7b(void) {
     CHECK_OK(cl_model_preset("mixtral-8x7b", &q.model));
     q.T = 4096, q.global_batch = 256, q.devices = 64, q.vocab_div = 128;
     CHECK_OK(cl_hw_builtin("a100", &q.hw));
-    q.fix = (cl_plan_cfg){-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1};
+    q.fix = (cl_plan_cfg){-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1};
     cl_model_desc *d = describe(&q.model, q.T);
     if (!d) return;
     CHECK(d->nparams_total == 46702792704LL, "mixtral-8x7b: %lld parameters, not 46,702,792,704", (long long)d->nparams_total);
@@ -121,8 +121,136 @@ static void test_mixtral_8x7b(void) {
     cl_plan_list_free(&l);
 }
 
+/* The all-to-all's time (the pairwise exchange: (g - 1) latencies and (g - 1)/g of the buffer over the link) on the
+ * h100 description, within a node and across nodes. */
+static void test_alltoall_time(void) {
+    cl_hw hw;
+    CHECK_OK(cl_hw_builtin("h100", &hw));
+    CHECK(cl_hw_alltoall(&hw, 1e9, 1, 0) == 0, "one rank: no exchange");
+    for (int inter = 0; inter < 2; inter++)
+        for (int g = 2; g <= 16; g *= 2) {
+            double bw = inter ? hw.inter_bw : hw.intra_bw, lat = inter ? hw.inter_lat : hw.intra_lat, n = 3e8;
+            double want = (g - 1) * lat + n * (g - 1) / g / bw, got = cl_hw_alltoall(&hw, n, g, inter);
+            CHECK(fabs(got - want) <= 1e-12 * want, "all-to-all of %g B over %d (inter %d): %.9g s, the formula %.9g", n, g, inter, got, want);
+        }
+}
+
+static cl_plan_query tiny_query(const char *model, int devices, int T) {
+    cl_plan_query q;
+    memset(&q, 0, sizeof q);
+    CHECK_OK(cl_model_preset(model, &q.model));
+    q.T = T, q.global_batch = 8, q.devices = devices, q.vocab_div = 128;
+    CHECK_OK(cl_hw_builtin("a100", &q.hw));
+    q.fix = (cl_plan_cfg){-1, -1, -1, -1, -1, -1, -1, -1, -1, 0, -1, -1, -1, -1, -1}; /* fp32: the trainer's memory statement */
+    return q;
+}
+
+/* Expert parallelism in the step (mixtral-tiny, fp32 on the a100 description): per MoE block and micro-batch the
+ * forward's all-to-alls of the slot counts (E int32) and of the R = N K rows out and back (C floats, dropless: the
+ * slots a rank keeps under uniform routing; with a capacity factor <= 1 E cap), the backward's two, the full
+ * re-forward's again; (ep - 1)/ep of each buffer leaves the rank: the step's a2a_bytes and a2a_s against those sums.
+ * The FLOPs stay the balanced load's (E / ep experts of ep N K / E rows each); the memory is cl_memory_predict's
+ * at that ep; and the search tries every ep dividing dp and E. */
+static void test_ep_step(void) {
+    for (int capf = 0; capf < 2; capf++)
+        for (int ep = 2; ep <= 4; ep *= 2)
+            for (int rc = 0; rc <= CL_RECOMPUTE_FULL; rc += CL_RECOMPUTE_FULL) {
+                cl_plan_query q = tiny_query("mixtral-tiny", 4, 16);
+                q.model.moe_capacity_factor = capf ? 0.25 : 0;
+                const cl_model_config *mc = &q.model;
+                double N = 2.0 * q.T, C = mc->channels, E = mc->experts, K = mc->experts_per_token, L = mc->layers, m = q.global_batch / (4 * 2);
+                double R = capf ? E * ceil(0.25 * N * K / E) : N * K;
+                cl_plan_cfg c = {4, 1, 1, 1, 2, CL_SCHED_1F1B, 0, rc, 0, 0, 0, 0, 1, ep, 0};
+                cl_plan_result r, r1;
+                CHECK_OK(cl_plan_eval(&q, &c, &r));
+                c.ep = 1;
+                CHECK_OK(cl_plan_eval(&q, &c, &r1));
+                double f = (ep - 1.0) / ep, passes = rc == CL_RECOMPUTE_FULL ? 2 : 1; /* forward (and re-forward): counts + 2 */
+                double bytes = m * L * (passes * (4 * E + 2 * R * C * 4) + 2 * R * C * 4) * f;
+                double t = m * L * (passes * (cl_hw_alltoall(&q.hw, 4 * E, ep, 0) + 2 * cl_hw_alltoall(&q.hw, R * C * 4, ep, 0)) +
+                                    2 * cl_hw_alltoall(&q.hw, R * C * 4, ep, 0));
+                CHECK(r.a2a_bytes == bytes, "capacity %d ep %d rc %d: a2a %.0f B a step, the formula %.0f", capf, ep, rc, r.a2a_bytes, bytes);
+                CHECK(fabs(r.a2a_s - t) <= 1e-12 * t, "ep %d rc %d: a2a %.9g s, the formula %.9g", ep, rc, r.a2a_s, t);
+                CHECK(r1.a2a_bytes == 0 && r1.a2a_s == 0, "ep 1: no all-to-all");
+                CHECK(r.step_s > r1.step_s, "ep %d adds its exchange to the step (%.6g s against %.6g)", ep, r.step_s, r1.step_s);
+                /* the memory: the trainer's predictor at that ep */
+                cl_train_config tc;
+                cl_train_config_default(&tc);
+                tc.model = q.model, tc.seq_len = q.T, tc.micro_batch = 2, tc.global_batch = q.global_batch, tc.ep = ep;
+                tc.vocab_divisible_by = 128, tc.recompute = rc;
+                cl_mem_rank mr[4];
+                CHECK_OK(cl_memory_predict(&tc, 4, 1, mr));
+                int w = 0;
+                for (int k = 1; k < 4; k++)
+                    if (mr[k].total > mr[w].total) w = k;
+                CHECK(r.peak_bytes == (double)mr[w].total, "ep %d: planner %.0f B, cl_memory_predict %zu B", ep, r.peak_bytes, (size_t)mr[w].total);
+            }
+    /* the FLOPs at ep: the same, in E / ep products of ep N K / E rows */
+    cl_model_config mc;
+    CHECK_OK(cl_model_preset("mixtral-tiny", &mc));
+    cl_tp_layout t1 = {1, 0, 0, 1, CL_F32, 1}, t4 = {1, 0, 0, 1, CL_F32, 4};
+    cl_model_desc *d1 = NULL, *d4 = NULL;
+    CHECK_OK(cl_model_describe_tp(&mc, 16, &t1, &d1));
+    CHECK_OK(cl_model_describe_tp(&mc, 16, &t4, &d4));
+    if (d1 && d4) {
+        cl_unit_cost a, b;
+        cl_unit_cost_of(d1, 1, 2, 4, 0, 1, &a);
+        cl_unit_cost_of(d4, 1, 2, 4, 0, 1, &b);
+        for (int p = 0; p < CL_NPASS; p++) CHECK(a.pass[p].flops == b.pass[p].flops, "pass %d: ep 4's FLOPs %g, ep 1's %g", p, b.pass[p].flops, a.pass[p].flops);
+        double E = mc.experts, rows = 4 * 2.0 * 16 * mc.experts_per_token / E;
+        int found = 0;
+        for (int i = 0; i < b.pass[CL_PASS_F].ngemm; i++) {
+            const cl_gemm_shape *g = &b.pass[CL_PASS_F].gemm[i];
+            found += g->m == rows && g->k == mc.channels && g->count == 2 * E / 4;
+        }
+        CHECK(found == 1, "ep 4: w1, w3 as 2 E/4 products of %g rows (%d found)", rows, found);
+    }
+    cl_model_desc_free(d1);
+    cl_model_desc_free(d4);
+    /* the search: ep 1, 2 and 4 at dp 4; none for a dense model */
+    cl_plan_query q = tiny_query("mixtral-tiny", 4, 16);
+    cl_plan_list l;
+    CHECK_OK(cl_plan_search(&q, &l));
+    int seen[5] = {0};
+    for (int i = 0; i < l.n; i++)
+        if (l.r[i].c.ep >= 1 && l.r[i].c.ep <= 4) seen[l.r[i].c.ep] |= l.r[i].c.dp == 4;
+    CHECK(seen[1] && seen[2] && seen[4] && !seen[3], "mixtral-tiny on 4: ep 1 %d, 2 %d, 4 %d at dp 4", seen[1], seen[2], seen[4]);
+    cl_plan_list_free(&l);
+    q = tiny_query("llama-tiny", 4, 16);
+    CHECK_OK(cl_plan_search(&q, &l));
+    int any = 0;
+    for (int i = 0; i < l.n; i++) any |= l.r[i].c.ep > 1;
+    CHECK(l.n > 0 && !any, "llama-tiny (no experts): ep never searched");
+    cl_plan_list_free(&l);
+    q.fix.ep = 2;
+    CHECK(cl_plan_search(&q, &l) == CL_OK && l.considered == 0, "llama-tiny --ep 2: no configuration");
+    cl_plan_list_free(&l);
+}
+
+/* Context parallelism's all-to-all (--cp-comm a2a, Ulysses) on llama-tiny at cp 2: per attention block and
+ * micro-batch the forward's two exchanges (q, k, v: W = C + 2 Kv a row; the output: C), the backward's four (2 W +
+ * 2 C), all blocking; the ring's time is not the a2a's. */
+static void test_cp_a2a(void) {
+    cl_plan_query q = tiny_query("llama-tiny", 2, 64);
+    const cl_model_config *mc = &q.model;
+    double C = mc->channels, Kv = (double)cl_model_kv_heads(mc) * (mc->channels / mc->heads), L = mc->layers, m = q.global_batch / 1.0;
+    double rows = 1.0 * (q.T / 2) * 4, W = (C + 2 * Kv) * rows, O = C * rows;
+    cl_plan_cfg c = {1, 1, 1, 1, 1, CL_SCHED_1F1B, 0, 0, 0, 0, 0, 0, 2, 1, CL_CP_A2A};
+    cl_plan_result a, r;
+    CHECK_OK(cl_plan_eval(&q, &c, &a));
+    c.cp_comm = CL_CP_RING;
+    CHECK_OK(cl_plan_eval(&q, &c, &r));
+    double bytes = m * L * 3 * (W + O) / 2, t = m * L * 3 * (cl_hw_alltoall(&q.hw, W, 2, 0) + cl_hw_alltoall(&q.hw, O, 2, 0));
+    CHECK(a.a2a_bytes == bytes, "cp 2 a2a: %.0f B a step, the formula %.0f", a.a2a_bytes, bytes);
+    CHECK(fabs(a.a2a_s - t) <= 1e-12 * t, "cp 2 a2a: %.9g s, the formula %.9g", a.a2a_s, t);
+    CHECK(r.a2a_s == 0 && r.step_s != a.step_s, "the ring: no all-to-all, another time (%.6g s against a2a's %.6g)", r.step_s, a.step_s);
+}
+
 int main(void) {
     test_block_flops();
     test_mixtral_8x7b();
+    test_alltoall_time();
+    test_ep_step();
+    test_cp_a2a();
     return cl_test_report("test_plan_moe");
 }

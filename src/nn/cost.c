@@ -33,6 +33,11 @@ void cl_cost_coll(cl_pass_cost *c, cl_coll_kind kind, double bytes, int tp) {
     else c->rs_bytes += bytes, c->rs_calls++;
 }
 
+void cl_cost_alltoall(cl_pass_cost *c, double bytes, int g) {
+    if (g <= 1 || bytes <= 0) return;
+    c->a2a_bytes += bytes, c->a2a_calls++;
+}
+
 void cl_cost_split_pair(cl_pass_cost *c, double act, int tp, int sp) {
     if (sp) cl_cost_coll(c, CL_COLL_ALLGATHER, act, tp), cl_cost_coll(c, CL_COLL_REDUCE_SCATTER, act, tp);
     else cl_cost_coll(c, CL_COLL_ALLREDUCE, act, tp);

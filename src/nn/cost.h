@@ -43,6 +43,10 @@ typedef struct {
     /* tensor-parallel collectives: bytes of the whole buffer (as comm.h counts) and calls */
     double ar_bytes, ag_bytes, rs_bytes;
     int ar_calls, ag_calls, rs_calls;
+    /* expert parallelism's all-to-alls (the MoE blocks' dispatch over the ep group, ep > 1 only): bytes of a
+     * rank's whole send buffers (its block for every rank, its own included) and calls */
+    double a2a_bytes;
+    int a2a_calls;
 } cl_pass_cost;
 
 typedef struct {
@@ -57,6 +61,8 @@ void cl_cost_gemm_part(cl_pass_cost *c, double m, double n, double k, double cou
 void cl_cost_gemm(cl_pass_cost *c, double m, double n, double k, double count, int layout);
 /* a tensor-parallel collective of bytes over tp ranks (none at tp 1) */
 void cl_cost_coll(cl_pass_cost *c, cl_coll_kind kind, double bytes, int tp);
+/* an all-to-all over the g ranks of the expert-parallel group of a send buffer of bytes (none at g 1) */
+void cl_cost_alltoall(cl_pass_cost *c, double bytes, int g);
 /* A transformer block's two split pairs (a column-parallel layer, then a row-parallel one: attention's and the
  * MLP's) in one pass: under sequence parallelism an all-gather before each and a reduce-scatter after, else
  * one all-reduce after each; act the bytes of the pass's activation rows. cl_cost_split_pair: one of them. */

@@ -411,28 +411,38 @@ static int64_t moe_rc_floats(const cl_model_desc *d, const cl_unit *un, int B, i
  * slot, Megatron-LM's count for top-K), the backward's input and weight gradients the same again each; as bytes
  * the softmax and top-k, the aux loss's sums, the dispatch (order, slot rows, counts) and the gather of the slots'
  * rows, SwiGLU, the weighted combine, the residual, and their backward kernels; the zeroed gradient buffers (sized
- * for the R rows the layout holds) and the residual gradient's copy as streams. No collectives: the block is
- * replicated (tp 1). */
+ * for the R rows the layout holds) and the residual gradient's copy as streams. No tensor-parallel collective: the
+ * block is replicated (tp 1). Expert parallelism (ep > 1): a rank runs its E / ep experts on the rows every rank of
+ * its group routes to them, ep S / E rows each under a balanced load (the same FLOPs), and the dispatch's
+ * all-to-alls over the group: the forward's slot counts (E int32 a rank) and its rows out and results back, the
+ * backward's output gradients out and input gradients back, each R rows of C elements, R = the slots a rank keeps
+ * under uniform routing (moe_rows: N K dropless; with a capacity min(N K, E cap), every expert filled to its cap at
+ * a factor <= 1), (ep - 1)/ep of them leaving the rank. */
 static void moe_mlp_cost(const cl_model_desc *d, int B, double e, cl_unit_cost *o) {
+    int ep = moe_ep(d);
     double N = (double)B * d->T, C = d->cfg.channels, Fw = (double)cl_model_mlp_width(&d->cfg), E = d->cfg.experts,
-           K = d->cfg.experts_per_token, S = N * K, R = (double)moe_rows(d, (int64_t)B * d->T);
+           K = d->cfg.experts_per_token, S = N * K, R = (double)moe_rows(d, (int64_t)B * d->T), El = E / ep, Se = S * ep / E;
+    double Rr = (double)moe_rows_in(d, (int64_t)B * d->T);
     cl_pass_cost *f = &o->pass[CL_PASS_F], *b = &o->pass[CL_PASS_B], *w = &o->pass[CL_PASS_W];
     cl_cost_gemm(f, N, E, C, 1, CL_GEMM_NN);
-    cl_cost_gemm(f, S / E, Fw, C, 2 * E, CL_GEMM_NN);
-    cl_cost_gemm(f, S / E, C, Fw, E, CL_GEMM_NN);
+    cl_cost_gemm(f, Se, Fw, C, 2 * El, CL_GEMM_NN);
+    cl_cost_gemm(f, Se, C, Fw, El, CL_GEMM_NN);
+    cl_cost_alltoall(f, 4 * E, ep); /* the slot counts */
+    cl_cost_alltoall(f, R * C * e, ep), cl_cost_alltoall(f, R * C * e, ep);
+    cl_cost_alltoall(b, R * C * e, ep), cl_cost_alltoall(b, R * C * e, ep);
     double router = N * (2 * E + 2 * K), aux = N * (E + K) + 2 * E, dispatch = S + 2 * S + E, gather = 2 * S * C + S;
     double swiglu = 3 * S * Fw, combine = S * C + 2 * S + N * C, residual = 3 * N * C;
     f->bytes += e * (router + aux + dispatch + gather + swiglu + combine + residual);
-    cl_cost_gemm(b, S / E, Fw, C, E, CL_GEMM_NT);
-    cl_cost_gemm(b, S / E, C, Fw, 2 * E, CL_GEMM_NT);
+    cl_cost_gemm(b, Se, Fw, C, El, CL_GEMM_NT);
+    cl_cost_gemm(b, Se, C, Fw, 2 * El, CL_GEMM_NT);
     cl_cost_gemm(b, N, C, E, 1, CL_GEMM_NT);
     /* the combine's (reads dout, ye, the weights and rows; writes dye, dwts), SwiGLU's (read 3, write 2), the
      * gather's (reads dxe and the rows, adds into dln2), the router's (dwts, p, top-k, weights, f; writes dlogits) */
     double dcombine = N * C + 2 * S * C + 3 * S, dswiglu = 5 * S * Fw, dgather = S * C + S + 2 * N * C, drouter = 2 * N * E + 3 * S + E;
     b->bytes += e * (dcombine + dswiglu + dgather + drouter);
-    b->stream += e * (N * (C + E + K) + R * C + 2 * R * Fw + 2 * N * C);
-    cl_cost_gemm(w, Fw, C, S / E, E, CL_GEMM_TN);
-    cl_cost_gemm(w, C, Fw, S / E, 2 * E, CL_GEMM_TN);
+    b->stream += e * (N * (C + E + K) + R * C + 2 * Rr * Fw + 2 * N * C);
+    cl_cost_gemm(w, Fw, C, Se, El, CL_GEMM_TN);
+    cl_cost_gemm(w, C, Fw, Se, 2 * El, CL_GEMM_TN);
     cl_cost_gemm(w, C, E, N, 1, CL_GEMM_TN);
 }
 

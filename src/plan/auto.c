@@ -70,6 +70,8 @@ void cl_plan_cfg_to_train(const cl_plan_cfg *c, cl_train_config *tc) {
     tc->micro_batch = c->mb;
     tc->tp = c->tp;
     tc->cp = c->cp > 1 ? c->cp : 1;
+    if (c->cp > 1) tc->cp_comm = c->cp_comm;
+    tc->ep = c->ep > 1 ? c->ep : 1;
     tc->sequence_parallel = c->sp;
     tc->schedule = c->pp > 1 ? c->schedule : CL_SCHED_1F1B;
     tc->virtual_stages = c->pp > 1 && c->schedule == CL_SCHED_INTERLEAVED ? c->v : 0;
@@ -82,8 +84,9 @@ void cl_plan_cfg_to_train(const cl_plan_cfg *c, cl_train_config *tc) {
 
 void cl_plan_cfg_flags(const cl_plan_cfg *c, char *buf, size_t n) {
     static const char *const rc[] = {"none", "selective", "full"};
-    char cps[24] = "";
-    if (c->cp > 1) snprintf(cps, sizeof cps, " --cp %d", c->cp);
+    char cps[64] = "";
+    if (c->cp > 1) snprintf(cps, sizeof cps, " --cp %d%s", c->cp, c->cp_comm == CL_CP_A2A ? " --cp-comm a2a" : "");
+    if (c->ep > 1) snprintf(cps + strlen(cps), sizeof cps - strlen(cps), " --ep %d", c->ep);
     int k = snprintf(buf, n, "--dp %d%s --tp %d --pp %d --micro-batch-size %d --zero %d --recompute %s", c->dp, cps, c->tp, c->pp, c->mb,
                      c->zero, rc[c->recompute >= CL_RECOMPUTE_NONE && c->recompute <= CL_RECOMPUTE_FULL ? c->recompute : CL_RECOMPUTE_NONE]);
     if (k < 0 || (size_t)k >= n) return;
@@ -101,5 +104,5 @@ int cl_plan_cfg_distance(const cl_plan_cfg *c, const cl_plan_cfg *ref) {
     int sched = c->pp > 1 || ref->pp > 1 ? c->schedule != ref->schedule || (c->schedule == CL_SCHED_INTERLEAVED && c->v != ref->v) : 0;
     return (c->dp != ref->dp) + (c->tp != ref->tp) + (c->pp != ref->pp) + (c->mb != ref->mb) + sched + (c->zero != ref->zero) +
            (c->recompute != ref->recompute) + (c->sp != ref->sp) + (c->offload != ref->offload) + (c->lean != ref->lean) +
-           ((c->cp > 1 ? c->cp : 1) != (ref->cp > 1 ? ref->cp : 1));
+           ((c->cp > 1 ? c->cp : 1) != (ref->cp > 1 ? ref->cp : 1)) + ((c->ep > 1 ? c->ep : 1) != (ref->ep > 1 ? ref->ep : 1));
 }

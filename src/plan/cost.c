@@ -16,6 +16,7 @@ void cl_pass_cost_add(cl_pass_cost *acc, const cl_pass_cost *a) {
     acc->bytes += a->bytes, acc->stream += a->stream;
     acc->ar_bytes += a->ar_bytes, acc->ag_bytes += a->ag_bytes, acc->rs_bytes += a->rs_bytes;
     acc->ar_calls += a->ar_calls, acc->ag_calls += a->ag_calls, acc->rs_calls += a->rs_calls;
+    acc->a2a_bytes += a->a2a_bytes, acc->a2a_calls += a->a2a_calls;
 }
 
 void cl_unit_cost_of(const cl_model_desc *d, int u, int B, int ebytes, int recompute, int causal, cl_unit_cost *o) {

@@ -307,6 +307,15 @@ double cl_hw_coll(const cl_hw *hw, cl_coll_kind kind, double bytes, int g, int i
     return ring < tree ? ring : tree;
 }
 
+/* The pairwise exchange (Thakur, Rabenseifner and Gropp, "Optimization of Collective Communication Operations in
+ * MPICH", IJHPCA 2005): g - 1 steps, in step i each rank sends its block for rank r + i and receives the block of
+ * rank r - i, so (g - 1)/g of its buffer leaves it: (g - 1) lat + (g - 1)/g n / bw. */
+double cl_hw_alltoall(const cl_hw *hw, double bytes, int g, int inter) {
+    if (g <= 1 || bytes <= 0) return 0;
+    double bw = inter ? hw->inter_bw : hw->intra_bw, lat = inter ? hw->inter_lat : hw->intra_lat;
+    return (double)(g - 1) / g * bytes / bw + (g - 1) * lat;
+}
+
 double cl_hw_p2p(const cl_hw *hw, double bytes, int inter) {
     return bytes / (inter ? hw->inter_bw : hw->intra_bw) + (inter ? hw->inter_lat : hw->intra_lat);
 }

@@ -48,7 +48,7 @@ double cl_plan_model_states(double psi, int K, int zero, int n) {
 typedef struct {
     const cl_plan_query *q;
     int ndesc;
-    int dtp[MAX_DESC], dsp[MAX_DESC], dcp[MAX_DESC];
+    int dtp[MAX_DESC], dsp[MAX_DESC], dcp[MAX_DESC], dep[MAX_DESC];
     int dok[MAX_DESC];           /* context parallelism of the description checked (cp_check passed) */
     int cur;                     /* the description get_desc gave last */
     cl_model_desc *desc[MAX_DESC];
@@ -67,12 +67,15 @@ typedef struct {
 } plan_ctx;
 
 /* The description of a tensor-parallel rank (tp, sp) of context rank of cp (cl_model_describe_cp: T / cp
- * tokens, each query row's attention over all T keys; cp 1: the whole sequence). */
-static cl_status get_desc(plan_ctx *x, int tp, int sp, int cp, cl_model_desc **out) {
+ * tokens, each query row's attention over all T keys; cp 1: the whole sequence), of an expert-parallel group of
+ * ep (the MoE blocks' rows and experts as the engine sizes them; 1: none). */
+static cl_status get_desc(plan_ctx *x, int tp, int sp, int cp, int ep, cl_model_desc **out) {
     if (cp < 1) cp = 1;
+    if (ep < 1) ep = 1;
     for (int i = 0; i < x->ndesc; i++)
-        if (x->dtp[i] == tp && x->dsp[i] == sp && x->dcp[i] == cp) return x->cur = i, x->up = x->uparams[i], *out = x->desc[i], CL_OK;
-    cl_tp_layout tl = {tp, 0, sp, x->q->vocab_div > 0 ? x->q->vocab_div : 128, CL_F32, 1};
+        if (x->dtp[i] == tp && x->dsp[i] == sp && x->dcp[i] == cp && x->dep[i] == ep)
+            return x->cur = i, x->up = x->uparams[i], *out = x->desc[i], CL_OK;
+    cl_tp_layout tl = {tp, 0, sp, x->q->vocab_div > 0 ? x->q->vocab_div : 128, CL_F32, ep};
     cl_model_desc *d;
     CL_TRY(cl_model_describe_cp(&x->q->model, x->q->T / cp, &tl, cp, &d));
     double *up = calloc((size_t)d->nunits, sizeof *up);
@@ -89,10 +92,12 @@ static cl_status get_desc(plan_ctx *x, int tp, int sp, int cp, cl_model_desc **o
         memmove(x->dtp, x->dtp + 1, (MAX_DESC - 1) * sizeof x->dtp[0]);
         memmove(x->dsp, x->dsp + 1, (MAX_DESC - 1) * sizeof x->dsp[0]);
         memmove(x->dcp, x->dcp + 1, (MAX_DESC - 1) * sizeof x->dcp[0]);
+        memmove(x->dep, x->dep + 1, (MAX_DESC - 1) * sizeof x->dep[0]);
         memmove(x->dok, x->dok + 1, (MAX_DESC - 1) * sizeof x->dok[0]);
         x->ndesc--;
     }
     x->desc[x->ndesc] = d, x->uparams[x->ndesc] = up, x->dtp[x->ndesc] = tp, x->dsp[x->ndesc] = sp, x->dcp[x->ndesc] = cp;
+    x->dep[x->ndesc] = ep;
     x->dok[x->ndesc] = 0, x->cur = x->ndesc;
     x->ndesc++;
     x->up = up;
@@ -145,19 +150,29 @@ typedef struct {
     int u0[CL_PP_MAX_STAGES], u1[CL_PP_MAX_STAGES];
     double f[CL_PP_MAX_STAGES], b[CL_PP_MAX_STAGES], w[CL_PP_MAX_STAGES];
     double comm_f[CL_PP_MAX_STAGES], comm_b[CL_PP_MAX_STAGES]; /* tensor-parallel seconds inside them */
+    double a2a_s[CL_PP_MAX_STAGES], a2a_b[CL_PP_MAX_STAGES];     /* all-to-all seconds and bytes leaving a rank inside
+                                                                  * them, a micro-batch (every pass) */
     double p2p;
     double sync[4096], opt[4096];
 } prep;
 
 static int inter_group(const cl_hw *hw, int span) { return span > hw->devices_per_node; }
 
-static double pass_time(const plan_ctx *x, const cl_pass_cost *pc, double peak, int tp, double *comm) {
+/* A pass's seconds: its compute, its tensor-parallel collectives and its all-to-alls over the expert-parallel group
+ * (ep consecutive dp ranks: ep x cp x tp devices), none overlapped (the engine runs them inside the unit); adds the
+ * communication to *comm, the all-to-alls' seconds to a2a[0] and the bytes leaving the rank to a2a[1]. */
+static double pass_time(const plan_ctx *x, const cl_pass_cost *pc, double peak, const cl_plan_cfg *cf, double *comm, double a2a[2]) {
     const cl_hw *hw = &x->q->hw;
-    int inter = inter_group(hw, tp);
+    int tp = cf->tp, inter = inter_group(hw, tp), ep = cf->ep > 1 ? cf->ep : 1;
     double t = cl_hw_pass_compute(hw, pc, peak), c = 0;
     if (pc->ar_calls) c += pc->ar_calls * cl_hw_coll(hw, CL_COLL_ALLREDUCE, pc->ar_bytes / pc->ar_calls, tp, inter);
     if (pc->ag_calls) c += pc->ag_calls * cl_hw_coll(hw, CL_COLL_ALLGATHER, pc->ag_bytes / pc->ag_calls, tp, inter);
     if (pc->rs_calls) c += pc->rs_calls * cl_hw_coll(hw, CL_COLL_REDUCE_SCATTER, pc->rs_bytes / pc->rs_calls, tp, inter);
+    if (pc->a2a_calls && ep > 1) {
+        int span = ep * (cf->cp > 1 ? cf->cp : 1) * tp;
+        double at = pc->a2a_calls * cl_hw_alltoall(hw, pc->a2a_bytes / pc->a2a_calls, ep, inter_group(hw, span));
+        c += at, a2a[0] += at, a2a[1] += pc->a2a_bytes * (ep - 1) / ep;
+    }
     *comm += c;
     return t + c;
 }
@@ -185,23 +200,44 @@ static void ring_cost(const plan_ctx *x, const cl_model_desc *d, int u, const cl
     *b += hw->coll_on_cores ? cb : cb > tb ? cb - tb : 0;
 }
 
+/* Context parallelism by all-to-all (--cp-comm a2a, DeepSpeed Ulysses, src/nn/cp_attention.c) in unit u of d:
+ * per micro-batch the forward trades this rank's rows of q, k and v (B Tl W elements, W = Cl + 2 Kl) for its head
+ * group's columns of every rank's rows, then returns the output (B Tl Cl); the backward gathers q, k, v, the output
+ * and its gradient (2 W + 2 Cl a row) and returns the gradients of q, k and v (W); a re-forward (any recompute) the
+ * forward's again, as the ring's. Each is an all-to-all over the context group (cp x tp devices), blocking: none
+ * hides. Adds the seconds to *f and *b, and to a2a[0], the bytes leaving the rank to a2a[1]. */
+static void cp_a2a_cost(const plan_ctx *x, const cl_model_desc *d, int u, const cl_plan_cfg *c, int eb, double *f, double *b,
+                        double a2a[2]) {
+    const cl_hw *hw = &x->q->hw;
+    int cp = c->cp, inter = inter_group(hw, cp * c->tp);
+    if (cp < 2 || !cl_kind_of(d->units[u].kind)->kv_cache) return;
+    double rows = (double)c->mb * d->T * eb, W = (d->channels_local + 2.0 * d->kv_channels_local) * rows, O = d->channels_local * rows;
+    double tf = cl_hw_alltoall(hw, W, cp, inter) + cl_hw_alltoall(hw, O, cp, inter), tb = 2 * tf, lf = (W + O) * (cp - 1) / cp;
+    double lb = 2 * lf;
+    if (c->recompute != CL_RECOMPUTE_NONE) tb += tf, lb += lf;
+    *f += tf, *b += tb, a2a[0] += tf + tb, a2a[1] += lf + lb;
+}
+
 /* Unit u's seconds per micro-batch: t[0] F, t[1] B with the re-forward, t[2] W (zb-h1's split W of a block
  * re-derives the block's interior gradients first: B's work plus W's, docs/ARCHITECTURE.md, Backward split),
  * and the communication inside them: comm[0] the forward's, comm[1] the backward's (tensor-parallel
  * collectives and the context ring's exposed part). */
 static void unit_times(const plan_ctx *x, const cl_model_desc *d, int u, const cl_plan_cfg *c, int zb, int eb, double peak,
-                       double t[3], double comm[2]) {
+                       double t[3], double comm[2], double a2a[2]) {
     const cl_hw *hw = &x->q->hw;
     cl_unit_cost uc;
     cl_unit_cost_of(d, u, c->mb, eb, c->recompute, hw->attn_causal, &uc);
     double ring_f = 0, ring_b = 0;
-    ring_cost(x, d, u, c, eb, peak, &ring_f, &ring_b);
+    a2a[0] = a2a[1] = 0;
+    if (c->cp_comm == CL_CP_A2A) cp_a2a_cost(x, d, u, c, eb, &ring_f, &ring_b, a2a);
+    else ring_cost(x, d, u, c, eb, peak, &ring_f, &ring_b);
     comm[0] = ring_f, comm[1] = ring_b;
-    t[0] = pass_time(x, &uc.pass[CL_PASS_F], peak, c->tp, &comm[0]) + ring_f;
-    t[1] = pass_time(x, &uc.pass[CL_PASS_B], peak, c->tp, &comm[1]) + pass_time(x, &uc.pass[CL_PASS_RF], peak, c->tp, &comm[1]) + ring_b;
-    double comm_b = comm[1];
-    t[2] = pass_time(x, &uc.pass[CL_PASS_W], peak, c->tp, &comm[1]);
-    if (zb && cl_kind_of(d->units[u].kind)->weight_redo) t[2] += t[1], comm[1] += comm_b;
+    t[0] = pass_time(x, &uc.pass[CL_PASS_F], peak, c, &comm[0], a2a) + ring_f;
+    double af[2] = {a2a[0], a2a[1]};
+    t[1] = pass_time(x, &uc.pass[CL_PASS_B], peak, c, &comm[1], a2a) + pass_time(x, &uc.pass[CL_PASS_RF], peak, c, &comm[1], a2a) + ring_b;
+    double comm_b = comm[1], ab[2] = {a2a[0] - af[0], a2a[1] - af[1]};
+    t[2] = pass_time(x, &uc.pass[CL_PASS_W], peak, c, &comm[1], a2a);
+    if (zb && cl_kind_of(d->units[u].kind)->weight_redo) t[2] += t[1], comm[1] += comm_b, a2a[0] += ab[0], a2a[1] += ab[1];
 }
 
 
@@ -253,8 +289,8 @@ static cl_status zero3_passes(plan_ctx *x, prep *P, const cl_model_desc *d, int 
         int same = k->repeated && u > 0 && d->units[u - 1].kind == d->units[u].kind;
         if (same) cf[u] = cf[u - 1], cb[u] = cb[u - 1], cw[u] = cw[u - 1]; /* every block costs the same */
         else {
-            double ut[3], none[2];
-            unit_times(x, d, u, c, zb, eb, peak, ut, none);
+            double ut[3], none[2], a2a[2];
+            unit_times(x, d, u, c, zb, eb, peak, ut, none, a2a);
             cf[u] = ut[0], cb[u] = ut[1], cw[u] = ut[2];
         }
         if (!zb) cb[u] += cw[u], cw[u] = 0;
@@ -291,6 +327,8 @@ static void train_config(const cl_plan_query *q, const prep *P, cl_train_config 
     tc->global_batch = q->global_batch;
     tc->tp = c->tp;
     tc->cp = c->cp > 1 ? c->cp : 1;
+    tc->cp_comm = c->cp_comm;
+    tc->ep = c->ep > 1 ? c->ep : 1;
     tc->sequence_parallel = c->sp;
     tc->vocab_divisible_by = q->vocab_div > 0 ? q->vocab_div : 128;
     tc->schedule = P->kind;
@@ -327,7 +365,13 @@ static cl_status prepare(plan_ctx *x, const cl_plan_cfg *c, prep *P, cl_model_de
     if (c->dp < 1 || c->tp < 1 || c->pp < 1 || c->mb < 1 || c->v < 1)
         return cl_error(CL_ERR_INVALID, "dp, tp, pp, micro-batch and virtual stages must be >= 1");
     if (P->c.cp < 1) P->c.cp = 1;
+    if (P->c.ep < 1) P->c.ep = 1;
     c = &P->c;
+    int E = q->model.experts;
+    if (c->ep > 1 && (!E || c->dp % c->ep || E % c->ep))
+        return cl_error(CL_ERR_INVALID, "ep %d must divide dp %d and the model's %d experts", c->ep, c->dp, E);
+    if (c->ep > 1 && c->pp > 1 && hw->exact_memory) /* the trainer's refusal (cleave train); a GPU description prices the engine */
+        return cl_error(CL_ERR_UNSUPPORTED, "--ep %d with --pp %d is not supported yet", c->ep, c->pp);
     int cp = c->cp, dpc = c->dp * cp; /* the gradients' all-reduce and ZeRO's shards span dp x cp */
     if ((long)c->dp * cp * c->tp * c->pp != q->devices)
         return cl_error(CL_ERR_INVALID, "dp %d x cp %d x tp %d x pp %d is not the %d devices", c->dp, cp, c->tp, c->pp, q->devices);
@@ -357,7 +401,7 @@ static cl_status prepare(plan_ctx *x, const cl_plan_cfg *c, prep *P, cl_model_de
         return cl_error(CL_ERR_INVALID, "interleaved: %d micro-batches are not a multiple of pp %d", P->m, P->p);
     if (P->S > CL_PP_MAX_STAGES || P->p > 4096) return cl_error(CL_ERR_INVALID, "%d stages: at most %d", P->S, CL_PP_MAX_STAGES);
     cl_model_desc *d;
-    CL_TRY(get_desc(x, c->tp, c->sp, cp, &d));
+    CL_TRY(get_desc(x, c->tp, c->sp, cp, c->ep, &d));
     *dout = d;
     if (cp > 1 && !x->dok[x->cur]) { /* the trainer's refusals (a token family, 2 cp chunks, no sp, no experts), once a description */
         CL_TRY(cp_check(x, P));
@@ -384,16 +428,17 @@ static cl_status prepare(plan_ctx *x, const cl_plan_cfg *c, prep *P, cl_model_de
     double peak = c->bf16 ? hw->peak_bf16 : hw->peak_fp32;
     int eb = c->bf16 ? 2 : 4;
     int cached_kind = -1; /* the kind of the last unit costed: a repeated kind's next unit costs the same */
-    double ut[3] = {0}, uc[2] = {0};
+    double ut[3] = {0}, uc[2] = {0}, ua[2] = {0};
     for (int s = 0; s < P->S; s++) {
         for (int u = P->u0[s]; u < P->u1[s]; u++) {
             int kind = d->units[u].kind;
             if (!(cl_kind_of(kind)->repeated && kind == cached_kind)) {
-                unit_times(x, d, u, c, P->kind == CL_SCHED_ZB_H1, eb, peak, ut, uc);
+                unit_times(x, d, u, c, P->kind == CL_SCHED_ZB_H1, eb, peak, ut, uc, ua);
                 cached_kind = kind;
             }
             P->f[s] += ut[0], P->b[s] += ut[1], P->w[s] += ut[2];
             P->comm_f[s] += uc[0], P->comm_b[s] += uc[1];
+            P->a2a_s[s] += ua[0], P->a2a_b[s] += ua[1];
         }
     }
     double pb = eb; /* bytes per 16-bit or fp32 parameter */
@@ -538,7 +583,7 @@ static cl_status memory(plan_ctx *x, const prep *P, const cl_model_desc *d, cl_p
                 cat[k] += b * scale[k];
             }
             /* the context ring's buffers (cl_model_set_cp: a set per chunk, fp32 floats at 16 bits here) */
-            cat[CL_MEM_WORKSPACE] += (double)cl_cp_buffer_floats(d, c->mb, cp, CL_CP_RING) * 4 * scale[CL_MEM_WORKSPACE];
+            cat[CL_MEM_WORKSPACE] += (double)cl_cp_buffer_floats(d, c->mb, cp, (cl_cp_comm)c->cp_comm) * 4 * scale[CL_MEM_WORKSPACE];
         }
         if (cl_zero_shards_params(c->zero) && dpc > 1) { /* the gathered parameters of the largest unit, twice (prefetch; lean: once) */
             double big = 0;
@@ -562,7 +607,7 @@ void cl_plan_step_flops(const cl_plan_query *q, int recompute, double *model, do
     *model = *run = 0;
     plan_ctx x = {.q = q};
     cl_model_desc *d;
-    if (get_desc(&x, 1, 0, 1, &d)) {
+    if (get_desc(&x, 1, 0, 1, 1, &d)) {
         cl_error_clear();
         return;
     }
@@ -594,6 +639,8 @@ static void finish(plan_ctx *x, const prep *P, double step, double bubble, doubl
     o->peak_share = o->model_tflops * 1e12 / peak;
     o->bubble = bubble;
     o->comm_share = comm / step;
+    o->a2a_s = o->a2a_bytes = 0;
+    for (int cc = 0; cc < P->v; cc++) o->a2a_s += P->m * P->a2a_s[cc * P->p], o->a2a_bytes += P->m * P->a2a_b[cc * P->p];
 }
 
 /* Exposed communication of rank 0 over a step, closed form: tp inside its
@@ -731,7 +778,7 @@ cl_status cl_plan_search(const cl_plan_query *q, cl_plan_list *out) {
      * (sequence parallelism splits token rows) */
     int body = 0, nunits = 64, recomputable = 0, tokens = cl_model_family_of(&q->model)->tokens;
     cl_model_desc *d0;
-    if (get_desc(&x, 1, 0, 1, &d0) == CL_OK) {
+    if (get_desc(&x, 1, 0, 1, 1, &d0) == CL_OK) {
         nunits = d0->nunits;
         for (int u = 0; u < d0->nunits; u++) {
             const cl_kind *k = cl_kind_of(d0->units[u].kind);
@@ -752,6 +799,8 @@ cl_status cl_plan_search(const cl_plan_query *q, cl_plan_list *out) {
     /* context parallelism: a token family's T cut into 2 cp chunks; searched only where the trainer runs it
      * (cp_check's refusals: no experts), else only where fixed (then refused by each candidate's prepare) */
     int experts = q->model.experts > 0;
+    /* the context group's exchange: fixed, the run's (--cp-comm), else the ring */
+    int cp_comm = fx->cp_comm > 0 ? fx->cp_comm : q->base ? q->base->cp_comm : CL_CP_RING;
     for (int tp = 1; tp <= q->devices && !st; tp++) {
         if (q->devices % tp || (fx->tp > 0 && tp != fx->tp) || (fx->tp <= 0 && tp > max_tp)) continue;
         for (int pp = 1; pp <= q->devices / tp && !st; pp++) {
@@ -787,7 +836,14 @@ cl_status cl_plan_search(const cl_plan_query *q, cl_plan_list *out) {
                             int rs[3], nr = opts_of(fx->recompute, CL_RECOMPUTE_NONE, recomputable ? CL_RECOMPUTE_FULL : CL_RECOMPUTE_NONE, rs);
                             /* sequence parallelism with cp: refused by the trainer, searched only where both are fixed */
                             int sps[2], ns = opts_of(fx->sp, 0, tp > 1 && tokens && (cp == 1 || fx->cp > 0) ? 1 : 0, sps), fit0 = 0;
-                            for (int zi = 0; zi < nz && !st; zi++) {
+                            /* expert parallelism: ep dividing dp and the experts (models with experts) */
+                            int eps[64], nep = 0;
+                            if (fx->ep > 0) eps[nep++] = fx->ep;
+                            else
+                                for (int e = 1; e <= dp && nep < 64; e++)
+                                    if (e == 1 || (experts && dp % e == 0 && q->model.experts % e == 0)) eps[nep++] = e;
+                            for (int ezi = 0; ezi < nep * nz && !st; ezi++) {
+                                int zi = ezi % nz, ep = eps[ezi / nz];
                                 if (dp * cp == 1 && cl_zero_shards_optim(zs[zi]) && fx->zero < 0) continue;
                                 /* lean buckets and gathers: a memory option of ZeRO 2 and 3 over dp x cp > 1, as offload */
                                 int nl = dp * cp > 1 && cl_zero_shards_grads(zs[zi]) ? 2 : 1;
@@ -798,7 +854,7 @@ cl_status cl_plan_search(const cl_plan_query *q, cl_plan_list *out) {
                                         int oi = si / nl % no, li = si % nl;
                                         if (si % (no * nl) == 0) fit0 = 0;
                                         else if (fit0 && (fx->offload < 0 || oi == 0)) continue;
-                                        cl_plan_cfg c = {dp, tp, pp, v, mb, kind, zs[zi], rs[ri], sps[si / (no * nl)], bf16, os[oi], li, cp};
+                                        cl_plan_cfg c = {dp, tp, pp, v, mb, kind, zs[zi], rs[ri], sps[si / (no * nl)], bf16, os[oi], li, cp, ep, cp > 1 ? cp_comm : 0};
                                         cand cd;
                                         cl_status e = eval_ctx(&x, &c, 0, &cd.r, &cd.lower);
                                         if (e == CL_ERR_INVALID || e == CL_ERR_UNSUPPORTED) {

@@ -64,6 +64,9 @@ double cl_hw_pass_compute(const cl_hw *hw, const cl_pass_cost *c, double peak);
  * group within a node (inter = 0) or spanning nodes; ring and tree costs,
  * the smaller. */
 double cl_hw_coll(const cl_hw *hw, cl_coll_kind kind, double bytes, int g, int inter);
+/* Seconds of an all-to-all over g devices in which each sends a buffer of bytes (its block for every rank, its
+ * own included): (g - 1)/g of it leaves (the pairwise exchange, hw.c). */
+double cl_hw_alltoall(const cl_hw *hw, double bytes, int g, int inter);
 /* Seconds of one point-to-point message. */
 double cl_hw_p2p(const cl_hw *hw, double bytes, int inter);
 
@@ -75,7 +78,11 @@ typedef struct {
                                   * bucket a unit) and under ZeRO 3 --zero3-prefetch 0 (no gather ahead, each one
                                   * exposed); 0 the run's (the defaults) */
     int cp;                      /* context parallelism (0 or 1: none): the ranks sharing each sequence, the mesh
-                                  * dp x cp x tp x pp; timed as the ring (--cp-comm ring) */
+                                  * dp x cp x tp x pp; timed as cp_comm exchanges */
+    int ep;                      /* expert parallelism (0 or 1: none): the MoE blocks' experts over ep consecutive dp
+                                  * ranks (ep divides dp and the experts), tokens dispatched by all-to-all */
+    int cp_comm;                 /* the context group's exchange (a cl_cp_comm: ring 0, a2a 1); not searched: a query's
+                                  * fix.cp_comm > 0, else its base's --cp-comm, else the ring */
 } cl_plan_cfg;
 
 typedef struct {
@@ -94,6 +101,9 @@ typedef struct {
     double over_bytes;          /* bytes over the device memory, or over host_memory (not fitting) */
     int over_cat;               /* its largest category */
     double host_need;           /* exact memory with offload: cl_memory_host_need of its ranks (0: none offloads) */
+    double a2a_s;               /* pipeline rank 0's all-to-all seconds a step (expert dispatch, cp's a2a), none hidden */
+    double a2a_bytes;           /* the bytes pipeline rank 0 sends a step by all-to-all (the (g-1)/g that leaves it; the
+                                 * step JSON's moe_a2a_bytes[0] under uniform routing) */
 } cl_plan_result;
 
 typedef struct {
@@ -164,10 +174,10 @@ cl_status cl_plan_this_hw(cl_hw *hw, int *calibrated);
  * hardware's), the host's available memory, base = tc; every dimension
  * searched (fix them after). */
 void cl_plan_query_for_train(const cl_train_config *tc, int ranks, const cl_hw *hw, cl_plan_query *q);
-/* c's settings into tc (micro-batch, tp, cp, sequence parallelism, schedule,
- * virtual stages, ZeRO, recompute); the mesh is c->dp x c->cp x c->tp x c->pp. */
+/* c's settings into tc (micro-batch, tp, cp and its exchange, ep, sequence parallelism,
+ * schedule, virtual stages, ZeRO, recompute); the mesh is c->dp x c->cp x c->tp x c->pp. */
 void cl_plan_cfg_to_train(const cl_plan_cfg *c, cl_train_config *tc);
-/* c as `cleave train` flags: "--dp D [--cp C] --tp T --pp P --micro-batch-size B
+/* c as `cleave train` flags: "--dp D [--cp C [--cp-comm a2a]] [--ep E] --tp T --pp P --micro-batch-size B
  * --zero Z --recompute R", with --schedule (and --virtual-stages) when pp > 1
  * and --sequence-parallel when on. */
 void cl_plan_cfg_flags(const cl_plan_cfg *c, char *buf, size_t n);

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Expert parallelism's speed (issue 33, "what it must show"): on two ranks, a
+# mixtral-tiny-like model (top-2 of 8 experts) at --dp 2 --ep 2 against a
+# dense Llama model with the same active parameters a token (the same shape,
+# one SwiGLU MLP of twice an expert's width, --experts 0) trained --dp 2 on
+# the same two ranks, alternating; and the step's all-to-all bytes
+# (moe_a2a_bytes, rank 0's) against what the cost model predicts for the run
+# (`cleave plan ... --json`'s a2a_bytes: dropless, uniform routing). The MoE
+# model at --dp 2 without --ep (moe-ep1: every rank all experts, no
+# exchange) runs beside them, to tell the exchange's cost from the sparse
+# MLP's.
+#
+#   bash bench/moe_step.sh                     # C 256, F 512, 4 layers, T 128
+#   C=128 F=256 ROUNDS=3 bash bench/moe_step.sh
+#
+# Each rank one thread (--threads 1), micro-batch MB of T tokens, a global
+# batch of 2 MB (one micro-batch a rank a step), STEPS timed steps after
+# WARMUP (the step line's ms, mean over the timed steps); the table gives the
+# best round of each in tokens/s and the MoE run's share of the dense run's
+# (the issue's bar: 80%). Other work on the machine moves the times: compare
+# the ratio, not the absolute figures.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+C=${C:-256}
+F=${F:-512}
+L=${L:-4}
+T=${T:-128}
+MB=${MB:-4}
+STEPS=${STEPS:-4}
+WARMUP=${WARMUP:-1}
+ROUNDS=${ROUNDS:-2}
+make -s build/cleave >/dev/null
+[ -f data/kjv.txt ] || bash scripts/setup.sh >/dev/null
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+head -c 2000000 data/kjv.txt > "$tmp/text.txt"
+S=(--model mixtral-tiny --layers "$L" --channels "$C" --heads 8 --kv-heads 4 --context "$T" --seq-len "$T")
+P=("${S[@]}" --micro-batch-size "$MB" --global-batch-size $((2 * MB)))
+M=("${P[@]}" --data "$tmp/text.txt" --steps $((WARMUP + STEPS)) --sample-tokens 0 --eval-batches 1 --threads 1 --dp 2)
+echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), load $(cut -d' ' -f1 /proc/loadavg)"
+echo "model: $L layers, C $C, 8 heads (4 key-value), T $T, micro-batch $MB a rank; MoE: 8 experts of width $F, top-2, ep 2;"
+echo "dense: --experts 0 --ffn-channels $((2 * F)); best of $ROUNDS rounds of $STEPS timed steps after $WARMUP"
+source bench/step_lib.sh
+for ((r = 1; r <= ROUNDS; r++)); do
+    echo "round $r"
+    run dense --experts 0 --ffn-channels $((2 * F))
+    run moe-ep2 --ffn-channels "$F" --ep 2
+    run moe-ep1 --ffn-channels "$F"
+done
+echo
+echo "| run | ms/step (best) | tokens/s | share of the dense run's speed |"
+echo "|---|---|---|---|"
+for n in dense moe-ep2 moe-ep1; do
+    awk -v n="$n" -v t="${best[$n]}" -v o="${best[dense]}" -v tok=$((2 * MB * T)) \
+        'BEGIN { printf "| %s | %.1f | %.0f | %.0f%% |\n", n, t, tok * 1000 / t, 100 * o / t }'
+done
+# the all-to-all's bytes: measured (rank 0's sent and received, every step) against the cost model's
+pred=$(./build/cleave plan "${P[@]}" --ffn-channels "$F" --devices 2 --dp 2 --ep 2 --hardware a100 --precision fp32 --zero 0 \
+       --recompute none --json --top 1 | grep -o '"a2a_bytes": [0-9]*' | awk '{print $2}')
+echo
+echo "all-to-all bytes a step, rank 0 (the cost model, uniform routing: $pred sent):"
+grep -o '"moe_a2a_bytes": \[[0-9]*, [0-9]*\]' "$tmp/moe-ep2.jsonl" | sed 's/.*\[\([0-9]*\), \([0-9]*\)\]/\1 \2/' |
+    awk -v p="$pred" '{ n++; printf "  step %d: sent %d (%.3f of predicted), received %d (%.3f)\n", n, $1, $1 / p, $2, $2 / p }'
