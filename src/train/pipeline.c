@@ -147,6 +147,7 @@ cl_status cl_pp_create(cl_trainer *t) {
         if (t->cp > 1) CL_TRY(cl_model_set_cp(ch->m, cfg->groups->cp, (cl_cp_comm)cfg->cp_comm));
         if (cfg->ep > 1) CL_TRY(cl_model_set_ep(ch->m, cfg->groups->ep));
         CL_TRY(cl_dp_create(&ch->dp, t->gdp > 1 ? cfg->groups->dpcp : NULL, ch->m, cfg->bucket_bytes));
+        if (cfg->ep > 1) CL_TRY(cl_dp_set_experts(ch->dp, cfg->groups->edp));
         ch->last_bwd = -1;
         for (int i = 0; i < pp->sched.len[pp->r]; i++) {
             const cl_action *a = &pp->sched.acts[pp->r][i];
