@@ -113,7 +113,7 @@ static cl_status pp_gather(cl_trainer *t, float **host, int *writer, int *opt_t)
      * (ZeRO: every replica sends its shard) or in a file (offload to disk): [m | v], alloc floats each */
     float *mom[CL_PP_MAX_CHUNKS] = {0};
     cl_status s = CL_OK;
-    int sharded = cl_zero_shards_optim(t->cfg.zero) && t->gdp > 1;
+    int sharded = cl_zero_shards_optim(t->cfg.zero) && cl_zero_ranks(&t->cfg, t->gdp) > 1;
     for (int c = 0; c < pp->v && !s && (sharded || t->cfg.offload_optimizer == CL_OFFLOAD_DISK); c++) {
         const cl_model *m = pp->ch[c].m;
         const cl_optimizer *o = &pp->ch[c].opt;
@@ -126,8 +126,8 @@ static cl_status pp_gather(cl_trainer *t, float **host, int *writer, int *opt_t)
             s = cl_optimizer_get_moments(o, own, own + sh);
             om = own, ov = own + sh;
         }
-        if (!s && sharded) s = cl_comm_allgather_n(t->cfg.groups->dpcp, om, mom[c], sh, CL_F32);
-        if (!s && sharded) s = cl_comm_allgather_n(t->cfg.groups->dpcp, ov, mom[c] + n, sh, CL_F32);
+        if (!s && sharded) s = cl_comm_allgather_n(cl_zero_comm(&t->cfg), om, mom[c], sh, CL_F32);
+        if (!s && sharded) s = cl_comm_allgather_n(cl_zero_comm(&t->cfg), ov, mom[c] + n, sh, CL_F32);
         if (!s && !sharded) {
             memcpy(mom[c], om, n * sizeof(float));
             memcpy(mom[c] + n, ov, n * sizeof(float));

@@ -151,7 +151,9 @@ static cl_status collect(cl_trainer *t, entries *es) {
                 CL_TRY(add_boxes(es, ls, t->tp_rank, i, CL_K_PARAM, a, b, cl_model_params(m), shard_off(m, i)));
             } else if (first)
                 CL_TRY(add_boxes(es, ls, t->tp_rank, i, CL_K_PARAM, 0, ls->numel, cl_model_param(m, i), 0));
-            if (!sharded && !first) continue;
+            /* moments: the first replica's, or under ZeRO every replica its shard's (the replicated parameters' from the
+             * first expert-parallel rank's expert-data group) */
+            if (sharded ? !ls->expert && t->gdp_rank % (t->cfg.ep > 1 ? t->cfg.ep : 1) : !first) continue;
             moment_range(m, o, i, &a, &b);
             for (int k = 1; k < CL_NKINDS; k++)
                 CL_TRY(add_boxes(es, ls, t->tp_rank, i, k, a, b, mom[k - 1], shard_off(m, i)));

@@ -74,7 +74,7 @@ cl_status cl_pp_opt_step(cl_trainer *t, struct cl_pp *pp, float lr, double loss_
         int stage = cl_model_zero(m)->stage;
         float *params = cl_model_params(m);
         if (stage == CL_ZERO_OPTIM || stage == CL_ZERO_GRADS) /* ZeRO 3 keeps the shard only */
-            CL_TRY(cl_comm_allgather_n(t->cfg.groups->dpcp, params + cl_model_sizes(m)->shard_lo, params,
+            CL_TRY(cl_comm_allgather_n(cl_zero_comm(&t->cfg), params + cl_model_sizes(m)->shard_lo, params,
                                        (size_t)cl_model_sizes(m)->shard, CL_F32));
     }
     if (!t->cfg.check_replicas || t->tp < 2) return CL_OK;
