@@ -2,14 +2,18 @@
 # Expert parallelism, --ep N (issue 33 items 2-3), on mixtral-tiny, 20 steps of the King James Bible, --threads 1:
 # - `cleave mesh --ep`: the expert-parallel groups are ep consecutive data-parallel ranks, the expert-data groups
 #   the dp / ep ranks computing the same experts;
-# - ep 2 and ep 4 against ep 1 at the same dp (dp 2 ep 2, dp 4 ep 2, dp 4 ep 4; ZeRO 1 and 2; recompute full; a
-#   capacity factor): loss, grad norm and aux loss within 1e-6 relative at every step; the step log's
-#   moe_a2a_bytes present with ep, absent without; --config's parallel.ep the flag's;
-# - the memory predictor equal to the measured bytes at ep 2 (dropless: the worst case, said so; with a capacity
-#   factor), the received rows counted (ep 2's activations above ep 1's);
-# - checkpoints: written at ep 2, resumed at ep 1 (single file and sharded), the resumed steps within 1e-6 of an
-#   ep 1 run that never stopped;
-# - MPI (when built with it): dp 2 ep 2 bitwise equal to the threads run;
+# - ep 2 and ep 4 against ep 1 at the same dp (dp 2 ep 2, dp 4 ep 2, dp 4 ep 4; ZeRO 1; recompute full; a capacity
+#   factor), each rank holding only its E / ep experts: loss, grad norm and aux loss within 1e-6 relative at every
+#   step; the step log's moe_a2a_bytes present with ep, absent without; --config's parallel.ep the flag's;
+# - the memory predictor equal to the measured bytes at dp 2 ep 2 (dropless: the worst case, said so; with a
+#   capacity factor) and dp 4 ep 4, the received rows counted (ep 2's activations above ep 1's), the parameters,
+#   gradients and moments E / ep experts' (ep 1's less L E (1 - 1/ep) 3 C F floats each, C, F, L and E from the
+#   checkpoint's config.json);
+# - checkpoints: written at ep 2, resumed at ep 1 and ep 2 (single file and sharded), the resumed steps within 1e-6
+#   of an ep 1 run that never stopped; one written at dp 4 ep 1 resumed at dp 4 ep 4 as well;
+# - MPI (when built with it): dp 2 ep 2 and dp 4 ep 2 (expert-data groups of 2) bitwise equal to the threads runs;
+# - ZeRO 1 with ep (dp 2 ep 2, dp 4 ep 2) within 1e-6 of ep 1 ZeRO 1, its sharded checkpoint resumed at ep 1 and
+#   ep 4; ZeRO 2 with ep refused (not built with E / ep experts a rank);
 # - bad settings refused in one line naming the flag.
 set -u
 source "$(dirname "$0")/lib.sh"
@@ -19,11 +23,13 @@ check 'grep -q "^expert-parallel groups:   \[0, 1\] \[2, 3\]$" <<<"$out" && grep
     "cleave mesh --dp 4 --ep 2: $(excerpt 12 "$out")"
 
 source "$(dirname "$0")/moe_lib.sh"
-# close A B [FROM]: every step's figures (from step FROM on) within 1e-6 relative; prints the steps and the largest
+# close A B [FROM]: A's figures within 1e-6 relative of B's from step FROM on (A a run resumed there), step by
+# step; prints the steps and the largest
 close() {
-    paste <(figures "$1" | tail -n +"${3:-1}") <(figures "$2" | tail -n +"${3:-1}") | awk '
+    paste <(figures "$1") <(figures "$2" | tail -n +"${3:-1}") | awk '
+        NF != 6 { bad = 1 }
         { n++; for (i = 1; i <= 3; i++) { d = $i - $(i + 3); if (d < 0) d = -d; r = d / ($(i + 3) < 0 ? -$(i + 3) : $(i + 3)); if (r > w) w = r } }
-        END { printf "%d steps, max rel diff %.3g\n", n, w + 0; exit !(n > 0 && w <= 1e-6) }'
+        END { printf "%d steps, max rel diff %.3g\n", n, w + 0; exit !(n > 0 && !bad && w <= 1e-6) }'
 }
 compare() { # name reference steps
     local res a=$1 b=$2 n=$3
@@ -39,11 +45,13 @@ run d4e2 --dp 4 --expert-model-parallel-size 2
 compare d4e2 d4 20
 run d4e4 --dp 4 --ep 4
 compare d4e4 d4 20
-for z in 1 2; do
-    run "z$z" --dp 2 --zero $z
-    run "z${z}e2" --dp 2 --ep 2 --zero $z
-    compare "z${z}e2" "z$z" 20
-done
+# ZeRO 1: the moments sharded over the expert-data group (dp 2 ep 2: one rank, nothing sharded; dp 4 ep 2: two)
+run z1 --dp 2 --zero 1
+run z1e2 --dp 2 --ep 2 --zero 1
+compare z1e2 z1 20
+run z1d4 --dp 4 --zero 1
+run z1d4e2 --dp 4 --ep 2 --zero 1
+compare z1d4e2 z1d4 20
 run rc --dp 2 --ep 2 --recompute full
 compare rc d2 20
 run cap --dp 2 --moe-capacity-factor 0.5
@@ -65,7 +73,7 @@ check '[ $_rc -eq 0 ] && [ "$(grep -c moe_a2a_bytes "$tmp/cfg.jsonl")" -eq 2 ] &
 printf 'In the beginning God created the heaven and the earth.\n%.0s' $(seq 2000) > "$tmp/small.txt"
 mem=(--model mixtral-tiny --data "$tmp/small.txt" --threads 1 --eval-batches 1 --micro-batch-size 2 --global-batch-size 4 --dp 2)
 acts() { sed -n '1s/.*"predicted": {[^}]*"activations": \([0-9]*\).*/\1/p' "$1"; }
-for args in "--ep 2" "--ep 2 --moe-capacity-factor 0.5" "--ep 2 --recompute selective"; do
+for args in "--ep 2" "--ep 2 --moe-capacity-factor 0.5" "--ep 2 --recompute selective" "--dp 4 --ep 4 --global-batch-size 8"; do
     "$CLEAVE" memory --measure --json "${mem[@]}" $args > "$tmp/m.json" 2> "$tmp/m.err"
     _rc=$?
     diff=$(python3 - "$tmp/m.json" <<'PY'
@@ -77,8 +85,11 @@ for line in open(sys.argv[1]):
 print("; ".join(bad))
 PY
 )
-    check '[ $_rc -eq 0 ] && [ -z "$diff" ] && [ "$(wc -l < "$tmp/m.json")" -eq 2 ]' "memory $args: status $_rc $diff $(head -2 "$tmp/m.err")"
+    ranks=2; [[ $args == *"--dp 4"* ]] && ranks=4
+    check '[ $_rc -eq 0 ] && [ -z "$diff" ] && [ "$(wc -l < "$tmp/m.json")" -eq $ranks ]' "memory $args: status $_rc $diff $(head -2 "$tmp/m.err")"
 done
+cp "$tmp/m.json" "$tmp/m-dp4ep4.json" # the last point's
+"$CLEAVE" memory --measure --json "${mem[@]}" --dp 4 --global-batch-size 8 > "$tmp/m-dp4.json" 2>&1
 "$CLEAVE" memory --measure --json "${mem[@]}" --ep 2 > "$tmp/e2.json" 2>&1
 "$CLEAVE" memory --measure --json "${mem[@]}" > "$tmp/e1.json" 2>&1
 check '[ "$(acts "$tmp/e2.json")" -gt "$(acts "$tmp/e1.json")" ]' "activations at ep 2 ($(acts "$tmp/e2.json")) not above ep 1's ($(acts "$tmp/e1.json"))"
@@ -91,13 +102,48 @@ run full8 --dp 2 --steps 8
 for fmt in single sharded; do
     "$CLEAVE" train "${common[@]}" --dp 2 --ep 2 --steps 8 --stop-after 4 --save "$tmp/ck-$fmt" --save-format $fmt > "$tmp/ck-$fmt.out" 2>&1
     _rc=$?; check '[ $_rc -eq 0 ]' "save at ep 2 ($fmt): $(tail -2 "$tmp/ck-$fmt.out")"
-    run "res-$fmt" --dp 2 --steps 8 --resume "$tmp/ck-$fmt"
-    res=$(close "$tmp/res-$fmt.jsonl" "$tmp/full8.jsonl" 5); _rc=$?
-    echo "ep 2 checkpoint ($fmt) resumed at ep 1: $res"
-    check '[ $_rc -eq 0 ] && [ "$(figures "$tmp/res-$fmt.jsonl" | wc -l)" -eq 4 ]' "resume of an ep 2 checkpoint ($fmt) at ep 1: $res"
+    for ep in 1 2; do
+        run "res-$fmt$ep" --dp 2 --ep $ep --steps 8 --resume "$tmp/ck-$fmt"
+        res=$(close "$tmp/res-$fmt$ep.jsonl" "$tmp/full8.jsonl" 5); _rc=$?
+        echo "ep 2 checkpoint ($fmt) resumed at ep $ep: $res"
+        check '[ $_rc -eq 0 ] && [ "$(figures "$tmp/res-$fmt$ep.jsonl" | wc -l)" -eq 4 ]' "resume of an ep 2 checkpoint ($fmt) at ep $ep: $res"
+    done
 done
 
+# ep 4 holds E / 4 experts: ep 1's parameters, gradients and moments less L E (3/4) 3 C F floats each (predicted = measured above)
+drop=$(python3 - "$tmp/m-dp4.json" "$tmp/m-dp4ep4.json" "$tmp/ck-single/config.json" <<'PY'
+import json, sys
+one, four = (json.loads(open(f).readline())["predicted"] for f in sys.argv[1:3])
+c = json.load(open(sys.argv[3]))
+want = c["num_hidden_layers"] * c["num_local_experts"] * 3 // 4 * 3 * c["hidden_size"] * c["intermediate_size"] * 4
+got = [one[k] - four[k] for k in ("params", "grads", "optimizer")]
+print("ok" if got == [want, want, 2 * want] else "params, grads, optimizer dropped %s bytes, want %d, %d, %d" % (got, want, want, 2 * want))
+PY
+)
+echo "ep 4 against ep 1 at dp 4: params $(sed -n '1s/.*"params": \([0-9]*\).*/\1/p' "$tmp/m-dp4ep4.json") of $(sed -n '1s/.*"params": \([0-9]*\).*/\1/p' "$tmp/m-dp4.json") bytes ($drop)"
+check '[ "$drop" = ok ]' "memory at ep 4: $drop"
+
+run full8d4 --dp 4 --steps 8
+# a dp 4 ep 2 ZeRO 1 sharded checkpoint resumed at dp 4 ep 1 ZeRO 0 and ep 4 ZeRO 1
+"$CLEAVE" train "${common[@]}" --dp 4 --ep 2 --zero 1 --steps 8 --stop-after 4 --save "$tmp/ck-z1" --save-format sharded > "$tmp/ck-z1.out" 2>&1
+_rc=$?; check '[ $_rc -eq 0 ]' "save at dp 4 ep 2 ZeRO 1: $(tail -2 "$tmp/ck-z1.out")"
+for a in "--ep 1" "--ep 4 --zero 1"; do
+    n=res-z1${a// /}
+    run "$n" --dp 4 $a --steps 8 --resume "$tmp/ck-z1"
+    res=$(close "$tmp/$n.jsonl" "$tmp/full8d4.jsonl" 5); _rc=$?
+    echo "dp 4 ep 2 ZeRO 1 checkpoint resumed at $a: $res"
+    check '[ $_rc -eq 0 ] && [ "$(figures "$tmp/$n.jsonl" | wc -l)" -eq 4 ]' "resume of a dp 4 ep 2 ZeRO 1 checkpoint at $a: $res"
+done
+
+# a dp 4 ep 1 checkpoint resumed at dp 4 ep 4 (each rank reads its experts)
+"$CLEAVE" train "${common[@]}" --dp 4 --steps 8 --stop-after 4 --save "$tmp/ck-d4" > "$tmp/ck-d4.out" 2>&1
+run res-d4e4 --dp 4 --ep 4 --steps 8 --resume "$tmp/ck-d4"
+res=$(close "$tmp/res-d4e4.jsonl" "$tmp/full8d4.jsonl" 5); _rc=$?
+echo "dp 4 ep 1 checkpoint resumed at ep 4: $res"
+check '[ $_rc -eq 0 ] && [ "$(figures "$tmp/res-d4e4.jsonl" | wc -l)" -eq 4 ]' "resume of a dp 4 ep 1 checkpoint at ep 4: $res"
+
 # refusals: one line, status 2, naming the flag
+refused "--ep 2 with --zero 2 is not supported yet" train "${common[@]}" --dp 2 --ep 2 --zero 2
 refused "--ep 4 must divide the 2 data-parallel" train "${common[@]}" --dp 2 --ep 4
 refused "--ep 2: the model has no experts" train "${common[@]}" --model llama-tiny --dp 2 --ep 2
 refused "--ep 4 must divide the 6 experts" train "${common[@]}" --dp 4 --ep 4 --experts 6
@@ -113,6 +159,10 @@ if "$CLEAVE" --version | grep -q "mpi: yes" && command -v mpirun > /dev/null; th
     _rc=$?; check '[ $_rc -eq 0 ]' "dp 2 ep 2 under MPI failed: $(tail -5 "$tmp/mpi.out")"
     check '[ "$(figures "$tmp/mpi.jsonl")" = "$(figures "$tmp/d2e2.jsonl")" ] && [ "$(figures "$tmp/mpi.jsonl" | wc -l)" -eq 20 ]' \
         "MPI and threads dp 2 ep 2 not bitwise equal: $(paste <(figures "$tmp/mpi.jsonl") <(figures "$tmp/d2e2.jsonl") | head -2)"
+    timeout -k 5 300 mpirun --oversubscribe -np 4 "$CLEAVE" train "${common[@]}" --dp 4 --ep 2 --comm mpi --log-file "$tmp/mpi4.jsonl" > "$tmp/mpi4.out" 2>&1
+    _rc=$?; check '[ $_rc -eq 0 ]' "dp 4 ep 2 under MPI failed: $(tail -5 "$tmp/mpi4.out")"
+    check '[ "$(figures "$tmp/mpi4.jsonl")" = "$(figures "$tmp/d4e2.jsonl")" ] && [ "$(figures "$tmp/mpi4.jsonl" | wc -l)" -eq 20 ]' \
+        "MPI and threads dp 4 ep 2 not bitwise equal: $(paste <(figures "$tmp/mpi4.jsonl") <(figures "$tmp/d4e2.jsonl") | head -2)"
 else
     skip "MPI parts (this build has no MPI)" setup
 fi

@@ -356,6 +356,7 @@ typedef struct cl_groups {
     cl_comm *tp, *dp, *pp, *embd, *mp;
     cl_comm *cp, *dpcp;
     cl_comm *ep; /* expert parallelism: the expert-parallel group (cl_mesh_ep_group), made by cl_groups_add_ep; NULL without */
+    cl_comm *edp; /* and its expert-data group, the dp / ep ranks holding the same experts (NULL without, or when alone) */
 } cl_groups;
 
 /* Collective over world, whose size must be mesh->world (else
@@ -366,8 +367,9 @@ cl_status cl_groups_create(cl_comm *world, const cl_mesh *mesh, cl_groups *out);
 /* Local. Frees the split communicators (not world) and clears them; a
  * zeroed cl_groups, or NULL, is a no-op. */
 void cl_groups_free(cl_groups *g);
-/* Expert parallelism: g->ep, ep consecutive members of this rank's data-parallel group (cl_mesh_ep_group), split
- * from g->dp (collective over it: every rank calls it with the same ep). ep 1: nothing made. */
+/* Expert parallelism: g->ep, ep consecutive members of this rank's data-parallel group (cl_mesh_ep_group), and
+ * g->edp, the members at the same place in theirs (cl_mesh_ep_group's expert-data group; made only when dp > ep),
+ * split from g->dp (collective over it: every rank calls it with the same ep). ep 1: nothing made. */
 cl_status cl_groups_add_ep(cl_groups *g, int ep);
 
 /* ---- launchers ---------------------------------------------------------- */

@@ -45,6 +45,12 @@ typedef struct cl_dp cl_dp;
 /* Buckets of m's gradients over comm (NULL or one rank: every call is a no-op). */
 cl_status cl_dp_create(cl_dp **out, cl_comm *comm, cl_model *m, size_t bucket_bytes);
 void cl_dp_destroy(cl_dp *dp);
+/* Expert parallelism: each bucket cut where the parameters turn from expert weights (cl_param_spec's expert) to
+ * the others or back, so no bucket mixes them; the experts' buckets are summed over edp, the expert-data group
+ * (NULL or one rank: not at all), the others over the replicas as before. Each bucket's sum is the one the
+ * replicas made before this rank held only its experts (the others' gradients were zeros: x + 0 is x). ZeRO 2
+ * is refused (CL_ERR_UNSUPPORTED). */
+cl_status cl_dp_set_experts(cl_dp *dp, cl_comm *edp);
 /* Before the backward that completes the gradients: nothing launched yet. */
 void cl_dp_begin(cl_dp *dp);
 /* Before each combined backward of the part (last: the one that completes

@@ -173,6 +173,9 @@ typedef struct {
     int tp_rep;             /* CL_SPLIT_COLS over fewer slices than ranks (Llama's key-value heads when tp exceeds
                              * them, replicated as Megatron does): tp_rep consecutive ranks hold the same slice,
                              * rank r slice r / tp_rep, each gradient a partial sum over them; 0 or 1: none */
+    int expert;             /* an MoE block's expert weight: 1 + the expert's index (0: not an expert's) */
+    int ep_owner;           /* an expert weight under expert parallelism (cl_model_desc_ep_shard): the expert-parallel
+                             * rank that holds it; on the others numel and shape[0] are 0 (no room in any buffer) */
 } cl_param_spec;
 
 /* The slice tensor-parallel rank r holds of p (r itself but where replicas share one: tp_rep). */
@@ -254,6 +257,7 @@ typedef struct {
     int heads_local, channels_local; /* GPT: heads / tp and channels / tp */
     int kv_heads_local, kv_channels_local; /* GPT: key-value heads / tp, and their columns (x channels / heads) */
     int mlp_local;          /* GPT: the MLP's width / tp */
+    int ep_rank;            /* expert parallelism: this rank's place in its expert-parallel group (cl_model_desc_ep_shard) */
     int cp;                 /* context ranks sharing each sequence (cl_model_describe_cp; 1: none): T is one rank's
                              * T / cp tokens, its attention reads the keys of all of them (the FLOPs count those) */
 } cl_model_desc;
@@ -270,6 +274,11 @@ cl_status cl_model_describe_tp(const cl_model_config *cfg, int T, const cl_tp_la
  * only the units' FLOPs differ (each query row's attention over the whole sequence's keys). */
 cl_status cl_model_describe_cp(const cl_model_config *cfg, int T, const cl_tp_layout *tl, int cp, cl_model_desc **out);
 void cl_model_desc_free(cl_model_desc *d);
+/* Expert parallelism (tpl.ep > 1 on a model with experts): of the MoE blocks' expert weights only those of the
+ * experts expert-parallel rank ep_rank computes, [ep_rank E/ep, (ep_rank + 1) E/ep), stay held; the others take no
+ * room (numel 0, their ep_owner the rank that holds them) and the buffers are laid out again, so every rank's have
+ * the same size and offsets (the expert ranges hold different experts on different ep ranks). Otherwise nothing. */
+void cl_model_desc_ep_shard(cl_model_desc *d, int ep_rank);
 /* Floats of one sample's input: an MLP's first width, a CNN's channels x
  * height x width (the images the trainer reads must have as many pixels);
  * 0 for GPT, whose input is token ids. */

@@ -57,13 +57,16 @@ cl_status cl_groups_add_ep(cl_groups *g, int ep) {
     CL_TRY(cl_mesh_check_ep(&g->mesh, ep));
     if (ep <= 1) return CL_OK;
     int me = cl_comm_rank(g->dp);
-    return cl_comm_split(g->dp, me / ep, me, &g->ep); /* dp_i / ep: cl_mesh_ep_group's rule */
+    CL_TRY(cl_comm_split(g->dp, me / ep, me, &g->ep)); /* dp_i / ep: cl_mesh_ep_group's rule */
+    if (cl_comm_size(g->dp) == ep) return CL_OK;
+    return cl_comm_split(g->dp, me % ep, me, &g->edp); /* dp_i mod ep: its expert-data group */
 }
 
 void cl_groups_free(cl_groups *g) {
     if (!g) return;
     cl_comm_free(g->ep);
-    g->ep = NULL;
+    cl_comm_free(g->edp);
+    g->ep = g->edp = NULL;
     for (int a = 0; a < CL_AXIS_COUNT; a++) {
         cl_comm **c = slot(g, (cl_axis)a);
         cl_comm_free(*c);

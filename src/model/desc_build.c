@@ -89,6 +89,7 @@ int64_t cl_param_row_len(const cl_param_spec *p) {
 
 int cl_param_row_runs(const cl_param_spec *p, int rank, int64_t row, cl_param_run runs[3]) {
     int64_t n = cl_param_row_len(p), r = (int64_t)cl_param_slice_of(p, rank) * p->part;
+    if (!p->numel) return 0; /* another expert-parallel rank's expert */
     switch (p->split) {
     case CL_SPLIT_NONE: runs[0] = (cl_param_run){0, row * n, n}; return 1;
     case CL_SPLIT_ROWS:
@@ -117,7 +118,7 @@ float *cl_param_f32(float *base, const cl_param_spec *p) {
 int64_t cl_param_elem(const cl_param_spec *p) { return p->byte_offset / (int64_t)cl_dtype_size(p->dtype); }
 
 int64_t cl_param_local_index(const cl_param_spec *p, int rank, int64_t full) {
-    if (full < 0 || full >= p->full_numel) return -1;
+    if (full < 0 || full >= p->full_numel || !p->numel) return -1;
     int64_t ncol = p->full_shape[p->ndim - 1], row = full / ncol, col = full % ncol;
     switch (p->split) {
     case CL_SPLIT_NONE: return full;
@@ -183,6 +184,24 @@ void cl_desc_add_kind(cl_desc_builder *b) {
         if (tp > 1 && how == CL_TPS_KV && rep > 1) d->params[d->nparams - 1].tp_rep = rep;
         if (how == CL_TPS_NORM) d->params[d->nparams - 1].tp_partial = d->tpl.sp;
         if (kp->tied) d->tied_wte = d->nparams - 1;
+        if (k->expert_of) d->params[d->nparams - 1].expert = k->expert_of(d, un, i) + 1;
+    }
+}
+
+void cl_model_desc_ep_shard(cl_model_desc *d, int ep_rank) {
+    int ep = d->tpl.ep, E = d->cfg.experts;
+    if (ep <= 1 || E <= 0 || E % ep) return;
+    d->ep_rank = ep_rank;
+    d->nfloats = d->nparams_total = 0;
+    for (int i = 0; i < d->nparams; i++) { /* add_param_tp's layout again, the other ranks' experts empty */
+        cl_param_spec *p = &d->params[i];
+        if (p->expert) {
+            p->ep_owner = (p->expert - 1) / (E / ep);
+            if (p->ep_owner != ep_rank) p->numel = p->shape[0] = 0;
+        }
+        p->byte_offset = d->nfloats * (int64_t)sizeof(float);
+        d->nfloats += (p->numel + 15) & ~(int64_t)15;
+        d->nparams_total += p->numel;
     }
 }
 

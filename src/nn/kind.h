@@ -133,6 +133,8 @@ typedef struct cl_kind {
     cl_status (*decode)(cl_model *m, const cl_unit *un, const struct cl_decode_step *st, const float *in, float *out,
                         float *const *p);
     int kv_cache;                  /* decode keeps a KV cache (the attention blocks) */
+    /* the expert whose weight parameter i is (-1: none), for expert parallelism (cl_model_desc_ep_shard); NULL: none */
+    int (*expert_of)(const cl_model_desc *d, const cl_unit *un, int i);
 } cl_kind;
 
 enum { CL_KIND_LOSS_TOKEN = 1, CL_KIND_LOSS_SAMPLE = 2 };

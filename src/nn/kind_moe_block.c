@@ -99,6 +99,12 @@ static void moe_param(const cl_model_desc *d, const cl_unit *un, int i, cl_param
     }
 }
 
+/* the expert of parameter i: experts 0..E-1 each w1, w2, w3 after the router */
+static int moe_expert_of(const cl_model_desc *d, const cl_unit *un, int i) {
+    (void)d, (void)un;
+    return i > NATT ? (i - NATT - 1) / 3 : -1;
+}
+
 static int64_t moe_capacity(const cl_model_desc *d, int64_t N) {
     int64_t E = d->cfg.experts, K = d->cfg.experts_per_token;
     double cf = d->cfg.moe_capacity_factor;
@@ -472,4 +478,5 @@ const cl_kind cl_kind_moe_block = {
     .backward = moe_backward,
     .decode = moe_decode,
     .kv_cache = 1,
+    .expert_of = moe_expert_of,
 };

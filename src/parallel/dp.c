@@ -10,7 +10,9 @@ struct cl_dp {
     cl_comm *comm;
     cl_model *m;
     int n;               /* buckets, the last units' first */
-    cl_bucket *bk;       /* cl_model_buckets' cut */
+    cl_bucket *bk;       /* cl_model_buckets' cut (expert parallelism: each bucket cut again, cl_dp_set_experts) */
+    cl_comm *ecomm;      /* expert parallelism: the expert-data group (NULL: the experts' holders are alone) */
+    char *expert;        /* [n] with expert parallelism: the bucket is expert weights' gradients, summed over ecomm */
     cl_request **req;    /* stages 0-1: each bucket's all-reduce */
     double *t0;          /* launch times */
     int next;            /* launched so far in this backward */
@@ -73,6 +75,7 @@ cl_status cl_dp_create(cl_dp **out, cl_comm *comm, cl_model *m, size_t bucket_by
 void cl_dp_destroy(cl_dp *dp) {
     if (!dp) return;
     free(dp->bk);
+    free(dp->expert);
     free(dp->req);
     free(dp->t0);
     free(dp->counts);
@@ -141,6 +144,9 @@ static cl_status prepare(cl_dp *dp, int k) {
     return CL_OK;
 }
 
+/* ZeRO 0-1: the group bucket k is summed over: the replicas, or an expert bucket's expert-data group (NULL: none). */
+static cl_comm *comm_of(const cl_dp *dp, int k) { return dp->expert && dp->expert[k] ? dp->ecomm : dp->comm; }
+
 static cl_status launch(cl_dp *dp, int k) {
     cl_model *m = dp->m;
     const cl_bucket *bk = &dp->bk[k];
@@ -149,9 +155,11 @@ static cl_status launch(cl_dp *dp, int k) {
         size_t n;
         uint16_t *lo;
         float *buf = bucket_floats(dp, k, &n, &lo);
-        if (!lo) return cl_comm_iallreduce(dp->comm, buf, n, CL_F32, CL_RED_SUM, &dp->req[k]);
+        cl_comm *c = comm_of(dp, k);
+        if (!c) return CL_OK; /* experts no other replica holds: their gradients are this rank's alone */
+        if (!lo) return cl_comm_iallreduce(c, buf, n, CL_F32, CL_RED_SUM, &dp->req[k]);
         CL_TRY(narrow(dp, lo, buf, (int64_t)n)); /* widened in cl_dp_finish */
-        return cl_comm_iallreduce(dp->comm, lo, n, CL_BF16, CL_RED_SUM, &dp->req[k]);
+        return cl_comm_iallreduce(c, lo, n, CL_BF16, CL_RED_SUM, &dp->req[k]);
     }
     if (bk->hi <= bk->lo) return CL_OK; /* all of it kept whole */
     /* in place: each replica's piece (its shard's part of the bucket) at its own place in the buffer */
@@ -218,7 +226,7 @@ cl_status cl_dp_finish(cl_dp *dp) {
     if (s) snprintf(first, sizeof first, "%s", cl_last_error());
     for (int k = 0; k < dp->n; k++) {
         if (!dp->req[k]) continue;
-        cl_status w = cl_comm_wait(dp->comm, dp->req[k]);
+        cl_status w = cl_comm_wait(comm_of(dp, k), dp->req[k]);
         dp->req[k] = NULL;
         if (!w && dp->lo) { /* the sum back into the F32 bucket */
             size_t n;
@@ -307,6 +315,39 @@ cl_status cl_dp_grad_sumsq(cl_dp *dp, double *per_param) {
         for (int64_t b = 0; b < d->params[i].numel; b += CL_SUMSQ_BLOCK) total += dp->bsum[k++];
         per_param[i] = total;
     }
+    return CL_OK;
+}
+
+cl_status cl_dp_set_experts(cl_dp *dp, cl_comm *edp) {
+    if (!dp || !dp->comm) return CL_OK;
+    if (dp->z2) return cl_error(CL_ERR_UNSUPPORTED, "ZeRO 2's gradient shards with expert parallelism are not built");
+    const cl_model_desc *d = cl_model_desc_of(dp->m);
+    int cap = dp->n + d->nparams; /* a cut at a parameter at most */
+    cl_bucket *bk = calloc((size_t)cap, sizeof *bk);
+    char *ex = calloc((size_t)cap, 1);
+    cl_request **req = calloc((size_t)cap, sizeof *req);
+    double *t0 = calloc((size_t)cap, sizeof *t0);
+    if (!bk || !ex || !req || !t0) {
+        free(bk), free(ex), free(req), free(t0);
+        return cl_error(CL_ERR_OOM, "cannot allocate the gradient buckets");
+    }
+    int n = 0;
+    for (int k = 0; k < dp->n; k++) {
+        cl_bucket b = dp->bk[k];
+        int64_t at = b.lo;
+        int kind = 0;
+        for (int i = 0; b.hi > b.lo && i < d->nparams; i++) { /* parameters in buffer order: cut where the kind changes */
+            int64_t off = cl_model_param_offset(dp->m, i);
+            if (!cl_model_owns_param(dp->m, i) || !d->params[i].numel || off < b.lo || off >= b.hi) continue;
+            int e = d->params[i].expert != 0;
+            if (e != kind && off > at) bk[n] = (cl_bucket){b.unit, at, off}, ex[n++] = (char)kind, at = off;
+            kind = e;
+        }
+        bk[n] = (cl_bucket){b.unit, at, b.hi}, ex[n++] = (char)kind;
+    }
+    free(dp->bk), free(dp->expert), free(dp->req), free(dp->t0);
+    dp->bk = bk, dp->expert = ex, dp->req = req, dp->t0 = t0, dp->n = n;
+    dp->ecomm = edp && cl_comm_size(edp) > 1 ? edp : NULL;
     return CL_OK;
 }
 

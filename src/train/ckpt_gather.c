@@ -75,6 +75,34 @@ static cl_status tp_assemble(cl_trainer *t, const cl_model_desc *d, int i, const
     return s;
 }
 
+/* Parameter i's value and moments in chunk ch, and the device each is on (NULL: the host): the moments from
+ * whole (host memory, [m | v]) when they were gathered or read there. */
+static void sources(const pp_chunk *ch, int i, const float *whole, const float *src[3], cl_device *sdev[3]) {
+    int64_t loc = cl_model_param_offset(ch->m, i);
+    src[0] = cl_model_param(ch->m, i), src[1] = ch->opt.m + loc, src[2] = ch->opt.v + loc;
+    sdev[0] = cl_model_device(ch->m), sdev[1] = sdev[2] = ch->opt.dev;
+    if (whole) {
+        src[1] = whole + loc;
+        src[2] = whole + cl_model_sizes(ch->m)->alloc + loc;
+        sdev[1] = sdev[2] = NULL;
+    }
+}
+
+/* Expert parallelism (no pipeline, no tensor parallelism with experts): a rank of the writer's expert-parallel
+ * group sends it the value and moments of each expert weight it holds, in parameter order. */
+static cl_status ep_send(cl_trainer *t, float *const *mom) {
+    const pp_chunk *ch = &t->pp->ch[0];
+    const cl_model_desc *d = t->desc;
+    for (int i = 0; i < d->nparams; i++) {
+        if (!d->params[i].expert || !d->params[i].numel) continue;
+        const float *src[3];
+        cl_device *sdev[3];
+        sources(ch, i, mom[0], src, sdev);
+        for (int k = 0; k < 3; k++) CL_TRY(cl_comm_send(t->cfg.groups->ep, src[k], (size_t)d->params[i].numel * sizeof(float), 0, CKPT_TAG));
+    }
+    return CL_OK;
+}
+
 static cl_status pp_gather(cl_trainer *t, float **host, int *writer, int *opt_t) {
     struct cl_pp *pp = t->pp;
     const cl_model_desc *d = t->desc, *f = t->full;
@@ -85,7 +113,7 @@ static cl_status pp_gather(cl_trainer *t, float **host, int *writer, int *opt_t)
      * (ZeRO: every replica sends its shard) or in a file (offload to disk): [m | v], alloc floats each */
     float *mom[CL_PP_MAX_CHUNKS] = {0};
     cl_status s = CL_OK;
-    int sharded = cl_zero_shards_optim(t->cfg.zero) && t->gdp > 1;
+    int sharded = cl_zero_shards_optim(t->cfg.zero) && cl_zero_ranks(&t->cfg, t->gdp) > 1;
     for (int c = 0; c < pp->v && !s && (sharded || t->cfg.offload_optimizer == CL_OFFLOAD_DISK); c++) {
         const cl_model *m = pp->ch[c].m;
         const cl_optimizer *o = &pp->ch[c].opt;
@@ -98,14 +126,16 @@ static cl_status pp_gather(cl_trainer *t, float **host, int *writer, int *opt_t)
             s = cl_optimizer_get_moments(o, own, own + sh);
             om = own, ov = own + sh;
         }
-        if (!s && sharded) s = cl_comm_allgather_n(t->cfg.groups->dpcp, om, mom[c], sh, CL_F32);
-        if (!s && sharded) s = cl_comm_allgather_n(t->cfg.groups->dpcp, ov, mom[c] + n, sh, CL_F32);
+        if (!s && sharded) s = cl_comm_allgather_n(cl_zero_comm(&t->cfg), om, mom[c], sh, CL_F32);
+        if (!s && sharded) s = cl_comm_allgather_n(cl_zero_comm(&t->cfg), ov, mom[c] + n, sh, CL_F32);
         if (!s && !sharded) {
             memcpy(mom[c], om, n * sizeof(float));
             memcpy(mom[c] + n, ov, n * sizeof(float));
         }
         free(own);
     }
+    /* expert parallelism: the writer's expert-parallel group sends it the experts it does not hold */
+    if (!s && t->gdp_rank > 0 && t->gdp_rank < t->cfg.ep) s = ep_send(t, mom);
     if (s || t->gdp_rank != 0) { /* replicas (and context ranks) hold the same values */
         for (int c = 0; c < pp->v; c++) free(mom[c]);
         return s;
@@ -120,16 +150,13 @@ static cl_status pp_gather(cl_trainer *t, float **host, int *writer, int *opt_t)
         int owner;
         pp_chunk *ch = owner_of(pp, d, i, &owner);
         size_t n = (size_t)f->params[i].numel, bytes = n * sizeof(float);
-        if (ch) {
-            int64_t loc = cl_model_param_offset(ch->m, i);
-            const float *src[3] = {cl_model_param(ch->m, i), ch->opt.m + loc, ch->opt.v + loc};
-            cl_device *sdev[3] = {cl_model_device(ch->m), ch->opt.dev, ch->opt.dev};
-            float *whole = mom[ch - pp->ch];
-            if (whole) {
-                src[1] = whole + loc;
-                src[2] = whole + cl_model_sizes(ch->m)->alloc + loc;
-                sdev[1] = sdev[2] = NULL;
-            }
+        if (ch && !d->params[i].numel && d->params[i].expert) { /* another expert-parallel rank's expert (ep_send) */
+            for (int k = 0; k < 3 && !s; k++)
+                s = cl_comm_recv(t->cfg.groups->ep, cl_param_f32(h + k * f->nfloats, &f->params[i]), bytes, d->params[i].ep_owner, CKPT_TAG);
+        } else if (ch) {
+            const float *src[3];
+            cl_device *sdev[3];
+            sources(ch, i, mom[ch - pp->ch], src, sdev);
             float *dst[3];
             if (!lead && t->tp_rank == 0) {
                 free(tmp);

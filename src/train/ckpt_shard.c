@@ -142,13 +142,18 @@ static cl_status collect(cl_trainer *t, entries *es) {
             const cl_param_spec *ls = &cl_model_desc_of(m)->params[i];
             if (!cl_model_owns_param(m, i) || (ls->split == CL_SPLIT_NONE && t->tp_rank != 0)) continue;
             if (ls->tp_rep > 1 && t->tp_rank % ls->tp_rep) continue; /* a replicated slice written once */
+            if (!ls->numel) continue; /* another expert-parallel rank's expert */
+            /* the first replica holding it writes it: replica 0, or an expert weight's first in its expert-data group */
+            int first = ls->expert ? t->gdp_rank < (t->cfg.ep > 1 ? t->cfg.ep : 1) : t->gdp_rank == 0;
             int64_t a, b;
             if (params_sharded(m)) { /* every replica its shard's part, as the moments */
                 shard_range(m, cl_model_sizes(m)->shard, i, &a, &b);
                 CL_TRY(add_boxes(es, ls, t->tp_rank, i, CL_K_PARAM, a, b, cl_model_params(m), shard_off(m, i)));
-            } else if (t->gdp_rank == 0)
+            } else if (first)
                 CL_TRY(add_boxes(es, ls, t->tp_rank, i, CL_K_PARAM, 0, ls->numel, cl_model_param(m, i), 0));
-            if (!sharded && t->gdp_rank != 0) continue;
+            /* moments: the first replica's, or under ZeRO every replica its shard's (the replicated parameters' from the
+             * first expert-parallel rank's expert-data group) */
+            if (sharded ? !ls->expert && t->gdp_rank % (t->cfg.ep > 1 ? t->cfg.ep : 1) : !first) continue;
             moment_range(m, o, i, &a, &b);
             for (int k = 1; k < CL_NKINDS; k++)
                 CL_TRY(add_boxes(es, ls, t->tp_rank, i, k, a, b, mom[k - 1], shard_off(m, i)));

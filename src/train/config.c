@@ -37,7 +37,9 @@ static cl_status check_ep(const cl_train_config *cfg) {
     if (ep <= 1) return CL_OK;
     if (!E) return cl_error(CL_ERR_INVALID, "--ep %d: the model has no experts (expert parallelism needs --experts or a Mixtral model)", ep);
     if (E % ep) return cl_error(CL_ERR_INVALID, "--ep %d must divide the %d experts (each rank computes E / ep of them)", ep, E);
-    if (cfg->zero == CL_ZERO_PARAMS) return cl_error(CL_ERR_UNSUPPORTED, "--ep %d with --zero 3 is not supported (ZeRO 0, 1 and 2 are)", ep);
+    if (cfg->zero > CL_ZERO_OPTIM)
+        return cl_error(CL_ERR_UNSUPPORTED, "--ep %d with --zero %d is not supported yet (ZeRO 0 and 1 are: each rank holds only its %d experts)",
+                        ep, cfg->zero, E / ep);
     if (cfg->dtype != CL_F32) return cl_error(CL_ERR_UNSUPPORTED, "--ep %d with --dtype bf16 is not supported yet (fp32 only)", ep);
     return CL_OK;
 }
@@ -98,5 +100,9 @@ cl_status cl_train_describe(const cl_train_config *cfg, int tp_rank, cl_model_de
     CL_TRY(check_cp(cfg, T));
     CL_TRY(check_ep(cfg));
     cl_tp_layout tl = {tp, tp_rank, cfg->sequence_parallel, cfg->vocab_divisible_by, cfg->dtype, cfg->ep};
-    return cl_model_describe_cp(&cfg->model, cfg->cp > 1 ? T / cfg->cp : cfg->seq_len, &tl, cfg->cp, out);
+    CL_TRY(cl_model_describe_cp(&cfg->model, cfg->cp > 1 ? T / cfg->cp : cfg->seq_len, &tl, cfg->cp, out));
+    /* expert parallelism: this rank holds its E / ep experts only (every ep rank's buffers the same size: rank 0's
+     * where there is no group, as `cleave memory` predicts) */
+    cl_model_desc_ep_shard(*out, cfg->groups && cfg->groups->ep ? cl_comm_rank(cfg->groups->ep) : 0);
+    return CL_OK;
 }

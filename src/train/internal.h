@@ -227,4 +227,10 @@ cl_status cl_ckpt_run_config_check(const char *dir, const cl_ckpt_manifest *m, i
 /* A sharded one, everything (verify; ckpt_shard.c). */
 cl_status cl_shard_verify(const char *dir, const cl_ckpt_manifest *m, char *summary, size_t n);
 
+/* ZeRO's group among gdp data(-context)-parallel ranks: all of them, or with expert parallelism the expert-data group
+ * (the dp / ep ranks holding the same experts: every parameter's moments sharded over it, so each expert's over
+ * the ranks that hold it and the replicated parameters' once per expert-parallel rank). */
+static inline int cl_zero_ranks(const cl_train_config *c, int gdp) { return c->ep > 1 ? gdp / c->ep : gdp; }
+static inline cl_comm *cl_zero_comm(const cl_train_config *c) { return c->ep > 1 ? c->groups->edp : c->groups->dpcp; }
+
 #endif

@@ -31,7 +31,7 @@ int cl_pp_shape_has_tie_buf(const cl_model_desc *d, const cl_pp_shape *sh, int p
 cl_pp_stage_opts cl_pp_shape_opts(const cl_pp_shape *sh, const cl_train_config *cfg, int s) {
     cl_pp_stage_opts o = {.B = cfg->micro_batch, .recompute = cfg->recompute, .live = sh->live[s],
                           .zb = sh->zb, .ngb = sh->ngb[s], .ndout = sh->ndout[s],
-                          .zero = {cfg->zero, sh->dp * (cfg->cp > 1 ? cfg->cp : 1), 0, cfg->bucket_bytes, cfg->zero3_prefetch, sh->zb,
+                          .zero = {cfg->zero, cl_zero_ranks(cfg, sh->dp * (cfg->cp > 1 ? cfg->cp : 1)), 0, cfg->bucket_bytes, cfg->zero3_prefetch, sh->zb,
                                    sh->dp * (cfg->cp > 1 ? cfg->cp : 1) > 1 ? cfg->grad_reduce : CL_F32}, /* shards over dp x cp */
                           .offload = cfg->offload_optimizer};
     return o;

@@ -52,6 +52,12 @@ cl_status cl_pp_opt_step(cl_trainer *t, struct cl_pp *pp, float lr, double loss_
     pp->norm_parts[n] = t->tp_rank == 0 ? loss_sum : 0; /* 0 but on the last stage */
     if (t->tp > 1) CL_TRY(cl_comm_allreduce(t->cfg.groups->mp, pp->norm_parts, (size_t)n + 1, CL_F64, CL_RED_SUM));
     else if (pp->p > 1) CL_TRY(cl_comm_allreduce(pp->comm, pp->norm_parts, (size_t)n + 1, CL_F64, CL_RED_SUM));
+    if (t->cfg.ep > 1) { /* every expert once, its holder's (the others' 0: x + 0 is x), the replicated rest ep rank 0's */
+        cl_comm *ep = t->cfg.groups->ep;
+        for (int i = 0; cl_comm_rank(ep) > 0 && i < n; i++)
+            if (!d->params[i].expert) pp->norm_parts[i] = 0;
+        CL_TRY(cl_comm_allreduce(ep, pp->norm_parts, (size_t)n, CL_F64, CL_RED_SUM));
+    }
     if (t->gdp > 1) CL_TRY(cl_comm_allreduce(t->cfg.groups->dpcp, &pp->norm_parts[n], 1, CL_F64, CL_RED_SUM));
     double norm = cl_grad_norm_of(pp->norm_parts, n);
     *norm_out = norm;
@@ -68,7 +74,7 @@ cl_status cl_pp_opt_step(cl_trainer *t, struct cl_pp *pp, float lr, double loss_
         int stage = cl_model_zero(m)->stage;
         float *params = cl_model_params(m);
         if (stage == CL_ZERO_OPTIM || stage == CL_ZERO_GRADS) /* ZeRO 3 keeps the shard only */
-            CL_TRY(cl_comm_allgather_n(t->cfg.groups->dpcp, params + cl_model_sizes(m)->shard_lo, params,
+            CL_TRY(cl_comm_allgather_n(cl_zero_comm(&t->cfg), params + cl_model_sizes(m)->shard_lo, params,
                                        (size_t)cl_model_sizes(m)->shard, CL_F32));
     }
     if (!t->cfg.check_replicas || t->tp < 2) return CL_OK;
