@@ -11,6 +11,8 @@
 #   selective and full bitwise equal to one rank (loss, norm, aux); dp 2 under ZeRO 0, 1 and 2 within
 #   cli_bf16_llama's bounds of one rank (first step 1e-4, losses 1e-4, norms 1e-3); dp 2 ZeRO 3 (the router and the
 #   experts' weights gathered as BF16) bitwise ZeRO 2;
+# - ep 2 (dp 2): the rows to the experts and their output gradients moved as BF16 (moe_a2a_bytes: 12 C bytes a row
+#   against fp32's 16 C), the steps of the same routing within the same bounds of ep 1; MPI bitwise threads;
 # - a resume is exact; `cleave generate` from the bf16 checkpoint gives the recomputing path's greedy tokens.
 set -u
 source "$(dirname "$0")/lib.sh"
@@ -63,6 +65,33 @@ done
 run z3 --dtype bf16 --dp 2 --zero 3
 check '[ -n "$(figures "$tmp/z3.jsonl")" ] && [ "$(figures "$tmp/z3.jsonl")" = "$(figures "$tmp/z2.jsonl")" ]' \
     "bf16 ZeRO 3: not bitwise ZeRO 2's: $(paste <(figures "$tmp/z3.jsonl") <(figures "$tmp/z2.jsonl") | head -3)"
+
+# expert parallelism: ep 2 at dp 2 against ep 1 at dp 2 (ZeRO 0), the same routing steps within the same bounds;
+# the rows sent to the experts and the output gradients go as BF16 (2 C bytes a row each), the results and the input
+# gradients come back F32 (4 C each): 12 C bytes a row routed to the other rank against fp32's 16 C, beside the
+# counts (E/ep int32 a block and micro-batch: 4 x 16 B here)
+run e2 --dtype bf16 --dp 2 --ep 2
+k=$(same_routing "$tmp/e2.jsonl" "$tmp/z0.jsonl")
+out=$(runs_near "$tmp/e2.jsonl" "$tmp/z0.jsonl" 1e-4 1e-4 1e-3 "$k"); _rc=$?
+all=$(runs_near "$tmp/e2.jsonl" "$tmp/z0.jsonl" 1e-2 1e-2 1e-2); _rc2=$?
+echo "bf16 dp 2 ep 2 against ep 1: the same routing for $k steps: $out; all: $all"
+check '[ "$k" -ge 4 ] && [ $_rc -eq 0 ] && [ $_rc2 -eq 0 ]' "bf16 ep 2: not within the bounds of ep 1: $k steps, $out; all: $all"
+a2a=$(grep -o '"moe_a2a_bytes": \[[0-9]*' "$tmp/e2.jsonl" | head -1 | grep -o '[0-9]*$')
+C=64
+echo "bf16 ep 2, step 1: rank 0 sent $a2a bytes: $(( (a2a - 64) / (12 * C) )) rows at 12 C bytes, and 64 B of counts"
+check '[ -n "$a2a" ] && [ $(( (a2a - 64) % (12 * C) )) -eq 0 ] && [ $(( (a2a - 64) % (16 * C) )) -ne 0 ]' \
+    "bf16 ep 2: $a2a bytes sent is not 12 C bytes a row (BF16 out, F32 back)"
+if "$CLEAVE" --version | grep -q "mpi: yes" && command -v mpirun > /dev/null; then
+    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+    case "$BUILD" in *san*) export ASAN_OPTIONS=${ASAN_OPTIONS:-}:detect_leaks=0 ;; esac
+    timeout -k 5 300 mpirun --oversubscribe -np 2 "$CLEAVE" train "${common[@]}" --dtype bf16 --dp 2 --ep 2 --comm mpi \
+        --log-file "$tmp/mpi.jsonl" > "$tmp/mpi.out" 2>&1
+    _rc=$?; check '[ $_rc -eq 0 ]' "bf16 dp 2 ep 2 under MPI failed: $(tail -5 "$tmp/mpi.out")"
+    check '[ "$(figures "$tmp/mpi.jsonl" | wc -l)" -eq 20 ] && [ "$(figures "$tmp/mpi.jsonl")" = "$(figures "$tmp/e2.jsonl")" ]' \
+        "bf16 MPI and threads dp 2 ep 2 not bitwise equal: $(paste <(figures "$tmp/mpi.jsonl") <(figures "$tmp/e2.jsonl") | head -2)"
+else
+    skip "the MPI run (this build has no MPI)" setup
+fi
 
 resume_exact --dtype bf16
 check 'grep -q "\"cleave_dtype\": \"bf16\"" "$tmp/ck/config.json"' "the bf16 checkpoint's config.json names its dtype"

@@ -166,6 +166,8 @@ point --model mixtral-tiny --dtype bf16 --dp 2 --zero 3 --micro-batch-size 2 --g
 # expert parallelism: the received rows and their results, dropless (the worst case) and at a capacity
 point --model mixtral-tiny --dp 2 --ep 2 --micro-batch-size 2 --global-batch-size 4
 point --model mixtral-tiny --dp 2 --ep 2 --micro-batch-size 2 --global-batch-size 4 --moe-capacity-factor 0.5
+point --model mixtral-tiny --dtype bf16 --dp 2 --ep 2 --micro-batch-size 2 --global-batch-size 4
+point --model mixtral-tiny --dtype bf16 --dp 2 --ep 2 --micro-batch-size 2 --global-batch-size 4 --moe-capacity-factor 0.5
 out=$(timeout 60 "$CLEAVE" memory "${D[@]}" --model mixtral-tiny 2>&1)
 check 'grep -q "dropless, expert rows sized for the worst case" <<<"$out"' "mixtral-tiny: the worst case not stated: $(tail -2 <<<"$out")"
 _p=$(timeout 60 "$CLEAVE" memory --json --model mixtral-8x7b --seq-len 4096 --micro-batch-size 1 2>&1 | sed -n 's/.*"params": \([0-9]*\).*/\1/p')

@@ -347,8 +347,17 @@ static cl_status moe_backward(cl_model *m, const cl_unit *un, const cl_microbatc
                             cl_device_fill(m->dev, dgate, 0, (size_t)(2 * Rr * Fw) * sizeof(float))));
     CL_PROF("bwd residual", 0, cl_device_copy(m->dev, dres2, dout, (size_t)(N * C) * sizeof(float)));
     CL_PROF("bwd combine", 0, Kn->moe_combine_backward(dye, dwts, dout, s.ye, s.wts, s.row, iN, iC, K));
-    CL_TRY(cl_moe_ep_rows(m, dye, dyr, s.counts, s.rcounts, E, C, CL_F32, 0)); /* the outputs' gradients to the experts' ranks */
-    if (lo) CL_TRY(cl_nn_narrow(m, Lm, dyr, bl.total * C));
+    /* the outputs' gradients to the experts' ranks; bf16 with expert parallelism: narrowed before they go (into dxe,
+     * unused until the inputs' gradients come back), so they move as BF16 into Lm (the same values as narrowing after) */
+    if (lo && moe_ep(d) > 1) {
+        int64_t own = 0; /* this rank's kept slots */
+        for (int e = 0; e < E; e++) own += s.counts[e];
+        CL_TRY(cl_nn_narrow(m, dxe, dye, own * C));
+        CL_TRY(cl_moe_ep_rows(m, dxe, Lm, s.counts, s.rcounts, E, C, CL_BF16, 0));
+    } else {
+        CL_TRY(cl_moe_ep_rows(m, dye, dyr, s.counts, s.rcounts, E, C, CL_F32, 0));
+        if (lo) CL_TRY(cl_nn_narrow(m, Lm, dyr, bl.total * C));
+    }
     int64_t o = 0;
     for (int b = 0; b < bl.n; b++) {
         int n = bl.rows[b], e = bl.e[b];

@@ -38,7 +38,6 @@ static cl_status check_ep(const cl_train_config *cfg) {
     if (!E) return cl_error(CL_ERR_INVALID, "--ep %d: the model has no experts (expert parallelism needs --experts or a Mixtral model)", ep);
     if (E % ep) return cl_error(CL_ERR_INVALID, "--ep %d must divide the %d experts (each rank computes E / ep of them)", ep, E);
     if (cfg->zero == CL_ZERO_PARAMS) return cl_error(CL_ERR_UNSUPPORTED, "--ep %d with --zero 3 is not supported (ZeRO 0, 1 and 2 are)", ep);
-    if (cfg->dtype != CL_F32) return cl_error(CL_ERR_UNSUPPORTED, "--ep %d with --dtype bf16 is not supported yet (fp32 only)", ep);
     return CL_OK;
 }
 
