@@ -30,6 +30,13 @@
  * run per block of received rows (source rank, then expert), and the saved
  * rows and workspace hold the worst case of what ep ranks can send.
  *
+ * bf16 (cl_nn_bf16; docs/ARCHITECTURE.md "The MoE block in bf16"), as the dense Llama block's: ln2, the gathered
+ * expert rows and the SwiGLU product BF16; every product BF16 x BF16 with F32 sums (the weights' copies); the
+ * router's logits rounded once to BF16 (autocast's linear output) and widened for the F32 softmax and top-K; the
+ * combine, the residual, the aux loss and every backward kernel F32, the gradients the products read narrowed
+ * into one BF16 array of the workspace (moe_lo_floats). With expert parallelism the rows to the experts and
+ * their output gradients move as BF16, the results and input gradients as F32.
+ *
  * Invariants: parameters in checkpoint order (the attention half's six, the
  * router, then experts 0..E-1 each w1, w2, w3) under HF Mixtral's names;
  * the integer arrays (top-k indices, slot rows, dispatch order, counts) live
