@@ -12,7 +12,7 @@
 #   bf16 differs from fp32 by under 1%; dp 2 ZeRO 3 (BF16 gathers of the GEMM weights) bitwise ZeRO 2, untied and tied;
 # - a resume is exact (5 steps, save, 5 more = 10 straight); `cleave generate` (KV cache, F32 on the master
 #   weights) from the bf16 checkpoint gives the greedy tokens of the recomputing path;
-# - what stays refused is refused in one line: the MoE block (sequence parallelism: tests/cli_bf16_sp.sh).
+# - sequence parallelism in bf16 is tests/cli_bf16_sp.sh's, the MoE block's tests/cli_bf16_moe.sh's.
 set -u
 source "$(dirname "$0")/lib.sh"
 if have_torch "the comparison with PyTorch autocast"; then
@@ -37,14 +37,7 @@ head -c 300000 data/kjv.txt > "$tmp/text.txt"
 common=(--model llama-tiny --data "$tmp/text.txt" --seq-len 16 --micro-batch-size 2 --global-batch-size 8 --steps 20
         --sample-tokens 0 --eval-batches 2 --threads 1 --comm-timeout 60)
 figures() { log_figures "$@"; }
-near() { # file_a file_b first losses norms: 20 steps, the first step's loss and norm within first relative, every
-    # step's loss within losses, every step's norm within norms
-    paste <(figures "$1") <(figures "$2") | awk -v tf="$3" -v tl="$4" -v tg="$5" '
-        function rel(a, b) { d = a - b; if (d < 0) d = -d; return d / (b < 0 ? -b : b) }
-        { n++; l = rel($1, $3); g = rel($2, $4); if (l > wl) wl = l; if (g > wg) wg = g; if (n == 1) first = l > g ? l : g }
-        END { printf "%d steps, first step %.3g, losses %.3g, norms %.3g\n", n, first, wl, wg
-              exit !(n == 20 && first <= tf && wl <= tl && wg <= tg) }'
-}
+near() { runs_near "$@"; }
 run() { train_run "$@"; }
 run one --dtype bf16
 run f32
@@ -91,6 +84,4 @@ re=$("$CLEAVE" generate --checkpoint "$tmp/ck" --prompt "And God said" --tokens 
 check '[ $_rc -eq 0 ] && [ ${#kv} -gt 12 ] && [ "$kv" = "$re" ]' \
     "generate from a bf16 checkpoint: KV cache and recomputing differ or failed:$(excerpt 2 "$kv")$(excerpt 2 "$re")"
 
-refused "the mixture-of-experts block (--experts) is not yet supported" train "${common[@]}" --dtype bf16 --model mixtral-tiny
-refused "the mixture-of-experts block (--experts) is not yet supported" memory --model mixtral-tiny --dtype bf16
 finish cli_bf16_llama

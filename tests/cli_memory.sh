@@ -162,11 +162,20 @@ for rc in none selective full; do point --model mixtral-tiny --micro-batch-size 
 point --model mixtral-tiny --micro-batch-size 2 --moe-capacity-factor 0.5
 point --model mixtral-tiny --pp 2 --schedule 1f1b --micro-batch-size 2 --global-batch-size 4
 point --model mixtral-tiny --dp 2 --zero 3 --micro-batch-size 2 --global-batch-size 4
+# the MoE block in bf16: ln2, the experts' gathered rows and their SwiGLU product BF16 (the rest as fp32's), the
+# backward's BF16 gradient array (dye, dgate and dup, dlogits in turn) and the attention half's at the scratch's end
+for rc in none selective full; do point --model mixtral-tiny --dtype bf16 --micro-batch-size 2 --recompute $rc; done
+point --model mixtral-tiny --dtype bf16 --micro-batch-size 2 --moe-capacity-factor 0.5
+point --model mixtral-tiny --dtype bf16 --pp 2 --schedule 1f1b --micro-batch-size 2 --global-batch-size 4
+point --model mixtral-tiny --dtype bf16 --dp 2 --zero 2 --micro-batch-size 2 --global-batch-size 4
+point --model mixtral-tiny --dtype bf16 --dp 2 --zero 3 --micro-batch-size 2 --global-batch-size 4
 # expert parallelism: the received rows and their results, dropless (the worst case) and at a capacity; ep 4 holding E / 4 experts, ZeRO 1 at ep 2 sharding the moments over the expert-data group
 point --model mixtral-tiny --dp 2 --ep 2 --micro-batch-size 2 --global-batch-size 4
 point --model mixtral-tiny --dp 2 --ep 2 --micro-batch-size 2 --global-batch-size 4 --moe-capacity-factor 0.5
 point --model mixtral-tiny --dp 4 --ep 4 --micro-batch-size 2 --global-batch-size 8
 point --model mixtral-tiny --dp 4 --ep 2 --zero 1 --micro-batch-size 2 --global-batch-size 8
+point --model mixtral-tiny --dtype bf16 --dp 2 --ep 2 --micro-batch-size 2 --global-batch-size 4
+point --model mixtral-tiny --dtype bf16 --dp 2 --ep 2 --micro-batch-size 2 --global-batch-size 4 --moe-capacity-factor 0.5
 out=$(timeout 60 "$CLEAVE" memory "${D[@]}" --model mixtral-tiny 2>&1)
 check 'grep -q "dropless, expert rows sized for the worst case" <<<"$out"' "mixtral-tiny: the worst case not stated: $(tail -2 <<<"$out")"
 _p=$(timeout 60 "$CLEAVE" memory --json --model mixtral-8x7b --seq-len 4096 --micro-batch-size 1 2>&1 | sed -n 's/.*"params": \([0-9]*\).*/\1/p')

@@ -77,6 +77,17 @@ PY
 }
 # log_figures LOG: a train --log-file's "loss grad_norm" per step, one line each
 log_figures() { grep '"loss"' "$1" | sed 's/.*"loss": \([^,]*\),.*"grad_norm": \([^,]*\),.*/\1 \2/'; }
+# runs_near LOG_A LOG_B FIRST LOSSES NORMS [STEPS]: two train --log-files of 20 steps (or their first STEPS), the
+# first step's loss and norm within FIRST relative, every step's loss within LOSSES, every step's norm within NORMS
+# (prints the worst; status 1 if not)
+runs_near() {
+    local steps=${6:-20}
+    paste <(log_figures "$1" | head -n "$steps") <(log_figures "$2" | head -n "$steps") | awk -v tf="$3" -v tl="$4" -v tg="$5" -v want="$steps" '
+        function rel(a, b) { d = a - b; if (d < 0) d = -d; return d / (b < 0 ? -b : b) }
+        { n++; l = rel($1, $3); g = rel($2, $4); if (l > wl) wl = l; if (g > wg) wg = g; if (n == 1) first = l > g ? l : g }
+        END { printf "%d steps, first step %.3g, losses %.3g, norms %.3g\n", n, first, wl, wg
+              exit !(n == want && first <= tf && wl <= tl && wg <= tg) }'
+}
 # train_run NAME ARGS...: cleave train with the caller's common=(...) flags and ARGS, the log in $tmp/NAME.jsonl,
 # the output in $tmp/NAME.out; a failure is a failed check
 train_run() {

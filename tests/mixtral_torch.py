@@ -21,6 +21,7 @@ computed here, not HF's. moe_capacity_factor > 0 drops, per expert, the
 slots after its first ceil(cf N K / E) in token order (slot t K + i).
 
     mixtral_torch.py IN OUT
+    mixtral_torch.py --autocast IN CLEAVE_BF16
     mixtral_torch.py --eval-hf DIR TEXT
     mixtral_torch.py --generate DIR PROMPT N
 
@@ -32,6 +33,12 @@ tests/cli_generate_kv.sh.
 IN: written by build/tests/moe_torch_driver --write-input. OUT: "loss" (F64,
 the mean cross-entropy), "aux" (F64, the sum over blocks), "dropped" (F64),
 "grad.<name>" (F32) of loss + router_aux_loss_coef * aux, autograd in F32.
+
+--autocast compares cleave's --dtype bf16 (CLEAVE_BF16: build/tests/moe_torch_driver
+--grads-bf16) with this model under torch.autocast and with cleave's product
+emulated, as tests/llama_torch.py --autocast does (its bounds), the router's
+logits rounded to bfloat16 (autocast's linear output), and checks that the
+routing is the same (tests/cli_bf16_moe.sh).
 
 --eval-hf scores a Hugging Face MixtralForCausalLM directory (config.json
 with MixtralConfig's keys; one model.safetensors or HF's shards; F32 or
@@ -50,7 +57,7 @@ import torch.nn.functional as F
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from format_ref import write_st  # noqa: E402
 from llama_ref import read_st  # noqa: E402
-from llama_torch import attention_half, evaluate, generate, rms_norm, rotary  # noqa: E402
+from llama_torch import LoMatmul, attention_half, autocast_check, evaluate, generate, mm_autocast, rms_norm, rotary  # noqa: E402
 
 
 def hf_load_balancing(probs, top, E, K):
@@ -61,12 +68,19 @@ def hf_load_balancing(probs, top, E, K):
     return (tokens_per_expert * router_prob_per_expert[None, :]).sum() * E
 
 
-def moe(h, p, E, K, cf, stats):
+def moe(h, p, E, K, cf, stats, mm=torch.matmul, router=torch.matmul):
     N, C = h.shape
-    logits = h @ p("block_sparse_moe.gate")
+    logits = router(h, p("block_sparse_moe.gate"))
     probs = F.softmax(logits, dim=-1, dtype=torch.float32)
     order = torch.sort(probs.detach(), dim=-1, descending=True, stable=True).indices
     top = order[:, :K]  # [N, K]
+    stats.setdefault("top", []).append(top)
+    # the routing's margin: the K-th probability over the (K+1)-th, the smallest over the tokens
+    if K < E:
+        srt = probs.detach().gather(1, order)
+        gap = srt[:, K - 1] - srt[:, K]
+        stats["margin"] = min(stats.get("margin", math.inf), float(gap.min()))
+        stats["ties"] = stats.get("ties", 0) + int((gap == 0).sum())  # exact ties: the lower expert's, as cleave's
     w = probs.gather(1, top)
     w = w / w.sum(-1, keepdim=True)
     # the aux loss, cleave's per-slot form
@@ -87,6 +101,7 @@ def moe(h, p, E, K, cf, stats):
             else:
                 seen[e] += 1
     stats["dropped"] += int((~keep).sum())
+    stats.setdefault("kept", []).append(top[keep])  # the slots run (cleave's "slots" counts these)
     y = torch.zeros_like(h)
     for e in range(E):
         tok, slot = torch.where((top == e) & keep)
@@ -94,12 +109,12 @@ def moe(h, p, E, K, cf, stats):
             continue
         x = h[tok]
         pe = lambda n: p(f"block_sparse_moe.experts.{e}.{n}")  # noqa: E731
-        out = (F.silu(x @ pe("w1")) * (x @ pe("w3"))) @ pe("w2")
+        out = mm(F.silu(mm(x, pe("w1"))) * mm(x, pe("w3")), pe("w2"))
         y = y.index_add(0, tok, out * w[tok, slot, None])
     return y, aux
 
 
-def logits_of(w, tokens, cfg, stats=None):
+def logits_of(w, tokens, cfg, stats=None, mm=torch.matmul, router=torch.matmul):
     # the model's logits [B, T, V] and the blocks' summed aux loss; block l is an MoE block when (l + 1) is a
     # multiple of moe_every (cleave's config key; absent, 0 or 1: every block), else Llama's dense MLP
     L, C, H = cfg["num_hidden_layers"], cfg["hidden_size"], cfg["num_attention_heads"]
@@ -114,20 +129,20 @@ def logits_of(w, tokens, cfg, stats=None):
     aux = 0
     for layer in range(L):
         p = lambda n: w[f"model.layers.{layer}.{n}.weight"]  # noqa: E731
-        x, h = attention_half(x, p, cfg, cos, sin, mask)  # llama_torch.py's, Llama's equations
+        x, h = attention_half(x, p, cfg, cos, sin, mask, mm)  # llama_torch.py's, Llama's equations
         if (layer + 1) % every:
-            x = x + (F.silu(h @ p("mlp.gate_proj")) * (h @ p("mlp.up_proj"))) @ p("mlp.down_proj")
+            x = x + mm(F.silu(mm(h, p("mlp.gate_proj"))) * mm(h, p("mlp.up_proj")), p("mlp.down_proj"))
             continue
-        y, a = moe(h.reshape(B * T, C), p, E, K, cf, stats)
+        y, a = moe(h.reshape(B * T, C), p, E, K, cf, stats, mm, router)
         x = x + y.view(B, T, C)
         aux = aux + a
     x = rms_norm(x, w["model.norm.weight"], eps)
     head = w["model.embed_tokens.weight"] if cfg["tie_word_embeddings"] else w["lm_head.weight"]
-    return x @ head.t(), aux
+    return mm(x, head.t()), aux
 
 
-def forward(w, tokens, targets, cfg, stats):
-    logits, aux = logits_of(w, tokens, cfg, stats)
+def forward(w, tokens, targets, cfg, stats, mm=torch.matmul, router=torch.matmul):
+    logits, aux = logits_of(w, tokens, cfg, stats, mm, router)
     return F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.reshape(-1)), aux
 
 
@@ -135,13 +150,59 @@ def lm_loss(w, tokens, targets, cfg):
     return forward(w, tokens, targets, cfg, {"dropped": 0})[0]
 
 
+def emulated_router(a, b):
+    # cleave's router product (LoMatmul: BF16 operands, F32 sums), its output rounded to bfloat16 as autocast's
+    # linear returns it (the backward rounds the gradient, as LoMatmul's does anyway)
+    return LoMatmul.apply(a, b).bfloat16().float()
+
+
+def autocast_main(inp, ours_path):
+    """--autocast: this Mixtral under torch.autocast and with cleave's product emulated against cleave's --dtype
+    bf16 (llama_torch.py's autocast_check and bounds); the router's logits in bfloat16 as autocast's linear
+    returns them, then softmax, top-k and the renormalization in float32 (HF's softmax(..., dtype=float)). The
+    routing must be the same in both runs and in cleave's (its token-slots per expert, "slots"): printed with
+    the smallest top-k margin; aux within 1e-4 relative of both."""
+    runs = {}
+
+    def model(w, tokens, targets, cfg, mm, name):
+        stats = {"dropped": 0}
+        loss, aux = forward(w, tokens, targets, cfg, stats, mm, mm_autocast if name == "autocast" else emulated_router)
+        runs[name] = (stats, aux.item())
+        return loss, loss + cfg["router_aux_loss_coef"] * aux
+
+    bad, ours = autocast_check(inp, ours_path, model)
+    slots = [int(v) for v in ours["slots"].tolist()]
+    E = len(slots)
+    for name, (stats, aux) in runs.items():
+        counts = torch.bincount(torch.cat([t.reshape(-1) for t in stats["kept"]]), minlength=E).tolist()
+        ca = float(ours["aux"][0])
+        rel = abs(ca - aux) / abs(aux)
+        print(f"bf16 {name}: routed slots per expert torch {counts}, cleave {slots}; smallest top-k margin "
+              f"{stats.get('margin', math.inf):.3g} ({stats.get('ties', 0)} exact ties at the K-th, to the lower expert); aux cleave {ca:.9f}, torch {aux:.9f} (rel {rel:.3g})")
+        if counts != slots or stats["dropped"] != int(ours["dropped"][0]):
+            bad += 1
+            print(f"FAILED: {name}: the routing differs from cleave's")
+        if not rel <= 1e-4:
+            bad += 1
+            print(f"FAILED: {name}: aux rel {rel:.3g}")
+    ta, te = runs["autocast"][0]["top"], runs["emulated"][0]["top"]
+    if any(not torch.equal(a, b) for a, b in zip(ta, te)):
+        bad += 1
+        print("FAILED: autocast's and the emulated routing differ")
+    else:
+        print(f"bf16: the same top-{ta[0].shape[1]} experts for every token of {len(ta)} blocks in both runs")
+    return 1 if bad else 0
+
+
 def main():
+    if len(sys.argv) == 4 and sys.argv[1] == "--autocast":
+        return autocast_main(sys.argv[2], sys.argv[3])
     if len(sys.argv) == 4 and sys.argv[1] == "--eval-hf":
         return evaluate(sys.argv[2], sys.argv[3], True, lm_loss)
     if len(sys.argv) == 5 and sys.argv[1] == "--generate":
         return generate(sys.argv[2], sys.argv[3], int(sys.argv[4]), lambda w, x, cfg: logits_of(w, x, cfg)[0], "mixtral_torch.py")
     if len(sys.argv) != 3:
-        print("usage: mixtral_torch.py IN OUT | --eval-hf DIR TEXT | --generate DIR PROMPT N", file=sys.stderr)
+        print("usage: mixtral_torch.py IN OUT | --autocast IN CLEAVE_BF16 | --eval-hf DIR TEXT | --generate DIR PROMPT N", file=sys.stderr)
         return 2
     t, meta = read_st(sys.argv[1])
     cfg = json.loads(meta["config"])

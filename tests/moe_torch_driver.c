@@ -12,6 +12,11 @@
  *       back; the LM loss against REF's "loss", the aux loss (the sum over
  *       blocks of E sum f P) against "aux", each gradient of
  *       loss + coeff aux against "grad.<name>": max |a - b| / max |b| <= 1e-5.
+ *   moe_torch_driver CASE --grads-bf16 IN OUT  the same model and batch, one
+ *       forward and backward at --dtype bf16: "loss", "aux", "dropped" (F64),
+ *       "slots" (F64 [E]: the token-slots each expert ran, summed over the
+ *       blocks: the routing) and "grad.<name>" (F32) of loss + coeff aux, for
+ *       tests/mixtral_torch.py --autocast (tests/cli_bf16_moe.sh).
  *
  * CASE: plain (mixtral-tiny, dropless); tie (layer 0's router weights zero:
  * every probability 1/E, so the top-k is decided by the tie rule, the lower
@@ -39,14 +44,15 @@ typedef struct {
     cl_microbatch mb;
 } setup;
 
-static cl_status make_setup(const char *kase, setup *s) {
+static cl_status make_setup(const char *kase, cl_dtype dt, setup *s) {
     memset(s, 0, sizeof *s);
     cl_model_config c;
     CL_TRY(cl_model_preset("mixtral-tiny", &c));
     if (!strcmp(kase, "cap")) c.moe_capacity_factor = 0.5;
     else if (strcmp(kase, "plain") && strcmp(kase, "tie")) return cl_error(CL_ERR_INVALID, "unknown case %s (plain, tie, cap)", kase);
     CL_TRY(cl_model_config_check(&c));
-    CL_TRY(cl_model_describe(&c, T, &s->d));
+    cl_tp_layout tl = {1, 0, 0, 1, dt, 1};
+    CL_TRY(cl_model_describe_tp(&c, T, &tl, &s->d));
     CL_TRY(cl_device_create_cpu(&s->dev, 0, 0));
     CL_TRY(cl_model_create(&s->m, s->d, s->dev, B));
     CL_TRY(cl_acts_create(s->m, B, &s->a));
@@ -70,7 +76,7 @@ static void free_setup(setup *s) {
 
 static int write_input(const char *kase, const char *path) {
     setup s;
-    cl_status st = make_setup(kase, &s);
+    cl_status st = make_setup(kase, CL_F32, &s);
     if (st) {
         fprintf(stderr, "%s\n", cl_last_error());
         return 1;
@@ -134,7 +140,7 @@ static const float *ref_tensor(cl_st_file *ref, const char *name, int64_t numel,
 
 static void compare(const char *kase, const char *inpath, const char *refpath) {
     setup s;
-    CHECK_OK(make_setup(kase, &s));
+    CHECK_OK(make_setup(kase, CL_F32, &s));
     cl_st_file *in = NULL, *ref = NULL;
     CHECK_OK(cl_st_open(&in, inpath));
     CHECK_OK(cl_st_open(&ref, refpath));
@@ -185,12 +191,63 @@ done:
     free_setup(&s);
 }
 
+/* --grads-bf16: IN's weights and batch at --dtype bf16, one forward and backward, into OUT. */
+static int grads_bf16(const char *kase, const char *inpath, const char *outpath) {
+    setup s;
+    cl_st_file *in = NULL;
+    cl_status st = make_setup(kase, CL_BF16, &s);
+    if (!st) st = cl_st_open(&in, inpath);
+    const cl_model_desc *d = s.d;
+    for (int i = 0; !st && i < d->nparams; i++)
+        st = cl_st_read_tensor(in, d->params[i].name, CL_F32, d->params[i].ndim, d->params[i].shape, cl_model_param(s.m, i));
+    int64_t sh[2] = {B, T};
+    if (!st) st = cl_st_read_tensor(in, "tokens", CL_F32, 2, sh, s.tok_f);
+    if (!st) st = cl_st_read_tensor(in, "targets", CL_F32, 2, sh, s.tgt_f);
+    cl_st_close(in);
+    for (int i = 0; i < B * T; i++) s.tokens[i] = (int32_t)s.tok_f[i], s.targets[i] = (int32_t)s.tgt_f[i];
+    if (!st) st = cl_model_refresh_low(s.m); /* the weights' BF16 copy from the master just read */
+    double loss_sum = 0, vals[3] = {0}, slots[CL_MOE_MAX_EXPERTS] = {0};
+    int64_t dropped = 0, slot[CL_MOE_MAX_EXPERTS] = {0};
+    if (!st) {
+        cl_model_zero_grads(s.m);
+        st = cl_model_forward_backward(s.m, &s.mb, &s.a, &loss_sum, 1);
+    }
+    int n = st ? 0 : d->nparams, E = st ? 0 : d->cfg.experts;
+    if (!st) {
+        cl_model_moe_take(s.m, &vals[1], &dropped, slot);
+        vals[0] = loss_sum / (B * T), vals[2] = (double)dropped;
+        for (int e = 0; e < E; e++) slots[e] = (double)slot[e];
+    }
+    cl_st_item *items = calloc((size_t)n + 4, sizeof *items);
+    char (*names)[128] = calloc((size_t)n + 1, sizeof *names);
+    if (!st && (!items || !names)) st = cl_error(CL_ERR_OOM, "items");
+    for (int i = 0; !st && i < n; i++) {
+        snprintf(names[i], sizeof names[i], "grad.%s", d->params[i].name);
+        items[i] = (cl_st_item){names[i], cl_tensor_make(cl_model_grad(s.m, i), CL_F32, d->params[i].ndim, d->params[i].shape)};
+    }
+    int64_t one = 1, ne = E;
+    if (!st) {
+        items[n] = (cl_st_item){"loss", cl_tensor_make(&vals[0], CL_F64, 1, &one)};
+        items[n + 1] = (cl_st_item){"aux", cl_tensor_make(&vals[1], CL_F64, 1, &one)};
+        items[n + 2] = (cl_st_item){"dropped", cl_tensor_make(&vals[2], CL_F64, 1, &one)};
+        items[n + 3] = (cl_st_item){"slots", cl_tensor_make(slots, CL_F64, 1, &ne)};
+        st = cl_st_write(outpath, items, n + 4, NULL, 0);
+    }
+    if (!st) printf("%s bf16: loss %.9f, aux %.9f, dropped %lld\n", kase, vals[0], vals[1], (long long)dropped);
+    else fprintf(stderr, "moe_torch_driver: %s\n", cl_last_error());
+    free(items);
+    free(names);
+    free_setup(&s);
+    return st ? 1 : 0;
+}
+
 int main(int argc, char **argv) {
     if (argc == 4 && !strcmp(argv[2], "--write-input")) return write_input(argv[1], argv[3]);
+    if (argc == 5 && !strcmp(argv[2], "--grads-bf16")) return grads_bf16(argv[1], argv[3], argv[4]);
     if (argc == 5 && !strcmp(argv[2], "--torch")) {
         compare(argv[1], argv[3], argv[4]);
         return cl_test_report("moe_torch_driver");
     }
-    fprintf(stderr, "usage: moe_torch_driver plain|tie|cap --write-input IN | --torch IN REF\n");
+    fprintf(stderr, "usage: moe_torch_driver plain|tie|cap --write-input IN | --torch IN REF | --grads-bf16 IN OUT\n");
     return 2;
 }

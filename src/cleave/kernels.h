@@ -387,6 +387,8 @@ int64_t cl_moe_dispatch(int32_t *perm, int32_t *row, int32_t *counts, const int3
  * over its kept slots, in i order. */
 void cl_moe_gather(float *xe, const float *x, const int32_t *perm, int64_t rows, int C, int K);
 void cl_moe_gather_backward(float *dx, const float *dxe, const int32_t *row, int T, int C, int K);
+/* bf16 mixed precision: cl_moe_gather on rows of C BF16 values (the RMSNorm's BF16 output, the experts' GEMM input). */
+void cl_moe_gather_bf16(uint16_t *xe, const uint16_t *x, const int32_t *perm, int64_t rows, int C, int K);
 /* y[t] = sum over kept slots i of wts[t,i] * ye[row[t K + i]], in i order
  * (assigned); backward: dye[row[s]] += wts[s] dy[t], dwts[s] += dy[t] . ye[row[s]]. */
 void cl_moe_combine_forward(float *y, const float *ye, const float *wts, const int32_t *row, int T, int C, int K);

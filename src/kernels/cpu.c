@@ -131,6 +131,7 @@ const cl_kernels cl_cpu_kernels = {
     .rmsnorm_forward_bf16 = cl_rmsnorm_forward_bf16,
     .residual_rmsnorm_forward_bf16 = cl_residual_rmsnorm_forward_bf16,
     .swiglu_forward_bf16 = cl_swiglu_forward_bf16,
+    .moe_gather_bf16 = cl_moe_gather_bf16,
     .adamw_update_bf16 = cl_adamw_update_bf16,
     .kv_append = cl_kv_append,
     .attention_decode = cl_attention_decode,

@@ -127,6 +127,10 @@ void cl_moe_gather(float *xe, const float *x, const int32_t *perm, int64_t rows,
     for (int64_t r = 0; r < rows; r++) memcpy(xe + r * C, x + (int64_t)(perm[r] / K) * C, (size_t)C * sizeof *xe);
 }
 
+void cl_moe_gather_bf16(uint16_t *xe, const uint16_t *x, const int32_t *perm, int64_t rows, int C, int K) {
+    for (int64_t r = 0; r < rows; r++) memcpy(xe + r * C, x + (int64_t)(perm[r] / K) * C, (size_t)C * sizeof *xe);
+}
+
 void cl_moe_gather_backward(float *dx, const float *dxe, const int32_t *row, int T, int C, int K) {
     for (int t = 0; t < T; t++) {
         float *d = dx + (int64_t)t * C;

@@ -94,11 +94,9 @@ static cl_status check_tp(const cl_family *f, const cl_model_config *c, int T, c
         return cl_error(CL_ERR_INVALID, "tensor-parallel rank %d of %d is out of range", tl->rank, tp);
     if (tl->vocab_div < 0) return cl_error(CL_ERR_INVALID, "--make-vocab-size-divisible-by must be positive (got %d)", tl->vocab_div);
     if (tl->sp && !f->pub.tokens) return cl_error(CL_ERR_INVALID, "--sequence-parallel needs a GPT model");
-    /* the GPT and dense Llama kinds have the bf16 path (docs/ARCHITECTURE.md) */
+    /* the GPT and Llama kinds (dense and MoE blocks) have the bf16 path (docs/ARCHITECTURE.md) */
     if (tl->dtype == CL_BF16 && c->kind != CL_MODEL_GPT && c->kind != CL_MODEL_LLAMA)
         return cl_error(CL_ERR_UNSUPPORTED, "--dtype bf16: the %s family is not yet supported (the gpt and llama families are)", f->pub.name);
-    if (tl->dtype == CL_BF16 && c->experts > 0)
-        return cl_error(CL_ERR_UNSUPPORTED, "--dtype bf16: the mixture-of-experts block (--experts) is not yet supported (dense llama is)");
     if (tp == 1) return CL_OK;
     return f->check_tp(c, T, tl);
 }

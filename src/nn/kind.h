@@ -116,6 +116,8 @@ typedef struct cl_kind {
     unsigned z3_reads;             /* bit CL_Z3_*: the passes that read its parameters (ZeRO 3 gathers them) */
     unsigned wlo;                  /* bf16: CL_KIND_WLO(i): the passes read parameter i only as its BF16 copy (cl_nn_wlo:
                                     * a GEMM's weight), CL_KIND_WLO_TIED: the tied weight too; ZeRO 3 gathers those as BF16 */
+    int wlo_from;                  /* bf16: > 0: parameters wlo_from, wlo_from + 1, ... too (a kind with a parameter list
+                                    * longer than wlo's bits: the MoE block's router and experts) */
     /* its output in its saved activations at base (NULL: base) */
     float *(*output)(const cl_model *m, float *base, int B, int T);
     /* a loss unit's logits in its saved activations (NULL: none, or its input when logits_in) */

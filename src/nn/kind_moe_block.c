@@ -30,6 +30,13 @@
  * run per block of received rows (source rank, then expert), and the saved
  * rows and workspace hold the worst case of what ep ranks can send.
  *
+ * bf16 (cl_nn_bf16; docs/ARCHITECTURE.md "The MoE block in bf16"), as the dense Llama block's: ln2, the gathered
+ * expert rows and the SwiGLU product BF16; every product BF16 x BF16 with F32 sums (the weights' copies); the
+ * router's logits rounded once to BF16 (autocast's linear output) and widened for the F32 softmax and top-K; the
+ * combine, the residual, the aux loss and every backward kernel F32, the gradients the products read narrowed
+ * into one BF16 array of the workspace (moe_lo_floats). With expert parallelism the rows to the experts and
+ * their output gradients move as BF16, the results and input gradients as F32.
+ *
  * Invariants: parameters in checkpoint order (the attention half's six, the
  * router, then experts 0..E-1 each w1, w2, w3) under HF Mixtral's names;
  * the integer arrays (top-k indices, slot rows, dispatch order, counts) live
@@ -131,7 +138,8 @@ typedef struct {
 
 /* From base, after the attention half: probs N E, wts, idx, row N K each, perm R, counts E, frac E, xe R C,
  * gate, up, h Rr F each, ye R C, with expert parallelism rcounts E and the received rows xr, their results yr
- * (Rr C each; ep 1: rcounts, xr and yr are counts, xe and ye), out N C. R: moe_rows, Rr: moe_rows_in. */
+ * (Rr C each; ep 1: rcounts, xr and yr are counts, xe and ye), out N C. R: moe_rows, Rr: moe_rows_in. bf16: xe,
+ * xr and h (the experts' GEMM inputs) are BF16, (n + 1) / 2 floats for n values (cl_nn_gemm_in_floats). */
 static moe_acts moe_layout_at(const cl_model_desc *d, float *base, int64_t B, int64_t T, float *lse_apart) {
     int64_t N = B * T, E = d->cfg.experts, K = d->cfg.experts_per_token, C = d->cfg.channels, Fw = cl_model_mlp_width(&d->cfg);
     int64_t R = moe_rows(d, N), Rr = moe_rows_in(d, N);
@@ -144,15 +152,15 @@ static moe_acts moe_layout_at(const cl_model_desc *d, float *base, int64_t B, in
     a.perm = (int32_t *)p; p += R;
     a.counts = (int32_t *)p; p += E;
     a.frac = p; p += E;
-    a.xe = p; p += R * C;
+    a.xe = p; p += cl_nn_gemm_in_floats(d, R * C); /* BF16 in bf16 (w1's and w3's input only) */
     a.gate = p; p += Rr * Fw;
     a.up = p; p += Rr * Fw;
-    a.h = p; p += Rr * Fw;
+    a.h = p; p += cl_nn_gemm_in_floats(d, Rr * Fw); /* BF16 in bf16 (w2's input only) */
     a.ye = p; p += R * C;
     a.rcounts = a.counts, a.xr = a.xe, a.yr = a.ye;
     if (moe_ep(d) > 1) {
         a.rcounts = (int32_t *)p; p += E;
-        a.xr = p; p += Rr * C;
+        a.xr = p; p += cl_nn_gemm_in_floats(d, Rr * C);
         a.yr = p; p += Rr * C;
     }
     a.out = p;
@@ -164,8 +172,15 @@ static int64_t moe_floats(const cl_model_desc *d, int64_t B, cl_sizer *z) {
     int64_t N = B * d->T, E = d->cfg.experts, K = d->cfg.experts_per_token, C = d->cfg.channels, Fw = cl_model_mlp_width(&d->cfg);
     int64_t R = moe_rows(d, N), Rr = moe_rows_in(d, N);
     int64_t att = cl_size_mul(z, B, cl_llama_attn_act_floats(d, z));
-    int64_t tok = cl_size_mul(z, N, E + 3 * K + C), rows = cl_size_add(z, cl_size_mul(z, R, 2 * C + 1), cl_size_mul(z, Rr, 3 * Fw));
-    if (moe_ep(d) > 1) rows = cl_size_add(z, rows, cl_size_add(z, cl_size_mul(z, Rr, 2 * C), E)); /* rcounts, xr, yr */
+    int64_t tok = cl_size_mul(z, N, E + 3 * K + C), rows;
+    if (cl_nn_bf16(d)) { /* xe, h (and xr) BF16 */
+        int64_t xe = cl_nn_gemm_in_floats(d, cl_size_mul(z, R, C)), h = cl_nn_gemm_in_floats(d, cl_size_mul(z, Rr, Fw));
+        rows = cl_size_add(z, cl_size_add(z, cl_size_mul(z, R, C + 1), xe), cl_size_add(z, cl_size_mul(z, Rr, 2 * Fw), h));
+        if (moe_ep(d) > 1) rows = cl_size_add(z, rows, cl_size_add(z, cl_size_add(z, cl_size_mul(z, Rr, C), E), cl_nn_gemm_in_floats(d, cl_size_mul(z, Rr, C))));
+    } else {
+        rows = cl_size_add(z, cl_size_mul(z, R, 2 * C + 1), cl_size_mul(z, Rr, 3 * Fw));
+        if (moe_ep(d) > 1) rows = cl_size_add(z, rows, cl_size_add(z, cl_size_mul(z, Rr, 2 * C), E)); /* rcounts, xr, yr */
+    }
     return cl_size_add(z, cl_size_add(z, att, tok), cl_size_add(z, rows, 2 * E));
 }
 
@@ -207,34 +222,55 @@ static cl_status moe_pass(const cl_model *m, const moe_acts *s, const float *in,
         return cl_error(CL_ERR_INVALID, "an MoE block described for --ep %d runs without its expert-parallel group (cl_model_set_ep)", moe_ep(d));
     CL_TRY(cl_llama_attn_forward(m, &s->at, in, &w->at, B, T));
     float *logits = m->scratch, *pmean = m->scratch + N * E;
-    CL_PROF("fwd router", 2.0 * (double)N * C * E, cl_sgemm(Kn, 0, 0, iN, E, iC, 1.0f, s->at.ln2, iC, w->gate, E, 0.0f, logits, E));
+    int lo = cl_nn_bf16(d);
+    cl_dtype xf = lo ? CL_BF16 : CL_F32; /* the experts' input rows' format */
+    if (lo) { /* autocast's router: ln2 (BF16) x the BF16 copy, F32 sums, the output rounded to BF16 (autocast's
+               * linear returns BF16), widened for the F32 softmax (HF's softmax(..., dtype=float)) */
+        void *lg = m->scratch + N * E + E;
+        CL_PROF("fwd router", 2.0 * (double)N * C * E, cl_nn_gemm_lo(m, 0, 0, iN, E, iC, s->at.ln2, iC, cl_nn_wlo(m, w->gate), E, 0.0f, logits, E));
+        CL_TRY(cl_nn_narrow(m, lg, logits, N * E));
+        CL_TRY(cl_device_convert(m->dev, logits, CL_F32, lg, CL_BF16, (size_t)(N * E)));
+    } else {
+        CL_PROF("fwd router", 2.0 * (double)N * C * E, cl_sgemm(Kn, 0, 0, iN, E, iC, 1.0f, s->at.ln2, iC, w->gate, E, 0.0f, logits, E));
+    }
     CL_PROF("fwd topk", 0, Kn->moe_router_forward(s->probs, s->idx, s->wts, logits, iN, E, K));
     *aux = Kn->moe_aux_loss(s->frac, pmean, s->probs, s->idx, iN, E, K);
     *dropped = Kn->moe_dispatch(s->perm, s->row, s->counts, s->idx, iN, E, K, (int)moe_capacity(d, N));
     int64_t rows = N * K - *dropped;
-    CL_PROF("fwd dispatch", 0, Kn->moe_gather(s->xe, s->at.ln2, s->perm, rows, iC, K));
+    if (lo) CL_PROF("fwd dispatch", 0, Kn->moe_gather_bf16((uint16_t *)s->xe, (const uint16_t *)s->at.ln2, s->perm, rows, iC, K));
+    else CL_PROF("fwd dispatch", 0, Kn->moe_gather(s->xe, s->at.ln2, s->perm, rows, iC, K));
     /* expert parallelism: the rows to their experts' ranks (ep 1: the blocks are this rank's E experts, no copy) */
     cl_moe_blocks bl;
     CL_TRY(cl_moe_ep_counts(m, s->counts, s->rcounts, E, &bl));
-    CL_TRY(cl_moe_ep_rows(m, s->xe, s->xr, s->counts, s->rcounts, E, C, 0));
+    CL_TRY(cl_moe_ep_rows(m, s->xe, s->xr, s->counts, s->rcounts, E, C, xf, 0));
+    const uint16_t *xlo = (const uint16_t *)s->xr, *hlo = (const uint16_t *)s->h; /* bf16: the BF16 rows */
     int64_t o = 0;
     for (int b = 0; b < bl.n; b++) {
         int n = bl.rows[b];
         float *const *x = w->ex + 3 * bl.e[b];
         double fl = 2.0 * n * (double)C * Fw;
-        CL_PROF("fwd experts w1 w3", 2 * fl, (cl_sgemm(Kn, 0, 0, n, iF, iC, 1.0f, s->xr + o * C, iC, x[0], iF, 0.0f, s->gate + o * Fw, iF),
-                                              cl_sgemm(Kn, 0, 0, n, iF, iC, 1.0f, s->xr + o * C, iC, x[2], iF, 0.0f, s->up + o * Fw, iF)));
+        if (lo)
+            CL_PROF("fwd experts w1 w3", 2 * fl, (cl_nn_gemm_lo(m, 0, 0, n, iF, iC, xlo + o * C, iC, cl_nn_wlo(m, x[0]), iF, 0.0f, s->gate + o * Fw, iF),
+                                                  cl_nn_gemm_lo(m, 0, 0, n, iF, iC, xlo + o * C, iC, cl_nn_wlo(m, x[2]), iF, 0.0f, s->up + o * Fw, iF)));
+        else
+            CL_PROF("fwd experts w1 w3", 2 * fl, (cl_sgemm(Kn, 0, 0, n, iF, iC, 1.0f, s->xr + o * C, iC, x[0], iF, 0.0f, s->gate + o * Fw, iF),
+                                                  cl_sgemm(Kn, 0, 0, n, iF, iC, 1.0f, s->xr + o * C, iC, x[2], iF, 0.0f, s->up + o * Fw, iF)));
         o += n;
     }
-    CL_PROF("fwd swiglu", 0, Kn->swiglu_forward(s->h, s->gate, s->up, bl.total * Fw));
+    if (lo) CL_PROF("fwd swiglu", 0, Kn->swiglu_forward_bf16((uint16_t *)s->h, s->gate, s->up, bl.total * Fw));
+    else CL_PROF("fwd swiglu", 0, Kn->swiglu_forward(s->h, s->gate, s->up, bl.total * Fw));
     o = 0;
     for (int b = 0; b < bl.n; b++) {
         int n = bl.rows[b];
-        CL_PROF("fwd experts w2", 2.0 * n * (double)C * Fw,
-                cl_sgemm(Kn, 0, 0, n, iC, iF, 1.0f, s->h + o * Fw, iF, w->ex[3 * bl.e[b] + 1], iC, 0.0f, s->yr + o * C, iC));
+        if (lo)
+            CL_PROF("fwd experts w2", 2.0 * n * (double)C * Fw,
+                    cl_nn_gemm_lo(m, 0, 0, n, iC, iF, hlo + o * Fw, iF, cl_nn_wlo(m, w->ex[3 * bl.e[b] + 1]), iC, 0.0f, s->yr + o * C, iC));
+        else
+            CL_PROF("fwd experts w2", 2.0 * n * (double)C * Fw,
+                    cl_sgemm(Kn, 0, 0, n, iC, iF, 1.0f, s->h + o * Fw, iF, w->ex[3 * bl.e[b] + 1], iC, 0.0f, s->yr + o * C, iC));
         o += n;
     }
-    CL_TRY(cl_moe_ep_rows(m, s->yr, s->ye, s->counts, s->rcounts, E, C, 1)); /* the results back, in this rank's order */
+    CL_TRY(cl_moe_ep_rows(m, s->yr, s->ye, s->counts, s->rcounts, E, C, CL_F32, 1)); /* the results back, in this rank's order */
     CL_PROF("fwd combine", 0, Kn->moe_combine_forward(s->out, s->ye, s->wts, s->row, iN, iC, K));
     CL_PROF("fwd residual", 0, Kn->add_inplace(s->out, s->at.res2, N * C));
     return CL_OK;
@@ -254,9 +290,20 @@ static cl_status moe_forward(cl_model *m, const cl_unit *un, const cl_microbatch
     return CL_OK;
 }
 
+/* bf16: the floats of the backward's BF16 gradient array (moe_backward's Lm), which holds in turn the experts'
+ * output gradients (Rr C), dgate and dup (2 Rr F) and dlogits (N E) narrowed for the products that read them;
+ * 0 in fp32. */
+static int64_t moe_lo_floats(const cl_model_desc *d, int64_t N) {
+    if (!cl_nn_bf16(d)) return 0;
+    int64_t Rr = moe_rows_in(d, N), a = Rr * d->cfg.channels, b = 2 * Rr * cl_model_mlp_width(&d->cfg), c = N * d->cfg.experts;
+    int64_t w = a > b ? a : b;
+    return cl_nn_bf16_floats(w > c ? w : c);
+}
+
 /* The backward workspace from m->scratch at B: dres2, dln2 (N C each), dlogits (N E), dwts (N K), dye, dxe
  * (R C each), dgate, dup, dh (Rr F each), with expert parallelism dyr, dxr (Rr C each: the received rows'),
- * then the attention half's (cl_llama_attn_scratch_floats) and the blockwise attention's tiles. */
+ * bf16's Lm (moe_lo_floats), then the attention half's (cl_llama_attn_scratch_floats) and the blockwise
+ * attention's tiles; bf16: the attention half's BF16 arrays at the scratch's end (cl_llama_lo). */
 static int64_t moe_scratch(const cl_model_desc *d, const cl_unit *un, int B) {
     (void)un;
     cl_sizer z = {0};
@@ -265,6 +312,7 @@ static int64_t moe_scratch(const cl_model_desc *d, const cl_unit *un, int B) {
     int64_t n = N * (2 * C + d->cfg.experts + d->cfg.experts_per_token) + R * 2 * C + Rr * 3 * Fw;
     if (moe_ep(d) > 1) n += Rr * 2 * C;
     n += (int64_t)B * cl_llama_attn_scratch_floats(d, &z);
+    n += moe_lo_floats(d, N) + (int64_t)B * cl_llama_lo_floats(d, &z); /* 0 in fp32 */
     return n + cl_flash_scratch_floats(B, (int)d->T, (int)d->channels_local, KVl);
 }
 
@@ -300,27 +348,62 @@ static cl_status moe_backward(cl_model *m, const cl_unit *un, const cl_microbatc
         dyr = ws; ws += Rr * C;
         dxr = ws; ws += Rr * C;
     }
+    /* bf16: Lm, the gradient each product reads narrowed to BF16 (dyr, then dgate and dup, then dlogits) */
+    int lo = cl_nn_bf16(d);
+    uint16_t *Lm = (uint16_t *)ws;
+    ws += moe_lo_floats(d, N);
+    const uint16_t *xlo = (const uint16_t *)s.xr, *hlo = (const uint16_t *)s.h;
     cl_moe_blocks bl;
     cl_moe_ep_blocks(m, s.rcounts, E, &bl);
+    const uint16_t *dglo = Lm, *dulo = Lm + bl.total * Fw;
     CL_PROF("bwd zero", 0, (cl_device_fill(m->dev, dln2, 0, (size_t)(N * (C + E + K) + R * C) * sizeof(float)),
                             cl_device_fill(m->dev, dgate, 0, (size_t)(2 * Rr * Fw) * sizeof(float))));
     CL_PROF("bwd residual", 0, cl_device_copy(m->dev, dres2, dout, (size_t)(N * C) * sizeof(float)));
     CL_PROF("bwd combine", 0, Kn->moe_combine_backward(dye, dwts, dout, s.ye, s.wts, s.row, iN, iC, K));
-    CL_TRY(cl_moe_ep_rows(m, dye, dyr, s.counts, s.rcounts, E, C, 0)); /* the outputs' gradients to the experts' ranks */
+    /* the outputs' gradients to the experts' ranks; bf16 with expert parallelism: narrowed before they go (into dxe,
+     * unused until the inputs' gradients come back), so they move as BF16 into Lm (the same values as narrowing after) */
+    if (lo && moe_ep(d) > 1) {
+        int64_t own = 0; /* this rank's kept slots */
+        for (int e = 0; e < E; e++) own += s.counts[e];
+        CL_TRY(cl_nn_narrow(m, dxe, dye, own * C));
+        CL_TRY(cl_moe_ep_rows(m, dxe, Lm, s.counts, s.rcounts, E, C, CL_BF16, 0));
+    } else {
+        CL_TRY(cl_moe_ep_rows(m, dye, dyr, s.counts, s.rcounts, E, C, CL_F32, 0));
+        if (lo) CL_TRY(cl_nn_narrow(m, Lm, dyr, bl.total * C));
+    }
     int64_t o = 0;
     for (int b = 0; b < bl.n; b++) {
         int n = bl.rows[b], e = bl.e[b];
         double fl = 2.0 * n * (double)C * Fw;
-        CL_PROF("bwd experts w2", fl, cl_sgemm(Kn, 0, 1, n, iF, iC, 1.0f, dyr + o * C, iC, w.ex[3 * e + 1], iC, 0.0f, dh + o * Fw, iF));
-        if (ww) CL_PROF("bwd experts w2 w", fl, cl_sgemm(Kn, 1, 0, iF, iC, n, 1.0f, s.h + o * Fw, iF, dyr + o * C, iC, 1.0f, gw.ex[3 * e + 1], iC));
+        if (lo) {
+            CL_PROF("bwd experts w2", fl, cl_nn_gemm_lo(m, 0, 1, n, iF, iC, Lm + o * C, iC, cl_nn_wlo(m, w.ex[3 * e + 1]), iC, 0.0f, dh + o * Fw, iF));
+            if (ww) CL_PROF("bwd experts w2 w", fl, cl_nn_gemm_lo(m, 1, 0, iF, iC, n, hlo + o * Fw, iF, Lm + o * C, iC, 1.0f, gw.ex[3 * e + 1], iC));
+        } else {
+            CL_PROF("bwd experts w2", fl, cl_sgemm(Kn, 0, 1, n, iF, iC, 1.0f, dyr + o * C, iC, w.ex[3 * e + 1], iC, 0.0f, dh + o * Fw, iF));
+            if (ww) CL_PROF("bwd experts w2 w", fl, cl_sgemm(Kn, 1, 0, iF, iC, n, 1.0f, s.h + o * Fw, iF, dyr + o * C, iC, 1.0f, gw.ex[3 * e + 1], iC));
+        }
         o += n;
     }
     CL_PROF("bwd swiglu", 0, Kn->swiglu_backward(dgate, dup, dh, s.gate, s.up, bl.total * Fw));
+    if (lo) {
+        CL_TRY(cl_nn_narrow(m, Lm, dgate, bl.total * Fw));
+        CL_TRY(cl_nn_narrow(m, Lm + bl.total * Fw, dup, bl.total * Fw));
+    }
     o = 0;
     for (int b = 0; b < bl.n; b++) {
         int n = bl.rows[b], e = bl.e[b];
         double fl = 2.0 * n * (double)C * Fw;
         const float *xe = s.xr + o * C, *dg = dgate + o * Fw, *du = dup + o * Fw;
+        if (lo) {
+            const uint16_t *gl = dglo + o * Fw, *ul = dulo + o * Fw, *xl = xlo + o * C;
+            CL_PROF("bwd experts w1 w3", 2 * fl, (cl_nn_gemm_lo(m, 0, 1, n, iC, iF, gl, iF, cl_nn_wlo(m, w.ex[3 * e]), iF, 0.0f, dxr + o * C, iC),
+                                                  cl_nn_gemm_lo(m, 0, 1, n, iC, iF, ul, iF, cl_nn_wlo(m, w.ex[3 * e + 2]), iF, 1.0f, dxr + o * C, iC)));
+            if (ww)
+                CL_PROF("bwd experts w1 w3 w", 2 * fl, (cl_nn_gemm_lo(m, 1, 0, iC, iF, n, xl, iC, gl, iF, 1.0f, gw.ex[3 * e], iF),
+                                                        cl_nn_gemm_lo(m, 1, 0, iC, iF, n, xl, iC, ul, iF, 1.0f, gw.ex[3 * e + 2], iF)));
+            o += n;
+            continue;
+        }
         CL_PROF("bwd experts w1 w3", 2 * fl, (cl_sgemm(Kn, 0, 1, n, iC, iF, 1.0f, dg, iF, w.ex[3 * e], iF, 0.0f, dxr + o * C, iC),
                                               cl_sgemm(Kn, 0, 1, n, iC, iF, 1.0f, du, iF, w.ex[3 * e + 2], iF, 1.0f, dxr + o * C, iC)));
         if (ww)
@@ -328,13 +411,19 @@ static cl_status moe_backward(cl_model *m, const cl_unit *un, const cl_microbatc
                                                     cl_sgemm(Kn, 1, 0, iC, iF, n, 1.0f, xe, iC, du, iF, 1.0f, gw.ex[3 * e + 2], iF)));
         o += n;
     }
-    CL_TRY(cl_moe_ep_rows(m, dxr, dxe, s.counts, s.rcounts, E, C, 1)); /* the inputs' gradients back */
+    CL_TRY(cl_moe_ep_rows(m, dxr, dxe, s.counts, s.rcounts, E, C, CL_F32, 1)); /* the inputs' gradients back */
     CL_PROF("bwd dispatch", 0, Kn->moe_gather_backward(dln2, dxe, s.row, iN, iC, K));
     /* the router: the weights' gradient, and the aux loss's at its weight in the step */
     float daux = (float)(d->cfg.moe_aux_coeff * mb->dloss * B * T);
     CL_PROF("bwd router", 0, Kn->moe_router_backward(dlogits, dwts, s.probs, s.idx, s.wts, s.frac, daux, iN, E, K));
-    CL_PROF("bwd router gemm", 2.0 * (double)N * C * E, cl_sgemm(Kn, 0, 1, iN, iC, E, 1.0f, dlogits, E, w.gate, E, 1.0f, dln2, iC));
-    if (ww) CL_PROF("bwd router w", 2.0 * (double)N * C * E, cl_sgemm(Kn, 1, 0, iC, E, iN, 1.0f, s.at.ln2, iC, dlogits, E, 1.0f, gw.gate, E));
+    if (lo) { /* dlogits narrowed (autocast's BF16 logits' gradient), against the BF16 copy and ln2 (BF16) */
+        CL_TRY(cl_nn_narrow(m, Lm, dlogits, N * E));
+        CL_PROF("bwd router gemm", 2.0 * (double)N * C * E, cl_nn_gemm_lo(m, 0, 1, iN, iC, E, Lm, E, cl_nn_wlo(m, w.gate), E, 1.0f, dln2, iC));
+        if (ww) CL_PROF("bwd router w", 2.0 * (double)N * C * E, cl_nn_gemm_lo(m, 1, 0, iC, E, iN, s.at.ln2, iC, Lm, E, 1.0f, gw.gate, E));
+    } else {
+        CL_PROF("bwd router gemm", 2.0 * (double)N * C * E, cl_sgemm(Kn, 0, 1, iN, iC, E, 1.0f, dlogits, E, w.gate, E, 1.0f, dln2, iC));
+        if (ww) CL_PROF("bwd router w", 2.0 * (double)N * C * E, cl_sgemm(Kn, 1, 0, iC, E, iN, 1.0f, s.at.ln2, iC, dlogits, E, 1.0f, gw.gate, E));
+    }
     cl_nn_keep k = {NULL, 0, m->dev};
     return cl_llama_attn_backward(m, &k, &s.at, in, &w.at, &gw.at, dres2, dln2, din, NULL, ws, ww, B, T);
 }
@@ -472,6 +561,8 @@ const cl_kind cl_kind_moe_block = {
     .repeated = 1,
     .weight_redo = 1,
     .z3_reads = CL_KIND_READS_ALL,
+    .wlo = CL_KIND_WLO(1) | CL_KIND_WLO(2) | CL_KIND_WLO(3) | CL_KIND_WLO(4), /* q, k, v, o; and from the router on: */
+    .wlo_from = NATT, /* the router and every expert's w1, w2, w3: read only as GEMM weights (ZeRO 3 gathers them as BF16) */
     .rope = 1,
     .output = moe_output,
     .forward = moe_forward,

@@ -9,7 +9,9 @@
  *           sender's (expert, token) order), a fixed order whatever the timing;
  *   back    the same exchange reversed returns each computed row to its sender, in the sender's order.
  *
- * The backward sends the gradients of the expert outputs the same way and returns the input gradients.
+ * The backward sends the gradients of the expert outputs the same way and returns the input gradients. The rows
+ * move in the format the block keeps them in (bf16: the dispatched rows, the experts' GEMM input, BF16, half the
+ * bytes; results and gradients F32).
  * Counts are int32 moved as 4-byte F32 elements (the all-to-all moves bytes, no arithmetic). With ep 1 nothing
  * moves: the received rows are the rank's own, one block per expert, exactly the single-rank path.
  *
@@ -52,8 +54,8 @@ cl_status cl_moe_ep_counts(const cl_model *m, const int32_t *counts, int32_t *rc
     return CL_OK;
 }
 
-cl_status cl_moe_ep_rows(const cl_model *m, const float *src, float *dst, const int32_t *counts, const int32_t *rcounts, int E,
-                         int64_t C, int back) {
+cl_status cl_moe_ep_rows(const cl_model *m, const void *src, void *dst, const int32_t *counts, const int32_t *rcounts, int E,
+                         int64_t C, cl_dtype dt, int back) {
     int ep = cl_moe_ep_size(m), el = E / ep;
     if (ep == 1) return CL_OK;
     size_t mine[CL_MOE_MAX_EXPERTS], theirs[CL_MOE_MAX_EXPERTS]; /* rows to rank j's experts, rows from source j */
@@ -63,6 +65,6 @@ cl_status cl_moe_ep_rows(const cl_model *m, const float *src, float *dst, const 
         mine[j] = (size_t)(a * C);
         theirs[j] = (size_t)(r * C);
     }
-    return back ? cl_comm_alltoallv(m->ep, src, theirs, NULL, dst, mine, NULL, CL_F32)
-                : cl_comm_alltoallv(m->ep, src, mine, NULL, dst, theirs, NULL, CL_F32);
+    return back ? cl_comm_alltoallv(m->ep, src, theirs, NULL, dst, mine, NULL, dt)
+                : cl_comm_alltoallv(m->ep, src, mine, NULL, dst, theirs, NULL, dt);
 }

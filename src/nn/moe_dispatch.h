@@ -22,10 +22,10 @@ int cl_moe_ep_size(const cl_model *m);
 cl_status cl_moe_ep_counts(const cl_model *m, const int32_t *counts, int32_t *rcounts, int E, cl_moe_blocks *b);
 /* The blocks of rcounts again (the backward's, from the saved counts). */
 void cl_moe_ep_blocks(const cl_model *m, const int32_t *rcounts, int E, cl_moe_blocks *b);
-/* Rows of C floats, all-to-all: out = 0 sends this rank's rows in (expert, token) order (counts) to their experts'
- * ranks, received into xr source-major (rcounts); back = 1 returns rows of xr to where they came from. ep 1:
- * nothing (the caller's buffers are one). */
-cl_status cl_moe_ep_rows(const cl_model *m, const float *src, float *dst, const int32_t *counts, const int32_t *rcounts, int E,
-                         int64_t C, int back);
+/* Rows of C elements of format dt (F32, or BF16 for bf16's dispatched GEMM input), all-to-all: out = 0 sends this
+ * rank's rows in (expert, token) order (counts) to their experts' ranks, received into xr source-major (rcounts);
+ * back = 1 returns rows of xr to where they came from. ep 1: nothing (the caller's buffers are one). */
+cl_status cl_moe_ep_rows(const cl_model *m, const void *src, void *dst, const int32_t *counts, const int32_t *rcounts, int E,
+                         int64_t C, cl_dtype dt, int back);
 
 #endif

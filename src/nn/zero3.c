@@ -88,7 +88,7 @@ void cl_model_z3_destroy(cl_model *m) {
 
 /* Unit u's pieces into out (returns past the last). F32: its range whole,
  * then the LM head's tied wte. bf16: each parameter its kind reads only as
- * its BF16 copy (cl_kind's wlo) alone as BF16 at its place, the runs of the
+ * its BF16 copy (cl_kind's wlo and wlo_from) alone as BF16 at its place, the runs of the
  * others as F32, then the tied wte (BF16 when the kind reads it so). */
 static z3_piece *unit_pieces(const cl_model *m, int u, int64_t ulo, int64_t ulen, int wte, z3_piece *out) {
     const cl_model_desc *d = m->desc;
@@ -98,7 +98,8 @@ static z3_piece *unit_pieces(const cl_model *m, int u, int64_t ulo, int64_t ulen
     if (!wlo && ulen) *out++ = (z3_piece){ulo, ulen, 0, 0};
     for (int i = 0, j = 0; wlo && i < d->nparams; i++) {
         if (d->params[i].unit != u) continue;
-        int lo = (wlo & CL_KIND_WLO(j++)) != 0;
+        int lo = (j < 31 && (wlo & CL_KIND_WLO(j)) != 0) || (k->wlo_from > 0 && j >= k->wlo_from);
+        j++;
         int64_t a = m->loc[i], len = align16(d->params[i].numel);
         if (!lo && out > first && !out[-1].lo && out[-1].a + out[-1].len == a) out[-1].len += len; /* the run goes on */
         else *out++ = (z3_piece){a, lo ? d->params[i].numel : len, a - ulo, lo};

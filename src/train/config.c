@@ -40,7 +40,6 @@ static cl_status check_ep(const cl_train_config *cfg) {
     if (cfg->zero > CL_ZERO_OPTIM)
         return cl_error(CL_ERR_UNSUPPORTED, "--ep %d with --zero %d is not supported yet (ZeRO 0 and 1 are: each rank holds only its %d experts)",
                         ep, cfg->zero, E / ep);
-    if (cfg->dtype != CL_F32) return cl_error(CL_ERR_UNSUPPORTED, "--ep %d with --dtype bf16 is not supported yet (fp32 only)", ep);
     return CL_OK;
 }
 
