@@ -18,8 +18,17 @@
 #    and OMP_NUM_THREADS = OPENBLAS_NUM_THREADS = the threads (as
 #    bench/torch_step.sh gives it).
 #
-# Needs Debian's python3-torch (with libopenblas0) for part 2; without it
-# part 2 says so and is skipped.
+# DTYPE=bf16 times bf16 mixed precision instead: `cleave bench step --dtype
+# bf16` against the same PyTorch Llama under torch.autocast("cpu",
+# dtype=torch.bfloat16) (llama_torch.py --time --autocast bf16), alternating,
+# and the table gives each side's best of ROUNDS (as bench/bf16_step.sh does
+# for GPT-2) instead of the medians.
+#
+#   DTYPE=bf16 TRAIN_STEPS=0 SEQS=64 ROUNDS=2 bash bench/llama_step.sh
+#
+# Part 2 needs Debian's python3-torch with libopenblas0 (bench/torch_deps.sh:
+# installed when run as root with apt, else it says what is missing and
+# exits 2).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 THREADS=${THREADS:-2}
@@ -28,7 +37,13 @@ ROUNDS=${ROUNDS:-3}
 STEPS=${STEPS:-3}
 WARMUP=${WARMUP:-1}
 TRAIN_STEPS=${TRAIN_STEPS:-10}
+DTYPE=${DTYPE:-fp32}
 PY=/usr/bin/python3
+case "$DTYPE" in
+fp32) AUTOCAST=none ;;
+bf16) AUTOCAST=bf16 ;;
+*) echo "llama_step.sh: DTYPE must be fp32 or bf16 (got '$DTYPE')" >&2; exit 2 ;;
+esac
 CLEAVE=${CLEAVE:-build/cleave}
 MODEL=(--model smollm2-135m --vocab 128256)
 TORCH_MODEL=(--layers 30 --channels 576 --heads 9 --kv-heads 3 --ffn 1536 --vocab 128256 --tied)
@@ -52,13 +67,20 @@ if [ "$TRAIN_STEPS" -gt 0 ]; then
     echo "train: the loss fell"
 fi
 
-if ! $PY -c 'import torch' 2> /dev/null; then
-    echo "step time: skipped (no torch for $PY: apt-get install python3-torch libopenblas0)"
-    exit 0
+source bench/torch_deps.sh
+torch_deps llama_step.sh
+if [ "$DTYPE" = bf16 ]; then
+    what="bf16 mixed precision (cleave --dtype bf16; PyTorch under torch.autocast(\"cpu\", dtype=torch.bfloat16))"
+    isa=$(grep -o -w 'amx_bf16\|avx512_bf16\|avx512f\|avx2' /proc/cpuinfo | sort -u | tr '\n' ' ')
+    echo "bf16-related CPU flags: ${isa:-none}"
+else
+    what=F32
 fi
-echo "PyTorch $($PY -c 'import torch; print(torch.__version__)'); model ${MODEL[*]}, micro-batch 4, $THREADS threads, F32; $STEPS timed steps after $WARMUP, $ROUNDS rounds alternating"
+echo "PyTorch $($PY -c 'import torch; print(torch.__version__)'); model ${MODEL[*]}, micro-batch 4, $THREADS threads, $what; $STEPS timed steps after $WARMUP, $ROUNDS rounds alternating"
 field() { sed -n "s#.*$1 \([0-9.]*\) $2.*#\1#p" | head -1; }
 median() { sort -g | awk '{ v[NR] = $1 } END { print NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+# F32: the median of the rounds' ms; bf16: the best (fewest ms), as bench/bf16_step.sh
+agg() { if [ "$DTYPE" = bf16 ]; then sort -g | head -1; else median; fi; }
 rows=()
 for T in $SEQS; do
     cs=(); ts=()
@@ -67,22 +89,23 @@ for T in $SEQS; do
         for who in $([ $((r % 2)) = 1 ] && echo "cleave torch" || echo "torch cleave"); do
             if [ "$who" = cleave ]; then
                 c=$("$CLEAVE" bench step "${MODEL[@]}" --seq-len "$T" --micro-batch-size 4 --threads "$THREADS" --steps "$STEPS" \
-                    --warmup "$WARMUP" --peak 1 | grep '^step:')
+                    --warmup "$WARMUP" --peak 1 --dtype "$DTYPE" | grep '^step:')
                 echo "  T $T round $r: cleave: $c"
                 cs+=("$(echo "$c" | field "step:" "ms")")
             else
                 t=$(env OMP_WAIT_POLICY=PASSIVE OMP_NUM_THREADS="$THREADS" OPENBLAS_NUM_THREADS="$THREADS" \
                     $PY tests/llama_torch.py --time "${TORCH_MODEL[@]}" --seq-len "$T" --micro-batch-size 4 \
-                    --threads "$THREADS" --steps "$STEPS" --warmup "$WARMUP" | grep '^torch step:')
+                    --threads "$THREADS" --steps "$STEPS" --warmup "$WARMUP" --autocast "$AUTOCAST" | grep '^torch.* step:')
                 echo "  T $T round $r: $t"
                 ts+=("$(echo "$t" | field "step:" "ms")")
             fi
         done
     done
-    cm=$(printf '%s\n' "${cs[@]}" | median); tm=$(printf '%s\n' "${ts[@]}" | median)
+    cm=$(printf '%s\n' "${cs[@]}" | agg); tm=$(printf '%s\n' "${ts[@]}" | agg)
     rows+=("$(awk -v T="$T" -v c="$cm" -v t="$tm" 'BEGIN { printf "| %d | %.1f | %.1f | %.2fx |", T, c, t, t / c }')")
 done
 echo
-echo "| seq | cleave ms/step (median) | PyTorch ms/step (median) | cleave speed / PyTorch's |"
+how=$([ "$DTYPE" = bf16 ] && echo "best of $ROUNDS" || echo median)
+echo "| seq | cleave $DTYPE ms/step ($how) | PyTorch ${DTYPE/bf16/bf16 autocast} ms/step ($how) | cleave speed / PyTorch's |"
 echo "|---|---|---|---|"
 printf '%s\n' "${rows[@]}"

@@ -251,10 +251,11 @@ static void print_header(cl_trainer *t) {
 }
 
 /* How a loaded model generates: kv with a KV cache, split over tp x pp ranks (threads, each with a device of
- * cap bytes; 1 x 1: on the loaded model's device). */
+ * cap bytes; 1 x 1: on the loaded model's device), or, world not NULL, as this MPI process's rank of them. */
 typedef struct {
     int kv, tp, pp;
     size_t cap;
+    cl_comm *world;
 } gen_how;
 
 /* Samples with the trainer's model (t, on every rank of a pipeline) or a
@@ -263,10 +264,11 @@ static cl_status print_sample(cl_trainer *t, cl_model *m, cl_acts *acts, const c
                               float temp, int topk, uint64_t seed, int show, const gen_how *how, cl_gen_stats *st) {
     int32_t *ids;
     size_t np;
-    CL_TRY(cl_tokenizer_encode(tok, prompt, strlen(prompt), &ids, &np));
+    cl_comm *world = how ? how->world : NULL; /* MPI: every rank encodes the same (agreed) prompt alike */
+    CL_TRY(cl_comm_fail_together(world, cl_tokenizer_encode(tok, prompt, strlen(prompt), &ids, &np)));
     if (np == 0) {
         free(ids);
-        return cl_error(CL_ERR_INVALID, "--prompt is empty");
+        return cl_comm_fail_together(world, cl_error(CL_ERR_INVALID, "--prompt is empty"));
     }
     int32_t *out = malloc((size_t)(n > 0 ? n : 1) * sizeof *out);
     if (!out) {
@@ -274,6 +276,7 @@ static cl_status print_sample(cl_trainer *t, cl_model *m, cl_acts *acts, const c
         return cl_error(CL_ERR_OOM, "cannot allocate the sample");
     }
     cl_status s = t                          ? cl_trainer_generate(t, ids, (int)np, n, temp, topk, seed, out)
+                  : world                 ? cl_generate_split_rank(world, m, how->tp, how->pp, how->cap, ids, (int)np, n, temp, topk, seed, out, st)
                   : how->tp * how->pp > 1 ? cl_generate_split(m, how->tp, how->pp, how->cap, ids, (int)np, n, temp, topk, seed, out, st)
                                           : cl_generate_run(m, acts, how->kv, ids, (int)np, n, temp, topk, seed, out, st);
     if (!s && show) {
@@ -1751,10 +1754,11 @@ static const cli_flag gen_flags[] = {
     {"device-memory", "", 1, "cap on device memory, e.g. 512MiB"},
     {"no-kv-cache", "", 0, "recompute the whole context for every new token instead of caching keys and values"},
     {"timing", "", 0, "print the prompt's (prefill) and the new tokens' (decode) tokens/s, and the KV cache's bytes, on stderr"},
-    {"tp", "", 1, "tensor-parallel ranks (threads) holding the model's heads, MLP columns, vocabulary rows and their KV cache (default 1)"},
-    {"pp", "", 1, "pipeline stages (threads), each holding its layers and their KV cache (default 1)"},
+    {"tp", "", 1, "tensor-parallel ranks (threads, or processes with --comm mpi) holding the model's heads, MLP columns, vocabulary rows and their KV cache (default 1)"},
+    {"pp", "", 1, "pipeline stages (threads, or processes with --comm mpi), each holding its layers and their KV cache (default 1)"},
     {"memory", "", 0, "print each rank's device bytes (model, KV cache, decoder workspace) for --prompt-tokens P and --tokens N, predicted from the checkpoint's config; runs nothing"},
     {"prompt-tokens", "", 1, "with --memory: the prompt's length in tokens"},
+    {"comm", "", 1, "ranks as threads (default) or mpi: one rank per process, started with mpirun -np TP*PP"},
 };
 
 /* cleave generate --memory: each rank's bytes, predicted (cl_generate_memory); what --timing measures. */
@@ -1780,38 +1784,131 @@ static cl_status gen_memory(const char *dir, const gen_how *how, int P, int n) {
     return s;
 }
 
+/* --timing's lines on stderr: the prefill's and decode's tokens/s (lead only: st[0]'s), then the KV cache's and
+ * workspace's bytes of ranks r0 .. r0 + nr - 1 (st[0 .. nr - 1]). */
+static void gen_timing(const gen_how *how, const cl_gen_stats *st, int r0, int nr, int lead) {
+    int split = how->tp * how->pp > 1 || how->world;
+    char lay[64] = "";
+    if (split) snprintf(lay, sizeof lay, ", tp %d x pp %d%s", how->tp, how->pp, how->world ? " over MPI" : "");
+    if (lead)
+        fprintf(stderr, "generate (%s%s): prefill %d tokens in %.4f s (%.1f tokens/s); decode %d tokens in %.4f s (%.1f tokens/s)\n",
+                how->kv ? "KV cache" : "recomputing", lay, st->prefill_tokens, st->prefill_s,
+                st->prefill_s > 0 ? st->prefill_tokens / st->prefill_s : 0.0, st->decode_tokens, st->decode_s,
+                st->decode_s > 0 ? st->decode_tokens / st->decode_s : 0.0);
+    for (int i = 0; i < nr && how->kv; i++) {
+        char who[32] = "";
+        if (split) snprintf(who, sizeof who, " rank %d", r0 + i);
+        fprintf(stderr, "generate:%s KV cache and workspace %lld bytes predicted, %lld measured, beside the model's %lld\n", who,
+                (long long)st[i].kv_predicted, (long long)st[i].kv_measured, (long long)st[i].held);
+    }
+}
+
+/* cleave generate --comm mpi: what each process's rank runs. */
+typedef struct {
+    const char *dir, *tokdir, *prompt;
+    int n, topk, timing;
+    float temp;
+    uint64_t seed;
+    gen_how how;
+    int world_rank; /* this process's, once its rank runs; else -1 */
+} gen_job;
+
+/* Every rank must generate the same thing: the flags that shape the run, agreed as train's are (agree_job). */
+static cl_status gen_agree(cl_comm *world, const gen_job *g) {
+    flag_values *l = calloc(1, sizeof *l);
+    if (!l) return cl_error(CL_ERR_OOM, "no host memory for the start-up agreement");
+    put(l, "--checkpoint", "%s", g->dir);
+    put(l, "--tokenizer-dir", "%s", g->tokdir ? g->tokdir : "(none)");
+    put(l, "--prompt", "%s", g->prompt);
+    put(l, "--tokens", "%d", g->n);
+    put_float(l, "--temperature", g->temp);
+    put(l, "--top-k", "%d", g->topk);
+    put(l, "--seed", "%llu", (unsigned long long)g->seed);
+    put(l, "--device-memory", "%zu", g->how.cap);
+    put(l, "--tp", "%d", g->how.tp);
+    put(l, "--pp", "%d", g->how.pp);
+    cl_status s = cl_comm_agree(world, l->name, l->val, l->n);
+    free(l);
+    return s;
+}
+
+static cl_status gen_rank_mpi(cl_comm *world, void *arg) {
+    gen_job *g = arg;
+    g->world_rank = cl_comm_rank(world);
+    g->how.world = world;
+    CL_TRY(gen_agree(world, g));
+    cl_loaded l; /* each process the checkpoint whole in host memory, from which its rank takes its slice */
+    cl_status s = cl_checkpoint_load(g->dir, g->tokdir, 0, 1, &l), loaded = s;
+    if (!s && !cl_model_family_of(&l.desc->cfg)->tokens) s = cl_error(CL_ERR_INVALID, "cleave generate needs a GPT checkpoint");
+    s = cl_comm_agree_status(world, s); /* a rank that cannot load fails them all, at once */
+    if (s) {
+        if (!loaded) cl_loaded_free(&l);
+        return s;
+    }
+    cl_gen_stats st = {0};
+    s = print_sample(NULL, l.model, &l.acts, l.tok, g->prompt, g->n, g->temp, g->topk, g->seed, g->world_rank == 0, &g->how, &st);
+    fflush(stdout);
+    if (!s && g->timing) gen_timing(&g->how, &st, g->world_rank, 1, g->world_rank == 0);
+    cl_loaded_free(&l);
+    return s;
+}
+
+/* A refusal before any rank runs: under mpirun every process refuses alike and rank 0 alone prints it. */
+static int gen_refuse(int mpi, cl_status s) {
+    const char *rank = getenv("OMPI_COMM_WORLD_RANK");
+    return mpi && rank && strcmp(rank, "0") ? cli_exit_status(s) : cli_fail(s);
+}
+
 static int cmd_generate(int argc, char **argv) {
     cli_args a;
     cl_status s = cli_parse(&a, gen_flags, NFLAGS(gen_flags), argc, argv, 2);
     if (s) return cli_fail(s);
     if (cli_get(&a, "help")) {
-        cli_print_help("usage: cleave generate --checkpoint DIR [--prompt TEXT] [--tokens N]", gen_flags, NFLAGS(gen_flags));
+        cli_print_help("usage: cleave generate --checkpoint DIR [--prompt TEXT] [--tokens N]\n"
+                       "       mpirun -np TP*PP cleave generate --comm mpi --tp TP --pp PP ...   (one rank per MPI process)",
+                       gen_flags, NFLAGS(gen_flags));
         return 0;
     }
+    const char *comm = cli_get(&a, "comm") ? cli_get(&a, "comm") : "threads";
+    int mpi = !strcmp(comm, "mpi");
+    if (!mpi && strcmp(comm, "threads")) return cli_fail(cl_error(CL_ERR_INVALID, "unknown --comm '%s' (threads or mpi)", comm));
     const char *dir = cli_get(&a, "checkpoint");
     const char *prompt = cli_get(&a, "prompt") ? cli_get(&a, "prompt") : "And God said";
     const char *tokdir = cli_get(&a, "tokenizer-dir");
-    if (!dir) return cli_fail(cl_error(CL_ERR_INVALID, "--checkpoint DIR is required"));
+    if (!dir) return gen_refuse(mpi, cl_error(CL_ERR_INVALID, "--checkpoint DIR is required"));
     int n = 200, topk = 40;
     float temp = 0.8f;
     uint64_t seed = 1337;
-    gen_how how = {!cli_get(&a, "no-kv-cache"), 1, 1, 0};
+    gen_how how = {!cli_get(&a, "no-kv-cache"), 1, 1, 0, NULL};
     if ((s = cli_int(&a, "tokens", &n, 1, 1 << 20)) || (s = cli_int(&a, "top-k", &topk, 0, 1 << 30)) ||
         (s = cli_float(&a, "temperature", &temp, 0, 100)) || (s = cli_u64(&a, "seed", &seed)) ||
         (s = cli_bytes(&a, "device-memory", &how.cap)) || (s = cli_int(&a, "tp", &how.tp, 1, 4096)) || (s = cli_int(&a, "pp", &how.pp, 1, 256)))
-        return cli_fail(s);
+        return gen_refuse(mpi, s);
     int split = how.tp * how.pp > 1, P = 0;
     if (cli_get(&a, "prompt-tokens") && !cli_get(&a, "memory"))
-        return cli_fail(cl_error(CL_ERR_INVALID, "--prompt-tokens goes with --memory (a run counts its --prompt's tokens)"));
+        return gen_refuse(mpi, cl_error(CL_ERR_INVALID, "--prompt-tokens goes with --memory (a run counts its --prompt's tokens)"));
+    if (mpi && cli_get(&a, "memory"))
+        return gen_refuse(mpi, cl_error(CL_ERR_INVALID, "--memory predicts from the config and runs no rank: drop --comm mpi"));
     if (cli_get(&a, "memory")) {
         if (!cli_get(&a, "prompt-tokens")) return cli_fail(cl_error(CL_ERR_INVALID, "--memory needs --prompt-tokens P"));
         if (!how.kv) return cli_fail(cl_error(CL_ERR_INVALID, "--memory predicts the KV cache's path, not --no-kv-cache"));
         if ((s = cli_int(&a, "prompt-tokens", &P, 1, 1 << 30)) || (s = gen_memory(dir, &how, P, n))) return cli_fail(s);
         return 0;
     }
+    if (mpi && !how.kv)
+        return gen_refuse(mpi, cl_error(CL_ERR_INVALID, "--no-kv-cache recomputes on one rank: --comm mpi generates split, with the KV cache"));
     if (split && !how.kv)
         return cli_fail(cl_error(CL_ERR_INVALID, "--tp and --pp generate with the KV cache: --no-kv-cache recomputes on one rank"));
-    if (split && how.tp * how.pp > 4096) return cli_fail(cl_error(CL_ERR_INVALID, "--tp %d x --pp %d: more than 4096 ranks", how.tp, how.pp));
+    if (split && how.tp * how.pp > 4096) return gen_refuse(mpi, cl_error(CL_ERR_INVALID, "--tp %d x --pp %d: more than 4096 ranks", how.tp, how.pp));
+    if (mpi) {
+        if (!cl_mpi_available())
+            return gen_refuse(mpi, cl_error(CL_ERR_UNSUPPORTED, "--comm mpi: this cleave was built without MPI (install libopenmpi-dev and rebuild)"));
+        gen_job g = {dir, tokdir, prompt, n, topk, cli_get(&a, "timing") != NULL, temp, seed, how, -1};
+        cl_launch_opts lo = {0};
+        s = cl_launch_mpi(&argc, &argv, gen_rank_mpi, &g, &lo);
+        /* a failure returned once the ranks ran is every rank's, printed by the launcher (others abort the job) */
+        return !s ? 0 : g.world_rank >= 0 ? cli_exit_status(s) : cli_fail(s);
+    }
     cl_loaded l; /* split: the checkpoint whole in host memory, from which each rank takes its slice onto its capped device */
     if ((s = cl_checkpoint_load(dir, tokdir, split ? 0 : how.cap, 1, &l))) return cli_fail(s);
     if (!cl_model_family_of(&l.desc->cfg)->tokens) {
@@ -1825,19 +1922,7 @@ static int cmd_generate(int argc, char **argv) {
         return cli_fail(cl_error(CL_ERR_OOM, "cannot allocate the ranks' figures"));
     }
     s = print_sample(NULL, l.model, &l.acts, l.tok, prompt, n, temp, topk, seed, 1, &how, st);
-    char lay[64] = "";
-    if (split) snprintf(lay, sizeof lay, ", tp %d x pp %d", how.tp, how.pp);
-    if (!s && cli_get(&a, "timing"))
-        fprintf(stderr, "generate (%s%s): prefill %d tokens in %.4f s (%.1f tokens/s); decode %d tokens in %.4f s (%.1f tokens/s)\n",
-                how.kv ? "KV cache" : "recomputing", lay, st->prefill_tokens, st->prefill_s,
-                st->prefill_s > 0 ? st->prefill_tokens / st->prefill_s : 0.0, st->decode_tokens, st->decode_s,
-                st->decode_s > 0 ? st->decode_tokens / st->decode_s : 0.0);
-    for (int r = 0; r < R && !s && cli_get(&a, "timing") && how.kv; r++) {
-        char who[32] = "";
-        if (split) snprintf(who, sizeof who, " rank %d", r);
-        fprintf(stderr, "generate:%s KV cache and workspace %lld bytes predicted, %lld measured, beside the model's %lld\n", who,
-                (long long)st[r].kv_predicted, (long long)st[r].kv_measured, (long long)st[r].held);
-    }
+    if (!s && cli_get(&a, "timing")) gen_timing(&how, st, 0, R, 1);
     free(st);
     cl_loaded_free(&l);
     return s ? cli_fail(s) : 0;

@@ -10,7 +10,8 @@ cross-entropy of the next tokens), for tests/cli_llama_train.sh.
     llama_torch.py --eval-hf DIR TEXT
     llama_torch.py --generate DIR PROMPT N
     llama_torch.py --time [--layers L --channels C --heads H --kv-heads KV --ffn F --vocab V
-                           --seq-len T --micro-batch-size B --threads N --steps K --warmup W --tied]
+                           --seq-len T --micro-batch-size B --threads N --steps K --warmup W --tied
+                           --autocast none|bf16]
 
 IN: the weights cleave wrote (build/tests/llama_torch_driver --write-input),
 under Hugging Face's names with linear weights [in, out] as cleave stores
@@ -55,7 +56,10 @@ and writes the prompt and the new bytes to stdout as `cleave generate
 same forward (this file's, F32) on random tokens, autograd's backward,
 gradient clipping at 1.0 and torch.optim.AdamW (betas 0.9/0.95, eps 1e-8,
 weight decay 0.1 on matrices), timed over --steps steps after --warmup;
-prints 'torch step: <ms> ms, <tokens/s> tokens/s, peak RSS <MiB> MiB'."""
+prints 'torch step: <ms> ms, <tokens/s> tokens/s, peak RSS <MiB> MiB'. With
+--autocast bf16 the forward and the loss run under torch.autocast("cpu",
+dtype=torch.bfloat16) (F32 master weights and AdamW, as bench/gpt2_torch.py
+--autocast bf16) and the line starts 'torch bf16 step:'."""
 import json
 import math
 import os
@@ -271,6 +275,7 @@ def time_steps(argv):
                  ("seq-len", 64), ("micro-batch-size", 4), ("threads", 2), ("steps", 3), ("warmup", 1)):
         a.add_argument("--" + k, type=int, default=v)
     a.add_argument("--tied", action="store_true")
+    a.add_argument("--autocast", choices=("none", "bf16"), default="none")
     a = a.parse_args(argv)
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
@@ -295,7 +300,11 @@ def time_steps(argv):
         x = torch.randint(0, a.vocab, (B, T + 1))
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
-        loss = forward(w, x[:, :-1], x[:, 1:], cfg)
+        if a.autocast == "bf16":
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                loss = forward(w, x[:, :-1], x[:, 1:], cfg)
+        else:
+            loss = forward(w, x[:, :-1], x[:, 1:], cfg)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(list(w.values()), 1.0)
         opt.step()
@@ -303,7 +312,7 @@ def time_steps(argv):
             times.append(time.perf_counter() - t0)
     ms = 1e3 * sum(times) / len(times)
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
-    print(f"torch step: {ms:.1f} ms, {B * T / (ms / 1e3):.1f} tokens/s, peak RSS {rss:.1f} MiB")
+    print(f"torch{' bf16' if a.autocast == 'bf16' else ''} step: {ms:.1f} ms, {B * T / (ms / 1e3):.1f} tokens/s, peak RSS {rss:.1f} MiB")
     return 0
 
 

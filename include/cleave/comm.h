@@ -317,6 +317,14 @@ cl_status cl_comm_agree(cl_comm *c, const char *const *names, const char *const 
  * it. Returns s. */
 cl_status cl_comm_fail_together(cl_comm *c, cl_status s);
 
+/* Agreement on an outcome: collective over c. Every rank gives its status s
+ * (its message cl_last_error() when s fails); when any rank's failed, every
+ * rank returns the first failing rank's status and message (cut at 507
+ * bytes), marked as every rank's (cl_comm_fail_together), so none is left
+ * waiting on the one that failed; else CL_OK. A failure of the all-gather
+ * itself is returned as it is. */
+cl_status cl_comm_agree_status(cl_comm *c, cl_status s);
+
 /* Behaves like MPI_Comm_split: collective over c; ranks giving the same
  * color >= 0 form one new communicator, ranked by (key, rank in c); a rank
  * giving a negative color gets *out = NULL. The new communicator has its

@@ -73,7 +73,10 @@ cl_status cl_device_create_cpu(cl_device **out, size_t cap, int id);
 cl_status cl_device_create(cl_device **out, const cl_device_ops *ops, void *impl, size_t cap, int id);
 void cl_device_destroy(cl_device *d); /* frees anything still allocated */
 
-/* Zero-filled, 64-byte aligned. bytes == 0 gives a valid unique pointer. */
+/* Zero-filled, 64-byte aligned. bytes == 0 gives a valid unique pointer.
+ * Over the cap: CL_ERR_OOM naming the device, the category and what it holds.
+ * Tests: CLEAVE_ALLOC_FAULT=device:ID:CATEGORY:K (CATEGORY a cl_mem_cat_name)
+ * makes device ID refuse its K-th allocation of that category the same way. */
 cl_status cl_device_alloc(cl_device *d, cl_mem_cat cat, size_t bytes, void **out);
 /* Convenience: count floats. */
 cl_status cl_device_alloc_f32(cl_device *d, cl_mem_cat cat, size_t count, float **out);

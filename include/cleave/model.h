@@ -522,6 +522,9 @@ cl_status cl_model_create(cl_model **out, const cl_model_desc *d, cl_device *dev
  * embedding, its own copy of the tied wte after them. Workspace is sized for
  * these units only. */
 cl_status cl_model_create_part(cl_model **out, const cl_model_desc *d, cl_device *dev, int B, int u0, int u1);
+/* The same for inference only (generation): no gradient buffers (CL_MEM_GRADS: none; its sizes' gradient
+ * fields 0, its parameters' gradients NULL), so no backward or optimizer step may run on it. */
+cl_status cl_model_create_infer(cl_model **out, const cl_model_desc *d, cl_device *dev, int B, int u0, int u1);
 /* The same with its buffers cut into ZeRO shards (zero NULL: none). */
 cl_status cl_model_create_zero(cl_model **out, const cl_model_desc *d, cl_device *dev, int B, int u0, int u1,
                                const cl_zero *zero);

@@ -399,14 +399,16 @@ cl_status cl_generate_run(cl_model *m, cl_acts *a, int kv, const int32_t *prompt
                           int top_k, uint64_t seed, int32_t *out, cl_gen_stats *st);
 /* cl_generate_run with the KV cache split over tp x pp ranks (threads of this process): each rank a device
  * of cap bytes (0: none) holding its tensor-parallel slice (cl_model_describe_tp, no sequence parallelism) of
- * its pipeline stage's units (the balanced partition), sliced from whole (the checkpoint's model, read by
- * every rank), and their decoder (cl_decoder_set_pp); the decoder's bytes checked against what the part leaves
- * under the cap before it is allocated (any rank's refusal is every rank's, one line). Every rank samples the
- * same tokens (out: rank 0's); st[r] (tp pp of them, world rank r = the mesh's) its timing and bytes. */
+ * its pipeline stage's units (the balanced partition) with no gradient buffers (cl_model_create_infer), sliced
+ * from whole (the checkpoint's model, read by every rank), and their decoder (cl_decoder_set_pp); the decoder's
+ * bytes checked against what the part leaves under the cap before it is allocated, and the ranks agree
+ * (cl_comm_agree_status) on that check and again on the decoder's allocation: any rank's refusal is every
+ * rank's at once, one line naming it. Every rank samples the same tokens (out: rank 0's); st[r] (tp pp of
+ * them, world rank r = the mesh's) its timing and bytes. */
 /* What generation holds on each of tp x pp ranks (cleave generate --memory), in bytes, predicted before anything
  * is allocated and equal to what cl_generate_split (tp pp > 1) or cl_generate_run (one rank, beside the loaded
- * model's activations) measure: the part cl_model_create_part allocates (its parameters, the gradient buffer a
- * part carries though generation does not use it, its workspace and tables), and the decoder's caches and
+ * model's activations) measure: the part's parameters, workspace and tables (a split part, cl_model_create_infer,
+ * has no gradient buffer; one rank's loaded model carries one, unused: grads), and the decoder's caches and
  * workspace (cl_decoder_size_part) for a prompt of nprompt tokens and n new ones. out has tp pp entries, by
  * world rank. */
 typedef struct {
@@ -416,6 +418,12 @@ typedef struct {
 cl_status cl_generate_memory(const cl_model_desc *whole, int tp, int pp, int nprompt, int n, cl_gen_memory *out);
 cl_status cl_generate_split(const cl_model *whole, int tp, int pp, size_t cap, const int32_t *prompt, int nprompt, int n,
                             float temperature, int top_k, uint64_t seed, int32_t *out, cl_gen_stats *st);
+/* One rank of cl_generate_split on world (its size tp pp, else refused on every rank alike; MPI: each process
+ * one rank, each with the whole model it loaded): the same tokens into out (n of them, on every rank) and this
+ * rank's figures into *st (NULL: none). */
+cl_status cl_generate_split_rank(cl_comm *world, const cl_model *whole, int tp, int pp, size_t cap, const int32_t *prompt,
+                                 int nprompt, int n, float temperature, int top_k, uint64_t seed, int32_t *out,
+                                 cl_gen_stats *st);
 
 #ifdef __cplusplus
 }

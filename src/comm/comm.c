@@ -919,6 +919,23 @@ cl_status cl_comm_fail_together(cl_comm *c, cl_status s) {
     return s;
 }
 
+cl_status cl_comm_agree_status(cl_comm *c, cl_status s) {
+    enum { MSG = 508 };
+    typedef struct {
+        int32_t st;
+        char msg[MSG];
+    } outcome;
+    CHECK_COMM(c);
+    outcome mine = {(int32_t)s, {0}}, *all = calloc((size_t)c->size, sizeof *all);
+    if (!all) return cl_error(CL_ERR_OOM, "rank %d: no host memory for the ranks' outcomes", c->rs->world_rank); /* not shared: the launcher ends the others */
+    if (s) snprintf(mine.msg, sizeof mine.msg, "%s", cl_last_error());
+    cl_status g = cl_comm_allgather(c, &mine, all, sizeof mine), agreed = CL_OK;
+    for (int r = 0; r < c->size && !g && !agreed; r++)
+        if (all[r].st) agreed = cl_error((cl_status)all[r].st, "%.*s", MSG, all[r].msg);
+    free(all);
+    return g ? g : cl_comm_fail_together(c, agreed);
+}
+
 cl_status cl_comm_agree(cl_comm *c, const char *const *names, const char *const *values, int n) {
     CHECK_COMM(c);
     if (n < 0 || n > CL_AGREE_MAX || (n && (!names || !values)))

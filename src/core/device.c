@@ -48,8 +48,24 @@ struct cl_device {
     size_t cur[CL_MEM_NCAT], peak[CL_MEM_NCAT];
     size_t total, peak_total;
     size_t reserved; /* bytes that passed the cap check and are being asked of the host */
+    int fault_cat;    /* CLEAVE_ALLOC_FAULT: the category whose fault_nth-th allocation is refused, or -1 */
+    long fault_nth, nallocs[CL_MEM_NCAT];
     pthread_mutex_t mu;
 };
+
+/* CLEAVE_ALLOC_FAULT=device:ID:CATEGORY:K (tests): device ID refuses its K-th allocation of CATEGORY (a
+ * cl_mem_cat_name) as over its cap, so a failure after every check passed can be tested. Another value:
+ * no fault. */
+static void alloc_fault(cl_device *d) {
+    d->fault_cat = -1;
+    const char *e = getenv("CLEAVE_ALLOC_FAULT");
+    int id, used = 0;
+    long nth;
+    char cat[32];
+    if (!e || sscanf(e, "device:%d:%31[a-z]:%ld%n", &id, cat, &nth, &used) != 3 || e[used] || id != d->id || nth < 1) return;
+    for (int c = 0; c < CL_MEM_NCAT; c++)
+        if (!strcmp(cat, cl_mem_cat_name(c))) d->fault_cat = c, d->fault_nth = nth;
+}
 
 const char *cl_mem_cat_name(cl_mem_cat c) {
     static const char *names[CL_MEM_NCAT] = {"params", "grads", "optimizer", "activations", "workspace", "comm"};
@@ -64,6 +80,7 @@ cl_status cl_device_create(cl_device **out, const cl_device_ops *ops, void *impl
     d->impl = impl;
     d->id = id;
     d->cap = cap;
+    alloc_fault(d);
     pthread_mutex_init(&d->mu, NULL);
     *out = d;
     return CL_OK;
@@ -94,16 +111,18 @@ cl_status cl_device_alloc(cl_device *d, cl_mem_cat cat, size_t bytes, void **out
      * cannot both pass a cap that has room for one */
     pthread_mutex_lock(&d->mu);
     size_t held = d->total + d->reserved;
-    if (d->cap && (bytes > d->cap || held > d->cap - bytes)) {
+    int fault = (int)cat == d->fault_cat && ++d->nallocs[cat] == d->fault_nth;
+    if (fault || (d->cap && (bytes > d->cap || held > d->cap - bytes))) {
         char asked[32], cap[32], heldb[32], desc[256];
         cl_format_bytes(bytes, asked, sizeof asked);
-        cl_format_bytes(d->cap, cap, sizeof cap);
+        if (d->cap) cl_format_bytes(d->cap, cap, sizeof cap);
+        else snprintf(cap, sizeof cap, "unlimited");
         cl_format_bytes(held, heldb, sizeof heldb);
         cl_device_describe(d, desc, sizeof desc);
         pthread_mutex_unlock(&d->mu);
         return cl_error(CL_ERR_OOM,
-                        "device %s:%d: %s: asked %s, %s of the %s cap held (%s); raise --device-memory or split the model over more ranks",
-                        d->ops->name, d->id, cl_mem_cat_name(cat), asked, heldb, cap, desc);
+                        "device %s:%d: %s: asked %s, %s of the %s cap held (%s)%s; raise --device-memory or split the model over more ranks",
+                        d->ops->name, d->id, cl_mem_cat_name(cat), asked, heldb, cap, desc, fault ? " (refused by CLEAVE_ALLOC_FAULT)" : "");
     }
     d->reserved += bytes;
     pthread_mutex_unlock(&d->mu);

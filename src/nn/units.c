@@ -245,8 +245,9 @@ cl_status cl_model_create_part(cl_model **out, const cl_model_desc *d, cl_device
     return cl_model_create_zero(out, d, dev, B, u0, u1, NULL);
 }
 
-cl_status cl_model_create_zero(cl_model **out, const cl_model_desc *d, cl_device *dev, int B, int u0, int u1,
-                               const cl_zero *zero) {
+/* A part (cl_model_create_zero), with its gradient buffers when grads (else none: cl_model_create_infer). */
+static cl_status create_part(cl_model **out, const cl_model_desc *d, cl_device *dev, int B, int u0, int u1, const cl_zero *zero,
+                             int grads) {
     *out = NULL;
     if (!d->params_only) CL_TRY(cl_model_config_runs(&d->cfg)); /* a description may be of more than the kinds run */
     if (B < 1) return cl_error(CL_ERR_INVALID, "micro-batch size must be positive (got %d)", B);
@@ -267,6 +268,7 @@ cl_status cl_model_create_zero(cl_model **out, const cl_model_desc *d, cl_device
     cl_status s = CL_OK;
     if (!m->p || !m->g || !m->loc) s = cl_error(CL_ERR_OOM, "cannot allocate parameter tables");
     cl_model_part_sizes(d, u0, u1, B, CL_RECOMPUTE_NONE, &m->zero, &m->sizes);
+    if (!grads) m->sizes.grads = m->sizes.whole = m->sizes.bucket = m->sizes.halo = m->sizes.gstage = 0, m->sizes.nbuf = 0;
     const cl_part_sizes *z = &m->sizes;
     m->nfloats = z->nfloats;
     for (int i = 0; !s && i < d->nparams; i++) {
@@ -281,7 +283,7 @@ cl_status cl_model_create_zero(cl_model **out, const cl_model_desc *d, cl_device
     float *wlow = NULL;
     if (!s && z->wlow) s = cl_device_alloc_f32(dev, CL_MEM_PARAMS, (size_t)z->wlow, &wlow);
     m->wlow = (uint16_t *)wlow;
-    if (!s) s = cl_device_alloc_f32(dev, CL_MEM_GRADS, (size_t)z->grads, &m->grads);
+    if (!s && grads) s = cl_device_alloc_f32(dev, CL_MEM_GRADS, (size_t)z->grads, &m->grads);
     if (!s && z->whole) s = cl_device_alloc_f32(dev, CL_MEM_GRADS, (size_t)z->whole, &m->gwhole);
     for (int k = 0; !s && k < z->nbuf; k++) s = cl_device_alloc_f32(dev, CL_MEM_GRADS, (size_t)z->bucket, &m->gbuf[k]);
     if (!s && z->halo) s = cl_device_alloc_f32(dev, CL_MEM_GRADS, (size_t)z->halo, &m->ghalo);
@@ -296,12 +298,13 @@ cl_status cl_model_create_zero(cl_model **out, const cl_model_desc *d, cl_device
         return s;
     }
     cl_device_fill(dev, m->params, 0, (size_t)z->params * sizeof(float));
-    cl_device_fill(dev, m->grads, 0, (size_t)z->grads * sizeof(float));
+    if (m->grads) cl_device_fill(dev, m->grads, 0, (size_t)z->grads * sizeof(float));
     if (m->gwhole) cl_device_fill(dev, m->gwhole, 0, (size_t)z->whole * sizeof(float));
     int stage2 = cl_zero_shards_grads(m->zero.stage);
     for (int i = 0, w = 0; i < d->nparams; i++) {
         if (m->loc[i] < 0) continue;
         if (z->params == z->alloc) m->p[i] = m->params + m->loc[i]; /* ZeRO 3: aimed per unit (cl_model_z3_before) */
+        if (!grads) continue;
         if (!stage2) m->g[i] = m->grads + m->loc[i];
         else if (cl_model_grad_whole(d, u0, u1, m->zero.split, i)) { /* whole, in parameter order; the others while their bucket runs */
             m->g[i] = m->gwhole + w;
@@ -310,6 +313,15 @@ cl_status cl_model_create_zero(cl_model **out, const cl_model_desc *d, cl_device
     }
     *out = m;
     return CL_OK;
+}
+
+cl_status cl_model_create_zero(cl_model **out, const cl_model_desc *d, cl_device *dev, int B, int u0, int u1,
+                               const cl_zero *zero) {
+    return create_part(out, d, dev, B, u0, u1, zero, 1);
+}
+
+cl_status cl_model_create_infer(cl_model **out, const cl_model_desc *d, cl_device *dev, int B, int u0, int u1) {
+    return create_part(out, d, dev, B, u0, u1, NULL, 0);
 }
 
 int cl_model_holds_param(const cl_model *m, int i) { return i >= 0 && i < m->desc->nparams && m->loc[i] >= 0; }

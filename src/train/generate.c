@@ -118,18 +118,16 @@ cl_status cl_generate_run(cl_model *m, cl_acts *a, int kv, const int32_t *prompt
     return s;
 }
 
-/* ---- generation split over tp x pp ranks (threads) ---- */
+/* ---- generation split over tp x pp ranks (threads, or MPI processes) ---- */
 
 typedef struct {
-    const cl_model *whole; /* the checkpoint's model, whole, read by every rank */
+    const cl_model *whole; /* the checkpoint's model, whole, read by the rank (threads: every rank the one copy) */
     int tp, pp;
     size_t cap;
     const int32_t *prompt;
     int nprompt, n, top_k;
     float temperature;
     uint64_t seed;
-    int32_t *out;
-    cl_gen_stats *st; /* [tp pp], by world rank */
 } split_job;
 
 /* The slice of the whole model wd that tensor-parallel rank tr of tp holds (cl_model_describe_tp, no sequence
@@ -153,7 +151,7 @@ static cl_status split_part(const cl_model_desc *wd, int tp, int pp, int tr, int
 
 cl_status cl_generate_memory(const cl_model_desc *wd, int tp, int pp, int nprompt, int n, cl_gen_memory *out) {
     if (tp < 1 || pp < 1 || tp * pp > 4096) return cl_error(CL_ERR_INVALID, "--tp %d x --pp %d ranks", tp, pp);
-    int Tmax = kv_positions(wd, nprompt, n);
+    int Tmax = kv_positions(wd, nprompt, n), one = tp * pp == 1;
     for (int r = 0; r < tp * pp; r++) {
         cl_mesh mesh;
         CL_TRY(cl_mesh_init(&mesh, tp * pp, 1, tp, pp));
@@ -171,30 +169,21 @@ cl_status cl_generate_memory(const cl_model_desc *wd, int tp, int pp, int npromp
         cl_gen_memory *o = &out[r];
         *o = (cl_gen_memory){.tp_rank = c.tp, .stage = c.pp, .u0 = u0, .u1 = u1, .positions = Tmax, .cache = need.cache, .workspace = need.workspace};
         o->params = (z.params + z.npwork * z.pwork + z.wlow) * f;
-        o->grads = (z.grads + z.whole + z.nbuf * z.bucket + z.halo) * f; /* a part's, unused by generation */
+        /* one rank: the loaded model's gradient buffer (cl_checkpoint_load's, unused); a split part has none
+         * (cl_model_create_infer) */
+        o->grads = one ? (z.grads + z.whole + z.nbuf * z.bucket + z.halo) * f : 0;
         o->model_ws = (z.scratch + 2 * z.io + z.tables) * f;
-        o->acts = tp * pp == 1 ? z.acts * f : 0; /* one rank: the loaded model's activations (cl_checkpoint_load's) */
+        o->acts = one ? z.acts * f : 0; /* one rank: the loaded model's activations (cl_checkpoint_load's) */
         o->total = o->params + o->grads + o->model_ws + o->acts + o->cache + o->workspace;
     }
     return CL_OK;
 }
 
-/* A failure of any rank, every rank's: the first failing rank's message on all of them (no rank left waiting). */
-static cl_status split_agree(cl_comm *world, cl_status s) {
-    enum { MSG = 512 };
-    int W = cl_comm_size(world);
-    char mine[MSG] = {0}, *all = calloc((size_t)W, MSG);
-    if (!all) return cl_comm_fail_together(world, cl_error(CL_ERR_OOM, "cannot allocate the ranks' messages"));
-    if (s) snprintf(mine, sizeof mine, "%s", cl_last_error());
-    cl_status g = cl_comm_allgather(world, mine, all, MSG);
-    for (int r = 0; r < W && !g; r++)
-        if (all[(size_t)r * MSG]) g = cl_error(CL_ERR_INVALID, "%s", all + (size_t)r * MSG);
-    free(all);
-    return g ? cl_comm_fail_together(world, g) : CL_OK;
-}
-
-static cl_status split_rank(cl_comm *world, void *arg) {
-    split_job *j = arg;
+/* This rank's share of the split over world (tp x pp ranks, the mesh's dp 1): its part of the whole model, a decoder
+ * stage over it, the tokens into out (NULL: a buffer of its own; every rank samples the same tokens), its figures
+ * into *st. Two agreements over the world: on what the ranks built and checked against their caps before the
+ * decoder, and on the decoder's allocation, so a rank that fails either is every rank's failure at once. */
+static cl_status split_run(cl_comm *world, const split_job *j, int32_t *out, cl_gen_stats *st_out) {
     const cl_model_desc *wd = cl_model_desc_of(j->whole);
     int r = cl_comm_rank(world);
     cl_mesh mesh;
@@ -207,29 +196,32 @@ static cl_status split_rank(cl_comm *world, void *arg) {
     cl_model *m = NULL;
     cl_decoder *dc = NULL;
     int u0 = 0, u1 = 0, Tmax = kv_positions(wd, j->nprompt, j->n);
+    int32_t *buf = out ? out : malloc((size_t)(j->n > 0 ? j->n : 1) * sizeof *buf);
     cl_decoder_bytes need = {0};
-    cl_status s = split_part(wd, j->tp, j->pp, c.tp, c.pp, &d, &u0, &u1);
+    cl_status s = buf ? CL_OK : cl_error(CL_ERR_OOM, "cannot allocate generation buffers");
+    if (!s) s = split_part(wd, j->tp, j->pp, c.tp, c.pp, &d, &u0, &u1);
     if (!s) s = cl_decoder_size_part(d, u0, u1, 1, Tmax, &need);
     if (!s) s = cl_device_create_cpu(&dev, j->cap, r);
-    if (!s) s = cl_model_create_part(&m, d, dev, 1, u0, u1);
+    if (!s) s = cl_model_create_infer(&m, d, dev, 1, u0, u1);
     if (!s && j->tp > 1) s = cl_model_set_tp(m, g.tp);
     for (int i = 0; !s && i < d->nparams; i++) /* this rank's slice of each parameter it holds, from the whole model */
         if (cl_model_holds_param(m, i))
             cl_ckpt_slice_copy(dev, &d->params[i], c.tp, cl_model_param(m, i), cl_model_param(j->whole, i), 0);
     if (!s) s = cl_model_refresh_low(m);
     if (!s) s = kv_fits(dev, &need, Tmax);
-    s = split_agree(world, s ? cl_error_context(s, "rank %d (tp %d, stage %d)", r, c.tp, c.pp) : CL_OK);
-    size_t held = dev ? cl_device_current_total(dev) : 0;
-    if (!s) s = cl_decoder_create(m, 1, Tmax, &dc);
-    size_t took = dev ? cl_device_current_total(dev) - held : 0;
-    if (!s) s = cl_decoder_set_pp(dc, g.pp);
+    s = cl_comm_agree_status(world, s ? cl_error_context(s, "rank %d (tp %d, stage %d)", r, c.tp, c.pp) : CL_OK);
+    size_t held = dev ? cl_device_current_total(dev) : 0, took = 0;
+    if (!s) { /* every rank here, or none */
+        s = cl_decoder_create(m, 1, Tmax, &dc);
+        took = cl_device_current_total(dev) - held;
+        if (!s) s = cl_decoder_set_pp(dc, g.pp);
+        s = cl_comm_agree_status(world, s ? cl_error_context(s, "rank %d (tp %d, stage %d)", r, c.tp, c.pp) : CL_OK);
+    }
     cl_gen_stats st = {0};
-    int32_t *out = r ? malloc((size_t)(j->n > 0 ? j->n : 1) * sizeof *out) : j->out; /* every rank samples the same tokens */
-    if (!s && !out) s = cl_error(CL_ERR_OOM, "cannot allocate generation buffers");
-    if (!s) s = kv_generate(dc, d, Tmax, j->prompt, j->nprompt, j->n, j->temperature, j->top_k, j->seed, out, &st);
-    if (r) free(out);
+    if (!s) s = kv_generate(dc, d, Tmax, j->prompt, j->nprompt, j->n, j->temperature, j->top_k, j->seed, buf, &st);
+    if (buf != out) free(buf);
     st.kv_predicted = need.cache + need.workspace, st.kv_measured = (int64_t)took, st.held = (int64_t)held;
-    j->st[r] = st;
+    if (st_out) *st_out = st;
     cl_decoder_free(dc);
     if (m) cl_model_destroy(m);
     cl_device_destroy(dev);
@@ -238,13 +230,43 @@ static cl_status split_rank(cl_comm *world, void *arg) {
     return s;
 }
 
-cl_status cl_generate_split(const cl_model *whole, int tp, int pp, size_t cap, const int32_t *prompt, int nprompt, int n,
-                            float temperature, int top_k, uint64_t seed, int32_t *out, cl_gen_stats *st) {
-    const cl_model_desc *wd = cl_model_desc_of(whole);
+/* What every rank checks alike before it runs: the model generates, the prompt is not empty, the layout's size. */
+static cl_status split_check(const cl_model_desc *wd, int tp, int pp, int nprompt) {
     if (!cl_model_family_of(&wd->cfg)->tokens) return cl_error(CL_ERR_INVALID, "generation needs a GPT model");
     if (tp < 1 || pp < 1 || tp * pp > 4096) return cl_error(CL_ERR_INVALID, "--tp %d x --pp %d ranks", tp, pp);
     if (nprompt < 1) return cl_error(CL_ERR_INVALID, "generation needs a prompt of at least one token");
-    split_job j = {whole, tp, pp, cap, prompt, nprompt, n, top_k, temperature, seed, out, st};
+    return CL_OK;
+}
+
+cl_status cl_generate_split_rank(cl_comm *world, const cl_model *whole, int tp, int pp, size_t cap, const int32_t *prompt,
+                                 int nprompt, int n, float temperature, int top_k, uint64_t seed, int32_t *out,
+                                 cl_gen_stats *st) {
+    cl_status s = split_check(cl_model_desc_of(whole), tp, pp, nprompt);
+    if (!s && cl_comm_size(world) != tp * pp)
+        s = cl_error(CL_ERR_INVALID, "--tp %d x --pp %d generates on %d ranks, but this world has %d (mpirun -np %d)", tp, pp, tp * pp,
+                     cl_comm_size(world), tp * pp);
+    CL_TRY(cl_comm_fail_together(world, s)); /* every rank checked the same values */
+    split_job j = {whole, tp, pp, cap, prompt, nprompt, n, top_k, temperature, seed};
+    return split_run(world, &j, out, st);
+}
+
+typedef struct {
+    split_job j;
+    int32_t *out; /* rank 0's tokens */
+    cl_gen_stats *st; /* [tp pp], by world rank */
+} split_threads;
+
+static cl_status split_thread(cl_comm *world, void *arg) {
+    split_threads *t = arg;
+    int r = cl_comm_rank(world);
+    return split_run(world, &t->j, r ? NULL : t->out, &t->st[r]);
+}
+
+cl_status cl_generate_split(const cl_model *whole, int tp, int pp, size_t cap, const int32_t *prompt, int nprompt, int n,
+                            float temperature, int top_k, uint64_t seed, int32_t *out, cl_gen_stats *st) {
+    const cl_model_desc *wd = cl_model_desc_of(whole);
+    CL_TRY(split_check(wd, tp, pp, nprompt));
+    split_threads t = {{whole, tp, pp, cap, prompt, nprompt, n, top_k, temperature, seed}, out, st};
     /* the layout checked here, before any rank starts: each tensor-parallel rank's slice and the stages */
     for (int tr = 0; tr < tp; tr++) {
         cl_model_desc *d;
@@ -256,7 +278,7 @@ cl_status cl_generate_split(const cl_model *whole, int tp, int pp, size_t cap, c
         CL_TRY(s);
     }
     cl_launch_opts o = {0};
-    return cl_launch_threads(tp * pp, split_rank, &j, &o);
+    return cl_launch_threads(tp * pp, split_thread, &t, &o);
 }
 
 cl_status cl_generate_with(cl_logits_fn logits_of, void *arg, int V, int T, const int32_t *prompt, int nprompt, int n,
