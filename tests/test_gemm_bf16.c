@@ -262,6 +262,43 @@ static void test_threads(void) {
     cl_set_threads(prev);
 }
 
+/* cl_gemm_ex_rows, as an expert's products call it (rows vary: forward and input gradient M, weight gradient K):
+ * every product within the bound, one primitive per transposes and leading dimensions for all the counts, the same
+ * bits when a count comes back, and F32 operands cl_gemm's bits. */
+static void test_rows(void) {
+    const int C = 24, F = 40, R = 70;
+    uint16_t *x = bf16_rand((long)R * C), *w = bf16_rand((long)C * F), *dy = bf16_rand((long)R * F);
+    float *out = xmalloc((size_t)R * F * sizeof *out), *dw = xmalloc((size_t)C * F * sizeof *dw),
+          *again = xmalloc((size_t)R * F * sizeof *again);
+    long bad = 0;
+    double worst = 0;
+    int before = cl_gemm_cache_count();
+    for (int n = 1; n <= R; n += 3) {
+        cl_gemm_ex_rows(0, 0, n, F, C, 1.0f, x, CL_BF16, C, w, CL_BF16, F, 0.0f, out, F); /* forward: M = n */
+        bad += gemm_bad(0, 0, n, F, C, 1.0f, x, C, w, F, 0.0f, out, out, F, 1.0, &worst);
+        cl_gemm_ex_rows(0, 1, n, C, F, 1.0f, dy, CL_BF16, F, w, CL_BF16, F, 0.0f, out, C); /* input gradient: M = n */
+        bad += gemm_bad(0, 1, n, C, F, 1.0f, dy, F, w, F, 0.0f, out, out, C, 1.0, &worst);
+        cl_gemm_ex_rows(1, 0, C, F, n, 1.0f, x, CL_BF16, C, dy, CL_BF16, F, 0.0f, dw, F); /* weight gradient: K = n */
+        bad += gemm_bad(1, 0, C, F, n, 1.0f, x, C, dy, F, 0.0f, dw, dw, F, 1.0, &worst);
+    }
+    int made = cl_gemm_cache_count() - before;
+    printf("  rows: %d primitives for 3 products at 24 row counts each (worst %.3g of the bound)\n", made, worst);
+    CHECK(bad == 0, "cl_gemm_ex_rows: %ld elements outside the F32 bound", bad);
+    if (!strcmp(cl_gemm_bf16_path(), "onednn matmul"))
+        CHECK(made >= 1 && made <= 3, "cl_gemm_ex_rows made %d primitives for 3 products over 24 row counts, not 1 each", made);
+    cl_gemm_ex_rows(0, 0, 7, F, C, 1.0f, x, CL_BF16, C, w, CL_BF16, F, 0.0f, out, F);
+    cl_gemm_ex_rows(0, 0, 50, F, C, 1.0f, x, CL_BF16, C, w, CL_BF16, F, 0.0f, again, F);
+    cl_gemm_ex_rows(0, 0, 7, F, C, 1.0f, x, CL_BF16, C, w, CL_BF16, F, 0.0f, again, F);
+    CHECK(!memcmp(out, again, (size_t)7 * F * sizeof *out), "cl_gemm_ex_rows: the same count gave other bits after another");
+    float *xf = xmalloc((size_t)R * C * sizeof *xf), *wf = xmalloc((size_t)C * F * sizeof *wf);
+    for (long i = 0; i < (long)R * C; i++) xf[i] = cl_bf16_to_f32(x[i]);
+    for (long i = 0; i < (long)C * F; i++) wf[i] = cl_bf16_to_f32(w[i]);
+    cl_gemm_ex_rows(0, 0, 33, F, C, 1.0f, xf, CL_F32, C, wf, CL_F32, F, 0.0f, out, F);
+    cl_gemm(0, 0, 33, F, C, 1.0f, xf, C, wf, F, 0.0f, again, F);
+    CHECK(!memcmp(out, again, (size_t)33 * F * sizeof *out), "cl_gemm_ex_rows on F32 operands differs from cl_gemm");
+    free(x), free(w), free(dy), free(out), free(dw), free(again), free(xf), free(wf);
+}
+
 /* More keys than the cache holds: it stays bounded and every product stays right. */
 static void test_cache_bound(void) {
     long bad = 0;
@@ -288,6 +325,7 @@ int main(void) {
     test_degenerate();
     test_mixed_and_table();
     test_threads();
+    test_rows();
     test_cache_bound();
     return cl_test_report("test_gemm_bf16");
 }

@@ -43,6 +43,10 @@ struct cl_kernels {
     /* C[M,N] = alpha op(A) op(B) + beta C, row-major, each operand in its format (cl_gemm) */
     void (*gemm)(int ta, int tb, int M, int N, int K, float alpha, const void *A, cl_dtype fa, int lda,
                  const void *B, cl_dtype fb, int ldb, float beta, void *C, cl_dtype fc, int ldc);
+    /* gemm for row counts (M, K) that change from call to call, as an expert's tokens do: the device may keep one
+     * compiled product for every count where gemm would keep one per shape */
+    void (*gemm_rows)(int ta, int tb, int M, int N, int K, float alpha, const void *A, cl_dtype fa, int lda,
+                      const void *B, cl_dtype fb, int ldb, float beta, void *C, cl_dtype fc, int ldc);
     void (*linear_forward)(float *out, const float *in, const float *w, const float *b, int N, int IC, int OC);
     void (*linear_backward_input)(float *din, const float *dout, const float *w, int N, int IC, int OC);
     void (*linear_backward_weight)(float *dw, float *db, const float *dout, const float *in, int N, int IC, int OC);

@@ -50,6 +50,12 @@ int cl_gemm_force_reference(int on);
  * F32 in a scratch and cl_gemm (exact widening, slower). */
 void cl_gemm_ex(int ta, int tb, int M, int N, int K, float alpha, const void *A, cl_dtype fa, int lda, const void *B,
                 cl_dtype fb, int ldb, float beta, float *C, int ldc);
+/* cl_gemm_ex for products whose M and K are row counts that change from call
+ * to call (an expert's tokens): BF16 operands through one primitive for every
+ * M and K (oneDNN's run-time dimensions) where cl_gemm_ex would make one per
+ * count; F32 operands exactly cl_gemm. */
+void cl_gemm_ex_rows(int ta, int tb, int M, int N, int K, float alpha, const void *A, cl_dtype fa, int lda, const void *B,
+                     cl_dtype fb, int ldb, float beta, float *C, int ldc);
 /* cl_gemm_ex's product through the matmul primitive only (F32 or BF16 A, B):
  * 0 when it ran, -1 when it cannot here (no oneDNN, K <= 0, only oneDNN's
  * reference loops; C untouched). Benchmarks compare it with cl_gemm. */

@@ -61,10 +61,18 @@ static void cpu_gemm(int ta, int tb, int M, int N, int K, float alpha, const voi
     else cl_gemm_ex(ta, tb, M, N, K, alpha, A, fa, lda, B, fb, ldb, beta, C, ldc);
 }
 
+static void cpu_gemm_rows(int ta, int tb, int M, int N, int K, float alpha, const void *A, cl_dtype fa, int lda, const void *B,
+                          cl_dtype fb, int ldb, float beta, void *C, cl_dtype fc, int ldc) {
+    CL_ASSERT((fa == CL_F32 || fa == CL_BF16) && (fb == CL_F32 || fb == CL_BF16) && fc == CL_F32);
+    if (fa == CL_F32 && fb == CL_F32) cl_gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    else cl_gemm_ex_rows(ta, tb, M, N, K, alpha, A, fa, lda, B, fb, ldb, beta, C, ldc);
+}
+
 const cl_kernels cl_cpu_kernels = {
     .name = "cpu",
     .gemm_formats = 1u << CL_F32 | 1u << CL_BF16,
     .gemm = cpu_gemm,
+    .gemm_rows = cpu_gemm_rows,
     .linear_forward = cl_linear_forward,
     .linear_backward_input = cl_linear_backward_input,
     .linear_backward_weight = cl_linear_backward_weight,

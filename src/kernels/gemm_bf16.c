@@ -20,7 +20,12 @@
  * whose primitive cannot be made is cached too (prim NULL: widen), so the
  * attempt is not repeated. Each thread executes with its own stream and its
  * own scratchpad (user-managed), freed when the thread exits; the cache and
- * the engine are freed at process exit. Invariants: beta == 0 never reads C
+ * the engine are freed at process exit. cl_gemm_ex_rows is for products
+ * whose row counts change from call to call (an expert's tokens): its key
+ * leaves M and K out and its primitive takes them at run time (oneDNN's
+ * runtime dimensions), one primitive for every count where a key per count
+ * would make a new primitive (milliseconds) nearly every call; its bits are
+ * a function of the call's arguments alone, as the others'. Invariants: beta == 0 never reads C
  * (no sum post-op), M or N == 0 touches nothing, K == 0 gives C = beta C. */
 #include "cleave/kernels.h"
 
@@ -73,7 +78,8 @@ static void gemm_widened(int ta, int tb, int M, int N, int K, float alpha, const
 enum { CACHE_CAP = 128 };
 
 typedef struct {
-    int ta, tb, M, N, K, lda, ldb, ldc;
+    int ta, tb, M, N, K, lda, ldb, ldc; /* rt: M and K 0, given at run time */
+    int rt;
     int fa, fb;
     float alpha, beta;
 } mm_key;
@@ -142,23 +148,27 @@ static void init_once(void) {
 }
 
 static int key_eq(const mm_key *a, const mm_key *b) {
-    return a->ta == b->ta && a->tb == b->tb && a->M == b->M && a->N == b->N && a->K == b->K && a->lda == b->lda &&
+    return a->rt == b->rt && a->ta == b->ta && a->tb == b->tb && a->M == b->M && a->N == b->N && a->K == b->K && a->lda == b->lda &&
            a->ldb == b->ldb && a->ldc == b->ldc && a->fa == b->fa && a->fb == b->fb &&
            !memcmp(&a->alpha, &b->alpha, sizeof a->alpha) && !memcmp(&a->beta, &b->beta, sizeof a->beta);
 }
 
 static dnnl_data_type_t dnnl_type(int f) { return f == CL_BF16 ? dnnl_bf16 : dnnl_f32; }
 
+/* The memory descriptors of A [M, K], B [K, N] and C [M, N] as k lays them out (M and K as given). */
+static int make_mds(const mm_key *k, int64_t M, int64_t K, dnnl_memory_desc_t *a, dnnl_memory_desc_t *b, dnnl_memory_desc_t *c) {
+    dnnl_dims_t da = {M, K}, db = {K, k->N}, dc = {M, k->N};
+    dnnl_dims_t sa = {k->ta ? 1 : k->lda, k->ta ? k->lda : 1}, sb = {k->tb ? 1 : k->ldb, k->tb ? k->ldb : 1},
+                sc = {k->ldc, 1};
+    return dnnl_memory_desc_init_by_strides(a, 2, da, dnnl_type(k->fa), sa) ||
+           dnnl_memory_desc_init_by_strides(b, 2, db, dnnl_type(k->fb), sb) || dnnl_memory_desc_init_by_strides(c, 2, dc, dnnl_f32, sc);
+}
+
 /* Makes the primitive of k into e (e->prim NULL when oneDNN cannot, or offers only its reference loops). */
 static void make_primitive(const mm_key *k, mm_entry *e) {
     memset(e, 0, sizeof *e);
     e->key = *k;
-    dnnl_dims_t da = {k->M, k->K}, db = {k->K, k->N}, dc = {k->M, k->N};
-    dnnl_dims_t sa = {k->ta ? 1 : k->lda, k->ta ? k->lda : 1}, sb = {k->tb ? 1 : k->ldb, k->tb ? k->ldb : 1},
-                sc = {k->ldc, 1};
-    if (dnnl_memory_desc_init_by_strides(&e->md_a, 2, da, dnnl_type(k->fa), sa) ||
-        dnnl_memory_desc_init_by_strides(&e->md_b, 2, db, dnnl_type(k->fb), sb) ||
-        dnnl_memory_desc_init_by_strides(&e->md_c, 2, dc, dnnl_f32, sc))
+    if (make_mds(k, k->rt ? DNNL_RUNTIME_DIM_VAL : k->M, k->rt ? DNNL_RUNTIME_DIM_VAL : k->K, &e->md_a, &e->md_b, &e->md_c))
         return;
     dnnl_matmul_desc_t desc;
     if (dnnl_matmul_desc_init(&desc, &e->md_a, &e->md_b, NULL, &e->md_c)) return;
@@ -257,10 +267,12 @@ static mm_thread *thread_state(void) {
     return t;
 }
 
-/* Runs e on this thread; 0 on success. */
-static int execute(const mm_entry *e, const void *A, const void *B, float *C) {
+/* Runs e on this thread (M and K the call's, for a run-time key); 0 on success. */
+static int execute(const mm_entry *e, int M, int K, const void *A, const void *B, float *C) {
     mm_thread *t = thread_state();
     if (!t) return -1;
+    dnnl_memory_desc_t ma = e->md_a, mb = e->md_b, mc = e->md_c;
+    if (e->key.rt && make_mds(&e->key, M, K, &ma, &mb, &mc)) return -1;
     if (e->scratch > t->cap) {
         void *p = aligned_alloc(64, (e->scratch + 63) & ~(size_t)63);
         if (!p) return -1;
@@ -269,9 +281,9 @@ static int execute(const mm_entry *e, const void *A, const void *B, float *C) {
         t->cap = e->scratch;
     }
     dnnl_memory_t m[4] = {NULL, NULL, NULL, NULL};
-    int ok = dnnl_memory_create(&m[0], &e->md_a, g_engine, (void *)A) == dnnl_success &&
-             dnnl_memory_create(&m[1], &e->md_b, g_engine, (void *)B) == dnnl_success &&
-             dnnl_memory_create(&m[2], &e->md_c, g_engine, C) == dnnl_success &&
+    int ok = dnnl_memory_create(&m[0], &ma, g_engine, (void *)A) == dnnl_success &&
+             dnnl_memory_create(&m[1], &mb, g_engine, (void *)B) == dnnl_success &&
+             dnnl_memory_create(&m[2], &mc, g_engine, C) == dnnl_success &&
              (!e->scratch || dnnl_memory_create(&m[3], &e->md_s, g_engine, t->scratch) == dnnl_success);
     if (ok) {
         dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, m[0]}, {DNNL_ARG_WEIGHTS, m[1]}, {DNNL_ARG_DST, m[2]},
@@ -290,26 +302,32 @@ static int isa_has_avx512_core(void) {
 }
 #endif
 
-int cl_gemm_matmul(int ta, int tb, int M, int N, int K, float alpha, const void *A, cl_dtype fa, int lda, const void *B,
-                   cl_dtype fb, int ldb, float beta, float *C, int ldc) {
+/* cl_gemm_matmul, with M and K at run time where rt. */
+static int matmul(int rt, int ta, int tb, int M, int N, int K, float alpha, const void *A, cl_dtype fa, int lda, const void *B,
+                  cl_dtype fb, int ldb, float beta, float *C, int ldc) {
 #ifdef CL_HAVE_DNNL
     if (M <= 0 || N <= 0 || K <= 0) return -1;
     if ((fa != CL_F32 && fa != CL_BF16) || (fb != CL_F32 && fb != CL_BF16)) return -1;
     pthread_once(&g_once, init_once);
     if (!g_engine_ok) return -1;
-    mm_key k = {ta != 0, tb != 0, M, N, K, lda, ldb, ldc, (int)fa, (int)fb, alpha, beta};
+    mm_key k = {ta != 0, tb != 0, rt ? 0 : M, N, rt ? 0 : K, lda, ldb, ldc, rt != 0, (int)fa, (int)fb, alpha, beta};
     mm_entry tmp;
     int slot = cache_get(&k, &tmp);
     const mm_entry *e = slot >= 0 ? &g_cache[slot] : &tmp; /* the slot is not evicted while refs > 0 */
-    int rc = e->prim ? execute(e, A, B, C) : -1;
+    int rc = e->prim ? execute(e, M, K, A, B, C) : -1;
     if (slot >= 0) cache_put(slot);
     else if (tmp.prim) dnnl_primitive_destroy(tmp.prim);
     return rc;
 #else
-    (void)ta, (void)tb, (void)M, (void)N, (void)K, (void)alpha, (void)A, (void)fa, (void)lda, (void)B, (void)fb, (void)ldb,
-        (void)beta, (void)C, (void)ldc;
+    (void)rt, (void)ta, (void)tb, (void)M, (void)N, (void)K, (void)alpha, (void)A, (void)fa, (void)lda, (void)B, (void)fb,
+        (void)ldb, (void)beta, (void)C, (void)ldc;
     return -1;
 #endif
+}
+
+int cl_gemm_matmul(int ta, int tb, int M, int N, int K, float alpha, const void *A, cl_dtype fa, int lda, const void *B,
+                   cl_dtype fb, int ldb, float beta, float *C, int ldc) {
+    return matmul(0, ta, tb, M, N, K, alpha, A, fa, lda, B, fb, ldb, beta, C, ldc);
 }
 
 const char *cl_gemm_bf16_path(void) {
@@ -320,8 +338,9 @@ const char *cl_gemm_bf16_path(void) {
     return "widened to f32";
 }
 
-void cl_gemm_ex(int ta, int tb, int M, int N, int K, float alpha, const void *A, cl_dtype fa, int lda, const void *B,
-                cl_dtype fb, int ldb, float beta, float *C, int ldc) {
+/* cl_gemm_ex and cl_gemm_ex_rows (rt: M and K at run time). */
+static void gemm_ex(int rt, int ta, int tb, int M, int N, int K, float alpha, const void *A, cl_dtype fa, int lda, const void *B,
+                    cl_dtype fb, int ldb, float beta, float *C, int ldc) {
     if (M <= 0 || N <= 0) return;
     if (fa == CL_F32 && fb == CL_F32) {
         cl_gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
@@ -336,7 +355,17 @@ void cl_gemm_ex(int ta, int tb, int M, int N, int K, float alpha, const void *A,
         return;
     }
     if (fa == CL_BF16 && fb == CL_BF16 && !strcmp(cl_gemm_bf16_path(), "onednn matmul") &&
-        cl_gemm_matmul(ta, tb, M, N, K, alpha, A, fa, lda, B, fb, ldb, beta, C, ldc) == 0)
+        matmul(rt, ta, tb, M, N, K, alpha, A, fa, lda, B, fb, ldb, beta, C, ldc) == 0)
         return;
     gemm_widened(ta, tb, M, N, K, alpha, A, fa, lda, B, fb, ldb, beta, C, ldc);
+}
+
+void cl_gemm_ex(int ta, int tb, int M, int N, int K, float alpha, const void *A, cl_dtype fa, int lda, const void *B,
+                cl_dtype fb, int ldb, float beta, float *C, int ldc) {
+    gemm_ex(0, ta, tb, M, N, K, alpha, A, fa, lda, B, fb, ldb, beta, C, ldc);
+}
+
+void cl_gemm_ex_rows(int ta, int tb, int M, int N, int K, float alpha, const void *A, cl_dtype fa, int lda, const void *B,
+                     cl_dtype fb, int ldb, float beta, float *C, int ldc) {
+    gemm_ex(1, ta, tb, M, N, K, alpha, A, fa, lda, B, fb, ldb, beta, C, ldc);
 }

@@ -44,6 +44,11 @@ void cl_nn_gemm_lo(const cl_model *m, int ta, int tb, int M, int N, int K, const
     cl_kern(m)->gemm(ta, tb, M, N, K, 1.0f, A, CL_BF16, lda, B, CL_BF16, ldb, beta, C, CL_F32, ldc);
 }
 
+void cl_nn_gemm_lo_rows(const cl_model *m, int ta, int tb, int M, int N, int K, const void *A, int lda, const void *B, int ldb,
+                        float beta, float *C, int ldc) {
+    cl_kern(m)->gemm_rows(ta, tb, M, N, K, 1.0f, A, CL_BF16, lda, B, CL_BF16, ldb, beta, C, CL_F32, ldc);
+}
+
 void cl_nn_linear_lo(const cl_model *m, float *out, const void *x, const float *w, const float *bias, int64_t N, int64_t IC, int64_t OC) {
     cl_nn_gemm_lo(m, 0, 0, (int)N, (int)OC, (int)IC, x, (int)IC, cl_nn_wlo(m, w), (int)OC, 0.0f, out, (int)OC);
     if (bias) cl_kern(m)->add_bias(out, bias, N, OC);

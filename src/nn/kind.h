@@ -255,6 +255,9 @@ cl_status cl_nn_narrow(const cl_model *m, void *dst, const float *src, int64_t n
 /* C (F32) = op(A) op(B) + beta C, A and B BF16 (the device's gemm with formats, F32 accumulation). */
 void cl_nn_gemm_lo(const cl_model *m, int ta, int tb, int M, int N, int K, const void *A, int lda, const void *B, int ldb, float beta,
                    float *C, int ldc);
+/* cl_nn_gemm_lo for row counts M and K that change from call to call (an expert's tokens: the device's gemm_rows). */
+void cl_nn_gemm_lo_rows(const cl_model *m, int ta, int tb, int M, int N, int K, const void *A, int lda, const void *B, int ldb,
+                        float beta, float *C, int ldc);
 /* out = x w (+ bias): x BF16 [N, IC], w a parameter's F32 data [IC, OC] read as its BF16 copy, out F32. */
 void cl_nn_linear_lo(const cl_model *m, float *out, const void *x, const float *w, const float *bias, int64_t N, int64_t IC, int64_t OC);
 /* A linear layer's weight gradient dw [IC, OC] += x^T dout (x [N, IC] and dout_lo BF16), and db += the column sums

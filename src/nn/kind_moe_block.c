@@ -250,8 +250,8 @@ static cl_status moe_pass(const cl_model *m, const moe_acts *s, const float *in,
         float *const *x = w->ex + 3 * bl.e[b];
         double fl = 2.0 * n * (double)C * Fw;
         if (lo)
-            CL_PROF("fwd experts w1 w3", 2 * fl, (cl_nn_gemm_lo(m, 0, 0, n, iF, iC, xlo + o * C, iC, cl_nn_wlo(m, x[0]), iF, 0.0f, s->gate + o * Fw, iF),
-                                                  cl_nn_gemm_lo(m, 0, 0, n, iF, iC, xlo + o * C, iC, cl_nn_wlo(m, x[2]), iF, 0.0f, s->up + o * Fw, iF)));
+            CL_PROF("fwd experts w1 w3", 2 * fl, (cl_nn_gemm_lo_rows(m, 0, 0, n, iF, iC, xlo + o * C, iC, cl_nn_wlo(m, x[0]), iF, 0.0f, s->gate + o * Fw, iF),
+                                                  cl_nn_gemm_lo_rows(m, 0, 0, n, iF, iC, xlo + o * C, iC, cl_nn_wlo(m, x[2]), iF, 0.0f, s->up + o * Fw, iF)));
         else
             CL_PROF("fwd experts w1 w3", 2 * fl, (cl_sgemm(Kn, 0, 0, n, iF, iC, 1.0f, s->xr + o * C, iC, x[0], iF, 0.0f, s->gate + o * Fw, iF),
                                                   cl_sgemm(Kn, 0, 0, n, iF, iC, 1.0f, s->xr + o * C, iC, x[2], iF, 0.0f, s->up + o * Fw, iF)));
@@ -264,7 +264,7 @@ static cl_status moe_pass(const cl_model *m, const moe_acts *s, const float *in,
         int n = bl.rows[b];
         if (lo)
             CL_PROF("fwd experts w2", 2.0 * n * (double)C * Fw,
-                    cl_nn_gemm_lo(m, 0, 0, n, iC, iF, hlo + o * Fw, iF, cl_nn_wlo(m, w->ex[3 * bl.e[b] + 1]), iC, 0.0f, s->yr + o * C, iC));
+                    cl_nn_gemm_lo_rows(m, 0, 0, n, iC, iF, hlo + o * Fw, iF, cl_nn_wlo(m, w->ex[3 * bl.e[b] + 1]), iC, 0.0f, s->yr + o * C, iC));
         else
             CL_PROF("fwd experts w2", 2.0 * n * (double)C * Fw,
                     cl_sgemm(Kn, 0, 0, n, iC, iF, 1.0f, s->h + o * Fw, iF, w->ex[3 * bl.e[b] + 1], iC, 0.0f, s->yr + o * C, iC));
@@ -376,8 +376,8 @@ static cl_status moe_backward(cl_model *m, const cl_unit *un, const cl_microbatc
         int n = bl.rows[b], e = bl.e[b];
         double fl = 2.0 * n * (double)C * Fw;
         if (lo) {
-            CL_PROF("bwd experts w2", fl, cl_nn_gemm_lo(m, 0, 1, n, iF, iC, Lm + o * C, iC, cl_nn_wlo(m, w.ex[3 * e + 1]), iC, 0.0f, dh + o * Fw, iF));
-            if (ww) CL_PROF("bwd experts w2 w", fl, cl_nn_gemm_lo(m, 1, 0, iF, iC, n, hlo + o * Fw, iF, Lm + o * C, iC, 1.0f, gw.ex[3 * e + 1], iC));
+            CL_PROF("bwd experts w2", fl, cl_nn_gemm_lo_rows(m, 0, 1, n, iF, iC, Lm + o * C, iC, cl_nn_wlo(m, w.ex[3 * e + 1]), iC, 0.0f, dh + o * Fw, iF));
+            if (ww) CL_PROF("bwd experts w2 w", fl, cl_nn_gemm_lo_rows(m, 1, 0, iF, iC, n, hlo + o * Fw, iF, Lm + o * C, iC, 1.0f, gw.ex[3 * e + 1], iC));
         } else {
             CL_PROF("bwd experts w2", fl, cl_sgemm(Kn, 0, 1, n, iF, iC, 1.0f, dyr + o * C, iC, w.ex[3 * e + 1], iC, 0.0f, dh + o * Fw, iF));
             if (ww) CL_PROF("bwd experts w2 w", fl, cl_sgemm(Kn, 1, 0, iF, iC, n, 1.0f, s.h + o * Fw, iF, dyr + o * C, iC, 1.0f, gw.ex[3 * e + 1], iC));
@@ -396,11 +396,11 @@ static cl_status moe_backward(cl_model *m, const cl_unit *un, const cl_microbatc
         const float *xe = s.xr + o * C, *dg = dgate + o * Fw, *du = dup + o * Fw;
         if (lo) {
             const uint16_t *gl = dglo + o * Fw, *ul = dulo + o * Fw, *xl = xlo + o * C;
-            CL_PROF("bwd experts w1 w3", 2 * fl, (cl_nn_gemm_lo(m, 0, 1, n, iC, iF, gl, iF, cl_nn_wlo(m, w.ex[3 * e]), iF, 0.0f, dxr + o * C, iC),
-                                                  cl_nn_gemm_lo(m, 0, 1, n, iC, iF, ul, iF, cl_nn_wlo(m, w.ex[3 * e + 2]), iF, 1.0f, dxr + o * C, iC)));
+            CL_PROF("bwd experts w1 w3", 2 * fl, (cl_nn_gemm_lo_rows(m, 0, 1, n, iC, iF, gl, iF, cl_nn_wlo(m, w.ex[3 * e]), iF, 0.0f, dxr + o * C, iC),
+                                                  cl_nn_gemm_lo_rows(m, 0, 1, n, iC, iF, ul, iF, cl_nn_wlo(m, w.ex[3 * e + 2]), iF, 1.0f, dxr + o * C, iC)));
             if (ww)
-                CL_PROF("bwd experts w1 w3 w", 2 * fl, (cl_nn_gemm_lo(m, 1, 0, iC, iF, n, xl, iC, gl, iF, 1.0f, gw.ex[3 * e], iF),
-                                                        cl_nn_gemm_lo(m, 1, 0, iC, iF, n, xl, iC, ul, iF, 1.0f, gw.ex[3 * e + 2], iF)));
+                CL_PROF("bwd experts w1 w3 w", 2 * fl, (cl_nn_gemm_lo_rows(m, 1, 0, iC, iF, n, xl, iC, gl, iF, 1.0f, gw.ex[3 * e], iF),
+                                                        cl_nn_gemm_lo_rows(m, 1, 0, iC, iF, n, xl, iC, ul, iF, 1.0f, gw.ex[3 * e + 2], iF)));
             o += n;
             continue;
         }
