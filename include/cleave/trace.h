@@ -125,7 +125,10 @@ cl_status cl_trace_pick_step(const cl_trace *t, int step, int *picked);
  * W purple, BWD orange (odd chunks a lighter shade), labelled with the
  * micro-batch (and ".chunk" when some compute event of the step has chunk >
  * 0) where the box is wide enough; idle time blank; a time axis in s, ms or
- * us from the step's start; a legend. Other events are not drawn. step as in
+ * us from the step's start; a legend. A trace holding ring transfers
+ * (RING_SEND / RING_RECV) is drawn in cl_svg_timeline's comm mode: those
+ * and the other timed non-compute events as strips under the boxes, a
+ * transfer's waited end darker. Otherwise other events are not drawn. step as in
  * cl_trace_pick_step. Errors: CL_ERR_INVALID (no such step, no compute events
  * in it, bad times), CL_ERR_IO, CL_ERR_OOM. */
 cl_status cl_trace_render_svg(const char *path, const cl_trace *t, int step);

@@ -164,13 +164,12 @@ void cl_nn_cp_free(cl_model *m) {
     m->cp = NULL;
 }
 
-void cl_nn_cp_positions_forward(const cl_model *m, float *out, const float *wpe, int B, int Tl, int64_t C) {
-    for (int b = 0; b < B; b++)
-        for (int t = 0; t < Tl; t++) {
-            float *o = out + ((int64_t)b * Tl + t) * C;
-            const float *p = wpe + cl_nn_cp_position(m, t, Tl) * C;
-            for (int64_t k = 0; k < C; k++) o[k] += p[k];
-        }
+void cl_nn_cp_positions_forward(const cl_model *m, float *out, const float *wpe, int64_t rows, int64_t row0, int Tl, int64_t C) {
+    for (int64_t i = 0; i < rows; i++) {
+        float *o = out + i * C;
+        const float *p = wpe + cl_nn_cp_position(m, (row0 + i) % Tl, Tl) * C;
+        for (int64_t k = 0; k < C; k++) o[k] += p[k];
+    }
 }
 
 void cl_nn_cp_positions_backward(const cl_model *m, float *dwpe, const float *dout, int B, int Tl, int64_t C) {
