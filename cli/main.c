@@ -136,7 +136,7 @@ static const cli_flag train_flags[] = {
     {"grad-reduce-dtype", "", 1, "format of the data-parallel gradient reduction: fp32 (default) or bf16 (half the bytes; "
                                  "gradients still accumulate in F32, each bucket narrowed just before its collective and "
                                  "widened after; with --dtype fp32 too, as FSDP's reduce_dtype)"},
-    {"trace", "", 1, "write a Chrome trace (Perfetto) of every pipeline action to this file"},
+    {"trace", "", 1, "write a Chrome trace (Perfetto) of every pipeline action (and --cp ring transfer) to this file"},
     {"pp-layout", "", 1, "explicit stages, e.g. \"E,t*3|t*4|t*3,L\" (E embedding, t block, L head; default: balanced)"},
 };
 
