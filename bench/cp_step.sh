@@ -11,6 +11,9 @@
 # over the timed steps). Each round runs: one rank --threads 2, then each
 # --cp-comm in COMMS at --cp 2 --threads 1. The table gives the best round of
 # each in tokens/s and the ratio to one rank (the issue's bar: 85% at T 4096).
+# The ring's runs are traced (--trace, the timed steps): each prints the share
+# of its ring transfers' flight hidden behind compute in its last step
+# (cleave trace render's line: 1 - time waited / time in flight, both ranks).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 T=${T:-4096}
@@ -30,7 +33,14 @@ source bench/step_lib.sh
 for ((r = 1; r <= ROUNDS; r++)); do
     echo "round $r"
     run one --threads 2
-    for c in $COMMS; do run "cp2-$c" --cp 2 --threads 1 --cp-comm "$c"; done
+    for c in $COMMS; do
+        if [ "$c" = ring ]; then
+            run "cp2-$c" --cp 2 --threads 1 --cp-comm "$c" --trace "$tmp/ring.json" --trace-steps "$STEPS"
+            ./build/cleave trace render "$tmp/ring.json" --out "$tmp/ring.svg" --step $((WARMUP + STEPS)) | grep '^ring transfers' | sed 's/^/    /'
+        else
+            run "cp2-$c" --cp 2 --threads 1 --cp-comm "$c"
+        fi
+    done
 done
 echo
 echo "| layout | ms/step (best) | tokens/s | share of one rank's speed |"

@@ -136,7 +136,7 @@ static const cli_flag train_flags[] = {
     {"grad-reduce-dtype", "", 1, "format of the data-parallel gradient reduction: fp32 (default) or bf16 (half the bytes; "
                                  "gradients still accumulate in F32, each bucket narrowed just before its collective and "
                                  "widened after; with --dtype fp32 too, as FSDP's reduce_dtype)"},
-    {"trace", "", 1, "write a Chrome trace (Perfetto) of every pipeline action to this file"},
+    {"trace", "", 1, "write a Chrome trace (Perfetto) of every pipeline action (and --cp ring transfer) to this file"},
     {"pp-layout", "", 1, "explicit stages, e.g. \"E,t*3|t*4|t*3,L\" (E embedding, t block, L head; default: balanced)"},
 };
 
@@ -631,8 +631,12 @@ static cl_status rank_open(rank_run *r) {
     if (j->tb_dir) CL_TRY(cli_tb_open(&r->tb, j->tb_dir, r->world, t)); /* every rank: each step gathers from all */
     if (r->lead) {
         print_header(t);
-        if (r->world) printf("ranks: %d (%s backend), mesh dp %d x tp %d x pp %d; per-rank memory as above\n", cl_comm_size(r->world),
-                             cl_comm_backend(r->world), j->mesh.dp, j->mesh.tp, j->mesh.pp);
+        if (r->world) {
+            char cp[24] = ""; /* cp where the run has a context group (cleave mesh's order: dp x cp x tp x pp) */
+            if (j->c.cp > 1) snprintf(cp, sizeof cp, " x cp %d", j->c.cp);
+            printf("ranks: %d (%s backend), mesh dp %d%s x tp %d x pp %d; per-rank memory as above\n", cl_comm_size(r->world),
+                   cl_comm_backend(r->world), j->mesh.dp, cp, j->mesh.tp, j->mesh.pp);
+        }
         printf("threads per rank: %d\n", j->threads);
         if (j->mesh.pp > 1) cl_trainer_print_stages(t, stdout);
         print_memory(stdout, &r->c, &j->mesh, NULL, 0, 0);
@@ -781,8 +785,10 @@ static cl_status check_pipeline(train_job *j) {
         CL_TRY(cl_mesh_check_ep(&j->mesh, c->ep));
         if (j->mesh.pp > 1) return cl_error(CL_ERR_UNSUPPORTED, "--ep %d with --pp %d is not supported yet", c->ep, j->mesh.pp);
     }
-    if (j->mesh.pp <= 1 && (c->pp_layout || c->virtual_stages || j->schedule_given || j->trace_path))
-        return cl_error(CL_ERR_INVALID, "--schedule, --virtual-stages, --pp-layout and --trace need --pp > 1");
+    if (j->mesh.pp <= 1 && (c->pp_layout || c->virtual_stages || j->schedule_given))
+        return cl_error(CL_ERR_INVALID, "--schedule, --virtual-stages and --pp-layout need --pp > 1");
+    if (j->mesh.pp <= 1 && c->cp <= 1 && j->trace_path)
+        return cl_error(CL_ERR_INVALID, "--trace needs --pp > 1 or --cp > 1 (the pipeline's actions, the context ring's transfers)");
     if (c->virtual_stages > 1 && c->schedule != CL_SCHED_INTERLEAVED)
         return cl_error(CL_ERR_INVALID, "--virtual-stages %d needs --schedule interleaved", c->virtual_stages);
     if (c->virtual_stages == 1 && c->schedule == CL_SCHED_INTERLEAVED)

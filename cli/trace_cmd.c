@@ -1,7 +1,9 @@
 /* `cleave trace render`: draws a pipeline timeline as SVG, either from a
  * Chrome trace file (one step of it) or from a schedule run through the
  * simulator (which can also be written as a Chrome trace with --json). Prints
- * one line saying what it drew and the measured bubble per rank. Errors exit
+ * one line saying what it drew and the measured bubble per rank, and with
+ * the context ring's transfers in the step a second line: how much of their
+ * flight was hidden behind compute (cl_trace_ring_summary). Errors exit
  * 2 with one line (cli_fail). */
 #include "args.h"
 #include "cleave/schedule.h"
@@ -30,7 +32,9 @@ static const char *const render_usage =
     "(F forward blue, B backward-input green, W backward-weight purple, BWD combined backward orange),\n"
     "labelled with the micro-batch (mb.chunk with virtual stages), idle time blank, a time axis and\n"
     "the measured bubble of each rank (1 - busy / the step's span). FILE is a Chrome trace as cleave\n"
-    "writes it (opens in Perfetto or chrome://tracing). With --schedule the step is simulated instead\n"
+    "writes it (opens in Perfetto or chrome://tracing). A trace of a --cp ring also draws each rank's ring\n"
+    "transfers as a strip under its boxes (in flight light, waited dark) and prints the share of their\n"
+    "flight hidden behind compute (1 - waited / in flight). With --schedule the step is simulated instead\n"
     "(unit costs, one unit drawn as one second), as `cleave schedule` prints it.";
 
 static void usage(FILE *f) {
@@ -114,6 +118,12 @@ static int cmd_render(int argc, char **argv) {
         printf("wrote %s: step %d, %d rank%s, %zu compute actions; bubble:", out, st, nranks, nranks == 1 ? "" : "s", nbox);
         for (int r = 0; r < nranks; r++) printf(" rank %d %.4f%s", r, bub[r], r + 1 < nranks ? ";" : "");
         printf("\n");
+        cl_trace_ring ring;
+        s = cl_trace_ring_summary(&tr, st, &ring);
+        if (!s && ring.n)
+            printf("ring transfers (context parallelism): %zu in step %d, %.3f ms in flight, %.3f ms waited: %.1f%% of the flight "
+                   "hidden behind compute\n",
+                   ring.n, st, ring.flight * 1e3, ring.waited * 1e3, 100 * ring.hidden);
         if (cli_get(&a, "json")) printf("wrote %s\n", cli_get(&a, "json"));
     }
     free(bub);

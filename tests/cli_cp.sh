@@ -4,16 +4,17 @@
 # - `cleave mesh --cp`: the dp x cp x tp x pp order (tp fastest, then cp, then dp,
 #   then pp) and the context and data-context groups, as printed;
 # - cp 2 and cp 4 (each sequence cut into 2 cp chunks, rank i holding chunks i and
-#   2cp-1-i), cp 2 with tp 2, with pp 2, with dp 2 under ZeRO 1, and under selective
-#   and full recompute: losses and gradient norms within 1e-6 relative of one device;
-#   llama-tiny (RoPE, grouped-query attention) at cp 2, cp 4, cp 2 x tp 2, cp 2 x pp 2
-#   the same;
+#   2cp-1-i), cp 2 with tp 2, with pp 2, with dp 2 under ZeRO 1, under selective
+#   and full recompute, and with tp 2 and sequence parallelism (sp's shards of each
+#   context rank's rows): losses and gradient norms within 1e-6 relative of one device;
+#   llama-tiny (RoPE, grouped-query attention) at cp 2, cp 4, cp 2 x tp 2, cp 2 x pp 2,
+#   cp 2 x tp 2 with sequence parallelism the same;
 # - a checkpoint saved at cp 2 resumes at cp 1 and one saved at cp 1 resumes at
 #   cp 2, the resumed steps within 1e-6 of the uninterrupted run;
-# - under mpirun -np 2, cp 2 within 1e-6 of one device too; under mpirun -np 4, cp 4 (ring and a2a) bit for bit
-#   the threads' run;
+# - under mpirun -np 2, cp 2 within 1e-6 of one device too; under mpirun -np 4, cp 4 (ring and a2a) and
+#   cp 2 x tp 2 with sequence parallelism bit for bit the threads' run;
 # - --cp-comm a2a (all-to-all to a split of the heads, DeepSpeed Ulysses): cp 2 and
-#   cp 4, cp 2 with tp 2, with pp 2, under full recompute, llama-tiny at cp 2, and
+#   cp 4, cp 2 with tp 2 (and sequence parallelism), with pp 2, under full recompute, llama-tiny at cp 2, and
 #   under mpirun -np 2, within 1e-6 of one device; its first step's loss the same
 #   bits as one device's (each head's attention is the one-rank kernel's over the
 #   whole sequence); refused where cp does not divide the heads (valid sizes named);
@@ -58,7 +59,7 @@ check '[ "$line" = "rank 6: dp 1, cp 1, tp 0, pp 0 | groups: tp 3, cp 2, dp 2, p
 # ---- losses against one device ----------------------------------------------
 run one
 for lay in "cp2 --cp 2" "cp4 --cp 4" "cp2tp2 --cp 2 --tp 2" "cp2pp2 --cp 2 --pp 2" "cp2dp2z1 --cp 2 --dp 2 --zero 1" \
-           "cp2sel --cp 2 --recompute selective" "cp2full --cp 2 --recompute full"; do
+           "cp2sel --cp 2 --recompute selective" "cp2full --cp 2 --recompute full" "cp2tp2sp --cp 2 --tp 2 --sequence-parallel"; do
     set -- $lay
     n=$1; shift
     run "$n" "$@"
@@ -68,7 +69,7 @@ for lay in "cp2 --cp 2" "cp4 --cp 4" "cp2tp2 --cp 2 --tp 2" "cp2pp2 --cp 2 --pp 
 done
 # Llama: RoPE at each token's place in the whole sequence, grouped-query attention (2 of 4 kv heads)
 run lone --model llama-tiny
-for lay in "lcp2 --cp 2" "lcp4 --cp 4" "lcp2tp2 --cp 2 --tp 2" "lcp2pp2 --cp 2 --pp 2"; do
+for lay in "lcp2 --cp 2" "lcp4 --cp 4" "lcp2tp2 --cp 2 --tp 2" "lcp2pp2 --cp 2 --pp 2" "lcp2tp2sp --cp 2 --tp 2 --sequence-parallel"; do
     set -- $lay
     n=$1; shift
     run "$n" --model llama-tiny "$@"
@@ -77,7 +78,8 @@ for lay in "lcp2 --cp 2" "lcp4 --cp 4" "lcp2tp2 --cp 2 --tp 2" "lcp2pp2 --cp 2 -
     check '[ $_rc -eq 0 ]' "llama-tiny $*: not within 1e-6 of one device: $out"
 done
 # all-to-all: each head group's attention over the whole sequence
-for lay in "a2a2 --cp 2" "a2a4 --cp 4" "a2a2tp2 --cp 2 --tp 2" "a2a2pp2 --cp 2 --pp 2" "a2a2full --cp 2 --recompute full"; do
+for lay in "a2a2 --cp 2" "a2a4 --cp 4" "a2a2tp2 --cp 2 --tp 2" "a2a2pp2 --cp 2 --pp 2" "a2a2full --cp 2 --recompute full" \
+           "a2a2tp2sp --cp 2 --tp 2 --sequence-parallel"; do
     set -- $lay
     n=$1; shift
     run "$n" --cp-comm a2a "$@"
@@ -138,6 +140,13 @@ _rc=$?; check '[ $_rc -eq 0 ]' "mpirun -np 2 --cp 2 --cp-comm a2a failed ($_rc):
 out=$(close "$tmp/mpia.jsonl" "$tmp/a2a2.jsonl" 0 20); _rc=$?
 echo "mpi --cp 2 --cp-comm a2a: $out"
 check '[ $_rc -eq 0 ]' "mpi --cp 2 --cp-comm a2a: not bit for bit the threads run: $out"
+# cp 2 x tp 2 with sequence parallelism as four processes: bit for bit the threads' run
+timeout -k 5 300 mpirun --oversubscribe -np 4 "$CLEAVE" train --comm mpi "${common[@]}" --cp 2 --tp 2 --sequence-parallel \
+    --log-file "$tmp/mpisp.jsonl" > "$tmp/mpisp.out" 2>&1
+_rc=$?; check '[ $_rc -eq 0 ]' "mpirun -np 4 --cp 2 --tp 2 --sequence-parallel failed ($_rc): $(tail -3 "$tmp/mpisp.out")"
+out=$(close "$tmp/mpisp.jsonl" "$tmp/cp2tp2sp.jsonl" 0 20); _rc=$?
+echo "mpi --cp 2 --tp 2 --sequence-parallel: $out"
+check '[ $_rc -eq 0 ]' "mpi --cp 2 --tp 2 --sequence-parallel: not bit for bit the threads' run: $out"
 # cp 4 as four processes, each exchange: bit for bit the threads' run
 for c in ring a2a; do
     run "th4$c" --cp 4 --cp-comm "$c"

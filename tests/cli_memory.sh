@@ -138,6 +138,8 @@ point --cp 4 --seq-len 32 --micro-batch-size 1 --global-batch-size 2
 point --cp 2 --dp 2 --zero 3 --micro-batch-size 2 --global-batch-size 4
 point --cp 2 --pp 2 --schedule 1f1b --micro-batch-size 2 --global-batch-size 4
 point --model llama-tiny --cp 2 --tp 2 --recompute selective --micro-batch-size 2
+point --cp 2 --tp 2 --sequence-parallel --micro-batch-size 2
+point --model llama-tiny --cp 2 --tp 2 --sequence-parallel --recompute selective --micro-batch-size 2
 # --cp-comm a2a: the exchange's buffers, the gathered output and its gradient, the whole sequence's backward tiles
 point --cp 2 --cp-comm a2a --micro-batch-size 2
 point --cp 4 --cp-comm a2a --seq-len 32 --micro-batch-size 1 --global-batch-size 2

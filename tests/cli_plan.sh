@@ -120,7 +120,7 @@ expect2 "collectives_on_cores must be true or false" $CLEAVE plan --hardware "$t
 sed 's/"attention_causal_blocks": true/"attention_causal_blocks": "yes"/' "$tmp/this.json" > "$tmp/h6.json"
 expect2 "attention_causal_blocks must be true or false" $CLEAVE plan --hardware "$tmp/h6.json" --devices 2
 # context parallelism: --cp 2 fixes it (every row's cp column 2, the JSON's "cp": 2); what the trainer refuses
-# (T not cut into 2 cp chunks, --cp with --sequence-parallel) is refused up front in its words
+# (T not cut into 2 cp chunks) is refused up front in its words
 out=$($CLEAVE plan --model llama-tiny --seq-len 64 --devices 4 --hardware "$tmp/this.json" --cp 2 --top 5 2>&1); rc=$?
 rows=$(printf '%s\n' "$out" | awk '$1 ~ /^[0-9]+$/ && NF > 10')
 check '[ $rc -eq 0 ] && [ -n "$rows" ] && printf "%s\n" "$rows" | awk "{ if (\$3 != 2) bad = 1 } END { exit bad }" &&
@@ -128,8 +128,11 @@ check '[ $rc -eq 0 ] && [ -n "$rows" ] && printf "%s\n" "$rows" | awk "{ if (\$3
 out=$($CLEAVE plan --model llama-tiny --seq-len 64 --devices 4 --hardware "$tmp/this.json" --cp 2 --json 2>&1)
 check 'printf "%s\n" "$out" | grep -q "\"cp\": 2" && ! printf "%s\n" "$out" | grep -q "\"cp\": 1"' "plan --cp 2 --json$(excerpt 2 "$out")"
 expect2 "does not split into 2 x --cp 2 = 4 equal chunks" $CLEAVE plan --model llama-tiny --seq-len 30 --devices 4 --cp 2
-expect2 "cp 2 with --sequence-parallel is not supported" $CLEAVE plan --model llama-tiny --seq-len 64 --devices 4 --cp 2 --tp 2 \
-    --sequence-parallel
+# --cp with --sequence-parallel trains (sp's shards of each context rank's rows): fixed, every row has both
+out=$($CLEAVE plan --model llama-tiny --seq-len 64 --devices 4 --hardware "$tmp/this.json" --cp 2 --tp 2 --sequence-parallel --top 5 2>&1)
+rc=$?; rows=$(printf '%s\n' "$out" | awk '$1 ~ /^[0-9]+$/ && NF > 10')
+check '[ $rc -eq 0 ] && [ -n "$rows" ] && printf "%s\n" "$rows" | awk "{ if (\$3 != 2 || \$4 != 2 || \$11 != \"y\") bad = 1 } END { exit bad }"' \
+    "plan --cp 2 --tp 2 --sequence-parallel: every row cp 2, tp 2, sp (rc $rc)$(excerpt 6 "$out")"
 # --dtype: train's word for --precision (issue 30 item 7's `cleave plan ... --dtype bf16`), the same plan; both at
 # once must agree
 a=$($CLEAVE plan --model llama-tiny --devices 8 --hardware h100 --precision bf16 --json 2>&1)

@@ -147,7 +147,7 @@ bad "has 3 stages but the pipeline needs 2" --pp 2 --pp-layout "E,t*2|t*2|t*2,L"
 bad "multiple of --pp 2" --pp 2 --schedule interleaved --global-batch-size 6
 bad "needs --schedule interleaved" --pp 2 --virtual-stages 2 --global-batch-size 4
 bad "need --pp > 1" --schedule gpipe
-bad "need --pp > 1" --trace "$tmp/t.json"
+bad "trace needs --pp > 1 or --cp > 1" --trace "$tmp/t.json"
 bad "unknown schedule\|unknown.*'pipedream'" --pp 2 --schedule pipedream
 bad "unknown --recompute 'most'" --recompute most
 # a pipeline over its cap: refused before allocating (the device's message no

@@ -20,6 +20,7 @@
 #include "cleave/device.h"
 #include "cleave/json.h"
 #include "cleave/tp.h"
+#include "cleave/trace.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -489,6 +490,11 @@ typedef enum { CL_CP_RING = 0, CL_CP_A2A = 1 } cl_cp_comm;
  * exchange's buffers (CL_MEM_WORKSPACE; cl_cp_buffer_floats). A group of
  * one: no-op. */
 cl_status cl_model_set_cp(cl_model *m, cl_comm *comm, cl_cp_comm how);
+/* Records the ring's transfers (RING_SEND / RING_RECV events on the comm
+ * track of world rank `rank`: posted to completed, with the time waited) into
+ * trace from now on; NULL stops. Their step, mb and chunk are left 0 for the
+ * caller to fill in (the pass that ran them). No-op without a ring. */
+void cl_model_cp_trace(cl_model *m, cl_trace *trace, int rank);
 /* Floats of those buffers for a part of B samples over a group of n. */
 int64_t cl_cp_buffer_floats(const cl_model_desc *d, int B, int n, cl_cp_comm how);
 /* Expert parallelism: comm is the expert-parallel group (its size the description's tpl.ep), over which the MoE

@@ -40,9 +40,14 @@ typedef enum {
     CL_ACT_SEND_GRAD,
     CL_ACT_RECV_GRAD,
     CL_ACT_GRAD_SYNC,  /* data-parallel gradient reduction: after every backward of the rank */
-    CL_ACT_OPT_STEP    /* optimizer step: after GRAD_SYNC */
+    CL_ACT_OPT_STEP,   /* optimizer step: after GRAD_SYNC */
+    /* Trace-only kinds (never in a schedule; cl_trace_event, cleave/trace.h): one transfer of the context-parallel
+     * ring attention inside a pass, from its post to its completion (src/nn/cp_attention.c). */
+    CL_ACT_RING_SEND,
+    CL_ACT_RING_RECV
 } cl_act_kind;
-#define CL_ACT_NKINDS (CL_ACT_OPT_STEP + 1)
+#define CL_ACT_NKINDS (CL_ACT_OPT_STEP + 1) /* the kinds a schedule holds */
+#define CL_ACT_NKINDS_TRACE (CL_ACT_RING_RECV + 1) /* and the trace-only ones */
 /* What an action is: a pass of the model (FWD, BWD_INPUT, BWD_WEIGHT, BWD),
  * a message between stages (SEND_ACT, RECV_ACT, SEND_GRAD, RECV_GRAD), or
  * one of the step's ends (GRAD_SYNC, OPT_STEP); the first two act on a

@@ -14,7 +14,8 @@
  * File format (docs/ARCHITECTURE.md, "Timeline traces"): a JSON object
  * {"traceEvents": [...], "displayTimeUnit": "ms", "otherData": {...}}; one
  * "X" (complete) event per trace event, ts and dur in microseconds, pid the
- * rank, tid the track, args {"kind","mb","chunk","step"}; "M" metadata events
+ * rank, tid the track, args {"kind","mb","chunk","step"} (and "wait", in
+ * microseconds, for the ring's transfers); "M" metadata events
  * name each process "rank N" and its threads "compute" (tid 0) and
  * "send/recv" (tid 1). */
 #ifndef CLEAVE_TRACE_H
@@ -29,6 +30,10 @@ extern "C" {
 
 typedef enum { CL_TRACK_COMPUTE = 0, CL_TRACK_COMM = 1 } cl_trace_track;
 
+/* Kinds a trace holds: a schedule's (cl_act_kind < CL_ACT_NKINDS) and the
+ * context-parallel ring's transfers (RING_SEND, RING_RECV: on the comm track,
+ * from the post to the completion, with the time waited; the pass that ran
+ * them gives their step, mb and chunk). */
 /* Ranks are 0 .. CL_TRACE_MAX_RANKS - 1 in files (writer and reader check). */
 #define CL_TRACE_MAX_RANKS (1 << 20)
 
@@ -39,6 +44,8 @@ typedef struct {
     cl_act_kind kind; /* FWD, BWD_INPUT, BWD_WEIGHT, BWD, SEND_ACT, ..., GRAD_SYNC, OPT_STEP */
     int mb, chunk;    /* micro-batch and chunk (0 for GRAD_SYNC/OPT_STEP) */
     double t0, t1;    /* seconds, any common origin; t0 <= t1 */
+    double wait;      /* RING_SEND / RING_RECV: seconds of [t0, t1] the rank spent blocked in the transfer's wait (the rest
+                       * overlapped its compute); 0 for the other kinds */
 } cl_trace_event;
 
 typedef struct {
@@ -59,8 +66,8 @@ void cl_trace_free(cl_trace *t);
 /* 1 for the compute kinds FWD, BWD_INPUT, BWD_WEIGHT, BWD; else 0. */
 int cl_trace_is_compute(cl_act_kind kind);
 /* Short letters of a kind as used in event names and diagrams: "F", "B",
- * "W", "BW" (combined backward), "SA", "RA", "SG", "RG", "SYNC", "STEP";
- * "?" for a value out of range. */
+ * "W", "BW" (combined backward), "SA", "RA", "SG", "RG", "SYNC", "STEP",
+ * "RS", "RR" (the ring's send and receive); "?" for a value out of range. */
 const char *cl_trace_kind_letters(cl_act_kind kind);
 
 /* Writes t as a Chrome trace to path: first to path.tmp, then flushed,
@@ -70,7 +77,8 @@ const char *cl_trace_kind_letters(cl_act_kind kind);
  * with 6 decimals (picoseconds). Names are "F mb3 c1" (letters, micro-batch,
  * chunk) and "GRAD_SYNC" / "OPT_STEP". Errors: CL_ERR_INVALID for an event
  * with rank outside 0 .. CL_TRACE_MAX_RANKS - 1, a track other than 0 or 1, a bad kind, mb, chunk or step
- * < 0, or times that are not finite or end before they start (naming the
+ * < 0, times that are not finite or end before they start, or a wait that is
+ * negative, not finite or longer than the event (naming the
  * event's index), nothing written; CL_ERR_IO naming the file on a write
  * failure; CL_ERR_OOM. An empty trace writes a valid file with no X events. */
 cl_status cl_trace_write_chrome(const char *path, const cl_trace *t);
@@ -81,14 +89,15 @@ cl_status cl_trace_write_chrome(const char *path, const cl_trace *t);
  * carry "kind" (a cl_act_kind_name: "FWD", ...); X events without args.kind
  * (another tool's events) and other phases (metadata "M", instants, ...) are
  * skipped. rank = pid, track = tid, t0 = ts * 1e-6, t1 = (ts + dur) * 1e-6,
- * mb / chunk / step from args (absent: 0). Errors, each naming the file and,
+ * mb / chunk / step from args (absent: 0), wait = args.wait * 1e-6 (absent: 0). Errors, each naming the file and,
  * for an event, its index in traceEvents: CL_ERR_IO (missing, unreadable,
  * a directory), CL_ERR_FORMAT (not JSON, with the byte offset; neither an
  * object with a "traceEvents" array nor an array; an event that is not an
  * object; a cleave event with a missing or non-integer pid/tid, pid outside
  * 0 .. CL_TRACE_MAX_RANKS - 1, tid
  * not 0 or 1, a missing or non-finite ts, a missing, negative or non-finite
- * dur, an unknown kind, or mb/chunk/step not non-negative integers),
+ * dur, an unknown kind, mb/chunk/step not non-negative integers, or a wait
+ * that is negative, not finite or longer than dur),
  * CL_ERR_OOM. (CL_ERR_FORMAT is core.h's code for a file whose contents are
  * malformed.) */
 cl_status cl_trace_read_chrome(const char *path, cl_trace *out);
@@ -116,10 +125,24 @@ cl_status cl_trace_pick_step(const cl_trace *t, int step, int *picked);
  * W purple, BWD orange (odd chunks a lighter shade), labelled with the
  * micro-batch (and ".chunk" when some compute event of the step has chunk >
  * 0) where the box is wide enough; idle time blank; a time axis in s, ms or
- * us from the step's start; a legend. Other events are not drawn. step as in
+ * us from the step's start; a legend. A trace holding ring transfers
+ * (RING_SEND / RING_RECV) is drawn in cl_svg_timeline's comm mode: those
+ * and the other timed non-compute events as strips under the boxes, a
+ * transfer's waited end darker. Otherwise other events are not drawn. step as in
  * cl_trace_pick_step. Errors: CL_ERR_INVALID (no such step, no compute events
  * in it, bad times), CL_ERR_IO, CL_ERR_OOM. */
 cl_status cl_trace_render_svg(const char *path, const cl_trace *t, int step);
+
+/* The ring's transfers (RING_SEND and RING_RECV events) of one step (step
+ * as in cl_trace_pick_step) over every rank: how many, their time in flight
+ * (sum of t1 - t0), the time the ranks waited on them (sum of wait) and the
+ * hidden share, 1 - waited / in flight (the part of the flight that
+ * overlapped compute; 0 with no flight time). n = 0 when the step has none. */
+typedef struct {
+    size_t n;
+    double flight, waited, hidden;
+} cl_trace_ring;
+cl_status cl_trace_ring_summary(const cl_trace *t, int step, cl_trace_ring *out);
 
 /* Measured bubble of one step (step as in cl_trace_pick_step), per rank
  * 0..nranks-1, into bubble_per_rank[nranks]:

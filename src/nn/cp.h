@@ -11,8 +11,9 @@
 int cl_nn_cp_size(const cl_model *m);
 /* Place in the whole sequence of local token t of Tl (t itself at cp 1). */
 int64_t cl_nn_cp_position(const cl_model *m, int64_t t, int Tl);
-/* out[b, t] += wpe[position of t] over B samples of Tl tokens; the backward adds dout's rows into dwpe's. */
-void cl_nn_cp_positions_forward(const cl_model *m, float *out, const float *wpe, int B, int Tl, int64_t C);
+/* out's rows += wpe[position of their token]: rows rows of the micro-batch's flattened [B, Tl] from row0 (all
+ * B Tl from 0, or a sequence-parallel rank's share); the backward adds all B Tl of dout's rows into dwpe's. */
+void cl_nn_cp_positions_forward(const cl_model *m, float *out, const float *wpe, int64_t rows, int64_t row0, int Tl, int64_t C);
 void cl_nn_cp_positions_backward(const cl_model *m, float *dwpe, const float *dout, int B, int Tl, int64_t C);
 /* The blockwise attention of cl_flash_forward / cl_flash_backward (same
  * arguments; T the part's local tokens), across the context group. */

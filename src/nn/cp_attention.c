@@ -66,7 +66,15 @@ struct cl_nn_cp {
     float *lse;  /* the ring: one chunk's lse, NHl x c; a2a: the gathered output and its gradient, 2 B Tl Cl, then the
                   * whole sequence's backward tiles */
     int64_t n;   /* floats of one rank's [B, Tl, W] at capacity */
+    cl_trace *trace; /* the ring's transfers recorded here (cl_model_cp_trace; NULL: not) */
+    int trace_rank;
 };
+
+/* One ring exchange in flight: its send (0) and receive (1), each posted at post[i]. */
+typedef struct {
+    cl_request *rq[2];
+    double post[2];
+} ring_xfer;
 
 /* The all-to-all's extra floats (beside its 4 B Tl W): the gathered output and its gradient, the backward tiles. */
 static int64_t a2a_floats(const cl_model_desc *d, int B, int n) {
@@ -141,6 +149,12 @@ cl_status cl_model_set_cp(cl_model *m, cl_comm *comm, cl_cp_comm how) {
     return s;
 }
 
+void cl_model_cp_trace(cl_model *m, cl_trace *trace, int rank) {
+    if (!m->cp || m->cp->how != CL_CP_RING) return;
+    m->cp->trace = trace;
+    m->cp->trace_rank = rank;
+}
+
 void cl_nn_cp_free(cl_model *m) {
     if (!m->cp) return;
     cl_device_free(m->dev, m->cp->kv);
@@ -150,13 +164,12 @@ void cl_nn_cp_free(cl_model *m) {
     m->cp = NULL;
 }
 
-void cl_nn_cp_positions_forward(const cl_model *m, float *out, const float *wpe, int B, int Tl, int64_t C) {
-    for (int b = 0; b < B; b++)
-        for (int t = 0; t < Tl; t++) {
-            float *o = out + ((int64_t)b * Tl + t) * C;
-            const float *p = wpe + cl_nn_cp_position(m, t, Tl) * C;
-            for (int64_t k = 0; k < C; k++) o[k] += p[k];
-        }
+void cl_nn_cp_positions_forward(const cl_model *m, float *out, const float *wpe, int64_t rows, int64_t row0, int Tl, int64_t C) {
+    for (int64_t i = 0; i < rows; i++) {
+        float *o = out + i * C;
+        const float *p = wpe + cl_nn_cp_position(m, (row0 + i) % Tl, Tl) * C;
+        for (int64_t k = 0; k < C; k++) o[k] += p[k];
+    }
 }
 
 void cl_nn_cp_positions_backward(const cl_model *m, float *dwpe, const float *dout, int B, int Tl, int64_t C) {
@@ -169,17 +182,30 @@ void cl_nn_cp_positions_backward(const cl_model *m, float *dwpe, const float *do
 }
 
 /* One ring exchange: buf (count floats) to the next rank, into rbuf from the previous one (tag: 0 rows, 1 gradients). */
-static cl_status ring_post(struct cl_nn_cp *cp, const float *buf, float *rbuf, size_t count, int tag, cl_request **rq) {
+static cl_status ring_post(struct cl_nn_cp *cp, const float *buf, float *rbuf, size_t count, int tag, ring_xfer *x) {
     int next = (cp->rank + 1) % cp->size, prev = (cp->rank + cp->size - 1) % cp->size;
-    CL_TRY(cl_comm_isend_n(cp->comm, buf, count, CL_F32, next, tag, &rq[0]));
-    return cl_comm_irecv_n(cp->comm, rbuf, count, CL_F32, prev, tag, &rq[1]);
+    if (cp->trace) x->post[0] = cl_now();
+    CL_TRY(cl_comm_isend_n(cp->comm, buf, count, CL_F32, next, tag, &x->rq[0]));
+    if (cp->trace) x->post[1] = cl_now();
+    return cl_comm_irecv_n(cp->comm, rbuf, count, CL_F32, prev, tag, &x->rq[1]);
 }
 
 /* The receive first: on MPI a receive is matched only in its test or wait, and a large send completes only
- * once the peer's receive is matched, so two ranks each waiting on its send first would wait forever. */
-static cl_status ring_wait(struct cl_nn_cp *cp, cl_request **rq) {
-    cl_status r = cl_comm_wait(cp->comm, rq[1]), s = cl_comm_wait(cp->comm, rq[0]);
-    rq[0] = rq[1] = NULL;
+ * once the peer's receive is matched, so two ranks each waiting on its send first would wait forever. With a
+ * trace, each transfer becomes an event from its post to its completion, waited from the wait's start. */
+static cl_status ring_wait(struct cl_nn_cp *cp, ring_xfer *x) {
+    double w0 = cp->trace ? cl_now() : 0;
+    cl_status r = cl_comm_wait(cp->comm, x->rq[1]);
+    double w1 = cp->trace ? cl_now() : 0;
+    cl_status s = cl_comm_wait(cp->comm, x->rq[0]);
+    x->rq[0] = x->rq[1] = NULL;
+    if (cp->trace && !r && !s) {
+        double w2 = cl_now();
+        cl_trace_event e[2] = {
+            {.rank = cp->trace_rank, .track = CL_TRACK_COMM, .kind = CL_ACT_RING_SEND, .t0 = x->post[0], .t1 = w2, .wait = w2 - w1},
+            {.rank = cp->trace_rank, .track = CL_TRACK_COMM, .kind = CL_ACT_RING_RECV, .t0 = x->post[1], .t1 = w1, .wait = w1 - w0}};
+        for (int i = 0; i < 2 && !s; i++) s = cl_trace_add(cp->trace, &e[i]);
+    }
     return r ? r : s;
 }
 
@@ -290,11 +316,11 @@ cl_status cl_nn_attention_forward(const cl_model *m, float *out, float *lse, con
     CL_ASSERT((int64_t)local <= cp->n);
     float *bufs[2] = {cp->kv, cp->kv + cp->n};
     const float *cur = qkv; /* step s: the rows of rank (rank - s) mod n */
-    cl_request *rq[2] = {NULL, NULL};
+    ring_xfer rq = {{NULL, NULL}, {0, 0}};
     cl_status s = CL_OK;
     for (int st = 0; st < n && !s; st++) {
         int src = (cp->rank - st + n) % n;
-        if (st + 1 < n) s = ring_post(cp, cur, bufs[st % 2], local, 0, rq); /* the next rows travel while these are used */
+        if (st + 1 < n) s = ring_post(cp, cur, bufs[st % 2], local, 0, &rq); /* the next rows travel while these are used */
         for (int b = 0; b < B && !s; b++)
             for (int hq = 0; hq < 2; hq++) {
                 int jq = chunk_of(cp->rank, n, hq);
@@ -309,7 +335,7 @@ cl_status cl_nn_attention_forward(const cl_model *m, float *out, float *lse, con
                 }
             }
         if (st + 1 < n) {
-            cl_status w = ring_wait(cp, rq);
+            cl_status w = ring_wait(cp, &rq);
             if (!s) s = w;
             cur = bufs[st % 2];
         }
@@ -330,13 +356,13 @@ cl_status cl_nn_attention_backward(const cl_model *m, float *dqkv, float *scratc
     CL_ASSERT((int64_t)local <= cp->n);
     float *bufs[2] = {cp->kv, cp->kv + cp->n}, *dbufs[2] = {cp->dkv, cp->dkv + cp->n};
     const float *cur = qkv;
-    cl_request *rq[2] = {NULL, NULL}, *dq[2] = {NULL, NULL};
+    ring_xfer rq = {{NULL, NULL}, {0, 0}}, dq = {{NULL, NULL}, {0, 0}};
     memset(dbufs[0], 0, local * sizeof(float));
     cl_status s = CL_OK;
     for (int st = 0; st < n && !s; st++) {
         int src = (cp->rank - st + n) % n;
         float *dcur = dbufs[st % 2]; /* the key and value gradients of rank src's rows, summed so far */
-        if (st + 1 < n) s = ring_post(cp, cur, bufs[st % 2], local, 0, rq);
+        if (st + 1 < n) s = ring_post(cp, cur, bufs[st % 2], local, 0, &rq);
         for (int b = 0; b < B && !s; b++)
             for (int hq = 0; hq < 2; hq++) {
                 int jq = chunk_of(cp->rank, n, hq);
@@ -351,11 +377,11 @@ cl_status cl_nn_attention_backward(const cl_model *m, float *dqkv, float *scratc
                 }
             }
         /* the sums go on to the next rank; after n steps each owner has its own back */
-        if (!s) s = ring_post(cp, dcur, dbufs[(st + 1) % 2], local, 1, dq);
-        cl_status w = ring_wait(cp, dq);
+        if (!s) s = ring_post(cp, dcur, dbufs[(st + 1) % 2], local, 1, &dq);
+        cl_status w = ring_wait(cp, &dq);
         if (!s) s = w;
         if (st + 1 < n) {
-            w = ring_wait(cp, rq);
+            w = ring_wait(cp, &rq);
             if (!s) s = w;
             cur = bufs[st % 2];
         }

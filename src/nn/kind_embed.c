@@ -70,8 +70,9 @@ static cl_status embed_forward(cl_model *m, const cl_unit *un, const cl_microbat
     CL_PROF("fwd embedding", 0, cl_kern(m)->embedding_lookup(full, mb->tokens, w.wte, N, C, d->vocab_start, d->vocab_local));
     if (d->tpl.sp) CL_TRY(cl_tp_forward(&m->tp, CL_TP_SCATTER, full, out, (size_t)(Ns * C)));
     else CL_TRY(cl_tp_forward(&m->tp, CL_TP_REDUCE, out, out, (size_t)(N * C)));
-    if (w.wpe && cl_nn_cp_size(m) > 1) CL_PROF("fwd embedding", 0, cl_nn_cp_positions_forward(m, out, w.wpe, mb->B, mb->T, C));
-    else if (w.wpe) CL_PROF("fwd embedding", 0, cl_kern(m)->embedding_add_positions(out, w.wpe, Ns, d->tpl.sp ? Ns * m->tp.rank : 0, mb->T, C));
+    int64_t row0 = d->tpl.sp ? Ns * m->tp.rank : 0; /* this rank's first row of the flattened [B, T] */
+    if (w.wpe && cl_nn_cp_size(m) > 1) CL_PROF("fwd embedding", 0, cl_nn_cp_positions_forward(m, out, w.wpe, Ns, row0, mb->T, C));
+    else if (w.wpe) CL_PROF("fwd embedding", 0, cl_kern(m)->embedding_add_positions(out, w.wpe, Ns, row0, mb->T, C));
     return CL_OK;
 }
 

@@ -28,7 +28,8 @@ const char *cl_sched_kind_name(cl_sched_kind kind) { return (unsigned)kind < CL_
 
 const char *cl_act_kind_name(cl_act_kind kind) {
     static const char *const n[] = {"FWD",      "BWD_INPUT", "BWD_WEIGHT", "BWD",       "SEND_ACT",
-                                    "RECV_ACT", "SEND_GRAD", "RECV_GRAD",  "GRAD_SYNC", "OPT_STEP"};
+                                    "RECV_ACT", "SEND_GRAD", "RECV_GRAD",  "GRAD_SYNC", "OPT_STEP",
+                                    "RING_SEND", "RING_RECV"};
     return (unsigned)kind < sizeof n / sizeof n[0] ? n[kind] : "?";
 }
 

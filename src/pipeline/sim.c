@@ -152,6 +152,8 @@ static int step(sim *z, int r, cl_status *err) {
         z->stepped[r] = 1;
         dur = z->opt ? z->opt[r] : 0;
         break;
+    case CL_ACT_RING_SEND: /* trace-only kinds, refused above */
+    case CL_ACT_RING_RECV: return *err = bad(z, r, a, "unknown action kind"), -1;
     }
     z->res->start[r][z->pc[r]] = t;
     z->res->end[r][z->pc[r]] = t + dur;

@@ -69,9 +69,11 @@ int cl_trace_is_compute(cl_act_kind kind) {
 }
 
 const char *cl_trace_kind_letters(cl_act_kind kind) {
-    static const char *const l[] = {"F", "B", "W", "BW", "SA", "RA", "SG", "RG", "SYNC", "STEP"};
-    return (unsigned)kind < CL_ACT_NKINDS ? l[kind] : "?";
+    static const char *const l[] = {"F", "B", "W", "BW", "SA", "RA", "SG", "RG", "SYNC", "STEP", "RS", "RR"};
+    return (unsigned)kind < CL_ACT_NKINDS_TRACE ? l[kind] : "?";
 }
+
+static int kind_is_ring(cl_act_kind kind) { return kind == CL_ACT_RING_SEND || kind == CL_ACT_RING_RECV; }
 
 static int kind_has_mb(cl_act_kind kind) { return kind != CL_ACT_GRAD_SYNC && kind != CL_ACT_OPT_STEP; }
 
@@ -83,12 +85,14 @@ static cl_status check_event(const cl_trace_event *e, size_t i) {
         return cl_error(CL_ERR_INVALID, "trace event %zu: rank %d is outside 0..%d", i, e->rank, CL_TRACE_MAX_RANKS - 1);
     if (e->track != CL_TRACK_COMPUTE && e->track != CL_TRACK_COMM)
         return cl_error(CL_ERR_INVALID, "trace event %zu: track %d is neither 0 (compute) nor 1 (send/recv)", i, e->track);
-    if ((unsigned)e->kind >= CL_ACT_NKINDS) return cl_error(CL_ERR_INVALID, "trace event %zu: unknown kind %d", i, (int)e->kind);
+    if ((unsigned)e->kind >= CL_ACT_NKINDS_TRACE) return cl_error(CL_ERR_INVALID, "trace event %zu: unknown kind %d", i, (int)e->kind);
     if (e->mb < 0 || e->chunk < 0 || e->step < 0)
         return cl_error(CL_ERR_INVALID, "trace event %zu: mb %d, chunk %d and step %d must be >= 0", i, e->mb, e->chunk, e->step);
     if (!isfinite(e->t0) || !isfinite(e->t1) || e->t1 < e->t0)
         return cl_error(CL_ERR_INVALID, "trace event %zu (%s): times [%g, %g] s must be finite with t1 >= t0", i, cl_act_kind_name(e->kind),
                         e->t0, e->t1);
+    if (!isfinite(e->wait) || e->wait < 0 || e->wait > e->t1 - e->t0 + 1e-9) /* 1 ns: t1 - t0 of a trace read back rounds */
+        return cl_error(CL_ERR_INVALID, "trace event %zu (%s): waited %g s of its %g s", i, cl_act_kind_name(e->kind), e->wait, e->t1 - e->t0);
     return CL_OK;
 }
 
@@ -152,9 +156,11 @@ cl_status cl_trace_write_chrome(const char *path, const cl_trace *t) {
         event_name(e, name, sizeof name);
         cl_sb_printf(&b,
                      "%s{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"ts\":%.6f,\"dur\":%.6f,"
-                     "\"args\":{\"kind\":\"%s\",\"mb\":%d,\"chunk\":%d,\"step\":%d}}",
+                     "\"args\":{\"kind\":\"%s\",\"mb\":%d,\"chunk\":%d,\"step\":%d",
                      sep, name, e->track == CL_TRACK_COMPUTE ? "compute" : "comm", e->rank, e->track, (e->t0 - tmin) * 1e6,
                      (e->t1 - e->t0) * 1e6, cl_act_kind_name(e->kind), e->mb, e->chunk, e->step);
+        if (kind_is_ring(e->kind)) cl_sb_printf(&b, ",\"wait\":%.6f", (e->wait < e->t1 - e->t0 ? e->wait : e->t1 - e->t0) * 1e6);
+        cl_sb_printf(&b, "}}");
         sep = ",\n";
     }
     cl_sb_printf(&b, "\n]}\n");
@@ -200,14 +206,14 @@ static cl_status get_num(const char *path, size_t i, const cl_json *obj, const c
 
 static cl_status parse_kind(const char *path, size_t i, const cl_json *k, cl_act_kind *out) {
     if (k->type == CL_JSON_STRING)
-        for (int j = 0; j < CL_ACT_NKINDS; j++)
+        for (int j = 0; j < CL_ACT_NKINDS_TRACE; j++)
             if (!strcmp(k->string, cl_act_kind_name((cl_act_kind)j))) {
                 *out = (cl_act_kind)j;
                 return CL_OK;
             }
     return cl_error(CL_ERR_FORMAT,
                     "%s: traceEvents[%zu]: args.kind must be one of FWD, BWD_INPUT, BWD_WEIGHT, BWD, SEND_ACT, RECV_ACT, SEND_GRAD, "
-                    "RECV_GRAD, GRAD_SYNC, OPT_STEP; found %s%s%s",
+                    "RECV_GRAD, GRAD_SYNC, OPT_STEP, RING_SEND, RING_RECV; found %s%s%s",
                     path, i, k->type == CL_JSON_STRING ? "'" : "", k->type == CL_JSON_STRING ? k->string : json_type_name(k),
                     k->type == CL_JSON_STRING ? "'" : "");
 }
@@ -233,8 +239,13 @@ static cl_status read_event(const char *path, size_t i, const cl_json *e, cl_tra
     CL_TRY(get_int(path, i, args, "mb", 0, 1 << 30, 1, 0, &ev.mb));
     CL_TRY(get_int(path, i, args, "chunk", 0, 1 << 30, 1, 0, &ev.chunk));
     CL_TRY(get_int(path, i, args, "step", 0, 1 << 30, 1, 0, &ev.step));
+    double wait = 0;
+    if (cl_json_get(args, "wait")) CL_TRY(get_num(path, i, args, "wait", &wait));
+    if (wait < 0 || wait > dur)
+        return cl_error(CL_ERR_FORMAT, "%s: traceEvents[%zu]: args.wait %g must be from 0 to dur (%g)", path, i, wait, dur);
     ev.t0 = ts * 1e-6;
     ev.t1 = (ts + dur) * 1e-6;
+    ev.wait = wait * 1e-6;
     if (!isfinite(ev.t1)) return cl_error(CL_ERR_FORMAT, "%s: traceEvents[%zu]: ts + dur overflows", path, i);
     return cl_trace_add(out, &ev);
 }
@@ -339,6 +350,21 @@ static int step_window(const cl_trace *t, int step, double *lo, double *hi) {
     return any;
 }
 
+cl_status cl_trace_ring_summary(const cl_trace *t, int step, cl_trace_ring *out) {
+    memset(out, 0, sizeof *out);
+    int st;
+    CL_TRY(cl_trace_pick_step(t, step, &st));
+    for (size_t i = 0; i < t->n; i++) {
+        const cl_trace_event *e = &t->ev[i];
+        if (e->step != st || !kind_is_ring(e->kind)) continue;
+        out->n++;
+        out->flight += e->t1 - e->t0;
+        out->waited += e->wait;
+    }
+    out->hidden = out->flight > 0 ? 1.0 - out->waited / out->flight : 0;
+    return CL_OK;
+}
+
 cl_status cl_trace_bubble(const cl_trace *t, int step, int nranks, double *bubble_per_rank) {
     if (nranks < 1) return cl_error(CL_ERR_INVALID, "trace bubble: nranks must be >= 1 (got %d)", nranks);
     int st;
@@ -440,9 +466,12 @@ void cl_svg_escaped(cl_strbuf *b, const char *s) {
  * STRIP_TP_BIT for a compute kind on the comm track (the collectives inside
  * that pass); the strips and their legend both read it. */
 #define STRIP_TP_BIT 15
+#define STRIP_RING_WAIT_BIT 14 /* the part of a ring transfer its rank waited for, drawn over the transfer's strip */
 static const char *strip_fill(int bit) {
     switch (bit) {
     case STRIP_TP_BIT: return "#17becf";
+    case CL_ACT_RING_SEND: case CL_ACT_RING_RECV: return "#a0cbe8";
+    case STRIP_RING_WAIT_BIT: return "#d37295";
     case CL_ACT_GRAD_SYNC: return "#e15759";
     case CL_ACT_OPT_STEP: return "#edc948";
     default: return "#9c9c9c";
@@ -546,6 +575,15 @@ cl_status cl_svg_timeline(cl_strbuf *out, const cl_trace *t, int step, int comm,
                          "chunk %d: %.6g to %.6g %s</title></rect>\n",
                          x, y + SVG_BOX + 2, w, SVG_STRIP, strip_fill(strip_bit(e)), e->rank, what, e->mb, e->chunk, (e->t0 - lo) * umul,
                          (e->t1 - lo) * umul, uname);
+            if (kind_is_ring(e->kind) && e->wait > 0) { /* the waited end of the flight, over it */
+                double ww = e->wait * scale < 0.5 ? 0.5 : e->wait * scale;
+                strips |= 1u << STRIP_RING_WAIT_BIT;
+                cl_sb_printf(&b,
+                             "<rect class=\"wait\" x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" height=\"%.1f\" fill=\"%s\"><title>rank %d "
+                             "%s mb %d chunk %d: waited %.6g %s</title></rect>\n",
+                             x + w - ww, y + SVG_BOX + 2, ww, SVG_STRIP, strip_fill(STRIP_RING_WAIT_BIT), e->rank, what, e->mb, e->chunk,
+                             e->wait * umul, uname);
+            }
             continue;
         }
         char label[32];
@@ -586,9 +624,12 @@ cl_status cl_svg_timeline(cl_strbuf *out, const cl_trace *t, int step, int comm,
         const char *name;
     } ls[] = {{STRIP_TP_BIT, "tensor-parallel collectives"}, {CL_ACT_RECV_ACT, "receive (waiting, in flight)"},
               {CL_ACT_RECV_GRAD, "receive (waiting, in flight)"}, {CL_ACT_GRAD_SYNC, "gradient sync (exposed)"},
-              {CL_ACT_OPT_STEP, "optimizer step"}};
-    for (int j = 0; j < 5; j++) {
-        if (!(strips & (1u << ls[j].bit)) || (ls[j].bit == CL_ACT_RECV_GRAD && (strips & (1u << CL_ACT_RECV_ACT)))) continue;
+              {CL_ACT_OPT_STEP, "optimizer step"}, {CL_ACT_RING_SEND, "ring transfer (in flight)"},
+              {CL_ACT_RING_RECV, "ring transfer (in flight)"}, {STRIP_RING_WAIT_BIT, "ring transfer (waited)"}};
+    for (size_t j = 0; j < sizeof ls / sizeof ls[0]; j++) {
+        if (!(strips & (1u << ls[j].bit)) || (ls[j].bit == CL_ACT_RECV_GRAD && (strips & (1u << CL_ACT_RECV_ACT))) ||
+            (ls[j].bit == CL_ACT_RING_RECV && (strips & (1u << CL_ACT_RING_SEND))))
+            continue;
         cl_sb_printf(&b, "<rect x=\"%.1f\" y=\"%.1f\" width=\"12\" height=\"6\" fill=\"%s\"/><text x=\"%.1f\" y=\"%.1f\">%s</text>\n", lx,
                      ly + 3, strip_fill(ls[j].bit), lx + 16, ly + 10, ls[j].name);
         lx += 190;
@@ -607,7 +648,9 @@ cl_status cl_trace_render_svg(const char *path, const cl_trace *t, int step) {
     if (!path || !*path) return cl_error(CL_ERR_INVALID, "trace render: no output path given");
     cl_strbuf body = {0}, b = {0};
     double width, height;
-    cl_status s = cl_svg_timeline(&body, t, step, 0, &width, &height);
+    int ring = 0; /* the ring's transfers are drawn as strips under the boxes */
+    for (size_t i = 0; i < t->n && !ring; i++) ring = kind_is_ring(t->ev[i].kind);
+    cl_status s = cl_svg_timeline(&body, t, step, ring, &width, &height);
     if (!s) {
         cl_svg_open(&b, width, height);
         cl_sb_printf(&b, "%.*s</svg>\n", (int)body.len, body.buf);

@@ -659,7 +659,7 @@ static cl_status add_tp_events(const prep *P, const cl_schedule *sc, const cl_si
             int s = a->chunk * P->p + r;
             double c = a->kind == CL_ACT_FWD ? P->comm_f[s] : a->kind == CL_ACT_BWD || a->kind == CL_ACT_BWD_INPUT ? P->comm_b[s] : 0;
             if (!(c > 0)) continue;
-            cl_trace_event e = {r, CL_TRACK_COMM, 1, a->kind, a->mb, a->chunk, res->end[r][i] - c, res->end[r][i]};
+            cl_trace_event e = {r, CL_TRACK_COMM, 1, a->kind, a->mb, a->chunk, res->end[r][i] - c, res->end[r][i], 0};
             CL_TRY(cl_trace_add(tr, &e));
         }
     return CL_OK;

@@ -51,7 +51,6 @@ static cl_status check_cp(const cl_train_config *cfg, int T) {
     if (!f->tokens)
         return cl_error(CL_ERR_INVALID, "--cp %d: the %s family has no sequence to split (context parallelism needs a token model)", cp,
                         f->name);
-    if (cfg->sequence_parallel) return cl_error(CL_ERR_UNSUPPORTED, "--cp %d with --sequence-parallel is not supported yet", cp);
     if (cfg->model.experts) /* each rank's f_e and P_e would be its own tokens', not the sequence's */
         return cl_error(CL_ERR_UNSUPPORTED,
                         "--cp %d with --experts is not supported yet (the load-balancing loss's token fractions are not gathered over the "

@@ -119,7 +119,7 @@ cl_status cl_pp_bubble_figures(struct cl_pp *pp, double busy, double span, cl_st
 
 cl_status cl_trainer_write_trace(cl_trainer *t, cl_comm *world, const char *path, int last_steps) {
     struct cl_pp *pp = t->pp;
-    if (pp->p < 2) return cl_error(CL_ERR_INVALID, "--trace needs a pipeline (--pp > 1)");
+    if (pp->p < 2 && t->cp < 2) return cl_error(CL_ERR_INVALID, "--trace needs a pipeline (--pp > 1) or a context ring (--cp > 1)");
     if (last_steps > 0) { /* keep the last steps only */
         size_t w = 0;
         for (size_t i = 0; i < pp->trace.n; i++)

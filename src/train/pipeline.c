@@ -111,8 +111,8 @@ cl_status cl_pp_create(cl_trainer *t) {
     if (pp->p > 1) {
         pp->comm = cfg->groups->pp;
         pp->r = cl_comm_rank(pp->comm);
-        pp->world_rank = cl_comm_world_rank(pp->comm);
     }
+    pp->world_rank = cfg->groups ? cl_comm_world_rank(cfg->groups->pp) : 0; /* the trace's rank */
     cl_pp_shape sh;
     CL_TRY(cl_pp_shape_make(d, cfg, pp->p, t->dp, &sh));
     pp->sched = sh.sched; /* the pipeline owns the schedule now */
@@ -388,6 +388,8 @@ static cl_status run_action(cl_trainer *t, struct cl_pp *pp, const cl_action *a,
         return cl_pp_grad_sync(t, pp);
     case CL_ACT_OPT_STEP:
         return cl_pp_opt_step(t, pp, lr, *loss_sum, norm);
+    case CL_ACT_RING_SEND: /* trace-only kinds, never in a schedule */
+    case CL_ACT_RING_RECV: break;
     }
     return cl_error(CL_ERR_INTERNAL, "unknown pipeline action %d", (int)a->kind);
 }
@@ -406,23 +408,35 @@ cl_status cl_pp_step(cl_trainer *t, float lr, double *loss_sum, double *norm, cl
     if (pp->p > 1) CL_TRY(cl_comm_barrier(pp->comm));
     double t0 = cl_now(), busy = 0, last_end = t0;
     int trace = t->cfg.trace;
-    for (int i = 0; i < pp->sched.len[pp->r]; i++) {
+    /* the context ring's transfers into the timeline during the step's passes (not evaluation's) */
+    for (int c = 0; trace && c < pp->v; c++) cl_model_cp_trace(pp->ch[c].m, &pp->trace, pp->world_rank);
+    cl_status s = CL_OK;
+    for (int i = 0; i < pp->sched.len[pp->r] && !s; i++) {
         const cl_action *a = &pp->sched.acts[pp->r][i];
+        size_t first = pp->trace.n; /* the ring's events of this action get its step, micro-batch and chunk */
         double a0 = cl_now();
-        cl_status s = run_action(t, pp, a, i, lr, loss_sum, norm);
-        if (s == CL_ERR_NUMERIC) return s; /* every rank says the same */
+        s = run_action(t, pp, a, i, lr, loss_sum, norm);
+        if (s == CL_ERR_NUMERIC) break; /* every rank says the same */
         if (s) {
-            return cl_error_context(s, "pipeline rank %d, stage %d, step %d, %s of micro-batch %d", pp->r,
-                                    a->chunk * pp->p + pp->r, t->step + 1, cl_act_kind_name(a->kind), a->mb);
+            s = cl_error_context(s, "pipeline rank %d, stage %d, step %d, %s of micro-batch %d", pp->r, a->chunk * pp->p + pp->r,
+                                 t->step + 1, cl_act_kind_name(a->kind), a->mb);
+            break;
         }
-        CL_TRY(cl_device_sync(t->dev)); /* the action's time covers its kernels (cl_pp_record) */
+        s = cl_device_sync(t->dev); /* the action's time covers its kernels (cl_pp_record) */
         double a1 = cl_now();
         if (cl_act_is_compute(a->kind)) {
             busy += a1 - a0;
             last_end = a1;
         }
-        CL_TRY(cl_pp_record(pp, trace, t->step + 1, a, a0, a1));
+        for (size_t k = first; k < pp->trace.n; k++) {
+            pp->trace.ev[k].step = t->step + 1;
+            pp->trace.ev[k].mb = a->mb;
+            pp->trace.ev[k].chunk = a->chunk;
+        }
+        if (!s) s = cl_pp_record(pp, trace, t->step + 1, a, a0, a1);
     }
+    for (int c = 0; trace && c < pp->v; c++) cl_model_cp_trace(pp->ch[c].m, NULL, 0);
+    if (s) return s;
     *loss_sum = pp->norm_parts[t->desc->nparams]; /* OPT_STEP's: summed over the pipeline, then the replicas */
     return pp->p > 1 ? cl_pp_bubble_figures(pp, busy, last_end - t0, st) : CL_OK; /* one device: no bubble */
 }
