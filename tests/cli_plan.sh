@@ -131,8 +131,13 @@ expect2 "does not split into 2 x --cp 2 = 4 equal chunks" $CLEAVE plan --model l
 # --cp with --sequence-parallel trains (sp's shards of each context rank's rows): fixed, every row has both
 out=$($CLEAVE plan --model llama-tiny --seq-len 64 --devices 4 --hardware "$tmp/this.json" --cp 2 --tp 2 --sequence-parallel --top 5 2>&1)
 rc=$?; rows=$(printf '%s\n' "$out" | awk '$1 ~ /^[0-9]+$/ && NF > 10')
-check '[ $rc -eq 0 ] && [ -n "$rows" ] && printf "%s\n" "$rows" | awk "{ if (\$3 != 2 || \$4 != 2 || \$11 != \"y\") bad = 1 } END { exit bad }"' \
+check '[ $rc -eq 0 ] && [ -n "$rows" ] && printf "%s\n" "$rows" | awk "{ if (\$3 != 2 || \$5 != 2 || \$12 != \"y\") bad = 1 } END { exit bad }"' \
     "plan --cp 2 --tp 2 --sequence-parallel: every row cp 2, tp 2, sp (rc $rc)$(excerpt 6 "$out")"
+# and searched with cp where not fixed: --cp 2 --tp 2 alone lists rows with and without sp
+out=$($CLEAVE plan --model llama-tiny --seq-len 64 --devices 4 --hardware "$tmp/this.json" --cp 2 --tp 2 --top 20 2>&1)
+rows=$(printf '%s\n' "$out" | awk '$1 ~ /^[0-9]+$/ && NF > 10')
+check 'printf "%s\n" "$rows" | awk "\$12 == \"y\" { y = 1 } \$12 == \"n\" { n = 1 } END { exit !(y && n) }"' \
+    "plan --cp 2 --tp 2: sp not searched with cp$(excerpt 6 "$out")"
 # --dtype: train's word for --precision (issue 30 item 7's `cleave plan ... --dtype bf16`), the same plan; both at
 # once must agree
 a=$($CLEAVE plan --model llama-tiny --devices 8 --hardware h100 --precision bf16 --json 2>&1)

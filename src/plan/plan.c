@@ -403,7 +403,7 @@ static cl_status prepare(plan_ctx *x, const cl_plan_cfg *c, prep *P, cl_model_de
     cl_model_desc *d;
     CL_TRY(get_desc(x, c->tp, c->sp, cp, c->ep, &d));
     *dout = d;
-    if (cp > 1 && !x->dok[x->cur]) { /* the trainer's refusals (a token family, 2 cp chunks, no sp, no experts), once a description */
+    if (cp > 1 && !x->dok[x->cur]) { /* the trainer's refusals (a token family, 2 cp chunks, no experts), once a description */
         CL_TRY(cp_check(x, P));
         x->dok[x->cur] = 1;
     }
@@ -834,8 +834,9 @@ cl_status cl_plan_search(const cl_plan_query *q, cl_plan_list *out) {
                             int off_hi = hw->exact_memory ? (hw->disk_bw > 0 ? CL_OFFLOAD_DISK : CL_OFFLOAD_HOST) : CL_OFFLOAD_NONE;
                             int os[3], no = opts_of(fx->offload, CL_OFFLOAD_NONE, off_hi, os);
                             int rs[3], nr = opts_of(fx->recompute, CL_RECOMPUTE_NONE, recomputable ? CL_RECOMPUTE_FULL : CL_RECOMPUTE_NONE, rs);
-                            /* sequence parallelism with cp: refused by the trainer, searched only where both are fixed */
-                            int sps[2], ns = opts_of(fx->sp, 0, tp > 1 && tokens && (cp == 1 || fx->cp > 0) ? 1 : 0, sps), fit0 = 0;
+                            /* sequence parallelism: any tp > 1 of a token family, with or without cp (sp's rows within a
+                             * context rank's chunks) */
+                            int sps[2], ns = opts_of(fx->sp, 0, tp > 1 && tokens ? 1 : 0, sps), fit0 = 0;
                             /* expert parallelism: ep dividing dp and the experts (models with experts) */
                             int eps[64], nep = 0;
                             if (fx->ep > 0) eps[nep++] = fx->ep;
