@@ -172,15 +172,12 @@ static int64_t moe_floats(const cl_model_desc *d, int64_t B, cl_sizer *z) {
     int64_t N = B * d->T, E = d->cfg.experts, K = d->cfg.experts_per_token, C = d->cfg.channels, Fw = cl_model_mlp_width(&d->cfg);
     int64_t R = moe_rows(d, N), Rr = moe_rows_in(d, N);
     int64_t att = cl_size_mul(z, B, cl_llama_attn_act_floats(d, z));
-    int64_t tok = cl_size_mul(z, N, E + 3 * K + C), rows;
-    if (cl_nn_bf16(d)) { /* xe, h (and xr) BF16 */
-        int64_t xe = cl_nn_gemm_in_floats(d, cl_size_mul(z, R, C)), h = cl_nn_gemm_in_floats(d, cl_size_mul(z, Rr, Fw));
-        rows = cl_size_add(z, cl_size_add(z, cl_size_mul(z, R, C + 1), xe), cl_size_add(z, cl_size_mul(z, Rr, 2 * Fw), h));
-        if (moe_ep(d) > 1) rows = cl_size_add(z, rows, cl_size_add(z, cl_size_add(z, cl_size_mul(z, Rr, C), E), cl_nn_gemm_in_floats(d, cl_size_mul(z, Rr, C))));
-    } else {
-        rows = cl_size_add(z, cl_size_mul(z, R, 2 * C + 1), cl_size_mul(z, Rr, 3 * Fw));
-        if (moe_ep(d) > 1) rows = cl_size_add(z, rows, cl_size_add(z, cl_size_mul(z, Rr, 2 * C), E)); /* rcounts, xr, yr */
-    }
+    int64_t tok = cl_size_mul(z, N, E + 3 * K + C);
+    /* moe_layout_at's rows: perm R, ye R C, gate and up Rr F each; xe and h the experts' GEMM inputs (BF16 in bf16) */
+    int64_t xe = cl_nn_gemm_in_floats(d, cl_size_mul(z, R, C)), h = cl_nn_gemm_in_floats(d, cl_size_mul(z, Rr, Fw));
+    int64_t rows = cl_size_add(z, cl_size_add(z, cl_size_mul(z, R, C + 1), xe), cl_size_add(z, cl_size_mul(z, Rr, 2 * Fw), h));
+    if (moe_ep(d) > 1) /* rcounts E, yr Rr C, xr (a GEMM input) */
+        rows = cl_size_add(z, rows, cl_size_add(z, cl_size_add(z, cl_size_mul(z, Rr, C), E), cl_nn_gemm_in_floats(d, cl_size_mul(z, Rr, C))));
     return cl_size_add(z, cl_size_add(z, att, tok), cl_size_add(z, rows, 2 * E));
 }
 
