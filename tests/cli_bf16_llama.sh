@@ -78,10 +78,6 @@ done
 
 # resume: exact at bf16; generation from the bf16 checkpoint (F32 decode on the master weights)
 resume_exact --dtype bf16
-check 'grep -q "\"cleave_dtype\": \"bf16\"" "$tmp/ck/config.json"' "the bf16 checkpoint's config.json names its dtype"
-kv=$("$CLEAVE" generate --checkpoint "$tmp/ck" --prompt "And God said" --tokens 24 --temperature 0 2>&1); _rc=$?
-re=$("$CLEAVE" generate --checkpoint "$tmp/ck" --prompt "And God said" --tokens 24 --temperature 0 --no-kv-cache 2>&1)
-check '[ $_rc -eq 0 ] && [ ${#kv} -gt 12 ] && [ "$kv" = "$re" ]' \
-    "generate from a bf16 checkpoint: KV cache and recomputing differ or failed:$(excerpt 2 "$kv")$(excerpt 2 "$re")"
+bf16_checkpoint_generates
 
 finish cli_bf16_llama

@@ -105,3 +105,13 @@ resume_exact() {
     check '[ -n "$(log_figures "$tmp/res.jsonl")" ] && [ "$(log_figures "$tmp/res.jsonl")" = "$(log_figures "$tmp/ten.jsonl" | tail -5)" ]' \
         "$* resume not exact: $(paste <(log_figures "$tmp/res.jsonl") <(log_figures "$tmp/ten.jsonl" | tail -5) | head -3)"
 }
+# bf16_checkpoint_generates: the checkpoint resume_exact --dtype bf16 left in $tmp/ck names its dtype in config.json,
+# and greedy generation from it (F32 decode on the master weights) gives the same tokens with the KV cache as recomputing
+bf16_checkpoint_generates() {
+    check 'grep -q "\"cleave_dtype\": \"bf16\"" "$tmp/ck/config.json"' "the bf16 checkpoint's config.json names its dtype"
+    local kv re rc
+    kv=$("$CLEAVE" generate --checkpoint "$tmp/ck" --prompt "And God said" --tokens 24 --temperature 0 2>&1); rc=$?
+    re=$("$CLEAVE" generate --checkpoint "$tmp/ck" --prompt "And God said" --tokens 24 --temperature 0 --no-kv-cache 2>&1)
+    check '[ $rc -eq 0 ] && [ ${#kv} -gt 12 ] && [ "$kv" = "$re" ]' \
+        "generate from a bf16 checkpoint: KV cache and recomputing differ or failed:$(excerpt 2 "$kv")$(excerpt 2 "$re")"
+}
