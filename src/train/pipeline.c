@@ -135,8 +135,8 @@ cl_status cl_pp_create(cl_trainer *t) {
         ch->first = ch->stage == 0;
         ch->last = ch->stage == pp->S - 1;
         int u0 = pp->part.u0[ch->stage], u1 = pp->part.u1[ch->stage];
-        /* ZeRO's shards over its group (cl_zero_comm: the expert-data group's rank is gdp_rank / ep) */
-        cl_zero zero = {cfg->zero, cl_zero_ranks(cfg, t->gdp), t->gdp_rank * cl_zero_ranks(cfg, t->gdp) / t->gdp, cfg->bucket_bytes, cfg->zero3_prefetch, kind == CL_SCHED_ZB_H1,
+        /* ZeRO's shards over its group (cl_zero_comm: with expert parallelism the expert-data group), this rank's place in it */
+        cl_zero zero = {cfg->zero, cl_zero_ranks(cfg, t->gdp), t->gdp > 1 ? cl_comm_rank(cl_zero_comm(cfg)) : 0, cfg->bucket_bytes, cfg->zero3_prefetch, kind == CL_SCHED_ZB_H1,
                         t->gdp > 1 ? cfg->grad_reduce : CL_F32};
         CL_TRY(cl_model_create_zero(&ch->m, d, t->dev, cfg->micro_batch, u0, u1, &zero));
         if (t->gdp > 1) CL_TRY(cl_model_set_zero3(ch->m, cfg->groups->dpcp)); /* ZeRO 3: no-op below it */
