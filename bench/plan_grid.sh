@@ -40,11 +40,12 @@
 #   ROUNDS=5 STEPS=12 SEQ=256 bash bench/plan_grid.sh
 #
 # Knobs: MODEL (gpt2-mini) SEQ (128) STEPS (10) SKIP (3) ROUNDS (3) HW
-# REUSE (0) RECAL (1) CLEAVE (./build/cleave). The machine's cores are shared with
+# REUSE (0) RECAL (1) CLEAVE (./build/cleave) DTYPE (fp32; bf16: every point in bf16 mixed precision, planned
+# with calibrate's BF16 peak and gemm_bf16 table). The machine's cores are shared with
 # whatever else runs: the load average is printed before and after.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-model=${MODEL:-gpt2-mini} seq=${SEQ:-128} steps=${STEPS:-10} skip=${SKIP:-3} rounds=${ROUNDS:-3} gb=8
+model=${MODEL:-gpt2-mini} dtype=${DTYPE:-fp32} seq=${SEQ:-128} steps=${STEPS:-10} skip=${SKIP:-3} rounds=${ROUNDS:-3} gb=8
 bin=${CLEAVE:-./build/cleave}
 hw=${HW:-build/plan-this.json}
 [ -x "$bin" ] || { echo "plan_grid: $bin not built (make)" >&2; exit 2; }
@@ -75,7 +76,7 @@ points=(
     "zero 3 dp 2|2|--dp 2 --tp 1 --pp 1 --micro-batch-size 4 --zero 3 --recompute none"
     "recompute full|1|--dp 1 --tp 1 --pp 1 --micro-batch-size 4 --zero 0 --recompute full"
 )
-shape=(--model "$model" --seq-len "$seq" --global-batch-size "$gb")
+shape=(--model "$model" --seq-len "$seq" --global-batch-size "$gb" --dtype "$dtype")
 
 predict() { # predict DEVICES FLAGS... -> step_s (from the description $hw)
     local n=$1; shift

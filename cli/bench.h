@@ -9,6 +9,8 @@
 const char *cli_bench_isa(void);
 /* FP32 FMA peak in GFLOP/s on `threads` threads at once, best of repeat. */
 double cli_bench_peak(int threads, int repeat);
+/* The BF16 dot-product (vdpbf16ps) peak the same way; 0 where the CPU has no AVX512_BF16. */
+double cli_bench_peak_bf16(int threads, int repeat);
 /* memcpy of `bytes` in GB/s (read + write), best of repeat; *read_gbs: a read pass. */
 double cli_bench_copy(size_t bytes, int repeat, double *read_gbs);
 

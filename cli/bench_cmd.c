@@ -478,4 +478,5 @@ int cleave_cmd_bench(int argc, char **argv) {
 /* For `cleave plan calibrate` (cli/plan_cmd.c): the same measurements. */
 const char *cli_bench_isa(void) { return fma_isa(); }
 double cli_bench_peak(int threads, int repeat) { return measure_peak(threads, repeat); }
+double cli_bench_peak_bf16(int threads, int repeat) { return measure_peak_bf16(threads, repeat); }
 double cli_bench_copy(size_t bytes, int repeat, double *read_gbs) { return measure_copy(bytes, repeat, read_gbs); }

@@ -187,6 +187,64 @@ static cl_status measure_kernels(int repeat, double *bw) {
     return CL_OK;
 }
 
+/* Each of the table's m, n, k shapes (hw->gemm_points' first three columns) in the three layouts the engine
+ * calls: A B (forward), A B^T (input gradients), A^T B (weight gradients, accumulated as the engine does);
+ * rate[i][layout] the best FLOP/s over repeat sweeps; bf16: the operands BF16 (cl_gemm_ex, F32 sums and
+ * output), as bf16 mixed precision calls them. The operands as training meets them: a product's weight (B of
+ * A B and A B^T) and a weight gradient's input and accumulated output (A and C of A^T B) were last touched a
+ * whole pass ago, so they come from beyond the core's own caches; the other operand was just written. Each
+ * such operand is taken from the next slot of an 8 MiB pool (8 x this machine's 1 MiB L2), so a slot is
+ * reused only after the pool has been read through. With every operand hot (one buffer used over and over)
+ * the table priced micro-batch 1's passes under training's and micro-batch 4's over, which made four
+ * micro-batches of one look as cheap as one of four (build/bench/gemm_cold: the cost of the cold operands at
+ * a few training shapes). A repeat is a whole sweep over the shapes, and a shape keeps its best: the
+ * machine's speed drifts by 10-15% over seconds (a sweep takes about one), and repeating a shape back to back
+ * let one slow stretch lower all its tries. */
+static cl_status gemm_rates(const cl_hw *hw, int repeat, int bf16, double rate[][CL_GEMM_NLAYOUTS]) {
+    const size_t pool = (size_t)8 << 20 >> 2, big = 1024 * 1024, n = pool + big; /* floats (an F32 pool's size) */
+    float *a = malloc(n * sizeof *a), *b = malloc(n * sizeof *b), *c = malloc(n * sizeof *c);
+    uint16_t *a16 = bf16 ? malloc(n * sizeof *a16) : NULL, *b16 = bf16 ? malloc(n * sizeof *b16) : NULL;
+    if (!a || !b || !c || (bf16 && (!a16 || !b16))) {
+        free(a), free(b), free(c), free(a16), free(b16);
+        return cl_error(CL_ERR_OOM, "calibrate: cannot allocate the products");
+    }
+    for (size_t i = 0; i < n; i++) a[i] = b[i] = 1e-3f * (float)(i % 97), c[i] = 0;
+    if (bf16) cl_dtype_convert(a16, CL_BF16, a, CL_F32, n), cl_dtype_convert(b16, CL_BF16, b, CL_F32, n);
+    static const int ta[CL_GEMM_NLAYOUTS] = {0, 0, 1}, tb[CL_GEMM_NLAYOUTS] = {0, 1, 0};
+    size_t slot = 0, es = bf16 ? sizeof *a16 : sizeof *a;
+    const char *A0 = bf16 ? (const char *)a16 : (const char *)a, *B0 = bf16 ? (const char *)b16 : (const char *)b;
+    cl_dtype f = bf16 ? CL_BF16 : CL_F32;
+    for (int r = 0; r < repeat; r++)
+        for (int i = 0; i < hw->ngemm_points; i++) {
+            int M = (int)hw->gemm_points[i][0], N = (int)hw->gemm_points[i][1], K = (int)hw->gemm_points[i][2];
+            int reps = (int)(4e8 / (2.0 * M * N * K)) + 1;
+            size_t na = (size_t)M * K, nb = (size_t)K * N, nc = (size_t)M * N;
+            for (int l = 0; l < CL_GEMM_NLAYOUTS; l++) {
+                int lda = ta[l] ? M : K, ldb = tb[l] ? K : N, wg = l == CL_GEMM_TN;
+                double t0 = cpu_seconds();
+                for (int k = 0; k < reps; k++, slot++) {
+                    const char *A = wg ? A0 + slot * na % pool * es : A0, *B = wg ? B0 : B0 + slot * nb % pool * es;
+                    float *C = wg ? c + slot * nc % pool : c;
+                    if (bf16) cl_gemm_ex(ta[l], tb[l], M, N, K, 1.0f, A, f, lda, B, f, ldb, wg ? 1.0f : 0.0f, C, N);
+                    else cl_gemm(ta[l], tb[l], M, N, K, 1.0f, (const float *)A, lda, (const float *)B, ldb, wg ? 1.0f : 0.0f, C, N);
+                }
+                double t = (cpu_seconds() - t0) / reps;
+                if (t > 0 && 2.0 * M * N * K / t > rate[i][l]) rate[i][l] = 2.0 * M * N * K / t;
+            }
+        }
+    free(a), free(b), free(c), free(a16), free(b16);
+    return CL_OK;
+}
+
+/* The rates over the peak into the table's efficiency columns, the peak first raised to the best rate. */
+static void table_over_peak(double rate[][CL_GEMM_NLAYOUTS], double (*pts)[3 + CL_GEMM_NLAYOUTS], int n, double *peak) {
+    for (int i = 0; i < n; i++)
+        for (int l = 0; l < CL_GEMM_NLAYOUTS; l++)
+            if (rate[i][l] > *peak) *peak = rate[i][l];
+    for (int i = 0; i < n; i++)
+        for (int l = 0; l < CL_GEMM_NLAYOUTS; l++) pts[i][3 + l] = rate[i][l] / *peak;
+}
+
 static cl_status calibrate(const char *out, int repeat, const char *dir) {
     if (!cli_bench_isa()) return cl_error(CL_ERR_UNSUPPORTED, "calibrate needs AVX2 with FMA or AVX-512 (this CPU has neither)");
     cl_hw hw;
@@ -195,58 +253,24 @@ static cl_status calibrate(const char *out, int repeat, const char *dir) {
     cl_set_threads(1); /* a device is one core */
     hw.peak_fp32 = cli_bench_peak(1, repeat) * 1e9;
     static const int dims[] = {64, 128, 256, 512, 1024};
-    double rate[125][CL_GEMM_NLAYOUTS] = {{0}};
-    /* The operands as training meets them: a product's weight (B of A B and A B^T) and a weight
-     * gradient's input and accumulated output (A and C of A^T B) were last touched a whole pass ago,
-     * so they come from beyond the core's own caches; the other operand was just written. Each such
-     * operand is taken from the next slot of an 8 MiB pool (8 x this machine's 1 MiB L2), so a slot
-     * is reused only after the pool has been read through. With every operand hot (one buffer used
-     * over and over) the table priced micro-batch 1's passes under training's and micro-batch 4's
-     * over, which made four micro-batches of one look as cheap as one of four (build/bench/gemm_cold:
-     * the cost of the cold operands at a few training shapes). */
-    const size_t pool = (size_t)8 << 20 >> 2, big = 1024 * 1024; /* floats */
-    float *a = malloc((pool + big) * sizeof *a), *b = malloc((pool + big) * sizeof *b), *c = malloc((pool + big) * sizeof *c);
-    if (!a || !b || !c) {
-        free(a), free(b), free(c);
-        return cl_error(CL_ERR_OOM, "calibrate: cannot allocate the products");
-    }
-    for (size_t i = 0; i < pool + big; i++) a[i] = b[i] = 1e-3f * (float)(i % 97), c[i] = 0;
-    /* each shape in the three layouts the engine calls: A B (forward), A B^T (input gradients), A^T B
-     * (weight gradients, accumulated as the engine does). A repeat is a whole sweep over the shapes,
-     * and a shape keeps its best: the machine's speed drifts by 10-15% over seconds (a sweep takes
-     * about one), and repeating a shape back to back let one slow stretch lower all its tries */
-    static const int ta[CL_GEMM_NLAYOUTS] = {0, 0, 1}, tb[CL_GEMM_NLAYOUTS] = {0, 1, 0};
     for (int i = 0; i < 125; i++) {
         double *pt = hw.gemm_points[hw.ngemm_points++];
         pt[0] = dims[i / 25], pt[1] = dims[i / 5 % 5], pt[2] = dims[i % 5];
     }
-    size_t slot = 0;
-    for (int r = 0; r < repeat; r++)
-        for (int i = 0; i < 125; i++) {
-            int M = (int)hw.gemm_points[i][0], N = (int)hw.gemm_points[i][1], K = (int)hw.gemm_points[i][2];
-            int reps = (int)(4e8 / (2.0 * M * N * K)) + 1;
-            size_t na = (size_t)M * K, nb = (size_t)K * N, nc = (size_t)M * N;
-            for (int l = 0; l < CL_GEMM_NLAYOUTS; l++) {
-                int lda = ta[l] ? M : K, ldb = tb[l] ? K : N, wg = l == CL_GEMM_TN;
-                double t0 = cpu_seconds();
-                for (int k = 0; k < reps; k++, slot++) {
-                    const float *A = wg ? a + slot * na % pool : a, *B = wg ? b : b + slot * nb % pool;
-                    float *C = wg ? c + slot * nc % pool : c;
-                    cl_gemm(ta[l], tb[l], M, N, K, 1.0f, A, lda, B, ldb, wg ? 1.0f : 0.0f, C, N);
-                }
-                double t = (cpu_seconds() - t0) / reps;
-                if (t > 0 && 2.0 * M * N * K / t > rate[i][l]) rate[i][l] = 2.0 * M * N * K / t;
-            }
-        }
-    free(a), free(b), free(c);
+    double rate[125][CL_GEMM_NLAYOUTS] = {{0}};
+    CL_TRY(gemm_rates(&hw, repeat, 0, rate));
     /* a peak below a rate the GEMM reached was measured short (the FMA loop shares the cores with
      * other work as much as the products do): the best rate is then the peak, so every efficiency
      * is at most 1 and none is clipped */
-    for (int i = 0; i < hw.ngemm_points; i++)
-        for (int l = 0; l < CL_GEMM_NLAYOUTS; l++)
-            if (rate[i][l] > hw.peak_fp32) hw.peak_fp32 = rate[i][l];
-    for (int i = 0; i < hw.ngemm_points; i++)
-        for (int l = 0; l < CL_GEMM_NLAYOUTS; l++) hw.gemm_points[i][3 + l] = rate[i][l] / hw.peak_fp32;
+    table_over_peak(rate, hw.gemm_points, hw.ngemm_points, &hw.peak_fp32);
+    /* bf16 mixed precision's products (BF16 operands, F32 sums), over the BF16 dot-product peak where the CPU
+     * has AVX512_BF16, else over their own best rate (oneDNN widens the operands there) */
+    hw.peak_bf16 = cli_bench_peak_bf16(1, repeat) * 1e9;
+    memcpy(hw.gemm_points_bf16, hw.gemm_points, sizeof hw.gemm_points);
+    hw.ngemm_points_bf16 = hw.ngemm_points;
+    memset(rate, 0, sizeof rate);
+    CL_TRY(gemm_rates(&hw, repeat, 1, rate));
+    table_over_peak(rate, hw.gemm_points_bf16, hw.ngemm_points_bf16, &hw.peak_bf16);
     /* memory: a 256 MiB memcpy (read + write bytes), timed in CPU seconds as the products are */
     size_t mb = (size_t)256 << 20;
     char *src = malloc(mb), *dst = malloc(mb);
@@ -277,10 +301,10 @@ static cl_status calibrate(const char *out, int repeat, const char *dir) {
     hw.exact_memory = 1;
     hw.coll_on_cores = 1; /* the threads backend's copies and sums run on the ranks' cores */
     hw.attn_causal = 1;   /* cleave's attention kernels skip the blocks past the diagonal */
-    char note[1024];
+    char note[1536];
     snprintf(note, sizeof note,
              "cleave plan calibrate: peak = one core's FP32 FMA loop (%s), or the best GEMM rate where that is higher; gemm "
-             "table = cl_gemm (%s) on one thread at m, n, k in {64, 128, 256, 512, 1024}, timed in process CPU seconds, over that peak; memory_bandwidth = a 256 MiB memcpy (read + write bytes) in process CPU seconds; kernel_bandwidth = cleave's layernorm (forward, both backwards), GELU (forward, backward) kernels on 512 x 256 activations (4 x that for GELU), the bytes src/plan/cost.c counts for them over their CPU time; a device = one core, its memory "
+             "table = cl_gemm (%s) on one thread at m, n, k in {64, 128, 256, 512, 1024}, timed in process CPU seconds, over that peak; peak_flops.bf16 = one core's BF16 dot-product loop (vdpbf16ps, where the CPU has AVX512_BF16) or the best BF16 product's rate where that is higher; gemm_bf16 table = the same shapes with BF16 operands and F32 sums (cl_gemm_ex) over that peak; memory_bandwidth = a 256 MiB memcpy (read + write bytes) in process CPU seconds; kernel_bandwidth = cleave's layernorm (forward, both backwards), GELU (forward, backward) kernels on 512 x 256 activations (4 x that for GELU), the bytes src/plan/cost.c counts for them over their CPU time; a device = one core, its memory "
              "the host's divided by the %d cores; links = a 2-rank threads all-reduce: latency from 1 float, bandwidth from 16 MiB; collectives_on_cores: "
              "the ranks are threads on these cores and a collective's copies and sums are their work, so none hides under compute; "
              "attention_causal_blocks: cleave's attention kernels compute the score blocks on and below the diagonal only; "
@@ -293,9 +317,9 @@ static cl_status calibrate(const char *out, int repeat, const char *dir) {
     if (f && fclose(f)) bad = 1;
     free(text);
     if (bad) return cl_error(CL_ERR_IO, "calibrate: cannot write %s", out);
-    printf("wrote %s: peak %.1f GFLOP/s per core, memory %.1f GB/s (kernels %.1f GB/s), %d devices (cores), %.1f GiB each, link %.1f GB/s and %.1f us, "
+    printf("wrote %s: peak %.1f GFLOP/s per core (bf16 %.1f), memory %.1f GB/s (kernels %.1f GB/s), %d devices (cores), %.1f GiB each, link %.1f GB/s and %.1f us, "
            "disk %.2f GB/s\n",
-           out, hw.peak_fp32 / 1e9, hw.mem_bw / 1e9, hw.kern_bw / 1e9, hw.devices_per_node, hw.device_memory / (1 << 30), hw.intra_bw / 1e9,
+           out, hw.peak_fp32 / 1e9, hw.peak_bf16 / 1e9, hw.mem_bw / 1e9, hw.kern_bw / 1e9, hw.devices_per_node, hw.device_memory / (1 << 30), hw.intra_bw / 1e9,
            hw.intra_lat * 1e6, hw.disk_bw / 1e9);
     return CL_OK;
 }
@@ -447,10 +471,8 @@ int cleave_cmd_plan(int argc, char **argv) {
         return cli_fail(cl_error(CL_ERR_INVALID, "unknown --precision '%s' (fp32 or bf16)", prec));
     if (prec) q.fix.bf16 = !strcmp(prec, "bf16");
     if (q.fix.bf16 == 1 && !(q.hw.peak_bf16 > 0))
-        return cli_fail(cl_error(CL_ERR_INVALID, "--precision bf16: the hardware %s has no bf16 peak", q.hw.name));
-    if (q.fix.bf16 == 1 && q.hw.exact_memory)
-        return cli_fail(cl_error(CL_ERR_INVALID, "--precision bf16: the planner's statement for this machine is fp32's "
-                                                  "(`cleave memory --dtype bf16` predicts a bf16 run here)"));
+        return cli_fail(cl_error(CL_ERR_INVALID, "--precision bf16: the hardware %s has no bf16 peak%s", q.hw.name,
+                                 q.hw.exact_memory ? " (run `cleave plan calibrate` again: it measures the BF16 rates)" : ""));
     const char *off = cli_get(&a, "offload-optimizer");
     if (off) {
         if ((s = cli_offload(&a, &q.fix.offload))) return cli_fail(s);

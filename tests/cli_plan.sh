@@ -6,8 +6,8 @@
 # A100s answers with its three fastest (its time: bench/plan_search.sh); calibrate writes a description that
 # --hardware this reads and whose memory is the exact predictor's (cleave
 # memory's bytes); bad input (hardware file with a missing or negative field,
-# a device count nothing divides, a model that fits nothing, bf16 on this
-# machine, offload on a GPU description, disk offload without a
+# a device count nothing divides, a model that fits nothing, bf16 on a
+# description without BF16 rates, offload on a GPU description, disk offload without a
 # disk_bandwidth) exits 2 with one line. ZeRO 2 and 3 and optimizer offload
 # on this machine: the same bytes as cleave memory, or the same refusal.
 . "$(dirname "$0")/lib.sh"
@@ -46,8 +46,13 @@ for cfg in "--dp 1 --tp 1 --pp 2 --micro-batch-size 2 --schedule 1f1b --zero 0 -
            "--dp 2 --tp 1 --pp 1 --micro-batch-size 1 --schedule 1f1b --zero 2 --recompute full --offload-optimizer host" \
            "--dp 2 --tp 1 --pp 2 --micro-batch-size 1 --schedule 1f1b --zero 3 --recompute none" \
            "--dp 2 --tp 1 --pp 2 --micro-batch-size 1 --schedule zb-h1 --zero 2 --recompute none" \
-           "--dp 2 --tp 1 --pp 2 --micro-batch-size 1 --schedule zb-h1 --zero 3 --recompute none"; do
-    dev=$(( $(printf '%s' "$cfg" | sed 's/--dp \([0-9]*\) --tp \([0-9]*\) --pp \([0-9]*\).*/\1 * \2 * \3/') ))
+           "--dp 2 --tp 1 --pp 2 --micro-batch-size 1 --schedule zb-h1 --zero 3 --recompute none" \
+           "--dtype bf16 --dp 1 --tp 1 --pp 2 --micro-batch-size 2 --schedule 1f1b --zero 0 --recompute none" \
+           "--dtype bf16 --dp 1 --tp 2 --pp 1 --micro-batch-size 4 --schedule 1f1b --zero 0 --recompute none --sequence-parallel" \
+           "--dtype bf16 --dp 2 --tp 1 --pp 1 --micro-batch-size 2 --schedule 1f1b --zero 1 --recompute full" \
+           "--dtype bf16 --dp 2 --tp 1 --pp 1 --micro-batch-size 4 --schedule 1f1b --zero 3 --recompute selective" \
+           "--dtype bf16 --dp 2 --tp 1 --pp 2 --micro-batch-size 1 --schedule zb-h1 --zero 2 --recompute none"; do
+    dev=$(( $(printf '%s' "$cfg" | sed 's/.*--dp \([0-9]*\) --tp \([0-9]*\) --pp \([0-9]*\).*/\1 * \2 * \3/') ))
     out=$(CLEAVE_HW="$tmp/this.json" $CLEAVE plan --hardware this --model gpt2-tiny --devices "$dev" --global-batch-size 8 $cfg \
           --json 2>&1); prc=$?
     peak=$(printf '%s' "$out" | grep -o '"peak_bytes": [0-9]*' | awk '{print $2}')
@@ -112,7 +117,13 @@ expect2 "unknown --offload-optimizer" env CLEAVE_HW="$tmp/this.json" $CLEAVE pla
 sed '/"disk_bandwidth"/d' "$tmp/this.json" > "$tmp/h3.json"
 expect2 "has no disk_bandwidth" $CLEAVE plan --hardware "$tmp/h3.json" --devices 2 --dp 2 --tp 1 --pp 1 --micro-batch-size 4 \
     --zero 0 --recompute none --offload-optimizer disk
-expect2 "has no bf16 peak" env CLEAVE_HW="$tmp/this.json" $CLEAVE plan --hardware this --devices 2 --precision bf16
+# a description from before calibrate measured the BF16 rates: bf16 refused, saying so; a bf16 table without its peak
+sed -e 's/, "bf16": [0-9.e+]*//' -e '/"gemm_bf16"/,/\]\]},$/d' "$tmp/this.json" > "$tmp/h7.json"
+expect2 "has no bf16 peak (run .cleave plan calibrate. again" env CLEAVE_HW="$tmp/h7.json" $CLEAVE plan --hardware this --devices 2 \
+    --precision bf16
+sed -e 's/, "bf16": [0-9.e+]*//' "$tmp/this.json" > "$tmp/h8.json"
+expect2 "gemm_bf16 needs peak_flops.bf16" $CLEAVE plan --hardware "$tmp/h8.json" --devices 2
+check 'grep -q "\"gemm_bf16\": {\"table\"" "$tmp/this.json" && grep -q "\"bf16\": [0-9]" "$tmp/this.json"' "calibrate measured the BF16 rates"
 expect2 "run .cleave plan calibrate. first" env CLEAVE_HW="$tmp/none.json" $CLEAVE plan --hardware this --devices 2
 expect2 "give --devices" $CLEAVE plan
 sed 's/"collectives_on_cores": true/"collectives_on_cores": 1/' "$tmp/this.json" > "$tmp/h5.json"

@@ -27,6 +27,9 @@ static void this_default(cl_hw *hw) {
     int cores = cl_cores_available();
     hw->devices_per_node = cores > 0 ? cores : 1;
     hw->peak_fp32 = 100e9;
+    /* bf16: AVX512_BF16's dot product does two multiply-adds a lane where the FMA does one; without it F32's
+     * figure (oneDNN widens the operands, slower than that: a ranking figure as the rest) */
+    hw->peak_bf16 = cl_cpu_features() & CL_CPU_AVX512BF16 ? 2 * hw->peak_fp32 : hw->peak_fp32;
     hw->gemm_max_eff = 0.6, hw->gemm_half = 64;
     hw->mem_bw = 10e9;
     long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
@@ -53,7 +56,7 @@ void cl_plan_query_for_train(const cl_train_config *tc, int ranks, const cl_hw *
     memset(q, 0, sizeof *q);
     int *fix = (int *)&q->fix; /* every dimension searched (-1), whatever fields cl_plan_cfg has */
     for (size_t i = 0; i < sizeof q->fix / sizeof(int); i++) fix[i] = -1;
-    q->fix.bf16 = 0;           /* cleave trains in fp32 here */
+    q->fix.bf16 = tc->dtype == CL_BF16; /* the run's own number format */
     q->model = tc->model;
     q->T = cl_model_family_of(&tc->model)->tokens ? (tc->seq_len ? tc->seq_len : tc->model.seq_len) : 1;
     q->devices = ranks;

@@ -97,6 +97,33 @@ static cl_status link(const cl_json *root, const char *key, const char *what, do
     return CL_OK;
 }
 
+/* A gemm table (rows [m, n, k, efficiency] or [m, n, k, nn, nt, tn]) into pts, its row count into *n; key
+ * names the object ("gemm", "gemm_bf16") in the messages. */
+static cl_status parse_table(const cl_json *tab, const char *what, const char *key, double (*pts)[3 + CL_GEMM_NLAYOUTS], int *n) {
+    if (tab->type != CL_JSON_ARRAY || tab->count < 1 || tab->count > CL_HW_MAX_GEMM_POINTS)
+        return cl_error(CL_ERR_INVALID, "%s: %s.table must be an array of 1 to %d [m, n, k, efficiency] rows (or [m, n, "
+                        "k, nn, nt, tn]: one efficiency per operand layout)", what, key, CL_HW_MAX_GEMM_POINTS);
+    int i = 0;
+    for (const cl_json *row = tab->child; row; row = row->next, i++) {
+        if (row->type != CL_JSON_ARRAY || (row->count != 4 && row->count != 3 + CL_GEMM_NLAYOUTS))
+            return cl_error(CL_ERR_INVALID, "%s: %s.table row %d must be [m, n, k, efficiency] or [m, n, k, nn, nt, tn]", what, key, i);
+        int j = 0;
+        for (const cl_json *x = row->child; x; x = x->next, j++) {
+            if (x->type != CL_JSON_NUMBER)
+                return cl_error(CL_ERR_INVALID, "%s: %s.table row %d: every entry must be a number", what, key, i);
+            char path[48];
+            snprintf(path, sizeof path, "%s.table[%d]", key, i);
+            static const char *const col[] = {"[0] (m)", "[1] (n)", "[2] (k)", "[3] (efficiency)", "[4] (efficiency nt)",
+                                              "[5] (efficiency tn)"};
+            CL_TRY(in_range(x->number, j < 3 ? &R_DIM : &R_EFF, what, path, col[j]));
+            pts[i][j] = x->number;
+        }
+        for (int j = (int)row->count; j < 3 + CL_GEMM_NLAYOUTS; j++) pts[i][j] = pts[i][3];
+    }
+    *n = i;
+    return CL_OK;
+}
+
 static cl_status parse_root(const cl_json *r, const char *what, cl_hw *hw) {
     memset(hw, 0, sizeof *hw);
     if (!r || r->type != CL_JSON_OBJECT) return cl_error(CL_ERR_INVALID, "%s: not a JSON object", what);
@@ -111,30 +138,17 @@ static cl_status parse_root(const cl_json *r, const char *what, cl_hw *hw) {
     if (!g || g->type != CL_JSON_OBJECT) return cl_error(CL_ERR_INVALID, "%s: missing object gemm", what);
     const cl_json *tab = cl_json_get(g, "table");
     if (tab) {
-        if (tab->type != CL_JSON_ARRAY || tab->count < 1 || tab->count > CL_HW_MAX_GEMM_POINTS)
-            return cl_error(CL_ERR_INVALID, "%s: gemm.table must be an array of 1 to %d [m, n, k, efficiency] rows (or [m, n, "
-                            "k, nn, nt, tn]: one efficiency per operand layout)", what, CL_HW_MAX_GEMM_POINTS);
-        int i = 0;
-        for (const cl_json *row = tab->child; row; row = row->next, i++) {
-            if (row->type != CL_JSON_ARRAY || (row->count != 4 && row->count != 3 + CL_GEMM_NLAYOUTS))
-                return cl_error(CL_ERR_INVALID, "%s: gemm.table row %d must be [m, n, k, efficiency] or [m, n, k, nn, nt, tn]", what, i);
-            int j = 0;
-            for (const cl_json *x = row->child; x; x = x->next, j++) {
-                if (x->type != CL_JSON_NUMBER)
-                    return cl_error(CL_ERR_INVALID, "%s: gemm.table row %d: every entry must be a number", what, i);
-                char path[48];
-                snprintf(path, sizeof path, "gemm.table[%d]", i);
-                static const char *const col[] = {"[0] (m)", "[1] (n)", "[2] (k)", "[3] (efficiency)", "[4] (efficiency nt)",
-                                                  "[5] (efficiency tn)"};
-                CL_TRY(in_range(x->number, j < 3 ? &R_DIM : &R_EFF, what, path, col[j]));
-                hw->gemm_points[i][j] = x->number;
-            }
-            for (int j = (int)row->count; j < 3 + CL_GEMM_NLAYOUTS; j++) hw->gemm_points[i][j] = hw->gemm_points[i][3];
-        }
-        hw->ngemm_points = i;
+        CL_TRY(parse_table(tab, what, "gemm", hw->gemm_points, &hw->ngemm_points));
     } else {
         CL_TRY(num(g, "gemm.", "max_efficiency", what, 1, &R_EFF, &hw->gemm_max_eff));
         CL_TRY(num(g, "gemm.", "half_dim", what, 1, &R_HALF, &hw->gemm_half));
+    }
+    const cl_json *gb = cl_json_get(r, "gemm_bf16"), *tb = gb ? cl_json_get(gb, "table") : NULL;
+    if (gb && (gb->type != CL_JSON_OBJECT || !tb))
+        return cl_error(CL_ERR_INVALID, "%s: gemm_bf16 must be an object with a table (as gemm's)", what);
+    if (tb) {
+        if (!(hw->peak_bf16 > 0)) return cl_error(CL_ERR_INVALID, "%s: gemm_bf16 needs peak_flops.bf16 (its efficiencies are over it)", what);
+        CL_TRY(parse_table(tb, what, "gemm_bf16", hw->gemm_points_bf16, &hw->ngemm_points_bf16));
     }
     double meff = 1, dpn = 0;
     CL_TRY(num(r, "", "memory_bandwidth", what, 1, &R_MEMBW, &hw->mem_bw));
@@ -177,6 +191,18 @@ cl_status cl_hw_load(const char *path, cl_hw *out) {
     return s;
 }
 
+/* "table": [rows]} of a gemm object. */
+static void write_table(cl_strbuf *b, const double (*pts)[3 + CL_GEMM_NLAYOUTS], int n) {
+    cl_sb_printf(b, "\"table\": [");
+    for (int i = 0; i < n; i++) {
+        const double *pt = pts[i];
+        cl_sb_printf(b, "%s\n   [%.0f, %.0f, %.0f, %.4f", i ? "," : "", pt[0], pt[1], pt[2], pt[3]);
+        if (pt[4] != pt[3] || pt[5] != pt[3]) cl_sb_printf(b, ", %.4f, %.4f", pt[4], pt[5]);
+        cl_sb_printf(b, "]");
+    }
+    cl_sb_printf(b, "]}");
+}
+
 char *cl_hw_to_json(const cl_hw *hw, const char *note) {
     cl_strbuf b = {0};
     cl_sb_printf(&b, "{\"name\": ");
@@ -185,16 +211,13 @@ char *cl_hw_to_json(const cl_hw *hw, const char *note) {
     if (hw->peak_bf16 > 0) cl_sb_printf(&b, "%.6g", hw->peak_bf16);
     cl_sb_printf(&b, "},\n \"gemm\": {");
     if (hw->ngemm_points) {
-        cl_sb_printf(&b, "\"table\": [");
-        for (int i = 0; i < hw->ngemm_points; i++) {
-            const double *pt = hw->gemm_points[i];
-            cl_sb_printf(&b, "%s\n   [%.0f, %.0f, %.0f, %.4f", i ? "," : "", pt[0], pt[1], pt[2], pt[3]);
-            if (pt[4] != pt[3] || pt[5] != pt[3]) cl_sb_printf(&b, ", %.4f, %.4f", pt[4], pt[5]);
-            cl_sb_printf(&b, "]");
-        }
-        cl_sb_printf(&b, "]}");
+        write_table(&b, hw->gemm_points, hw->ngemm_points);
     } else {
         cl_sb_printf(&b, "\"max_efficiency\": %.4g, \"half_dim\": %.4g}", hw->gemm_max_eff, hw->gemm_half);
+    }
+    if (hw->ngemm_points_bf16) {
+        cl_sb_printf(&b, ",\n \"gemm_bf16\": {");
+        write_table(&b, hw->gemm_points_bf16, hw->ngemm_points_bf16);
     }
     cl_sb_printf(&b, ",\n \"memory_bandwidth\": %.6g,\n", hw->mem_bw);
     if (hw->kern_bw > 0) cl_sb_printf(&b, " \"kernel_bandwidth\": %.6g,\n", hw->kern_bw);
@@ -215,10 +238,10 @@ char *cl_hw_to_json(const cl_hw *hw, const char *note) {
 }
 
 /* The table's distinct values on axis a, ascending; their count. */
-static int axis_values(const cl_hw *hw, int a, double *v) {
+static int axis_values(const double (*pts)[3 + CL_GEMM_NLAYOUTS], int np, int a, double *v) {
     int n = 0;
-    for (int i = 0; i < hw->ngemm_points; i++) {
-        double x = hw->gemm_points[i][a];
+    for (int i = 0; i < np; i++) {
+        double x = pts[i][a];
         int j = 0;
         while (j < n && v[j] < x) j++;
         if (j < n && v[j] == x) continue;
@@ -234,11 +257,11 @@ static int axis_values(const cl_hw *hw, int a, double *v) {
  * (gpt2-mini's 128 and 512 between 64, 256 and 1024, say) gets the
  * efficiency between theirs rather than the one a tie in distance picks.
  * Returns -1 when the table is not a full grid. */
-static double grid_eff(const cl_hw *hw, double m, double n, double k, int layout) {
+static double grid_eff(const double (*pts)[3 + CL_GEMM_NLAYOUTS], int np, double m, double n, double k, int layout) {
     double ax[3][CL_HW_MAX_GEMM_POINTS], q[3] = {m, n, k}, t[3];
     int na[3], lo[3];
-    for (int a = 0; a < 3; a++) na[a] = axis_values(hw, a, ax[a]);
-    if (na[0] * na[1] * na[2] != hw->ngemm_points) return -1;
+    for (int a = 0; a < 3; a++) na[a] = axis_values(pts, np, a, ax[a]);
+    if (na[0] * na[1] * na[2] != np) return -1;
     for (int a = 0; a < 3; a++) {
         int i = 0;
         while (i + 2 < na[a] && q[a] > ax[a][i + 1]) i++;
@@ -260,39 +283,45 @@ static double grid_eff(const cl_hw *hw, double m, double n, double k, int layout
         }
         if (w == 0) continue;
         int i = 0;
-        while (i < hw->ngemm_points && !(hw->gemm_points[i][0] == want[0] && hw->gemm_points[i][1] == want[1] &&
-                                         hw->gemm_points[i][2] == want[2]))
-            i++;
-        if (i == hw->ngemm_points) return -1; /* a combination twice, another missing */
-        e += w * hw->gemm_points[i][3 + layout];
+        while (i < np && !(pts[i][0] == want[0] && pts[i][1] == want[1] && pts[i][2] == want[2])) i++;
+        if (i == np) return -1; /* a combination twice, another missing */
+        e += w * pts[i][3 + layout];
     }
     return e;
 }
 
 double cl_hw_gemm_eff(const cl_hw *hw, double m, double n, double k) { return cl_hw_gemm_eff_layout(hw, m, n, k, CL_GEMM_NN); }
 
-double cl_hw_gemm_eff_layout(const cl_hw *hw, double m, double n, double k, int layout) {
-    if (layout < 0 || layout >= CL_GEMM_NLAYOUTS) layout = CL_GEMM_NN;
-    if (hw->ngemm_points) {
-        double g = grid_eff(hw, m, n, k, layout);
-        if (g > 0) return g;
-        double best = INFINITY, eff = hw->gemm_points[0][3 + layout];
-        for (int i = 0; i < hw->ngemm_points; i++) {
-            double dm = log(m / hw->gemm_points[i][0]), dn = log(n / hw->gemm_points[i][1]), dk = log(k / hw->gemm_points[i][2]);
-            double dist = dm * dm + dn * dn + dk * dk;
-            if (dist < best) best = dist, eff = hw->gemm_points[i][3 + layout];
-        }
-        return eff;
+/* A table's efficiency: the full grid's interpolation, else the nearest row in log space. */
+static double table_eff(const double (*pts)[3 + CL_GEMM_NLAYOUTS], int np, double m, double n, double k, int layout) {
+    double g = grid_eff(pts, np, m, n, k, layout);
+    if (g > 0) return g;
+    double best = INFINITY, eff = pts[0][3 + layout];
+    for (int i = 0; i < np; i++) {
+        double dm = log(m / pts[i][0]), dn = log(n / pts[i][1]), dk = log(k / pts[i][2]);
+        double dist = dm * dm + dn * dn + dk * dk;
+        if (dist < best) best = dist, eff = pts[i][3 + layout];
     }
+    return eff;
+}
+
+double cl_hw_gemm_eff_of(const cl_hw *hw, double m, double n, double k, int layout, int bf16) {
+    if (layout < 0 || layout >= CL_GEMM_NLAYOUTS) layout = CL_GEMM_NN;
+    if (bf16 && hw->ngemm_points_bf16) return table_eff(hw->gemm_points_bf16, hw->ngemm_points_bf16, m, n, k, layout);
+    if (hw->ngemm_points) return table_eff(hw->gemm_points, hw->ngemm_points, m, n, k, layout);
     double h = hw->gemm_half;
     return hw->gemm_max_eff * (m / (m + h)) * (n / (n + h)) * (k / (k + h));
 }
 
-double cl_hw_pass_compute(const cl_hw *hw, const cl_pass_cost *c, double peak) {
-    double t = 0;
+double cl_hw_gemm_eff_layout(const cl_hw *hw, double m, double n, double k, int layout) {
+    return cl_hw_gemm_eff_of(hw, m, n, k, layout, 0);
+}
+
+double cl_hw_pass_compute(const cl_hw *hw, const cl_pass_cost *c, int bf16) {
+    double t = 0, peak = bf16 ? hw->peak_bf16 : hw->peak_fp32;
     for (int i = 0; i < c->ngemm; i++) {
         const cl_gemm_shape *g = &c->gemm[i];
-        t += 2.0 * g->m * g->n * g->k * g->count / (peak * cl_hw_gemm_eff_layout(hw, g->m, g->n, g->k, g->layout));
+        t += 2.0 * g->m * g->n * g->k * g->count / (peak * cl_hw_gemm_eff_of(hw, g->m, g->n, g->k, g->layout, bf16));
     }
     return t + c->bytes / (hw->kern_bw > 0 ? hw->kern_bw : hw->mem_bw) + c->stream / hw->mem_bw;
 }

@@ -161,10 +161,10 @@ static int inter_group(const cl_hw *hw, int span) { return span > hw->devices_pe
 /* A pass's seconds: its compute, its tensor-parallel collectives and its all-to-alls over the expert-parallel group
  * (ep consecutive dp ranks: ep x cp x tp devices), none overlapped (the engine runs them inside the unit); adds the
  * communication to *comm, the all-to-alls' seconds to a2a[0] and the bytes leaving the rank to a2a[1]. */
-static double pass_time(const plan_ctx *x, const cl_pass_cost *pc, double peak, const cl_plan_cfg *cf, double *comm, double a2a[2]) {
+static double pass_time(const plan_ctx *x, const cl_pass_cost *pc, const cl_plan_cfg *cf, double *comm, double a2a[2]) {
     const cl_hw *hw = &x->q->hw;
     int tp = cf->tp, inter = inter_group(hw, tp), ep = cf->ep > 1 ? cf->ep : 1;
-    double t = cl_hw_pass_compute(hw, pc, peak), c = 0;
+    double t = cl_hw_pass_compute(hw, pc, cf->bf16), c = 0;
     if (pc->ar_calls) c += pc->ar_calls * cl_hw_coll(hw, CL_COLL_ALLREDUCE, pc->ar_bytes / pc->ar_calls, tp, inter);
     if (pc->ag_calls) c += pc->ag_calls * cl_hw_coll(hw, CL_COLL_ALLGATHER, pc->ag_bytes / pc->ag_calls, tp, inter);
     if (pc->rs_calls) c += pc->rs_calls * cl_hw_coll(hw, CL_COLL_REDUCE_SCATTER, pc->rs_bytes / pc->rs_calls, tp, inter);
@@ -184,7 +184,7 @@ static double pass_time(const plan_ctx *x, const cl_pass_cost *pc, double peak, 
  * Each send overlaps that step's attention, so only what the pass's attention products do not cover is
  * exposed; with the collectives on the devices' own cores (CPU ranks) nothing hides. Adds the exposed
  * seconds of the forward to *f and of the backward (with its re-forward) to *b. */
-static void ring_cost(const plan_ctx *x, const cl_model_desc *d, int u, const cl_plan_cfg *c, int eb, double peak, double *f,
+static void ring_cost(const plan_ctx *x, const cl_model_desc *d, int u, const cl_plan_cfg *c, int eb, double *f,
                       double *b) {
     const cl_hw *hw = &x->q->hw;
     int cp = c->cp;
@@ -193,7 +193,7 @@ static void ring_cost(const plan_ctx *x, const cl_model_desc *d, int u, const cl
     double msg = cl_hw_p2p(hw, (double)c->mb * d->T * W * eb, inter_group(hw, cp * c->tp)); /* the context group spans cp x tp */
     cl_pass_cost af = {0}, ab = {0};
     cl_cost_attention_products(&af, &ab, d->T, K, hd, (double)c->mb * d->heads_local, hw->attn_causal ? cl_attention_share((int)K) : 1);
-    double tf = cl_hw_pass_compute(hw, &af, peak), tb = cl_hw_pass_compute(hw, &ab, peak);
+    double tf = cl_hw_pass_compute(hw, &af, c->bf16), tb = cl_hw_pass_compute(hw, &ab, c->bf16);
     double cf = (cp - 1) * msg, cb = 2 * (cp - 1) * msg;
     if (c->recompute != CL_RECOMPUTE_NONE) cb += cf, tb += tf; /* the re-forward's ring, under its attention */
     *f += hw->coll_on_cores ? cf : cf > tf ? cf - tf : 0;
@@ -222,7 +222,7 @@ static void cp_a2a_cost(const plan_ctx *x, const cl_model_desc *d, int u, const 
  * re-derives the block's interior gradients first: B's work plus W's, docs/ARCHITECTURE.md, Backward split),
  * and the communication inside them: comm[0] the forward's, comm[1] the backward's (tensor-parallel
  * collectives and the context ring's exposed part). */
-static void unit_times(const plan_ctx *x, const cl_model_desc *d, int u, const cl_plan_cfg *c, int zb, int eb, double peak,
+static void unit_times(const plan_ctx *x, const cl_model_desc *d, int u, const cl_plan_cfg *c, int zb, int eb,
                        double t[3], double comm[2], double a2a[2]) {
     const cl_hw *hw = &x->q->hw;
     cl_unit_cost uc;
@@ -230,13 +230,13 @@ static void unit_times(const plan_ctx *x, const cl_model_desc *d, int u, const c
     double ring_f = 0, ring_b = 0;
     a2a[0] = a2a[1] = 0;
     if (c->cp_comm == CL_CP_A2A) cp_a2a_cost(x, d, u, c, eb, &ring_f, &ring_b, a2a);
-    else ring_cost(x, d, u, c, eb, peak, &ring_f, &ring_b);
+    else ring_cost(x, d, u, c, eb, &ring_f, &ring_b);
     comm[0] = ring_f, comm[1] = ring_b;
-    t[0] = pass_time(x, &uc.pass[CL_PASS_F], peak, c, &comm[0], a2a) + ring_f;
+    t[0] = pass_time(x, &uc.pass[CL_PASS_F], c, &comm[0], a2a) + ring_f;
     double af[2] = {a2a[0], a2a[1]};
-    t[1] = pass_time(x, &uc.pass[CL_PASS_B], peak, c, &comm[1], a2a) + pass_time(x, &uc.pass[CL_PASS_RF], peak, c, &comm[1], a2a) + ring_b;
+    t[1] = pass_time(x, &uc.pass[CL_PASS_B], c, &comm[1], a2a) + pass_time(x, &uc.pass[CL_PASS_RF], c, &comm[1], a2a) + ring_b;
     double comm_b = comm[1], ab[2] = {a2a[0] - af[0], a2a[1] - af[1]};
-    t[2] = pass_time(x, &uc.pass[CL_PASS_W], peak, c, &comm[1], a2a);
+    t[2] = pass_time(x, &uc.pass[CL_PASS_W], c, &comm[1], a2a);
     if (zb && cl_kind_of(d->units[u].kind)->weight_redo) t[2] += t[1], comm[1] += comm_b, a2a[0] += ab[0], a2a[1] += ab[1];
 }
 
@@ -270,7 +270,14 @@ static double gathered_pass(const double *c, const double *g, const int *on, con
     return t + prev; /* the pass's last reduce-scatter */
 }
 
-static cl_status zero3_passes(plan_ctx *x, prep *P, const cl_model_desc *d, int eb, double peak, int inter, int dpc) {
+/* Bytes of a gradient on the data-parallel links: on a GPU description the field's (16-bit in bf16); on this
+ * machine cleave's engine's, which accumulates and reduces F32 at either dtype unless --grad-reduce-dtype bf16. */
+static int grad_bytes(const cl_plan_query *q, const cl_plan_cfg *c) {
+    if (!q->hw.exact_memory) return c->bf16 ? 2 : 4;
+    return q->base && q->base->grad_reduce == CL_BF16 ? 2 : 4;
+}
+
+static cl_status zero3_passes(plan_ctx *x, prep *P, const cl_model_desc *d, int eb, int inter, int dpc) {
     const cl_hw *hw = &x->q->hw;
     const cl_plan_cfg *c = &P->c;
     int zb = P->kind == CL_SCHED_ZB_H1, n = d->nunits;
@@ -290,13 +297,13 @@ static cl_status zero3_passes(plan_ctx *x, prep *P, const cl_model_desc *d, int 
         if (same) cf[u] = cf[u - 1], cb[u] = cb[u - 1], cw[u] = cw[u - 1]; /* every block costs the same */
         else {
             double ut[3], none[2], a2a[2];
-            unit_times(x, d, u, c, zb, eb, peak, ut, none, a2a);
+            unit_times(x, d, u, c, zb, eb, ut, none, a2a);
             cf[u] = ut[0], cb[u] = ut[1], cw[u] = ut[2];
         }
         if (!zb) cb[u] += cw[u], cw[u] = 0;
         double np = x->up[u] + (k->uses_tied && wte_unit != u ? wte : 0);
         g[u] = cl_hw_coll(hw, CL_COLL_ALLGATHER, np * eb, dpc, inter);
-        rs[u] = x->up[u] > 0 ? cl_hw_coll(hw, CL_COLL_REDUCE_SCATTER, x->up[u] * eb, dpc, inter) : 0;
+        rs[u] = x->up[u] > 0 ? cl_hw_coll(hw, CL_COLL_REDUCE_SCATTER, x->up[u] * grad_bytes(x->q, c), dpc, inter) : 0;
         onf[u] = np > 0;
         onb[u] = np > 0 && (k->z3_reads & CL_KIND_READS(CL_Z3_BACKWARD)); /* the passes that gather it */
         onw[u] = np > 0 && (k->z3_reads & CL_KIND_READS(CL_Z3_WEIGHT));
@@ -330,6 +337,7 @@ static void train_config(const cl_plan_query *q, const prep *P, cl_train_config 
     tc->cp_comm = c->cp_comm;
     tc->ep = c->ep > 1 ? c->ep : 1;
     tc->sequence_parallel = c->sp;
+    tc->dtype = c->bf16 ? CL_BF16 : CL_F32;
     tc->vocab_divisible_by = q->vocab_div > 0 ? q->vocab_div : 128;
     tc->schedule = P->kind;
     tc->virtual_stages = P->v;
@@ -379,7 +387,6 @@ static cl_status prepare(plan_ctx *x, const cl_plan_cfg *c, prep *P, cl_model_de
         return cl_error(CL_ERR_INVALID, "the global batch %d is not a multiple of dp %d x micro-batch %d", q->global_batch, c->dp, c->mb);
     if (c->bf16 && !(hw->peak_bf16 > 0))
         return cl_error(CL_ERR_INVALID, "--precision bf16: the hardware %s has no bf16 peak", hw->name);
-    if (hw->exact_memory && c->bf16) return cl_error(CL_ERR_INVALID, "the planner's statement for this machine is fp32's (cleave memory --dtype bf16 predicts a bf16 run)");
     if (c->zero < CL_ZERO_NONE || c->zero > CL_ZERO_PARAMS) return cl_error(CL_ERR_INVALID, "ZeRO stage %d (0 to 3)", c->zero);
     if (c->offload < CL_OFFLOAD_NONE || c->offload > CL_OFFLOAD_DISK) return cl_error(CL_ERR_INVALID, "offload %d (0 none, 1 host, 2 disk)", c->offload);
     if (c->offload && !hw->exact_memory)
@@ -425,7 +432,6 @@ static cl_status prepare(plan_ctx *x, const cl_plan_cfg *c, prep *P, cl_model_de
         P->u1[s] = s == P->S - 1 ? d->nunits : at;
     }
     /* stage times */
-    double peak = c->bf16 ? hw->peak_bf16 : hw->peak_fp32;
     int eb = c->bf16 ? 2 : 4;
     int cached_kind = -1; /* the kind of the last unit costed: a repeated kind's next unit costs the same */
     double ut[3] = {0}, uc[2] = {0}, ua[2] = {0};
@@ -433,7 +439,7 @@ static cl_status prepare(plan_ctx *x, const cl_plan_cfg *c, prep *P, cl_model_de
         for (int u = P->u0[s]; u < P->u1[s]; u++) {
             int kind = d->units[u].kind;
             if (!(cl_kind_of(kind)->repeated && kind == cached_kind)) {
-                unit_times(x, d, u, c, P->kind == CL_SCHED_ZB_H1, eb, peak, ut, uc, ua);
+                unit_times(x, d, u, c, P->kind == CL_SCHED_ZB_H1, eb, ut, uc, ua);
                 cached_kind = kind;
             }
             P->f[s] += ut[0], P->b[s] += ut[1], P->w[s] += ut[2];
@@ -441,9 +447,11 @@ static cl_status prepare(plan_ctx *x, const cl_plan_cfg *c, prep *P, cl_model_de
             P->a2a_s[s] += ua[0], P->a2a_b[s] += ua[1];
         }
     }
-    double pb = eb; /* bytes per 16-bit or fp32 parameter */
+    /* bytes a parameter takes in ZeRO 1 and 2's gather after the step: the 16-bit copy on a GPU description,
+     * cleave's F32 master shards on this machine */
+    double pb = hw->exact_memory ? 4 : eb, gb = grad_bytes(x->q, c);
     int dp_inter = inter_group(hw, dpc * c->tp);
-    if (cl_zero_shards_params(c->zero) && dpc > 1) CL_TRY(zero3_passes(x, P, d, eb, peak, dp_inter, dpc));
+    if (cl_zero_shards_params(c->zero) && dpc > 1) CL_TRY(zero3_passes(x, P, d, eb, dp_inter, dpc));
     /* activations (and their gradients) between stages: this rank's rows of a block's output */
     if (P->p > 1) {
         double bytes = (double)d->units[P->u1[0] - 1].out_floats * c->mb * eb;
@@ -460,7 +468,7 @@ static cl_status prepare(plan_ctx *x, const cl_plan_cfg *c, prep *P, cl_model_de
         }
         double sync = 0;
         if (dpc > 1) {
-            double g = np * (c->bf16 ? 2 : 4);
+            double g = np * gb;
             if (cl_zero_shards_grads(c->zero)) {
                 /* stage 2 keeps no whole gradient: every micro-batch's buckets are reduce-scattered
                  * during its own backward (under zb-h1 its W passes), each hiding under that pass */
@@ -476,7 +484,7 @@ static cl_status prepare(plan_ctx *x, const cl_plan_cfg *c, prep *P, cl_model_de
         }
         /* the tied embedding's gradients between the first and the last rank */
         if (P->p > 1 && (r == 0 || r == P->p - 1) && d->tied_wte >= 0)
-            sync += cl_hw_p2p(hw, (double)d->params[d->tied_wte].numel * (c->bf16 ? 2 : 4), 1);
+            sync += cl_hw_p2p(hw, (double)d->params[d->tied_wte].numel * gb, 1);
         P->sync[r] = sync;
         /* AdamW: 28 bytes per parameter of the shard (read master, grad, m, v; write master, m, v, the 16-bit copy) */
         double shard = cl_zero_shards_optim(c->zero) && dpc > 1 ? np / dpc : np;

@@ -33,6 +33,9 @@ typedef struct {
     int ngemm_points;                  /* a measured table instead (calibrate): interpolated in log space on a full grid, else the nearest */
     double gemm_points[CL_HW_MAX_GEMM_POINTS][3 + CL_GEMM_NLAYOUTS]; /* m, n, k, efficiency of each layout (a row of
                                                                      * one efficiency gives it to all three) */
+    int ngemm_points_bf16;             /* the same for products with BF16 operands, over peak_bf16 (optional: calibrate
+                                        * measures it; without it bf16 products take the table or curve above) */
+    double gemm_points_bf16[CL_HW_MAX_GEMM_POINTS][3 + CL_GEMM_NLAYOUTS];
     double mem_bw;                     /* bytes/s the non-GEMM kernels reach */
     double kern_bw;                    /* bytes/s cleave's own non-GEMM kernels reach, as cost.c counts their bytes
                                         * (optional; 0: mem_bw) */
@@ -41,7 +44,7 @@ typedef struct {
     int devices_per_node;
     double intra_bw, intra_lat;        /* per device and direction, bytes/s; seconds per message */
     double inter_bw, inter_lat;
-    int exact_memory;                  /* 1: this machine (fp32, cl_memory_predict's bytes) */
+    int exact_memory;                  /* 1: this machine (cl_memory_predict's bytes, cleave's engine's traffic) */
     int attn_causal;                   /* 1: the attention kernels skip the score blocks past the diagonal (cleave's) */
     int coll_on_cores;                 /* 1: the collectives run on the devices' own cores (CPU ranks: the copies and
                                         * sums are the rank threads' work), so none hides under compute */
@@ -58,8 +61,10 @@ char *cl_hw_to_json(const cl_hw *hw, const char *note);
 double cl_hw_gemm_eff(const cl_hw *hw, double m, double n, double k);
 /* The same for one operand layout (CL_GEMM_NN, _NT, _TN). */
 double cl_hw_gemm_eff_layout(const cl_hw *hw, double m, double n, double k, int layout);
-/* Seconds of a pass on one device at peak (FLOP/s of the precision). */
-double cl_hw_pass_compute(const cl_hw *hw, const cl_pass_cost *c, double peak);
+/* The same for BF16 operands when bf16 (the bf16 table where there is one), else fp32's. */
+double cl_hw_gemm_eff_of(const cl_hw *hw, double m, double n, double k, int layout, int bf16);
+/* Seconds of a pass on one device: its products at the precision's peak (bf16: peak_bf16 and the bf16 table), its bytes at the bandwidths. */
+double cl_hw_pass_compute(const cl_hw *hw, const cl_pass_cost *c, int bf16);
 /* Seconds of a collective over g devices of bytes (the whole buffer), the
  * group within a node (inter = 0) or spanning nodes; ring and tree costs,
  * the smaller. */
