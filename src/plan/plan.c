@@ -78,6 +78,7 @@ static cl_status get_desc(plan_ctx *x, int tp, int sp, int cp, int ep, cl_model_
     cl_tp_layout tl = {tp, 0, sp, x->q->vocab_div > 0 ? x->q->vocab_div : 128, CL_F32, ep};
     cl_model_desc *d;
     CL_TRY(cl_model_describe_cp(&x->q->model, x->q->T / cp, &tl, cp, &d));
+    if (ep > 1) cl_model_desc_ep_shard(d, 0); /* E / ep experts stored a rank (every ep rank the same sizes) */
     double *up = calloc((size_t)d->nunits, sizeof *up);
     if (!up) {
         cl_model_desc_free(d);
