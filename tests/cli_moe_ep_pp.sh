@@ -6,11 +6,12 @@
 #   pp 1 dp 2 ep 2 (the pipeline invariant holds with experts: each stage's all-to-alls carry the same micro-batch's
 #   rows from every replica, so every expert sums the same terms in the same order), every step's loss, grad norm,
 #   aux loss, dropped slots and share of token-slots per expert (the report sums every stage's MoE layers); and
-#   within 1e-6 relative of pp 2 dp 2 ep 1 under the same schedule (ep changes only the summation order);
-# - zb-h1's weight pass repeats its input pass's two exchanges (the step's all-to-all bytes above 1f1b's), in the
+#   within 1e-6 relative of pp 2 dp 2 ep 1 under 1f1b and zb-h1 (ep changes only the summation order);
+# - zb-h1's weight pass repeats its input pass's two row exchanges (its step's all-to-all bytes 1f1b's plus the rows'), in the
 #   same order on every replica, and gives the same bits;
 # - expert-data groups of 2 (pp 2 dp 4 ep 2; ZeRO 1 under zb-h1; ep 4 under gpipe), bf16, recompute full with a
-#   capacity factor and recompute selective: bitwise their pp 1 runs;
+#   capacity factor and recompute selective, pp 4 (stages with no MoE block), --moe-every 2 (dense blocks beside
+#   MoE ones): bitwise their pp 1 runs;
 # - MPI: pp 2 dp 2 ep 2 (zb-h1) bitwise the threads run;
 # - checkpoints saved at pp 2 dp 2 ep 2 at step 10: sharded and single file, resumed at pp 2 ep 2 and pp 1 ep 2
 #   bitwise the run that never stopped, at pp 2 ep 1 within 1e-6; the single file's tensors and moments byte-equal to
@@ -53,7 +54,9 @@ for s in gpipe 1f1b interleaved zb-h1; do
     v=(); [ $s = interleaved ] && v=(--virtual-stages 2)
     run "$s" --pp 2 --dp 2 --ep 2 --schedule $s "${v[@]}"
     same "$s" one
-    run "$s-ep1" --pp 2 --dp 2 --schedule $s "${v[@]}"
+done
+for s in 1f1b zb-h1; do # ep 1 under a schedule without and with a split backward
+    run "$s-ep1" --pp 2 --dp 2 --schedule $s
     near "$s" "$s-ep1" 20
 done
 a2a() { grep '"loss"' "$tmp/$1.jsonl" | sed -n "${2}s/.*\"moe_a2a_bytes\": \[\([0-9]*\),.*/\1/p"; }
@@ -85,6 +88,12 @@ check '[ "$(grep -c "\"moe_dropped\": [1-9]" "$tmp/p-rc.jsonl")" -gt 0 ]' "capac
 run sel --dp 2 --ep 2 --recompute selective
 run p-sel --pp 2 --dp 2 --ep 2 --recompute selective --schedule interleaved --virtual-stages 2
 same p-sel sel
+# stages without MoE blocks (pp 4: the embedding and the head alone on theirs) and dense blocks beside MoE ones
+run p4 --pp 4 --dp 2 --ep 2 --schedule 1f1b
+same p4 one
+run every --dp 2 --ep 2 --layers 4 --moe-every 2
+run p-every --pp 2 --dp 2 --ep 2 --layers 4 --moe-every 2 --schedule zb-h1
+same p-every every
 
 # checkpoints: saved at pp 2 dp 2 ep 2 at step 10, resumed at pp 2 / pp 1 ep 2 (bitwise) and pp 2 ep 1 (1e-6)
 "$CLEAVE" train "${common[@]}" --dp 2 --ep 2 --stop-after 10 --save "$tmp/ck-ref" --save-format single > "$tmp/ck-ref.out" 2>&1
