@@ -781,10 +781,7 @@ static cl_status check_pipeline(train_job *j) {
     cl_model_desc *d;
     CL_TRY(cl_train_describe(c, 0, &d));
     cl_model_desc_free(d);
-    if (c->ep > 1) { /* the experts' model checked by cl_train_describe; the mesh's share here */
-        CL_TRY(cl_mesh_check_ep(&j->mesh, c->ep));
-        if (j->mesh.pp > 1) return cl_error(CL_ERR_UNSUPPORTED, "--ep %d with --pp %d is not supported yet", c->ep, j->mesh.pp);
-    }
+    if (c->ep > 1) CL_TRY(cl_mesh_check_ep(&j->mesh, c->ep)); /* the experts' model checked by cl_train_describe; the mesh's share here */
     if (j->mesh.pp <= 1 && (c->pp_layout || c->virtual_stages || j->schedule_given))
         return cl_error(CL_ERR_INVALID, "--schedule, --virtual-stages and --pp-layout need --pp > 1");
     if (j->mesh.pp <= 1 && c->cp <= 1 && j->trace_path)

@@ -171,11 +171,12 @@ point --model mixtral-tiny --dtype bf16 --micro-batch-size 2 --moe-capacity-fact
 point --model mixtral-tiny --dtype bf16 --pp 2 --schedule 1f1b --micro-batch-size 2 --global-batch-size 4
 point --model mixtral-tiny --dtype bf16 --dp 2 --zero 2 --micro-batch-size 2 --global-batch-size 4
 point --model mixtral-tiny --dtype bf16 --dp 2 --zero 3 --micro-batch-size 2 --global-batch-size 4
-# expert parallelism: the received rows and their results, dropless (the worst case) and at a capacity; ep 4 holding E / 4 experts, ZeRO 1 at ep 2 sharding the moments over the expert-data group
+# expert parallelism: the received rows and their results, dropless (the worst case) and at a capacity; ep 4 holding E / 4 experts, ZeRO 1 at ep 2 sharding the moments over the expert-data group; pp 2 dp 2 ep 2 under zb-h1 (each stage's experts over its ep group)
 point --model mixtral-tiny --dp 2 --ep 2 --micro-batch-size 2 --global-batch-size 4
 point --model mixtral-tiny --dp 2 --ep 2 --micro-batch-size 2 --global-batch-size 4 --moe-capacity-factor 0.5
 point --model mixtral-tiny --dp 4 --ep 4 --micro-batch-size 2 --global-batch-size 8
 point --model mixtral-tiny --dp 4 --ep 2 --zero 1 --micro-batch-size 2 --global-batch-size 8
+point --model mixtral-tiny --pp 2 --dp 2 --ep 2 --schedule zb-h1 --micro-batch-size 2 --global-batch-size 8
 point --model mixtral-tiny --dtype bf16 --dp 2 --ep 2 --micro-batch-size 2 --global-batch-size 4
 point --model mixtral-tiny --dtype bf16 --dp 2 --ep 2 --micro-batch-size 2 --global-batch-size 4 --moe-capacity-factor 0.5
 out=$(timeout 60 "$CLEAVE" memory "${D[@]}" --model mixtral-tiny 2>&1)

@@ -148,7 +148,6 @@ refused "--ep 4 must divide the 2 data-parallel" train "${common[@]}" --dp 2 --e
 refused "--ep 2: the model has no experts" train "${common[@]}" --model llama-tiny --dp 2 --ep 2
 refused "--ep 4 must divide the 6 experts" train "${common[@]}" --dp 4 --ep 4 --experts 6
 refused "--ep 2 with --zero 3" train "${common[@]}" --dp 2 --ep 2 --zero 3
-refused "--ep 2 with --pp 2" train "${common[@]}" --dp 2 --pp 2 --ep 2
 refused "--ep 3 must divide the 4 data-parallel" mesh --dp 4 --ep 3
 
 # MPI: dp 2 ep 2 bitwise the threads run

@@ -379,8 +379,6 @@ static cl_status prepare(plan_ctx *x, const cl_plan_cfg *c, prep *P, cl_model_de
     int E = q->model.experts;
     if (c->ep > 1 && (!E || c->dp % c->ep || E % c->ep))
         return cl_error(CL_ERR_INVALID, "ep %d must divide dp %d and the model's %d experts", c->ep, c->dp, E);
-    if (c->ep > 1 && c->pp > 1 && hw->exact_memory) /* the trainer's refusal (cleave train); a GPU description prices the engine */
-        return cl_error(CL_ERR_UNSUPPORTED, "--ep %d with --pp %d is not supported yet", c->ep, c->pp);
     int cp = c->cp, dpc = c->dp * cp; /* the gradients' all-reduce and ZeRO's shards span dp x cp */
     if ((long)c->dp * cp * c->tp * c->pp != q->devices)
         return cl_error(CL_ERR_INVALID, "dp %d x cp %d x tp %d x pp %d is not the %d devices", c->dp, cp, c->tp, c->pp, q->devices);

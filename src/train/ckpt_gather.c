@@ -2,7 +2,8 @@
  * checkpoint, and back: gather sends every parameter from the rank and
  * chunk that owns it (tensor-parallel slices assembled on their rank 0,
  * ZeRO's moment shards and disk-offloaded moments made whole first) to the
- * first stage of replica 0; load cuts each rank's slices out of the whole
+ * first stage of replica 0 (an expert another expert-parallel rank holds
+ * reaches its stage's rank of replica 0 first: ep_send); load cuts each rank's slices out of the whole
  * arrays. ZeRO 3's parameters are whole around both (zero3_whole.c). */
 #include "cleave/comm.h"
 #include "cleave/train.h"
@@ -88,16 +89,19 @@ static void sources(const pp_chunk *ch, int i, const float *whole, const float *
     }
 }
 
-/* Expert parallelism (no pipeline, no tensor parallelism with experts): a rank of the writer's expert-parallel
- * group sends it the value and moments of each expert weight it holds, in parameter order. */
+/* Expert parallelism (no tensor parallelism with experts): a rank of its stage's expert-parallel group whose
+ * group rank 0 is on the writer's replica sends that rank the value and moments of each expert weight its chunks
+ * hold, in parameter order (pp_gather receives them in the same order). */
 static cl_status ep_send(cl_trainer *t, float *const *mom) {
-    const pp_chunk *ch = &t->pp->ch[0];
+    struct cl_pp *pp = t->pp;
     const cl_model_desc *d = t->desc;
     for (int i = 0; i < d->nparams; i++) {
-        if (!d->params[i].expert || !d->params[i].numel) continue;
+        int owner;
+        pp_chunk *ch = owner_of(pp, d, i, &owner);
+        if (!ch || !d->params[i].expert || !d->params[i].numel) continue;
         const float *src[3];
         cl_device *sdev[3];
-        sources(ch, i, mom[0], src, sdev);
+        sources(ch, i, mom[ch - pp->ch], src, sdev);
         for (int k = 0; k < 3; k++) CL_TRY(cl_comm_send(t->cfg.groups->ep, src[k], (size_t)d->params[i].numel * sizeof(float), 0, CKPT_TAG));
     }
     return CL_OK;
@@ -150,13 +154,7 @@ static cl_status pp_gather(cl_trainer *t, float **host, int *writer, int *opt_t)
         int owner;
         pp_chunk *ch = owner_of(pp, d, i, &owner);
         size_t n = (size_t)f->params[i].numel, bytes = n * sizeof(float);
-        if (ch && !d->params[i].numel && d->params[i].expert) { /* another expert-parallel rank's expert (ep_send) */
-            for (int k = 0; k < 3 && !s; k++)
-                s = cl_comm_recv(t->cfg.groups->ep, cl_param_f32(h + k * f->nfloats, &f->params[i]), bytes, d->params[i].ep_owner, CKPT_TAG);
-        } else if (ch) {
-            const float *src[3];
-            cl_device *sdev[3];
-            sources(ch, i, mom[ch - pp->ch], src, sdev);
+        if (ch) {
             float *dst[3];
             if (!lead && t->tp_rank == 0) {
                 free(tmp);
@@ -167,7 +165,14 @@ static cl_status pp_gather(cl_trainer *t, float **host, int *writer, int *opt_t)
                 }
             }
             for (int k = 0; k < 3; k++) dst[k] = lead ? cl_param_f32(h + k * f->nfloats, &f->params[i]) : tmp ? tmp + k * n : NULL;
-            s = tp_assemble(t, d, i, src, sdev, dst);
+            if (!d->params[i].numel && d->params[i].expert) { /* another expert-parallel rank's expert (ep_send) */
+                for (int k = 0; k < 3 && !s; k++) s = cl_comm_recv(t->cfg.groups->ep, dst[k], bytes, d->params[i].ep_owner, CKPT_TAG);
+            } else {
+                const float *src[3];
+                cl_device *sdev[3];
+                sources(ch, i, mom[ch - pp->ch], src, sdev);
+                s = tp_assemble(t, d, i, src, sdev, dst);
+            }
             for (int k = 0; k < 3 && !s && !lead && t->tp_rank == 0; k++) s = cl_comm_send(pp->comm, dst[k], bytes, 0, CKPT_TAG);
         } else if (lead) {
             for (int k = 0; k < 3 && !s; k++)

@@ -32,6 +32,13 @@
  * parameter, in parameter order, from per-parameter pieces that the stages
  * exchange exactly (x + 0 = x); AdamW is elementwise.
  *
+ * Expert parallelism: the ep group of a rank is dp ranks of its stage
+ * (groups->ep, split from groups->dp), and they all walk this same action
+ * list, so the MoE blocks' blocking all-to-alls (F, BWD or B, and zb-h1's W,
+ * which repeats B's row exchanges) pair up in order; an expert's gradient
+ * sums the same micro-batch's rows from every replica in micro-batch order,
+ * so the pipeline still equals one stage bit for bit.
+ *
  * This file is the executor only: chunks and slots, the action interpreter,
  * cl_pp_step. Its other jobs live beside it and share its state through
  * train/pp.h: GRAD_SYNC's sums (grads.c), OPT_STEP (optim_step.c), the
