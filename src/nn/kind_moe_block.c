@@ -238,8 +238,8 @@ static cl_status moe_pass(const cl_model *m, const moe_acts *s, const float *in,
     else CL_PROF("fwd dispatch", 0, Kn->moe_gather(s->xe, s->at.ln2, s->perm, rows, iC, K));
     /* expert parallelism: the rows to their experts' ranks (ep 1: the blocks are this rank's E experts, no copy) */
     cl_moe_blocks bl;
-    CL_TRY(cl_moe_ep_counts(m, s->counts, s->rcounts, E, &bl));
-    CL_TRY(cl_moe_ep_rows(m, s->xe, s->xr, s->counts, s->rcounts, E, C, xf, 0));
+    CL_PROF("fwd a2a counts", 0, CL_TRY(cl_moe_ep_counts(m, s->counts, s->rcounts, E, &bl)));
+    CL_PROF("fwd a2a rows", 0, CL_TRY(cl_moe_ep_rows(m, s->xe, s->xr, s->counts, s->rcounts, E, C, xf, 0)));
     const uint16_t *xlo = (const uint16_t *)s->xr, *hlo = (const uint16_t *)s->h; /* bf16: the BF16 rows */
     int64_t o = 0;
     for (int b = 0; b < bl.n; b++) {
@@ -267,7 +267,7 @@ static cl_status moe_pass(const cl_model *m, const moe_acts *s, const float *in,
                     cl_sgemm(Kn, 0, 0, n, iC, iF, 1.0f, s->h + o * Fw, iF, w->ex[3 * bl.e[b] + 1], iC, 0.0f, s->yr + o * C, iC));
         o += n;
     }
-    CL_TRY(cl_moe_ep_rows(m, s->yr, s->ye, s->counts, s->rcounts, E, C, CL_F32, 1)); /* the results back, in this rank's order */
+    CL_PROF("fwd a2a back", 0, CL_TRY(cl_moe_ep_rows(m, s->yr, s->ye, s->counts, s->rcounts, E, C, CL_F32, 1))); /* the results back, in this rank's order */
     CL_PROF("fwd combine", 0, Kn->moe_combine_forward(s->out, s->ye, s->wts, s->row, iN, iC, K));
     CL_PROF("fwd residual", 0, Kn->add_inplace(s->out, s->at.res2, N * C));
     return CL_OK;
@@ -363,9 +363,9 @@ static cl_status moe_backward(cl_model *m, const cl_unit *un, const cl_microbatc
         int64_t own = 0; /* this rank's kept slots */
         for (int e = 0; e < E; e++) own += s.counts[e];
         CL_TRY(cl_nn_narrow(m, dxe, dye, own * C));
-        CL_TRY(cl_moe_ep_rows(m, dxe, Lm, s.counts, s.rcounts, E, C, CL_BF16, 0));
+        CL_PROF("bwd a2a rows", 0, CL_TRY(cl_moe_ep_rows(m, dxe, Lm, s.counts, s.rcounts, E, C, CL_BF16, 0)));
     } else {
-        CL_TRY(cl_moe_ep_rows(m, dye, dyr, s.counts, s.rcounts, E, C, CL_F32, 0));
+        CL_PROF("bwd a2a rows", 0, CL_TRY(cl_moe_ep_rows(m, dye, dyr, s.counts, s.rcounts, E, C, CL_F32, 0)));
         if (lo) CL_TRY(cl_nn_narrow(m, Lm, dyr, bl.total * C));
     }
     int64_t o = 0;
@@ -408,7 +408,7 @@ static cl_status moe_backward(cl_model *m, const cl_unit *un, const cl_microbatc
                                                     cl_sgemm(Kn, 1, 0, iC, iF, n, 1.0f, xe, iC, du, iF, 1.0f, gw.ex[3 * e + 2], iF)));
         o += n;
     }
-    CL_TRY(cl_moe_ep_rows(m, dxr, dxe, s.counts, s.rcounts, E, C, CL_F32, 1)); /* the inputs' gradients back */
+    CL_PROF("bwd a2a back", 0, CL_TRY(cl_moe_ep_rows(m, dxr, dxe, s.counts, s.rcounts, E, C, CL_F32, 1))); /* the inputs' gradients back */
     CL_PROF("bwd dispatch", 0, Kn->moe_gather_backward(dln2, dxe, s.row, iN, iC, K));
     /* the router: the weights' gradient, and the aux loss's at its weight in the step */
     float daux = (float)(d->cfg.moe_aux_coeff * mb->dloss * B * T);
