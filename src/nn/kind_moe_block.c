@@ -353,8 +353,10 @@ static cl_status moe_backward(cl_model *m, const cl_unit *un, const cl_microbatc
     cl_moe_blocks bl;
     cl_moe_ep_blocks(m, s.rcounts, E, &bl);
     const uint16_t *dglo = Lm, *dulo = Lm + bl.total * Fw;
+    /* swiglu_backward adds into dgate and dup: only the rows the experts run (bl.total of the worst case's Rr) */
     CL_PROF("bwd zero", 0, (cl_device_fill(m->dev, dln2, 0, (size_t)(N * (C + E + K) + R * C) * sizeof(float)),
-                            cl_device_fill(m->dev, dgate, 0, (size_t)(2 * Rr * Fw) * sizeof(float))));
+                            cl_device_fill(m->dev, dgate, 0, (size_t)(bl.total * Fw) * sizeof(float)),
+                            cl_device_fill(m->dev, dup, 0, (size_t)(bl.total * Fw) * sizeof(float))));
     CL_PROF("bwd residual", 0, cl_device_copy(m->dev, dres2, dout, (size_t)(N * C) * sizeof(float)));
     CL_PROF("bwd combine", 0, Kn->moe_combine_backward(dye, dwts, dout, s.ye, s.wts, s.row, iN, iC, K));
     /* the outputs' gradients to the experts' ranks; bf16 with expert parallelism: narrowed before they go (into dxe,
@@ -503,7 +505,8 @@ static int64_t moe_rc_floats(const cl_model_desc *d, const cl_unit *un, int B, i
  * slot, Megatron-LM's count for top-K), the backward's input and weight gradients the same again each; as bytes
  * the softmax and top-k, the aux loss's sums, the dispatch (order, slot rows, counts) and the gather of the slots'
  * rows, SwiGLU, the weighted combine, the residual, and their backward kernels; the zeroed gradient buffers (sized
- * for the R rows the layout holds) and the residual gradient's copy as streams. No tensor-parallel collective: the
+ * for the R rows the layout holds; dgate and dup for the rows run, R under uniform routing at any ep) and the
+ * residual gradient's copy as streams. No tensor-parallel collective: the
  * block is replicated (tp 1). Expert parallelism (ep > 1): a rank runs its E / ep experts on the rows every rank of
  * its group routes to them, ep S / E rows each under a balanced load (the same FLOPs), and the dispatch's
  * all-to-alls over the group: the forward's slot counts (E int32 a rank) and its rows out and results back, the
@@ -514,7 +517,6 @@ static void moe_mlp_cost(const cl_model_desc *d, int B, double e, cl_unit_cost *
     int ep = moe_ep(d);
     double N = (double)B * d->T, C = d->cfg.channels, Fw = (double)cl_model_mlp_width(&d->cfg), E = d->cfg.experts,
            K = d->cfg.experts_per_token, S = N * K, R = (double)moe_rows(d, (int64_t)B * d->T), El = E / ep, Se = S * ep / E;
-    double Rr = (double)moe_rows_in(d, (int64_t)B * d->T);
     cl_pass_cost *f = &o->pass[CL_PASS_F], *b = &o->pass[CL_PASS_B], *w = &o->pass[CL_PASS_W];
     cl_cost_gemm(f, N, E, C, 1, CL_GEMM_NN);
     cl_cost_gemm(f, Se, Fw, C, 2 * El, CL_GEMM_NN);
@@ -532,7 +534,7 @@ static void moe_mlp_cost(const cl_model_desc *d, int B, double e, cl_unit_cost *
      * gather's (reads dxe and the rows, adds into dln2), the router's (dwts, p, top-k, weights, f; writes dlogits) */
     double dcombine = N * C + 2 * S * C + 3 * S, dswiglu = 5 * S * Fw, dgather = S * C + S + 2 * N * C, drouter = 2 * N * E + 3 * S + E;
     b->bytes += e * (dcombine + dswiglu + dgather + drouter);
-    b->stream += e * (N * (C + E + K) + R * C + 2 * Rr * Fw + 2 * N * C);
+    b->stream += e * (N * (C + E + K) + R * C + 2 * R * Fw + 2 * N * C); /* dgate and dup: the R rows run (uniform) */
     cl_cost_gemm(w, Fw, C, Se, El, CL_GEMM_TN);
     cl_cost_gemm(w, C, Fw, Se, 2 * El, CL_GEMM_TN);
     cl_cost_gemm(w, C, E, N, 1, CL_GEMM_TN);
