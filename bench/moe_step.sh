@@ -8,7 +8,8 @@
 # (`cleave plan ... --json`'s a2a_bytes: dropless, uniform routing). The MoE
 # model at --dp 2 without --ep (moe-ep1: every rank all experts, no
 # exchange) runs beside them, to tell the exchange's cost from the sparse
-# MLP's.
+# MLP's; last, the ep 2 run's all-to-all ms a step (moe_a2a_ms) and the
+# busier ep rank's share of the token-slots, step by step.
 #
 #   bash bench/moe_step.sh                     # C 256, F 512, 4 layers, T 128
 #   C=128 F=256 ROUNDS=3 bash bench/moe_step.sh
@@ -61,3 +62,14 @@ echo
 echo "all-to-all bytes a step, rank 0 (the cost model, uniform routing: $pred sent):"
 grep -o '"moe_a2a_bytes": \[[0-9]*, [0-9]*\]' "$tmp/moe-ep2.jsonl" | sed 's/.*\[\([0-9]*\), \([0-9]*\)\]/\1 \2/' |
     awk -v p="$pred" '{ n++; printf "  step %d: sent %d (%.3f of predicted), received %d (%.3f)\n", n, $1, $1 / p, $2, $2 / p }'
+# where ep 2's time goes (the last round's timed steps, rank 0): the all-to-alls' ms a step (moe_a2a_ms, the waits for
+# the other rank included) and the busier ep rank's share of the step's token-slots (its experts' rows: 0.5 balanced)
+echo
+/usr/bin/python3 -c '
+import json, sys
+L = [json.loads(l) for l in open(sys.argv[1]) if "\"loss\"" in l][int(sys.argv[2]):]
+h = len(L[0]["expert_share"]) // 2
+for d in L:
+    s = d["expert_share"]
+    print("  step %d: %.1f ms, all-to-alls %.1f ms (%.0f%%), busier ep rank %.3f of the slots" %
+          (d["step"], d["ms"], d["moe_a2a_ms"], 100 * d["moe_a2a_ms"] / d["ms"], max(sum(s[:h]), sum(s[h:]))))' "$tmp/moe-ep2.jsonl" "$WARMUP"

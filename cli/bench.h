@@ -3,7 +3,13 @@
 #ifndef CLEAVE_CLI_BENCH_H
 #define CLEAVE_CLI_BENCH_H
 
+#include "cleave/prof.h"
+
 #include <stddef.h>
+
+/* A step profile's table (`cleave bench step`, CLEAVE_PROFILE on `cleave train`): each row's ms a step, share of the
+ * steps' secs, GFLOP/s and calls a step over `steps` steps, then what no row covers. */
+void cli_prof_print(const cl_prof *prof, double secs, int steps);
 
 /* "avx512", "avx2", or NULL when the CPU has neither (no peak loop). */
 const char *cli_bench_isa(void);

@@ -399,6 +399,20 @@ static int bench_gemm(int argc, char **argv) {
 
 /* ---- step ------------------------------------------------------------------ */
 
+void cli_prof_print(const cl_prof *prof, double secs, int steps) {
+    printf("%-20s %10s %7s %10s %8s\n", "operation", "ms/step", "%", "GFLOP/s", "calls");
+    double covered = 0;
+    for (int i = 0; i < prof->n; i++) {
+        const cl_prof_row *w = &prof->row[i];
+        covered += w->seconds;
+        char g[32] = "";
+        if (w->flop > 0) snprintf(g, sizeof g, "%.1f", w->flop / w->seconds / 1e9);
+        printf("%-20s %10.2f %6.1f%% %10s %8lld\n", w->name, w->seconds / steps * 1e3, 100.0 * w->seconds / secs, g,
+               (long long)(w->calls / steps));
+    }
+    printf("%-20s %10.2f %6.1f%%\n", "(other)", (secs - covered) / steps * 1e3, 100.0 * (secs - covered) / secs);
+}
+
 static int bench_step(int argc, char **argv) {
     step_opts o;
     int r = parse_step_opts(argc, argv,
@@ -445,17 +459,7 @@ static int bench_step(int argc, char **argv) {
     getrusage(RUSAGE_SELF, &ru);
     printf("model: %d layers, %d channels, %d heads, vocab %d; micro-batch %d x seq %d; %d threads; gemm %s%s\n", o.mc.layers,
            o.mc.channels, o.mc.heads, o.mc.vocab, o.B, o.T, o.threads, cl_gemm_backend(), o.dtype == CL_BF16 ? "; bf16" : "");
-    printf("%-20s %10s %7s %10s %8s\n", "operation", "ms/step", "%", "GFLOP/s", "calls");
-    double covered = 0;
-    for (int i = 0; i < prof.n; i++) {
-        const cl_prof_row *w = &prof.row[i];
-        covered += w->seconds;
-        char g[32] = "";
-        if (w->flop > 0) snprintf(g, sizeof g, "%.1f", w->flop / w->seconds / 1e9);
-        printf("%-20s %10.2f %6.1f%% %10s %8lld\n", w->name, w->seconds / o.steps * 1e3, 100.0 * w->seconds / secs, g,
-               (long long)(w->calls / o.steps));
-    }
-    printf("%-20s %10.2f %6.1f%%\n", "(other)", (secs - covered) / o.steps * 1e3, 100.0 * (secs - covered) / secs);
+    cli_prof_print(&prof, secs, o.steps);
     printf("step: %.1f ms, %.1f tokens/s, %.1f GFLOP/s, %.1f%% of peak %.1f GFLOP/s, peak RSS %.1f MiB\n", per * 1e3,
            (double)o.B * o.T / per, gfs, 100.0 * gfs / o.peak, o.peak, ru.ru_maxrss / 1024.0);
     cl_trainer_destroy(t);

@@ -3,6 +3,7 @@
  * (including a training step whose loss or gradient norm is not finite). */
 #include "args.h"
 #include "auto.h"
+#include "bench.h"
 #include "memory_cmd.h"
 #include "tensorboard.h"
 #include "cleave/schedule.h"
@@ -156,9 +157,9 @@ static int json_line(FILE *f, const cl_step_stats *st) {
         fprintf(f, ", \"moe_aux\": %.17g, \"moe_dropped\": %lld, \"expert_share\": [", st->moe_aux, (long long)st->moe_dropped);
         for (int e = 0; e < st->moe_experts; e++) fprintf(f, "%s%.6f", e ? ", " : "", n ? (double)st->moe_slots[e] / (double)n : 0.0);
         fprintf(f, "]");
-        if (st->comm_ep.calls[CL_COMM_KIND_ALLTOALL]) /* expert parallelism: this rank's all-to-all bytes (sent, received) */
-            fprintf(f, ", \"moe_a2a_bytes\": [%llu, %llu]", (unsigned long long)st->comm_ep.sent[CL_COMM_KIND_ALLTOALL],
-                    (unsigned long long)st->comm_ep.recvd[CL_COMM_KIND_ALLTOALL]);
+        if (st->comm_ep.calls[CL_COMM_KIND_ALLTOALL]) /* expert parallelism: this rank's all-to-all bytes (sent, received), time */
+            fprintf(f, ", \"moe_a2a_bytes\": [%llu, %llu], \"moe_a2a_ms\": %.3f", (unsigned long long)st->comm_ep.sent[CL_COMM_KIND_ALLTOALL],
+                    (unsigned long long)st->comm_ep.recvd[CL_COMM_KIND_ALLTOALL], st->comm_ep.seconds[CL_COMM_KIND_ALLTOALL] * 1e3);
     }
     if (st->bubble > 0 || st->bubble_sim > 0)
         fprintf(f, ", \"bubble\": %.6f, \"bubble_max\": %.6f, \"bubble_sim\": %.6f", st->bubble, st->bubble_max, st->bubble_sim);
@@ -314,6 +315,9 @@ static void progress(const cl_step_stats *st, int total, double gflops, int tty,
         double mean = n ? (double)n / st->moe_experts : 1;
         snprintf(bubble + strlen(bubble), sizeof bubble - strlen(bubble), " | aux %.4f | dropped %lld | experts %.2f-%.2fx mean",
                  st->moe_aux, (long long)st->moe_dropped, (double)lo / mean, (double)hi / mean);
+        if (st->comm_ep.calls[CL_COMM_KIND_ALLTOALL]) /* expert parallelism: this rank's time in the all-to-alls */
+            snprintf(bubble + strlen(bubble), sizeof bubble - strlen(bubble), " | a2a %.1f ms",
+                     st->comm_ep.seconds[CL_COMM_KIND_ALLTOALL] * 1e3);
     }
     if (logged)
         printf("step %5d/%d | loss %.4f | lr %.2e | norm %.3f | %.1f ms | %.0f tok/s | %.2f GFLOP/s | peak %s%s\n", st->step, total,
@@ -677,9 +681,26 @@ static cl_status lead_step(rank_run *r, const cl_step_stats *st, int eval, int s
 static cl_status rank_loop(rank_run *r) {
     const train_job *j = r->j;
     cl_status s = CL_OK;
+    /* CLEAVE_PROFILE=1: this rank's steps after its first by operation (CL_PROF rows, as `cleave bench step`), rank 0's
+     * table printed at the end */
+    const char *pe = getenv("CLEAVE_PROFILE");
+    int prof_on = pe && *pe && strcmp(pe, "0") != 0, profiled = 0;
+    double prof_s = 0;
+    cl_prof *prof = prof_on ? malloc(sizeof *prof) : NULL;
+    if (prof_on && !prof) return cl_error(CL_ERR_OOM, "no host memory for CLEAVE_PROFILE's table");
+    int first = cl_trainer_steps_done(r->t);
     while (!s && cl_trainer_steps_done(r->t) < j->end) {
         cl_step_stats st;
-        if ((s = cl_trainer_step(r->t, &st))) break;
+        if (prof && cl_trainer_steps_done(r->t) > first) { /* the step alone: not the evaluations and saves between */
+            if (profiled) cl_prof_current = prof;
+            else cl_prof_begin(prof);
+        }
+        s = cl_trainer_step(r->t, &st);
+        if (cl_prof_current) {
+            cl_prof_end();
+            prof_s += st.seconds, profiled++;
+        }
+        if (s) break;
         if (r->tb && (s = cli_tb_step(r->tb, &st))) break; /* every rank: the per-rank figures reach rank 0 */
         int last = st.step == j->end;
         int eval = (j->eval_every && st.step % j->eval_every == 0) || last;
@@ -696,6 +717,11 @@ static cl_status rank_loop(rank_run *r) {
             s = save_ckpt(r->t, j, &r->discard);
     }
     if (r->tty) fputs(LIVE_CLEAR, stdout);
+    if (prof && !s && r->lead && profiled) {
+        printf("profile (CLEAVE_PROFILE), rank 0, steps %d-%d:\n", first + 2, first + 1 + profiled);
+        cli_prof_print(prof, prof_s, profiled);
+    }
+    free(prof);
     return s;
 }
 

@@ -4,7 +4,8 @@
 #   the dp / ep ranks computing the same experts;
 # - ep 2 and ep 4 against ep 1 at the same dp (dp 2 ep 2, dp 4 ep 2, dp 4 ep 4; ZeRO 1; recompute full; a capacity
 #   factor), each rank holding only its E / ep experts: loss, grad norm and aux loss within 1e-6 relative at every
-#   step; the step log's moe_a2a_bytes present with ep, absent without; --config's parallel.ep the flag's;
+#   step; the step log's moe_a2a_bytes present with ep, absent without, and the all-to-alls' ms (moe_a2a_ms and the
+#   step line's "a2a": above 0, below the step's); --config's parallel.ep the flag's;
 # - the memory predictor equal to the measured bytes at dp 2 ep 2 (dropless: the worst case, said so; with a
 #   capacity factor) and dp 4 ep 4, the received rows counted (ep 2's activations above ep 1's), the parameters,
 #   gradients and moments E / ep experts' (ep 1's less L E (1 - 1/ep) 3 C F floats each, C, F, L and E from the
@@ -60,6 +61,12 @@ compare cape2 cap 20
 check 'grep -q "\"moe_dropped\": [1-9]" "$tmp/cape2.jsonl"' "capacity 0.5 at ep 2: nothing dropped"
 check '[ "$(grep -c "\"moe_a2a_bytes\": \[[1-9][0-9]*, [1-9][0-9]*\]" "$tmp/d2e2.jsonl")" -eq 20 ] && ! grep -q moe_a2a_bytes "$tmp/d2.jsonl"' \
     "moe_a2a_bytes: $(grep -o '"moe_a2a_bytes[^]]*]' "$tmp/d2e2.jsonl" | head -2)"
+# the all-to-alls' time a step (the waits for the other rank included): above 0 and below the step's, in the log and
+# on the step line, every step
+a2a_ms() { grep '"loss"' "$1" | sed -n 's/.*"ms": \([0-9.]*\),.*"moe_a2a_ms": \([0-9.]*\).*/\1 \2/p'; }
+check '[ "$(a2a_ms "$tmp/d2e2.jsonl" | awk "\$2 > 0 && \$2 < \$1" | wc -l)" -eq 20 ] && ! grep -q moe_a2a_ms "$tmp/d2.jsonl" &&
+       [ "$(grep -c "^step .* | a2a [0-9.]* ms$" "$tmp/d2e2.out")" -eq 20 ] && ! grep -q "| a2a" "$tmp/d2.out"' \
+    "moe_a2a_ms (step ms, a2a ms): $(a2a_ms "$tmp/d2e2.jsonl" | head -3 | tr '\n' ' ') $(grep -m1 "^step" "$tmp/d2e2.out")"
 
 # --config: the parallel section's ep is the flag's
 printf '{"parallel": {"dp": 2, "ep": 2}}\n' > "$tmp/cfg.json"

@@ -1013,6 +1013,10 @@ static uint64_t a2a_checks(cl_comm *c, uint64_t h, int full) {
                        (unsigned long long)(after.sent[CL_COMM_KIND_ALLTOALL] - before.sent[CL_COMM_KIND_ALLTOALL]),
                        (unsigned long long)(after.recvd[CL_COMM_KIND_ALLTOALL] - before.recvd[CL_COMM_KIND_ALLTOALL]),
                        (unsigned long long)ws, (unsigned long long)wr);
+                TCHECK(after.seconds[CL_COMM_KIND_ALLTOALL] > before.seconds[CL_COMM_KIND_ALLTOALL] &&
+                           after.seconds[CL_COMM_KIND_ALLREDUCE] == before.seconds[CL_COMM_KIND_ALLREDUCE],
+                       "alltoallv's seconds: %.9f before, %.9f after; all-reduce's %.9f, %.9f", before.seconds[CL_COMM_KIND_ALLTOALL],
+                       after.seconds[CL_COMM_KIND_ALLTOALL], before.seconds[CL_COMM_KIND_ALLREDUCE], after.seconds[CL_COMM_KIND_ALLREDUCE]);
                 size_t bad = 0, gapbad = 0;
                 for (int j = 0; j < n; j++) {
                     for (size_t k = 0; k < rc[j] * es; k++) bad += out[ro[j] * es + k] != a2a_byte(j, me, k / es, k % es);

@@ -292,6 +292,9 @@ const char *cl_comm_kind_name(cl_comm_kind k);
 typedef struct {
     uint64_t calls[CL_COMM_NKINDS];
     uint64_t sent[CL_COMM_NKINDS], recvd[CL_COMM_NKINDS];
+    /* wall seconds in this rank's blocking collectives of the kind, from the call to its return (the waits for
+     * the other ranks included); sends, receives, the non-blocking forms and their waits add nothing */
+    double seconds[CL_COMM_NKINDS];
 } cl_comm_counts;
 
 /* The counts since the communicator was made or last reset (c NULL: zeros). */

@@ -336,13 +336,20 @@ static cl_status wait_queued(cl_comm *c, cl_request *r) {
 
 /* A blocking collective: inline when the queue is idle, else in turn. */
 static cl_status run_blocking(cl_comm *c, cl_request *r) {
+    double t0 = cl_now();
     pthread_mutex_lock(&c->qmu);
     int busy = c->pending > 0;
     pthread_mutex_unlock(&c->qmu);
-    if (!busy) return op_end(c, run_req(c, r), r->what);
-    r->on_stack = 1;
-    submit(c, r);
-    return op_end(c, wait_queued(c, r), r->what);
+    cl_status st;
+    if (!busy) {
+        st = run_req(c, r);
+    } else {
+        r->on_stack = 1;
+        submit(c, r);
+        st = wait_queued(c, r);
+    }
+    if ((int)r->kind < CL_COMM_NKINDS) c->counts.seconds[r->kind] += cl_now() - t0; /* barriers and splits: not counted */
+    return op_end(c, st, r->what);
 }
 
 /* A non-blocking request copies a _v collective's counts behind itself (the

@@ -238,8 +238,8 @@ static cl_status moe_pass(const cl_model *m, const moe_acts *s, const float *in,
     else CL_PROF("fwd dispatch", 0, Kn->moe_gather(s->xe, s->at.ln2, s->perm, rows, iC, K));
     /* expert parallelism: the rows to their experts' ranks (ep 1: the blocks are this rank's E experts, no copy) */
     cl_moe_blocks bl;
-    CL_TRY(cl_moe_ep_counts(m, s->counts, s->rcounts, E, &bl));
-    CL_TRY(cl_moe_ep_rows(m, s->xe, s->xr, s->counts, s->rcounts, E, C, xf, 0));
+    CL_PROF("fwd a2a counts", 0, CL_TRY(cl_moe_ep_counts(m, s->counts, s->rcounts, E, &bl)));
+    CL_PROF("fwd a2a rows", 0, CL_TRY(cl_moe_ep_rows(m, s->xe, s->xr, s->counts, s->rcounts, E, C, xf, 0)));
     const uint16_t *xlo = (const uint16_t *)s->xr, *hlo = (const uint16_t *)s->h; /* bf16: the BF16 rows */
     int64_t o = 0;
     for (int b = 0; b < bl.n; b++) {
@@ -267,7 +267,7 @@ static cl_status moe_pass(const cl_model *m, const moe_acts *s, const float *in,
                     cl_sgemm(Kn, 0, 0, n, iC, iF, 1.0f, s->h + o * Fw, iF, w->ex[3 * bl.e[b] + 1], iC, 0.0f, s->yr + o * C, iC));
         o += n;
     }
-    CL_TRY(cl_moe_ep_rows(m, s->yr, s->ye, s->counts, s->rcounts, E, C, CL_F32, 1)); /* the results back, in this rank's order */
+    CL_PROF("fwd a2a back", 0, CL_TRY(cl_moe_ep_rows(m, s->yr, s->ye, s->counts, s->rcounts, E, C, CL_F32, 1))); /* the results back, in this rank's order */
     CL_PROF("fwd combine", 0, Kn->moe_combine_forward(s->out, s->ye, s->wts, s->row, iN, iC, K));
     CL_PROF("fwd residual", 0, Kn->add_inplace(s->out, s->at.res2, N * C));
     return CL_OK;
@@ -353,8 +353,10 @@ static cl_status moe_backward(cl_model *m, const cl_unit *un, const cl_microbatc
     cl_moe_blocks bl;
     cl_moe_ep_blocks(m, s.rcounts, E, &bl);
     const uint16_t *dglo = Lm, *dulo = Lm + bl.total * Fw;
+    /* swiglu_backward adds into dgate and dup: only the rows the experts run (bl.total of the worst case's Rr) */
     CL_PROF("bwd zero", 0, (cl_device_fill(m->dev, dln2, 0, (size_t)(N * (C + E + K) + R * C) * sizeof(float)),
-                            cl_device_fill(m->dev, dgate, 0, (size_t)(2 * Rr * Fw) * sizeof(float))));
+                            cl_device_fill(m->dev, dgate, 0, (size_t)(bl.total * Fw) * sizeof(float)),
+                            cl_device_fill(m->dev, dup, 0, (size_t)(bl.total * Fw) * sizeof(float))));
     CL_PROF("bwd residual", 0, cl_device_copy(m->dev, dres2, dout, (size_t)(N * C) * sizeof(float)));
     CL_PROF("bwd combine", 0, Kn->moe_combine_backward(dye, dwts, dout, s.ye, s.wts, s.row, iN, iC, K));
     /* the outputs' gradients to the experts' ranks; bf16 with expert parallelism: narrowed before they go (into dxe,
@@ -363,9 +365,9 @@ static cl_status moe_backward(cl_model *m, const cl_unit *un, const cl_microbatc
         int64_t own = 0; /* this rank's kept slots */
         for (int e = 0; e < E; e++) own += s.counts[e];
         CL_TRY(cl_nn_narrow(m, dxe, dye, own * C));
-        CL_TRY(cl_moe_ep_rows(m, dxe, Lm, s.counts, s.rcounts, E, C, CL_BF16, 0));
+        CL_PROF("bwd a2a rows", 0, CL_TRY(cl_moe_ep_rows(m, dxe, Lm, s.counts, s.rcounts, E, C, CL_BF16, 0)));
     } else {
-        CL_TRY(cl_moe_ep_rows(m, dye, dyr, s.counts, s.rcounts, E, C, CL_F32, 0));
+        CL_PROF("bwd a2a rows", 0, CL_TRY(cl_moe_ep_rows(m, dye, dyr, s.counts, s.rcounts, E, C, CL_F32, 0)));
         if (lo) CL_TRY(cl_nn_narrow(m, Lm, dyr, bl.total * C));
     }
     int64_t o = 0;
@@ -408,7 +410,7 @@ static cl_status moe_backward(cl_model *m, const cl_unit *un, const cl_microbatc
                                                     cl_sgemm(Kn, 1, 0, iC, iF, n, 1.0f, xe, iC, du, iF, 1.0f, gw.ex[3 * e + 2], iF)));
         o += n;
     }
-    CL_TRY(cl_moe_ep_rows(m, dxr, dxe, s.counts, s.rcounts, E, C, CL_F32, 1)); /* the inputs' gradients back */
+    CL_PROF("bwd a2a back", 0, CL_TRY(cl_moe_ep_rows(m, dxr, dxe, s.counts, s.rcounts, E, C, CL_F32, 1))); /* the inputs' gradients back */
     CL_PROF("bwd dispatch", 0, Kn->moe_gather_backward(dln2, dxe, s.row, iN, iC, K));
     /* the router: the weights' gradient, and the aux loss's at its weight in the step */
     float daux = (float)(d->cfg.moe_aux_coeff * mb->dloss * B * T);
@@ -503,7 +505,8 @@ static int64_t moe_rc_floats(const cl_model_desc *d, const cl_unit *un, int B, i
  * slot, Megatron-LM's count for top-K), the backward's input and weight gradients the same again each; as bytes
  * the softmax and top-k, the aux loss's sums, the dispatch (order, slot rows, counts) and the gather of the slots'
  * rows, SwiGLU, the weighted combine, the residual, and their backward kernels; the zeroed gradient buffers (sized
- * for the R rows the layout holds) and the residual gradient's copy as streams. No tensor-parallel collective: the
+ * for the R rows the layout holds; dgate and dup for the rows run, R under uniform routing at any ep) and the
+ * residual gradient's copy as streams. No tensor-parallel collective: the
  * block is replicated (tp 1). Expert parallelism (ep > 1): a rank runs its E / ep experts on the rows every rank of
  * its group routes to them, ep S / E rows each under a balanced load (the same FLOPs), and the dispatch's
  * all-to-alls over the group: the forward's slot counts (E int32 a rank) and its rows out and results back, the
@@ -514,7 +517,6 @@ static void moe_mlp_cost(const cl_model_desc *d, int B, double e, cl_unit_cost *
     int ep = moe_ep(d);
     double N = (double)B * d->T, C = d->cfg.channels, Fw = (double)cl_model_mlp_width(&d->cfg), E = d->cfg.experts,
            K = d->cfg.experts_per_token, S = N * K, R = (double)moe_rows(d, (int64_t)B * d->T), El = E / ep, Se = S * ep / E;
-    double Rr = (double)moe_rows_in(d, (int64_t)B * d->T);
     cl_pass_cost *f = &o->pass[CL_PASS_F], *b = &o->pass[CL_PASS_B], *w = &o->pass[CL_PASS_W];
     cl_cost_gemm(f, N, E, C, 1, CL_GEMM_NN);
     cl_cost_gemm(f, Se, Fw, C, 2 * El, CL_GEMM_NN);
@@ -532,7 +534,7 @@ static void moe_mlp_cost(const cl_model_desc *d, int B, double e, cl_unit_cost *
      * gather's (reads dxe and the rows, adds into dln2), the router's (dwts, p, top-k, weights, f; writes dlogits) */
     double dcombine = N * C + 2 * S * C + 3 * S, dswiglu = 5 * S * Fw, dgather = S * C + S + 2 * N * C, drouter = 2 * N * E + 3 * S + E;
     b->bytes += e * (dcombine + dswiglu + dgather + drouter);
-    b->stream += e * (N * (C + E + K) + R * C + 2 * Rr * Fw + 2 * N * C);
+    b->stream += e * (N * (C + E + K) + R * C + 2 * R * Fw + 2 * N * C); /* dgate and dup: the R rows run (uniform) */
     cl_cost_gemm(w, Fw, C, Se, El, CL_GEMM_TN);
     cl_cost_gemm(w, C, Fw, Se, 2 * El, CL_GEMM_TN);
     cl_cost_gemm(w, C, E, N, 1, CL_GEMM_TN);
