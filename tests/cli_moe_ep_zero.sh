@@ -12,7 +12,8 @@
 #   the same layout bitwise an uninterrupted run; at ep 1 (ZeRO 0) and ep 4 (the same stage) within 1e-6 of an
 #   uninterrupted dp 4 ep 1 run;
 # - MPI (when built with it): dp 4 ep 2 ZeRO 2 and ZeRO 3 bitwise the threads runs.
-# (The memory predictor at dp 4 ep 2 ZeRO 2 and 3, fp32 and bf16: tests/cli_memory.sh.)
+# - the planner (fp32: the trainer's statement) prices dp 4 ep 2 ZeRO 2 and 3 at cleave memory's peak.
+# (The memory predictor against the measured bytes at dp 4 ep 2 ZeRO 2 and 3, fp32 and bf16: tests/cli_memory.sh.)
 set -u
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/moe_lib.sh"
@@ -69,6 +70,16 @@ for ck in "2 sharded" "3 sharded" "3 single"; do
         echo "dp 4 ep 2 ZeRO $z ($fmt) checkpoint resumed at $a: $res"
         check '[ $_rc -eq 0 ] && [ "$(figures "$tmp/$n.jsonl" | wc -l)" -eq 4 ]' "ZeRO $z ($fmt) checkpoint resumed at $a: $res"
     done
+done
+
+# the planner considers what the trainer accepts: its peak cleave memory's
+for z in 2 3; do
+    a=(--model mixtral-tiny --seq-len 16 --dp 4 --ep 2 --micro-batch-size 2 --global-batch-size 8 --zero $z)
+    pj=$("$CLEAVE" plan "${a[@]}" --devices 4 --hardware a100 --precision fp32 --recompute none --json 2>&1)
+    peak=$(printf '%s' "$pj" | grep -o '"peak_bytes": [0-9]*' | awk '{print $2}')
+    mem=$("$CLEAVE" memory "${a[@]}" --json 2>&1 | grep -o '"total": [0-9]*' | awk '{print $2}' | sort -n | tail -1)
+    echo "plan at dp 4 ep 2 ZeRO $z: peak $peak bytes, cleave memory $mem"
+    check '[ -n "$peak" ] && [ "$peak" = "$mem" ]' "plan at dp 4 ep 2 ZeRO $z: peak $peak, cleave memory $mem$(excerpt 2 "$pj")"
 done
 
 # MPI: dp 4 ep 2 ZeRO 2 and 3 bitwise the threads runs
