@@ -5,7 +5,8 @@
 # over dp in ep-th pieces of those shards and gathered over the ep group (src/parallel/dp.c, launch_runs):
 # - ZeRO 2 and 3 at dp 2 ep 2, dp 4 ep 2 and dp 4 ep 4 within 1e-6 relative of ep 1 at the same dp and stage (loss,
 #   grad norm and aux loss at every step); at dp 4 ep 2 (an expert-data group of 2) ZeRO 2 and 3 bitwise ZeRO 1 with
-#   one micro-batch a replica, and with two (accumulation) within 1e-6 of ep 1, ZeRO 3 bitwise ZeRO 2;
+#   one micro-batch a replica (ZeRO 2 also at --bucket-size 1, ZeRO 3 at --zero3-prefetch 0 and 3), and with two
+#   (accumulation) within 1e-6 of ep 1, ZeRO 3 bitwise ZeRO 2;
 # - --dtype bf16 (ZeRO 3 gathers the GEMM weights as BF16) and --grad-reduce-dtype bf16: ZeRO 2 and 3 bitwise ZeRO 1
 #   at dp 4 ep 2;
 # - checkpoints of dp 4 ep 2 ZeRO 2 and 3 (sharded, and ZeRO 3 single file) stopped after 4 of 8 steps: resumed at
@@ -38,6 +39,13 @@ done
 run d4e2z1 --dp 4 --ep 2 --zero 1
 same d4e2z2 d4e2z1
 same d4e2z3 d4e2z1
+# one unit a bucket (ZeRO 2: many runs a step); ZeRO 3 with no prefetch and with 3 units ahead
+run bs1 --dp 4 --ep 2 --zero 2 --bucket-size 1
+same bs1 d4e2z1
+for p in 0 3; do
+    run "pf$p" --dp 4 --ep 2 --zero 3 --zero3-prefetch $p
+    same "pf$p" d4e2z1
+done
 # two micro-batches a replica: each one's buckets reduce-scattered into the shards (the replicas summed first)
 run acc --dp 4 --zero 2 --micro-batch-size 1
 run acce2z2 --dp 4 --ep 2 --zero 2 --micro-batch-size 1
