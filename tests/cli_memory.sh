@@ -177,6 +177,11 @@ point --model mixtral-tiny --dp 2 --ep 2 --micro-batch-size 2 --global-batch-siz
 point --model mixtral-tiny --dp 4 --ep 4 --micro-batch-size 2 --global-batch-size 8
 point --model mixtral-tiny --dp 4 --ep 2 --zero 1 --micro-batch-size 2 --global-batch-size 8
 point --model mixtral-tiny --pp 2 --dp 2 --ep 2 --schedule zb-h1 --micro-batch-size 2 --global-batch-size 8
+# ZeRO 2 and 3 at ep 2: the gradients' and parameters' shards over the expert-data group too (fp32 and bf16)
+point --model mixtral-tiny --dp 4 --ep 2 --zero 2 --micro-batch-size 2 --global-batch-size 8
+point --model mixtral-tiny --dp 4 --ep 2 --zero 3 --micro-batch-size 2 --global-batch-size 8
+point --model mixtral-tiny --dtype bf16 --dp 4 --ep 2 --zero 2 --micro-batch-size 2 --global-batch-size 8
+point --model mixtral-tiny --dtype bf16 --dp 4 --ep 2 --zero 3 --micro-batch-size 2 --global-batch-size 8
 point --model mixtral-tiny --dtype bf16 --dp 2 --ep 2 --micro-batch-size 2 --global-batch-size 4
 point --model mixtral-tiny --dtype bf16 --dp 2 --ep 2 --micro-batch-size 2 --global-batch-size 4 --moe-capacity-factor 0.5
 out=$(timeout 60 "$CLEAVE" memory "${D[@]}" --model mixtral-tiny 2>&1)

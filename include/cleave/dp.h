@@ -48,9 +48,11 @@ void cl_dp_destroy(cl_dp *dp);
 /* Expert parallelism: each bucket cut where the parameters turn from expert weights (cl_param_spec's expert) to
  * the others or back, so no bucket mixes them; the experts' buckets are summed over edp, the expert-data group
  * (NULL or one rank: not at all), the others over the replicas as before. Each bucket's sum is the one the
- * replicas made before this rank held only its experts (the others' gradients were zeros: x + 0 is x). ZeRO 2
- * is refused (CL_ERR_UNSUPPORTED). */
-cl_status cl_dp_set_experts(cl_dp *dp, cl_comm *edp);
+ * replicas made before this rank held only its experts (the others' gradients were zeros: x + 0 is x). Under
+ * ZeRO 2 the part's shards are edp's (cl_zero's n its size) and a bucket stays whole but leaves as its runs of
+ * one kind: expert runs reduce-scattered over edp, the others over the replicas in ep-th pieces of edp's shards
+ * and gathered over ep, the expert-parallel group, so each rank's shard gets the same sums as above. */
+cl_status cl_dp_set_experts(cl_dp *dp, cl_comm *edp, cl_comm *ep);
 /* Before the backward that completes the gradients: nothing launched yet. */
 void cl_dp_begin(cl_dp *dp);
 /* Before each combined backward of the part (last: the one that completes

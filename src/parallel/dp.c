@@ -26,6 +26,13 @@ struct cl_dp {
     float *buf[2];       /* the part's working buffers (cl_model_bucket_begin) */
     cl_request *breq[2];
     int64_t bat[2], bn[2]; /* bf16 reduction: where this replica's piece of each buffer's bucket lies, its count */
+    /* ZeRO 2 with expert parallelism (cl_dp_set_experts): the shards are the expert-data group's (ecomm); a
+     * bucket leaves as runs of one kind, each its own reduce-scatter (segs, sreq: a working buffer's runs) */
+    cl_comm *epc;        /* the expert-parallel group: a replicated run's pieces gathered over it */
+    cl_bucket *segs[2];
+    char *sex[2];
+    cl_request **sreq[2];
+    int nseg[2];
     int lo;              /* --grad-reduce-dtype bf16: buckets narrowed into the model's staging (cl_model_grads_stage) */
     size_t *counts;      /* [dp size] the pieces of a bucket in each replica's shard; the norm's blocks of each */
     double *bsum;        /* [nblocks] the norm: the sum of squares of each CL_SUMSQ_BLOCK block of the part's parameters */
@@ -76,6 +83,7 @@ void cl_dp_destroy(cl_dp *dp) {
     if (!dp) return;
     free(dp->bk);
     free(dp->expert);
+    for (int b = 0; b < 2; b++) free(dp->segs[b]), free(dp->sex[b]), free(dp->sreq[b]);
     free(dp->req);
     free(dp->t0);
     free(dp->counts);
@@ -120,8 +128,10 @@ static float *bucket_floats(const cl_dp *dp, int k, size_t *n, uint16_t **lo) {
 
 /* ZeRO 2: the reduce-scatter in flight from working buffer b done, this
  * replica's piece of its bucket added into the shard's gradients. */
+static cl_status complete_runs(cl_dp *dp, int b);
 static cl_status complete(cl_dp *dp, int b) {
     if (dp->buf_of[b] < 0) return CL_OK;
+    if (dp->epc) return complete_runs(dp, b);
     const cl_bucket *k = &dp->bk[dp->buf_of[b]];
     cl_status s = cl_comm_wait(dp->comm, dp->breq[b]);
     dp->breq[b] = NULL;
@@ -144,6 +154,100 @@ static cl_status prepare(cl_dp *dp, int k) {
     return CL_OK;
 }
 
+/* The runs of one kind (expert weights' gradients, or the rest) of floats [lo, hi) of the part's buffer, cut where
+ * the parameters (in buffer order) turn from one to the other, written to bk and ex from n on; the new count. */
+static int cut_kinds(const cl_dp *dp, int unit, int64_t lo, int64_t hi, cl_bucket *bk, char *ex, int n) {
+    const cl_model_desc *d = cl_model_desc_of(dp->m);
+    int64_t at = lo;
+    int kind = 0;
+    for (int i = 0; hi > lo && i < d->nparams; i++) {
+        int64_t off = cl_model_param_offset(dp->m, i);
+        if (!cl_model_owns_param(dp->m, i) || !d->params[i].numel || off < lo || off >= hi) continue;
+        int e = d->params[i].expert != 0;
+        if (e != kind && off > at) bk[n] = (cl_bucket){unit, at, off}, ex[n++] = (char)kind, at = off;
+        kind = e;
+    }
+    bk[n] = (cl_bucket){unit, at, hi}, ex[n++] = (char)kind;
+    return n;
+}
+
+/* ZeRO 2 with expert parallelism: the floats [*lo, *lo + *len) of the part's buffer that data-parallel rank q
+ * reduces of a replicated run: rank q = g ep + j (g its expert-data rank, j its ep rank) takes the j-th of ep
+ * pieces of shard g, so the pieces follow each other in rank order and the ep group's pieces make shard g. */
+static void piece_of(const cl_dp *dp, int q, int64_t *lo, int64_t *len) {
+    int64_t ep = cl_comm_size(dp->epc), g = q / ep, j = q % ep, S = cl_model_sizes(dp->m)->shard;
+    *lo = g * S + j * S / ep;
+    *len = g * S + (j + 1) * S / ep - *lo;
+}
+
+/* ZeRO 2 with expert parallelism: bucket k (in working buffer dp->cur) leaves as its runs of one kind, each
+ * reduce-scattered in place over its group: an expert run over the expert-data group, into its shards (the
+ * experts' sum over their holders); a replicated run over the replicas, each taking its piece (piece_of: the
+ * sum over all of them, in rank order as an all-reduce makes it), gathered over the ep group in complete_runs. */
+static cl_status launch_runs(cl_dp *dp, int k) {
+    const cl_bucket *bk = &dp->bk[k];
+    int b = dp->cur;
+    float *buf = dp->buf[b];
+    uint16_t *lo = dp->lo ? stage_of(dp, b) : NULL;
+    int64_t S = cl_model_sizes(dp->m)->shard, start;
+    dp->buf_of[b] = k;
+    dp->cur = -1;
+    dp->nseg[b] = cut_kinds(dp, bk->unit, bk->lo, bk->hi, dp->segs[b], dp->sex[b], 0);
+    if (lo) CL_TRY(narrow(dp, lo, buf, bk->hi - bk->lo)); /* the shard's piece widened in complete_runs() */
+    for (int s = 0; s < dp->nseg[b]; s++) {
+        const cl_bucket *r = &dp->segs[b][s];
+        cl_comm *c = dp->sex[b][s] ? dp->ecomm : dp->comm;
+        int nr = cl_comm_size(c), me = cl_comm_rank(c);
+        int64_t at = 0, off = r->lo - bk->lo;
+        for (int q = 0; q < nr; q++) {
+            int64_t plo = (int64_t)q * S, plen = S;
+            if (!dp->sex[b][s]) piece_of(dp, q, &plo, &plen);
+            dp->counts[q] = (size_t)cl_zero_overlap(r->lo, r->hi, plo, plen, &start);
+            if (q < me) at += (int64_t)dp->counts[q];
+        }
+        if (lo) CL_TRY(cl_comm_ireduce_scatter_v(c, lo + off, lo + off + at, dp->counts, CL_BF16, CL_RED_SUM, &dp->sreq[b][s]));
+        else CL_TRY(cl_comm_ireduce_scatter_v(c, buf + off, buf + off + at, dp->counts, CL_F32, CL_RED_SUM, &dp->sreq[b][s]));
+    }
+    return CL_OK;
+}
+
+/* ZeRO 2 with expert parallelism: working buffer b's runs reduced (every request waited, whatever fails), each
+ * replicated run's pieces gathered over the ep group into this rank's shard's part of it, that part widened
+ * under a bf16 reduction, and added into the shard's gradients. */
+static cl_status complete_runs(cl_dp *dp, int b) {
+    const cl_bucket *bk = &dp->bk[dp->buf_of[b]];
+    cl_status st = CL_OK;
+    for (int s = 0; s < dp->nseg[b]; s++) {
+        cl_status w = cl_comm_wait(dp->sex[b][s] ? dp->ecomm : dp->comm, dp->sreq[b][s]);
+        dp->sreq[b][s] = NULL;
+        if (!st) st = w;
+    }
+    dp->buf_of[b] = -1;
+    CL_TRY(st);
+    float *buf = dp->buf[b];
+    uint16_t *lo = dp->lo ? stage_of(dp, b) : NULL;
+    size_t esz = lo ? sizeof *lo : sizeof *buf;
+    int64_t S = cl_model_sizes(dp->m)->shard, g = cl_comm_rank(dp->ecomm), start;
+    int ep = cl_comm_size(dp->epc), j = cl_comm_rank(dp->epc);
+    for (int s = 0; s < dp->nseg[b]; s++) {
+        const cl_bucket *r = &dp->segs[b][s];
+        int64_t off = r->lo - bk->lo, at = cl_zero_overlap(r->lo, r->hi, 0, g * S, &start); /* shard g's part */
+        if (!dp->sex[b][s]) {
+            int64_t mine = at, plo, plen;
+            for (int q = 0; q < ep; q++) {
+                piece_of(dp, (int)g * ep + q, &plo, &plen);
+                dp->counts[q] = (size_t)cl_zero_overlap(r->lo, r->hi, plo, plen, &start) * esz;
+                if (q < j) mine += (int64_t)(dp->counts[q] / esz);
+            }
+            char *base = lo ? (char *)(lo + off) : (char *)(buf + off);
+            CL_TRY(cl_comm_allgather_v(dp->epc, base + (size_t)mine * esz, base + (size_t)at * esz, dp->counts));
+        }
+        if (lo) CL_TRY(widen(dp, buf + off + at, lo + off + at, cl_zero_overlap(r->lo, r->hi, g * S, S, &start)));
+    }
+    cl_model_bucket_end(dp->m, b, bk->lo, bk->hi);
+    return CL_OK;
+}
+
 /* ZeRO 0-1: the group bucket k is summed over: the replicas, or an expert bucket's expert-data group (NULL: none). */
 static cl_comm *comm_of(const cl_dp *dp, int k) { return dp->expert && dp->expert[k] ? dp->ecomm : dp->comm; }
 
@@ -162,6 +266,7 @@ static cl_status launch(cl_dp *dp, int k) {
         return cl_comm_iallreduce(c, lo, n, CL_BF16, CL_RED_SUM, &dp->req[k]);
     }
     if (bk->hi <= bk->lo) return CL_OK; /* all of it kept whole */
+    if (dp->epc) return launch_runs(dp, k);
     /* in place: each replica's piece (its shard's part of the bucket) at its own place in the buffer */
     int nr = cl_comm_size(dp->comm), me = cl_comm_rank(dp->comm);
     int64_t at = 0, start;
@@ -240,7 +345,7 @@ cl_status cl_dp_finish(cl_dp *dp) {
         }
     }
     for (int b = 0; b < 2; b++) {
-        cl_status w = dp->breq[b] ? complete(dp, b) : CL_OK;
+        cl_status w = complete(dp, b);
         if (!s && w) {
             s = w;
             snprintf(first, sizeof first, "%s", cl_last_error());
@@ -262,6 +367,9 @@ void cl_dp_whole_to_shard(cl_dp *dp) {
     cl_model_whole_to_shard(dp->m);
 }
 
+/* ZeRO 2: the group whose ranks hold the shards (with expert parallelism the expert-data group's). */
+static cl_comm *shard_comm(const cl_dp *dp) { return dp->epc ? dp->ecomm : dp->comm; }
+
 /* Block b (cl_sumsq's cut: CL_SUMSQ_BLOCK floats from the parameter's
  * start) of a parameter at [start, start + len) of the part's buffer, whose
  * first float is in this replica's shard: from the shard, or assembled in
@@ -272,10 +380,10 @@ static const float *block_floats(const cl_dp *dp, const float *heads, int64_t st
     float *grads = cl_model_grads(m);
     int64_t lo = cl_model_sizes(m)->shard_lo, S = cl_model_sizes(m)->shard, H = S < CL_SUMSQ_BLOCK ? S : CL_SUMSQ_BLOCK;
     if (start + len <= lo + S) return grads + (start - lo);
-    float *tmp = cl_model_grads_halo(m) + (int64_t)cl_comm_size(dp->comm) * H;
+    float *tmp = cl_model_grads_halo(m) + (int64_t)cl_comm_size(shard_comm(dp)) * H;
     int64_t at = lo + S - start;
     cl_device_copy(dev, tmp, grads + (start - lo), (size_t)at * sizeof(float));
-    for (int q = cl_comm_rank(dp->comm) + 1; at < len; q++) {
+    for (int q = cl_comm_rank(shard_comm(dp)) + 1; at < len; q++) {
         int64_t take = len - at < H ? len - at : H;
         cl_device_copy(dev, tmp + at, heads + (int64_t)q * H, (size_t)take * sizeof(float));
         at += take;
@@ -288,10 +396,11 @@ cl_status cl_dp_grad_sumsq(cl_dp *dp, double *per_param) {
     const cl_model_desc *d = cl_model_desc_of(m);
     const cl_kernels *kern = cl_device_kernels(cl_model_device(m));
     float *halo = cl_model_grads_halo(m);
-    int nr = cl_comm_size(dp->comm), me = cl_comm_rank(dp->comm);
+    cl_comm *zc = shard_comm(dp);
+    int nr = cl_comm_size(zc), me = cl_comm_rank(zc);
     int64_t S = cl_model_sizes(m)->shard, H = S < CL_SUMSQ_BLOCK ? S : CL_SUMSQ_BLOCK;
     /* every replica's first H floats: a block that starts in this shard ends in them */
-    CL_TRY(cl_comm_allgather_n(dp->comm, cl_model_grads(m), halo, (size_t)H, CL_F32));
+    CL_TRY(cl_comm_allgather_n(zc, cl_model_grads(m), halo, (size_t)H, CL_F32));
     memset(dp->counts, 0, (size_t)nr * sizeof *dp->counts);
     int64_t k = 0;
     for (int i = 0; i < d->nparams; i++) {
@@ -307,7 +416,7 @@ cl_status cl_dp_grad_sumsq(cl_dp *dp, double *per_param) {
     /* blocks in parameter order start further on: their owners do not decrease, so this replica's are one run */
     size_t at = 0;
     for (int r = 0; r < me; r++) at += dp->counts[r];
-    CL_TRY(cl_comm_allgather_v(dp->comm, (char *)dp->bsum + at, dp->bsum, dp->counts));
+    CL_TRY(cl_comm_allgather_v(zc, (char *)dp->bsum + at, dp->bsum, dp->counts));
     k = 0;
     for (int i = 0; i < d->nparams; i++) {
         if (!cl_model_owns_param(m, i)) continue;
@@ -318,11 +427,22 @@ cl_status cl_dp_grad_sumsq(cl_dp *dp, double *per_param) {
     return CL_OK;
 }
 
-cl_status cl_dp_set_experts(cl_dp *dp, cl_comm *edp) {
+cl_status cl_dp_set_experts(cl_dp *dp, cl_comm *edp, cl_comm *ep) {
     if (!dp || !dp->comm) return CL_OK;
-    if (dp->z2) return cl_error(CL_ERR_UNSUPPORTED, "ZeRO 2's gradient shards with expert parallelism are not built");
     const cl_model_desc *d = cl_model_desc_of(dp->m);
     int cap = dp->n + d->nparams; /* a cut at a parameter at most */
+    if (dp->z2) { /* the buckets stay whole (one working buffer each); they leave as runs (launch_runs) */
+        if (!edp || cl_comm_size(edp) != cl_model_zero(dp->m)->n || !ep || cl_comm_size(ep) < 2)
+            return cl_error(CL_ERR_INTERNAL, "ZeRO 2 with expert parallelism: the shards must be the expert-data group's");
+        for (int b = 0; b < 2; b++) {
+            dp->segs[b] = calloc((size_t)d->nparams + 1, sizeof *dp->segs[b]);
+            dp->sex[b] = calloc((size_t)d->nparams + 1, 1);
+            dp->sreq[b] = calloc((size_t)d->nparams + 1, sizeof *dp->sreq[b]);
+            if (!dp->segs[b] || !dp->sex[b] || !dp->sreq[b]) return cl_error(CL_ERR_OOM, "cannot allocate the gradient buckets");
+        }
+        dp->ecomm = edp, dp->epc = ep;
+        return CL_OK;
+    }
     cl_bucket *bk = calloc((size_t)cap, sizeof *bk);
     char *ex = calloc((size_t)cap, 1);
     cl_request **req = calloc((size_t)cap, sizeof *req);
@@ -332,19 +452,7 @@ cl_status cl_dp_set_experts(cl_dp *dp, cl_comm *edp) {
         return cl_error(CL_ERR_OOM, "cannot allocate the gradient buckets");
     }
     int n = 0;
-    for (int k = 0; k < dp->n; k++) {
-        cl_bucket b = dp->bk[k];
-        int64_t at = b.lo;
-        int kind = 0;
-        for (int i = 0; b.hi > b.lo && i < d->nparams; i++) { /* parameters in buffer order: cut where the kind changes */
-            int64_t off = cl_model_param_offset(dp->m, i);
-            if (!cl_model_owns_param(dp->m, i) || !d->params[i].numel || off < b.lo || off >= b.hi) continue;
-            int e = d->params[i].expert != 0;
-            if (e != kind && off > at) bk[n] = (cl_bucket){b.unit, at, off}, ex[n++] = (char)kind, at = off;
-            kind = e;
-        }
-        bk[n] = (cl_bucket){b.unit, at, b.hi}, ex[n++] = (char)kind;
-    }
+    for (int k = 0; k < dp->n; k++) n = cut_kinds(dp, dp->bk[k].unit, dp->bk[k].lo, dp->bk[k].hi, bk, ex, n);
     free(dp->bk), free(dp->expert), free(dp->req), free(dp->t0);
     dp->bk = bk, dp->expert = ex, dp->req = req, dp->t0 = t0, dp->n = n;
     dp->ecomm = edp && cl_comm_size(edp) > 1 ? edp : NULL;

@@ -550,8 +550,10 @@ static cl_status memory(plan_ctx *x, const prep *P, const cl_model_desc *d, cl_p
         free(mr);
         return s;
     }
-    /* bf16 on a GPU: the stage statement at mixed precision (see the top of this file) */
+    /* bf16 on a GPU: the stage statement at mixed precision (see the top of this file); ZeRO's shards over the
+     * expert-data group, dp x cp / ep ranks, as the trainer's (every parameter: the replicated ones too) */
     static const double scale[CL_MEM_NCAT] = {0.5, 0.5, 1.5, 0.5, 0.5, 0.5};
+    int zs = dpc / (c->ep > 1 ? c->ep : 1);
     /* stages of the same units' kinds and counts cost the same: a few distinct ones, cached */
     struct {
         int first, last, n, zb, ndout;
@@ -573,7 +575,7 @@ static cl_status memory(plan_ctx *x, const prep *P, const cl_model_desc *d, cl_p
             if (ci == ncache) {
                 /* the output-gradient pool is the same at any live count: `per` is one slot's bytes */
                 cl_pp_stage_opts o = {.B = c->mb, .recompute = c->recompute, .live = 1, .zb = P->kind == CL_SCHED_ZB_H1,
-                                      .ngb = s > 0, .ndout = ndout, .zero = {cl_zero_shards_optim(c->zero) ? CL_ZERO_OPTIM : CL_ZERO_NONE, dpc, 0}};
+                                      .ngb = s > 0, .ndout = ndout, .zero = {cl_zero_shards_optim(c->zero) ? CL_ZERO_OPTIM : CL_ZERO_NONE, zs, 0}};
                 cl_pp_stage_cost one = cl_pp_stage_predict(d, P->u0[s], P->u1[s], &o);
                 o.live = 2;
                 cl_pp_stage_cost two = cl_pp_stage_predict(d, P->u0[s], P->u1[s], &o);
@@ -585,8 +587,8 @@ static cl_status memory(plan_ctx *x, const prep *P, const cl_model_desc *d, cl_p
             }
             for (int k = 0; k < CL_MEM_NCAT; k++) {
                 double b = cache[ci].one[k] + (live - 1) * cache[ci].per[k];
-                if (k == CL_MEM_GRADS && cl_zero_shards_grads(c->zero)) b /= dpc;
-                if (k == CL_MEM_PARAMS && cl_zero_shards_params(c->zero)) b /= dpc;
+                if (k == CL_MEM_GRADS && cl_zero_shards_grads(c->zero)) b /= zs;
+                if (k == CL_MEM_PARAMS && cl_zero_shards_params(c->zero)) b /= zs;
                 cat[k] += b * scale[k];
             }
             /* the context ring's buffers (cl_model_set_cp: a set per chunk, fp32 floats at 16 bits here) */

@@ -144,16 +144,18 @@ static cl_status collect(cl_trainer *t, entries *es) {
             if (ls->tp_rep > 1 && t->tp_rank % ls->tp_rep) continue; /* a replicated slice written once */
             if (!ls->numel) continue; /* another expert-parallel rank's expert */
             /* the first replica holding it writes it: replica 0, or an expert weight's first in its expert-data group */
-            int first = ls->expert ? t->gdp_rank < (t->cfg.ep > 1 ? t->cfg.ep : 1) : t->gdp_rank == 0;
+            int ep = t->cfg.ep > 1 ? t->cfg.ep : 1, first = ls->expert ? t->gdp_rank < ep : t->gdp_rank == 0;
+            /* under ZeRO (shards over the expert-data group) a replicated parameter's shards are written by the first
+             * expert-parallel rank's expert-data group alone */
+            int copy = !ls->expert && t->gdp_rank % ep;
             int64_t a, b;
             if (params_sharded(m)) { /* every replica its shard's part, as the moments */
                 shard_range(m, cl_model_sizes(m)->shard, i, &a, &b);
-                CL_TRY(add_boxes(es, ls, t->tp_rank, i, CL_K_PARAM, a, b, cl_model_params(m), shard_off(m, i)));
+                if (!copy) CL_TRY(add_boxes(es, ls, t->tp_rank, i, CL_K_PARAM, a, b, cl_model_params(m), shard_off(m, i)));
             } else if (first)
                 CL_TRY(add_boxes(es, ls, t->tp_rank, i, CL_K_PARAM, 0, ls->numel, cl_model_param(m, i), 0));
-            /* moments: the first replica's, or under ZeRO every replica its shard's (the replicated parameters' from the
-             * first expert-parallel rank's expert-data group) */
-            if (sharded ? !ls->expert && t->gdp_rank % (t->cfg.ep > 1 ? t->cfg.ep : 1) : !first) continue;
+            /* moments: the first replica's, or under ZeRO every replica its shard's (as the parameters above) */
+            if (sharded ? copy : !first) continue;
             moment_range(m, o, i, &a, &b);
             for (int k = 1; k < CL_NKINDS; k++)
                 CL_TRY(add_boxes(es, ls, t->tp_rank, i, k, a, b, mom[k - 1], shard_off(m, i)));

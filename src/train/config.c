@@ -37,9 +37,6 @@ static cl_status check_ep(const cl_train_config *cfg) {
     if (ep <= 1) return CL_OK;
     if (!E) return cl_error(CL_ERR_INVALID, "--ep %d: the model has no experts (expert parallelism needs --experts or a Mixtral model)", ep);
     if (E % ep) return cl_error(CL_ERR_INVALID, "--ep %d must divide the %d experts (each rank computes E / ep of them)", ep, E);
-    if (cfg->zero > CL_ZERO_OPTIM)
-        return cl_error(CL_ERR_UNSUPPORTED, "--ep %d with --zero %d is not supported yet (ZeRO 0 and 1 are: each rank holds only its %d experts)",
-                        ep, cfg->zero, E / ep);
     return CL_OK;
 }
 

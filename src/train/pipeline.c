@@ -146,7 +146,7 @@ cl_status cl_pp_create(cl_trainer *t) {
         cl_zero zero = {cfg->zero, cl_zero_ranks(cfg, t->gdp), t->gdp > 1 ? cl_comm_rank(cl_zero_comm(cfg)) : 0, cfg->bucket_bytes, cfg->zero3_prefetch, kind == CL_SCHED_ZB_H1,
                         t->gdp > 1 ? cfg->grad_reduce : CL_F32};
         CL_TRY(cl_model_create_zero(&ch->m, d, t->dev, cfg->micro_batch, u0, u1, &zero));
-        if (t->gdp > 1) CL_TRY(cl_model_set_zero3(ch->m, cfg->groups->dpcp)); /* ZeRO 3: no-op below it */
+        if (t->gdp > 1) CL_TRY(cl_model_set_zero3(ch->m, cl_zero_comm(cfg))); /* ZeRO 3 (over ZeRO's group): no-op below it */
         if (t->tp > 1) CL_TRY(cl_model_set_tp(ch->m, cfg->groups->tp));
         CL_TRY(cl_model_split_tied(ch->m));
         CL_TRY(cl_model_set_recompute(ch->m, (cl_recompute)cfg->recompute));
@@ -155,7 +155,7 @@ cl_status cl_pp_create(cl_trainer *t) {
         if (t->cp > 1) CL_TRY(cl_model_set_cp(ch->m, cfg->groups->cp, (cl_cp_comm)cfg->cp_comm));
         if (cfg->ep > 1) CL_TRY(cl_model_set_ep(ch->m, cfg->groups->ep));
         CL_TRY(cl_dp_create(&ch->dp, t->gdp > 1 ? cfg->groups->dpcp : NULL, ch->m, cfg->bucket_bytes));
-        if (cfg->ep > 1) CL_TRY(cl_dp_set_experts(ch->dp, cfg->groups->edp));
+        if (cfg->ep > 1) CL_TRY(cl_dp_set_experts(ch->dp, cfg->groups->edp, cfg->groups->ep));
         ch->last_bwd = -1;
         for (int i = 0; i < pp->sched.len[pp->r]; i++) {
             const cl_action *a = &pp->sched.acts[pp->r][i];
