@@ -538,8 +538,11 @@ static int64_t moe_rc_floats(const cl_model_desc *d, const cl_unit *un, int B, i
  * slot, Megatron-LM's count for top-K), the backward's input and weight gradients the same again each; as bytes
  * the softmax and top-k, the aux loss's sums, the dispatch (order, slot rows, counts) and the gather of the slots'
  * rows, SwiGLU, the weighted combine, the residual, and their backward kernels; the zeroed gradient buffers (sized
- * for the R rows the layout holds) and the residual gradient's copy as streams. No tensor-parallel collective: the
- * block is replicated (tp 1). Expert parallelism (ep > 1): a rank runs its E / ep experts on the rows every rank of
+ * for the R rows the layout holds) and the residual gradient's copy as streams. Tensor parallelism: the experts'
+ * products over this rank's F / tp columns (Fl), the router's whole on every rank (its input gradient on this rank's
+ * rows), and the dense MLP's split pair each way (ln2 in, the combine's partial sums out: all-reduce, or all-gather
+ * and reduce-scatter under sequence parallelism, which gathers ln2 again for the router's weight gradient), plus
+ * the all-reduce of the combine weights' partial gradients (N K F32). Expert parallelism (ep > 1): a rank runs its E / ep experts on the rows every rank of
  * its group routes to them, ep S / E rows each under a balanced load (the same FLOPs), and the dispatch's
  * all-to-alls over the group: the forward's slot counts (E int32 a rank) and its rows out and results back, the
  * backward's output gradients out and input gradients back, each R rows of C elements, R = the slots a rank keeps
@@ -562,7 +565,11 @@ static void moe_mlp_cost(const cl_model_desc *d, int B, double e, cl_unit_cost *
     f->bytes += e * (router + aux + dispatch + gather + swiglu + combine + residual);
     cl_cost_gemm(b, Se, Fl, C, El, CL_GEMM_NT);
     cl_cost_gemm(b, Se, C, Fl, 2 * El, CL_GEMM_NT);
-    cl_cost_gemm(b, N, C, E, 1, CL_GEMM_NT);
+    cl_cost_gemm(b, cl_nn_rows_here(d, (int64_t)B * d->T), C, E, 1, CL_GEMM_NT);
+    int tp = d->tpl.tp, sp = d->tpl.sp;
+    cl_cost_split_pair(f, N * C * e, tp, sp), cl_cost_split_pair(b, N * C * e, tp, sp);
+    cl_cost_coll(b, CL_COLL_ALLREDUCE, 4 * S, tp);
+    if (sp) cl_cost_coll(w, CL_COLL_ALLGATHER, N * C * e, tp);
     /* the combine's (reads dout, ye, the weights and rows; writes dye, dwts), SwiGLU's (read 3, write 2), the
      * gather's (reads dxe and the rows, adds into dln2), the router's (dwts, p, top-k, weights, f; writes dlogits) */
     double dcombine = N * C + 2 * S * C + 3 * S, dswiglu = 5 * S * Fl, dgather = S * C + S + 2 * N * C, drouter = 2 * N * E + 3 * S + E;
