@@ -23,20 +23,6 @@ check 'grep -q "^expert-parallel groups:   \[0, 1\] \[2, 3\]$" <<<"$out" && grep
     "cleave mesh --dp 4 --ep 2: $(excerpt 12 "$out")"
 
 source "$(dirname "$0")/moe_lib.sh"
-# close A B [FROM]: A's figures within 1e-6 relative of B's from step FROM on (A a run resumed there), step by
-# step; prints the steps and the largest
-close() {
-    paste <(figures "$1") <(figures "$2" | tail -n +"${3:-1}") | awk '
-        NF != 6 { bad = 1 }
-        { n++; for (i = 1; i <= 3; i++) { d = $i - $(i + 3); if (d < 0) d = -d; r = d / ($(i + 3) < 0 ? -$(i + 3) : $(i + 3)); if (r > w) w = r } }
-        END { printf "%d steps, max rel diff %.3g\n", n, w + 0; exit !(n > 0 && !bad && w <= 1e-6) }'
-}
-compare() { # name reference steps
-    local res a=$1 b=$2 n=$3
-    res=$(close "$tmp/$a.jsonl" "$tmp/$b.jsonl"); _rc=$?
-    echo "$a against $b: $res"
-    check '[ $_rc -eq 0 ] && [ "$(figures "$tmp/$a.jsonl" | wc -l)" -eq "$n" ]' "$a against $b: $res"
-}
 run d2 --dp 2
 run d4 --dp 4
 run d2e2 --dp 2 --ep 2
