@@ -23,8 +23,13 @@
  * The saved activations are sized for the worst case, R = N K expert rows
  * (every slot on one expert) when dropless, or min(N K, E cap) with a
  * capacity: the memory predictor then holds whatever the routing does.
- * Tensor parallelism is not built (the family refuses tp > 1 for MoE
- * blocks); pp and dp need nothing of the kind. Expert parallelism (--ep,
+ * Tensor parallelism (Megatron-core's expert tensor parallelism = tp): the
+ * router replicated (every rank routes every token from ln2 whole, gathered
+ * under sequence parallelism), each expert's w1/w3 by columns and w2 by rows;
+ * the combine's partial sums summed over the group once (reduce-scattered
+ * under sp); the backward all-reduces the combine weights' gradient and sums
+ * the experts' part of ln2's gradient before the router's part is added for
+ * this rank's rows (counted once). pp and dp need nothing of the kind. Expert parallelism (--ep,
  * moe_dispatch.c): the routed rows go by all-to-all to the ranks computing
  * their experts (E / ep each) and the results come back; the expert GEMMs
  * run per block of received rows (source rank, then expert), and the saved
