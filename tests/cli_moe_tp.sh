@@ -2,8 +2,8 @@
 # Tensor parallelism for the MoE block (issue 33 item 2: experts' MLPs split by tp, Megatron-core's expert tensor
 # parallelism = tp; docs/ARCHITECTURE.md "Mixture of experts"), mixtral-tiny, 20 steps of the King James Bible,
 # --threads 1:
-# - tp 2 (with --check-replicas: the replicated router the same bits on both ranks at every step), tp 4 and tp 2
-#   with sequence parallelism against tp 1; tp 2 with capacity factor 0.5 against tp 1 with it (slots dropped);
+# - tp 2 (with --check-replicas: the replicated router the same bits on both ranks at every step), tp 4, tp 2
+#   with sequence parallelism (and recompute full), tp 2 pp 2 under zb-h1 against tp 1; dp 2 tp 2 ZeRO 3 against dp 2; tp 2 with capacity factor 0.5 against tp 1 with it (slots dropped);
 #   dp 2 ep 2 tp 2 (4 ranks: the ep groups drawn from dp at each tp index) against dp 2 tp 2 and dp 2: loss, grad
 #   norm and aux loss within 1e-6 relative at every step (cli_llama_layouts' bound for dense Llama tp);
 # - --dtype bf16 tp 2 against bf16 on one rank within cli_bf16_moe's bounds for dp 2 (the steps of the same routing:
@@ -22,6 +22,11 @@ run t4 --tp 4
 compare t4 t1 20
 run t2sp --tp 2 --sequence-parallel
 compare t2sp t1 20
+# a split backward (zb-h1's weight pass runs the block's collectives again), full recompute under sp
+run zb --tp 2 --pp 2 --schedule zb-h1
+compare zb t1 20
+run rf --tp 2 --sequence-parallel --recompute full
+compare rf t1 20
 run c1 --moe-capacity-factor 0.5
 run c2 --tp 2 --moe-capacity-factor 0.5
 compare c2 c1 20
@@ -32,6 +37,8 @@ compare d2t2 d2 20
 run d2e2t2 --dp 2 --ep 2 --tp 2
 compare d2e2t2 d2t2 20
 compare d2e2t2 d2 20
+run d2t2z3 --dp 2 --tp 2 --zero 3
+compare d2t2z3 d2 20
 
 # bf16: tp 2 sums the experts' partial results over the ranks (F32), so the BF16 router logits can differ by a BF16
 # step from one rank's and some token-slot goes to another expert after a few steps (see cli_bf16_moe.sh)
