@@ -52,8 +52,7 @@ done
 # whatever the seed), from where the runs are two trajectories. So: the steps whose routing is the same (the
 # token-slots per expert, expert_share, and the dropped count equal to one rank's; at least the first 4) within
 # cli_bf16_llama.sh's bounds (first step 1e-4, losses 1e-4, norms 1e-3), and all 20 within bf16's 1% of fp32
-routed() { grep '"loss"' "$1" | sed 's/.*"moe_dropped": \([^,]*\), "expert_share": \(\[[^]]*\]\).*/\1 \2/'; }
-same_routing() { paste -d'|' <(routed "$1") <(routed "$2") | awk -F'|' '$1 != $2 { exit } { n++ } END { print n + 0 }'; }
+# (same_routing: moe_lib.sh)
 for z in 0 1 2; do
     run "z$z" --dtype bf16 --dp 2 --zero $z
     k=$(same_routing "$tmp/z$z.jsonl" "$tmp/one.jsonl")

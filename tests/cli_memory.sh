@@ -184,6 +184,13 @@ point --model mixtral-tiny --dtype bf16 --dp 4 --ep 2 --zero 2 --micro-batch-siz
 point --model mixtral-tiny --dtype bf16 --dp 4 --ep 2 --zero 3 --micro-batch-size 2 --global-batch-size 8
 point --model mixtral-tiny --dtype bf16 --dp 2 --ep 2 --micro-batch-size 2 --global-batch-size 4
 point --model mixtral-tiny --dtype bf16 --dp 2 --ep 2 --micro-batch-size 2 --global-batch-size 4 --moe-capacity-factor 0.5
+# tensor parallelism for the MoE block (cli_moe_tp): the experts' F / tp columns, the gathered ln2 and the combine's
+# partial sums under sp; with ep 2 at dp 2
+point --model mixtral-tiny --tp 2 --micro-batch-size 2
+point --model mixtral-tiny --tp 2 --sequence-parallel --micro-batch-size 2 --recompute selective
+point --model mixtral-tiny --tp 2 --sequence-parallel --micro-batch-size 2 --recompute full --moe-capacity-factor 0.5
+point --model mixtral-tiny --tp 2 --ep 2 --dp 2 --micro-batch-size 2 --global-batch-size 4
+point --model mixtral-tiny --dtype bf16 --tp 2 --sequence-parallel --micro-batch-size 2
 out=$(timeout 60 "$CLEAVE" memory "${D[@]}" --model mixtral-tiny 2>&1)
 check 'grep -q "dropless, expert rows sized for the worst case" <<<"$out"' "mixtral-tiny: the worst case not stated: $(tail -2 <<<"$out")"
 _p=$(timeout 60 "$CLEAVE" memory --json --model mixtral-8x7b --seq-len 4096 --micro-batch-size 1 2>&1 | sed -n 's/.*"params": \([0-9]*\).*/\1/p')

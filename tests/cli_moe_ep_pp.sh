@@ -35,13 +35,7 @@ same() { # A B: bitwise, 20 steps
     check '[ "$(moe_all "$a" | wc -l)" -eq 20 ] && [ "$(moe_all "$a")" = "$(moe_all "$b")" ]' \
         "$1 not bitwise $2: $(paste -d '|' <(moe_all "$a") <(moe_all "$b") | awk -F'|' '$1 != $2' | head -2)"
 }
-# close A B [FROM]: loss, grad norm and aux within 1e-6 relative, step by step (A resumed at step FROM of B)
-close() {
-    paste <(figures "$1") <(figures "$2" | tail -n +"${3:-1}") | awk '
-        NF != 6 { bad = 1 }
-        { n++; for (i = 1; i <= 3; i++) { d = $i - $(i + 3); if (d < 0) d = -d; r = d / ($(i + 3) < 0 ? -$(i + 3) : $(i + 3)); if (r > w) w = r } }
-        END { printf "%d steps, max rel diff %.3g\n", n, w + 0; exit !(n > 0 && !bad && w <= 1e-6) }'
-}
+# (close A B [FROM]: moe_lib.sh)
 near() { # A B STEPS [FROM]
     local res a=$tmp/$1.jsonl n=$3
     res=$(close "$a" "$tmp/$2.jsonl" "${4:-1}"); _rc=$?

@@ -7,8 +7,8 @@
 #   rule) and with a capacity factor (the dropped count equal too);
 # - layouts, 20 steps on the King James Bible, --threads 1: pp 2 under gpipe,
 #   1f1b and zb-h1 and recompute selective / full bitwise equal to one rank
-#   (loss, grad norm, aux loss); dp 2 under ZeRO 1, 2, 3 within 1e-6; tp and
-#   bad settings refused in one line, naming the flag;
+#   (loss, grad norm, aux loss); dp 2 under ZeRO 1, 2, 3 within 1e-6; bad
+#   settings (a tp not dividing the heads among them; tp itself: cli_moe_tp.sh) refused in one line, naming the flag;
 # - 200 steps on the King James Bible: the loss falls, every expert's share of
 #   the token-slots within 2x of the mean at the end (printed).
 set -u
@@ -50,7 +50,7 @@ done
 run cap --moe-capacity-factor 0.5
 check 'grep -q "\"moe_dropped\": [1-9]" "$tmp/cap.jsonl"' "capacity 0.5: nothing dropped: $(tail -1 "$tmp/cap.jsonl" | cut -c 1-300)"
 # refusals, one line each, exit 2
-for bad in "--tp 2|tensor parallelism is not built" "--experts-per-token 9|num_experts_per_tok" "--experts 0 --moe-every 2|need --experts" \
+for bad in "--tp 3|--tp 3 must divide the 4 attention heads" "--experts-per-token 9|num_experts_per_tok" "--experts 0 --moe-every 2|need --experts" \
            "--moe-aux-loss-coeff -1|moe-aux-loss-coeff"; do
     args=${bad%%|*} want=${bad#*|}
     out=$("$CLEAVE" train "${common[@]}" $args --steps 1 2>&1); _rc=$?

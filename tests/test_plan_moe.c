@@ -110,7 +110,10 @@ static void test_mixtral_8x7b(void) {
     cl_plan_list l;
     memset(&l, 0, sizeof l);
     CHECK_OK(cl_plan_search(&q, &l));
-    CHECK(l.n > 0 && l.r[0].fits && l.r[0].c.tp == 1, "a plan for mixtral-8x7b on 64 A100s (tp 1: the MoE block is not split)");
+    CHECK(l.n > 0 && l.r[0].fits, "a plan for mixtral-8x7b on 64 A100s");
+    int split = 0; /* tensor parallelism a search dimension with experts (the experts' MLPs split by tp) */
+    for (int i = 0; i < l.n; i++) split |= l.r[i].fits && l.r[i].c.tp > 1;
+    CHECK(split, "mixtral-8x7b on 64 A100s: no plan with tp > 1 among the %d listed", l.n);
     if (l.n > 0) {
         const cl_plan_result *r = &l.r[0];
         CHECK(fabs(r->model_tflops * 1e12 * r->step_s * q.devices - model) <= 1e-9 * model, "TFLOP/s %.1f from the step's FLOPs",

@@ -154,8 +154,6 @@ static cl_status llama_check_tp(const cl_model_config *c, int T, const cl_tp_lay
     if (cl_model_mlp_width(c) % tp)
         return cl_error(CL_ERR_INVALID, "--tp %d must divide the MLP's %lld columns (--ffn-channels)", tp, (long long)cl_model_mlp_width(c));
     if (tl->sp && T % tp) return cl_error(CL_ERR_INVALID, "--sequence-parallel: --tp %d must divide the sequence length %d", tp, T);
-    if (tp > 1 && c->experts)
-        return cl_error(CL_ERR_UNSUPPORTED, "--tp %d with --experts: the MoE block's tensor parallelism is not built yet (tp 1 only)", tp);
     return CL_OK;
 }
 

@@ -53,9 +53,8 @@ static void unslice(cl_device *dev, const cl_param_spec *ls, int q, const float 
  * its owner: the other ranks send their slices (replicated ones are rank
  * 0's already). src[k] is in sdev[k]'s memory (NULL: the host's); dst[k],
  * host memory, has room for the whole tensor. */
-static cl_status tp_assemble(cl_trainer *t, const cl_model_desc *d, int i, const float *const src[3], cl_device *const sdev[3],
+static cl_status tp_assemble(cl_trainer *t, const cl_param_spec *ls, const float *const src[3], cl_device *const sdev[3],
                              float *const dst[3]) {
-    const cl_param_spec *ls = &d->params[i];
     size_t bytes = (size_t)ls->numel * sizeof(float);
     cl_comm *tp = t->tp > 1 ? t->cfg.groups->tp : NULL;
     if (t->tp_rank > 0) {
@@ -89,9 +88,10 @@ static void sources(const pp_chunk *ch, int i, const float *whole, const float *
     }
 }
 
-/* Expert parallelism (no tensor parallelism with experts): a rank of its stage's expert-parallel group whose
- * group rank 0 is on the writer's replica sends that rank the value and moments of each expert weight its chunks
- * hold, in parameter order (pp_gather receives them in the same order). */
+/* Expert parallelism: a rank of its stage's expert-parallel group (the data-parallel ranks of one tensor-parallel
+ * index) whose group rank 0 is on the writer's replica sends that rank the value and moments of each expert
+ * weight its chunks hold (its tensor-parallel slice), in parameter order (pp_gather receives them in the same
+ * order and assembles the slices as the rank's own). */
 static cl_status ep_send(cl_trainer *t, float *const *mom) {
     struct cl_pp *pp = t->pp;
     const cl_model_desc *d = t->desc;
@@ -105,6 +105,15 @@ static cl_status ep_send(cl_trainer *t, float *const *mom) {
         for (int k = 0; k < 3; k++) CL_TRY(cl_comm_send(t->cfg.groups->ep, src[k], (size_t)d->params[i].numel * sizeof(float), 0, CKPT_TAG));
     }
     return CL_OK;
+}
+
+/* The floats of the tensor-parallel slice of p that its expert-parallel owner holds (p's own numel is 0 on the
+ * other ranks: cl_model_desc_ep_shard). */
+static int64_t ep_slice_numel(const cl_param_spec *p) {
+    int64_t n = cl_param_row_len(p);
+    if (p->split == CL_SPLIT_ROWS) return p->part * n;
+    if (p->split == CL_SPLIT_COLS) return n ? p->full_numel / n * p->part : 0;
+    return p->full_numel;
 }
 
 static cl_status pp_gather(cl_trainer *t, float **host, int *writer, int *opt_t) {
@@ -145,7 +154,7 @@ static cl_status pp_gather(cl_trainer *t, float **host, int *writer, int *opt_t)
         return s;
     }
     int lead = pp->r == 0 && t->tp_rank == 0;
-    float *h = NULL, *tmp = NULL;
+    float *h = NULL, *tmp = NULL, *theirs = NULL;
     if (lead) {
         h = malloc((size_t)f->nfloats * 3 * sizeof *h);
         if (!h) s = cl_error(CL_ERR_OOM, "cannot allocate the checkpoint's gather buffer");
@@ -155,6 +164,24 @@ static cl_status pp_gather(cl_trainer *t, float **host, int *writer, int *opt_t)
         pp_chunk *ch = owner_of(pp, d, i, &owner);
         size_t n = (size_t)f->params[i].numel, bytes = n * sizeof(float);
         if (ch) {
+            cl_param_spec ls = d->params[i];
+            const float *src[3];
+            cl_device *sdev[3];
+            if (!ls.numel && ls.expert) { /* another expert-parallel rank's expert: its slice from it (ep_send) */
+                ls.numel = ep_slice_numel(&ls);
+                size_t sb = (size_t)ls.numel * sizeof(float);
+                free(theirs);
+                theirs = malloc(3 * (sb ? sb : 1));
+                if (!theirs) {
+                    s = cl_error(CL_ERR_OOM, "cannot allocate %s for the checkpoint", f->params[i].name);
+                    break;
+                }
+                for (int k = 0; k < 3; k++) src[k] = theirs + k * ls.numel, sdev[k] = NULL;
+                for (int k = 0; k < 3 && !s; k++) s = cl_comm_recv(t->cfg.groups->ep, theirs + k * ls.numel, sb, ls.ep_owner, CKPT_TAG);
+                if (s) break;
+            } else {
+                sources(ch, i, mom[ch - pp->ch], src, sdev);
+            }
             float *dst[3];
             if (!lead && t->tp_rank == 0) {
                 free(tmp);
@@ -165,14 +192,7 @@ static cl_status pp_gather(cl_trainer *t, float **host, int *writer, int *opt_t)
                 }
             }
             for (int k = 0; k < 3; k++) dst[k] = lead ? cl_param_f32(h + k * f->nfloats, &f->params[i]) : tmp ? tmp + k * n : NULL;
-            if (!d->params[i].numel && d->params[i].expert) { /* another expert-parallel rank's expert (ep_send) */
-                for (int k = 0; k < 3 && !s; k++) s = cl_comm_recv(t->cfg.groups->ep, dst[k], bytes, d->params[i].ep_owner, CKPT_TAG);
-            } else {
-                const float *src[3];
-                cl_device *sdev[3];
-                sources(ch, i, mom[ch - pp->ch], src, sdev);
-                s = tp_assemble(t, d, i, src, sdev, dst);
-            }
+            s = tp_assemble(t, &ls, src, sdev, dst);
             for (int k = 0; k < 3 && !s && !lead && t->tp_rank == 0; k++) s = cl_comm_send(pp->comm, dst[k], bytes, 0, CKPT_TAG);
         } else if (lead) {
             for (int k = 0; k < 3 && !s; k++)
@@ -180,6 +200,7 @@ static cl_status pp_gather(cl_trainer *t, float **host, int *writer, int *opt_t)
         }
     }
     free(tmp);
+    free(theirs);
     for (int c = 0; c < pp->v; c++) free(mom[c]);
     if (s) {
         free(h);

@@ -6,8 +6,9 @@
  * rank reports the step's figures. Called only for models with experts: a
  * dense model runs no extra collective.
  *
- * Invariants: tensor parallelism never splits an MoE block (the family
- * refuses it), so the tp group is not summed. */
+ * Invariants: under tensor parallelism every rank of the tp group routes
+ * the same tokens with the same replicated router, so their figures are the
+ * same and the tp group is not summed (the aux loss counted once). */
 #include "cleave/comm.h"
 #include "cleave/train.h"
 #include "train/internal.h"
