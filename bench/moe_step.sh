@@ -13,6 +13,12 @@
 #
 #   bash bench/moe_step.sh                     # C 256, F 512, 4 layers, T 128
 #   C=128 F=256 ROUNDS=3 bash bench/moe_step.sh
+#   BALANCE=100 bash bench/moe_step.sh         # the MoE runs resume after 100 steps of training
+#
+# From initialization the router sends one ep rank up to 0.8 of a step's token-slots (the other waits at each
+# exchange); the load-balancing loss evens that out as training goes. BALANCE > 0 first trains the MoE model
+# (dp 2 ep 2) that many steps into a checkpoint, and both MoE runs resume from it, so they time a router
+# trained as long as that (the dense run starts from initialization: it has no routing to balance).
 #
 # Each rank one thread (--threads 1), micro-batch MB of T tokens, a global
 # batch of 2 MB (one micro-batch a rank a step), STEPS timed steps after
@@ -30,6 +36,7 @@ MB=${MB:-4}
 STEPS=${STEPS:-4}
 WARMUP=${WARMUP:-1}
 ROUNDS=${ROUNDS:-2}
+BALANCE=${BALANCE:-0}
 make -s build/cleave >/dev/null
 [ -f data/kjv.txt ] || bash scripts/setup.sh >/dev/null
 tmp=$(mktemp -d)
@@ -37,16 +44,23 @@ trap 'rm -rf "$tmp"' EXIT
 head -c 2000000 data/kjv.txt > "$tmp/text.txt"
 S=(--model mixtral-tiny --layers "$L" --channels "$C" --heads 8 --kv-heads 4 --context "$T" --seq-len "$T")
 P=("${S[@]}" --micro-batch-size "$MB" --global-batch-size $((2 * MB)))
-M=("${P[@]}" --data "$tmp/text.txt" --steps $((WARMUP + STEPS)) --sample-tokens 0 --eval-batches 1 --threads 1 --dp 2)
+M=("${P[@]}" --data "$tmp/text.txt" --sample-tokens 0 --eval-batches 1 --threads 1 --dp 2)
 echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), load $(cut -d' ' -f1 /proc/loadavg)"
 echo "model: $L layers, C $C, 8 heads (4 key-value), T $T, micro-batch $MB a rank; MoE: 8 experts of width $F, top-2, ep 2;"
 echo "dense: --experts 0 --ffn-channels $((2 * F)); best of $ROUNDS rounds of $STEPS timed steps after $WARMUP"
 source bench/step_lib.sh
+R=()
+if [ "$BALANCE" -gt 0 ]; then
+    echo "training the MoE model $BALANCE steps (dp 2 ep 2) first; the MoE runs resume from there"
+    ./build/cleave train "${M[@]}" --ffn-channels "$F" --ep 2 --steps "$BALANCE" --save "$tmp/balanced" > "$tmp/balance.out" 2>&1 ||
+        { tail -3 "$tmp/balance.out"; exit 1; }
+    R=(--resume "$tmp/balanced")
+fi
 for ((r = 1; r <= ROUNDS; r++)); do
     echo "round $r"
-    run dense --experts 0 --ffn-channels $((2 * F))
-    run moe-ep2 --ffn-channels "$F" --ep 2
-    run moe-ep1 --ffn-channels "$F"
+    run dense --experts 0 --ffn-channels $((2 * F)) --steps $((WARMUP + STEPS))
+    run moe-ep2 --ffn-channels "$F" --ep 2 --steps $((BALANCE + WARMUP + STEPS)) "${R[@]}"
+    run moe-ep1 --ffn-channels "$F" --steps $((BALANCE + WARMUP + STEPS)) "${R[@]}"
 done
 echo
 echo "| run | ms/step (best) | tokens/s | share of the dense run's speed |"
