@@ -65,16 +65,6 @@ void cl_nn_linear_dweight_lo(const cl_model *m, float *dw, float *db, const floa
     if (db) cl_nn_bias_grad(m, db, dout, N, OC);
 }
 
-/* ZeRO 1 and 2 update the shard only and all-gather the F32 master: the
- * other shards' copy would be stale, so there the copy is refreshed whole. */
-int cl_model_low_by_optimizer(const cl_model *m) {
-    return m->wlow && !(cl_zero_shards_optim(m->zero.stage) && !cl_zero_shards_params(m->zero.stage));
-}
-
-uint16_t *cl_model_low_at(const cl_model *m, int64_t a) {
-    return cl_model_low_by_optimizer(m) ? m->wlow + (cl_model_param_at(m, a) - m->params) : NULL;
-}
-
 cl_status cl_model_refresh_low(cl_model *m) {
     if (!m->wlow) return CL_OK;
     return cl_device_convert(m->dev, m->wlow, CL_BF16, m->params, CL_F32, (size_t)m->sizes.params);
