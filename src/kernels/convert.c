@@ -51,6 +51,7 @@ CL_AVX2 static int64_t pack_avx2(uint16_t *d, const float *s, int64_t n) {
         __m256i p = _mm256_permute4x64_epi64(_mm256_packus_epi32(a, b), 0xd8);
         _mm256_storeu_si256((__m256i *)(d + i), p);
     }
+    _mm256_zeroupper(); /* whatever the optimization level: GCC's own vzeroupper pass runs from -O2 on only */
     return i;
 }
 
@@ -60,6 +61,7 @@ CL_AVX2 static int64_t unpack_avx2(float *d, const uint16_t *s, int64_t n) {
         __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(s + i)));
         _mm256_storeu_si256((__m256i *)(d + i), _mm256_slli_epi32(w, 16));
     }
+    _mm256_zeroupper(); /* whatever the optimization level: GCC's own vzeroupper pass runs from -O2 on only */
     return i;
 }
 
@@ -82,6 +84,7 @@ CL_AVX512 static void pack32(uint16_t *d, __m512i lo, __m512i hi) {
 CL_AVX512 static int64_t pack_avx512(uint16_t *d, const float *s, int64_t n) {
     int64_t i = 0;
     for (; i + 32 <= n; i += 32) pack32(d + i, _mm512_loadu_si512(s + i), _mm512_loadu_si512(s + i + 16));
+    _mm256_zeroupper(); /* whatever the optimization level: GCC's own vzeroupper pass runs from -O2 on only */
     return i;
 }
 
@@ -91,6 +94,7 @@ CL_AVX512 static int64_t unpack_avx512(float *d, const uint16_t *s, int64_t n) {
         __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(s + i)));
         _mm512_storeu_si512(d + i, _mm512_slli_epi32(w, 16));
     }
+    _mm256_zeroupper(); /* whatever the optimization level: GCC's own vzeroupper pass runs from -O2 on only */
     return i;
 }
 
@@ -106,6 +110,7 @@ CL_AVX512BF16 static int64_t pack_avx512bf16(uint16_t *d, const float *s, int64_
             _mm512_storeu_si512(d + i, (__m512i)b);
         }
     }
+    _mm256_zeroupper(); /* whatever the optimization level: GCC's own vzeroupper pass runs from -O2 on only */
     return i;
 }
 #endif
@@ -113,7 +118,8 @@ CL_AVX512BF16 static int64_t pack_avx512bf16(uint16_t *d, const float *s, int64_
 /* The vector paths return how many values they packed (whole vectors) and
  * the plain loop packs the rest here, after they returned: a vector path
  * that ended in a tail call to pack_plain left the upper halves of the
- * vector registers dirty (GCC 12 puts no vzeroupper before a sibling call),
+ * vector registers dirty (GCC 12 puts no vzeroupper before a sibling call;
+ * so each path now ends in an explicit one, as at -O1 GCC emits none),
  * and every legacy-SSE instruction after it (the scalar F32 and double code
  * of the kernels, built without -mavx) then waited on those registers'
  * previous values: the bf16 layernorms ran 3-4x slower than F32 ones.
