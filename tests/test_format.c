@@ -6,7 +6,9 @@
  * cl_dtype_convert's pairs and refusals; the vector array conversions
  * (cl_bf16_pack / cl_bf16_unpack, src/kernels/convert.c) on every path this
  * CPU has, against the scalar ones, over every input class and 2^21 random
- * bit patterns.
+ * bit patterns; and that every vector path returns with the upper halves of
+ * the vector registers clean (XINUSE by xgetbv 1), as legacy-SSE code after
+ * it needs to run at speed.
  *
  *   test_format --ref FILE   compares with PyTorch's conversions, FILE as
  *                            tests/format_ref.py writes it (tests/cli_format.sh):
@@ -14,8 +16,13 @@
  *                            (widening), hexadecimal bits; NaNs compare as NaNs. */
 #include "cleave/kernels.h"
 #include "cleave/tensor.h"
+#include "kernels/simd.h"
 
 #include "common/check.h"
+
+#ifdef CL_SIMD_X86
+#include <cpuid.h>
+#endif
 
 #include <math.h>
 #include <stdio.h>
@@ -243,11 +250,61 @@ static int against_ref(const char *path) {
     return cl_test_report("test_format --ref");
 }
 
+#ifdef CL_SIMD_X86
+/* XINUSE's AVX (bit 2, the upper halves of ymm0-15) and ZMM_Hi256 (bit 6,
+ * of zmm0-15) bits: 0 when those halves are zero, as after vzeroupper. */
+static unsigned upper_in_use(void) {
+    unsigned lo, hi;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(1));
+    (void)hi;
+    return lo & (1u << 2 | 1u << 6);
+}
+#endif
+
+/* A vector path that returns with dirty upper halves slows every legacy-SSE
+ * instruction after it (false dependencies on the full registers): the
+ * kernels' scalar code runs 3-4x slower (src/kernels/convert.c). */
+static void upper_clean(void) {
+#ifdef CL_SIMD_X86
+    unsigned a, b, c, d;
+    cl_kernels_max_isa(3);
+    if (!strcmp(cl_kernels_isa(), "plain") || !__get_cpuid_count(0xd, 1, &a, &b, &c, &d) || !(a & 4)) {
+        printf("  vector state: SKIP (no AVX, or no xgetbv 1 here)\n");
+        return;
+    }
+    __asm__ volatile("vzeroupper");
+    if (upper_in_use()) {
+        printf("  vector state: SKIP (XINUSE reports the upper halves in use after vzeroupper)\n");
+        return;
+    }
+    float x[77];
+    uint16_t h[77];
+    for (int i = 0; i < 77; i++) x[i] = 0.1f * (float)i - 3.0f;
+    for (int level = 1; level <= 3; level++) {
+        cl_kernels_max_isa(level);
+        const char *isa = cl_kernels_isa();
+        int v = cl_simd_level();
+        __asm__ volatile("vzeroupper");
+        cl_bf16_pack_serial(h, x, 77, v);
+        unsigned after_pack = upper_in_use();
+        cl_bf16_unpack(x, h, 77);
+        unsigned after_unpack = upper_in_use();
+        CHECK(!after_pack, "%s: cl_bf16_pack_serial returns with the vector registers' upper halves in use (XINUSE 0x%x)", isa,
+              after_pack);
+        CHECK(!after_unpack, "%s: cl_bf16_unpack returns with the vector registers' upper halves in use (XINUSE 0x%x)", isa,
+              after_unpack);
+        if (!after_pack && !after_unpack) printf("  vector state after %s pack and unpack: clean\n", isa);
+    }
+    cl_kernels_max_isa(3);
+#endif
+}
+
 int main(int argc, char **argv) {
     if (argc == 3 && !strcmp(argv[1], "--ref")) return against_ref(argv[2]);
     hand_checked();
     round_trips();
     arrays();
     array_paths();
+    upper_clean();
     return cl_test_report("test_format");
 }

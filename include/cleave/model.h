@@ -470,6 +470,12 @@ float *cl_model_head_wte_grad(const cl_model *m);
  * after the master changes and before the next forward: the trainer does before every step and evaluation).
  * CL_OK doing nothing for an F32 description. */
 cl_status cl_model_refresh_low(cl_model *m);
+/* bf16: 1 if the optimizer step writes the BF16 copy as it updates the master (AdamW's pass, the copy of each
+ * new weight rounded while it is in cache), so that no refresh is needed after it: every layout but ZeRO 1
+ * and 2, whose replicas update their shard and all-gather the rest as F32. cl_model_low_at: float a's BF16
+ * copy for that pass (a in the shard under ZeRO 3), NULL where the optimizer does not write it. */
+int cl_model_low_by_optimizer(const cl_model *m);
+uint16_t *cl_model_low_at(const cl_model *m, int64_t a);
 /* The part's backward workspace lent while no pass runs (GRAD_SYNC packs
  * the partial gradients there): NULL if it holds fewer than floats. */
 float *cl_model_workspace(const cl_model *m, int64_t floats);

@@ -42,7 +42,7 @@ CL_AVX2 static __m256i round8(__m256i u) {
     return _mm256_blendv_epi8(r, q, nan);
 }
 
-CL_AVX2 static void pack_avx2(uint16_t *d, const float *s, int64_t n) {
+CL_AVX2 static int64_t pack_avx2(uint16_t *d, const float *s, int64_t n) {
     int64_t i = 0;
     for (; i + 16 <= n; i += 16) {
         __m256i a = round8(_mm256_loadu_si256((const __m256i *)(s + i)));
@@ -51,16 +51,18 @@ CL_AVX2 static void pack_avx2(uint16_t *d, const float *s, int64_t n) {
         __m256i p = _mm256_permute4x64_epi64(_mm256_packus_epi32(a, b), 0xd8);
         _mm256_storeu_si256((__m256i *)(d + i), p);
     }
-    pack_plain(d + i, s + i, n - i);
+    _mm256_zeroupper(); /* whatever the optimization level: GCC's own vzeroupper pass runs from -O2 on only */
+    return i;
 }
 
-CL_AVX2 static void unpack_avx2(float *d, const uint16_t *s, int64_t n) {
+CL_AVX2 static int64_t unpack_avx2(float *d, const uint16_t *s, int64_t n) {
     int64_t i = 0;
     for (; i + 8 <= n; i += 8) {
         __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(s + i)));
         _mm256_storeu_si256((__m256i *)(d + i), _mm256_slli_epi32(w, 16));
     }
-    unpack_plain(d + i, s + i, n - i);
+    _mm256_zeroupper(); /* whatever the optimization level: GCC's own vzeroupper pass runs from -O2 on only */
+    return i;
 }
 
 /* 16 floats rounded as format.c rounds them, each in the low half of a lane. */
@@ -79,22 +81,24 @@ CL_AVX512 static void pack32(uint16_t *d, __m512i lo, __m512i hi) {
     _mm512_storeu_si512(d, _mm512_permutex2var_epi16(round16(lo), even, round16(hi)));
 }
 
-CL_AVX512 static void pack_avx512(uint16_t *d, const float *s, int64_t n) {
+CL_AVX512 static int64_t pack_avx512(uint16_t *d, const float *s, int64_t n) {
     int64_t i = 0;
     for (; i + 32 <= n; i += 32) pack32(d + i, _mm512_loadu_si512(s + i), _mm512_loadu_si512(s + i + 16));
-    pack_plain(d + i, s + i, n - i);
+    _mm256_zeroupper(); /* whatever the optimization level: GCC's own vzeroupper pass runs from -O2 on only */
+    return i;
 }
 
-CL_AVX512 static void unpack_avx512(float *d, const uint16_t *s, int64_t n) {
+CL_AVX512 static int64_t unpack_avx512(float *d, const uint16_t *s, int64_t n) {
     int64_t i = 0;
     for (; i + 16 <= n; i += 16) {
         __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(s + i)));
         _mm512_storeu_si512(d + i, _mm512_slli_epi32(w, 16));
     }
-    unpack_plain(d + i, s + i, n - i);
+    _mm256_zeroupper(); /* whatever the optimization level: GCC's own vzeroupper pass runs from -O2 on only */
+    return i;
 }
 
-CL_AVX512BF16 static void pack_avx512bf16(uint16_t *d, const float *s, int64_t n) {
+CL_AVX512BF16 static int64_t pack_avx512bf16(uint16_t *d, const float *s, int64_t n) {
     int64_t i = 0;
     for (; i + 32 <= n; i += 32) {
         __m512 lo = _mm512_loadu_ps(s + i), hi = _mm512_loadu_ps(s + i + 16);
@@ -106,18 +110,28 @@ CL_AVX512BF16 static void pack_avx512bf16(uint16_t *d, const float *s, int64_t n
             _mm512_storeu_si512(d + i, (__m512i)b);
         }
     }
-    pack_avx512(d + i, s + i, n - i);
+    _mm256_zeroupper(); /* whatever the optimization level: GCC's own vzeroupper pass runs from -O2 on only */
+    return i;
 }
 #endif
 
+/* The vector paths return how many values they packed (whole vectors) and
+ * the plain loop packs the rest here, after they returned: a vector path
+ * that ended in a tail call to pack_plain left the upper halves of the
+ * vector registers dirty (GCC 12 puts no vzeroupper before a sibling call;
+ * so each path now ends in an explicit one, as at -O1 GCC emits none),
+ * and every legacy-SSE instruction after it (the scalar F32 and double code
+ * of the kernels, built without -mavx) then waited on those registers'
+ * previous values: the bf16 layernorms ran 3-4x slower than F32 ones.
+ * tests/test_format.c checks that each path returns with them clean. */
 void cl_bf16_pack_serial(uint16_t *dst, const float *src, int64_t n, int v) {
+    int64_t i = 0;
 #ifdef CL_SIMD_X86
-    if (v >= CL_ISA_AVX512BF16) pack_avx512bf16(dst, src, n);
-    else if (v == CL_ISA_AVX512) pack_avx512(dst, src, n);
-    else if (v == CL_ISA_AVX2) pack_avx2(dst, src, n);
-    else
+    if (v >= CL_ISA_AVX512BF16) i = pack_avx512bf16(dst, src, n);
+    else if (v == CL_ISA_AVX512) i = pack_avx512(dst, src, n);
+    else if (v == CL_ISA_AVX2) i = pack_avx2(dst, src, n);
 #endif
-        pack_plain(dst, src, n);
+    pack_plain(dst + i, src + i, n - i);
     (void)v;
 }
 
@@ -130,11 +144,11 @@ void cl_bf16_unpack(float *dst, const uint16_t *src, int64_t n) {
     int v = cl_simd_level();
     (void)v;
     CL_FOR_BLOCKS(n, lo, len, {
+        int64_t i = 0; /* the vector paths' whole vectors, then the rest (as cl_bf16_pack_serial) */
 #ifdef CL_SIMD_X86
-        if (v >= CL_ISA_AVX512) unpack_avx512(dst + lo, src + lo, len);
-        else if (v == CL_ISA_AVX2) unpack_avx2(dst + lo, src + lo, len);
-        else
+        if (v >= CL_ISA_AVX512) i = unpack_avx512(dst + lo, src + lo, len);
+        else if (v == CL_ISA_AVX2) i = unpack_avx2(dst + lo, src + lo, len);
 #endif
-            unpack_plain(dst + lo, src + lo, len);
+        unpack_plain(dst + lo + i, src + lo + i, len - i);
     });
 }

@@ -68,6 +68,17 @@ float *cl_model_param_at(const cl_model *m, int64_t a) {
     return cl_zero_shards_params(m->zero.stage) ? m->params + (a - m->sizes.shard_lo) : m->params + a;
 }
 
+/* bf16: the copy m->wlow mirrors the buffer (the shard under ZeRO 3). ZeRO 1
+ * and 2 update the shard only and all-gather the F32 master: the other
+ * shards' copy would be stale, so there the copy is refreshed whole. */
+int cl_model_low_by_optimizer(const cl_model *m) {
+    return m->wlow && !(cl_zero_shards_optim(m->zero.stage) && !cl_zero_shards_params(m->zero.stage));
+}
+
+uint16_t *cl_model_low_at(const cl_model *m, int64_t a) {
+    return cl_model_low_by_optimizer(m) ? m->wlow + (cl_model_param_at(m, a) - m->params) : NULL;
+}
+
 void cl_model_z3_destroy(cl_model *m) {
     struct cl_z3 *z = m->z3;
     if (!z) return;

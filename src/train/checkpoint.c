@@ -225,6 +225,7 @@ static int is_sharded(const char *dir) { return cl_ckpt_has(dir, CL_CKPT_INDEX);
 cl_status cl_trainer_resume(cl_trainer *t, const char *given) {
     cl_model_config c;
     char tok[64], dir[4096];
+    t->low_fresh = 0; /* bf16: the master is read anew, its BF16 copy refreshed before the next pass */
     CL_TRY(cl_ckpt_resolve("--resume", given, dir, sizeof dir)); /* DIR/latest followed */
     char path[4200];
     if (is_sharded(dir)) return cl_shard_resume(t, dir);

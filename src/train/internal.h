@@ -37,6 +37,7 @@ struct cl_trainer {
     int32_t *mb_tokens, *mb_targets; /* device buffers for one micro-batch */
     float *mb_x;
     int step;
+    int low_fresh;             /* bf16: every chunk's BF16 weight copy equals its master (trainer.c refresh_low) */
     char run_id[CL_RUN_ID_LEN + 1]; /* this run's lineage: minted at a fresh start, taken from the checkpoint on resume */
     int dp, dp_rank;           /* replicas (different samples) and this one's index */
     int cp, cp_rank;           /* context-parallel ranks of one sequence (groups->cp) and this one's index */

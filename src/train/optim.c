@@ -202,8 +202,14 @@ static void update_range(cl_optimizer *o, cl_model *m, float lr, float gscale, i
         int64_t len = cl_zero_overlap(loc, loc + ps->numel, base + t0, n, &a);
         if (!len) continue;
         int64_t mo = a - base - t0;
-        k->adamw_update(cl_model_param_at(m, a), cl_model_grad_at(m, a), mm + mo, mv + mo, len, lr, o->o.beta1, o->o.beta2, o->o.eps,
-                        ps->decay ? o->o.weight_decay : 0.0f, o->t, gscale);
+        float wd = ps->decay ? o->o.weight_decay : 0.0f;
+        uint16_t *lo = cl_model_low_at(m, a); /* bf16: the BF16 copy written in the same pass (same bits as a refresh) */
+        if (lo)
+            k->adamw_update_bf16(cl_model_param_at(m, a), lo, cl_model_grad_at(m, a), mm + mo, mv + mo, len, lr, o->o.beta1,
+                                 o->o.beta2, o->o.eps, wd, o->t, gscale);
+        else
+            k->adamw_update(cl_model_param_at(m, a), cl_model_grad_at(m, a), mm + mo, mv + mo, len, lr, o->o.beta1, o->o.beta2,
+                            o->o.eps, wd, o->t, gscale);
     }
 }
 

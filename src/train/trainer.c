@@ -215,14 +215,26 @@ static cl_status step_stats(cl_trainer *t, cl_step_stats *st, double t0, double 
     return CL_OK;
 }
 
-/* bf16: every chunk's BF16 weight copy from its F32 master (after the last optimizer step, init, resume or load
- * alike); nothing in F32. */
+/* bf16: every chunk's BF16 weight copy from its F32 master (after init, resume or load, and after an
+ * optimizer step that did not write it: ZeRO 1 and 2); nothing in F32 or while the copies are fresh (the
+ * last optimizer step wrote them all, cl_model_low_by_optimizer, and nothing else changed the master since:
+ * cl_trainer_resume and cl_trainer_model, which lends the master out, clear low_fresh). */
 static cl_status refresh_low(cl_trainer *t) {
     cl_model *ms[CL_PP_MAX_CHUNKS];
     cl_optimizer *os[CL_PP_MAX_CHUNKS];
     int nc = cl_pp_chunks(t, ms, os);
-    for (int c = 0; c < nc; c++) CL_TRY(cl_model_refresh_low(ms[c]));
+    for (int c = 0; !t->low_fresh && c < nc; c++) CL_TRY(cl_model_refresh_low(ms[c]));
+    t->low_fresh = 1;
     return CL_OK;
+}
+
+/* 1 if the optimizer step wrote every chunk's BF16 copy (0 in F32: nothing to keep fresh). */
+static int low_by_optimizer(cl_trainer *t) {
+    cl_model *ms[CL_PP_MAX_CHUNKS];
+    cl_optimizer *os[CL_PP_MAX_CHUNKS];
+    int nc = cl_pp_chunks(t, ms, os), all = nc > 0;
+    for (int c = 0; c < nc; c++) all &= cl_model_low_by_optimizer(ms[c]);
+    return all;
 }
 
 cl_status cl_trainer_step(cl_trainer *t, cl_step_stats *st) {
@@ -242,7 +254,9 @@ cl_status cl_trainer_step(cl_trainer *t, cl_step_stats *st) {
     }
     (void)cl_pp_z3_wait(t); /* an evaluation's waits are not the step's */
     CL_TRY(refresh_low(t));
+    t->low_fresh = 0; /* the optimizer step changes the master */
     CL_TRY(cl_pp_step(t, lr, &loss_sum, &norm, st));
+    t->low_fresh = low_by_optimizer(t);
     if (t->desc->cfg.experts) CL_TRY(cl_pp_moe_stats(t, st));
     st->z3_wait = cl_pp_z3_wait(t);
     if (g) {
@@ -426,7 +440,10 @@ cl_status cl_eval_dataset(cl_model *m, cl_acts *a, cl_dataset *d, int part, doub
 }
 
 int cl_trainer_steps_done(const cl_trainer *t) { return t->step; }
-cl_model *cl_trainer_model(cl_trainer *t) { return t->model; }
+cl_model *cl_trainer_model(cl_trainer *t) {
+    t->low_fresh = 0; /* the caller may write the master: the next step or evaluation refreshes the BF16 copy */
+    return t->model;
+}
 cl_device *cl_trainer_device(cl_trainer *t) { return t->dev; }
 cl_device *cl_trainer_host(cl_trainer *t) { return t->host; }
 const cl_train_config *cl_trainer_config(const cl_trainer *t) { return &t->cfg; }
