@@ -1,6 +1,7 @@
 /* The element-wise kernels on each vector path (AVX2 against AVX-512,
  * src/kernels/simd.h), and the bf16 kernels against their F32 kernel
- * followed by a separate conversion pass, at GPT-2 124M's sizes for
+ * followed by a separate conversion pass (the block backward's GELU and
+ * layernorm input gradients: F32 written, then its BF16 copy), at GPT-2 124M's sizes for
  * micro-batch 4, T = 256 (N = 1024 rows, C = 768, 4C = 3072; AdamW over
  * 16M parameters unless told). Best of REPS, the variants alternating within each
  * repetition, so a load that comes and goes hits them alike; ratios > 1:
@@ -50,6 +51,16 @@ static void run(int t, int v) {
         if (v) cl_adamw_update_bf16(g_p, g_h, g_g, g_m, g_v, NP, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 3, 1.0f);
         else cl_adamw_update(g_p, g_g, g_m, g_v, NP, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 3, 1.0f), cl_bf16_pack(g_h, g_p, NP);
         break;
+    case 6: /* the block backward's dfchg: GELU's backward (there in place), then its BF16 copy */
+        cl_kernels_max_isa(3);
+        if (v) cl_gelu_backward_set_bf16(g_o, g_h, g_d, g_x, (int64_t)N * F);
+        else cl_gelu_backward_set(g_o, g_d, g_x, (int64_t)N * F), cl_bf16_pack(g_h, g_o, (int64_t)N * F);
+        break;
+    case 7: /* the block backward's dres2: ln_2's input gradient added in, then its BF16 copy */
+        cl_kernels_max_isa(3);
+        if (v) cl_layernorm_backward_input_bf16(g_o, g_h, g_d, g_x, g_w, g_mean, g_rstd, N, C);
+        else cl_layernorm_backward_input(g_o, g_d, g_x, g_w, g_mean, g_rstd, N, C), cl_bf16_pack(g_h, g_o, (int64_t)N * C);
+        break;
     }
 }
 
@@ -75,9 +86,11 @@ int main(int argc, char **argv) {
         {"layernorm 1024 x 768 to BF16", "F32 + pack", "fused"},
         {"GELU 1024 x 3072 to BF16", "F32 + pack", "fused"},
         {"AdamW + BF16 copy", "F32 + pack", "fused"},
+        {"GELU bwd 1024 x 3072 + BF16", "F32 + pack", "fused"},
+        {"LN bwd 1024 x 768 + BF16", "F32 + pack", "fused"},
     };
     printf("kernel paths, %d thread(s), best of %d, ms\n", threads, REPS);
-    for (int t = 0; t < 6; t++) {
+    for (int t = 0; t < 8; t++) {
         double best[2] = {1e30, 1e30};
         for (int r = 0; r < REPS; r++)
             for (int v = 0; v < 2; v++) {

@@ -1,6 +1,7 @@
 /* Tests of the bf16 mixed-precision kernels (src/kernels: layernorm.c,
  * activations.c, adamw.c, and Llama's rmsnorm.c, swiglu.c; the kernel
- * table's *_bf16 entries): each BF16
+ * table's *_bf16 entries, the backward ones writing an F32 gradient and its
+ * BF16 copy in one pass): each BF16
  * output must be, bit for bit, the F32 kernel's output rounded by
  * cl_bf16_from_f32, and every F32 output (mean, rstd, res, pre, the
  * optimizer's weights and moments, RMSNorm's rstd and res) the F32 kernel's
@@ -108,6 +109,38 @@ static void gelu_case(int N, int C, const char *isa) {
     free(x), free(bias), free(out), free(pre), free(pre2), free(obf);
 }
 
+/* The fused backwards: din the F32 kernel's bits, dbf cl_dtype_convert of that din. */
+static void backward_case(int N, int C, const char *isa) {
+    int64_t n = (int64_t)N * C;
+    float *x = rnd(n, 6.0f), *d = rnd(n, 1.0f), *w = rnd(C, 1.0f), *b = rnd(C, 0.5f), *want = malloc((size_t)n * 4);
+    float *mean = malloc((size_t)N * 4), *rstd = malloc((size_t)N * 4), *y = malloc((size_t)n * 4);
+    uint16_t *obf = malloc((size_t)n * 2), *conv = malloc((size_t)n * 2);
+    if (!want || !mean || !rstd || !y || !obf || !conv) exit(1);
+    x[0] = 0.0f, x[1] = -0.0f, x[2] = 20.0f, x[3] = -20.0f; /* GELU's tails */
+    d[4 % n] = 1e-39f;                                      /* a subnormal gradient: rounded, not flushed */
+    cl_gelu_backward_set(want, d, x, n);
+    float *got = dup(d, n); /* in place, as the block calls it */
+    memset(obf, 0xff, (size_t)n * 2);
+    K->gelu_backward_set_bf16(got, obf, got, x, n);
+    CHECK(cl_dtype_convert(conv, CL_BF16, want, CL_F32, (size_t)n) == CL_OK, "convert");
+    CHECK(same(got, want, n) && !memcmp(obf, conv, (size_t)n * 2) && !bf16_misses(obf, want, n), "%s gelu_backward_set_bf16 N %d C %d: F32 %s, %lld BF16 values differ",
+          isa, N, C, same(got, want, n) ? "same" : "differs", (long long)bf16_misses(obf, want, n));
+    free(got);
+    /* the layernorm's input gradient adds into din: start both from the same nonzero din */
+    cl_layernorm_forward(y, mean, rstd, x, w, b, N, C);
+    float *acc = rnd(n, 0.5f);
+    got = dup(acc, n);
+    memcpy(want, acc, (size_t)n * 4);
+    cl_layernorm_backward_input(want, d, x, w, mean, rstd, N, C);
+    memset(obf, 0xff, (size_t)n * 2);
+    K->layernorm_backward_input_bf16(got, obf, d, x, w, mean, rstd, N, C);
+    CHECK(cl_dtype_convert(conv, CL_BF16, want, CL_F32, (size_t)n) == CL_OK, "convert");
+    CHECK(same(got, want, n) && !memcmp(obf, conv, (size_t)n * 2) && !bf16_misses(obf, want, n),
+          "%s layernorm_backward_input_bf16 N %d C %d: F32 %s, %lld BF16 values differ", isa, N, C,
+          same(got, want, n) ? "same" : "differs", (long long)bf16_misses(obf, want, n));
+    free(x), free(d), free(w), free(b), free(want), free(mean), free(rstd), free(y), free(obf), free(conv), free(acc), free(got);
+}
+
 static void rmsnorm_case(int N, int C, const char *isa) {
     int64_t n = (int64_t)N * C;
     float *x = rnd(n, 3.0f), *r = rnd(n, 1.0f), *w = rnd(C, 1.0f);
@@ -164,7 +197,8 @@ int main(void) {
     K = &cl_cpu_kernels;
     CHECK(K->layernorm_forward_bf16 && K->residual_layernorm_forward_bf16 && K->gelu_forward_bf16 &&
               K->bias_gelu_forward_bf16 && K->adamw_update_bf16 && K->rmsnorm_forward_bf16 &&
-              K->residual_rmsnorm_forward_bf16 && K->swiglu_forward_bf16,
+              K->residual_rmsnorm_forward_bf16 && K->swiglu_forward_bf16 && K->gelu_backward_set_bf16 &&
+              K->layernorm_backward_input_bf16,
           "the CPU table has every bf16 entry");
     static const char *name[] = {"plain", "avx2", "avx512", "avx512_bf16"};
     for (int level = 0; level <= 3; level++) {
@@ -178,6 +212,10 @@ int main(void) {
         gelu_case(37, 77, isa);
         gelu_case(23, 3072, isa); /* 70656 values: crosses four parallel blocks */
         gelu_case(1, 5, isa);
+        backward_case(37, 77, isa);
+        backward_case(23, 3072, isa); /* GELU's 70656 values cross four parallel blocks */
+        backward_case(64, 768, isa);  /* GPT-2's width, enough rows to split the layernorm over the team */
+        backward_case(1, 5, isa);
         rmsnorm_case(37, 77, isa);
         rmsnorm_case(3, 1500, isa); /* rows longer than the 512-column chunk */
         rmsnorm_case(64, 1024, isa); /* enough to split over the team */

@@ -147,6 +147,9 @@ struct cl_kernels {
     void (*residual_rmsnorm_forward_bf16)(float *res, uint16_t *out, float *rstd, const float *a, const float *r,
                                           const float *w, float eps, int N, int C);
     void (*swiglu_forward_bf16)(uint16_t *out, const float *gate, const float *up, int64_t n);
+    void (*layernorm_backward_input_bf16)(float *din, uint16_t *dbf, const float *dout, const float *in, const float *w,
+                                          const float *mean, const float *rstd, int N, int C);
+    void (*gelu_backward_set_bf16)(float *din, uint16_t *dbf, const float *dout, const float *in, int64_t n);
     void (*moe_gather_bf16)(uint16_t *xe, const uint16_t *x, const int32_t *perm, int64_t rows, int C, int K);
     void (*adamw_update_bf16)(float *p, uint16_t *pbf, const float *g, float *m, float *v, int64_t n, float lr,
                               float b1, float b2, float eps, float wd, int t, float gscale);

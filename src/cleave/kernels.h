@@ -139,6 +139,10 @@ void cl_residual_layernorm_forward_bf16(float *res, uint16_t *out_bf, float *out
 void cl_layernorm_backward_input(float *din, const float *dout, const float *in,
                                  const float *w, const float *mean, const float *rstd,
                                  int N, int C);
+/* bf16 mixed precision: the same (din += ..., the same bits) and dbf (BF16) =
+ * cl_bf16_from_f32 of each value of the resulting din. */
+void cl_layernorm_backward_input_bf16(float *din, uint16_t *dbf, const float *dout, const float *in, const float *w,
+                                      const float *mean, const float *rstd, int N, int C);
 void cl_layernorm_backward_weight(float *dw, float *db, const float *dout, const float *in,
                                   const float *mean, const float *rstd, int N, int C);
 
@@ -202,6 +206,9 @@ void cl_bias_gelu_forward(float *out, float *pre, const float *bias, int N, int 
  * cl_bf16_from_f32 of the F32 kernel's (pre F32 as above). */
 void cl_gelu_forward_bf16(uint16_t *out, const float *in, int64_t n);
 void cl_bias_gelu_forward_bf16(uint16_t *out, float *pre, const float *bias, int N, int C);
+/* cl_gelu_backward_set (din the same bits) and dbf (BF16) = cl_bf16_from_f32
+ * of each din value, written in the same pass over each block. */
+void cl_gelu_backward_set_bf16(float *din, uint16_t *dbf, const float *dout, const float *in, int64_t n);
 
 /* ---- ReLU ---------------------------------------------------------------- */
 void cl_relu_forward(float *out, const float *in, int64_t n);

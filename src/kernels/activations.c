@@ -11,7 +11,9 @@
  * cl_gelu_forward_bf16 / cl_bias_gelu_forward_bf16 (bf16 mixed precision:
  * GELU's output is the fc_proj GEMM's BF16 operand) run the F32 kernel's
  * path on a block into a 64 KiB buffer on the stack and round it: each
- * value is cl_bf16_from_f32 of the F32 kernel's (pre stays F32). */
+ * value is cl_bf16_from_f32 of the F32 kernel's (pre stays F32).
+ * cl_gelu_backward_set_bf16 writes din as cl_gelu_backward_set and, block
+ * by block while it is in cache, its BF16 copy (the c_fc GEMM's operand). */
 #include "cleave/kernels.h"
 #include "kernels/simd.h"
 
@@ -163,7 +165,9 @@ void cl_bias_gelu_forward(float *out, float *pre, const float *bias, int N, int 
     CL_FOR_BLOCKS(n, lo, len, gelu_fwd_any(v, out + lo, pre + lo, bias, len, lo, C, pre + lo));
 }
 
-static void gelu_backward(float *din, const float *dout, const float *in, int64_t n, int set) {
+/* din = / += GELU'(in) dout by blocks; with dbf, each finished block of din
+ * rounded into dbf too while it is in cache. */
+static void gelu_backward(float *din, uint16_t *dbf, const float *dout, const float *in, int64_t n, int set) {
     int v = cl_simd_level();
     CL_FOR_BLOCKS(n, lo, len, {
 #ifdef CL_SIMD_X86
@@ -172,13 +176,18 @@ static void gelu_backward(float *din, const float *dout, const float *in, int64_
         else
 #endif
             gelu_bwd_plain(din + lo, dout + lo, in + lo, len, set);
+        if (dbf) cl_bf16_pack_serial(dbf + lo, din + lo, len, v);
     });
     (void)v;
 }
 
-void cl_gelu_backward(float *din, const float *dout, const float *in, int64_t n) { gelu_backward(din, dout, in, n, 0); }
+void cl_gelu_backward(float *din, const float *dout, const float *in, int64_t n) { gelu_backward(din, NULL, dout, in, n, 0); }
 
-void cl_gelu_backward_set(float *din, const float *dout, const float *in, int64_t n) { gelu_backward(din, dout, in, n, 1); }
+void cl_gelu_backward_set(float *din, const float *dout, const float *in, int64_t n) { gelu_backward(din, NULL, dout, in, n, 1); }
+
+void cl_gelu_backward_set_bf16(float *din, uint16_t *dbf, const float *dout, const float *in, int64_t n) {
+    gelu_backward(din, dbf, dout, in, n, 1);
+}
 
 /* One block of GELU (with the bias when given) into a stack buffer, then rounded into obf. */
 static void gelu_block_bf16(uint16_t *obf, const float *in, const float *bias, int64_t len, int64_t c0, int C, float *pre,

@@ -10,7 +10,10 @@
  * The _bf16 forms (bf16 mixed precision: the normalized row feeds a GEMM
  * with BF16 operands) write the output as BF16, and as F32 too when out is
  * given; each BF16 value is cl_bf16_from_f32 of the F32 kernel's value (the
- * same expression, then one rounding), mean and rstd F32 as always. */
+ * same expression, then one rounding), mean and rstd F32 as always.
+ * cl_layernorm_backward_input_bf16 adds into din as the F32 kernel does and
+ * writes each row of the sum, once finished, rounded into a BF16 copy (the
+ * block backward's next GEMM operand): no separate narrowing pass. */
 #include "cleave/kernels.h"
 #include "kernels/simd.h"
 
@@ -70,30 +73,44 @@ void cl_residual_layernorm_forward(float *res, float *out, float *mean, float *r
     }
 }
 
-/* din = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dout * w. */
+/* One row of din += rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dout * w. */
+static void ln_bwd_row(float *dx, const float *d, const float *x, const float *w, float m, float r, int C) {
+    double sg = 0.0, sgx = 0.0;
+    for (int c = 0; c < C; c++) {
+        float xhat = (x[c] - m) * r;
+        float g = d[c] * w[c];
+        sg += g;
+        sgx += (double)g * xhat;
+    }
+    float mg = (float)(sg / C), mgx = (float)(sgx / C);
+    for (int c = 0; c < C; c++) {
+        float xhat = (x[c] - m) * r;
+        float g = d[c] * w[c];
+        dx[c] += r * (g - mg - xhat * mgx);
+    }
+}
+
+/* The rows of din += the input gradient; with dbf, each finished row of din
+ * rounded into dbf too while it is in cache (v: cl_simd_level()). */
+static void ln_bwd_rows(float *din, uint16_t *dbf, const float *dout, const float *in, const float *w,
+                        const float *mean, const float *rstd, int N, int C, int v) {
+#pragma omp parallel for schedule(static) if (LN_PAR(N, C))
+    for (int n = 0; n < N; n++) {
+        int64_t o = (int64_t)n * C;
+        ln_bwd_row(din + o, dout + o, in + o, w, mean[n], rstd[n], C);
+        if (dbf) cl_bf16_pack_serial(dbf + o, din + o, C, v);
+    }
+}
+
 void cl_layernorm_backward_input(float *din, const float *dout, const float *in,
                                  const float *w, const float *mean, const float *rstd,
                                  int N, int C) {
-#pragma omp parallel for schedule(static) if (LN_PAR(N, C))
-    for (int n = 0; n < N; n++) {
-        const float *x = in + (int64_t)n * C;
-        const float *d = dout + (int64_t)n * C;
-        float *dx = din + (int64_t)n * C;
-        float m = mean[n], r = rstd[n];
-        double sg = 0.0, sgx = 0.0;
-        for (int c = 0; c < C; c++) {
-            float xhat = (x[c] - m) * r;
-            float g = d[c] * w[c];
-            sg += g;
-            sgx += (double)g * xhat;
-        }
-        float mg = (float)(sg / C), mgx = (float)(sgx / C);
-        for (int c = 0; c < C; c++) {
-            float xhat = (x[c] - m) * r;
-            float g = d[c] * w[c];
-            dx[c] += r * (g - mg - xhat * mgx);
-        }
-    }
+    ln_bwd_rows(din, NULL, dout, in, w, mean, rstd, N, C, 0);
+}
+
+void cl_layernorm_backward_input_bf16(float *din, uint16_t *dbf, const float *dout, const float *in, const float *w,
+                                      const float *mean, const float *rstd, int N, int C) {
+    ln_bwd_rows(din, dbf, dout, in, w, mean, rstd, N, C, cl_simd_level());
 }
 
 void cl_layernorm_backward_weight(float *dw, float *db, const float *dout, const float *in,

@@ -222,10 +222,11 @@ static cl_status block_backward_pass(cl_model *m, const block_acts *s, const flo
                                    : cl_sgemm(cl_kern(m), 0, 1, iN, iFl, iC, 1.0f, dO, iC, w->fc_proj_w, iC, 0.0f, dfchg, iFl));
     if (ww) CL_PROF("bwd fc proj w", flf, lo ? cl_nn_linear_dweight_lo(m, gw->fc_proj_w, gw->fc_proj_b, dO, L1, s->fch_gelu, N, Fl, C)
                                              : cl_kern(m)->linear_backward_weight(gw->fc_proj_w, gw->fc_proj_b, dO, s->fch_gelu, iN, iFl, iC));
-    CL_PROF("bwd gelu", 0, cl_kern(m)->gelu_backward_set(dfchg, dfchg, s->fch, N * Fl));
+    /* bf16: GELU's backward writes dfchg's BF16 form into L1 in the same pass */
+    if (lo) CL_PROF("bwd gelu", 0, cl_kern(m)->gelu_backward_set_bf16(dfchg, (uint16_t *)L1, dfchg, s->fch, N * Fl));
+    else CL_PROF("bwd gelu", 0, cl_kern(m)->gelu_backward_set(dfchg, dfchg, s->fch, N * Fl));
     /* c_fc, column-parallel: the input gradient is a partial sum over the ranks' columns */
     const float *dl2 = NULL;
-    if (lo) CL_TRY(cl_nn_narrow(m, L1, dfchg, N * Fl));
     if (run) {
         CL_PROF("bwd fc", flf, lo ? cl_nn_gemm_lo(m, 0, 1, iN, iC, iFl, L1, iFl, cl_nn_wlo(m, w->fc_w), iFl, 0.0f, dln2, iC)
                                   : cl_sgemm(cl_kern(m), 0, 1, iN, iC, iFl, 1.0f, dfchg, iFl, w->fc_w, iFl, 0.0f, dln2, iC));
@@ -238,7 +239,13 @@ static cl_status block_backward_pass(cl_model *m, const block_acts *s, const flo
         CL_PROF("bwd fc w", flf, lo ? cl_nn_linear_dweight_lo(m, gw->fc_w, gw->fc_b, dfchg, L1, x, N, C, Fl)
                                     : cl_kern(m)->linear_backward_weight(gw->fc_w, gw->fc_b, dfchg, x, iN, iC, iFl));
     }
-    CL_PROF("bwd layernorm", 0, cl_kern(m)->layernorm_backward_input(dres2, dl2, s->res2, w->ln2_w, s->ln2_mean, s->ln2_rstd, iNs, iC));
+    /* bf16, not sequence-parallel: the layernorm's backward finishes dres2 (attn.c_proj's output gradient) and writes
+     * its BF16 form into L1 in the same pass (L1's dfchg read by the two GEMMs above) */
+    int fuse = lo && !sp;
+    if (fuse)
+        CL_PROF("bwd layernorm", 0,
+                cl_kern(m)->layernorm_backward_input_bf16(dres2, (uint16_t *)L1, dl2, s->res2, w->ln2_w, s->ln2_mean, s->ln2_rstd, iNs, iC));
+    else CL_PROF("bwd layernorm", 0, cl_kern(m)->layernorm_backward_input(dres2, dl2, s->res2, w->ln2_w, s->ln2_mean, s->ln2_rstd, iNs, iC));
     if (ww) CL_PROF("bwd layernorm w", 0, cl_kern(m)->layernorm_backward_weight(gw->ln2_w, gw->ln2_b, dl2, s->res2, s->ln2_mean, s->ln2_rstd, iNs, iC));
     /* attn.c_proj, row-parallel */
     const float *dR = dres2;
@@ -246,7 +253,7 @@ static cl_status block_backward_pass(cl_model *m, const block_acts *s, const flo
         if (run) CL_TRY(cl_tp_backward(tp, CL_TP_SCATTER, dres2, dr2f, (size_t)(Ns * C)));
         dR = cl_nn_kept(&k, dr2f, N * C, run);
     }
-    if (lo) CL_TRY(cl_nn_narrow(m, L1, dR, N * C));
+    if (lo && !fuse) CL_TRY(cl_nn_narrow(m, L1, dR, N * C));
     if (lo && ww) CL_TRY(cl_nn_narrow(m, L2, s->atty, N * Cl));
     CL_PROF("bwd attn proj", fl, lo ? cl_nn_gemm_lo(m, 0, 1, iN, iCl, iC, L1, iC, cl_nn_wlo(m, w->attn_proj_w), iC, 0.0f, datty, iCl)
                                     : cl_sgemm(cl_kern(m), 0, 1, iN, iCl, iC, 1.0f, dR, iC, w->attn_proj_w, iC, 0.0f, datty, iCl));
