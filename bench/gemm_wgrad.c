@@ -169,7 +169,7 @@ int main(int argc, char **argv) {
         for (size_t k = 0; k < nc; k++) e3 = fmax(e3, fabs((double)C1[k] - C3[k]));
         if (sw > 0) sw = swapped(M, N, K, A, B, C3, 1.0f, repeat, &impl);
         if (sw <= 0) printf("%-22s swapped (dW^T = dY^T x): not timed, oneDNN offers [%s]\n", sh[i].name, impl);
-        else printf("%-22s swapped (dW^T = dY^T x, beta 1) %9.1f GFLOP/s [%s] max |diff| %.2g\n", sh[i].name, sw > 0 ? fl / sw : 0, impl, e3);
+        else printf("%-22s swapped (dW^T = dY^T x, beta 1) %9.1f GFLOP/s [%s] max |diff| %.2g\n", sh[i].name, fl / sw, impl, e3);
         free(C3);
 #endif
         free(A), free(At), free(B), free(C1), free(C2), free(tmp);
