@@ -10,16 +10,38 @@
 
 #include "cleave/backend.h"
 
+/* a shape's work added: a slot of its own, or past CL_COST_MAX_GEMM merged into the last, weighted by its size */
+void cl_cost_gemm_work(cl_pass_cost *c, const cl_gemm_shape *g) {
+    if (c->ngemm < CL_COST_MAX_GEMM) {
+        c->gemm[c->ngemm++] = *g;
+        return;
+    }
+    cl_gemm_shape *l = &c->gemm[CL_COST_MAX_GEMM - 1];
+    l->count += g->count * g->m * g->n * g->k / (l->m * l->n * l->k);
+    l->f32 += g->f32 * g->m * g->n * g->k / (l->m * l->n * l->k);
+}
+
 /* count products of [m, k] x [k, n] of which the kernel computes the share (the causal attention's
- * skipped blocks): the FLOPs counted are the model's (the whole products), the time the work done */
-void cl_cost_gemm_part(cl_pass_cost *c, double m, double n, double k, double count, int layout, double share) {
+ * skipped blocks), f32: run in F32 whatever the step's dtype: the FLOPs counted are the model's (the whole
+ * products), the time the work done */
+static void gemm_add(cl_pass_cost *c, double m, double n, double k, double count, int layout, double share, int f32) {
     if (m <= 0 || n <= 0 || k <= 0 || count <= 0) return;
     double work = count * share;
-    if (c->ngemm < CL_COST_MAX_GEMM) c->gemm[c->ngemm++] = (cl_gemm_shape){m, n, k, work, layout};
-    else c->gemm[CL_COST_MAX_GEMM - 1].count += work * m * n * k / (c->gemm[CL_COST_MAX_GEMM - 1].m *
-                                                                     c->gemm[CL_COST_MAX_GEMM - 1].n *
-                                                                     c->gemm[CL_COST_MAX_GEMM - 1].k);
+    cl_cost_gemm_work(c, &(cl_gemm_shape){m, n, k, work, layout, f32 ? work : 0});
     c->flops += 2.0 * m * n * k * count;
+}
+
+void cl_cost_gemm_part(cl_pass_cost *c, double m, double n, double k, double count, int layout, double share) {
+    gemm_add(c, m, n, k, count, layout, share, 0);
+}
+
+/* an attention product (flash.c's blockwise kernels: F32 in either dtype) */
+static void att_gemm(cl_pass_cost *c, double m, double n, double k, double count, int layout, double share) {
+    gemm_add(c, m, n, k, count, layout, share, 1);
+}
+
+void cl_cost_narrow(cl_pass_cost *c, const cl_model_desc *d, double n, int fused) {
+    if (cl_nn_bf16(d) && n > 0) c->narrow += (fused ? 2.0 : 6.0) * n;
 }
 
 void cl_cost_gemm(cl_pass_cost *c, double m, double n, double k, double count, int layout) {
@@ -59,14 +81,14 @@ cl_cost_att cl_cost_attention_of(const cl_model_desc *d, int B, double e, int ca
 
 void cl_cost_attention_products(cl_pass_cost *f, cl_pass_cost *b, double T, double K, double hd, double count, double att) {
     if (f) {
-        cl_cost_gemm_part(f, T, K, hd, count, CL_GEMM_NT, att); /* s = q k^T */
-        cl_cost_gemm_part(f, T, hd, K, count, CL_GEMM_NN, att); /* y = p v */
+        att_gemm(f, T, K, hd, count, CL_GEMM_NT, att); /* s = q k^T */
+        att_gemm(f, T, hd, K, count, CL_GEMM_NN, att); /* y = p v */
     }
     if (b) {
-        cl_cost_gemm_part(b, T, hd, K, count, CL_GEMM_NN, att); /* dq = ds k */
-        cl_cost_gemm_part(b, K, hd, T, count, CL_GEMM_TN, att); /* dk = ds^T q */
-        cl_cost_gemm_part(b, T, K, hd, count, CL_GEMM_NT, att); /* dp = dy v^T */
-        cl_cost_gemm_part(b, K, hd, T, count, CL_GEMM_TN, att); /* dv = p^T dy */
+        att_gemm(b, T, hd, K, count, CL_GEMM_NN, att); /* dq = ds k */
+        att_gemm(b, K, hd, T, count, CL_GEMM_TN, att); /* dk = ds^T q */
+        att_gemm(b, T, K, hd, count, CL_GEMM_NT, att); /* dp = dy v^T */
+        att_gemm(b, K, hd, T, count, CL_GEMM_TN, att); /* dv = p^T dy */
     }
 }
 
@@ -77,7 +99,7 @@ void cl_cost_attention_rf(cl_pass_cost *rf, const cl_pass_cost *f, int recompute
         cl_cost_attention_products(rf, NULL, T, K, hd, count, att);
         rf->bytes = attf;
     }
-    if (causal) cl_cost_gemm_part(rf, T, K, hd, count, CL_GEMM_NT, att);
+    if (causal) att_gemm(rf, T, K, hd, count, CL_GEMM_NT, att);
 }
 
 void cl_kind_elementwise_cost(const cl_model_desc *d, const cl_unit *un, int B, double e, int recompute, int causal,

@@ -30,6 +30,8 @@ enum { CL_PASS_F = 0, CL_PASS_B, CL_PASS_W, CL_PASS_RF, CL_NPASS };
 typedef struct {
     double m, n, k, count; /* count products of [m, k] x [k, n] */
     int layout;            /* cl_gemm's operands as the engine passes them: CL_GEMM_NN (A B), _NT (A B^T), _TN (A^T B) */
+    double f32;            /* of count, the work cleave's engine runs in F32 whatever the step's dtype (the attention
+                            * products, flash.c); the rest runs in the step's dtype (the linears: BF16 operands in bf16) */
 } cl_gemm_shape;
 enum { CL_GEMM_NN = 0, CL_GEMM_NT, CL_GEMM_TN, CL_GEMM_NLAYOUTS };
 
@@ -38,6 +40,9 @@ typedef struct {
     double bytes;  /* bytes read and written by the other kernels (norms, GELU, softmax, bias loops, lookups) */
     double stream; /* bytes of plain copies, fills and adds among them (memcpy, memset, vector adds): they run
                     * at memory_bandwidth, the others at kernel_bandwidth (docs/ARCHITECTURE.md "Planner") */
+    double narrow; /* bf16: bytes of cleave's engine's F32 -> BF16 narrowings of GEMM operands (cl_nn_narrow: read 4,
+                    * write 2 an element; a fused kernel's extra BF16 write: 2), at kernel_bandwidth on a description
+                    * of cleave's engine (exact_memory), not on a GPU description (its activations BF16 throughout) */
     int ngemm;
     cl_gemm_shape gemm[CL_COST_MAX_GEMM];
     /* tensor-parallel collectives: bytes of the whole buffer (as comm.h counts) and calls */
@@ -59,6 +64,11 @@ typedef enum { CL_COLL_ALLREDUCE, CL_COLL_ALLGATHER, CL_COLL_REDUCE_SCATTER } cl
  * blocks): the FLOPs counted are the model's (the whole products), the time the work done */
 void cl_cost_gemm_part(cl_pass_cost *c, double m, double n, double k, double count, int layout, double share);
 void cl_cost_gemm(cl_pass_cost *c, double m, double n, double k, double count, int layout);
+/* a shape's work (count, of it f32 in F32) added to c without FLOPs (cl_pass_cost_add: the FLOPs are summed apart) */
+void cl_cost_gemm_work(cl_pass_cost *c, const cl_gemm_shape *g);
+/* bf16 (d's dtype): n elements narrowed F32 -> BF16 by cl_nn_narrow (read 4, write 2 bytes an element; fused 0) or,
+ * fused 1, written as BF16 beside the F32 output by a kernel that computes them (2 bytes); none in fp32 */
+void cl_cost_narrow(cl_pass_cost *c, const cl_model_desc *d, double n, int fused);
 /* a tensor-parallel collective of bytes over tp ranks (none at tp 1) */
 void cl_cost_coll(cl_pass_cost *c, cl_coll_kind kind, double bytes, int tp);
 /* an all-to-all over the g ranks of the expert-parallel group of a send buffer of bytes (none at g 1) */

@@ -415,6 +415,7 @@ static void block_cost(const cl_model_desc *d, const cl_unit *un, int B, double 
     double rowbias = tp > 1 ? 2 : 1;
     f->bytes = e * (2 * Rs * C + R * Q + rowbias * Rs * C + 4 * Rs * C + 2 * R * Fl + rowbias * Rs * C) + attf;
     f->stream = e * 3 * Rs * C;
+    cl_cost_narrow(f, d, R * Cl, 0); /* bf16: c_proj's input (atty) narrowed */
     cl_cost_block_pairs(f, act, tp, sp);
     /* backward-input: each linear's input gradient, the four products of attention */
     cl_cost_gemm(b, R, C, Q, 1, CL_GEMM_NT);
@@ -427,6 +428,11 @@ static void block_cost(const cl_model_desc *d, const cl_unit *un, int B, double 
      * streams: dqkv zeroed, the residual gradient copied, the two added */
     b->bytes = e * (3 * R * Fl + 4 * Rs * C + 3 * Rs * C) + attb;
     b->stream = e * (R * Q + 2 * Rs * C + 3 * Rs * C);
+    /* bf16: what the products read narrowed (dO, dqkv; dR under sequence parallelism), else written as BF16 beside
+     * the F32 result by the kernel computing it (GELU's backward, and ln_2's without sequence parallelism) */
+    cl_cost_narrow(b, d, R * C, 0), cl_cost_narrow(b, d, R * Q, 0), cl_cost_narrow(b, d, R * Fl, 1);
+    if (sp) cl_cost_narrow(b, d, R * C, 0);
+    else cl_cost_narrow(b, d, Rs * C, 1);
     cl_cost_block_pairs(b, act, tp, sp);
     /* backward-weight: dW = x^T dy of the four linears, bias and layernorm gradients (read dy, x) */
     cl_cost_gemm(w, C, Q, R, 1, CL_GEMM_TN);
@@ -434,6 +440,7 @@ static void block_cost(const cl_model_desc *d, const cl_unit *un, int B, double 
     cl_cost_gemm(w, C, Fl, R, 1, CL_GEMM_TN);
     cl_cost_gemm(w, Fl, C, R, 1, CL_GEMM_TN);
     w->bytes = e * (R * (Q + Fl) + 2 * Rs * C + 2 * 2 * Rs * C);
+    cl_cost_narrow(w, d, R * Cl, 0); /* bf16: c_proj's input narrowed again for its weight gradient */
     if (sp) cl_cost_coll(w, CL_COLL_ALLGATHER, act, tp), cl_cost_coll(w, CL_COLL_ALLGATHER, act, tp); /* the layernorm outputs gathered again */
     /* re-forward: the block's forward under full, the attention's under selective (for the lse, or the
      * scores); blockwise, in every mode the backward's recomputed scores q k^T (hardware work, not the

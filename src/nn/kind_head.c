@@ -231,6 +231,7 @@ static void head_cost(const cl_model_desc *d, const cl_unit *un, int B, double e
     cl_cost_gemm(b, R, C, Vl, 1, CL_GEMM_NN);
     cl_cost_gemm(b, Vl, C, R, 1, CL_GEMM_TN);
     b->bytes = e * (2 * R * Vl + 3 * Rs * C + 2 * Rs * C);
+    cl_cost_narrow(b, d, R * Vl, 0); /* bf16: dlogits narrowed in place for the two products */
     cl_cost_coll(b, sp ? CL_COLL_REDUCE_SCATTER : CL_COLL_ALLREDUCE, R * C * e, tp);
 }
 

@@ -294,6 +294,7 @@ static void llama_mlp_cost(const cl_model_desc *d, int B, double e, cl_unit_cost
     cl_cost_gemm(b, R, C, 2 * Fl, 1, CL_GEMM_NT);
     cl_cost_gemm(b, R, Fl, C, 1, CL_GEMM_NT);
     b->bytes += e * 5 * R * Fl; /* SwiGLU backward (read 3, write 2) */
+    cl_cost_narrow(b, d, R * C, 0), cl_cost_narrow(b, d, 2 * R * Fl, 0); /* bf16: dO, dgate and dup narrowed */
     cl_cost_split_pair(b, act, tp, sp);
     cl_cost_gemm(w, C, 2 * Fl, R, 1, CL_GEMM_TN);
     cl_cost_gemm(w, Fl, C, R, 1, CL_GEMM_TN);

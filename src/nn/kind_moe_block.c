@@ -570,6 +570,7 @@ static void moe_mlp_cost(const cl_model_desc *d, int B, double e, cl_unit_cost *
     double router = N * (2 * E + 2 * K), aux = N * (E + K) + 2 * E, dispatch = S + 2 * S + E, gather = 2 * S * C + S;
     double swiglu = 3 * S * Fl, combine = S * C + 2 * S + N * C, residual = 3 * N * C;
     f->bytes += e * (router + aux + dispatch + gather + swiglu + combine + residual);
+    cl_cost_narrow(f, d, 2 * N * E, 0); /* bf16: the router's logits rounded to BF16 and widened back (read 2, write 4) */
     cl_cost_gemm(b, Se, Fl, C, El, CL_GEMM_NT);
     cl_cost_gemm(b, Se, C, Fl, 2 * El, CL_GEMM_NT);
     cl_cost_gemm(b, cl_nn_rows_here(d, (int64_t)B * d->T), C, E, 1, CL_GEMM_NT);
@@ -581,6 +582,8 @@ static void moe_mlp_cost(const cl_model_desc *d, int B, double e, cl_unit_cost *
      * gather's (reads dxe and the rows, adds into dln2), the router's (dwts, p, top-k, weights, f; writes dlogits) */
     double dcombine = N * C + 2 * S * C + 3 * S, dswiglu = 5 * S * Fl, dgather = S * C + S + 2 * N * C, drouter = 2 * N * E + 3 * S + E;
     b->bytes += e * (dcombine + dswiglu + dgather + drouter);
+    /* bf16: the outputs' gradients (the S rows run under uniform routing), dgate and dup, and dlogits narrowed */
+    cl_cost_narrow(b, d, S * C + 2 * S * Fl + N * E, 0);
     b->stream += e * (N * (C + E + K) + R * C + 2 * R * Fl + 2 * N * C); /* dgate and dup: the R rows run (uniform) */
     cl_cost_gemm(w, Fl, C, Se, El, CL_GEMM_TN);
     cl_cost_gemm(w, C, Fl, Se, 2 * El, CL_GEMM_TN);

@@ -247,6 +247,7 @@ void cl_llama_block_cost(const cl_model_desc *d, int B, double e, int recompute,
      * write 2) */
     double qk = R * (Q - d->kv_channels_local);
     f->bytes = e * (2 * Rs * C + 2 * qk + 4 * Rs * C) + attf;
+    cl_cost_narrow(f, d, R * Cl, 0); /* bf16: o_proj's input narrowed */
     cl_cost_split_pair(f, act, tp, sp);
     cl_cost_gemm(b, R, C, Q, 1, CL_GEMM_NT);
     cl_cost_attention_products(NULL, b, T, K, hd, B * H, att);
@@ -255,10 +256,12 @@ void cl_llama_block_cost(const cl_model_desc *d, int B, double e, int recompute,
      * gradient's copy and add */
     b->bytes = e * (2 * qk + 4 * Rs * C + 3 * Rs * C) + attb;
     b->stream = e * (R * Q + 2 * Rs * C);
+    cl_cost_narrow(b, d, R * C, 0), cl_cost_narrow(b, d, R * Q, 0); /* bf16: dR and dqkv narrowed for the products */
     cl_cost_split_pair(b, act, tp, sp);
     cl_cost_gemm(w, C, Q, R, 1, CL_GEMM_TN);
     cl_cost_gemm(w, Cl, C, R, 1, CL_GEMM_TN);
     w->bytes = e * (R * Q + 2 * Rs * C + 2 * 2 * Rs * C);
+    cl_cost_narrow(w, d, R * Cl, 0); /* bf16: o_proj's input narrowed again for its weight gradient */
     if (sp) cl_cost_coll(w, CL_COLL_ALLGATHER, act, tp);
     mlp(d, B, e, o);
     cl_cost_attention_rf(rf, f, recompute, causal, T, K, hd, B * H, att, attf);

@@ -317,13 +317,27 @@ double cl_hw_gemm_eff_layout(const cl_hw *hw, double m, double n, double k, int 
     return cl_hw_gemm_eff_of(hw, m, n, k, layout, 0);
 }
 
+/* A product's seconds: at bf16 on a description of cleave's engine (exact_memory: calibrate's) the work it runs in F32
+ * whatever the step's dtype (g->f32: the attention products) at the F32 peak and table, the rest at the BF16 ones; on
+ * a GPU description every product at the precision's (the field's bf16 attention: FlashAttention, Megatron-LM). */
+static double gemm_time(const cl_hw *hw, const cl_gemm_shape *g, int bf16) {
+    double peak = bf16 ? hw->peak_bf16 : hw->peak_fp32;
+    if (!(bf16 && hw->exact_memory && g->f32 > 0))
+        return 2.0 * g->m * g->n * g->k * g->count / (peak * cl_hw_gemm_eff_of(hw, g->m, g->n, g->k, g->layout, bf16));
+    double a = 2.0 * g->m * g->n * g->k, lo = g->count - g->f32;
+    double t = a * g->f32 / (hw->peak_fp32 * cl_hw_gemm_eff_of(hw, g->m, g->n, g->k, g->layout, 0));
+    return lo > 0 ? t + a * lo / (peak * cl_hw_gemm_eff_of(hw, g->m, g->n, g->k, g->layout, 1)) : t;
+}
+
+/* On a description of cleave's engine in bf16 the other kernels' bytes, which the kinds count at the activation
+ * width (2 in bf16: a GPU description's, activations BF16 throughout), go at F32's: cleave's layernorms, GELU,
+ * softmax, residuals and their backward read and write F32 tensors in either dtype (only the GEMMs' inputs are BF16:
+ * docs/ARCHITECTURE.md "Planner"), so twice the count; and the narrowings are added. */
 double cl_hw_pass_compute(const cl_hw *hw, const cl_pass_cost *c, int bf16) {
-    double t = 0, peak = bf16 ? hw->peak_bf16 : hw->peak_fp32;
-    for (int i = 0; i < c->ngemm; i++) {
-        const cl_gemm_shape *g = &c->gemm[i];
-        t += 2.0 * g->m * g->n * g->k * g->count / (peak * cl_hw_gemm_eff_of(hw, g->m, g->n, g->k, g->layout, bf16));
-    }
-    return t + c->bytes / (hw->kern_bw > 0 ? hw->kern_bw : hw->mem_bw) + c->stream / hw->mem_bw;
+    double t = 0, kbw = hw->kern_bw > 0 ? hw->kern_bw : hw->mem_bw;
+    for (int i = 0; i < c->ngemm; i++) t += gemm_time(hw, &c->gemm[i], bf16);
+    if (bf16 && hw->exact_memory) return t + (2 * c->bytes + c->narrow) / kbw + 2 * c->stream / hw->mem_bw;
+    return t + c->bytes / kbw + c->stream / hw->mem_bw;
 }
 
 double cl_hw_coll(const cl_hw *hw, cl_coll_kind kind, double bytes, int g, int inter) {
