@@ -63,7 +63,9 @@ double cl_hw_gemm_eff(const cl_hw *hw, double m, double n, double k);
 double cl_hw_gemm_eff_layout(const cl_hw *hw, double m, double n, double k, int layout);
 /* The same for BF16 operands when bf16 (the bf16 table where there is one), else fp32's. */
 double cl_hw_gemm_eff_of(const cl_hw *hw, double m, double n, double k, int layout, int bf16);
-/* Seconds of a pass on one device: its products at the precision's peak (bf16: peak_bf16 and the bf16 table), its bytes at the bandwidths. */
+/* Seconds of a pass on one device: its products at the precision's peak (bf16: peak_bf16 and the bf16 table), its bytes at the
+ * bandwidths; at bf16 on a description of cleave's engine (exact_memory) its F32 work (cl_gemm_shape.f32: attention) at
+ * fp32's peak and table, its bytes at F32 width (twice the count) and its narrowings added (docs/ARCHITECTURE.md). */
 double cl_hw_pass_compute(const cl_hw *hw, const cl_pass_cost *c, int bf16);
 /* Seconds of a collective over g devices of bytes (the whole buffer), the
  * group within a node (inter = 0) or spanning nodes; ring and tree costs,
