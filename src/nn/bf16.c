@@ -60,8 +60,11 @@ void cl_nn_bias_grad(const cl_model *m, float *db, const float *dout, int64_t N,
 }
 
 void cl_nn_linear_dweight_lo(const cl_model *m, float *dw, float *db, const float *dout, const void *dout_lo, const void *x,
-                             int64_t N, int64_t IC, int64_t OC) {
-    cl_nn_gemm_lo(m, 1, 0, (int)IC, (int)OC, (int)N, x, (int)IC, dout_lo, (int)OC, 1.0f, dw, (int)OC);
+                             void *xt, int64_t N, int64_t IC, int64_t OC) {
+    if (xt) {
+        cl_kern(m)->transpose_bf16(xt, x, N, IC, IC, N);
+        cl_nn_gemm_lo(m, 0, 0, (int)IC, (int)OC, (int)N, xt, (int)N, dout_lo, (int)OC, 1.0f, dw, (int)OC);
+    } else cl_nn_gemm_lo(m, 1, 0, (int)IC, (int)OC, (int)N, x, (int)IC, dout_lo, (int)OC, 1.0f, dw, (int)OC);
     if (db) cl_nn_bias_grad(m, db, dout, N, OC);
 }
 

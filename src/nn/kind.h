@@ -261,9 +261,11 @@ void cl_nn_gemm_lo_rows(const cl_model *m, int ta, int tb, int M, int N, int K, 
 /* out = x w (+ bias): x BF16 [N, IC], w a parameter's F32 data [IC, OC] read as its BF16 copy, out F32. */
 void cl_nn_linear_lo(const cl_model *m, float *out, const void *x, const float *w, const float *bias, int64_t N, int64_t IC, int64_t OC);
 /* A linear layer's weight gradient dw [IC, OC] += x^T dout (x [N, IC] and dout_lo BF16), and db += the column sums
- * of dout (its F32 form) when db. */
+ * of dout (its F32 form) when db. xt NULL: x^T read through strides (ta 1); else xt, cl_nn_bf16_floats(N IC) floats
+ * of the caller's scratch, first receives x^T [IC, N] (the device's transpose_bf16) and the product reads it plain:
+ * the same bits (oneDNN's matmul copies either layout into the same blocks), faster where bench/gemm_wgrad says so. */
 void cl_nn_linear_dweight_lo(const cl_model *m, float *dw, float *db, const float *dout, const void *dout_lo, const void *x,
-                             int64_t N, int64_t IC, int64_t OC);
+                             void *xt, int64_t N, int64_t IC, int64_t OC);
 /* db += the column sums of dout [N, OC] (F32). */
 void cl_nn_bias_grad(const cl_model *m, float *db, const float *dout, int64_t N, int64_t OC);
 

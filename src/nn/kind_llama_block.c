@@ -194,7 +194,7 @@ static cl_status llama_backward_pass(cl_model *m, const llama_acts *s, const flo
     if (lo) CL_TRY(cl_nn_narrow(m, L1, dO, N * C));
     CL_PROF("bwd down_proj", ff, lo ? cl_nn_gemm_lo(m, 0, 1, iN, iFl, iC, L1, iC, cl_nn_wlo(m, w->down_w), iC, 0.0f, dh, iFl)
                                     : cl_sgemm(K, 0, 1, iN, iFl, iC, 1.0f, dO, iC, w->down_w, iC, 0.0f, dh, iFl));
-    if (ww) CL_PROF("bwd down_proj w", ff, lo ? cl_nn_linear_dweight_lo(m, gw->down_w, NULL, dO, L1, s->h, N, Fl, C)
+    if (ww) CL_PROF("bwd down_proj w", ff, lo ? cl_nn_linear_dweight_lo(m, gw->down_w, NULL, dO, L1, s->h, NULL, N, Fl, C)
                                               : cl_sgemm(K, 1, 0, iFl, iC, iN, 1.0f, s->h, iFl, dO, iC, 1.0f, gw->down_w, iC));
     CL_PROF("bwd swiglu", 0, K->swiglu_backward(dgate, dup, dh, s->gate, s->up, N * Fl));
     if (lo) CL_TRY(cl_nn_narrow(m, L1, dgate, 2 * N * Fl)); /* dup follows dgate in the workspace */
@@ -210,8 +210,8 @@ static cl_status llama_backward_pass(cl_model *m, const llama_acts *s, const flo
     if (ww) {
         CL_TRY(cl_nn_col_input(m, s->at.ln2, G, Ns, C, &x)); /* sequence-parallel: gathered again, not kept */
         if (lo)
-            CL_PROF("bwd gate up w", 2 * ff, (cl_nn_linear_dweight_lo(m, gw->gate_w, NULL, dgate, dglo, x, N, C, Fl),
-                                               cl_nn_linear_dweight_lo(m, gw->up_w, NULL, dup, dulo, x, N, C, Fl)));
+            CL_PROF("bwd gate up w", 2 * ff, (cl_nn_linear_dweight_lo(m, gw->gate_w, NULL, dgate, dglo, x, NULL, N, C, Fl),
+                                               cl_nn_linear_dweight_lo(m, gw->up_w, NULL, dup, dulo, x, NULL, N, C, Fl)));
         else
             CL_PROF("bwd gate up w", 2 * ff, (cl_sgemm(K, 1, 0, iC, iFl, iN, 1.0f, x, iC, dgate, iFl, 1.0f, gw->gate_w, iFl),
                                                cl_sgemm(K, 1, 0, iC, iFl, iN, 1.0f, x, iC, dup, iFl, 1.0f, gw->up_w, iFl)));

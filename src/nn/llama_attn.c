@@ -191,7 +191,7 @@ cl_status cl_llama_attn_backward(cl_model *m, cl_nn_keep *k, const cl_llama_attn
     if (lo && ww) CL_TRY(cl_nn_narrow(m, L2, s->atty, N * Cl));
     CL_PROF("bwd o_proj", fl, lo ? cl_nn_gemm_lo(m, 0, 1, iN, iCl, iC, L1, iC, cl_nn_wlo(m, w->o_w), iC, 0.0f, datty, iCl)
                                  : cl_sgemm(K, 0, 1, iN, iCl, iC, 1.0f, dR, iC, w->o_w, iC, 0.0f, datty, iCl));
-    if (ww) CL_PROF("bwd o_proj w", fl, lo ? cl_nn_linear_dweight_lo(m, gw->o_w, NULL, dR, L1, L2, N, Cl, C)
+    if (ww) CL_PROF("bwd o_proj w", fl, lo ? cl_nn_linear_dweight_lo(m, gw->o_w, NULL, dR, L1, L2, NULL, N, Cl, C)
                                            : cl_sgemm(K, 1, 0, iCl, iC, iN, 1.0f, s->atty, iCl, dR, iC, 1.0f, gw->o_w, iC));
     /* the score tiles recomputed (q k^T, a third product) besides the four of the gradients */
     CL_PROF("bwd attention", 2.5 * att, CL_TRY(cl_nn_attention_backward(m, dqkv, attscratch, datty, s->qkv, s->atty, s->lse, B, T, iCl, NH, KV)));
