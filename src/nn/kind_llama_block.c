@@ -209,7 +209,13 @@ static cl_status llama_backward_pass(cl_model *m, const llama_acts *s, const flo
     CL_TRY(cl_nn_col_dinput(m, &k, run, dln2, dln2s, Ns, &dl2));
     if (ww) {
         CL_TRY(cl_nn_col_input(m, s->at.ln2, G, Ns, C, &x)); /* sequence-parallel: gathered again, not kept */
-        if (lo)
+        /* bf16: gate's product reads x transposed into dh (free since SwiGLU's backward read it) where dh holds it
+         * (F/tp >= C/2: every preset's tp), up's reads that copy too (the same bits as strided: cl_nn_linear_dweight_lo) */
+        void *xt = Fl >= cl_nn_bf16_floats(C) ? dh : NULL;
+        if (lo && xt)
+            CL_PROF("bwd gate up w", 2 * ff, (cl_nn_linear_dweight_lo(m, gw->gate_w, NULL, dgate, dglo, x, xt, N, C, Fl),
+                                               cl_nn_gemm_lo(m, 0, 0, iC, iFl, iN, xt, iN, dulo, iFl, 1.0f, gw->up_w, iFl)));
+        else if (lo)
             CL_PROF("bwd gate up w", 2 * ff, (cl_nn_linear_dweight_lo(m, gw->gate_w, NULL, dgate, dglo, x, NULL, N, C, Fl),
                                                cl_nn_linear_dweight_lo(m, gw->up_w, NULL, dup, dulo, x, NULL, N, C, Fl)));
         else
