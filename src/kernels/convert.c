@@ -169,21 +169,30 @@ static void transpose_plain(uint16_t *dst, const uint16_t *src, int64_t nr, int6
 }
 
 #ifdef CL_SIMD_X86
-/* A 32 x 32 block in 32 registers, transposed in five butterfly stages: at stage s (16, 8, 4, 2, 1) rows i and i + s
- * (bit s of i clear) trade the off-diagonal s x s blocks of each 2s-wide chunk (one vpermt2w each); the block-wise
- * recursion of the transpose, every level at once. il[k], ih[k]: stage 16 >> k's two selections. */
+/* A 32 x 32 block transposed in five butterfly stages: at stage s (16, 8, 4, 2, 1) rows i and i + s (bit s of i
+ * clear) trade the off-diagonal s x s blocks of each 2s-wide chunk (one vpermt2w each), the block-wise recursion of
+ * the transpose, every level at once. After stage 16 the two halves of 16 rows go on apart, so each half is done on
+ * its own (its stage-16 rows from the source read again, from L1): 16 rows and the ten selections fit the 32
+ * registers, where 32 rows spilled. il[k], ih[k]: stage 16 >> k's two selections. */
 CL_AVX512 static void transpose32_avx512(uint16_t *dst, const uint16_t *src, int64_t lds, int64_t ldd, const __m512i *il,
                                          const __m512i *ih) {
-    __m512i r[32];
-    for (int i = 0; i < 32; i++) r[i] = _mm512_loadu_si512(src + i * lds);
-    for (int k = 0, s = 16; k < 5; k++, s /= 2)
-        for (int i = 0; i < 32; i++) {
-            if (i & s) continue;
-            __m512i a = r[i], b = r[i + s];
-            r[i] = _mm512_permutex2var_epi16(a, il[k], b);
-            r[i + s] = _mm512_permutex2var_epi16(a, ih[k], b);
-        }
-    for (int i = 0; i < 32; i++) _mm512_storeu_si512(dst + i * ldd, r[i]);
+    for (int h = 0; h < 2; h++) {
+        __m512i r[16]; /* the loops unrolled whole, so r lives in registers (at -O2 GCC keeps a looped array on the stack) */
+#pragma GCC unroll 16
+        for (int i = 0; i < 16; i++)
+            r[i] = _mm512_permutex2var_epi16(_mm512_loadu_si512(src + i * lds), h ? ih[0] : il[0], _mm512_loadu_si512(src + (i + 16) * lds));
+#pragma GCC unroll 4
+        for (int k = 1, s = 8; k < 5; k++, s /= 2)
+#pragma GCC unroll 16
+            for (int i = 0; i < 16; i++) {
+                if (i & s) continue;
+                __m512i a = r[i], b = r[i + s];
+                r[i] = _mm512_permutex2var_epi16(a, il[k], b);
+                r[i + s] = _mm512_permutex2var_epi16(a, ih[k], b);
+            }
+#pragma GCC unroll 16
+        for (int i = 0; i < 16; i++) _mm512_storeu_si512(dst + (16 * h + i) * ldd, r[i]);
+    }
 }
 
 /* The 32 x 32 blocks of nr32 rows and nc32 columns (multiples of 32), ending in an explicit vzeroupper (as
