@@ -266,6 +266,10 @@ void cl_nn_linear_lo(const cl_model *m, float *out, const void *x, const float *
  * the same bits (oneDNN's matmul copies either layout into the same blocks), faster where bench/gemm_wgrad says so. */
 void cl_nn_linear_dweight_lo(const cl_model *m, float *dw, float *db, const float *dout, const void *dout_lo, const void *x,
                              void *xt, int64_t N, int64_t IC, int64_t OC);
+/* The source operand of a weight-gradient product dw += x^T dy (x BF16 [N, IC]): x transposed into xt when xt (the
+ * return value; *ta 0, *lda N), else x itself read through strides (*ta 1, *lda IC), as also where the environment
+ * sets CLEAVE_WGRAD_STRIDED (both routes timed on one binary: the same bits). */
+const void *cl_nn_dweight_src(const cl_model *m, void *xt, const void *x, int64_t N, int64_t IC, int *ta, int *lda);
 /* db += the column sums of dout [N, OC] (F32). */
 void cl_nn_bias_grad(const cl_model *m, float *db, const float *dout, int64_t N, int64_t OC);
 

@@ -154,6 +154,16 @@ static int64_t llama_block_keep(const cl_model_desc *d, const cl_unit *un, int B
     return d->tpl.sp ? 2 * N * C + 2 * Ns * C : 2 * N * C;
 }
 
+/* bf16: gate's and up's weight gradients from x (BF16 [N, C]), transposed once into xt when xt (cl_nn_dweight_src),
+ * and their narrowed output gradients dglo, dulo ([N, F/tp] each). */
+static void gate_up_dweight_lo(const cl_model *m, const llama_block_weights *gw, const void *x, void *xt, const uint16_t *dglo,
+                               const uint16_t *dulo, int64_t N) {
+    int iN = (int)N, iC = m->desc->cfg.channels, iFl = (int)m->desc->mlp_local, ta, lda;
+    const void *a = cl_nn_dweight_src(m, xt, x, N, iC, &ta, &lda);
+    cl_nn_gemm_lo(m, ta, 0, iC, iFl, iN, a, lda, dglo, iFl, 1.0f, gw->gate_w, iFl);
+    cl_nn_gemm_lo(m, ta, 0, iC, iFl, iN, a, lda, dulo, iFl, 1.0f, gw->up_w, iFl);
+}
+
 /* The backward (the forward's split, written once; a split group's weight pass reads the input pass's
  * collective results back, one rank computes its input gradients again). The scratch gradients are assigned
  * where first written (beta 0), but dgate and dup (SwiGLU's backward adds) and dqkv (attention's) start at 0. */
@@ -209,15 +219,9 @@ static cl_status llama_backward_pass(cl_model *m, const llama_acts *s, const flo
     CL_TRY(cl_nn_col_dinput(m, &k, run, dln2, dln2s, Ns, &dl2));
     if (ww) {
         CL_TRY(cl_nn_col_input(m, s->at.ln2, G, Ns, C, &x)); /* sequence-parallel: gathered again, not kept */
-        /* bf16: gate's product reads x transposed into dh (free since SwiGLU's backward read it) where dh holds it
-         * (F/tp >= C/2: every preset's tp), up's reads that copy too (the same bits as strided: cl_nn_linear_dweight_lo) */
-        void *xt = Fl >= cl_nn_bf16_floats(C) ? dh : NULL;
-        if (lo && xt)
-            CL_PROF("bwd gate up w", 2 * ff, (cl_nn_linear_dweight_lo(m, gw->gate_w, NULL, dgate, dglo, x, xt, N, C, Fl),
-                                               cl_nn_gemm_lo(m, 0, 0, iC, iFl, iN, xt, iN, dulo, iFl, 1.0f, gw->up_w, iFl)));
-        else if (lo)
-            CL_PROF("bwd gate up w", 2 * ff, (cl_nn_linear_dweight_lo(m, gw->gate_w, NULL, dgate, dglo, x, NULL, N, C, Fl),
-                                               cl_nn_linear_dweight_lo(m, gw->up_w, NULL, dup, dulo, x, NULL, N, C, Fl)));
+        /* bf16: x transposed once into dh (free since SwiGLU's backward read it) where dh holds it (F/tp >= C/2),
+         * else read through strides; the same bits either way (cl_nn_linear_dweight_lo) */
+        if (lo) CL_PROF("bwd gate up w", 2 * ff, gate_up_dweight_lo(m, gw, x, Fl >= cl_nn_bf16_floats(C) ? dh : NULL, dglo, dulo, N));
         else
             CL_PROF("bwd gate up w", 2 * ff, (cl_sgemm(K, 1, 0, iC, iFl, iN, 1.0f, x, iC, dgate, iFl, 1.0f, gw->gate_w, iFl),
                                                cl_sgemm(K, 1, 0, iC, iFl, iN, 1.0f, x, iC, dup, iFl, 1.0f, gw->up_w, iFl)));

@@ -141,10 +141,11 @@ static void qkv_dweight_lo(const cl_model *m, const cl_llama_attn_weights *gw, c
     const cl_model_desc *d = m->desc;
     int iN = (int)N, iC = d->cfg.channels, Cl = d->channels_local, Kl = d->kv_channels_local, iQ = Cl + 2 * Kl;
     const uint16_t *dq = dlo;
-    cl_kern(m)->transpose_bf16(xt, x, N, iC, iC, N);
-    cl_nn_gemm_lo(m, 0, 0, iC, Cl, iN, xt, iN, dq, iQ, 1.0f, gw->q_w, Cl);
-    cl_nn_gemm_lo(m, 0, 0, iC, Kl, iN, xt, iN, dq + Cl, iQ, 1.0f, gw->k_w, Kl);
-    cl_nn_gemm_lo(m, 0, 0, iC, Kl, iN, xt, iN, dq + Cl + Kl, iQ, 1.0f, gw->v_w, Kl);
+    int ta, lda;
+    const void *a = cl_nn_dweight_src(m, xt, x, N, iC, &ta, &lda);
+    cl_nn_gemm_lo(m, ta, 0, iC, Cl, iN, a, lda, dq, iQ, 1.0f, gw->q_w, Cl);
+    cl_nn_gemm_lo(m, ta, 0, iC, Kl, iN, a, lda, dq + Cl, iQ, 1.0f, gw->k_w, Kl);
+    cl_nn_gemm_lo(m, ta, 0, iC, Kl, iN, a, lda, dq + Cl + Kl, iQ, 1.0f, gw->v_w, Kl);
 }
 
 /* bf16: dln1 [N, C] = the q, k and v products' input gradient from dqkv narrowed to BF16 (dlo) and the weights' copies. */
