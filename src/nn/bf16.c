@@ -62,7 +62,7 @@ void cl_nn_bias_grad(const cl_model *m, float *db, const float *dout, int64_t N,
 }
 
 const void *cl_nn_dweight_src(const cl_model *m, void *xt, const void *x, int64_t N, int64_t IC, int *ta, int *lda) {
-    if (!xt || getenv("CLEAVE_WGRAD_STRIDED")) {
+    if (!xt || !getenv("CLEAVE_WGRAD_PLAIN")) { /* strided unless asked: the step measured the plain route slower (PERFORMANCE.md) */
         *ta = 1, *lda = (int)IC;
         return x;
     }

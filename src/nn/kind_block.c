@@ -206,9 +206,9 @@ static cl_status block_backward_pass(cl_model *m, const block_acts *s, const flo
     int64_t wide = C > Fl ? (C > Q ? C : Q) : (Fl > Q ? Fl : Q);
     float *L2 = m->scratch + m->sizes.scratch - (lo ? cl_nn_bf16_floats(N * Cl) : 0), *L1 = L2 - (lo ? cl_nn_bf16_floats(N * wide) : 0);
     CL_ASSERT(attscratch + cl_flash_scratch_floats(B, T, iCl, d->heads_local) <= L1);
-    /* bf16: c_fc's and c_attn's weight products read their input transposed ([C, N] BF16, N C / 2 floats) from dln1,
-     * which nothing holds until c_attn's input gradient is written after both (a split group's weight pass never
-     * writes it): bench/gemm_wgrad's plain form, the same bits as the strided one, no bytes of its own */
+    /* bf16, with CLEAVE_WGRAD_PLAIN (cl_nn_dweight_src): c_fc's and c_attn's weight products read their input
+     * transposed ([C, N] BF16, N C / 2 floats) from dln1, which nothing holds until c_attn's input gradient is written
+     * after both (a split group's weight pass never writes it): the same bits as strided, no bytes of its own */
     void *xt = lo ? dln1 : NULL;
     double fl = 2.0 * (double)N * C * Cl, flf = 2.0 * (double)N * C * Fl, fq = 2.0 * (double)N * C * Q, att = 4.0 * (double)B * T * T * Cl;
     const float *x;

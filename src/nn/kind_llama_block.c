@@ -219,8 +219,8 @@ static cl_status llama_backward_pass(cl_model *m, const llama_acts *s, const flo
     CL_TRY(cl_nn_col_dinput(m, &k, run, dln2, dln2s, Ns, &dl2));
     if (ww) {
         CL_TRY(cl_nn_col_input(m, s->at.ln2, G, Ns, C, &x)); /* sequence-parallel: gathered again, not kept */
-        /* bf16: x transposed once into dh (free since SwiGLU's backward read it) where dh holds it (F/tp >= C/2),
-         * else read through strides; the same bits either way (cl_nn_linear_dweight_lo) */
+        /* bf16, with CLEAVE_WGRAD_PLAIN (cl_nn_dweight_src): x transposed once into dh (free since SwiGLU's backward
+         * read it) where dh holds it (F/tp >= C/2), else read through strides; the same bits either way */
         if (lo) CL_PROF("bwd gate up w", 2 * ff, gate_up_dweight_lo(m, gw, x, Fl >= cl_nn_bf16_floats(C) ? dh : NULL, dglo, dulo, N));
         else
             CL_PROF("bwd gate up w", 2 * ff, (cl_sgemm(K, 1, 0, iC, iFl, iN, 1.0f, x, iC, dgate, iFl, 1.0f, gw->gate_w, iFl),

@@ -134,9 +134,9 @@ int64_t cl_llama_attn_scratch_floats(const cl_model_desc *d, cl_sizer *z) {
     return d->tpl.sp ? cl_size_add(z, n, cl_size_add(z, cl_size_mul(z, T, C), cl_size_mul(z, Ts, C))) : n;
 }
 
-/* bf16: the weight gradients of q, k and v from x (BF16 [N, C]) and dqkv narrowed to BF16 ([N, Q] at dlo); x first
- * transposed into xt ([C, N] BF16), one transpose for the three products, which read it plain (the same bits as
- * reading x through strides: cl_nn_linear_dweight_lo). */
+/* bf16: the weight gradients of q, k and v from x (BF16 [N, C]) and dqkv narrowed to BF16 ([N, Q] at dlo); with
+ * CLEAVE_WGRAD_PLAIN x first transposed into xt ([C, N] BF16), one transpose for the three products, which read it
+ * plain (cl_nn_dweight_src: the same bits as reading x through strides). */
 static void qkv_dweight_lo(const cl_model *m, const cl_llama_attn_weights *gw, const void *x, void *xt, const void *dlo, int64_t N) {
     const cl_model_desc *d = m->desc;
     int iN = (int)N, iC = d->cfg.channels, Cl = d->channels_local, Kl = d->kv_channels_local, iQ = Cl + 2 * Kl;
