@@ -6,7 +6,7 @@
  *   strided  x^T as strides (ta 1), beta 1: as the step runs it
  *   beta0    the same with beta 0 (no sum post-op): what the sum costs
  *   plain    x transposed into a BF16 copy first (cl_bf16_transpose, as the
- *            step does; ta 0, beta 1); plain+T
+ *            step does with CLEAVE_WGRAD_PLAIN; ta 0, beta 1); plain+T
  *            with the transpose's time added, transp that time alone
  *   swapped  dW^T = dY^T x as one primitive writing dW through transposed
  *            strides (timed only where oneDNN offers more than its
