@@ -5,7 +5,8 @@
  * (docs/PERFORMANCE.md, "The bf16 weight-gradient products' layout").
  *   strided  x^T as strides (ta 1), beta 1: as the step runs it
  *   beta0    the same with beta 0 (no sum post-op): what the sum costs
- *   plain    x transposed into a BF16 copy first (ta 0, beta 1); plain+T
+ *   plain    x transposed into a BF16 copy first (cl_bf16_transpose, as the
+ *            step does with CLEAVE_WGRAD_PLAIN; ta 0, beta 1); plain+T
  *            with the transpose's time added, transp that time alone
  *   swapped  dW^T = dY^T x as one primitive writing dW through transposed
  *            strides (timed only where oneDNN offers more than its
@@ -27,21 +28,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* dst[c * ldd + r] = src[r * lds + c]: x transposed, in 64 x 64 tiles, the column tiles over the team. */
-static void transpose16(uint16_t *dst, const uint16_t *src, int64_t rows, int64_t cols, int64_t lds, int64_t ldd) {
-    enum { TT = 64 };
-    int64_t ct = (cols + TT - 1) / TT;
-#pragma omp parallel for schedule(static)
-    for (int64_t cb = 0; cb < ct; cb++) {
-        int64_t c0 = cb * TT, c1 = c0 + TT < cols ? c0 + TT : cols;
-        for (int64_t r0 = 0; r0 < rows; r0 += TT) {
-            int64_t r1 = r0 + TT < rows ? r0 + TT : rows;
-            for (int64_t c = c0; c < c1; c++)
-                for (int64_t r = r0; r < r1; r++) dst[c * ldd + r] = src[r * lds + c];
-        }
-    }
-}
 
 #ifdef CL_HAVE_DNNL
 /* The swapped form dW^T = dY^T x as one primitive writing dW through transposed strides: best seconds of repeat
@@ -132,7 +118,7 @@ int main(int argc, char **argv) {
         cl_bf16_pack(B, tmp, (int64_t)nb);
         /* the primitives made outside the timing */
         cl_gemm_matmul(1, 0, M, N, K, 1.0f, A, CL_BF16, M, B, CL_BF16, N, 0.0f, C1, N);
-        transpose16(At, A, K, M, M, K);
+        cl_bf16_transpose(At, A, K, M, M, K);
         cl_gemm_matmul(0, 0, M, N, K, 1.0f, At, CL_BF16, K, B, CL_BF16, N, 0.0f, C2, N);
         double err = 0, ref = 0;
         for (size_t k = 0; k < nc; k++) {
@@ -148,7 +134,7 @@ int main(int argc, char **argv) {
                 if (w == 0) cl_gemm_matmul(1, 0, M, N, K, 1.0f, A, CL_BF16, M, B, CL_BF16, N, 1.0f, C1, N);
                 if (w == 1) cl_gemm_matmul(1, 0, M, N, K, 1.0f, A, CL_BF16, M, B, CL_BF16, N, 0.0f, C1, N);
                 if (w == 2) {
-                    transpose16(At, A, K, M, M, K);
+                    cl_bf16_transpose(At, A, K, M, M, K);
                     t1 = cl_now();
                     cl_gemm_matmul(0, 0, M, N, K, 1.0f, At, CL_BF16, K, B, CL_BF16, N, 1.0f, C2, N);
                 }

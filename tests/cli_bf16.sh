@@ -9,6 +9,7 @@
 #   gathers moving BF16 weights: a little over half fp32's bytes), and tp 2, tp 2 x pp 2, cp 2 within
 #   1e-4 and 5e-4 relative of it; bf16 is not fp32's bits but
 #   within 1% of its losses;
+# - CLEAVE_WGRAD_PLAIN (the weight products reading their input transposed) bitwise the strided run;
 # - a resume is exact (5 steps, save, 5 more = 10 straight) and one at the other dtype is refused;
 # - what bf16 does not run is refused in one line naming it (the mlp and cnn families, an unknown format;
 #   the dense Llama's bf16 is tests/cli_bf16_llama.sh's, sequence parallelism cli_bf16_sp.sh's, the MoE block
@@ -35,6 +36,12 @@ out=$(close "$tmp/one.jsonl" "$tmp/f32.jsonl" 1e-2); _rc=$?
 echo "bf16 against fp32: $out"
 check '[ $_rc -eq 0 ] && [ "$(figures "$tmp/one.jsonl")" != "$(figures "$tmp/f32.jsonl")" ]' \
     "bf16 should differ from fp32 (it computes in BF16) by under 1%: $out"
+# the weight products' transposed operand (CLEAVE_WGRAD_PLAIN, cl_nn_dweight_src): the same bits as the strided one,
+# on one rank and in a split weight pass (zb-h1)
+CLEAVE_WGRAD_PLAIN=1 run plain --dtype bf16
+CLEAVE_WGRAD_PLAIN=1 run plain-zb --dtype bf16 --pp 2 --schedule zb-h1
+check '[ -n "$(figures "$tmp/plain.jsonl")" ] && [ "$(figures "$tmp/plain.jsonl")" = "$(figures "$tmp/one.jsonl")" ] && [ "$(figures "$tmp/plain-zb.jsonl")" = "$(figures "$tmp/one.jsonl")" ]' \
+    "bf16 with the transposed weight-gradient operand: not bitwise the strided run: $(paste <(figures "$tmp/plain.jsonl") <(figures "$tmp/one.jsonl") | head -3)"
 for sched in gpipe 1f1b zb-h1 interleaved; do
     run "pp2-$sched" --dtype bf16 --pp 2 --schedule $sched
     check '[ -n "$(figures "$tmp/pp2-$sched.jsonl")" ] && [ "$(figures "$tmp/pp2-$sched.jsonl")" = "$(figures "$tmp/one.jsonl")" ]' \

@@ -1,7 +1,7 @@
 /* Tests of the bf16 mixed-precision kernels (src/kernels: layernorm.c,
  * activations.c, adamw.c, and Llama's rmsnorm.c, swiglu.c; the kernel
  * table's *_bf16 entries, the backward ones writing an F32 gradient and its
- * BF16 copy in one pass): each BF16
+ * BF16 copy in one pass; and transpose_bf16, a copy): each BF16
  * output must be, bit for bit, the F32 kernel's output rounded by
  * cl_bf16_from_f32, and every F32 output (mean, rstd, res, pre, the
  * optimizer's weights and moments, RMSNorm's rstd and res) the F32 kernel's
@@ -193,12 +193,34 @@ static void adamw_case(int64_t n, float gscale, const char *isa) {
     free(p), free(g), free(m), free(v), free(p2), free(m2), free(v2), free(pbf);
 }
 
+/* transpose_bf16 (convert.c): every value where the definition puts it, none outside the destination's rows x cols
+ * touched (strided source and destination, guard values around); shapes below, across and past the 32 x 32 vector
+ * blocks and the 64 x 64 tiles, and GPT-2's [1024 x 768] (split over the team). */
+static void transpose_case(int64_t rows, int64_t cols, const char *isa) {
+    int64_t lds = cols + 3, ldd = rows + 5, ns = rows * lds, nd = cols * ldd;
+    uint16_t *src = malloc((size_t)ns * 2), *dst = malloc((size_t)nd * 2);
+    CHECK(src && dst, "alloc");
+    for (int64_t i = 0; i < ns; i++) src[i] = (uint16_t)(i * 2654435761u >> 7);
+    for (int64_t i = 0; i < nd; i++) dst[i] = 0xabcd;
+    K->transpose_bf16(dst, src, rows, cols, lds, ldd);
+    int64_t wrong = 0, touched = 0;
+    for (int64_t c = 0; c < cols; c++)
+        for (int64_t r = 0; r < ldd; r++) {
+            uint16_t got = dst[c * ldd + r];
+            if (r < rows) wrong += got != src[r * lds + c];
+            else touched += got != 0xabcd;
+        }
+    CHECK(!wrong && !touched, "%s transpose_bf16 %lld x %lld: %lld values misplaced, %lld outside written", isa, (long long)rows,
+          (long long)cols, (long long)wrong, (long long)touched);
+    free(src), free(dst);
+}
+
 int main(void) {
     K = &cl_cpu_kernels;
     CHECK(K->layernorm_forward_bf16 && K->residual_layernorm_forward_bf16 && K->gelu_forward_bf16 &&
               K->bias_gelu_forward_bf16 && K->adamw_update_bf16 && K->rmsnorm_forward_bf16 &&
               K->residual_rmsnorm_forward_bf16 && K->swiglu_forward_bf16 && K->gelu_backward_set_bf16 &&
-              K->layernorm_backward_input_bf16,
+              K->layernorm_backward_input_bf16 && K->transpose_bf16,
           "the CPU table has every bf16 entry");
     static const char *name[] = {"plain", "avx2", "avx512", "avx512_bf16"};
     for (int level = 0; level <= 3; level++) {
@@ -223,6 +245,11 @@ int main(void) {
         swiglu_case(3, isa);
         adamw_case(3 * 16384 + 45, 1.0f, isa);
         adamw_case(1000, 0.37f, isa);
+        transpose_case(1, 1, isa);
+        transpose_case(37, 77, isa);
+        transpose_case(64, 32, isa);
+        transpose_case(100, 130, isa); /* whole 32 x 32 blocks and the rest of a 64 x 64 tile, both ways */
+        transpose_case(1024, 768, isa);
     }
     cl_kernels_max_isa(3);
     return cl_test_report("test_bf16_kernels");

@@ -150,6 +150,7 @@ struct cl_kernels {
     void (*layernorm_backward_input_bf16)(float *din, uint16_t *dbf, const float *dout, const float *in, const float *w,
                                           const float *mean, const float *rstd, int N, int C);
     void (*gelu_backward_set_bf16)(float *din, uint16_t *dbf, const float *dout, const float *in, int64_t n);
+    void (*transpose_bf16)(uint16_t *dst, const uint16_t *src, int64_t rows, int64_t cols, int64_t lds, int64_t ldd);
     void (*moe_gather_bf16)(uint16_t *xe, const uint16_t *x, const int32_t *perm, int64_t rows, int C, int K);
     void (*adamw_update_bf16)(float *p, uint16_t *pbf, const float *g, float *m, float *v, int64_t n, float lr,
                               float b1, float b2, float eps, float wd, int t, float gscale);

@@ -87,6 +87,10 @@ int cl_kernels_max_isa(int level);
  * cl_bf16_from_f32 / cl_bf16_to_f32 on every path (tensor.h) ---- */
 void cl_bf16_pack(uint16_t *dst, const float *src, int64_t n);
 void cl_bf16_unpack(float *dst, const uint16_t *src, int64_t n);
+/* dst[c * ldd + r] = src[r * lds + c] for a rows x cols matrix of 16-bit
+ * values (BF16 or any: a copy, no arithmetic), in tiles over the team
+ * (convert.c): the weight-gradient products' transposed operand. */
+void cl_bf16_transpose(uint16_t *dst, const uint16_t *src, int64_t rows, int64_t cols, int64_t lds, int64_t ldd);
 /* Cores this process may run on (its CPU affinity mask), at least 1. */
 int cl_cores_available(void);
 

@@ -152,3 +152,88 @@ void cl_bf16_unpack(float *dst, const uint16_t *src, int64_t n) {
         unpack_plain(dst + lo + i, src + lo + i, len - i);
     });
 }
+
+/* ---- transposing 16-bit values -------------------------------------------- */
+
+enum { TR_TILE = 64 };
+
+/* One tile (nr x nc, at most TR_TILE each) a value at a time through a local copy of its source rows: each source
+ * and destination row is read or written whole, never a value per line (a 2 KiB destination stride put a
+ * value-at-a-time 64 x 64 tile's lines on a few L1 sets: 10x slower a byte on [1024 x 3072]). */
+static void transpose_plain(uint16_t *dst, const uint16_t *src, int64_t nr, int64_t nc, int64_t lds, int64_t ldd) {
+    uint16_t t[TR_TILE][TR_TILE];
+    for (int64_t r = 0; r < nr; r++)
+        for (int64_t c = 0; c < nc; c++) t[r][c] = src[r * lds + c];
+    for (int64_t c = 0; c < nc; c++)
+        for (int64_t r = 0; r < nr; r++) dst[c * ldd + r] = t[r][c];
+}
+
+#ifdef CL_SIMD_X86
+/* A 32 x 32 block transposed in five butterfly stages: at stage s (16, 8, 4, 2, 1) rows i and i + s (bit s of i
+ * clear) trade the off-diagonal s x s blocks of each 2s-wide chunk (one vpermt2w each), the block-wise recursion of
+ * the transpose, every level at once. After stage 16 the two halves of 16 rows go on apart, so each half is done on
+ * its own (its stage-16 rows from the source read again, from L1): 16 rows and the ten selections fit the 32
+ * registers, where 32 rows spilled. il[k], ih[k]: stage 16 >> k's two selections. */
+CL_AVX512 static void transpose32_avx512(uint16_t *dst, const uint16_t *src, int64_t lds, int64_t ldd, const __m512i *il,
+                                         const __m512i *ih) {
+    for (int h = 0; h < 2; h++) {
+        __m512i r[16]; /* the loops unrolled whole, so r lives in registers (at -O2 GCC keeps a looped array on the stack) */
+#pragma GCC unroll 16
+        for (int i = 0; i < 16; i++)
+            r[i] = _mm512_permutex2var_epi16(_mm512_loadu_si512(src + i * lds), h ? ih[0] : il[0], _mm512_loadu_si512(src + (i + 16) * lds));
+#pragma GCC unroll 4
+        for (int k = 1, s = 8; k < 5; k++, s /= 2)
+#pragma GCC unroll 16
+            for (int i = 0; i < 16; i++) {
+                if (i & s) continue;
+                __m512i a = r[i], b = r[i + s];
+                r[i] = _mm512_permutex2var_epi16(a, il[k], b);
+                r[i + s] = _mm512_permutex2var_epi16(a, ih[k], b);
+            }
+#pragma GCC unroll 16
+        for (int i = 0; i < 16; i++) _mm512_storeu_si512(dst + (16 * h + i) * ldd, r[i]);
+    }
+}
+
+/* The 32 x 32 blocks of nr32 rows and nc32 columns (multiples of 32), ending in an explicit vzeroupper (as
+ * cl_bf16_pack_serial's paths): the plain loop does the rest after it. */
+CL_AVX512 static void tile_avx512(uint16_t *dst, const uint16_t *src, int64_t nr32, int64_t nc32, int64_t lds, int64_t ldd) {
+    __m512i il[5], ih[5];
+    for (int k = 0, s = 16; k < 5; k++, s /= 2) {
+        uint16_t lo[32], hi[32]; /* the output's 2s-wide chunk [a's first s, b's first s], then its second s of each */
+        for (int j = 0; j < 32; j++) {
+            int c = j / (2 * s) * (2 * s), p = j % (2 * s);
+            lo[j] = (uint16_t)(p < s ? c + p : 32 + c + p - s);
+            hi[j] = (uint16_t)(p < s ? c + s + p : 32 + c + p);
+        }
+        il[k] = _mm512_loadu_si512(lo), ih[k] = _mm512_loadu_si512(hi);
+    }
+    for (int64_t c = 0; c < nc32; c += 32)
+        for (int64_t r = 0; r < nr32; r += 32) transpose32_avx512(dst + c * ldd + r, src + r * lds + c, lds, ldd, il, ih);
+    _mm256_zeroupper();
+}
+#endif
+
+void cl_bf16_transpose(uint16_t *dst, const uint16_t *src, int64_t rows, int64_t cols, int64_t lds, int64_t ldd) {
+    int v = cl_simd_level();
+    (void)v;
+    int64_t rt = (rows + TR_TILE - 1) / TR_TILE, ct = (cols + TR_TILE - 1) / TR_TILE, nt = rt * ct;
+    /* a column strip's tiles in turn down the rows, so a destination row is written from its start */
+#pragma omp parallel for schedule(static) if (nt > 1 && rows * cols > CL_SIMD_BLOCK)
+    for (int64_t t = 0; t < nt; t++) {
+        int64_t r0 = t % rt * TR_TILE, c0 = t / rt * TR_TILE;
+        int64_t nr = rows - r0 < TR_TILE ? rows - r0 : TR_TILE, nc = cols - c0 < TR_TILE ? cols - c0 : TR_TILE;
+        const uint16_t *s = src + r0 * lds + c0;
+        uint16_t *d = dst + c0 * ldd + r0;
+        int64_t vr = 0, vc = 0;
+#ifdef CL_SIMD_X86
+        if (v >= CL_ISA_AVX512) {
+            vr = nr / 32 * 32, vc = nc / 32 * 32;
+            tile_avx512(d, s, vr, vc, lds, ldd);
+        }
+#endif
+        /* what the blocks left: the columns past vc on every row, the rows past vr on the first vc columns */
+        if (vc < nc) transpose_plain(d + vc * ldd, s + vc, nr, nc - vc, lds, ldd);
+        if (vr < nr && vc) transpose_plain(d + vr, s + vr * lds, nr - vr, vc, lds, ldd);
+    }
+}

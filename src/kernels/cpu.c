@@ -141,6 +141,7 @@ const cl_kernels cl_cpu_kernels = {
     .swiglu_forward_bf16 = cl_swiglu_forward_bf16,
     .layernorm_backward_input_bf16 = cl_layernorm_backward_input_bf16,
     .gelu_backward_set_bf16 = cl_gelu_backward_set_bf16,
+    .transpose_bf16 = cl_bf16_transpose,
     .moe_gather_bf16 = cl_moe_gather_bf16,
     .adamw_update_bf16 = cl_adamw_update_bf16,
     .kv_append = cl_kv_append,

@@ -18,6 +18,8 @@
 #include "nn/kind.h"
 #include "nn/model_impl.h"
 
+#include <stdlib.h>
+
 int cl_nn_bf16(const cl_model_desc *d) { return d->tpl.dtype == CL_BF16; }
 
 int64_t cl_nn_bf16_floats(int64_t n) { return (n + 1) / 2; }
@@ -59,9 +61,21 @@ void cl_nn_bias_grad(const cl_model *m, float *db, const float *dout, int64_t N,
     cl_kern(m)->linear_backward_weight(db, db, dout, NULL, (int)N, 0, (int)OC);
 }
 
+const void *cl_nn_dweight_src(const cl_model *m, void *xt, const void *x, int64_t N, int64_t IC, int *ta, int *lda) {
+    if (!xt || !getenv("CLEAVE_WGRAD_PLAIN")) { /* strided unless asked: the step measured the plain route slower (PERFORMANCE.md) */
+        *ta = 1, *lda = (int)IC;
+        return x;
+    }
+    cl_kern(m)->transpose_bf16(xt, x, N, IC, IC, N);
+    *ta = 0, *lda = (int)N;
+    return xt;
+}
+
 void cl_nn_linear_dweight_lo(const cl_model *m, float *dw, float *db, const float *dout, const void *dout_lo, const void *x,
-                             int64_t N, int64_t IC, int64_t OC) {
-    cl_nn_gemm_lo(m, 1, 0, (int)IC, (int)OC, (int)N, x, (int)IC, dout_lo, (int)OC, 1.0f, dw, (int)OC);
+                             void *xt, int64_t N, int64_t IC, int64_t OC) {
+    int ta, lda;
+    const void *a = cl_nn_dweight_src(m, xt, x, N, IC, &ta, &lda);
+    cl_nn_gemm_lo(m, ta, 0, (int)IC, (int)OC, (int)N, a, lda, dout_lo, (int)OC, 1.0f, dw, (int)OC);
     if (db) cl_nn_bias_grad(m, db, dout, N, OC);
 }
 

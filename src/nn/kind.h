@@ -261,9 +261,16 @@ void cl_nn_gemm_lo_rows(const cl_model *m, int ta, int tb, int M, int N, int K, 
 /* out = x w (+ bias): x BF16 [N, IC], w a parameter's F32 data [IC, OC] read as its BF16 copy, out F32. */
 void cl_nn_linear_lo(const cl_model *m, float *out, const void *x, const float *w, const float *bias, int64_t N, int64_t IC, int64_t OC);
 /* A linear layer's weight gradient dw [IC, OC] += x^T dout (x [N, IC] and dout_lo BF16), and db += the column sums
- * of dout (its F32 form) when db. */
+ * of dout (its F32 form) when db. x^T read as cl_nn_dweight_src says: through strides (ta 1), or with xt
+ * (cl_nn_bf16_floats(N IC) floats of the caller's scratch) and CLEAVE_WGRAD_PLAIN first transposed there ([IC, N], the
+ * device's transpose_bf16) and read plain: the same bits (oneDNN's matmul copies either layout into the same blocks). */
 void cl_nn_linear_dweight_lo(const cl_model *m, float *dw, float *db, const float *dout, const void *dout_lo, const void *x,
-                             int64_t N, int64_t IC, int64_t OC);
+                             void *xt, int64_t N, int64_t IC, int64_t OC);
+/* The source operand of a weight-gradient product dw += x^T dy (x BF16 [N, IC]): x itself read through strides (*ta
+ * 1, *lda IC); where the environment sets CLEAVE_WGRAD_PLAIN and the caller gives a scratch xt, x transposed into it
+ * (the return value; *ta 0, *lda N). The same bits either way; the plain route is opt-in because the step measured
+ * it slower under load (docs/PERFORMANCE.md, "The bf16 weight-gradient products' layout"): both timed on one binary. */
+const void *cl_nn_dweight_src(const cl_model *m, void *xt, const void *x, int64_t N, int64_t IC, int *ta, int *lda);
 /* db += the column sums of dout [N, OC] (F32). */
 void cl_nn_bias_grad(const cl_model *m, float *db, const float *dout, int64_t N, int64_t OC);
 

@@ -206,6 +206,10 @@ static cl_status block_backward_pass(cl_model *m, const block_acts *s, const flo
     int64_t wide = C > Fl ? (C > Q ? C : Q) : (Fl > Q ? Fl : Q);
     float *L2 = m->scratch + m->sizes.scratch - (lo ? cl_nn_bf16_floats(N * Cl) : 0), *L1 = L2 - (lo ? cl_nn_bf16_floats(N * wide) : 0);
     CL_ASSERT(attscratch + cl_flash_scratch_floats(B, T, iCl, d->heads_local) <= L1);
+    /* bf16, with CLEAVE_WGRAD_PLAIN (cl_nn_dweight_src): c_fc's and c_attn's weight products read their input
+     * transposed ([C, N] BF16, N C / 2 floats) from dln1, which nothing holds until c_attn's input gradient is written
+     * after both (a split group's weight pass never writes it): the same bits as strided, no bytes of its own */
+    void *xt = lo ? dln1 : NULL;
     double fl = 2.0 * (double)N * C * Cl, flf = 2.0 * (double)N * C * Fl, fq = 2.0 * (double)N * C * Q, att = 4.0 * (double)B * T * T * Cl;
     const float *x;
     CL_PROF("bwd zero", 0, cl_device_fill(m->dev, dqkv, 0, (size_t)(N * Q) * sizeof(float)));
@@ -220,7 +224,7 @@ static cl_status block_backward_pass(cl_model *m, const block_acts *s, const flo
     if (lo) CL_TRY(cl_nn_narrow(m, L1, dO, N * C));
     CL_PROF("bwd fc proj", flf, lo ? cl_nn_gemm_lo(m, 0, 1, iN, iFl, iC, L1, iC, cl_nn_wlo(m, w->fc_proj_w), iC, 0.0f, dfchg, iFl)
                                    : cl_sgemm(cl_kern(m), 0, 1, iN, iFl, iC, 1.0f, dO, iC, w->fc_proj_w, iC, 0.0f, dfchg, iFl));
-    if (ww) CL_PROF("bwd fc proj w", flf, lo ? cl_nn_linear_dweight_lo(m, gw->fc_proj_w, gw->fc_proj_b, dO, L1, s->fch_gelu, N, Fl, C)
+    if (ww) CL_PROF("bwd fc proj w", flf, lo ? cl_nn_linear_dweight_lo(m, gw->fc_proj_w, gw->fc_proj_b, dO, L1, s->fch_gelu, NULL, N, Fl, C)
                                              : cl_kern(m)->linear_backward_weight(gw->fc_proj_w, gw->fc_proj_b, dO, s->fch_gelu, iN, iFl, iC));
     /* bf16: GELU's backward writes dfchg's BF16 form into L1 in the same pass */
     if (lo) CL_PROF("bwd gelu", 0, cl_kern(m)->gelu_backward_set_bf16(dfchg, (uint16_t *)L1, dfchg, s->fch, N * Fl));
@@ -236,7 +240,7 @@ static cl_status block_backward_pass(cl_model *m, const block_acts *s, const flo
     dl2 = cl_nn_kept(&k, sp ? dln2s : dln2, Ns * C, run);
     if (ww) {
         CL_TRY(cl_nn_col_input(m, s->ln2, G, Ns, C, &x)); /* sequence-parallel: gathered again, not kept */
-        CL_PROF("bwd fc w", flf, lo ? cl_nn_linear_dweight_lo(m, gw->fc_w, gw->fc_b, dfchg, L1, x, N, C, Fl)
+        CL_PROF("bwd fc w", flf, lo ? cl_nn_linear_dweight_lo(m, gw->fc_w, gw->fc_b, dfchg, L1, x, xt, N, C, Fl)
                                     : cl_kern(m)->linear_backward_weight(gw->fc_w, gw->fc_b, dfchg, x, iN, iC, iFl));
     }
     /* bf16, not sequence-parallel: the layernorm's backward finishes dres2 (attn.c_proj's output gradient) and writes
@@ -257,7 +261,7 @@ static cl_status block_backward_pass(cl_model *m, const block_acts *s, const flo
     if (lo && ww) CL_TRY(cl_nn_narrow(m, L2, s->atty, N * Cl));
     CL_PROF("bwd attn proj", fl, lo ? cl_nn_gemm_lo(m, 0, 1, iN, iCl, iC, L1, iC, cl_nn_wlo(m, w->attn_proj_w), iC, 0.0f, datty, iCl)
                                     : cl_sgemm(cl_kern(m), 0, 1, iN, iCl, iC, 1.0f, dR, iC, w->attn_proj_w, iC, 0.0f, datty, iCl));
-    if (ww) CL_PROF("bwd attn proj w", fl, lo ? cl_nn_linear_dweight_lo(m, gw->attn_proj_w, gw->attn_proj_b, dR, L1, L2, N, Cl, C)
+    if (ww) CL_PROF("bwd attn proj w", fl, lo ? cl_nn_linear_dweight_lo(m, gw->attn_proj_w, gw->attn_proj_b, dR, L1, L2, NULL, N, Cl, C)
                                               : cl_kern(m)->linear_backward_weight(gw->attn_proj_w, gw->attn_proj_b, dR, s->atty, iN, iCl, iC));
     /* the score tiles recomputed (q k^T, a third product) besides the four of the gradients */
     CL_PROF("bwd attention", 2.5 * att,
@@ -265,7 +269,7 @@ static cl_status block_backward_pass(cl_model *m, const block_acts *s, const flo
     if (lo) CL_TRY(cl_nn_narrow(m, L1, dqkv, N * Q));
     if (ww) {
         CL_TRY(cl_nn_col_input(m, s->ln1, G, Ns, C, &x));
-        CL_PROF("bwd qkv w", fq, lo ? cl_nn_linear_dweight_lo(m, gw->qkv_w, gw->qkv_b, dqkv, L1, x, N, C, Q)
+        CL_PROF("bwd qkv w", fq, lo ? cl_nn_linear_dweight_lo(m, gw->qkv_w, gw->qkv_b, dqkv, L1, x, xt, N, C, Q)
                                     : cl_kern(m)->linear_backward_weight(gw->qkv_w, gw->qkv_b, dqkv, x, iN, iC, iQ));
     }
     /* c_attn, column-parallel by heads */

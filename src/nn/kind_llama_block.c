@@ -154,6 +154,16 @@ static int64_t llama_block_keep(const cl_model_desc *d, const cl_unit *un, int B
     return d->tpl.sp ? 2 * N * C + 2 * Ns * C : 2 * N * C;
 }
 
+/* bf16: gate's and up's weight gradients from x (BF16 [N, C]), transposed once into xt when xt (cl_nn_dweight_src),
+ * and their narrowed output gradients dglo, dulo ([N, F/tp] each). */
+static void gate_up_dweight_lo(const cl_model *m, const llama_block_weights *gw, const void *x, void *xt, const uint16_t *dglo,
+                               const uint16_t *dulo, int64_t N) {
+    int iN = (int)N, iC = m->desc->cfg.channels, iFl = (int)m->desc->mlp_local, ta, lda;
+    const void *a = cl_nn_dweight_src(m, xt, x, N, iC, &ta, &lda);
+    cl_nn_gemm_lo(m, ta, 0, iC, iFl, iN, a, lda, dglo, iFl, 1.0f, gw->gate_w, iFl);
+    cl_nn_gemm_lo(m, ta, 0, iC, iFl, iN, a, lda, dulo, iFl, 1.0f, gw->up_w, iFl);
+}
+
 /* The backward (the forward's split, written once; a split group's weight pass reads the input pass's
  * collective results back, one rank computes its input gradients again). The scratch gradients are assigned
  * where first written (beta 0), but dgate and dup (SwiGLU's backward adds) and dqkv (attention's) start at 0. */
@@ -194,7 +204,7 @@ static cl_status llama_backward_pass(cl_model *m, const llama_acts *s, const flo
     if (lo) CL_TRY(cl_nn_narrow(m, L1, dO, N * C));
     CL_PROF("bwd down_proj", ff, lo ? cl_nn_gemm_lo(m, 0, 1, iN, iFl, iC, L1, iC, cl_nn_wlo(m, w->down_w), iC, 0.0f, dh, iFl)
                                     : cl_sgemm(K, 0, 1, iN, iFl, iC, 1.0f, dO, iC, w->down_w, iC, 0.0f, dh, iFl));
-    if (ww) CL_PROF("bwd down_proj w", ff, lo ? cl_nn_linear_dweight_lo(m, gw->down_w, NULL, dO, L1, s->h, N, Fl, C)
+    if (ww) CL_PROF("bwd down_proj w", ff, lo ? cl_nn_linear_dweight_lo(m, gw->down_w, NULL, dO, L1, s->h, NULL, N, Fl, C)
                                               : cl_sgemm(K, 1, 0, iFl, iC, iN, 1.0f, s->h, iFl, dO, iC, 1.0f, gw->down_w, iC));
     CL_PROF("bwd swiglu", 0, K->swiglu_backward(dgate, dup, dh, s->gate, s->up, N * Fl));
     if (lo) CL_TRY(cl_nn_narrow(m, L1, dgate, 2 * N * Fl)); /* dup follows dgate in the workspace */
@@ -209,9 +219,9 @@ static cl_status llama_backward_pass(cl_model *m, const llama_acts *s, const flo
     CL_TRY(cl_nn_col_dinput(m, &k, run, dln2, dln2s, Ns, &dl2));
     if (ww) {
         CL_TRY(cl_nn_col_input(m, s->at.ln2, G, Ns, C, &x)); /* sequence-parallel: gathered again, not kept */
-        if (lo)
-            CL_PROF("bwd gate up w", 2 * ff, (cl_nn_linear_dweight_lo(m, gw->gate_w, NULL, dgate, dglo, x, N, C, Fl),
-                                               cl_nn_linear_dweight_lo(m, gw->up_w, NULL, dup, dulo, x, N, C, Fl)));
+        /* bf16, with CLEAVE_WGRAD_PLAIN (cl_nn_dweight_src): x transposed once into dh (free since SwiGLU's backward
+         * read it) where dh holds it (F/tp >= C/2), else read through strides; the same bits either way */
+        if (lo) CL_PROF("bwd gate up w", 2 * ff, gate_up_dweight_lo(m, gw, x, Fl >= cl_nn_bf16_floats(C) ? dh : NULL, dglo, dulo, N));
         else
             CL_PROF("bwd gate up w", 2 * ff, (cl_sgemm(K, 1, 0, iC, iFl, iN, 1.0f, x, iC, dgate, iFl, 1.0f, gw->gate_w, iFl),
                                                cl_sgemm(K, 1, 0, iC, iFl, iN, 1.0f, x, iC, dup, iFl, 1.0f, gw->up_w, iFl)));

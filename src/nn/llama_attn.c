@@ -134,14 +134,18 @@ int64_t cl_llama_attn_scratch_floats(const cl_model_desc *d, cl_sizer *z) {
     return d->tpl.sp ? cl_size_add(z, n, cl_size_add(z, cl_size_mul(z, T, C), cl_size_mul(z, Ts, C))) : n;
 }
 
-/* bf16: the weight gradients of q, k and v from x (BF16 [N, C]) and dqkv narrowed to BF16 ([N, Q] at dlo). */
-static void qkv_dweight_lo(const cl_model *m, const cl_llama_attn_weights *gw, const void *x, const void *dlo, int64_t N) {
+/* bf16: the weight gradients of q, k and v from x (BF16 [N, C]) and dqkv narrowed to BF16 ([N, Q] at dlo); with
+ * CLEAVE_WGRAD_PLAIN x first transposed into xt ([C, N] BF16), one transpose for the three products, which read it
+ * plain (cl_nn_dweight_src: the same bits as reading x through strides). */
+static void qkv_dweight_lo(const cl_model *m, const cl_llama_attn_weights *gw, const void *x, void *xt, const void *dlo, int64_t N) {
     const cl_model_desc *d = m->desc;
     int iN = (int)N, iC = d->cfg.channels, Cl = d->channels_local, Kl = d->kv_channels_local, iQ = Cl + 2 * Kl;
     const uint16_t *dq = dlo;
-    cl_nn_gemm_lo(m, 1, 0, iC, Cl, iN, x, iC, dq, iQ, 1.0f, gw->q_w, Cl);
-    cl_nn_gemm_lo(m, 1, 0, iC, Kl, iN, x, iC, dq + Cl, iQ, 1.0f, gw->k_w, Kl);
-    cl_nn_gemm_lo(m, 1, 0, iC, Kl, iN, x, iC, dq + Cl + Kl, iQ, 1.0f, gw->v_w, Kl);
+    int ta, lda;
+    const void *a = cl_nn_dweight_src(m, xt, x, N, iC, &ta, &lda);
+    cl_nn_gemm_lo(m, ta, 0, iC, Cl, iN, a, lda, dq, iQ, 1.0f, gw->q_w, Cl);
+    cl_nn_gemm_lo(m, ta, 0, iC, Kl, iN, a, lda, dq + Cl, iQ, 1.0f, gw->k_w, Kl);
+    cl_nn_gemm_lo(m, ta, 0, iC, Kl, iN, a, lda, dq + Cl + Kl, iQ, 1.0f, gw->v_w, Kl);
 }
 
 /* bf16: dln1 [N, C] = the q, k and v products' input gradient from dqkv narrowed to BF16 (dlo) and the weights' copies. */
@@ -191,7 +195,7 @@ cl_status cl_llama_attn_backward(cl_model *m, cl_nn_keep *k, const cl_llama_attn
     if (lo && ww) CL_TRY(cl_nn_narrow(m, L2, s->atty, N * Cl));
     CL_PROF("bwd o_proj", fl, lo ? cl_nn_gemm_lo(m, 0, 1, iN, iCl, iC, L1, iC, cl_nn_wlo(m, w->o_w), iC, 0.0f, datty, iCl)
                                  : cl_sgemm(K, 0, 1, iN, iCl, iC, 1.0f, dR, iC, w->o_w, iC, 0.0f, datty, iCl));
-    if (ww) CL_PROF("bwd o_proj w", fl, lo ? cl_nn_linear_dweight_lo(m, gw->o_w, NULL, dR, L1, L2, N, Cl, C)
+    if (ww) CL_PROF("bwd o_proj w", fl, lo ? cl_nn_linear_dweight_lo(m, gw->o_w, NULL, dR, L1, L2, NULL, N, Cl, C)
                                            : cl_sgemm(K, 1, 0, iCl, iC, iN, 1.0f, s->atty, iCl, dR, iC, 1.0f, gw->o_w, iC));
     /* the score tiles recomputed (q k^T, a third product) besides the four of the gradients */
     CL_PROF("bwd attention", 2.5 * att, CL_TRY(cl_nn_attention_backward(m, dqkv, attscratch, datty, s->qkv, s->atty, s->lse, B, T, iCl, NH, KV)));
@@ -200,7 +204,7 @@ cl_status cl_llama_attn_backward(cl_model *m, cl_nn_keep *k, const cl_llama_attn
     if (lo) CL_TRY(cl_nn_narrow(m, L1, dqkv, N * Q));
     if (ww) {
         CL_TRY(cl_nn_col_input(m, s->ln1, G, Ns, C, &x));
-        if (lo) CL_PROF("bwd qkv w", fq, qkv_dweight_lo(m, gw, x, L1, N));
+        if (lo) CL_PROF("bwd qkv w", fq, qkv_dweight_lo(m, gw, x, dln1, L1, N)); /* dln1 free until the products below */
         else
             CL_PROF("bwd qkv w", fq, (cl_sgemm(K, 1, 0, iC, iCl, iN, 1.0f, x, iC, dqkv, iQ, 1.0f, gw->q_w, iCl),
                                       cl_sgemm(K, 1, 0, iC, iKl, iN, 1.0f, x, iC, dqkv + Cl, iQ, 1.0f, gw->k_w, iKl),
