@@ -10,9 +10,8 @@
 #include <string.h>
 
 void cl_pass_cost_add(cl_pass_cost *acc, const cl_pass_cost *a) {
-    double flops = acc->flops;
     for (int i = 0; i < a->ngemm; i++) cl_cost_gemm_work(acc, &a->gemm[i]);
-    acc->flops = flops + a->flops; /* the shapes carry the work done; the FLOPs are the model's */
+    acc->flops += a->flops; /* the shapes carry the work done (cl_cost_gemm_work adds no FLOPs); the FLOPs are the model's */
     acc->narrow += a->narrow, acc->bytes += a->bytes, acc->stream += a->stream;
     acc->ar_bytes += a->ar_bytes, acc->ag_bytes += a->ag_bytes, acc->rs_bytes += a->rs_bytes;
     acc->ar_calls += a->ar_calls, acc->ag_calls += a->ag_calls, acc->rs_calls += a->rs_calls;
