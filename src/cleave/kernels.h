@@ -65,6 +65,13 @@ int cl_gemm_matmul(int ta, int tb, int M, int N, int K, float alpha, const void 
 const char *cl_gemm_bf16_path(void);
 /* Forces cl_gemm_ex's BF16 products onto the widening path (tests); returns the previous setting. */
 int cl_gemm_force_widen(int on);
+/* Whether cl_gemm_ex packs a row-major BF16 B into the primitive's layout
+ * before a large enough product (on by default; CLEAVE_BF16_PACK=0 at start
+ * turns it off): the same bits either way, only the speed differs. Returns
+ * the previous setting (tests and benchmarks compare the two). */
+int cl_gemm_pack_b(int on);
+/* Products that have run with B packed so far (tests: that the route ran). */
+long cl_gemm_packed_count(void);
 /* Primitives the cache holds now (at most 128). */
 int cl_gemm_cache_count(void);
 /* Threads the calling thread's GEMMs and kernels may use (its OpenMP team). The

@@ -28,6 +28,7 @@
  * a function of the call's arguments alone, as the others'. Invariants: beta == 0 never reads C
  * (no sum post-op), M or N == 0 touches nothing, K == 0 gives C = beta C. */
 #include "cleave/kernels.h"
+#include "kernels/simd.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -39,8 +40,15 @@
 #endif
 
 static atomic_int g_force_widen;
+static atomic_int g_pack = 1; /* CLEAVE_BF16_PACK=0 (read once) or cl_gemm_pack_b(0): B as given */
 
 int cl_gemm_force_widen(int on) { return atomic_exchange(&g_force_widen, on ? 1 : 0); }
+
+static atomic_long g_packed; /* products that ran with B packed */
+
+int cl_gemm_pack_b(int on) { return atomic_exchange(&g_pack, on ? 1 : 0); }
+
+long cl_gemm_packed_count(void) { return atomic_load(&g_packed); }
 
 /* ---- the widening fallback ------------------------------------------------ */
 
@@ -82,6 +90,7 @@ typedef struct {
     int rt;
     int fa, fb;
     float alpha, beta;
+    int pack; /* B packed by pack_b into the primitive's own layout before each call (want_pack) */
 } mm_key;
 
 typedef struct {
@@ -92,6 +101,8 @@ typedef struct {
     dnnl_primitive_t prim;  /* NULL: this key cannot run as a matmul (widen) */
     dnnl_memory_desc_t md_a, md_b, md_c, md_s;
     size_t scratch;
+    int kb, nb;   /* key.pack: md_b's blocks, K kb (pairs inside) by N nb (pack_layout) */
+    size_t bytes; /* key.pack: md_b's size, K padded to kb and N to nb */
 } mm_entry;
 
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -106,6 +117,8 @@ typedef struct {
     dnnl_stream_t stream;
     void *scratch;
     size_t cap;
+    void *packed; /* B in the primitive's layout (pack_b), at most PACK_CAP bytes */
+    size_t packed_cap;
 } mm_thread;
 
 static void thread_free(void *p) {
@@ -113,6 +126,7 @@ static void thread_free(void *p) {
     if (!t) return;
     if (t->stream) dnnl_stream_destroy(t->stream);
     free(t->scratch);
+    free(t->packed);
     free(t);
 }
 
@@ -141,6 +155,8 @@ static void cache_free_all(void) {
 }
 
 static void init_once(void) {
+    const char *e = getenv("CLEAVE_BF16_PACK");
+    if (e && !strcmp(e, "0")) atomic_store(&g_pack, 0);
     if (pthread_key_create(&g_tls, thread_free)) return;
     if (dnnl_engine_create(&g_engine, dnnl_cpu, 0) != dnnl_success) return;
     g_engine_ok = 1;
@@ -149,7 +165,7 @@ static void init_once(void) {
 
 static int key_eq(const mm_key *a, const mm_key *b) {
     return a->rt == b->rt && a->ta == b->ta && a->tb == b->tb && a->M == b->M && a->N == b->N && a->K == b->K && a->lda == b->lda &&
-           a->ldb == b->ldb && a->ldc == b->ldc && a->fa == b->fa && a->fb == b->fb &&
+           a->ldb == b->ldb && a->ldc == b->ldc && a->fa == b->fa && a->fb == b->fb && a->pack == b->pack &&
            !memcmp(&a->alpha, &b->alpha, sizeof a->alpha) && !memcmp(&a->beta, &b->beta, sizeof a->beta);
 }
 
@@ -164,12 +180,112 @@ static int make_mds(const mm_key *k, int64_t M, int64_t K, dnnl_memory_desc_t *a
            dnnl_memory_desc_init_by_strides(b, 2, db, dnnl_type(k->fb), sb) || dnnl_memory_desc_init_by_strides(c, 2, dc, dnnl_f32, sc);
 }
 
+/* ---- B packed before the call ----------------------------------------------
+ *
+ * Given B as a plain matrix, oneDNN's BF16 matmul (brgemm) copies B's blocks
+ * into its VNNI layout inside the call, again for each block of A's rows
+ * (GPT-2's products on this CPU: 3-27% of the call, most on the weight
+ * gradients, whose B is the output gradient; docs/PERFORMANCE.md). Where B is
+ * [K, N] row-major (tb 0), the product is big enough to repay one pass over B
+ * and the packed B fits PACK_CAP, the primitive is made with B in the layout
+ * it chooses (format any), pack_b writes B into that layout once, over the
+ * team, and the primitive reads it: the same kernel over the same blocks, so
+ * the same bits as B given plain (tests/test_gemm_bf16.c checks bit for bit).
+ * The layout must be one pack_b writes (pack_layout), else the key stays plain. */
+
+enum { PACK_MIN_M = 32 };
+#define PACK_CAP ((size_t)8 << 20)     /* bytes of packed B a thread keeps: beside the scratchpad, outside the device's cap */
+#define PACK_MIN_WORK ((int64_t)1 << 24) /* M N K below this: the pass costs more than it saves (a 37 x 45 x 19 product 2x slower) */
+
+/* Whether md is [K, N] BF16 in blocks of N nb by K kb, pairs of K innermost (oneDNN's BA{kb/2}a{nb}b2a: value
+ * (k, n) at (n / nb) Kp nb + (k / kb) kb nb + (k % kb / 2) 2 nb + (n % nb) 2 + k % 2, Kp = K rounded up to kb, the
+ * padding zeros); *kb, *nb its blocks. */
+static int pack_layout(const dnnl_memory_desc_t *md, int K, int N, int *kb, int *nb) {
+    if (md->ndims != 2 || md->data_type != dnnl_bf16 || md->format_kind != dnnl_blocked || md->offset0 != 0) return 0;
+    const dnnl_blocking_desc_t *b = &md->format_desc.blocking;
+    if (b->inner_nblks != 3 || b->inner_idxs[0] != 0 || b->inner_idxs[1] != 1 || b->inner_idxs[2] != 0 || b->inner_blks[2] != 2)
+        return 0;
+    int64_t k = 2 * b->inner_blks[0], n = b->inner_blks[1];
+    if (k < 2 || n < 1 || k > 4096 || n > 4096) return 0;
+    int64_t kp = (K + k - 1) / k * k, np = (N + n - 1) / n * n;
+    if (md->padded_dims[0] != kp || md->padded_dims[1] != np || b->strides[0] != k * n || b->strides[1] != kp * n) return 0;
+    *kb = (int)k, *nb = (int)n;
+    return 1;
+}
+
+/* One N block (columns n0 .. n0 + nc of B, nc <= nb) into its place in the packed layout: k-pairs of rows
+ * interleaved a column at a time, the padding (rows past K, columns past N) zero. */
+static void pack_block(uint16_t *d, const uint16_t *B, int ldb, int K, int kp, int n0, int nc, int nb) {
+    for (int k = 0; k < kp; k += 2) {
+        uint16_t *o = d + (int64_t)k / 2 * 2 * nb; /* (k % kb / 2) 2 nb, with the k-blocks consecutive: kb nb = (kb / 2) 2 nb */
+        const uint16_t *r0 = B + (int64_t)k * ldb + n0, *r1 = r0 + ldb;
+        if (k + 1 < K && nc == nb) {
+            for (int j = 0; j < nb; j++) o[2 * j] = r0[j], o[2 * j + 1] = r1[j];
+            continue;
+        }
+        for (int j = 0; j < nb; j++) {
+            o[2 * j] = k < K && j < nc ? r0[j] : 0;
+            o[2 * j + 1] = k + 1 < K && j < nc ? r1[j] : 0;
+        }
+    }
+}
+
+#ifdef CL_SIMD_X86
+/* pack_block's whole k-pairs of a full block (nb a multiple of 32): 32 columns of two rows into 64 values, two
+ * permutes (lo: the first 16 of each row alternating, hi: the second 16); returns the pairs done (rows k < K2). */
+CL_AVX512 static int pack_pairs_avx512(uint16_t *d, const uint16_t *B, int ldb, int K2, int n0, int nb) {
+    uint16_t lo[32], hi[32];
+    for (int j = 0; j < 16; j++) lo[2 * j] = (uint16_t)j, lo[2 * j + 1] = (uint16_t)(32 + j), hi[2 * j] = (uint16_t)(16 + j),
+                                 hi[2 * j + 1] = (uint16_t)(48 + j);
+    __m512i il = _mm512_loadu_si512(lo), ih = _mm512_loadu_si512(hi);
+    for (int k = 0; k < K2; k += 2) {
+        uint16_t *o = d + (int64_t)k * nb;
+        const uint16_t *r0 = B + (int64_t)k * ldb + n0, *r1 = r0 + ldb;
+        for (int j = 0; j < nb; j += 32) {
+            __m512i a = _mm512_loadu_si512(r0 + j), b = _mm512_loadu_si512(r1 + j);
+            _mm512_storeu_si512(o + 2 * j, _mm512_permutex2var_epi16(a, il, b));
+            _mm512_storeu_si512(o + 2 * j + 32, _mm512_permutex2var_epi16(a, ih, b));
+        }
+    }
+    _mm256_zeroupper();
+    return K2;
+}
+#endif
+
+/* B ([K, N] BF16, row stride ldb) into dst in e's layout (pack_layout's), N blocks over the team. */
+static void pack_b(const mm_entry *e, uint16_t *dst, const uint16_t *B, int K, int N, int ldb) {
+    int kb = e->kb, nb = e->nb, blocks = (N + nb - 1) / nb;
+    int kp = (K + kb - 1) / kb * kb, v = cl_simd_level();
+    (void)v;
+#pragma omp parallel for schedule(static) if (blocks > 1 && (int64_t)K * N > 4 * 16384)
+    for (int j = 0; j < blocks; j++) {
+        int n0 = j * nb, nc = N - n0 < nb ? N - n0 : nb, done = 0;
+        uint16_t *d = dst + (int64_t)j * kp * nb;
+#ifdef CL_SIMD_X86
+        if (v >= CL_ISA_AVX512 && nc == nb && nb % 32 == 0) done = pack_pairs_avx512(d, B, ldb, K / 2 * 2, n0, nb);
+#endif
+        pack_block(d + (int64_t)done * nb, B + (int64_t)done * ldb, ldb, K - done, kp - done, n0, nc, nb);
+    }
+}
+
+/* Whether a call packs B: both BF16, B row-major, fixed shapes, the work past PACK_MIN_WORK. The size check
+ * (PACK_CAP) is the primitive's (make_primitive), once its layout is known. */
+static int want_pack(int rt, int ta, int tb, int M, int N, int K, cl_dtype fa, cl_dtype fb) {
+    (void)ta;
+    return atomic_load(&g_pack) && !rt && !tb && fa == CL_BF16 && fb == CL_BF16 && M >= PACK_MIN_M &&
+           (int64_t)M * N * K >= PACK_MIN_WORK && (size_t)K * (size_t)N * 2 <= PACK_CAP;
+}
+
 /* Makes the primitive of k into e (e->prim NULL when oneDNN cannot, or offers only its reference loops). */
 static void make_primitive(const mm_key *k, mm_entry *e) {
     memset(e, 0, sizeof *e);
     e->key = *k;
     if (make_mds(k, k->rt ? DNNL_RUNTIME_DIM_VAL : k->M, k->rt ? DNNL_RUNTIME_DIM_VAL : k->K, &e->md_a, &e->md_b, &e->md_c))
         return;
+    if (k->pack) { /* B in the layout the primitive picks for itself (pack_layout checks that pack_b writes it) */
+        dnnl_dims_t db = {k->K, k->N};
+        if (dnnl_memory_desc_init_by_tag(&e->md_b, 2, db, dnnl_bf16, dnnl_format_tag_any)) return;
+    }
     dnnl_matmul_desc_t desc;
     if (dnnl_matmul_desc_init(&desc, &e->md_a, &e->md_b, NULL, &e->md_c)) return;
     dnnl_primitive_attr_t attr = NULL;
@@ -186,6 +302,12 @@ static void make_primitive(const mm_key *k, mm_entry *e) {
         const char *impl = NULL;
         ok = dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) == dnnl_success && impl &&
              strncmp(impl, "ref", 3) != 0;
+    }
+    if (ok && k->pack) {
+        const dnnl_memory_desc_t *b = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
+        ok = b && pack_layout(b, k->K, k->N, &e->kb, &e->nb);
+        if (ok) e->md_b = *b, e->bytes = dnnl_memory_desc_get_size(b);
+        ok = ok && e->bytes <= PACK_CAP;
     }
     if (ok) {
         const dnnl_memory_desc_t *s = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
@@ -280,6 +402,18 @@ static int execute(const mm_entry *e, int M, int K, const void *A, const void *B
         t->scratch = p;
         t->cap = e->scratch;
     }
+    if (e->key.pack) {
+        if (e->bytes > t->packed_cap) {
+            void *p = aligned_alloc(64, (e->bytes + 63) & ~(size_t)63);
+            if (!p) return -1;
+            free(t->packed);
+            t->packed = p;
+            t->packed_cap = e->bytes;
+        }
+        pack_b(e, t->packed, B, K, e->key.N, e->key.ldb);
+        B = t->packed;
+        atomic_fetch_add(&g_packed, 1);
+    }
     dnnl_memory_t m[4] = {NULL, NULL, NULL, NULL};
     int ok = dnnl_memory_create(&m[0], &ma, g_engine, (void *)A) == dnnl_success &&
              dnnl_memory_create(&m[1], &mb, g_engine, (void *)B) == dnnl_success &&
@@ -310,9 +444,15 @@ static int matmul(int rt, int ta, int tb, int M, int N, int K, float alpha, cons
     if ((fa != CL_F32 && fa != CL_BF16) || (fb != CL_F32 && fb != CL_BF16)) return -1;
     pthread_once(&g_once, init_once);
     if (!g_engine_ok) return -1;
-    mm_key k = {ta != 0, tb != 0, rt ? 0 : M, N, rt ? 0 : K, lda, ldb, ldc, rt != 0, (int)fa, (int)fb, alpha, beta};
+    mm_key k = {ta != 0, tb != 0, rt ? 0 : M, N, rt ? 0 : K, lda, ldb, ldc, rt != 0, (int)fa, (int)fb, alpha, beta,
+                want_pack(rt, ta, tb, M, N, K, fa, fb)};
     mm_entry tmp;
     int slot = cache_get(&k, &tmp);
+    if (k.pack && !(slot >= 0 ? g_cache[slot].prim : tmp.prim)) { /* a layout pack_b does not write (or too big): B as given */
+        if (slot >= 0) cache_put(slot);
+        k.pack = 0;
+        slot = cache_get(&k, &tmp);
+    }
     const mm_entry *e = slot >= 0 ? &g_cache[slot] : &tmp; /* the slot is not evicted while refs > 0 */
     int rc = e->prim ? execute(e, M, K, A, B, C) : -1;
     if (slot >= 0) cache_put(slot);
