@@ -15,6 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cleave/device.h"
@@ -85,6 +86,27 @@ static void test_memory(cl_device *d) {
     CHECK(memcmp(back, host + 8, 100) == 0 && memcmp(back + 100, host + 100, 156) == 0, "an overlapping copy downward");
     CHECK(cl_device_current(d, CL_MEM_WORKSPACE) == 256, "the copies changed the accounting");
     cl_device_free(d, p);
+    /* a fill large enough to go over the team in pieces (cpu_fill), from an odd offset to an odd end */
+    size_t big = ((size_t)23 << 20) + 77;
+    cl_device *u; /* no cap */
+    CHECK_OK(cl_device_create_cpu(&u, 0, 0));
+    CHECK_OK(cl_device_alloc(u, CL_MEM_WORKSPACE, big, (void **)&p));
+    int was = cl_threads();
+    cl_set_threads(2);
+    cl_device_fill(u, p, 0x5C, big);
+    cl_device_fill(u, p + 3, 0xE1, big - 3 - 5);
+    cl_set_threads(was);
+    unsigned char *all = malloc(big);
+    CHECK(all != NULL, "no host memory for the large fill's check");
+    if (all) {
+        cl_device_copy_to_host(u, all, p, big);
+        size_t wrong = 0;
+        for (size_t i = 0; i < big; i++) wrong += all[i] != (i < 3 || i >= big - 5 ? 0x5C : 0xE1);
+        CHECK(wrong == 0, "a %zu-byte fill over two threads: %zu bytes wrong", big - 8, wrong);
+        free(all);
+    }
+    cl_device_free(u, p);
+    cl_device_destroy(u);
 }
 
 static uint32_t bits(float f) {

@@ -37,7 +37,18 @@ static void *cpu_alloc(void *impl, size_t bytes) {
     return p;
 }
 static void cpu_free(void *impl, void *p) { (void)impl; free(p); }
-static void cpu_fill(void *impl, void *dst, int byte, size_t n) { (void)impl; memset(dst, byte, n); }
+/* Large fills (the step's zeroed gradients: 0.5 GB for GPT-2 124M) in 2 MiB pieces over the calling thread's team:
+ * one core's memset leaves the memory's bandwidth half used (25 ms against 14 on two Zen 5 cores). */
+#define FILL_PIECE ((size_t)2 << 20)
+static void cpu_fill(void *impl, void *dst, int byte, size_t n) {
+    (void)impl;
+    int64_t pieces = (int64_t)((n + FILL_PIECE - 1) / FILL_PIECE);
+#pragma omp parallel for schedule(static) if (pieces >= 8 && cl_threads() > 1)
+    for (int64_t i = 0; i < pieces; i++) {
+        size_t lo = (size_t)i * FILL_PIECE, len = n - lo < FILL_PIECE ? n - lo : FILL_PIECE;
+        memset((char *)dst + lo, byte, len);
+    }
+}
 static void cpu_copy(void *impl, void *dst, const void *src, size_t n) { (void)impl; memmove(dst, src, n); }
 static void cpu_copy_host(void *impl, void *dst, const void *src, size_t n) { (void)impl; memcpy(dst, src, n); }
 
