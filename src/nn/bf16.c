@@ -18,6 +18,7 @@
 #include "nn/kind.h"
 #include "nn/model_impl.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 
 int cl_nn_bf16(const cl_model_desc *d) { return d->tpl.dtype == CL_BF16; }
@@ -61,8 +62,14 @@ void cl_nn_bias_grad(const cl_model *m, float *db, const float *dout, int64_t N,
     cl_kern(m)->linear_backward_weight(db, db, dout, NULL, (int)N, 0, (int)OC);
 }
 
+static pthread_once_t g_wgrad_once = PTHREAD_ONCE_INIT;
+static int g_wgrad_plain; /* CLEAVE_WGRAD_PLAIN, read once (not a scan of the environment per product) */
+
+static void wgrad_read_env(void) { g_wgrad_plain = getenv("CLEAVE_WGRAD_PLAIN") != NULL; }
+
 const void *cl_nn_dweight_src(const cl_model *m, void *xt, const void *x, int64_t N, int64_t IC, int *ta, int *lda) {
-    if (!xt || !getenv("CLEAVE_WGRAD_PLAIN")) { /* strided unless asked: the step measured the plain route slower (PERFORMANCE.md) */
+    pthread_once(&g_wgrad_once, wgrad_read_env);
+    if (!xt || !g_wgrad_plain) { /* strided unless asked: the step measured the plain route slower (PERFORMANCE.md) */
         *ta = 1, *lda = (int)IC;
         return x;
     }
