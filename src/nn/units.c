@@ -116,9 +116,8 @@ void cl_model_part_sizes(const cl_model_desc *d, int u0, int u1, int B, int reco
     /* parameters are laid out in unit order: the held ones are one range */
     int64_t lo = -1, hi = 0;
     int head = part_uses_tied(d, u0, u1), embed = part_owns_tied(d, u0, u1);
-    for (int i = 0; i < d->nparams; i++) {
-        int u = d->params[i].unit;
-        if (u < u0 || u >= u1) continue;
+    int i0 = u0 < d->nunits ? d->units[u0].first_param : d->nparams, i1 = u1 < d->nunits ? d->units[u1].first_param : d->nparams;
+    for (int i = i0; i < i1; i++) { /* units' parameters are consecutive ranges in unit order (desc_build.c) */
         if (lo < 0) lo = cl_param_elem(&d->params[i]);
         hi = cl_param_elem(&d->params[i]) + align16(d->params[i].numel);
     }

@@ -47,8 +47,8 @@ static int64_t align16(int64_t n) { return (n + 15) & ~(int64_t)15; }
 
 int64_t cl_model_unit_range(const cl_model_desc *d, int u, int64_t *lo, int *wte) {
     int64_t a = -1, b = 0;
-    for (int i = 0; i < d->nparams; i++) {
-        if (d->params[i].unit != u) continue;
+    const cl_unit *un = &d->units[u]; /* its parameters are the range [first_param, + nparams) (desc_build.c) */
+    for (int i = un->first_param; i < un->first_param + un->nparams; i++) {
         if (a < 0) a = cl_param_elem(&d->params[i]);
         b = cl_param_elem(&d->params[i]) + align16(d->params[i].numel);
     }

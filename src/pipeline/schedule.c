@@ -127,11 +127,38 @@ int cl_schedule_chunk_douts(const cl_schedule *sc, int r, int c) {
     return peak;
 }
 
+/* Where each rank's first SEND_ACT, SEND_GRAD and RECV_GRAD of (chunk, micro-batch) stands (cl_schedule_find's
+ * answers, -1 for none), looked up in one pass over the schedule instead of a search per action: at
+ * [(k p + q) v m + c m + mb], k 0, 1, 2 for the three kinds. NULL when out of memory. */
+static int *send_recv_index(const cl_schedule *sc) {
+    int p = sc->p, vm = sc->v * sc->m;
+    int *at = malloc((size_t)3 * p * vm * sizeof *at);
+    if (!at) return NULL;
+    for (size_t i = 0; i < (size_t)3 * p * vm; i++) at[i] = -1;
+    for (int q = 0; q < p; q++)
+        for (int i = 0; i < sc->len[q]; i++) {
+            const cl_action *a = &sc->acts[q][i];
+            int k = a->kind == CL_ACT_SEND_ACT ? 0 : a->kind == CL_ACT_SEND_GRAD ? 1 : a->kind == CL_ACT_RECV_GRAD ? 2 : -1;
+            if (k < 0 || a->chunk < 0 || a->chunk >= sc->v || a->mb < 0 || a->mb >= sc->m) continue;
+            int *slot = &at[(size_t)(k * p + q) * vm + (size_t)a->chunk * sc->m + a->mb];
+            if (*slot < 0) *slot = i;
+        }
+    return at;
+}
+
+/* send_recv_index's answer for rank q's first action of kind k (0, 1, 2) on (chunk, mb); -1 out of range. */
+static int index_find(const cl_schedule *sc, const int *at, int k, int q, int mb, int chunk) {
+    if (q < 0 || q >= sc->p || chunk < 0 || chunk >= sc->v || mb < 0 || mb >= sc->m) return -1;
+    return at[(size_t)(k * sc->p + q) * sc->v * sc->m + (size_t)chunk * sc->m + mb];
+}
+
 cl_status cl_schedule_grad_buffers(const cl_schedule *sc, int r, int *free_at, int *peak) {
     int p = sc->p, m = sc->m, v = sc->v, n = sc->len[r];
     for (int k = 0; k < v * m; k++) free_at[k] = n;
     for (int c = 0; c < v; c++) peak[c] = 0;
     if (p < 2) return CL_OK;
+    int *at = send_recv_index(sc);
+    if (!at) return cl_error(CL_ERR_OOM, "cannot index the schedule's sends and receives");
     /* gradients in flight: (mb, chunk), destination rank and the index of its RECV_GRAD there */
     int *fl_mb = malloc((size_t)(v * m) * sizeof *fl_mb), *fl_c = malloc((size_t)(v * m) * sizeof *fl_c);
     int *fl_dst = malloc((size_t)(v * m) * sizeof *fl_dst), *fl_ri = malloc((size_t)(v * m) * sizeof *fl_ri);
@@ -145,7 +172,7 @@ cl_status cl_schedule_grad_buffers(const cl_schedule *sc, int r, int *free_at, i
         if (a->kind == CL_ACT_RECV_ACT || a->kind == CL_ACT_RECV_GRAD) {
             /* the peer's send, and so everything before it there, is done */
             int peer_st = a->kind == CL_ACT_RECV_ACT ? st - 1 : st + 1, q = peer_st % p;
-            int j = cl_schedule_find(sc, q, a->kind == CL_ACT_RECV_ACT ? CL_ACT_SEND_ACT : CL_ACT_SEND_GRAD, a->mb, peer_st / p);
+            int j = index_find(sc, at, a->kind == CL_ACT_RECV_ACT ? 0 : 1, q, a->mb, peer_st / p);
             if (j < 0) s = cl_error(CL_ERR_INVALID, "rank %d: %s of micro-batch %d has no matching send on rank %d", r,
                                     cl_act_kind_name(a->kind), a->mb, q);
             else if (j > seen[q]) seen[q] = j;
@@ -161,7 +188,7 @@ cl_status cl_schedule_grad_buffers(const cl_schedule *sc, int r, int *free_at, i
         } else if ((a->kind == CL_ACT_BWD || a->kind == CL_ACT_BWD_INPUT) && st > 0) {
             if (++held[a->chunk] > peak[a->chunk]) peak[a->chunk] = held[a->chunk];
         } else if (a->kind == CL_ACT_SEND_GRAD) {
-            int q = (st - 1) % p, ri = cl_schedule_find(sc, q, CL_ACT_RECV_GRAD, a->mb, (st - 1) / p);
+            int q = (st - 1) % p, ri = index_find(sc, at, 2, q, a->mb, (st - 1) / p);
             if (ri < 0) s = cl_error(CL_ERR_INVALID, "rank %d: SEND_GRAD of micro-batch %d has no matching receive on rank %d", r, a->mb, q);
             else {
                 fl_mb[nfl] = a->mb, fl_c[nfl] = a->chunk, fl_dst[nfl] = q, fl_ri[nfl] = ri;
@@ -175,6 +202,7 @@ cl_status cl_schedule_grad_buffers(const cl_schedule *sc, int r, int *free_at, i
     free(fl_ri);
     free(seen);
     free(held);
+    free(at);
     return s;
 }
 
