@@ -268,10 +268,9 @@ static void pack_b(const mm_entry *e, uint16_t *dst, const uint16_t *B, int K, i
     }
 }
 
-/* Whether a call packs B: both BF16, B row-major, fixed shapes, the work past PACK_MIN_WORK. The size check
- * (PACK_CAP) is the primitive's (make_primitive), once its layout is known. */
-static int want_pack(int rt, int ta, int tb, int M, int N, int K, cl_dtype fa, cl_dtype fb) {
-    (void)ta;
+/* Whether a call packs B: both BF16, B row-major, fixed shapes, the work past PACK_MIN_WORK, B's own bytes within
+ * PACK_CAP (make_primitive checks the padded layout's bytes again once it is known). */
+static int want_pack(int rt, int tb, int M, int N, int K, cl_dtype fa, cl_dtype fb) {
     return atomic_load(&g_pack) && !rt && !tb && fa == CL_BF16 && fb == CL_BF16 && M >= PACK_MIN_M &&
            (int64_t)M * N * K >= PACK_MIN_WORK && (size_t)K * (size_t)N * 2 <= PACK_CAP;
 }
@@ -389,27 +388,27 @@ static mm_thread *thread_state(void) {
     return t;
 }
 
+/* A thread's buffer *buf (*cap bytes) grown to at least need bytes, 64-aligned (its old contents dropped); -1 when
+ * out of memory (the buffer as it was). */
+static int grow(void **buf, size_t *cap, size_t need) {
+    if (need <= *cap) return 0;
+    void *p = aligned_alloc(64, (need + 63) & ~(size_t)63);
+    if (!p) return -1;
+    free(*buf);
+    *buf = p;
+    *cap = need;
+    return 0;
+}
+
 /* Runs e on this thread (M and K the call's, for a run-time key); 0 on success. */
 static int execute(const mm_entry *e, int M, int K, const void *A, const void *B, float *C) {
     mm_thread *t = thread_state();
     if (!t) return -1;
     dnnl_memory_desc_t ma = e->md_a, mb = e->md_b, mc = e->md_c;
     if (e->key.rt && make_mds(&e->key, M, K, &ma, &mb, &mc)) return -1;
-    if (e->scratch > t->cap) {
-        void *p = aligned_alloc(64, (e->scratch + 63) & ~(size_t)63);
-        if (!p) return -1;
-        free(t->scratch);
-        t->scratch = p;
-        t->cap = e->scratch;
-    }
+    if (grow(&t->scratch, &t->cap, e->scratch)) return -1;
     if (e->key.pack) {
-        if (e->bytes > t->packed_cap) {
-            void *p = aligned_alloc(64, (e->bytes + 63) & ~(size_t)63);
-            if (!p) return -1;
-            free(t->packed);
-            t->packed = p;
-            t->packed_cap = e->bytes;
-        }
+        if (grow(&t->packed, &t->packed_cap, e->bytes)) return -1;
         pack_b(e, t->packed, B, K, e->key.N, e->key.ldb);
         B = t->packed;
         atomic_fetch_add(&g_packed, 1);
@@ -445,7 +444,7 @@ static int matmul(int rt, int ta, int tb, int M, int N, int K, float alpha, cons
     pthread_once(&g_once, init_once);
     if (!g_engine_ok) return -1;
     mm_key k = {ta != 0, tb != 0, rt ? 0 : M, N, rt ? 0 : K, lda, ldb, ldc, rt != 0, (int)fa, (int)fb, alpha, beta,
-                want_pack(rt, ta, tb, M, N, K, fa, fb)};
+                want_pack(rt, tb, M, N, K, fa, fb)};
     mm_entry tmp;
     int slot = cache_get(&k, &tmp);
     if (k.pack && !(slot >= 0 ? g_cache[slot].prim : tmp.prim)) { /* a layout pack_b does not write (or too big): B as given */
