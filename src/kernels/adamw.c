@@ -21,11 +21,7 @@
 #include "cleave/kernels.h"
 #include "kernels/simd.h"
 
-#if defined(__clang__)
-#pragma STDC FP_CONTRACT OFF
-#elif defined(__GNUC__)
-#pragma GCC optimize("fp-contract=off")
-#endif
+#include "kernels/fp_exact.h"
 
 #include <math.h>
 

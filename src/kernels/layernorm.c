@@ -20,10 +20,8 @@
 #include <math.h>
 #include <stddef.h>
 
-#if defined(__clang__)
-#pragma STDC FP_CONTRACT OFF
-#elif defined(__GNUC__)
-#pragma GCC optimize("fp-contract=off")
+#include "kernels/fp_exact.h"
+#if defined(__GNUC__) && !defined(__clang__)
 /* -O2's vectorizer takes only loops it needs no alias check or remainder for; the element loops here need both
  * (out may be in, din may be dout). Vector lanes compute each element as the scalar code does, and the sums in
  * order are never vectorized (no reassociation): the same bits. */

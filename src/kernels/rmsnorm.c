@@ -20,10 +20,8 @@
 #include <math.h>
 #include <stddef.h>
 
-#if defined(__clang__)
-#pragma STDC FP_CONTRACT OFF
-#elif defined(__GNUC__)
-#pragma GCC optimize("fp-contract=off")
+#include "kernels/fp_exact.h"
+#if defined(__GNUC__) && !defined(__clang__)
 /* the element loops vectorized with alias checks and remainders, the same bits (layernorm.c says why) */
 #pragma GCC optimize("vect-cost-model=dynamic")
 #endif
