@@ -17,8 +17,8 @@
  * the tolerance; one BF16 and one F32 operand; F32 operands equal to cl_gemm
  * bit for bit; the CPU table's gemm; four threads calling the cached
  * primitives at once (bit-equal to one thread's results); B packed before
- * the call bit for bit B as given; and the cache staying bounded past its
- * capacity. */
+ * the call bit for bit B as given; beta 0 the bits of beta 1 into zeros;
+ * and the cache staying bounded past its capacity. */
 #include "cleave/core.h"
 #include "cleave/kernels.h"
 #include "common/check.h"
@@ -344,6 +344,36 @@ static void test_pack(void) {
     else if (strcmp(cl_gemm_bf16_path(), "onednn matmul")) cl_test_skip("packed B (no matmul primitive here: widened)", 0);
 }
 
+/* What cl_nn_grad_beta rests on (a weight gradient's first product of the step overwrites instead of adding into the
+ * zeros): beta 0 into a C of NaN gives the bits of beta 1 into a C of zeros, the weight gradients' transposed A and
+ * wide ones included (packed B, K past one block), BF16 and F32 operands, one and two threads. */
+static void test_beta0_zeros(void) {
+    static const int shapes[][4] = {/* ta, M, N, K */ {1, 256, 768, 256}, {1, 96, 200, 1024}, {1, 64, 3000, 64}, {0, 33, 65, 129}};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        int ta = shapes[s][0], M = shapes[s][1], N = shapes[s][2], K = shapes[s][3], lda = ta ? M : K;
+        long na = (long)M * K, nb = (long)K * N, nc = (long)M * N;
+        uint16_t *A = bf16_rand(na), *B = bf16_rand(nb);
+        float *Af = xmalloc((size_t)na * sizeof *Af), *Bf = xmalloc((size_t)nb * sizeof *Bf);
+        for (long i = 0; i < na; i++) Af[i] = cl_rng_normal(&g_rng);
+        for (long i = 0; i < nb; i++) Bf[i] = cl_rng_normal(&g_rng);
+        float *C0 = xmalloc((size_t)nc * sizeof *C0), *C1 = xmalloc((size_t)nc * sizeof *C1);
+        for (int f32 = 0; f32 <= 1; f32++)
+            for (int th = 1; th <= 2; th++) {
+                int was = cl_threads();
+                cl_set_threads(th);
+                for (long i = 0; i < nc; i++) C0[i] = NAN, C1[i] = 0.0f;
+                const void *a = f32 ? (const void *)Af : A, *b = f32 ? (const void *)Bf : B;
+                cl_dtype t = f32 ? CL_F32 : CL_BF16;
+                cl_gemm_ex(ta, 0, M, N, K, 1.0f, a, t, lda, b, t, N, 0.0f, C0, N);
+                cl_gemm_ex(ta, 0, M, N, K, 1.0f, a, t, lda, b, t, N, 1.0f, C1, N);
+                cl_set_threads(was);
+                CHECK(!memcmp(C0, C1, (size_t)nc * sizeof *C0), "%s ta=%d M=%d N=%d K=%d, %d threads: beta 0 differs from beta 1 into zeros",
+                      f32 ? "F32" : "BF16", ta, M, N, K, th);
+            }
+        free(A), free(B), free(Af), free(Bf), free(C0), free(C1);
+    }
+}
+
 /* More keys than the cache holds: it stays bounded and every product stays right. */
 static void test_cache_bound(void) {
     long bad = 0;
@@ -372,6 +402,7 @@ int main(void) {
     test_threads();
     test_rows();
     test_pack();
+    test_beta0_zeros();
     test_cache_bound();
     return cl_test_report("test_gemm_bf16");
 }

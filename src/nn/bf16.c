@@ -82,7 +82,13 @@ void cl_nn_linear_dweight_lo(const cl_model *m, float *dw, float *db, const floa
                              void *xt, int64_t N, int64_t IC, int64_t OC) {
     int ta, lda;
     const void *a = cl_nn_dweight_src(m, xt, x, N, IC, &ta, &lda);
-    cl_nn_gemm_lo(m, ta, 0, (int)IC, (int)OC, (int)N, a, lda, dout_lo, (int)OC, 1.0f, dw, (int)OC);
+    cl_nn_gemm_lo(m, ta, 0, (int)IC, (int)OC, (int)N, a, lda, dout_lo, (int)OC, cl_nn_grad_beta(m, dw), dw, (int)OC);
+    if (db) cl_nn_bias_grad(m, db, dout, N, OC);
+}
+
+void cl_nn_linear_dweight(const cl_model *m, float *dw, float *db, const float *dout, const float *x, int64_t N, int64_t IC,
+                          int64_t OC) {
+    cl_sgemm(cl_kern(m), 1, 0, (int)IC, (int)OC, (int)N, 1.0f, x, (int)IC, dout, (int)OC, cl_nn_grad_beta(m, dw), dw, (int)OC);
     if (db) cl_nn_bias_grad(m, db, dout, N, OC);
 }
 

@@ -233,6 +233,13 @@ void *cl_nn_head_mine(const cl_model *m, const cl_head_acts *h, int64_t N);
 cl_status cl_nn_head_loss_forward(cl_model *m, const cl_microbatch *mb, const cl_head_acts *h, const float *wv);
 /* Its backward: dlogits (in place of the logits), dwv += dlogits^T lnf when ww, *dl = the gradient of this
  * rank's normalized rows (in the part's scratch), for the norm's backward. */
+/* The beta for a product that adds into gradient g (a parameter's, m->g[i], or the head's tied copy, m->head_wte_g): 0
+ * while g still holds the zeros cl_model_zero_grads or cl_model_bucket_begin wrote and nothing has written it since,
+ * else 1; g counts as written from here on. A product of beta 0 overwrites only what it would have added to zeros:
+ * the same bits (0 + x is x), without reading the gradient (the weight products' sum post-op costs up to a third of
+ * their time: docs/PERFORMANCE.md). The caller writes g before anything else does in this pass; cl_unit_backward
+ * marks a weight pass's parameters written whichever way they were. */
+float cl_nn_grad_beta(const cl_model *m, const float *g);
 cl_status cl_nn_head_loss_backward(cl_model *m, const cl_microbatch *mb, const cl_head_acts *h, const float *wv, float *dwv, int ww,
                                    const float **dl);
 
@@ -273,5 +280,8 @@ void cl_nn_linear_dweight_lo(const cl_model *m, float *dw, float *db, const floa
 const void *cl_nn_dweight_src(const cl_model *m, void *xt, const void *x, int64_t N, int64_t IC, int *ta, int *lda);
 /* db += the column sums of dout [N, OC] (F32). */
 void cl_nn_bias_grad(const cl_model *m, float *db, const float *dout, int64_t N, int64_t OC);
+/* cl_nn_linear_dweight_lo in F32: dw [IC, OC] += x^T dout (x [N, IC], dout [N, OC]), db += dout's column sums when db. */
+void cl_nn_linear_dweight(const cl_model *m, float *dw, float *db, const float *dout, const float *x, int64_t N, int64_t IC,
+                          int64_t OC);
 
 #endif

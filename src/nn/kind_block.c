@@ -225,7 +225,7 @@ static cl_status block_backward_pass(cl_model *m, const block_acts *s, const flo
     CL_PROF("bwd fc proj", flf, lo ? cl_nn_gemm_lo(m, 0, 1, iN, iFl, iC, L1, iC, cl_nn_wlo(m, w->fc_proj_w), iC, 0.0f, dfchg, iFl)
                                    : cl_sgemm(cl_kern(m), 0, 1, iN, iFl, iC, 1.0f, dO, iC, w->fc_proj_w, iC, 0.0f, dfchg, iFl));
     if (ww) CL_PROF("bwd fc proj w", flf, lo ? cl_nn_linear_dweight_lo(m, gw->fc_proj_w, gw->fc_proj_b, dO, L1, s->fch_gelu, NULL, N, Fl, C)
-                                             : cl_kern(m)->linear_backward_weight(gw->fc_proj_w, gw->fc_proj_b, dO, s->fch_gelu, iN, iFl, iC));
+                                             : cl_nn_linear_dweight(m, gw->fc_proj_w, gw->fc_proj_b, dO, s->fch_gelu, N, Fl, C));
     /* bf16: GELU's backward writes dfchg's BF16 form into L1 in the same pass */
     if (lo) CL_PROF("bwd gelu", 0, cl_kern(m)->gelu_backward_set_bf16(dfchg, (uint16_t *)L1, dfchg, s->fch, N * Fl));
     else CL_PROF("bwd gelu", 0, cl_kern(m)->gelu_backward_set(dfchg, dfchg, s->fch, N * Fl));
@@ -241,7 +241,7 @@ static cl_status block_backward_pass(cl_model *m, const block_acts *s, const flo
     if (ww) {
         CL_TRY(cl_nn_col_input(m, s->ln2, G, Ns, C, &x)); /* sequence-parallel: gathered again, not kept */
         CL_PROF("bwd fc w", flf, lo ? cl_nn_linear_dweight_lo(m, gw->fc_w, gw->fc_b, dfchg, L1, x, xt, N, C, Fl)
-                                    : cl_kern(m)->linear_backward_weight(gw->fc_w, gw->fc_b, dfchg, x, iN, iC, iFl));
+                                    : cl_nn_linear_dweight(m, gw->fc_w, gw->fc_b, dfchg, x, N, C, Fl));
     }
     /* bf16, not sequence-parallel: the layernorm's backward finishes dres2 (attn.c_proj's output gradient) and writes
      * its BF16 form into L1 in the same pass (L1's dfchg read by the two GEMMs above) */
@@ -262,7 +262,7 @@ static cl_status block_backward_pass(cl_model *m, const block_acts *s, const flo
     CL_PROF("bwd attn proj", fl, lo ? cl_nn_gemm_lo(m, 0, 1, iN, iCl, iC, L1, iC, cl_nn_wlo(m, w->attn_proj_w), iC, 0.0f, datty, iCl)
                                     : cl_sgemm(cl_kern(m), 0, 1, iN, iCl, iC, 1.0f, dR, iC, w->attn_proj_w, iC, 0.0f, datty, iCl));
     if (ww) CL_PROF("bwd attn proj w", fl, lo ? cl_nn_linear_dweight_lo(m, gw->attn_proj_w, gw->attn_proj_b, dR, L1, L2, NULL, N, Cl, C)
-                                              : cl_kern(m)->linear_backward_weight(gw->attn_proj_w, gw->attn_proj_b, dR, s->atty, iN, iCl, iC));
+                                              : cl_nn_linear_dweight(m, gw->attn_proj_w, gw->attn_proj_b, dR, s->atty, N, Cl, C));
     /* the score tiles recomputed (q k^T, a third product) besides the four of the gradients */
     CL_PROF("bwd attention", 2.5 * att,
             CL_TRY(cl_nn_attention_backward(m, dqkv, attscratch, datty, s->qkv, s->atty, s->lse, B, T, iCl, d->heads_local, d->heads_local)));
@@ -270,7 +270,7 @@ static cl_status block_backward_pass(cl_model *m, const block_acts *s, const flo
     if (ww) {
         CL_TRY(cl_nn_col_input(m, s->ln1, G, Ns, C, &x));
         CL_PROF("bwd qkv w", fq, lo ? cl_nn_linear_dweight_lo(m, gw->qkv_w, gw->qkv_b, dqkv, L1, x, xt, N, C, Q)
-                                    : cl_kern(m)->linear_backward_weight(gw->qkv_w, gw->qkv_b, dqkv, x, iN, iC, iQ));
+                                    : cl_nn_linear_dweight(m, gw->qkv_w, gw->qkv_b, dqkv, x, N, C, Q));
     }
     /* c_attn, column-parallel by heads */
     const float *dl1 = NULL;

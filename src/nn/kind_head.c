@@ -176,10 +176,10 @@ cl_status cl_nn_head_loss_backward(cl_model *m, const cl_microbatch *mb, const c
         CL_PROF("bwd softmax xent", 0, cl_kern(m)->xent_backward(h->logits, h->logits, h->lse, mb->targets, mb->dloss, iN, iVl));
     if (cl_nn_bf16(d)) { /* the products read dlogits as BF16, narrowed in place */
         CL_TRY(head_dlogits_narrow(m, h->logits, N, Vl));
-        if (ww) CL_PROF("bwd logits w", fl, cl_nn_gemm_lo(m, 1, 0, iVl, iC, iN, h->logits, iVl, h->lnf, iC, 1.0f, dwv, iC));
+        if (ww) CL_PROF("bwd logits w", fl, cl_nn_gemm_lo(m, 1, 0, iVl, iC, iN, h->logits, iVl, h->lnf, iC, cl_nn_grad_beta(m, dwv), dwv, iC));
         CL_PROF("bwd logits", fl, cl_nn_gemm_lo(m, 0, 0, iN, iC, iVl, h->logits, iVl, cl_nn_wlo(m, wv), iC, 0.0f, dlnf, iC));
     } else {
-        if (ww) CL_PROF("bwd logits w", fl, cl_sgemm(cl_kern(m), 1, 0, iVl, iC, iN, 1.0f, h->logits, iVl, h->lnf, iC, 1.0f, dwv, iC));
+        if (ww) CL_PROF("bwd logits w", fl, cl_sgemm(cl_kern(m), 1, 0, iVl, iC, iN, 1.0f, h->logits, iVl, h->lnf, iC, cl_nn_grad_beta(m, dwv), dwv, iC));
         CL_PROF("bwd logits", fl, cl_sgemm(cl_kern(m), 0, 0, iN, iC, iVl, 1.0f, h->logits, iVl, wv, iC, 0.0f, dlnf, iC));
     }
     *dl = dlnf;

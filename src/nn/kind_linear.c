@@ -69,7 +69,7 @@ static cl_status linear_backward(cl_model *m, const cl_unit *un, const cl_microb
     cl_kind_bind(&cl_kind_linear, p, &w);
     cl_kind_bind(&cl_kind_linear, g, &gw);
     int B = mb->B;
-    if (what & CL_BWD_WEIGHT) cl_kern(m)->linear_backward_weight(gw.w, gw.b, dout, in, B, un->c, un->oc);
+    if (what & CL_BWD_WEIGHT) cl_nn_linear_dweight(m, gw.w, gw.b, dout, in, B, un->c, un->oc);
     if (!din) return CL_OK;
     if (un->tp_mode != CL_LINEAR_COLS) {
         cl_kern(m)->linear_backward_input(din, dout, w.w, B, un->c, un->oc);

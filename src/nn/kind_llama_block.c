@@ -160,8 +160,8 @@ static void gate_up_dweight_lo(const cl_model *m, const llama_block_weights *gw,
                                const uint16_t *dulo, int64_t N) {
     int iN = (int)N, iC = m->desc->cfg.channels, iFl = (int)m->desc->mlp_local, ta, lda;
     const void *a = cl_nn_dweight_src(m, xt, x, N, iC, &ta, &lda);
-    cl_nn_gemm_lo(m, ta, 0, iC, iFl, iN, a, lda, dglo, iFl, 1.0f, gw->gate_w, iFl);
-    cl_nn_gemm_lo(m, ta, 0, iC, iFl, iN, a, lda, dulo, iFl, 1.0f, gw->up_w, iFl);
+    cl_nn_gemm_lo(m, ta, 0, iC, iFl, iN, a, lda, dglo, iFl, cl_nn_grad_beta(m, gw->gate_w), gw->gate_w, iFl);
+    cl_nn_gemm_lo(m, ta, 0, iC, iFl, iN, a, lda, dulo, iFl, cl_nn_grad_beta(m, gw->up_w), gw->up_w, iFl);
 }
 
 /* The backward (the forward's split, written once; a split group's weight pass reads the input pass's
@@ -205,7 +205,7 @@ static cl_status llama_backward_pass(cl_model *m, const llama_acts *s, const flo
     CL_PROF("bwd down_proj", ff, lo ? cl_nn_gemm_lo(m, 0, 1, iN, iFl, iC, L1, iC, cl_nn_wlo(m, w->down_w), iC, 0.0f, dh, iFl)
                                     : cl_sgemm(K, 0, 1, iN, iFl, iC, 1.0f, dO, iC, w->down_w, iC, 0.0f, dh, iFl));
     if (ww) CL_PROF("bwd down_proj w", ff, lo ? cl_nn_linear_dweight_lo(m, gw->down_w, NULL, dO, L1, s->h, NULL, N, Fl, C)
-                                              : cl_sgemm(K, 1, 0, iFl, iC, iN, 1.0f, s->h, iFl, dO, iC, 1.0f, gw->down_w, iC));
+                                              : cl_nn_linear_dweight(m, gw->down_w, NULL, dO, s->h, N, Fl, C));
     CL_PROF("bwd swiglu", 0, K->swiglu_backward(dgate, dup, dh, s->gate, s->up, N * Fl));
     if (lo) CL_TRY(cl_nn_narrow(m, L1, dgate, 2 * N * Fl)); /* dup follows dgate in the workspace */
     /* gate and up, column-parallel: the input gradient is a partial sum over the ranks' columns */
@@ -223,8 +223,8 @@ static cl_status llama_backward_pass(cl_model *m, const llama_acts *s, const flo
          * read it) where dh holds it (F/tp >= C/2), else read through strides; the same bits either way */
         if (lo) CL_PROF("bwd gate up w", 2 * ff, gate_up_dweight_lo(m, gw, x, Fl >= cl_nn_bf16_floats(C) ? dh : NULL, dglo, dulo, N));
         else
-            CL_PROF("bwd gate up w", 2 * ff, (cl_sgemm(K, 1, 0, iC, iFl, iN, 1.0f, x, iC, dgate, iFl, 1.0f, gw->gate_w, iFl),
-                                               cl_sgemm(K, 1, 0, iC, iFl, iN, 1.0f, x, iC, dup, iFl, 1.0f, gw->up_w, iFl)));
+            CL_PROF("bwd gate up w", 2 * ff, (cl_nn_linear_dweight(m, gw->gate_w, NULL, dgate, x, N, C, Fl),
+                                               cl_nn_linear_dweight(m, gw->up_w, NULL, dup, x, N, C, Fl)));
     }
     return cl_llama_attn_backward(m, &k, &s->at, in, &w->at, &gw->at, dres2, dl2, din, G, ws, ww, B, T);
 }

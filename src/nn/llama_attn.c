@@ -143,9 +143,9 @@ static void qkv_dweight_lo(const cl_model *m, const cl_llama_attn_weights *gw, c
     const uint16_t *dq = dlo;
     int ta, lda;
     const void *a = cl_nn_dweight_src(m, xt, x, N, iC, &ta, &lda);
-    cl_nn_gemm_lo(m, ta, 0, iC, Cl, iN, a, lda, dq, iQ, 1.0f, gw->q_w, Cl);
-    cl_nn_gemm_lo(m, ta, 0, iC, Kl, iN, a, lda, dq + Cl, iQ, 1.0f, gw->k_w, Kl);
-    cl_nn_gemm_lo(m, ta, 0, iC, Kl, iN, a, lda, dq + Cl + Kl, iQ, 1.0f, gw->v_w, Kl);
+    cl_nn_gemm_lo(m, ta, 0, iC, Cl, iN, a, lda, dq, iQ, cl_nn_grad_beta(m, gw->q_w), gw->q_w, Cl);
+    cl_nn_gemm_lo(m, ta, 0, iC, Kl, iN, a, lda, dq + Cl, iQ, cl_nn_grad_beta(m, gw->k_w), gw->k_w, Kl);
+    cl_nn_gemm_lo(m, ta, 0, iC, Kl, iN, a, lda, dq + Cl + Kl, iQ, cl_nn_grad_beta(m, gw->v_w), gw->v_w, Kl);
 }
 
 /* bf16: dln1 [N, C] = the q, k and v products' input gradient from dqkv narrowed to BF16 (dlo) and the weights' copies. */
@@ -196,7 +196,7 @@ cl_status cl_llama_attn_backward(cl_model *m, cl_nn_keep *k, const cl_llama_attn
     CL_PROF("bwd o_proj", fl, lo ? cl_nn_gemm_lo(m, 0, 1, iN, iCl, iC, L1, iC, cl_nn_wlo(m, w->o_w), iC, 0.0f, datty, iCl)
                                  : cl_sgemm(K, 0, 1, iN, iCl, iC, 1.0f, dR, iC, w->o_w, iC, 0.0f, datty, iCl));
     if (ww) CL_PROF("bwd o_proj w", fl, lo ? cl_nn_linear_dweight_lo(m, gw->o_w, NULL, dR, L1, L2, NULL, N, Cl, C)
-                                           : cl_sgemm(K, 1, 0, iCl, iC, iN, 1.0f, s->atty, iCl, dR, iC, 1.0f, gw->o_w, iC));
+                                           : cl_nn_linear_dweight(m, gw->o_w, NULL, dR, s->atty, N, Cl, C));
     /* the score tiles recomputed (q k^T, a third product) besides the four of the gradients */
     CL_PROF("bwd attention", 2.5 * att, CL_TRY(cl_nn_attention_backward(m, dqkv, attscratch, datty, s->qkv, s->atty, s->lse, B, T, iCl, NH, KV)));
     /* the gradients of q and k before their rotation, in place */
@@ -206,9 +206,9 @@ cl_status cl_llama_attn_backward(cl_model *m, cl_nn_keep *k, const cl_llama_attn
         CL_TRY(cl_nn_col_input(m, s->ln1, G, Ns, C, &x));
         if (lo) CL_PROF("bwd qkv w", fq, qkv_dweight_lo(m, gw, x, dln1, L1, N)); /* dln1 free until the products below */
         else
-            CL_PROF("bwd qkv w", fq, (cl_sgemm(K, 1, 0, iC, iCl, iN, 1.0f, x, iC, dqkv, iQ, 1.0f, gw->q_w, iCl),
-                                      cl_sgemm(K, 1, 0, iC, iKl, iN, 1.0f, x, iC, dqkv + Cl, iQ, 1.0f, gw->k_w, iKl),
-                                      cl_sgemm(K, 1, 0, iC, iKl, iN, 1.0f, x, iC, dqkv + Cl + Kl, iQ, 1.0f, gw->v_w, iKl)));
+            CL_PROF("bwd qkv w", fq, (cl_sgemm(K, 1, 0, iC, iCl, iN, 1.0f, x, iC, dqkv, iQ, cl_nn_grad_beta(m, gw->q_w), gw->q_w, iCl),
+                                      cl_sgemm(K, 1, 0, iC, iKl, iN, 1.0f, x, iC, dqkv + Cl, iQ, cl_nn_grad_beta(m, gw->k_w), gw->k_w, iKl),
+                                      cl_sgemm(K, 1, 0, iC, iKl, iN, 1.0f, x, iC, dqkv + Cl + Kl, iQ, cl_nn_grad_beta(m, gw->v_w), gw->v_w, iKl)));
     }
     /* q, k, v, column-parallel by heads */
     if (run && lo) CL_PROF("bwd qkv", fq, qkv_dinput_lo(m, dln1, L1, w, N));

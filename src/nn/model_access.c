@@ -41,7 +41,10 @@ float *cl_model_bucket_begin(cl_model *m, int b, int64_t lo, int64_t hi) {
     float *buf = m->gbuf[b];
     cl_device_fill(m->dev, buf, 0, (size_t)(hi - lo) * sizeof(float));
     for (int i = 0; i < d->nparams; i++)
-        if (m->loc[i] >= lo && m->loc[i] < hi && !cl_model_grad_whole(d, m->u0, m->u1, m->zero.split, i)) m->g[i] = buf + (m->loc[i] - lo);
+        if (m->loc[i] >= lo && m->loc[i] < hi && !cl_model_grad_whole(d, m->u0, m->u1, m->zero.split, i)) {
+            m->g[i] = buf + (m->loc[i] - lo);
+            m->gfresh[i] = 1; /* zeroed above (cl_nn_grad_beta) */
+        }
     return buf;
 }
 

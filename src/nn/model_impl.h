@@ -30,6 +30,9 @@ struct cl_model {
                              * gwhole, or into a working buffer while its bucket is being back-propagated) */
     int64_t *loc;           /* per parameter: offset into params (-1 if not held) */
     float *head_wte_g;      /* see cl_model_split_tied; NULL otherwise */
+    uint8_t *gfresh;        /* per parameter, then one for head_wte_g: 1 while its gradient holds the zeros a fill
+                             * wrote (cl_model_zero_grads, cl_model_bucket_begin) and nothing has written it since
+                             * (cl_nn_grad_beta) */
     int recompute;          /* cl_recompute (cl_model_set_recompute) */
     float *rc_buf;          /* recompute: one block's attention (selective) or all its activations (full) */
     float *rope;            /* the rotary tables (sizes.tables floats): cos [T, hd/2], then sin; NULL if none */

@@ -264,8 +264,9 @@ static cl_status create_part(cl_model **out, const cl_model_desc *d, cl_device *
     m->p = calloc((size_t)d->nparams, sizeof *m->p);
     m->g = calloc((size_t)d->nparams, sizeof *m->g);
     m->loc = malloc((size_t)(d->nparams ? d->nparams : 1) * sizeof *m->loc);
+    m->gfresh = calloc((size_t)d->nparams + 1, 1);
     cl_status s = CL_OK;
-    if (!m->p || !m->g || !m->loc) s = cl_error(CL_ERR_OOM, "cannot allocate parameter tables");
+    if (!m->p || !m->g || !m->loc || !m->gfresh) s = cl_error(CL_ERR_OOM, "cannot allocate parameter tables");
     cl_model_part_sizes(d, u0, u1, B, CL_RECOMPUTE_NONE, &m->zero, &m->sizes);
     if (!grads) m->sizes.grads = m->sizes.whole = m->sizes.bucket = m->sizes.halo = m->sizes.gstage = 0, m->sizes.nbuf = 0;
     const cl_part_sizes *z = &m->sizes;
@@ -370,6 +371,7 @@ void cl_model_destroy(cl_model *m) {
     free(m->loc);
     free(m->p);
     free(m->g);
+    free(m->gfresh);
     free(m);
 }
 
@@ -407,10 +409,16 @@ void cl_model_init(cl_model *m, uint64_t seed) {
 }
 
 void cl_model_zero_grads(cl_model *m) {
-    cl_device_fill(m->dev, m->grads, 0, (size_t)(cl_zero_shards_grads(m->zero.stage) ? m->sizes.grads : m->nfloats) * sizeof(float));
+    const cl_model_desc *d = m->desc;
+    int stage2 = cl_zero_shards_grads(m->zero.stage);
+    cl_device_fill(m->dev, m->grads, 0, (size_t)(stage2 ? m->sizes.grads : m->nfloats) * sizeof(float));
     if (m->gwhole) cl_device_fill(m->dev, m->gwhole, 0, (size_t)m->sizes.whole * sizeof(float));
-    if (m->head_wte_g) cl_device_fill(m->dev, m->head_wte_g, 0, (size_t)m->desc->params[m->desc->tied_wte].numel * sizeof(float));
+    if (m->head_wte_g) cl_device_fill(m->dev, m->head_wte_g, 0, (size_t)d->params[d->tied_wte].numel * sizeof(float));
+    /* the gradients those fills zeroed (ZeRO 2 and 3: the whole-kept ones; a bucket's are zeroed when it begins) */
+    for (int i = 0; i < d->nparams; i++) m->gfresh[i] = m->g[i] && (!stage2 || cl_model_grad_whole(d, m->u0, m->u1, m->zero.split, i));
+    m->gfresh[d->nparams] = m->head_wte_g != NULL;
 }
+
 
 cl_status cl_acts_create(cl_model *m, int B, cl_acts *a) {
     memset(a, 0, sizeof *a);
@@ -498,8 +506,11 @@ cl_status cl_unit_backward(cl_model *m, int u, const cl_microbatch *mb, const fl
     const cl_kind *k = kind_of(m->desc, u);
     if (!k) return cl_error(CL_ERR_INTERNAL, "unknown unit kind %d", (int)un->kind);
     if (!(what & CL_BWD_INPUT)) din = NULL;
-    return k->backward(m, un, mb, in, a->base + a->off[u - m->u0], m->p + un->first_param, m->g + un->first_param, dout, din,
-                       what);
+    cl_status s = k->backward(m, un, mb, in, a->base + a->off[u - m->u0], m->p + un->first_param, m->g + un->first_param,
+                              dout, din, what);
+    /* a weight pass has written its parameters' gradients, through cl_nn_grad_beta or not: none is a fill's zeros now */
+    if (what & CL_BWD_WEIGHT) memset(m->gfresh + un->first_param, 0, (size_t)un->nparams);
+    return s;
 }
 
 double cl_acts_loss_sum(const cl_model *m, const cl_acts *a, int u, const cl_microbatch *mb) {
