@@ -150,13 +150,17 @@ static cl_status head_forward(cl_model *m, const cl_unit *un, const cl_microbatc
     return cl_nn_head_loss_forward(m, mb, &h, m->p[m->desc->tied_wte]);
 }
 
-/* bf16: the F32 dlogits [N, Vl] narrowed in place to BF16 rows of Vl values (row i at BF16 element i Vl): row
- * i >= 1 lands in bytes the F32 rows before it held (2 i Vl + 2 Vl <= 4 i Vl), row 0 goes through the scratch's
- * last BF16 Vl values (the head's sizes count them) and is copied in last. */
+/* bf16: the F32 dlogits [N, Vl] narrowed in place to BF16 rows of Vl values (row i at BF16 element i Vl): rows
+ * [a, 2a) land in bytes [2 a Vl, 4 a Vl), which F32 rows [a/2, a) held, apart from their own [4 a Vl, 8 a Vl): so
+ * rows 1, [2, 4), [4, 8), ... each go in one narrowing, in that order (log2 N calls, not N). Row 0 goes through
+ * the scratch's last BF16 Vl values (the head's sizes count them) and is copied in last. */
 static cl_status head_dlogits_narrow(const cl_model *m, float *logits, int64_t N, int64_t Vl) {
     uint16_t *lo = (uint16_t *)logits, *row0 = (uint16_t *)(m->scratch + m->sizes.scratch - cl_nn_bf16_floats(Vl));
     CL_TRY(cl_nn_narrow(m, row0, logits, Vl));
-    for (int64_t i = 1; i < N; i++) CL_TRY(cl_nn_narrow(m, lo + i * Vl, logits + i * Vl, Vl));
+    for (int64_t a = 1; a < N; a *= 2) {
+        int64_t rows = N - a < a ? N - a : a;
+        CL_TRY(cl_nn_narrow(m, lo + a * Vl, logits + a * Vl, rows * Vl));
+    }
     cl_device_copy(m->dev, lo, row0, (size_t)Vl * sizeof *lo);
     return CL_OK;
 }
