@@ -13,8 +13,10 @@
 #                                                   N rounds each; prints the median ratio)
 #   ONLY=REGEX ...                                  only the layouts whose name matches
 #
-# The runs name models by shape (--layers, --channels, ...), not by preset
-# name, so a renamed preset cannot make two commits train different models.
+# The GPT runs name models by shape (--layers, --channels, ...), not by
+# preset name, so a renamed preset cannot make two commits train different
+# models; the Llama and Mixtral runs (and the bf16 ones) need a commit that
+# has them (bf16 since issue 29's first merge), else they report FAIL.
 # Exit 0 when every run is identical, 1 when one differs or fails.
 set -u
 cd "$(dirname "$0")/.." || exit 1
@@ -53,6 +55,8 @@ echo "new: ${new:-working tree} ($("$NEWBIN" --version))"
 export CLEAVE_DATA=$root/data   # the digits for the MLP and CNN
 head -c 400000 data/kjv.txt > "$tmp/text.txt"
 tiny=(--layers 2 --channels 64 --heads 4 --context 64 --vocab 256 --seq-len 32 --data "$tmp/text.txt")
+llama=(--model llama-tiny --seq-len 32 --data "$tmp/text.txt")   # the presets' shapes: 2 layers, 64 channels
+mixtral=(--model mixtral-tiny --seq-len 32 --data "$tmp/text.txt")
 small=(--layers 4 --channels 128 --heads 4 --context 128 --vocab 256 --seq-len 64 --data "$tmp/text.txt")
 common=(--steps 20 --micro-batch-size 2 --global-batch-size 8 --threads 1 --eval-every 10 --eval-batches 2 --sample-tokens 0
         --comm-timeout 120)
@@ -79,6 +83,14 @@ layouts=(
     "mlp tp 2|--model mlp --tp 2"
     "cnn|--model cnn"
     "cnn dp 2 zero 1|--model cnn --dp 2 --zero 1"
+    "bf16 1 rank|${tiny[*]} --dtype bf16"
+    "bf16 tp 2 sequence parallel|${tiny[*]} --dtype bf16 --tp 2 --sequence-parallel"
+    "bf16 pp 2 zb-h1|${tiny[*]} --dtype bf16 --pp 2 --schedule zb-h1"
+    "bf16 dp 2 zero 2|${tiny[*]} --dtype bf16 --dp 2 --zero 2"
+    "bf16 dp 2 zero 3 recompute full|${tiny[*]} --dtype bf16 --dp 2 --zero 3 --recompute full"
+    "llama|${llama[*]}"
+    "llama bf16 tp 2 x pp 2|${llama[*]} --dtype bf16 --tp 2 --pp 2"
+    "mixtral bf16 dp 2 ep 2|${mixtral[*]} --dtype bf16 --dp 2 --ep 2"
 )
 figures() { # LOG: step loss norm / step val loss, 17 digits as logged
     sed -n 's/.*"step": \([0-9]*\), "loss": \([^,]*\),.*"grad_norm": \([^,]*\),.*/\1 \2 \3/p
