@@ -37,7 +37,7 @@ static const cli_flag train_flags[] = {
     {"help", "h", 0, "show this help"},
     {"config", "", 1, "read settings from this JSON file (keys: the long flag names, at top level or in their section; see above); flags given win"},
     {"print-config", "", 0, "print the resolved settings as JSON (what --config reads) and stop without running"},
-    {"model", "m", 1, "preset: gpt2-tiny (default: 2 layers, 64 channels), gpt2-mini (4 layers, 128 channels), gpt2-small or gpt2 (GPT-2 small, 124M), gpt2-medium (355M), gpt2-large (774M), gpt2-xl (1.5B), mlp, cnn; Llama (described, not trained yet): llama-tiny, llama (with the flags), smollm2-135m, tinyllama-1.1b, llama-3.2-1b, llama-3-8b, llama-2-70b, llama-3-70b, llama-3.1-405b"},
+    {"model", "m", 1, "preset: gpt2-tiny (default: 2 layers, 64 channels), gpt2-mini (4 layers, 128 channels), gpt2-small or gpt2 (GPT-2 small, 124M), gpt2-medium (355M), gpt2-large (774M), gpt2-xl (1.5B), mlp, cnn; Llama: llama-tiny, llama (with the flags), smollm2-135m, tinyllama-1.1b, llama-3.2-1b, llama-3-8b, llama-2-70b, llama-3-70b, llama-3.1-405b; Mixtral (Llama with experts): mixtral-tiny, mixtral-8x7b"},
     {"layers", "", 1, "GPT: number of transformer blocks (overrides the preset)"},
     {"channels", "", 1, "GPT: embedding width C"},
     {"heads", "", 1, "GPT: attention heads (must divide --channels)"},
