@@ -17,8 +17,8 @@
  * the tolerance; one BF16 and one F32 operand; F32 operands equal to cl_gemm
  * bit for bit; the CPU table's gemm; four threads calling the cached
  * primitives at once (bit-equal to one thread's results); B packed before
- * the call bit for bit B as given; beta 0 the bits of beta 1 into zeros;
- * and the cache staying bounded past its capacity. */
+ * the call bit for bit B as given; beta 0 the bits of beta 1 into zeros; a
+ * long K in pieces; and the cache staying bounded past its capacity. */
 #include "cleave/core.h"
 #include "cleave/kernels.h"
 #include "common/check.h"
@@ -374,6 +374,37 @@ static void test_beta0_zeros(void) {
     }
 }
 
+/* A long K with B past 8 MiB (the LM head's input gradient's shape, smaller): cl_gemm_ex runs it in 4096-row pieces
+ * of K, the first with the caller's beta, the rest adding; within the F32 bound either way (the bound holds for any
+ * summation order), and bit for bit those pieces run one by one (so the route ran: one call over K sums in another
+ * order), A plain and transposed, beta 0 and 1. */
+static void test_ksplit(void) {
+    enum { M = 8, N = 600, K = 9000, PIECE = 4096 };
+    uint16_t *A = bf16_rand((long)M * K), *B = bf16_rand((long)K * N);
+    float *C0 = xmalloc((size_t)M * N * sizeof *C0), *C = xmalloc((size_t)M * N * sizeof *C), *Cp = xmalloc((size_t)M * N * sizeof *Cp),
+          *Cw = xmalloc((size_t)M * N * sizeof *Cw);
+    for (long i = 0; i < (long)M * N; i++) C0[i] = cl_rng_normal(&g_rng);
+    for (int c = 0; c < 2; c++) {
+        int ta = c, lda = ta ? M : K;
+        float alpha = c ? 0.5f : 1.0f, beta = c ? 1.0f : 0.0f;
+        memcpy(C, C0, (size_t)M * N * sizeof *C), memcpy(Cp, C0, (size_t)M * N * sizeof *C), memcpy(Cw, C0, (size_t)M * N * sizeof *C);
+        cl_gemm_ex(ta, 0, M, N, K, alpha, A, CL_BF16, lda, B, CL_BF16, N, beta, C, N);
+        for (int k0 = 0; k0 < K; k0 += PIECE) {
+            int kk = K - k0 < PIECE ? K - k0 : PIECE;
+            cl_gemm_ex(ta, 0, M, N, kk, alpha, ta ? A + (long)k0 * lda : A + k0, CL_BF16, lda, B + (long)k0 * N, CL_BF16, N, k0 ? 1.0f : beta,
+                       Cp, N);
+        }
+        int prev = cl_gemm_ksplit(0);
+        cl_gemm_ex(ta, 0, M, N, K, alpha, A, CL_BF16, lda, B, CL_BF16, N, beta, Cw, N);
+        cl_gemm_ksplit(prev);
+        double w = 0;
+        CHECK(gemm_bad(ta, 0, M, N, K, alpha, A, lda, B, N, beta, C0, C, N, 1.0, &w) == 0, "K in pieces, ta=%d: outside the F32 bound", ta);
+        CHECK(gemm_bad(ta, 0, M, N, K, alpha, A, lda, B, N, beta, C0, Cw, N, 1.0, &w) == 0, "K whole, ta=%d: outside the F32 bound", ta);
+        CHECK(!memcmp(C, Cp, (size_t)M * N * sizeof *C), "K in pieces, ta=%d: other bits than its 4096-row pieces one by one", ta);
+    }
+    free(A), free(B), free(C0), free(C), free(Cp), free(Cw);
+}
+
 /* More keys than the cache holds: it stays bounded and every product stays right. */
 static void test_cache_bound(void) {
     long bad = 0;
@@ -403,6 +434,7 @@ int main(void) {
     test_rows();
     test_pack();
     test_beta0_zeros();
+    test_ksplit();
     test_cache_bound();
     return cl_test_report("test_gemm_bf16");
 }

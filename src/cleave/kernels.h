@@ -70,6 +70,11 @@ int cl_gemm_force_widen(int on);
  * turns it off): the same bits either way, only the speed differs. Returns
  * the previous setting (tests and benchmarks compare the two). */
 int cl_gemm_pack_b(int on);
+/* Whether cl_gemm_ex runs a BF16 product whose B ([K, N], tb 0) is past 8 MiB and whose K is 8192 or more in
+ * 4096-row pieces of K, each adding into C (on by default; CLEAVE_BF16_KSPLIT=0 at start turns it off): F32
+ * accumulation either way, in another order, so other last bits. Returns the previous setting (tests and
+ * benchmarks compare the two). */
+int cl_gemm_ksplit(int on);
 /* Products that have run with B packed so far (tests: that the route ran). */
 long cl_gemm_packed_count(void);
 /* Primitives the cache holds now (at most 128). */

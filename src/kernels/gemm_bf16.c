@@ -48,6 +48,10 @@ static atomic_long g_packed; /* products that ran with B packed */
 
 int cl_gemm_pack_b(int on) { return atomic_exchange(&g_pack, on ? 1 : 0); }
 
+static atomic_int g_ksplit = 1; /* CLEAVE_BF16_KSPLIT=0 (read once) or cl_gemm_ksplit(0): a long K in one call */
+
+int cl_gemm_ksplit(int on) { return atomic_exchange(&g_ksplit, on ? 1 : 0); }
+
 long cl_gemm_packed_count(void) { return atomic_load(&g_packed); }
 
 /* ---- the widening fallback ------------------------------------------------ */
@@ -157,6 +161,8 @@ static void cache_free_all(void) {
 static void init_once(void) {
     const char *e = getenv("CLEAVE_BF16_PACK");
     if (e && !strcmp(e, "0")) atomic_store(&g_pack, 0);
+    e = getenv("CLEAVE_BF16_KSPLIT");
+    if (e && !strcmp(e, "0")) atomic_store(&g_ksplit, 0);
     if (pthread_key_create(&g_tls, thread_free)) return;
     if (dnnl_engine_create(&g_engine, dnnl_cpu, 0) != dnnl_success) return;
     g_engine_ok = 1;
@@ -477,6 +483,23 @@ const char *cl_gemm_bf16_path(void) {
     return "widened to f32";
 }
 
+/* ---- a long K in pieces ------------------------------------------------------
+ *
+ * Given the whole of a long K at once, oneDNN 2.6's BF16 matmul streams all of B past every block of A's rows: the
+ * LM head's input gradient (dlogits [N, V] times wte [V, C], K = V = 50304, B 77 MB) ran 530 GFLOP/s on a Zen 5
+ * where the same product in 4096-row pieces of K, each adding into C, ran 620-700 (docs/PERFORMANCE.md). So a
+ * BF16 product with B [K, N] row-major (tb 0) past PACK_CAP and K of two pieces or more runs piece by piece, the
+ * first with the caller's beta, the rest adding (beta 1): F32 accumulation as before, in another order (its last
+ * bits differ from one call's; the same on every run, layout and thread count it already was). */
+enum { KSPLIT = 4096 };
+
+static int want_ksplit(int rt, int tb, int N, int K) {
+#ifdef CL_HAVE_DNNL
+    pthread_once(&g_once, init_once); /* CLEAVE_BF16_KSPLIT */
+#endif
+    return atomic_load(&g_ksplit) && !rt && !tb && K >= 2 * KSPLIT && (size_t)K * (size_t)N * 2 > PACK_CAP;
+}
+
 /* cl_gemm_ex and cl_gemm_ex_rows (rt: M and K at run time). */
 static void gemm_ex(int rt, int ta, int tb, int M, int N, int K, float alpha, const void *A, cl_dtype fa, int lda, const void *B,
                     cl_dtype fb, int ldb, float beta, float *C, int ldc) {
@@ -493,9 +516,19 @@ static void gemm_ex(int rt, int ta, int tb, int M, int N, int K, float alpha, co
             }
         return;
     }
-    if (fa == CL_BF16 && fb == CL_BF16 && !strcmp(cl_gemm_bf16_path(), "onednn matmul") &&
-        matmul(rt, ta, tb, M, N, K, alpha, A, fa, lda, B, fb, ldb, beta, C, ldc) == 0)
+    int mm = fa == CL_BF16 && fb == CL_BF16 && !strcmp(cl_gemm_bf16_path(), "onednn matmul");
+    if (mm && want_ksplit(rt, tb, N, K)) {
+        const uint16_t *a = A, *b = B;
+        for (int k0 = 0; k0 < K; k0 += KSPLIT) {
+            int kk = K - k0 < KSPLIT ? K - k0 : KSPLIT;
+            const uint16_t *ak = ta ? a + (int64_t)k0 * lda : a + k0, *bk = b + (int64_t)k0 * ldb;
+            float bt = k0 ? 1.0f : beta;
+            if (matmul(0, ta, 0, M, N, kk, alpha, ak, fa, lda, bk, fb, ldb, bt, C, ldc))
+                gemm_widened(ta, 0, M, N, kk, alpha, ak, fa, lda, bk, fb, ldb, bt, C, ldc);
+        }
         return;
+    }
+    if (mm && matmul(rt, ta, tb, M, N, K, alpha, A, fa, lda, B, fb, ldb, beta, C, ldc) == 0) return;
     gemm_widened(ta, tb, M, N, K, alpha, A, fa, lda, B, fb, ldb, beta, C, ldc);
 }
 
