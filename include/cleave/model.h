@@ -611,6 +611,12 @@ void cl_model_destroy(cl_model *m);
  * biases). Parameters are drawn in description order from one RNG seeded by
  * seed, so a run is reproducible. */
 void cl_model_init(cl_model *m, uint64_t seed);
+/* Zeroes every gradient this part holds (ZeRO 2 and 3: the shard's and the
+ * whole-kept ones; a bucket's when it begins). Until a weight pass writes a
+ * gradient it counts as fresh, and that pass's first product overwrites it
+ * (beta 0: the bits of adding into the zeros, without reading them), so a
+ * caller that adds terms of its own into cl_model_grad(m, i) does so after
+ * the backward, not between this call and it. */
 void cl_model_zero_grads(cl_model *m);
 /* The MoE blocks' figures since the last call, then reset (all 0 without MoE blocks): *aux the load-balancing
  * loss (each training micro-batch's sum over the part's MoE blocks of E sum_e f_e P_e, weighted by its share of

@@ -231,15 +231,15 @@ void *cl_nn_head_mine(const cl_model *m, const cl_head_acts *h, int64_t N);
 /* After the norm wrote this rank's rows: gather them (sequence parallelism), logits against wv [Vl, C] (this
  * rank's vocabulary rows), softmax cross-entropy into h->losses and h->lse. */
 cl_status cl_nn_head_loss_forward(cl_model *m, const cl_microbatch *mb, const cl_head_acts *h, const float *wv);
-/* Its backward: dlogits (in place of the logits), dwv += dlogits^T lnf when ww, *dl = the gradient of this
- * rank's normalized rows (in the part's scratch), for the norm's backward. */
 /* The beta for a product that adds into gradient g (a parameter's, m->g[i], or the head's tied copy, m->head_wte_g): 0
  * while g still holds the zeros cl_model_zero_grads or cl_model_bucket_begin wrote and nothing has written it since,
  * else 1; g counts as written from here on. A product of beta 0 overwrites only what it would have added to zeros:
- * the same bits (0 + x is x), without reading the gradient (the weight products' sum post-op costs up to a third of
- * their time: docs/PERFORMANCE.md). The caller writes g before anything else does in this pass; cl_unit_backward
- * marks a weight pass's parameters written whichever way they were. */
+ * the same bits (0 + x is x), without reading the gradient (the weight products' sum post-op took 13%-30% of their
+ * time at 256 rows: docs/PERFORMANCE.md). The caller writes g before anything else does in this pass;
+ * cl_unit_backward marks a weight pass's parameters written whichever way they were. */
 float cl_nn_grad_beta(const cl_model *m, const float *g);
+/* Its backward: dlogits (in place of the logits), dwv += dlogits^T lnf when ww, *dl = the gradient of this
+ * rank's normalized rows (in the part's scratch), for the norm's backward. */
 cl_status cl_nn_head_loss_backward(cl_model *m, const cl_microbatch *mb, const cl_head_acts *h, const float *wv, float *dwv, int ww,
                                    const float **dl);
 

@@ -419,7 +419,6 @@ void cl_model_zero_grads(cl_model *m) {
     m->gfresh[d->nparams] = m->head_wte_g != NULL;
 }
 
-
 cl_status cl_acts_create(cl_model *m, int B, cl_acts *a) {
     memset(a, 0, sizeof *a);
     const cl_model_desc *d = m->desc;
