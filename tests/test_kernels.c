@@ -299,14 +299,21 @@ static void test_linear(void) {
 
     gbuf din = gbuf_new(nin), dw = gbuf_new(nw), db = gbuf_new(OC);
     cl_linear_backward_input(din.g, R, w, N, IC, OC);
-    cl_linear_backward_weight(dw.g, db.g, R, in, N, IC, OC);
+    cl_linear_backward_weight(dw.g, db.g, R, in, N, IC, OC, 1.0f);
     expect_grad(&k, "backward input", &din, c.in, lin_ref, &c, Rd, nout, GRAD_TOL);
     expect_grad(&k, "backward weight dw", &dw, c.w, lin_ref, &c, Rd, nout, GRAD_TOL);
     expect_grad(&k, "backward weight db", &db, c.b, lin_ref, &c, Rd, nout, GRAD_TOL);
     /* db may be NULL: dw gets the same sum */
     float *dw2 = fcopy(dw.g0, nw);
-    cl_linear_backward_weight(dw2, NULL, R, in, N, IC, OC);
+    cl_linear_backward_weight(dw2, NULL, R, in, N, IC, OC, 1.0f);
     CHECK(count_ne(dw2, dw.g, nw) == 0, "linear: dw with db NULL differs");
+    /* beta 0 overwrites (NaN does not survive) with the bits of beta 1 into zeros */
+    float *dw0 = fcopy(dw.g0, nw);
+    for (long i = 0; i < nw; i++) dw0[i] = NAN, dw2[i] = 0.0f;
+    cl_linear_backward_weight(dw0, NULL, R, in, N, IC, OC, 0.0f);
+    cl_linear_backward_weight(dw2, NULL, R, in, N, IC, OC, 1.0f);
+    CHECK(count_ne(dw0, dw2, nw) == 0, "linear: dw with beta 0 differs from beta 1 into zeros");
+    free(dw0);
     kdone(&k);
     free(in); free(w); free(b); free(out); free(R); free(c.in); free(c.w); free(c.b);
     free(want); free(Rd); free(dw2);

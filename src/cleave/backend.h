@@ -49,7 +49,7 @@ struct cl_kernels {
                       const void *B, cl_dtype fb, int ldb, float beta, void *C, cl_dtype fc, int ldc);
     void (*linear_forward)(float *out, const float *in, const float *w, const float *b, int N, int IC, int OC);
     void (*linear_backward_input)(float *din, const float *dout, const float *w, int N, int IC, int OC);
-    void (*linear_backward_weight)(float *dw, float *db, const float *dout, const float *in, int N, int IC, int OC);
+    void (*linear_backward_weight)(float *dw, float *db, const float *dout, const float *in, int N, int IC, int OC, float beta);
     void (*add_bias)(float *x, const float *bias, int64_t rows, int64_t C);
     void (*embedding_forward)(float *out, const int32_t *tokens, const float *wte, const float *wpe, int B, int T, int C);
     void (*embedding_backward_weight)(float *dwte, float *dwpe, const float *dout, const int32_t *tokens, int B, int T,

@@ -112,9 +112,10 @@ void cl_linear_forward(float *out, const float *in, const float *w, const float 
 /* din[N,IC] += dout[N,OC] @ w^T */
 void cl_linear_backward_input(float *din, const float *dout, const float *w,
                               int N, int IC, int OC);
-/* dw[IC,OC] += in^T @ dout; db[OC] += sum over rows of dout (db may be NULL) */
+/* dw[IC,OC] = in^T @ dout + beta dw (beta 0: dw not read; 1: added into);
+ * db[OC] += sum over rows of dout (db may be NULL) */
 void cl_linear_backward_weight(float *dw, float *db, const float *dout, const float *in,
-                               int N, int IC, int OC);
+                               int N, int IC, int OC, float beta);
 
 /* ---- token + position embedding ----------------------------------------
  * out[B,T,C] = wte[tokens[b,t]] + wpe[t]. tokens in [0,V). */

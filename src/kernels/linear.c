@@ -2,8 +2,8 @@
  *
  * The weight layout is [IC, OC] (Hugging Face GPT-2's Conv1D), so the
  * forward is a plain in @ w. All three products go through cl_gemm.
- * Backward kernels add into their outputs (beta = 1); the forward
- * overwrites out. */
+ * Backward kernels add into their outputs (the weight gradient: unless its
+ * caller's beta is 0, cl_nn_grad_beta); the forward overwrites out. */
 #include "cleave/kernels.h"
 
 void cl_linear_forward(float *out, const float *in, const float *w, const float *b,
@@ -27,9 +27,9 @@ void cl_linear_backward_input(float *din, const float *dout, const float *w,
 }
 
 void cl_linear_backward_weight(float *dw, float *db, const float *dout, const float *in,
-                               int N, int IC, int OC) {
-    /* dw[IC,OC] += in[N,IC]^T @ dout[N,OC] */
-    cl_gemm(1, 0, IC, OC, N, 1.0f, in, IC, dout, OC, 1.0f, dw, OC);
+                               int N, int IC, int OC, float beta) {
+    /* dw[IC,OC] = in[N,IC]^T @ dout[N,OC] + beta dw */
+    cl_gemm(1, 0, IC, OC, N, 1.0f, in, IC, dout, OC, beta, dw, OC);
     if (db) {
         for (int n = 0; n < N; n++) {
             const float *d = dout + (int64_t)n * OC;

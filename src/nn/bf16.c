@@ -59,7 +59,7 @@ void cl_nn_linear_lo(const cl_model *m, float *out, const void *x, const float *
 
 void cl_nn_bias_grad(const cl_model *m, float *db, const float *dout, int64_t N, int64_t OC) {
     /* the weight part with no input columns (IC 0: an empty product) leaves only the bias sum */
-    cl_kern(m)->linear_backward_weight(db, db, dout, NULL, (int)N, 0, (int)OC);
+    cl_kern(m)->linear_backward_weight(db, db, dout, NULL, (int)N, 0, (int)OC, 1.0f);
 }
 
 static pthread_once_t g_wgrad_once = PTHREAD_ONCE_INIT;
@@ -88,8 +88,7 @@ void cl_nn_linear_dweight_lo(const cl_model *m, float *dw, float *db, const floa
 
 void cl_nn_linear_dweight(const cl_model *m, float *dw, float *db, const float *dout, const float *x, int64_t N, int64_t IC,
                           int64_t OC) {
-    cl_sgemm(cl_kern(m), 1, 0, (int)IC, (int)OC, (int)N, 1.0f, x, (int)IC, dout, (int)OC, cl_nn_grad_beta(m, dw), dw, (int)OC);
-    if (db) cl_nn_bias_grad(m, db, dout, N, OC);
+    cl_kern(m)->linear_backward_weight(dw, db, dout, x, (int)N, (int)IC, (int)OC, cl_nn_grad_beta(m, dw));
 }
 
 cl_status cl_model_refresh_low(cl_model *m) {

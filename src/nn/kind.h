@@ -280,7 +280,8 @@ void cl_nn_linear_dweight_lo(const cl_model *m, float *dw, float *db, const floa
 const void *cl_nn_dweight_src(const cl_model *m, void *xt, const void *x, int64_t N, int64_t IC, int *ta, int *lda);
 /* db += the column sums of dout [N, OC] (F32). */
 void cl_nn_bias_grad(const cl_model *m, float *db, const float *dout, int64_t N, int64_t OC);
-/* cl_nn_linear_dweight_lo in F32: dw [IC, OC] += x^T dout (x [N, IC], dout [N, OC]), db += dout's column sums when db. */
+/* cl_nn_linear_dweight_lo in F32, the device's linear_backward_weight with cl_nn_grad_beta's beta: dw [IC, OC] += x^T
+ * dout (x [N, IC], dout [N, OC]), db += dout's column sums when db. */
 void cl_nn_linear_dweight(const cl_model *m, float *dw, float *db, const float *dout, const float *x, int64_t N, int64_t IC,
                           int64_t OC);
 
