@@ -56,7 +56,8 @@ long cl_gemm_packed_count(void) { return atomic_load(&g_packed); }
 
 /* ---- the widening fallback ------------------------------------------------ */
 
-/* The stored matrix behind op(X) (rows x cols, row stride ld) as dense F32; *own is the buffer to free. */
+/* The stored matrix behind op(X) (rows x cols, row stride ld) as dense F32; *own is the buffer to free. A dense
+ * block is widened in one call (its blocks go to the thread team), a strided one row by row. */
 static const float *widen(const void *X, cl_dtype f, int rows, int cols, int ld, int *ld_out, float **own) {
     *own = NULL;
     if (f == CL_F32) {
@@ -66,20 +67,69 @@ static const float *widen(const void *X, cl_dtype f, int rows, int cols, int ld,
     float *w = malloc((size_t)rows * (size_t)cols * sizeof *w + 1);
     if (!w) return NULL;
     const uint16_t *x = X;
-    for (int r = 0; r < rows; r++) cl_dtype_convert(w + (size_t)r * cols, CL_F32, x + (int64_t)r * ld, CL_BF16, (size_t)cols);
+    if (ld == cols) cl_dtype_convert(w, CL_F32, x, CL_BF16, (size_t)rows * (size_t)cols);
+    else
+        for (int r = 0; r < rows; r++) cl_dtype_convert(w + (size_t)r * cols, CL_F32, x + (int64_t)r * ld, CL_BF16, (size_t)cols);
     *own = w;
     *ld_out = cols;
     return w;
 }
 
+/* The widened operands of one call hold at most WIDEN_CAP bytes: a larger product runs in pieces (below). Under
+ * glibc's largest mmap threshold (32 MiB), so after the first call the scratch comes from the heap: one call widening
+ * the LM head's wte whole (154 MB) had the kernel map and zero fresh pages every call, 0.45x the F32 product on a
+ * Zen 3 (docs/PERFORMANCE.md). */
+#define WIDEN_CAP ((int64_t)16 << 20)
+enum { WIDEN_STEP = 64 }; /* pieces are multiples of this many rows, columns or K */
+
+static int64_t widen_bytes(cl_dtype f, int64_t rows, int64_t cols) { return f == CL_F32 ? 0 : rows * cols * 4; }
+
+/* A piece of at most `cap / per` (whole WIDEN_STEPs, at least one) of `n`. */
+static int widen_piece(int64_t cap, int64_t per, int n) {
+    int64_t p = cap / (per > 0 ? per : 1) / WIDEN_STEP * WIDEN_STEP;
+    return p < WIDEN_STEP ? WIDEN_STEP : p > n ? n : (int)p;
+}
+
+/* C = alpha op(A) op(B) + beta C through the F32 GEMM, the BF16 operands widened. Past WIDEN_CAP the product splits,
+ * recursively, along the dimension that shrinks what is widened: K when both operands are large (the pieces add into C,
+ * the first with the caller's beta), else M (A's rows) or N (B's columns). Each piece is an F32 product of the same
+ * values; the split is a function of the shape, so the bits are the same on every run of one shape. */
 static void gemm_widened(int ta, int tb, int M, int N, int K, float alpha, const void *A, cl_dtype fa, int lda, const void *B,
                          cl_dtype fb, int ldb, float beta, float *C, int ldc) {
+    int64_t wa = widen_bytes(fa, M, K), wb = widen_bytes(fb, K, N);
+    size_t ea = fa == CL_F32 ? 4 : 2, eb = fb == CL_F32 ? 4 : 2;
+    const char *a = A, *b = B;
+    if (wa + wb > WIDEN_CAP) {
+        if (wa > WIDEN_CAP / 2 && wb > WIDEN_CAP / 2 && K > WIDEN_STEP) { /* both: pieces of K */
+            int kc = widen_piece(WIDEN_CAP, 4 * ((int64_t)M + N), K);
+            for (int k0 = 0; k0 < K; k0 += kc) {
+                int kk = K - k0 < kc ? K - k0 : kc;
+                gemm_widened(ta, tb, M, N, kk, alpha, a + (ta ? (int64_t)k0 * lda : k0) * (int64_t)ea, fa, lda,
+                             b + (tb ? k0 : (int64_t)k0 * ldb) * (int64_t)eb, fb, ldb, k0 ? 1.0f : beta, C, ldc);
+            }
+            return;
+        }
+        if (wa >= wb && M > WIDEN_STEP) { /* A's rows */
+            int mc = widen_piece(WIDEN_CAP - wb, 4 * (int64_t)K, M);
+            for (int i0 = 0; i0 < M; i0 += mc)
+                gemm_widened(ta, tb, M - i0 < mc ? M - i0 : mc, N, K, alpha, a + (ta ? i0 : (int64_t)i0 * lda) * (int64_t)ea, fa,
+                             lda, B, fb, ldb, beta, C + (int64_t)i0 * ldc, ldc);
+            return;
+        }
+        if (wb > wa && N > WIDEN_STEP) { /* B's columns */
+            int nc = widen_piece(WIDEN_CAP - wa, 4 * (int64_t)K, N);
+            for (int j0 = 0; j0 < N; j0 += nc)
+                gemm_widened(ta, tb, M, N - j0 < nc ? N - j0 : nc, K, alpha, A, fa, lda,
+                             b + (tb ? (int64_t)j0 * ldb : j0) * (int64_t)eb, fb, ldb, beta, C + j0, ldc);
+            return;
+        }
+    }
     float *fa_buf, *fb_buf;
     int la, lb;
-    const float *a = widen(A, fa, ta ? K : M, ta ? M : K, lda, &la, &fa_buf);
-    const float *b = widen(B, fb, tb ? N : K, tb ? K : N, ldb, &lb, &fb_buf);
-    CL_ASSERT(a && b); /* out of host memory for a scratch: cl_gemm returns void */
-    cl_gemm(ta, tb, M, N, K, alpha, a, la, b, lb, beta, C, ldc);
+    const float *wa_p = widen(A, fa, ta ? K : M, ta ? M : K, lda, &la, &fa_buf);
+    const float *wb_p = widen(B, fb, tb ? N : K, tb ? K : N, ldb, &lb, &fb_buf);
+    CL_ASSERT(wa_p && wb_p); /* out of host memory for a scratch: cl_gemm returns void */
+    cl_gemm(ta, tb, M, N, K, alpha, wa_p, la, wb_p, lb, beta, C, ldc);
     free(fa_buf);
     free(fb_buf);
 }
@@ -481,6 +531,19 @@ const char *cl_gemm_bf16_path(void) {
         return "onednn matmul";
 #endif
     return "widened to f32";
+}
+
+const char *cl_gemm_bf16_note(void) {
+    if (strcmp(cl_gemm_bf16_path(), "onednn matmul"))
+        return "note: --dtype bf16 on this CPU: no AVX-512 for oneDNN's BF16 matmul, so the products widen their operands to "
+               "F32 and a step runs slower than --dtype fp32 (the same training, within rounding)";
+#ifdef CL_HAVE_DNNL
+    unsigned isa = (unsigned)dnnl_get_effective_cpu_isa(), bf16 = (unsigned)dnnl_cpu_isa_avx512_core_bf16;
+    if ((isa & bf16) != bf16)
+        return "note: --dtype bf16 on this CPU: no bf16 instructions (AVX512_BF16 or AMX), so oneDNN emulates them on AVX-512 "
+               "and a step may run slower than --dtype fp32 (the same training, within rounding)";
+#endif
+    return NULL;
 }
 
 /* ---- a long K in pieces ------------------------------------------------------
