@@ -459,6 +459,7 @@ static int bench_step(int argc, char **argv) {
     getrusage(RUSAGE_SELF, &ru);
     printf("model: %d layers, %d channels, %d heads, vocab %d; micro-batch %d x seq %d; %d threads; gemm %s%s\n", o.mc.layers,
            o.mc.channels, o.mc.heads, o.mc.vocab, o.B, o.T, o.threads, cl_gemm_backend(), o.dtype == CL_BF16 ? "; bf16" : "");
+    if (o.dtype == CL_BF16 && cl_gemm_bf16_note()) printf("%s\n", cl_gemm_bf16_note());
     cli_prof_print(&prof, secs, o.steps);
     printf("step: %.1f ms, %.1f tokens/s, %.1f GFLOP/s, %.1f%% of peak %.1f GFLOP/s, peak RSS %.1f MiB\n", per * 1e3,
            (double)o.B * o.T / per, gfs, 100.0 * gfs / o.peak, o.peak, ru.ru_maxrss / 1024.0);

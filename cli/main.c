@@ -237,6 +237,7 @@ static void print_header(cl_trainer *t) {
         printf("data %s\n", c->data);
     printf("batch: %d samples per step in %d micro-batches of %d%s; gemm: %s\n", c->global_batch, c->global_batch / c->micro_batch,
            c->micro_batch, cl_model_family_of(mc)->sample, cl_gemm_backend());
+    if (c->dtype == CL_BF16 && cl_gemm_bf16_note()) printf("%s\n", cl_gemm_bf16_note());
     cl_device *dev = cl_trainer_device(t);
     char cap[32];
     printf("device %s:%d memory (cap %s%s): %s\n", cl_device_name(dev), cl_device_id(dev),

@@ -11,6 +11,7 @@
 #   within 1% of its losses;
 # - CLEAVE_WGRAD_PLAIN (the weight products reading their input transposed) bitwise the strided run;
 # - a resume is exact (5 steps, save, 5 more = 10 straight) and one at the other dtype is refused;
+# - a CPU without bf16 instructions prints a one-line note that bf16 is slower there, and only there;
 # - what bf16 does not run is refused in one line naming it (the mlp and cnn families, an unknown format;
 #   the dense Llama's bf16 is tests/cli_bf16_llama.sh's, sequence parallelism cli_bf16_sp.sh's, the MoE block
 #   cli_bf16_moe.sh's);
@@ -110,7 +111,16 @@ _rc=$?; check '[ $_rc -eq 0 ] && grep -q "\"cleave_dtype\": \"bf16\"" "$tmp/ck/c
 check '[ -n "$(figures "$tmp/res.jsonl")" ] && [ "$(figures "$tmp/res.jsonl")" = "$(figures "$tmp/ten.jsonl" | tail -5)" ]' \
     "bf16 resume not exact: $(paste <(figures "$tmp/res.jsonl") <(figures "$tmp/ten.jsonl" | tail -5) | head -3)"
 refused "trained with --dtype bf16, this run has --dtype fp32" train "${common[@]}" --steps 10 --resume "$tmp/ck"
-"$CLEAVE" train "${common[@]}" --steps 10 --stop-after 5 --save "$tmp/ck32" > /dev/null 2>&1
+# a CPU without bf16 instructions (oneDNN's ISA below avx512_core_bf16, as --version names it) gets a one-line note
+# that bf16 runs slower there; one with them gets none, and an fp32 run never
+if "$CLEAVE" --version | grep -Eq "avx512_core_(bf16|amx)"; then
+    check '! grep -q "^note: --dtype bf16 on this CPU" "$tmp/a.out"' "a note that bf16 is slow on a CPU with bf16 instructions: $(grep note "$tmp/a.out")"
+else
+    check '[ "$(grep -c "^note: --dtype bf16 on this CPU: .*slower than --dtype fp32" "$tmp/a.out")" = 1 ]' \
+        "no one-line note that bf16 is slower on this CPU ($("$CLEAVE" --version)): $(head -5 "$tmp/a.out")"
+fi
+"$CLEAVE" train "${common[@]}" --steps 10 --stop-after 5 --save "$tmp/ck32" > "$tmp/d.out" 2>&1
+check '! grep -q "^note: --dtype bf16" "$tmp/d.out"' "an fp32 run printed the bf16 note"
 refused "trained with --dtype fp32, this run has --dtype bf16" train "${common[@]}" --steps 10 --resume "$tmp/ck32" --dtype bf16
 check '! grep -q cleave_dtype "$tmp/ck32/config.json"' "an fp32 checkpoint's config.json names no dtype (as before bf16)"
 

@@ -63,6 +63,9 @@ int cl_gemm_matmul(int ta, int tb, int M, int N, int K, float alpha, const void 
                    cl_dtype fb, int ldb, float beta, float *C, int ldc);
 /* Where cl_gemm_ex sends BF16 operands: "onednn matmul" or "widened to f32". */
 const char *cl_gemm_bf16_path(void);
+/* A one-line note for a bf16 run where this CPU has no bf16 instructions (the products widened or emulated, a step
+ * slower than F32); NULL where it has them. */
+const char *cl_gemm_bf16_note(void);
 /* Forces cl_gemm_ex's BF16 products onto the widening path (tests); returns the previous setting. */
 int cl_gemm_force_widen(int on);
 /* Whether cl_gemm_ex packs a row-major BF16 B into the primitive's layout
