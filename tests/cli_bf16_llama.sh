@@ -2,7 +2,8 @@
 # --dtype bf16 for the dense Llama family (issues 29 and 30; docs/ARCHITECTURE.md "bf16 mixed precision"):
 # - against PyTorch: llama-tiny (2 of 4 key-value heads, its own lm_head) and multi-query tied, one batch, the
 #   same weights (build/tests/llama_torch_driver --write-input, --grads-bf16; tests/llama_torch.py --autocast):
-#   under torch.autocast's bf16 products the loss within 1e-4 relative and every gradient's cosine >= 0.9999;
+#   under torch.autocast's bf16 products the loss within 1e-4 relative and every gradient's cosine >= 0.9999
+#   (where torch's bf16 matmul sums in bfloat16, an AVX2 CPU: the issue's 1e-2 and 0.99);
 #   with cleave's product emulated (operands and output gradient rounded to bf16, float32 sums) 1e-5 and
 #   0.99999, a bound torch's own fp32 gradients miss (so it tells bf16 from fp32); without torch a skip;
 # - pp 2 under gpipe, 1f1b and zb-h1 and recompute selective and full: losses and norms bitwise equal to one
@@ -30,7 +31,7 @@ if have_torch "the comparison with PyTorch autocast"; then
     # the emulated bound tells the formats apart: torch's float32 gradients of the same batch miss it
     timeout 300 $PY "$(dirname "$0")/llama_torch.py" "$tmp/in2.st" "$tmp/f2.st" > /dev/null 2>&1
     out=$(timeout 300 $PY "$(dirname "$0")/llama_torch.py" --autocast "$tmp/in2.st" "$tmp/f2.st" 2>&1)
-    check 'grep -q "FAILED: emulated grad" <<<"$out"' "torch's fp32 gradients should miss the emulated bf16 bound: $(tail -2 <<<"$out")"
+    check 'grep -q "^FAILED: .*emulated grad" <<<"$out"' "torch's fp32 gradients should miss the emulated bf16 bound: $(tail -2 <<<"$out")"
 fi
 
 head -c 300000 data/kjv.txt > "$tmp/text.txt"

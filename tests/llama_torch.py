@@ -173,10 +173,17 @@ class LoMatmul(torch.autograd.Function):
         return g @ b.t(), a.reshape(-1, a.shape[-1]).t() @ g.reshape(-1, g.shape[-1])
 
 
+def torch_bf16_sums_f32():
+    """Whether torch's bf16 matmul accumulates in float32: 4096 ones summed in bfloat16 stall at 256."""
+    k = 4096
+    return (torch.ones(1, k).bfloat16() @ torch.ones(k, 1).bfloat16()).item() == k
+
+
 def autocast_check(inp, ours_path, model=None):
     """--autocast: this Llama's loss and gradients under torch.autocast (bf16 weight products, the rest float32)
     and with cleave's bf16 product emulated (LoMatmul) against cleave's --dtype bf16 (ours_path): prints each
-    figure; the autocast run within 1e-4 relative in the loss and every gradient's cosine >= 0.9999.
+    figure; the autocast run within 1e-4 relative in the loss and every gradient's cosine >= 0.9999 (where torch's bf16
+    matmul sums in bfloat16, an AVX2 CPU: 1e-2 and 0.99, the issue's bounds).
     model(w, tokens, targets, cfg, mm, name) -> (the loss compared, the objective differentiated): this file's
     Llama (the loss both) when None; tests/mixtral_torch.py passes its Mixtral (the LM loss, and it plus the
     weighted aux loss). Returns the failures' count (0: passed) and cleave's file."""
@@ -188,7 +195,14 @@ def autocast_check(inp, ours_path, model=None):
     targets = t.pop("targets").long()
     ours, _ = read_st(ours_path)
     bad = []
-    for name, mm, tol, ctol in (("autocast", mm_autocast, 1e-4, 0.9999), ("emulated", LoMatmul.apply, 1e-5, 0.99999)):
+    # torch's bf16 matmul sums in float32 where oneDNN runs it (AVX-512 and up); on an AVX2 CPU (Debian's torch 1.13)
+    # it sums in bfloat16 (1-4% relative error at K 64-1024 against 0.17% for rounding the output alone), no longer the
+    # semantics cleave's bf16 has, so there the autocast run is held to the issue's own bounds (1e-2, 0.99) and the
+    # emulated run, which is those semantics, keeps its own
+    tol_a, ctol_a = (1e-4, 0.9999) if torch_bf16_sums_f32() else (1e-2, 0.99)
+    if ctol_a < 0.9999:
+        print("torch's bf16 matmul sums in bfloat16 on this CPU: the autocast run held to 1e-2 and 0.99")
+    for name, mm, tol, ctol in (("autocast", mm_autocast, tol_a, ctol_a), ("emulated", LoMatmul.apply, 1e-5, 0.99999)):
         w = {n: v.clone().requires_grad_(True) for n, v in t.items()}
         loss, objective = model(w, tokens, targets, cfg, mm, name)
         objective.backward()
