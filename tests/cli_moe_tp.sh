@@ -41,14 +41,16 @@ run d2t2z3 --dp 2 --tp 2 --zero 3
 compare d2t2z3 d2 20
 
 # bf16: tp 2 sums the experts' partial results over the ranks (F32), so the BF16 router logits can differ by a BF16
-# step from one rank's and some token-slot goes to another expert after a few steps (see cli_bf16_moe.sh)
+# step from one rank's and some token-slot goes to another expert after a few steps (see cli_bf16_moe.sh): how many
+# depends on the CPU's arithmetic (AVX-512: 4 or more; a Zen 3's AVX2, widened products: 3), so the tight bounds
+# cover the steps that route alike, at least the first two (the weights before and after one update)
 run b1 --dtype bf16
 run bt2 --dtype bf16 --tp 2
 k=$(same_routing "$tmp/bt2.jsonl" "$tmp/b1.jsonl")
 out=$(runs_near "$tmp/bt2.jsonl" "$tmp/b1.jsonl" 1e-4 1e-4 1e-3 "$k"); _rc=$?
 all=$(runs_near "$tmp/bt2.jsonl" "$tmp/b1.jsonl" 1e-2 1e-2 1e-2); _rc2=$?
 echo "bf16 tp 2: the same routing as one rank for $k steps: $out; all: $all"
-check '[ "$k" -ge 4 ] && [ $_rc -eq 0 ] && [ $_rc2 -eq 0 ]' "bf16 tp 2: not within the bounds of one rank: $k steps, $out; all: $all"
+check '[ "$k" -ge 2 ] && [ $_rc -eq 0 ] && [ $_rc2 -eq 0 ]' "bf16 tp 2: not within the bounds of one rank: $k steps, $out; all: $all"
 
 # checkpoints: 8 steps, saved after 4, resumed for the last 4
 run full8 --steps 8
