@@ -618,6 +618,17 @@ void cl_model_init(cl_model *m, uint64_t seed);
  * caller that adds terms of its own into cl_model_grad(m, i) does so after
  * the backward, not between this call and it. */
 void cl_model_zero_grads(cl_model *m);
+/* A training step's start, for a caller that runs every unit's backward with
+ * its weight pass (CL_BWD_WEIGHT) before it reads any gradient: as
+ * cl_model_zero_grads, but the gradients a weight pass's first product writes
+ * whole (the GEMM weights of the GPT, Llama and MoE attention blocks and the
+ * LM head) keep the last step's values instead of zeros, which that product
+ * overwrites (beta 0) or cl_unit_backward zeroes after a weight pass that did
+ * not write them. The same gradients as cl_model_zero_grads gives, bit for bit,
+ * without writing half a gigabyte of zeros a step (GPT-2 124M). ZeRO 2 and 3,
+ * or CLEAVE_GRAD_FILL=all in the environment at the first call:
+ * cl_model_zero_grads itself. */
+void cl_model_begin_grads(cl_model *m);
 /* The MoE blocks' figures since the last call, then reset (all 0 without MoE blocks): *aux the load-balancing
  * loss (each training micro-batch's sum over the part's MoE blocks of E sum_e f_e P_e, weighted by its share of
  * the step, dloss B T), *dropped the token-slots over capacity, slots[0 .. experts) the token-slots each expert

@@ -118,6 +118,10 @@ typedef struct cl_kind {
                                     * a GEMM's weight), CL_KIND_WLO_TIED: the tied weight too; ZeRO 3 gathers those as BF16 */
     int wlo_from;                  /* bf16: > 0: parameters wlo_from, wlo_from + 1, ... too (a kind with a parameter list
                                     * longer than wlo's bits: the MoE block's router and experts) */
+    unsigned gfirst;               /* CL_KIND_GFIRST(i): parameter i's gradient is written whole, before anything in the
+                                    * step reads it, by one product of the unit's weight pass that takes cl_nn_grad_beta's
+                                    * beta; CL_KIND_GFIRST_TIED: the tied weight's copy under cl_model_split_tied too. A
+                                    * step's fill skips those (cl_model_begin_grads) */
     /* its output in its saved activations at base (NULL: base) */
     float *(*output)(const cl_model *m, float *base, int B, int T);
     /* a loss unit's logits in its saved activations (NULL: none, or its input when logits_in) */
@@ -143,6 +147,8 @@ enum { CL_KIND_LOSS_TOKEN = 1, CL_KIND_LOSS_SAMPLE = 2 };
 #define CL_KIND_READS(pass) (1u << (pass))
 #define CL_KIND_WLO(i) (1u << (i))
 #define CL_KIND_WLO_TIED (1u << 31)
+#define CL_KIND_GFIRST(i) (1u << (i))
+#define CL_KIND_GFIRST_TIED (1u << 31)
 #define CL_KIND_READS_ALL (CL_KIND_READS(CL_Z3_FORWARD) | CL_KIND_READS(CL_Z3_BACKWARD) | CL_KIND_READS(CL_Z3_WEIGHT))
 
 extern const cl_kind cl_kind_embed, cl_kind_block, cl_kind_lmhead, cl_kind_conv, cl_kind_relu, cl_kind_maxpool,

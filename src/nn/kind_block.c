@@ -467,6 +467,7 @@ const cl_kind cl_kind_block = {
     .weight_redo = 1,
     .z3_reads = CL_KIND_READS_ALL, /* its weight pass re-derives the interior's gradients */
     .wlo = CL_KIND_WLO(2) | CL_KIND_WLO(4) | CL_KIND_WLO(8) | CL_KIND_WLO(10), /* c_attn, attn.c_proj, c_fc, mlp.c_proj */
+    .gfirst = CL_KIND_GFIRST(2) | CL_KIND_GFIRST(4) | CL_KIND_GFIRST(8) | CL_KIND_GFIRST(10), /* their weight products */
     .output = block_output,
     .forward = block_forward,
     .backward = block_backward,

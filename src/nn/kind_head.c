@@ -263,6 +263,7 @@ const cl_kind cl_kind_lmhead = {
     .loss = CL_KIND_LOSS_TOKEN,
     .z3_reads = CL_KIND_READS(CL_Z3_FORWARD) | CL_KIND_READS(CL_Z3_BACKWARD),
     .wlo = CL_KIND_WLO_TIED, /* the logits' weight */
+    .gfirst = CL_KIND_GFIRST_TIED, /* its gradient, the "bwd logits w" product (cl_nn_head_loss_backward) */
     .logits = head_logits,
     .forward = head_forward,
     .backward = head_backward,

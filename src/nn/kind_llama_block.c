@@ -356,6 +356,8 @@ const cl_kind cl_kind_llama_block = {
     .z3_reads = CL_KIND_READS_ALL,
     .wlo = CL_KIND_WLO(1) | CL_KIND_WLO(2) | CL_KIND_WLO(3) | CL_KIND_WLO(4) | CL_KIND_WLO(6) | CL_KIND_WLO(7) |
            CL_KIND_WLO(8), /* q, k, v, o, gate, up, down: read only as GEMM weights (ZeRO 3 gathers them as BF16) */
+    .gfirst = CL_KIND_GFIRST(1) | CL_KIND_GFIRST(2) | CL_KIND_GFIRST(3) | CL_KIND_GFIRST(4) | CL_KIND_GFIRST(6) |
+              CL_KIND_GFIRST(7) | CL_KIND_GFIRST(8), /* their weight products */
     .rope = 1,
     .output = llama_output,
     .forward = llama_block_forward,

@@ -611,6 +611,9 @@ const cl_kind cl_kind_moe_block = {
     .weight_redo = 1,
     .z3_reads = CL_KIND_READS_ALL,
     .wlo = CL_KIND_WLO(1) | CL_KIND_WLO(2) | CL_KIND_WLO(3) | CL_KIND_WLO(4), /* q, k, v, o; and from the router on: */
+    .gfirst = CL_KIND_GFIRST(1) | CL_KIND_GFIRST(2) | CL_KIND_GFIRST(3) | CL_KIND_GFIRST(4), /* the attention's weight products
+                                                                                                   * (not the experts': an expert
+                                                                                                   * may get no tokens) */
     .wlo_from = NATT, /* the router and every expert's w1, w2, w3: read only as GEMM weights (ZeRO 3 gathers them as BF16) */
     .rope = 1,
     .output = moe_output,

@@ -16,6 +16,7 @@
 #include "cleave/prof.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -265,8 +266,9 @@ static cl_status create_part(cl_model **out, const cl_model_desc *d, cl_device *
     m->g = calloc((size_t)d->nparams, sizeof *m->g);
     m->loc = malloc((size_t)(d->nparams ? d->nparams : 1) * sizeof *m->loc);
     m->gfresh = calloc((size_t)d->nparams + 1, 1);
+    m->gskip = malloc((size_t)(d->nparams ? d->nparams : 1) * sizeof *m->gskip);
     cl_status s = CL_OK;
-    if (!m->p || !m->g || !m->loc || !m->gfresh) s = cl_error(CL_ERR_OOM, "cannot allocate parameter tables");
+    if (!m->p || !m->g || !m->loc || !m->gfresh || !m->gskip) s = cl_error(CL_ERR_OOM, "cannot allocate parameter tables");
     cl_model_part_sizes(d, u0, u1, B, CL_RECOMPUTE_NONE, &m->zero, &m->sizes);
     if (!grads) m->sizes.grads = m->sizes.whole = m->sizes.bucket = m->sizes.halo = m->sizes.gstage = 0, m->sizes.nbuf = 0;
     const cl_part_sizes *z = &m->sizes;
@@ -372,6 +374,7 @@ void cl_model_destroy(cl_model *m) {
     free(m->p);
     free(m->g);
     free(m->gfresh);
+    free(m->gskip);
     free(m);
 }
 
@@ -406,6 +409,54 @@ void cl_model_init(cl_model *m, uint64_t seed) {
         }
     }
     free(row);
+}
+
+/* Whether held parameter i's gradient is one a weight product writes first (its kind's gfirst): left unfilled by
+ * cl_model_begin_grads. Below ZeRO 2 only, where every gradient lives in m->grads at its loc. */
+static int grad_first(const cl_model *m, int i) {
+    const cl_model_desc *d = m->desc;
+    if (!m->grads || cl_zero_shards_grads(m->zero.stage) || m->loc[i] < 0 || d->params[i].numel <= 0) return 0;
+    int u = d->params[i].unit, j = i - d->units[u].first_param;
+    return u >= m->u0 && u < m->u1 && j < 31 && (kind_of(d, u)->gfirst & CL_KIND_GFIRST(j)) && m->g[i] == m->grads + m->loc[i];
+}
+
+static int cmp_range(const void *a, const void *b) {
+    int64_t x = ((const int64_t *)a)[0], y = ((const int64_t *)b)[0];
+    return (x > y) - (x < y);
+}
+
+static pthread_once_t g_fill_once = PTHREAD_ONCE_INIT;
+static int g_fill_all; /* CLEAVE_GRAD_FILL=all, read once: cl_model_begin_grads zeroes every gradient (the same bits) */
+
+static void fill_read_env(void) {
+    const char *e = getenv("CLEAVE_GRAD_FILL");
+    g_fill_all = e && !strcmp(e, "all");
+}
+
+void cl_model_begin_grads(cl_model *m) {
+    const cl_model_desc *d = m->desc;
+    pthread_once(&g_fill_once, fill_read_env);
+    if (g_fill_all || !m->grads || cl_zero_shards_grads(m->zero.stage)) { /* ZeRO 2 and 3: every gradient zeroed, as before */
+        cl_model_zero_grads(m);
+        return;
+    }
+    int64_t(*r)[2] = m->gskip;
+    int n = 0;
+    for (int i = 0; i < d->nparams; i++)
+        if (grad_first(m, i)) r[n][0] = m->loc[i], r[n][1] = m->loc[i] + d->params[i].numel, n++;
+    qsort(r, (size_t)n, sizeof *r, cmp_range);
+    int64_t at = 0;
+    for (int k = 0; k <= n; k++) { /* the gaps between them, and after the last, zeroed */
+        int64_t end = k < n ? r[k][0] : m->nfloats;
+        if (end > at) cl_device_fill(m->dev, m->grads + at, 0, (size_t)(end - at) * sizeof(float));
+        if (k < n && r[k][1] > at) at = r[k][1];
+    }
+    for (int i = 0; i < d->nparams; i++) m->gfresh[i] = !m->g[i] ? 0 : grad_first(m, i) ? 2 : 1;
+    int tied = 0; /* the head's copy of the tied weight's gradient, when its kind's product writes it first */
+    for (int u = m->u0; m->head_wte_g && u < m->u1; u++)
+        if (uses_tied(d, u) && (kind_of(d, u)->gfirst & CL_KIND_GFIRST_TIED)) tied = 1;
+    if (m->head_wte_g && !tied) cl_device_fill(m->dev, m->head_wte_g, 0, (size_t)d->params[d->tied_wte].numel * sizeof(float));
+    m->gfresh[d->nparams] = m->head_wte_g ? (tied ? 2 : 1) : 0;
 }
 
 void cl_model_zero_grads(cl_model *m) {
@@ -507,8 +558,17 @@ cl_status cl_unit_backward(cl_model *m, int u, const cl_microbatch *mb, const fl
     if (!(what & CL_BWD_INPUT)) din = NULL;
     cl_status s = k->backward(m, un, mb, in, a->base + a->off[u - m->u0], m->p + un->first_param, m->g + un->first_param,
                               dout, din, what);
-    /* a weight pass has written its parameters' gradients, through cl_nn_grad_beta or not: none is a fill's zeros now */
-    if (what & CL_BWD_WEIGHT) memset(m->gfresh + un->first_param, 0, (size_t)un->nparams);
+    /* a weight pass has written its parameters' gradients, through cl_nn_grad_beta or not: none is a fill's zeros now;
+     * one cl_model_begin_grads left unfilled and no product wrote is zeroed now, before anything reads it */
+    if (what & CL_BWD_WEIGHT) {
+        for (int i = un->first_param; i < un->first_param + un->nparams; i++)
+            if (m->gfresh[i] == 2) cl_device_fill(m->dev, m->g[i], 0, (size_t)m->desc->params[i].numel * sizeof(float));
+        if (m->head_wte_g && k->uses_tied && m->gfresh[m->desc->nparams] == 2) {
+            cl_device_fill(m->dev, m->head_wte_g, 0, (size_t)m->desc->params[m->desc->tied_wte].numel * sizeof(float));
+            m->gfresh[m->desc->nparams] = 0;
+        }
+        memset(m->gfresh + un->first_param, 0, (size_t)un->nparams);
+    }
     return s;
 }
 

@@ -406,7 +406,7 @@ cl_status cl_pp_step(cl_trainer *t, float lr, double *loss_sum, double *norm, cl
     memset(pp->cost_sum, 0, (size_t)pp->S * 3 * sizeof *pp->cost_sum);
     memset(pp->cost_n, 0, (size_t)pp->S * 3 * sizeof *pp->cost_n);
     for (int c = 0; c < pp->v; c++) {
-        CL_PROF("zero grads", 0, cl_model_zero_grads(pp->ch[c].m));
+        CL_PROF("zero grads", 0, cl_model_begin_grads(pp->ch[c].m));
         for (int k = 0; k < pp->m; k++) pp->ch[c].slot_of[k] = -1;
         for (int k = 0; k < pp->ch[c].ndout; k++) pp->ch[c].dob_mb[k] = -1;
     }
