@@ -248,6 +248,33 @@ static void test_gemm(void) {
         CHECK(zeros && Cn[5] == 9, "%s: K = 0, beta 0 must overwrite NaN with 0", lib ? "cl_gemm" : "cl_gemm_ref");
     }
 
+    /* B 64-byte aligned with rows a multiple of 4 KiB apart (an AVX2 CPU copies it 16 bytes off first: src/kernels/
+     * gemm.c): the bits of the same B anywhere else, in the dense case and with ldb past N, beta 0 and 1 */
+    {
+        int M = 64, K = 300, shapes[2][2] = {{1024, 1024}, {1000, 1024}};
+        for (int c2 = 0; c2 < 2; c2++) {
+            int N = shapes[c2][0], ldb = shapes[c2][1];
+            /* values from a formula, not g_rng: the later cases' draws stay as they were */
+            float *a = malloc((size_t)M * K * sizeof *a), *c1 = malloc((size_t)M * N * sizeof *c1);
+            float *bal = aligned_alloc(64, ((size_t)K * ldb + 64) * sizeof *bal);
+            CL_ASSERT(a && c1 && bal);
+            for (long i = 0; i < (long)M * K; i++) a[i] = (float)((i * 7919) % 997) / 997.0f - 0.5f;
+            for (long i = 0; i < (long)K * ldb + 64; i++) bal[i] = (float)((i * 104729) % 1009) / 1009.0f - 0.5f;
+            for (long i = 0; i < (long)M * N; i++) c1[i] = (float)((i * 31) % 101) / 101.0f;
+            float *boff = bal + 4, *c2b = fcopy(c1, (long)M * N), *c3 = fcopy(c1, (long)M * N);
+            for (float beta = 0.0f; beta <= 1.0f; beta += 1.0f) {
+                memcpy(c2b, c1, (size_t)M * N * sizeof *c1), memcpy(c3, c1, (size_t)M * N * sizeof *c1);
+                cl_gemm(0, 0, M, N, K, 1.0f, a, K, bal, ldb, beta, c2b, N); /* aligned */
+                memmove(boff, bal, (size_t)K * ldb * sizeof *bal);           /* the same B, 16 bytes on */
+                cl_gemm(0, 0, M, N, K, 1.0f, a, K, boff, ldb, beta, c3, N);
+                memmove(bal, boff, (size_t)K * ldb * sizeof *bal);
+                CHECK(!memcmp(c2b, c3, (size_t)M * N * sizeof *c3), "gemm N %d ldb %d beta %g: an aligned B gives other bits", N, ldb,
+                      (double)beta);
+            }
+            free(a), free(bal), free(c1), free(c2b), free(c3);
+        }
+    }
+
     /* forcing the reference: cl_gemm then equals cl_gemm_ref bit for bit */
     int prev = cl_gemm_force_reference(1);
     CHECK(prev == 0, "force_reference returned %d, expected 0", prev);

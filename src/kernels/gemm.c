@@ -17,7 +17,10 @@
 #endif
 #include <omp.h>
 #include <sched.h>
+#include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 static atomic_int g_force_reference;
@@ -105,6 +108,24 @@ void cl_gemm_ref(int ta, int tb, int M, int N, int K, float alpha,
     }
 }
 
+#ifdef CL_HAVE_DNNL
+/* oneDNN 2.6's AVX2 sgemm (a Zen 3) ran an NN product whose B starts 32-byte aligned with its rows a multiple of
+ * 4 KiB apart at about half speed: c_fc's forward (B [768, 3072], 12 KiB rows) 88 GFLOP/s against 139-168 with B
+ * moved by 1 to 7 floats, the same bits wherever B lies (bench/gemm_align, docs/PERFORMANCE.md). Such a B is copied
+ * 16 bytes past a cache line first when the product has 64 rows or more to spread the copy over. NN only (a TN
+ * weight gradient with B moved ran slower, 138 against 185) and below AVX-512 only (measured nowhere else). */
+static int b_unlucky(int ta, int tb, int M, int N, int K, const float *B, int ldb) {
+    static atomic_int avx2 = -1;
+    int a = atomic_load_explicit(&avx2, memory_order_relaxed);
+    if (a < 0) {
+        unsigned isa = (unsigned)dnnl_get_effective_cpu_isa(), core = (unsigned)dnnl_cpu_isa_avx512_core;
+        a = (isa & core) != core;
+        atomic_store(&avx2, a);
+    }
+    return a && !ta && !tb && M >= 64 && (uintptr_t)B % 32 == 0 && ldb % 1024 == 0 && (int64_t)K * N >= (1 << 18);
+}
+#endif
+
 void cl_gemm(int ta, int tb, int M, int N, int K, float alpha,
              const float *A, int lda, const float *B, int ldb,
              float beta, float *C, int ldc) {
@@ -114,8 +135,15 @@ void cl_gemm(int ta, int tb, int M, int N, int K, float alpha,
         return;
     }
 #ifdef CL_HAVE_DNNL
+    float *moved = NULL;
+    if (b_unlucky(ta, tb, M, N, K, B, ldb) && (moved = malloc(((size_t)K * (size_t)N + 32) * sizeof *moved))) {
+        float *b = moved + (32 - (uintptr_t)moved % 64 / 4) % 16 + 4; /* 16 bytes past a 64-byte line */
+        for (int k = 0; k < K; k++) memcpy(b + (int64_t)k * N, B + (int64_t)k * ldb, (size_t)N * sizeof *b);
+        B = b, ldb = N;
+    }
     dnnl_status_t st = dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, alpha,
                                   A, lda, B, ldb, beta, C, ldc);
+    free(moved);
     if (st == dnnl_success) return;
     /* oneDNN refused (it validates leading dimensions); cl_gemm returns
      * void, so compute the same product with the reference instead. */
