@@ -485,9 +485,10 @@ static int execute(const mm_entry *e, int M, int K, const void *A, const void *B
     return ok ? 0 : -1;
 }
 
-/* oneDNN runs BF16 matmuls natively from AVX-512 core up (its bf16 instructions or their emulation). */
-static int isa_has_avx512_core(void) {
-    return ((unsigned)dnnl_get_effective_cpu_isa() & (unsigned)dnnl_cpu_isa_avx512_core) == (unsigned)dnnl_cpu_isa_avx512_core;
+/* Whether oneDNN runs at ISA want or above: its BF16 matmuls from AVX-512 core up (bf16 instructions from avx512_core_bf16,
+ * emulated below that). */
+static int isa_has(dnnl_cpu_isa_t want) {
+    return ((unsigned)dnnl_get_effective_cpu_isa() & (unsigned)want) == (unsigned)want;
 }
 #endif
 
@@ -527,7 +528,7 @@ int cl_gemm_matmul(int ta, int tb, int M, int N, int K, float alpha, const void 
 
 const char *cl_gemm_bf16_path(void) {
 #ifdef CL_HAVE_DNNL
-    if (!atomic_load(&g_force_widen) && strcmp(cl_gemm_backend(), "onednn") == 0 && isa_has_avx512_core())
+    if (!atomic_load(&g_force_widen) && strcmp(cl_gemm_backend(), "onednn") == 0 && isa_has(dnnl_cpu_isa_avx512_core))
         return "onednn matmul";
 #endif
     return "widened to f32";
@@ -538,8 +539,7 @@ const char *cl_gemm_bf16_note(void) {
         return "note: --dtype bf16 on this CPU: no AVX-512 for oneDNN's BF16 matmul, so the products widen their operands to "
                "F32 and a step runs slower than --dtype fp32 (the same training, within rounding)";
 #ifdef CL_HAVE_DNNL
-    unsigned isa = (unsigned)dnnl_get_effective_cpu_isa(), bf16 = (unsigned)dnnl_cpu_isa_avx512_core_bf16;
-    if ((isa & bf16) != bf16)
+    if (!isa_has(dnnl_cpu_isa_avx512_core_bf16))
         return "note: --dtype bf16 on this CPU: no bf16 instructions (AVX512_BF16 or AMX), so oneDNN emulates them on AVX-512 "
                "and a step may run slower than --dtype fp32 (the same training, within rounding)";
 #endif
