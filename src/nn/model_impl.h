@@ -34,7 +34,8 @@ struct cl_model {
                              * wrote (cl_model_zero_grads, cl_model_bucket_begin) and nothing has written it since
                              * (cl_nn_grad_beta), 2 while it holds the last step's values that cl_model_begin_grads
                              * left for a weight product to overwrite (cl_unit_backward zeroes it if none did) */
-    int64_t (*gskip)[2];    /* cl_model_begin_grads' ranges of m->grads left unfilled (nparams of them at most) */
+    int64_t (*gskip)[2];    /* cl_model_begin_grads' ranges of m->grads left unfilled, ascending (room for nparams) */
+    int ngskip;             /* how many (set when the part is made) */
     int recompute;          /* cl_recompute (cl_model_set_recompute) */
     float *rc_buf;          /* recompute: one block's attention (selective) or all its activations (full) */
     float *rope;            /* the rotary tables (sizes.tables floats): cos [T, hd/2], then sin; NULL if none */

@@ -245,6 +245,30 @@ cl_status cl_model_create_part(cl_model **out, const cl_model_desc *d, cl_device
     return cl_model_create_zero(out, d, dev, B, u0, u1, NULL);
 }
 
+/* Whether held parameter i's gradient is one a weight product writes first (its kind's gfirst): left unfilled by
+ * cl_model_begin_grads. Below ZeRO 2 only, where every gradient lives in m->grads at its loc. */
+static int grad_first(const cl_model *m, int i) {
+    const cl_model_desc *d = m->desc;
+    if (!m->grads || cl_zero_shards_grads(m->zero.stage) || m->loc[i] < 0 || d->params[i].numel <= 0) return 0;
+    int u = d->params[i].unit, j = i - d->units[u].first_param;
+    return u >= m->u0 && u < m->u1 && j < 31 && (kind_of(d, u)->gfirst & CL_KIND_GFIRST(j)) && m->g[i] == m->grads + m->loc[i];
+}
+
+static int cmp_range(const void *a, const void *b) {
+    int64_t x = ((const int64_t *)a)[0], y = ((const int64_t *)b)[0];
+    return (x > y) - (x < y);
+}
+
+/* cl_model_begin_grads' ranges of m->grads left unfilled, in order (fixed once the part's gradients are placed). */
+static void skip_ranges(cl_model *m) {
+    const cl_model_desc *d = m->desc;
+    int n = 0;
+    for (int i = 0; i < d->nparams; i++)
+        if (grad_first(m, i)) m->gskip[n][0] = m->loc[i], m->gskip[n][1] = m->loc[i] + d->params[i].numel, n++;
+    qsort(m->gskip, (size_t)n, sizeof *m->gskip, cmp_range);
+    m->ngskip = n;
+}
+
 /* A part (cl_model_create_zero), with its gradient buffers when grads (else none: cl_model_create_infer). */
 static cl_status create_part(cl_model **out, const cl_model_desc *d, cl_device *dev, int B, int u0, int u1, const cl_zero *zero,
                              int grads) {
@@ -313,6 +337,7 @@ static cl_status create_part(cl_model **out, const cl_model_desc *d, cl_device *
             w += (int)align16(d->params[i].numel);
         }
     }
+    skip_ranges(m);
     *out = m;
     return CL_OK;
 }
@@ -411,20 +436,6 @@ void cl_model_init(cl_model *m, uint64_t seed) {
     free(row);
 }
 
-/* Whether held parameter i's gradient is one a weight product writes first (its kind's gfirst): left unfilled by
- * cl_model_begin_grads. Below ZeRO 2 only, where every gradient lives in m->grads at its loc. */
-static int grad_first(const cl_model *m, int i) {
-    const cl_model_desc *d = m->desc;
-    if (!m->grads || cl_zero_shards_grads(m->zero.stage) || m->loc[i] < 0 || d->params[i].numel <= 0) return 0;
-    int u = d->params[i].unit, j = i - d->units[u].first_param;
-    return u >= m->u0 && u < m->u1 && j < 31 && (kind_of(d, u)->gfirst & CL_KIND_GFIRST(j)) && m->g[i] == m->grads + m->loc[i];
-}
-
-static int cmp_range(const void *a, const void *b) {
-    int64_t x = ((const int64_t *)a)[0], y = ((const int64_t *)b)[0];
-    return (x > y) - (x < y);
-}
-
 static pthread_once_t g_fill_once = PTHREAD_ONCE_INIT;
 static int g_fill_all; /* CLEAVE_GRAD_FILL=all, read once: cl_model_begin_grads zeroes every gradient (the same bits) */
 
@@ -440,12 +451,8 @@ void cl_model_begin_grads(cl_model *m) {
         cl_model_zero_grads(m);
         return;
     }
-    int64_t(*r)[2] = m->gskip;
-    int n = 0;
-    for (int i = 0; i < d->nparams; i++)
-        if (grad_first(m, i)) r[n][0] = m->loc[i], r[n][1] = m->loc[i] + d->params[i].numel, n++;
-    qsort(r, (size_t)n, sizeof *r, cmp_range);
-    int64_t at = 0;
+    int64_t(*r)[2] = m->gskip, at = 0;
+    int n = m->ngskip;
     for (int k = 0; k <= n; k++) { /* the gaps between them, and after the last, zeroed */
         int64_t end = k < n ? r[k][0] : m->nfloats;
         if (end > at) cl_device_fill(m->dev, m->grads + at, 0, (size_t)(end - at) * sizeof(float));
