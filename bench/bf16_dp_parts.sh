@@ -23,7 +23,7 @@ trap 'rm -rf "$tmp"' EXIT
 head -c 600000 data/kjv.txt > "$tmp/text.txt"
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 M=(--model "$model" ${LAYERS:+--layers "$LAYERS"} --data "$tmp/text.txt" --seq-len "$seq" --micro-batch-size "$micro"
-   --steps "$steps" --sample-tokens 0 --eval-batches 0 --log-every 1)
+   --steps "$steps" --sample-tokens 0 --eval-batches 1 --log-every 1)
 source bench/step_lib.sh
 parts=("one|--threads 2 --global-batch-size $gb" "solo|--threads 1 --global-batch-size $((gb / 2))"
        "dp0|--dp 2 --threads 1 --global-batch-size $gb" "dp2z3|--dp 2 --zero 3 --threads 1 --global-batch-size $gb")

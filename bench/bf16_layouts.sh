@@ -24,7 +24,7 @@ printf 'cpu: %s; %s cores; %s\n' "$(lscpu | sed -n 's/^Model name: *//p')" "$(np
     "$(grep -o 'avx512[a-z_0-9]*\|amx[a-z_0-9]*' /proc/cpuinfo | sort -u | tr '\n' ' ' | sed 's/ $//;s/^$/no avx512/')"
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 M=(--model "$model" --data "$tmp/text.txt" --seq-len "$seq" --micro-batch-size "$micro" --global-batch-size "$gb"
-   --steps "$steps" --sample-tokens 0 --eval-batches 0 --log-every 1)
+   --steps "$steps" --sample-tokens 0 --eval-batches 1 --log-every 1)
 source bench/step_lib.sh
 layouts=("one|--threads 2" "tp2|--tp 2 --threads 1" "dp2z3|--dp 2 --zero 3 --threads 1" "pp2|--pp 2 --schedule 1f1b --threads 1")
 for r in $(seq 1 "$rounds"); do

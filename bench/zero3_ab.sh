@@ -31,7 +31,7 @@ for p in $(seq 1 "$pairs"); do
             bin=$old
             [ "$which" = new ] && bin=$new
             "$bin" train --model "$model" --data "$tmp/text.txt" --seq-len "$seq" --micro-batch-size 4 --global-batch-size 8 \
-                --steps "$steps" --sample-tokens 0 --eval-batches 0 --log-every 1 --dp 2 --zero 3 --threads 1 --dtype "$dt" \
+                --steps "$steps" --sample-tokens 0 --eval-batches 1 --log-every 1 --dp 2 --zero 3 --threads 1 --dtype "$dt" \
                 --log-file "$tmp/$which.jsonl" > "$tmp/$which.out" 2>&1 || { tail -3 "$tmp/$which.out"; exit 1; }
             echo "pair $p $dt $which: $(ms "$tmp/$which.jsonl") ms a step; $(calls "$tmp/$which.jsonl"); load $(cut -d' ' -f1 /proc/loadavg)"
         done
