@@ -605,11 +605,14 @@ static cl_status rank_build(rank_run *r, int *done) {
         CL_TRY(cl_groups_add_ep(&r->groups, j->c.ep > 1 ? j->c.ep : 1));
         r->c.groups = &r->groups;
     }
-    /* rank 0 tokenizes and caches the corpus first; the others then read the cache */
-    if (r->lead) s = cl_trainer_create(&r->t, &r->c);
+    /* rank 0 opens first, tokenizing and caching the corpus; the others then read the cache. Every rank builds at
+     * once (allocating and initializing: seconds a rank for GPT-2, which one rank after another made the first step's
+     * time the other ranks' building), and all are built before the first step or the load's clock starts */
+    if (r->lead) s = cl_trainer_open(&r->t, &r->c);
     if (!s && r->world) s = cl_comm_barrier(r->world);
-    if (!s && !r->lead) s = cl_trainer_create(&r->t, &r->c);
-    if (!s && r->world && j->convert) s = cl_comm_barrier(r->world); /* the load's time starts when every rank is ready */
+    if (!s && !r->lead) s = cl_trainer_open(&r->t, &r->c);
+    if (!s) s = cl_trainer_build(&r->t);
+    if (!s && r->world) s = cl_comm_barrier(r->world);
     double t0 = cl_now();
     if (!s && j->resume) s = cl_trainer_resume(r->t, j->resume);
     if (j->convert) { /* every rank: the gather (single) and the index (sharded) are collective */

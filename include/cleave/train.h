@@ -228,6 +228,15 @@ typedef struct {
 typedef struct cl_trainer cl_trainer;
 
 cl_status cl_trainer_create(cl_trainer **out, const cl_train_config *cfg);
+/* cl_trainer_create in its two halves, for a caller that runs the first on
+ * one rank before the others (the CLI: rank 0 tokenizes and caches the
+ * corpus, the others read the cache). open checks the configuration,
+ * describes the model, checks the memory cap and opens the data; build
+ * allocates the device, the model and the optimizer and initializes the
+ * weights (the long half, which ranks run at once). Neither is a
+ * collective. On failure each destroys the trainer and sets *t to NULL. */
+cl_status cl_trainer_open(cl_trainer **t, const cl_train_config *cfg);
+cl_status cl_trainer_build(cl_trainer **t);
 void cl_trainer_destroy(cl_trainer *t);
 cl_status cl_trainer_step(cl_trainer *t, cl_step_stats *st);
 int cl_trainer_steps_done(const cl_trainer *t);

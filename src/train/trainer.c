@@ -114,7 +114,7 @@ static uint64_t mint_run_id(void) {
 
 const char *cl_trainer_run_id(const cl_trainer *t) { return t->run_id; }
 
-cl_status cl_trainer_create(cl_trainer **out, const cl_train_config *cfg) {
+cl_status cl_trainer_open(cl_trainer **out, const cl_train_config *cfg) {
     *out = NULL;
     if (cfg->micro_batch < 1) return cl_error(CL_ERR_INVALID, "--micro-batch-size must be positive (got %d)", cfg->micro_batch);
     if (cfg->global_batch < 1) return cl_error(CL_ERR_INVALID, "--global-batch-size must be positive (got %d)", cfg->global_batch);
@@ -130,7 +130,7 @@ cl_status cl_trainer_create(cl_trainer **out, const cl_train_config *cfg) {
                         cfg->global_batch, cfg->micro_batch, dp);
     cl_trainer *t = calloc(1, sizeof *t);
     if (!t) return cl_error(CL_ERR_OOM, "cannot allocate a trainer");
-    /* creation is no collective (the CLI's rank 0 creates first, to cache the corpus): every rank mints its own, and
+    /* creation is no collective (the CLI's rank 0 opens first, to cache the corpus): every rank mints its own, and
      * world rank 0's is the run's (a sharded save hands it to all before writing; the single file is rank 0's) */
     snprintf(t->run_id, sizeof t->run_id, "%016" PRIx64, mint_run_id());
     t->cfg = *cfg;
@@ -159,7 +159,18 @@ cl_status cl_trainer_create(cl_trainer **out, const cl_train_config *cfg) {
     /* every rank's prediction against the cap, before anything is allocated */
     if (!s) s = cl_memory_check(&t->cfg, dp, t->pp_size);
     if (!s) s = load_data(t);
-    if (!s) s = cl_device_create_cpu(&t->dev, cfg->device_memory, 0);
+    if (s) {
+        cl_trainer_destroy(t);
+        return s;
+    }
+    *out = t;
+    return CL_OK;
+}
+
+cl_status cl_trainer_build(cl_trainer **tp) {
+    cl_trainer *t = *tp;
+    const cl_train_config *cfg = &t->cfg;
+    cl_status s = cl_device_create_cpu(&t->dev, cfg->device_memory, 0);
     if (!s && cfg->offload_optimizer != CL_OFFLOAD_NONE) s = cl_device_create_cpu(&t->host, 0, 0);
     if (!s) s = cl_pp_create(t); /* one device too: a one-stage pipeline */
     cl_pp_slot_bytes z; /* evaluation's micro-batch buffers (cl_rank_extra_bytes) */
@@ -169,14 +180,19 @@ cl_status cl_trainer_create(cl_trainer **out, const cl_train_config *cfg) {
     if (!s && z.x) s = cl_device_alloc(t->dev, CL_MEM_WORKSPACE, z.x, (void **)&t->mb_x);
     if (s) {
         cl_trainer_destroy(t);
+        *tp = NULL;
         return s;
     }
     cl_pp_init(t, cfg->seed);
     double f = 0;
     for (int u = 0; u < t->desc->nunits; u++) f += t->desc->units[u].flops;
     t->step_flops_per_sample = 3.0 * f;
-    *out = t;
     return CL_OK;
+}
+
+cl_status cl_trainer_create(cl_trainer **out, const cl_train_config *cfg) {
+    CL_TRY(cl_trainer_open(out, cfg));
+    return cl_trainer_build(out);
 }
 
 void cl_trainer_destroy(cl_trainer *t) {
