@@ -13,6 +13,7 @@
  * refused for training naming n_kv_heads (cl_model_config_runs and
  * cl_model_create), the MLP width alone is not; kv_heads must divide heads.
  * GPT-2's defaults (0) describe as the explicit values do. */
+#include "cleave/kernels.h"
 #include "cleave/model.h"
 #include "common/check.h"
 
@@ -138,6 +139,39 @@ int main(void) {
     cl_model_desc_free(r[0]);
     cl_model_desc_free(r[1]);
     cl_model_desc_free(d);
+    /* cl_model_init: the stream replayed value by value on one thread (cl_rng_normal, cl_rng_uniform in parameter
+     * and row order, as the init once ran) gives the bits of the init's transform over 1 and over 2 threads */
+    cl_model_config gi;
+    cl_model_preset("gpt2-tiny", &gi);
+    gi.channels = 128; /* wte 256 x 128 and c_fc 128 x 512: pieces the team splits */
+    cl_model_desc *di = NULL;
+    CHECK(cl_model_describe(&gi, 0, &di) == CL_OK && di, "init model: %s", cl_last_error());
+    for (int th = 1; di && th <= 2; th++) {
+        cl_model *mi = NULL;
+        CHECK(cl_model_create(&mi, di, dev, 1) == CL_OK && mi, "init model builds: %s", cl_last_error());
+        if (!mi) break;
+        int before = cl_threads();
+        cl_set_threads(th);
+        cl_model_init(mi, 1234);
+        cl_set_threads(before);
+        cl_rng rr;
+        cl_rng_seed(&rr, 1234);
+        int64_t wrong = 0, normals = 0;
+        for (int i = 0; i < di->nparams; i++) {
+            const cl_param_spec *ps = &di->params[i];
+            const float *v = cl_model_param(mi, i);
+            for (int64_t e = 0; e < ps->full_numel; e++) {
+                float x = ps->init == CL_INIT_ONES ? 1.0f : 0.0f;
+                if (ps->init == CL_INIT_NORMAL) x = ps->scale * cl_rng_normal(&rr), normals++;
+                if (ps->init == CL_INIT_UNIFORM) x = ps->scale * (2.0f * cl_rng_uniform(&rr) - 1.0f);
+                if (!v || memcmp(&x, &v[e], sizeof x)) wrong++;
+            }
+        }
+        CHECK(wrong == 0 && normals > 100000, "init on %d thread(s): %lld of the values differ from the stream replayed (%lld normals)",
+              th, (long long)wrong, (long long)normals);
+        cl_model_destroy(mi);
+    }
+    cl_model_desc_free(di);
     cl_device_destroy(dev);
     return cl_test_report("test_family");
 }

@@ -155,6 +155,7 @@ void cl_rng_seed(cl_rng *r, uint64_t seed);
 uint64_t cl_rng_u64(cl_rng *r);
 float cl_rng_uniform(cl_rng *r);            /* [0, 1) with 24 random bits */
 float cl_rng_normal(cl_rng *r);             /* standard normal, Box-Muller */
+float cl_rng_normal_of(uint64_t a, uint64_t b); /* the normal cl_rng_normal makes of its two draws, a then b */
 
 #ifdef __cplusplus
 }

@@ -106,9 +106,14 @@ uint64_t cl_rng_u64(cl_rng *r) {
 
 float cl_rng_uniform(cl_rng *r) { return (float)(cl_rng_u64(r) >> 40) / 16777216.0f; }
 
-float cl_rng_normal(cl_rng *r) {
-    /* Box-Muller in double; one value per call, so the stream is simple to replay. */
-    double u1 = ((double)(cl_rng_u64(r) >> 11) + 1.0) / 9007199254740993.0; /* (0,1] */
-    double u2 = (double)(cl_rng_u64(r) >> 11) / 9007199254740992.0;
+float cl_rng_normal_of(uint64_t a, uint64_t b) {
+    /* Box-Muller in double; one value per pair of draws, so the stream is simple to replay. */
+    double u1 = ((double)(a >> 11) + 1.0) / 9007199254740993.0; /* (0,1] */
+    double u2 = (double)(b >> 11) / 9007199254740992.0;
     return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+}
+
+float cl_rng_normal(cl_rng *r) {
+    uint64_t a = cl_rng_u64(r);
+    return cl_rng_normal_of(a, cl_rng_u64(r));
 }
