@@ -713,9 +713,10 @@ static cl_status rank_loop(rank_run *r) {
             s = lead_step(r, &st, eval, save);
             continue;
         }
-        /* a model split over ranks evaluates, and gathers its checkpoint, on all of them */
+        /* every rank evaluates (a split model's ranks together, context ranks each its tokens, replicas each a share
+         * of the batches); a model split over ranks gathers its checkpoint on all of them */
         double vl;
-        if (eval && (r->split || j->c.cp > 1)) s = cl_trainer_eval(r->t, &vl); /* context ranks: each its tokens */
+        if (eval) s = cl_trainer_eval(r->t, &vl);
         /* under ZeRO the replicas hold shards of the optimizer state: all of them gather */
         if (!s && save && (j->sharded || r->split || (cl_zero_shards_optim(r->c.zero) && j->mesh.dp * (j->c.cp > 1 ? j->c.cp : 1) > 1)))
             s = save_ckpt(r->t, j, &r->discard);

@@ -17,19 +17,11 @@ llama=(--model llama-tiny --data "$tmp/text.txt" --seq-len 16 --micro-batch-size
        --sample-tokens 0 --eval-batches 2 --eval-every 3 --threads 1 --comm-timeout 60)
 mixtral=("${llama[@]}")
 mixtral[1]=mixtral-tiny
-figures() { grep -E '"loss"|"val_loss"' "$1" | sed 's/, "ms".*//; s/"lr": [^,]*, //'; }
-
 both() { # name args...: the run with the skip and with every gradient zeroed, the same figures
     local name=$1; shift
-    "$CLEAVE" train "$@" --log-file "$tmp/$name.jsonl" > "$tmp/$name.out" 2>&1
-    local rc=$?
-    CLEAVE_GRAD_FILL=all "$CLEAVE" train "$@" --log-file "$tmp/$name-all.jsonl" > "$tmp/$name-all.out" 2>&1
-    local rc2=$?
-    check '[ $rc -eq 0 ] && [ $rc2 -eq 0 ] && [ "$(figures "$tmp/$name.jsonl" | grep -c loss)" -ge 6 ]' \
-        "$name: a run failed (status $rc, $rc2): $(tail -2 "$tmp/$name.out")$(tail -2 "$tmp/$name-all.out")"
-    check '[ "$(figures "$tmp/$name.jsonl")" = "$(figures "$tmp/$name-all.jsonl")" ]' \
-        "$name: the gradients differ from the zeroed ones: $(diff <(figures "$tmp/$name.jsonl") <(figures "$tmp/$name-all.jsonl") | head -4)"
-    echo "$name: $(figures "$tmp/$name.jsonl" | grep -c loss) figures (steps and validations) the same bits both ways"
+    same_both_ways "$name" CLEAVE_GRAD_FILL=all "the gradients differ from the zeroed ones" "$@"
+    check '[ "$figured" -ge 6 ]' "$name: $figured figures in the log, want 6 steps and more"
+    echo "$name: $figured figures (steps and validations) the same bits both ways"
 }
 
 both gpt "${gpt[@]}"

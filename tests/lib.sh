@@ -77,6 +77,23 @@ PY
 }
 # log_figures LOG: a train --log-file's "loss grad_norm" per step, one line each
 log_figures() { grep '"loss"' "$1" | sed 's/.*"loss": \([^,]*\),.*"grad_norm": \([^,]*\),.*/\1 \2/'; }
+# step_val_figures LOG: every step's line (loss, grad_norm and the rest, less the time and the learning rate) and every
+# validation loss, as the log prints them (17 digits)
+step_val_figures() { grep -E '"loss"|"val_loss"' "$1" | sed 's/, "ms".*//; s/"lr": [^,]*, //'; }
+# same_both_ways NAME VAR=VALUE WHAT ARGS...: cleave train ARGS as it is ($tmp/NAME.jsonl) and again with VAR=VALUE in
+# its environment ($tmp/NAME-alt.jsonl): both succeed and give the same step_val_figures, bit for bit (WHAT: what
+# differs when they do not). Sets `figured` to the count of figures.
+same_both_ways() {
+    local name=$1 env=$2 what=$3; shift 3
+    "$CLEAVE" train "$@" --log-file "$tmp/$name.jsonl" > "$tmp/$name.out" 2>&1
+    local rc=$?
+    env "$env" "$CLEAVE" train "$@" --log-file "$tmp/$name-alt.jsonl" > "$tmp/$name-alt.out" 2>&1
+    local rc2=$?
+    figured=$(step_val_figures "$tmp/$name.jsonl" | grep -c loss)
+    check '[ $rc -eq 0 ] && [ $rc2 -eq 0 ]' "$name: a run failed (status $rc, $rc2): $(tail -2 "$tmp/$name.out")$(tail -2 "$tmp/$name-alt.out")"
+    check '[ "$(step_val_figures "$tmp/$name.jsonl")" = "$(step_val_figures "$tmp/$name-alt.jsonl")" ]' \
+        "$name: $what: $(diff <(step_val_figures "$tmp/$name.jsonl") <(step_val_figures "$tmp/$name-alt.jsonl") | head -4)"
+}
 # runs_near LOG_A LOG_B FIRST LOSSES NORMS [STEPS]: two train --log-files of 20 steps (or their first STEPS), the
 # first step's loss and norm within FIRST relative, every step's loss within LOSSES, every step's norm within NORMS
 # (prints the worst; status 1 if not)

@@ -302,6 +302,10 @@ typedef struct {
     const float *images;
     const int32_t *labels;
     size_t n;
+    /* replicas sharing the batches: this one runs batches first, first + stride, ... (batch b: windows [bB, bB + B))
+     * and puts each one's sum in sums[b]; stride 0: every batch, each added to the sum */
+    size_t first, stride;
+    double *sums;
 } eval_set;
 
 /* The windows of tok[0, n); e->n is their count even when there are none. */
@@ -315,7 +319,8 @@ static cl_status token_windows(const int32_t *tok, size_t n, int T, eval_set *e)
  * (B * T each) or x (B * pixels) and targets (B) of dev, and runs fwd on each. */
 static cl_status eval_loop(const eval_set *e, cl_device *dev, int B, int32_t *tokens, int32_t *targets, float *x, cl_eval_batch_fn fwd,
                            void *ctx, double *sum) {
-    for (size_t k = 0; k < e->n; k += (size_t)B) {
+    size_t step = (size_t)B * (e->stride ? e->stride : 1);
+    for (size_t k = e->first * (size_t)B; k < e->n; k += step) {
         int nb = (int)(e->n - k < (size_t)B ? e->n - k : (size_t)B);
         cl_microbatch mb = {.B = nb, .targets = targets};
         if (e->tok || e->ds) {
@@ -335,7 +340,13 @@ static cl_status eval_loop(const eval_set *e, cl_device *dev, int B, int32_t *to
             mb.T = 1;
             mb.x = x;
         }
-        CL_TRY(fwd(ctx, &mb, sum));
+        if (e->sums) {
+            double one = 0; /* 0 + the batch's sum: the batch's sum, as the unshared loop adds it */
+            CL_TRY(fwd(ctx, &mb, &one));
+            e->sums[k / (size_t)B] = one;
+        } else {
+            CL_TRY(fwd(ctx, &mb, sum));
+        }
     }
     return CL_OK;
 }
@@ -393,9 +404,24 @@ cl_status cl_trainer_eval(cl_trainer *t, double *loss) {
         e = (eval_set){.pixels = px, .images = t->digits.images + (size_t)t->ndtrain * px, .labels = t->digits.labels + t->ndtrain,
                        .n = (size_t)t->ndval};
     }
+    /* The replicas share the batches where a forward needs no other replica (no ZeRO 3 gather, no experts'
+     * all-to-all): batch b runs on dp rank b mod dp, its sum in slot b, the slots summed over the replicas (one
+     * replica's figure and zeros: exact) and then in batch order, so the sum is the one a replica makes alone, bit
+     * for bit. Otherwise every replica runs every batch. CLEAVE_EVAL_SHARE=0 (tests): every replica runs every batch. */
+    int B = t->cfg.micro_batch;
+    size_t nb = (e.n + (size_t)B - 1) / (size_t)B;
+    const char *knob = getenv("CLEAVE_EVAL_SHARE");
+    if (t->dp > 1 && !cl_zero_shards_params(t->cfg.zero) && t->cfg.ep <= 1 && nb > 1 && !(knob && !strcmp(knob, "0"))) {
+        if (!(e.sums = calloc(nb, sizeof *e.sums))) return cl_error(CL_ERR_OOM, "cannot allocate the evaluation's %zu batch sums", nb);
+        e.first = (size_t)t->dp_rank, e.stride = (size_t)t->dp;
+    }
     /* the batches go through the stages; only the last stage's rank adds to sum */
     double sum = 0;
-    CL_TRY(eval_loop(&e, t->dev, t->cfg.micro_batch, t->mb_tokens, t->mb_targets, t->mb_x, cl_pp_eval_batch, t, &sum));
+    cl_status s = eval_loop(&e, t->dev, B, t->mb_tokens, t->mb_targets, t->mb_x, cl_pp_eval_batch, t, &sum);
+    if (!s && e.sums) s = cl_comm_allreduce(t->cfg.groups->dp, e.sums, nb, CL_F64, CL_RED_SUM);
+    for (size_t b = 0; !s && e.sums && b < nb; b++) sum += e.sums[b];
+    free(e.sums);
+    CL_TRY(s);
     if (t->tp > 1) CL_TRY(cl_comm_allreduce(t->cfg.groups->mp, &sum, 1, CL_F64, CL_RED_SUM)); /* tp rank 0's */
     else if (t->pp_size > 1) CL_TRY(cl_comm_allreduce(t->cfg.groups->pp, &sum, 1, CL_F64, CL_RED_SUM));
     if (t->cp > 1) CL_TRY(cl_comm_allreduce(t->cfg.groups->cp, &sum, 1, CL_F64, CL_RED_SUM)); /* each rank's positions */
