@@ -250,8 +250,8 @@ const char *cl_trainer_run_id(const cl_trainer *t);
 /* Mean loss over validation windows (GPT: consecutive non-overlapping windows
  * of T+1 tokens; MLP/CNN: the validation images). A collective: every rank
  * of the trainer's groups calls it. Data-parallel replicas share the
- * batches where a forward needs no other replica (no ZeRO 3, no --ep), with
- * the loss one replica alone gives, bit for bit; else each runs them all. */
+ * batches (but with --ep), with the loss one replica alone gives, bit for
+ * bit; with --ep each runs them all. */
 cl_status cl_trainer_eval(cl_trainer *t, double *loss);
 /* Unigram cross-entropy of the validation tokens under the training tokens'
  * frequencies (add-one smoothed): the baseline a language model must beat. */

@@ -303,9 +303,11 @@ typedef struct {
     const int32_t *labels;
     size_t n;
     /* replicas sharing the batches: this one runs batches first, first + stride, ... (batch b: windows [bB, bB + B))
-     * and puts each one's sum in sums[b]; stride 0: every batch, each added to the sum */
+     * and puts each one's sum in sums[b]; stride 0: every batch, each added to the sum. pad: every replica runs as
+     * many forwards (their gathers are collectives), one past the last batch running the last again, its sum dropped */
     size_t first, stride;
     double *sums;
+    int pad;
 } eval_set;
 
 /* The windows of tok[0, n); e->n is their count even when there are none. */
@@ -319,8 +321,11 @@ static cl_status token_windows(const int32_t *tok, size_t n, int T, eval_set *e)
  * (B * T each) or x (B * pixels) and targets (B) of dev, and runs fwd on each. */
 static cl_status eval_loop(const eval_set *e, cl_device *dev, int B, int32_t *tokens, int32_t *targets, float *x, cl_eval_batch_fn fwd,
                            void *ctx, double *sum) {
-    size_t step = (size_t)B * (e->stride ? e->stride : 1);
-    for (size_t k = e->first * (size_t)B; k < e->n; k += step) {
+    size_t batches = (e->n + (size_t)B - 1) / (size_t)B, stride = e->stride ? e->stride : 1;
+    size_t end = e->pad ? (batches + stride - 1) / stride * stride : batches;
+    for (size_t bi = e->first; bi < end; bi += stride) {
+        int drop = bi >= batches; /* pad's extra forward */
+        size_t k = (drop ? batches - 1 : bi) * (size_t)B;
         int nb = (int)(e->n - k < (size_t)B ? e->n - k : (size_t)B);
         cl_microbatch mb = {.B = nb, .targets = targets};
         if (e->tok || e->ds) {
@@ -343,7 +348,7 @@ static cl_status eval_loop(const eval_set *e, cl_device *dev, int B, int32_t *to
         if (e->sums) {
             double one = 0; /* 0 + the batch's sum: the batch's sum, as the unshared loop adds it */
             CL_TRY(fwd(ctx, &mb, &one));
-            e->sums[k / (size_t)B] = one;
+            if (!drop) e->sums[bi] = one;
         } else {
             CL_TRY(fwd(ctx, &mb, sum));
         }
@@ -404,16 +409,18 @@ cl_status cl_trainer_eval(cl_trainer *t, double *loss) {
         e = (eval_set){.pixels = px, .images = t->digits.images + (size_t)t->ndtrain * px, .labels = t->digits.labels + t->ndtrain,
                        .n = (size_t)t->ndval};
     }
-    /* The replicas share the batches where a forward needs no other replica (no ZeRO 3 gather, no experts'
-     * all-to-all): batch b runs on dp rank b mod dp, its sum in slot b, the slots summed over the replicas (one
-     * replica's figure and zeros: exact) and then in batch order, so the sum is the one a replica makes alone, bit
-     * for bit. Otherwise every replica runs every batch. CLEAVE_EVAL_SHARE=0 (tests): every replica runs every batch. */
+    /* The replicas share the batches: batch b runs on dp rank b mod dp, its sum in slot b, the slots summed over the
+     * replicas (one replica's figure and zeros: exact) and then in batch order, so the sum is the one a replica makes
+     * alone, bit for bit. Under ZeRO 3 a forward gathers over the replicas, so all run as many (pad). Not with
+     * experts over ranks (--ep): their products take the tokens of every replica's batch at once, so a batch's
+     * figures would depend on the others'; there every replica runs every batch, as with CLEAVE_EVAL_SHARE=0 (tests). */
     int B = t->cfg.micro_batch;
     size_t nb = (e.n + (size_t)B - 1) / (size_t)B;
     const char *knob = getenv("CLEAVE_EVAL_SHARE");
-    if (t->dp > 1 && !cl_zero_shards_params(t->cfg.zero) && t->cfg.ep <= 1 && nb > 1 && !(knob && !strcmp(knob, "0"))) {
+    if (t->dp > 1 && t->cfg.ep <= 1 && nb > 1 && !(knob && !strcmp(knob, "0"))) {
         if (!(e.sums = calloc(nb, sizeof *e.sums))) return cl_error(CL_ERR_OOM, "cannot allocate the evaluation's %zu batch sums", nb);
         e.first = (size_t)t->dp_rank, e.stride = (size_t)t->dp;
+        e.pad = cl_zero_shards_params(t->cfg.zero);
     }
     /* the batches go through the stages; only the last stage's rank adds to sum */
     double sum = 0;
