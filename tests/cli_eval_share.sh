@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# Evaluation shared by the data-parallel replicas (cl_trainer_eval): where a forward needs no other replica, batch b
-# runs on dp rank b mod dp and the batch sums meet in one all-reduce, summed in batch order after it, so the
-# validation loss is the one a replica alone gives, bit for bit. Each run below trains 4 steps with evaluations at
-# steps 2 and 4 and again with every replica running every batch (CLEAVE_EVAL_SHARE=0), and every figure must be the
-# same bits: dp 2 and 4 (19 batches: uneven; 20; 2 at dp 4, two replicas with none), ZeRO 2, ZeRO 3 (its forwards
-# gather over the replicas: each runs as many, one past the end repeating the last batch), dp x pp (and with ZeRO 3),
-# dp x tp in bf16, dp x cp, Llama, the MLP's digits, MPI; one batch (not shared) runs the old way both times.
+# Evaluation shared by the data-parallel replicas (cl_trainer_eval): batch b runs on dp rank b mod dp and the batch
+# sums meet in one all-reduce, summed in batch order after it, so the validation loss is the one a replica alone
+# gives, bit for bit. Each run below trains 4 steps with evaluations at steps 2 and 4 and again with every replica
+# running every batch (CLEAVE_EVAL_SHARE=0), and every figure must be the same bits: dp 2 and 4 (19 batches: uneven;
+# 20; 2 at dp 4, two replicas with none), ZeRO 2, ZeRO 3 (its forwards gather over the replicas: each runs as many,
+# one past the end repeating the last batch; with cp 2, and with pp 2 in bf16), dp x pp, dp x tp in bf16, dp x cp,
+# Llama, the MLP's digits, MPI; one batch (not shared) runs the old way both times.
 set -u
 source "$(dirname "$0")/lib.sh"
 
@@ -31,6 +31,7 @@ both dp2-tp2-bf16 "${gpt[@]}" --dp 2 --tp 2 --global-batch-size 4 --dtype bf16
 both dp2-cp2 "${gpt[@]}" --dp 2 --cp 2 --global-batch-size 4
 both dp2-zero3 "${gpt[@]}" --dp 2 --zero 3 --global-batch-size 4
 both dp4-zero3-two-batches "${gpt[@]}" --dp 4 --zero 3 --global-batch-size 8 --eval-batches 4
+both dp2-cp2-zero3 "${gpt[@]}" --dp 2 --cp 2 --zero 3 --global-batch-size 4
 both dp2-zero3-pp2-bf16 "${gpt[@]}" --dp 2 --zero 3 --pp 2 --global-batch-size 4 --dtype bf16
 both dp2-one-batch "${gpt[@]}" --dp 2 --global-batch-size 4 --eval-batches 2
 both llama-dp2 "${llama[@]}" --dp 2 --global-batch-size 4
