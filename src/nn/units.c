@@ -403,16 +403,9 @@ void cl_model_destroy(cl_model *m) {
     free(m);
 }
 
-/* Row k of a tensor (its n values at row) into this rank's slice p of it, where p holds any. */
-static void init_row(cl_model *m, const cl_param_spec *ps, float *p, int64_t k, const float *row) {
-    cl_param_run runs[3];
-    int nr = p ? cl_param_row_runs(ps, m->desc->tpl.rank, k, runs) : 0;
-    for (int q = 0; q < nr; q++) cl_device_copy_from_host(m->dev, p + runs[q].local, row + runs[q].col, (size_t)runs[q].len * sizeof(float));
-}
-
-/* Normal draws in pieces of whole rows of about this many values: the pairs of draws are one stream, made in
- * order on the calling thread; Box-Muller's transform of each pair (a log and a cos in double: most of the time)
- * runs over the thread's team, the same function cl_rng_normal calls, so the same bits. */
+/* Tensors drawn in pieces of whole rows of about this many values. A normal piece's pairs of draws are one stream,
+ * made in order on the calling thread; Box-Muller's transform of each pair (a log and a cos in double: most of the
+ * time) runs over the thread's team, the same function cl_rng_normal calls, so the same bits. */
 enum { INIT_PIECE = 1 << 18 };
 
 void cl_model_init(cl_model *m, uint64_t seed) {
@@ -431,34 +424,30 @@ void cl_model_init(cl_model *m, uint64_t seed) {
         float *p = m->p[i]; /* NULL when not held: the draws still happen, so every part sees the same stream */
         /* the whole tensor is drawn, row by row, and this rank keeps its slice: every tp starts from the same weights */
         int64_t n = cl_param_row_len(ps), rows = n ? ps->full_numel / n : 0;
-        if (ps->init == CL_INIT_NORMAL && rows) {
-            int64_t per = piece / n; /* rows a piece */
-            for (int64_t k0 = 0; k0 < rows; k0 += per) {
-                int64_t nk = rows - k0 < per ? rows - k0 : per, cnt = nk * n;
-                if (!p) { /* not held: only the stream moves on */
-                    for (int64_t j = 0; j < 2 * cnt; j++) (void)cl_rng_u64(&r);
-                    continue;
-                }
+        for (int64_t k0 = 0, per = n ? piece / n : 1; k0 < rows; k0 += per) { /* pieces of per rows */
+            int64_t nk = rows - k0 < per ? rows - k0 : per, cnt = nk * n;
+            float scale = ps->scale;
+            switch (ps->init) {
+            case CL_INIT_ZEROS:
+            case CL_INIT_ONES:
+                for (int64_t j = 0; j < cnt; j++) row[j] = ps->init == CL_INIT_ONES ? 1.0f : 0.0f;
+                break;
+            case CL_INIT_UNIFORM:
+                for (int64_t j = 0; j < cnt; j++) row[j] = scale * (2.0f * cl_rng_uniform(&r) - 1.0f);
+                break;
+            case CL_INIT_NORMAL:
                 for (int64_t j = 0; j < 2 * cnt; j++) draw[j] = cl_rng_u64(&r);
-                float scale = ps->scale;
+                if (!p) break; /* not held: only the stream moves on */
 #pragma omp parallel for schedule(static) if (cnt >= 16384)
                 for (int64_t j = 0; j < cnt; j++) row[j] = scale * cl_rng_normal_of(draw[2 * j], draw[2 * j + 1]);
-                for (int64_t k = 0; k < nk; k++) init_row(m, ps, p, k0 + k, row + k * n);
+                break;
             }
-            continue;
-        }
-        for (int64_t k = 0; k < rows; k++) {
-            for (int64_t j = 0; j < n; j++) {
-                float x = 0;
-                switch (ps->init) {
-                case CL_INIT_ZEROS: x = 0; break;
-                case CL_INIT_ONES: x = 1; break;
-                case CL_INIT_NORMAL: break; /* above */
-                case CL_INIT_UNIFORM: x = ps->scale * (2.0f * cl_rng_uniform(&r) - 1.0f); break;
-                }
-                row[j] = x;
+            for (int64_t k = 0; p && k < nk; k++) { /* each row's runs into this rank's slice */
+                cl_param_run runs[3];
+                int nr = cl_param_row_runs(ps, d->tpl.rank, k0 + k, runs);
+                for (int q = 0; q < nr; q++)
+                    cl_device_copy_from_host(m->dev, p + runs[q].local, row + k * n + runs[q].col, (size_t)runs[q].len * sizeof(float));
             }
-            init_row(m, ps, p, k, row);
         }
     }
     free(row);
