@@ -6,7 +6,7 @@
 #   (without torch: a skip, a failure under CI=true);
 # - pp 2 under gpipe, 1f1b, zb-h1 and interleaved: losses and norms bitwise equal to one rank in
 #   bf16; dp 2 under ZeRO 0, 1 and 2 (and ZeRO 3, dp 2 and 4: bitwise ZeRO 2's in bf16; MPI the threads'; its
-#   gathers moving BF16 weights: a little over half fp32's bytes), and tp 2, tp 2 x pp 2, cp 2 within
+#   gathers moving BF16 weights: a little over half fp32's bytes, in at most twice its calls), and tp 2, tp 2 x pp 2, cp 2 within
 #   1e-4 and 5e-4 relative of it; bf16 is not fp32's bits but
 #   within 1% of its losses;
 # - CLEAVE_WGRAD_PLAIN (the weight products reading their input transposed) bitwise the strided run;
@@ -80,6 +80,12 @@ a=$(gathered "$tmp/f32z3.jsonl"); b=$(gathered "$tmp/z3.jsonl")
 echo "ZeRO 3 dp 2, rank 0's all-gathered bytes a step: fp32 $a, bf16 $b"
 check '[ -n "$a" ] && [ -n "$b" ] && [ $((b * 100)) -lt $((a * 56)) ] && [ $((b * 2)) -gt $a ]' \
     "bf16 ZeRO 3's gathers should move a little over half fp32's bytes (the lookups, norms and biases F32): $b against $a"
+# the calls: a unit's BF16 weights in one gather and its F32 norms and biases packed in one more (src/nn/zero3.c
+# unit_pieces), where one a weight and one a run of the others made a block's nine (7.2x fp32's calls on GPT-2)
+calls() { grep '"loss"' "$1" | tail -1 | sed 's/.*"allgather": \[\([0-9]*\), .*/\1/'; }
+a=$(calls "$tmp/f32z3.jsonl"); b=$(calls "$tmp/z3.jsonl")
+echo "ZeRO 3 dp 2, rank 0's all-gather calls a step: fp32 $a, bf16 $b"
+check '[ -n "$a" ] && [ -n "$b" ] && [ "$b" -le $((2 * a)) ]' "bf16 ZeRO 3 should gather a unit in at most two calls: $b calls against fp32's $a"
 if "$CLEAVE" --version | grep -q "mpi: yes" && command -v mpirun > /dev/null; then
     export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
     case "$BUILD" in *san*) export ASAN_OPTIONS=${ASAN_OPTIONS:-}:detect_leaks=0 ;; esac

@@ -13,8 +13,8 @@
  * change); a weight's BF16 copy is valid from cl_model_refresh_low to the
  * next change of the master. Under ZeRO 3 m->wlow is the BF16 copy of the
  * rank's shard, and a parameter read through cl_nn_wlo is gathered from the
- * replicas' copies as BF16 (half the bytes of F32 gathers) into the first
- * half of its floats in the unit's working buffer (src/nn/zero3.c). */
+ * replicas' copies as BF16 (half the bytes of F32 gathers) into the unit's
+ * working buffer, where m->p points (src/nn/zero3.c, unit_pieces). */
 #include "nn/kind.h"
 #include "nn/model_impl.h"
 
@@ -28,7 +28,7 @@ int64_t cl_nn_bf16_floats(int64_t n) { return (n + 1) / 2; }
 int64_t cl_nn_gemm_in_floats(const cl_model_desc *d, int64_t n) { return cl_nn_bf16(d) ? cl_nn_bf16_floats(n) : n; }
 
 const uint16_t *cl_nn_wlo(const cl_model *m, const float *w) {
-    if (m->z3) { /* ZeRO 3: gathered as BF16 into the first half of its floats in a working buffer (zero3.c) */
+    if (m->z3) { /* ZeRO 3: gathered as BF16 into a working buffer, m->p[i] aimed at it (zero3.c) */
         int in = 0;
         for (int k = 0; k < m->sizes.npwork; k++) in |= w >= m->pwork[k] && w < m->pwork[k] + m->sizes.pwork;
         CL_ASSERT(in);

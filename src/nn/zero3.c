@@ -10,9 +10,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* One all-gather of a unit's: floats [a, a + len) of the part's buffer,
- * landing at float dst of the working buffer, as F32 or (lo) as BF16 from
- * the shard's BF16 copy, its len values in the first half of their floats. */
+/* One all-gather of a unit's, landing at byte dst of its working buffer:
+ * lo 0, floats [a, a + len) of the part's buffer as F32; lo 1, the same
+ * range's BF16 copy from the shard's (2 bytes a value); lo 2, F32 runs
+ * z->run[a, a + len) packed one after another (see unit_pieces). */
 typedef struct {
     int64_t a, len, dst;
     int lo;
@@ -30,6 +31,8 @@ struct cl_z3 {
     int *uwte;          /* 1: its gather also takes the tied wte (the LM head) */
     int *up;            /* [units + 1]: unit u's pieces are piece[up[u], up[u + 1]) */
     z3_piece *piece;
+    z3_piece *run;      /* the F32 runs lo 2 pieces pack ({a, len}, floats of the part's buffer) */
+    int64_t *pat;       /* per parameter of the part: its byte in the working buffer */
     cl_request **req;   /* [K][P]: each buffer's gathers in flight */
     size_t *counts;     /* [K][P][nr] bytes of each replica's piece (live while its gather is) */
     float *whole;       /* cl_model_z3_whole's buffer */
@@ -90,6 +93,8 @@ void cl_model_z3_destroy(cl_model *m) {
     free(z->uwte);
     free(z->up);
     free(z->piece);
+    free(z->run);
+    free(z->pat);
     free(z->req);
     free(z->counts);
     free(z->whole);
@@ -97,25 +102,64 @@ void cl_model_z3_destroy(cl_model *m) {
     m->z3 = NULL;
 }
 
-/* Unit u's pieces into out (returns past the last). F32: its range whole,
- * then the LM head's tied wte. bf16: each parameter its kind reads only as
- * its BF16 copy (cl_kind's wlo and wlo_from) alone as BF16 at its place, the runs of the
- * others as F32, then the tied wte (BF16 when the kind reads it so). */
-static z3_piece *unit_pieces(const cl_model *m, int u, int64_t ulo, int64_t ulen, int wte, z3_piece *out) {
+/* 1 if parameter i (the j-th of its unit, of kind k) is read only as its BF16 copy. */
+static int reads_low(const cl_kind *k, unsigned wlo, int j) {
+    return (j < 31 && (wlo & CL_KIND_WLO(j)) != 0) || (k->wlo_from > 0 && j >= k->wlo_from);
+}
+
+/* Unit u's pieces into out (returns past the last), its parameters' bytes
+ * in the working buffer into z->pat, its F32 runs (if packed) from
+ * z->run + *nrun on. F32: the unit's range whole, then the LM head's tied
+ * wte. bf16, a kind that reads some parameters only as their BF16 copies
+ * (cl_kind's wlo and wlo_from): the range's BF16 copy whole (the copies of
+ * the F32 ones, a few norms and biases, ride along unread), then the runs
+ * of the parameters read as F32 packed after it, a run's piece from every
+ * replica in turn: the shards are consecutive and so are the runs, so the
+ * replicas' pieces end to end are the runs end to end; two gathers (three
+ * with the tied wte) where one a run and one a BF16 weight took a block's
+ * nine. Where the packed runs would not fit in the unit's buffer beside
+ * the BF16 copy, each BF16 parameter and each F32 run is gathered alone at
+ * its place (a BF16 one in the first half of its floats). */
+static z3_piece *unit_pieces(const cl_model *m, int u, int64_t ulo, int64_t ulen, int wte, z3_piece *out, int *nrun) {
     const cl_model_desc *d = m->desc;
+    struct cl_z3 *z = m->z3;
     const cl_kind *k = cl_kind_of(d->units[u].kind);
     unsigned wlo = cl_nn_bf16(d) ? k->wlo : 0;
     z3_piece *first = out;
-    if (!wlo && ulen) *out++ = (z3_piece){ulo, ulen, 0, 0};
-    for (int i = 0, j = 0; wlo && i < d->nparams; i++) {
+    int64_t img = align16(cl_nn_bf16_floats(ulen)), f32 = 0; /* the BF16 copy's floats, the F32 runs' */
+    int r0 = *nrun, j = 0;
+    for (int i = 0; wlo && i < d->nparams; i++) {
         if (d->params[i].unit != u) continue;
-        int lo = (j < 31 && (wlo & CL_KIND_WLO(j)) != 0) || (k->wlo_from > 0 && j >= k->wlo_from);
-        j++;
+        if (reads_low(k, wlo, j++)) continue;
         int64_t a = m->loc[i], len = align16(d->params[i].numel);
-        if (!lo && out > first && !out[-1].lo && out[-1].a + out[-1].len == a) out[-1].len += len; /* the run goes on */
-        else *out++ = (z3_piece){a, lo ? d->params[i].numel : len, a - ulo, lo};
+        z->pat[i] = (img + f32) * (int64_t)sizeof(float);
+        f32 += len;
+        if (*nrun > r0 && z->run[*nrun - 1].a + z->run[*nrun - 1].len == a) z->run[*nrun - 1].len += len; /* the run goes on */
+        else z->run[(*nrun)++] = (z3_piece){a, len, 0, 0};
     }
-    if (wte) *out++ = (z3_piece){m->loc[d->tied_wte], d->params[d->tied_wte].numel, ulen, (wlo & CL_KIND_WLO_TIED) != 0};
+    if (wlo && img + f32 <= ulen) { /* packed */
+        *out++ = (z3_piece){ulo, ulen, 0, 1};
+        if (*nrun > r0) *out++ = (z3_piece){r0, *nrun - r0, img * (int64_t)sizeof(float), 2};
+        j = 0;
+        for (int i = 0; i < d->nparams; i++)
+            if (d->params[i].unit == u && reads_low(k, wlo, j++)) z->pat[i] = (m->loc[i] - ulo) * (int64_t)sizeof(uint16_t);
+    } else {
+        *nrun = r0;
+        if (!wlo && ulen) *out++ = (z3_piece){ulo, ulen, 0, 0};
+        j = 0;
+        for (int i = 0; i < d->nparams; i++) {
+            if (d->params[i].unit != u) continue;
+            int lo = wlo && reads_low(k, wlo, j++);
+            int64_t a = m->loc[i], len = align16(d->params[i].numel), at = (a - ulo) * (int64_t)sizeof(float);
+            z->pat[i] = at;
+            if (!wlo) continue;
+            if (!lo && out > first && !out[-1].lo && out[-1].a + out[-1].len == a) out[-1].len += len; /* the run goes on */
+            else *out++ = (z3_piece){a, lo ? d->params[i].numel : len, at, lo};
+        }
+    }
+    if (wte)
+        *out++ = (z3_piece){m->loc[d->tied_wte], d->params[d->tied_wte].numel, ulen * (int64_t)sizeof(float),
+                            (wlo & CL_KIND_WLO_TIED) != 0};
     return out;
 }
 
@@ -135,14 +179,16 @@ cl_status cl_model_set_zero3(cl_model *m, cl_comm *dp) {
         z->uwte = calloc((size_t)nu + 1, sizeof *z->uwte);
         z->up = calloc((size_t)nu + 1, sizeof *z->up);
         z->piece = calloc((size_t)m->desc->nparams + 2 * (size_t)nu + 1, sizeof *z->piece);
+        z->run = calloc((size_t)m->desc->nparams + 1, sizeof *z->run);
+        z->pat = calloc((size_t)m->desc->nparams + 1, sizeof *z->pat);
     }
     m->z3 = z;
-    if (!z || !z->order || !z->ulo || !z->ulen || !z->uwte || !z->up || !z->piece) {
+    if (!z || !z->order || !z->ulo || !z->ulen || !z->uwte || !z->up || !z->piece || !z->run || !z->pat) {
         cl_model_z3_destroy(m);
         return cl_error(CL_ERR_OOM, "cannot allocate the ZeRO 3 gather tables");
     }
     const cl_model_desc *d = m->desc;
-    int np = 0;
+    int np = 0, nrun = 0;
     for (int u = m->u0; u < m->u1; u++) {
         int64_t lo;
         int wte;
@@ -156,7 +202,7 @@ cl_status cl_model_set_zero3(cl_model *m, cl_comm *dp) {
         z->uwte[j] = wte;
         z->ulen[j] = w - (wte ? align16(d->params[d->tied_wte].numel) : 0);
         z->up[j] = np;
-        np = unit_pieces(m, u, z->ulo[j], z->ulen[j], wte, z->piece + np) - z->piece;
+        np = unit_pieces(m, u, z->ulo[j], z->ulen[j], wte, z->piece + np, &nrun) - z->piece;
         if (np - z->up[j] > z->P) z->P = np - z->up[j];
     }
     z->up[nu] = np;
@@ -192,18 +238,32 @@ cl_status cl_model_z3_pass(cl_model *m, cl_z3_pass_kind kind) {
     return CL_OK;
 }
 
-/* One all-gather of a piece into out: each replica sends the part of it in
- * its shard (of the F32 parameters, or of their BF16 copy). */
-static cl_status gather(cl_model *m, const z3_piece *pc, float *out, size_t *counts, cl_request **req) {
+/* One all-gather of a piece into the working buffer out: each replica
+ * sends the part of it in its shard (of the F32 parameters, or of their
+ * BF16 copy; a packed piece's parts of its runs, copied first to this
+ * replica's place in the output, the gather's input in place). */
+static cl_status gather(cl_model *m, const z3_piece *pc, char *out, size_t *counts, cl_request **req) {
     struct cl_z3 *z = m->z3;
-    int64_t S = m->sizes.shard, mine = 0, at;
-    size_t es = pc->lo ? sizeof(uint16_t) : sizeof(float);
+    int64_t S = m->sizes.shard, at;
+    const z3_piece *rn = pc->lo == 2 ? z->run + pc->a : pc;
+    int nrun = pc->lo == 2 ? (int)pc->len : 1;
+    size_t es = pc->lo == 1 ? sizeof(uint16_t) : sizeof(float), off = 0;
     for (int r = 0; r < z->nr; r++) {
-        int64_t n = cl_zero_overlap(pc->a, pc->a + pc->len, (int64_t)r * S, S, &at);
-        counts[r] = (size_t)n * es;
-        if (r == m->zero.rank && n) mine = at - m->sizes.shard_lo;
+        counts[r] = 0;
+        for (int q = 0; q < nrun; q++) counts[r] += (size_t)cl_zero_overlap(rn[q].a, rn[q].a + rn[q].len, (int64_t)r * S, S, &at) * es;
+        if (r < m->zero.rank) off += counts[r];
     }
-    const void *in = pc->lo ? (const void *)(m->wlow + mine) : (const void *)(m->params + mine);
+    const void *in = out + pc->dst + off;
+    for (int q = 0; q < nrun; q++) {
+        int64_t n = cl_zero_overlap(rn[q].a, rn[q].a + rn[q].len, m->sizes.shard_lo, S, &at);
+        if (!n) continue;
+        if (pc->lo == 1) in = m->wlow + (at - m->sizes.shard_lo);
+        else if (pc->lo == 0) in = m->params + (at - m->sizes.shard_lo);
+        else { /* packed: this replica's part of each run, end to end */
+            cl_device_copy(m->dev, out + pc->dst + off, m->params + (at - m->sizes.shard_lo), (size_t)n * sizeof(float));
+            off += (size_t)n * sizeof(float);
+        }
+    }
     return cl_comm_iallgather_v(z->comm, in, out + pc->dst, counts, req);
 }
 
@@ -213,7 +273,7 @@ static cl_status issue(cl_model *m, int j) {
     int u = z->order[j] - m->u0, b = j % z->K;
     for (int k = z->up[u]; k < z->up[u + 1]; k++) {
         int q = b * z->P + (k - z->up[u]);
-        CL_TRY(gather(m, &z->piece[k], m->pwork[b], z->counts + (size_t)q * z->nr, &z->req[q]));
+        CL_TRY(gather(m, &z->piece[k], (char *)m->pwork[b], z->counts + (size_t)q * z->nr, &z->req[q]));
     }
     return CL_OK;
 }
@@ -235,9 +295,8 @@ cl_status cl_model_z3_before(cl_model *m, int u) {
     z->pos++;
     CL_TRY(s);
     const cl_model_desc *d = m->desc;
-    int64_t lo = z->ulo[u - m->u0];
     for (int i = 0; i < d->nparams; i++)
-        if (d->params[i].unit == u) m->p[i] = m->pwork[b] + (m->loc[i] - lo);
+        if (d->params[i].unit == u) m->p[i] = (float *)((char *)m->pwork[b] + z->pat[i]);
     if (z->uwte[u - m->u0]) m->p[d->tied_wte] = m->pwork[b] + z->ulen[u - m->u0];
     return CL_OK;
 }
