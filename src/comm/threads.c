@@ -546,18 +546,30 @@ static cl_status th_allgather_v(cl_comm *c, const void *in, void *out, const siz
     th_comm *t = c->impl;
     th_group *g = t->g;
     int n = g->size, me = c->rank;
-    size_t total, off = v_offset(counts, n, me, &total), mine = counts[me];
+    size_t total;
+    (void)v_offset(counts, n, me, &total);
     publish(g, me, CL_OP_ALLGATHER, CL_F32, CL_RED_SUM, 0, total, in, out);
     g->slot[me].v = counts;
     CL_TRY(barrier(c, g, 1, "allgather_v"));
     cl_status st = check_slots(c, g, "allgather_v");
-    if (st == CL_OK && mine) { /* push, as th_allgather does */
+    if (st == CL_OK && total) {
+        /* Not a push: one rank's pieces can be most of the output (a shard
+         * holding a large embedding), so each rank copies bytes [lo, hi),
+         * a 64-byte-aligned 1/n of the output, from whichever ranks' pieces
+         * they lie in, into every rank's out (the counts agree: checked). */
         int stream = (size_t)n * total > CL_STREAM_BYTES;
-        for (int k = 0; k < n; k++) {
-            char *d = (char *)g->slot[(me + k) % n].q + off;
-            if (d == in) continue;
-            if (stream) cl_copy_stream(d, in, mine);
-            else cl_copy(d, in, mine);
+        size_t per = ((total + (size_t)n - 1) / (size_t)n + 63) & ~(size_t)63;
+        size_t lo = (size_t)me * per < total ? (size_t)me * per : total, hi = total - lo > per ? lo + per : total;
+        for (size_t r = 0, at = 0; r < (size_t)n; at += counts[r++]) {
+            size_t a = lo > at ? lo : at, b = hi < at + counts[r] ? hi : at + counts[r];
+            if (a >= b) continue;
+            const char *src = (const char *)g->slot[r].p + (a - at);
+            for (int k = 0; k < n; k++) {
+                char *d = (char *)g->slot[(me + k) % n].q + a;
+                if (d == src) continue; /* in place: the piece is there already */
+                if (stream) cl_copy_stream(d, src, b - a);
+                else cl_copy(d, src, b - a);
+            }
         }
     }
     barrier(c, g, 0, "allgather_v");
