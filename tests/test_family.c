@@ -139,12 +139,39 @@ int main(void) {
     cl_model_desc_free(r[0]);
     cl_model_desc_free(r[1]);
     cl_model_desc_free(d);
+    /* cl_rng_skip: the state n draws later, against drawing them (below its 4096 it steps; from there it jumps
+     * by x^n modulo the generator's characteristic polynomial), and jumps that add up */
+    {
+        const uint64_t ns[] = {0, 1, 4095, 4096, 4097, 65539, 1000003, 25000001};
+        int64_t wrong = 0;
+        for (size_t k = 0; k < sizeof ns / sizeof ns[0]; k++) {
+            cl_rng a, b;
+            cl_rng_seed(&a, 99 + k);
+            b = a;
+            for (uint64_t j = 0; j < ns[k]; j++) (void)cl_rng_u64(&a);
+            cl_rng_skip(&b, ns[k]);
+            wrong += cl_rng_u64(&a) != cl_rng_u64(&b);
+        }
+        CHECK(wrong == 0, "cl_rng_skip: %lld of %zu lengths land elsewhere than drawing that many", (long long)wrong,
+              sizeof ns / sizeof ns[0]);
+        cl_rng a, b;
+        cl_rng_seed(&a, 7);
+        b = a;
+        cl_rng_skip(&a, (1ULL << 62) + 12345);
+        cl_rng_skip(&a, (1ULL << 62) - 12345);
+        cl_rng_skip(&b, 1ULL << 63);
+        uint64_t x = cl_rng_u64(&a), y = cl_rng_u64(&b);
+        CHECK(x == y, "cl_rng_skip: 2^62 + 12345 then 2^62 - 12345 is not 2^63 (%016llx against %016llx)",
+              (unsigned long long)x, (unsigned long long)y);
+    }
     /* cl_model_init: the stream replayed value by value on one thread (cl_rng_normal, cl_rng_uniform in parameter
-     * and row order, as the init once ran) gives the bits of the init's transform over 1 and over 2 threads */
+     * and row order, as the init once ran) gives the bits of the init's pieces over 1 and over 2 threads; a tensor
+     * parallel rank's part and a pipeline stage's (which skip what they do not hold) hold the whole model's values */
     cl_model_config gi;
     cl_model_preset("gpt2-tiny", &gi);
-    gi.channels = 128; /* wte 256 x 128 and c_fc 128 x 512: pieces the team splits */
+    gi.channels = 512; /* c_fc 512 x 2048 and the qkv 512 x 1536: several pieces of 256K values, which the team splits */
     cl_model_desc *di = NULL;
+    cl_model *whole = NULL;
     CHECK(cl_model_describe(&gi, 0, &di) == CL_OK && di, "init model: %s", cl_last_error());
     for (int th = 1; di && th <= 2; th++) {
         cl_model *mi = NULL;
@@ -167,10 +194,43 @@ int main(void) {
                 if (!v || memcmp(&x, &v[e], sizeof x)) wrong++;
             }
         }
-        CHECK(wrong == 0 && normals > 100000, "init on %d thread(s): %lld of the values differ from the stream replayed (%lld normals)",
+        CHECK(wrong == 0 && normals > 1000000, "init on %d thread(s): %lld of the values differ from the stream replayed (%lld normals)",
               th, (long long)wrong, (long long)normals);
-        cl_model_destroy(mi);
+        if (whole) cl_model_destroy(mi);
+        else whole = mi;
     }
+    const struct { int tp, rank, u0, u1; } parts[] = {{2, 0, 0, 0}, {2, 1, 0, 0}, {4, 3, 0, 0}, {1, 0, 0, 2}, {1, 0, 2, 0}, {2, 1, 1, 3}};
+    for (size_t k = 0; whole && k < sizeof parts / sizeof parts[0]; k++) {
+        cl_tp_layout tl = {.tp = parts[k].tp, .rank = parts[k].rank};
+        cl_model_desc *dp = NULL;
+        cl_model *mp = NULL;
+        CHECK(cl_model_describe_tp(&gi, 0, &tl, &dp) == CL_OK && dp, "init part %zu: %s", k, cl_last_error());
+        if (!dp) continue;
+        int u1 = parts[k].u1 ? parts[k].u1 : dp->nunits;
+        CHECK(cl_model_create_part(&mp, dp, dev, 1, parts[k].u0, u1) == CL_OK && mp, "init part %zu builds: %s", k, cl_last_error());
+        int64_t wrong = 0, held = 0;
+        if (mp) {
+            int before = cl_threads();
+            cl_set_threads(2);
+            cl_model_init(mp, 1234);
+            cl_set_threads(before);
+            for (int i = 0; i < dp->nparams; i++) {
+                const cl_param_spec *ps = &dp->params[i];
+                const float *v = cl_model_param(mp, i), *w = cl_model_param(whole, i);
+                for (int64_t e = 0; v && e < ps->full_numel; e++) {
+                    int64_t l = cl_param_local_index(ps, parts[k].rank, e);
+                    if (l < 0) continue;
+                    held++;
+                    wrong += memcmp(&v[l], &w[e], sizeof *v) != 0;
+                }
+            }
+            cl_model_destroy(mp);
+        }
+        CHECK(wrong == 0 && held > 100000, "init of tp %d rank %d, units [%d, %d): %lld of its %lld values are not the whole model's",
+              parts[k].tp, parts[k].rank, parts[k].u0, u1, (long long)wrong, (long long)held);
+        cl_model_desc_free(dp);
+    }
+    if (whole) cl_model_destroy(whole);
     cl_model_desc_free(di);
     cl_device_destroy(dev);
     return cl_test_report("test_family");

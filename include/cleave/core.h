@@ -153,7 +153,9 @@ double cl_now(void);
 typedef struct { uint64_t s[4]; } cl_rng;
 void cl_rng_seed(cl_rng *r, uint64_t seed);
 uint64_t cl_rng_u64(cl_rng *r);
+void cl_rng_skip(cl_rng *r, uint64_t n);     /* the state n cl_rng_u64 calls later, in microseconds for any n */
 float cl_rng_uniform(cl_rng *r);            /* [0, 1) with 24 random bits */
+float cl_rng_uniform_of(uint64_t a);        /* the uniform cl_rng_uniform makes of its draw */
 float cl_rng_normal(cl_rng *r);             /* standard normal, Box-Muller */
 float cl_rng_normal_of(uint64_t a, uint64_t b); /* the normal cl_rng_normal makes of its two draws, a then b */
 

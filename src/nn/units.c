@@ -403,55 +403,83 @@ void cl_model_destroy(cl_model *m) {
     free(m);
 }
 
-/* Tensors drawn in pieces of whole rows of about this many values. A normal piece's pairs of draws are one stream,
- * made in order on the calling thread; Box-Muller's transform of each pair (a log and a cos in double: most of the
- * time) runs over the thread's team, the same function cl_rng_normal calls, so the same bits. */
+/* Tensors made in pieces of whole rows of about this many values, the pieces over the thread's team. */
 enum { INIT_PIECE = 1 << 18 };
 
+/* Rows [k0, k0 + nk) of tensor ps (n values a row), the runs of them this
+ * rank holds, into p: value v of the whole tensor is made of draws
+ * [v dpv, (v + 1) dpv) of the tensor's stream, which *t (at draw *pos)
+ * reaches by cl_rng_skip, so it does not matter which thread makes which
+ * piece. row: room for nk n floats. */
+static void init_rows(const cl_model *m, const cl_param_spec *ps, float *p, int64_t n, int64_t k0, int64_t nk, cl_rng *t,
+                      uint64_t *pos, float *row) {
+    int dpv = ps->init == CL_INIT_NORMAL ? 2 : ps->init == CL_INIT_UNIFORM ? 1 : 0;
+    for (int64_t k = 0; k < nk; k++) {
+        cl_param_run runs[3];
+        int nr = cl_param_row_runs(ps, m->desc->tpl.rank, k0 + k, runs);
+        for (int q = 0; q < nr; q++) {
+            float *x = row + k * n + runs[q].col;
+            uint64_t at = (uint64_t)((k0 + k) * n + runs[q].col) * (uint64_t)dpv;
+            CL_ASSERT(at >= *pos); /* the runs of a row in order */
+            if (dpv) cl_rng_skip(t, at - *pos);
+            for (int64_t j = 0; j < runs[q].len; j++) {
+                uint64_t a = dpv ? cl_rng_u64(t) : 0;
+                if (ps->init == CL_INIT_NORMAL) x[j] = ps->scale * cl_rng_normal_of(a, cl_rng_u64(t));
+                else if (ps->init == CL_INIT_UNIFORM) x[j] = ps->scale * (2.0f * cl_rng_uniform_of(a) - 1.0f);
+                else x[j] = ps->init == CL_INIT_ONES ? 1.0f : 0.0f;
+            }
+            if (dpv) *pos = at + (uint64_t)runs[q].len * (uint64_t)dpv;
+            cl_device_copy_from_host(m->dev, p + runs[q].local, x, (size_t)runs[q].len * sizeof(float));
+        }
+    }
+}
+
+/* Every part draws the whole model's stream, parameter after parameter,
+ * each tensor whole and row by row (value by value: a normal value two
+ * draws, cl_rng_normal's; a uniform one, cl_rng_uniform's), and keeps what
+ * it holds: every tp rank and pipeline stage starts from the one model's
+ * weights. What it does not hold it skips (cl_rng_skip: microseconds for
+ * any length), so a part's work is its own share; its pieces run over the
+ * thread's team, each thread skipping to its first, the same bits on any
+ * number of threads. */
 void cl_model_init(cl_model *m, uint64_t seed) {
     cl_rng r;
     cl_rng_seed(&r, seed);
     const cl_model_desc *d = m->desc;
-    int64_t maxrow = 1;
-    for (int i = 0; i < d->nparams; i++)
-        if (cl_param_row_len(&d->params[i]) > maxrow) maxrow = cl_param_row_len(&d->params[i]);
-    int64_t piece = maxrow > INIT_PIECE ? maxrow : INIT_PIECE;
-    float *row = malloc((size_t)piece * sizeof *row);
-    uint64_t *draw = malloc(2 * (size_t)piece * sizeof *draw);
-    CL_ASSERT(row != NULL && draw != NULL);
     for (int i = 0; i < d->nparams; i++) {
         const cl_param_spec *ps = &d->params[i];
-        float *p = m->p[i]; /* NULL when not held: the draws still happen, so every part sees the same stream */
-        /* the whole tensor is drawn, row by row, and this rank keeps its slice: every tp starts from the same weights */
+        float *p = m->p[i]; /* NULL when not held */
         int64_t n = cl_param_row_len(ps), rows = n ? ps->full_numel / n : 0;
-        for (int64_t k0 = 0, per = n ? piece / n : 1; k0 < rows; k0 += per) { /* pieces of per rows */
-            int64_t nk = rows - k0 < per ? rows - k0 : per, cnt = nk * n;
-            float scale = ps->scale;
-            switch (ps->init) {
-            case CL_INIT_ZEROS:
-            case CL_INIT_ONES:
-                for (int64_t j = 0; j < cnt; j++) row[j] = ps->init == CL_INIT_ONES ? 1.0f : 0.0f;
-                break;
-            case CL_INIT_UNIFORM:
-                for (int64_t j = 0; j < cnt; j++) row[j] = scale * (2.0f * cl_rng_uniform(&r) - 1.0f);
-                break;
-            case CL_INIT_NORMAL:
-                for (int64_t j = 0; j < 2 * cnt; j++) draw[j] = cl_rng_u64(&r);
-                if (!p) break; /* not held: only the stream moves on */
-#pragma omp parallel for schedule(static) if (cnt >= 16384)
-                for (int64_t j = 0; j < cnt; j++) row[j] = scale * cl_rng_normal_of(draw[2 * j], draw[2 * j + 1]);
-                break;
-            }
-            for (int64_t k = 0; p && k < nk; k++) { /* each row's runs into this rank's slice */
-                cl_param_run runs[3];
-                int nr = cl_param_row_runs(ps, d->tpl.rank, k0 + k, runs);
-                for (int q = 0; q < nr; q++)
-                    cl_device_copy_from_host(m->dev, p + runs[q].local, row + k * n + runs[q].col, (size_t)runs[q].len * sizeof(float));
+        int dpv = ps->init == CL_INIT_NORMAL ? 2 : ps->init == CL_INIT_UNIFORM ? 1 : 0;
+        int64_t h0 = 0, h1 = 0; /* the rows [h0, h1) from the first this rank holds a run of to the last */
+        for (int64_t k = 0; p && k < rows; k++) {
+            cl_param_run runs[3];
+            if (!cl_param_row_runs(ps, d->tpl.rank, k, runs)) continue;
+            if (h1 == 0) h0 = k;
+            h1 = k + 1;
+        }
+        /* pieces of at most INIT_PIECE values (a row at least), as many as a multiple of the team so that each
+         * thread's share (contiguous: one skip to its first) is as long as the others' to a row a piece */
+        int64_t per = n ? (INIT_PIECE / n > 0 ? INIT_PIECE / n : 1) : 1, th = cl_threads(), pieces = (h1 - h0 + per - 1) / per;
+        pieces = (pieces + th - 1) / th * th;
+        if (pieces > h1 - h0) pieces = h1 - h0;
+        if (pieces) per = (h1 - h0 + pieces - 1) / pieces;
+        pieces = per ? (h1 - h0 + per - 1) / per : 0;
+        if (p && pieces) {
+#pragma omp parallel if (pieces > 1)
+            {
+                float *row = malloc((size_t)(per * n) * sizeof *row);
+                CL_ASSERT(row != NULL);
+                cl_rng t = r;
+                uint64_t pos = 0;
+#pragma omp for schedule(static)
+                for (int64_t q = 0; q < pieces; q++)
+                    init_rows(m, ps, p, n, h0 + q * per, h1 - h0 - q * per < per ? h1 - h0 - q * per : per, &t, &pos, row);
+                free(row);
             }
         }
+        cl_rng_skip(&r, (uint64_t)ps->full_numel * (uint64_t)dpv);
     }
-    free(row);
-    free(draw);
 }
 
 static pthread_once_t g_fill_once = PTHREAD_ONCE_INIT;
