@@ -117,9 +117,10 @@ static int reads_low(const cl_kind *k, unsigned wlo, int j) {
  * replica in turn: the shards are consecutive and so are the runs, so the
  * replicas' pieces end to end are the runs end to end; two gathers (three
  * with the tied wte) where one a run and one a BF16 weight took a block's
- * nine. Where the packed runs would not fit in the unit's buffer beside
- * the BF16 copy, each BF16 parameter and each F32 run is gathered alone at
- * its place (a BF16 one in the first half of its floats). */
+ * nine. A unit with no BF16 parameter of its own (GPT's head: its norm,
+ * and the tied wte apart), or whose packed runs would not fit in its
+ * buffer beside the BF16 copy, gathers each BF16 parameter and each F32
+ * run alone at its place (a BF16 one in the first half of its floats). */
 static z3_piece *unit_pieces(const cl_model *m, int u, int64_t ulo, int64_t ulen, int wte, z3_piece *out, int *nrun) {
     const cl_model_desc *d = m->desc;
     struct cl_z3 *z = m->z3;
@@ -127,17 +128,20 @@ static z3_piece *unit_pieces(const cl_model *m, int u, int64_t ulo, int64_t ulen
     unsigned wlo = cl_nn_bf16(d) ? k->wlo : 0;
     z3_piece *first = out;
     int64_t img = align16(cl_nn_bf16_floats(ulen)), f32 = 0; /* the BF16 copy's floats, the F32 runs' */
-    int r0 = *nrun, j = 0;
+    int r0 = *nrun, j = 0, nlo = 0;
     for (int i = 0; wlo && i < d->nparams; i++) {
         if (d->params[i].unit != u) continue;
-        if (reads_low(k, wlo, j++)) continue;
+        if (reads_low(k, wlo, j++)) {
+            nlo++;
+            continue;
+        }
         int64_t a = m->loc[i], len = align16(d->params[i].numel);
         z->pat[i] = (img + f32) * (int64_t)sizeof(float);
         f32 += len;
         if (*nrun > r0 && z->run[*nrun - 1].a + z->run[*nrun - 1].len == a) z->run[*nrun - 1].len += len; /* the run goes on */
         else z->run[(*nrun)++] = (z3_piece){a, len, 0, 0};
     }
-    if (wlo && img + f32 <= ulen) { /* packed */
+    if (nlo && img + f32 <= ulen) { /* packed */
         *out++ = (z3_piece){ulo, ulen, 0, 1};
         if (*nrun > r0) *out++ = (z3_piece){r0, *nrun - r0, img * (int64_t)sizeof(float), 2};
         j = 0;
