@@ -528,15 +528,28 @@ static cl_status th_reduce_scatter_v(cl_comm *c, const void *in, void *out, cons
     th_comm *t = c->impl;
     th_group *g = t->g;
     int n = g->size, me = c->rank;
-    size_t total, off = v_offset(counts, n, me, &total), es = cl_dtype_size(dt);
+    size_t total, es = cl_dtype_size(dt);
+    (void)v_offset(counts, n, me, &total);
     publish(g, me, CL_OP_REDUCE_SCATTER, dt, op, 0, total, in, out);
     g->slot[me].v = counts;
     CL_TRY(barrier(c, g, 1, "reduce_scatter_v"));
     cl_status st = check_slots(c, g, "reduce_scatter_v");
-    if (st == CL_OK) {
-        for (int j = 0; j < n; j++) t->src[j] = (const char *)g->slot[j].p + off * es;
-        t->dst[0] = out;
-        cl_fold_rows(dt, op, n, t->src, t->dst, 1, counts[me], (size_t)n * total * es > CL_STREAM_BYTES);
+    if (st == CL_OK && total) {
+        /* As th_allgather_v: each rank folds elements [lo, hi), a 1/n of the
+         * whole (16-element aligned), into the out of whichever rank's piece
+         * they lie in, so a piece that is most of the whole (a bucket inside
+         * one shard) is not one rank's fold alone. Element i is folded in
+         * rank order whoever folds it: the same bits. */
+        int stream = (size_t)n * total * es > CL_STREAM_BYTES;
+        size_t per = ((total + (size_t)n - 1) / (size_t)n + 15) & ~(size_t)15;
+        size_t lo = (size_t)me * per < total ? (size_t)me * per : total, hi = total - lo > per ? lo + per : total;
+        for (size_t r = 0, at = 0; r < (size_t)n; at += counts[r++]) {
+            size_t a = lo > at ? lo : at, b = hi < at + counts[r] ? hi : at + counts[r];
+            if (a >= b) continue;
+            for (int j = 0; j < n; j++) t->src[j] = (const char *)g->slot[j].p + a * es;
+            t->dst[0] = (char *)g->slot[r].q + (a - at) * es;
+            cl_fold_rows(dt, op, n, t->src, t->dst, 1, b - a, stream);
+        }
     }
     barrier(c, g, 0, "reduce_scatter_v");
     return st;
