@@ -512,15 +512,11 @@ static cl_status th_allgather(cl_comm *c, const void *in, void *out, size_t bpr)
     return st;
 }
 
-/* Rank me's offset in a _v collective's buffer, and the sum of counts. */
-static size_t v_offset(const size_t *counts, int n, int me, size_t *total) {
-    size_t off = 0, t = 0;
-    for (int j = 0; j < n; j++) {
-        if (j == me) off = t;
-        t += counts[j];
-    }
-    *total = t;
-    return off;
+/* The sum of a _v collective's counts. */
+static size_t v_total(const size_t *counts, int n) {
+    size_t t = 0;
+    for (int j = 0; j < n; j++) t += counts[j];
+    return t;
 }
 
 static cl_status th_reduce_scatter_v(cl_comm *c, const void *in, void *out, const size_t *counts, cl_dtype dt,
@@ -528,21 +524,20 @@ static cl_status th_reduce_scatter_v(cl_comm *c, const void *in, void *out, cons
     th_comm *t = c->impl;
     th_group *g = t->g;
     int n = g->size, me = c->rank;
-    size_t total, es = cl_dtype_size(dt);
-    (void)v_offset(counts, n, me, &total);
+    size_t total = v_total(counts, n), es = cl_dtype_size(dt);
     publish(g, me, CL_OP_REDUCE_SCATTER, dt, op, 0, total, in, out);
     g->slot[me].v = counts;
     CL_TRY(barrier(c, g, 1, "reduce_scatter_v"));
     cl_status st = check_slots(c, g, "reduce_scatter_v");
     if (st == CL_OK && total) {
-        /* As th_allgather_v: each rank folds elements [lo, hi), a 1/n of the
-         * whole (16-element aligned), into the out of whichever rank's piece
-         * they lie in, so a piece that is most of the whole (a bucket inside
-         * one shard) is not one rank's fold alone. Element i is folded in
-         * rank order whoever folds it: the same bits. */
+        /* As th_allgather_v: each rank folds its chunk [lo, hi) of the whole
+         * (cl_comm_chunk, as the all-reduce's) into the out of whichever
+         * rank's piece it lies in, so a piece that is most of the whole (a
+         * bucket inside one shard) is not one rank's fold alone. Element i
+         * is folded in rank order whoever folds it: the same bits. */
         int stream = (size_t)n * total * es > CL_STREAM_BYTES;
-        size_t per = ((total + (size_t)n - 1) / (size_t)n + 15) & ~(size_t)15;
-        size_t lo = (size_t)me * per < total ? (size_t)me * per : total, hi = total - lo > per ? lo + per : total;
+        size_t lo, hi;
+        cl_comm_chunk(total, n, me, &lo, &hi);
         for (size_t r = 0, at = 0; r < (size_t)n; at += counts[r++]) {
             size_t a = lo > at ? lo : at, b = hi < at + counts[r] ? hi : at + counts[r];
             if (a >= b) continue;
@@ -559,20 +554,19 @@ static cl_status th_allgather_v(cl_comm *c, const void *in, void *out, const siz
     th_comm *t = c->impl;
     th_group *g = t->g;
     int n = g->size, me = c->rank;
-    size_t total;
-    (void)v_offset(counts, n, me, &total);
+    size_t total = v_total(counts, n);
     publish(g, me, CL_OP_ALLGATHER, CL_F32, CL_RED_SUM, 0, total, in, out);
     g->slot[me].v = counts;
     CL_TRY(barrier(c, g, 1, "allgather_v"));
     cl_status st = check_slots(c, g, "allgather_v");
     if (st == CL_OK && total) {
         /* Not a push: one rank's pieces can be most of the output (a shard
-         * holding a large embedding), so each rank copies bytes [lo, hi),
-         * a 64-byte-aligned 1/n of the output, from whichever ranks' pieces
-         * they lie in, into every rank's out (the counts agree: checked). */
+         * holding a large embedding), so each rank copies its chunk [lo, hi)
+         * of the output's bytes (cl_comm_chunk) from whichever ranks' pieces
+         * it lies in into every rank's out (the counts agree: checked). */
         int stream = (size_t)n * total > CL_STREAM_BYTES;
-        size_t per = ((total + (size_t)n - 1) / (size_t)n + 63) & ~(size_t)63;
-        size_t lo = (size_t)me * per < total ? (size_t)me * per : total, hi = total - lo > per ? lo + per : total;
+        size_t lo, hi;
+        cl_comm_chunk(total, n, me, &lo, &hi);
         for (size_t r = 0, at = 0; r < (size_t)n; at += counts[r++]) {
             size_t a = lo > at ? lo : at, b = hi < at + counts[r] ? hi : at + counts[r];
             if (a >= b) continue;
